@@ -1,0 +1,47 @@
+"""The ``glm-grpo`` command: one entry point, one subcommand per tool.
+
+    glm-grpo tiny-model OUT_DIR [--seed N]          build the offline tiny GLM-Image pipeline
+    glm-grpo render --model DIR --prompt TEXT ...   render prompts with a GLM-Image pipeline
+
+Each subcommand lives in its own module and is imported only when it runs, so
+``glm-grpo --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module with a ``main(argv) -> int``, one-line help)
+SUBCOMMANDS = {
+    "tiny-model": ("glm_grpo_ds.testing.tiny", "write a random-weight tiny GLM-Image pipeline directory"),
+    "render": ("glm_grpo_ds.render", "render prompts to PNG files with a GLM-Image pipeline"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: glm-grpo <command> [args]", "", "commands:"]
+    lines += [f"  {name:<12} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    lines += ["", "Run `glm-grpo <command> --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        import difflib
+
+        close = difflib.get_close_matches(name, SUBCOMMANDS, n=3)
+        hint = f" (did you mean: {', '.join(close)}?)" if close else ""
+        print(f"glm-grpo: unknown command {name!r}{hint}; see `glm-grpo --help`", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

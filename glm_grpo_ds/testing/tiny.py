@@ -1,0 +1,236 @@
+"""Build a complete, offline, random-weight tiny GLM-Image pipeline directory.
+
+The directory loads with ``diffusers.GlmImagePipeline.from_pretrained(DIR)`` under
+``HF_HUB_OFFLINE=1`` and renders 64x64 / 64x96 images on a CPU in seconds. It is the
+embedded default model of the demo and of every test: nothing is downloaded.
+
+Command line::
+
+    glm-grpo tiny-model OUT_DIR [--seed N]
+
+Library::
+
+    from glm_grpo_ds.testing.tiny import build_tiny_pipeline
+    build_tiny_pipeline("/tmp/tiny", seed=0)
+
+Layout of the tiny vocabularies (mirrors the real model at a smaller scale):
+
+* codebook ids ``0 .. CODEBOOK_SIZE-1`` are visual tokens (real model: 16 384);
+* ``CODEBOOK_SIZE`` / ``CODEBOOK_SIZE+1`` are image start / end (real: 16 384 / 16 385);
+* ``lm_head`` covers ``VISION_VOCAB_SIZE`` ids (real: 16 512), so a few non-codebook ids
+  exist that the sampler must mask, exactly as with the real model;
+* text-only tokens (chat markers, characters, eos/pad) live above the vision vocabulary, so
+  the AR's ``eos_token_id`` can never be produced by ``lm_head``: random weights cannot end
+  generation early.
+
+The tokenizer is character level (a ``tokenizers`` WordLevel model over single characters),
+so distinct prompts give distinct token sequences - a word-level vocabulary built offline
+would map most words to ``[UNK]`` and make every prompt look the same to the policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import string
+from pathlib import Path
+
+import torch
+
+CODEBOOK_SIZE = 128
+IMAGE_START_ID = CODEBOOK_SIZE
+IMAGE_END_ID = CODEBOOK_SIZE + 1
+VISION_VOCAB_SIZE = CODEBOOK_SIZE + 8
+
+# Text special tokens, in id order after the vision vocabulary.
+_TEXT_SPECIALS = ["<|endoftext|>", "[UNK]", "[gMASK]", "<|user|>", "<|assistant|>", "<|image|>", "<sop>", "<eop>"]
+_CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+
+_CHAT_TEMPLATE = (
+    "[gMASK]{%- for message in messages %}{%- if message['role'] == 'user' %}<|user|>\n"
+    "{%- if message['content'] is string %}{{ message['content'] }}{%- else %}"
+    "{%- for item in message['content'] %}"
+    "{%- if item['type'] == 'image' %}" + f"<|dit_token_{IMAGE_START_ID}|><|image|><|dit_token_{IMAGE_END_ID}|>"
+    "{%- elif item['type'] == 'text' %}{{ item['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}{%- endif %}{%- endfor %}<|assistant|>\n"
+)
+
+
+def _vocab() -> dict[str, int]:
+    tokens = [f"<|dit_token_{i}|>" for i in range(VISION_VOCAB_SIZE)] + _TEXT_SPECIALS + _CHARS
+    return {tok: i for i, tok in enumerate(tokens)}
+
+
+def build_tokenizer():
+    """Character-level fast tokenizer with GLM-Image's image / grid special tokens."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = _vocab()
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    # One token per character; special tokens are matched before this split.
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    specials = [t for t in vocab if t.startswith("<|dit_token_")] + _TEXT_SPECIALS
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        # The processor appends bos_token after the grid markers: for GLM-Image that is the
+        # image-start token, after which the AR writes the preview grid.
+        bos_token=f"<|dit_token_{IMAGE_START_ID}|>",
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        unk_token="[UNK]",
+        additional_special_tokens=specials,
+        extra_special_tokens={"image_token": "<|image|>", "grid_bos_token": "<sop>", "grid_eos_token": "<eop>"},
+        padding_side="left",
+        model_max_length=4096,
+    )
+    fast.chat_template = _CHAT_TEMPLATE
+    return fast
+
+
+def build_processor():
+    from transformers import GlmImageImageProcessor, GlmImageProcessor
+
+    tokenizer = build_tokenizer()
+    image_processor = GlmImageImageProcessor(
+        patch_size=8,
+        temporal_patch_size=1,
+        merge_size=1,
+        size={"shortest_edge": 32 * 32, "longest_edge": 256 * 256},
+    )
+    return GlmImageProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=_CHAT_TEMPLATE)
+
+
+def build_ar_config(text_vocab_size: int, pad_id: int, eos_id: int):
+    from transformers import GlmImageConfig
+
+    return GlmImageConfig(
+        text_config={
+            "vocab_size": text_vocab_size,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 2048,
+            "vision_vocab_size": VISION_VOCAB_SIZE,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2]},
+            "pad_token_id": pad_id,
+            "eos_token_id": eos_id,
+        },
+        vision_config={
+            "depth": 1,
+            "hidden_size": 32,
+            "num_heads": 2,
+            "image_size": 64,
+            "patch_size": 8,
+            "intermediate_size": 64,
+        },
+        vq_config={"embed_dim": 16, "num_embeddings": CODEBOOK_SIZE, "latent_channels": 32},
+        image_token_id=_vocab()["<|image|>"],
+        image_start_token_id=IMAGE_START_ID,
+        image_end_token_id=IMAGE_END_ID,
+    )
+
+
+def build_tiny_components(seed: int = 0) -> dict:
+    """All seven GlmImagePipeline components with deterministic random weights."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
+    from transformers import ByT5Tokenizer, GenerationConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
+
+    processor = build_processor()
+    vocab = _vocab()
+    eos_id = vocab["<|endoftext|>"]
+
+    torch.manual_seed(seed)
+    ar = GlmImageForConditionalGeneration(build_ar_config(len(vocab), eos_id, eos_id))
+    # Plain `GlmImagePipeline.__call__` samples with HF generate: forbid the non-codebook ids
+    # there too, so the tiny pipeline never hands the DiT an id outside its codebook.
+    ar.generation_config = GenerationConfig(
+        do_sample=True,
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+        suppress_tokens=list(range(CODEBOOK_SIZE, VISION_VOCAB_SIZE)),
+    )
+
+    glyph_tokenizer = ByT5Tokenizer()
+    torch.manual_seed(seed + 1)
+    text_encoder = T5EncoderModel(
+        T5Config(
+            vocab_size=len(glyph_tokenizer),
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=1,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            decoder_start_token_id=0,
+        )
+    )
+
+    # patch_size x vae_scale_factor must be 16: the AR grid is H/32, upsampled x2 to H/16.
+    torch.manual_seed(seed + 2)
+    transformer = GlmImageTransformer2DModel(
+        patch_size=2,
+        in_channels=4,
+        out_channels=4,
+        num_layers=2,
+        attention_head_dim=8,
+        num_attention_heads=4,
+        text_embed_dim=32,
+        time_embed_dim=32,
+        condition_dim=8,
+        prior_vq_quantizer_codebook_size=CODEBOOK_SIZE,
+    )
+    torch.manual_seed(seed + 3)
+    vae = AutoencoderKL(
+        block_out_channels=(8, 8, 16, 16),
+        in_channels=3,
+        out_channels=3,
+        down_block_types=["DownEncoderBlock2D"] * 4,
+        up_block_types=["UpDecoderBlock2D"] * 4,
+        latent_channels=4,
+        norm_num_groups=4,
+        sample_size=64,
+        latents_mean=[0.0] * 4,
+        latents_std=[1.0] * 4,
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        use_dynamic_shifting=True, base_shift=0.25, max_shift=0.75, base_image_seq_len=256, time_shift_type="linear"
+    )
+    return {
+        "tokenizer": glyph_tokenizer,
+        "processor": processor,
+        "text_encoder": text_encoder,
+        "vision_language_encoder": ar,
+        "vae": vae,
+        "transformer": transformer,
+        "scheduler": scheduler,
+    }
+
+
+def build_tiny_pipeline(out_dir: str | os.PathLike, seed: int = 0) -> Path:
+    """Write the tiny pipeline to ``out_dir`` (created if needed) and return its path."""
+    from diffusers import GlmImagePipeline
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pipe = GlmImagePipeline(**build_tiny_components(seed))
+    pipe.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="glm-grpo tiny-model", description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    path = build_tiny_pipeline(args.out_dir, seed=args.seed)
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    print(f"wrote tiny GLM-Image pipeline to {path} ({size / 1e6:.2f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""Install glm-grpo-ds: ``pip install -e .[dev]`` (see README for the tested pins in constraints.txt)."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="glm-grpo-ds",
+    version="0.1.0",
+    description="GRPO post-training of the GLM-Image autoregressive policy with DeepSpeed",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["glm_grpo_ds", "glm_grpo_ds.*"]),
+    include_package_data=True,
+    # Lower bounds are the versions the test suite ran with (constraints.txt pins them).
+    install_requires=[
+        "torch>=2.15.0",
+        "torchvision>=0.29.2",  # lpips needs it; must match torch's build
+        "transformers>=5.23.0",  # GlmImageForConditionalGeneration
+        "diffusers>=0.42.1",  # GlmImagePipeline
+        "accelerate>=1.15.0",
+        "peft>=0.21.2",
+        "deepspeed>=0.19.8",  # >= 0.19.3 needed for LoRA + ZeRO-3 + non-reentrant checkpointing
+        "bitsandbytes>=0.50.2",
+        "lpips>=0.1.4",
+        "safetensors>=0.8.0",
+        "tokenizers>=0.23.3",
+        "pillow>=10.0",
+        "numpy>=1.26",
+        "pyyaml>=6.0",
+        "tqdm>=4.66",
+    ],
+    extras_require={
+        "flash": ["flash-attn>=2.7"],  # GPU only; sdpa is used without it
+        "ocr": ["rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14"],
+        "tracking": ["tensorboard>=2.18", "wandb>=0.19"],
+        "dev": ["pytest>=9.0"],
+    },
+    entry_points={"console_scripts": ["glm-grpo=glm_grpo_ds.cli:main"]},
+)

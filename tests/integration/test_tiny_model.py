@@ -1,0 +1,117 @@
+"""The embedded tiny GLM-Image: builds offline, reloads through diffusers, renders, is deterministic."""
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from glm_grpo_ds.testing import tiny
+
+
+def _digest(directory):
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny_model_dir):
+    from diffusers import GlmImagePipeline
+
+    p = GlmImagePipeline.from_pretrained(tiny_model_dir)
+    p.set_progress_bar_config(disable=True)
+    return p
+
+
+def test_directory_is_complete_small_and_deterministic(tiny_model_dir, tmp_path):
+    index = json.loads((tiny_model_dir / "model_index.json").read_text())
+    for component in ("tokenizer", "processor", "text_encoder", "vision_language_encoder", "vae", "transformer", "scheduler"):
+        assert component in index and (tiny_model_dir / component).is_dir()
+    size = sum(p.stat().st_size for p in tiny_model_dir.rglob("*") if p.is_file())
+    assert size < 5 * 1024 * 1024
+
+    again = tiny.build_tiny_pipeline(tmp_path / "again", seed=0)
+    assert _digest(again) == _digest(tiny_model_dir)  # byte-identical for the same seed
+    other = tiny.build_tiny_pipeline(tmp_path / "other", seed=1)
+    differs = {k for k, v in _digest(other).items() if _digest(tiny_model_dir)[k] != v}
+    assert "vision_language_encoder/model.safetensors" in differs
+    assert "transformer/diffusion_pytorch_model.safetensors" in differs
+
+
+def test_vocabularies_are_consistent(pipe):
+    ar = pipe.vision_language_encoder
+    text = ar.config.text_config
+    assert ar.lm_head.out_features == text.vision_vocab_size == tiny.VISION_VOCAB_SIZE
+    # every id lm_head can produce must exist in the input embedding (it is fed back)
+    assert text.vocab_size > text.vision_vocab_size
+    # the DiT's prior-token codebook equals the VQ codebook; start/end sit right above it
+    assert pipe.transformer.config.prior_vq_quantizer_codebook_size == ar.config.vq_config.num_embeddings == tiny.CODEBOOK_SIZE
+    assert ar.config.image_start_token_id == tiny.CODEBOOK_SIZE and ar.config.image_end_token_id == tiny.CODEBOOK_SIZE + 1
+    # eos outside what lm_head can emit: random weights cannot end generation early
+    eos = ar.generation_config.eos_token_id
+    assert eos >= text.vision_vocab_size and text.eos_token_id >= text.vision_vocab_size
+    tok = pipe.processor.tokenizer
+    assert tok.convert_tokens_to_ids(tok.bos_token) == ar.config.image_start_token_id
+    assert tok.convert_tokens_to_ids(tok.image_token) == ar.config.image_token_id
+
+
+@pytest.mark.parametrize("height,width,preview", [(64, 64, (16, 16)), (64, 96, (13, 19))])
+def test_processor_grids(pipe, height, width, preview):
+    msgs = [[{"role": "user", "content": [{"type": "text", "text": p}]}] for p in ("a cat", "a much longer prompt")]
+    inputs = pipe.processor.apply_chat_template(
+        msgs, tokenize=True, padding=True, target_h=height, target_w=width, return_dict=True, return_tensors="pt"
+    )
+    grid = [1, height // 32, width // 32]
+    assert inputs["image_grid_thw"].tolist() == [grid, [1, *preview]] * 2
+    assert inputs["images_per_sample"].tolist() == [2, 2]
+    # left padding: every row ends with the image-start token the AR continues from
+    assert (inputs["input_ids"][:, -1] == tiny.IMAGE_START_ID).all()
+    assert inputs["attention_mask"][0, 0] == 0 and inputs["attention_mask"][1].all()
+
+
+@pytest.mark.parametrize("height,width", [(64, 64), (64, 96)])
+def test_renders_both_sizes_deterministically(pipe, height, width):
+    def render(seed):
+        g = torch.Generator().manual_seed(seed)
+        out = pipe("a sign that says 'HI'", height=height, width=width, num_inference_steps=3, generator=g, output_type="pt")
+        return out.images
+
+    a, b = render(0), render(0)
+    assert a.shape == (1, 3, height, width)
+    assert torch.isfinite(a).all() and a.min() >= 0 and a.max() <= 1
+    assert torch.equal(a, b)
+
+
+def test_prior_tokens_fill_the_grid_with_codebook_ids(pipe):
+    prior, _, _ = pipe.generate_prior_tokens(prompt=["a", "bb"], height=64, width=96, generator=torch.Generator().manual_seed(0))
+    # large grid 2x3 upsampled x2 -> 4x6 = 24 ids per sample, all inside the DiT codebook
+    assert prior.shape == (2, 24)
+    assert prior.min() >= 0 and prior.max() < tiny.CODEBOOK_SIZE
+
+
+def test_cli_tiny_model(tmp_path):
+    out = tmp_path / "cli"
+    proc = subprocess.run(
+        [sys.executable, "-m", "glm_grpo_ds.cli", "tiny-model", str(out), "--seed", "3"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "model_index.json").is_file() and "wrote tiny GLM-Image pipeline" in proc.stdout
+
+
+def test_cli_render_writes_pngs_and_rejects_bad_size(tiny_model_dir, tmp_path):
+    from PIL import Image
+
+    cmd = [sys.executable, "-m", "glm_grpo_ds.cli", "render", "--model", str(tiny_model_dir), "--steps", "2"]
+    proc = subprocess.run(
+        cmd + ["--prompt", "a", "--prompt", "b", "--height", "64", "--width", "96", "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    pngs = sorted((tmp_path / "r").glob("*.png"))
+    assert len(pngs) == 2 and Image.open(pngs[0]).size == (96, 64)
+
+    bad = subprocess.run(cmd + ["--prompt", "a", "--height", "50"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--height 50 must be a positive multiple of 32" in bad.stderr

@@ -1,0 +1,180 @@
+"""GRPO math against hand-computed values (see the comments for the arithmetic)."""
+
+import math
+
+import pytest
+import torch
+
+from glm_grpo_ds.grpo import group_advantages, k3_kl, loss_normalizer, policy_loss
+
+
+# ---------------------------------------------------------------- advantages
+def test_group_scale_hand_values():
+    # group 1: mean 2, centered [-1, 0, 1], unbiased std sqrt(2/2) = 1
+    # group 2: all equal -> exactly 0
+    # group 3: [0, 0, 3]: mean 1, centered [-1, -1, 2], unbiased std sqrt(6/2) = sqrt(3)
+    r = torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0, 5.0, 0.0, 0.0, 3.0], dtype=torch.float64)
+    adv = group_advantages(r, group_size=3, scale="group", eps=1e-4)
+    s3 = math.sqrt(3.0)
+    expected = [-1 / 1.0001, 0.0, 1 / 1.0001, 0.0, 0.0, 0.0, -1 / (s3 + 1e-4), -1 / (s3 + 1e-4), 2 / (s3 + 1e-4)]
+    torch.testing.assert_close(adv, torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-12)
+    assert adv[3:6].eq(0).all()
+
+
+def test_batch_scale_hand_values():
+    # std of all six rewards: mean 3.5, squared deviations sum 15.5, /5 = 3.1
+    r = torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0, 5.0], dtype=torch.float64)
+    adv = group_advantages(r, group_size=3, scale="batch", eps=1e-4)
+    std = math.sqrt(3.1)
+    expected = [-1 / (std + 1e-4), 0.0, 1 / (std + 1e-4), 0.0, 0.0, 0.0]
+    torch.testing.assert_close(adv, torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def test_none_scale_and_constant_group_exact_zero():
+    r = torch.tensor([1.0, 2.0, 3.0, 0.1, 0.1, 0.1])
+    adv = group_advantages(r, group_size=3, scale="none")
+    torch.testing.assert_close(adv, torch.tensor([-1.0, 0.0, 1.0, 0.0, 0.0, 0.0]))
+    # 0.1 * 3 / 3 != 0.1 in floating point: the constant group must still be exactly 0.
+    assert adv[3:].eq(0).all()
+    assert group_advantages(r, 3, scale="group")[3:].eq(0).all()
+
+
+def test_advantages_are_zero_mean_per_group():
+    torch.manual_seed(0)
+    r = torch.randn(4 * 5, dtype=torch.float64)
+    for scale in ("group", "batch", "none"):
+        adv = group_advantages(r, 5, scale=scale).view(4, 5)
+        torch.testing.assert_close(adv.sum(1), torch.zeros(4, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [dict(group_size=4), dict(group_size=3, scale="zscore")])
+def test_advantage_input_errors(bad):
+    with pytest.raises(ValueError):
+        group_advantages(torch.zeros(6), **bad)
+
+
+# ---------------------------------------------------------------- policy loss
+# Two rows, T = 3; old_logp = 0 so ratio = exp(logp). Clip range [0.8, 1.28].
+#   row 0, A = +1, ratios [1.0, 1.5, 0.5], mask [1, 1, 1]
+#     -min(r, clip r): -1.0, -1.28 (high clip), -0.5 (no clip: A > 0, low ratio)  -> sum -2.78
+#   row 1, A = -2, ratios [1.3, 0.7, 2.0], mask [1, 1, 0]
+#     -min(-2r, -2 clip r): 2.6 (no clip: A < 0, high ratio), 1.6 (low clip), masked  -> sum 4.2
+RATIOS = [[1.0, 1.5, 0.5], [1.3, 0.7, 2.0]]
+MASK = [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]
+ADV = [1.0, -2.0]
+EPS_LOW, EPS_HIGH = 0.2, 0.28
+
+
+def _inputs():
+    logp = torch.tensor(RATIOS, dtype=torch.float64).log().requires_grad_(True)
+    old = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor(ADV, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor(MASK, dtype=torch.float64)
+    return logp, old, adv, mask
+
+
+@pytest.mark.parametrize(
+    "aggregation,expected",
+    [
+        ("token_mean", (-2.78 + 4.2) / 5),
+        ("seq_mean", (-2.78 / 3 + 4.2 / 2) / 2),
+        ("dr_grpo", (-2.78 + 4.2) / (2 * 3)),
+    ],
+)
+def test_policy_loss_hand_values(aggregation, expected):
+    logp, old, adv, mask = _inputs()
+    loss, stats = policy_loss(
+        logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, aggregation=aggregation
+    )
+    assert loss.item() == pytest.approx(expected, abs=1e-12)
+    # one high-side clip (row 0, r=1.5, A>0) and one low-side clip (row 1, r=0.7, A<0) of 5 tokens
+    assert stats["clip_frac_high"].item() == pytest.approx(0.2)
+    assert stats["clip_frac_low"].item() == pytest.approx(0.2)
+    # masked ratios 1, 1.5, 0.5, 1.3, 0.7: the masked-out 2.0 must not count
+    assert stats["ratio_mean"].item() == pytest.approx(1.0)
+    assert stats["ratio_min"].item() == pytest.approx(0.5)
+    assert stats["ratio_max"].item() == pytest.approx(1.5)
+    assert stats["num_tokens"].item() == 5
+    assert all(not v.requires_grad for v in stats.values())
+
+
+def test_symmetric_epsilon_changes_high_clip():
+    # With epsilon_high = 0.2 the clip range is [0.8, 1.2]: row 0 r=1.5 contributes -1.2 and
+    # row 1 r=1.3 (A<0) is still unclipped: sum = -1 - 1.2 - 0.5 + 2.6 + 1.6 = 1.5
+    logp, old, adv, mask = _inputs()
+    loss, _ = policy_loss(logp, old, adv, mask, epsilon_low=0.2, epsilon_high=0.2)
+    assert loss.item() == pytest.approx(1.5 / 5, abs=1e-12)
+
+
+def test_gradient_only_through_logp_and_hand_values():
+    logp, old, adv, mask = _inputs()
+    ref = (logp.detach() + 0.1).requires_grad_(True)
+    loss, _ = policy_loss(logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, ref_logp=ref, beta=0.0)
+    loss.backward()
+    assert old.grad is None and adv.grad is None and ref.grad is None
+    # d/dlogp of -A r = -A r on unclipped tokens, 0 on clipped and masked ones; / 5 tokens
+    expected = torch.tensor([[-1.0, 0.0, -0.5], [2.6, 0.0, 0.0]], dtype=torch.float64) / 5
+    torch.testing.assert_close(logp.grad, expected, rtol=0, atol=1e-12)
+
+
+def test_kl_zero_when_ref_equals_policy():
+    logp, old, adv, mask = _inputs()
+    base, _ = policy_loss(logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH)
+    loss, stats = policy_loss(
+        logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, ref_logp=logp.detach(), beta=0.7
+    )
+    assert stats["kl"].item() == 0.0
+    assert loss.item() == base.item()
+
+
+def test_kl_hand_value():
+    # ref - logp = 0.1 everywhere: k3 = e^0.1 - 0.1 - 1 per token; beta 0.5, token mean
+    logp, old, adv, mask = _inputs()
+    k3 = math.exp(0.1) - 1.1
+    loss, stats = policy_loss(
+        logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, ref_logp=logp.detach() + 0.1, beta=0.5
+    )
+    assert stats["kl"].item() == pytest.approx(k3, abs=1e-12)
+    assert loss.item() == pytest.approx(1.42 / 5 + 0.5 * k3, abs=1e-12)
+    assert k3_kl(torch.tensor(0.3), torch.tensor(0.3)).item() == 0.0
+
+
+def test_ratio_one_when_policy_equals_old():
+    logp = torch.randn(3, 4, dtype=torch.float64)
+    _, stats = policy_loss(logp, logp.clone(), torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64), torch.ones(3, 4))
+    assert stats["ratio_min"].item() == stats["ratio_max"].item() == 1.0
+    assert stats["clip_frac_low"].item() == stats["clip_frac_high"].item() == 0.0
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean", "dr_grpo"])
+def test_micro_batches_sum_to_full_batch(aggregation):
+    torch.manual_seed(0)
+    n, t = 6, 5
+    logp = (torch.randn(n, t, dtype=torch.float64) * 0.3).requires_grad_(True)
+    old = logp.detach() + 0.2 * torch.randn(n, t, dtype=torch.float64)
+    ref = logp.detach() + 0.1 * torch.randn(n, t, dtype=torch.float64)
+    adv = torch.randn(n, dtype=torch.float64)
+    mask = (torch.rand(n, t) > 0.3).double()
+    kw = dict(beta=0.05, aggregation=aggregation)
+
+    full, _ = policy_loss(logp, old, adv, mask, ref_logp=ref, **kw)
+    (g_full,) = torch.autograd.grad(full, logp)
+
+    norm = loss_normalizer(mask, aggregation)
+    total = 0.0
+    for sl in (slice(0, 2), slice(2, 3), slice(3, 6)):
+        part, _ = policy_loss(logp[sl], old[sl], adv[sl], mask[sl], ref_logp=ref[sl], normalizer=norm, **kw)
+        total = total + part
+    (g_micro,) = torch.autograd.grad(total, logp)
+    torch.testing.assert_close(total, full, rtol=0, atol=1e-12)
+    torch.testing.assert_close(g_micro, g_full, rtol=0, atol=1e-12)
+
+
+def test_policy_loss_input_errors():
+    logp, old, adv, mask = _inputs()
+    with pytest.raises(ValueError, match="beta"):
+        policy_loss(logp, old, adv, mask, beta=0.1)
+    with pytest.raises(ValueError, match="aggregation"):
+        policy_loss(logp, old, adv, mask, aggregation="mean")
+    with pytest.raises(ValueError, match="advantages"):
+        policy_loss(logp, old, adv[:1], mask)
