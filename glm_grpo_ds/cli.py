@@ -2,6 +2,7 @@
 
     glm-grpo tiny-model OUT_DIR [--seed N]          build the offline tiny GLM-Image pipeline
     glm-grpo render --model DIR --prompt TEXT ...   render prompts with a GLM-Image pipeline
+    glm-grpo verify-logprobs --model DIR ...         sampler vs teacher-forced log-prob parity
 
 Each subcommand lives in its own module and is imported only when it runs, so
 ``glm-grpo --help`` stays fast.
@@ -16,12 +17,13 @@ import sys
 SUBCOMMANDS = {
     "tiny-model": ("glm_grpo_ds.testing.tiny", "write a random-weight tiny GLM-Image pipeline directory"),
     "render": ("glm_grpo_ds.render", "render prompts to PNG files with a GLM-Image pipeline"),
+    "verify-logprobs": ("glm_grpo_ds.verify", "check sampler vs teacher-forced log-prob parity"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: glm-grpo <command> [args]", "", "commands:"]
-    lines += [f"  {name:<12} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    lines += [f"  {name:<16} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
     lines += ["", "Run `glm-grpo <command> --help` for a command's options."]
     return "\n".join(lines)
 

@@ -13,17 +13,20 @@ import os
 import sys
 from pathlib import Path
 
+from .config import RenderConfig
+
 
 def main(argv: list[str] | None = None) -> int:
+    d = RenderConfig()
     parser = argparse.ArgumentParser(prog="glm-grpo render", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="GlmImagePipeline directory")
     parser.add_argument("--prompt", action="append", required=True, help="repeat for several prompts")
-    parser.add_argument("--height", type=int, default=64)
-    parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=8, help="DiT denoising steps")
-    parser.add_argument("--guidance", type=float, default=1.5, help="DiT classifier-free guidance scale")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="outputs/render", help="output directory")
+    parser.add_argument("--height", type=int, default=d.height)
+    parser.add_argument("--width", type=int, default=d.width)
+    parser.add_argument("--steps", type=int, default=d.num_inference_steps, help="DiT denoising steps")
+    parser.add_argument("--guidance", type=float, default=d.guidance_scale, help="DiT classifier-free guidance scale")
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--out", default=d.out, help="output directory")
     args = parser.parse_args(argv)
 
     for name, value in (("--height", args.height), ("--width", args.width)):

@@ -1,0 +1,111 @@
+"""Frozen image decoder: prior tokens -> images with GLM-Image's DiT + VAE + glyph encoder.
+
+Reuses diffusers' ``GlmImagePipeline`` (loaded *without* its AR, which the trainer owns) and calls
+it with ``prior_token_ids`` so it skips the AR. Everything is eval mode, ``requires_grad=False`` and
+runs under ``torch.no_grad()``.
+
+Determinism. Each row gets its initial noise from its own seed (drawn on the CPU, so it does not
+depend on the device); the trainer gives all G rows of a group the same seed, so images in a group
+differ only through their tokens. The pipeline left-pads the glyph embeddings of a batch to a
+common length and the DiT attends to that padding, so an image would depend on the *other* prompts
+in its DiT batch; we therefore only ever batch rows that share a prompt. The image of a row is then
+a function of (prompt, tokens, seed, size) alone - independent of batch composition, rank count or
+micro-batching.
+
+    decoder = ImageDecoder("outputs/tiny", DecoderConfig(num_inference_steps=4), device="cpu")
+    images = decoder.decode(batch.prior_token_ids, batch.prompts, 64, 96, seeds)  # [N, 3, H, W] in [0, 1]
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .config import DecoderConfig
+from .policy import DTYPES, check_pipeline_dir
+
+
+def group_seeds(base_seed: int, group_index: torch.Tensor) -> list[int]:
+    """One decoder seed per group: every row of group g gets ``base_seed + g``."""
+    return [int(base_seed) + int(g) for g in group_index.tolist()]
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[name]
+
+
+class ImageDecoder:
+    """The DiT, VAE and glyph encoder of a GLM-Image pipeline directory, frozen."""
+
+    def __init__(self, model_path: str | os.PathLike, cfg: DecoderConfig, device: torch.device | str = "cpu"):
+        from diffusers import GlmImagePipeline
+
+        cfg.validate()
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.dtype = resolve_dtype(cfg.dtype, self.device)
+        pipe = GlmImagePipeline.from_pretrained(
+            check_pipeline_dir(model_path), vision_language_encoder=None, processor=None, dtype=self.dtype
+        )
+        pipe.set_progress_bar_config(disable=True)
+        for module in (pipe.transformer, pipe.vae, pipe.text_encoder):
+            module.eval().requires_grad_(False)
+        self.pipe = pipe
+        # With offload the decoder lives on the CPU and visits the accelerator only inside decode().
+        self.home = torch.device("cpu") if cfg.offload else self.device
+        pipe.to(self.home)
+
+    def _latents(self, seeds: list[int], height: int, width: int) -> torch.Tensor:
+        vsf = self.pipe.vae_scale_factor
+        shape = (self.pipe.transformer.config.in_channels, height // vsf, width // vsf)
+        noise = [torch.randn(shape, generator=torch.Generator().manual_seed(s)) for s in seeds]
+        return torch.stack(noise).to(self.device, self.dtype)
+
+    @torch.no_grad()
+    def decode(
+        self, prior_token_ids: torch.Tensor, prompts: list[str], height: int, width: int, seeds: list[int]
+    ) -> torch.Tensor:
+        """``prior_token_ids`` ``[N, (H/16)*(W/16)]`` -> float32 images ``[N, 3, H, W]`` in [0, 1]."""
+        n = prior_token_ids.shape[0]
+        if len(prompts) != n or len(seeds) != n:
+            raise ValueError(f"decode got {n} token grids, {len(prompts)} prompts and {len(seeds)} seeds")
+        expected = (height // 16) * (width // 16)
+        if prior_token_ids.shape[1] != expected:
+            raise ValueError(f"prior_token_ids has {prior_token_ids.shape[1]} ids per row; {height}x{width} needs {expected}")
+        images = torch.empty(n, 3, height, width, dtype=torch.float32, device=self.device)
+        if self.cfg.offload:
+            self.pipe.to(self.device)
+        try:
+            # Only rows of one prompt share a DiT batch (see the module docstring).
+            by_prompt: dict[str, list[int]] = {}
+            for i, p in enumerate(prompts):
+                by_prompt.setdefault(p, []).append(i)
+            for prompt, rows in by_prompt.items():
+                for start in range(0, len(rows), self.cfg.batch_size):
+                    idx = rows[start : start + self.cfg.batch_size]
+                    out = self.pipe(
+                        prompt=[prompt] * len(idx),
+                        prior_token_ids=prior_token_ids[idx].to(self.device),
+                        height=height,
+                        width=width,
+                        num_inference_steps=self.cfg.num_inference_steps,
+                        guidance_scale=self.cfg.guidance_scale,
+                        latents=self._latents([seeds[i] for i in idx], height, width),
+                        output_type="pt",
+                    ).images
+                    images[idx] = out.to(device=self.device, dtype=torch.float32)
+        finally:
+            if self.cfg.offload:
+                self.pipe.to(self.home)
+        return images
+
+    @staticmethod
+    def to_pil(images: torch.Tensor) -> list:
+        """``[N, 3, H, W]`` in [0, 1] -> PIL images (for logging and galleries)."""
+        from PIL import Image
+
+        arr = (images.detach().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+        return [Image.fromarray(a) for a in arr]
