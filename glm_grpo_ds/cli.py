@@ -16,8 +16,10 @@ import sys
 # subcommand -> (module with a ``main(argv) -> int``, one-line help)
 SUBCOMMANDS = {
     "tiny-model": ("glm_grpo_ds.testing.tiny", "write a random-weight tiny GLM-Image pipeline directory"),
+    "tiny-data": ("glm_grpo_ds.testing.tiny_data", "write a learnable prompt set with target images for the tiny model"),
     "render": ("glm_grpo_ds.render", "render prompts to PNG files with a GLM-Image pipeline"),
     "verify-logprobs": ("glm_grpo_ds.verify", "check sampler vs teacher-forced log-prob parity"),
+    "train": ("glm_grpo_ds.train", "GRPO training (one process; use the deepspeed launcher for more)"),
 }
 
 

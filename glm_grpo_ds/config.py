@@ -1,12 +1,28 @@
 """Configuration dataclasses: the only place where defaults live.
 
-Every tunable of the rollout, the decoder and (later) the trainer is a field here; command-line
-tools and the trainer build these objects and never hard-code a default of their own.
+A run is described by :class:`TrainConfig`, filled from a YAML file and dotted ``key=value``
+command-line overrides::
+
+    cfg = load_config("configs/tiny_cpu.yaml", ["max_steps=10", "lora.r=8", "lora=null"])
+
+Unknown keys fail with a close-match suggestion, values are converted to the field's type, and
+:meth:`TrainConfig.validate` reports every problem, one line each. Command-line tools
+(``verify-logprobs``, ``render``) take their defaults from the small dataclasses at the end.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the key and the fix."""
 
 
 @dataclass
@@ -39,6 +55,10 @@ class DecoderConfig:
     batch_size: int = 8  # images per DiT forward; bounds decode memory
     offload: bool = False  # keep on CPU between rollouts, move to the accelerator only to decode
     dtype: str = "auto"  # auto = bf16 on GPU, fp32 on CPU
+    # Decoder noise seed of a prompt: seed + dataset row index (fixed_seeds, the same every step,
+    # as for evaluation or reference-likeness tasks) or a fresh seed per (step, row).
+    seed: int = 0
+    fixed_seeds: bool = False
 
     def validate(self) -> None:
         if self.num_inference_steps < 1:
@@ -47,6 +67,168 @@ class DecoderConfig:
             raise ValueError(f"decoder.batch_size must be >= 1, got {self.batch_size}")
         if self.dtype not in ("auto", "bf16", "fp32", "fp16"):
             raise ValueError(f"decoder.dtype must be auto|bf16|fp32|fp16, got {self.dtype!r}")
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""  # a GlmImagePipeline directory (required)
+    dtype: str = "auto"  # auto = bf16 on GPU, fp32 on CPU
+    attn_implementation: str = "auto"  # auto = flash_attention_2 if installed (GPU, bf16), else sdpa
+    gradient_checkpointing: bool = True
+    trust_remote_code: bool = False
+
+
+@dataclass
+class LoraConfig:
+    """peft LoRA on the language model. ``lora: null`` in YAML = full fine-tuning."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    # attention and MLP projections of GlmImageTextDecoderLayer (the vision tower has other names
+    # only where it shares q/k/v; see policy.lora_target_regex, which restricts to the LM)
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"]
+    )
+
+
+@dataclass
+class GRPOConfig:
+    group_size: int = 8  # G completions per prompt
+    beta: float = 0.04  # KL coefficient; 0 skips the reference pass
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    aggregation: str = "token_mean"  # token_mean | seq_mean | dr_grpo
+    advantage_scale: str = "group"  # group | batch | none
+    num_iterations: int = 1  # updates per rollout (mu); > 1 stores old log-probs
+    logprob_chunk_size: int = 256  # tokens per lm_head chunk in the teacher-forced pass
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adamw_8bit"  # adamw | adamw_8bit | paged_adamw_8bit
+    lr: float = 1e-5
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    schedule: str = "constant"  # constant | linear | cosine (after warmup)
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class BatchConfig:
+    prompts_per_rank: int = 1  # prompts each rank samples per step (x G sequences)
+    micro_batch_size: int = 4  # sequences per forward/backward; must divide prompts_per_rank * G
+
+
+@dataclass
+class RolloutConfig:
+    height: int = 1024
+    width: int = 1024
+    # ZeRO-3: gather the AR's parameters once per rollout (fast); false keeps them sharded
+    # during sampling for models that cannot be gathered on one device (slow).
+    gather_parameters: bool = True
+
+
+@dataclass
+class RewardSpec:
+    name: str = ""  # built-in name or python:package.module:function
+    weight: float = 1.0
+    args: dict = field(default_factory=dict)
+
+
+@dataclass
+class DataConfig:
+    train_file: str = ""  # .txt (one prompt per line) or .jsonl (prompt, target_image, text)
+    shuffle: bool = True
+
+
+@dataclass
+class LoggingConfig:
+    progress_bar: bool = True
+    plot: bool = True  # reward-curve PNG at the end of training
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraConfig | None = field(default_factory=LoraConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    rewards: list[RewardSpec] = field(default_factory=list)
+    data: DataConfig = field(default_factory=DataConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    output_dir: str = "outputs/run"
+    max_steps: int = 100
+    seed: int = 42
+
+    @property
+    def sequences_per_rank(self) -> int:
+        return self.batch.prompts_per_rank * self.grpo.group_size
+
+    def validate(self) -> None:
+        """Raise ConfigError listing every problem, one line each."""
+        problems: list[str] = []
+
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                problems.append(msg)
+
+        need(bool(self.model.path), "model.path is required: a GlmImagePipeline directory")
+        need(self.model.dtype in ("auto", "bf16", "fp32", "fp16"), f"model.dtype must be auto|bf16|fp32|fp16, got {self.model.dtype!r}")
+        need(
+            self.model.attn_implementation in ("auto", "sdpa", "eager", "flash_attention_2"),
+            f"model.attn_implementation must be auto|sdpa|eager|flash_attention_2, got {self.model.attn_implementation!r}",
+        )
+        need(bool(self.data.train_file), "data.train_file is required: a .txt or .jsonl prompt file")
+        need(self.max_steps >= 1, f"max_steps must be >= 1, got {self.max_steps}")
+        g = self.grpo
+        need(g.group_size >= 2, f"grpo.group_size must be >= 2 (advantages compare samples of a prompt), got {g.group_size}")
+        need(g.beta >= 0, f"grpo.beta must be >= 0, got {g.beta}")
+        need(0 <= g.epsilon_low < 1, f"grpo.epsilon_low must be in [0, 1), got {g.epsilon_low}")
+        need(g.epsilon_high >= 0, f"grpo.epsilon_high must be >= 0, got {g.epsilon_high}")
+        need(g.aggregation in ("token_mean", "seq_mean", "dr_grpo"), f"grpo.aggregation must be token_mean|seq_mean|dr_grpo, got {g.aggregation!r}")
+        need(g.advantage_scale in ("group", "batch", "none"), f"grpo.advantage_scale must be group|batch|none, got {g.advantage_scale!r}")
+        need(g.num_iterations >= 1, f"grpo.num_iterations must be >= 1, got {g.num_iterations}")
+        need(g.logprob_chunk_size >= 1, f"grpo.logprob_chunk_size must be >= 1, got {g.logprob_chunk_size}")
+        try:
+            g.sampling.validate()
+        except ValueError as err:
+            problems.append(f"grpo.{err}")
+        o = self.optimizer
+        need(o.name in ("adamw", "adamw_8bit", "paged_adamw_8bit"), f"optimizer.name must be adamw|adamw_8bit|paged_adamw_8bit, got {o.name!r}")
+        need(o.lr > 0, f"optimizer.lr must be > 0, got {o.lr}")
+        need(len(o.betas) == 2, f"optimizer.betas must be two numbers, got {o.betas}")
+        need(o.schedule in ("constant", "linear", "cosine"), f"optimizer.schedule must be constant|linear|cosine, got {o.schedule!r}")
+        need(o.warmup_steps >= 0, f"optimizer.warmup_steps must be >= 0, got {o.warmup_steps}")
+        b = self.batch
+        need(b.prompts_per_rank >= 1, f"batch.prompts_per_rank must be >= 1, got {b.prompts_per_rank}")
+        need(b.micro_batch_size >= 1, f"batch.micro_batch_size must be >= 1, got {b.micro_batch_size}")
+        if b.micro_batch_size >= 1 and b.prompts_per_rank >= 1:
+            need(
+                self.sequences_per_rank % b.micro_batch_size == 0,
+                f"batch.micro_batch_size={b.micro_batch_size} must divide the sequences per rank per step "
+                f"(batch.prompts_per_rank x grpo.group_size = {self.sequences_per_rank})",
+            )
+        for key, v in (("rollout.height", self.rollout.height), ("rollout.width", self.rollout.width)):
+            need(v > 0 and v % 32 == 0, f"{key}={v} must be a positive multiple of 32 (GLM-Image tokens are 32x32 pixels)")
+        try:
+            self.decoder.validate()
+        except ValueError as err:
+            problems.append(str(err))
+        need(len(self.rewards) > 0, "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]")
+        for i, r in enumerate(self.rewards):
+            need(bool(r.name), f"rewards[{i}].name is required")
+        if self.lora is not None:
+            need(self.lora.r >= 1, f"lora.r must be >= 1, got {self.lora.r}")
+            need(len(self.lora.target_modules) > 0, "lora.target_modules must name at least one module")
+        if problems:
+            raise ConfigError("\n".join(problems))
 
 
 @dataclass
@@ -81,3 +263,155 @@ class RenderConfig:
     guidance_scale: float = 1.5
     seed: int = 0
     out: str = "outputs/render"
+
+
+# ----------------------------------------------------------------------------- loading
+def _unknown(key: str, known: typing.Iterable[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else f"; known keys: {', '.join(sorted(known))}"
+    return ConfigError(f"unknown config key {where}{key!r}{hint}")
+
+
+def _dataclass_type(tp):
+    """The dataclass inside ``tp`` (``X``, ``X | None``) or None."""
+    if dataclasses.is_dataclass(tp):
+        return tp
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return None
+    for arg in typing.get_args(tp):
+        if dataclasses.is_dataclass(arg):
+            return arg
+    return None
+
+
+def _convert(value, tp, where: str):
+    """Coerce a YAML/JSON value to the annotated type ``tp``."""
+    optional = type(None) in typing.get_args(tp) and (typing.get_origin(tp) in (typing.Union, types.UnionType))
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{where} cannot be null")
+    dc = _dataclass_type(tp)
+    if dc is not None:
+        if isinstance(value, dc):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping of {dc.__name__} fields, got {value!r}")
+        return _from_dict(dc, value, where + ".")
+    base = [a for a in typing.get_args(tp) if a is not type(None)][0] if optional else tp
+    origin = typing.get_origin(base)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        (item,) = typing.get_args(base) or (typing.Any,)
+        return [_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if base is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return dict(value)
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    if base in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        try:
+            number = float(value) if base is float else int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where} must be a{'n integer' if base is int else ' number'}, got {value!r}") from None
+        if base is int and isinstance(value, float) and value != int(value):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return number
+    if base is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _from_dict(cls, data: dict, prefix: str = ""):
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            raise _unknown(key, names, prefix)
+        kwargs[key] = _convert(value, hints[key], prefix + key)
+    return cls(**kwargs)
+
+
+def _parse_scalar(text: str):
+    """A command-line value: YAML syntax (numbers, true/false, null, [lists], {maps})."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str):
+        # PyYAML reads 1e-4 as a string (YAML 1.1); accept it as a number.
+        try:
+            return float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig) -> None:
+    """Set ``tree[a][b][c] = value`` for ``a.b.c``, checking every key against the dataclasses."""
+    keys = dotted.split(".")
+    cls, node = TrainConfig, tree
+    for depth, key in enumerate(keys):
+        names = {f.name for f in dataclasses.fields(cls)} if cls else set()
+        where = ".".join(keys[:depth])
+        if cls is not None and key not in names:
+            raise _unknown(key, names, where + "." if where else "")
+        if depth == len(keys) - 1:
+            node[key] = value
+            return
+        tp = typing.get_type_hints(cls)[key] if cls else None
+        sub = _dataclass_type(tp) if tp is not None else None
+        if not isinstance(node.get(key), dict):
+            if sub is None:
+                node[key] = {}  # free-form mapping (e.g. rewards args)
+            else:
+                # start from the current value so sibling fields keep theirs (lora was null -> defaults)
+                current = node.get(key)
+                node[key] = {} if current is None else dict(current) if isinstance(current, dict) else {}
+        cls, node = sub, node[key]
+
+
+def load_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """YAML file (optional) + ``key=value`` overrides -> validated TrainConfig."""
+    import yaml
+
+    tree: dict = {}
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"config file {path}{where} is not valid YAML: {getattr(err, 'problem', err)}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of config keys")
+        tree = loaded or {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key=value (e.g. grpo.beta=0.0)")
+        key, text = item.split("=", 1)
+        apply_override(tree, key.strip(), _parse_scalar(text), TrainConfig())
+    cfg = _from_dict(TrainConfig, tree)
+    cfg.validate()
+    return cfg
+
+
+def to_dict(cfg) -> dict:
+    """Plain dict (for saving the config a run used next to its outputs)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))

@@ -64,3 +64,86 @@ def load_ar(path: str | os.PathLike, dtype: str = "fp32", attn_implementation: s
         check_pipeline_dir(path) / "vision_language_encoder", dtype=DTYPES[dtype], attn_implementation=attn_implementation
     )
     return model.eval()
+
+
+def resolve_dtype(name: str, on_gpu: bool) -> torch.dtype:
+    """``auto`` = bf16 on a GPU, fp32 on CPU; else the named dtype."""
+    if name == "auto":
+        return torch.bfloat16 if on_gpu else torch.float32
+    return DTYPES[name]
+
+
+def resolve_attn(name: str, on_gpu: bool, dtype: torch.dtype) -> str:
+    """``auto`` = flash_attention_2 when installed with a GPU and bf16/fp16, else sdpa."""
+    if name != "auto":
+        return name
+    if on_gpu and dtype in (torch.bfloat16, torch.float16):
+        import importlib.util
+
+        if importlib.util.find_spec("flash_attn") is not None:
+            return "flash_attention_2"
+    return "sdpa"
+
+
+def lora_target_regex(target_modules: list[str]) -> str:
+    """peft ``target_modules`` regex restricted to the language model's decoder layers.
+
+    The vision tower and the VQ model stay frozen and adapter-free.
+    """
+    names = "|".join(sorted(set(target_modules)))
+    return rf"model\.language_model\.layers\.\d+\.(self_attn|mlp)\.({names})"
+
+
+def load_policy(path, dtype: torch.dtype, attn_implementation: str, lora, gradient_checkpointing: bool, trust_remote_code: bool = False):
+    """The trainable AR: LoRA adapters (``lora`` = our LoraConfig) or full fine-tuning (``None``).
+
+    Under ZeRO-3 call this while a transformers ``HfDeepSpeedConfig`` is alive (see
+    :func:`glm_grpo_ds.engine.zero3_model_loading`): ``from_pretrained`` then builds the weights
+    partitioned (``zero.Init``), so a 9B model never materialises whole on one rank.
+    """
+    from transformers import GlmImageForConditionalGeneration
+
+    model = GlmImageForConditionalGeneration.from_pretrained(
+        check_pipeline_dir(path) / "vision_language_encoder",
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+        trust_remote_code=trust_remote_code,
+    )
+    model.config.use_cache = False
+    model.requires_grad_(False)
+    if gradient_checkpointing:
+        # non-reentrant: works with peft + ZeRO-3 (DeepSpeed >= 0.19.3) and needs no input grads
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if lora is None:
+        # full fine-tuning of the language model and head; vision tower and VQ model stay frozen
+        model.model.language_model.requires_grad_(True)
+        model.lm_head.requires_grad_(True)
+        return model
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    peft_cfg = PeftLoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora_target_regex(lora.target_modules),
+        bias="none",
+    )
+    return get_peft_model(model, peft_cfg)
+
+
+def load_reference(path, dtype: torch.dtype, attn_implementation: str, trust_remote_code: bool = False):
+    """A frozen copy of the AR for the KL term of full fine-tuning (LoRA disables its adapters instead)."""
+    from transformers import GlmImageForConditionalGeneration
+
+    model = GlmImageForConditionalGeneration.from_pretrained(
+        check_pipeline_dir(path) / "vision_language_encoder",
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+        trust_remote_code=trust_remote_code,
+    )
+    return model.eval().requires_grad_(False)
+
+
+def trainable_parameters(model) -> list:
+    return [p for p in model.parameters() if p.requires_grad]

@@ -15,13 +15,20 @@ Library::
 
 Layout of the tiny vocabularies (mirrors the real model at a smaller scale):
 
-* codebook ids ``0 .. CODEBOOK_SIZE-1`` are visual tokens (real model: 16 384);
+* codebook ids ``0 .. CODEBOOK_SIZE-1`` are visual tokens (real model: 16 384; here 16, so a
+  policy can find good tokens within a CPU-minutes training run);
 * ``CODEBOOK_SIZE`` / ``CODEBOOK_SIZE+1`` are image start / end (real: 16 384 / 16 385);
 * ``lm_head`` covers ``VISION_VOCAB_SIZE`` ids (real: 16 512), so a few non-codebook ids
   exist that the sampler must mask, exactly as with the real model;
 * text-only tokens (chat markers, characters, eos/pad) live above the vision vocabulary, so
   the AR's ``eos_token_id`` can never be produced by ``lm_head``: random weights cannot end
   generation early.
+
+Learnability. A random tiny DiT barely reacts to its prior tokens: the prior embedding is one small
+term added to the patch embeddings, and layer norms wash it out. We scale the DiT's prior-token
+embedding by ``PRIOR_EMBED_GAIN`` so the tokens steer the denoising, which makes pixel rewards such
+as likeness to a target image depend on the sampled grid - the real path (AR sampling -> DiT
+decode -> reward on pixels) stays untouched.
 
 The tokenizer is character level (a ``tokenizers`` WordLevel model over single characters),
 so distinct prompts give distinct token sequences - a word-level vocabulary built offline
@@ -37,7 +44,8 @@ from pathlib import Path
 
 import torch
 
-CODEBOOK_SIZE = 128
+CODEBOOK_SIZE = 16
+PRIOR_EMBED_GAIN = 30.0
 IMAGE_START_ID = CODEBOOK_SIZE
 IMAGE_END_ID = CODEBOOK_SIZE + 1
 VISION_VOCAB_SIZE = CODEBOOK_SIZE + 8
@@ -183,6 +191,8 @@ def build_tiny_components(seed: int = 0) -> dict:
         condition_dim=8,
         prior_vq_quantizer_codebook_size=CODEBOOK_SIZE,
     )
+    with torch.no_grad():
+        transformer.prior_token_embedding.weight.mul_(PRIOR_EMBED_GAIN)
     torch.manual_seed(seed + 3)
     vae = AutoencoderKL(
         block_out_channels=(8, 8, 16, 16),

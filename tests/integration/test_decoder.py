@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from glm_grpo_ds.config import DecoderConfig
+from glm_grpo_ds.testing.tiny import CODEBOOK_SIZE
 from glm_grpo_ds.decoder import ImageDecoder, group_seeds
 
 
@@ -13,7 +14,7 @@ def decoder(tiny_model_dir):
 
 
 def _grids(n, seed=0):
-    return torch.randint(0, 128, (n, 24), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(0, CODEBOOK_SIZE, (n, 24), generator=torch.Generator().manual_seed(seed))
 
 
 def test_frozen_eval_and_no_ar(decoder):

@@ -1,0 +1,78 @@
+"""A learnable prompt set for the tiny GLM-Image: prompts + target images rendered by the tiny DiT.
+
+Every target is the tiny pipeline's rendering of a *uniform* target grid (all tokens = one
+codebook id) with that prompt's fixed decoder seed (``decoder.seed + row index``), so a policy
+that learns to write that token everywhere reproduces the target exactly (``pixel_mse`` -> 0).
+Used by the demo and the learning test with ``decoder.fixed_seeds: true``.
+
+    glm-grpo tiny-data --model outputs/tiny --out outputs/tiny_data --height 256 --width 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from ..config import DecoderConfig
+from .tiny import CODEBOOK_SIZE
+
+PROMPTS = [
+    "a red cube on a wooden table",
+    "a blue ball in the grass",
+    "a lighthouse at sunset",
+    "a shop sign that says 'OPEN'",
+    "two cats on a sofa",
+    "a bowl of green apples",
+    "a mountain lake at dawn",
+    "a poster with the word 'GRPO'",
+]
+TARGET_TOKEN = 7
+
+
+def write_tiny_dataset(model_dir, out_dir, height: int, width: int, decoder_cfg: DecoderConfig, num_prompts: int = len(PROMPTS)) -> Path:
+    from ..decoder import ImageDecoder
+    from ..rollout import upsample_grid
+    from ..seeding import decoder_seed
+
+    if not 0 <= TARGET_TOKEN < CODEBOOK_SIZE:
+        raise ValueError("TARGET_TOKEN must be a codebook id")
+    out = Path(out_dir)
+    (out / "targets").mkdir(parents=True, exist_ok=True)
+    fixed = DecoderConfig(**{**decoder_cfg.__dict__, "fixed_seeds": True})
+    decoder = ImageDecoder(model_dir, fixed, "cpu")
+    prompts = [PROMPTS[i % len(PROMPTS)] + ("" if i < len(PROMPTS) else f" #{i}") for i in range(num_prompts)]
+    grid = torch.full((num_prompts, (height // 32) * (width // 32)), TARGET_TOKEN)
+    seeds = [decoder_seed(fixed, 0, i) for i in range(num_prompts)]
+    images = decoder.decode(upsample_grid(grid, height // 32, width // 32), prompts, height, width, seeds)
+    lines = []
+    for i, (prompt, img) in enumerate(zip(prompts, ImageDecoder.to_pil(images))):
+        name = f"targets/{i:03d}.png"
+        img.save(out / name)
+        lines.append(json.dumps({"prompt": prompt, "target_image": name}))
+    (out / "prompts.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out / "prompts.jsonl"
+
+
+def main(argv: list[str] | None = None) -> int:
+    d = DecoderConfig()
+    p = argparse.ArgumentParser(prog="glm-grpo tiny-data", description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="tiny pipeline directory (glm-grpo tiny-model)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--height", type=int, required=True)
+    p.add_argument("--width", type=int, required=True)
+    p.add_argument("--num-prompts", type=int, default=len(PROMPTS))
+    p.add_argument("--decoder-steps", type=int, default=d.num_inference_steps, help="must match decoder.num_inference_steps of the run")
+    p.add_argument("--decoder-seed", type=int, default=d.seed, help="must match decoder.seed of the run")
+    p.add_argument("--guidance", type=float, default=d.guidance_scale, help="must match decoder.guidance_scale of the run")
+    a = p.parse_args(argv)
+    cfg = DecoderConfig(num_inference_steps=a.decoder_steps, seed=a.decoder_seed, guidance_scale=a.guidance)
+    path = write_tiny_dataset(a.model, a.out, a.height, a.width, cfg, a.num_prompts)
+    print(f"wrote {a.num_prompts} prompts with target images to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""GRPO training of the GLM-Image AR policy with DeepSpeed.
+
+    deepspeed --num_gpus 8 --module glm_grpo_ds.train --config configs/glm_image_lora.yaml \
+        --deepspeed ds_configs/zero3.json [key=value ...]
+    python -m glm_grpo_ds.train --config configs/tiny_cpu.yaml --deepspeed ds_configs/zero2.json   # one process
+
+One step: each rank samples G token grids for its prompts (rollout) -> the frozen DiT renders them
+(decode) -> rewards score the images -> group-relative advantages over the global batch -> for each
+micro-batch ``engine.backward`` -> ``engine.step`` (``grpo.num_iterations`` times). Outputs in
+``output_dir``: ``metrics.jsonl``, ``config.json``, ``reward_curve.png``, ``final_adapter/`` (LoRA) or
+``final_model/`` (full fine-tuning).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from . import engine as ds
+from .config import ConfigError, load_config, to_dict
+from .data import DataError, PromptSampler, load_prompts
+from .decoder import ImageDecoder
+from .grpo import group_advantages
+from .metrics import MetricsWriter, Progress, peak_memory_mb, plot_reward_curve
+from .policy import load_policy, load_processor, load_reference, resolve_attn, resolve_dtype
+from .rewards import build_rewards
+from .rollout import rollout
+from .seeding import decoder_seed, derive_seed, seed_everything
+from .update import grpo_update
+
+
+class Trainer:
+    """setup (in ``__init__``) -> ``train()`` -> outputs; ``step()`` is one GRPO step."""
+
+    def __init__(self, cfg, ds_config_path: str):
+        self.cfg = cfg
+        self.rank, self.world, self.local_rank, self.device = ds.init_distributed()
+        self.is_main = self.rank == 0
+        seed_everything(derive_seed(cfg.seed, "init", self.rank))
+        self.out = Path(cfg.output_dir)
+        if self.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+
+        rows = load_prompts(cfg.data.train_file)
+        if len(rows) < self.world * cfg.batch.prompts_per_rank:
+            raise DataError(
+                f"data.train_file has {len(rows)} prompts but a step needs {self.world * cfg.batch.prompts_per_rank} distinct "
+                f"ones (world size {self.world} x batch.prompts_per_rank {cfg.batch.prompts_per_rank})"
+            )
+        self.sampler = PromptSampler(rows, self.world, self.rank, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle)
+        self.processor = load_processor(cfg.model.path)
+
+        on_gpu = self.device.type == "cuda"
+        dtype = resolve_dtype(cfg.model.dtype, on_gpu)
+        attn = resolve_attn(cfg.model.attn_implementation, on_gpu, dtype)
+        ar_config = json.loads((Path(cfg.model.path) / "vision_language_encoder" / "config.json").read_text())
+        self.ds_config = ds.fill_ds_config(
+            ds.read_ds_config(ds_config_path), cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
+        )
+        ref = None
+        with ds.zero3_model_loading(self.ds_config):
+            model = load_policy(cfg.model.path, dtype, attn, cfg.lora, cfg.model.gradient_checkpointing, cfg.model.trust_remote_code)
+            if cfg.lora is None and cfg.grpo.beta > 0:
+                ref = load_reference(cfg.model.path, dtype, attn, cfg.model.trust_remote_code)
+        self.ref_engine = ds.initialize_reference(ref, self.ds_config) if ref is not None else None
+        self.engine = ds.initialize(model, self.ds_config, cfg.optimizer, cfg.max_steps * cfg.grpo.num_iterations)
+        self.decoder = ImageDecoder(cfg.model.path, cfg.decoder, self.device)
+        self.reward_fn = build_rewards(cfg.rewards)
+        self.metrics = MetricsWriter(self.out, self.is_main)
+        self.attn, self.dtype = attn, dtype
+        if self.is_main:
+            (self.out / "config.json").write_text(json.dumps({"train": to_dict(cfg), "deepspeed": self.ds_config}, indent=2))
+            self._print_summary(model)
+
+    # ------------------------------------------------------------------ one step
+    def step(self, step: int) -> dict:
+        cfg, g = self.cfg, self.cfg.grpo
+        h, w = cfg.rollout.height, cfg.rollout.width
+        rows = self.sampler.next()
+        t0 = time.perf_counter()
+        gen = torch.Generator(device=self.device).manual_seed(derive_seed(cfg.seed, "rollout", step, self.rank))
+        self.engine.module.eval()
+        with torch.no_grad(), ds.gathered_for_rollout(self.engine, cfg.rollout.gather_parameters):
+            batch = rollout(self.engine.module, self.processor, [r.prompt for r in rows], g.group_size, h, w, g.sampling, gen, self.device)
+        t1 = time.perf_counter()
+        row_of = [rows[i] for i in batch.prompt_index.tolist()]
+        seeds = [decoder_seed(cfg.decoder, step, r.index) for r in row_of]
+        images = self.decoder.decode(batch.prior_token_ids, batch.prompts, h, w, seeds)
+        t2 = time.perf_counter()
+        samples = [dict(r.extra, target_image=r.target_image, text=r.text, index=r.index) for r in row_of]
+        rewards, per_reward = self.reward_fn(images, batch.prompts, samples)
+        t3 = time.perf_counter()
+        # Advantages over the global batch (identical on every rank), then this rank's rows.
+        all_rewards = ds.all_gather(rewards)
+        advantages = group_advantages(all_rewards, g.group_size, g.advantage_scale)
+        n = len(batch)
+        stats = grpo_update(self.engine, batch, advantages[self.rank * n : (self.rank + 1) * n], cfg, self.ref_engine)
+        t4 = time.perf_counter()
+
+        gen_tokens = batch.completion_ids.numel() * self.world
+        grad_norm = self.engine.get_global_grad_norm()
+        record = {
+            "step": step + 1,
+            "loss": ds.all_reduce_mean(torch.tensor(stats["loss"])).item(),
+            "reward_mean": all_rewards.mean().item(),
+            "reward_std": all_rewards.std().item() if all_rewards.numel() > 1 else 0.0,
+            "kl": ds.all_reduce_mean(torch.tensor(stats["kl"])).item(),
+            "clip_frac_low": ds.all_reduce_mean(torch.tensor(stats["clip_frac_low"])).item(),
+            "clip_frac_high": ds.all_reduce_mean(torch.tensor(stats["clip_frac_high"])).item(),
+            "ratio_mean": ds.all_reduce_mean(torch.tensor(stats["ratio_mean"])).item(),
+            "ratio_min": -ds.all_reduce_max(torch.tensor(-stats["ratio_min"])).item(),
+            "ratio_max": ds.all_reduce_max(torch.tensor(stats["ratio_max"])).item(),
+            "grad_norm": float(grad_norm) if grad_norm is not None else None,
+            "lr": self.engine.get_lr()[0],
+            "time/rollout": t1 - t0,
+            "time/decode": t2 - t1,
+            "time/reward": t3 - t2,
+            "time/update": t4 - t3,
+            "rollout_tokens_per_s": gen_tokens / max(t1 - t0, 1e-9),
+            "update_tokens_per_s": gen_tokens * g.num_iterations / max(t4 - t3, 1e-9),
+            ("peak_gpu_memory_mb" if self.device.type == "cuda" else "peak_rss_mb"): ds.all_reduce_max(
+                torch.tensor(peak_memory_mb(self.device))
+            ).item(),
+        }
+        for name, values in per_reward.items():
+            record[f"reward/{name}"] = ds.all_gather(values).mean().item()
+        return record
+
+    # ------------------------------------------------------------------ loop
+    def train(self) -> None:
+        progress = Progress(self.cfg.max_steps, 0, self.is_main and self.cfg.logging.progress_bar)
+        try:
+            for step in range(self.cfg.max_steps):
+                record = self.step(step)
+                self.metrics.write(record)
+                progress.update(record)
+        finally:
+            progress.close()
+            self.metrics.close()
+        self.save_final()
+        if self.is_main and self.cfg.logging.plot:
+            plot_reward_curve(self.out / "metrics.jsonl", self.out / "reward_curve.png")
+        if self.is_main:
+            final = "final_adapter" if self.cfg.lora is not None else "final_model"
+            print(f"done: metrics {self.out / 'metrics.jsonl'}")
+            if self.cfg.logging.plot:
+                print(f"      reward curve {self.out / 'reward_curve.png'}")
+            print(f"      {final.replace('_', ' ')} {self.out / final}")
+
+    def save_final(self) -> None:
+        if self.cfg.lora is not None:
+            ds.save_adapter(self.engine, self.out / "final_adapter", self.rank)
+        else:
+            ds.save_full_model(self.engine, self.out / "final_model", self.rank)
+
+    def _print_summary(self, model) -> None:
+        total = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
+        trainable = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters() if p.requires_grad)
+        c = self.cfg
+        nodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("CROSS_SIZE", "1")))
+        print(
+            f"glm-grpo: world size {self.world} ({nodes} node(s)), ZeRO stage {ds.zero_stage(self.ds_config)}, "
+            f"{'LoRA r=' + str(c.lora.r) if c.lora else 'full fine-tuning'}, trainable {trainable:,} / {total:,} params, "
+            f"optimizer {c.optimizer.name}, dtype {self.dtype}, attention {self.attn}\n"
+            f"          effective batch {self.world * c.batch.prompts_per_rank} prompts x G={c.grpo.group_size} = "
+            f"{self.world * c.sequences_per_rank} sequences/step, micro-batch {c.batch.micro_batch_size}, "
+            f"{c.rollout.height}x{c.rollout.width}",
+            flush=True,
+        )
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="glm-grpo train", description="GRPO training of GLM-Image's AR policy with DeepSpeed")
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # set by the launcher
+    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. grpo.beta=0.0 lora.r=32")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        cfg = load_config(args.config, args.overrides)
+        trainer = Trainer(cfg, args.deepspeed)
+    except (ConfigError, DataError, ds.DeepSpeedConfigError, FileNotFoundError) as err:
+        lines = str(err).splitlines()
+        print("glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0]), file=sys.stderr)
+        return 2
+    trainer.train()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""The GRPO update of one rollout: reference / old log-probs, then micro-batched loss and backward.
+
+Gradient of a step = gradient of the full-batch loss, whatever the micro-batch size: every
+micro-batch loss is divided by the *whole* rollout's normaliser (``grpo.loss_normalizer``) and
+DeepSpeed's own 1/gradient_accumulation_steps scaling is turned off. Across ranks DeepSpeed
+averages gradients; every rank holds the same number of sequences and tokens (fixed-size grids),
+so the average equals the gradient over the union of all ranks' rollouts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+
+import torch
+
+from .grpo import loss_normalizer, policy_loss
+from .logprobs import completion_logprobs
+from .rollout import RolloutBatch
+
+
+def micro_batches(n: int, size: int) -> list[slice]:
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+@torch.no_grad()
+def batched_logprobs(model, batch: RolloutBatch, cfg, slices: list[slice]) -> torch.Tensor:
+    return torch.cat([completion_logprobs(model, batch.select(s), cfg.grpo.sampling, cfg.grpo.logprob_chunk_size) for s in slices])
+
+
+def reference_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices: list[slice]) -> torch.Tensor:
+    """Log-probs under the frozen reference: the policy with adapters disabled (LoRA), or the
+    separate reference engine (full fine-tuning)."""
+    if ref_engine is not None:
+        return batched_logprobs(ref_engine.module, batch, cfg, slices)
+    model = engine.module
+    ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext()
+    with ctx:
+        return batched_logprobs(model, batch, cfg, slices)
+
+
+def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_engine=None, on_boundary=None) -> dict:
+    """Run ``grpo.num_iterations`` optimizer steps on one rollout; return token-weighted stats.
+
+    ``on_boundary(engine)`` runs after the last backward of each step, before ``engine.step()``
+    (gradients are then complete; tests read them there).
+    """
+    g = cfg.grpo
+    slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
+    norm = loss_normalizer(batch.completion_mask, g.aggregation)
+    engine.module.eval()  # the no-grad passes below need no dropout / checkpointing
+    ref = reference_logprobs(engine, ref_engine, batch, cfg, slices) if g.beta > 0 else None
+    # One update per rollout: the policy that sampled is the current one, so old = logp.detach()
+    # (ratio exactly 1). More updates need the pre-update log-probs of the trainer's own forward.
+    old = batched_logprobs(engine.module, batch, cfg, slices) if g.num_iterations > 1 else None
+    engine.module.train()
+
+    sums: dict[str, float] = defaultdict(float)
+    mins, maxs = [], []
+    for _ in range(g.num_iterations):
+        for j, s in enumerate(slices):
+            mb = batch.select(s)
+            logp = completion_logprobs(engine.module, mb, g.sampling, g.logprob_chunk_size)
+            loss, st = policy_loss(
+                logp,
+                logp.detach() if old is None else old[s],
+                advantages[s],
+                mb.completion_mask,
+                ref_logp=None if ref is None else ref[s],
+                beta=g.beta,
+                epsilon_low=g.epsilon_low,
+                epsilon_high=g.epsilon_high,
+                aggregation=g.aggregation,
+                normalizer=norm,
+            )
+            engine.backward(loss, scale_wrt_gas=False)
+            if j == len(slices) - 1 and on_boundary is not None:
+                on_boundary(engine)
+            engine.step()
+            tokens = st["num_tokens"].item()
+            sums["loss"] += loss.item()
+            sums["tokens"] += tokens
+            for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl"):
+                sums[key] += st[key].item() * tokens
+            mins.append(st["ratio_min"].item())
+            maxs.append(st["ratio_max"].item())
+    tokens = max(sums["tokens"], 1.0)
+    out = {key: sums[key] / tokens for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl")}
+    out["loss"] = sums["loss"] / g.num_iterations
+    out["ratio_min"], out["ratio_max"] = min(mins), max(maxs)
+    out["tokens"] = sums["tokens"]
+    return out
