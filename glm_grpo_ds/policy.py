@@ -94,12 +94,17 @@ def lora_target_regex(target_modules: list[str]) -> str:
     return rf"model\.language_model\.layers\.\d+\.(self_attn|mlp)\.({names})"
 
 
-def load_policy(path, dtype: torch.dtype, attn_implementation: str, lora, gradient_checkpointing: bool, trust_remote_code: bool = False):
+def load_policy(
+    path, dtype: torch.dtype, attn_implementation: str, lora, gradient_checkpointing: bool, trust_remote_code: bool = False, seed: int = 0
+):
     """The trainable AR: LoRA adapters (``lora`` = our LoraConfig) or full fine-tuning (``None``).
 
     Under ZeRO-3 call this while a transformers ``HfDeepSpeedConfig`` is alive (see
     :func:`glm_grpo_ds.engine.zero3_model_loading`): ``from_pretrained`` then builds the weights
     partitioned (``zero.Init``), so a 9B model never materialises whole on one rank.
+
+    The LoRA weights are drawn from ``seed`` alone: how much randomness loading consumed (it
+    differs with the world size under ZeRO-3) must not change the initial adapter.
     """
     from transformers import GlmImageForConditionalGeneration
 
@@ -129,7 +134,9 @@ def load_policy(path, dtype: torch.dtype, attn_implementation: str, lora, gradie
         target_modules=lora_target_regex(lora.target_modules),
         bias="none",
     )
-    return get_peft_model(model, peft_cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return get_peft_model(model, peft_cfg)
 
 
 def load_reference(path, dtype: torch.dtype, attn_implementation: str, trust_remote_code: bool = False):

@@ -42,7 +42,9 @@ class Trainer:
         self.cfg = cfg
         self.rank, self.world, self.local_rank, self.device = ds.init_distributed()
         self.is_main = self.rank == 0
-        seed_everything(derive_seed(cfg.seed, "init", self.rank))
+        # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
+        # sampling streams are derived per (step, rank) below.
+        seed_everything(derive_seed(cfg.seed, "init"))
         self.out = Path(cfg.output_dir)
         if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -65,7 +67,10 @@ class Trainer:
         )
         ref = None
         with ds.zero3_model_loading(self.ds_config):
-            model = load_policy(cfg.model.path, dtype, attn, cfg.lora, cfg.model.gradient_checkpointing, cfg.model.trust_remote_code)
+            model = load_policy(
+                cfg.model.path, dtype, attn, cfg.lora, cfg.model.gradient_checkpointing, cfg.model.trust_remote_code,
+                seed=derive_seed(cfg.seed, "lora") % 2**63,
+            )
             if cfg.lora is None and cfg.grpo.beta > 0:
                 ref = load_reference(cfg.model.path, dtype, attn, cfg.model.trust_remote_code)
         self.ref_engine = ds.initialize_reference(ref, self.ds_config) if ref is not None else None

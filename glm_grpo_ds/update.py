@@ -32,15 +32,16 @@ def reference_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices: lis
     """Log-probs under the frozen reference: the policy with adapters disabled (LoRA), or the
     separate reference engine (full fine-tuning)."""
     if ref_engine is not None:
-        return batched_logprobs(ref_engine.module, batch, cfg, slices)
-    model = engine.module
-    ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext()
+        return batched_logprobs(ref_engine, batch, cfg, slices)
+    peft_model = engine.module
+    ctx = peft_model.disable_adapter() if hasattr(peft_model, "disable_adapter") else contextlib.nullcontext()
     with ctx:
-        return batched_logprobs(model, batch, cfg, slices)
+        return batched_logprobs(engine, batch, cfg, slices)
 
 
 def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_engine=None, on_boundary=None) -> dict:
-    """Run ``grpo.num_iterations`` optimizer steps on one rollout; return token-weighted stats.
+    """Run ``grpo.num_iterations`` optimizer steps on one rollout; return token-weighted stats
+    (averaged over iterations, with the per-iteration ones under ``"iterations"``).
 
     ``on_boundary(engine)`` runs after the last backward of each step, before ``engine.step()``
     (gradients are then complete; tests read them there).
@@ -52,15 +53,17 @@ def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_
     ref = reference_logprobs(engine, ref_engine, batch, cfg, slices) if g.beta > 0 else None
     # One update per rollout: the policy that sampled is the current one, so old = logp.detach()
     # (ratio exactly 1). More updates need the pre-update log-probs of the trainer's own forward.
-    old = batched_logprobs(engine.module, batch, cfg, slices) if g.num_iterations > 1 else None
+    old = batched_logprobs(engine, batch, cfg, slices) if g.num_iterations > 1 else None
     engine.module.train()
 
-    sums: dict[str, float] = defaultdict(float)
-    mins, maxs = [], []
+    iterations = []
     for _ in range(g.num_iterations):
+        sums: dict[str, float] = defaultdict(float)
+        mins, maxs = [], []
         for j, s in enumerate(slices):
             mb = batch.select(s)
-            logp = completion_logprobs(engine.module, mb, g.sampling, g.logprob_chunk_size)
+            # through the engine's forward (not engine.module): ZeRO-3 accumulation needs it
+            logp = completion_logprobs(engine, mb, g.sampling, g.logprob_chunk_size)
             loss, st = policy_loss(
                 logp,
                 logp.detach() if old is None else old[s],
@@ -78,15 +81,19 @@ def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_
                 on_boundary(engine)
             engine.step()
             tokens = st["num_tokens"].item()
-            sums["loss"] += loss.item()
+            sums["loss"] += loss.item()  # micro-batch losses add up to the rollout's loss
             sums["tokens"] += tokens
             for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl"):
                 sums[key] += st[key].item() * tokens
             mins.append(st["ratio_min"].item())
             maxs.append(st["ratio_max"].item())
-    tokens = max(sums["tokens"], 1.0)
-    out = {key: sums[key] / tokens for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl")}
-    out["loss"] = sums["loss"] / g.num_iterations
-    out["ratio_min"], out["ratio_max"] = min(mins), max(maxs)
-    out["tokens"] = sums["tokens"]
+        tokens = max(sums["tokens"], 1.0)
+        it = {key: sums[key] / tokens for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl")}
+        it.update(loss=sums["loss"], ratio_min=min(mins), ratio_max=max(maxs), tokens=sums["tokens"])
+        iterations.append(it)
+    # Reported: the mean over iterations (ratio extremes over all of them); per-iteration kept.
+    out = {key: sum(it[key] for it in iterations) / len(iterations) for key in iterations[0]}
+    out["ratio_min"] = min(it["ratio_min"] for it in iterations)
+    out["ratio_max"] = max(it["ratio_max"] for it in iterations)
+    out["iterations"] = iterations
     return out

@@ -1,0 +1,128 @@
+"""Runs inside real DeepSpeed ranks (launched by tests/integration/test_trainer_deepspeed.py).
+
+    deepspeed --num_gpus 2 tests/integration/ds_worker.py SCENARIO OUT_DIR --deepspeed DS.json [key=value ...]
+
+Scenarios (rank 0 writes OUT_DIR/result.pt):
+  train  - record LoRA / base parameters and reference log-probs of a probe batch, train, record again
+  grads  - full gradients of one update on a fixed rollout, for several micro-batch sizes
+  dp     - loss and gradients of one update on a fixed global rollout split over the ranks
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from glm_grpo_ds import engine as ds
+from glm_grpo_ds.config import load_config
+from glm_grpo_ds.grpo import group_advantages
+from glm_grpo_ds.logprobs import completion_logprobs
+from glm_grpo_ds.rollout import rollout
+from glm_grpo_ds.train import Trainer
+from glm_grpo_ds.update import grpo_update, reference_logprobs
+
+PROBE_PROMPTS = ["a red cube on a wooden table", "a much longer probe prompt about a lighthouse that says 'HI'"]
+
+
+def named_full_params(trainer, predicate) -> dict[str, torch.Tensor]:
+    model = trainer.engine.module
+    named = [(n, p) for n, p in model.named_parameters() if predicate(n, p)]
+    with ds.gathered([p for _, p in named], trainer.engine.zero_optimization_stage() == 3):
+        return {n: p.detach().clone().cpu() for n, p in named}
+
+
+def fixed_rollout(trainer, prompts, seed=1234):
+    """The same rollout on every rank (same prompts, same generator seed)."""
+    cfg = trainer.cfg
+    gen = torch.Generator(device=trainer.device).manual_seed(seed)
+    trainer.engine.module.eval()
+    with torch.no_grad(), ds.gathered_for_rollout(trainer.engine, True):
+        return rollout(
+            trainer.engine.module, trainer.processor, prompts, cfg.grpo.group_size,
+            cfg.rollout.height, cfg.rollout.width, cfg.grpo.sampling, gen, trainer.device,
+        )
+
+
+def probe_ref_logps(trainer, batch):
+    return reference_logprobs(trainer.engine, trainer.ref_engine, batch, trainer.cfg, [slice(0, len(batch))]).cpu()
+
+
+def grads_of_update(trainer, batch, advantages):
+    named = [(n, p) for n, p in trainer.engine.module.named_parameters() if p.requires_grad]
+    captured = {}
+
+    def on_boundary(engine):
+        for n, p in named:
+            g = ds.full_grad(p)
+            captured[n] = None if g is None else g.detach().clone().cpu()
+
+    stats = grpo_update(trainer.engine, batch, advantages, trainer.cfg, trainer.ref_engine, on_boundary=on_boundary)
+    return captured, stats
+
+
+def synthetic_rewards(n: int) -> torch.Tensor:
+    # deterministic, non-constant within every group
+    return torch.sin(torch.arange(n, dtype=torch.float32) * 1.7) + 0.1 * torch.arange(n, dtype=torch.float32)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("scenario", choices=["train", "grads", "dp"])
+    p.add_argument("out")
+    p.add_argument("--deepspeed", required=True)
+    p.add_argument("--config", default="launch/configs/tiny_cpu.yaml")
+    p.add_argument("--micro-batch-sizes", default="1,2,8")
+    p.add_argument("--local_rank", type=int, default=None)
+    a, overrides = p.parse_known_args(argv)
+    a.overrides = overrides
+    out = Path(a.out)
+    result: dict = {}
+
+    if a.scenario == "train":
+        trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
+        probe = fixed_rollout(trainer, PROBE_PROMPTS)
+        is_lora = trainer.cfg.lora is not None
+        result["trainable_before"] = named_full_params(trainer, lambda n, p: p.requires_grad)
+        result["base_before"] = named_full_params(trainer, lambda n, p: not p.requires_grad)
+        if trainer.cfg.grpo.beta > 0 or is_lora:
+            result["ref_before"] = probe_ref_logps(trainer, probe)
+        trainer.train()
+        result["trainable_after"] = named_full_params(trainer, lambda n, p: p.requires_grad)
+        result["base_after"] = named_full_params(trainer, lambda n, p: not p.requires_grad)
+        if "ref_before" in result:
+            result["ref_after"] = probe_ref_logps(trainer, probe)
+        result["is_lora"] = is_lora
+
+    elif a.scenario == "grads":
+        for m in [int(x) for x in a.micro_batch_sizes.split(",")]:
+            trainer = Trainer(load_config(a.config, a.overrides + [f"batch.micro_batch_size={m}"]), a.deepspeed)
+            batch = fixed_rollout(trainer, PROBE_PROMPTS[: trainer.cfg.batch.prompts_per_rank])
+            adv = group_advantages(synthetic_rewards(len(batch)), trainer.cfg.grpo.group_size)
+            grads, stats = grads_of_update(trainer, batch, adv)
+            result[m] = {"grads": grads, "loss": stats["loss"], "iterations": stats["iterations"]}
+
+    else:  # dp: one global rollout of 2 groups; rank r trains on its share
+        trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
+        world, rank = trainer.world, trainer.rank
+        batch = fixed_rollout(trainer, PROBE_PROMPTS)
+        adv = group_advantages(synthetic_rewards(len(batch)), trainer.cfg.grpo.group_size)
+        n = len(batch) // world
+        local = batch.select(slice(rank * n, (rank + 1) * n))
+        grads, stats = grads_of_update(trainer, local, adv[rank * n : (rank + 1) * n])
+        result["loss"] = ds.all_reduce_mean(torch.tensor(stats["loss"])).item()
+        result["grads"] = grads
+        with torch.no_grad():
+            result["logp_check"] = completion_logprobs(trainer.engine.module, local, trainer.cfg.grpo.sampling).sum().item()
+
+    if torch.distributed.get_rank() == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save(result, out / "result.pt")
+    ds.barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
