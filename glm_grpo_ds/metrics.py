@@ -72,7 +72,11 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
     steps = [r["step"] for r in rows]
     mean = [r["reward_mean"] for r in rows]
     std = [r["reward_std"] for r in rows]
-    fig, (ax, ax_kl) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, height_ratios=[3, 1])
+    with_kl = any(r.get("kl") for r in rows)  # beta = 0 runs compute no KL
+    if with_kl:
+        fig, (ax, ax_kl) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, height_ratios=[3, 1])
+    else:
+        fig, ax = plt.subplots(1, 1, figsize=(7, 4.5))
     ax.plot(steps, mean, label="reward (mean)", color="C0")
     ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="C0", alpha=0.2)
     per_reward = sorted({k for r in rows for k in r if k.startswith("reward/")})
@@ -82,10 +86,13 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
     ax.set_ylabel("reward")
     ax.legend(loc="best")
     ax.grid(alpha=0.3)
-    ax_kl.plot(steps, [r["kl"] for r in rows], color="C3")
-    ax_kl.set_ylabel("KL")
-    ax_kl.set_xlabel("step")
-    ax_kl.grid(alpha=0.3)
+    if with_kl:
+        ax_kl.plot(steps, [r["kl"] for r in rows], color="C3")
+        ax_kl.set_ylabel("KL")
+        ax_kl.set_xlabel("step")
+        ax_kl.grid(alpha=0.3)
+    else:
+        ax.set_xlabel("step")
     fig.tight_layout()
     out = Path(out_png)
     fig.savefig(out, dpi=100)

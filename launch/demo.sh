@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The main job on the embedded tiny GLM-Image, offline, on CPU (what `make demo` runs).
+# The main job on the embedded tiny GLM-Image, offline, on CPU (what `make demo` runs):
+# build the tiny model and a learnable prompt set, then GRPO-train the AR on 2 CPU ranks under
+# ZeRO-3 with LoRA and the bitsandbytes 8-bit optimizer.
 #
-#   bash launch/demo.sh            # writes outputs/tiny/ and outputs/demo/*.png
-#   OUT=/tmp/demo bash launch/demo.sh
+#   bash launch/demo.sh                       # outputs/tiny, outputs/tiny_data, outputs/tiny_run
+#   NUM_PROCS=1 bash launch/demo.sh max_steps=10
 set -euo pipefail
 export HF_HUB_OFFLINE=1
-OUT=${OUT:-outputs}
+NUM_PROCS=${NUM_PROCS:-2}
+CONFIG=${CONFIG:-launch/configs/tiny_cpu.yaml}
+DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
 
-glm-grpo tiny-model "$OUT/tiny" --seed 0
-glm-grpo render --model "$OUT/tiny" --height 64 --width 96 --steps 4 --out "$OUT/demo" \
-  --prompt "a red cube on a table" --prompt "a shop sign that says 'OPEN'"
+glm-grpo tiny-model outputs/tiny --seed 0
+glm-grpo tiny-data --config "$CONFIG" "$@"
+deepspeed --num_gpus "$NUM_PROCS" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" "$@"

@@ -3,9 +3,11 @@
 Every target is the tiny pipeline's rendering of a *uniform* target grid (all tokens = one
 codebook id) with that prompt's fixed decoder seed (``decoder.seed + row index``), so a policy
 that learns to write that token everywhere reproduces the target exactly (``pixel_mse`` -> 0).
-Used by the demo and the learning test with ``decoder.fixed_seeds: true``.
+Used by the demo and the learning test with ``decoder.fixed_seeds: true``. The command reads the
+training config, so targets are rendered with exactly the run's model, size and decoder settings,
+and written to its ``data.train_file``:
 
-    glm-grpo tiny-data --model outputs/tiny --out outputs/tiny_data --height 256 --width 256
+    glm-grpo tiny-data --config launch/configs/tiny_cpu.yaml [key=value ...]
 """
 
 from __future__ import annotations
@@ -57,20 +59,21 @@ def write_tiny_dataset(model_dir, out_dir, height: int, width: int, decoder_cfg:
 
 
 def main(argv: list[str] | None = None) -> int:
-    d = DecoderConfig()
+    from ..config import load_config
+
     p = argparse.ArgumentParser(prog="glm-grpo tiny-data", description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="tiny pipeline directory (glm-grpo tiny-model)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--height", type=int, required=True)
-    p.add_argument("--width", type=int, required=True)
+    p.add_argument("--config", required=True, help="the training config the data is for")
     p.add_argument("--num-prompts", type=int, default=len(PROMPTS))
-    p.add_argument("--decoder-steps", type=int, default=d.num_inference_steps, help="must match decoder.num_inference_steps of the run")
-    p.add_argument("--decoder-seed", type=int, default=d.seed, help="must match decoder.seed of the run")
-    p.add_argument("--guidance", type=float, default=d.guidance_scale, help="must match decoder.guidance_scale of the run")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, as for training")
     a = p.parse_args(argv)
-    cfg = DecoderConfig(num_inference_steps=a.decoder_steps, seed=a.decoder_seed, guidance_scale=a.guidance)
-    path = write_tiny_dataset(a.model, a.out, a.height, a.width, cfg, a.num_prompts)
-    print(f"wrote {a.num_prompts} prompts with target images to {path}")
+    cfg = load_config(a.config, a.overrides)
+    train_file = Path(cfg.data.train_file)
+    if train_file.suffix != ".jsonl":
+        raise SystemExit(f"glm-grpo tiny-data: data.train_file must be a .jsonl path, got {train_file}")
+    path = write_tiny_dataset(cfg.model.path, train_file.parent, cfg.rollout.height, cfg.rollout.width, cfg.decoder, a.num_prompts)
+    if path != train_file:
+        path.replace(train_file)
+    print(f"wrote {a.num_prompts} prompts with target images to {train_file}")
     return 0
 
 

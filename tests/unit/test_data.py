@@ -1,0 +1,59 @@
+"""Prompt files and the per-rank split."""
+
+import json
+
+import pytest
+
+from glm_grpo_ds.data import DataError, PromptSampler, load_prompts
+
+
+def test_txt_and_jsonl(tmp_path):
+    (tmp_path / "p.txt").write_text("a cat\n\n  a dog  \n")
+    assert [r.prompt for r in load_prompts(tmp_path / "p.txt")] == ["a cat", "a dog"]
+    (tmp_path / "img.png").write_bytes(b"x")
+    lines = [{"prompt": "p0", "target_image": "img.png", "text": "HI", "style": "flat"}, {"prompt": "p1"}]
+    (tmp_path / "p.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    rows = load_prompts(tmp_path / "p.jsonl")
+    assert rows[0].target_image == str((tmp_path / "img.png").resolve()) and rows[0].text == "HI"
+    assert rows[0].extra == {"style": "flat"} and rows[1].index == 1 and rows[1].target_image is None
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ('{"prompt": "ok"}\n{"prompt": broken}\n', r"p.jsonl:2: not valid JSON"),
+        ('{"text": "no prompt"}\n', r"p.jsonl:1: each line needs a non-empty string field \"prompt\""),
+        ('{"prompt": "x", "target_image": "missing.png"}\n', r"p.jsonl:1: target_image missing.png not found"),
+        ("\n\n", "holds no prompts"),
+    ],
+)
+def test_bad_jsonl_names_file_and_line(tmp_path, content, message):
+    (tmp_path / "p.jsonl").write_text(content)
+    with pytest.raises(DataError, match=message):
+        load_prompts(tmp_path / "p.jsonl")
+
+
+def test_ranks_get_distinct_prompts_deterministically(tmp_path):
+    (tmp_path / "p.txt").write_text("\n".join(f"prompt {i}" for i in range(10)))
+    rows = load_prompts(tmp_path / "p.txt")
+    samplers = [PromptSampler(rows, 2, r, 2, seed=3) for r in range(2)]
+    seen = []
+    for _ in range(5):  # 5 steps x 4 prompts = 2 epochs
+        step = [s.next() for s in samplers]
+        ids = [row.index for part in step for row in part]
+        assert len(set(ids)) == 4  # no two ranks share a prompt in a step
+        seen += ids
+    assert sorted(seen) == sorted(list(range(10)) * 2)  # every prompt once per epoch
+    again = PromptSampler(rows, 2, 0, 2, seed=3)
+    assert [r.index for r in again.next()] == [r.index for r in PromptSampler(rows, 2, 0, 2, seed=3).next()]
+
+
+def test_sampler_state_roundtrip(tmp_path):
+    (tmp_path / "p.txt").write_text("\n".join(f"p{i}" for i in range(7)))
+    rows = load_prompts(tmp_path / "p.txt")
+    a = PromptSampler(rows, 1, 0, 3, seed=1)
+    for _ in range(3):
+        a.next()
+    b = PromptSampler(rows, 1, 0, 3, seed=1)
+    b.load_state(a.state())
+    assert [r.index for r in a.next()] == [r.index for r in b.next()]
