@@ -28,6 +28,7 @@ setup(
         "numpy>=1.26",
         "pyyaml>=6.0",
         "tqdm>=4.66",
+        "matplotlib>=3.11.2",  # reward-curve PNG
     ],
     extras_require={
         "flash": ["flash-attn>=2.7"],  # GPU only; sdpa is used without it

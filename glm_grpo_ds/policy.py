@@ -118,7 +118,7 @@ def load_policy(
     model.requires_grad_(False)
     if gradient_checkpointing:
         # non-reentrant: works with peft + ZeRO-3 (DeepSpeed >= 0.19.3) and needs no input grads
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     if lora is None:
         # full fine-tuning of the language model and head; vision tower and VQ model stay frozen
         model.model.language_model.requires_grad_(True)

@@ -6,6 +6,7 @@ Scenarios (rank 0 writes OUT_DIR/result.pt):
   train  - record LoRA / base parameters and reference log-probs of a probe batch, train, record again
   grads  - full gradients of one update on a fixed rollout, for several micro-batch sizes
   dp     - loss and gradients of one update on a fixed global rollout split over the ranks
+  sharded - the same rollout with ZeRO-3 parameters gathered once and left sharded
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ def named_full_params(trainer, predicate) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone().cpu() for n, p in named}
 
 
-def fixed_rollout(trainer, prompts, seed=1234):
+def fixed_rollout(trainer, prompts, seed=1234, gather=True):
     """The same rollout on every rank (same prompts, same generator seed)."""
     cfg = trainer.cfg
     gen = torch.Generator(device=trainer.device).manual_seed(seed)
     trainer.engine.module.eval()
-    with torch.no_grad(), ds.gathered_for_rollout(trainer.engine, True):
+    with torch.no_grad(), ds.gathered_for_rollout(trainer.engine, gather):
         return rollout(
             trainer.engine.module, trainer.processor, prompts, cfg.grpo.group_size,
             cfg.rollout.height, cfg.rollout.width, cfg.grpo.sampling, gen, trainer.device,
@@ -70,7 +71,7 @@ def synthetic_rewards(n: int) -> torch.Tensor:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["train", "grads", "dp"])
+    p.add_argument("scenario", choices=["train", "grads", "dp", "sharded"])
     p.add_argument("out")
     p.add_argument("--deepspeed", required=True)
     p.add_argument("--config", default="launch/configs/tiny_cpu.yaml")
@@ -103,6 +104,14 @@ def main(argv=None) -> int:
             adv = group_advantages(synthetic_rewards(len(batch)), trainer.cfg.grpo.group_size)
             grads, stats = grads_of_update(trainer, batch, adv)
             result[m] = {"grads": grads, "loss": stats["loss"], "iterations": stats["iterations"]}
+
+    elif a.scenario == "sharded":
+        trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
+        gathered_batch = fixed_rollout(trainer, PROBE_PROMPTS[:1], gather=True)
+        sharded_batch = fixed_rollout(trainer, PROBE_PROMPTS[:1], gather=False)
+        again = fixed_rollout(trainer, PROBE_PROMPTS[:1], gather=True)  # hooks restored correctly
+        result = {k: (b.completion_ids.cpu(), b.sampler_logps.cpu()) for k, b in
+                  (("gathered", gathered_batch), ("sharded", sharded_batch), ("again", again))}
 
     else:  # dp: one global rollout of 2 groups; rank r trains on its share
         trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)

@@ -145,6 +145,13 @@ def test_same_rollouts_same_loss_and_gradients_on_one_and_two_ranks(tiny_model_d
         assert _rel_close(two["grads"][n], one["grads"][n], 1e-5), n
 
 
+def test_sharded_rollout_equals_gathered_rollout_zero3(tiny_model_dir, tiny_data, tmp_path):
+    overrides = common(tiny_model_dir, tiny_data, tmp_path / "run", "rollout.height=64", "rollout.width=64", "grpo.group_size=2")
+    r = worker(2, "sharded", tmp_path / "w", "zero3.json", overrides)
+    assert torch.equal(r["gathered"][0], r["sharded"][0]) and torch.equal(r["gathered"][0], r["again"][0])
+    torch.testing.assert_close(r["gathered"][1], r["sharded"][1], rtol=0, atol=1e-5)
+
+
 def test_num_iterations_two_first_ratio_is_one(tiny_model_dir, tiny_data, tmp_path):
     overrides = common(tiny_model_dir, tiny_data, tmp_path / "run", "rollout.height=64", "rollout.width=64",
                        "grpo.num_iterations=2", "optimizer.name=adamw", "optimizer.lr=1e-2")
