@@ -29,12 +29,13 @@ setup(
         "pyyaml>=6.0",
         "tqdm>=4.66",
         "matplotlib>=3.11.2",  # reward-curve PNG
+        "torchmetrics>=1.9.0",  # ssim reward
     ],
     extras_require={
         "flash": ["flash-attn>=2.7"],  # GPU only; sdpa is used without it
-        "ocr": ["rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14"],
+        "ocr": ["rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14.6"],
         "tracking": ["tensorboard>=2.18", "wandb>=0.19"],
-        "dev": ["pytest>=9.0"],
+        "dev": ["pytest>=9.0", "rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14.6"],  # tests cover the ocr reward
     },
     entry_points={"console_scripts": ["glm-grpo=glm_grpo_ds.cli:main"]},
 )

@@ -100,6 +100,7 @@ class GRPOConfig:
     epsilon_high: float = 0.2
     aggregation: str = "token_mean"  # token_mean | seq_mean | dr_grpo
     advantage_scale: str = "group"  # group | batch | none
+    reward_combination: str = "sum_then_normalize"  # or normalize_then_sum (see rewards/combine.py)
     num_iterations: int = 1  # updates per rollout (mu); > 1 stores old log-probs
     logprob_chunk_size: int = 256  # tokens per lm_head chunk in the teacher-forced pass
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -194,6 +195,10 @@ class TrainConfig:
         need(g.epsilon_high >= 0, f"grpo.epsilon_high must be >= 0, got {g.epsilon_high}")
         need(g.aggregation in ("token_mean", "seq_mean", "dr_grpo"), f"grpo.aggregation must be token_mean|seq_mean|dr_grpo, got {g.aggregation!r}")
         need(g.advantage_scale in ("group", "batch", "none"), f"grpo.advantage_scale must be group|batch|none, got {g.advantage_scale!r}")
+        need(
+            g.reward_combination in ("sum_then_normalize", "normalize_then_sum"),
+            f"grpo.reward_combination must be sum_then_normalize|normalize_then_sum, got {g.reward_combination!r}",
+        )
         need(g.num_iterations >= 1, f"grpo.num_iterations must be >= 1, got {g.num_iterations}")
         need(g.logprob_chunk_size >= 1, f"grpo.logprob_chunk_size must be >= 1, got {g.logprob_chunk_size}")
         try:

@@ -29,7 +29,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
     """Group-relative advantages.
 
     Args:
-        rewards: ``[N]`` rewards, ordered group by group.
+        rewards: ``[N]`` rewards, ordered group by group. NaN marks a reward that is undefined for
+            that sample: it is left out of its group's mean and std and gets advantage 0.
         group_size: G, the number of completions per prompt; must divide N.
         scale: ``"group"``: (r - group mean) / (group std + eps);
             ``"batch"``: (r - group mean) / (std of all N rewards + eps) (Dr. GRPO-style robustness
@@ -38,7 +39,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
 
     Returns:
         ``[N]`` advantages, same dtype as ``rewards``. Std is the unbiased sample std (torch's
-        default). A group whose rewards are all equal carries no preference signal, so its
+        default). A group whose defined rewards are all equal carries no preference signal, so its
         advantages are exactly 0 (not rounding noise from ``r - mean``).
     """
     if rewards.dim() != 1:
@@ -49,18 +50,25 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
         raise ValueError(f"group_size={group_size} must be >= 1 and divide the number of rewards ({rewards.numel()})")
 
     grouped = rewards.view(-1, group_size)  # [num_groups, G]
-    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    valid = ~torch.isnan(grouped)
+    count = valid.sum(dim=1, keepdim=True)
+    filled = torch.where(valid, grouped, torch.zeros_like(grouped))
+    mean = filled.sum(dim=1, keepdim=True) / count.clamp(min=1)
+    centered = torch.where(valid, grouped - mean, torch.zeros_like(grouped))
     if scale == "group":
-        # std of a single-element group is NaN (unbiased); such a group is constant anyway.
-        std = torch.nan_to_num(grouped.std(dim=1, keepdim=True), nan=0.0)
+        # unbiased std over the defined rewards; groups with < 2 of them are constant anyway
+        std = torch.sqrt((centered**2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1))
         adv = centered / (std + eps)
     elif scale == "batch":
-        std = torch.nan_to_num(rewards.std(), nan=0.0) if rewards.numel() > 1 else rewards.new_zeros(())
+        defined = rewards[~torch.isnan(rewards)]
+        std = defined.std() if defined.numel() > 1 else rewards.new_zeros(())
         adv = centered / (std + eps)
     else:
         adv = centered
-    constant = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
-    adv = torch.where(constant, torch.zeros_like(adv), adv)
+    hi = torch.where(valid, grouped, torch.full_like(grouped, float("-inf"))).amax(dim=1, keepdim=True)
+    lo = torch.where(valid, grouped, torch.full_like(grouped, float("inf"))).amin(dim=1, keepdim=True)
+    constant = (hi == lo) | (count <= 1)
+    adv = torch.where(constant | ~valid, torch.zeros_like(adv), adv)
     return adv.reshape(-1)
 
 

@@ -49,7 +49,8 @@ class Progress:
 
     def update(self, record: dict) -> None:
         if self.bar is not None:
-            self.bar.set_postfix(reward=f"{record['reward_mean']:.4g}", kl=f"{record['kl']:.3g}", loss=f"{record['loss']:.3g}")
+            reward = record["reward_mean"]
+            self.bar.set_postfix(reward="n/a" if reward is None else f"{reward:.4g}", kl=f"{record['kl']:.3g}", loss=f"{record['loss']:.3g}")
             self.bar.update(1)
 
     def close(self) -> None:
@@ -70,8 +71,9 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
 
     rows = read_metrics(metrics_path)
     steps = [r["step"] for r in rows]
-    mean = [r["reward_mean"] for r in rows]
-    std = [r["reward_std"] for r in rows]
+    nan = float("nan")
+    mean = [nan if r["reward_mean"] is None else r["reward_mean"] for r in rows]
+    std = [0.0 if r["reward_std"] is None else r["reward_std"] for r in rows]
     with_kl = any(r.get("kl") for r in rows)  # beta = 0 runs compute no KL
     if with_kl:
         fig, (ax, ax_kl) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, height_ratios=[3, 1])
@@ -79,7 +81,7 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
         fig, ax = plt.subplots(1, 1, figsize=(7, 4.5))
     ax.plot(steps, mean, label="reward (mean)", color="C0")
     ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="C0", alpha=0.2)
-    per_reward = sorted({k for r in rows for k in r if k.startswith("reward/")})
+    per_reward = sorted({k for r in rows for k in r if k.startswith("reward/") and not k.endswith(("_std", "_undefined"))})
     if len(per_reward) > 1:
         for i, key in enumerate(per_reward):
             ax.plot(steps, [r.get(key) for r in rows], label=key, color=f"C{i + 1}", linewidth=1)

@@ -26,10 +26,9 @@ from . import engine as ds
 from .config import ConfigError, load_config, to_dict
 from .data import DataError, PromptSampler, load_prompts
 from .decoder import ImageDecoder
-from .grpo import group_advantages
 from .metrics import MetricsWriter, Progress, peak_memory_mb, plot_reward_curve
 from .policy import load_policy, load_processor, load_reference, resolve_attn, resolve_dtype
-from .rewards import build_rewards
+from .rewards import build_rewards, combine_advantages
 from .rollout import rollout
 from .seeding import decoder_seed, derive_seed, seed_everything
 from .update import grpo_update
@@ -99,11 +98,13 @@ class Trainer:
         images = self.decoder.decode(batch.prior_token_ids, batch.prompts, h, w, seeds)
         t2 = time.perf_counter()
         samples = [dict(r.extra, target_image=r.target_image, text=r.text, index=r.index) for r in row_of]
-        rewards, per_reward = self.reward_fn(images, batch.prompts, samples)
+        per_reward = self.reward_fn(images, batch.prompts, samples)
         t3 = time.perf_counter()
         # Advantages over the global batch (identical on every rank), then this rank's rows.
-        all_rewards = ds.all_gather(rewards)
-        advantages = group_advantages(all_rewards, g.group_size, g.advantage_scale)
+        all_per_reward = {label: ds.all_gather(values) for label, values in per_reward.items()}
+        advantages, all_rewards = combine_advantages(
+            all_per_reward, self.reward_fn.weights, g.group_size, g.reward_combination, g.advantage_scale
+        )
         n = len(batch)
         stats = grpo_update(self.engine, batch, advantages[self.rank * n : (self.rank + 1) * n], cfg, self.ref_engine)
         t4 = time.perf_counter()
@@ -113,8 +114,8 @@ class Trainer:
         record = {
             "step": step + 1,
             "loss": ds.all_reduce_mean(torch.tensor(stats["loss"])).item(),
-            "reward_mean": all_rewards.mean().item(),
-            "reward_std": all_rewards.std().item() if all_rewards.numel() > 1 else 0.0,
+            "reward_mean": _nan_mean(all_rewards),
+            "reward_std": _nan_std(all_rewards),
             "kl": ds.all_reduce_mean(torch.tensor(stats["kl"])).item(),
             "clip_frac_low": ds.all_reduce_mean(torch.tensor(stats["clip_frac_low"])).item(),
             "clip_frac_high": ds.all_reduce_mean(torch.tensor(stats["clip_frac_high"])).item(),
@@ -133,8 +134,10 @@ class Trainer:
                 torch.tensor(peak_memory_mb(self.device))
             ).item(),
         }
-        for name, values in per_reward.items():
-            record[f"reward/{name}"] = ds.all_gather(values).mean().item()
+        for label, values in all_per_reward.items():
+            record[f"reward/{label}"] = _nan_mean(values)
+            record[f"reward/{label}_std"] = _nan_std(values)
+            record[f"reward/{label}_undefined"] = int(torch.isnan(values).sum())
         return record
 
     # ------------------------------------------------------------------ loop
@@ -178,6 +181,16 @@ class Trainer:
             f"{c.rollout.height}x{c.rollout.width}",
             flush=True,
         )
+
+
+def _nan_mean(values: torch.Tensor) -> float | None:
+    defined = values[~torch.isnan(values)]
+    return defined.mean().item() if defined.numel() else None
+
+
+def _nan_std(values: torch.Tensor) -> float | None:
+    defined = values[~torch.isnan(values)]
+    return defined.std().item() if defined.numel() > 1 else None
 
 
 def parse_args(argv):

@@ -1,16 +1,19 @@
-"""Rewards: one file per reward, a registry, and the weighted combination.
+"""Rewards: one file per reward, a registry, and the weighted combination into advantages.
 
 A reward is a callable ``reward(images, prompts, samples) -> Tensor[N]``:
 
 * ``images``: float ``[N, 3, H, W]`` in [0, 1] on the rank's device;
 * ``prompts``: N strings;
-* ``samples``: N dicts with the dataset row's fields (``target_image``, ``text``, and any extra
-  JSONL keys).
+* ``samples``: N dicts with the dataset row's fields (``target_image``, ``text``, ``index`` and
+  any extra JSONL keys).
 
-Configure them by name with weights and arguments (``rewards: [{name: pixel_mse, weight: 1.0}]``),
+NaN means "undefined for this sample" (no target image, no text to render). Configure rewards by
+name with weights and arguments (``rewards: [{name: ocr, weight: 2.0}, {name: lpips, args: {net: vgg}}]``),
 or load your own with ``name: python:package.module:function`` / ``name: path/to/file.py:function``.
+Built-ins: pixel_mse, lpips, ssim, ocr, clip, preference, aesthetic (see each module's docstring).
 """
 
-from .registry import CombinedReward, build_rewards, register_reward
+from .combine import COMBINATIONS, combine_advantages
+from .registry import RewardSet, build_reward, build_rewards, builtin_names, register_reward
 
-__all__ = ["CombinedReward", "build_rewards", "register_reward"]
+__all__ = ["COMBINATIONS", "RewardSet", "build_reward", "build_rewards", "builtin_names", "combine_advantages", "register_reward"]

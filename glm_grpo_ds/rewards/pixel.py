@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import torch
 
-from .targets import load_target
+from .base import stack_targets
 
 
 class PixelMSEReward:
-    name = "pixel_mse"
-
     def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
-        n, _, h, w = images.shape
-        out = torch.full((n,), float("nan"), device=images.device)
-        for i, sample in enumerate(samples):
-            path = sample.get("target_image")
-            if path:
-                target = load_target(path, h, w).to(images.device)
-                out[i] = -((images[i].float() - target) ** 2).mean()
-        return out
+        targets, has = stack_targets(samples, images.shape[2], images.shape[3], images.device)
+        mse = ((images.float() - targets) ** 2).mean(dim=(1, 2, 3))
+        return torch.where(has, -mse, torch.full_like(mse, float("nan")))

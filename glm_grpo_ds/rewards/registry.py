@@ -1,4 +1,4 @@
-"""Reward registry (built-in names and ``python:`` / file plugins) and the weighted combination."""
+"""Reward registry (built-in names and ``python:`` / file plugins) and the reward set of a run."""
 
 from __future__ import annotations
 
@@ -10,21 +10,26 @@ from typing import Callable
 
 import torch
 
-_BUILTINS: dict[str, Callable[..., Callable]] = {}
+_BUILTINS: dict[str, str] = {
+    # name -> "module:Class" (imported on use, so e.g. OCR deps are only needed when asked for)
+    "pixel_mse": "pixel:PixelMSEReward",
+    "lpips": "lpips_reward:LPIPSReward",
+    "ssim": "ssim:SSIMReward",
+    "ocr": "ocr:OCRReward",
+    "clip": "clip:CLIPReward",
+    "preference": "clip:PreferenceReward",
+    "aesthetic": "clip:AestheticReward",
+}
 
 
-def register_reward(name: str, factory: Callable[..., Callable]) -> None:
-    """Make ``name`` usable in configs; ``factory(**args)`` returns the reward callable."""
-    _BUILTINS[name] = factory
+def register_reward(name: str, target: str | Callable) -> None:
+    """Make ``name`` usable in configs: ``target`` is a factory ``(**args) -> reward`` or a
+    ``module:attr`` string inside this package."""
+    _BUILTINS[name] = target
 
 
-def _register_builtins() -> None:
-    from .pixel import PixelMSEReward
-
-    register_reward("pixel_mse", PixelMSEReward)
-
-
-_register_builtins()
+def builtin_names() -> list[str]:
+    return sorted(_BUILTINS)
 
 
 def _load_plugin(spec: str) -> Callable:
@@ -57,34 +62,42 @@ def build_reward(name: str, args: dict) -> Callable:
     if name not in _BUILTINS:
         close = difflib.get_close_matches(name, list(_BUILTINS), n=3, cutoff=0.4)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown reward {name!r}{hint} (built-ins: {', '.join(sorted(_BUILTINS))}; or python:module:function)")
-    return _BUILTINS[name](**args)
+        raise ValueError(f"unknown reward {name!r}{hint} (built-ins: {', '.join(builtin_names())}; or python:module:function)")
+    target = _BUILTINS[name]
+    if isinstance(target, str):
+        module_name, attr = target.split(":")
+        target = getattr(importlib.import_module(f"{__package__}.{module_name}"), attr)
+    try:
+        return target(**args)
+    except TypeError as err:
+        raise ValueError(f"reward {name}: bad args {args} ({err})") from None
 
 
-class CombinedReward:
-    """Weighted sum of rewards; returns ``(total [N], per-reward {name: [N]})``."""
+class RewardSet:
+    """The rewards of a run; ``__call__`` returns ``{label: [N] float32}`` (NaN = undefined)."""
 
     def __init__(self, rewards: list[tuple[str, float, Callable]]):
-        self.rewards = rewards
+        self.labels = [label for label, _, _ in rewards]
+        self.weights = {label: weight for label, weight, _ in rewards}
+        self.fns = {label: fn for label, _, fn in rewards}
 
-    def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]):
-        per: dict[str, torch.Tensor] = {}
-        total = torch.zeros(images.shape[0], device=images.device)
-        for name, weight, fn in self.rewards:
-            values = torch.as_tensor(fn(images, prompts, samples), dtype=torch.float32, device=images.device).reshape(-1)
+    def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> dict[str, torch.Tensor]:
+        out = {}
+        for label in self.labels:
+            values = torch.as_tensor(self.fns[label](images, prompts, samples), dtype=torch.float32)
+            values = values.to(images.device).reshape(-1)
             if values.shape[0] != images.shape[0]:
-                raise ValueError(f"reward {name} returned {values.shape[0]} values for {images.shape[0]} images")
-            if torch.isnan(values).any():
-                bad = int(torch.isnan(values).sum())
-                raise ValueError(
-                    f"reward {name} is undefined (NaN) for {bad} of {values.shape[0]} samples; "
-                    "e.g. pixel_mse needs a target_image in every dataset row"
-                )
-            per[name] = values
-            total = total + weight * values
-        return total, per
+                raise ValueError(f"reward {label} returned {values.shape[0]} values for {images.shape[0]} images")
+            out[label] = values
+        return out
 
 
-def build_rewards(specs) -> CombinedReward:
-    """From config ``RewardSpec``s."""
-    return CombinedReward([(s.name, s.weight, build_reward(s.name, dict(s.args))) for s in specs])
+def build_rewards(specs) -> RewardSet:
+    """From config ``RewardSpec``s; a name used twice gets ``#2``, ``#3`` appended as its label."""
+    seen: dict[str, int] = {}
+    built = []
+    for s in specs:
+        seen[s.name] = seen.get(s.name, 0) + 1
+        label = s.name if seen[s.name] == 1 else f"{s.name}#{seen[s.name]}"
+        built.append((label, s.weight, build_reward(s.name, dict(s.args))))
+    return RewardSet(built)

@@ -146,7 +146,8 @@ def test_same_rollouts_same_loss_and_gradients_on_one_and_two_ranks(tiny_model_d
 
 
 def test_sharded_rollout_equals_gathered_rollout_zero3(tiny_model_dir, tiny_data, tmp_path):
-    overrides = common(tiny_model_dir, tiny_data, tmp_path / "run", "rollout.height=64", "rollout.width=64", "grpo.group_size=2")
+    overrides = common(tiny_model_dir, tiny_data, tmp_path / "run", "rollout.height=64", "rollout.width=64", "grpo.group_size=2",
+                       "batch.micro_batch_size=2")
     r = worker(2, "sharded", tmp_path / "w", "zero3.json", overrides)
     assert torch.equal(r["gathered"][0], r["sharded"][0]) and torch.equal(r["gathered"][0], r["again"][0])
     torch.testing.assert_close(r["gathered"][1], r["sharded"][1], rtol=0, atol=1e-5)

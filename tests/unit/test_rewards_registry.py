@@ -1,53 +1,99 @@
-"""Reward registry, plugins and the weighted combination."""
+"""Reward registry, plugins, the weighted combination into advantages (by hand), NaN handling."""
+
+import math
 
 import pytest
 import torch
 
 from glm_grpo_ds.config import RewardSpec
-from glm_grpo_ds.rewards import build_rewards
-from glm_grpo_ds.rewards.registry import build_reward
+from glm_grpo_ds.grpo import group_advantages
+from glm_grpo_ds.rewards import build_reward, build_rewards, combine_advantages
+
+NAN = float("nan")
 
 
 def test_unknown_reward_lists_close_matches():
     with pytest.raises(ValueError, match="unknown reward 'pixel_mes'.*did you mean pixel_mse"):
         build_reward("pixel_mes", {})
+    with pytest.raises(ValueError, match="reward ssim: bad args"):
+        build_reward("ssim", {"kernel": 3})
 
 
-def test_file_plugin_and_weighted_sum(tmp_path):
+def test_file_plugin_and_labels(tmp_path):
     plugin = tmp_path / "my_reward.py"
     plugin.write_text(
         "import torch\n"
         "def brightness(images, prompts, samples):\n    return images.mean(dim=(1, 2, 3))\n"
         "def make_const(value):\n    return lambda images, prompts, samples: torch.full((images.shape[0],), value)\n"
     )
-    combined = build_rewards([
+    rewards = build_rewards([
         RewardSpec(name=f"{plugin}:brightness", weight=2.0),
         RewardSpec(name=f"{plugin}:make_const", weight=0.5, args={"value": 3.0}),
+        RewardSpec(name=f"{plugin}:make_const", weight=1.0, args={"value": 1.0}),
     ])
     images = torch.stack([torch.full((3, 4, 4), 0.25), torch.full((3, 4, 4), 0.5)])
-    total, per = combined(images, ["a", "b"], [{}, {}])
-    torch.testing.assert_close(total, torch.tensor([2 * 0.25 + 1.5, 2 * 0.5 + 1.5]))
-    assert set(per) == {f"{plugin}:brightness", f"{plugin}:make_const"}
+    per = rewards(images, ["a", "b"], [{}, {}])
+    assert list(per) == [f"{plugin}:brightness", f"{plugin}:make_const", f"{plugin}:make_const#2"]
+    torch.testing.assert_close(per[f"{plugin}:brightness"], torch.tensor([0.25, 0.5]))
+    assert rewards.weights[f"{plugin}:make_const"] == 0.5
 
 
 def test_python_module_plugin():
-    fn = build_reward("python:math:fabs", {})
-    assert fn(-2.0) == 2.0
+    assert build_reward("python:math:fabs", {})(-2.0) == 2.0
     with pytest.raises(ValueError, match="cannot import"):
         build_reward("python:no_such_module_xyz:f", {})
 
 
-def test_pixel_mse_and_nan_is_refused_for_now(tmp_path):
-    from PIL import Image
+def test_nan_rewards_leave_group_statistics():
+    # defined [1, 3]: mean 2, centered [-1, 1], unbiased std sqrt(2); the NaN sample gets 0
+    adv = group_advantages(torch.tensor([1.0, NAN, 3.0, NAN, NAN, NAN], dtype=torch.float64), 3, eps=0.0)
+    s2 = math.sqrt(2.0)
+    torch.testing.assert_close(adv, torch.tensor([-1 / s2, 0, 1 / s2, 0, 0, 0], dtype=torch.float64))
 
-    Image.new("RGB", (8, 8), (255, 0, 0)).save(tmp_path / "red.png")
-    combined = build_rewards([RewardSpec(name="pixel_mse")])
-    red = torch.zeros(1, 3, 8, 8)
-    red[:, 0] = 1.0
-    total, _ = combined(red, ["p"], [{"target_image": str(tmp_path / "red.png")}])
-    assert total.item() == pytest.approx(0.0, abs=1e-6)
-    black = torch.zeros(1, 3, 8, 8)
-    total, _ = combined(black, ["p"], [{"target_image": str(tmp_path / "red.png")}])
-    assert total.item() == pytest.approx(-1 / 3, abs=1e-6)
-    with pytest.raises(ValueError, match="pixel_mse is undefined"):
-        combined(black, ["p"], [{}])
+
+# Group 1: A = [1, 2, nan], B = [0, nan, 3]; weights A 1, B 2.
+# Group 2: A all nan, B = [1, 1, 4].  Group 3: A = [5, nan, 1], B = [nan, nan, 2] (sample 2 undefined for both).
+A = [1.0, 2.0, NAN, NAN, NAN, NAN, 5.0, NAN, 1.0]
+B = [0.0, NAN, 3.0, 1.0, 1.0, 4.0, NAN, NAN, 2.0]
+W = {"A": 1.0, "B": 2.0}
+
+
+def _per():
+    return {"A": torch.tensor(A, dtype=torch.float64), "B": torch.tensor(B, dtype=torch.float64)}
+
+
+def test_sum_then_normalize_by_hand():
+    # nan -> that reward's group mean: g1 totals [1 + 0, 2 + 2*1.5, 1.5 + 2*3] = [1, 5, 7.5]
+    # g2: A contributes nothing, totals 2*[1, 1, 4]; g3: [5 + 2*2, nan, 1 + 2*2] = [9, nan, 5]
+    adv, total = combine_advantages(_per(), W, 3, "sum_then_normalize", "none")
+    torch.testing.assert_close(total[:6], torch.tensor([1, 5, 7.5, 2, 2, 8], dtype=torch.float64))
+    assert math.isnan(total[7]) and total[6] == 9 and total[8] == 5
+    torch.testing.assert_close(adv, torch.tensor([-3.5, 0.5, 3, -2, -2, 4, 2, 0, -2], dtype=torch.float64))
+    # group scale, eps 0: g1 std = sqrt((3.5^2 + 0.5^2 + 3^2) / 2)
+    adv_g, _ = combine_advantages(_per(), W, 3, "sum_then_normalize", "group", eps=0.0)
+    s = math.sqrt((3.5**2 + 0.5**2 + 3**2) / 2)
+    torch.testing.assert_close(adv_g[:3], torch.tensor([-3.5 / s, 0.5 / s, 3 / s], dtype=torch.float64))
+    assert adv_g[7] == 0  # undefined for every reward
+
+
+def test_normalize_then_sum_by_hand():
+    # g1, eps 0: A defined [1, 2] -> [-1/sqrt2, 1/sqrt2, 0]; B defined [0, 3] -> [-1/sqrt2, 0, 1/sqrt2]
+    # total A + 2B = [-3/sqrt2, 1/sqrt2, 2/sqrt2]
+    adv, _ = combine_advantages(_per(), W, 3, "normalize_then_sum", "group", eps=0.0)
+    r = 1 / math.sqrt(2.0)
+    torch.testing.assert_close(adv[:3], torch.tensor([-3 * r, r, 2 * r], dtype=torch.float64))
+    # g2: only B, [1, 1, 4]: mean 2, std sqrt(3) -> 2 * [-1, -1, 2] / sqrt(3)
+    torch.testing.assert_close(adv[3:6], 2 * torch.tensor([-1, -1, 2], dtype=torch.float64) / math.sqrt(3.0))
+    # g3: A defined [5, 1] -> [1/sqrt2 * sqrt2 ...]: centered [2, -2], std sqrt(8) -> [1/sqrt2, 0, -1/sqrt2]; B one value -> 0
+    torch.testing.assert_close(adv[6:], torch.tensor([r, 0, -r], dtype=torch.float64))
+
+
+def test_weights_scale_normalize_then_sum_but_not_group_ranking():
+    per = {"easy": torch.tensor([0.0, 10.0, 20.0]), "hard": torch.tensor([1.0, 0.0, 0.0])}
+    adv_sum, _ = combine_advantages(per, {"easy": 1.0, "hard": 1.0}, 3, "sum_then_normalize", "group")
+    adv_norm, _ = combine_advantages(per, {"easy": 1.0, "hard": 1.0}, 3, "normalize_then_sum", "group")
+    # the raw sum is dominated by the easy reward; normalising first gives the hard one equal say
+    assert adv_sum.argmax() == 2
+    assert adv_norm[0] > adv_sum[0]
+    with pytest.raises(ValueError, match="unknown reward combination"):
+        combine_advantages(per, {"easy": 1, "hard": 1}, 3, "mean")

@@ -1,0 +1,69 @@
+"""Shared pieces of the built-in rewards: frozen models that visit the images' device, and the
+per-sample target images / texts."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import torch
+
+from .targets import load_target
+
+
+class FrozenModel:
+    """A reward model loaded once per rank: eval mode, no gradients. It moves to the device of the
+    images it scores; with ``offload`` it goes back to the CPU after each call (frees accelerator
+    memory between rollouts at the cost of a copy per step)."""
+
+    def __init__(self, module: torch.nn.Module, offload: bool = False):
+        self.module = module.eval().requires_grad_(False)
+        self.offload = offload
+
+    @contextlib.contextmanager
+    def on(self, device: torch.device):
+        first = next(self.module.parameters(), None)
+        if first is not None and first.device != device:
+            self.module.to(device)
+        try:
+            with torch.no_grad():
+                yield self.module
+        finally:
+            if self.offload:
+                self.module.to("cpu")
+
+
+def stack_targets(samples: list[dict], height: int, width: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(targets [N, 3, H, W] in [0, 1], has_target [N] bool)``; rows without a target get zeros."""
+    targets = torch.zeros(len(samples), 3, height, width, device=device)
+    has = torch.zeros(len(samples), dtype=torch.bool, device=device)
+    for i, sample in enumerate(samples):
+        path = sample.get("target_image")
+        if path:
+            targets[i] = load_target(path, height, width).to(device)
+            has[i] = True
+    return targets, has
+
+
+_QUOTES = [r"'([^']*)'", r"\u201c([^\u201c\u201d]*)\u201d", r'"([^"]*)"', r"「([^「」]*)」"]
+
+
+def glyph_texts(prompt: str) -> list[str]:
+    """Quoted spans of a prompt, as ``GlmImagePipeline.get_glyph_texts`` extracts them for the DiT."""
+    from diffusers import GlmImagePipeline
+
+    return GlmImagePipeline.get_glyph_texts(None, prompt)[0]
+
+
+def text_to_render(prompt: str, sample: dict) -> str | None:
+    """The dataset row's ``text`` if given, else the prompt's quoted spans joined by spaces; None if neither."""
+    text = sample.get("text")
+    if text:
+        return str(text)
+    spans = [s for s in glyph_texts(prompt) if s.strip()]
+    return " ".join(spans) if spans else None
+
+
+def normalise_text(text: str, case_sensitive: bool) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if case_sensitive else text.lower()

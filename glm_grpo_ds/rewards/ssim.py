@@ -1,0 +1,25 @@
+"""``ssim``: structural similarity to the sample's target image (torchmetrics), in [-1, 1];
+NaN without a ``target_image``. Args: ``kernel_size`` (default 11), ``sigma`` (default 1.5)."""
+
+from __future__ import annotations
+
+import torch
+
+
+class SSIMReward:
+    def __init__(self, kernel_size: int = 11, sigma: float = 1.5):
+        self.kernel_size, self.sigma = kernel_size, sigma
+
+    def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
+        from torchmetrics.functional.image import structural_similarity_index_measure
+
+        from .base import stack_targets
+
+        targets, has = stack_targets(samples, images.shape[2], images.shape[3], images.device)
+        out = torch.full((images.shape[0],), float("nan"), device=images.device)
+        if has.any():
+            out[has] = structural_similarity_index_measure(
+                images[has].float(), targets[has], data_range=1.0, kernel_size=self.kernel_size,
+                sigma=self.sigma, reduction="none",
+            ).reshape(-1)
+        return out

@@ -1,0 +1,140 @@
+"""Built-in rewards on real libraries, offline: OCR, SSIM, LPIPS, pixel MSE, CLIP-family loaders,
+the score command, and a custom reward through a short training."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image, ImageDraw, ImageFont
+
+from glm_grpo_ds.rewards import build_reward
+from glm_grpo_ds.testing.tiny_clip import write_aesthetic_head, write_tiny_clip
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _to_tensor(img: Image.Image) -> torch.Tensor:
+    x = torch.frombuffer(bytearray(img.convert("RGB").tobytes()), dtype=torch.uint8).view(img.height, img.width, 3)
+    return x.permute(2, 0, 1).float().div(255)
+
+
+@pytest.fixture(scope="module")
+def hello(tmp_path_factory):
+    img = Image.new("RGB", (320, 96), "white")
+    ImageDraw.Draw(img).text((12, 24), "HELLO 2026", fill="black", font=ImageFont.load_default(size=40))
+    path = tmp_path_factory.mktemp("ocr") / "hello.png"
+    img.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def ocr():
+    pytest.importorskip("rapidocr_onnxruntime")
+    return build_reward("ocr", {})
+
+
+def test_ocr_scores_rendered_text(ocr, hello):
+    x = _to_tensor(Image.open(hello)).unsqueeze(0).repeat(4, 1, 1, 1)
+    prompts = ['a sign that says "HELLO 2026"', "a sign that says 'GOODBYE'", "a sign without quotes", "anything"]
+    scores = ocr(x, prompts, [{}, {}, {}, {"text": "HELLO 2026"}])
+    assert scores[0] >= 0.9 and scores[3] >= 0.9
+    assert scores[1] <= 0.5
+    assert math.isnan(scores[2])
+
+
+def test_ssim_lpips_pixel_on_targets(tmp_path):
+    torch.manual_seed(0)
+    x = torch.rand(1, 3, 64, 64)
+    Image.fromarray((x[0].permute(1, 2, 0) * 255).round().byte().numpy()).save(tmp_path / "t.png")
+    target = _to_tensor(Image.open(tmp_path / "t.png")).unsqueeze(0)  # the uint8-rounded image itself
+    sample = {"target_image": str(tmp_path / "t.png")}
+    noisy = [(target + s * torch.randn_like(target)).clamp(0, 1) for s in (0.0, 0.05, 0.2)]
+    batch = torch.cat(noisy)
+    ssim = build_reward("ssim", {})(batch, ["p"] * 3, [sample] * 3)
+    assert ssim[0].item() == pytest.approx(1.0, abs=1e-5) and ssim[0] > ssim[1] > ssim[2]
+    lpips_r = build_reward("lpips", {"pretrained_backbone": False})  # random backbone: offline
+    dist = -lpips_r(batch, ["p"] * 3, [sample] * 3)
+    assert dist[0].item() == pytest.approx(0.0, abs=1e-6) and dist[0] < dist[1] < dist[2]
+    mse = build_reward("pixel_mse", {})(batch, ["p"] * 3, [sample] * 3)
+    assert mse[0].item() == pytest.approx(0.0, abs=1e-10) and mse[0] > mse[1] > mse[2]
+    # no target -> undefined
+    assert torch.isnan(build_reward("ssim", {})(batch[:1], ["p"], [{}])).all()
+
+
+def test_target_rule_resize_to_cover_then_center_crop(tmp_path):
+    from glm_grpo_ds.rewards.targets import load_target
+
+    img = Image.new("RGB", (200, 100), (0, 0, 255))
+    ImageDraw.Draw(img).rectangle([0, 0, 49, 99], fill=(255, 0, 0))  # left quarter red
+    img.save(tmp_path / "wide.png")
+    t = load_target(str(tmp_path / "wide.png"), 64, 64)  # scale to 128x64, crop the middle 64 columns
+    assert t.shape == (3, 64, 64)
+    assert t[2].mean() > 0.95 and t[0].mean() < 0.05  # the red quarter was cropped away
+
+
+def test_clip_family_loaders_on_tiny_random_checkpoints(tmp_path):
+    clip_dir = write_tiny_clip(tmp_path / "clip")
+    head_pth = write_aesthetic_head(tmp_path / "head.pth", dim=16)
+    head_st = write_aesthetic_head(tmp_path / "head.safetensors", dim=16)
+    images = torch.rand(3, 3, 64, 96)
+    images[1] = images[0]
+    prompts = ["a cat", "a cat", "a dog"]
+    clip = build_reward("clip", {"model": str(clip_dir)})(images, prompts, [{}] * 3)
+    assert clip.shape == (3,) and (clip.abs() <= 1 + 1e-5).all() and clip[0] == clip[1]
+    pref_r = build_reward("preference", {"model": str(clip_dir)})
+    pref = pref_r(images, prompts, [{}] * 3)
+    torch.testing.assert_close(pref, clip * pref_r.scorer.logit_scale())
+    a1 = build_reward("aesthetic", {"clip_model": str(clip_dir), "head": str(head_pth)})(images, prompts, [{}] * 3)
+    a2 = build_reward("aesthetic", {"clip_model": str(clip_dir), "head": str(head_st), "offload": True})(images, prompts, [{}] * 3)
+    assert torch.isfinite(a1).all() and a1[0] == a1[1]
+    torch.testing.assert_close(a1, a2)
+    with pytest.raises(ValueError, match="not a local transformers checkpoint"):
+        build_reward("clip", {"model": str(tmp_path / "missing")})
+    with pytest.raises(ValueError, match="aesthetic head"):
+        build_reward("aesthetic", {"clip_model": str(clip_dir), "head": str(tmp_path / "nope.pth")})
+
+
+def test_score_command(hello):
+    pytest.importorskip("rapidocr_onnxruntime")
+    cmd = [sys.executable, "-m", "glm_grpo_ds.cli", "score", "--reward", "ocr", "--prompt", "a sign 'HELLO 2026'",
+           "--image", str(hello), str(hello)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    values = [float(v) for v in proc.stdout.split()]
+    assert len(values) == 2 and all(v >= 0.9 for v in values)
+    ssim = subprocess.run([sys.executable, "-m", "glm_grpo_ds.cli", "score", "--reward", "ssim", "--prompt", "x",
+                           "--image", str(hello), "--target", str(hello)], capture_output=True, text=True, timeout=300)
+    assert ssim.returncode == 0 and float(ssim.stdout) == pytest.approx(1.0, abs=1e-5)
+    bad = subprocess.run([sys.executable, "-m", "glm_grpo_ds.cli", "score", "--reward", "ocrr", "--prompt", "x",
+                          "--image", str(hello)], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "did you mean ocr" in bad.stderr
+
+
+def test_custom_python_reward_through_training(tiny_model_dir, tmp_path):
+    plugin = tmp_path / "my_rewards.py"
+    plugin.write_text(
+        "import torch\n"
+        "def redness(images, prompts, samples):\n"
+        "    return images[:, 0].mean(dim=(1, 2)) - images[:, 1:].mean(dim=(1, 2, 3))\n"
+        "def sometimes(images, prompts, samples):\n"
+        "    out = images.mean(dim=(1, 2, 3)).clone()\n"
+        "    out[::2] = float('nan')  # undefined for half the samples\n"
+        "    return out\n"
+    )
+    (tmp_path / "p.txt").write_text("a red apple\na red car\n")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(ROOT / "launch/configs/tiny_cpu.yaml"),
+           "--deepspeed", str(ROOT / "ds_configs/zero2.json"), f"model.path={tiny_model_dir}",
+           f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={out}", "max_steps=2", "rollout.height=64",
+           "rollout.width=64", "grpo.group_size=4", "grpo.reward_combination=normalize_then_sum", "logging.progress_bar=false",
+           f"rewards=[{{name: '{plugin}:redness', weight: 1.0}}, {{name: '{plugin}:sometimes', weight: 0.5}}]"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    assert rows[0][f"reward/{plugin}:sometimes_undefined"] == 2  # half of 1 prompt x G=4
+    assert rows[0][f"reward/{plugin}:redness"] is not None and math.isfinite(rows[0]["loss"])
