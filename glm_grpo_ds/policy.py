@@ -54,14 +54,19 @@ def load_processor(path: str | os.PathLike):
     return GlmImageProcessor.from_pretrained(check_pipeline_dir(path) / "processor")
 
 
-def load_ar(path: str | os.PathLike, dtype: str = "fp32", attn_implementation: str = "sdpa"):
-    """Load the AR from a pipeline directory in eval mode."""
+def load_ar(path: str | os.PathLike, dtype: str | torch.dtype = "fp32", attn_implementation: str = "sdpa", trust_remote_code: bool = False):
+    """Load the AR of a pipeline directory, in eval mode (the one place that calls from_pretrained)."""
     from transformers import GlmImageForConditionalGeneration
 
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        dtype = DTYPES[dtype]
     model = GlmImageForConditionalGeneration.from_pretrained(
-        check_pipeline_dir(path) / "vision_language_encoder", dtype=DTYPES[dtype], attn_implementation=attn_implementation
+        check_pipeline_dir(path) / "vision_language_encoder",
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+        trust_remote_code=trust_remote_code,
     )
     return model.eval()
 
@@ -106,14 +111,7 @@ def load_policy(
     The LoRA weights are drawn from ``seed`` alone: how much randomness loading consumed (it
     differs with the world size under ZeRO-3) must not change the initial adapter.
     """
-    from transformers import GlmImageForConditionalGeneration
-
-    model = GlmImageForConditionalGeneration.from_pretrained(
-        check_pipeline_dir(path) / "vision_language_encoder",
-        dtype=dtype,
-        attn_implementation=attn_implementation,
-        trust_remote_code=trust_remote_code,
-    )
+    model = load_ar(path, dtype, attn_implementation, trust_remote_code)
     model.config.use_cache = False
     model.requires_grad_(False)
     if gradient_checkpointing:
@@ -141,15 +139,7 @@ def load_policy(
 
 def load_reference(path, dtype: torch.dtype, attn_implementation: str, trust_remote_code: bool = False):
     """A frozen copy of the AR for the KL term of full fine-tuning (LoRA disables its adapters instead)."""
-    from transformers import GlmImageForConditionalGeneration
-
-    model = GlmImageForConditionalGeneration.from_pretrained(
-        check_pipeline_dir(path) / "vision_language_encoder",
-        dtype=dtype,
-        attn_implementation=attn_implementation,
-        trust_remote_code=trust_remote_code,
-    )
-    return model.eval().requires_grad_(False)
+    return load_ar(path, dtype, attn_implementation, trust_remote_code).requires_grad_(False)
 
 
 def trainable_parameters(model) -> list:
