@@ -17,6 +17,7 @@ import sys
 SUBCOMMANDS = {
     "tiny-model": ("glm_grpo_ds.testing.tiny", "write a random-weight tiny GLM-Image pipeline directory"),
     "tiny-data": ("glm_grpo_ds.testing.tiny_data", "write a learnable prompt set with target images for the tiny model"),
+    "merge": ("glm_grpo_ds.merge", "merge a LoRA adapter into GLM-Image and write a pipeline directory"),
     "score": ("glm_grpo_ds.score", "score images with a reward (one number per image)"),
     "render": ("glm_grpo_ds.render", "render prompts to PNG files with a GLM-Image pipeline"),
     "verify-logprobs": ("glm_grpo_ds.verify", "check sampler vs teacher-forced log-prob parity"),

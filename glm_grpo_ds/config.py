@@ -259,6 +259,13 @@ class VerifyConfig:
 
 
 @dataclass
+class MergeConfig:
+    """``glm-grpo merge``: LoRA adapter -> merged GlmImagePipeline."""
+
+    dtype: str = "fp32"  # dtype of the merged AR weights: fp32 | bf16
+
+
+@dataclass
 class RenderConfig:
     """``glm-grpo render``: prompts -> PNG through a GLM-Image pipeline."""
 
