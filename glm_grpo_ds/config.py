@@ -167,6 +167,9 @@ class TrainConfig:
     output_dir: str = "outputs/run"
     max_steps: int = 100
     seed: int = 42
+    save_steps: int = 0  # checkpoint every N steps (0 = never); see glm_grpo_ds/checkpoint.py
+    save_total_limit: int = 0  # keep the newest K checkpoints (0 = keep all)
+    resume_from: str | None = None  # "latest" (newest complete checkpoint of output_dir) or a checkpoint path
 
     @property
     def sequences_per_rank(self) -> int:
@@ -188,6 +191,8 @@ class TrainConfig:
         )
         need(bool(self.data.train_file), "data.train_file is required: a .txt or .jsonl prompt file")
         need(self.max_steps >= 1, f"max_steps must be >= 1, got {self.max_steps}")
+        need(self.save_steps >= 0, f"save_steps must be >= 0 (0 = no checkpoints), got {self.save_steps}")
+        need(self.save_total_limit >= 0, f"save_total_limit must be >= 0 (0 = keep all), got {self.save_total_limit}")
         g = self.grpo
         need(g.group_size >= 2, f"grpo.group_size must be >= 2 (advantages compare samples of a prompt), got {g.group_size}")
         need(g.beta >= 0, f"grpo.beta must be >= 0, got {g.beta}")

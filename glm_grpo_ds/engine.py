@@ -339,3 +339,26 @@ def save_full_model(engine, out_dir: str | os.PathLike, rank: int) -> None:
             state = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
             model.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
     barrier()
+
+
+# ----------------------------------------------------------------------------- checkpoints
+DS_TAG = "ds"
+
+
+def save_ds_checkpoint(engine, directory: str | os.PathLike) -> None:
+    """Model, optimizer and scheduler state of every rank (collective: all ranks call it)."""
+    engine.save_checkpoint(str(directory), tag=DS_TAG, save_latest=False)
+
+
+def load_ds_checkpoint(engine, directory: str | os.PathLike) -> None:
+    path, _ = engine.load_checkpoint(str(directory), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True)
+    if path is None:
+        raise FileNotFoundError(f"no DeepSpeed state in {directory}/{DS_TAG}")
+
+
+def consolidated_state_dict(directory: str | os.PathLike) -> dict:
+    """fp32 state dict of the trainable parameters, consolidated from a checkpoint's ZeRO shards
+    (works offline, on one process, for any stage)."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    return get_fp32_state_dict_from_zero_checkpoint(str(directory), tag=DS_TAG, exclude_frozen_parameters=True)

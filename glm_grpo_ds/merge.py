@@ -3,9 +3,12 @@
     glm-grpo merge --base /models/GLM-Image --adapter outputs/run/final_adapter --out /models/GLM-Image-grpo [--dtype bf16]
 
 ``--adapter`` is a peft adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``),
-e.g. a run's ``final_adapter/``. The output is a complete ``GlmImagePipeline`` directory: the AR
-(``vision_language_encoder/``) with the adapter merged into its weights, every other component
-copied unchanged, so ``GlmImagePipeline.from_pretrained(OUT)`` works as for the base model.
+e.g. a run's ``final_adapter/``, or a checkpoint directory (``output_dir/checkpoints/step_N``): its
+exported ``adapter/`` is used, and without one the trainable parameters are consolidated from the
+checkpoint's ZeRO shards - which is also how full fine-tuning checkpoints become a pipeline. The
+output is a complete ``GlmImagePipeline`` directory: the AR (``vision_language_encoder/``) with the
+adapter merged into its weights, every other component copied unchanged, so
+``GlmImagePipeline.from_pretrained(OUT)`` works as for the base model.
 
 Memory: one copy of the base AR in ``--dtype`` plus the adapter (the merge is in place; nothing
 else is loaded). The output is written to ``OUT.tmp`` and renamed at the end, so an interrupted
@@ -15,6 +18,7 @@ merge never leaves a half-written pipeline at ``OUT``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -35,19 +39,46 @@ def find_adapter(path: str | os.PathLike) -> Path:
     raise FileNotFoundError(f"{p} holds no peft adapter (adapter_config.json); pass a run's final_adapter/ directory")
 
 
+def _from_checkpoint(model, ckpt: Path):
+    """The AR with a checkpoint's trainable parameters consolidated from its ZeRO shards."""
+    from . import engine as ds
+
+    state = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
+    weights = ds.consolidated_state_dict(ckpt)
+    if state["lora"]:
+        from peft import get_peft_model
+
+        from .config import LoraConfig
+        from .policy import peft_lora_config
+
+        model = get_peft_model(model, peft_lora_config(LoraConfig(**state["config"]["lora"])))
+    missing = [k for k in weights if k not in dict(model.named_parameters())]
+    if missing:
+        raise ValueError(f"{ckpt}: {len(missing)} checkpoint parameters do not exist in the base model (e.g. {missing[0]})")
+    model.load_state_dict(weights, strict=False)
+    return model.merge_and_unload() if state["lora"] else model
+
+
 def merge_adapter(base: str | os.PathLike, adapter: str | os.PathLike, out: str | os.PathLike, dtype: str = MergeConfig.dtype) -> Path:
     from peft import PeftModel
 
     base = check_pipeline_dir(base)
-    adapter_dir = find_adapter(adapter)
+    src = Path(adapter)
+    is_checkpoint = (src / "trainer_state.json").is_file() and (src / "ds").is_dir()
+    adapter_dir = None if is_checkpoint and not (src / "adapter" / "adapter_config.json").is_file() else find_adapter(src)
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new --out directory")
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    model = load_ar(base, DTYPES[dtype])
-    merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+    # consolidate / merge in fp32, then cast: merging in bf16 would round the base weights twice
+    model = load_ar(base, DTYPES["fp32"])
+    if adapter_dir is not None:
+        merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+    else:
+        merged = _from_checkpoint(model, src)
+    merged = merged.to(DTYPES[dtype])
     shutil.copytree(base, tmp, ignore=lambda d, names: [AR_DIR] if Path(d) == base else [])
     merged.save_pretrained(tmp / AR_DIR, safe_serialization=True)
     tmp.rename(out)

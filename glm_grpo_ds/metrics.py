@@ -20,12 +20,20 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 class MetricsWriter:
-    def __init__(self, output_dir: str | Path, enabled: bool, append: bool = False):
+    """``metrics.jsonl``; ``resume_step`` keeps the records up to that step and appends after them
+    (records a killed run wrote after its last checkpoint are dropped, not duplicated)."""
+
+    def __init__(self, output_dir: str | Path, enabled: bool, resume_step: int | None = None):
         self.enabled = enabled
         self.path = Path(output_dir) / "metrics.jsonl"
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "a" if append else "w", encoding="utf-8")
+            kept = []
+            if resume_step is not None and self.path.is_file():
+                kept = [r for r in read_metrics(self.path) if r["step"] <= resume_step]
+            self._fh = open(self.path, "w", encoding="utf-8")
+            for record in kept:
+                self.write(record)
 
     def write(self, record: dict) -> None:
         if self.enabled:

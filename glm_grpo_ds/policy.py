@@ -122,19 +122,24 @@ def load_policy(
         model.model.language_model.requires_grad_(True)
         model.lm_head.requires_grad_(True)
         return model
-    from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
 
-    peft_cfg = PeftLoraConfig(
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return get_peft_model(model, peft_lora_config(lora))
+
+
+def peft_lora_config(lora):
+    """peft's LoraConfig for our ``LoraConfig`` (language-model layers only)."""
+    from peft import LoraConfig as PeftLoraConfig
+
+    return PeftLoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=lora_target_regex(lora.target_modules),
         bias="none",
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return get_peft_model(model, peft_cfg)
 
 
 def load_reference(path, dtype: torch.dtype, attn_implementation: str, trust_remote_code: bool = False):

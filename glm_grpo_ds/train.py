@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from . import checkpoint
 from . import engine as ds
 from .config import ConfigError, load_config, to_dict
 from .data import DataError, PromptSampler, load_prompts
@@ -76,7 +77,18 @@ class Trainer:
         self.engine = ds.initialize(model, self.ds_config, cfg.optimizer, cfg.max_steps * cfg.grpo.num_iterations)
         self.decoder = ImageDecoder(cfg.model.path, cfg.decoder, self.device)
         self.reward_fn = build_rewards(cfg.rewards)
-        self.metrics = MetricsWriter(self.out, self.is_main)
+        self.start_step = 0
+        if self.is_main:
+            checkpoint.remove_stale(self.out)
+        ds.barrier()
+        if cfg.resume_from:
+            path = checkpoint.resolve(self.out, cfg.resume_from)
+            state = checkpoint.load(self.engine, path, self.rank, self.world, ds.zero_stage(self.ds_config))
+            self.start_step = int(state["step"])
+            self.sampler.load_state(state["sampler"])
+            if self.is_main:
+                print(f"glm-grpo: resumed from {path} at step {self.start_step}", flush=True)
+        self.metrics = MetricsWriter(self.out, self.is_main, resume_step=self.start_step if cfg.resume_from else None)
         self.attn, self.dtype = attn, dtype
         if self.is_main:
             (self.out / "config.json").write_text(json.dumps({"train": to_dict(cfg), "deepspeed": self.ds_config}, indent=2))
@@ -142,12 +154,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def train(self) -> None:
-        progress = Progress(self.cfg.max_steps, 0, self.is_main and self.cfg.logging.progress_bar)
+        progress = Progress(self.cfg.max_steps, self.start_step, self.is_main and self.cfg.logging.progress_bar)
         try:
-            for step in range(self.cfg.max_steps):
+            for step in range(self.start_step, self.cfg.max_steps):
                 record = self.step(step)
                 self.metrics.write(record)
                 progress.update(record)
+                if self.cfg.save_steps and (step + 1) % self.cfg.save_steps == 0:
+                    self.save_checkpoint(step + 1)
         finally:
             progress.close()
             self.metrics.close()
@@ -160,6 +174,17 @@ class Trainer:
             if self.cfg.logging.plot:
                 print(f"      reward curve {self.out / 'reward_curve.png'}")
             print(f"      {final.replace('_', ' ')} {self.out / final}")
+
+    def save_checkpoint(self, step: int) -> None:
+        state = {
+            "step": step,
+            "sampler": self.sampler.state(),
+            "world_size": self.world,
+            "zero_stage": ds.zero_stage(self.ds_config),
+            "lora": self.cfg.lora is not None,
+            "config": to_dict(self.cfg),
+        }
+        checkpoint.save(self.engine, self.out, step, state, self.rank, self.cfg.lora is not None, self.cfg.save_total_limit)
 
     def save_final(self) -> None:
         if self.cfg.lora is not None:
@@ -208,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         trainer = Trainer(cfg, args.deepspeed)
-    except (ConfigError, DataError, ds.DeepSpeedConfigError, FileNotFoundError) as err:
+    except (ConfigError, DataError, ds.DeepSpeedConfigError, checkpoint.CheckpointError, FileNotFoundError) as err:
         lines = str(err).splitlines()
         print("glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0]), file=sys.stderr)
         return 2

@@ -34,6 +34,11 @@ PROMPTS = [
 TARGET_TOKEN = 7
 
 
+def mean_brightness(images, prompts, samples):
+    """A target-free reward for quick runs and tests: the mean pixel value of each image."""
+    return images.mean(dim=(1, 2, 3))
+
+
 def write_tiny_dataset(model_dir, out_dir, height: int, width: int, decoder_cfg: DecoderConfig, num_prompts: int = len(PROMPTS)) -> Path:
     from ..decoder import ImageDecoder
     from ..rollout import upsample_grid

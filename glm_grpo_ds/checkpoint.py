@@ -1,0 +1,134 @@
+"""Checkpoints: atomic saves, a ``latest`` pointer, pruning, and exact resume.
+
+Layout under ``output_dir/checkpoints/``::
+
+    step_000200/
+        ds/                 DeepSpeed state of every rank (model, optimizer, scheduler)
+        adapter/            the LoRA adapter in peft format, gathered from ZeRO-3 shards
+        rng/rank_<r>.pt     python / numpy / torch / CUDA RNG states of each rank
+        trainer_state.json  step, data position, world size, ZeRO stage, the config
+    latest                  the name of the newest complete checkpoint
+
+A checkpoint is written to ``step_N.tmp/`` and renamed when complete; ``latest`` is replaced
+atomically afterwards. A run killed mid-write leaves a ``.tmp`` directory (removed on the next
+start) and the previous ``latest`` intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import engine as ds
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed; the message says why and what to do."""
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def _rng_state() -> dict:
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        # numpy's state as tensors and numbers, so it loads with torch.load(weights_only=True)
+        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss, "cached": cached},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def remove_stale(output_dir: str | os.PathLike) -> None:
+    """Delete half-written ``*.tmp`` checkpoints left by a killed run (rank 0 only)."""
+    root = Path(output_dir) / CHECKPOINTS
+    if root.is_dir():
+        for tmp in root.glob("*.tmp"):
+            shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+
+
+def save(engine, output_dir, step: int, trainer_state: dict, rank: int, is_lora: bool, total_limit: int) -> Path:
+    """Write checkpoint ``step`` (all ranks call this) and return its final path."""
+    root = Path(output_dir) / CHECKPOINTS
+    final = root / step_dir_name(step)
+    tmp = root / (step_dir_name(step) + ".tmp")
+    if rank == 0:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        (tmp / "rng").mkdir(parents=True)
+    ds.barrier()
+    ds.save_ds_checkpoint(engine, tmp)
+    torch.save(_rng_state(), tmp / "rng" / f"rank_{rank}.pt")
+    if is_lora:
+        ds.save_adapter(engine, tmp / "adapter", rank)
+    ds.barrier()
+    if rank == 0:
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _write_text_atomic(root / LATEST, final.name)
+        if total_limit > 0:
+            done = sorted(p for p in root.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
+            for old in done[:-total_limit]:
+                shutil.rmtree(old)
+    ds.barrier()
+    return final
+
+
+def resolve(output_dir, resume_from: str) -> Path:
+    """``latest`` -> the newest complete checkpoint of ``output_dir``; else a checkpoint path."""
+    if resume_from == "latest":
+        pointer = Path(output_dir) / CHECKPOINTS / LATEST
+        if not pointer.is_file():
+            raise CheckpointError(f"resume_from=latest but {pointer} does not exist: no checkpoint was completed in {output_dir}")
+        path = pointer.parent / pointer.read_text(encoding="utf-8").strip()
+    else:
+        path = Path(resume_from)
+    if not (path / "trainer_state.json").is_file() or not (path / ds.DS_TAG).is_dir():
+        raise CheckpointError(f"{path} is not a complete checkpoint (needs trainer_state.json and {ds.DS_TAG}/)")
+    return path
+
+
+def load(engine, path: Path, rank: int, world_size: int, zero_stage: int) -> dict:
+    """Restore DeepSpeed and RNG state from ``path``; return its trainer state."""
+    state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    if state["world_size"] != world_size or state["zero_stage"] != zero_stage:
+        raise CheckpointError(
+            f"{path} was written with world size {state['world_size']} and ZeRO stage {state['zero_stage']}; this run has "
+            f"world size {world_size} and stage {zero_stage}. Resume with the same launch settings, or start a new run "
+            f"from its weights (glm-grpo merge --adapter {path} ...)"
+        )
+    ds.load_ds_checkpoint(engine, path)
+    rng = path / "rng" / f"rank_{rank}.pt"
+    if rng.is_file():
+        _set_rng_state(torch.load(rng, weights_only=True))
+    return state

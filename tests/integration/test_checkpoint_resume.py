@@ -1,0 +1,125 @@
+"""Checkpoints under real DeepSpeed: exact resume, atomic writes, refused world-size changes, and
+`glm-grpo merge` from checkpoint directories (LoRA and full fine-tuning)."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from test_trainer_deepspeed import CONFIG, ROOT, common, launch  # noqa: E402  (same directory)
+
+VOLATILE = ("time/", "_per_s", "peak_")  # wall-clock and memory differ between runs
+
+
+def _metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _stable(record):
+    return {k: v for k, v in record.items() if not any(tag in k for tag in VOLATILE)}
+
+
+def train(nprocs, args, timeout=600):
+    launch(nprocs, ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero3.json", *args], timeout)
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir, tmp_path_factory):
+    from glm_grpo_ds.config import DecoderConfig
+    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
+
+    root = tmp_path_factory.mktemp("resume")
+    data = write_tiny_dataset(tiny_model_dir, root / "data", 64, 64, DecoderConfig(num_inference_steps=2))
+    extra = ["rollout.height=64", "rollout.width=64", "optimizer.name=adamw_8bit", "logging.progress_bar=false"]
+    straight, resumed = root / "straight", root / "resumed"
+    train(2, common(tiny_model_dir, data, straight, "max_steps=4", *extra))
+    train(2, common(tiny_model_dir, data, resumed, "max_steps=2", "save_steps=2", *extra))
+    # a later checkpoint that died mid-write must be ignored and cleaned up
+    stale = resumed / "checkpoints" / "step_000003.tmp"
+    (stale / "ds").mkdir(parents=True)
+    (stale / "ds" / "junk.pt").write_bytes(b"partial")
+    train(2, common(tiny_model_dir, data, resumed, "max_steps=4", "save_steps=2", "resume_from=latest", *extra))
+    return {"straight": straight, "resumed": resumed, "data": data, "extra": extra}
+
+
+def test_resume_is_exact(runs):
+    a = load_file(runs["straight"] / "final_adapter" / "adapter_model.safetensors")
+    b = load_file(runs["resumed"] / "final_adapter" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bitwise
+    ma, mb = _metrics(runs["straight"]), _metrics(runs["resumed"])
+    assert [r["step"] for r in mb] == [1, 2, 3, 4]
+    for x, y in zip(ma, mb):
+        assert _stable(x) == _stable(y), x["step"]
+
+
+def test_checkpoint_layout_and_atomicity(runs):
+    ckpts = runs["resumed"] / "checkpoints"
+    assert (ckpts / "latest").read_text() == "step_000004"
+    assert not list(ckpts.glob("*.tmp"))  # the stale half-written checkpoint was removed
+    for step in ("step_000002", "step_000004"):
+        d = ckpts / step
+        assert (d / "trainer_state.json").is_file() and (d / "ds").is_dir() and len(list((d / "rng").glob("rank_*.pt"))) == 2
+        weights = load_file(d / "adapter" / "adapter_model.safetensors")
+        assert weights and all(t.numel() > 0 for t in weights.values())
+    state = json.loads((ckpts / "step_000002" / "trainer_state.json").read_text())
+    assert state["step"] == 2 and state["world_size"] == 2 and state["zero_stage"] == 3
+
+
+def test_resume_with_other_world_size_is_refused(runs, tiny_model_dir, tmp_path):
+    out = tmp_path / "other"
+    shutil.copytree(runs["resumed"] / "checkpoints", out / "checkpoints")
+    proc = subprocess.run(
+        [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", str(ROOT / "ds_configs/zero3.json"),
+         *common(tiny_model_dir, runs["data"], out, "max_steps=6", "resume_from=latest", *runs["extra"])],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 2
+    assert "was written with world size 2 and ZeRO stage 3; this run has world size 1" in proc.stderr
+
+
+def _merge(base, src, out):
+    proc = subprocess.run([sys.executable, "-m", "glm_grpo_ds.cli", "merge", "--base", str(base), "--adapter", str(src),
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return load_file(out / "vision_language_encoder" / "model.safetensors")
+
+
+def test_merge_from_checkpoint_equals_merge_from_adapter(runs, tiny_model_dir, tmp_path):
+    ckpt = runs["resumed"] / "checkpoints" / "step_000004"
+    from_adapter = _merge(tiny_model_dir, runs["resumed"] / "final_adapter", tmp_path / "a")
+    bare = tmp_path / "bare_ckpt"
+    shutil.copytree(ckpt, bare)
+    shutil.rmtree(bare / "adapter")  # no export: consolidate the ZeRO shards
+    from_shards = _merge(tiny_model_dir, bare, tmp_path / "b")
+    assert from_adapter.keys() == from_shards.keys()
+    for k in from_adapter:
+        torch.testing.assert_close(from_shards[k], from_adapter[k], rtol=0, atol=1e-6)
+
+
+def test_full_finetuning_checkpoint_exports_a_pipeline(tiny_model_dir, tmp_path):
+    from diffusers import GlmImagePipeline
+
+    (tmp_path / "p.txt").write_text("a red cube\na blue ball\n")
+    out = tmp_path / "full"
+    proc = subprocess.run(
+        [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", str(ROOT / "ds_configs/zero2.json"),
+         f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={out}", "lora=null",
+         "optimizer.name=adamw", "optimizer.lr=1e-3", "grpo.beta=0", "max_steps=1", "save_steps=1", "rollout.height=64",
+         "rollout.width=64", "grpo.group_size=4", "logging.progress_bar=false", "rewards=[{name: 'python:glm_grpo_ds.testing.tiny_data:mean_brightness'}]"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    merged = _merge(tiny_model_dir, out / "checkpoints" / "step_000001", tmp_path / "pipe")
+    trained = load_file(out / "final_model" / "model.safetensors")
+    assert set(trained) == set(merged)
+    for k in trained:
+        torch.testing.assert_close(merged[k], trained[k], rtol=0, atol=0)
+    pipe = GlmImagePipeline.from_pretrained(tmp_path / "pipe")
+    pipe.set_progress_bar_config(disable=True)
+    img = pipe("a red cube", height=64, width=64, num_inference_steps=2, output_type="pt", generator=torch.Generator().manual_seed(0)).images
+    assert img.shape == (1, 3, 64, 64)
