@@ -138,3 +138,29 @@ def test_custom_python_reward_through_training(tiny_model_dir, tmp_path):
     assert len(rows) == 2
     assert rows[0][f"reward/{plugin}:sometimes_undefined"] == 2  # half of 1 prompt x G=4
     assert rows[0][f"reward/{plugin}:redness"] is not None and math.isfinite(rows[0]["loss"])
+
+
+def test_every_builtin_in_a_short_training(tiny_model_dir, tmp_path):
+    pytest.importorskip("rapidocr_onnxruntime")
+    clip_dir = write_tiny_clip(tmp_path / "clip")
+    head = write_aesthetic_head(tmp_path / "head.safetensors", dim=16)
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "target.png")
+    rows = [{"prompt": "a sign that says 'HI'", "target_image": "target.png"}, {"prompt": "a red square", "target_image": "target.png", "text": "OK"}]
+    (tmp_path / "p.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    rewards = (
+        "[{name: pixel_mse}, {name: ssim}, {name: lpips, args: {pretrained_backbone: false}}, {name: ocr},"
+        f" {{name: clip, args: {{model: '{clip_dir}'}}}}, {{name: preference, weight: 0.1, args: {{model: '{clip_dir}'}}}},"
+        f" {{name: aesthetic, args: {{clip_model: '{clip_dir}', head: '{head}', offload: true}}}}]"
+    )
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(ROOT / "launch/configs/tiny_cpu.yaml"),
+           "--deepspeed", str(ROOT / "ds_configs/zero2.json"), f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.jsonl'}",
+           f"output_dir={out}", "max_steps=1", "rollout.height=64", "rollout.width=64", "grpo.group_size=4",
+           "batch.prompts_per_rank=2", "logging.progress_bar=false", f"rewards={rewards}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for name in ("pixel_mse", "ssim", "lpips", "ocr", "clip", "preference", "aesthetic"):
+        assert row[f"reward/{name}"] is not None and math.isfinite(row[f"reward/{name}"]), name
+        assert row[f"reward/{name}_undefined"] == 0, name
+    assert math.isfinite(row["loss"]) and math.isfinite(row["reward_mean"])
