@@ -69,7 +69,7 @@ class Trainer:
         with ds.zero3_model_loading(self.ds_config):
             model = load_policy(
                 cfg.model.path, dtype, attn, cfg.lora, cfg.model.gradient_checkpointing, cfg.model.trust_remote_code,
-                seed=derive_seed(cfg.seed, "lora") % 2**63,
+                seed=derive_seed(cfg.seed, "lora"),
             )
             if cfg.lora is None and cfg.grpo.beta > 0:
                 ref = load_reference(cfg.model.path, dtype, attn, cfg.model.trust_remote_code)
