@@ -61,10 +61,12 @@ def init_distributed() -> tuple[int, int, int, torch.device]:
     else:
         # CPU ranks share the machine's cores: without this each rank starts one thread per core
         # and the oversubscribed threads spin, making token-by-token decoding ~30x slower.
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("LOCAL_SIZE", "0")) or 0)
-        if local_world == 0:
-            local_world = max(1, int(os.environ["WORLD_SIZE"]) // max(1, int(os.environ.get("CROSS_SIZE", "1"))))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+        # OMP_NUM_THREADS, when set (by you or `deepspeed --bind_cores_to_rank`), wins.
+        if os.environ.get("OMP_NUM_THREADS"):
+            torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
+        else:
+            local_world = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
     device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
     return torch.distributed.get_rank(), torch.distributed.get_world_size(), local_rank, device

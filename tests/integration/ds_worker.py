@@ -92,6 +92,9 @@ def main(argv=None) -> int:
             result["ref_before"] = probe_ref_logps(trainer, probe)
         trainer.train()
         result["trainable_after"] = named_full_params(trainer, lambda n, p: p.requires_grad)
+        # every rank's own (gathered) view of the trained weights: the multi-node test compares them
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save(result["trainable_after"], out / f"trainable_rank{torch.distributed.get_rank()}.pt")
         result["base_after"] = named_full_params(trainer, lambda n, p: not p.requires_grad)
         if "ref_before" in result:
             result["ref_after"] = probe_ref_logps(trainer, probe)

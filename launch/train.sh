@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Single-node GRPO training with the deepspeed launcher.
+#
+#   NUM_GPUS=8 CONFIG=launch/configs/glm_image_lora_zero3.yaml bash launch/train.sh model.path=/models/GLM-Image
+#   NUM_GPUS=2 CONFIG=launch/configs/tiny_cpu.yaml bash launch/train.sh max_steps=10      # CPU ranks, no GPU needed
+#
+# Environment: NUM_GPUS (default: all visible GPUs, else 1 CPU rank), CONFIG, DS_CONFIG (default
+# ds_configs/zero3.json), MASTER_PORT (default 29500). Arguments are key=value config overrides.
+set -euo pipefail
+if [ -z "${NUM_GPUS:-}" ]; then
+  NUM_GPUS=$(nvidia-smi -L 2>/dev/null | wc -l || true)
+  [ "${NUM_GPUS:-0}" -gt 0 ] || NUM_GPUS=1
+fi
+CONFIG=${CONFIG:-launch/configs/glm_image_lora_zero3.yaml}
+DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
+export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
+exec deepspeed --num_gpus "$NUM_GPUS" --master_port "${MASTER_PORT:-29500}" \
+  --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" "$@"

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Multi-node GRPO training with the deepspeed launcher.
+#
+# (a) ssh mode - run once, on the first node of the hostfile; DeepSpeed ssh-es into the others:
+#   HOSTFILE=launch/hostfile MASTER_ADDR=node-0 CONFIG=launch/configs/glm_image_lora_zero3.yaml \
+#     bash launch/train_multinode.sh model.path=/shared/GLM-Image
+# (b) no-ssh mode - run on every node with its NODE_RANK (0 on the MASTER_ADDR node):
+#   NODE_RANK=1 HOSTFILE=launch/hostfile MASTER_ADDR=node-0 bash launch/train_multinode.sh ...
+#
+# Environment: HOSTFILE (required; see launch/hostfile.example), MASTER_ADDR (required: node 0's
+# address as the other nodes reach it), MASTER_PORT (default 29500), NUM_NODES (default: lines in
+# the hostfile), NODE_RANK (set -> no-ssh mode), CONFIG, DS_CONFIG (default ds_configs/zero3.json).
+# NCCL settings for every rank go in a `.deepspeed_env` file in the working directory or $HOME,
+# one VAR=value per line (DeepSpeed exports them on each node), e.g.
+#   NCCL_SOCKET_IFNAME=eth0
+#   NCCL_IB_HCA=mlx5
+#   NCCL_DEBUG=WARN
+set -euo pipefail
+: "${HOSTFILE:?set HOSTFILE (see launch/hostfile.example)}"
+: "${MASTER_ADDR:?set MASTER_ADDR to the address of the first node in the hostfile}"
+NUM_NODES=${NUM_NODES:-$(grep -cvE '^\s*(#|$)' "$HOSTFILE")}
+CONFIG=${CONFIG:-launch/configs/glm_image_lora_zero3.yaml}
+DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
+export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
+args=(--hostfile "$HOSTFILE" --num_nodes "$NUM_NODES" --master_addr "$MASTER_ADDR" --master_port "${MASTER_PORT:-29500}")
+if [ -n "${NODE_RANK:-}" ]; then
+  args+=(--no_ssh --node_rank "$NODE_RANK")
+fi
+exec deepspeed "${args[@]}" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" "$@"
