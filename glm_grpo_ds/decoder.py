@@ -23,18 +23,12 @@ import os
 import torch
 
 from .config import DecoderConfig
-from .policy import DTYPES, check_pipeline_dir
+from .policy import check_pipeline_dir, resolve_dtype
 
 
 def group_seeds(base_seed: int, group_index: torch.Tensor) -> list[int]:
     """One decoder seed per group: every row of group g gets ``base_seed + g``."""
     return [int(base_seed) + int(g) for g in group_index.tolist()]
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return DTYPES[name]
 
 
 class ImageDecoder:
@@ -46,7 +40,7 @@ class ImageDecoder:
         cfg.validate()
         self.cfg = cfg
         self.device = torch.device(device)
-        self.dtype = resolve_dtype(cfg.dtype, self.device)
+        self.dtype = resolve_dtype(cfg.dtype, on_gpu=self.device.type == "cuda")
         pipe = GlmImagePipeline.from_pretrained(
             check_pipeline_dir(model_path), vision_language_encoder=None, processor=None, dtype=self.dtype
         )

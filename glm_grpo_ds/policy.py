@@ -145,7 +145,3 @@ def peft_lora_config(lora):
 def load_reference(path, dtype: torch.dtype, attn_implementation: str, trust_remote_code: bool = False):
     """A frozen copy of the AR for the KL term of full fine-tuning (LoRA disables its adapters instead)."""
     return load_ar(path, dtype, attn_implementation, trust_remote_code).requires_grad_(False)
-
-
-def trainable_parameters(model) -> list:
-    return [p for p in model.parameters() if p.requires_grad]

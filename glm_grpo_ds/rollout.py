@@ -124,10 +124,6 @@ class RolloutBatch:
                 out[f.name] = v
         return RolloutBatch(**out)
 
-    def to(self, device) -> "RolloutBatch":
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        return RolloutBatch(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in out.items()})
-
 
 def upsample_grid(tokens: torch.Tensor, h: int, w: int) -> torch.Tensor:
     """``[N, h*w]`` -> ``[N, (2h)*(2w)]``: each token becomes a 2x2 block (nearest upsampling)."""
