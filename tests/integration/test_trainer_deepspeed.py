@@ -28,11 +28,15 @@ def _port() -> int:
 def launch(nprocs: int, args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), DS_ACCELERATOR="cpu")
-    cmd = [launcher, "--num_gpus", str(nprocs), "--master_port", str(_port())] + args
+    port = _port()
+    cmd = [launcher, "--num_gpus", str(nprocs), "--master_port", str(port)] + args
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-60:])
         pytest.fail(f"deepspeed run failed ({proc.returncode}):\n{tail}")
+    # DeepSpeed's CPU all-reduce leaves a 64 MiB /dev/shm file per rank unless engine unlinks it.
+    leaked = list(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))
+    assert not leaked, f"shared-memory buffers left behind: {leaked}"
     return proc
 
 
