@@ -22,6 +22,8 @@ SUBCOMMANDS = {
     "render": ("glm_grpo_ds.render", "render prompts to PNG files with a GLM-Image pipeline"),
     "verify-logprobs": ("glm_grpo_ds.verify", "check sampler vs teacher-forced log-prob parity"),
     "train": ("glm_grpo_ds.train", "GRPO training (one process; use the deepspeed launcher for more)"),
+    "estimate-memory": ("glm_grpo_ds.memory_plan", "per-GPU memory plan of a run before launch (no weights needed)"),
+    "bench": ("glm_grpo_ds.bench", "benchmark rollout / decode / reward / update and print side-by-side ratios"),
 }
 
 

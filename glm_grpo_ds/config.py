@@ -282,6 +282,28 @@ class RenderConfig:
     out: str = "outputs/render"
 
 
+@dataclass
+class EstimateConfig:
+    """``glm-grpo estimate-memory``: the per-GPU memory plan (see glm_grpo_ds/memory_plan.py)."""
+
+    num_gpus: int = 8  # GPUs per node
+    num_nodes: int = 1
+    gpu_memory_gb: float = 80.0  # GiB per GPU to plan against
+    prompt_tokens: int = 128  # longest prompt in tokens (chat template included); sizes the KV cache
+    device: str = "cuda"  # cuda: model.dtype auto = bf16; cpu: auto = fp32 (to compare with CPU runs)
+
+
+@dataclass
+class BenchConfig:
+    """``glm-grpo bench``: phase throughputs and side-by-side ratios (see glm_grpo_ds/bench.py)."""
+
+    size: int = 256  # image height = width
+    group_size: int = 16
+    steps: int = 3  # timed training steps after one warm-up step
+    repeats: int = 3  # repeats of each side-by-side comparison (median reported)
+    out: str = "outputs/bench"
+
+
 # ----------------------------------------------------------------------------- loading
 def _unknown(key: str, known: typing.Iterable[str], where: str) -> ConfigError:
     close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.5)

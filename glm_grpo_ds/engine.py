@@ -333,6 +333,44 @@ def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def model_state_bytes(engine) -> dict[str, int]:
+    """Bytes of the model states this rank holds now, by kind, each storage counted once.
+
+    ``parameters``: the model's parameters as stored here (ZeRO-3: this rank's partitions, plus the
+    whole of parameters below the persistence threshold); ``gradients``: DeepSpeed's gradient
+    buffers and ``.grad`` tensors (complete just before ``engine.step``); ``master``: fp32 master
+    partitions; ``optimizer_states``: the wrapped optimizer's state tensors (Adam moments, 8-bit
+    codes and scales). Used to check ``glm_grpo_ds.memory_plan`` against what DeepSpeed allocates.
+    """
+    seen: set[int] = set()
+
+    def total(tensors) -> int:
+        n = 0
+        for t in tensors:
+            if not torch.is_tensor(t) or t.numel() == 0:
+                continue
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                n += storage.nbytes()
+        return n
+
+    opt = engine.optimizer
+    params = list(engine.module.parameters())
+    out = {"parameters": total([getattr(p, "ds_tensor", None) for p in params] + [p.data for p in params])}
+    if engine.zero_optimization_stage() == 3:
+        master = list(opt.fp32_partitioned_groups_flat)
+        grads = [opt.grad_partitions_flat_buffer] + [p.grad for p in params]
+    else:
+        master = list(opt.single_partition_of_fp32_groups)
+        grads = [getattr(opt, "grads_in_partition", None)] + [p.grad for p in params]
+        grads += [g for g in getattr(opt, "averaged_gradients", {}).values() for g in (g if isinstance(g, list) else [g])]
+    out["master"] = total(master)
+    out["gradients"] = total(grads)
+    out["optimizer_states"] = total(v for st in opt.optimizer.state.values() for v in st.values())
+    return out
+
+
 def barrier() -> None:
     torch.distributed.barrier()
 

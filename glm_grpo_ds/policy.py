@@ -111,7 +111,13 @@ def load_policy(
     The LoRA weights are drawn from ``seed`` alone: how much randomness loading consumed (it
     differs with the world size under ZeRO-3) must not change the initial adapter.
     """
-    model = load_ar(path, dtype, attn_implementation, trust_remote_code)
+    return make_trainable(load_ar(path, dtype, attn_implementation, trust_remote_code), lora, gradient_checkpointing, seed)
+
+
+def make_trainable(model, lora, gradient_checkpointing: bool, seed: int = 0):
+    """Freeze what stays frozen and add the LoRA adapters (``lora`` = our LoraConfig) or unfreeze
+    the language model (``None``). Also applied to a meta-device model by the memory planner, so
+    its trainable-parameter count is the trainer's."""
     model.config.use_cache = False
     model.requires_grad_(False)
     if gradient_checkpointing:

@@ -7,6 +7,7 @@ Scenarios (rank 0 writes OUT_DIR/result.pt):
   grads  - full gradients of one update on a fixed rollout, for several micro-batch sizes
   dp     - loss and gradients of one update on a fixed global rollout split over the ranks
   sharded - the same rollout with ZeRO-3 parameters gathered once and left sharded
+  memory - bytes of the model states DeepSpeed holds (engine.model_state_bytes) around one update
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def synthetic_rewards(n: int) -> torch.Tensor:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["train", "grads", "dp", "sharded"])
+    p.add_argument("scenario", choices=["train", "grads", "dp", "sharded", "memory"])
     p.add_argument("out")
     p.add_argument("--deepspeed", required=True)
     p.add_argument("--config", default="launch/configs/tiny_cpu.yaml")
@@ -115,6 +116,26 @@ def main(argv=None) -> int:
         again = fixed_rollout(trainer, PROBE_PROMPTS[:1], gather=True)  # hooks restored correctly
         result = {k: (b.completion_ids.cpu(), b.sampler_logps.cpu()) for k, b in
                   (("gathered", gathered_batch), ("sharded", sharded_batch), ("again", again))}
+
+    elif a.scenario == "memory":
+        from glm_grpo_ds.config import EstimateConfig
+        from glm_grpo_ds.memory_plan import plan
+
+        cfg = load_config(a.config, a.overrides)
+        trainer = Trainer(cfg, a.deepspeed)
+        batch = fixed_rollout(trainer, PROBE_PROMPTS[: cfg.batch.prompts_per_rank])
+        adv = group_advantages(synthetic_rewards(len(batch)), cfg.grpo.group_size)
+        keys = ("parameters", "gradients", "master", "optimizer_states")
+        seen = {}
+
+        def per_rank(name):  # [world, 4] bytes of every rank
+            b = ds.model_state_bytes(trainer.engine)
+            seen[name] = ds.all_gather(torch.tensor([[b[k] for k in keys]], dtype=torch.float64))
+
+        grpo_update(trainer.engine, batch, adv, cfg, trainer.ref_engine, on_boundary=lambda e: per_rank("boundary"))
+        per_rank("after")
+        result = {name: [dict(zip(keys, row.tolist())) for row in t] for name, t in seen.items()}
+        result["plan"] = plan(cfg, ds.read_ds_config(a.deepspeed), EstimateConfig(num_gpus=trainer.world, num_nodes=1, device="cpu"))
 
     else:  # dp: one global rollout of 2 groups; rank r trains on its share
         trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)

@@ -1,0 +1,290 @@
+"""Benchmarks of a GRPO step, phase by phase, plus side-by-side comparisons reported as ratios.
+
+    python -m glm_grpo_ds.bench [--model DIR] [--size 256] [--group-size 16] [--steps 3] [--out outputs/bench]
+    glm-grpo bench ...                      # the same
+
+Without ``--model`` it builds the tiny GLM-Image and its learnable dataset in a temp dir (CPU).
+Prints a table and writes ``OUT/bench.json``. Measured:
+
+* phases of ``Trainer.step`` (ZeRO-3, one process, LoRA, 8-bit AdamW, checkpointing): rollout
+  tokens/s, decode images/s, reward images/s, update tokens/s, peak memory (median of the steps
+  after a warm-up step);
+* ``rollout_vs_pipeline``: our KV-cached rollout vs ``GlmImagePipeline.generate_prior_tokens``, same
+  model, batch (G rows of one prompt) and size, tokens/s ratio;
+* ``zero3_gathered_vs_sharded``: ZeRO-3 rollout on 2 ranks (``deepspeed --num_gpus 2``; CPU ranks
+  without a GPU) with the parameters gathered once vs left sharded, tokens/s ratio;
+* ``update_peak_mb2_vs_mbG``: peak memory of one update at micro-batch 2 vs micro-batch G, each in a
+  fresh process (CPU: resident set, with glibc told to unmap freed blocks above 16 KiB so it
+  follows the live tensors, its peak reset through /proc/self/clear_refs before the update; GPU:
+  ``torch.cuda.max_memory_allocated`` after a reset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+CONFIG = Path(__file__).resolve().parents[1] / "launch" / "configs" / "tiny_cpu.yaml"
+ZERO3 = Path(__file__).resolve().parents[1] / "ds_configs" / "zero3.json"
+
+
+# ----------------------------------------------------------------------------- memory probes
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # Linux: resets VmHWM (peak RSS) to the current RSS
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def current_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+# ----------------------------------------------------------------------------- workers
+def _trainer(a, extra: list[str]):
+    from .config import load_config
+    from .train import Trainer
+
+    overrides = [
+        f"model.path={a.model}", f"data.train_file={a.data}", f"output_dir={a.workdir}/run",
+        f"rollout.height={a.size}", f"rollout.width={a.size}", f"grpo.group_size={a.group_size}",
+        "batch.prompts_per_rank=1", "logging.progress_bar=false", "logging.plot=false", f"max_steps={a.steps + 1}",
+        *extra,
+    ]
+    return Trainer(load_config(a.config, overrides), a.deepspeed)
+
+
+def _rollout(trainer, gather: bool, seed: int):
+    from . import engine as ds
+    from .rollout import rollout
+
+    cfg = trainer.cfg
+    gen = torch.Generator(device=trainer.device).manual_seed(seed)
+    trainer.engine.module.eval()
+    t0 = time.perf_counter()
+    with torch.no_grad(), ds.gathered_for_rollout(trainer.engine, gather):
+        batch = rollout(trainer.engine.module, trainer.processor, ["a red cube on a table"], cfg.grpo.group_size,
+                        cfg.rollout.height, cfg.rollout.width, cfg.grpo.sampling, gen, trainer.device)
+    return batch, time.perf_counter() - t0
+
+
+def worker_phases(a) -> dict:
+    """Trainer.step phase timings and the rollout vs pipeline comparison, one process."""
+    trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}"])
+    records = [trainer.step(s) for s in range(a.steps + 1)][1:]  # step 0 warms up
+    n = trainer.cfg.sequences_per_rank
+    med = lambda key: statistics.median(r[key] for r in records)  # noqa: E731
+    mem_key = "peak_gpu_memory_mb" if trainer.device.type == "cuda" else "peak_rss_mb"
+    out = {
+        "rollout_tokens_per_s": med("rollout_tokens_per_s"),
+        "decode_images_per_s": n / med("time/decode"),
+        "reward_images_per_s": n / med("time/reward"),
+        "update_tokens_per_s": med("update_tokens_per_s"),
+        "step_time_s": med("time/rollout") + med("time/decode") + med("time/reward") + med("time/update"),
+        "time_split_s": {k: med(f"time/{k}") for k in ("rollout", "decode", "reward", "update")},
+        "peak_memory_mb": max(r[mem_key] for r in records),
+        "sequences": n,
+    }
+    # Ours vs the diffusers pipeline's own AR loop (HF generate): same weights (the pipeline loads
+    # the same directory), G rows of one prompt, same size; our rollout here runs outside DeepSpeed.
+    from diffusers import GlmImagePipeline
+
+    pipe = GlmImagePipeline.from_pretrained(a.model, torch_dtype=trainer.dtype).to(trainer.device)
+    ours, theirs = [], []
+    for rep in range(a.repeats):
+        batch, dt = _rollout(trainer, gather=True, seed=rep)
+        ours.append(batch.completion_ids.numel() / dt)
+        gen = torch.Generator(device=trainer.device).manual_seed(rep)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            pipe.generate_prior_tokens(["a red cube on a table"] * n, a.size, a.size, device=trainer.device, generator=gen)
+        theirs.append(batch.completion_ids.numel() / (time.perf_counter() - t0))
+    out["rollout_ours_tokens_per_s"] = statistics.median(ours)
+    out["rollout_pipeline_tokens_per_s"] = statistics.median(theirs)
+    return out
+
+
+def worker_update_memory(a) -> dict:
+    """Peak memory of one update (reference pass + micro-batched loss + step) above the pre-update level."""
+    from .grpo import group_advantages
+    from .update import grpo_update
+
+    trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}", "grpo.beta=0.04"])
+    batch, _ = _rollout(trainer, gather=True, seed=0)
+    adv = group_advantages(torch.linspace(0, 1, len(batch)), trainer.cfg.grpo.group_size)
+    grpo_update(trainer.engine, batch, adv, trainer.cfg, trainer.ref_engine)  # warm-up: optimizer states exist
+    before = current_memory_bytes(trainer.device)
+    reset_peak_memory(trainer.device)
+    t0 = time.perf_counter()
+    grpo_update(trainer.engine, batch, adv, trainer.cfg, trainer.ref_engine)
+    return {"update_peak_above_start_mb": (peak_memory_bytes(trainer.device) - before) / 2**20,
+            "update_time_s": time.perf_counter() - t0, "micro_batch": a.micro_batch}
+
+
+def worker_zero3_rollout(a) -> dict:
+    """Alternate gathered / sharded ZeRO-3 rollouts (all ranks take part in both)."""
+    trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}"])
+    _rollout(trainer, gather=True, seed=99)  # warm-up
+    times = {True: [], False: []}
+    tokens = 0
+    for rep in range(a.repeats):
+        for gather in (True, False):
+            batch, dt = _rollout(trainer, gather, seed=rep)
+            times[gather].append(dt)
+            tokens = batch.completion_ids.numel()
+    return {"world_size": trainer.world, "tokens_per_rank": tokens,
+            "gathered_tokens_per_s": tokens * trainer.world / statistics.median(times[True]),
+            "sharded_tokens_per_s": tokens * trainer.world / statistics.median(times[False])}
+
+
+WORKERS = {"phases": worker_phases, "update-memory": worker_update_memory, "zero3-rollout": worker_zero3_rollout}
+
+
+# ----------------------------------------------------------------------------- driver
+def _run_worker(a, name: str, nprocs: int = 1, extra: tuple = ()) -> dict:
+    """Each measurement in its own process(es): fresh peak-memory counters, one DeepSpeed init."""
+    result = Path(a.workdir) / f"{name}{''.join(extra)}.json"
+    args = ["--worker", name, "--result", str(result), "--model", a.model, "--data", a.data, "--workdir", a.workdir,
+            "--size", str(a.size), "--group-size", str(a.group_size), "--steps", str(a.steps), "--repeats", str(a.repeats),
+            "--config", a.config, "--deepspeed", a.deepspeed, *extra]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    if name == "update-memory":
+        # glibc serves allocations above this size with mmap and unmaps them on free, so the
+        # resident set follows the live tensors instead of keeping freed heap pages
+        env["MALLOC_MMAP_THRESHOLD_"] = "16384"
+    if nprocs > 1:
+        launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
+        from .engine import _free_port
+
+        cmd = [launcher, "--num_gpus", str(nprocs), "--master_port", str(_free_port()), "--module", "glm_grpo_ds.bench", *args]
+        if not torch.cuda.is_available():
+            env["DS_ACCELERATOR"] = "cpu"
+    else:
+        cmd = [sys.executable, "-m", "glm_grpo_ds.bench", *args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0 or not result.is_file():
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-25:])
+        raise RuntimeError(f"benchmark worker {name} failed ({proc.returncode}):\n{tail}")
+    return json.loads(result.read_text())
+
+
+def run_all(a) -> dict:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    res = {"device": torch.cuda.get_device_name(0) if device == "cuda" else f"cpu ({os.cpu_count()} cores)",
+           "model": a.model, "size": a.size, "group_size": a.group_size, "steps": a.steps}
+    res["phases"] = _run_worker(a, "phases", extra=("--micro-batch", "2"))
+    res["phases"]["micro_batch"] = 2
+    res["update_memory"] = {m: _run_worker(a, "update-memory", extra=("--micro-batch", str(m))) for m in (2, a.group_size)}
+    res["zero3_rollout_2_ranks"] = _run_worker(a, "zero3-rollout", nprocs=2, extra=("--micro-batch", "2"))
+    p, z, u = res["phases"], res["zero3_rollout_2_ranks"], res["update_memory"]
+    res["ratios"] = {
+        "rollout_ours_over_pipeline": p["rollout_ours_tokens_per_s"] / p["rollout_pipeline_tokens_per_s"],
+        "zero3_gathered_over_sharded": z["gathered_tokens_per_s"] / z["sharded_tokens_per_s"],
+        f"update_peak_mb2_over_mb{a.group_size}": u[2]["update_peak_above_start_mb"] / u[a.group_size]["update_peak_above_start_mb"],
+    }
+    return res
+
+
+def format_table(r: dict) -> str:
+    p, z, u = r["phases"], r["zero3_rollout_2_ranks"], r["update_memory"]
+    g = r["group_size"]
+    rows = [
+        ("rollout (ZeRO-3, 1 rank)", f"{p['rollout_tokens_per_s']:,.0f} tokens/s"),
+        ("decode (DiT + VAE)", f"{p['decode_images_per_s']:.2f} images/s"),
+        ("reward", f"{p['reward_images_per_s']:.1f} images/s"),
+        ("update (micro-batch 2)", f"{p['update_tokens_per_s']:,.0f} tokens/s"),
+        ("step time", f"{p['step_time_s']:.2f} s (" + ", ".join(f"{k} {v:.2f}" for k, v in p["time_split_s"].items()) + ")"),
+        ("peak memory", f"{p['peak_memory_mb']:,.0f} MB"),
+        ("rollout: ours / pipeline", f"{r['ratios']['rollout_ours_over_pipeline']:.2f}x  "
+                                      f"({p['rollout_ours_tokens_per_s']:,.0f} vs {p['rollout_pipeline_tokens_per_s']:,.0f} tokens/s)"),
+        ("ZeRO-3 2 ranks: gathered / sharded", f"{r['ratios']['zero3_gathered_over_sharded']:.2f}x  "
+                                                f"({z['gathered_tokens_per_s']:,.0f} vs {z['sharded_tokens_per_s']:,.0f} tokens/s)"),
+        (f"update peak: mb 2 / mb {g}", f"{r['ratios'][f'update_peak_mb2_over_mb{g}']:.2f}  "
+                                         f"({u[2]['update_peak_above_start_mb']:,.1f} vs {u[g]['update_peak_above_start_mb']:,.1f} MB above start)"),
+    ]
+    head = f"device: {r['device']}; model: {r['model']}; {r['size']}x{r['size']}, G={g}, {r['steps']} timed steps"
+    width = max(len(k) for k, _ in rows)
+    return "\n".join([head] + [f"  {k:<{width}}  {v}" for k, v in rows])
+
+
+def parse_args(argv):
+    from .config import BenchConfig
+
+    d = BenchConfig()
+    p = argparse.ArgumentParser(prog="glm-grpo bench", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None, help="GLM-Image pipeline directory (default: build the tiny one)")
+    p.add_argument("--data", default=None, help="prompt file (default: the tiny learnable set)")
+    p.add_argument("--config", default=str(CONFIG), help="training YAML the runs start from")
+    p.add_argument("--deepspeed", default=str(ZERO3))
+    p.add_argument("--size", type=int, default=d.size)
+    p.add_argument("--group-size", type=int, default=d.group_size)
+    p.add_argument("--steps", type=int, default=d.steps, help="timed steps after one warm-up step")
+    p.add_argument("--repeats", type=int, default=d.repeats, help="repeats of each side-by-side comparison")
+    p.add_argument("--out", default=d.out)
+    p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    p.add_argument("--workdir", help=argparse.SUPPRESS)
+    p.add_argument("--micro-batch", type=int, default=2, help=argparse.SUPPRESS)
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if a.worker:
+        result = WORKERS[a.worker](a)
+        if int(os.environ.get("RANK", "0")) == 0:
+            Path(a.result).write_text(json.dumps(result))
+        return 0
+    tmp = Path(tempfile.mkdtemp(prefix="glm_grpo_bench_"))
+    try:
+        if a.model is None:
+            from .config import DecoderConfig
+            from .testing.tiny import build_tiny_pipeline
+            from .testing.tiny_data import write_tiny_dataset
+
+            a.model = str(build_tiny_pipeline(tmp / "tiny"))
+            if a.data is None:
+                a.data = str(write_tiny_dataset(a.model, tmp / "data", a.size, a.size, DecoderConfig(num_inference_steps=2)))
+        if a.data is None:
+            print("glm-grpo bench: --data is required with --model (a .txt or .jsonl prompt file)", file=sys.stderr)
+            return 2
+        a.workdir = str(tmp)
+        result = run_all(a)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=2))
+    print(format_table(result))
+    print(f"wrote {out / 'bench.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

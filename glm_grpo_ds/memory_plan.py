@@ -1,0 +1,346 @@
+"""Per-GPU memory plan of a GRPO run, before launch, from parameter counts (no weights needed).
+
+    glm-grpo estimate-memory --config launch/configs/glm_image_lora_zero3.yaml \
+        --deepspeed ds_configs/zero3.json --num-gpus 8 [--num-nodes 1] [--gpu-memory-gb 80] [--json]
+
+Parameter counts come from the model configs: ``model.path`` when it is a pipeline directory,
+else the real GLM-Image sizes (transformers' ``GlmImageConfig()`` defaults for the AR; the public
+DiT/VAE/glyph-encoder configs below). The models are built on the ``meta`` device, so the counts
+(and the per-tensor ZeRO-3 partitioning) are exact and cost no memory; the trainable set is made by
+the trainer's own :func:`glm_grpo_ds.policy.make_trainable`.
+
+Model states (ZeRO paper, Rajbhandari et al. 2020: (2 + 2 + K)·Ψ/N for mixed-precision Adam),
+with Ψ = AR parameters, Ψt = trainable ones (LoRA or the language model), N = data-parallel ranks,
+b = bytes per model-dtype element (2 for bf16):
+
+    weights     b·Ψ (ZeRO-1/2)  |  Σ ceil(ψ/N)·b per tensor, + b·ψ for tensors below the
+                stage3_param_persistence_threshold, which ZeRO-3 keeps whole (ZeRO-3)
+    gradients   b·Ψt (ZeRO-1)   |  b·Ψt/N (ZeRO-2/3)        (DeepSpeed accumulates in the model dtype)
+    fp32 master 4·Ψt/N                                     (0 on the GPU with offload_optimizer)
+    optimizer   K·Ψt/N: AdamW K=8 (two fp32 moments); 8-bit AdamW K=2 + 8/256 (two uint8 codes and
+                one fp32 scale per 256-block each) + 2 KiB of code maps; offloaded: on the host
+    reference   0 with LoRA (adapters disabled) or beta = 0; else a frozen copy sharded like the weights
+
+Everything else is an activation-type estimate, labelled as such in the output: rollout KV cache
+(B·T·layers·2·kv_heads·head_dim·b), the transient full gather of the AR during ZeRO-3 rollouts,
+the model-dtype logits kept for backward plus one fp32 chunk, per-micro-batch activations
+(with checkpointing: each layer's input + one layer recomputed; without: every layer's saved
+tensors, 8h + 2·kv + 4·I elements per token for a GLM decoder layer), the frozen decoder (DiT + VAE
++ glyph encoder) and its decode activations, ZeRO buffers, and a fixed runtime allowance (CUDA
+context, NCCL, allocator). Peak = persistent + the largest of the rollout / decode / update phases.
+Reward models are not counted (their size depends on your reward list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+GIB = 2**30
+RUNTIME_OVERHEAD = 2 * GIB  # CUDA context + NCCL buffers + allocator slack, per GPU (typical)
+BNB_BLOCK = 256  # bitsandbytes 8-bit optimizer block size (one fp32 scale per block)
+BNB_QMAPS = 2 * 256 * 4  # two fp32 code maps of 256 entries
+
+# Real GLM-Image sizes where the pipeline directory is not at hand. AR: transformers' defaults.
+# DiT: GlmImageTransformer2DModel, 30 layers x 32 heads x 128 (hidden 4096), as in zai-org/GLM-Image
+# (diffusers' own defaults describe a smaller model). VAE: 16-channel AutoencoderKL. Glyph encoder:
+# the ByT5-small encoder (d_model 1472 = the DiT's text_embed_dim).
+BUILTIN_DIT = dict(num_layers=30, attention_head_dim=128, num_attention_heads=32, text_embed_dim=1472)
+BUILTIN_VAE = dict(
+    latent_channels=16, block_out_channels=[128, 256, 512, 512], layers_per_block=2,
+    down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
+)
+BUILTIN_GLYPH = dict(
+    vocab_size=384, d_model=1472, d_kv=64, d_ff=3584, num_layers=12, num_heads=6,
+    feed_forward_proj="gated-gelu", is_encoder_decoder=False,
+)
+
+
+@dataclass
+class Sizes:
+    """Parameter counts of one pipeline, per tensor where ZeRO-3 partitioning needs them."""
+
+    ar_base: list[int]  # every AR tensor except the LoRA adapters
+    lora: list[int]  # LoRA adapter tensors (empty for full fine-tuning)
+    trainable: int
+    decoder: int  # DiT + VAE + glyph encoder
+    dit_hidden: int
+    text: dict  # the AR language model's config (layers, heads, sizes)
+    source: str
+
+
+def _meta_count(build) -> int:
+    with torch.device("meta"):
+        return sum(p.numel() for p in build().parameters())
+
+
+def model_sizes(cfg) -> Sizes:
+    """Counts for ``cfg.model.path`` (a pipeline directory) or the built-in GLM-Image configs."""
+    from diffusers import AutoencoderKL, GlmImageTransformer2DModel
+    from transformers import GlmImageConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
+
+    from .policy import make_trainable
+
+    root = Path(cfg.model.path) if cfg.model.path else None
+    local = root is not None and (root / "vision_language_encoder" / "config.json").is_file()
+    if local:
+        ar_cfg = GlmImageConfig.from_pretrained(root / "vision_language_encoder")
+        dit_cfg = GlmImageTransformer2DModel.load_config(root / "transformer")
+        vae_cfg = AutoencoderKL.load_config(root / "vae")
+        glyph_cfg = T5Config.from_pretrained(root / "text_encoder")
+        source = f"configs in {root}"
+    else:
+        ar_cfg, dit_cfg, vae_cfg, glyph_cfg = GlmImageConfig(), BUILTIN_DIT, BUILTIN_VAE, T5Config(**BUILTIN_GLYPH)
+        source = "built-in GLM-Image configs (model.path is not a pipeline directory)"
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' deprecation notes about checkpointing flags
+        ar = make_trainable(GlmImageForConditionalGeneration(ar_cfg), cfg.lora, gradient_checkpointing=False)
+    named = list(ar.named_parameters())
+    decoder = (
+        _meta_count(lambda: GlmImageTransformer2DModel.from_config(dit_cfg))
+        + _meta_count(lambda: AutoencoderKL.from_config(vae_cfg))
+        + _meta_count(lambda: T5EncoderModel(glyph_cfg))
+    )
+    dit_hidden = int(dit_cfg["num_attention_heads"] * dit_cfg["attention_head_dim"])
+    t = ar_cfg.text_config
+    text = dict(
+        layers=t.num_hidden_layers, hidden=t.hidden_size, intermediate=t.intermediate_size,
+        heads=t.num_attention_heads, kv_heads=t.num_key_value_heads or t.num_attention_heads,
+        head_dim=getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads,
+        vision_vocab=t.vision_vocab_size,
+    )
+    return Sizes(
+        ar_base=[p.numel() for n, p in named if "lora_" not in n],
+        lora=[p.numel() for n, p in named if "lora_" in n],
+        trainable=sum(p.numel() for _, p in named if p.requires_grad),
+        decoder=decoder,
+        dit_hidden=dit_hidden,
+        text=text,
+        source=source,
+    )
+
+
+def grid_tokens(height: int, width: int) -> int:
+    """Generated tokens per image: the target grid (H/32 x W/32) plus the preview grid, whose
+    sides GlmImageProcessor sets to 16·sqrt(aspect ratio) and 16/sqrt(aspect ratio)."""
+    ratio = height / width
+    return (height // 32) * (width // 32) + int(math.sqrt(ratio) * 16) * int(math.sqrt(1 / ratio) * 16)
+
+
+def _zero3_bytes(numels: list[int], n: int, persist_below: int, b: int) -> int:
+    """Per-rank bytes of ZeRO-3 parameters: each tensor's partition, plus the whole of tensors below
+    the persistence threshold (DeepSpeed keeps those gathered after their first use)."""
+    return sum(math.ceil(k / n) * b + (k * b if k < persist_below else 0) for k in numels)
+
+
+def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
+    """The memory plan as ``{"components": {name: bytes}, "phases": ..., "host": ..., ...}``.
+
+    ``cfg`` = TrainConfig, ``ds_raw`` = the ds_configs JSON as read, ``est`` = EstimateConfig.
+    """
+    from . import engine as ds
+    from .policy import resolve_dtype
+
+    sizes = sizes or model_sizes(cfg)
+    world = est.num_gpus * est.num_nodes
+    dtype = resolve_dtype(cfg.model.dtype, on_gpu=est.device == "cuda")
+    dcfg = ds.fill_ds_config(ds_raw, cfg, world, sizes.text["hidden"], dtype)
+    zero = dcfg.get("zero_optimization", {})
+    stage = int(zero.get("stage", 0))
+    b = torch.empty(0, dtype=dtype).element_size()
+    grad_b = b  # DeepSpeed accumulates gradients in the model dtype unless data_types says otherwise
+    if dcfg.get("data_types", {}).get("grad_accum_dtype") == "fp32":
+        grad_b = 4
+    offload_opt = zero.get("offload_optimizer", {}).get("device", "none") not in ("none", None)
+    persist = int(zero.get("stage3_param_persistence_threshold", 0)) if stage == 3 else 0
+    psi_t = sizes.trainable
+    shard = lambda k: math.ceil(k / world)  # noqa: E731 - ZeRO partition of k elements
+
+    def weights(numels):
+        return _zero3_bytes(numels, world, persist, b) if stage == 3 else sum(numels) * b
+
+    comp: dict[str, int] = {}
+    notes: dict[str, str] = {}
+    comp["ar_weights"] = weights(sizes.ar_base)
+    notes["ar_weights"] = f"{sum(sizes.ar_base) / 1e9:.2f}B params, {dtype}".replace("torch.", "") + (
+        f", ZeRO-3 sharded /{world}" if stage == 3 else ", whole on every GPU"
+    )
+    comp["lora_weights"] = weights(sizes.lora)
+    notes["lora_weights"] = f"{sum(sizes.lora) / 1e6:.1f}M params" if sizes.lora else "full fine-tuning: none"
+    comp["gradients"] = (shard(psi_t) if stage >= 2 else psi_t) * grad_b
+    notes["gradients"] = f"{psi_t / 1e6:.1f}M trainable" + (f" /{world}" if stage >= 2 else "")
+    master = 4 * shard(psi_t) if stage >= 1 else 4 * psi_t
+    if cfg.optimizer.name == "adamw" or offload_opt:
+        states = 8 * shard(psi_t) + 4  # + torch AdamW's fp32 step counter of the flat group
+        notes["optimizer_states"] = "AdamW fp32 moments, 8 bytes/param"
+    else:
+        states = 2 * shard(psi_t) + 2 * 4 * math.ceil(shard(psi_t) / BNB_BLOCK) + BNB_QMAPS
+        notes["optimizer_states"] = "8-bit AdamW, ~2 bytes/param"
+    host = {}
+    if offload_opt:
+        host = {"master_weights": master, "optimizer_states": states}
+        master = states = 0
+        notes["optimizer_states"] += " (offloaded to host)"
+    comp["master_weights"] = master
+    notes["master_weights"] = "fp32 copy of the trainable partition"
+    comp["optimizer_states"] = states
+    needs_ref = cfg.lora is None and cfg.grpo.beta > 0
+    comp["reference"] = weights(sizes.ar_base) if needs_ref else 0
+    notes["reference"] = "frozen copy (full fine-tuning, beta > 0)" if needs_ref else (
+        "LoRA: adapters disabled, no copy" if cfg.lora is not None else "beta = 0: no reference"
+    )
+    dec_b = torch.empty(0, dtype=resolve_dtype(cfg.decoder.dtype, on_gpu=est.device == "cuda")).element_size()
+    decoder = sizes.decoder * dec_b
+    comp["decoder"] = 0 if cfg.decoder.offload else decoder
+    notes["decoder"] = f"DiT + VAE + glyph encoder, {sizes.decoder / 1e9:.2f}B params" + (
+        " (offloaded: on the GPU only while decoding)" if cfg.decoder.offload else ""
+    )
+    bucket = int(zero.get("reduce_bucket_size", 5e8)) if stage >= 1 else 0
+    comp["zero_buffers"] = bucket * grad_b
+    notes["zero_buffers"] = "gradient reduce bucket"
+
+    # ---- transients, one phase at a time
+    t = sizes.text
+    n_gen = grid_tokens(cfg.rollout.height, cfg.rollout.width)
+    seq = est.prompt_tokens + n_gen
+    rows = cfg.sequences_per_rank
+    mb = cfg.batch.micro_batch_size
+    comp["rollout_kv_cache"] = rows * seq * t["layers"] * 2 * t["kv_heads"] * t["head_dim"] * b
+    notes["rollout_kv_cache"] = f"{rows} sequences x {seq} tokens ({est.prompt_tokens} prompt + {n_gen} generated)"
+    full_ar = (sum(sizes.ar_base) + sum(sizes.lora)) * b
+    gather = stage == 3 and cfg.rollout.gather_parameters
+    comp["rollout_gather"] = full_ar if gather else 0
+    notes["rollout_gather"] = "ZeRO-3: whole AR gathered once per rollout" if gather else "no full gather"
+    comp["logits"] = mb * n_gen * t["vision_vocab"] * b + 3 * mb * min(cfg.grpo.logprob_chunk_size, n_gen) * t["vision_vocab"] * 4
+    notes["logits"] = f"micro-batch {mb}: {dtype} logits kept for backward + one fp32 chunk".replace("torch.", "")
+    h, kv, inter = t["hidden"], t["kv_heads"] * t["head_dim"], t["intermediate"]
+    per_layer = 8 * h + 2 * kv + 4 * inter  # elements saved per token by one decoder layer
+    if cfg.model.gradient_checkpointing:
+        comp["activations"] = mb * seq * (t["layers"] * h + per_layer) * b
+        notes["activations"] = f"micro-batch {mb} x {seq} tokens, checkpointed (layer inputs + one layer)"
+    else:
+        comp["activations"] = mb * seq * t["layers"] * per_layer * b
+        notes["activations"] = f"micro-batch {mb} x {seq} tokens, every layer's saved tensors"
+    # ZeRO-3 keeps up to stage3_max_live_parameters gathered (checkpointing reuses each layer
+    # soon, so they are not released early) plus one prefetch bucket.
+    live = min(int(zero.get("stage3_max_live_parameters", 1e9)), sum(sizes.ar_base) + sum(sizes.lora))
+    comp["zero3_update_gather"] = (live + int(zero.get("stage3_prefetch_bucket_size", 0))) * b if stage == 3 else 0
+    notes["zero3_update_gather"] = "ZeRO-3 live parameters + prefetch bucket in forward/backward" if stage == 3 else "-"
+    images = min(cfg.decoder.batch_size, cfg.grpo.group_size) * (2 if cfg.decoder.guidance_scale > 1 else 1)
+    latent_tokens = (cfg.rollout.height // 16) * (cfg.rollout.width // 16)
+    vae = images * 128 * cfg.rollout.height * cfg.rollout.width * dec_b * 3  # full-resolution VAE decoder maps
+    comp["decode_activations"] = images * latent_tokens * sizes.dit_hidden * dec_b * 12 + vae + (decoder if cfg.decoder.offload else 0)
+    notes["decode_activations"] = f"{images} images per DiT forward (CFG doubles), DiT + VAE decoder"
+    comp["runtime_overhead"] = RUNTIME_OVERHEAD
+    notes["runtime_overhead"] = "CUDA context, NCCL, allocator slack (typical)"
+
+    persistent = ["ar_weights", "lora_weights", "gradients", "master_weights", "optimizer_states", "reference",
+                  "decoder", "zero_buffers", "runtime_overhead"]
+    phases = {
+        "rollout": comp["rollout_kv_cache"] + comp["rollout_gather"],
+        "decode": comp["decode_activations"],
+        "update": comp["logits"] + comp["activations"] + comp["zero3_update_gather"],
+    }
+    total = sum(comp[k] for k in persistent) + max(phases.values())
+    gpu = int(est.gpu_memory_gb * GIB)
+    return {
+        "components": comp,
+        "notes": notes,
+        "persistent": persistent,
+        "phases": phases,
+        "peak_phase": max(phases, key=phases.get),
+        "total_bytes": total,
+        "gpu_memory_bytes": gpu,
+        "headroom_bytes": gpu - total,
+        "host_bytes": host,
+        "model_states": {  # what glm_grpo_ds.engine.model_state_bytes measures
+            "parameters": comp["ar_weights"] + comp["lora_weights"],
+            "gradients": comp["gradients"],
+            "master": comp["master_weights"],
+            "optimizer_states": comp["optimizer_states"],
+        },
+        "setup": dict(
+            world_size=world, nodes=est.num_nodes, zero_stage=stage, dtype=str(dtype).replace("torch.", ""),
+            lora=cfg.lora is not None, optimizer=cfg.optimizer.name, offload_optimizer=offload_opt,
+            sequences_per_gpu=rows, micro_batch=mb, size=f"{cfg.rollout.height}x{cfg.rollout.width}",
+            sizes_from=sizes.source,
+        ),
+    }
+
+
+def format_plan(p: dict) -> str:
+    s = p["setup"]
+    lines = [
+        f"memory plan per GPU: {s['world_size']} GPU(s) on {s['nodes']} node(s), ZeRO-{s['zero_stage']}, "
+        f"{'LoRA' if s['lora'] else 'full fine-tuning'}, {s['optimizer']}, {s['dtype']}, {s['sequences_per_gpu']} "
+        f"sequences/GPU, micro-batch {s['micro_batch']}, {s['size']}",
+        f"sizes from {s['sizes_from']}",
+        "",
+        f"  {'component':<22}{'GiB':>9}  note",
+    ]
+    for name, value in p["components"].items():
+        tag = "" if name in p["persistent"] else "  [transient]"
+        lines.append(f"  {name:<22}{value / GIB:>9.2f}  {p['notes'][name]}{tag}")
+    lines.append("")
+    phases = ", ".join(f"{k} {v / GIB:.2f}" for k, v in p["phases"].items())
+    lines.append(f"  transient peak by phase (GiB): {phases}; largest: {p['peak_phase']}")
+    lines.append(f"  {'total (peak)':<22}{p['total_bytes'] / GIB:>9.2f}  of {p['gpu_memory_bytes'] / GIB:.0f} GiB, "
+                 f"headroom {p['headroom_bytes'] / GIB:.2f} GiB")
+    for name, value in p["host_bytes"].items():
+        lines.append(f"  host RAM per GPU: {name} {value / GIB:.2f} GiB")
+    return "\n".join(lines)
+
+
+def parse_args(argv):
+    from .config import EstimateConfig
+
+    d = EstimateConfig()
+    ap = argparse.ArgumentParser(prog="glm-grpo estimate-memory", description="per-GPU memory plan of a GRPO run (no weights needed)")
+    ap.add_argument("--config", required=True, help="training YAML (the one you will launch)")
+    ap.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
+    ap.add_argument("--num-gpus", type=int, default=d.num_gpus, help="GPUs per node")
+    ap.add_argument("--num-nodes", type=int, default=d.num_nodes)
+    ap.add_argument("--gpu-memory-gb", type=float, default=d.gpu_memory_gb, help="GiB per GPU")
+    ap.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens, help="longest prompt in tokens (KV cache)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default=d.device, help="cpu: dtype auto = fp32, as on CPU runs")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (bytes per component, total_bytes)")
+    ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, as for `glm-grpo train`")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import engine as ds
+    from .config import ConfigError, EstimateConfig, load_config
+
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        if a.num_gpus < 1 or a.num_nodes < 1:
+            raise ConfigError("--num-gpus and --num-nodes must be >= 1")
+        cfg = load_config(a.config, a.overrides)
+        est = EstimateConfig(a.num_gpus, a.num_nodes, a.gpu_memory_gb, a.prompt_tokens, a.device)
+        p = plan(cfg, ds.read_ds_config(a.deepspeed), est)
+    except (ConfigError, ds.DeepSpeedConfigError, OSError) as err:
+        print(f"glm-grpo estimate-memory: {err}", file=sys.stderr)
+        return 2
+    if a.json:
+        print(json.dumps({**p["components"], "total_bytes": p["total_bytes"], "gpu_memory_bytes": p["gpu_memory_bytes"],
+                          "headroom_bytes": p["headroom_bytes"], "phases": p["phases"], "host_bytes": p["host_bytes"],
+                          "model_states": p["model_states"], "setup": p["setup"]}))
+    else:
+        print(format_plan(p))
+    if p["headroom_bytes"] < 0:
+        print(f"WARNING: the plan needs {p['total_bytes'] / GIB:.1f} GiB per GPU, {-p['headroom_bytes'] / GIB:.1f} GiB more "
+              f"than --gpu-memory-gb {a.gpu_memory_gb:g}; lower batch.micro_batch_size, use LoRA, ZeRO-3, "
+              "more GPUs, or decoder.offload=true", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,25 @@
+"""`glm-grpo bench` end to end on the tiny model (small settings): every phase and every
+side-by-side comparison is measured and written to bench.json."""
+
+import json
+import math
+import subprocess
+import sys
+
+
+def test_bench_writes_every_phase_and_ratio(tmp_path):
+    cmd = [sys.executable, "-m", "glm_grpo_ds.cli", "bench", "--size", "64", "--group-size", "4", "--steps", "1",
+           "--repeats", "1", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((tmp_path / "bench.json").read_text())
+    p = r["phases"]
+    for key in ("rollout_tokens_per_s", "decode_images_per_s", "reward_images_per_s", "update_tokens_per_s",
+                "peak_memory_mb", "rollout_ours_tokens_per_s", "rollout_pipeline_tokens_per_s"):
+        assert p[key] > 0 and math.isfinite(p[key]), key
+    assert r["zero3_rollout_2_ranks"]["world_size"] == 2
+    assert set(r["ratios"]) == {"rollout_ours_over_pipeline", "zero3_gathered_over_sharded", "update_peak_mb2_over_mb4"}
+    assert all(v > 0 for v in r["ratios"].values())
+    # a group of 4 in one micro-batch holds more activations than micro-batches of 2
+    assert r["update_memory"]["4"]["update_peak_above_start_mb"] > r["update_memory"]["2"]["update_peak_above_start_mb"]
+    assert "ZeRO-3 2 ranks: gathered / sharded" in proc.stdout
