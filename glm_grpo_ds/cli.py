@@ -3,6 +3,7 @@
     glm-grpo tiny-model OUT_DIR [--seed N]          build the offline tiny GLM-Image pipeline
     glm-grpo render --model DIR --prompt TEXT ...   render prompts with a GLM-Image pipeline
     glm-grpo verify-logprobs --model DIR ...         sampler vs teacher-forced log-prob parity
+    glm-grpo plot OUTPUT_DIR                        training curves of a (running) run
 
 Each subcommand lives in its own module and is imported only when it runs, so
 ``glm-grpo --help`` stays fast.
@@ -22,6 +23,7 @@ SUBCOMMANDS = {
     "render": ("glm_grpo_ds.render", "render prompts to PNG files with a GLM-Image pipeline"),
     "verify-logprobs": ("glm_grpo_ds.verify", "check sampler vs teacher-forced log-prob parity"),
     "train": ("glm_grpo_ds.train", "GRPO training (one process; use the deepspeed launcher for more)"),
+    "plot": ("glm_grpo_ds.plot", "plot reward, KL and clip fractions of a run (OUTPUT_DIR/reward_curve.png)"),
 }
 
 
