@@ -3,6 +3,7 @@ logging / eval config validation."""
 
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -194,3 +195,74 @@ def test_example_configs_load(name):
 
     cfg = load_config(str(Path(__file__).resolve().parents[2] / "launch" / "configs" / name))
     assert cfg.logging.gallery_steps >= 0 and cfg.eval.steps >= 0
+
+
+def _fake_module(monkeypatch, name, **attrs):
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    module.__dict__.update(attrs)
+    monkeypatch.setitem(sys.modules, name, module)
+    return module
+
+
+def test_sinks_call_the_tracker_apis(tmp_path, monkeypatch):
+    """Stand-ins for torch.utils.tensorboard and wandb record the calls the sinks make (the real
+    packages are exercised by tests/integration/test_observability.py when installed)."""
+    from PIL import Image
+
+    from glm_grpo_ds.tracking import build_tracker
+
+    calls = []
+
+    class SummaryWriter:
+        def __init__(self, log_dir):
+            calls.append(("tb.init", log_dir))
+
+        def add_scalar(self, tag, value, global_step):
+            calls.append(("tb.scalar", tag, value, global_step))
+
+        def add_image(self, tag, img, global_step, dataformats):
+            calls.append(("tb.image", tag, img.shape, global_step, dataformats))
+
+        def flush(self):
+            pass
+
+        def close(self):
+            calls.append(("tb.close",))
+
+    class Run:
+        def log(self, data, step):
+            calls.append(("wandb.log", sorted(data), step))
+
+        def finish(self):
+            calls.append(("wandb.finish",))
+
+    def init(**kwargs):
+        calls.append(("wandb.init", kwargs["project"], kwargs["name"], kwargs["dir"], kwargs["mode"], "grpo" in kwargs["config"]))
+        return Run()
+
+    _fake_module(monkeypatch, "torch.utils.tensorboard", SummaryWriter=SummaryWriter)
+    _fake_module(monkeypatch, "wandb", init=init, Image=lambda path: ("image", path))
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object())
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    out = tmp_path / "run"
+    cfg = load_config(None, BASE + [f"output_dir={out}", "logging.report_to=[tensorboard, wandb]"])
+    tracker = build_tracker(cfg, is_main=True)
+    tracker.log("train", {"step": 3, "loss": 0.5, "lr": None})
+    Image.new("RGB", (20, 10)).save(out / "g.png")
+    tracker.log_image("samples", out / "g.png", 3)
+    tracker.close()
+    assert calls == [
+        ("tb.init", str(out / "tensorboard")),
+        ("wandb.init", "glm-grpo", "run", str(out), "offline", True),
+        ("tb.scalar", "loss", 0.5, 3),
+        ("wandb.log", ["loss"], 3),
+        ("tb.image", "samples", (10, 20, 3), 3, "HWC"),
+        ("wandb.log", ["samples"], 3),
+        ("tb.close",),
+        ("wandb.finish",),
+    ]
+    assert os.environ["WANDB_MODE"] == "offline" and (out / "metrics.jsonl").is_file()
+    assert build_tracker(cfg, is_main=False).sinks == []
