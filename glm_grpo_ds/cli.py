@@ -3,6 +3,7 @@
     glm-grpo tiny-model OUT_DIR [--seed N]          build the offline tiny GLM-Image pipeline
     glm-grpo render --model DIR --prompt TEXT ...   render prompts with a GLM-Image pipeline
     glm-grpo verify-logprobs --model DIR ...         sampler vs teacher-forced log-prob parity
+    glm-grpo plot OUTPUT_DIR                        training curves of a (running) run
 
 Each subcommand lives in its own module and is imported only when it runs, so
 ``glm-grpo --help`` stays fast.
@@ -24,6 +25,7 @@ SUBCOMMANDS = {
     "train": ("glm_grpo_ds.train", "GRPO training (one process; use the deepspeed launcher for more)"),
     "estimate-memory": ("glm_grpo_ds.memory_plan", "per-GPU memory plan of a run before launch (no weights needed)"),
     "bench": ("glm_grpo_ds.bench", "benchmark rollout / decode / reward / update and print side-by-side ratios"),
+    "plot": ("glm_grpo_ds.plot", "plot reward, KL and clip fractions of a run (OUTPUT_DIR/reward_curve.png)"),
 }
 
 

@@ -146,10 +146,38 @@ class DataConfig:
     shuffle: bool = True
 
 
+# Experiment trackers ``logging.report_to`` may name (metrics.jsonl is always written).
+TRACKERS = ("tensorboard", "wandb")
+
+
 @dataclass
 class LoggingConfig:
-    progress_bar: bool = True
-    plot: bool = True  # reward-curve PNG at the end of training
+    """Rank-0 outputs besides ``metrics.jsonl`` (see glm_grpo_ds/tracking.py, gallery.py)."""
+
+    progress_bar: bool = True  # tqdm bar when stderr is a terminal, else one line every log_every steps
+    log_every: int = 10  # steps between progress lines when stderr is not a terminal (log files)
+    plot: bool = True  # reward / KL / clip-fraction PNG at the end of training (reward_curve.png)
+    report_to: list[str] = field(default_factory=list)  # any of TRACKERS, e.g. [tensorboard, wandb]
+    wandb_project: str = "glm-grpo"
+    wandb_run_name: str | None = None  # None = the output_dir's name
+    wandb_mode: str = "offline"  # offline (no network; `wandb sync` later) | online
+    gallery_steps: int = 0  # training gallery samples/step_N.png every N steps (0 = off)
+    gallery_max_prompts: int = 4  # rows (prompts) per gallery, training and eval
+    gallery_thumbnail: int = 128  # longest side of a gallery tile in pixels (never upscaled)
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation with seeds that do not depend on the training step, rank count or
+    ``seed``: the same weights always get the same eval reward (glm_grpo_ds/evaluate.py)."""
+
+    file: str = ""  # .txt / .jsonl prompts like data.train_file; "" = no evaluation
+    steps: int = 0  # evaluate every N training steps (0 = only before training and after the last step)
+    at_start: bool = True  # evaluate the initial policy (step 0) for comparison
+    num_prompts: int = 0  # the first N prompts of the file (0 = all)
+    group_size: int = 4  # samples per eval prompt
+    seed: int = 1234  # sampler and decoder seeds of eval prompt i derive from (seed, i) only
+    gallery: bool = True  # samples/eval_step_N.png at every evaluation
 
 
 @dataclass
@@ -164,6 +192,7 @@ class TrainConfig:
     rewards: list[RewardSpec] = field(default_factory=list)
     data: DataConfig = field(default_factory=DataConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     output_dir: str = "outputs/run"
     max_steps: int = 100
     seed: int = 42
@@ -234,11 +263,37 @@ class TrainConfig:
         need(len(self.rewards) > 0, "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]")
         for i, r in enumerate(self.rewards):
             need(bool(r.name), f"rewards[{i}].name is required")
+        self._validate_logging(need)
         if self.lora is not None:
             need(self.lora.r >= 1, f"lora.r must be >= 1, got {self.lora.r}")
             need(len(self.lora.target_modules) > 0, "lora.target_modules must name at least one module")
         if problems:
             raise ConfigError("\n".join(problems))
+
+
+    def _validate_logging(self, need) -> None:
+        lg, ev = self.logging, self.eval
+        for i, name in enumerate(lg.report_to):
+            close = difflib.get_close_matches(name, TRACKERS, n=2, cutoff=0.5)
+            hint = f"did you mean {', '.join(repr(c) for c in close)}?" if close else f"known: {', '.join(TRACKERS)}"
+            need(name in TRACKERS, f"logging.report_to[{i}]: unknown tracker {name!r}; {hint}")
+        # Checked here, on every rank, so a missing package stops all ranks before training
+        # instead of failing on rank 0 only while the others wait in a collective.
+        import importlib.util
+
+        for name in set(lg.report_to) & set(TRACKERS):
+            need(
+                importlib.util.find_spec(name) is not None,
+                f"logging.report_to names {name} but the {name} package is not installed: pip install 'glm-grpo-ds[tracking]'",
+            )
+        need(lg.wandb_mode in ("offline", "online"), f"logging.wandb_mode must be offline|online, got {lg.wandb_mode!r}")
+        need(lg.log_every >= 1, f"logging.log_every must be >= 1, got {lg.log_every}")
+        need(lg.gallery_steps >= 0, f"logging.gallery_steps must be >= 0 (0 = off), got {lg.gallery_steps}")
+        need(lg.gallery_max_prompts >= 1, f"logging.gallery_max_prompts must be >= 1, got {lg.gallery_max_prompts}")
+        need(lg.gallery_thumbnail >= 16, f"logging.gallery_thumbnail must be >= 16 pixels, got {lg.gallery_thumbnail}")
+        need(ev.steps >= 0, f"eval.steps must be >= 0 (0 = before training and at the end only), got {ev.steps}")
+        need(ev.num_prompts >= 0, f"eval.num_prompts must be >= 0 (0 = all), got {ev.num_prompts}")
+        need(ev.group_size >= 1, f"eval.group_size must be >= 1, got {ev.group_size}")
 
 
 @dataclass

@@ -33,10 +33,11 @@ class PromptRow:
     extra: dict = field(default_factory=dict)
 
 
-def load_prompts(path: str | Path) -> list[PromptRow]:
+def load_prompts(path: str | Path, key: str = "data.train_file") -> list[PromptRow]:
+    """Rows of a prompt file; ``key`` names the config key in error messages."""
     p = Path(path)
     if not p.is_file():
-        raise DataError(f"data.train_file {p} does not exist")
+        raise DataError(f"{key} {p} does not exist")
     rows: list[PromptRow] = []
     lines = p.read_text(encoding="utf-8").splitlines()
     if p.suffix == ".txt":
@@ -63,9 +64,9 @@ def load_prompts(path: str | Path) -> list[PromptRow]:
             prompt = obj.pop("prompt").strip()
             rows.append(PromptRow(index=len(rows), prompt=prompt, target_image=target, text=text, extra=obj))
     else:
-        raise DataError(f"data.train_file {p} must end in .txt or .jsonl")
+        raise DataError(f"{key} {p} must end in .txt or .jsonl")
     if not rows:
-        raise DataError(f"data.train_file {p} holds no prompts")
+        raise DataError(f"{key} {p} holds no prompts")
     return rows
 
 

@@ -1,5 +1,6 @@
 """Everything that touches DeepSpeed: process group, ds_config "auto" filling, engines,
-parameter gathering for rollouts, gradient access, collectives and adapter saving.
+parameter gathering for rollouts, gradient access, collectives (also gathering gallery thumbnails
+to rank 0) and adapter saving.
 
 No other module imports deepspeed. On a machine without a GPU, :func:`init_distributed` selects
 DeepSpeed's CPU accelerator and the gloo backend, so the same command runs on a laptop::
@@ -316,6 +317,19 @@ def all_gather(t: torch.Tensor) -> torch.Tensor:
     parts = [torch.empty_like(t) for _ in range(world)]
     torch.distributed.all_gather(parts, t.contiguous())
     return torch.cat(parts)
+
+
+def gather_to_main(t: torch.Tensor) -> torch.Tensor | None:
+    """Concatenate equally shaped tensors from every rank along dim 0 (rank order) on rank 0;
+    None on the other ranks. Collective: every rank calls it. Used for gallery thumbnails, which
+    only rank 0 writes (cheaper than ``all_gather`` on many ranks)."""
+    world = torch.distributed.get_world_size()
+    if world == 1:
+        return t
+    main = torch.distributed.get_rank() == 0
+    parts = [torch.empty_like(t) for _ in range(world)] if main else None
+    torch.distributed.gather(t.contiguous(), parts, dst=0)
+    return torch.cat(parts) if main else None
 
 
 def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,14 @@
-"""Run outputs on global rank 0: ``metrics.jsonl`` (one object per step), the progress bar and the
-reward-curve PNG. Other ranks get no-op objects, so the training loop never branches on rank."""
+"""Run outputs on global rank 0: JSON-lines metric files (``metrics.jsonl``, one object per step;
+``eval.jsonl``, one per evaluation) and the progress display. Other ranks get no-op objects, so the
+training loop never branches on rank. Trackers (TensorBoard, W&B) are in tracking.py, the plots in
+plot.py."""
 
 from __future__ import annotations
 
 import json
 import resource
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -20,12 +23,13 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 class MetricsWriter:
-    """``metrics.jsonl``; ``resume_step`` keeps the records up to that step and appends after them
-    (records a killed run wrote after its last checkpoint are dropped, not duplicated)."""
+    """``output_dir/name`` (JSON lines with a ``step``); ``resume_step`` keeps the records up to that
+    step and appends after them (records a killed run wrote after its last checkpoint are dropped,
+    not duplicated)."""
 
-    def __init__(self, output_dir: str | Path, enabled: bool, resume_step: int | None = None):
+    def __init__(self, output_dir: str | Path, enabled: bool, resume_step: int | None = None, name: str = "metrics.jsonl"):
         self.enabled = enabled
-        self.path = Path(output_dir) / "metrics.jsonl"
+        self.path = Path(output_dir) / name
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             kept = []
@@ -46,65 +50,62 @@ class MetricsWriter:
 
 
 class Progress:
-    """tqdm bar with the latest reward / KL, on rank 0 only."""
+    """Progress on rank 0: step, reward, KL, loss, elapsed time and ETA.
 
-    def __init__(self, total: int, initial: int, enabled: bool):
-        self.bar = None
-        if enabled:
+    On a terminal: a tqdm bar (its ``[elapsed<remaining]`` is the ETA). When stderr is not a
+    terminal (log files, SLURM, the ``deepspeed`` launcher piping output) tqdm's carriage-return
+    redraws would become one log line per refresh, so instead one compact line is printed at the
+    first step, every ``every`` steps and at the last step.
+    """
+
+    def __init__(self, total: int, initial: int, enabled: bool, every: int = 10, stream=None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.total, self.initial, self.every = total, initial, every
+        self.bar, self.lines = None, False
+        if enabled and self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, desc="grpo", unit="step", file=sys.stderr, dynamic_ncols=True)
+            self.bar = tqdm(total=total, initial=initial, desc="grpo", unit="step", file=self.stream, dynamic_ncols=True)
+        elif enabled:
+            self.lines = True
+            self.t0 = time.perf_counter()
 
     def update(self, record: dict) -> None:
+        reward = record["reward_mean"]
+        stats = dict(reward="n/a" if reward is None else f"{reward:.4g}", kl=f"{record['kl']:.3g}", loss=f"{record['loss']:.3g}")
         if self.bar is not None:
-            reward = record["reward_mean"]
-            self.bar.set_postfix(reward="n/a" if reward is None else f"{reward:.4g}", kl=f"{record['kl']:.3g}", loss=f"{record['loss']:.3g}")
+            self.bar.set_postfix(**stats)
             self.bar.update(1)
+        elif self.lines:
+            step = record["step"]
+            if step % self.every and step != self.total and step != self.initial + 1:
+                return
+            from tqdm import tqdm
+
+            elapsed = time.perf_counter() - self.t0
+            per_step = elapsed / max(1, step - self.initial)
+            print(
+                f"grpo step {step}/{self.total} " + " ".join(f"{k} {v}" for k, v in stats.items())
+                + f" | {per_step:.2f} s/step, elapsed {tqdm.format_interval(elapsed)}, eta {tqdm.format_interval(per_step * (self.total - step))}",
+                file=self.stream,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
 
 
+def nan_mean(values: torch.Tensor) -> float | None:
+    """Mean of the defined (non-NaN) values; None when there are none."""
+    defined = values[~torch.isnan(values)]
+    return defined.mean().item() if defined.numel() else None
+
+
+def nan_std(values: torch.Tensor) -> float | None:
+    defined = values[~torch.isnan(values)]
+    return defined.std().item() if defined.numel() > 1 else None
+
+
 def read_metrics(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
-    """Reward mean (with +-std band and each reward's mean) and KL over steps, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = read_metrics(metrics_path)
-    steps = [r["step"] for r in rows]
-    nan = float("nan")
-    mean = [nan if r["reward_mean"] is None else r["reward_mean"] for r in rows]
-    std = [0.0 if r["reward_std"] is None else r["reward_std"] for r in rows]
-    with_kl = any(r.get("kl") for r in rows)  # beta = 0 runs compute no KL
-    if with_kl:
-        fig, (ax, ax_kl) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, height_ratios=[3, 1])
-    else:
-        fig, ax = plt.subplots(1, 1, figsize=(7, 4.5))
-    ax.plot(steps, mean, label="reward (mean)", color="C0")
-    ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="C0", alpha=0.2)
-    per_reward = sorted({k for r in rows for k in r if k.startswith("reward/") and not k.endswith(("_std", "_undefined"))})
-    if len(per_reward) > 1:
-        for i, key in enumerate(per_reward):
-            ax.plot(steps, [r.get(key) for r in rows], label=key, color=f"C{i + 1}", linewidth=1)
-    ax.set_ylabel("reward")
-    ax.legend(loc="best")
-    ax.grid(alpha=0.3)
-    if with_kl:
-        ax_kl.plot(steps, [r["kl"] for r in rows], color="C3")
-        ax_kl.set_ylabel("KL")
-        ax_kl.set_xlabel("step")
-        ax_kl.grid(alpha=0.3)
-    else:
-        ax.set_xlabel("step")
-    fig.tight_layout()
-    out = Path(out_png)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out

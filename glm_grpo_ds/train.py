@@ -8,7 +8,8 @@ One step: each rank samples G token grids for its prompts (rollout) -> the froze
 (decode) -> rewards score the images -> group-relative advantages over the global batch -> for each
 micro-batch ``engine.backward`` -> ``engine.step`` (``grpo.num_iterations`` times). Outputs in
 ``output_dir``: ``metrics.jsonl``, ``config.json``, ``reward_curve.png``, ``final_adapter/`` (LoRA) or
-``final_model/`` (full fine-tuning).
+``final_model/`` (full fine-tuning); with ``eval.file`` also ``eval.jsonl``, and ``samples/`` galleries
+(``logging.gallery_steps``, evaluations); TensorBoard / W&B with ``logging.report_to``.
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ from . import engine as ds
 from .config import ConfigError, load_config, to_dict
 from .data import DataError, PromptSampler, load_prompts
 from .decoder import ImageDecoder
-from .metrics import MetricsWriter, Progress, peak_memory_mb, plot_reward_curve
+from .evaluate import Evaluator, gallery_to_main
+from .metrics import Progress, nan_mean, nan_std, peak_memory_mb
+from .plot import PLOT_NAME, plot_training
 from .policy import load_policy, load_processor, load_reference, resolve_attn, resolve_dtype
 from .rewards import build_rewards, combine_advantages
 from .rollout import rollout
 from .seeding import decoder_seed, derive_seed, seed_everything
+from .tracking import build_tracker
 from .update import grpo_update
 
 
@@ -56,6 +60,8 @@ class Trainer:
                 f"ones (world size {self.world} x batch.prompts_per_rank {cfg.batch.prompts_per_rank})"
             )
         self.sampler = PromptSampler(rows, self.world, self.rank, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle)
+        # Read before the models load, so a bad eval file fails in seconds.
+        self.evaluator = Evaluator(cfg, load_prompts(cfg.eval.file, "eval.file"), self.rank, self.world, self.device) if cfg.eval.file else None
         self.processor = load_processor(cfg.model.path)
 
         on_gpu = self.device.type == "cuda"
@@ -88,7 +94,7 @@ class Trainer:
             self.sampler.load_state(state["sampler"])
             if self.is_main:
                 print(f"glm-grpo: resumed from {path} at step {self.start_step}", flush=True)
-        self.metrics = MetricsWriter(self.out, self.is_main, resume_step=self.start_step if cfg.resume_from else None)
+        self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if cfg.resume_from else None)
         self.attn, self.dtype = attn, dtype
         if self.is_main:
             (self.out / "config.json").write_text(json.dumps({"train": to_dict(cfg), "deepspeed": self.ds_config}, indent=2))
@@ -126,8 +132,8 @@ class Trainer:
         record = {
             "step": step + 1,
             "loss": ds.all_reduce_mean(torch.tensor(stats["loss"])).item(),
-            "reward_mean": _nan_mean(all_rewards),
-            "reward_std": _nan_std(all_rewards),
+            "reward_mean": nan_mean(all_rewards),
+            "reward_std": nan_std(all_rewards),
             "kl": ds.all_reduce_mean(torch.tensor(stats["kl"])).item(),
             "clip_frac_low": ds.all_reduce_mean(torch.tensor(stats["clip_frac_low"])).item(),
             "clip_frac_high": ds.all_reduce_mean(torch.tensor(stats["clip_frac_high"])).item(),
@@ -147,33 +153,60 @@ class Trainer:
             ).item(),
         }
         for label, values in all_per_reward.items():
-            record[f"reward/{label}"] = _nan_mean(values)
-            record[f"reward/{label}_std"] = _nan_std(values)
+            record[f"reward/{label}"] = nan_mean(values)
+            record[f"reward/{label}_std"] = nan_std(values)
             record[f"reward/{label}_undefined"] = int(torch.isnan(values).sum())
+        if cfg.logging.gallery_steps and (step + 1) % cfg.logging.gallery_steps == 0:
+            t5 = time.perf_counter()
+            path = gallery_to_main(
+                self.out / "samples" / f"step_{step + 1:06d}.png", images, all_rewards[self.rank * n : (self.rank + 1) * n],
+                torch.tensor([r.index for r in row_of]), self.sampler.rows, g.group_size, cfg.logging, self.world,
+            )
+            record["time/gallery"] = time.perf_counter() - t5
+            if path is not None:
+                record["gallery"] = str(path.relative_to(self.out))
         return record
 
     # ------------------------------------------------------------------ loop
     def train(self) -> None:
-        progress = Progress(self.cfg.max_steps, self.start_step, self.is_main and self.cfg.logging.progress_bar)
+        lg = self.cfg.logging
+        if self.evaluator is not None and self.cfg.eval.at_start and self.start_step == 0:
+            self.evaluate(0)
+        progress = Progress(self.cfg.max_steps, self.start_step, self.is_main and lg.progress_bar, lg.log_every)
         try:
             for step in range(self.start_step, self.cfg.max_steps):
                 record = self.step(step)
-                self.metrics.write(record)
+                self.log_step(record)
                 progress.update(record)
+                if self.evaluator is not None and self.evaluator.due(step + 1):
+                    self.evaluate(step + 1)
                 if self.cfg.save_steps and (step + 1) % self.cfg.save_steps == 0:
                     self.save_checkpoint(step + 1)
         finally:
             progress.close()
-            self.metrics.close()
+            self.tracker.close()
         self.save_final()
-        if self.is_main and self.cfg.logging.plot:
-            plot_reward_curve(self.out / "metrics.jsonl", self.out / "reward_curve.png")
+        if self.is_main and lg.plot:
+            plot_training(self.out / "metrics.jsonl", self.out / PLOT_NAME, self.out / "eval.jsonl")
         if self.is_main:
             final = "final_adapter" if self.cfg.lora is not None else "final_model"
             print(f"done: metrics {self.out / 'metrics.jsonl'}")
             if self.cfg.logging.plot:
-                print(f"      reward curve {self.out / 'reward_curve.png'}")
+                print(f"      training curves {self.out / PLOT_NAME}")
             print(f"      {final.replace('_', ' ')} {self.out / final}")
+
+    def log_step(self, record: dict) -> None:
+        self.tracker.log("train", record)
+        if record.get("gallery"):
+            self.tracker.log_image("samples", self.out / record["gallery"], record["step"])
+
+    def evaluate(self, step: int) -> None:
+        """Fixed-seed evaluation after ``step`` training steps (collective: every rank calls it)."""
+        record, gallery = self.evaluator.run(step, self.engine, self.processor, self.decoder, self.reward_fn, self.out, self.is_main)
+        if record is not None:
+            self.tracker.log("eval", record)
+        if gallery is not None:
+            self.tracker.log_image("eval/samples", gallery, step)
 
     def save_checkpoint(self, step: int) -> None:
         state = {
@@ -206,16 +239,6 @@ class Trainer:
             f"{c.rollout.height}x{c.rollout.width}",
             flush=True,
         )
-
-
-def _nan_mean(values: torch.Tensor) -> float | None:
-    defined = values[~torch.isnan(values)]
-    return defined.mean().item() if defined.numel() else None
-
-
-def _nan_std(values: torch.Tensor) -> float | None:
-    defined = values[~torch.isnan(values)]
-    return defined.std().item() if defined.numel() > 1 else None
 
 
 def parse_args(argv):

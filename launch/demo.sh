@@ -13,4 +13,6 @@ DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
 
 glm-grpo tiny-model outputs/tiny --seed 0
 glm-grpo tiny-data --config "$CONFIG" "$@"
-deepspeed --num_gpus "$NUM_PROCS" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" "$@"
+# galleries every 20 steps and a fixed-seed eval of 4 prompts (at 0, 20, 40, 60); "$@" can override
+deepspeed --num_gpus "$NUM_PROCS" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" \
+  logging.gallery_steps=20 eval.file=outputs/tiny_data/prompts.jsonl eval.steps=20 eval.num_prompts=4 "$@"

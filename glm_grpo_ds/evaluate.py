@@ -1,0 +1,114 @@
+"""Held-out evaluation during training, and sample galleries gathered from every rank to rank 0.
+
+Evaluation (``eval.file``; see :class:`glm_grpo_ds.config.EvalConfig`): before training (step 0,
+``eval.at_start``), every ``eval.steps`` steps and after the last step, each eval prompt gets
+``eval.group_size`` samples and the run's rewards score them. Seeds are fixed: prompt row i is
+sampled with ``derive_seed(eval.seed, "eval-rollout", i)`` and decoded with
+``derive_seed(eval.seed, "eval-decode", i)``, one prompt per rollout call, so a prompt's samples
+depend on the weights, the prompt and ``eval.seed`` only - not on the step, the training ``seed``,
+the rank count or which other prompts share a batch. The same weights give the same eval reward.
+
+Distribution: the P eval prompts are split into contiguous shares of ceil(P / world) per rank
+(the last shares padded with repeats, dropped after gathering), so every rank runs the same number
+of rollouts inside one ``gathered_for_rollout`` block - under ZeRO-3 every rank must take part in
+the parameter gather (and, with ``rollout.gather_parameters: false``, in every forward).
+
+Galleries (:func:`gallery_to_main`): each rank turns at most ceil(max_prompts / world) of its
+prompts into small uint8 thumbnails, ``engine.gather_to_main`` collects them on rank 0, which writes
+the PNG (glm_grpo_ds/gallery.py). Called from ``glm_grpo_ds.train``; no command of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from . import engine as ds
+from .data import PromptRow
+from .gallery import save_gallery, thumbnails
+from .metrics import nan_mean, nan_std
+from .rewards.combine import weighted_total
+from .rollout import rollout
+from .seeding import derive_seed
+
+PADDING = -1  # row index of a padding sample (dropped on rank 0)
+
+
+def gallery_to_main(
+    path: Path, images: torch.Tensor, rewards: torch.Tensor, row_index: torch.Tensor, rows: list[PromptRow],
+    cols: int, logging_cfg, world: int,
+) -> Path | None:
+    """Collective. ``images`` ``[n, 3, H, W]`` are this rank's samples, group by group (``cols`` per
+    prompt), ``rewards`` / ``row_index`` ``[n]`` their total reward and dataset row (``PADDING`` =
+    not a real sample). Rank 0 writes at most ``logging.gallery_max_prompts`` rows to ``path`` and
+    returns it; other ranks return None."""
+    max_prompts = logging_cfg.gallery_max_prompts
+    k = min(images.shape[0] // cols, math.ceil(max_prompts / world)) * cols  # same on every rank
+    device = images.device
+    thumbs = ds.gather_to_main(thumbnails(images[:k], logging_cfg.gallery_thumbnail))
+    rewards = ds.gather_to_main(rewards[:k].to(device=device, dtype=torch.float32))
+    index = ds.gather_to_main(row_index[:k].to(device=device, dtype=torch.int64))
+    if thumbs is None:
+        return None
+    keep = [g for g in range(index.shape[0] // cols) if int(index[g * cols]) != PADDING][:max_prompts]
+    sel = torch.tensor([g * cols + c for g in keep for c in range(cols)], dtype=torch.long)
+    prompts = [rows[int(index[g * cols])].prompt for g in keep]
+    return save_gallery(path, thumbs.cpu()[sel], prompts, rewards.cpu()[sel].tolist(), cols)
+
+
+class Evaluator:
+    """Fixed-seed evaluation of the current policy on held-out prompts (see the module docstring)."""
+
+    def __init__(self, cfg, rows: list[PromptRow], rank: int, world: int, device: torch.device):
+        ev = cfg.eval
+        self.cfg, self.rank, self.world, self.device = cfg, rank, world, device
+        self.rows = rows[: ev.num_prompts] if ev.num_prompts else rows
+        per_rank = math.ceil(len(self.rows) / world)
+        positions = range(rank * per_rank, (rank + 1) * per_rank)
+        # (row, real): padding repeats a real prompt so shapes match across ranks, then is dropped
+        self.mine = [(self.rows[p % len(self.rows)], p < len(self.rows)) for p in positions]
+
+    def due(self, step: int) -> bool:
+        """Evaluate after training step ``step`` (1-based)?"""
+        ev = self.cfg.eval
+        return step == self.cfg.max_steps or bool(ev.steps and step % ev.steps == 0)
+
+    def run(self, step: int, engine, processor, decoder, reward_fn, out: Path, is_main: bool) -> tuple[dict | None, Path | None]:
+        """Collective. Returns ``(record, gallery path)`` on rank 0, ``(None, None)`` elsewhere."""
+        cfg, ev = self.cfg, self.cfg.eval
+        h, w, g = cfg.rollout.height, cfg.rollout.width, ev.group_size
+        t0 = time.perf_counter()
+        engine.module.eval()
+        prior, prompts = [], []
+        with torch.no_grad(), ds.gathered_for_rollout(engine, cfg.rollout.gather_parameters):
+            for row, _ in self.mine:
+                gen = torch.Generator(device=self.device).manual_seed(derive_seed(ev.seed, "eval-rollout", row.index))
+                batch = rollout(engine.module, processor, [row.prompt], g, h, w, cfg.grpo.sampling, gen, self.device)
+                prior.append(batch.prior_token_ids)
+                prompts += batch.prompts
+        seeds = [derive_seed(ev.seed, "eval-decode", row.index) % 2**31 for row, _ in self.mine for _ in range(g)]
+        images = decoder.decode(torch.cat(prior), prompts, h, w, seeds)
+        samples = [dict(row.extra, target_image=row.target_image, text=row.text, index=row.index) for row, _ in self.mine for _ in range(g)]
+        per_reward = reward_fn(images, prompts, samples)
+
+        real = len(self.rows) * g  # gathered rows are rank-major; the first `real` are the eval set
+        all_per_reward = {label: ds.all_gather(values)[:real].cpu() for label, values in per_reward.items()}
+        path = None
+        if ev.gallery:
+            total = weighted_total(per_reward, reward_fn.weights, g)
+            index = torch.tensor([row.index if is_real else PADDING for row, is_real in self.mine for _ in range(g)])
+            path = gallery_to_main(out / "samples" / f"eval_step_{step:06d}.png", images, total, index, self.rows, g, cfg.logging, self.world)
+        if not is_main:
+            return None, None
+        totals = weighted_total(all_per_reward, reward_fn.weights, g)
+        record = {"step": step, "eval/reward_mean": nan_mean(totals), "eval/reward_std": nan_std(totals)}
+        for label, values in all_per_reward.items():
+            record[f"eval/reward/{label}"] = nan_mean(values)
+        record["eval/num_prompts"] = len(self.rows)
+        record["eval/time"] = time.perf_counter() - t0
+        if path is not None:
+            record["gallery"] = str(path.relative_to(out))
+        return record, path

@@ -1,0 +1,85 @@
+"""Training curves PNG from a run's ``metrics.jsonl`` (and ``eval.jsonl`` when present): reward mean
+with its std band, each reward's mean and the eval reward; KL (when the run computed it); clip
+fractions low / high. The trainer writes ``output_dir/reward_curve.png`` at the end of a run
+(``logging.plot``); plot a running or finished run at any time with::
+
+    glm-grpo plot OUTPUT_DIR [--out PNG]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .metrics import read_metrics
+
+PLOT_NAME = "reward_curve.png"
+
+
+def _values(rows: list[dict], key: str) -> list[float]:
+    nan = float("nan")
+    return [nan if r.get(key) is None else r[key] for r in rows]
+
+
+def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str | Path | None = None) -> Path:
+    """Write the PNG; returns its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(metrics_path)
+    evals = read_metrics(eval_path) if eval_path is not None and Path(eval_path).is_file() else []
+    steps = [r["step"] for r in rows]
+    with_kl = any(r.get("kl") for r in rows)  # beta = 0 runs compute no KL
+    panels = 3 if with_kl else 2
+    fig, axes = plt.subplots(panels, 1, figsize=(7, 3 + 1.6 * panels), sharex=True, height_ratios=[3] + [1] * (panels - 1))
+    ax = axes[0]
+    mean = _values(rows, "reward_mean")
+    std = [0.0 if s != s else s for s in _values(rows, "reward_std")]
+    ax.plot(steps, mean, label="reward (mean)", color="C0")
+    ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="C0", alpha=0.2)
+    per_reward = sorted({k for r in rows for k in r if k.startswith("reward/") and not k.endswith(("_std", "_undefined"))})
+    if len(per_reward) > 1:
+        for i, key in enumerate(per_reward):
+            ax.plot(steps, _values(rows, key), label=key, color=f"C{i + 1}", linewidth=1)
+    if evals:
+        ax.plot([e["step"] for e in evals], _values(evals, "eval/reward_mean"), "o--", color="k", label="eval reward (mean)")
+    ax.set_ylabel("reward")
+    ax.legend(loc="best", fontsize="small")
+    if with_kl:
+        axes[1].plot(steps, _values(rows, "kl"), color="C3")
+        axes[1].set_ylabel("KL")
+    ax_clip = axes[-1]
+    ax_clip.plot(steps, _values(rows, "clip_frac_low"), label="clip low (ratio < 1-eps)", color="C4")
+    ax_clip.plot(steps, _values(rows, "clip_frac_high"), label="clip high (ratio > 1+eps)", color="C5")
+    ax_clip.set_ylabel("clip fraction")
+    ax_clip.legend(loc="best", fontsize="small")
+    ax_clip.set_xlabel("step")
+    for a in axes:
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    out = Path(out_png)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="glm-grpo plot", description="plot reward, KL and clip fractions of a run")
+    p.add_argument("output_dir", help="a run's output_dir (holds metrics.jsonl)")
+    p.add_argument("--out", help=f"PNG to write (default OUTPUT_DIR/{PLOT_NAME})")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    run = Path(args.output_dir)
+    metrics = run / "metrics.jsonl"
+    if not metrics.is_file() or not metrics.stat().st_size:
+        print(f"glm-grpo plot: {metrics} does not exist or is empty (no training step finished yet?)", file=sys.stderr)
+        return 2
+    out = plot_training(metrics, args.out or run / PLOT_NAME, run / "eval.jsonl")
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

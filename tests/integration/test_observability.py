@@ -1,0 +1,172 @@
+"""Run outputs of the real trainer on the tiny pipeline: sample galleries, fixed-seed evaluation,
+training-curve plots, non-terminal progress lines, TensorBoard / W&B (when installed).
+
+Single-process runs (`python -m glm_grpo_ds.train`, ZeRO-3, world size 1) plus one 2-rank
+`deepspeed` run for the gathering of galleries and eval results across ranks. ~2.5 min on 2 idle cores.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from glm_grpo_ds.gallery import grid_size
+from test_trainer_deepspeed import CONFIG, ROOT, common, launch  # noqa: E402  (same directory)
+
+THUMB = 48  # < the 64x64 images: galleries downscale
+EVAL = ["eval.num_prompts=3", "eval.group_size=2", "eval.seed=99"]
+SMALL = ["rollout.height=64", "rollout.width=64", "grpo.group_size=8", f"logging.gallery_thumbnail={THUMB}"]
+
+
+@pytest.fixture(scope="module")
+def data64(tiny_model_dir, tmp_path_factory):
+    from glm_grpo_ds.config import DecoderConfig
+    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
+
+    return write_tiny_dataset(tiny_model_dir, tmp_path_factory.mktemp("data64"), 64, 64, DecoderConfig(num_inference_steps=2))
+
+
+def run_single(tiny_model_dir, data, out_dir, *extra, timeout=300) -> subprocess.CompletedProcess:
+    # One thread, like each of the 2 deepspeed ranks: numerics comparable across the runs, and no
+    # spinning OpenMP threads when the test machine's cores are busy.
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero3.json",
+           *common(tiny_model_dir, data, out_dir, f"eval.file={data}", *SMALL, *EVAL, *extra)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail("training failed:\n" + "\n".join((proc.stdout + proc.stderr).splitlines()[-40:]))
+    return proc
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    with Image.open(path) as img:
+        return img.size
+
+
+@pytest.fixture(scope="module")
+def run1(tiny_model_dir, data64, tmp_path_factory):
+    """2 steps, gallery every step, eval at 0, every step (1) and at the end (2)."""
+    out = tmp_path_factory.mktemp("obs") / "run1"
+    proc = run_single(tiny_model_dir, data64, out, "max_steps=2", "seed=0", "logging.gallery_steps=1",
+                      "logging.gallery_max_prompts=2", "eval.steps=1")
+    return out, proc
+
+
+def test_galleries_eval_records_plot_and_progress_lines(run1):
+    out, proc = run1
+    # training galleries: 1 prompt per step (1 rank x prompts_per_rank 1) x G=8 tiles of 48x48
+    for step in (1, 2):
+        assert png_size(out / "samples" / f"step_{step:06d}.png") == grid_size(1, 8, THUMB, THUMB)
+    # eval galleries: 3 eval prompts capped at gallery_max_prompts=2 rows x eval.group_size=2
+    for step in (0, 1, 2):
+        assert png_size(out / "samples" / f"eval_step_{step:06d}.png") == grid_size(2, 2, THUMB, THUMB)
+    assert sorted(p.name for p in (out / "samples").iterdir()) == [
+        "eval_step_000000.png", "eval_step_000001.png", "eval_step_000002.png", "step_000001.png", "step_000002.png"]
+
+    rows = jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["gallery"] == f"samples/step_{r['step']:06d}.png" and r["time/gallery"] >= 0 for r in rows)
+    evals = jsonl(out / "eval.jsonl")
+    assert [e["step"] for e in evals] == [0, 1, 2]
+    for e in evals:
+        assert e["eval/num_prompts"] == 3 and e["eval/reward_mean"] < 0 and e["eval/reward/pixel_mse"] == e["eval/reward_mean"]
+        assert e["gallery"] == f"samples/eval_step_{e['step']:06d}.png"
+
+    # stderr is a pipe, not a terminal: compact lines, no tqdm redraws
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("grpo step")]
+    assert [line.split()[2] for line in lines] == ["1/2", "2/2"] and all("eta" in line for line in lines)
+    assert "\r" not in proc.stderr
+
+    curve = out / "reward_curve.png"
+    assert curve.stat().st_size > 1000
+    curve.unlink()
+    from glm_grpo_ds.cli import main
+
+    assert main(["plot", str(out)]) == 0 and png_size(curve)[0] > 300
+
+
+def test_step0_eval_is_the_same_for_another_training_seed(run1, tiny_model_dir, data64, tmp_path):
+    """Eval seeds do not depend on `seed` (and LoRA starts as the identity), so the initial policy's
+    eval is bitwise identical; the training rollouts do change with the seed."""
+    out1, _ = run1
+    out = tmp_path / "run3"
+    run_single(tiny_model_dir, data64, out, "max_steps=1", "seed=5", "eval.gallery=false", "logging.plot=false")
+    first, other = jsonl(out1 / "eval.jsonl")[0], jsonl(out / "eval.jsonl")[0]
+    assert other["step"] == first["step"] == 0
+    for key in ("eval/reward_mean", "eval/reward_std", "eval/reward/pixel_mse"):
+        assert other[key] == first[key], key
+    assert jsonl(out / "metrics.jsonl")[0]["reward_mean"] != jsonl(out1 / "metrics.jsonl")[0]["reward_mean"]
+    assert not (out / "samples").exists()
+
+
+def test_two_ranks_gather_galleries_and_give_the_same_eval(run1, tiny_model_dir, data64, tmp_path):
+    """2 ranks: training gallery rows come from both ranks; 3 eval prompts split 2 + 1 (+1 padding,
+    dropped); the step-0 eval matches the single-process run (another seed, too)."""
+    out1, _ = run1
+    out = tmp_path / "run2"
+    launch(2, ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero3.json",
+               *common(tiny_model_dir, data64, out, f"eval.file={data64}", *SMALL, *EVAL, "max_steps=1", "seed=7",
+                       "logging.gallery_steps=1", "logging.gallery_max_prompts=4", "logging.plot=false")], timeout=300)
+    assert png_size(out / "samples" / "step_000001.png") == grid_size(2, 8, THUMB, THUMB)  # 2 ranks x 1 prompt
+    assert png_size(out / "samples" / "eval_step_000000.png") == grid_size(3, 2, THUMB, THUMB)  # padding dropped
+    first, two = jsonl(out1 / "eval.jsonl")[0], jsonl(out / "eval.jsonl")[0]
+    for key in ("eval/reward_mean", "eval/reward/pixel_mse"):
+        # CPU GEMMs on 1 vs 2 threads may round differently; a different sample would move it by ~1e-3
+        assert two[key] == pytest.approx(first[key], rel=1e-5), key
+
+
+def test_unknown_report_to_is_a_config_error(capsys):
+    from glm_grpo_ds.train import main
+
+    assert main(["--deepspeed", "ds_configs/zero3.json", "--config", str(CONFIG), "logging.report_to=[tensorbord, wandb]"]) == 2
+    err = capsys.readouterr().err
+    assert "logging.report_to[0]: unknown tracker 'tensorbord'; did you mean 'tensorboard'?" in err
+
+
+def test_tensorboard_event_file(tiny_model_dir, data64, tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'glm-grpo-ds[tracking]')")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "tb"
+    run_single(tiny_model_dir, data64, out, "max_steps=1", "logging.report_to=[tensorboard]", "logging.gallery_steps=1")
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    tags = acc.Tags()
+    assert {"reward_mean", "kl", "reward/pixel_mse", "eval/reward_mean"} <= set(tags["scalars"])
+    assert [e.step for e in acc.Scalars("eval/reward_mean")] == [0, 1]
+    assert acc.Scalars("reward_mean")[0].value == pytest.approx(jsonl(out / "metrics.jsonl")[0]["reward_mean"])
+    assert {"samples", "eval/samples"} <= set(tags["images"])
+
+
+def test_wandb_offline_run(tiny_model_dir, data64, tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="wandb is not installed (pip install 'glm-grpo-ds[tracking]')")
+    out = tmp_path / "wb"
+    # no network, no credentials: offline mode must not try to log in
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    run_single(tiny_model_dir, data64, out, "max_steps=1", "logging.report_to=[wandb]", "logging.wandb_project=glm-grpo-test")
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("run-*.wandb"))
+
+
+def test_eval_and_galleries_do_not_change_training(run1, tiny_model_dir, data64, tmp_path):
+    """Eval and galleries draw from their own seeds only: with them off, the same run trains bitwise
+    identically (same rewards, losses and adapter)."""
+    from safetensors.torch import load_file
+
+    out1, _ = run1
+    out = tmp_path / "plain"
+    run_single(tiny_model_dir, data64, out, "max_steps=2", "seed=0", "eval.file=''", "logging.plot=false")
+    assert not (out / "eval.jsonl").exists() and not (out / "samples").exists()
+    plain, observed = jsonl(out / "metrics.jsonl"), jsonl(out1 / "metrics.jsonl")
+    for a, b in zip(plain, observed):
+        assert (a["reward_mean"], a["loss"]) == (b["reward_mean"], b["loss"])
+    w1, w2 = load_file(out1 / "final_adapter" / "adapter_model.safetensors"), load_file(out / "final_adapter" / "adapter_model.safetensors")
+    assert w1.keys() == w2.keys() and all((w1[k] == w2[k]).all() for k in w1)

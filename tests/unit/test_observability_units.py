@@ -1,0 +1,268 @@
+"""Pure pieces of the run outputs: gallery layout, progress lines, tracker fan-out, plot, eval sharding,
+logging / eval config validation."""
+
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from glm_grpo_ds import gallery
+from glm_grpo_ds.config import ConfigError, load_config
+from glm_grpo_ds.data import PromptRow
+from glm_grpo_ds.metrics import MetricsWriter, Progress
+from glm_grpo_ds.tracking import Tracker, scalars
+
+BASE = ["model.path=/m", "data.train_file=/d.jsonl", "rewards=[{name: pixel_mse}]"]
+
+
+@pytest.mark.parametrize("h,w,max_side,expected", [(64, 64, 128, (64, 64)), (1024, 1024, 128, (128, 128)),
+                                                   (1024, 512, 128, (128, 64)), (96, 64, 48, (48, 32))])
+def test_thumbnail_size_keeps_aspect_and_never_upscales(h, w, max_side, expected):
+    assert gallery.thumbnail_size(h, w, max_side) == expected
+    assert tuple(gallery.thumbnails(torch.rand(2, 3, h, w), max_side).shape) == (2, 3, *expected)
+
+
+def test_thumbnails_are_uint8_and_exact_when_not_resized():
+    images = torch.rand(3, 3, 32, 48)
+    t = gallery.thumbnails(images, 64)
+    assert t.dtype == torch.uint8 and torch.equal(t, (images * 255).round().to(torch.uint8))
+
+
+def test_grid_pixel_size_rows_by_cols_by_tile():
+    rows, cols, h, w = 3, 4, 40, 56
+    thumbs = torch.randint(0, 256, (rows * cols, 3, h, w), dtype=torch.uint8)
+    img = gallery.make_grid(thumbs, ["a prompt"] * rows, [f"r={i}" for i in range(rows * cols)], cols)
+    assert img.size == gallery.grid_size(rows, cols, h, w) == (cols * w, rows * (gallery.HEADER_H + h + gallery.CAPTION_H))
+    # tile (row 1, col 2) is pasted unchanged below its row's header
+    top, left = 1 * (gallery.HEADER_H + h + gallery.CAPTION_H) + gallery.HEADER_H, 2 * w
+    tile = torch.from_numpy(np.array(img.crop((left, top, left + w, top + h))))
+    assert torch.equal(tile.permute(2, 0, 1), thumbs[1 * cols + 2])
+
+
+def test_grid_rejects_inconsistent_inputs():
+    thumbs = torch.zeros(5, 3, 8, 8, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="do not fill rows"):
+        gallery.make_grid(thumbs, ["p"], ["c"] * 5, 2)
+    with pytest.raises(ValueError, match="prompts and captions"):
+        gallery.make_grid(thumbs[:4], ["p"], ["c"] * 4, 2)
+
+
+def test_long_text_is_truncated_to_the_tile():
+    from PIL import Image, ImageDraw, ImageFont
+
+    draw, font = ImageDraw.Draw(Image.new("RGB", (10, 10))), ImageFont.load_default()
+    cut = gallery._fit(draw, "a very long prompt " * 20, 100, font)
+    assert cut.endswith("...") and draw.textlength(cut, font=font) <= 100
+    assert gallery._fit(draw, "short", 100, font) == "short"
+    assert gallery.reward_caption(float("nan")) == "r=n/a" and gallery.reward_caption(-0.012345) == "r=-0.01235"
+
+
+def test_save_gallery_writes_png(tmp_path):
+    from PIL import Image
+
+    path = gallery.save_gallery(tmp_path / "samples" / "step_000001.png", torch.zeros(4, 3, 16, 24, dtype=torch.uint8),
+                                ["p0", "p1"], [0.1, float("nan"), 0.3, 0.4], cols=2)
+    assert Image.open(path).size == gallery.grid_size(2, 2, 16, 24)
+
+
+def _record(step, reward=0.5):
+    return {"step": step, "reward_mean": reward, "kl": 0.01, "loss": 0.2}
+
+
+class _Stream(io.StringIO):
+    def isatty(self):
+        return False
+
+
+def test_progress_prints_compact_lines_when_not_a_terminal():
+    stream = _Stream()
+    p = Progress(total=25, initial=0, enabled=True, every=10, stream=stream)
+    assert p.bar is None
+    for step in range(1, 26):
+        p.update(_record(step))
+    p.close()
+    lines = stream.getvalue().splitlines()
+    assert [line.split()[2] for line in lines] == ["1/25", "10/25", "20/25", "25/25"]  # first, every 10, last
+    assert "eta" in lines[0] and "reward 0.5" in lines[0] and "kl 0.01" in lines[0]
+
+
+def test_progress_disabled_prints_nothing():
+    stream = _Stream()
+    p = Progress(total=3, initial=0, enabled=False, stream=stream)
+    p.update(_record(1))
+    assert stream.getvalue() == ""
+
+
+class _Sink:
+    def __init__(self):
+        self.logged, self.images, self.closed = [], [], False
+
+    def log(self, values, step):
+        self.logged.append((step, values))
+
+    def log_image(self, tag, path, step):
+        self.images.append((tag, step))
+
+    def close(self):
+        self.closed = True
+
+
+def test_tracker_fans_out_to_jsonl_and_every_sink(tmp_path):
+    sinks = [_Sink(), _Sink()]
+    tracker = Tracker({"train": MetricsWriter(tmp_path, True), "eval": MetricsWriter(tmp_path, True, name="eval.jsonl")}, sinks)
+    tracker.log("train", {"step": 1, "loss": 0.5, "grad_norm": None, "gallery": "samples/step_000001.png", "n": 3})
+    tracker.log("eval", {"step": 1, "eval/reward_mean": -0.1})
+    tracker.log_image("samples", tmp_path / "x.png", 1)
+    tracker.close()
+    assert json.loads((tmp_path / "metrics.jsonl").read_text())["gallery"] == "samples/step_000001.png"
+    assert json.loads((tmp_path / "eval.jsonl").read_text())["eval/reward_mean"] == -0.1
+    for sink in sinks:
+        assert sink.logged == [(1, {"loss": 0.5, "n": 3.0}), (1, {"eval/reward_mean": -0.1})]
+        assert sink.images == [("samples", 1)] and sink.closed
+    assert scalars({"step": 2, "flag": True, "x": None, "y": 1}) == {"y": 1.0}
+
+
+def test_metrics_writer_resume_keeps_records_up_to_the_checkpoint(tmp_path):
+    w = MetricsWriter(tmp_path, True, name="eval.jsonl")
+    for step in (0, 2, 4):
+        w.write({"step": step})
+    w.close()
+    w = MetricsWriter(tmp_path, True, resume_step=2, name="eval.jsonl")
+    w.close()
+    assert [json.loads(line)["step"] for line in (tmp_path / "eval.jsonl").read_text().splitlines()] == [0, 2]
+
+
+def test_plot_training_with_eval(tmp_path):
+    from PIL import Image
+
+    from glm_grpo_ds.plot import main, plot_training
+
+    rows = [dict(step=s, reward_mean=0.1 * s, reward_std=0.05, kl=0.01 * s, clip_frac_low=0.0, clip_frac_high=0.1,
+                 **{"reward/a": 0.1, "reward/b": None}) for s in range(1, 6)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "eval.jsonl").write_text(json.dumps({"step": 0, "eval/reward_mean": 0.0}) + "\n")
+    out = plot_training(tmp_path / "metrics.jsonl", tmp_path / "p.png", tmp_path / "eval.jsonl")
+    assert Image.open(out).size[0] > 300
+    assert main([str(tmp_path)]) == 0 and (tmp_path / "reward_curve.png").is_file()
+    assert main([str(tmp_path / "missing")]) == 2
+
+
+def test_eval_shares_are_disjoint_padded_and_cover_every_prompt():
+    from glm_grpo_ds.evaluate import Evaluator
+
+    cfg = load_config(None, BASE + ["eval.file=/e.txt", "eval.num_prompts=5"])
+    rows = [PromptRow(index=i, prompt=f"p{i}") for i in range(7)]
+    shares = [Evaluator(cfg, rows, r, 2, torch.device("cpu")).mine for r in range(2)]
+    assert [len(s) for s in shares] == [3, 3]  # ceil(5 / 2), same on every rank
+    real = [row.index for share in shares for row, is_real in share if is_real]
+    assert real == [0, 1, 2, 3, 4]
+    assert [is_real for _, is_real in shares[1]] == [True, True, False]
+    ev = Evaluator(load_config(None, BASE + ["eval.file=/e.txt", "eval.steps=3", "max_steps=10"]), rows, 0, 1, torch.device("cpu"))
+    assert [s for s in range(1, 11) if ev.due(s)] == [3, 6, 9, 10]
+
+
+def test_logging_and_eval_config():
+    cfg = load_config(None, BASE)
+    assert cfg.logging.report_to == [] and cfg.logging.gallery_steps == 0 and cfg.eval.file == ""
+    assert cfg.logging.wandb_mode == "offline"
+    with pytest.raises(ConfigError, match=r"unknown tracker 'tensorbord'; did you mean 'tensorboard'"):
+        load_config(None, BASE + ["logging.report_to=[tensorbord]"])
+    with pytest.raises(ConfigError, match=r"unknown tracker 'mlflow'; known: tensorboard, wandb"):
+        load_config(None, BASE + ["logging.report_to=[mlflow]"])
+    with pytest.raises(ConfigError) as err:
+        load_config(None, BASE + ["logging.gallery_steps=-1", "eval.group_size=0", "logging.wandb_mode=cloud"])
+    assert len(str(err.value).splitlines()) == 3
+    with pytest.raises(ConfigError, match="did you mean 'eval'"):
+        load_config(None, BASE + ["evl.steps=3"])
+
+
+@pytest.mark.parametrize("name", ["tensorboard", "wandb"])
+def test_report_to_a_missing_package_fails_at_config_time(name, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == name else real(n, *a))
+    with pytest.raises(ConfigError, match=rf"the {name} package is not installed: pip install 'glm-grpo-ds\[tracking\]'"):
+        load_config(None, BASE + [f"logging.report_to=[{name}]"])
+
+
+@pytest.mark.parametrize("name", ["tiny_cpu.yaml", "glm_image_lora_zero3.yaml", "glm_image_full_zero3.yaml"])
+def test_example_configs_load(name):
+    from pathlib import Path
+
+    cfg = load_config(str(Path(__file__).resolve().parents[2] / "launch" / "configs" / name))
+    assert cfg.logging.gallery_steps >= 0 and cfg.eval.steps >= 0
+
+
+def _fake_module(monkeypatch, name, **attrs):
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    module.__dict__.update(attrs)
+    monkeypatch.setitem(sys.modules, name, module)
+    return module
+
+
+def test_sinks_call_the_tracker_apis(tmp_path, monkeypatch):
+    """Stand-ins for torch.utils.tensorboard and wandb record the calls the sinks make (the real
+    packages are exercised by tests/integration/test_observability.py when installed)."""
+    from PIL import Image
+
+    from glm_grpo_ds.tracking import build_tracker
+
+    calls = []
+
+    class SummaryWriter:
+        def __init__(self, log_dir):
+            calls.append(("tb.init", log_dir))
+
+        def add_scalar(self, tag, value, global_step):
+            calls.append(("tb.scalar", tag, value, global_step))
+
+        def add_image(self, tag, img, global_step, dataformats):
+            calls.append(("tb.image", tag, img.shape, global_step, dataformats))
+
+        def flush(self):
+            pass
+
+        def close(self):
+            calls.append(("tb.close",))
+
+    class Run:
+        def log(self, data, step):
+            calls.append(("wandb.log", sorted(data), step))
+
+        def finish(self):
+            calls.append(("wandb.finish",))
+
+    def init(**kwargs):
+        calls.append(("wandb.init", kwargs["project"], kwargs["name"], kwargs["dir"], kwargs["mode"], "grpo" in kwargs["config"]))
+        return Run()
+
+    _fake_module(monkeypatch, "torch.utils.tensorboard", SummaryWriter=SummaryWriter)
+    _fake_module(monkeypatch, "wandb", init=init, Image=lambda path: ("image", path))
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object())
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    out = tmp_path / "run"
+    cfg = load_config(None, BASE + [f"output_dir={out}", "logging.report_to=[tensorboard, wandb]"])
+    tracker = build_tracker(cfg, is_main=True)
+    tracker.log("train", {"step": 3, "loss": 0.5, "lr": None})
+    Image.new("RGB", (20, 10)).save(out / "g.png")
+    tracker.log_image("samples", out / "g.png", 3)
+    tracker.close()
+    assert calls == [
+        ("tb.init", str(out / "tensorboard")),
+        ("wandb.init", "glm-grpo", "run", str(out), "offline", True),
+        ("tb.scalar", "loss", 0.5, 3),
+        ("wandb.log", ["loss"], 3),
+        ("tb.image", "samples", (10, 20, 3), 3, "HWC"),
+        ("wandb.log", ["samples"], 3),
+        ("tb.close",),
+        ("wandb.finish",),
+    ]
+    assert os.environ["WANDB_MODE"] == "offline" and (out / "metrics.jsonl").is_file()
+    assert build_tracker(cfg, is_main=False).sinks == []
