@@ -35,7 +35,8 @@ setup(
         "flash": ["flash-attn>=2.7"],  # GPU only; sdpa is used without it
         "ocr": ["rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14.6"],
         "tracking": ["tensorboard>=2.18", "wandb>=0.19"],
-        "dev": ["pytest>=9.0", "rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14.6"],  # tests cover the ocr reward
+        # tests cover the ocr reward and the TensorBoard / W&B sinks
+        "dev": ["pytest>=9.0", "rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14.6", "tensorboard>=2.18", "wandb>=0.19"],
     },
     entry_points={"console_scripts": ["glm-grpo=glm_grpo_ds.cli:main"]},
 )

@@ -1,7 +1,11 @@
 """Benchmarks of a GRPO step, phase by phase, plus side-by-side comparisons reported as ratios.
 
-    python -m glm_grpo_ds.bench [--model DIR] [--size 256] [--group-size 16] [--steps 3] [--out outputs/bench]
+    python -m glm_grpo_ds.bench [--model DIR] [--size 256] [--group-size 16] [--steps 3] [--out outputs/bench] [key=value ...]
     glm-grpo bench ...                      # the same
+
+    # GPU, full-size random-init AR (LoRA r=64, 8-bit AdamW, checkpointing, ZeRO-3 world 1, G=16, 1024²):
+    glm-grpo tiny-model /tmp/glm_full --full-size-ar
+    glm-grpo bench --model /tmp/glm_full --size 1024 --group-size 16 lora.r=64 lora.alpha=128 model.dtype=bf16
 
 Without ``--model`` it builds the tiny GLM-Image and its learnable dataset in a temp dir (CPU).
 Prints a table and writes ``OUT/bench.json``. Measured:
@@ -73,7 +77,7 @@ def _trainer(a, extra: list[str]):
         f"model.path={a.model}", f"data.train_file={a.data}", f"output_dir={a.workdir}/run",
         f"rollout.height={a.size}", f"rollout.width={a.size}", f"grpo.group_size={a.group_size}",
         "batch.prompts_per_rank=1", "logging.progress_bar=false", "logging.plot=false", f"max_steps={a.steps + 1}",
-        *extra,
+        *a.overrides, *extra,
     ]
     return Trainer(load_config(a.config, overrides), a.deepspeed)
 
@@ -109,6 +113,8 @@ def worker_phases(a) -> dict:
         "peak_memory_mb": max(r[mem_key] for r in records),
         "sequences": n,
     }
+    if trainer.device.type == "cuda":
+        out.update(_gpu_checks(trainer, a, out))
     # Ours vs the diffusers pipeline's own AR loop (HF generate): same weights (the pipeline loads
     # the same directory), G rows of one prompt, same size; our rollout here runs outside DeepSpeed.
     from diffusers import GlmImagePipeline
@@ -125,6 +131,34 @@ def worker_phases(a) -> dict:
         theirs.append(batch.completion_ids.numel() / (time.perf_counter() - t0))
     out["rollout_ours_tokens_per_s"] = statistics.median(ours)
     out["rollout_pipeline_tokens_per_s"] = statistics.median(theirs)
+    return out
+
+
+# Peak HBM bandwidth (bytes/s) of GPUs we plan for; --hbm-gbps overrides.
+HBM_BYTES_PER_S = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.04e12, "B200": 8.0e12}
+
+
+def _gpu_checks(trainer, a, phases: dict) -> dict:
+    """Planner vs measured peak, and the AR decode's fraction of the HBM-bandwidth roofline: every
+    decode step reads all language-model weights once, so bytes/step / (s/step) vs peak bandwidth."""
+    from . import engine as ds
+    from .config import EstimateConfig
+    from .memory_plan import grid_tokens, model_sizes, plan
+
+    sizes = model_sizes(trainer.cfg)
+    est = EstimateConfig(num_gpus=1, num_nodes=1, gpu_memory_gb=torch.cuda.get_device_properties(0).total_memory / 2**30)
+    planned = plan(trainer.cfg, ds.read_ds_config(a.deepspeed), est, sizes)
+    name = torch.cuda.get_device_name(0)
+    peak_bw = a.hbm_gbps * 1e9 if a.hbm_gbps else next((v for k, v in HBM_BYTES_PER_S.items() if k in name), None)
+    # language model + lm_head (+ adapters): the vision tower and VQ model do not run for text-to-image
+    lm_params = sum(getattr(q, "ds_numel", q.numel()) for n, q in trainer.engine.module.named_parameters()
+                    if "language_model" in n or "lm_head" in n)
+    bytes_per_step = lm_params * trainer.dtype.itemsize
+    step_s = phases["time_split_s"]["rollout"] / grid_tokens(a.size, a.size)  # prefill folded in: a small overestimate
+    out = {"planner_peak_mb": planned["total_bytes"] / 2**20, "measured_peak_mb": phases["peak_memory_mb"],
+           "decode_step_s": step_s, "weight_bytes_per_step": bytes_per_step}
+    if peak_bw:
+        out["roofline_fraction"] = bytes_per_step / step_s / peak_bw
     return out
 
 
@@ -170,7 +204,9 @@ def _run_worker(a, name: str, nprocs: int = 1, extra: tuple = ()) -> dict:
     result = Path(a.workdir) / f"{name}{''.join(extra)}.json"
     args = ["--worker", name, "--result", str(result), "--model", a.model, "--data", a.data, "--workdir", a.workdir,
             "--size", str(a.size), "--group-size", str(a.group_size), "--steps", str(a.steps), "--repeats", str(a.repeats),
-            "--config", a.config, "--deepspeed", a.deepspeed, *extra]
+            "--config", a.config, "--deepspeed", a.deepspeed, *extra, *a.overrides]
+    if a.hbm_gbps:
+        args += ["--hbm-gbps", str(a.hbm_gbps)]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     if name == "update-memory":
         # glibc serves allocations above this size with mmap and unmaps them on free, so the
@@ -226,6 +262,10 @@ def format_table(r: dict) -> str:
         (f"update peak: mb 2 / mb {g}", f"{r['ratios'][f'update_peak_mb2_over_mb{g}']:.2f}  "
                                          f"({u[2]['update_peak_above_start_mb']:,.1f} vs {u[g]['update_peak_above_start_mb']:,.1f} MB above start)"),
     ]
+    if "planner_peak_mb" in p:
+        rows.append(("peak: measured / planner", f"{p['measured_peak_mb']:,.0f} / {p['planner_peak_mb']:,.0f} MB"))
+        if "roofline_fraction" in p:
+            rows.append(("AR decode vs HBM roofline", f"{100 * p['roofline_fraction']:.1f}% ({p['decode_step_s'] * 1e3:.1f} ms/step)"))
     head = f"device: {r['device']}; model: {r['model']}; {r['size']}x{r['size']}, G={g}, {r['steps']} timed steps"
     width = max(len(k) for k, _ in rows)
     return "\n".join([head] + [f"  {k:<{width}}  {v}" for k, v in rows])
@@ -245,11 +285,13 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=d.steps, help="timed steps after one warm-up step")
     p.add_argument("--repeats", type=int, default=d.repeats, help="repeats of each side-by-side comparison")
     p.add_argument("--out", default=d.out)
+    p.add_argument("--hbm-gbps", type=float, default=None, help="GPU memory bandwidth for the roofline (default: by device name)")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
     p.add_argument("--micro-batch", type=int, default=2, help=argparse.SUPPRESS)
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("overrides", nargs="*", help="training config overrides (key=value), as for `glm-grpo train`")
     return p.parse_args(argv)
 
 
@@ -264,18 +306,19 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="glm_grpo_bench_"))
     try:
         if a.model is None:
-            from .config import DecoderConfig
             from .testing.tiny import build_tiny_pipeline
-            from .testing.tiny_data import write_tiny_dataset
 
             a.model = str(build_tiny_pipeline(tmp / "tiny"))
-            if a.data is None:
-                a.data = str(write_tiny_dataset(a.model, tmp / "data", a.size, a.size, DecoderConfig(num_inference_steps=2)))
-        if a.data is None:
-            print("glm-grpo bench: --data is required with --model (a .txt or .jsonl prompt file)", file=sys.stderr)
-            return 2
+        if a.data is None:  # the learnable prompt set, its targets rendered by this model's decoder
+            from .config import DecoderConfig
+            from .testing.tiny_data import write_tiny_dataset
+
+            a.data = str(write_tiny_dataset(a.model, tmp / "data", a.size, a.size, DecoderConfig(num_inference_steps=2)))
         a.workdir = str(tmp)
         result = run_all(a)
+    except RuntimeError as err:  # a worker failed: its own output tail is in the message
+        print(f"glm-grpo bench: {err}", file=sys.stderr)
+        return 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out = Path(a.out)

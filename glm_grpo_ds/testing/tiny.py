@@ -110,9 +110,21 @@ def build_processor():
     return GlmImageProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=_CHAT_TEMPLATE)
 
 
-def build_ar_config(text_vocab_size: int, pad_id: int, eos_id: int):
+def build_ar_config(text_vocab_size: int, pad_id: int, eos_id: int, full_size: bool = False):
     from transformers import GlmImageConfig
 
+    if full_size:
+        # GLM-Image's real AR (transformers' defaults: 40 layers x 4096, 168 064 text ids, lm_head over
+        # 16 512 vision ids, 40-layer vision tower) around the tiny vocabulary layout: the real compute
+        # and memory per token with random weights, for GPU benchmarks. Only the VQ codebook stays
+        # tiny, so the sampler's codebook mask matches the tiny DiT.
+        return GlmImageConfig(
+            text_config={"pad_token_id": pad_id, "eos_token_id": eos_id},
+            vq_config={"num_embeddings": CODEBOOK_SIZE},
+            image_token_id=_vocab()["<|image|>"],
+            image_start_token_id=IMAGE_START_ID,
+            image_end_token_id=IMAGE_END_ID,
+        )
     return GlmImageConfig(
         text_config={
             "vocab_size": text_vocab_size,
@@ -142,8 +154,9 @@ def build_ar_config(text_vocab_size: int, pad_id: int, eos_id: int):
     )
 
 
-def build_tiny_components(seed: int = 0) -> dict:
-    """All seven GlmImagePipeline components with deterministic random weights."""
+def build_tiny_components(seed: int = 0, full_size_ar: bool = False) -> dict:
+    """All seven GlmImagePipeline components with deterministic random weights (``full_size_ar``:
+    the AR at GLM-Image's real size in bf16, built on the GPU when there is one)."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
     from transformers import ByT5Tokenizer, GenerationConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
 
@@ -152,14 +165,19 @@ def build_tiny_components(seed: int = 0) -> dict:
     eos_id = vocab["<|endoftext|>"]
 
     torch.manual_seed(seed)
-    ar = GlmImageForConditionalGeneration(build_ar_config(len(vocab), eos_id, eos_id))
+    ar_config = build_ar_config(len(vocab), eos_id, eos_id, full_size=full_size_ar)
+    if full_size_ar:  # 10 B parameters: bf16 (20 GB), initialised on the GPU when there is one
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            ar = GlmImageForConditionalGeneration._from_config(ar_config, dtype=torch.bfloat16).cpu()
+    else:
+        ar = GlmImageForConditionalGeneration(ar_config)
     # Plain `GlmImagePipeline.__call__` samples with HF generate: forbid the non-codebook ids
     # there too, so the tiny pipeline never hands the DiT an id outside its codebook.
     ar.generation_config = GenerationConfig(
         do_sample=True,
         eos_token_id=eos_id,
         pad_token_id=eos_id,
-        suppress_tokens=list(range(CODEBOOK_SIZE, VISION_VOCAB_SIZE)),
+        suppress_tokens=list(range(CODEBOOK_SIZE, ar_config.text_config.vision_vocab_size)),
     )
 
     glyph_tokenizer = ByT5Tokenizer()
@@ -220,13 +238,13 @@ def build_tiny_components(seed: int = 0) -> dict:
     }
 
 
-def build_tiny_pipeline(out_dir: str | os.PathLike, seed: int = 0) -> Path:
+def build_tiny_pipeline(out_dir: str | os.PathLike, seed: int = 0, full_size_ar: bool = False) -> Path:
     """Write the tiny pipeline to ``out_dir`` (created if needed) and return its path."""
     from diffusers import GlmImagePipeline
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    pipe = GlmImagePipeline(**build_tiny_components(seed))
+    pipe = GlmImagePipeline(**build_tiny_components(seed, full_size_ar))
     pipe.save_pretrained(out, safe_serialization=True)
     return out
 
@@ -235,8 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="glm-grpo tiny-model", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--full-size-ar", action="store_true",
+                        help="the AR at GLM-Image's real size (10 B params, ~20 GB bf16; for GPU benchmarks)")
     args = parser.parse_args(argv)
-    path = build_tiny_pipeline(args.out_dir, seed=args.seed)
+    path = build_tiny_pipeline(args.out_dir, seed=args.seed, full_size_ar=args.full_size_ar)
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     print(f"wrote tiny GLM-Image pipeline to {path} ({size / 1e6:.2f} MB)")
     return 0

@@ -115,3 +115,20 @@ def test_cli_render_writes_pngs_and_rejects_bad_size(tiny_model_dir, tmp_path):
 
     bad = subprocess.run(cmd + ["--prompt", "a", "--height", "50"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--height 50 must be a positive multiple of 32" in bad.stderr
+
+
+def test_full_size_ar_config_is_glm_image_with_the_tiny_vocabulary_layout():
+    """`glm-grpo tiny-model --full-size-ar` (GPU benchmarks): the real AR dimensions; built here on
+    the meta device only (10 B parameters)."""
+    from transformers import GlmImageConfig, GlmImageForConditionalGeneration
+
+    real = GlmImageConfig()
+    cfg = tiny.build_ar_config(len(tiny._vocab()), 0, 0, full_size=True)
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "vocab_size", "vision_vocab_size"):
+        assert getattr(cfg.text_config, key) == getattr(real.text_config, key), key
+    assert cfg.vision_config.depth == real.vision_config.depth
+    assert cfg.vq_config.num_embeddings == tiny.CODEBOOK_SIZE and cfg.image_start_token_id == tiny.IMAGE_START_ID
+    with torch.device("meta"):
+        n = sum(p.numel() for p in GlmImageForConditionalGeneration(cfg).parameters())
+    assert 10.0e9 < n < 10.3e9
