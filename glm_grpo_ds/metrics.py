@@ -57,8 +57,10 @@ class Progress:
 
     def update(self, record: dict) -> None:
         if self.bar is not None:
-            reward = record["reward_mean"]
-            self.bar.set_postfix(reward="n/a" if reward is None else f"{reward:.4g}", kl=f"{record['kl']:.3g}", loss=f"{record['loss']:.3g}")
+            def fmt(key: str, spec: str) -> str:  # None: undefined reward / skipped non-finite step
+                return "n/a" if record[key] is None else format(record[key], spec)
+
+            self.bar.set_postfix(reward=fmt("reward_mean", ".4g"), kl=fmt("kl", ".3g"), loss=fmt("loss", ".3g"))
             self.bar.update(1)
 
     def close(self) -> None:
@@ -89,15 +91,15 @@ def plot_reward_curve(metrics_path: str | Path, out_png: str | Path) -> Path:
         fig, ax = plt.subplots(1, 1, figsize=(7, 4.5))
     ax.plot(steps, mean, label="reward (mean)", color="C0")
     ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="C0", alpha=0.2)
-    per_reward = sorted({k for r in rows for k in r if k.startswith("reward/") and not k.endswith(("_std", "_undefined"))})
+    per_reward = sorted({k for r in rows for k in r if k.startswith("reward/") and not k.endswith(("_std", "_undefined", "_failed"))})
     if len(per_reward) > 1:
         for i, key in enumerate(per_reward):
-            ax.plot(steps, [r.get(key) for r in rows], label=key, color=f"C{i + 1}", linewidth=1)
+            ax.plot(steps, [nan if r.get(key) is None else r[key] for r in rows], label=key, color=f"C{i + 1}", linewidth=1)
     ax.set_ylabel("reward")
     ax.legend(loc="best")
     ax.grid(alpha=0.3)
     if with_kl:
-        ax_kl.plot(steps, [r["kl"] for r in rows], color="C3")
+        ax_kl.plot(steps, [nan if r["kl"] is None else r["kl"] for r in rows], color="C3")
         ax_kl.set_ylabel("KL")
         ax_kl.set_xlabel("step")
         ax_kl.grid(alpha=0.3)
