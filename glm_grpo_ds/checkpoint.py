@@ -35,6 +35,31 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed; the message says why and what to do."""
 
 
+class OutputDirError(ValueError):
+    """``output_dir`` cannot be created or written; the message names the path and the fix."""
+
+
+def check_output_dir(output_dir, rank: int) -> Path:
+    """Create ``output_dir`` if needed and prove it writable by creating and removing a probe file
+    (``os.access`` alone is not enough: root, ACLs and read-only mounts fool it). Every rank checks
+    (each writes its own checkpoint files), before any model is loaded."""
+    out = Path(output_dir)
+    fix = "pick another output_dir= or fix its permissions"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputDirError(f"output_dir {out} cannot be created ({err.strerror or err}); {fix}") from None
+    probe = out / f".write_probe_rank{rank}_{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise OutputDirError(f"output_dir {out} is not writable ({err.strerror or err}); {fix}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise OutputDirError(f"output_dir {out} is not writable; {fix}")
+    return out
+
+
 def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
@@ -118,15 +143,29 @@ def resolve(output_dir, resume_from: str) -> Path:
     return path
 
 
-def load(engine, path: Path, rank: int, world_size: int, zero_stage: int) -> dict:
-    """Restore DeepSpeed and RNG state from ``path``; return its trainer state."""
-    state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+def read_state(path: Path) -> dict:
+    try:
+        return json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}/trainer_state.json is not valid JSON ({err.msg}); resume from another checkpoint") from None
+
+
+def check_compatible(path: Path, world_size: int, zero_stage: int) -> dict:
+    """The checkpoint's trainer state, or CheckpointError if this launch cannot resume it (cheap:
+    call before loading any model)."""
+    state = read_state(path)
     if state["world_size"] != world_size or state["zero_stage"] != zero_stage:
         raise CheckpointError(
             f"{path} was written with world size {state['world_size']} and ZeRO stage {state['zero_stage']}; this run has "
             f"world size {world_size} and stage {zero_stage}. Resume with the same launch settings, or start a new run "
             f"from its weights (glm-grpo merge --adapter {path} ...)"
         )
+    return state
+
+
+def load(engine, path: Path, rank: int, world_size: int, zero_stage: int) -> dict:
+    """Restore DeepSpeed and RNG state from ``path``; return its trainer state."""
+    state = check_compatible(path, world_size, zero_stage)
     ds.load_ds_checkpoint(engine, path)
     rng = path / "rng" / f"rank_{rank}.pt"
     if rng.is_file():

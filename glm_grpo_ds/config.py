@@ -199,6 +199,9 @@ class TrainConfig:
     save_steps: int = 0  # checkpoint every N steps (0 = never); see glm_grpo_ds/checkpoint.py
     save_total_limit: int = 0  # keep the newest K checkpoints (0 = keep all)
     resume_from: str | None = None  # "latest" (newest complete checkpoint of output_dir) or a checkpoint path
+    # Stop (checkpoint + exit code 3) after this many steps in a row whose optimizer update was
+    # skipped for a non-finite loss/gradient; 0 = never stop.
+    max_consecutive_skips: int = 3
 
     @property
     def sequences_per_rank(self) -> int:
@@ -221,6 +224,7 @@ class TrainConfig:
         need(bool(self.data.train_file), "data.train_file is required: a .txt or .jsonl prompt file")
         need(self.max_steps >= 1, f"max_steps must be >= 1, got {self.max_steps}")
         need(self.save_steps >= 0, f"save_steps must be >= 0 (0 = no checkpoints), got {self.save_steps}")
+        need(self.max_consecutive_skips >= 0, f"max_consecutive_skips must be >= 0 (0 = never stop), got {self.max_consecutive_skips}")
         need(self.save_total_limit >= 0, f"save_total_limit must be >= 0 (0 = keep all), got {self.save_total_limit}")
         g = self.grpo
         need(g.group_size >= 2, f"grpo.group_size must be >= 2 (advantages compare samples of a prompt), got {g.group_size}")
@@ -362,8 +366,8 @@ class BenchConfig:
 # ----------------------------------------------------------------------------- loading
 def _unknown(key: str, known: typing.Iterable[str], where: str) -> ConfigError:
     close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else f"; known keys: {', '.join(sorted(known))}"
-    return ConfigError(f"unknown config key {where}{key!r}{hint}")
+    hint = f"did you mean {', '.join(repr(where + c) for c in close)}?" if close else f"known keys under it: {', '.join(sorted(known))}"
+    return ConfigError(f"unknown config key {where + key!r}; {hint}")
 
 
 def _dataclass_type(tp):

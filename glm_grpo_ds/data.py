@@ -56,18 +56,35 @@ def load_prompts(path: str | Path, key: str = "data.train_file") -> list[PromptR
                 raise DataError(f"{p}:{lineno}: each line needs a non-empty string field \"prompt\"")
             target = obj.pop("target_image", None)
             if target is not None:
-                target_path = (p.parent / target).resolve()
-                if not target_path.is_file():
-                    raise DataError(f"{p}:{lineno}: target_image {target} not found (paths are relative to the file)")
-                target = str(target_path)
+                target = str(_check_target(p, lineno, target))
             text = obj.pop("text", None)
             prompt = obj.pop("prompt").strip()
             rows.append(PromptRow(index=len(rows), prompt=prompt, target_image=target, text=text, extra=obj))
     else:
         raise DataError(f"{key} {p} must end in .txt or .jsonl")
     if not rows:
-        raise DataError(f"{key} {p} holds no prompts")
+        hint = "one prompt per line" if p.suffix == ".txt" else 'one JSON object per line with a "prompt" field'
+        raise DataError(f"{key} {p} holds no prompts; add {hint}")
     return rows
+
+
+def _check_target(p: Path, lineno: int, target) -> Path:
+    """The absolute path of a row's target image, checked now (header read: exists, readable, an
+    image) so a bad row fails the run before training instead of at the step that samples it."""
+    from PIL import Image, UnidentifiedImageError
+
+    where = f"{p}:{lineno}: target_image {target}"
+    if not isinstance(target, str) or not target:
+        raise DataError(f"{where} must be a non-empty path string")
+    path = (p.parent / target).resolve()
+    if not path.is_file():
+        raise DataError(f"{where} not found at {path}; fix the path (relative to the .jsonl file) or add the image")
+    try:
+        with Image.open(path) as img:
+            img.size  # noqa: B018 - the header is read lazily; make sure it parses
+    except (OSError, UnidentifiedImageError) as err:
+        raise DataError(f"{where} cannot be read as an image ({err}); replace the file or drop the row") from None
+    return path
 
 
 class PromptSampler:

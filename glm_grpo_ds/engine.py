@@ -289,6 +289,40 @@ def gathered_for_rollout(engine, enabled: bool = True):
             offload._register_deepspeed_module(offload.module)
 
 
+def step(engine) -> bool | None:
+    """``engine.step()`` after a micro-batch's backward. At a gradient-accumulation boundary returns
+    whether the optimizer update was applied (False = skipped because the gradients were not
+    finite; the same answer on every rank), else None.
+
+    ZeRO-1/2/3 (fp32, bf16 with ``bf16.check_grad_overflow``, the default, and fp16) compute the
+    global gradient norm, all-reduced across ranks, and skip the update when it is inf/NaN: no
+    optimizer state or parameter changes, the gradients are cleared, the lr schedule does not
+    advance, and ``engine.skipped_steps`` counts it. ZeRO stage 0 has no such check, so we drop the
+    (already all-reduced) gradients ourselves and the optimizer skips every parameter.
+    """
+    if not engine.is_gradient_accumulation_boundary():
+        engine.step()
+        return None
+    if engine.zero_optimization_stage() == 0:
+        finite = _grads_finite([p for p in engine.module.parameters() if p.requires_grad])
+        if not finite:
+            engine.zero_grad()  # grads -> None: the optimizer skips these parameters
+        engine.step()
+        return finite
+    before = engine.skipped_steps
+    engine.step()
+    return engine.skipped_steps == before
+
+
+def _grads_finite(params: list) -> bool:
+    bad = torch.tensor(0.0)
+    for p in params:
+        if p.grad is not None and not torch.isfinite(p.grad).all():
+            bad = torch.tensor(1.0)
+            break
+    return all_reduce_max(bad).item() == 0
+
+
 def full_grad(param) -> torch.Tensor | None:
     """The full (all-reduced, un-partitioned) gradient of ``param`` between the last backward of a
     step and ``engine.step()``."""
@@ -383,6 +417,13 @@ def model_state_bytes(engine) -> dict[str, int]:
     out["gradients"] = total(grads)
     out["optimizer_states"] = total(v for st in opt.optimizer.state.values() for v in st.values())
     return out
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().clone()
+    if torch.distributed.get_world_size() > 1:
+        torch.distributed.all_reduce(t)
+    return t
 
 
 def barrier() -> None:

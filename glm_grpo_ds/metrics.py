@@ -71,8 +71,10 @@ class Progress:
             self.t0 = time.perf_counter()
 
     def update(self, record: dict) -> None:
-        reward = record["reward_mean"]
-        stats = dict(reward="n/a" if reward is None else f"{reward:.4g}", kl=f"{record['kl']:.3g}", loss=f"{record['loss']:.3g}")
+        def fmt(key: str, spec: str) -> str:  # None: undefined reward / skipped non-finite step
+            return "n/a" if record.get(key) is None else format(record[key], spec)
+
+        stats = dict(reward=fmt("reward_mean", ".4g"), kl=fmt("kl", ".3g"), loss=fmt("loss", ".3g"))
         if self.bar is not None:
             self.bar.set_postfix(**stats)
             self.bar.update(1)

@@ -40,7 +40,7 @@ def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str 
     std = [0.0 if s != s else s for s in _values(rows, "reward_std")]
     ax.plot(steps, mean, label="reward (mean)", color="C0")
     ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="C0", alpha=0.2)
-    per_reward = sorted({k for r in rows for k in r if k.startswith("reward/") and not k.endswith(("_std", "_undefined"))})
+    per_reward = sorted({k for r in rows for k in r if k.startswith("reward/") and not k.endswith(("_std", "_undefined", "_failed"))})
     if len(per_reward) > 1:
         for i, key in enumerate(per_reward):
             ax.plot(steps, _values(rows, key), label=key, color=f"C{i + 1}", linewidth=1)

@@ -10,12 +10,18 @@ micro-batch ``engine.backward`` -> ``engine.step`` (``grpo.num_iterations`` time
 ``output_dir``: ``metrics.jsonl``, ``config.json``, ``reward_curve.png``, ``final_adapter/`` (LoRA) or
 ``final_model/`` (full fine-tuning); with ``eval.file`` also ``eval.jsonl``, and ``samples/`` galleries
 (``logging.gallery_steps``, evaluations); TensorBoard / W&B with ``logging.report_to``.
+
+Exit status: 0 done; 2 bad input (config, data, ds_config, model path, output_dir, checkpoint,
+reward name: one line on stderr, ``--debug`` for the traceback); 3 stopped after
+``max_consecutive_skips`` non-finite steps (checkpoint saved); 128 + signal when preempted by
+SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -23,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint
+from . import checkpoint, log
 from . import engine as ds
 from .config import ConfigError, load_config, to_dict
 from .data import DataError, PromptSampler, load_prompts
@@ -31,8 +37,9 @@ from .decoder import ImageDecoder
 from .evaluate import Evaluator, gallery_to_main
 from .metrics import Progress, nan_mean, nan_std, peak_memory_mb
 from .plot import PLOT_NAME, plot_training
-from .policy import load_policy, load_processor, load_reference, resolve_attn, resolve_dtype
-from .rewards import build_rewards, combine_advantages
+from .policy import check_pipeline_dir, load_policy, load_processor, load_reference, resolve_attn, resolve_dtype
+from .preempt import EXIT_NONFINITE, StopSignals, Stopped, exit_code, signal_name
+from .rewards import RewardError, build_rewards, check_reward_specs, combine_advantages
 from .rollout import rollout
 from .seeding import decoder_seed, derive_seed, seed_everything
 from .tracking import build_tracker
@@ -46,13 +53,10 @@ class Trainer:
         self.cfg = cfg
         self.rank, self.world, self.local_rank, self.device = ds.init_distributed()
         self.is_main = self.rank == 0
-        # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
-        # sampling streams are derived per (step, rank) below.
-        seed_everything(derive_seed(cfg.seed, "init"))
-        self.out = Path(cfg.output_dir)
-        if self.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-
+        log.set_rank(self.rank)
+        # Inputs are checked first, on every rank alike (each raises the same error, none waits in
+        # a collective for the others), so a bad input fails in seconds, before any model loads.
+        self.out = checkpoint.check_output_dir(cfg.output_dir, self.rank)
         rows = load_prompts(cfg.data.train_file)
         if len(rows) < self.world * cfg.batch.prompts_per_rank:
             raise DataError(
@@ -62,7 +66,8 @@ class Trainer:
         self.sampler = PromptSampler(rows, self.world, self.rank, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle)
         # Read before the models load, so a bad eval file fails in seconds.
         self.evaluator = Evaluator(cfg, load_prompts(cfg.eval.file, "eval.file"), self.rank, self.world, self.device) if cfg.eval.file else None
-        self.processor = load_processor(cfg.model.path)
+        check_pipeline_dir(cfg.model.path)
+        check_reward_specs(cfg.rewards)
 
         on_gpu = self.device.type == "cuda"
         dtype = resolve_dtype(cfg.model.dtype, on_gpu)
@@ -71,6 +76,16 @@ class Trainer:
         self.ds_config = ds.fill_ds_config(
             ds.read_ds_config(ds_config_path), cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
         )
+        resume_path = None
+        if cfg.resume_from:
+            resume_path = checkpoint.resolve(self.out, cfg.resume_from)
+            checkpoint.check_compatible(resume_path, self.world, ds.zero_stage(self.ds_config))
+
+        self.reward_fn = build_rewards(cfg.rewards)
+        self.processor = load_processor(cfg.model.path)
+        # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
+        # sampling streams are derived per (step, rank) below.
+        seed_everything(derive_seed(cfg.seed, "init"))
         ref = None
         with ds.zero3_model_loading(self.ds_config):
             model = load_policy(
@@ -82,18 +97,18 @@ class Trainer:
         self.ref_engine = ds.initialize_reference(ref, self.ds_config) if ref is not None else None
         self.engine = ds.initialize(model, self.ds_config, cfg.optimizer, cfg.max_steps * cfg.grpo.num_iterations)
         self.decoder = ImageDecoder(cfg.model.path, cfg.decoder, self.device)
-        self.reward_fn = build_rewards(cfg.rewards)
         self.start_step = 0
+        self.skipped_steps = 0  # optimizer updates skipped for non-finite gradients, whole run
+        self.consecutive_skips = 0
         if self.is_main:
             checkpoint.remove_stale(self.out)
         ds.barrier()
-        if cfg.resume_from:
-            path = checkpoint.resolve(self.out, cfg.resume_from)
-            state = checkpoint.load(self.engine, path, self.rank, self.world, ds.zero_stage(self.ds_config))
+        if resume_path is not None:
+            state = checkpoint.load(self.engine, resume_path, self.rank, self.world, ds.zero_stage(self.ds_config))
             self.start_step = int(state["step"])
+            self.skipped_steps = int(state.get("skipped_steps", 0))
             self.sampler.load_state(state["sampler"])
-            if self.is_main:
-                print(f"glm-grpo: resumed from {path} at step {self.start_step}", flush=True)
+            log.info(f"glm-grpo: resumed from {resume_path} at step {self.start_step}")
         self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if cfg.resume_from else None)
         self.attn, self.dtype = attn, dtype
         if self.is_main:
@@ -128,19 +143,25 @@ class Trainer:
         t4 = time.perf_counter()
 
         gen_tokens = batch.completion_ids.numel() * self.world
+        # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the max
+        # makes the agreement explicit.
+        skipped = int(ds.all_reduce_max(torch.tensor(float(stats["skipped"]))).item())
+        self.skipped_steps += skipped
         grad_norm = self.engine.get_global_grad_norm()
         record = {
             "step": step + 1,
-            "loss": ds.all_reduce_mean(torch.tensor(stats["loss"])).item(),
+            "loss": _finite_or_none(ds.all_reduce_mean(torch.tensor(stats["loss"])).item()),
+            "skipped": skipped,
+            "skipped_steps": self.skipped_steps,
             "reward_mean": nan_mean(all_rewards),
             "reward_std": nan_std(all_rewards),
-            "kl": ds.all_reduce_mean(torch.tensor(stats["kl"])).item(),
-            "clip_frac_low": ds.all_reduce_mean(torch.tensor(stats["clip_frac_low"])).item(),
-            "clip_frac_high": ds.all_reduce_mean(torch.tensor(stats["clip_frac_high"])).item(),
-            "ratio_mean": ds.all_reduce_mean(torch.tensor(stats["ratio_mean"])).item(),
-            "ratio_min": -ds.all_reduce_max(torch.tensor(-stats["ratio_min"])).item(),
-            "ratio_max": ds.all_reduce_max(torch.tensor(stats["ratio_max"])).item(),
-            "grad_norm": float(grad_norm) if grad_norm is not None else None,
+            "kl": _finite_or_none(ds.all_reduce_mean(torch.tensor(stats["kl"])).item()),
+            "clip_frac_low": _finite_or_none(ds.all_reduce_mean(torch.tensor(stats["clip_frac_low"])).item()),
+            "clip_frac_high": _finite_or_none(ds.all_reduce_mean(torch.tensor(stats["clip_frac_high"])).item()),
+            "ratio_mean": _finite_or_none(ds.all_reduce_mean(torch.tensor(stats["ratio_mean"])).item()),
+            "ratio_min": _finite_or_none(-ds.all_reduce_max(torch.tensor(-stats["ratio_min"])).item()),
+            "ratio_max": _finite_or_none(ds.all_reduce_max(torch.tensor(stats["ratio_max"])).item()),
+            "grad_norm": _finite_or_none(float(grad_norm)) if grad_norm is not None else None,
             "lr": self.engine.get_lr()[0],
             "time/rollout": t1 - t0,
             "time/decode": t2 - t1,
@@ -156,6 +177,8 @@ class Trainer:
             record[f"reward/{label}"] = nan_mean(values)
             record[f"reward/{label}_std"] = nan_std(values)
             record[f"reward/{label}_undefined"] = int(torch.isnan(values).sum())
+            # samples whose reward raised (a subset of _undefined), summed over ranks
+            record[f"reward/{label}_failed"] = int(ds.all_reduce_sum(torch.tensor(float(self.reward_fn.failed[label]))).item())
         if cfg.logging.gallery_steps and (step + 1) % cfg.logging.gallery_steps == 0:
             t5 = time.perf_counter()
             path = gallery_to_main(
@@ -174,26 +197,29 @@ class Trainer:
             self.evaluate(0)
         progress = Progress(self.cfg.max_steps, self.start_step, self.is_main and lg.progress_bar, lg.log_every)
         try:
-            for step in range(self.start_step, self.cfg.max_steps):
-                record = self.step(step)
-                self.log_step(record)
-                progress.update(record)
-                if self.evaluator is not None and self.evaluator.due(step + 1):
-                    self.evaluate(step + 1)
-                if self.cfg.save_steps and (step + 1) % self.cfg.save_steps == 0:
-                    self.save_checkpoint(step + 1)
+            with StopSignals() as signals:
+                for step in range(self.start_step, self.cfg.max_steps):
+                    record = self.step(step)
+                    self.consecutive_skips = self.consecutive_skips + 1 if record["skipped"] else 0
+                    self.log_step(record)
+                    progress.update(record)
+                    if self.evaluator is not None and self.evaluator.due(step + 1):
+                        self.evaluate(step + 1)
+                    saved = None
+                    if self.cfg.save_steps and (step + 1) % self.cfg.save_steps == 0:
+                        saved = self.save_checkpoint(step + 1)
+                    self._stop_if_asked(step + 1, signals, saved)
         finally:
             progress.close()
             self.tracker.close()
         self.save_final()
         if self.is_main and lg.plot:
             plot_training(self.out / "metrics.jsonl", self.out / PLOT_NAME, self.out / "eval.jsonl")
-        if self.is_main:
-            final = "final_adapter" if self.cfg.lora is not None else "final_model"
-            print(f"done: metrics {self.out / 'metrics.jsonl'}")
-            if self.cfg.logging.plot:
-                print(f"      training curves {self.out / PLOT_NAME}")
-            print(f"      {final.replace('_', ' ')} {self.out / final}")
+        final = "final_adapter" if self.cfg.lora is not None else "final_model"
+        log.info(f"done: metrics {self.out / 'metrics.jsonl'}")
+        if lg.plot:
+            log.info(f"      training curves {self.out / PLOT_NAME}")
+        log.info(f"      {final.replace('_', ' ')} {self.out / final}")
 
     def log_step(self, record: dict) -> None:
         self.tracker.log("train", record)
@@ -208,16 +234,39 @@ class Trainer:
         if gallery is not None:
             self.tracker.log_image("eval/samples", gallery, step)
 
-    def save_checkpoint(self, step: int) -> None:
+    def _stop_if_asked(self, step: int, signals: StopSignals, saved: Path | None) -> None:
+        """After ``step``: if any rank got SIGTERM/SIGINT, or the last ``max_consecutive_skips`` steps
+        were all skipped, save a checkpoint (unless just saved) and raise :class:`Stopped` on every rank."""
+        signum = int(ds.all_reduce_max(torch.tensor(float(signals.received))).item())
+        limit = self.cfg.max_consecutive_skips
+        diverged = limit > 0 and self.consecutive_skips >= limit
+        if not signum and not diverged:
+            return
+        path = saved or self.save_checkpoint(step)
+        if signum:
+            raise Stopped(
+                f"glm-grpo train: preempted by {signal_name(signum)} at step {step}; checkpoint at {path}; "
+                "resume with resume_from=latest",
+                exit_code(signum),
+            )
+        raise Stopped(
+            f"glm-grpo train: stopped at step {step}: the last {limit} steps were skipped for a non-finite loss or "
+            f"gradient (max_consecutive_skips={limit}); checkpoint at {path} (weights of the last finite update); "
+            "lower optimizer.lr or check the rewards, then resume with resume_from=latest",
+            EXIT_NONFINITE,
+        )
+
+    def save_checkpoint(self, step: int) -> Path:
         state = {
             "step": step,
+            "skipped_steps": self.skipped_steps,
             "sampler": self.sampler.state(),
             "world_size": self.world,
             "zero_stage": ds.zero_stage(self.ds_config),
             "lora": self.cfg.lora is not None,
             "config": to_dict(self.cfg),
         }
-        checkpoint.save(self.engine, self.out, step, state, self.rank, self.cfg.lora is not None, self.cfg.save_total_limit)
+        return checkpoint.save(self.engine, self.out, step, state, self.rank, self.cfg.lora is not None, self.cfg.save_total_limit)
 
     def save_final(self) -> None:
         if self.cfg.lora is not None:
@@ -230,37 +279,55 @@ class Trainer:
         trainable = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters() if p.requires_grad)
         c = self.cfg
         nodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("CROSS_SIZE", "1")))
-        print(
+        log.info(
             f"glm-grpo: world size {self.world} ({nodes} node(s)), ZeRO stage {ds.zero_stage(self.ds_config)}, "
             f"{'LoRA r=' + str(c.lora.r) if c.lora else 'full fine-tuning'}, trainable {trainable:,} / {total:,} params, "
             f"optimizer {c.optimizer.name}, dtype {self.dtype}, attention {self.attn}\n"
             f"          effective batch {self.world * c.batch.prompts_per_rank} prompts x G={c.grpo.group_size} = "
             f"{self.world * c.sequences_per_rank} sequences/step, micro-batch {c.batch.micro_batch_size}, "
-            f"{c.rollout.height}x{c.rollout.width}",
-            flush=True,
+            f"{c.rollout.height}x{c.rollout.width}"
         )
+
+
+def _finite_or_none(x: float) -> float | None:
+    """Non-finite numbers are written as null: JSON has no NaN/Infinity (``skipped`` says why)."""
+    return x if math.isfinite(x) else None
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="glm-grpo train", description="GRPO training of GLM-Image's AR policy with DeepSpeed")
     p.add_argument("--config", help="YAML config file")
     p.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
+    p.add_argument("--debug", action="store_true", help="show the full traceback of input errors")
+    p.add_argument("--log-level", choices=log.LEVELS, default="info", help="console verbosity of rank 0 (other ranks: errors)")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # set by the launcher
     p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. grpo.beta=0.0 lora.r=32")
     return p.parse_args(argv)
 
 
+# Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.
+INPUT_ERRORS = (
+    ConfigError, DataError, ds.DeepSpeedConfigError, checkpoint.CheckpointError, checkpoint.OutputDirError, RewardError,
+    FileNotFoundError,
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    log.setup(args.log_level, log.env_rank())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         cfg = load_config(args.config, args.overrides)
-        trainer = Trainer(cfg, args.deepspeed)
-    except (ConfigError, DataError, ds.DeepSpeedConfigError, checkpoint.CheckpointError, FileNotFoundError) as err:
-        lines = str(err).splitlines()
-        print("glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0]), file=sys.stderr)
+        Trainer(cfg, args.deepspeed).train()
+    except Stopped as stop:
+        log.fatal(str(stop))
+        return stop.exit_code
+    except INPUT_ERRORS as err:
+        if args.debug:
+            raise
+        lines = str(err).splitlines() or [type(err).__name__]
+        log.fatal("glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0]))
         return 2
-    trainer.train()
     return 0
 
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 import contextlib
 from collections import defaultdict
 
+import math
+
 import torch
 
+from . import engine as ds
 from .grpo import loss_normalizer, policy_loss
 from .logprobs import completion_logprobs
 from .rollout import RolloutBatch
@@ -45,6 +48,9 @@ def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_
 
     ``on_boundary(engine)`` runs after the last backward of each step, before ``engine.step()``
     (gradients are then complete; tests read them there).
+
+    ``out["skipped"]`` counts the optimizer steps DeepSpeed skipped because the gradients were not
+    finite (see :func:`glm_grpo_ds.engine.step`); their parameters are unchanged.
     """
     g = cfg.grpo
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
@@ -57,6 +63,7 @@ def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_
     engine.module.train()
 
     iterations = []
+    skipped = 0
     for _ in range(g.num_iterations):
         sums: dict[str, float] = defaultdict(float)
         mins, maxs = [], []
@@ -79,7 +86,8 @@ def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_
             engine.backward(loss, scale_wrt_gas=False)
             if j == len(slices) - 1 and on_boundary is not None:
                 on_boundary(engine)
-            engine.step()
+            applied = ds.step(engine)
+            skipped += applied is False
             tokens = st["num_tokens"].item()
             sums["loss"] += loss.item()  # micro-batch losses add up to the rollout's loss
             sums["tokens"] += tokens
@@ -96,4 +104,6 @@ def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_
     out["ratio_min"] = min(it["ratio_min"] for it in iterations)
     out["ratio_max"] = max(it["ratio_max"] for it in iterations)
     out["iterations"] = iterations
+    out["skipped"] = skipped
+    out["loss_finite"] = all(math.isfinite(it["loss"]) for it in iterations)
     return out

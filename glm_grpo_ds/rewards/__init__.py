@@ -14,6 +14,9 @@ Built-ins: pixel_mse, lpips, ssim, ocr, clip, preference, aesthetic (see each mo
 """
 
 from .combine import COMBINATIONS, combine_advantages
-from .registry import RewardSet, build_reward, build_rewards, builtin_names, register_reward
+from .registry import RewardError, RewardSet, build_reward, build_rewards, builtin_names, check_reward_specs, register_reward
 
-__all__ = ["COMBINATIONS", "RewardSet", "build_reward", "build_rewards", "builtin_names", "combine_advantages", "register_reward"]
+__all__ = [
+    "COMBINATIONS", "RewardError", "RewardSet", "build_reward", "build_rewards", "builtin_names", "check_reward_specs",
+    "combine_advantages", "register_reward",
+]

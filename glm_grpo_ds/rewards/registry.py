@@ -10,6 +10,13 @@ from typing import Callable
 
 import torch
 
+from .. import log
+
+
+class RewardError(ValueError):
+    """A reward that cannot be built (unknown name, bad plugin, bad args); the message says which."""
+
+
 _BUILTINS: dict[str, str] = {
     # name -> "module:Class" (imported on use, so e.g. OCR deps are only needed when asked for)
     "pixel_mse": "pixel:PixelMSEReward",
@@ -37,11 +44,11 @@ def _load_plugin(spec: str) -> Callable:
     target = spec[len("python:") :] if spec.startswith("python:") else spec
     module_name, sep, attr = target.rpartition(":")
     if not sep or not attr:
-        raise ValueError(f"reward {spec!r}: expected python:package.module:function or path/file.py:function")
+        raise RewardError(f"reward {spec!r}: expected python:package.module:function or path/file.py:function")
     if module_name.endswith(".py"):
         path = Path(module_name)
         if not path.is_file():
-            raise ValueError(f"reward {spec!r}: file {path} does not exist")
+            raise RewardError(f"reward {spec!r}: file {path} does not exist")
         mod_spec = importlib.util.spec_from_file_location(f"glm_grpo_reward_{path.stem}", path)
         module = importlib.util.module_from_spec(mod_spec)
         mod_spec.loader.exec_module(module)
@@ -49,20 +56,33 @@ def _load_plugin(spec: str) -> Callable:
         try:
             module = importlib.import_module(module_name)
         except ImportError as err:
-            raise ValueError(f"reward {spec!r}: cannot import {module_name} ({err})") from None
+            raise RewardError(f"reward {spec!r}: cannot import {module_name} ({err})") from None
     if not hasattr(module, attr):
-        raise ValueError(f"reward {spec!r}: {module_name} has no attribute {attr!r}")
+        raise RewardError(f"reward {spec!r}: {module_name} has no attribute {attr!r}")
     return getattr(module, attr)
 
 
-def build_reward(name: str, args: dict) -> Callable:
-    if name.startswith("python:") or ".py:" in name:
-        obj = _load_plugin(name)
-        return obj(**args) if args else obj
-    if name not in _BUILTINS:
+def _is_plugin(name: str) -> bool:
+    return name.startswith("python:") or ".py:" in name
+
+
+def check_reward_name(name: str, where: str = "") -> None:
+    """Raise RewardError unless ``name`` is a built-in or a loadable plugin (cheap: no model is built)."""
+    if _is_plugin(name):
+        _load_plugin(name)
+    elif name not in _BUILTINS:
         close = difflib.get_close_matches(name, list(_BUILTINS), n=3, cutoff=0.4)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown reward {name!r}{hint} (built-ins: {', '.join(builtin_names())}; or python:module:function)")
+        raise RewardError(
+            f"{where}unknown reward {name!r}{hint} (built-ins: {', '.join(builtin_names())}; or python:module:function)"
+        )
+
+
+def build_reward(name: str, args: dict) -> Callable:
+    check_reward_name(name)
+    if _is_plugin(name):
+        obj = _load_plugin(name)
+        return obj(**args) if args else obj
     target = _BUILTINS[name]
     if isinstance(target, str):
         module_name, attr = target.split(":")
@@ -70,26 +90,63 @@ def build_reward(name: str, args: dict) -> Callable:
     try:
         return target(**args)
     except TypeError as err:
-        raise ValueError(f"reward {name}: bad args {args} ({err})") from None
+        raise RewardError(f"reward {name}: bad args {args} ({err})") from None
 
 
 class RewardSet:
-    """The rewards of a run; ``__call__`` returns ``{label: [N] float32}`` (NaN = undefined)."""
+    """The rewards of a run; ``__call__`` returns ``{label: [N] float32}`` (NaN = undefined).
+
+    A reward that raises scores the whole batch NaN (undefined: left out of the advantages) and the
+    step goes on; ``failed[label]`` holds how many samples of the last call failed that way. Values
+    of +-inf are undefined too (an infinite reward would make every advantage of its group NaN).
+    Each kind of problem is warned once per reward, with the exception message; later ones show in
+    the metrics only (``reward/<label>_failed``, ``reward/<label>_undefined``).
+    """
 
     def __init__(self, rewards: list[tuple[str, float, Callable]]):
         self.labels = [label for label, _, _ in rewards]
         self.weights = {label: weight for label, weight, _ in rewards}
         self.fns = {label: fn for label, _, fn in rewards}
+        self.failed = {label: 0 for label in self.labels}
+
+    def _score(self, label: str, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
+        n = images.shape[0]
+        try:
+            raw = self.fns[label](images, prompts, samples)
+        except Exception as err:  # noqa: BLE001 - reward code is user code: any failure = undefined batch
+            self.failed[label] = n
+            msg = " ".join(str(err).split()) or type(err).__name__
+            log.warning_once(
+                f"reward-raised:{label}",
+                f"glm-grpo: warning: reward {label} raised {type(err).__name__}: {msg}; its {n} samples are undefined "
+                f"(left out of the advantages) and training goes on; further failures are counted in "
+                f"reward/{label}_failed, not logged",
+                all_ranks=True,
+            )
+            return torch.full((n,), float("nan"), device=images.device)
+        values = torch.as_tensor(raw, dtype=torch.float32).to(images.device).reshape(-1)
+        if values.shape[0] != n:
+            raise ValueError(f"reward {label} returned {values.shape[0]} values for {n} images")
+        bad = ~torch.isfinite(values)
+        if bad.any():
+            log.warning_once(
+                f"reward-nonfinite:{label}",
+                f"glm-grpo: warning: reward {label} returned NaN/inf for {int(bad.sum())} of {n} samples; they are "
+                f"undefined (left out of the advantages); further ones are counted in reward/{label}_undefined, not logged",
+                all_ranks=True,
+            )
+            values = torch.where(bad, torch.full_like(values, float("nan")), values)
+        return values
 
     def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> dict[str, torch.Tensor]:
-        out = {}
-        for label in self.labels:
-            values = torch.as_tensor(self.fns[label](images, prompts, samples), dtype=torch.float32)
-            values = values.to(images.device).reshape(-1)
-            if values.shape[0] != images.shape[0]:
-                raise ValueError(f"reward {label} returned {values.shape[0]} values for {images.shape[0]} images")
-            out[label] = values
-        return out
+        self.failed = {label: 0 for label in self.labels}
+        return {label: self._score(label, images, prompts, samples) for label in self.labels}
+
+
+def check_reward_specs(specs) -> None:
+    """Fail fast (before any model is loaded) on a reward name that cannot work."""
+    for i, s in enumerate(specs):
+        check_reward_name(s.name, f"rewards[{i}].name: ")
 
 
 def build_rewards(specs) -> RewardSet:

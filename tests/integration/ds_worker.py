@@ -8,6 +8,8 @@ Scenarios (rank 0 writes OUT_DIR/result.pt):
   dp     - loss and gradients of one update on a fixed global rollout split over the ranks
   sharded - the same rollout with ZeRO-3 parameters gathered once and left sharded
   memory - bytes of the model states DeepSpeed holds (engine.model_state_bytes) around one update
+  nonfinite - the real trainer (train.main) with the loss of the last rank made NaN from the
+            second step on: exercises the skip / stop logic; exits with train.main's status
 """
 
 from __future__ import annotations
@@ -70,9 +72,32 @@ def synthetic_rewards(n: int) -> torch.Tensor:
     return torch.sin(torch.arange(n, dtype=torch.float32) * 1.7) + 0.1 * torch.arange(n, dtype=torch.float32)
 
 
+def run_with_nan_loss(a) -> int:
+    """train.main with a NaN loss on the last rank only, from the second GRPO step on (the only
+    injected fault; skipping, agreement across ranks and stopping are the trainer's own code)."""
+    import glm_grpo_ds.train as train_mod
+    import glm_grpo_ds.update as update_mod
+
+    real_update, real_loss = train_mod.grpo_update, update_mod.policy_loss
+    calls = [0]
+
+    def nan_loss(*args, **kwargs):
+        loss, stats = real_loss(*args, **kwargs)
+        return loss * float("nan"), stats
+
+    def update(*args, **kwargs):
+        calls[0] += 1
+        last = torch.distributed.get_rank() == torch.distributed.get_world_size() - 1
+        update_mod.policy_loss = nan_loss if calls[0] >= 2 and last else real_loss
+        return real_update(*args, **kwargs)
+
+    train_mod.grpo_update = update
+    return train_mod.main(["--config", a.config, "--deepspeed", a.deepspeed, *a.overrides])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["train", "grads", "dp", "sharded", "memory"])
+    p.add_argument("scenario", choices=["train", "grads", "dp", "sharded", "memory", "nonfinite"])
     p.add_argument("out")
     p.add_argument("--deepspeed", required=True)
     p.add_argument("--config", default="launch/configs/tiny_cpu.yaml")
@@ -82,6 +107,8 @@ def main(argv=None) -> int:
     a.overrides = overrides
     out = Path(a.out)
     result: dict = {}
+    if a.scenario == "nonfinite":
+        return run_with_nan_loss(a)
 
     if a.scenario == "train":
         trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)

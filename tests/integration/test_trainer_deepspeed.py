@@ -25,13 +25,18 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def launch(nprocs: int, args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+def launch_cmd(nprocs: int, args: list[str]) -> tuple[list[str], dict, int]:
+    """(command, environment, master port) of a `deepspeed --num_gpus N` CPU run."""
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), DS_ACCELERATOR="cpu")
     port = _port()
-    cmd = [launcher, "--num_gpus", str(nprocs), "--master_port", str(port)] + args
+    return [launcher, "--num_gpus", str(nprocs), "--master_port", str(port)] + args, env, port
+
+
+def launch(nprocs: int, args: list[str], timeout: int = 600, check: bool = True) -> subprocess.CompletedProcess:
+    cmd, env, port = launch_cmd(nprocs, args)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
+    if check and proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-60:])
         pytest.fail(f"deepspeed run failed ({proc.returncode}):\n{tail}")
     # DeepSpeed's CPU all-reduce leaves a 64 MiB /dev/shm file per rank unless engine unlinks it.

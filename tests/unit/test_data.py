@@ -10,7 +10,9 @@ from glm_grpo_ds.data import DataError, PromptSampler, load_prompts
 def test_txt_and_jsonl(tmp_path):
     (tmp_path / "p.txt").write_text("a cat\n\n  a dog  \n")
     assert [r.prompt for r in load_prompts(tmp_path / "p.txt")] == ["a cat", "a dog"]
-    (tmp_path / "img.png").write_bytes(b"x")
+    from PIL import Image
+
+    Image.new("RGB", (4, 4)).save(tmp_path / "img.png")
     lines = [{"prompt": "p0", "target_image": "img.png", "text": "HI", "style": "flat"}, {"prompt": "p1"}]
     (tmp_path / "p.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     rows = load_prompts(tmp_path / "p.jsonl")
@@ -24,10 +26,12 @@ def test_txt_and_jsonl(tmp_path):
         ('{"prompt": "ok"}\n{"prompt": broken}\n', r"p.jsonl:2: not valid JSON"),
         ('{"text": "no prompt"}\n', r"p.jsonl:1: each line needs a non-empty string field \"prompt\""),
         ('{"prompt": "x", "target_image": "missing.png"}\n', r"p.jsonl:1: target_image missing.png not found"),
+        ('{"prompt": "x", "target_image": "bad.png"}\n', r"p.jsonl:1: target_image bad.png cannot be read as an image"),
         ("\n\n", "holds no prompts"),
     ],
 )
 def test_bad_jsonl_names_file_and_line(tmp_path, content, message):
+    (tmp_path / "bad.png").write_bytes(b"not a png")
     (tmp_path / "p.jsonl").write_text(content)
     with pytest.raises(DataError, match=message):
         load_prompts(tmp_path / "p.jsonl")
@@ -57,3 +61,13 @@ def test_sampler_state_roundtrip(tmp_path):
     b = PromptSampler(rows, 1, 0, 3, seed=1)
     b.load_state(a.state())
     assert [r.index for r in a.next()] == [r.index for r in b.next()]
+
+
+def test_output_dir_must_be_creatable_and_writable(tmp_path):
+    from glm_grpo_ds.checkpoint import OutputDirError, check_output_dir
+
+    assert check_output_dir(tmp_path / "a" / "b", rank=0).is_dir()
+    assert not list((tmp_path / "a" / "b").iterdir())  # the probe file is gone
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputDirError, match=r"output_dir .*file/sub cannot be created \(Not a directory\); pick another"):
+        check_output_dir(tmp_path / "file" / "sub", rank=0)

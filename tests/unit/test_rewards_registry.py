@@ -97,3 +97,36 @@ def test_weights_scale_normalize_then_sum_but_not_group_ranking():
     assert adv_norm[0] > adv_sum[0]
     with pytest.raises(ValueError, match="unknown reward combination"):
         combine_advantages(per, {"easy": 1, "hard": 1}, 3, "mean")
+
+
+def test_reward_that_raises_scores_nan_counts_and_warns_once(capsys):
+    from glm_grpo_ds import log
+    from glm_grpo_ds.rewards import RewardSet
+
+    log.setup("info", 0)
+    calls = []
+
+    def flaky(images, prompts, samples):
+        calls.append(1)
+        if len(calls) != 2:
+            raise RuntimeError(f"down {len(calls)}")
+        return [1.0, float("inf"), float("nan")]
+
+    rs = RewardSet([("flaky", 1.0, flaky)])
+    images = torch.zeros(3, 3, 8, 8)
+    for expect_failed in (3, 0, 3):
+        out = rs(images, ["p"] * 3, [{}] * 3)
+        assert rs.failed["flaky"] == expect_failed
+    assert torch.isnan(out["flaky"]).all()
+    err = capsys.readouterr().err
+    assert err.count("reward flaky raised RuntimeError: down 1;") == 1 and "down 3" not in err
+    assert err.count("returned NaN/inf for 2 of 3 samples") == 1
+
+
+def test_check_reward_specs_fails_before_building():
+    from glm_grpo_ds.config import RewardSpec
+    from glm_grpo_ds.rewards import RewardError, check_reward_specs
+
+    check_reward_specs([RewardSpec(name="pixel_mse")])
+    with pytest.raises(RewardError, match=r"rewards\[1\].name: unknown reward 'ssmi'; did you mean ssim\?"):
+        check_reward_specs([RewardSpec(name="pixel_mse"), RewardSpec(name="ssmi")])

@@ -1,0 +1,101 @@
+"""Rank-aware console logging for the trainer (stdlib ``logging``).
+
+Global rank 0 prints at the chosen level (``--log-level``, default info): info to stdout, warnings
+and errors to stderr. Other ranks print errors only, so an N-rank run shows each message once;
+:func:`warning_once` with ``all_ranks=True`` is the exception for problems only one rank may see
+(a reward that raised on that rank's batch).
+
+    from . import log
+    log.setup("info", rank)
+    log.info("resumed from ...")
+    log.warning_once("reward:clip", "reward clip raised ...", all_ranks=True)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+LEVELS = ("debug", "info", "warning", "error")
+_LOGGER = logging.getLogger("glm_grpo")
+_warned: set[str] = set()
+_rank = 0
+
+
+class _AllRanksFilter(logging.Filter):
+    """On ranks other than 0 let through errors, and warnings flagged ``all_ranks``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _rank == 0 or record.levelno >= logging.ERROR or getattr(record, "all_ranks", False)
+
+
+class _Below(logging.Filter):
+    def __init__(self, level: int):
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < self.level
+
+
+def env_rank() -> int:
+    """The global rank from the launcher's environment (0 when run as one process)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def setup(level: str = "info", rank: int | None = None) -> None:
+    """(Re)configure the ``glm_grpo`` logger for this process."""
+    global _rank
+    _rank = env_rank() if rank is None else rank
+    _LOGGER.handlers.clear()
+    _LOGGER.propagate = False
+    _LOGGER.setLevel(getattr(logging, level.upper()))
+    out = logging.StreamHandler(sys.stdout)
+    out.addFilter(_Below(logging.WARNING))
+    err = logging.StreamHandler(sys.stderr)
+    err.setLevel(logging.WARNING)
+    for handler in (out, err):
+        handler.addFilter(_AllRanksFilter())
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        _LOGGER.addHandler(handler)
+
+
+def set_rank(rank: int) -> None:
+    global _rank
+    _rank = rank
+
+
+def debug(msg: str) -> None:
+    _LOGGER.debug(msg)
+
+
+def info(msg: str) -> None:
+    _LOGGER.info(msg)
+
+
+def warning(msg: str) -> None:
+    _LOGGER.warning(msg)
+
+
+def error(msg: str) -> None:
+    _LOGGER.error(msg)
+
+
+def warning_once(key: str, msg: str, all_ranks: bool = False) -> None:
+    """Warn the first time ``key`` is seen in this process; later calls are silent."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    prefix = f"[rank {_rank}] " if all_ranks and _rank != 0 else ""
+    _LOGGER.warning(prefix + msg, extra={"all_ranks": all_ranks})
+
+
+if not _LOGGER.handlers:  # importing code (tests, tools) gets rank-0 info logging by default
+    setup("info", env_rank())
+
+
+def fatal(msg: str) -> None:
+    """The run's final error line: rank 0 only (every rank fails alike), on stderr, at any level."""
+    if _rank == 0:
+        print(msg, file=sys.stderr, flush=True)

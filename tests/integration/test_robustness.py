@@ -1,0 +1,260 @@
+"""Bad inputs fail fast with one line (exit 2) and leave saved checkpoints alone; reward failures,
+non-finite steps and preemption during training. Single-process runs use `python -m
+glm_grpo_ds.train`; cross-rank agreement uses the real deepspeed launcher with 2 CPU ranks."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from safetensors.torch import load_file
+
+from test_trainer_deepspeed import CONFIG, ROOT, WORKER, common, launch, launch_cmd  # noqa: E402  (same directory)
+
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu")
+FAST = ["rollout.height=64", "rollout.width=64", "grpo.group_size=4", "batch.micro_batch_size=4", "optimizer.name=adamw",
+        "logging.progress_bar=false", "logging.plot=false"]
+
+
+def run_train(*args, ds_config="ds_configs/zero2.json", flags=(), timeout=300):
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", ds_config, *flags, *args]
+    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def tree_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        h.update(str(p.relative_to(root)).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def data64(tiny_model_dir, tmp_path_factory):
+    from glm_grpo_ds.config import DecoderConfig
+    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
+
+    return write_tiny_dataset(tiny_model_dir, tmp_path_factory.mktemp("robust") / "data", 64, 64, DecoderConfig(num_inference_steps=2))
+
+
+@pytest.fixture(scope="module")
+def saved_run(tiny_model_dir, data64, tmp_path_factory):
+    """A real one-step run (1 process, ZeRO-2) with a checkpoint."""
+    out = tmp_path_factory.mktemp("saved") / "run"
+    proc = run_train(*common(tiny_model_dir, data64, out, "max_steps=1", "save_steps=1", *FAST))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+# ----------------------------------------------------------------------------- bad inputs
+def _bad_jsonl(tmp):
+    (tmp / "bad.jsonl").write_text('{"prompt": "a red cube"}\n{"prompt": "a blue ball",}\n')
+    return [f"data.train_file={tmp / 'bad.jsonl'}"], r"bad.jsonl:2: not valid JSON"
+
+
+def _empty(tmp):
+    (tmp / "empty.jsonl").write_text("\n\n")
+    return [f"data.train_file={tmp / 'empty.jsonl'}"], r"empty.jsonl holds no prompts; add one JSON object per line"
+
+
+def _missing_target(tmp):
+    (tmp / "t.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b", "target_image": "gone.png"}\n')
+    return [f"data.train_file={tmp / 't.jsonl'}"], r"t.jsonl:2: target_image gone.png not found at .*gone.png; fix the path"
+
+
+def _unreadable_target(tmp):
+    (tmp / "broken.png").write_bytes(b"\x89PNG but truncated")
+    (tmp / "t.jsonl").write_text('{"prompt": "a", "target_image": "broken.png"}\n{"prompt": "b"}\n')
+    return [f"data.train_file={tmp / 't.jsonl'}"], r"t.jsonl:1: target_image broken.png cannot be read as an image"
+
+
+def _unknown_reward(tmp):
+    return ["rewards=[{name: pixel_mes}]"], r"rewards\[0\].name: unknown reward 'pixel_mes'; did you mean pixel_mse"
+
+
+def _height(tmp):
+    return ["rollout.height=100"], r"rollout.height=100 must be a positive multiple of 32"
+
+
+def _micro_batch(tmp):
+    return ["batch.micro_batch_size=3"], r"batch.micro_batch_size=3 must divide the sequences per rank per step"
+
+
+def _offload_8bit(tmp):
+    return (["optimizer.name=adamw_8bit", "--deepspeed", "ds_configs/zero3_offload.json"],
+            r"optimizer.name=adamw_8bit with zero_optimization.offload_optimizer")
+
+
+def _not_a_pipeline(tmp):
+    (tmp / "model").mkdir()
+    return [f"model.path={tmp / 'model'}"], r"model is not a GLM-Image pipeline directory \(missing model_index.json"
+
+
+def _unwritable_out(tmp):
+    # root ignores permission bits, so use a path below a regular file (the checkpoint's `latest`)
+    return ["output_dir={out}/checkpoints/latest/sub"], r"output_dir .*latest/sub cannot be created \(Not a directory\)"
+
+
+def _other_stage(tmp):
+    return (["resume_from=latest", "--deepspeed", "ds_configs/zero3.json"],
+            r"was written with world size 1 and ZeRO stage 2; this run has world size 1 and stage 3")
+
+
+def _unknown_key(tmp):
+    return ["grpo.bta=0.1"], r"unknown config key 'grpo.bta'; did you mean 'grpo.beta'\?"
+
+
+def _bad_ds_json(tmp):
+    (tmp / "ds.json").write_text('{\n  "zero_optimization": {"stage": 2,}\n}\n')
+    return ["--deepspeed", str(tmp / "ds.json")], r"ds.json is not valid JSON: Expecting property name .* at line 2, column 36"
+
+
+CASES = {
+    "1_malformed_jsonl": _bad_jsonl, "2_empty_dataset": _empty, "3_missing_target": _missing_target,
+    "3_unreadable_target": _unreadable_target, "4_unknown_reward": _unknown_reward, "5_height": _height,
+    "6_micro_batch": _micro_batch, "7_8bit_with_offload": _offload_8bit, "8_not_a_pipeline": _not_a_pipeline,
+    "9_unwritable_output_dir": _unwritable_out, "10_other_zero_stage": _other_stage, "11_unknown_key": _unknown_key,
+    "12_invalid_ds_json": _bad_ds_json,
+}
+
+
+def _split(args):
+    """(overrides, ds_config) from a case's args (a case may swap the --deepspeed file)."""
+    if "--deepspeed" in args:
+        i = args.index("--deepspeed")
+        return args[:i] + args[i + 2 :], args[i + 1]
+    return args, "ds_configs/zero2.json"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_one_line_exit_2_checkpoint_intact(case, saved_run, tiny_model_dir, data64, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(saved_run / "checkpoints", out / "checkpoints")
+    before = tree_hash(out)
+    args, pattern = CASES[case](tmp_path)
+    overrides, ds_config = _split([a.replace("{out}", str(out)) for a in args])
+    proc = run_train(*common(tiny_model_dir, data64, out, *FAST), *overrides, ds_config=ds_config)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("glm-grpo train:")]
+    assert len(ours) == 1, proc.stderr[-3000:]
+    assert re.search(pattern, ours[0]), ours[0]
+    assert tree_hash(out) == before  # nothing saved was touched
+
+
+def test_bad_input_under_the_launcher_exits_2_with_one_line(tiny_model_dir, data64, tmp_path):
+    """Every rank raises the same input error before any collective: no hang, one line (rank 0)."""
+    proc = launch(2, ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json",
+                      *common(tiny_model_dir, data64, tmp_path / "out", *FAST), "rewards=[{name: pixel_mes}]"],
+                  timeout=300, check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text[-3000:]
+    assert text.count("glm-grpo train: rewards[0].name: unknown reward 'pixel_mes'") == 1 and "Traceback" not in text
+
+
+def test_debug_shows_the_traceback(saved_run, tiny_model_dir, data64, tmp_path):
+    proc = run_train(*common(tiny_model_dir, data64, tmp_path / "out", *FAST), "rollout.width=33", flags=["--debug"])
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "rollout.width=33 must be" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- during training
+FLAKY = '''
+import torch
+calls = [0]
+def flaky(images, prompts, samples):
+    calls[0] += 1
+    if calls[0] != 2:
+        raise RuntimeError(f"scorer offline (call {calls[0]})")
+    values = torch.arange(len(prompts), dtype=torch.float32)
+    values[0] = float("nan")
+    return values
+'''
+
+
+def test_reward_that_raises_or_returns_nan_is_counted_and_warned_once(tiny_model_dir, data64, tmp_path):
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    spec = f"{tmp_path / 'flaky.py'}:flaky"
+    out = tmp_path / "run"
+    proc = run_train(*common(tiny_model_dir, data64, out, "max_steps=3", *FAST),
+                     f"rewards=[{{name: pixel_mse}}, {{name: '{spec}'}}]", flags=["--log-level", "warning"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = metrics(out)
+    assert [r[f"reward/{spec}_failed"] for r in rows] == [4, 0, 4]
+    assert [r[f"reward/{spec}_undefined"] for r in rows] == [4, 1, 4]
+    assert all(r["reward/pixel_mse_failed"] == 0 and r["skipped"] == 0 for r in rows)
+    assert proc.stderr.count("raised RuntimeError: scorer offline (call 1)") == 1
+    assert "call 3" not in proc.stderr  # warned once, not every step
+    assert proc.stderr.count("returned NaN/inf for 1 of 4 samples") == 1
+    assert "glm-grpo: world size" not in proc.stdout  # --log-level warning hides the info summary
+
+
+@pytest.mark.parametrize("nprocs,ds_config", [(1, "zero2.json"), (2, "zero3.json")])
+def test_nonfinite_steps_are_skipped_then_the_run_stops_with_a_checkpoint(nprocs, ds_config, tiny_model_dir, data64, tmp_path):
+    out = tmp_path / "run"
+    overrides = common(tiny_model_dir, data64, out, "max_steps=6", "save_steps=1", "max_consecutive_skips=2",
+                       "optimizer.lr=1e-2", *FAST)
+    args = [str(WORKER), "nonfinite", str(tmp_path / "w"), "--deepspeed", f"ds_configs/{ds_config}", "--config", str(CONFIG), *overrides]
+    if nprocs == 1:
+        proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    else:
+        proc = launch(nprocs, args, timeout=300, check=False)
+    assert proc.returncode == 3, (proc.stdout + proc.stderr)[-3000:]
+    assert "glm-grpo train: stopped at step 3: the last 2 steps were skipped for a non-finite loss or gradient" in proc.stderr
+    rows = metrics(out)
+    assert [r["skipped"] for r in rows] == [0, 1, 1] and [r["skipped_steps"] for r in rows] == [0, 1, 2]
+    assert rows[0]["loss"] is not None and rows[1]["loss"] is None
+    ckpts = out / "checkpoints"
+    assert (ckpts / "latest").read_text() == "step_000003"
+    adapters = [load_file(ckpts / f"step_00000{i}" / "adapter" / "adapter_model.safetensors") for i in (1, 2, 3)]
+    assert any(t.abs().sum() > 0 for k, t in adapters[0].items() if "lora_B" in k)  # step 1 did update
+    for skipped in adapters[1:]:  # the skipped steps changed nothing, bitwise
+        assert all((skipped[k] == adapters[0][k]).all() for k in adapters[0])
+    assert json.loads((ckpts / "step_000003" / "trainer_state.json").read_text())["skipped_steps"] == 2
+
+
+def test_sigterm_saves_a_checkpoint_and_resume_continues(tiny_model_dir, data64, tmp_path):
+    out = tmp_path / "run"
+    args = ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json",
+            *common(tiny_model_dir, data64, out, "max_steps=1000", *FAST)]
+    cmd, env, _ = launch_cmd(2, args)
+    log = (tmp_path / "log").open("w+")
+    runner = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 300
+        while not ((out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().strip()):
+            assert runner.poll() is None and time.time() < deadline, "run ended or never reached step 1"
+            time.sleep(0.5)
+        # The `deepspeed` runner does not forward signals on one node; its child, the per-node
+        # launcher (deepspeed.launcher.launch), does: SIGTERM to each rank, SIGKILL 30 s later.
+        (node_launcher,) = psutil.Process(runner.pid).children()
+        node_launcher.send_signal(signal.SIGTERM)
+        runner.wait(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    log.seek(0)
+    text = log.read()
+    assert runner.returncode != 0
+    m = re.search(r"glm-grpo train: preempted by SIGTERM at step (\d+); checkpoint at (\S+); resume with resume_from=latest", text)
+    assert m, text[-3000:]
+    step = int(m.group(1))
+    assert Path(m.group(2)) == out / "checkpoints" / f"step_{step:06d}"
+    assert (out / "checkpoints" / "latest").read_text() == f"step_{step:06d}"
+    proc = launch(2, ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json",
+                      *common(tiny_model_dir, data64, out, f"max_steps={step + 1}", "resume_from=latest", *FAST)], timeout=600)
+    assert f"resumed from {out / 'checkpoints' / f'step_{step:06d}'} at step {step}" in proc.stdout
+    assert [r["step"] for r in metrics(out)] == list(range(1, step + 2))
+    assert (out / "final_adapter" / "adapter_model.safetensors").is_file()
