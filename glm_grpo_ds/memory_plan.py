@@ -15,7 +15,9 @@ b = bytes per model-dtype element (2 for bf16):
 
     weights     b·Ψ (ZeRO-1/2)  |  Σ ceil(ψ/N)·b per tensor, + b·ψ for tensors below the
                 stage3_param_persistence_threshold, which ZeRO-3 keeps whole (ZeRO-3)
-    gradients   b·Ψt (ZeRO-1)   |  b·Ψt/N (ZeRO-2/3)        (DeepSpeed accumulates in the model dtype)
+    gradients   b·Ψt (ZeRO-1)   |  b·Ψt/N (ZeRO-3)          (DeepSpeed accumulates in the model dtype)
+                ZeRO-2: b·Ψt/N + b·(largest trainable tensor): DeepSpeed keeps the whole gradient of a
+                tensor that straddles a partition edge (the worst rank holds one)
     fp32 master 4·Ψt/N                                     (0 on the GPU with offload_optimizer)
     optimizer   K·Ψt/N: AdamW K=8 (two fp32 moments); 8-bit AdamW K=2 + 8/256 (two uint8 codes and
                 one fp32 scale per 256-block each) + 2 KiB of code maps; offloaded: on the host
@@ -70,6 +72,7 @@ class Sizes:
     ar_base: list[int]  # every AR tensor except the LoRA adapters
     lora: list[int]  # LoRA adapter tensors (empty for full fine-tuning)
     trainable: int
+    largest_trainable: int  # elements of the largest trainable tensor
     decoder: int  # DiT + VAE + glyph encoder
     dit_hidden: int
     text: dict  # the AR language model's config (layers, heads, sizes)
@@ -120,6 +123,7 @@ def model_sizes(cfg) -> Sizes:
         ar_base=[p.numel() for n, p in named if "lora_" not in n],
         lora=[p.numel() for n, p in named if "lora_" in n],
         trainable=sum(p.numel() for _, p in named if p.requires_grad),
+        largest_trainable=max((p.numel() for _, p in named if p.requires_grad), default=0),
         decoder=decoder,
         dit_hidden=dit_hidden,
         text=text,
@@ -176,6 +180,11 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     notes["lora_weights"] = f"{sum(sizes.lora) / 1e6:.1f}M params" if sizes.lora else "full fine-tuning: none"
     comp["gradients"] = (shard(psi_t) if stage >= 2 else psi_t) * grad_b
     notes["gradients"] = f"{psi_t / 1e6:.1f}M trainable" + (f" /{world}" if stage >= 2 else "")
+    grad_partition = comp["gradients"]
+    if stage == 2 and world > 1:
+        # ZeRO-2 keeps the whole gradient of a tensor that straddles a partition edge: worst rank
+        comp["gradients"] += sizes.largest_trainable * grad_b
+        notes["gradients"] += " + the largest trainable tensor (worst rank)"
     master = 4 * shard(psi_t) if stage >= 1 else 4 * psi_t
     if cfg.optimizer.name == "adamw" or offload_opt:
         states = 8 * shard(psi_t) + 4  # + torch AdamW's fp32 step counter of the flat group
@@ -238,8 +247,9 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     vae = images * 128 * cfg.rollout.height * cfg.rollout.width * dec_b * 3  # full-resolution VAE decoder maps
     comp["decode_activations"] = images * latent_tokens * sizes.dit_hidden * dec_b * 12 + vae + (decoder if cfg.decoder.offload else 0)
     notes["decode_activations"] = f"{images} images per DiT forward (CFG doubles), DiT + VAE decoder"
-    comp["runtime_overhead"] = RUNTIME_OVERHEAD
-    notes["runtime_overhead"] = "CUDA context, NCCL, allocator slack (typical)"
+    on_gpu = est.device == "cuda"
+    comp["runtime_overhead"] = RUNTIME_OVERHEAD if on_gpu else 0
+    notes["runtime_overhead"] = "CUDA context, NCCL, allocator slack (typical)" if on_gpu else "CPU: Python and libraries not counted"
 
     persistent = ["ar_weights", "lora_weights", "gradients", "master_weights", "optimizer_states", "reference",
                   "decoder", "zero_buffers", "runtime_overhead"]
@@ -263,6 +273,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "model_states": {  # what glm_grpo_ds.engine.model_state_bytes measures
             "parameters": comp["ar_weights"] + comp["lora_weights"],
             "gradients": comp["gradients"],
+            "gradients_min": grad_partition,  # ranks whose partition edges cut no tensor
             "master": comp["master_weights"],
             "optimizer_states": comp["optimizer_states"],
         },

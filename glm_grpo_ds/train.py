@@ -31,10 +31,11 @@ import torch
 
 from . import checkpoint, log
 from . import engine as ds
-from .config import ConfigError, load_config, to_dict
+from .config import ConfigError, EstimateConfig, load_config, to_dict
 from .data import DataError, PromptSampler, load_prompts
 from .decoder import ImageDecoder
 from .evaluate import Evaluator, gallery_to_main
+from .memory_plan import plan
 from .metrics import Progress, nan_mean, nan_std, peak_memory_mb
 from .plot import PLOT_NAME, plot_training
 from .policy import check_pipeline_dir, load_policy, load_processor, load_reference, resolve_attn, resolve_dtype
@@ -73,8 +74,9 @@ class Trainer:
         dtype = resolve_dtype(cfg.model.dtype, on_gpu)
         attn = resolve_attn(cfg.model.attn_implementation, on_gpu, dtype)
         ar_config = json.loads((Path(cfg.model.path) / "vision_language_encoder" / "config.json").read_text())
+        self.ds_config_raw = ds.read_ds_config(ds_config_path)
         self.ds_config = ds.fill_ds_config(
-            ds.read_ds_config(ds_config_path), cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
+            self.ds_config_raw, cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
         )
         resume_path = None
         if cfg.resume_from:
@@ -286,6 +288,14 @@ class Trainer:
             f"          effective batch {self.world * c.batch.prompts_per_rank} prompts x G={c.grpo.group_size} = "
             f"{self.world * c.sequences_per_rank} sequences/step, micro-batch {c.batch.micro_batch_size}, "
             f"{c.rollout.height}x{c.rollout.width}"
+        )
+        # The planner's peak for this very setup (exact model-state bytes; activations estimated),
+        # so the log of a run that runs out of memory says what was expected.
+        est = EstimateConfig(num_gpus=self.world, num_nodes=1, device=self.device.type)
+        planned = plan(c, self.ds_config_raw, est)
+        log.info(
+            f"          memory plan: {planned['total_bytes'] / 2**30:.2f} GiB per {'GPU' if self.device.type == 'cuda' else 'rank'} "
+            f"at peak ({planned['peak_phase']} phase); `glm-grpo estimate-memory` prints the breakdown"
         )
 
 

@@ -10,9 +10,8 @@ so the average equals the gradient over the union of all ranks' rollouts.
 from __future__ import annotations
 
 import contextlib
-from collections import defaultdict
-
 import math
+from collections import defaultdict
 
 import torch
 
