@@ -273,7 +273,8 @@ def gathered_for_rollout(engine, enabled: bool = True):
     import deepspeed
 
     if not enabled or engine.zero_optimization_stage() != 3:
-        yield
+        with plain_linear():
+            yield
         return
     offload = engine.optimizer.parameter_offload if hasattr(engine.optimizer, "parameter_offload") else engine.optimizer
     params = list(engine.module.parameters())
@@ -284,9 +285,33 @@ def gathered_for_rollout(engine, enabled: bool = True):
             hook.remove()
         offload.forward_hooks, offload.backward_hooks = [], []
         try:
-            yield
+            with plain_linear():
+                yield
         finally:
             offload._register_deepspeed_module(offload.module)
+
+
+@contextlib.contextmanager
+def plain_linear():
+    """torch's own ``F.linear`` inside the block, for work without gradients (rollout, decode, rewards).
+
+    ZeRO-3's ``zero.Init`` replaces ``torch.nn.functional.linear`` process-wide with a memory-saving
+    autograd Function, and the replacement stays ("persists unless manually reset"). It only helps
+    backward, yet every call pays for an autograd Function: on the tiny model it halved the rollout's
+    speed, and it slowed the frozen DiT and reward models alike. Training forwards keep it.
+    """
+    from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as ZeroInit
+
+    original = getattr(ZeroInit, "linear_bk", None)
+    patched = torch.nn.functional.linear
+    if original is None or patched is original:
+        yield
+        return
+    torch.nn.functional.linear = original
+    try:
+        yield
+    finally:
+        torch.nn.functional.linear = patched
 
 
 def step(engine) -> bool | None:

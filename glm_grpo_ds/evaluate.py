@@ -90,9 +90,10 @@ class Evaluator:
                 prior.append(batch.prior_token_ids)
                 prompts += batch.prompts
         seeds = [derive_seed(ev.seed, "eval-decode", row.index) % 2**31 for row, _ in self.mine for _ in range(g)]
-        images = decoder.decode(torch.cat(prior), prompts, h, w, seeds)
         samples = [dict(row.extra, target_image=row.target_image, text=row.text, index=row.index) for row, _ in self.mine for _ in range(g)]
-        per_reward = reward_fn(images, prompts, samples)
+        with ds.plain_linear():
+            images = decoder.decode(torch.cat(prior), prompts, h, w, seeds)
+            per_reward = reward_fn(images, prompts, samples)
 
         real = len(self.rows) * g  # gathered rows are rank-major; the first `real` are the eval set
         all_per_reward = {label: ds.all_gather(values)[:real].cpu() for label, values in per_reward.items()}

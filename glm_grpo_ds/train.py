@@ -130,10 +130,11 @@ class Trainer:
         t1 = time.perf_counter()
         row_of = [rows[i] for i in batch.prompt_index.tolist()]
         seeds = [decoder_seed(cfg.decoder, step, r.index) for r in row_of]
-        images = self.decoder.decode(batch.prior_token_ids, batch.prompts, h, w, seeds)
-        t2 = time.perf_counter()
         samples = [dict(r.extra, target_image=r.target_image, text=r.text, index=r.index) for r in row_of]
-        per_reward = self.reward_fn(images, batch.prompts, samples)
+        with ds.plain_linear():
+            images = self.decoder.decode(batch.prior_token_ids, batch.prompts, h, w, seeds)
+            t2 = time.perf_counter()
+            per_reward = self.reward_fn(images, batch.prompts, samples)
         t3 = time.perf_counter()
         # Advantages over the global batch (identical on every rank), then this rank's rows.
         all_per_reward = {label: ds.all_gather(values) for label, values in per_reward.items()}
