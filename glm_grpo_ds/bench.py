@@ -299,9 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if a.worker:
+        from .engine import shutdown
+
         result = WORKERS[a.worker](a)
         if int(os.environ.get("RANK", "0")) == 0:
             Path(a.result).write_text(json.dumps(result))
+        shutdown()
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="glm_grpo_bench_"))
     try:

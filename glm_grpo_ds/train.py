@@ -330,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         Trainer(cfg, args.deepspeed).train()
-    except Stopped as stop:
+    except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)
         log.fatal(str(stop))
+        ds.shutdown()
         return stop.exit_code
     except INPUT_ERRORS as err:
         if args.debug:
@@ -339,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = str(err).splitlines() or [type(err).__name__]
         log.fatal("glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0]))
         return 2
+    ds.shutdown()
     return 0
 
 

@@ -181,6 +181,7 @@ def main(argv=None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         torch.save(result, out / "result.pt")
     ds.barrier()
+    ds.shutdown()
     return 0
 
 
