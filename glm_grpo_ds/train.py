@@ -339,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         lines = str(err).splitlines() or [type(err).__name__]
         log.fatal("glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0]))
+        ds.shutdown(agreed=False)
         return 2
     ds.shutdown()
     return 0
