@@ -391,12 +391,15 @@ def gather_to_main(t: torch.Tensor) -> torch.Tensor | None:
     return torch.cat(parts) if main else None
 
 
-def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     t = t.detach().clone()
     if torch.distributed.get_world_size() > 1:
         torch.distributed.all_reduce(t)
-        t /= torch.distributed.get_world_size()
     return t
+
+
+def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:
+    return all_reduce_sum(t) / torch.distributed.get_world_size()
 
 
 def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
@@ -442,13 +445,6 @@ def model_state_bytes(engine) -> dict[str, int]:
     out["gradients"] = total(grads)
     out["optimizer_states"] = total(v for st in opt.optimizer.state.values() for v in st.values())
     return out
-
-
-def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().clone()
-    if torch.distributed.get_world_size() > 1:
-        torch.distributed.all_reduce(t)
-    return t
 
 
 def shutdown(agreed: bool = True) -> None:
