@@ -1,6 +1,7 @@
 """The ``glm-grpo`` command: one entry point, one subcommand per tool.
 
     glm-grpo tiny-model OUT_DIR [--seed N]          build the offline tiny GLM-Image pipeline
+    glm-grpo tiny-world OUT_DIR                     the learnable tiny world (model + prompts) of the demo
     glm-grpo render --model DIR --prompt TEXT ...   render prompts with a GLM-Image pipeline
     glm-grpo verify-logprobs --model DIR ...         sampler vs teacher-forced log-prob parity
     glm-grpo plot OUTPUT_DIR                        training curves of a (running) run
@@ -18,6 +19,7 @@ import sys
 SUBCOMMANDS = {
     "tiny-model": ("glm_grpo_ds.testing.tiny", "write a random-weight tiny GLM-Image pipeline directory"),
     "tiny-data": ("glm_grpo_ds.testing.tiny_data", "write a learnable prompt set with target images for the tiny model"),
+    "tiny-world": ("glm_grpo_ds.testing.world", "write the learnable tiny world: colour-block decoder, layout prompts"),
     "merge": ("glm_grpo_ds.merge", "merge a LoRA adapter into GLM-Image and write a pipeline directory"),
     "score": ("glm_grpo_ds.score", "score images with a reward (one number per image)"),
     "render": ("glm_grpo_ds.render", "render prompts to PNG files with a GLM-Image pipeline"),

@@ -102,6 +102,10 @@ class GRPOConfig:
     advantage_scale: str = "group"  # group | batch | none
     reward_combination: str = "sum_then_normalize"  # or normalize_then_sum (see rewards/combine.py)
     num_iterations: int = 1  # updates per rollout (mu); > 1 stores old log-probs
+    # Train on the preview-grid tokens too (they condition the target grid, but the DiT renders
+    # only the target grid). false = loss on the target grid's tokens alone: less variance when the
+    # reward cannot depend on the preview (the tiny world), biased for the real model.
+    preview_in_loss: bool = True
     logprob_chunk_size: int = 256  # tokens per lm_head chunk in the teacher-forced pass
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 

@@ -10,6 +10,7 @@ so the average equals the gradient over the union of all ranks' rollouts.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections import defaultdict
 
@@ -19,6 +20,13 @@ from . import engine as ds
 from .grpo import loss_normalizer, policy_loss
 from .logprobs import completion_logprobs
 from .rollout import RolloutBatch
+
+
+def without_preview_loss(batch: RolloutBatch) -> RolloutBatch:
+    """The batch with the preview grid's tokens masked out of the loss (``grpo.preview_in_loss=false``)."""
+    mask = batch.completion_mask.clone()
+    mask[:, : batch.grid.num_preview] = 0
+    return dataclasses.replace(batch, completion_mask=mask)
 
 
 def micro_batches(n: int, size: int) -> list[slice]:
@@ -52,6 +60,8 @@ def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_
     finite (see :func:`glm_grpo_ds.engine.step`); their parameters are unchanged.
     """
     g = cfg.grpo
+    if not g.preview_in_loss:
+        batch = without_preview_loss(batch)
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
     norm = loss_normalizer(batch.completion_mask, g.aggregation)
     engine.module.eval()  # the no-grad passes below need no dropout / checkpointing

@@ -10,7 +10,7 @@ A reward is a callable ``reward(images, prompts, samples) -> Tensor[N]``:
 NaN means "undefined for this sample" (no target image, no text to render). Configure rewards by
 name with weights and arguments (``rewards: [{name: ocr, weight: 2.0}, {name: lpips, args: {net: vgg}}]``),
 or load your own with ``name: python:package.module:function`` / ``name: path/to/file.py:function``.
-Built-ins: pixel_mse, lpips, ssim, ocr, clip, preference, aesthetic (see each module's docstring).
+Built-ins: pixel_mse, lpips, ssim, ocr, clip, preference, aesthetic, colour_layout (see each module's docstring).
 """
 
 from .combine import COMBINATIONS, combine_advantages

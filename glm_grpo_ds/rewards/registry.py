@@ -26,6 +26,7 @@ _BUILTINS: dict[str, str] = {
     "clip": "clip:CLIPReward",
     "preference": "clip:PreferenceReward",
     "aesthetic": "clip:AestheticReward",
+    "colour_layout": "colour_layout:ColourLayoutReward",
 }
 
 

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -169,17 +168,3 @@ def test_num_iterations_two_first_ratio_is_one(tiny_model_dir, tiny_data, tmp_pa
     first, second = r[4]["iterations"]
     assert first["ratio_min"] == first["ratio_max"] == 1.0
     assert second["ratio_max"] != 1.0 or second["ratio_min"] != 1.0  # the update moved the policy
-
-
-def test_learning_on_tiny_pipeline(tiny_model_dir, tiny_data, tmp_path):
-    """AR sampling -> DiT decode -> pixel reward -> GRPO: the reward must go up, clearly."""
-    run_dir = tmp_path / "learn"
-    launch(2, ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero3.json",
-               *common(tiny_model_dir, tiny_data, run_dir, "max_steps=40", "logging.progress_bar=false")], timeout=600)
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    first = [r["reward_mean"] for r in rows[:10]]
-    last = [r["reward_mean"] for r in rows[-10:]]
-    diff = statistics.mean(last) - statistics.mean(first)
-    se = (statistics.variance(first) / 10 + statistics.variance(last) / 10) ** 0.5
-    print(f"reward first10={statistics.mean(first):.5f} last10={statistics.mean(last):.5f} t={diff / se:.1f}")
-    assert diff > 0 and diff / se > 3.0

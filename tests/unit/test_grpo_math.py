@@ -178,3 +178,27 @@ def test_policy_loss_input_errors():
         policy_loss(logp, old, adv, mask, aggregation="mean")
     with pytest.raises(ValueError, match="advantages"):
         policy_loss(logp, old, adv[:1], mask)
+
+
+def test_preview_tokens_can_be_left_out_of_the_loss():
+    """grpo.preview_in_loss=false: only the target grid's tokens count (mask and normaliser)."""
+    from glm_grpo_ds.rollout import GridSpec, RolloutBatch
+    from glm_grpo_ds.update import without_preview_loss
+
+    grid = GridSpec(large=(1, 2), preview=(1, 3))  # 3 preview + 2 target tokens
+    n = grid.num_tokens
+    batch = RolloutBatch(
+        prompt_ids=torch.zeros(2, 4, dtype=torch.long), prompt_mask=torch.ones(2, 4, dtype=torch.long),
+        completion_ids=torch.zeros(2, n, dtype=torch.long), completion_mask=torch.ones(2, n),
+        sampler_logps=torch.zeros(2, n), position_ids=torch.zeros(3, 2, 4 + n, dtype=torch.long),
+        prompt_index=torch.zeros(2, dtype=torch.long), group_index=torch.zeros(2, dtype=torch.long),
+        member_index=torch.arange(2), prompts=["p", "p"], grid=grid, height=32, width=64, group_size=2,
+    )
+    masked = without_preview_loss(batch)
+    assert masked.completion_mask.tolist() == [[0, 0, 0, 1, 1]] * 2
+    assert batch.completion_mask.sum() == 2 * n  # the rollout itself is untouched
+    # the loss only sees target tokens: changing a preview log-prob changes nothing
+    logp = torch.randn(2, n, requires_grad=True)
+    loss, stats = policy_loss(logp, logp.detach(), torch.tensor([1.0, -1.0]), masked.completion_mask)
+    loss.backward()
+    assert torch.equal(logp.grad[:, :3], torch.zeros(2, 3)) and stats["num_tokens"] == 4

@@ -1,0 +1,242 @@
+"""A learnable tiny GLM-Image world: a decoder that paints each visual token as a colour block,
+prompts that ask for colour layouts, and a reward that checks the image against its prompt.
+
+The random tiny DiT barely reacts to its prior tokens, so no policy can visibly learn on it. Here the
+tiny pipeline's DiT and VAE get hand-set weights (same diffusers classes, same ``GlmImagePipeline``
+code path, saved with ``save_pretrained``) so that
+
+* codebook id ``k`` paints its 32x32 image cell in colour ``PALETTE[k % 8]`` (the corners of the RGB
+  cube: black, red, green, yellow, blue, magenta, cyan, white), exactly: every pixel is 0 or 1;
+* the image does not depend on the decoder noise, the number of denoising steps or the guidance
+  scale (> 0): the DiT predicts a velocity from the prior tokens alone, the flow-matching Euler steps
+  move the noise latent by ``g*8`` per channel (noise stays ~N(0,1), far from the sign flip), and
+  the VAE decoder saturates each channel to 0 or 1 by its sign.
+
+How the weights do it (tiny sizes; ``build_world_components`` checks the shapes):
+
+* DiT: the latent projection and every block's AdaLN modulation are zero, so the blocks add nothing
+  (gates 0) and the hidden state is the prior-token path only. ``prior_token_embedding[k]`` holds
+  ``(+3s, -3s)`` pairs for the colour's RGB signs ``s``; the SiLU MLP of ``prior_projector`` turns
+  each pair into ``silu(3s) - silu(-3s) = 3s`` and mirrors it (zero mean, so the output LayerNorm
+  keeps signs); ``proj_out`` writes ``-8*s`` to every latent pixel of the patch. A dropped prior
+  (classifier-free guidance's unconditional pass) gives velocity 0.
+* VAE decoder: ``post_quant_conv`` identity, ``conv_in`` writes ``(L, -L)`` channel pairs, every
+  ResNet and attention residual branch is zero, upsampling convs are identity, the final GroupNorm
+  normalises each (L, -L) pair (mean 0, sign kept), and ``conv_out`` reads ``silu(n) - silu(-n) = n``
+  times 20, which the pipeline's [-1, 1] -> [0, 1] post-processing clamps to 0 or 1.
+
+Prompts name colours and layouts ("red image", "red on the left, blue on the right", ...); the
+``colour_layout`` reward (glm_grpo_ds/rewards/colour_layout.py) scores ``1 - mean |image - target|``:
+1 is the asked layout, a uniformly random token grid scores 0.5, and different prompts need
+different grids. ``best.json`` holds the best reward per prompt, computed from the palette the
+decoder really renders (1.0 for every prompt here), so progress is ``(reward - start) / (best - start)``.
+
+Also, the AR's ``lm_head`` is scaled by ``LM_HEAD_GAIN`` (see :func:`build_world_components`).
+
+Status: a single prompt is learned within ~20 GRPO steps; prompt-conditioned learning over the whole
+prompt set is slow with the 2-layer tiny AR (its target-grid positions see the prompt through ~256
+preview tokens) and is the open part of issue 13.
+
+Command line (writes the pipeline, train/held-out prompt files and prints the best reward)::
+
+    glm-grpo tiny-world outputs/world [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from pathlib import Path
+
+import torch
+
+from ..rewards.colour_layout import CELL, COLOURS, best_reward
+from .tiny import CODEBOOK_SIZE, build_tiny_components
+
+PALETTE = list(COLOURS)  # codebook id k paints PALETTE[k % 8]
+LATENT_STEP = 8.0  # |velocity| per latent channel: the final latent is noise + guidance * 8 * sign
+PIXEL_GAIN = 20.0  # VAE output before the pipeline's clamp; any |value| > 1 saturates
+LM_HEAD_GAIN = 5.0  # see build_world_components
+WORLD_SIZE = 64  # default image side: a 2x2 grid of cells
+WORLD_COLOURS = ("red", "green", "blue", "yellow")  # the colours of the default prompt set
+
+
+def token_colour(token_id: int) -> str:
+    return PALETTE[token_id % len(PALETTE)]
+
+
+def cell_colours(images: torch.Tensor) -> torch.Tensor:
+    """``[N, 3, H, W]`` -> ``[N, H/32, W/32, 3]`` mean colour of each cell."""
+    n, _, h, w = images.shape
+    return images.reshape(n, 3, h // CELL, CELL, w // CELL, CELL).mean(dim=(3, 5)).permute(0, 2, 3, 1)
+
+
+def world_prompts(colours=WORLD_COLOURS) -> tuple[list[str], list[str]]:
+    """(train, held_out) prompts over ``colours``: every uniform and two-colour (left/right, top/bottom)
+    layout; of each ordered colour pair one layout is held out, alternating, so every held-out
+    prompt's colours and layout appear in training, in other combinations."""
+    train, held = [f"{c} image" for c in colours], []
+    for i, (a, b) in enumerate(itertools.permutations(colours, 2)):
+        family = [f"{a} on the left, {b} on the right", f"{a} on top, {b} at the bottom"]
+        held.append(family.pop(i % 2))
+        train.extend(family)
+    return train, held
+
+
+# ----------------------------------------------------------------------------- decoder weights
+def _set_dit(transformer) -> None:
+    cfg = transformer.config
+    inner = cfg.num_attention_heads * cfg.attention_head_dim
+    p, out_ch = cfg.patch_size, cfg.out_channels
+    if inner < 8 or out_ch < 3 or cfg.prior_vq_quantizer_codebook_size != CODEBOOK_SIZE:
+        raise ValueError("tiny-world DiT needs inner_dim >= 8, out_channels >= 3 and the tiny codebook")
+    with torch.no_grad():
+        for param in transformer.parameters():
+            param.zero_()
+        emb = transformer.prior_token_embedding.weight  # [K, inner]
+        for k in range(CODEBOOK_SIZE):
+            signs = torch.tensor(COLOURS[token_colour(k)], dtype=torch.float32) * 2 - 1
+            for c in range(3):
+                emb[k, 2 * c], emb[k, 2 * c + 1] = 3 * signs[c], -3 * signs[c]
+        lin1, lin2 = transformer.prior_projector.net[0].proj, transformer.prior_projector.net[2]
+        lin1.weight.copy_(torch.eye(inner))
+        for c in range(3):  # h[c] = silu(e[2c]) - silu(e[2c+1]) = 3s ; h[3+c] = -h[c] (zero mean)
+            lin2.weight[c, 2 * c], lin2.weight[c, 2 * c + 1] = 1.0, -1.0
+            lin2.weight[3 + c, 2 * c], lin2.weight[3 + c, 2 * c + 1] = -1.0, 1.0
+        # After the output LayerNorm h[c] = 3s / std(h); std(h) = sqrt(6 * 9 / inner).
+        normed = 3.0 / (6 * 9 / inner) ** 0.5
+        for c in range(3):
+            for j in range(p * p):  # proj_out rows are (channel, py, px)
+                transformer.proj_out.weight[c * p * p + j, c] = -LATENT_STEP / normed
+
+
+def _identity_tap(conv, in_idx=None, gains=None) -> None:
+    """A 3x3 (or 1x1) conv that reads only its centre pixel: ``out[o] = sum gains * in[in_idx]``."""
+    w = conv.weight
+    w.zero_()
+    if conv.bias is not None:
+        conv.bias.zero_()
+    cy, cx = w.shape[2] // 2, w.shape[3] // 2
+    if in_idx is None:
+        for o in range(min(w.shape[0], w.shape[1])):
+            w[o, o, cy, cx] = 1.0
+    else:
+        for o, (i, g) in enumerate(zip(in_idx, gains)):
+            if i is not None:
+                w[o, i, cy, cx] = g
+
+
+def _set_vae(vae) -> None:
+    from diffusers.models.attention_processor import Attention
+    from diffusers.models.resnet import ResnetBlock2D
+    from diffusers.models.upsampling import Upsample2D
+
+    dec = vae.decoder
+    ch = dec.conv_in.out_channels
+    groups = dec.conv_norm_out.num_groups
+    if ch // groups != 2 or ch < 6 or any(b != ch for b in vae.config.block_out_channels):
+        raise ValueError("tiny-world VAE needs equal block channels (>= 6) in groups of 2")
+    with torch.no_grad():
+        _identity_tap(vae.post_quant_conv)
+        # (L0, -L0, L1, -L1, L2, -L2, 0, ...): each GroupNorm group is one (x, -x) pair.
+        _identity_tap(dec.conv_in, [0, 0, 1, 1, 2, 2] + [None] * (ch - 6), [1, -1, 1, -1, 1, -1] + [0] * (ch - 6))
+        for module in dec.modules():
+            if isinstance(module, ResnetBlock2D):
+                module.conv2.weight.zero_()
+                module.conv2.bias.zero_()
+            elif isinstance(module, Attention):
+                module.to_out[0].weight.zero_()
+                module.to_out[0].bias.zero_()
+            elif isinstance(module, Upsample2D):
+                _identity_tap(module.conv)
+        dec.conv_norm_out.weight.fill_(1.0)
+        dec.conv_norm_out.bias.zero_()
+        w = dec.conv_out.weight
+        w.zero_()
+        dec.conv_out.bias.zero_()
+        cy, cx = w.shape[2] // 2, w.shape[3] // 2
+        for c in range(3):  # silu(n) - silu(-n) = n
+            w[c, 2 * c, cy, cx], w[c, 2 * c + 1, cy, cx] = PIXEL_GAIN, -PIXEL_GAIN
+
+
+def build_world_components(seed: int = 0) -> dict:
+    """The tiny pipeline's components (same AR, tokenizers, scheduler) with the world's decoder."""
+    from diffusers import AutoencoderKL
+
+    parts = build_tiny_components(seed)
+    with torch.no_grad():
+        # transformers' init (std 0.02) caps the tiny AR's logits at about +-1.3 after the final norm, and
+        # LoRA does not train lm_head: no adapter could make the policy confident. A trained model's head
+        # is larger; LM_HEAD_GAIN gives logits of std ~0.8 at init (entropy stays near uniform).
+        parts["vision_language_encoder"].lm_head.weight.mul_(LM_HEAD_GAIN)
+    _set_dit(parts["transformer"])
+    vae = AutoencoderKL(
+        block_out_channels=(8, 8, 8, 8),
+        in_channels=3,
+        out_channels=3,
+        down_block_types=["DownEncoderBlock2D"] * 4,
+        up_block_types=["UpDecoderBlock2D"] * 4,
+        latent_channels=4,
+        norm_num_groups=4,
+        sample_size=64,
+        latents_mean=[0.0] * 4,
+        latents_std=[1.0] * 4,
+    )
+    _set_vae(vae)
+    parts["vae"] = vae
+    return parts
+
+
+def build_world_pipeline(out_dir, seed: int = 0) -> Path:
+    from diffusers import GlmImagePipeline
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    GlmImagePipeline(**build_world_components(seed)).save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def measure_palette(decoder, height: int = CELL * 2, width: int = CELL * 2) -> torch.Tensor:
+    """``[K, 3]``: the mean colour the decoder really renders for a uniform grid of each codebook id."""
+    from ..rollout import upsample_grid
+
+    h, w = height // CELL, width // CELL
+    grids = torch.arange(CODEBOOK_SIZE).view(-1, 1).expand(-1, h * w)
+    images = decoder.decode(upsample_grid(grids, h, w), ["palette"] * CODEBOOK_SIZE, height, width, [0] * CODEBOOK_SIZE)
+    return images.mean(dim=(2, 3)).cpu()
+
+
+def write_world(out_dir, seed: int = 0, height: int = WORLD_SIZE, width: int = WORLD_SIZE) -> dict:
+    """Pipeline in ``out_dir/model``, prompts in ``out_dir/train.jsonl`` and ``out_dir/heldout.jsonl``,
+    and ``out_dir/best.json`` (best reward per prompt, from the rendered palette)."""
+    from ..config import DecoderConfig
+    from ..decoder import ImageDecoder
+
+    out = Path(out_dir)
+    model = build_world_pipeline(out / "model", seed)
+    train, held = world_prompts()
+    decoder = ImageDecoder(model, DecoderConfig(num_inference_steps=1, guidance_scale=1.0), "cpu")
+    palette = measure_palette(decoder)
+    best = {p: best_reward(p, palette, height, width) for p in train + held}
+    for name, prompts in (("train.jsonl", train), ("heldout.jsonl", held)):
+        (out / name).write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
+    summary = {"height": height, "width": width, "best": best, "palette": palette.tolist()}
+    (out / "best.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="glm-grpo tiny-world", description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    summary = write_world(args.out_dir, args.seed)
+    best = list(summary["best"].values())
+    print(f"wrote the tiny world to {args.out_dir}: model/, train.jsonl, heldout.jsonl, best.json "
+          f"(best colour_layout reward {min(best):.4f}..{max(best):.4f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
