@@ -154,10 +154,28 @@ def build_ar_config(text_vocab_size: int, pad_id: int, eos_id: int, full_size: b
     )
 
 
+def build_vae(block_out_channels=(8, 8, 16, 16)):
+    """The tiny 4-stage VAE (x8 down/up-sampling, 4 latent channels, GroupNorm in groups of 4)."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        block_out_channels=block_out_channels,
+        in_channels=3,
+        out_channels=3,
+        down_block_types=["DownEncoderBlock2D"] * 4,
+        up_block_types=["UpDecoderBlock2D"] * 4,
+        latent_channels=4,
+        norm_num_groups=4,
+        sample_size=64,
+        latents_mean=[0.0] * 4,
+        latents_std=[1.0] * 4,
+    )
+
+
 def build_tiny_components(seed: int = 0, full_size_ar: bool = False) -> dict:
     """All seven GlmImagePipeline components with deterministic random weights (``full_size_ar``:
     the AR at GLM-Image's real size in bf16, built on the GPU when there is one)."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
     from transformers import ByT5Tokenizer, GenerationConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
 
     processor = build_processor()
@@ -212,18 +230,7 @@ def build_tiny_components(seed: int = 0, full_size_ar: bool = False) -> dict:
     with torch.no_grad():
         transformer.prior_token_embedding.weight.mul_(PRIOR_EMBED_GAIN)
     torch.manual_seed(seed + 3)
-    vae = AutoencoderKL(
-        block_out_channels=(8, 8, 16, 16),
-        in_channels=3,
-        out_channels=3,
-        down_block_types=["DownEncoderBlock2D"] * 4,
-        up_block_types=["UpDecoderBlock2D"] * 4,
-        latent_channels=4,
-        norm_num_groups=4,
-        sample_size=64,
-        latents_mean=[0.0] * 4,
-        latents_std=[1.0] * 4,
-    )
+    vae = build_vae()
     scheduler = FlowMatchEulerDiscreteScheduler(
         use_dynamic_shifting=True, base_shift=0.25, max_shift=0.75, base_image_seq_len=256, time_shift_type="linear"
     )

@@ -52,7 +52,7 @@ from pathlib import Path
 import torch
 
 from ..rewards.colour_layout import CELL, COLOURS, best_reward
-from .tiny import CODEBOOK_SIZE, build_tiny_components
+from .tiny import CODEBOOK_SIZE, build_tiny_components, build_vae
 
 PALETTE = list(COLOURS)  # codebook id k paints PALETTE[k % 8]
 LATENT_STEP = 8.0  # |velocity| per latent channel: the final latent is noise + guidance * 8 * sign
@@ -162,8 +162,6 @@ def _set_vae(vae) -> None:
 
 def build_world_components(seed: int = 0) -> dict:
     """The tiny pipeline's components (same AR, tokenizers, scheduler) with the world's decoder."""
-    from diffusers import AutoencoderKL
-
     parts = build_tiny_components(seed)
     with torch.no_grad():
         # transformers' init (std 0.02) caps the tiny AR's logits at about +-1.3 after the final norm, and
@@ -171,18 +169,7 @@ def build_world_components(seed: int = 0) -> dict:
         # is larger; LM_HEAD_GAIN gives logits of std ~0.8 at init (entropy stays near uniform).
         parts["vision_language_encoder"].lm_head.weight.mul_(LM_HEAD_GAIN)
     _set_dit(parts["transformer"])
-    vae = AutoencoderKL(
-        block_out_channels=(8, 8, 8, 8),
-        in_channels=3,
-        out_channels=3,
-        down_block_types=["DownEncoderBlock2D"] * 4,
-        up_block_types=["UpDecoderBlock2D"] * 4,
-        latent_channels=4,
-        norm_num_groups=4,
-        sample_size=64,
-        latents_mean=[0.0] * 4,
-        latents_std=[1.0] * 4,
-    )
+    vae = build_vae(block_out_channels=(8, 8, 8, 8))  # equal stages: the residual paths carry the signal
     _set_vae(vae)
     parts["vae"] = vae
     return parts
