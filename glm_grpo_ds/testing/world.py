@@ -33,9 +33,9 @@ decoder really renders (1.0 for every prompt here), so progress is ``(reward - s
 
 Also, the AR's ``lm_head`` is scaled by ``LM_HEAD_GAIN`` (see :func:`build_world_components`).
 
-Status: a single prompt is learned within ~20 GRPO steps; prompt-conditioned learning over the whole
-prompt set is slow with the 2-layer tiny AR (its target-grid positions see the prompt through ~256
-preview tokens) and is the open part of issue 13.
+Limits: a single prompt is learned within ~20 GRPO steps; prompt-conditioned learning over the whole
+prompt set is slow with the 2-layer tiny AR, whose target-grid positions see the prompt only through
+near-uniform attention over ~50 prompt characters and ~256 preview tokens.
 
 Command line (writes the pipeline, train/held-out prompt files and prints the best reward)::
 
