@@ -5,6 +5,7 @@
     glm-grpo render --model DIR --prompt TEXT ...   render prompts with a GLM-Image pipeline
     glm-grpo verify-logprobs --model DIR ...         sampler vs teacher-forced log-prob parity
     glm-grpo plot OUTPUT_DIR                        training curves of a (running) run
+    glm-grpo progress OUTPUT_DIR --best BEST.json   fraction of the way from the start to the best reward
 
 Each subcommand lives in its own module and is imported only when it runs, so
 ``glm-grpo --help`` stays fast.
@@ -19,7 +20,7 @@ import sys
 SUBCOMMANDS = {
     "tiny-model": ("glm_grpo_ds.testing.tiny", "write a random-weight tiny GLM-Image pipeline directory"),
     "tiny-data": ("glm_grpo_ds.testing.tiny_data", "write a learnable prompt set with target images for the tiny model"),
-    "tiny-world": ("glm_grpo_ds.testing.world", "write the learnable tiny world: colour-block decoder, layout prompts"),
+    "tiny-world": ("glm_grpo_ds.testing.world", "write the learnable tiny world: colour-block decoder, colour prompts"),
     "merge": ("glm_grpo_ds.merge", "merge a LoRA adapter into GLM-Image and write a pipeline directory"),
     "score": ("glm_grpo_ds.score", "score images with a reward (one number per image)"),
     "render": ("glm_grpo_ds.render", "render prompts to PNG files with a GLM-Image pipeline"),
@@ -28,6 +29,7 @@ SUBCOMMANDS = {
     "estimate-memory": ("glm_grpo_ds.memory_plan", "per-GPU memory plan of a run before launch (no weights needed)"),
     "bench": ("glm_grpo_ds.bench", "benchmark rollout / decode / reward / update and print side-by-side ratios"),
     "plot": ("glm_grpo_ds.plot", "plot reward, KL and clip fractions of a run (OUTPUT_DIR/reward_curve.png)"),
+    "progress": ("glm_grpo_ds.progress", "fraction of the way from a run's start reward to the best (eval and train)"),
 }
 
 

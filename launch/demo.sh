@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# The main job on the embedded tiny GLM-Image, offline, on CPU (what `make demo` runs):
-# build the tiny model and a learnable prompt set, then GRPO-train the AR on 2 CPU ranks under
-# ZeRO-3 with LoRA and the bitsandbytes 8-bit optimizer.
+# The main job on the embedded tiny GLM-Image, offline, on CPU (what `make demo` runs): build the
+# learnable tiny world (glm_grpo_ds/testing/world.py), GRPO-train its AR on 2 CPU ranks under ZeRO-3
+# with LoRA and the bitsandbytes 8-bit optimizer (launch/configs/tiny_world.yaml: 80 steps, ~4 min),
+# then print how far the reward got from its start to the best achievable one.
 #
-#   bash launch/demo.sh                       # outputs/tiny, outputs/tiny_data, outputs/tiny_run
-#   NUM_PROCS=1 bash launch/demo.sh max_steps=10
+#   bash launch/demo.sh                       # outputs/world, outputs/world_run
+#   NUM_PROCS=1 bash launch/demo.sh max_steps=20
+# Look at: outputs/world_run/reward_curve.png, outputs/world_run/samples/eval_step_*.png (held-out
+# prompts, fixed seeds) and samples/step_*.png (training groups).
 set -euo pipefail
 export HF_HUB_OFFLINE=1
 NUM_PROCS=${NUM_PROCS:-2}
-CONFIG=${CONFIG:-launch/configs/tiny_cpu.yaml}
+CONFIG=${CONFIG:-launch/configs/tiny_world.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
+OUT=${OUT:-outputs/world_run}
 
-glm-grpo tiny-model outputs/tiny --seed 0
-glm-grpo tiny-data --config "$CONFIG" "$@"
-# galleries every 20 steps and a fixed-seed eval of 4 prompts (at 0, 20, 40, 60); "$@" can override
+glm-grpo tiny-world outputs/world --seed 0
 deepspeed --num_gpus "$NUM_PROCS" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" \
-  logging.gallery_steps=20 eval.file=outputs/tiny_data/prompts.jsonl eval.steps=20 eval.num_prompts=4 "$@"
+  output_dir="$OUT" "$@"
+glm-grpo progress "$OUT" --best outputs/world/best.json

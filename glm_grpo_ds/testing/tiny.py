@@ -32,7 +32,9 @@ decode -> reward on pixels) stays untouched.
 
 The tokenizer is character level (a ``tokenizers`` WordLevel model over single characters),
 so distinct prompts give distinct token sequences - a word-level vocabulary built offline
-would map most words to ``[UNK]`` and make every prompt look the same to the policy.
+would map most words to ``[UNK]`` and make every prompt look the same to the policy. A closed
+world whose prompts use a known set of words (``glm_grpo_ds/testing/world.py``) passes ``words``:
+those become single tokens, and any other run of letters is ``[UNK]``.
 """
 
 from __future__ import annotations
@@ -64,20 +66,22 @@ _CHAT_TEMPLATE = (
 )
 
 
-def _vocab() -> dict[str, int]:
-    tokens = [f"<|dit_token_{i}|>" for i in range(VISION_VOCAB_SIZE)] + _TEXT_SPECIALS + _CHARS
+def _vocab(words: tuple[str, ...] = ()) -> dict[str, int]:
+    tokens = [f"<|dit_token_{i}|>" for i in range(VISION_VOCAB_SIZE)] + _TEXT_SPECIALS + _CHARS + list(words)
     return {tok: i for i, tok in enumerate(tokens)}
 
 
-def build_tokenizer():
-    """Character-level fast tokenizer with GLM-Image's image / grid special tokens."""
+def build_tokenizer(words: tuple[str, ...] = ()):
+    """Fast tokenizer with GLM-Image's image / grid special tokens: one token per character, or, with
+    ``words``, one per run of letters (a listed word, else ``[UNK]``) and one per other character."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = _vocab()
+    vocab = _vocab(words)
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    # One token per character; special tokens are matched before this split.
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    # Special tokens are matched before this split.
+    pattern = r"[A-Za-z]+|[\s\S]" if words else r"[\s\S]"
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     tok.decoder = decoders.Fuse()
     specials = [t for t in vocab if t.startswith("<|dit_token_")] + _TEXT_SPECIALS
     fast = PreTrainedTokenizerFast(
@@ -97,10 +101,10 @@ def build_tokenizer():
     return fast
 
 
-def build_processor():
+def build_processor(words: tuple[str, ...] = ()):
     from transformers import GlmImageImageProcessor, GlmImageProcessor
 
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(words)
     image_processor = GlmImageImageProcessor(
         patch_size=8,
         temporal_patch_size=1,
@@ -172,14 +176,15 @@ def build_vae(block_out_channels=(8, 8, 16, 16)):
     )
 
 
-def build_tiny_components(seed: int = 0, full_size_ar: bool = False) -> dict:
+def build_tiny_components(seed: int = 0, full_size_ar: bool = False, words: tuple[str, ...] = ()) -> dict:
     """All seven GlmImagePipeline components with deterministic random weights (``full_size_ar``:
-    the AR at GLM-Image's real size in bf16, built on the GPU when there is one)."""
+    the AR at GLM-Image's real size in bf16, built on the GPU when there is one; ``words``: whole-word
+    tokens, see :func:`build_tokenizer`)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
     from transformers import ByT5Tokenizer, GenerationConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
 
-    processor = build_processor()
-    vocab = _vocab()
+    processor = build_processor(words)
+    vocab = _vocab(words)
     eos_id = vocab["<|endoftext|>"]
 
     torch.manual_seed(seed)

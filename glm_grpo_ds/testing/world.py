@@ -25,17 +25,23 @@ How the weights do it (tiny sizes; ``build_world_components`` checks the shapes)
   normalises each (L, -L) pair (mean 0, sign kept), and ``conv_out`` reads ``silu(n) - silu(-n) = n``
   times 20, which the pipeline's [-1, 1] -> [0, 1] post-processing clamps to 0 or 1.
 
+The AR is the tiny pipeline's random AR with three changes: a word-level tokenizer (the world's words
+are single tokens), a layer-0 attention that looks at the colour words of the prompt (see
+:func:`_set_prompt_focus`: the stand-in for a pretrained model that reads its prompt), and an
+``lm_head`` scaled by ``LM_HEAD_GAIN`` (see :func:`build_world_components`). What to paint for which
+colour word is left to learn.
+
 Prompts name colours and layouts ("red image", "red on the left, blue on the right", ...); the
 ``colour_layout`` reward (glm_grpo_ds/rewards/colour_layout.py) scores ``1 - mean |image - target|``:
 1 is the asked layout, a uniformly random token grid scores 0.5, and different prompts need
-different grids. ``best.json`` holds the best reward per prompt, computed from the palette the
-decoder really renders (1.0 for every prompt here), so progress is ``(reward - start) / (best - start)``.
+different grids (:func:`world_prompts`). ``best.json`` holds the best reward per prompt, computed from
+the palette the decoder really renders (1.0 for every prompt here), so progress is
+``(reward - start) / (best - start)``.
 
-Also, the AR's ``lm_head`` is scaled by ``LM_HEAD_GAIN`` (see :func:`build_world_components`).
-
-Limits: a single prompt is learned within ~20 GRPO steps; prompt-conditioned learning over the whole
-prompt set is slow with the 2-layer tiny AR, whose target-grid positions see the prompt only through
-near-uniform attention over ~50 prompt characters and ~256 preview tokens.
+Limits: the 8 one-colour prompts (``train.jsonl``) are learned in ~60 GRPO steps and the policy then
+follows their held-out rephrasings (``heldout.jsonl``); two-colour layouts (``layouts.jsonl``) need
+the policy to bind each colour word to a half of the image, which the 2-layer tiny AR, whose focus
+sees the colour words as a bag, learns only slowly.
 
 Command line (writes the pipeline, train/held-out prompt files and prints the best reward)::
 
@@ -60,6 +66,8 @@ PIXEL_GAIN = 20.0  # VAE output before the pipeline's clamp; any |value| > 1 sat
 LM_HEAD_GAIN = 5.0  # see build_world_components
 WORLD_SIZE = 64  # default image side: a 2x2 grid of cells
 WORLD_COLOURS = ("red", "green", "blue", "yellow")  # the colours of the default prompt set
+# The world's tokenizer has these as whole-word tokens (tiny.build_tokenizer(words=...)).
+WORLD_WORDS = tuple(COLOURS) + ("image", "on", "the", "left", "right", "top", "at", "bottom", "a", "square", "background")
 
 
 def token_colour(token_id: int) -> str:
@@ -72,16 +80,23 @@ def cell_colours(images: torch.Tensor) -> torch.Tensor:
     return images.reshape(n, 3, h // CELL, CELL, w // CELL, CELL).mean(dim=(3, 5)).permute(0, 2, 3, 1)
 
 
-def world_prompts(colours=WORLD_COLOURS) -> tuple[list[str], list[str]]:
-    """(train, held_out) prompts over ``colours``: every uniform and two-colour (left/right, top/bottom)
-    layout; of each ordered colour pair one layout is held out, alternating, so every held-out
-    prompt's colours and layout appear in training, in other combinations."""
-    train, held = [f"{c} image" for c in colours], []
-    for i, (a, b) in enumerate(itertools.permutations(colours, 2)):
-        family = [f"{a} on the left, {b} on the right", f"{a} on top, {b} at the bottom"]
-        held.append(family.pop(i % 2))
-        train.extend(family)
-    return train, held
+def world_prompts(colours=tuple(COLOURS)) -> dict[str, list[str]]:
+    """The world's prompt sets:
+
+    * ``train``: ``"<colour> image"`` for every colour - no single token grid scores above 0.5 (the
+      random start) on all 8, so the reward rises only if the policy follows the prompt;
+    * ``heldout``: the same asks in words never trained on (``"red on the left, red on the right"``,
+      ``"blue on top, blue at the bottom"``), alternating the two phrasings;
+    * ``layouts``: two different colours left/right or top/bottom over ``WORLD_COLOURS`` - this needs
+      the policy to bind each colour to its half, which the 2-layer tiny AR learns only slowly.
+    """
+    train = [f"{c} image" for c in colours]
+    heldout = [(f"{c} on the left, {c} on the right", f"{c} on top, {c} at the bottom")[i % 2]
+               for i, c in enumerate(colours)]
+    layouts = []
+    for a, b in itertools.permutations(WORLD_COLOURS, 2):
+        layouts += [f"{a} on the left, {b} on the right", f"{a} on top, {b} at the bottom"]
+    return {"train": train, "heldout": heldout, "layouts": layouts}
 
 
 # ----------------------------------------------------------------------------- decoder weights
@@ -160,9 +175,47 @@ def _set_vae(vae) -> None:
             w[c, 2 * c, cy, cx], w[c, 2 * c + 1, cy, cx] = PIXEL_GAIN, -PIXEL_GAIN
 
 
+# ----------------------------------------------------------------------------- AR prompt focus
+FOCUS_DIM = 7  # a query/key dim in every head whose rotary pair (7, 15) turns slowest: ~position-free
+FLAG = 0.05  # the flag's size in the embedding's last dim (init entries have std 0.02)
+FOCUS_KEY, FOCUS_QUERY = 12.0, 4.0  # attention logit on a flagged token: 12 * 4 / sqrt(16) = 12
+
+
+def _set_prompt_focus(ar, flagged_ids: list[int]) -> None:
+    """Make every layer-0 head attend (almost only) to the ``flagged_ids`` tokens of the prompt.
+
+    A random 2-layer AR spreads attention evenly over ~10 prompt tokens and ~256 preview tokens, so
+    the grid positions barely see the prompt (measured: 2 % of the first layer's output at a grid
+    position depends on the prompt) and GRPO could not learn to follow it. A pretrained model reads
+    its prompt; here the embedding's last dim carries a flag (+FLAG on the colour words, -FLAG on
+    every other token), every key's FOCUS_DIM reads it (FOCUS_KEY on flagged tokens, ~0 elsewhere),
+    and every query has a constant FOCUS_QUERY there. FOCUS_DIM's rotary frequency is the lowest, so
+    the logit hardly depends on distance. The values and everything else stay random.
+    """
+    lm = ar.model.language_model
+    attn, emb = lm.layers[0].self_attn, lm.embed_tokens.weight
+    head_dim, flag_dim = attn.head_dim, emb.shape[1] - 1
+    with torch.no_grad():
+        emb[:, flag_dim] = -FLAG
+        emb[flagged_ids, flag_dim] = FLAG
+        # the input RMSNorm divides by each row's rms: the flag reads as about +-u afterwards
+        u = (FLAG / emb.pow(2).mean(dim=1).sqrt()).mean().item() * lm.layers[0].input_layernorm.weight[flag_dim].item()
+        for kv_head in range(attn.k_proj.out_features // head_dim):
+            row = kv_head * head_dim + FOCUS_DIM
+            attn.k_proj.weight[row].zero_()
+            attn.k_proj.weight[row, flag_dim] = FOCUS_KEY / (2 * u)
+            attn.k_proj.bias[row] = FOCUS_KEY / 2
+        for head in range(attn.q_proj.out_features // head_dim):
+            row = head * head_dim + FOCUS_DIM
+            attn.q_proj.weight[row].zero_()
+            attn.q_proj.bias[row] = FOCUS_QUERY
+
+
 def build_world_components(seed: int = 0) -> dict:
     """The tiny pipeline's components (same AR, tokenizers, scheduler) with the world's decoder."""
-    parts = build_tiny_components(seed)
+    parts = build_tiny_components(seed, words=WORLD_WORDS)
+    vocab = parts["processor"].tokenizer.get_vocab()
+    _set_prompt_focus(parts["vision_language_encoder"], [vocab[c] for c in COLOURS])
     with torch.no_grad():
         # transformers' init (std 0.02) caps the tiny AR's logits at about +-1.3 after the final norm, and
         # LoRA does not train lm_head: no adapter could make the policy confident. A trained model's head
@@ -195,19 +248,19 @@ def measure_palette(decoder, height: int = CELL * 2, width: int = CELL * 2) -> t
 
 
 def write_world(out_dir, seed: int = 0, height: int = WORLD_SIZE, width: int = WORLD_SIZE) -> dict:
-    """Pipeline in ``out_dir/model``, prompts in ``out_dir/train.jsonl`` and ``out_dir/heldout.jsonl``,
-    and ``out_dir/best.json`` (best reward per prompt, from the rendered palette)."""
+    """Pipeline in ``out_dir/model``, prompts in ``out_dir/{train,heldout,layouts}.jsonl`` (see
+    :func:`world_prompts`), and ``out_dir/best.json`` (best reward per prompt, from the rendered palette)."""
     from ..config import DecoderConfig
     from ..decoder import ImageDecoder
 
     out = Path(out_dir)
     model = build_world_pipeline(out / "model", seed)
-    train, held = world_prompts()
+    prompt_sets = world_prompts()
     decoder = ImageDecoder(model, DecoderConfig(num_inference_steps=1, guidance_scale=1.0), "cpu")
     palette = measure_palette(decoder)
-    best = {p: best_reward(p, palette, height, width) for p in train + held}
-    for name, prompts in (("train.jsonl", train), ("heldout.jsonl", held)):
-        (out / name).write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
+    best = {p: best_reward(p, palette, height, width) for prompts in prompt_sets.values() for p in prompts}
+    for name, prompts in prompt_sets.items():
+        (out / f"{name}.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
     summary = {"height": height, "width": width, "best": best, "palette": palette.tolist()}
     (out / "best.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return summary
@@ -220,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     summary = write_world(args.out_dir, args.seed)
     best = list(summary["best"].values())
-    print(f"wrote the tiny world to {args.out_dir}: model/, train.jsonl, heldout.jsonl, best.json "
+    print(f"wrote the tiny world to {args.out_dir}: model/, train.jsonl, heldout.jsonl, layouts.jsonl, best.json "
           f"(best colour_layout reward {min(best):.4f}..{max(best):.4f})")
     return 0
 

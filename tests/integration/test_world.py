@@ -1,6 +1,7 @@
 """The learnable tiny world: its decoder paints exact colour blocks through the real GlmImagePipeline,
-and GRPO under real DeepSpeed (2 CPU ranks, ZeRO-3, LoRA, 8-bit AdamW) learns it - while the same run
-with a learning rate of 1e-9 (the config refuses 0) does not (the learning assertion is shown able to fail)."""
+its AR reads the colour word of the prompt, and GRPO under real DeepSpeed (2 CPU ranks, ZeRO-3, LoRA,
+8-bit AdamW) learns to follow the prompt - while the same run with a learning rate of 1e-9 (the config
+refuses 0) does not (the learning assertion is shown able to fail)."""
 
 import json
 import sys
@@ -41,9 +42,44 @@ def test_decoder_paints_each_token_its_colour(world_dir, steps, guidance):
 def test_write_world_best_and_prompts(world_dir):
     summary = json.loads((world_dir / "best.json").read_text())
     assert len(summary["palette"]) == 16 and summary["palette"][1] == [1.0, 0.0, 0.0]
-    train = [json.loads(line)["prompt"] for line in (world_dir / "train.jsonl").read_text().splitlines()]
-    held = [json.loads(line)["prompt"] for line in (world_dir / "heldout.jsonl").read_text().splitlines()]
-    assert not set(train) & set(held) and all(summary["best"][p] == 1.0 for p in train + held)
+    sets = {name: [json.loads(line)["prompt"] for line in (world_dir / f"{name}.jsonl").read_text().splitlines()]
+            for name in ("train", "heldout", "layouts")}
+    assert sets["train"][:2] == ["black image", "red image"] and len(sets["train"]) == 8
+    assert sets["heldout"][:2] == ["black on the left, black on the right", "red on top, red at the bottom"]
+    assert len(sets["layouts"]) == 24 and not set(sets["train"]) & set(sets["heldout"])
+    assert all(summary["best"][p] == 1.0 for prompts in sets.values() for p in prompts)
+
+
+def test_layer0_attends_to_the_colour_word(world_dir):
+    """The world's AR reads its prompt: at a grid position, layer 0 puts > 90 % of every head's
+    attention on the colour word (a random AR spreads it evenly over all earlier tokens)."""
+    from transformers import AutoProcessor, GlmImageForConditionalGeneration
+
+    tok = AutoProcessor.from_pretrained(world_dir / "model" / "processor").tokenizer
+    ar = GlmImageForConditionalGeneration.from_pretrained(world_dir / "model" / "vision_language_encoder",
+                                                          attn_implementation="eager")
+    prompt = tok("[gMASK]<|user|>\nthe image is blue<|assistant|>\n")["input_ids"]
+    ids = torch.tensor([prompt + torch.randint(0, 16, (40,), generator=torch.Generator().manual_seed(0)).tolist()])
+    with torch.no_grad():
+        attn = ar.model.language_model(input_ids=ids, output_attentions=True).attentions[0][0]  # [heads, q, k]
+    colour = prompt.index(tok.convert_tokens_to_ids("blue"))
+    assert attn[:, -40:, colour].min() > 0.9
+
+
+def test_progress_fraction(tmp_path):
+    from glm_grpo_ds.progress import fraction_of_way, run_progress
+
+    assert fraction_of_way(0.5, 0.8, 1.0) == pytest.approx(0.6)
+    (tmp_path / "p.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
+    (tmp_path / "best.json").write_text(json.dumps({"best": {"a": 1.0, "b": 0.8}}))
+    cfg = {"data": {"train_file": str(tmp_path / "p.jsonl")}, "eval": {"file": str(tmp_path / "p.jsonl"), "num_prompts": 1}}
+    (tmp_path / "config.json").write_text(json.dumps({"train": cfg}))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"reward_mean": r}) + "\n" for r in (0.4, 0.5, 0.7, 0.8)))
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps({"step": s, "eval/reward_mean": r}) + "\n"
+                                                 for s, r in ((0, 0.2), (5, 0.5), (10, 0.6))))
+    res = run_progress(tmp_path, tmp_path / "best.json", window=2)
+    assert res["eval"] == pytest.approx((0.2, 0.6, 1.0, 0.5, 0, 10))  # eval: first prompt only, best 1.0
+    assert res["train"] == pytest.approx((0.45, 0.75, 0.9, 0.3 / 0.45))  # train: both prompts, best 0.9
 
 
 def _eval_fraction(run_dir, best=1.0):
@@ -52,19 +88,26 @@ def _eval_fraction(run_dir, best=1.0):
     return start, end, (end - start) / (best - start)
 
 
+LEARN_COLOURS = ("red", "green", "blue", "yellow")  # no single token grid scores above 0.58 on all four
+
+
 def _train(world_dir, run_dir, *extra):
-    prompts = run_dir.parent / f"{run_dir.name}_prompts.jsonl"
-    prompts.write_text(json.dumps({"prompt": "red image"}) + "\n" + json.dumps({"prompt": "red image"}) + "\n")
+    train, held = run_dir.parent / f"{run_dir.name}_train.jsonl", run_dir.parent / f"{run_dir.name}_held.jsonl"
+    train.write_text("".join(json.dumps({"prompt": f"{c} image"}) + "\n" for c in LEARN_COLOURS))
+    held.write_text("".join(json.dumps({"prompt": f"{c} on top, {c} at the bottom"}) + "\n" for c in LEARN_COLOURS))
     launch(2, ["--module", "glm_grpo_ds.train", "--config", WORLD_CONFIG, "--deepspeed", "ds_configs/zero3.json",
-               f"model.path={world_dir / 'model'}", f"data.train_file={prompts}", f"eval.file={prompts}",
-               "eval.num_prompts=1", "eval.group_size=16", "eval.steps=0", "eval.gallery=false", "max_steps=25",
-               f"output_dir={run_dir}", "logging.progress_bar=false", "logging.plot=false", *extra], timeout=600)
+               f"model.path={world_dir / 'model'}", f"data.train_file={train}", f"eval.file={held}",
+               "eval.num_prompts=4", "eval.group_size=8", "eval.steps=0", "eval.gallery=false", "max_steps=20",
+               "logging.gallery_steps=0", f"output_dir={run_dir}", "logging.progress_bar=false", "logging.plot=false",
+               *extra], timeout=600)
     return _eval_fraction(run_dir)
 
 
-def test_grpo_learns_the_world_and_a_frozen_control_does_not(world_dir, tmp_path):
+def test_grpo_learns_to_follow_the_prompt_and_a_frozen_control_does_not(world_dir, tmp_path):
+    """Four one-colour prompts (a fixed grid gets at most 17 % of the way), evaluated on rephrasings
+    never trained on: the policy must read the colour word to get half way."""
     start, end, fraction = _train(world_dir, tmp_path / "learn")
-    print(f"learning run: eval reward {start:.3f} -> {end:.3f}, {fraction:.0%} of the way to the best")
+    print(f"learning run: held-out eval reward {start:.3f} -> {end:.3f}, {fraction:.0%} of the way to the best")
     c_start, c_end, c_fraction = _train(world_dir, tmp_path / "control", "optimizer.lr=1e-9")
     print(f"control (lr=1e-9): eval reward {c_start:.3f} -> {c_end:.3f}, {c_fraction:.0%}")
     assert c_start == start  # same initial policy, same fixed eval seeds
