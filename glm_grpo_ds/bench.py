@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if a.worker:
-        from .engine import shutdown
+        from .dist import shutdown
 
         result = WORKERS[a.worker](a)
         if int(os.environ.get("RANK", "0")) == 0:

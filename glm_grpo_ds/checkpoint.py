@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import dist
 from . import engine as ds
 
 CHECKPOINTS = "checkpoints"
@@ -109,12 +110,12 @@ def save(engine, output_dir, step: int, trainer_state: dict, rank: int, is_lora:
         if tmp.exists():
             shutil.rmtree(tmp)
         (tmp / "rng").mkdir(parents=True)
-    ds.barrier()
+    dist.barrier()
     ds.save_ds_checkpoint(engine, tmp)
     torch.save(_rng_state(), tmp / "rng" / f"rank_{rank}.pt")
     if is_lora:
         ds.save_adapter(engine, tmp / "adapter", rank)
-    ds.barrier()
+    dist.barrier()
     if rank == 0:
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
         if final.exists():
@@ -125,7 +126,7 @@ def save(engine, output_dir, step: int, trainer_state: dict, rank: int, is_lora:
             done = sorted(p for p in root.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
             for old in done[:-total_limit]:
                 shutil.rmtree(old)
-    ds.barrier()
+    dist.barrier()
     return final
 
 

@@ -6,6 +6,7 @@
     glm-grpo verify-logprobs --model DIR ...         sampler vs teacher-forced log-prob parity
     glm-grpo plot OUTPUT_DIR                        training curves of a (running) run
     glm-grpo progress OUTPUT_DIR --best BEST.json   fraction of the way from the start to the best reward
+    glm-grpo check-run OUTPUT_DIR [--verify FILE]   PASS/FAIL verdicts of a short check run (launch/gpu_check.sh)
 
 Each subcommand lives in its own module and is imported only when it runs, so
 ``glm-grpo --help`` stays fast.
@@ -29,6 +30,7 @@ SUBCOMMANDS = {
     "estimate-memory": ("glm_grpo_ds.memory_plan", "per-GPU memory plan of a run before launch (no weights needed)"),
     "bench": ("glm_grpo_ds.bench", "benchmark rollout / decode / reward / update and print side-by-side ratios"),
     "plot": ("glm_grpo_ds.plot", "plot reward, KL and clip fractions of a run (OUTPUT_DIR/reward_curve.png)"),
+    "check-run": ("glm_grpo_ds.run_check", "PASS/FAIL: finite steps, first-iteration ratio 1, log-prob parity, peak vs plan"),
     "progress": ("glm_grpo_ds.progress", "fraction of the way from a run's start reward to the best (eval and train)"),
 }
 

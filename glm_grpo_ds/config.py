@@ -29,21 +29,29 @@ class ConfigError(ValueError):
 class SamplingConfig:
     """How the AR policy samples visual tokens during a rollout.
 
-    The teacher-forced log-probs apply the *same* processing (codebook mask, temperature, top-k,
-    top-p), so the loss sees the log-probs of the distribution the tokens were drawn from.
+    Tokens are drawn from the policy distribution (codebook mask, temperature) cut to the top-k /
+    top-p support; every log-prob the loss uses (sampler record, teacher-forced, old, reference) is
+    under the policy distribution, never re-truncated (see glm_grpo_ds/sampling.py).
     """
 
-    temperature: float = 1.0
-    top_k: int = 0  # 0 = off
-    top_p: float = 1.0  # 1.0 = off
+    # None = what the model itself samples with: its vision_language_encoder/generation_config.json,
+    # and transformers' generate() defaults for what that leaves unset (temperature 1, top_k 50,
+    # top_p 1). Released GLM-Image: temperature 0.9, top_p 0.75, top_k 50 (policy.resolve_sampling).
+    temperature: float | None = None
+    top_k: int | None = None  # 0 = off
+    top_p: float | None = None  # 1.0 = off
 
     def validate(self) -> None:
-        if not self.temperature > 0:
+        if self.temperature is not None and not self.temperature > 0:
             raise ValueError(f"sampling.temperature must be > 0, got {self.temperature}")
-        if self.top_k < 0:
+        if self.top_k is not None and self.top_k < 0:
             raise ValueError(f"sampling.top_k must be >= 0 (0 = off), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
+        if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ValueError(f"sampling.top_p must be in (0, 1] (1 = off), got {self.top_p}")
+
+    @property
+    def resolved(self) -> bool:
+        return None not in (self.temperature, self.top_k, self.top_p)
 
 
 @dataclass
@@ -206,6 +214,9 @@ class TrainConfig:
     # Stop (checkpoint + exit code 3) after this many steps in a row whose optimizer update was
     # skipped for a non-finite loss/gradient; 0 = never stop.
     max_consecutive_skips: int = 3
+    # Run every collective even at world size 1 (normally skipped): one GPU with NCCL then checks
+    # the multi-GPU communication path (device placement of every collective) - see glm_grpo_ds/dist.py.
+    force_collectives: bool = False
 
     @property
     def sequences_per_rank(self) -> int:

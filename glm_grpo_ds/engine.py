@@ -1,6 +1,6 @@
-"""Everything that touches DeepSpeed: process group, ds_config "auto" filling, engines,
-parameter gathering for rollouts, gradient access, collectives (also gathering gallery thumbnails
-to rank 0) and adapter saving.
+"""Everything that touches DeepSpeed: process group start, ds_config "auto" filling, engines,
+parameter gathering for rollouts, gradient access and adapter saving. Collectives, barriers and
+teardown live in glm_grpo_ds/dist.py (the only ``torch.distributed`` caller).
 
 No other module imports deepspeed. On a machine without a GPU, :func:`init_distributed` selects
 DeepSpeed's CPU accelerator and the gloo backend, so the same command runs on a laptop::
@@ -17,6 +17,8 @@ import socket
 from pathlib import Path
 
 import torch
+
+from . import dist
 
 # ds_config keys our trainer fills when they say "auto" (DeepSpeed itself does not parse "auto").
 AUTO_KEYS = {
@@ -43,10 +45,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed() -> tuple[int, int, int, torch.device]:
+def init_distributed(force_collectives: bool = False) -> tuple[int, int, int, torch.device]:
     """Start (or join) the process group; returns (rank, world_size, local_rank, device).
 
     Works under the ``deepspeed`` launcher (env vars set) and as a plain single process.
+    ``force_collectives``: run collectives at world size 1 too (see glm_grpo_ds/dist.py).
     """
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
@@ -69,10 +72,11 @@ def init_distributed() -> tuple[int, int, int, torch.device]:
             local_world = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
+    device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
+    dist.setup(comm_device=device, force=force_collectives)  # NCCL: CUDA tensors; gloo: CPU
     if not on_gpu:
         _unlink_cpu_allreduce_buffer()
-    device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
-    return torch.distributed.get_rank(), torch.distributed.get_world_size(), local_rank, device
+    return dist.rank(), dist.world_size(), local_rank, device
 
 
 def _unlink_cpu_allreduce_buffer() -> None:
@@ -83,10 +87,10 @@ def _unlink_cpu_allreduce_buffer() -> None:
     the barrier all ranks have mmapped every buffer; unlinking only drops the name, and the memory
     is returned when the last process exits — also when it is killed.
     """
-    torch.distributed.barrier()
+    dist.barrier()
     name = (
         f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{os.environ['MASTER_ADDR']}_"
-        f"{os.environ['MASTER_PORT']}_{torch.distributed.get_rank()}"
+        f"{os.environ['MASTER_PORT']}_{dist.rank()}"
     )
     Path(name).unlink(missing_ok=True)
 
@@ -340,12 +344,8 @@ def step(engine) -> bool | None:
 
 
 def _grads_finite(params: list) -> bool:
-    bad = torch.tensor(0.0)
-    for p in params:
-        if p.grad is not None and not torch.isfinite(p.grad).all():
-            bad = torch.tensor(1.0)
-            break
-    return all_reduce_max(bad).item() == 0
+    bad = any(p.grad is not None and not torch.isfinite(p.grad).all() for p in params)
+    return dist.any_rank(float(bad)) == 0
 
 
 def full_grad(param) -> torch.Tensor | None:
@@ -366,47 +366,6 @@ def gathered(params: list, enabled: bool):
 
     with deepspeed.zero.GatheredParameters(params):
         yield
-
-
-def all_gather(t: torch.Tensor) -> torch.Tensor:
-    """Concatenate equally shaped tensors from every rank along dim 0 (rank order)."""
-    world = torch.distributed.get_world_size()
-    if world == 1:
-        return t
-    parts = [torch.empty_like(t) for _ in range(world)]
-    torch.distributed.all_gather(parts, t.contiguous())
-    return torch.cat(parts)
-
-
-def gather_to_main(t: torch.Tensor) -> torch.Tensor | None:
-    """Concatenate equally shaped tensors from every rank along dim 0 (rank order) on rank 0;
-    None on the other ranks. Collective: every rank calls it. Used for gallery thumbnails, which
-    only rank 0 writes (cheaper than ``all_gather`` on many ranks)."""
-    world = torch.distributed.get_world_size()
-    if world == 1:
-        return t
-    main = torch.distributed.get_rank() == 0
-    parts = [torch.empty_like(t) for _ in range(world)] if main else None
-    torch.distributed.gather(t.contiguous(), parts, dst=0)
-    return torch.cat(parts) if main else None
-
-
-def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().clone()
-    if torch.distributed.get_world_size() > 1:
-        torch.distributed.all_reduce(t)
-    return t
-
-
-def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:
-    return all_reduce_sum(t) / torch.distributed.get_world_size()
-
-
-def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().clone()
-    if torch.distributed.get_world_size() > 1:
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-    return t
 
 
 def model_state_bytes(engine) -> dict[str, int]:
@@ -447,23 +406,6 @@ def model_state_bytes(engine) -> dict[str, int]:
     return out
 
 
-def shutdown(agreed: bool = True) -> None:
-    """Destroy the process group before the interpreter exits. Without it gloo's worker threads
-    abort a finished rank during interpreter teardown ("terminate called without an active
-    exception", exit -6: 5 of 12 two-rank CPU runs of a minimal script, 0 of 12 with this call).
-    ``agreed``: every rank is known to be here (end of training, an agreed stop), so a barrier first
-    lets no rank close its connections while a peer still uses them. After an input error the other
-    ranks may not come; then no barrier (it could hang), just the local teardown."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        if agreed:
-            torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-
-
-def barrier() -> None:
-    torch.distributed.barrier()
-
-
 def save_adapter(engine, out_dir: str | os.PathLike, rank: int) -> None:
     """Write the LoRA adapter in peft format, gathered from ZeRO-3 shards (never empty)."""
     peft_model = engine.module
@@ -474,7 +416,7 @@ def save_adapter(engine, out_dir: str | os.PathLike, rank: int) -> None:
 
             state = {k: v.detach().clone().cpu() for k, v in get_peft_model_state_dict(peft_model).items()}
             peft_model.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
-    barrier()
+    dist.barrier()
 
 
 def save_full_model(engine, out_dir: str | os.PathLike, rank: int) -> None:
@@ -485,7 +427,7 @@ def save_full_model(engine, out_dir: str | os.PathLike, rank: int) -> None:
         if rank == 0:
             state = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
             model.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
-    barrier()
+    dist.barrier()
 
 
 # ----------------------------------------------------------------------------- checkpoints

@@ -14,7 +14,7 @@ of rollouts inside one ``gathered_for_rollout`` block - under ZeRO-3 every rank 
 the parameter gather (and, with ``rollout.gather_parameters: false``, in every forward).
 
 Galleries (:func:`gallery_to_main`): each rank turns at most ceil(max_prompts / world) of its
-prompts into small uint8 thumbnails, ``engine.gather_to_main`` collects them on rank 0, which writes
+prompts into small uint8 thumbnails, ``dist.gather_to_main`` collects them on rank 0, which writes
 the PNG (glm_grpo_ds/gallery.py). Called from ``glm_grpo_ds.train``; no command of its own.
 """
 
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from . import dist
 from . import engine as ds
 from .data import PromptRow
 from .gallery import save_gallery, thumbnails
@@ -48,9 +49,9 @@ def gallery_to_main(
     max_prompts = logging_cfg.gallery_max_prompts
     k = min(images.shape[0] // cols, math.ceil(max_prompts / world)) * cols  # same on every rank
     device = images.device
-    thumbs = ds.gather_to_main(thumbnails(images[:k], logging_cfg.gallery_thumbnail))
-    rewards = ds.gather_to_main(rewards[:k].to(device=device, dtype=torch.float32))
-    index = ds.gather_to_main(row_index[:k].to(device=device, dtype=torch.int64))
+    thumbs = dist.gather_to_main(thumbnails(images[:k], logging_cfg.gallery_thumbnail))
+    rewards = dist.gather_to_main(rewards[:k].to(device=device, dtype=torch.float32))
+    index = dist.gather_to_main(row_index[:k].to(device=device, dtype=torch.int64))
     if thumbs is None:
         return None
     keep = [g for g in range(index.shape[0] // cols) if int(index[g * cols]) != PADDING][:max_prompts]
@@ -96,7 +97,7 @@ class Evaluator:
             per_reward = reward_fn(images, prompts, samples)
 
         real = len(self.rows) * g  # gathered rows are rank-major; the first `real` are the eval set
-        all_per_reward = {label: ds.all_gather(values)[:real].cpu() for label, values in per_reward.items()}
+        all_per_reward = {label: dist.all_gather(values)[:real].cpu() for label, values in per_reward.items()}
         path = None
         if ev.gallery:
             total = weighted_total(per_reward, reward_fn.weights, g)

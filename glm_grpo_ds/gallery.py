@@ -1,7 +1,7 @@
 """Sample galleries: one PNG grid per training / eval step, one row per prompt, one column per
 group sample, each tile captioned with its reward and each row headed by its (truncated) prompt.
 
-Pure image code (torch + PIL): the trainer gathers thumbnails to rank 0 (``engine.gather_to_main``)
+Pure image code (torch + PIL): the trainer gathers thumbnails to rank 0 (``dist.gather_to_main``)
 and calls :func:`save_gallery` there::
 
     thumbs = thumbnails(images, max_side=128)                   # [N, 3, h, w] uint8, N = rows * cols

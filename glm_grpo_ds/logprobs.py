@@ -2,8 +2,9 @@
 
 One forward of the AR over prompt + generated ids, with the rollout's explicit 3D position ids;
 ``logits_to_keep`` restricts ``lm_head`` to the positions that predict generated tokens. Those
-logits then go through the same :func:`~glm_grpo_ds.sampling.process_logits` the sampler used, in
-chunks of ``chunk_size`` tokens. Under autograd the fp32 part of each chunk (upcast, mask,
+logits then go through the same :func:`~glm_grpo_ds.sampling.policy_logits` (codebook mask,
+temperature; never the top-k / top-p cut) whose log-probs the sampler recorded, in chunks of
+``chunk_size`` tokens. Under autograd the fp32 part of each chunk (upcast, mask,
 temperature, log-softmax) is checkpointed and recomputed in backward, so fp32 logits exist for one
 chunk at a time, never as ``[B, T, vocab]``; what stays alive for backward is the model-dtype
 logits of the generated positions (bf16 on GPU: 2 bytes x B x n x vocab).
@@ -20,9 +21,9 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from .config import SamplingConfig
-from .policy import ar_parts
+from .policy import ar_parts, resolve_sampling
 from .rollout import RolloutBatch
-from .sampling import logprobs_of, process_logits
+from .sampling import logprobs_of, policy_logits
 
 DEFAULT_CHUNK = 256
 
@@ -34,6 +35,7 @@ def completion_logprobs(model, batch: RolloutBatch, sampling: SamplingConfig, ch
     log-probs). ``model``: a GlmImageForConditionalGeneration, a peft wrapper, or a DeepSpeed engine.
     """
     _, _, codebook = ar_parts(model)
+    sampling = resolve_sampling(sampling, model)  # unset knobs: the model's own (as the rollout did)
     plen, n = batch.prompt_len, batch.completion_ids.shape[1]
     ids = batch.input_ids
     # the hidden state at position p predicts token p + 1: positions plen-1 .. plen+n-2
@@ -47,7 +49,7 @@ def completion_logprobs(model, batch: RolloutBatch, sampling: SamplingConfig, ch
     ).logits  # [N, n, vocab], model dtype
 
     def chunk_logprobs(chunk: torch.Tensor, chunk_ids: torch.Tensor) -> torch.Tensor:
-        logits = process_logits(chunk, codebook, sampling.temperature, sampling.top_k, sampling.top_p)
+        logits = policy_logits(chunk, codebook, sampling.temperature)
         return logprobs_of(logits, chunk_ids)
 
     out = []

@@ -19,6 +19,8 @@ b = bytes per model-dtype element (2 for bf16):
                 ZeRO-2: b·Ψt/N + b·(largest trainable tensor): DeepSpeed keeps the whole gradient of a
                 tensor that straddles a partition edge (the worst rank holds one)
     fp32 master 4·Ψt/N                                     (0 on the GPU with offload_optimizer)
+    fp32 grads  4·Ψt/N at optimizer.step (ZeRO-1/2), 4·min(Ψt/N, sub_group_size) (ZeRO-3, one sub-group
+                at a time): a phase of its own, after the activations are freed
     optimizer   K·Ψt/N: AdamW K=8 (two fp32 moments); 8-bit AdamW K=2 + 8/256 (two uint8 codes and
                 one fp32 scale per 256-block each) + 2 KiB of code maps; offloaded: on the host
     reference   0 with LoRA (adapters disabled) or beta = 0; else a frozen copy sharded like the weights
@@ -199,6 +201,17 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         notes["optimizer_states"] += " (offloaded to host)"
     comp["master_weights"] = master
     notes["master_weights"] = "fp32 copy of the trainable partition"
+    # At optimizer.step DeepSpeed converts the gradient partition to fp32 for the fp32 master
+    # (ZeRO-1/2: the whole partition at once; ZeRO-3: one sub-group of <= sub_group_size at a time).
+    if stage == 0 or offload_opt:
+        comp["fp32_grad_step"] = 0
+        notes["fp32_grad_step"] = "stage 0: the optimizer steps on the gradients" if stage == 0 else "offloaded: on the host"
+    elif stage == 3:
+        comp["fp32_grad_step"] = 4 * min(shard(psi_t), int(zero.get("sub_group_size", 1e9)))
+        notes["fp32_grad_step"] = "fp32 gradients of one ZeRO-3 sub-group at optimizer.step"
+    else:
+        comp["fp32_grad_step"] = 4 * shard(psi_t)
+        notes["fp32_grad_step"] = "fp32 copy of the gradient partition at optimizer.step"
     comp["optimizer_states"] = states
     needs_ref = cfg.lora is None and cfg.grpo.beta > 0
     comp["reference"] = weights(sizes.ar_base) if needs_ref else 0
@@ -240,8 +253,13 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     # ZeRO-3 keeps up to stage3_max_live_parameters gathered (checkpointing reuses each layer
     # soon, so they are not released early) plus one prefetch bucket.
     live = min(int(zero.get("stage3_max_live_parameters", 1e9)), sum(sizes.ar_base) + sum(sizes.lora))
-    comp["zero3_update_gather"] = (live + int(zero.get("stage3_prefetch_bucket_size", 0))) * b if stage == 3 else 0
-    notes["zero3_update_gather"] = "ZeRO-3 live parameters + prefetch bucket in forward/backward" if stage == 3 else "-"
+    # Plus the whole gradient of the largest trainable tensor, which exists before its reduce-scatter.
+    comp["zero3_update_gather"] = (
+        (live + int(zero.get("stage3_prefetch_bucket_size", 0))) * b + sizes.largest_trainable * grad_b if stage == 3 else 0
+    )
+    notes["zero3_update_gather"] = (
+        "ZeRO-3 live parameters + prefetch bucket + the largest tensor's full gradient" if stage == 3 else "-"
+    )
     images = min(cfg.decoder.batch_size, cfg.grpo.group_size) * (2 if cfg.decoder.guidance_scale > 1 else 1)
     latent_tokens = (cfg.rollout.height // 16) * (cfg.rollout.width // 16)
     vae = images * 128 * cfg.rollout.height * cfg.rollout.width * dec_b * 3  # full-resolution VAE decoder maps
@@ -257,6 +275,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "rollout": comp["rollout_kv_cache"] + comp["rollout_gather"],
         "decode": comp["decode_activations"],
         "update": comp["logits"] + comp["activations"] + comp["zero3_update_gather"],
+        "step": comp["fp32_grad_step"],  # activations are freed by then
     }
     total = sum(comp[k] for k in persistent) + max(phases.values())
     gpu = int(est.gpu_memory_gb * GIB)
@@ -276,6 +295,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
             "gradients_min": grad_partition,  # ranks whose partition edges cut no tensor
             "master": comp["master_weights"],
             "optimizer_states": comp["optimizer_states"],
+            "fp32_grad_step": comp["fp32_grad_step"],
         },
         "setup": dict(
             world_size=world, nodes=est.num_nodes, zero_stage=stage, dtype=str(dtype).replace("torch.", ""),
@@ -306,6 +326,10 @@ def format_plan(p: dict) -> str:
                  f"headroom {p['headroom_bytes'] / GIB:.2f} GiB")
     for name, value in p["host_bytes"].items():
         lines.append(f"  host RAM per GPU: {name} {value / GIB:.2f} GiB")
+    lines.append("  vs DeepSpeed's estimate_zero2/zero3_model_states_mem_needs: same weights, gradients, fp32 master,")
+    lines.append("  moments and fp32 step-time gradients; not in theirs: the reduce bucket, ZeRO-2's straddling tensor,")
+    lines.append("  ZeRO-3's bf16 gradient partition; their ZeRO-3 largest-layer term (4 bytes x largest layer) is the")
+    lines.append("  transient zero3_update_gather here, and ZeRO-3's fp32 gradients are one sub_group_size at a time")
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 """Run outputs on global rank 0: JSON-lines metric files (``metrics.jsonl``, one object per step;
 ``eval.jsonl``, one per evaluation) and the progress display. Other ranks get no-op objects, so the
 training loop never branches on rank. Trackers (TensorBoard, W&B) are in tracking.py, the plots in
-plot.py."""
+plot.py. :func:`step_record` builds a training step's record from the update's per-rank statistics
+(two collectives for all of them, see glm_grpo_ds/dist.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+import math
+
 import torch
+
+from . import dist
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -111,3 +116,49 @@ def nan_std(values: torch.Tensor) -> float | None:
 
 def read_metrics(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def finite_or_none(x: float | None) -> float | None:
+    """JSON has no NaN / inf: a non-finite statistic is written as null."""
+    return x if x is not None and math.isfinite(x) else None
+
+
+# update statistics averaged over ranks (each rank's value is already a mean over its tokens)
+_MEAN_OVER_RANKS = ("loss", "kl", "clip_frac_low", "clip_frac_high", "ratio_mean")
+
+
+def step_record(step: int, stats: dict, all_rewards: torch.Tensor, all_per_reward: dict[str, torch.Tensor],
+                failed: dict[str, int], timings: dict[str, float], generated_tokens: int, num_iterations: int,
+                device: torch.device) -> dict:
+    """One ``metrics.jsonl`` object for ``step`` (1-based). ``stats``: this rank's
+    :func:`glm_grpo_ds.update.grpo_update` result; ``all_rewards`` / ``all_per_reward``: the gathered
+    global batch; ``failed``: this rank's count of samples per reward whose reward raised;
+    ``timings``: seconds of ``rollout``, ``decode``, ``reward``, ``update``; ``generated_tokens``: over
+    all ranks. Collective: every rank calls it, and gets the same record."""
+    memory_key = "peak_gpu_memory_mb" if device.type == "cuda" else "peak_rss_mb"
+    sums = {key: float(stats[key]) for key in _MEAN_OVER_RANKS}
+    sums.update({f"failed/{label}": float(n) for label, n in failed.items()})
+    first = stats.get("iterations", [stats])[0]  # ratio must be exactly 1 there (old log-probs = these)
+    maxima = {"skipped": float(stats["skipped"]), "ratio_max": float(stats["ratio_max"]),
+              "-ratio_min": -float(stats["ratio_min"]), "first_ratio_max": float(first["ratio_max"]),
+              "-first_ratio_min": -float(first["ratio_min"]), memory_key: peak_memory_mb(device)}
+    total, top = dist.reduce_stats(sums, maxima)
+    world = dist.world_size()
+    record = {"step": step, "skipped": int(top["skipped"]), "reward_mean": nan_mean(all_rewards),
+              "reward_std": nan_std(all_rewards)}
+    record.update({key: finite_or_none(total[key] / world) for key in _MEAN_OVER_RANKS})
+    record["ratio_min"] = finite_or_none(-top["-ratio_min"])
+    record["ratio_max"] = finite_or_none(top["ratio_max"])
+    record["first_iteration_ratio_min"] = finite_or_none(-top["-first_ratio_min"])
+    record["first_iteration_ratio_max"] = finite_or_none(top["first_ratio_max"])
+    record.update({f"time/{phase}": seconds for phase, seconds in timings.items()})
+    record["rollout_tokens_per_s"] = generated_tokens / max(timings["rollout"], 1e-9)
+    record["update_tokens_per_s"] = generated_tokens * num_iterations / max(timings["update"], 1e-9)
+    record[memory_key] = top[memory_key]
+    for label, values in all_per_reward.items():
+        record[f"reward/{label}"] = nan_mean(values)
+        record[f"reward/{label}_std"] = nan_std(values)
+        record[f"reward/{label}_undefined"] = int(torch.isnan(values).sum())
+        # samples whose reward raised (a subset of _undefined), summed over ranks
+        record[f"reward/{label}_failed"] = int(total[f"failed/{label}"])
+    return record

@@ -54,6 +54,34 @@ def load_processor(path: str | os.PathLike):
     return GlmImageProcessor.from_pretrained(check_pipeline_dir(path) / "processor")
 
 
+def resolve_sampling(sampling, source):
+    """``sampling`` with every None field taken from what the model samples with by itself: its
+    generation config (``vision_language_encoder/generation_config.json``; ``source`` is a pipeline
+    directory or a loaded / wrapped AR), and transformers' ``generate()`` defaults for what that
+    leaves unset. GLM-Image's sets temperature 0.9 and top_p 0.75 and leaves top_k unset, so
+    ``generate()`` - and therefore the released pipeline - samples with top_k 50."""
+    import dataclasses
+
+    from transformers import GenerationConfig
+
+    if sampling.resolved:
+        return sampling
+    if isinstance(source, (str, os.PathLike)):
+        ar_dir = check_pipeline_dir(source) / "vision_language_encoder"
+        has_file = (ar_dir / "generation_config.json").is_file()
+        model_cfg = GenerationConfig.from_pretrained(ar_dir) if has_file else GenerationConfig()
+    else:
+        model_cfg = getattr(unwrap_ar(source), "generation_config", None) or GenerationConfig()
+    generate_defaults = GenerationConfig._get_default_generation_params()  # what generate() fills in
+    picked = {}
+    for name in ("temperature", "top_k", "top_p"):
+        mine, theirs = getattr(sampling, name), getattr(model_cfg, name, None)
+        picked[name] = mine if mine is not None else (theirs if theirs is not None else generate_defaults[name])
+    out = dataclasses.replace(sampling, **picked)
+    out.validate()
+    return out
+
+
 def load_ar(path: str | os.PathLike, dtype: str | torch.dtype = "fp32", attn_implementation: str = "sdpa", trust_remote_code: bool = False):
     """Load the AR of a pipeline directory, in eval mode (the one place that calls from_pretrained)."""
     from transformers import GlmImageForConditionalGeneration

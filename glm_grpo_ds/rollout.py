@@ -2,9 +2,10 @@
 
 For each prompt the AR writes exactly the preview grid (~16x16) and then the target grid
 (H/32 x W/32) - no end token is sampled: the grids have a fixed size, so the sequence is complete
-when they are full. Every step samples from :func:`glm_grpo_ds.sampling.process_logits` (codebook
-mask, temperature once, optional top-k/top-p) and records the log-prob of the drawn token under
-that same distribution.
+when they are full. Every step draws from the policy distribution (codebook mask, temperature once;
+:func:`glm_grpo_ds.sampling.policy_logits`) cut to the optional top-k / top-p support, and records the
+log-prob of the drawn token under the policy distribution - the one the trainer recomputes (see
+glm_grpo_ds/sampling.py for why the ratio is not taken under the truncated one).
 
 Positions. GLM-Image gives generated image tokens 3D rotary positions (t, h, w) that transformers
 only produces through a decode-time cache inside ``GlmImageModel``; a plain forward over prompt +
@@ -26,8 +27,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from .config import SamplingConfig
-from .policy import ar_parts
-from .sampling import process_logits, sample
+from .policy import ar_parts, resolve_sampling
+from .sampling import policy_logits, sample
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,7 @@ def sample_grids(
     """KV-cached decode of ``num_tokens`` tokens; ``position_ids`` ``[3, B, L + num_tokens]``.
 
     Returns ``(ids [B, n], logps [B, n])``; logps are fp32 log-probs of the drawn tokens under the
-    processed distribution.
+    policy distribution (mask + temperature, not truncated).
     """
     from transformers import DynamicCache
 
@@ -230,8 +231,8 @@ def sample_grids(
         input_ids=prompt_ids, attention_mask=mask, position_ids=position_ids[:, :, :plen], past_key_values=cache, use_cache=True
     ).last_hidden_state[:, -1]
     for k in range(num_tokens):
-        logits = process_logits(lm_head(hidden), codebook, sampling.temperature, sampling.top_k, sampling.top_p)
-        ids[:, k], logps[:, k] = sample(logits, generator)
+        logits = policy_logits(lm_head(hidden), codebook, sampling.temperature)
+        ids[:, k], logps[:, k] = sample(logits, sampling.top_k, sampling.top_p, generator)
         if k + 1 == num_tokens:
             break
         mask = torch.cat([mask, mask.new_ones(bsz, 1)], dim=1)
@@ -253,8 +254,9 @@ def rollout(
     generator: torch.Generator | None = None,
     device: torch.device | str | None = None,
 ) -> RolloutBatch:
-    """Sample ``group_size`` grids for every prompt (all rows decoded as one batch)."""
-    sampling.validate()
+    """Sample ``group_size`` grids for every prompt (all rows decoded as one batch). Unset
+    ``sampling`` knobs (None) are the model's own (:func:`glm_grpo_ds.policy.resolve_sampling`)."""
+    sampling = resolve_sampling(sampling, ar)
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     device = torch.device(device) if device is not None else next(ar.parameters()).device

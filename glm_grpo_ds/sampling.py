@@ -1,10 +1,21 @@
-"""The token distribution the AR policy samples from, shared by the sampler and the trainer.
+"""The token distributions of the AR policy, shared by the sampler and the trainer.
 
-Pure torch. ``process_logits`` turns raw ``lm_head`` logits into the logits of the distribution
-that is actually sampled: visual-codebook mask, temperature (applied exactly once), optional
-top-k / top-p. The rollout samples from it and records ``log_softmax`` of it; the teacher-forced
-pass calls the *same* function, which is what makes the two log-probs equal (the invariant
-``glm-grpo verify-logprobs`` checks).
+Pure torch. Two distributions, on purpose:
+
+* the **policy** distribution, :func:`policy_logits`: raw ``lm_head`` logits with the
+  visual-codebook mask and the temperature (applied exactly once). Every log-prob the loss uses -
+  the sampler's record, the teacher-forced recomputation, old and reference log-probs, hence the
+  importance ratio and the KL - is a log-prob under this distribution;
+* the **draw** distribution, :func:`truncate`: the policy logits cut to the top-k / top-p support,
+  used only to pick the token (:func:`sample`).
+
+Why not take the ratio under the truncated distribution: the cut is a hard threshold on logits, and
+in bf16 the KV-cached rollout logits and the full-sequence training logits differ slightly, so a
+re-applied cut can exclude a token the sampler drew (log-prob -inf, ratio NaN, a skipped step;
+measured on the tiny model in bf16: 3 to 11 of 6 072 tokens per setting). Every codebook token has a
+finite policy log-prob, so the ratio is always defined and is exactly 1 on the first iteration.
+This is TRL's choice too (temperature-scaled log-probs, no re-truncation); the cost is that
+top-k / top-p make the draw slightly off-policy, a bias that vanishes without them.
 
 Everything is computed in fp32 on one chunk of logits at a time: bf16 logits are upcast chunk by
 chunk, so a ``[B, T, vocab]`` fp32 tensor never exists and the log-softmax is exact to fp32.
@@ -15,10 +26,8 @@ from __future__ import annotations
 import torch
 
 
-def process_logits(
-    logits: torch.Tensor, codebook_size: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
-) -> torch.Tensor:
-    """``[..., V]`` raw logits -> fp32 logits of the sampling distribution (-inf = forbidden).
+def policy_logits(logits: torch.Tensor, codebook_size: int, temperature: float = 1.0) -> torch.Tensor:
+    """``[..., V]`` raw logits -> fp32 logits of the policy distribution (-inf = forbidden).
 
     Ids ``>= codebook_size`` (image start/end and the spare vision ids) are forbidden: the AR
     must fill the preview and target grids with codebook tokens and cannot end early.
@@ -29,29 +38,36 @@ def process_logits(
         x[..., codebook_size:] = float("-inf")
     if temperature != 1.0:
         x = x / temperature
-    if top_k and top_k < codebook_size:
+    return x
+
+
+def truncate(x: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Policy logits -> draw logits: keep the ``top_k`` largest (0 = all) and the smallest set whose
+    probability reaches ``top_p`` (1 = all; the top token always stays)."""
+    if top_k and top_k < x.shape[-1]:
         kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     if top_p < 1.0:
         sorted_x, order = torch.sort(x, dim=-1, descending=True)
-        cum = sorted_x.softmax(-1).cumsum(-1)
-        # drop a token when the mass *before* it already reaches top_p (the top token always stays)
-        drop_sorted = (cum - sorted_x.softmax(-1)) >= top_p
+        probs = sorted_x.softmax(-1)
+        # drop a token when the mass *before* it already reaches top_p
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         x = x.masked_fill(drop, float("-inf"))
     return x
 
 
-def logprobs_of(processed: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Log-prob of ``ids[...]`` under fp32 processed logits ``[..., V]`` -> ``[...]``."""
-    return torch.log_softmax(processed, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+def logprobs_of(policy: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Log-prob of ``ids[...]`` under fp32 policy logits ``[..., V]`` -> ``[...]``."""
+    return torch.log_softmax(policy, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 
 
-def sample(processed: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one id per row of ``[B, V]`` processed logits; return ``(ids [B], logprobs [B])``.
-
-    The recorded log-prob is read from the very tensor the draw used.
-    """
-    logp = torch.log_softmax(processed, dim=-1)
-    ids = torch.multinomial(logp.exp(), 1, generator=generator)  # [B, 1]
+def sample(
+    policy: torch.Tensor, top_k: int = 0, top_p: float = 1.0, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one id per row of ``[B, V]`` policy logits from their top-k / top-p truncation; return
+    ``(ids [B], policy log-probs of the ids [B])``."""
+    logp = torch.log_softmax(policy, dim=-1)
+    draw = torch.log_softmax(truncate(policy, top_k, top_p), dim=-1) if (top_k or top_p < 1.0) else logp
+    ids = torch.multinomial(draw.exp(), 1, generator=generator)  # [B, 1]
     return ids.squeeze(1), logp.gather(-1, ids).squeeze(1)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -29,16 +28,18 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, log
+from . import checkpoint, dist, log
 from . import engine as ds
 from .config import ConfigError, EstimateConfig, load_config, to_dict
 from .data import DataError, PromptSampler, load_prompts
 from .decoder import ImageDecoder
 from .evaluate import Evaluator, gallery_to_main
 from .memory_plan import plan
-from .metrics import Progress, nan_mean, nan_std, peak_memory_mb
+from .metrics import Progress, finite_or_none, step_record
 from .plot import PLOT_NAME, plot_training
-from .policy import check_pipeline_dir, load_policy, load_processor, load_reference, resolve_attn, resolve_dtype
+from .policy import (
+    check_pipeline_dir, load_policy, load_processor, load_reference, resolve_attn, resolve_dtype, resolve_sampling,
+)
 from .preempt import EXIT_NONFINITE, StopSignals, Stopped, exit_code, signal_name
 from .rewards import RewardError, build_rewards, check_reward_specs, combine_advantages
 from .rollout import rollout
@@ -52,7 +53,7 @@ class Trainer:
 
     def __init__(self, cfg, ds_config_path: str):
         self.cfg = cfg
-        self.rank, self.world, self.local_rank, self.device = ds.init_distributed()
+        self.rank, self.world, self.local_rank, self.device = ds.init_distributed(cfg.force_collectives)
         self.is_main = self.rank == 0
         log.set_rank(self.rank)
         # Inputs are checked first, on every rank alike (each raises the same error, none waits in
@@ -69,6 +70,8 @@ class Trainer:
         self.evaluator = Evaluator(cfg, load_prompts(cfg.eval.file, "eval.file"), self.rank, self.world, self.device) if cfg.eval.file else None
         check_pipeline_dir(cfg.model.path)
         check_reward_specs(cfg.rewards)
+        # unset sampling knobs = what the model samples with by itself (recorded in config.json)
+        cfg.grpo.sampling = resolve_sampling(cfg.grpo.sampling, cfg.model.path)
 
         on_gpu = self.device.type == "cuda"
         dtype = resolve_dtype(cfg.model.dtype, on_gpu)
@@ -104,7 +107,7 @@ class Trainer:
         self.consecutive_skips = 0
         if self.is_main:
             checkpoint.remove_stale(self.out)
-        ds.barrier()
+        dist.barrier()
         if resume_path is not None:
             state = checkpoint.load(self.engine, resume_path, self.rank, self.world, ds.zero_stage(self.ds_config))
             self.start_step = int(state["step"])
@@ -137,7 +140,7 @@ class Trainer:
             per_reward = self.reward_fn(images, batch.prompts, samples)
         t3 = time.perf_counter()
         # Advantages over the global batch (identical on every rank), then this rank's rows.
-        all_per_reward = {label: ds.all_gather(values) for label, values in per_reward.items()}
+        all_per_reward = {label: dist.all_gather(values) for label, values in per_reward.items()}
         advantages, all_rewards = combine_advantages(
             all_per_reward, self.reward_fn.weights, g.group_size, g.reward_combination, g.advantage_scale
         )
@@ -145,43 +148,15 @@ class Trainer:
         stats = grpo_update(self.engine, batch, advantages[self.rank * n : (self.rank + 1) * n], cfg, self.ref_engine)
         t4 = time.perf_counter()
 
-        gen_tokens = batch.completion_ids.numel() * self.world
-        # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the max
-        # makes the agreement explicit.
-        skipped = int(ds.all_reduce_max(torch.tensor(float(stats["skipped"]))).item())
-        self.skipped_steps += skipped
+        timings = {"rollout": t1 - t0, "decode": t2 - t1, "reward": t3 - t2, "update": t4 - t3}
+        record = step_record(step + 1, stats, all_rewards, all_per_reward, dict(self.reward_fn.failed), timings,
+                             batch.completion_ids.numel() * self.world, g.num_iterations, self.device)
+        # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the
+        # record's max over ranks makes the agreement explicit.
+        self.skipped_steps += record["skipped"]
         grad_norm = self.engine.get_global_grad_norm()
-        record = {
-            "step": step + 1,
-            "loss": _finite_or_none(ds.all_reduce_mean(torch.tensor(stats["loss"])).item()),
-            "skipped": skipped,
-            "skipped_steps": self.skipped_steps,
-            "reward_mean": nan_mean(all_rewards),
-            "reward_std": nan_std(all_rewards),
-            "kl": _finite_or_none(ds.all_reduce_mean(torch.tensor(stats["kl"])).item()),
-            "clip_frac_low": _finite_or_none(ds.all_reduce_mean(torch.tensor(stats["clip_frac_low"])).item()),
-            "clip_frac_high": _finite_or_none(ds.all_reduce_mean(torch.tensor(stats["clip_frac_high"])).item()),
-            "ratio_mean": _finite_or_none(ds.all_reduce_mean(torch.tensor(stats["ratio_mean"])).item()),
-            "ratio_min": _finite_or_none(-ds.all_reduce_max(torch.tensor(-stats["ratio_min"])).item()),
-            "ratio_max": _finite_or_none(ds.all_reduce_max(torch.tensor(stats["ratio_max"])).item()),
-            "grad_norm": _finite_or_none(float(grad_norm)) if grad_norm is not None else None,
-            "lr": self.engine.get_lr()[0],
-            "time/rollout": t1 - t0,
-            "time/decode": t2 - t1,
-            "time/reward": t3 - t2,
-            "time/update": t4 - t3,
-            "rollout_tokens_per_s": gen_tokens / max(t1 - t0, 1e-9),
-            "update_tokens_per_s": gen_tokens * g.num_iterations / max(t4 - t3, 1e-9),
-            ("peak_gpu_memory_mb" if self.device.type == "cuda" else "peak_rss_mb"): ds.all_reduce_max(
-                torch.tensor(peak_memory_mb(self.device))
-            ).item(),
-        }
-        for label, values in all_per_reward.items():
-            record[f"reward/{label}"] = nan_mean(values)
-            record[f"reward/{label}_std"] = nan_std(values)
-            record[f"reward/{label}_undefined"] = int(torch.isnan(values).sum())
-            # samples whose reward raised (a subset of _undefined), summed over ranks
-            record[f"reward/{label}_failed"] = int(ds.all_reduce_sum(torch.tensor(float(self.reward_fn.failed[label]))).item())
+        record.update(skipped_steps=self.skipped_steps, lr=self.engine.get_lr()[0],
+                      grad_norm=finite_or_none(float(grad_norm)) if grad_norm is not None else None)
         if cfg.logging.gallery_steps and (step + 1) % cfg.logging.gallery_steps == 0:
             t5 = time.perf_counter()
             path = gallery_to_main(
@@ -240,7 +215,7 @@ class Trainer:
     def _stop_if_asked(self, step: int, signals: StopSignals, saved: Path | None) -> None:
         """After ``step``: if any rank got SIGTERM/SIGINT, or the last ``max_consecutive_skips`` steps
         were all skipped, save a checkpoint (unless just saved) and raise :class:`Stopped` on every rank."""
-        signum = int(ds.all_reduce_max(torch.tensor(float(signals.received))).item())
+        signum = int(dist.any_rank(signals.received))
         limit = self.cfg.max_consecutive_skips
         diverged = limit > 0 and self.consecutive_skips >= limit
         if not signum and not diverged:
@@ -288,21 +263,19 @@ class Trainer:
             f"optimizer {c.optimizer.name}, dtype {self.dtype}, attention {self.attn}\n"
             f"          effective batch {self.world * c.batch.prompts_per_rank} prompts x G={c.grpo.group_size} = "
             f"{self.world * c.sequences_per_rank} sequences/step, micro-batch {c.batch.micro_batch_size}, "
-            f"{c.rollout.height}x{c.rollout.width}"
+            f"{c.rollout.height}x{c.rollout.width}, sampling temperature {c.grpo.sampling.temperature} "
+            f"top_k {c.grpo.sampling.top_k} top_p {c.grpo.sampling.top_p}"
+            f"{' (collectives forced on)' if c.force_collectives else ''}"
         )
         # The planner's peak for this very setup (exact model-state bytes; activations estimated),
         # so the log of a run that runs out of memory says what was expected.
         est = EstimateConfig(num_gpus=self.world, num_nodes=1, device=self.device.type)
         planned = plan(c, self.ds_config_raw, est)
+        (self.out / "memory_plan.json").write_text(json.dumps(planned, indent=1, default=str))
         log.info(
             f"          memory plan: {planned['total_bytes'] / 2**30:.2f} GiB per {'GPU' if self.device.type == 'cuda' else 'rank'} "
             f"at peak ({planned['peak_phase']} phase); `glm-grpo estimate-memory` prints the breakdown"
         )
-
-
-def _finite_or_none(x: float) -> float | None:
-    """Non-finite numbers are written as null: JSON has no NaN/Infinity (``skipped`` says why)."""
-    return x if math.isfinite(x) else None
 
 
 def parse_args(argv):
@@ -332,16 +305,16 @@ def main(argv: list[str] | None = None) -> int:
         Trainer(cfg, args.deepspeed).train()
     except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)
         log.fatal(str(stop))
-        ds.shutdown()
+        dist.shutdown()
         return stop.exit_code
     except INPUT_ERRORS as err:
         if args.debug:
             raise
         lines = str(err).splitlines() or [type(err).__name__]
         log.fatal("glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0]))
-        ds.shutdown(agreed=False)
+        dist.shutdown(agreed=False)
         return 2
-    ds.shutdown()
+    dist.shutdown()
     return 0
 
 

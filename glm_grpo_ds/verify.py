@@ -7,6 +7,12 @@ Run it on your install, attention kernel and model before spending GPU hours:
 
     glm-grpo verify-logprobs --model outputs/tiny
     glm-grpo verify-logprobs --model /models/GLM-Image --dtype bf16 --attn flash_attention_2 --height 1024 --width 1024
+    glm-grpo verify-logprobs --model outputs/tiny --dtype bf16 --top-k 3 --top-p 0.5 --temperature 0.7
+
+Sampling defaults to the model's own settings (see glm_grpo_ds/policy.py ``resolve_sampling``). The
+log-probs compared are under the policy distribution (codebook mask + temperature), also when top-k /
+top-p cut the draw (glm_grpo_ds/sampling.py says why); a sampled token with a non-finite teacher-forced
+log-prob fails the check.
 """
 
 from __future__ import annotations
@@ -38,24 +44,28 @@ def parse_args(argv):
     p.add_argument("--attn", choices=["sdpa", "eager", "flash_attention_2"], default=d.attn)
     p.add_argument("--tolerance", type=float, default=d.tolerance,
                    help=f"max accepted |diff| (default per dtype: {VerifyConfig.DEFAULT_TOLERANCE})")
-    p.add_argument("--temperature", type=float, default=SamplingConfig().temperature)
+    p.add_argument("--temperature", type=float, default=None, help="default: the model's own (generation_config.json)")
+    p.add_argument("--top-k", type=int, default=None, help="draw from the top k (0 = off; default: the model's own)")
+    p.add_argument("--top-p", type=float, default=None, help="draw from the top-p nucleus (1 = off; default: the model's own)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default=d.device)
     a = p.parse_args(argv)
     cfg = VerifyConfig(a.height, a.width, a.group_size, a.num_prompts, a.dtype, a.attn, a.tolerance, a.seed, a.device)
-    return a.model, cfg, SamplingConfig(temperature=a.temperature)
+    return a.model, cfg, SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p)
 
 
-def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[float, float]:
-    """Return (max, mean) absolute difference between sampler and teacher-forced log-probs."""
+def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[float, float, int, SamplingConfig]:
+    """Return (max, mean) absolute difference between sampler and teacher-forced log-probs, the
+    number of sampled tokens whose teacher-forced log-prob is not finite, and the sampling used."""
     import torch
 
     from .logprobs import completion_logprobs
-    from .policy import load_ar, load_processor
+    from .policy import load_ar, load_processor, resolve_sampling
     from .rollout import rollout
 
     device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if cfg.device == "auto" else cfg.device))
+    sampling = resolve_sampling(sampling, model_path)
     ar = load_ar(model_path, dtype=cfg.dtype, attn_implementation=cfg.attn).to(device)
     processor = load_processor(model_path)
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(cfg.num_prompts)]
@@ -64,7 +74,7 @@ def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[f
     with torch.no_grad():
         recomputed = completion_logprobs(ar, batch, sampling)
     diff = (recomputed - batch.sampler_logps).abs()
-    return diff.max().item(), diff.mean().item()
+    return diff.max().item(), diff.mean().item(), int((~torch.isfinite(recomputed)).sum()), sampling
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,12 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         sampling.validate()
         if cfg.height <= 0 or cfg.width <= 0 or cfg.height % 32 or cfg.width % 32:
             raise ValueError(f"--height/--width must be positive multiples of 32, got {cfg.height}x{cfg.width}")
-        max_diff, mean_diff = run(model_path, cfg, sampling)
+        max_diff, mean_diff, nonfinite, sampling = run(model_path, cfg, sampling)
     except (FileNotFoundError, ValueError) as err:
         print(f"glm-grpo verify-logprobs: {err}", file=sys.stderr)
         return 2
     tol = cfg.resolved_tolerance()
-    print(f"max_abs_diff={max_diff:.3e} mean_abs_diff={mean_diff:.3e}")
+    print(f"sampling: temperature {sampling.temperature} top_k {sampling.top_k} top_p {sampling.top_p}")
+    print(f"max_abs_diff={max_diff:.3e} mean_abs_diff={mean_diff:.3e} nonfinite_logprobs={nonfinite}")
+    if nonfinite:
+        print(f"FAIL: {nonfinite} sampled tokens have a non-finite teacher-forced log-prob", file=sys.stderr)
+        return 1
     if not max_diff <= tol:
         print(f"FAIL: max_abs_diff {max_diff:.3e} > tolerance {tol:.1e} ({cfg.dtype}, attn={cfg.attn})", file=sys.stderr)
         return 1

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from glm_grpo_ds import dist
 from glm_grpo_ds import engine as ds
 from glm_grpo_ds.config import load_config
 from glm_grpo_ds.grpo import group_advantages
@@ -87,7 +88,7 @@ def run_with_nan_loss(a) -> int:
 
     def update(*args, **kwargs):
         calls[0] += 1
-        last = torch.distributed.get_rank() == torch.distributed.get_world_size() - 1
+        last = dist.rank() == dist.world_size() - 1
         update_mod.policy_loss = nan_loss if calls[0] >= 2 and last else real_loss
         return real_update(*args, **kwargs)
 
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
         result["trainable_after"] = named_full_params(trainer, lambda n, p: p.requires_grad)
         # every rank's own (gathered) view of the trained weights: the multi-node test compares them
         out.mkdir(parents=True, exist_ok=True)
-        torch.save(result["trainable_after"], out / f"trainable_rank{torch.distributed.get_rank()}.pt")
+        torch.save(result["trainable_after"], out / f"trainable_rank{dist.rank()}.pt")
         result["base_after"] = named_full_params(trainer, lambda n, p: not p.requires_grad)
         if "ref_before" in result:
             result["ref_after"] = probe_ref_logps(trainer, probe)
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
 
         def per_rank(name):  # [world, 4] bytes of every rank
             b = ds.model_state_bytes(trainer.engine)
-            seen[name] = ds.all_gather(torch.tensor([[b[k] for k in keys]], dtype=torch.float64))
+            seen[name] = dist.all_gather(torch.tensor([[b[k] for k in keys]], dtype=torch.float64))
 
         grpo_update(trainer.engine, batch, adv, cfg, trainer.ref_engine, on_boundary=lambda e: per_rank("boundary"))
         per_rank("after")
@@ -172,16 +173,16 @@ def main(argv=None) -> int:
         n = len(batch) // world
         local = batch.select(slice(rank * n, (rank + 1) * n))
         grads, stats = grads_of_update(trainer, local, adv[rank * n : (rank + 1) * n])
-        result["loss"] = ds.all_reduce_mean(torch.tensor(stats["loss"])).item()
+        result["loss"] = dist.all_reduce_mean(torch.tensor(stats["loss"])).item()
         result["grads"] = grads
         with torch.no_grad():
             result["logp_check"] = completion_logprobs(trainer.engine.module, local, trainer.cfg.grpo.sampling).sum().item()
 
-    if torch.distributed.get_rank() == 0:
+    if dist.rank() == 0:
         out.mkdir(parents=True, exist_ok=True)
         torch.save(result, out / "result.pt")
-    ds.barrier()
-    ds.shutdown()
+    dist.barrier()
+    dist.shutdown()
     return 0
 
 

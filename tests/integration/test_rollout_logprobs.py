@@ -82,10 +82,50 @@ def test_top_k_top_p_parity(ar, processor):
         assert (completion_logprobs(ar, b, s) - b.sampler_logps).abs().max().item() <= 1e-5
 
 
-def test_top_k_1_is_greedy_with_logprob_zero(ar, processor):
+def test_top_k_1_is_greedy_and_records_the_policy_logprob(ar, processor):
     b = rollout(ar, processor, PROMPTS[:1], 2, 64, 64, SamplingConfig(top_k=1), torch.Generator().manual_seed(3))
     assert torch.equal(b.completion_ids[0], b.completion_ids[1])
-    assert b.sampler_logps.abs().max().item() == 0.0
+    with torch.no_grad():  # the draw is the argmax; the record is its log-prob under the (uncut) policy
+        full = completion_logprobs(ar, b, SamplingConfig(top_k=0))
+    assert torch.allclose(b.sampler_logps, full, atol=1e-5) and b.sampler_logps.max().item() < 0
+
+
+@pytest.fixture(scope="module")
+def ar_bf16(tiny_model_dir):
+    return load_ar(tiny_model_dir, dtype="bf16")
+
+
+# Cuts that bite on the 16-id tiny codebook. Measured before the fix (ratio under the re-truncated
+# distribution): 3, 11 and 4 of 6 072 sampled tokens fell outside the support recomputed in
+# training (log-prob -inf, NaN step).
+BF16_SETTINGS = [SamplingConfig(1.0, 3, 1.0), SamplingConfig(1.0, 0, 0.5), SamplingConfig(0.7, 8, 0.9)]
+
+
+@pytest.mark.parametrize("sampling", BF16_SETTINGS, ids=["top_k3", "top_p0.5", "t0.7_k8_p0.9"])
+def test_bf16_top_k_top_p_every_sampled_token_has_a_finite_training_logprob(ar_bf16, processor, sampling):
+    prompts = PROMPTS * 4  # 8 prompts x G=3 x 253 tokens = 6 072 sampled tokens
+    b = rollout(ar_bf16, processor, prompts, 3, 64, 96, sampling, torch.Generator().manual_seed(11))
+    with torch.no_grad():
+        trained = completion_logprobs(ar_bf16, b, sampling)
+    assert b.completion_ids.numel() == 6072
+    assert torch.isfinite(trained).all() and torch.isfinite(b.sampler_logps).all()
+    # same distribution, bf16 numerics only (KV-cached vs full-sequence logits): 5e-2 is verify-logprobs' bf16 tolerance
+    assert (trained - b.sampler_logps).abs().max().item() <= 5e-2
+    ratio = torch.exp(trained - trained.detach())  # first iteration: old log-probs are these log-probs
+    assert torch.equal(ratio, torch.ones_like(ratio))
+
+
+def test_draws_stay_inside_the_top_k_top_p_support():
+    from glm_grpo_ds.sampling import policy_logits, sample, truncate
+
+    logits = torch.randn(4000, 24, generator=torch.Generator().manual_seed(0))
+    policy = policy_logits(logits, 16, temperature=0.8)
+    cut = truncate(policy, top_k=5, top_p=0.6)
+    ids, logp = sample(policy, 5, 0.6, torch.Generator().manual_seed(1))
+    assert torch.isfinite(cut.gather(1, ids[:, None])).all()  # every draw is inside the cut
+    assert torch.equal(logp, torch.log_softmax(policy, -1).gather(1, ids[:, None]).squeeze(1))  # recorded: policy log-prob
+    kept = torch.isfinite(cut).sum(1)
+    assert kept.max() <= 5 and kept.min() >= 1 and (ids < 16).all()
 
 
 def test_exact_grid_lengths_codebook_range_and_prior_layout(batch):

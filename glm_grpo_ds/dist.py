@@ -1,0 +1,135 @@
+"""The only module that calls ``torch.distributed``: rank / world size, collectives, barrier, teardown.
+
+Collectives run on the process group's **communication device**: CUDA for NCCL (which refuses CPU
+tensors: "No backend type associated with device type cpu"), CPU for gloo. Every helper copies its
+input there and hands the result back on the caller's device (or as Python floats), so callers never
+think about it - and a scalar built with ``torch.tensor(x)`` on the CPU is fine on a GPU node.
+
+Per-step statistics go in two stacked collectives (:func:`reduce_stats`: all sums in one tensor,
+all maxima in another, minima as negated maxima) rather than one collective per scalar.
+
+At world size 1 the collectives are skipped (they would return their input) unless forced
+(:func:`setup` with ``force=True``; training's ``force_collectives: true``): then a single GPU with
+NCCL runs every collective of a multi-GPU run - the cheap way to check that path without a node.
+
+``glm_grpo_ds/engine.py`` starts the process group (through DeepSpeed) and calls :func:`setup`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_state: dict = {"comm_device": None, "force": False}
+
+
+def setup(comm_device: torch.device | None = None, force: bool = False) -> None:
+    """Record the communication device (default: from the backend) and whether collectives run at
+    world size 1."""
+    _state["comm_device"] = None if comm_device is None else torch.device(comm_device)
+    _state["force"] = bool(force)
+
+
+def initialized() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def rank() -> int:
+    return torch.distributed.get_rank() if initialized() else 0
+
+
+def world_size() -> int:
+    return torch.distributed.get_world_size() if initialized() else 1
+
+
+def comm_device() -> torch.device:
+    """Where collective tensors must live: the recorded device, else CUDA for NCCL, CPU otherwise."""
+    if _state["comm_device"] is not None:
+        return _state["comm_device"]
+    if initialized() and torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def active() -> bool:
+    """Whether collectives really run (a process group of > 1 rank, or forced at 1)."""
+    return initialized() and (world_size() > 1 or _state["force"])
+
+
+def to_comm(t: torch.Tensor) -> torch.Tensor:
+    """A private contiguous copy of ``t`` on the communication device (collectives work in place)."""
+    return t.detach().to(comm_device(), copy=True).contiguous()
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    if not active():
+        return t.detach().clone()
+    buf = to_comm(t)
+    torch.distributed.all_reduce(buf)
+    return buf.to(t.device)
+
+
+def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:
+    return all_reduce_sum(t) / world_size()
+
+
+def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
+    if not active():
+        return t.detach().clone()
+    buf = to_comm(t)
+    torch.distributed.all_reduce(buf, op=torch.distributed.ReduceOp.MAX)
+    return buf.to(t.device)
+
+
+def reduce_stats(sums: dict[str, float], maxima: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """Global sums and maxima of per-rank scalars in two collectives (float64, so counts stay exact).
+    For a minimum pass ``-x`` as a maximum and negate the result. Collective: every rank passes the
+    same keys in the same order."""
+    s = all_reduce_sum(torch.tensor(list(sums.values()), dtype=torch.float64)).tolist() if sums else []
+    m = all_reduce_max(torch.tensor(list(maxima.values()), dtype=torch.float64)).tolist() if maxima else []
+    return dict(zip(sums, s)), dict(zip(maxima, m))
+
+
+def any_rank(flag: float) -> float:
+    """The maximum of a per-rank number over all ranks (e.g. "did any rank get a signal")."""
+    return reduce_stats({}, {"x": float(flag)})[1]["x"]
+
+
+def all_gather(t: torch.Tensor) -> torch.Tensor:
+    """Concatenate equally shaped tensors from every rank along dim 0 (rank order), on ``t``'s device."""
+    if not active():
+        return t
+    buf = to_comm(t)
+    parts = [torch.empty_like(buf) for _ in range(world_size())]
+    torch.distributed.all_gather(parts, buf)
+    return torch.cat(parts).to(t.device)
+
+
+def gather_to_main(t: torch.Tensor) -> torch.Tensor | None:
+    """Concatenate equally shaped tensors from every rank along dim 0 (rank order) on rank 0, on
+    ``t``'s device; None on the other ranks. Collective: every rank calls it. Used for gallery
+    thumbnails, which only rank 0 writes (cheaper than ``all_gather`` on many ranks)."""
+    if not active():
+        return t
+    buf = to_comm(t)
+    main = rank() == 0
+    parts = [torch.empty_like(buf) for _ in range(world_size())] if main else None
+    torch.distributed.gather(buf, parts, dst=0)
+    return torch.cat(parts).to(t.device) if main else None
+
+
+def barrier() -> None:
+    if initialized():
+        torch.distributed.barrier()
+
+
+def shutdown(agreed: bool = True) -> None:
+    """Destroy the process group before the interpreter exits. Without it gloo's worker threads
+    abort a finished rank during interpreter teardown ("terminate called without an active
+    exception", exit -6: 5 of 12 two-rank CPU runs of a minimal script, 0 of 12 with this call).
+    ``agreed``: every rank is known to be here (end of training, an agreed stop), so a barrier first
+    lets no rank close its connections while a peer still uses them. After an input error the other
+    ranks may not come; then no barrier (it could hang), just the local teardown."""
+    if initialized():
+        if agreed:
+            torch.distributed.barrier()
+        torch.distributed.destroy_process_group()

@@ -1,0 +1,84 @@
+"""PASS / FAIL verdicts on a finished (short) run: what `launch/gpu_check.sh` prints at the end.
+
+    glm-grpo check-run OUTPUT_DIR [--verify OUTPUT_DIR/verify.txt] [--parity-tolerance 5e-2]
+
+Reads ``metrics.jsonl`` and ``memory_plan.json`` (both written by the trainer) and, when given, the
+output of ``glm-grpo verify-logprobs``, and checks:
+
+* no non-finite step: every step has ``skipped == 0`` and a finite loss;
+* ratio 1 on the first iteration: ``first_iteration_ratio_min == first_iteration_ratio_max == 1``
+  exactly (the old log-probs of the first iteration are the policy's own, detached);
+* sampler vs trainer parity: verify-logprobs' ``max_abs_diff`` within the tolerance and no
+  non-finite log-prob;
+* measured peak vs the planner: on a GPU ``peak_gpu_memory_mb`` must not exceed the plan's peak
+  (reported either way; on CPU the resident set includes the interpreter and libraries, so it is
+  only reported).
+
+Exit status 0 when every check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from .metrics import read_metrics
+
+DEFAULT_PARITY_TOLERANCE = 5e-2  # bf16 (verify-logprobs' bf16 default; README "GPU check" says why)
+
+
+def check_run(out: Path, verify_text: str | None, parity_tolerance: float) -> list[tuple[str, bool | None, str]]:
+    """``[(check, passed (None = report only), detail)]``."""
+    rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
+    if not rows:
+        raise ValueError(f"{out / 'metrics.jsonl'} has no training steps")
+    results = []
+    bad = [r["step"] for r in rows if r.get("skipped") or r.get("loss") is None]
+    results.append(("no non-finite step", not bad, f"{len(rows)} steps, non-finite/skipped: {bad or 'none'}"))
+    lo = [r.get("first_iteration_ratio_min") for r in rows]
+    hi = [r.get("first_iteration_ratio_max") for r in rows]
+    ok = all(v == 1.0 for v in lo + hi)  # None (non-finite) fails too
+    span = f"[{min((v for v in lo if v is not None), default=None)}, {max((v for v in hi if v is not None), default=None)}]"
+    results.append(("ratio 1 on the first iteration", ok, f"first-iteration ratio in {span} over all steps"))
+    if verify_text is not None:
+        found = re.search(r"max_abs_diff=(\S+) mean_abs_diff=(\S+) nonfinite_logprobs=(\d+)", verify_text)
+        if found is None:
+            results.append(("sampler vs trainer parity", False, "no verify-logprobs result line found"))
+        else:
+            max_diff, nonfinite = float(found.group(1)), int(found.group(3))
+            results.append(("sampler vs trainer parity", max_diff <= parity_tolerance and nonfinite == 0,
+                            f"max_abs_diff {max_diff:.3e} (tolerance {parity_tolerance:.0e}), non-finite {nonfinite}"))
+    planned = json.loads((out / "memory_plan.json").read_text(encoding="utf-8"))["total_bytes"] / 2**20
+    if any("peak_gpu_memory_mb" in r for r in rows):
+        peak = max(r["peak_gpu_memory_mb"] for r in rows)
+        results.append(("measured peak <= planner", peak <= planned,
+                        f"measured {peak / 1024:.2f} GiB vs planned {planned / 1024:.2f} GiB ({peak / planned:.0%})"))
+    else:
+        peak = max(r.get("peak_rss_mb", 0.0) for r in rows)
+        results.append(("measured peak vs planner", None, f"CPU resident set {peak / 1024:.2f} GiB (includes the "
+                        f"interpreter and libraries) vs planned {planned / 1024:.2f} GiB: reported only"))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="glm-grpo check-run", description=__doc__.splitlines()[0])
+    parser.add_argument("output_dir")
+    parser.add_argument("--verify", help="a file holding `glm-grpo verify-logprobs` output")
+    parser.add_argument("--parity-tolerance", type=float, default=DEFAULT_PARITY_TOLERANCE)
+    args = parser.parse_args(argv)
+    try:
+        verify_text = Path(args.verify).read_text(encoding="utf-8") if args.verify else None
+        results = check_run(Path(args.output_dir), verify_text, args.parity_tolerance)
+    except (OSError, ValueError, KeyError) as err:
+        print(f"glm-grpo check-run: {err}", file=sys.stderr)
+        return 2
+    for name, passed, detail in results:
+        print(f"{'INFO' if passed is None else 'PASS' if passed else 'FAIL'}  {name}: {detail}")
+    return 0 if all(p is not False for _, p, _ in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""Collectives: one module calls torch.distributed and puts every tensor on the process group's
+communication device; the step's statistics take two collectives; collectives can be forced on at
+world size 1 (so a single GPU with NCCL runs every one of them)."""
+
+import ast
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from glm_grpo_ds import dist
+from glm_grpo_ds.metrics import step_record
+
+PACKAGE = Path(__file__).resolve().parents[2] / "glm_grpo_ds"
+
+
+def _uses_torch_distributed(tree: ast.AST) -> list[int]:
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "distributed" and isinstance(node.value, ast.Name) \
+                and node.value.id == "torch":
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Import) and any(a.name.startswith("torch.distributed") for a in node.names):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module and (
+                node.module.startswith("torch.distributed") or (node.module == "torch" and any(a.name == "distributed" for a in node.names))):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_dist_py_calls_torch_distributed():
+    offenders = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "dist.py" and path.parent == PACKAGE:
+            continue
+        lines = _uses_torch_distributed(ast.parse(path.read_text(encoding="utf-8")))
+        if lines:
+            offenders[str(path.relative_to(PACKAGE))] = lines
+    assert offenders == {}, f"torch.distributed outside glm_grpo_ds/dist.py: {offenders}"
+    assert _uses_torch_distributed(ast.parse((PACKAGE / "dist.py").read_text()))  # the check sees real uses
+
+
+def test_tensors_go_to_the_communication_device_not_their_own():
+    try:
+        dist.setup(comm_device="meta")  # a device no tensor of the caller lives on
+        moved = dist.to_comm(torch.ones(3))
+        assert moved.device.type == "meta" and moved.shape == (3,)
+        scalar = torch.tensor(1.0)  # the CPU scalar NCCL used to reject
+        assert dist.to_comm(scalar).device.type == "meta"
+    finally:
+        dist.setup()
+    assert dist.comm_device() == torch.device("cpu")  # no process group: CPU
+
+
+@pytest.fixture
+def one_rank_gloo():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.setup()
+        torch.distributed.destroy_process_group()
+
+
+def _count_collectives(monkeypatch):
+    calls = []
+    for name in ("all_reduce", "all_gather", "gather"):
+        real = getattr(torch.distributed, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            tensor = args[0] if _name != "all_gather" else args[1]
+            calls.append((_name, tensor.device.type))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(torch.distributed, name, spy)
+    return calls
+
+
+def test_forced_collectives_run_at_world_size_one_and_stats_take_two(one_rank_gloo, monkeypatch):
+    calls = _count_collectives(monkeypatch)
+    dist.setup(comm_device="cpu", force=False)
+    assert dist.reduce_stats({"a": 1.0}, {"b": 2.0}) == ({"a": 1.0}, {"b": 2.0}) and calls == []  # skipped at world 1
+
+    dist.setup(comm_device="cpu", force=True)
+    sums, maxima = dist.reduce_stats({"loss": 0.5, "tokens": 7.0, "failed": 3.0}, {"skipped": 0.0, "-ratio_min": -0.9})
+    assert sums == {"loss": 0.5, "tokens": 7.0, "failed": 3.0} and maxima == {"skipped": 0.0, "-ratio_min": -0.9}
+    assert [c[0] for c in calls] == ["all_reduce", "all_reduce"]  # one for all sums, one for all maxima
+    assert dist.any_rank(1) == 1.0
+    x = torch.arange(6.0).view(3, 2)
+    assert torch.equal(dist.all_gather(x), x) and torch.equal(dist.gather_to_main(x), x)
+    assert torch.equal(dist.all_reduce_sum(x), x) and torch.equal(dist.all_reduce_max(x), x)
+    assert [c[0] for c in calls[2:]] == ["all_reduce", "all_gather", "gather", "all_reduce", "all_reduce"]
+    assert all(device == "cpu" for _, device in calls)
+
+
+def test_step_record_by_hand():
+    stats = {"loss": 0.25, "kl": 0.01, "clip_frac_low": 0.0, "clip_frac_high": 0.5, "ratio_mean": 1.0,
+             "ratio_min": 0.8, "ratio_max": 1.3, "skipped": 0}
+    rewards = torch.tensor([0.0, 1.0, float("nan"), 3.0])
+    rec = step_record(5, stats, rewards, {"r": rewards}, {"r": 1}, {"rollout": 2.0, "decode": 1.0, "reward": 0.5, "update": 4.0},
+                      generated_tokens=800, num_iterations=2, device=torch.device("cpu"))
+    assert rec["step"] == 5 and rec["skipped"] == 0 and rec["loss"] == 0.25 and rec["clip_frac_high"] == 0.5
+    assert rec["ratio_min"] == 0.8 and rec["ratio_max"] == 1.3 and rec["reward_mean"] == pytest.approx(4 / 3)
+    assert rec["first_iteration_ratio_min"] == 0.8  # no per-iteration list: the overall extremes
+    two = dict(stats, iterations=[{"ratio_min": 1.0, "ratio_max": 1.0}, {"ratio_min": 0.8, "ratio_max": 1.3}])
+    rec2 = step_record(5, two, rewards, {}, {}, {"rollout": 1.0, "update": 1.0}, 1, 2, torch.device("cpu"))
+    assert (rec2["first_iteration_ratio_min"], rec2["first_iteration_ratio_max"], rec2["ratio_max"]) == (1.0, 1.0, 1.3)
+    assert rec["rollout_tokens_per_s"] == 400 and rec["update_tokens_per_s"] == 400 and rec["time/update"] == 4.0
+    assert rec["reward/r_undefined"] == 1 and rec["reward/r_failed"] == 1 and rec["peak_rss_mb"] > 0
+    nan_stats = dict(stats, loss=float("nan"))
+    assert step_record(1, nan_stats, rewards, {}, {}, {"rollout": 1.0, "update": 1.0}, 1, 1, torch.device("cpu"))["loss"] is None
