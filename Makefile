@@ -1,13 +1,15 @@
 # make demo  - set up .venv and run the main job on the embedded tiny GLM-Image
 # make test  - set up .venv and run the test suite
 # make setup - only create .venv and install the package with the tested pins
+# make test-fast - unit + fast integration tests (not `slow`, not `distributed`), a few minutes
+# make lint  - ruff check + ruff format --check (what CI runs before the tests)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test test-fast lint clean
 
-$(VENV)/.installed: setup.py constraints.txt
+$(VENV)/.installed: setup.py pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]" -c constraints.txt
@@ -20,6 +22,13 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow and not distributed" tests
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

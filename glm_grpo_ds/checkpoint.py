@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import dist
-from . import engine as ds
+from .ds import dist
+from .ds import io as ds_io
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -111,10 +111,10 @@ def save(engine, output_dir, step: int, trainer_state: dict, rank: int, is_lora:
             shutil.rmtree(tmp)
         (tmp / "rng").mkdir(parents=True)
     dist.barrier()
-    ds.save_ds_checkpoint(engine, tmp)
+    ds_io.save_ds_checkpoint(engine, tmp)
     torch.save(_rng_state(), tmp / "rng" / f"rank_{rank}.pt")
     if is_lora:
-        ds.save_adapter(engine, tmp / "adapter", rank)
+        ds_io.save_adapter(engine, tmp / "adapter", rank)
     dist.barrier()
     if rank == 0:
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
@@ -139,8 +139,8 @@ def resolve(output_dir, resume_from: str) -> Path:
         path = pointer.parent / pointer.read_text(encoding="utf-8").strip()
     else:
         path = Path(resume_from)
-    if not (path / "trainer_state.json").is_file() or not (path / ds.DS_TAG).is_dir():
-        raise CheckpointError(f"{path} is not a complete checkpoint (needs trainer_state.json and {ds.DS_TAG}/)")
+    if not (path / "trainer_state.json").is_file() or not (path / ds_io.DS_TAG).is_dir():
+        raise CheckpointError(f"{path} is not a complete checkpoint (needs trainer_state.json and {ds_io.DS_TAG}/)")
     return path
 
 
@@ -167,7 +167,7 @@ def check_compatible(path: Path, world_size: int, zero_stage: int) -> dict:
 def load(engine, path: Path, rank: int, world_size: int, zero_stage: int) -> dict:
     """Restore DeepSpeed and RNG state from ``path``; return its trainer state."""
     state = check_compatible(path, world_size, zero_stage)
-    ds.load_ds_checkpoint(engine, path)
+    ds_io.load_ds_checkpoint(engine, path)
     rng = path / "rng" / f"rank_{rank}.pt"
     if rng.is_file():
         _set_rng_state(torch.load(rng, weights_only=True))

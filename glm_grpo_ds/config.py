@@ -215,7 +215,7 @@ class TrainConfig:
     # skipped for a non-finite loss/gradient; 0 = never stop.
     max_consecutive_skips: int = 3
     # Run every collective even at world size 1 (normally skipped): one GPU with NCCL then checks
-    # the multi-GPU communication path (device placement of every collective) - see glm_grpo_ds/dist.py.
+    # the multi-GPU communication path (device placement of every collective) - see glm_grpo_ds/ds/dist.py.
     force_collectives: bool = False
 
     @property
@@ -313,69 +313,6 @@ class TrainConfig:
         need(ev.steps >= 0, f"eval.steps must be >= 0 (0 = before training and at the end only), got {ev.steps}")
         need(ev.num_prompts >= 0, f"eval.num_prompts must be >= 0 (0 = all), got {ev.num_prompts}")
         need(ev.group_size >= 1, f"eval.group_size must be >= 1, got {ev.group_size}")
-
-
-@dataclass
-class VerifyConfig:
-    """``glm-grpo verify-logprobs``: sampler vs teacher-forced log-prob parity check."""
-
-    height: int = 64
-    width: int = 96
-    group_size: int = 3
-    num_prompts: int = 2
-    dtype: str = "fp32"
-    attn: str = "sdpa"
-    tolerance: float | None = None  # None = per-dtype default below
-    seed: int = 0
-    device: str = "auto"  # auto = cuda if available, else cpu
-
-    # Max |sampler - teacher-forced| log-prob accepted by default. fp32 agrees to ~1e-6 on the
-    # tiny model; bf16 differs because the KV-cached decode and the full forward round differently.
-    DEFAULT_TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2, "fp16": 1e-2}
-
-    def resolved_tolerance(self) -> float:
-        return self.tolerance if self.tolerance is not None else self.DEFAULT_TOLERANCE[self.dtype]
-
-
-@dataclass
-class MergeConfig:
-    """``glm-grpo merge``: LoRA adapter -> merged GlmImagePipeline."""
-
-    dtype: str = "fp32"  # dtype of the merged AR weights: fp32 | bf16
-
-
-@dataclass
-class RenderConfig:
-    """``glm-grpo render``: prompts -> PNG through a GLM-Image pipeline."""
-
-    height: int = 64
-    width: int = 64
-    num_inference_steps: int = 8
-    guidance_scale: float = 1.5
-    seed: int = 0
-    out: str = "outputs/render"
-
-
-@dataclass
-class EstimateConfig:
-    """``glm-grpo estimate-memory``: the per-GPU memory plan (see glm_grpo_ds/memory_plan.py)."""
-
-    num_gpus: int = 8  # GPUs per node
-    num_nodes: int = 1
-    gpu_memory_gb: float = 80.0  # GiB per GPU to plan against
-    prompt_tokens: int = 128  # longest prompt in tokens (chat template included); sizes the KV cache
-    device: str = "cuda"  # cuda: model.dtype auto = bf16; cpu: auto = fp32 (to compare with CPU runs)
-
-
-@dataclass
-class BenchConfig:
-    """``glm-grpo bench``: phase throughputs and side-by-side ratios (see glm_grpo_ds/bench.py)."""
-
-    size: int = 256  # image height = width
-    group_size: int = 16
-    steps: int = 3  # timed training steps after one warm-up step
-    repeats: int = 3  # repeats of each side-by-side comparison (median reported)
-    out: str = "outputs/bench"
 
 
 # ----------------------------------------------------------------------------- loading

@@ -32,6 +32,10 @@ class PromptRow:
     text: str | None = None
     extra: dict = field(default_factory=dict)
 
+    def reward_sample(self) -> dict:
+        """What a reward function sees of this row besides the image and prompt (glm_grpo_ds/rewards/base.py)."""
+        return dict(self.extra, target_image=self.target_image, text=self.text, index=self.index)
+
 
 def load_prompts(path: str | Path, key: str = "data.train_file") -> list[PromptRow]:
     """Rows of a prompt file; ``key`` names the config key in error messages."""

@@ -26,11 +26,6 @@ from .config import DecoderConfig
 from .policy import check_pipeline_dir, resolve_dtype
 
 
-def group_seeds(base_seed: int, group_index: torch.Tensor) -> list[int]:
-    """One decoder seed per group: every row of group g gets ``base_seed + g``."""
-    return [int(base_seed) + int(g) for g in group_index.tolist()]
-
-
 class ImageDecoder:
     """The DiT, VAE and glyph encoder of a GLM-Image pipeline directory, frozen."""
 

@@ -26,13 +26,12 @@ from pathlib import Path
 
 import torch
 
-from . import dist
-from . import engine as ds
 from .data import PromptRow
+from .ds import dist
+from .experience import collect
 from .gallery import save_gallery, thumbnails
 from .metrics import nan_mean, nan_std
 from .rewards.combine import weighted_total
-from .rollout import rollout
 from .seeding import derive_seed
 
 PADDING = -1  # row index of a padding sample (dropped on rank 0)
@@ -80,21 +79,16 @@ class Evaluator:
     def run(self, step: int, engine, processor, decoder, reward_fn, out: Path, is_main: bool) -> tuple[dict | None, Path | None]:
         """Collective. Returns ``(record, gallery path)`` on rank 0, ``(None, None)`` elsewhere."""
         cfg, ev = self.cfg, self.cfg.eval
-        h, w, g = cfg.rollout.height, cfg.rollout.width, ev.group_size
+        g = ev.group_size
         t0 = time.perf_counter()
-        engine.module.eval()
-        prior, prompts = [], []
-        with torch.no_grad(), ds.gathered_for_rollout(engine, cfg.rollout.gather_parameters):
-            for row, _ in self.mine:
-                gen = torch.Generator(device=self.device).manual_seed(derive_seed(ev.seed, "eval-rollout", row.index))
-                batch = rollout(engine.module, processor, [row.prompt], g, h, w, cfg.grpo.sampling, gen, self.device)
-                prior.append(batch.prior_token_ids)
-                prompts += batch.prompts
-        seeds = [derive_seed(ev.seed, "eval-decode", row.index) % 2**31 for row, _ in self.mine for _ in range(g)]
-        samples = [dict(row.extra, target_image=row.target_image, text=row.text, index=row.index) for row, _ in self.mine for _ in range(g)]
-        with ds.plain_linear():
-            images = decoder.decode(torch.cat(prior), prompts, h, w, seeds)
-            per_reward = reward_fn(images, prompts, samples)
+        # one rollout call per prompt with its own generator: a prompt's samples do not depend on
+        # which prompts share its rank
+        rows = [row for row, _ in self.mine]
+        generators = [torch.Generator(device=self.device).manual_seed(derive_seed(ev.seed, "eval-rollout", row.index))
+                      for row in rows]
+        exp = collect(engine, processor, decoder, reward_fn, rows, generators,
+                      lambda row: derive_seed(ev.seed, "eval-decode", row.index) % 2**31, cfg, self.device, group_size=g)
+        images, per_reward = exp.images, exp.per_reward
 
         real = len(self.rows) * g  # gathered rows are rank-major; the first `real` are the eval set
         all_per_reward = {label: dist.all_gather(values)[:real].cpu() for label, values in per_reward.items()}

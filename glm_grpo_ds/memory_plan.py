@@ -1,4 +1,5 @@
 """Per-GPU memory plan of a GRPO run, before launch, from parameter counts (no weights needed).
+Used by ``glm-grpo estimate-memory`` (glm_grpo_ds/commands/estimate_memory.py) and the trainer's startup summary.
 
     glm-grpo estimate-memory --config launch/configs/glm_image_lora_zero3.yaml \
         --deepspeed ds_configs/zero3.json --num-gpus 8 [--num-nodes 1] [--gpu-memory-gb 80] [--json]
@@ -37,10 +38,7 @@ Reward models are not counted (their size depends on your reward list).
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +63,17 @@ BUILTIN_GLYPH = dict(
     vocab_size=384, d_model=1472, d_kv=64, d_ff=3584, num_layers=12, num_heads=6,
     feed_forward_proj="gated-gelu", is_encoder_decoder=False,
 )
+
+
+@dataclass
+class EstimateConfig:
+    """What the plan is for: the cluster shape and the planner's own assumptions (``glm-grpo estimate-memory``'s defaults)."""
+
+    num_gpus: int = 8  # GPUs per node
+    num_nodes: int = 1
+    gpu_memory_gb: float = 80.0  # GiB per GPU to plan against
+    prompt_tokens: int = 128  # longest prompt in tokens (chat template included); sizes the KV cache
+    device: str = "cuda"  # cuda: model.dtype auto = bf16; cpu: auto = fp32 (to compare with CPU runs)
 
 
 @dataclass
@@ -151,13 +160,13 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
 
     ``cfg`` = TrainConfig, ``ds_raw`` = the ds_configs JSON as read, ``est`` = EstimateConfig.
     """
-    from . import engine as ds
+    from .ds.ds_config import fill_ds_config
     from .policy import resolve_dtype
 
     sizes = sizes or model_sizes(cfg)
     world = est.num_gpus * est.num_nodes
     dtype = resolve_dtype(cfg.model.dtype, on_gpu=est.device == "cuda")
-    dcfg = ds.fill_ds_config(ds_raw, cfg, world, sizes.text["hidden"], dtype)
+    dcfg = fill_ds_config(ds_raw, cfg, world, sizes.text["hidden"], dtype)
     zero = dcfg.get("zero_optimization", {})
     stage = int(zero.get("stage", 0))
     b = torch.empty(0, dtype=dtype).element_size()
@@ -289,7 +298,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "gpu_memory_bytes": gpu,
         "headroom_bytes": gpu - total,
         "host_bytes": host,
-        "model_states": {  # what glm_grpo_ds.engine.model_state_bytes measures
+        "model_states": {  # what glm_grpo_ds.testing.model_state.model_state_bytes measures
             "parameters": comp["ar_weights"] + comp["lora_weights"],
             "gradients": comp["gradients"],
             "gradients_min": grad_partition,  # ranks whose partition edges cut no tensor
@@ -331,51 +340,3 @@ def format_plan(p: dict) -> str:
     lines.append("  ZeRO-3's bf16 gradient partition; their ZeRO-3 largest-layer term (4 bytes x largest layer) is the")
     lines.append("  transient zero3_update_gather here, and ZeRO-3's fp32 gradients are one sub_group_size at a time")
     return "\n".join(lines)
-
-
-def parse_args(argv):
-    from .config import EstimateConfig
-
-    d = EstimateConfig()
-    ap = argparse.ArgumentParser(prog="glm-grpo estimate-memory", description="per-GPU memory plan of a GRPO run (no weights needed)")
-    ap.add_argument("--config", required=True, help="training YAML (the one you will launch)")
-    ap.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
-    ap.add_argument("--num-gpus", type=int, default=d.num_gpus, help="GPUs per node")
-    ap.add_argument("--num-nodes", type=int, default=d.num_nodes)
-    ap.add_argument("--gpu-memory-gb", type=float, default=d.gpu_memory_gb, help="GiB per GPU")
-    ap.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens, help="longest prompt in tokens (KV cache)")
-    ap.add_argument("--device", choices=["cuda", "cpu"], default=d.device, help="cpu: dtype auto = fp32, as on CPU runs")
-    ap.add_argument("--json", action="store_true", help="print one JSON object (bytes per component, total_bytes)")
-    ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, as for `glm-grpo train`")
-    return ap.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from . import engine as ds
-    from .config import ConfigError, EstimateConfig, load_config
-
-    a = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        if a.num_gpus < 1 or a.num_nodes < 1:
-            raise ConfigError("--num-gpus and --num-nodes must be >= 1")
-        cfg = load_config(a.config, a.overrides)
-        est = EstimateConfig(a.num_gpus, a.num_nodes, a.gpu_memory_gb, a.prompt_tokens, a.device)
-        p = plan(cfg, ds.read_ds_config(a.deepspeed), est)
-    except (ConfigError, ds.DeepSpeedConfigError, OSError) as err:
-        print(f"glm-grpo estimate-memory: {err}", file=sys.stderr)
-        return 2
-    if a.json:
-        print(json.dumps({**p["components"], "total_bytes": p["total_bytes"], "gpu_memory_bytes": p["gpu_memory_bytes"],
-                          "headroom_bytes": p["headroom_bytes"], "phases": p["phases"], "host_bytes": p["host_bytes"],
-                          "model_states": p["model_states"], "setup": p["setup"]}))
-    else:
-        print(format_plan(p))
-    if p["headroom_bytes"] < 0:
-        print(f"WARNING: the plan needs {p['total_bytes'] / GIB:.1f} GiB per GPU, {-p['headroom_bytes'] / GIB:.1f} GiB more "
-              f"than --gpu-memory-gb {a.gpu_memory_gb:g}; lower batch.micro_batch_size, use LoRA, ZeRO-3, "
-              "more GPUs, or decoder.offload=true", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

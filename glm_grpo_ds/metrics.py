@@ -2,21 +2,31 @@
 ``eval.jsonl``, one per evaluation) and the progress display. Other ranks get no-op objects, so the
 training loop never branches on rank. Trackers (TensorBoard, W&B) are in tracking.py, the plots in
 plot.py. :func:`step_record` builds a training step's record from the update's per-rank statistics
-(two collectives for all of them, see glm_grpo_ds/dist.py)."""
+(two collectives for all of them, see glm_grpo_ds/ds/dist.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import resource
 import sys
 import time
 from pathlib import Path
 
-import math
-
 import torch
 
-from . import dist
+from .ds import dist
+
+
+@contextlib.contextmanager
+def timer(timings: dict[str, float], name: str):
+    """``timings[name]`` = wall seconds spent inside the block."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = time.perf_counter() - start
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -105,8 +115,8 @@ class Progress:
 
 def nan_mean(values: torch.Tensor) -> float | None:
     """Mean of the defined (non-NaN) values; None when there are none."""
-    defined = values[~torch.isnan(values)]
-    return defined.mean().item() if defined.numel() else None
+    mean = torch.nanmean(values).item()
+    return None if math.isnan(mean) else mean
 
 
 def nan_std(values: torch.Tensor) -> float | None:

@@ -1,15 +1,12 @@
 """Training curves PNG from a run's ``metrics.jsonl`` (and ``eval.jsonl`` when present): reward mean
 with its std band, each reward's mean and the eval reward; KL (when the run computed it); clip
 fractions low / high. The trainer writes ``output_dir/reward_curve.png`` at the end of a run
-(``logging.plot``); plot a running or finished run at any time with::
-
-    glm-grpo plot OUTPUT_DIR [--out PNG]
+(``logging.plot``); ``glm-grpo plot OUTPUT_DIR`` (glm_grpo_ds/commands/plot.py) plots a running
+or finished run at any time.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from .metrics import read_metrics
@@ -64,22 +61,3 @@ def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str 
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="glm-grpo plot", description="plot reward, KL and clip fractions of a run")
-    p.add_argument("output_dir", help="a run's output_dir (holds metrics.jsonl)")
-    p.add_argument("--out", help=f"PNG to write (default OUTPUT_DIR/{PLOT_NAME})")
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    run = Path(args.output_dir)
-    metrics = run / "metrics.jsonl"
-    if not metrics.is_file() or not metrics.stat().st_size:
-        print(f"glm-grpo plot: {metrics} does not exist or is empty (no training step finished yet?)", file=sys.stderr)
-        return 2
-    out = plot_training(metrics, args.out or run / PLOT_NAME, run / "eval.jsonl")
-    print(out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

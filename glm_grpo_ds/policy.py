@@ -133,7 +133,7 @@ def load_policy(
     """The trainable AR: LoRA adapters (``lora`` = our LoraConfig) or full fine-tuning (``None``).
 
     Under ZeRO-3 call this while a transformers ``HfDeepSpeedConfig`` is alive (see
-    :func:`glm_grpo_ds.engine.zero3_model_loading`): ``from_pretrained`` then builds the weights
+    :func:`glm_grpo_ds.ds.engine.zero3_model_loading`): ``from_pretrained`` then builds the weights
     partitioned (``zero.Init``), so a 9B model never materialises whole on one rank.
 
     The LoRA weights are drawn from ``seed`` alone: how much randomness loading consumed (it

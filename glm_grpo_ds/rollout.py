@@ -58,7 +58,7 @@ class RolloutBatch:
 
     Shapes: ``prompt_ids``/``prompt_mask`` ``[N, L]`` (left padded); ``completion_ids``,
     ``completion_mask``, ``sampler_logps`` ``[N, n]`` with n = preview + target grid tokens;
-    ``position_ids`` ``[3, N, L + n]``; ``prompt_index`` / ``group_index`` / ``member_index`` ``[N]``.
+    ``position_ids`` ``[3, N, L + n]``; ``prompt_index`` ``[N]``.
     """
 
     prompt_ids: torch.Tensor
@@ -68,13 +68,8 @@ class RolloutBatch:
     sampler_logps: torch.Tensor
     position_ids: torch.Tensor
     prompt_index: torch.Tensor  # index into the prompts list passed to rollout()
-    group_index: torch.Tensor  # which group of G the row belongs to (row // G)
-    member_index: torch.Tensor  # position inside its group, 0..G-1
     prompts: list[str]  # one per row
     grid: GridSpec
-    height: int
-    width: int
-    group_size: int
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -267,7 +262,6 @@ def rollout(
     positions = torch.cat([prompt_pos, decode_position_ids(prompt_pos, rows["attention_mask"], grid)], dim=2)
     ids, logps = sample_grids(ar, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling, generator)
 
-    n_rows = len(prompts) * group_size
     prompt_index = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
     return RolloutBatch(
         prompt_ids=rows["input_ids"],
@@ -277,12 +271,7 @@ def rollout(
         sampler_logps=logps,
         position_ids=positions,
         prompt_index=prompt_index,
-        group_index=torch.arange(n_rows, device=device) // group_size,
-        member_index=torch.arange(n_rows, device=device) % group_size,
         prompts=[prompts[i] for i in prompt_index.tolist()],
         grid=grid,
-        height=height,
-        width=width,
-        group_size=group_size,
     )
 

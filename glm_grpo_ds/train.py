@@ -6,7 +6,7 @@
 
 One step: each rank samples G token grids for its prompts (rollout) -> the frozen DiT renders them
 (decode) -> rewards score the images -> group-relative advantages over the global batch -> for each
-micro-batch ``engine.backward`` -> ``engine.step`` (``grpo.num_iterations`` times). Outputs in
+micro-batch backward -> optimizer step (``grpo.num_iterations`` times; glm_grpo_ds/update.py). Outputs in
 ``output_dir``: ``metrics.jsonl``, ``config.json``, ``reward_curve.png``, ``final_adapter/`` (LoRA) or
 ``final_model/`` (full fine-tuning); with ``eval.file`` also ``eval.jsonl``, and ``samples/`` galleries
 (``logging.gallery_steps``, evaluations); TensorBoard / W&B with ``logging.report_to``.
@@ -23,26 +23,28 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-from . import checkpoint, dist, log
-from . import engine as ds
-from .config import ConfigError, EstimateConfig, load_config, to_dict
+from . import checkpoint, log
+from .config import ConfigError, load_config, to_dict
 from .data import DataError, PromptSampler, load_prompts
 from .decoder import ImageDecoder
+from .ds import dist
+from .ds import engine as ds_engine
+from .ds import io as ds_io
+from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
 from .evaluate import Evaluator, gallery_to_main
-from .memory_plan import plan
-from .metrics import Progress, finite_or_none, step_record
+from .experience import collect
+from .memory_plan import EstimateConfig, plan
+from .metrics import Progress, finite_or_none, step_record, timer
 from .plot import PLOT_NAME, plot_training
 from .policy import (
     check_pipeline_dir, load_policy, load_processor, load_reference, resolve_attn, resolve_dtype, resolve_sampling,
 )
 from .preempt import EXIT_NONFINITE, StopSignals, Stopped, exit_code, signal_name
 from .rewards import RewardError, build_rewards, check_reward_specs, combine_advantages
-from .rollout import rollout
 from .seeding import decoder_seed, derive_seed, seed_everything
 from .tracking import build_tracker
 from .update import grpo_update
@@ -53,7 +55,7 @@ class Trainer:
 
     def __init__(self, cfg, ds_config_path: str):
         self.cfg = cfg
-        self.rank, self.world, self.local_rank, self.device = ds.init_distributed(cfg.force_collectives)
+        self.rank, self.world, self.local_rank, self.device = ds_engine.init_distributed(cfg.force_collectives)
         self.is_main = self.rank == 0
         log.set_rank(self.rank)
         # Inputs are checked first, on every rank alike (each raises the same error, none waits in
@@ -77,14 +79,14 @@ class Trainer:
         dtype = resolve_dtype(cfg.model.dtype, on_gpu)
         attn = resolve_attn(cfg.model.attn_implementation, on_gpu, dtype)
         ar_config = json.loads((Path(cfg.model.path) / "vision_language_encoder" / "config.json").read_text())
-        self.ds_config_raw = ds.read_ds_config(ds_config_path)
-        self.ds_config = ds.fill_ds_config(
+        self.ds_config_raw = read_ds_config(ds_config_path)
+        self.ds_config = fill_ds_config(
             self.ds_config_raw, cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
         )
         resume_path = None
         if cfg.resume_from:
             resume_path = checkpoint.resolve(self.out, cfg.resume_from)
-            checkpoint.check_compatible(resume_path, self.world, ds.zero_stage(self.ds_config))
+            checkpoint.check_compatible(resume_path, self.world, zero_stage(self.ds_config))
 
         self.reward_fn = build_rewards(cfg.rewards)
         self.processor = load_processor(cfg.model.path)
@@ -92,15 +94,15 @@ class Trainer:
         # sampling streams are derived per (step, rank) below.
         seed_everything(derive_seed(cfg.seed, "init"))
         ref = None
-        with ds.zero3_model_loading(self.ds_config):
+        with ds_engine.zero3_model_loading(self.ds_config):
             model = load_policy(
                 cfg.model.path, dtype, attn, cfg.lora, cfg.model.gradient_checkpointing, cfg.model.trust_remote_code,
                 seed=derive_seed(cfg.seed, "lora"),
             )
             if cfg.lora is None and cfg.grpo.beta > 0:
                 ref = load_reference(cfg.model.path, dtype, attn, cfg.model.trust_remote_code)
-        self.ref_engine = ds.initialize_reference(ref, self.ds_config) if ref is not None else None
-        self.engine = ds.initialize(model, self.ds_config, cfg.optimizer, cfg.max_steps * cfg.grpo.num_iterations)
+        self.ref_engine = ds_engine.initialize_reference(ref, self.ds_config) if ref is not None else None
+        self.engine = ds_engine.initialize(model, self.ds_config, cfg.optimizer, cfg.max_steps * cfg.grpo.num_iterations)
         self.decoder = ImageDecoder(cfg.model.path, cfg.decoder, self.device)
         self.start_step = 0
         self.skipped_steps = 0  # optimizer updates skipped for non-finite gradients, whole run
@@ -109,7 +111,7 @@ class Trainer:
             checkpoint.remove_stale(self.out)
         dist.barrier()
         if resume_path is not None:
-            state = checkpoint.load(self.engine, resume_path, self.rank, self.world, ds.zero_stage(self.ds_config))
+            state = checkpoint.load(self.engine, resume_path, self.rank, self.world, zero_stage(self.ds_config))
             self.start_step = int(state["step"])
             self.skipped_steps = int(state.get("skipped_steps", 0))
             self.sampler.load_state(state["sampler"])
@@ -122,51 +124,42 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict:
-        cfg, g = self.cfg, self.cfg.grpo
-        h, w = cfg.rollout.height, cfg.rollout.width
-        rows = self.sampler.next()
-        t0 = time.perf_counter()
-        gen = torch.Generator(device=self.device).manual_seed(derive_seed(cfg.seed, "rollout", step, self.rank))
-        self.engine.module.eval()
-        with torch.no_grad(), ds.gathered_for_rollout(self.engine, cfg.rollout.gather_parameters):
-            batch = rollout(self.engine.module, self.processor, [r.prompt for r in rows], g.group_size, h, w, g.sampling, gen, self.device)
-        t1 = time.perf_counter()
-        row_of = [rows[i] for i in batch.prompt_index.tolist()]
-        seeds = [decoder_seed(cfg.decoder, step, r.index) for r in row_of]
-        samples = [dict(r.extra, target_image=r.target_image, text=r.text, index=r.index) for r in row_of]
-        with ds.plain_linear():
-            images = self.decoder.decode(batch.prior_token_ids, batch.prompts, h, w, seeds)
-            t2 = time.perf_counter()
-            per_reward = self.reward_fn(images, batch.prompts, samples)
-        t3 = time.perf_counter()
-        # Advantages over the global batch (identical on every rank), then this rank's rows.
-        all_per_reward = {label: dist.all_gather(values) for label, values in per_reward.items()}
+        """GRPO step ``step`` (0-based; collective): experience -> global advantages -> update -> record."""
+        cfg = self.cfg
+        generator = torch.Generator(device=self.device).manual_seed(derive_seed(cfg.seed, "rollout", step, self.rank))
+        exp = collect(self.engine, self.processor, self.decoder, self.reward_fn, self.sampler.next(), [generator],
+                      lambda row: decoder_seed(cfg.decoder, step, row.index), cfg, self.device)
+        # Advantages over the global batch (identical on every rank), then this rank's share.
+        all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
         advantages, all_rewards = combine_advantages(
-            all_per_reward, self.reward_fn.weights, g.group_size, g.reward_combination, g.advantage_scale
+            all_per_reward, self.reward_fn.weights, cfg.grpo.group_size, cfg.grpo.reward_combination, cfg.grpo.advantage_scale
         )
-        n = len(batch)
-        stats = grpo_update(self.engine, batch, advantages[self.rank * n : (self.rank + 1) * n], cfg, self.ref_engine)
-        t4 = time.perf_counter()
+        mine = slice(self.rank * len(exp.batch), (self.rank + 1) * len(exp.batch))
+        with timer(exp.timings, "update"):
+            stats = grpo_update(self.engine, exp.batch, advantages[mine], cfg, self.ref_engine)
 
-        timings = {"rollout": t1 - t0, "decode": t2 - t1, "reward": t3 - t2, "update": t4 - t3}
-        record = step_record(step + 1, stats, all_rewards, all_per_reward, dict(self.reward_fn.failed), timings,
-                             batch.completion_ids.numel() * self.world, g.num_iterations, self.device)
+        record = step_record(step + 1, stats, all_rewards, all_per_reward, dict(self.reward_fn.failed), exp.timings,
+                             exp.batch.completion_ids.numel() * self.world, cfg.grpo.num_iterations, self.device)
         # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the
         # record's max over ranks makes the agreement explicit.
         self.skipped_steps += record["skipped"]
-        grad_norm = self.engine.get_global_grad_norm()
-        record.update(skipped_steps=self.skipped_steps, lr=self.engine.get_lr()[0],
-                      grad_norm=finite_or_none(float(grad_norm)) if grad_norm is not None else None)
+        record.update(skipped_steps=self.skipped_steps, lr=ds_engine.current_lr(self.engine),
+                      grad_norm=finite_or_none(ds_engine.grad_norm(self.engine)))
         if cfg.logging.gallery_steps and (step + 1) % cfg.logging.gallery_steps == 0:
-            t5 = time.perf_counter()
-            path = gallery_to_main(
-                self.out / "samples" / f"step_{step + 1:06d}.png", images, all_rewards[self.rank * n : (self.rank + 1) * n],
-                torch.tensor([r.index for r in row_of]), self.sampler.rows, g.group_size, cfg.logging, self.world,
-            )
-            record["time/gallery"] = time.perf_counter() - t5
-            if path is not None:
-                record["gallery"] = str(path.relative_to(self.out))
+            record.update(self._training_gallery(step + 1, exp, all_rewards[mine]))
         return record
+
+    def _training_gallery(self, step: int, exp, rewards: torch.Tensor) -> dict:
+        """``samples/step_N.png`` from every rank's groups (collective); the record's gallery fields."""
+        fields: dict = {}
+        with timer(fields, "time/gallery"):
+            path = gallery_to_main(
+                self.out / "samples" / f"step_{step:06d}.png", exp.images, rewards, torch.tensor([r.index for r in exp.rows]),
+                self.sampler.rows, self.cfg.grpo.group_size, self.cfg.logging, self.world,
+            )
+        if path is not None:
+            fields["gallery"] = str(path.relative_to(self.out))
+        return fields
 
     # ------------------------------------------------------------------ loop
     def train(self) -> None:
@@ -240,7 +233,7 @@ class Trainer:
             "skipped_steps": self.skipped_steps,
             "sampler": self.sampler.state(),
             "world_size": self.world,
-            "zero_stage": ds.zero_stage(self.ds_config),
+            "zero_stage": zero_stage(self.ds_config),
             "lora": self.cfg.lora is not None,
             "config": to_dict(self.cfg),
         }
@@ -248,9 +241,9 @@ class Trainer:
 
     def save_final(self) -> None:
         if self.cfg.lora is not None:
-            ds.save_adapter(self.engine, self.out / "final_adapter", self.rank)
+            ds_io.save_adapter(self.engine, self.out / "final_adapter", self.rank)
         else:
-            ds.save_full_model(self.engine, self.out / "final_model", self.rank)
+            ds_io.save_full_model(self.engine, self.out / "final_model", self.rank)
 
     def _print_summary(self, model) -> None:
         total = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
@@ -258,7 +251,7 @@ class Trainer:
         c = self.cfg
         nodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("CROSS_SIZE", "1")))
         log.info(
-            f"glm-grpo: world size {self.world} ({nodes} node(s)), ZeRO stage {ds.zero_stage(self.ds_config)}, "
+            f"glm-grpo: world size {self.world} ({nodes} node(s)), ZeRO stage {zero_stage(self.ds_config)}, "
             f"{'LoRA r=' + str(c.lora.r) if c.lora else 'full fine-tuning'}, trainable {trainable:,} / {total:,} params, "
             f"optimizer {c.optimizer.name}, dtype {self.dtype}, attention {self.attn}\n"
             f"          effective batch {self.world * c.batch.prompts_per_rank} prompts x G={c.grpo.group_size} = "
@@ -291,7 +284,7 @@ def parse_args(argv):
 
 # Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.
 INPUT_ERRORS = (
-    ConfigError, DataError, ds.DeepSpeedConfigError, checkpoint.CheckpointError, checkpoint.OutputDirError, RewardError,
+    ConfigError, DataError, DeepSpeedConfigError, checkpoint.CheckpointError, checkpoint.OutputDirError, RewardError,
     FileNotFoundError,
 )
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 from collections import defaultdict
 
 import torch
 
-from . import engine as ds
+from .ds import engine as ds_engine
 from .grpo import loss_normalizer, policy_loss
 from .logprobs import completion_logprobs
 from .rollout import RolloutBatch
@@ -43,7 +42,7 @@ def reference_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices: lis
     separate reference engine (full fine-tuning)."""
     if ref_engine is not None:
         return batched_logprobs(ref_engine, batch, cfg, slices)
-    peft_model = engine.module
+    peft_model = ds_engine.unwrap(engine)
     ctx = peft_model.disable_adapter() if hasattr(peft_model, "disable_adapter") else contextlib.nullcontext()
     with ctx:
         return batched_logprobs(engine, batch, cfg, slices)
@@ -53,66 +52,66 @@ def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_
     """Run ``grpo.num_iterations`` optimizer steps on one rollout; return token-weighted stats
     (averaged over iterations, with the per-iteration ones under ``"iterations"``).
 
-    ``on_boundary(engine)`` runs after the last backward of each step, before ``engine.step()``
+    ``on_boundary(engine)`` runs after the last backward of each step, before the optimizer step
     (gradients are then complete; tests read them there).
 
     ``out["skipped"]`` counts the optimizer steps DeepSpeed skipped because the gradients were not
-    finite (see :func:`glm_grpo_ds.engine.step`); their parameters are unchanged.
+    finite (see :func:`glm_grpo_ds.ds.engine.step`); their parameters are unchanged.
     """
-    g = cfg.grpo
-    if not g.preview_in_loss:
+    grpo_cfg = cfg.grpo
+    if not grpo_cfg.preview_in_loss:
         batch = without_preview_loss(batch)
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
-    norm = loss_normalizer(batch.completion_mask, g.aggregation)
-    engine.module.eval()  # the no-grad passes below need no dropout / checkpointing
-    ref = reference_logprobs(engine, ref_engine, batch, cfg, slices) if g.beta > 0 else None
+    norm = loss_normalizer(batch.completion_mask, grpo_cfg.aggregation)
+    policy = ds_engine.unwrap(engine)
+    policy.eval()  # the no-grad passes below need no dropout / checkpointing
+    ref = reference_logprobs(engine, ref_engine, batch, cfg, slices) if grpo_cfg.beta > 0 else None
     # One update per rollout: the policy that sampled is the current one, so old = logp.detach()
     # (ratio exactly 1). More updates need the pre-update log-probs of the trainer's own forward.
-    old = batched_logprobs(engine, batch, cfg, slices) if g.num_iterations > 1 else None
-    engine.module.train()
+    old = batched_logprobs(engine, batch, cfg, slices) if grpo_cfg.num_iterations > 1 else None
+    policy.train()
 
     iterations = []
     skipped = 0
-    for _ in range(g.num_iterations):
+    for _ in range(grpo_cfg.num_iterations):
         sums: dict[str, float] = defaultdict(float)
-        mins, maxs = [], []
-        for j, s in enumerate(slices):
-            mb = batch.select(s)
-            # through the engine's forward (not engine.module): ZeRO-3 accumulation needs it
-            logp = completion_logprobs(engine, mb, g.sampling, g.logprob_chunk_size)
-            loss, st = policy_loss(
+        ratio_mins, ratio_maxs = [], []
+        for j, rows in enumerate(slices):
+            micro = batch.select(rows)
+            # through the engine's forward (not the unwrapped model): ZeRO-3 accumulation needs it
+            logp = completion_logprobs(engine, micro, grpo_cfg.sampling, grpo_cfg.logprob_chunk_size)
+            loss, loss_stats = policy_loss(
                 logp,
-                logp.detach() if old is None else old[s],
-                advantages[s],
-                mb.completion_mask,
-                ref_logp=None if ref is None else ref[s],
-                beta=g.beta,
-                epsilon_low=g.epsilon_low,
-                epsilon_high=g.epsilon_high,
-                aggregation=g.aggregation,
+                logp.detach() if old is None else old[rows],
+                advantages[rows],
+                micro.completion_mask,
+                ref_logp=None if ref is None else ref[rows],
+                beta=grpo_cfg.beta,
+                epsilon_low=grpo_cfg.epsilon_low,
+                epsilon_high=grpo_cfg.epsilon_high,
+                aggregation=grpo_cfg.aggregation,
                 normalizer=norm,
             )
-            engine.backward(loss, scale_wrt_gas=False)
+            ds_engine.backward(engine, loss)
             if j == len(slices) - 1 and on_boundary is not None:
                 on_boundary(engine)
-            applied = ds.step(engine)
+            applied = ds_engine.step(engine)
             skipped += applied is False
-            tokens = st["num_tokens"].item()
+            tokens = loss_stats["num_tokens"].item()
             sums["loss"] += loss.item()  # micro-batch losses add up to the rollout's loss
             sums["tokens"] += tokens
             for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl"):
-                sums[key] += st[key].item() * tokens
-            mins.append(st["ratio_min"].item())
-            maxs.append(st["ratio_max"].item())
+                sums[key] += loss_stats[key].item() * tokens
+            ratio_mins.append(loss_stats["ratio_min"].item())
+            ratio_maxs.append(loss_stats["ratio_max"].item())
         tokens = max(sums["tokens"], 1.0)
-        it = {key: sums[key] / tokens for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl")}
-        it.update(loss=sums["loss"], ratio_min=min(mins), ratio_max=max(maxs), tokens=sums["tokens"])
-        iterations.append(it)
+        iteration = {key: sums[key] / tokens for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl")}
+        iteration.update(loss=sums["loss"], ratio_min=min(ratio_mins), ratio_max=max(ratio_maxs), tokens=sums["tokens"])
+        iterations.append(iteration)
     # Reported: the mean over iterations (ratio extremes over all of them); per-iteration kept.
     out = {key: sum(it[key] for it in iterations) / len(iterations) for key in iterations[0]}
     out["ratio_min"] = min(it["ratio_min"] for it in iterations)
     out["ratio_max"] = max(it["ratio_max"] for it in iterations)
     out["iterations"] = iterations
     out["skipped"] = skipped
-    out["loss_finite"] = all(math.isfinite(it["loss"]) for it in iterations)
     return out

@@ -45,7 +45,7 @@ def run_one(name: str, overrides: list[str], world: Path, out: Path, steps: int,
     with open(out / f"{name}.log", "w") as log:
         subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     wall = time.time() - t0
-    from glm_grpo_ds.progress import run_progress
+    from glm_grpo_ds.commands.progress import run_progress
 
     res = run_progress(run_dir, world / "best.json", window=10)
     evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]

@@ -39,7 +39,6 @@ those become single tokens, and any other run of letters is ``[UNK]``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import string
 from pathlib import Path
@@ -259,20 +258,3 @@ def build_tiny_pipeline(out_dir: str | os.PathLike, seed: int = 0, full_size_ar:
     pipe = GlmImagePipeline(**build_tiny_components(seed, full_size_ar))
     pipe.save_pretrained(out, safe_serialization=True)
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="glm-grpo tiny-model", description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--full-size-ar", action="store_true",
-                        help="the AR at GLM-Image's real size (10 B params, ~20 GB bf16; for GPU benchmarks)")
-    args = parser.parse_args(argv)
-    path = build_tiny_pipeline(args.out_dir, seed=args.seed, full_size_ar=args.full_size_ar)
-    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    print(f"wrote tiny GLM-Image pipeline to {path} ({size / 1e6:.2f} MB)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

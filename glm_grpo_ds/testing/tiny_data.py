@@ -12,7 +12,6 @@ and written to its ``data.train_file``:
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -61,26 +60,3 @@ def write_tiny_dataset(model_dir, out_dir, height: int, width: int, decoder_cfg:
         lines.append(json.dumps({"prompt": prompt, "target_image": name}))
     (out / "prompts.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out / "prompts.jsonl"
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ..config import load_config
-
-    p = argparse.ArgumentParser(prog="glm-grpo tiny-data", description=__doc__.splitlines()[0])
-    p.add_argument("--config", required=True, help="the training config the data is for")
-    p.add_argument("--num-prompts", type=int, default=len(PROMPTS))
-    p.add_argument("overrides", nargs="*", help="key=value overrides, as for training")
-    a = p.parse_args(argv)
-    cfg = load_config(a.config, a.overrides)
-    train_file = Path(cfg.data.train_file)
-    if train_file.suffix != ".jsonl":
-        raise SystemExit(f"glm-grpo tiny-data: data.train_file must be a .jsonl path, got {train_file}")
-    path = write_tiny_dataset(cfg.model.path, train_file.parent, cfg.rollout.height, cfg.rollout.width, cfg.decoder, a.num_prompts)
-    if path != train_file:
-        path.replace(train_file)
-    print(f"wrote {a.num_prompts} prompts with target images to {train_file}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -50,7 +50,6 @@ Command line (writes the pipeline, train/held-out prompt files and prints the be
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 from pathlib import Path
@@ -264,19 +263,3 @@ def write_world(out_dir, seed: int = 0, height: int = WORLD_SIZE, width: int = W
     summary = {"height": height, "width": width, "best": best, "palette": palette.tolist()}
     (out / "best.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return summary
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="glm-grpo tiny-world", description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    summary = write_world(args.out_dir, args.seed)
-    best = list(summary["best"].values())
-    print(f"wrote the tiny world to {args.out_dir}: model/, train.jsonl, heldout.jsonl, layouts.jsonl, best.json "
-          f"(best colour_layout reward {min(best):.4f}..{max(best):.4f})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

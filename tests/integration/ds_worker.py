@@ -7,7 +7,7 @@ Scenarios (rank 0 writes OUT_DIR/result.pt):
   grads  - full gradients of one update on a fixed rollout, for several micro-batch sizes
   dp     - loss and gradients of one update on a fixed global rollout split over the ranks
   sharded - the same rollout with ZeRO-3 parameters gathered once and left sharded
-  memory - bytes of the model states DeepSpeed holds (engine.model_state_bytes) around one update
+  memory - bytes of the model states DeepSpeed holds (testing.model_state) around one update
   nonfinite - the real trainer (train.main) with the loss of the last rank made NaN from the
             second step on: exercises the skip / stop logic; exits with train.main's status
 """
@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 
-from glm_grpo_ds import dist
-from glm_grpo_ds import engine as ds
 from glm_grpo_ds.config import load_config
+from glm_grpo_ds.ds import dist
+from glm_grpo_ds.ds import engine as ds_engine
+from glm_grpo_ds.experience import sample
 from glm_grpo_ds.grpo import group_advantages
 from glm_grpo_ds.logprobs import completion_logprobs
-from glm_grpo_ds.rollout import rollout
 from glm_grpo_ds.train import Trainer
 from glm_grpo_ds.update import grpo_update, reference_logprobs
 
@@ -33,22 +33,16 @@ PROBE_PROMPTS = ["a red cube on a wooden table", "a much longer probe prompt abo
 
 
 def named_full_params(trainer, predicate) -> dict[str, torch.Tensor]:
-    model = trainer.engine.module
+    model = ds_engine.unwrap(trainer.engine)
     named = [(n, p) for n, p in model.named_parameters() if predicate(n, p)]
-    with ds.gathered([p for _, p in named], trainer.engine.zero_optimization_stage() == 3):
+    with ds_engine.gathered([p for _, p in named], ds_engine.is_zero3(trainer.engine)):
         return {n: p.detach().clone().cpu() for n, p in named}
 
 
 def fixed_rollout(trainer, prompts, seed=1234, gather=True):
     """The same rollout on every rank (same prompts, same generator seed)."""
-    cfg = trainer.cfg
     gen = torch.Generator(device=trainer.device).manual_seed(seed)
-    trainer.engine.module.eval()
-    with torch.no_grad(), ds.gathered_for_rollout(trainer.engine, gather):
-        return rollout(
-            trainer.engine.module, trainer.processor, prompts, cfg.grpo.group_size,
-            cfg.rollout.height, cfg.rollout.width, cfg.grpo.sampling, gen, trainer.device,
-        )
+    return sample(trainer.engine, trainer.processor, prompts, gen, trainer.cfg, trainer.device, gather=gather)
 
 
 def probe_ref_logps(trainer, batch):
@@ -56,12 +50,12 @@ def probe_ref_logps(trainer, batch):
 
 
 def grads_of_update(trainer, batch, advantages):
-    named = [(n, p) for n, p in trainer.engine.module.named_parameters() if p.requires_grad]
+    named = [(n, p) for n, p in ds_engine.unwrap(trainer.engine).named_parameters() if p.requires_grad]
     captured = {}
 
     def on_boundary(engine):
         for n, p in named:
-            g = ds.full_grad(p)
+            g = ds_engine.full_grad(p)
             captured[n] = None if g is None else g.detach().clone().cpu()
 
     stats = grpo_update(trainer.engine, batch, advantages, trainer.cfg, trainer.ref_engine, on_boundary=on_boundary)
@@ -146,8 +140,9 @@ def main(argv=None) -> int:
                   (("gathered", gathered_batch), ("sharded", sharded_batch), ("again", again))}
 
     elif a.scenario == "memory":
-        from glm_grpo_ds.config import EstimateConfig
-        from glm_grpo_ds.memory_plan import plan
+        from glm_grpo_ds.ds.ds_config import read_ds_config
+        from glm_grpo_ds.memory_plan import EstimateConfig, plan
+        from glm_grpo_ds.testing.model_state import model_state_bytes
 
         cfg = load_config(a.config, a.overrides)
         trainer = Trainer(cfg, a.deepspeed)
@@ -157,13 +152,13 @@ def main(argv=None) -> int:
         seen = {}
 
         def per_rank(name):  # [world, 4] bytes of every rank
-            b = ds.model_state_bytes(trainer.engine)
+            b = model_state_bytes(trainer.engine)
             seen[name] = dist.all_gather(torch.tensor([[b[k] for k in keys]], dtype=torch.float64))
 
         grpo_update(trainer.engine, batch, adv, cfg, trainer.ref_engine, on_boundary=lambda e: per_rank("boundary"))
         per_rank("after")
         result = {name: [dict(zip(keys, row.tolist())) for row in t] for name, t in seen.items()}
-        result["plan"] = plan(cfg, ds.read_ds_config(a.deepspeed), EstimateConfig(num_gpus=trainer.world, num_nodes=1, device="cpu"))
+        result["plan"] = plan(cfg, read_ds_config(a.deepspeed), EstimateConfig(num_gpus=trainer.world, num_nodes=1, device="cpu"))
 
     else:  # dp: one global rollout of 2 groups; rank r trains on its share
         trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
@@ -176,7 +171,7 @@ def main(argv=None) -> int:
         result["loss"] = dist.all_reduce_mean(torch.tensor(stats["loss"])).item()
         result["grads"] = grads
         with torch.no_grad():
-            result["logp_check"] = completion_logprobs(trainer.engine.module, local, trainer.cfg.grpo.sampling).sum().item()
+            result["logp_check"] = completion_logprobs(ds_engine.unwrap(trainer.engine), local, trainer.cfg.grpo.sampling).sum().item()
 
     if dist.rank() == 0:
         out.mkdir(parents=True, exist_ok=True)

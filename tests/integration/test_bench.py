@@ -8,7 +8,7 @@ import sys
 
 
 def test_bench_writes_every_phase_and_ratio(tmp_path):
-    cmd = [sys.executable, "-m", "glm_grpo_ds.cli", "bench", "--size", "64", "--group-size", "4", "--steps", "1",
+    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "bench", "--size", "64", "--group-size", "4", "--steps", "1",
            "--repeats", "1", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -5,7 +5,6 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -83,7 +82,7 @@ def test_resume_with_other_world_size_is_refused(runs, tiny_model_dir, tmp_path)
 
 
 def _merge(base, src, out):
-    proc = subprocess.run([sys.executable, "-m", "glm_grpo_ds.cli", "merge", "--base", str(base), "--adapter", str(src),
+    proc = subprocess.run([sys.executable, "-m", "glm_grpo_ds.commands.cli", "merge", "--base", str(base), "--adapter", str(src),
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return load_file(out / "vision_language_encoder" / "model.safetensors")

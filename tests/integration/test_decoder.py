@@ -5,7 +5,7 @@ import torch
 
 from glm_grpo_ds.config import DecoderConfig
 from glm_grpo_ds.testing.tiny import CODEBOOK_SIZE
-from glm_grpo_ds.decoder import ImageDecoder, group_seeds
+from glm_grpo_ds.decoder import ImageDecoder
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +54,14 @@ def test_image_does_not_depend_on_other_prompts_in_the_batch(decoder):
     assert torch.equal(mixed[1:3], alone)
 
 
-def test_group_seeds_and_offload(tiny_model_dir):
-    assert group_seeds(100, torch.tensor([0, 0, 1, 1, 2])) == [100, 100, 101, 101, 102]
+def test_decoder_seeds_and_offload(tiny_model_dir):
+    from glm_grpo_ds.seeding import decoder_seed
+
+    fixed = DecoderConfig(seed=100, fixed_seeds=True)
+    assert [decoder_seed(fixed, step, row) for step in (0, 5) for row in (0, 2)] == [100, 102, 100, 102]
+    fresh = DecoderConfig(seed=100)
+    seeds = {decoder_seed(fresh, step, row) for step in (0, 5) for row in (0, 2)}
+    assert len(seeds) == 4 and all(0 <= s < 2**31 for s in seeds)  # new noise per (step, row)
     off = ImageDecoder(tiny_model_dir, DecoderConfig(num_inference_steps=2, offload=True))
     img = off.decode(_grids(2), ["x", "x"], 64, 64 + 32, [0, 0])
     assert img.shape == (2, 3, 64, 96) and next(off.pipe.transformer.parameters()).device.type == "cpu"

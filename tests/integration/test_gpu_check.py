@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from glm_grpo_ds.run_check import main as check_run_main
+from glm_grpo_ds.commands.check_run import main as check_run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -40,7 +40,7 @@ def test_merge_equals_base_plus_adapter_and_renders(tiny_model_dir, adapter, tmp
     from peft import PeftModel
 
     out = tmp_path / "merged"
-    proc = subprocess.run([sys.executable, "-m", "glm_grpo_ds.cli", "merge", "--base", str(tiny_model_dir),
+    proc = subprocess.run([sys.executable, "-m", "glm_grpo_ds.commands.cli", "merge", "--base", str(tiny_model_dir),
                            "--adapter", str(adapter), "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     processor = load_processor(tiny_model_dir)
@@ -62,11 +62,11 @@ def test_merge_equals_base_plus_adapter_and_renders(tiny_model_dir, adapter, tmp
 
 
 def test_merge_errors(tiny_model_dir, adapter, tmp_path):
-    cmd = [sys.executable, "-m", "glm_grpo_ds.cli", "merge", "--base", str(tiny_model_dir)]
+    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "merge", "--base", str(tiny_model_dir)]
     exists = subprocess.run(cmd + ["--adapter", str(adapter), "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert exists.returncode == 2 and "already exists" in exists.stderr
     missing = subprocess.run(cmd + ["--adapter", str(tmp_path / "nope"), "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
     assert missing.returncode == 2 and "holds no peft adapter" in missing.stderr
-    not_pipe = subprocess.run([sys.executable, "-m", "glm_grpo_ds.cli", "merge", "--base", str(adapter), "--adapter", str(adapter),
+    not_pipe = subprocess.run([sys.executable, "-m", "glm_grpo_ds.commands.cli", "merge", "--base", str(adapter), "--adapter", str(adapter),
                                "--out", str(tmp_path / "o2")], capture_output=True, text=True, timeout=300)
     assert not_pipe.returncode == 2 and "is not a GLM-Image pipeline directory" in not_pipe.stderr

@@ -88,7 +88,7 @@ def test_galleries_eval_records_plot_and_progress_lines(run1):
     curve = out / "reward_curve.png"
     assert curve.stat().st_size > 1000
     curve.unlink()
-    from glm_grpo_ds.cli import main
+    from glm_grpo_ds.commands.cli import main
 
     assert main(["plot", str(out)]) == 0 and png_size(curve)[0] > 300
 

@@ -100,16 +100,16 @@ def test_clip_family_loaders_on_tiny_random_checkpoints(tmp_path):
 
 def test_score_command(hello):
     pytest.importorskip("rapidocr_onnxruntime")
-    cmd = [sys.executable, "-m", "glm_grpo_ds.cli", "score", "--reward", "ocr", "--prompt", "a sign 'HELLO 2026'",
+    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "score", "--reward", "ocr", "--prompt", "a sign 'HELLO 2026'",
            "--image", str(hello), str(hello)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     values = [float(v) for v in proc.stdout.split()]
     assert len(values) == 2 and all(v >= 0.9 for v in values)
-    ssim = subprocess.run([sys.executable, "-m", "glm_grpo_ds.cli", "score", "--reward", "ssim", "--prompt", "x",
+    ssim = subprocess.run([sys.executable, "-m", "glm_grpo_ds.commands.cli", "score", "--reward", "ssim", "--prompt", "x",
                            "--image", str(hello), "--target", str(hello)], capture_output=True, text=True, timeout=300)
     assert ssim.returncode == 0 and float(ssim.stdout) == pytest.approx(1.0, abs=1e-5)
-    bad = subprocess.run([sys.executable, "-m", "glm_grpo_ds.cli", "score", "--reward", "ocrr", "--prompt", "x",
+    bad = subprocess.run([sys.executable, "-m", "glm_grpo_ds.commands.cli", "score", "--reward", "ocrr", "--prompt", "x",
                           "--image", str(hello)], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "did you mean ocr" in bad.stderr
 

@@ -141,7 +141,6 @@ def test_exact_grid_lengths_codebook_range_and_prior_layout(batch):
         expected = GlmImagePipeline._upsample_token_ids(batch.image_tokens[row], 2, 3)
         assert torch.equal(batch.prior_token_ids[row : row + 1], expected)
     assert batch.prompt_index.tolist() == [0, 0, 0, 1, 1, 1]
-    assert batch.group_index.tolist() == [0, 0, 0, 1, 1, 1] and batch.member_index.tolist() == [0, 1, 2] * 2
     assert batch.prompts == [PROMPTS[0]] * 3 + [PROMPTS[1]] * 3
     assert batch.sequence_completion_mask.sum().item() == 6 * 253
 
@@ -184,7 +183,7 @@ def test_chunked_logprobs_and_gradients_match_unchunked(ar, batch):
 
 
 def test_cli_verify_logprobs(tiny_model_dir):
-    cmd = [sys.executable, "-m", "glm_grpo_ds.cli", "verify-logprobs", "--model", str(tiny_model_dir)]
+    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "verify-logprobs", "--model", str(tiny_model_dir)]
     ok = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     line = next(l for l in ok.stdout.splitlines() if l.startswith("max_abs_diff="))

@@ -94,7 +94,7 @@ def test_prior_tokens_fill_the_grid_with_codebook_ids(pipe):
 def test_cli_tiny_model(tmp_path):
     out = tmp_path / "cli"
     proc = subprocess.run(
-        [sys.executable, "-m", "glm_grpo_ds.cli", "tiny-model", str(out), "--seed", "3"],
+        [sys.executable, "-m", "glm_grpo_ds.commands.cli", "tiny-model", str(out), "--seed", "3"],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -104,7 +104,7 @@ def test_cli_tiny_model(tmp_path):
 def test_cli_render_writes_pngs_and_rejects_bad_size(tiny_model_dir, tmp_path):
     from PIL import Image
 
-    cmd = [sys.executable, "-m", "glm_grpo_ds.cli", "render", "--model", str(tiny_model_dir), "--steps", "2"]
+    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "render", "--model", str(tiny_model_dir), "--steps", "2"]
     proc = subprocess.run(
         cmd + ["--prompt", "a", "--prompt", "b", "--height", "64", "--width", "96", "--out", str(tmp_path / "r")],
         capture_output=True, text=True, timeout=300,

@@ -67,7 +67,7 @@ def test_layer0_attends_to_the_colour_word(world_dir):
 
 
 def test_progress_fraction(tmp_path):
-    from glm_grpo_ds.progress import fraction_of_way, run_progress
+    from glm_grpo_ds.commands.progress import fraction_of_way, run_progress
 
     assert fraction_of_way(0.5, 0.8, 1.0) == pytest.approx(0.6)
     (tmp_path / "p.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b"}\n')

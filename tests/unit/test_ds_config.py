@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from glm_grpo_ds.config import load_config
-from glm_grpo_ds.engine import DeepSpeedConfigError, fill_ds_config, read_ds_config
+from glm_grpo_ds.ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = load_config(None, ["model.path=/m", "data.train_file=/d.txt", "rewards=[{name: pixel_mse}]",

@@ -191,8 +191,7 @@ def test_preview_tokens_can_be_left_out_of_the_loss():
         prompt_ids=torch.zeros(2, 4, dtype=torch.long), prompt_mask=torch.ones(2, 4, dtype=torch.long),
         completion_ids=torch.zeros(2, n, dtype=torch.long), completion_mask=torch.ones(2, n),
         sampler_logps=torch.zeros(2, n), position_ids=torch.zeros(3, 2, 4 + n, dtype=torch.long),
-        prompt_index=torch.zeros(2, dtype=torch.long), group_index=torch.zeros(2, dtype=torch.long),
-        member_index=torch.arange(2), prompts=["p", "p"], grid=grid, height=32, width=64, group_size=2,
+        prompt_index=torch.zeros(2, dtype=torch.long), prompts=["p", "p"], grid=grid,
     )
     masked = without_preview_loss(batch)
     assert masked.completion_mask.tolist() == [[0, 0, 0, 1, 1]] * 2

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from glm_grpo_ds.config import EstimateConfig, load_config
-from glm_grpo_ds.memory_plan import GIB, Sizes, grid_tokens, plan
+from glm_grpo_ds.config import load_config
+from glm_grpo_ds.memory_plan import GIB, EstimateConfig, Sizes, grid_tokens, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 ZERO = {s: json.loads((ROOT / "ds_configs" / f"zero{s}.json").read_text()) for s in (1, 2, 3)}
@@ -81,7 +81,7 @@ def test_activations_checkpointing_and_total():
 
 
 def test_cli_json_and_over_budget_warning(tiny_model_dir, tmp_path):
-    cmd = [sys.executable, "-m", "glm_grpo_ds.cli", "estimate-memory", "--config", str(ROOT / "launch/configs/tiny_cpu.yaml"),
+    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "estimate-memory", "--config", str(ROOT / "launch/configs/tiny_cpu.yaml"),
            "--deepspeed", str(ROOT / "ds_configs/zero3.json"), "--num-gpus", "2", "--json", f"model.path={tiny_model_dir}"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     obj = json.loads(out.stdout)

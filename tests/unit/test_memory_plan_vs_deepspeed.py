@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from glm_grpo_ds.config import EstimateConfig, TrainConfig
-from glm_grpo_ds.engine import read_ds_config
-from glm_grpo_ds.memory_plan import GIB, model_sizes, plan
+from glm_grpo_ds.config import TrainConfig
+from glm_grpo_ds.ds.ds_config import read_ds_config
+from glm_grpo_ds.memory_plan import GIB, EstimateConfig, model_sizes, plan
 
 N = 8
 

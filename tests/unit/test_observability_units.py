@@ -138,7 +138,8 @@ def test_metrics_writer_resume_keeps_records_up_to_the_checkpoint(tmp_path):
 def test_plot_training_with_eval(tmp_path):
     from PIL import Image
 
-    from glm_grpo_ds.plot import main, plot_training
+    from glm_grpo_ds.commands.plot import main
+    from glm_grpo_ds.plot import plot_training
 
     rows = [dict(step=s, reward_mean=0.1 * s, reward_std=0.05, kl=0.01 * s, clip_frac_low=0.0, clip_frac_high=0.1,
                  **{"reward/a": 0.1, "reward/b": None}) for s in range(1, 6)]

@@ -16,7 +16,7 @@ import sys
 
 
 def _parse_arg(item: str):
-    from .config import _parse_scalar
+    from ..config import _parse_scalar
 
     if "=" not in item:
         raise ValueError(f"--reward-arg {item!r} must look like key=value")
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         from PIL import Image
 
-        from .rewards import build_reward
+        from ..rewards import build_reward
 
         fn = build_reward(a.reward, dict(_parse_arg(x) for x in a.reward_arg))
         sample = {"target_image": a.target, "text": a.text}

@@ -1,6 +1,6 @@
 """Benchmarks of a GRPO step, phase by phase, plus side-by-side comparisons reported as ratios.
 
-    python -m glm_grpo_ds.bench [--model DIR] [--size 256] [--group-size 16] [--steps 3] [--out outputs/bench] [key=value ...]
+    python -m glm_grpo_ds.commands.bench [--model DIR] [--size 256] [--group-size 16] [--steps 3] [--out outputs/bench] [key=value ...]
     glm-grpo bench ...                      # the same
 
     # GPU, full-size random-init AR (LoRA r=64, 8-bit AdamW, checkpointing, ZeRO-3 world 1, G=16, 1024²):
@@ -24,6 +24,8 @@ Prints a table and writes ``OUT/bench.json``. Measured:
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import argparse
 import json
@@ -50,6 +52,17 @@ def reset_peak_memory(device: torch.device) -> None:
         Path("/proc/self/clear_refs").write_text("5")  # Linux: resets VmHWM (peak RSS) to the current RSS
 
 
+@dataclass
+class BenchConfig:
+    """``glm-grpo bench``: phase throughputs and side-by-side ratios (see the module docstring)."""
+
+    size: int = 256  # image height = width
+    group_size: int = 16
+    steps: int = 3  # timed training steps after one warm-up step
+    repeats: int = 3  # repeats of each side-by-side comparison (median reported)
+    out: str = "outputs/bench"
+
+
 def _proc_status_bytes(field: str) -> int:
     """A size field of /proc/self/status (``VmHWM`` peak RSS, ``VmRSS`` current RSS) in bytes."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -68,8 +81,8 @@ def current_memory_bytes(device: torch.device) -> int:
 
 # ----------------------------------------------------------------------------- workers
 def _trainer(a, extra: list[str]):
-    from .config import load_config
-    from .train import Trainer
+    from ..config import load_config
+    from ..train import Trainer
 
     overrides = [
         f"model.path={a.model}", f"data.train_file={a.data}", f"output_dir={a.workdir}/run",
@@ -81,16 +94,11 @@ def _trainer(a, extra: list[str]):
 
 
 def _rollout(trainer, gather: bool, seed: int):
-    from . import engine as ds
-    from .rollout import rollout
+    from ..experience import sample
 
-    cfg = trainer.cfg
     gen = torch.Generator(device=trainer.device).manual_seed(seed)
-    trainer.engine.module.eval()
     t0 = time.perf_counter()
-    with torch.no_grad(), ds.gathered_for_rollout(trainer.engine, gather):
-        batch = rollout(trainer.engine.module, trainer.processor, ["a red cube on a table"], cfg.grpo.group_size,
-                        cfg.rollout.height, cfg.rollout.width, cfg.grpo.sampling, gen, trainer.device)
+    batch = sample(trainer.engine, trainer.processor, ["a red cube on a table"], gen, trainer.cfg, trainer.device, gather=gather)
     return batch, time.perf_counter() - t0
 
 
@@ -139,17 +147,17 @@ HBM_BYTES_PER_S = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.04e12, "B200": 8.0
 def _gpu_checks(trainer, a, phases: dict) -> dict:
     """Planner vs measured peak, and the AR decode's fraction of the HBM-bandwidth roofline: every
     decode step reads all language-model weights once, so bytes/step / (s/step) vs peak bandwidth."""
-    from . import engine as ds
-    from .config import EstimateConfig
-    from .memory_plan import grid_tokens, model_sizes, plan
+    from ..ds import engine as ds_engine
+    from ..ds.ds_config import read_ds_config
+    from ..memory_plan import EstimateConfig, grid_tokens, model_sizes, plan
 
     sizes = model_sizes(trainer.cfg)
     est = EstimateConfig(num_gpus=1, num_nodes=1, gpu_memory_gb=torch.cuda.get_device_properties(0).total_memory / 2**30)
-    planned = plan(trainer.cfg, ds.read_ds_config(a.deepspeed), est, sizes)
+    planned = plan(trainer.cfg, read_ds_config(a.deepspeed), est, sizes)
     name = torch.cuda.get_device_name(0)
     peak_bw = a.hbm_gbps * 1e9 if a.hbm_gbps else next((v for k, v in HBM_BYTES_PER_S.items() if k in name), None)
     # language model + lm_head (+ adapters): the vision tower and VQ model do not run for text-to-image
-    lm_params = sum(getattr(q, "ds_numel", q.numel()) for n, q in trainer.engine.module.named_parameters()
+    lm_params = sum(getattr(q, "ds_numel", q.numel()) for n, q in ds_engine.unwrap(trainer.engine).named_parameters()
                     if "language_model" in n or "lm_head" in n)
     bytes_per_step = lm_params * trainer.dtype.itemsize
     step_s = phases["time_split_s"]["rollout"] / grid_tokens(a.size, a.size)  # prefill folded in: a small overestimate
@@ -162,8 +170,8 @@ def _gpu_checks(trainer, a, phases: dict) -> dict:
 
 def worker_update_memory(a) -> dict:
     """Peak memory of one update (reference pass + micro-batched loss + step) above the pre-update level."""
-    from .grpo import group_advantages
-    from .update import grpo_update
+    from ..grpo import group_advantages
+    from ..update import grpo_update
 
     trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}", "grpo.beta=0.04"])
     batch, _ = _rollout(trainer, gather=True, seed=0)
@@ -212,13 +220,13 @@ def _run_worker(a, name: str, nprocs: int = 1, extra: tuple = ()) -> dict:
         env["MALLOC_MMAP_THRESHOLD_"] = "16384"
     if nprocs > 1:
         launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
-        from .engine import _free_port
+        from ..ds.engine import free_port
 
-        cmd = [launcher, "--num_gpus", str(nprocs), "--master_port", str(_free_port()), "--module", "glm_grpo_ds.bench", *args]
+        cmd = [launcher, "--num_gpus", str(nprocs), "--master_port", str(free_port()), "--module", "glm_grpo_ds.commands.bench", *args]
         if not torch.cuda.is_available():
             env["DS_ACCELERATOR"] = "cpu"
     else:
-        cmd = [sys.executable, "-m", "glm_grpo_ds.bench", *args]
+        cmd = [sys.executable, "-m", "glm_grpo_ds.commands.bench", *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not result.is_file():
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-25:])
@@ -270,8 +278,6 @@ def format_table(r: dict) -> str:
 
 
 def parse_args(argv):
-    from .config import BenchConfig
-
     d = BenchConfig()
     p = argparse.ArgumentParser(prog="glm-grpo bench", description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="GLM-Image pipeline directory (default: build the tiny one)")
@@ -297,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if a.worker:
-        from .dist import shutdown
+        from ..ds.dist import shutdown
 
         result = WORKERS[a.worker](a)
         if int(os.environ.get("RANK", "0")) == 0:
@@ -307,12 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="glm_grpo_bench_"))
     try:
         if a.model is None:
-            from .testing.tiny import build_tiny_pipeline
+            from ..testing.tiny import build_tiny_pipeline
 
             a.model = str(build_tiny_pipeline(tmp / "tiny"))
         if a.data is None:  # the learnable prompt set, its targets rendered by this model's decoder
-            from .config import DecoderConfig
-            from .testing.tiny_data import write_tiny_dataset
+            from ..config import DecoderConfig
+            from ..testing.tiny_data import write_tiny_dataset
 
             a.data = str(write_tiny_dataset(a.model, tmp / "data", a.size, a.size, DecoderConfig(num_inference_steps=2)))
         a.workdir = str(tmp)

@@ -7,6 +7,7 @@
     glm-grpo plot OUTPUT_DIR                        training curves of a (running) run
     glm-grpo progress OUTPUT_DIR --best BEST.json   fraction of the way from the start to the best reward
     glm-grpo check-run OUTPUT_DIR [--verify FILE]   PASS/FAIL verdicts of a short check run (launch/gpu_check.sh)
+    glm-grpo estimate-memory | merge | score | bench | tiny-data   (see `glm-grpo --help`)
 
 Each subcommand lives in its own module and is imported only when it runs, so
 ``glm-grpo --help`` stays fast.
@@ -17,21 +18,21 @@ from __future__ import annotations
 import importlib
 import sys
 
-# subcommand -> (module with a ``main(argv) -> int``, one-line help)
+# subcommand -> ("module" or "module:function" taking argv and returning the exit status, one-line help)
 SUBCOMMANDS = {
-    "tiny-model": ("glm_grpo_ds.testing.tiny", "write a random-weight tiny GLM-Image pipeline directory"),
-    "tiny-data": ("glm_grpo_ds.testing.tiny_data", "write a learnable prompt set with target images for the tiny model"),
-    "tiny-world": ("glm_grpo_ds.testing.world", "write the learnable tiny world: colour-block decoder, colour prompts"),
-    "merge": ("glm_grpo_ds.merge", "merge a LoRA adapter into GLM-Image and write a pipeline directory"),
-    "score": ("glm_grpo_ds.score", "score images with a reward (one number per image)"),
-    "render": ("glm_grpo_ds.render", "render prompts to PNG files with a GLM-Image pipeline"),
-    "verify-logprobs": ("glm_grpo_ds.verify", "check sampler vs teacher-forced log-prob parity"),
     "train": ("glm_grpo_ds.train", "GRPO training (one process; use the deepspeed launcher for more)"),
-    "estimate-memory": ("glm_grpo_ds.memory_plan", "per-GPU memory plan of a run before launch (no weights needed)"),
-    "bench": ("glm_grpo_ds.bench", "benchmark rollout / decode / reward / update and print side-by-side ratios"),
-    "plot": ("glm_grpo_ds.plot", "plot reward, KL and clip fractions of a run (OUTPUT_DIR/reward_curve.png)"),
-    "check-run": ("glm_grpo_ds.run_check", "PASS/FAIL: finite steps, first-iteration ratio 1, log-prob parity, peak vs plan"),
-    "progress": ("glm_grpo_ds.progress", "fraction of the way from a run's start reward to the best (eval and train)"),
+    "estimate-memory": ("glm_grpo_ds.commands.estimate_memory", "per-GPU memory plan of a run before launch (no weights needed)"),
+    "merge": ("glm_grpo_ds.commands.merge", "merge a LoRA adapter into GLM-Image and write a pipeline directory"),
+    "render": ("glm_grpo_ds.commands.render", "render prompts to PNG files with a GLM-Image pipeline"),
+    "score": ("glm_grpo_ds.commands.score", "score images with a reward (one number per image)"),
+    "verify-logprobs": ("glm_grpo_ds.commands.verify_logprobs", "check sampler vs teacher-forced log-prob parity"),
+    "bench": ("glm_grpo_ds.commands.bench", "benchmark rollout / decode / reward / update and print side-by-side ratios"),
+    "plot": ("glm_grpo_ds.commands.plot", "plot reward, KL and clip fractions of a run (OUTPUT_DIR/reward_curve.png)"),
+    "progress": ("glm_grpo_ds.commands.progress", "fraction of the way from a run's start reward to the best (eval and train)"),
+    "check-run": ("glm_grpo_ds.commands.check_run", "PASS/FAIL: finite steps, first-iteration ratio 1, log-prob parity, peak vs plan"),
+    "tiny-model": ("glm_grpo_ds.commands.tiny:tiny_model", "write a random-weight tiny GLM-Image pipeline directory"),
+    "tiny-data": ("glm_grpo_ds.commands.tiny:tiny_data", "write a learnable prompt set with target images for the tiny model"),
+    "tiny-world": ("glm_grpo_ds.commands.tiny:tiny_world", "write the learnable tiny world: colour-block decoder, colour prompts"),
 }
 
 
@@ -55,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (did you mean: {', '.join(close)}?)" if close else ""
         print(f"glm-grpo: unknown command {name!r}{hint}; see `glm-grpo --help`", file=sys.stderr)
         return 2
-    module = importlib.import_module(SUBCOMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    module_name, _, function = SUBCOMMANDS[name][0].partition(":")
+    entry = getattr(importlib.import_module(module_name), function or "main")
+    return int(entry(rest) or 0)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,13 @@ log-prob fails the check.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import argparse
 import os
 import sys
 
-from .config import SamplingConfig, VerifyConfig
+from ..config import SamplingConfig
 
 # Prompts of clearly different token lengths, so batched rows are left padded differently.
 PROMPTS = [
@@ -30,6 +32,28 @@ PROMPTS = [
     "two cats",
     "a neon shop sign reading 'OPEN 24 HOURS' above a rainy street at night, cinematic lighting",
 ]
+
+
+@dataclass
+class VerifyConfig:
+    """``glm-grpo verify-logprobs``: sampler vs teacher-forced log-prob parity check."""
+
+    height: int = 64
+    width: int = 96
+    group_size: int = 3
+    num_prompts: int = 2
+    dtype: str = "fp32"
+    attn: str = "sdpa"
+    tolerance: float | None = None  # None = per-dtype default below
+    seed: int = 0
+    device: str = "auto"  # auto = cuda if available, else cpu
+
+    # Max |sampler - teacher-forced| log-prob accepted by default. fp32 agrees to ~1e-6 on the
+    # tiny model; bf16 differs because the KV-cached decode and the full forward round differently.
+    DEFAULT_TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2, "fp16": 1e-2}
+
+    def resolved_tolerance(self) -> float:
+        return self.tolerance if self.tolerance is not None else self.DEFAULT_TOLERANCE[self.dtype]
 
 
 def parse_args(argv):
@@ -59,9 +83,9 @@ def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[f
     number of sampled tokens whose teacher-forced log-prob is not finite, and the sampling used."""
     import torch
 
-    from .logprobs import completion_logprobs
-    from .policy import load_ar, load_processor, resolve_sampling
-    from .rollout import rollout
+    from ..logprobs import completion_logprobs
+    from ..policy import load_ar, load_processor, resolve_sampling
+    from ..rollout import rollout
 
     device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if cfg.device == "auto" else cfg.device))

@@ -1,4 +1,4 @@
-"""The only module that calls ``torch.distributed``: rank / world size, collectives, barrier, teardown.
+"""The one module that calls ``torch.distributed``: rank / world size, collectives, barrier, teardown.
 
 Collectives run on the process group's **communication device**: CUDA for NCCL (which refuses CPU
 tensors: "No backend type associated with device type cpu"), CPU for gloo. Every helper copies its
@@ -12,7 +12,7 @@ At world size 1 the collectives are skipped (they would return their input) unle
 (:func:`setup` with ``force=True``; training's ``force_collectives: true``): then a single GPU with
 NCCL runs every collective of a multi-GPU run - the cheap way to check that path without a node.
 
-``glm_grpo_ds/engine.py`` starts the process group (through DeepSpeed) and calls :func:`setup`.
+``glm_grpo_ds/ds/engine.py`` starts the process group (through DeepSpeed) and calls :func:`setup`.
 """
 
 from __future__ import annotations
@@ -124,8 +124,8 @@ def barrier() -> None:
 
 def shutdown(agreed: bool = True) -> None:
     """Destroy the process group before the interpreter exits. Without it gloo's worker threads
-    abort a finished rank during interpreter teardown ("terminate called without an active
-    exception", exit -6: 5 of 12 two-rank CPU runs of a minimal script, 0 of 12 with this call).
+    can abort a finished rank during interpreter teardown ("terminate called without an active
+    exception", exit -6).
     ``agreed``: every rank is known to be here (end of training, an agreed stop), so a barrier first
     lets no rank close its connections while a peer still uses them. After an input error the other
     ranks may not come; then no barrier (it could hang), just the local teardown."""

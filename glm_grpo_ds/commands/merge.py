@@ -17,6 +17,8 @@ merge never leaves a half-written pipeline at ``OUT``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import argparse
 import json
 import os
@@ -24,10 +26,16 @@ import shutil
 import sys
 from pathlib import Path
 
-from .config import MergeConfig
-from .policy import DTYPES, check_pipeline_dir, load_ar
+from ..policy import DTYPES, check_pipeline_dir, load_ar
 
 AR_DIR = "vision_language_encoder"
+
+
+@dataclass
+class MergeConfig:
+    """``glm-grpo merge``: LoRA adapter -> merged GlmImagePipeline."""
+
+    dtype: str = "fp32"  # dtype of the merged AR weights: fp32 | bf16
 
 
 def find_adapter(path: str | os.PathLike) -> Path:
@@ -41,15 +49,15 @@ def find_adapter(path: str | os.PathLike) -> Path:
 
 def _from_checkpoint(model, ckpt: Path):
     """The AR with a checkpoint's trainable parameters consolidated from its ZeRO shards."""
-    from . import engine as ds
+    from ..ds import io as ds_io
 
     state = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
-    weights = ds.consolidated_state_dict(ckpt)
+    weights = ds_io.consolidated_state_dict(ckpt)
     if state["lora"]:
         from peft import get_peft_model
 
-        from .config import LoraConfig
-        from .policy import peft_lora_config
+        from ..config import LoraConfig
+        from ..policy import peft_lora_config
 
         model = get_peft_model(model, peft_lora_config(LoraConfig(**state["config"]["lora"])))
     missing = [k for k in weights if k not in dict(model.named_parameters())]

@@ -19,8 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from .data import load_prompts
-from .metrics import read_metrics
+from ..data import load_prompts
+from ..metrics import read_metrics
 
 
 def fraction_of_way(start: float, end: float, best: float) -> float:

@@ -8,12 +8,25 @@ Writes ``<out>/<index>.png`` for each prompt and prints the paths.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import argparse
 import os
 import sys
 from pathlib import Path
 
-from .config import RenderConfig
+
+
+@dataclass
+class RenderConfig:
+    """``glm-grpo render``: prompts -> PNG through a GLM-Image pipeline."""
+
+    height: int = 64
+    width: int = 64
+    num_inference_steps: int = 8
+    guidance_scale: float = 1.5
+    seed: int = 0
+    out: str = "outputs/render"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,30 @@
+"""``glm-grpo plot OUTPUT_DIR [--out PNG]``: the training curves of a running or finished run
+(reward, per-reward and eval reward, KL, clip fractions; glm_grpo_ds/plot.py draws them).
+Exit 2 when the run has no finished step yet."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..plot import PLOT_NAME, plot_training
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="glm-grpo plot", description="plot reward, KL and clip fractions of a run")
+    p.add_argument("output_dir", help="a run's output_dir (holds metrics.jsonl)")
+    p.add_argument("--out", help=f"PNG to write (default OUTPUT_DIR/{PLOT_NAME})")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    run = Path(args.output_dir)
+    metrics = run / "metrics.jsonl"
+    if not metrics.is_file() or not metrics.stat().st_size:
+        print(f"glm-grpo plot: {metrics} does not exist or is empty (no training step finished yet?)", file=sys.stderr)
+        return 2
+    out = plot_training(metrics, args.out or run / PLOT_NAME, run / "eval.jsonl")
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,297 @@
+"""DeepSpeed engines and the process group: everything the training loop asks of DeepSpeed.
+
+Process group start (:func:`init_distributed`: NCCL on GPUs, DeepSpeed's CPU accelerator and gloo
+otherwise, so the same command runs on a laptop), engine construction with the client optimizer and
+lr schedule, ZeRO-3 partitioned loading, the micro-batch backward / step / gradient norm / lr, and the
+parameter gathering of rollouts. The rest of the package calls these functions, never the engine's
+own API, so a DeepSpeed upgrade is read here::
+
+    deepspeed --num_gpus 2 --module glm_grpo_ds.train --config CFG --deepspeed ds_configs/zero3.json
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+import torch
+
+from . import dist
+from .ds_config import zero_stage
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface (for a process group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(force_collectives: bool = False) -> tuple[int, int, int, torch.device]:
+    """Start (or join) the process group; returns (rank, world_size, local_rank, device).
+
+    Works under the ``deepspeed`` launcher (env vars set) and as a plain single process.
+    ``force_collectives``: run collectives at world size 1 too (see glm_grpo_ds/ds/dist.py).
+    """
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    import deepspeed
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if on_gpu:
+        torch.cuda.set_device(local_rank)
+    else:
+        # CPU ranks share the machine's cores: without this each rank starts one thread per core
+        # and the oversubscribed threads spin, making token-by-token decoding ~30x slower.
+        # OMP_NUM_THREADS, when set (by you or `deepspeed --bind_cores_to_rank`), wins.
+        if os.environ.get("OMP_NUM_THREADS"):
+            torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
+        else:
+            local_world = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+    deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
+    device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
+    dist.setup(comm_device=device, force=force_collectives)  # NCCL: CUDA tensors; gloo: CPU
+    if not on_gpu:
+        _unlink_cpu_allreduce_buffer()
+    return dist.rank(), dist.world_size(), local_rank, device
+
+
+def _unlink_cpu_allreduce_buffer() -> None:
+    """Remove this rank's ``/dev/shm`` all-reduce buffer name once every rank has mapped it.
+
+    DeepSpeed's CPU backend creates a 64 MiB shared-memory file per rank and never unlinks it, so
+    RAM-backed /dev/shm would grow by 64 MiB per rank with every CPU run. After the barrier all ranks
+    have mmapped every buffer; unlinking only drops the name, and the memory is returned when the
+    last process exits - also when it is killed.
+    """
+    dist.barrier()
+    name = (
+        f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{os.environ['MASTER_ADDR']}_"
+        f"{os.environ['MASTER_PORT']}_{dist.rank()}"
+    )
+    Path(name).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def zero3_model_loading(ds_config: dict):
+    """Inside the block, transformers' ``from_pretrained`` builds weights partitioned across ranks
+    (``zero.Init``) under ZeRO-3, so a 9B AR never materialises whole on one rank. Load only the
+    DeepSpeed-managed models (policy, reference) inside it: the decoder and reward models live
+    outside DeepSpeed and must load whole."""
+    if zero_stage(ds_config) != 3:
+        yield
+        return
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    keep_alive = HfDeepSpeedConfig(ds_config)
+    try:
+        yield
+    finally:
+        unset_hf_deepspeed_config()
+        del keep_alive
+
+
+# ----------------------------------------------------------------------------- engines
+def build_optimizer(params: list, opt_cfg):
+    """Client optimizer: torch AdamW or bitsandbytes (Paged)AdamW8bit."""
+    kwargs = dict(lr=opt_cfg.lr, betas=tuple(opt_cfg.betas), eps=opt_cfg.eps, weight_decay=opt_cfg.weight_decay)
+    if opt_cfg.name == "adamw":
+        return torch.optim.AdamW(params, **kwargs)
+    import bitsandbytes as bnb
+
+    cls = {"adamw_8bit": bnb.optim.AdamW8bit, "paged_adamw_8bit": bnb.optim.PagedAdamW8bit}[opt_cfg.name]
+    return cls(params, **kwargs)
+
+
+# optimizer.schedule -> transformers scheduler name (linear warmup over optimizer.warmup_steps first)
+SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+
+
+def build_scheduler(optimizer, opt_cfg, total_optimizer_steps: int):
+    """The lr schedule of ``optimizer`` (one ``scheduler.step()`` per optimizer step), from
+    ``transformers.get_scheduler``: linear warmup from 0 over ``optimizer.warmup_steps``, then
+    constant, linear decay to 0 or half-cosine decay to 0 at ``total_optimizer_steps``."""
+    from transformers import get_scheduler
+
+    return get_scheduler(
+        SCHEDULES[opt_cfg.schedule], optimizer, num_warmup_steps=opt_cfg.warmup_steps,
+        num_training_steps=total_optimizer_steps,
+    )
+
+
+def initialize(model, ds_config: dict, opt_cfg, total_optimizer_steps: int):
+    """Wrap the policy in a DeepSpeed training engine; returns the engine. The optimizer is ours
+    (torch / bitsandbytes) unless the ds_config names one (CPU offload: DeepSpeed's CPU Adam)."""
+    import deepspeed
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    if "optimizer" in ds_config:  # DeepSpeed builds the optimizer, then calls us for its schedule
+        client_opt = None
+        scheduler = lambda opt: build_scheduler(opt, opt_cfg, total_optimizer_steps)  # noqa: E731
+    else:
+        client_opt = build_optimizer(params, opt_cfg)
+        scheduler = build_scheduler(client_opt, opt_cfg, total_optimizer_steps)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, model_parameters=params, optimizer=client_opt, lr_scheduler=scheduler, config=ds_config
+    )
+    return engine
+
+
+def initialize_reference(model, ds_config: dict):
+    """Frozen reference (full fine-tuning) in its own DeepSpeed engine, sharded like the policy at
+    ZeRO-3, without optimizer states."""
+    import deepspeed
+
+    ref = {
+        "train_micro_batch_size_per_gpu": ds_config["train_micro_batch_size_per_gpu"],
+        "train_batch_size": ds_config["train_batch_size"],
+        "gradient_accumulation_steps": ds_config["gradient_accumulation_steps"],
+        "bf16": ds_config.get("bf16", {"enabled": False}),
+        "fp16": ds_config.get("fp16", {"enabled": False}),
+        "steps_per_print": 10**9,
+    }
+    stage = zero_stage(ds_config)
+    ref["zero_optimization"] = (
+        {k: v for k, v in ds_config["zero_optimization"].items() if k.startswith("stage3") or k in ("stage", "offload_param")}
+        if stage == 3
+        else {"stage": 0}
+    )
+    engine, *_ = deepspeed.initialize(model=model, config=ref)
+    engine.eval()
+    return engine
+
+
+@contextlib.contextmanager
+def gathered_for_rollout(engine, enabled: bool = True):
+    """Under ZeRO-3, gather every parameter of the policy once for the whole rollout and take the
+    per-module ZeRO hooks off (they would re-check and re-fetch on every token), then restore
+    them. Other stages / disabled: a no-op (parameters stay sharded, hooks fetch per module)."""
+    import deepspeed
+
+    if not enabled or not is_zero3(engine):
+        with plain_linear():
+            yield
+        return
+    offload = engine.optimizer.parameter_offload if hasattr(engine.optimizer, "parameter_offload") else engine.optimizer
+    params = list(engine.module.parameters())
+    with deepspeed.zero.GatheredParameters(params):
+        for p in params:
+            p.ds_active_sub_modules.clear()
+        for hook in offload.forward_hooks + offload.backward_hooks:
+            hook.remove()
+        offload.forward_hooks, offload.backward_hooks = [], []
+        try:
+            with plain_linear():
+                yield
+        finally:
+            offload._register_deepspeed_module(offload.module)
+
+
+@contextlib.contextmanager
+def plain_linear():
+    """torch's own ``F.linear`` inside the block, for work without gradients (rollout, decode, rewards).
+
+    ZeRO-3's ``zero.Init`` replaces ``torch.nn.functional.linear`` process-wide with a memory-saving
+    autograd Function, and the replacement stays ("persists unless manually reset"). It only helps
+    backward, yet every call pays for an autograd Function: on the tiny model it halved the rollout's
+    speed, and it slowed the frozen DiT and reward models alike. Training forwards keep it.
+    """
+    from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as ZeroInit
+
+    original = getattr(ZeroInit, "linear_bk", None)
+    patched = torch.nn.functional.linear
+    if original is None or patched is original:
+        yield
+        return
+    torch.nn.functional.linear = original
+    try:
+        yield
+    finally:
+        torch.nn.functional.linear = patched
+
+
+def unwrap(engine):
+    """The model inside a DeepSpeed engine (the peft model under LoRA): for train/eval mode, the
+    rollout's forwards (no ZeRO hooks needed once gathered), adapter toggling and saving."""
+    return engine.module
+
+
+def is_zero3(engine) -> bool:
+    return engine.zero_optimization_stage() == 3
+
+
+def backward(engine, loss: torch.Tensor) -> None:
+    """Backward of one micro-batch's loss. ``scale_wrt_gas=False``: the loss is already divided by
+    the whole rollout's normaliser (glm_grpo_ds/update.py), so DeepSpeed must not divide it again
+    by the gradient-accumulation steps."""
+    engine.backward(loss, scale_wrt_gas=False)
+
+
+def grad_norm(engine) -> float | None:
+    """Global gradient norm of the last optimizer step (None before the first, or if not tracked)."""
+    norm = engine.get_global_grad_norm()
+    return None if norm is None else float(norm)
+
+
+def current_lr(engine) -> float:
+    return engine.get_lr()[0]
+
+
+def step(engine) -> bool | None:
+    """``engine.step()`` after a micro-batch's backward. At a gradient-accumulation boundary returns
+    whether the optimizer update was applied (False = skipped because the gradients were not
+    finite; the same answer on every rank), else None.
+
+    ZeRO-1/2/3 (fp32, bf16 with ``bf16.check_grad_overflow``, the default, and fp16) compute the
+    global gradient norm, all-reduced across ranks, and skip the update when it is inf/NaN: no
+    optimizer state or parameter changes, the gradients are cleared, the lr schedule does not
+    advance, and ``engine.skipped_steps`` counts it. ZeRO stage 0 has no such check, so we drop the
+    (already all-reduced) gradients ourselves and the optimizer skips every parameter.
+    """
+    if not engine.is_gradient_accumulation_boundary():
+        engine.step()
+        return None
+    if engine.zero_optimization_stage() == 0:
+        finite = _grads_finite([p for p in engine.module.parameters() if p.requires_grad])
+        if not finite:
+            engine.zero_grad()  # grads -> None: the optimizer skips these parameters
+        engine.step()
+        return finite
+    before = engine.skipped_steps
+    engine.step()
+    return engine.skipped_steps == before
+
+
+def _grads_finite(params: list) -> bool:
+    bad = any(p.grad is not None and not torch.isfinite(p.grad).all() for p in params)
+    return dist.any_rank(float(bad)) == 0
+
+
+def full_grad(param) -> torch.Tensor | None:
+    """The full (all-reduced, un-partitioned) gradient of ``param`` between the last backward of a
+    step and ``engine.step()``."""
+    from deepspeed.utils import safe_get_full_grad
+
+    return safe_get_full_grad(param)
+
+
+@contextlib.contextmanager
+def gathered(params: list, enabled: bool):
+    """Full copies of ``params`` on every rank inside the block (ZeRO-3), else a no-op."""
+    if not enabled:
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(params):
+        yield
+
+

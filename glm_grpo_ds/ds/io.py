@@ -1,0 +1,58 @@
+"""Writing and reading what DeepSpeed holds: the LoRA adapter or full model (gathered from ZeRO-3
+shards) and the per-rank DeepSpeed checkpoint state (model, optimizer, scheduler).
+
+glm_grpo_ds/checkpoint.py decides the checkpoint layout, atomicity and pruning; this module does
+the DeepSpeed part of each save and load.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import dist
+from .engine import gathered, is_zero3, unwrap
+
+def save_adapter(engine, out_dir: str | os.PathLike, rank: int) -> None:
+    """Write the LoRA adapter in peft format, gathered from ZeRO-3 shards (never empty)."""
+    peft_model = unwrap(engine)
+    params = [p for n, p in peft_model.named_parameters() if "lora_" in n]
+    with gathered(params, is_zero3(engine)):
+        if rank == 0:
+            from peft import get_peft_model_state_dict
+
+            state = {k: v.detach().clone().cpu() for k, v in get_peft_model_state_dict(peft_model).items()}
+            peft_model.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
+    dist.barrier()
+
+
+def save_full_model(engine, out_dir: str | os.PathLike, rank: int) -> None:
+    """Full fine-tuning: write the AR with ``save_pretrained`` (gathered from ZeRO-3 shards)."""
+    model = unwrap(engine)
+    params = list(model.parameters())
+    with gathered(params, is_zero3(engine)):
+        if rank == 0:
+            state = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
+            model.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
+    dist.barrier()
+
+
+DS_TAG = "ds"
+
+
+def save_ds_checkpoint(engine, directory: str | os.PathLike) -> None:
+    """Model, optimizer and scheduler state of every rank (collective: all ranks call it)."""
+    engine.save_checkpoint(str(directory), tag=DS_TAG, save_latest=False)
+
+
+def load_ds_checkpoint(engine, directory: str | os.PathLike) -> None:
+    path, _ = engine.load_checkpoint(str(directory), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True)
+    if path is None:
+        raise FileNotFoundError(f"no DeepSpeed state in {directory}/{DS_TAG}")
+
+
+def consolidated_state_dict(directory: str | os.PathLike) -> dict:
+    """fp32 state dict of the trainable parameters, consolidated from a checkpoint's ZeRO shards
+    (works offline, on one process, for any stage)."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    return get_fp32_state_dict_from_zero_checkpoint(str(directory), tag=DS_TAG, exclude_frozen_parameters=True)

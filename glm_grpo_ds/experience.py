@@ -1,0 +1,86 @@
+"""One experience path: sample token grids -> decode them to images -> score the images.
+
+Training (:meth:`glm_grpo_ds.train.Trainer.step`), evaluation (glm_grpo_ds/evaluate.py), the
+benchmarks (glm_grpo_ds/commands/bench.py) and the DeepSpeed test worker all call these two
+functions, so what is measured, evaluated and tested is what trains::
+
+    exp = collect(engine, processor, decoder, reward_fn, rows, [generator], decode_seed, cfg, device)
+    exp.batch            # RolloutBatch: the sampled sequences (group by group) and their log-probs
+    exp.images           # [N, 3, H, W] in [0, 1]
+    exp.per_reward       # {label: [N]} this rank's rewards, NaN = undefined
+    exp.rows             # the dataset row of each sample
+    exp.timings          # seconds of rollout / decode / reward
+
+Seeds are the caller's: ``generators`` seed the sampling (the rows are split into one consecutive
+chunk per generator, each sampled in one rollout call), ``decode_seed(row)`` the decoder noise of a
+row's samples (the same for all G, so images in a group differ only by their tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .data import PromptRow
+from .ds import engine as ds_engine
+from .metrics import timer
+from .rollout import RolloutBatch, rollout
+
+
+@dataclass
+class Experience:
+    batches: list[RolloutBatch]  # one per rollout call (training: one)
+    images: torch.Tensor
+    per_reward: dict[str, torch.Tensor]
+    rows: list[PromptRow]  # per sample
+    timings: dict[str, float]
+
+    @property
+    def batch(self) -> RolloutBatch:
+        """The rollout of a single-call collection (training)."""
+        if len(self.batches) != 1:
+            raise ValueError(f"this experience holds {len(self.batches)} rollout batches; use .batches")
+        return self.batches[0]
+
+
+def sample(engine, processor, prompts: list[str], generator: torch.Generator, cfg, device: torch.device,
+           group_size: int | None = None, gather: bool | None = None) -> RolloutBatch:
+    """``group_size`` (default ``grpo.group_size``) sequences per prompt from the engine's policy,
+    without gradients, parameters gathered for the rollout under ZeRO-3 (``rollout.gather_parameters``
+    unless ``gather`` says otherwise)."""
+    return sample_chunks(engine, processor, [prompts], [generator], cfg, device, group_size, gather)[0]
+
+
+def sample_chunks(engine, processor, chunks: list[list[str]], generators: list[torch.Generator], cfg,
+                  device: torch.device, group_size: int | None = None, gather: bool | None = None) -> list[RolloutBatch]:
+    """One rollout call per chunk of prompts, each with its generator, in one parameter gather."""
+    policy = ds_engine.unwrap(engine)
+    policy.eval()
+    gather = cfg.rollout.gather_parameters if gather is None else gather
+    group_size = cfg.grpo.group_size if group_size is None else group_size
+    h, w = cfg.rollout.height, cfg.rollout.width
+    with torch.no_grad(), ds_engine.gathered_for_rollout(engine, gather):
+        return [rollout(policy, processor, prompts, group_size, h, w, cfg.grpo.sampling, gen, device)
+                for prompts, gen in zip(chunks, generators)]
+
+
+def collect(engine, processor, decoder, reward_fn, rows: list[PromptRow], generators: list[torch.Generator],
+            decode_seed: Callable[[PromptRow], int], cfg, device: torch.device, group_size: int | None = None) -> Experience:
+    """Sample ``group_size`` (default ``grpo.group_size``) sequences for each row, decode and score them."""
+    per_chunk = len(rows) // len(generators)
+    chunks = [rows[i * per_chunk : (i + 1) * per_chunk] for i in range(len(generators))]
+    timings: dict[str, float] = {}
+    with timer(timings, "rollout"):
+        batches = sample_chunks(engine, processor, [[r.prompt for r in c] for c in chunks], generators, cfg, device, group_size)
+    sample_rows = [chunk[i] for chunk, batch in zip(chunks, batches) for i in batch.prompt_index.tolist()]
+    prior = torch.cat([b.prior_token_ids for b in batches]) if len(batches) > 1 else batches[0].prior_token_ids
+    prompts = [p for b in batches for p in b.prompts]
+    h, w = cfg.rollout.height, cfg.rollout.width
+    with ds_engine.plain_linear():
+        with timer(timings, "decode"):
+            images = decoder.decode(prior, prompts, h, w, [decode_seed(r) for r in sample_rows])
+        with timer(timings, "reward"):
+            per_reward = reward_fn(images, prompts, [r.reward_sample() for r in sample_rows])
+    return Experience(batches, images, per_reward, sample_rows, timings)
