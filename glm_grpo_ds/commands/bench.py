@@ -40,8 +40,8 @@ from pathlib import Path
 
 import torch
 
-CONFIG = Path(__file__).resolve().parents[1] / "launch" / "configs" / "tiny_cpu.yaml"
-ZERO3 = Path(__file__).resolve().parents[1] / "ds_configs" / "zero3.json"
+CONFIG = Path(__file__).resolve().parents[2] / "launch" / "configs" / "tiny_cpu.yaml"
+ZERO3 = Path(__file__).resolve().parents[2] / "ds_configs" / "zero3.json"
 
 
 # ----------------------------------------------------------------------------- memory probes
