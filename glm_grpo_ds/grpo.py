@@ -1,6 +1,6 @@
 """GRPO math: group-relative advantages and the clipped, KL-regularised policy loss.
 
-Pure torch, no other import, so it can be read, tested and reused alone. GRPO is
+Pure torch (plus ``typing``), so it can be read, tested and reused alone. GRPO is
 DeepSeekMath's Group Relative Policy Optimization (arXiv:2402.03300): sample G completions per
 prompt, score them, use the reward's deviation from its group mean as the advantage of every
 token of that completion, and optimise a PPO-style clipped surrogate with a k3 KL penalty
@@ -19,10 +19,88 @@ full-batch loss, and so do their gradients, whatever the micro-batch size.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
-ADVANTAGE_SCALES = ("group", "batch", "none")
-AGGREGATIONS = ("token_mean", "seq_mean", "dr_grpo")
+# Registries of the math variants (the pattern of verl's core_algos.py): name -> function, filled by
+# the ``register_*`` decorators below. They are the one list of valid names: ``grpo.advantage_scale``
+# and ``grpo.aggregation`` in glm_grpo_ds/config/sections.py take their choices from them.
+ADVANTAGE_SCALE_REGISTRY: dict[str, Callable[..., torch.Tensor]] = {}
+AGGREGATION_REGISTRY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
+
+
+def register_advantage_scale(name: str):
+    """Register ``fn(centered, count, rewards, eps) -> advantages`` as advantage scale ``name``:
+    ``centered`` is ``[num_groups, G]`` rewards minus their group mean (0 where undefined),
+    ``count`` the ``[num_groups, 1]`` number of defined rewards, ``rewards`` the raw ``[N]``."""
+
+    def decorator(fn):
+        ADVANTAGE_SCALE_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_advantage_scale(name: str) -> Callable[..., torch.Tensor]:
+    if name not in ADVANTAGE_SCALE_REGISTRY:
+        raise ValueError(f"unknown advantage scale {name!r}; expected one of {tuple(ADVANTAGE_SCALE_REGISTRY)}")
+    return ADVANTAGE_SCALE_REGISTRY[name]
+
+
+def register_aggregation(name: str):
+    """Register ``fn(mask[N, T]) -> normaliser`` (the loss denominator) as aggregation ``name``."""
+
+    def decorator(fn):
+        AGGREGATION_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_aggregation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    if name not in AGGREGATION_REGISTRY:
+        raise ValueError(f"unknown aggregation {name!r}; expected one of {tuple(AGGREGATION_REGISTRY)}")
+    return AGGREGATION_REGISTRY[name]
+
+
+@register_advantage_scale("group")
+def _scale_by_group_std(centered: torch.Tensor, count: torch.Tensor, rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    # unbiased std over the defined rewards; groups with < 2 of them are constant anyway
+    std = torch.sqrt((centered**2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1))
+    return centered / (std + eps)
+
+
+@register_advantage_scale("batch")
+def _scale_by_batch_std(centered: torch.Tensor, count: torch.Tensor, rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    defined = rewards[~torch.isnan(rewards)]
+    std = defined.std() if defined.numel() > 1 else rewards.new_zeros(())
+    return centered / (std + eps)
+
+
+@register_advantage_scale("none")
+def _no_scale(centered: torch.Tensor, count: torch.Tensor, rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    return centered
+
+
+@register_aggregation("token_mean")
+def _num_tokens(mask: torch.Tensor) -> torch.Tensor:
+    return mask.sum().to(torch.float32).clamp(min=1.0)
+
+
+@register_aggregation("seq_mean")
+def _num_sequences(mask: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(float(mask.shape[0]), device=mask.device)
+
+
+@register_aggregation("dr_grpo")
+def _num_slots(mask: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(float(mask.shape[0] * mask.shape[1]), device=mask.device)
+
+
+# The built-in names (the registries above are the live lists).
+ADVANTAGE_SCALES = tuple(ADVANTAGE_SCALE_REGISTRY)
+AGGREGATIONS = tuple(AGGREGATION_REGISTRY)
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
@@ -44,8 +122,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
     """
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
-    if scale not in ADVANTAGE_SCALES:
-        raise ValueError(f"unknown advantage scale {scale!r}; expected one of {ADVANTAGE_SCALES}")
+    scale_fn = get_advantage_scale(scale)
     if group_size < 1 or rewards.numel() % group_size != 0:
         raise ValueError(f"group_size={group_size} must be >= 1 and divide the number of rewards ({rewards.numel()})")
 
@@ -55,16 +132,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
     filled = torch.where(valid, grouped, torch.zeros_like(grouped))
     mean = filled.sum(dim=1, keepdim=True) / count.clamp(min=1)
     centered = torch.where(valid, grouped - mean, torch.zeros_like(grouped))
-    if scale == "group":
-        # unbiased std over the defined rewards; groups with < 2 of them are constant anyway
-        std = torch.sqrt((centered**2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1))
-        adv = centered / (std + eps)
-    elif scale == "batch":
-        defined = rewards[~torch.isnan(rewards)]
-        std = defined.std() if defined.numel() > 1 else rewards.new_zeros(())
-        adv = centered / (std + eps)
-    else:
-        adv = centered
+    adv = scale_fn(centered, count, rewards, eps)
     hi = torch.where(valid, grouped, torch.full_like(grouped, float("-inf"))).amax(dim=1, keepdim=True)
     lo = torch.where(valid, grouped, torch.full_like(grouped, float("inf"))).amin(dim=1, keepdim=True)
     constant = (hi == lo) | (count <= 1)
@@ -78,13 +146,7 @@ def loss_normalizer(mask: torch.Tensor, aggregation: str = "token_mean") -> torc
     ``token_mean``: number of masked tokens; ``seq_mean``: N; ``dr_grpo``: N * T.
     Compute it on the *whole* batch and pass it to each micro-batch's :func:`policy_loss`.
     """
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {AGGREGATIONS}")
-    if aggregation == "token_mean":
-        return mask.sum().to(torch.float32).clamp(min=1.0)
-    if aggregation == "seq_mean":
-        return torch.tensor(float(mask.shape[0]), device=mask.device)
-    return torch.tensor(float(mask.shape[0] * mask.shape[1]), device=mask.device)
+    return get_aggregation(aggregation)(mask)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -133,8 +195,7 @@ def policy_loss(
         raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, mask {tuple(mask.shape)} differ")
     if advantages.shape != logp.shape[:1]:
         raise ValueError(f"advantages must be [N]={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {AGGREGATIONS}")
+    get_aggregation(aggregation)  # unknown name -> ValueError listing the registered ones
     if beta != 0.0 and ref_logp is None:
         raise ValueError("beta != 0 needs ref_logp")
     if ref_logp is not None and ref_logp.shape != logp.shape:

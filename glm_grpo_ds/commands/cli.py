@@ -29,6 +29,7 @@ SUBCOMMANDS = {
     "bench": ("glm_grpo_ds.commands.bench", "benchmark rollout / decode / reward / update and print side-by-side ratios"),
     "plot": ("glm_grpo_ds.commands.plot", "plot reward, KL and clip fractions of a run (OUTPUT_DIR/reward_curve.png)"),
     "progress": ("glm_grpo_ds.commands.progress", "fraction of the way from a run's start reward to the best (eval and train)"),
+    "config-docs": ("glm_grpo_ds.commands.config_docs", "print the config key reference (docs/config_reference.md) or --check it"),
     "check-run": ("glm_grpo_ds.commands.check_run", "PASS/FAIL: finite steps, first-iteration ratio 1, log-prob parity, peak vs plan"),
     "tiny-model": ("glm_grpo_ds.commands.tiny:tiny_model", "write a random-weight tiny GLM-Image pipeline directory"),
     "tiny-data": ("glm_grpo_ds.commands.tiny:tiny_data", "write a learnable prompt set with target images for the tiny model"),

@@ -16,12 +16,12 @@ import sys
 
 
 def _parse_arg(item: str):
-    from ..config import _parse_scalar
+    from ..config.loading import parse_scalar
 
     if "=" not in item:
         raise ValueError(f"--reward-arg {item!r} must look like key=value")
     key, value = item.split("=", 1)
-    return key, _parse_scalar(value)
+    return key, parse_scalar(value)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,11 +12,32 @@ A sample undefined for every reward gets advantage 0 in both modes.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from ..grpo import group_advantages
 
-COMBINATIONS = ("sum_then_normalize", "normalize_then_sum")
+# name -> fn(per_reward, weights, group_size, total, scale, eps) -> advantages [N]; the one list of
+# valid ``grpo.reward_combination`` values (glm_grpo_ds/config/sections.py takes its choices from it).
+COMBINATION_REGISTRY: dict[str, Callable[..., torch.Tensor]] = {}
+
+
+def register_combination(name: str):
+    """Register ``fn(per_reward, weights, group_size, total, scale, eps) -> advantages [N]`` as
+    reward combination ``name`` (``total`` is :func:`weighted_total`)."""
+
+    def decorator(fn):
+        COMBINATION_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_combination(name: str) -> Callable[..., torch.Tensor]:
+    if name not in COMBINATION_REGISTRY:
+        raise ValueError(f"unknown reward combination {name!r}; expected one of {tuple(COMBINATION_REGISTRY)}")
+    return COMBINATION_REGISTRY[name]
 
 
 def impute_group_mean(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -49,12 +70,23 @@ def combine_advantages(
     eps: float = 1e-4,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(advantages [N], total reward [N])`` for rows ordered group by group."""
-    if mode not in COMBINATIONS:
-        raise ValueError(f"unknown reward combination {mode!r}; expected one of {COMBINATIONS}")
+    combine = get_combination(mode)
     total = weighted_total(per_reward, weights, group_size)
-    if mode == "sum_then_normalize":
-        return group_advantages(total, group_size, scale, eps), total
+    return combine(per_reward, weights, group_size, total, scale, eps), total
+
+
+@register_combination("sum_then_normalize")
+def _sum_then_normalize(per_reward, weights, group_size, total, scale, eps):
+    return group_advantages(total, group_size, scale, eps)
+
+
+@register_combination("normalize_then_sum")
+def _normalize_then_sum(per_reward, weights, group_size, total, scale, eps):
     adv = torch.zeros_like(total)
     for label, values in per_reward.items():
         adv = adv + weights[label] * group_advantages(values, group_size, scale, eps)
-    return adv, total
+    return adv
+
+
+# The built-in names (the registry above is the live list).
+COMBINATIONS = tuple(COMBINATION_REGISTRY)

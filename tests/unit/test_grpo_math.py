@@ -201,3 +201,30 @@ def test_preview_tokens_can_be_left_out_of_the_loss():
     loss, stats = policy_loss(logp, logp.detach(), torch.tensor([1.0, -1.0]), masked.completion_mask)
     loss.backward()
     assert torch.equal(logp.grad[:, :3], torch.zeros(2, 3)) and stats["num_tokens"] == 4
+
+
+# ---------------------------------------------------------------- registries of the math variants
+def test_registry_lookups_list_the_valid_names():
+    from glm_grpo_ds.grpo import get_advantage_scale, get_aggregation
+    from glm_grpo_ds.rewards.combine import get_combination
+
+    with pytest.raises(ValueError, match=r"^unknown aggregation 'nope'; expected one of \('token_mean', 'seq_mean', 'dr_grpo'\)$"):
+        get_aggregation("nope")
+    with pytest.raises(ValueError, match=r"^unknown advantage scale 'zscore'; expected one of \('group', 'batch', 'none'\)$"):
+        get_advantage_scale("zscore")
+    with pytest.raises(ValueError, match=r"^unknown reward combination 'mix'; expected one of \('sum_then_normalize', 'normalize_then_sum'\)$"):
+        get_combination("mix")
+    with pytest.raises(ValueError, match="unknown aggregation 'nope'"):
+        loss_normalizer(torch.ones(2, 3), "nope")
+    with pytest.raises(ValueError, match="unknown aggregation 'nope'"):
+        policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.ones(2, 3), aggregation="nope")
+
+
+def test_registered_variant_is_used_by_name(monkeypatch):
+    from glm_grpo_ds.grpo import ADVANTAGE_SCALE_REGISTRY, AGGREGATION_REGISTRY, register_aggregation
+
+    monkeypatch.setattr("glm_grpo_ds.grpo.AGGREGATION_REGISTRY", dict(AGGREGATION_REGISTRY))
+    register_aggregation("half_slots")(lambda mask: torch.tensor(mask.numel() / 2.0))
+    mask = torch.ones(2, 4)
+    assert loss_normalizer(mask, "half_slots").item() == 4.0
+    assert set(ADVANTAGE_SCALE_REGISTRY) == {"group", "batch", "none"}

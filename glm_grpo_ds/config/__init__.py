@@ -1,0 +1,32 @@
+"""Training configuration: dataclasses that hold every default and its help text, and their loader.
+
+A run is described by :class:`TrainConfig`, filled from a YAML file and dotted ``key=value``
+command-line overrides::
+
+    cfg = load_config("launch/configs/tiny_cpu.yaml", ["max_steps=10", "lora.r=8", "lora=null"])
+
+Unknown keys fail with a close-match suggestion, values are converted to the field's type, and
+:meth:`TrainConfig.validate` reports every problem, one line each; a ``Literal[...]`` field's choices
+come from its annotation (for the math variants, from the registries in grpo.py and
+rewards/combine.py). docs/config_reference.md is generated from the fields' help
+(``glm-grpo config-docs``). Command-line tools keep their own defaults (glm_grpo_ds/commands/).
+
+* ``fields.py``: ``ConfigError``, :func:`setting` (a field with its help), the ``Literal`` choice check;
+* ``sections.py``: one dataclass per section (``model``, ``lora``, ``grpo``, ...);
+* ``train_config.py``: :class:`TrainConfig` and the cross-field validation;
+* ``loading.py``: YAML + overrides -> validated :class:`TrainConfig`.
+"""
+
+from .fields import ConfigError
+from .loading import apply_override, load_config, parse_scalar, to_dict
+from .sections import (
+    TRACKERS, BatchConfig, DataConfig, DecoderConfig, EvalConfig, GRPOConfig, LoggingConfig, LoraConfig, ModelConfig,
+    OptimizerConfig, RewardSpec, RolloutConfig, SamplingConfig,
+)
+from .train_config import TrainConfig
+
+__all__ = [
+    "TRACKERS", "BatchConfig", "ConfigError", "DataConfig", "DecoderConfig", "EvalConfig", "GRPOConfig", "LoggingConfig",
+    "LoraConfig", "ModelConfig", "OptimizerConfig", "RewardSpec", "RolloutConfig", "SamplingConfig", "TrainConfig",
+    "apply_override", "load_config", "parse_scalar", "to_dict",
+]

@@ -1,0 +1,171 @@
+"""YAML file + dotted ``key=value`` overrides -> a validated :class:`TrainConfig`.
+
+Unknown keys fail with a close-match suggestion; values are converted to the annotated type (``X | None``,
+lists, nested sections, ``Literal`` choices) with a one-line error naming the dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from pathlib import Path
+
+from .fields import ConfigError
+from .train_config import TrainConfig
+
+
+def _unknown(key: str, known: typing.Iterable[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(repr(where + c) for c in close)}?" if close else f"known keys under it: {', '.join(sorted(known))}"
+    return ConfigError(f"unknown config key {where + key!r}; {hint}")
+
+
+def _dataclass_type(tp):
+    """The dataclass inside ``tp`` (``X``, ``X | None``) or None."""
+    if dataclasses.is_dataclass(tp):
+        return tp
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return None
+    for arg in typing.get_args(tp):
+        if dataclasses.is_dataclass(arg):
+            return arg
+    return None
+
+
+def _convert(value, tp, where: str):
+    """Coerce a YAML/JSON value to the annotated type ``tp``."""
+    optional = type(None) in typing.get_args(tp) and (typing.get_origin(tp) in (typing.Union, types.UnionType))
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{where} cannot be null")
+    dc = _dataclass_type(tp)
+    if dc is not None:
+        if isinstance(value, dc):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping of {dc.__name__} fields, got {value!r}")
+        return _from_dict(dc, value, where + ".")
+    base = [a for a in typing.get_args(tp) if a is not type(None)][0] if optional else tp
+    origin = typing.get_origin(base)
+    if origin is typing.Literal:
+        # converted like its values (str); validate() checks the choice, with every other problem
+        base, origin = type(typing.get_args(base)[0]), None
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        (item,) = typing.get_args(base) or (typing.Any,)
+        return [_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if base is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return dict(value)
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    if base in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        try:
+            number = float(value) if base is float else int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where} must be a{'n integer' if base is int else ' number'}, got {value!r}") from None
+        if base is int and isinstance(value, float) and value != int(value):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return number
+    if base is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _from_dict(cls, data: dict, prefix: str = ""):
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            raise _unknown(key, names, prefix)
+        kwargs[key] = _convert(value, hints[key], prefix + key)
+    return cls(**kwargs)
+
+
+def parse_scalar(text: str):
+    """A command-line value: YAML syntax (numbers, true/false, null, [lists], {maps})."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str):
+        # PyYAML reads 1e-4 as a string (YAML 1.1); accept it as a number.
+        try:
+            return float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig) -> None:
+    """Set ``tree[a][b][c] = value`` for ``a.b.c``, checking every key against the dataclasses."""
+    keys = dotted.split(".")
+    cls, node = TrainConfig, tree
+    for depth, key in enumerate(keys):
+        names = {f.name for f in dataclasses.fields(cls)} if cls else set()
+        where = ".".join(keys[:depth])
+        if cls is not None and key not in names:
+            raise _unknown(key, names, where + "." if where else "")
+        if depth == len(keys) - 1:
+            node[key] = value
+            return
+        tp = typing.get_type_hints(cls)[key] if cls else None
+        sub = _dataclass_type(tp) if tp is not None else None
+        if not isinstance(node.get(key), dict):
+            if sub is None:
+                node[key] = {}  # free-form mapping (e.g. rewards args)
+            else:
+                # start from the current value so sibling fields keep theirs (lora was null -> defaults)
+                current = node.get(key)
+                node[key] = {} if current is None else dict(current) if isinstance(current, dict) else {}
+        cls, node = sub, node[key]
+
+
+def load_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """YAML file (optional) + ``key=value`` overrides -> validated TrainConfig."""
+    import yaml
+
+    tree: dict = {}
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"config file {path}{where} is not valid YAML: {getattr(err, 'problem', err)}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of config keys")
+        tree = loaded or {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key=value (e.g. grpo.beta=0.0)")
+        key, text = item.split("=", 1)
+        apply_override(tree, key.strip(), parse_scalar(text), TrainConfig())
+    cfg = _from_dict(TrainConfig, tree)
+    cfg.validate()
+    return cfg
+
+
+def to_dict(cfg) -> dict:
+    """Plain dict (for saving the config a run used next to its outputs)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))

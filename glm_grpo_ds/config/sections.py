@@ -1,0 +1,284 @@
+"""The sections of a training config (``model``, ``lora``, ``grpo``, ``optimizer``, ...): every default and
+every help text lives here, once; docs/config_reference.md is generated from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..grpo import ADVANTAGE_SCALE_REGISTRY, AGGREGATION_REGISTRY
+from ..rewards.combine import COMBINATION_REGISTRY
+from .fields import Dtype, choice_problems, setting
+
+
+@dataclass
+class SamplingConfig:
+    """How the AR policy samples visual tokens during a rollout (see glm_grpo_ds/sampling.py)."""
+
+    temperature: float | None = setting(
+        None,
+        "Temperature of the policy distribution (codebook-masked) the visual tokens are drawn from; > 0. "
+        "null = what the model itself samples with: its vision_language_encoder/generation_config.json, and "
+        "transformers' generate() defaults for what that leaves unset (temperature 1, top_k 50, top_p 1); released "
+        "GLM-Image: temperature 0.9, top_p 0.75, top_k 50 (policy.resolve_sampling). The resolved values are printed "
+        "at startup and written to config.json.",
+    )
+    top_k: int | None = setting(
+        None,
+        "Draw tokens from the k most likely only (0 = off); null = the model's own (see temperature). Cuts only "
+        "the drawing: every log-prob the loss uses (sampler record, teacher-forced, old, reference) is under the "
+        "uncut policy distribution, never re-truncated.",
+    )
+    top_p: float | None = setting(
+        None,
+        "Draw tokens from the smallest set with probability mass >= top_p only, in (0, 1] (1.0 = off); null = the "
+        "model's own (see temperature). Like top_k, cuts only the drawing, not the log-probs of the loss.",
+    )
+
+    def validate(self) -> None:
+        if self.temperature is not None and not self.temperature > 0:
+            raise ValueError(f"sampling.temperature must be > 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"sampling.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling.top_p must be in (0, 1] (1 = off), got {self.top_p}")
+        problems = choice_problems(self, "sampling.")
+        if problems:
+            raise ValueError(problems[0])
+
+    @property
+    def resolved(self) -> bool:
+        return None not in (self.temperature, self.top_k, self.top_p)
+
+
+@dataclass
+class DecoderConfig:
+    """The frozen DiT + VAE + glyph encoder that render prior tokens to images."""
+
+    num_inference_steps: int = setting(8, "DiT denoising steps per image (>= 1); decode time grows linearly with it.")
+    guidance_scale: float = setting(1.5, "Classifier-free guidance scale of the DiT decode.")
+    batch_size: int = setting(8, "Images per DiT forward (>= 1); bounds decode memory: smaller = less memory, more forwards.")
+    offload: bool = setting(
+        False,
+        "Keep the decoder on the CPU between rollouts and move it to the accelerator only to decode: frees "
+        "accelerator memory for the update, costs a transfer each step.",
+    )
+    dtype: Dtype = setting("auto", "Decoder weights dtype; auto = bf16 on GPU, fp32 on CPU.")
+    seed: int = setting(
+        0,
+        "Decoder noise seed of a prompt: seed + dataset row index with fixed_seeds, else a fresh seed per "
+        "(step, row) derived from it.",
+    )
+    fixed_seeds: bool = setting(
+        False,
+        "true = the same decoder noise for a prompt every step (seed + row index), as for evaluation or "
+        "reference-likeness tasks; false = a fresh seed per (step, row).",
+    )
+
+    def validate(self) -> None:
+        if self.num_inference_steps < 1:
+            raise ValueError(f"decoder.num_inference_steps must be >= 1, got {self.num_inference_steps}")
+        if self.batch_size < 1:
+            raise ValueError(f"decoder.batch_size must be >= 1, got {self.batch_size}")
+        problems = choice_problems(self, "decoder.")
+        if problems:
+            raise ValueError(problems[0])
+
+
+@dataclass
+class ModelConfig:
+    """The GLM-Image pipeline the AR policy is loaded from."""
+
+    path: str = setting(
+        "",
+        "A GlmImagePipeline directory (required): AR in vision_language_encoder/, processor, DiT, VAE, glyph encoder.",
+    )
+    dtype: Dtype = setting("auto", "AR weights dtype; auto = bf16 on GPU, fp32 on CPU.")
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = setting(
+        "auto",
+        "Attention kernel of the AR; auto = flash_attention_2 if installed (GPU, bf16), else sdpa.",
+        noun="attention implementation",
+    )
+    gradient_checkpointing: bool = setting(
+        True,
+        "Non-reentrant checkpointing of the AR's decoder layers (works with peft under ZeRO-3): less activation "
+        "memory for a recomputed forward in the backward.",
+    )
+    trust_remote_code: bool = setting(
+        False,
+        "Let transformers run Python code shipped in the model directory; leave false for GLM-Image, which "
+        "transformers implements itself.",
+    )
+
+
+@dataclass
+class LoraConfig:
+    """peft LoRA on the language model. ``lora: null`` in YAML = full fine-tuning."""
+
+    r: int = setting(16, "LoRA rank (>= 1): more = more trainable parameters and optimizer memory.")
+    alpha: int = setting(32, "LoRA scaling: the adapter's update is multiplied by alpha / r.")
+    dropout: float = setting(0.0, "Dropout on the input of the LoRA adapters.")
+    target_modules: list[str] = setting(
+        help="Module names that get adapters (at least one): the attention and MLP projections of "
+        "GlmImageTextDecoderLayer (the vision tower has other names only where it shares q/k/v; see "
+        "policy.lora_target_regex, which restricts to the LM).",
+        factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"],
+    )
+
+
+@dataclass
+class GRPOConfig:
+    """The GRPO objective (glm_grpo_ds/grpo.py) and the rollout's sampling."""
+
+    group_size: int = setting(
+        8,
+        "G completions per prompt (>= 2: advantages compare the samples of a prompt); larger = a less noisy group "
+        "baseline, for G rollouts and decodes per prompt.",
+    )
+    beta: float = setting(0.04, "k3 KL coefficient towards the frozen reference policy (>= 0); 0 skips the reference pass.")
+    epsilon_low: float = setting(0.2, "Ratio clip range below 1: [1 - epsilon_low, ...], in [0, 1).")
+    epsilon_high: float = setting(
+        0.2, "Ratio clip range above 1: [..., 1 + epsilon_high], >= 0; larger than epsilon_low = asymmetric clip-higher."
+    )
+    aggregation: Literal[tuple(AGGREGATION_REGISTRY)] = setting(
+        "token_mean",
+        "Loss normaliser (grpo.loss_normalizer): token_mean = number of loss tokens; seq_mean = per-sequence token "
+        "mean, then mean over sequences; dr_grpo = sequences x padded length, a constant (Dr. GRPO).",
+        noun="aggregation",
+    )
+    advantage_scale: Literal[tuple(ADVANTAGE_SCALE_REGISTRY)] = setting(
+        "group",
+        "group = (r - group mean) / (group std + eps); batch = (r - group mean) / (std of all rewards + eps), "
+        "robust to near-constant groups (Dr. GRPO-style); none = r - group mean.",
+        noun="advantage scale",
+    )
+    reward_combination: Literal[tuple(COMBINATION_REGISTRY)] = setting(
+        "sum_then_normalize",
+        "sum_then_normalize = advantages of the weighted reward sum; normalize_then_sum = weighted sum of each "
+        "reward's group advantages, so an easy reward with a large spread cannot drown a hard one "
+        "(see glm_grpo_ds/rewards/combine.py).",
+        noun="reward combination",
+    )
+    num_iterations: int = setting(
+        1, "Updates per rollout (mu, >= 1); > 1 stores the old (pre-update) log-probs and reuses each rollout."
+    )
+    preview_in_loss: bool = setting(
+        True,
+        "Train on the preview-grid tokens too (they condition the target grid, but the DiT renders only the target "
+        "grid). false = loss on the target grid's tokens alone: less variance when the reward cannot depend on the "
+        "preview (the tiny world), biased for the real model.",
+    )
+    logprob_chunk_size: int = setting(
+        256, "Tokens per lm_head chunk (fp32 log-softmax) in the teacher-forced pass (>= 1): smaller = less peak memory."
+    )
+    sampling: SamplingConfig = setting(help="How the rollout samples visual tokens.", factory=SamplingConfig)
+
+
+@dataclass
+class OptimizerConfig:
+    """The optimizer (a DeepSpeed client optimizer) and its learning-rate schedule."""
+
+    name: Literal["adamw", "adamw_8bit", "paged_adamw_8bit"] = setting(
+        "adamw_8bit",
+        "adamw = torch AdamW (DeepSpeed CPU Adam with optimizer offload); adamw_8bit / paged_adamw_8bit = "
+        "bitsandbytes 8-bit states, a quarter of AdamW's state memory (not with offload_optimizer).",
+        noun="optimizer",
+    )
+    lr: float = setting(1e-5, "Peak learning rate (> 0).")
+    betas: list[float] = setting(help="Adam betas (two numbers).", factory=lambda: [0.9, 0.999])
+    eps: float = setting(1e-8, "Adam epsilon.")
+    weight_decay: float = setting(0.0, "AdamW (decoupled) weight decay.")
+    schedule: Literal["constant", "linear", "cosine"] = setting(
+        "constant", "Learning rate after warmup: constant, or linear / cosine decay to 0 at the last optimizer step."
+    )
+    warmup_steps: int = setting(0, "Optimizer steps of linear warmup to lr (>= 0).")
+    max_grad_norm: float = setting(1.0, "Gradient clipping by global norm (DeepSpeed gradient_clipping).")
+
+
+@dataclass
+class BatchConfig:
+    """Sizes per rank and step."""
+
+    prompts_per_rank: int = setting(1, "Prompts each rank samples per step (x G sequences), >= 1.")
+    micro_batch_size: int = setting(
+        4,
+        "Sequences per forward/backward; must divide prompts_per_rank * G. Larger = fewer passes, more activation memory.",
+    )
+
+
+@dataclass
+class RolloutConfig:
+    """The size of the generated images."""
+
+    height: int = setting(1024, "Image height in pixels: a positive multiple of 32 (GLM-Image tokens are 32x32 pixels).")
+    width: int = setting(1024, "Image width in pixels: a positive multiple of 32.")
+    gather_parameters: bool = setting(
+        True,
+        "ZeRO-3: gather the AR's parameters once per rollout (fast); false keeps them sharded during sampling, for "
+        "models that cannot be gathered on one device (slow).",
+    )
+
+
+@dataclass
+class RewardSpec:
+    """One entry of ``rewards``."""
+
+    name: str = setting(
+        "",
+        "A built-in reward name (see glm_grpo_ds/rewards), python:package.module:function or "
+        "path/to/file.py:function (required).",
+    )
+    weight: float = setting(1.0, "Weight of this reward in the combination (see grpo.reward_combination).")
+    args: dict = setting(help="Keyword arguments of the reward, e.g. {net: vgg} for lpips.", factory=dict)
+
+
+@dataclass
+class DataConfig:
+    """The training prompts."""
+
+    train_file: str = setting(
+        "",
+        ".txt (one prompt per line) or .jsonl (prompt, optional target_image relative to the file, optional text; "
+        "extra keys are passed to the rewards); required.",
+    )
+    shuffle: bool = setting(True, "Shuffle the prompt order each epoch (seeded by seed); false = file order.")
+
+
+# Experiment trackers ``logging.report_to`` may name (metrics.jsonl is always written).
+TRACKERS = ("tensorboard", "wandb")
+
+
+@dataclass
+class LoggingConfig:
+    """Rank-0 outputs besides ``metrics.jsonl`` (see glm_grpo_ds/tracking.py, gallery.py)."""
+
+    progress_bar: bool = setting(True, "tqdm bar when stderr is a terminal, else one line every log_every steps.")
+    log_every: int = setting(10, "Steps between progress lines when stderr is not a terminal (log files), >= 1.")
+    plot: bool = setting(True, "Reward / KL / clip-fraction PNG at the end of training (reward_curve.png).")
+    report_to: list[Literal[TRACKERS]] = setting(
+        help="Experiment trackers, e.g. [tensorboard, wandb] (metrics.jsonl is always written); their packages are "
+        "checked at config time: pip install 'glm-grpo-ds[tracking]'.",
+        factory=list,
+        noun="tracker",
+    )
+    wandb_project: str = setting("glm-grpo", "wandb project.")
+    wandb_run_name: str | None = setting(None, "wandb run name; null = the output_dir's name.")
+    wandb_mode: Literal["offline", "online"] = setting(
+        "offline", "offline (no network; `wandb sync` later) or online (uploads during training)."
+    )
+    gallery_steps: int = setting(0, "Training gallery samples/step_N.png every N steps (0 = off).")
+    gallery_max_prompts: int = setting(4, "Rows (prompts) per gallery, training and eval; >= 1.")
+    gallery_thumbnail: int = setting(128, "Longest side of a gallery tile in pixels (never upscaled); >= 16.")
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation (glm_grpo_ds/evaluate.py)."""
+
+    file: str = setting("", '.txt / .jsonl prompts like data.train_file; "" = no evaluation.')
+    steps: int = setting(0, "Evaluate every N training steps (0 = only before training and after the last step).")
+    at_start: bool = setting(True, "Evaluate the initial policy (step 0) for comparison.")
+    num_prompts: int = setting(0, "The first N prompts of the file (0 = all).")
+    group_size: int = setting(4, "Samples per eval prompt, >= 1.")
+    seed: int = setting(1234, "The sampler and decoder seeds of eval prompt i derive from (seed, i) only.")
+    gallery: bool = setting(True, "samples/eval_step_N.png at every evaluation.")

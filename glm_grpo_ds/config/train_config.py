@@ -1,0 +1,139 @@
+"""A whole training run's config: the sections plus the top-level keys, and the validation of their
+combinations (one line per problem)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .fields import ConfigError, choice_problems, setting
+from .sections import (
+    TRACKERS, BatchConfig, DataConfig, DecoderConfig, EvalConfig, GRPOConfig, LoggingConfig, LoraConfig, ModelConfig,
+    OptimizerConfig, RewardSpec, RolloutConfig,
+)
+
+
+@dataclass
+class TrainConfig:
+    """A training run: the sections below plus the top-level keys."""
+
+    model: ModelConfig = setting(help="The GLM-Image pipeline the policy is loaded from.", factory=ModelConfig)
+    lora: LoraConfig | None = setting(
+        help="peft LoRA on the language model only (vision tower and VQ model frozen); null = full fine-tuning.",
+        factory=LoraConfig,
+    )
+    grpo: GRPOConfig = setting(help="The GRPO objective and the rollout's sampling.", factory=GRPOConfig)
+    optimizer: OptimizerConfig = setting(help="Optimizer and learning-rate schedule.", factory=OptimizerConfig)
+    batch: BatchConfig = setting(help="Batch sizes per rank and step.", factory=BatchConfig)
+    rollout: RolloutConfig = setting(help="Image size and parameter gathering of the rollout.", factory=RolloutConfig)
+    decoder: DecoderConfig = setting(help="The frozen DiT decode of the sampled tokens.", factory=DecoderConfig)
+    rewards: list[RewardSpec] = setting(
+        help="The rewards, at least one: a list of {name, weight, args}, e.g. [{name: pixel_mse}].", factory=list
+    )
+    data: DataConfig = setting(help="The training prompts.", factory=DataConfig)
+    logging: LoggingConfig = setting(help="Progress output, trackers, plots and galleries (rank 0).", factory=LoggingConfig)
+    eval: EvalConfig = setting(
+        help="Held-out evaluation with seeds that do not depend on the training step, rank count or seed: the same "
+        "weights always get the same eval reward.",
+        factory=EvalConfig,
+    )
+    output_dir: str = setting("outputs/run", "Where the run writes metrics, checkpoints, galleries and config.json.")
+    max_steps: int = setting(100, "Training steps (one rollout and grpo.num_iterations updates each), >= 1.")
+    seed: int = setting(
+        42,
+        "Base seed of the run's random streams (sampling, data order; glm_grpo_ds/seeding.py); the decoder noise "
+        "and the evaluation have seeds of their own (decoder.seed, eval.seed).",
+    )
+    save_steps: int = setting(0, "Checkpoint every N steps (0 = never); see glm_grpo_ds/checkpoint.py.")
+    save_total_limit: int = setting(0, "Keep the newest K checkpoints (0 = keep all).")
+    resume_from: str | None = setting(
+        None, '"latest" (newest complete checkpoint of output_dir) or a checkpoint path; null = start fresh.'
+    )
+    max_consecutive_skips: int = setting(
+        3,
+        "Stop (checkpoint + exit code 3) after this many steps in a row whose optimizer update was skipped for a "
+        "non-finite loss/gradient; 0 = never stop.",
+    )
+    force_collectives: bool = setting(
+        False,
+        "Run every collective even at world size 1 (normally skipped): one GPU with NCCL then checks the multi-GPU "
+        "communication path (device placement of every collective) - see glm_grpo_ds/ds/dist.py.",
+    )
+
+    @property
+    def sequences_per_rank(self) -> int:
+        return self.batch.prompts_per_rank * self.grpo.group_size
+
+    def validate(self) -> None:
+        """Raise ConfigError listing every problem, one line each."""
+        problems: list[str] = []
+
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                problems.append(msg)
+
+        need(bool(self.model.path), "model.path is required: a GlmImagePipeline directory")
+        problems.extend(choice_problems(self))  # every Literal[...] field, choices from its annotation
+        need(bool(self.data.train_file), "data.train_file is required: a .txt or .jsonl prompt file")
+        need(self.max_steps >= 1, f"max_steps must be >= 1, got {self.max_steps}")
+        need(self.save_steps >= 0, f"save_steps must be >= 0 (0 = no checkpoints), got {self.save_steps}")
+        need(self.max_consecutive_skips >= 0, f"max_consecutive_skips must be >= 0 (0 = never stop), got {self.max_consecutive_skips}")
+        need(self.save_total_limit >= 0, f"save_total_limit must be >= 0 (0 = keep all), got {self.save_total_limit}")
+        g = self.grpo
+        need(g.group_size >= 2, f"grpo.group_size must be >= 2 (advantages compare samples of a prompt), got {g.group_size}")
+        need(g.beta >= 0, f"grpo.beta must be >= 0, got {g.beta}")
+        need(0 <= g.epsilon_low < 1, f"grpo.epsilon_low must be in [0, 1), got {g.epsilon_low}")
+        need(g.epsilon_high >= 0, f"grpo.epsilon_high must be >= 0, got {g.epsilon_high}")
+        need(g.num_iterations >= 1, f"grpo.num_iterations must be >= 1, got {g.num_iterations}")
+        need(g.logprob_chunk_size >= 1, f"grpo.logprob_chunk_size must be >= 1, got {g.logprob_chunk_size}")
+        try:
+            g.sampling.validate()
+        except ValueError as err:
+            problems.append(f"grpo.{err}")
+        o = self.optimizer
+        need(o.lr > 0, f"optimizer.lr must be > 0, got {o.lr}")
+        need(len(o.betas) == 2, f"optimizer.betas must be two numbers, got {o.betas}")
+        need(o.warmup_steps >= 0, f"optimizer.warmup_steps must be >= 0, got {o.warmup_steps}")
+        b = self.batch
+        need(b.prompts_per_rank >= 1, f"batch.prompts_per_rank must be >= 1, got {b.prompts_per_rank}")
+        need(b.micro_batch_size >= 1, f"batch.micro_batch_size must be >= 1, got {b.micro_batch_size}")
+        if b.micro_batch_size >= 1 and b.prompts_per_rank >= 1:
+            need(
+                self.sequences_per_rank % b.micro_batch_size == 0,
+                f"batch.micro_batch_size={b.micro_batch_size} must divide the sequences per rank per step "
+                f"(batch.prompts_per_rank x grpo.group_size = {self.sequences_per_rank})",
+            )
+        for key, v in (("rollout.height", self.rollout.height), ("rollout.width", self.rollout.width)):
+            need(v > 0 and v % 32 == 0, f"{key}={v} must be a positive multiple of 32 (GLM-Image tokens are 32x32 pixels)")
+        try:
+            self.decoder.validate()
+        except ValueError as err:
+            problems.append(str(err))
+        need(len(self.rewards) > 0, "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]")
+        for i, r in enumerate(self.rewards):
+            need(bool(r.name), f"rewards[{i}].name is required")
+        self._validate_logging(need)
+        if self.lora is not None:
+            need(self.lora.r >= 1, f"lora.r must be >= 1, got {self.lora.r}")
+            need(len(self.lora.target_modules) > 0, "lora.target_modules must name at least one module")
+        if problems:
+            raise ConfigError("\n".join(problems))
+
+
+    def _validate_logging(self, need) -> None:
+        lg, ev = self.logging, self.eval
+        # Checked here, on every rank, so a missing package stops all ranks before training
+        # instead of failing on rank 0 only while the others wait in a collective.
+        import importlib.util
+
+        for name in set(lg.report_to) & set(TRACKERS):
+            need(
+                importlib.util.find_spec(name) is not None,
+                f"logging.report_to names {name} but the {name} package is not installed: pip install 'glm-grpo-ds[tracking]'",
+            )
+        need(lg.log_every >= 1, f"logging.log_every must be >= 1, got {lg.log_every}")
+        need(lg.gallery_steps >= 0, f"logging.gallery_steps must be >= 0 (0 = off), got {lg.gallery_steps}")
+        need(lg.gallery_max_prompts >= 1, f"logging.gallery_max_prompts must be >= 1, got {lg.gallery_max_prompts}")
+        need(lg.gallery_thumbnail >= 16, f"logging.gallery_thumbnail must be >= 16 pixels, got {lg.gallery_thumbnail}")
+        need(ev.steps >= 0, f"eval.steps must be >= 0 (0 = before training and at the end only), got {ev.steps}")
+        need(ev.num_prompts >= 0, f"eval.num_prompts must be >= 0 (0 = all), got {ev.num_prompts}")
+        need(ev.group_size >= 1, f"eval.group_size must be >= 1, got {ev.group_size}")
