@@ -36,7 +36,14 @@ setup(
         "ocr": ["rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14.6"],
         "tracking": ["tensorboard>=2.18", "wandb>=0.19"],
         # tests cover the ocr reward and the TensorBoard / W&B sinks
-        "dev": ["pytest>=9.0", "ruff>=0.15", "rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14.6", "tensorboard>=2.18", "wandb>=0.19"],
+        "dev": [
+            "pytest>=9.0",
+            "ruff>=0.15",
+            "rapidocr-onnxruntime>=1.4.4",
+            "rapidfuzz>=3.14.6",
+            "tensorboard>=2.18",
+            "wandb>=0.19",
+        ],
     },
     entry_points={"console_scripts": ["glm-grpo=glm_grpo_ds.commands.cli:main"]},
 )

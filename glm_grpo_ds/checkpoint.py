@@ -70,7 +70,12 @@ def _rng_state() -> dict:
     state = {
         "python": random.getstate(),
         # numpy's state as tensors and numbers, so it loads with torch.load(weights_only=True)
-        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos, "has_gauss": has_gauss, "cached": cached},
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": pos,
+            "has_gauss": has_gauss,
+            "cached": cached,
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -135,7 +140,9 @@ def resolve(output_dir, resume_from: str) -> Path:
     if resume_from == "latest":
         pointer = Path(output_dir) / CHECKPOINTS / LATEST
         if not pointer.is_file():
-            raise CheckpointError(f"resume_from=latest but {pointer} does not exist: no checkpoint was completed in {output_dir}")
+            raise CheckpointError(
+                f"resume_from=latest but {pointer} does not exist: no checkpoint was completed in {output_dir}"
+            )
         path = pointer.parent / pointer.read_text(encoding="utf-8").strip()
     else:
         path = Path(resume_from)
@@ -148,7 +155,9 @@ def read_state(path: Path) -> dict:
     try:
         return json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path}/trainer_state.json is not valid JSON ({err.msg}); resume from another checkpoint") from None
+        raise CheckpointError(
+            f"{path}/trainer_state.json is not valid JSON ({err.msg}); resume from another checkpoint"
+        ) from None
 
 
 def check_compatible(path: Path, world_size: int, zero_stage: int) -> dict:
@@ -157,7 +166,8 @@ def check_compatible(path: Path, world_size: int, zero_stage: int) -> dict:
     state = read_state(path)
     if state["world_size"] != world_size or state["zero_stage"] != zero_stage:
         raise CheckpointError(
-            f"{path} was written with world size {state['world_size']} and ZeRO stage {state['zero_stage']}; this run has "
+            f"{path} was written with world size {state['world_size']} and ZeRO stage {state['zero_stage']}; "
+            f"this run has "
             f"world size {world_size} and stage {zero_stage}. Resume with the same launch settings, or start a new run "
             f"from its weights (glm-grpo merge --adapter {path} ...)"
         )

@@ -57,7 +57,7 @@ def load_prompts(path: str | Path, key: str = "data.train_file") -> list[PromptR
             except json.JSONDecodeError as err:
                 raise DataError(f"{p}:{lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"].strip():
-                raise DataError(f"{p}:{lineno}: each line needs a non-empty string field \"prompt\"")
+                raise DataError(f'{p}:{lineno}: each line needs a non-empty string field "prompt"')
             target = obj.pop("target_image", None)
             if target is not None:
                 target = str(_check_target(p, lineno, target))
@@ -97,7 +97,9 @@ class PromptSampler:
     ``state()`` / ``load_state()`` capture the position, so a resumed run continues exactly.
     """
 
-    def __init__(self, rows: list[PromptRow], world_size: int, rank: int, prompts_per_rank: int, seed: int, shuffle: bool = True):
+    def __init__(
+        self, rows: list[PromptRow], world_size: int, rank: int, prompts_per_rank: int, seed: int, shuffle: bool = True
+    ):
         self.rows, self.world_size, self.rank = rows, world_size, rank
         self.per_rank, self.seed, self.shuffle = prompts_per_rank, seed, shuffle
         self.epoch, self.position = 0, 0

@@ -63,7 +63,9 @@ class ImageDecoder:
             raise ValueError(f"decode got {n} token grids, {len(prompts)} prompts and {len(seeds)} seeds")
         expected = (height // 16) * (width // 16)
         if prior_token_ids.shape[1] != expected:
-            raise ValueError(f"prior_token_ids has {prior_token_ids.shape[1]} ids per row; {height}x{width} needs {expected}")
+            raise ValueError(
+                f"prior_token_ids has {prior_token_ids.shape[1]} ids per row; {height}x{width} needs {expected}"
+            )
         images = torch.empty(n, 3, height, width, dtype=torch.float32, device=self.device)
         if self.cfg.offload:
             self.pipe.to(self.device)

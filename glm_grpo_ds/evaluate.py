@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from .data import PromptRow
 from .ds import dist
-from .experience import collect
 from .gallery import save_gallery, thumbnails
 from .metrics import nan_mean, nan_std
 from .rewards.combine import weighted_total
@@ -38,8 +38,14 @@ PADDING = -1  # row index of a padding sample (dropped on rank 0)
 
 
 def gallery_to_main(
-    path: Path, images: torch.Tensor, rewards: torch.Tensor, row_index: torch.Tensor, rows: list[PromptRow],
-    cols: int, logging_cfg, world: int,
+    path: Path,
+    images: torch.Tensor,
+    rewards: torch.Tensor,
+    row_index: torch.Tensor,
+    rows: list[PromptRow],
+    cols: int,
+    logging_cfg,
+    world: int,
 ) -> Path | None:
     """Collective. ``images`` ``[n, 3, H, W]`` are this rank's samples, group by group (``cols`` per
     prompt), ``rewards`` / ``row_index`` ``[n]`` their total reward and dataset row (``PADDING`` =
@@ -71,12 +77,17 @@ class Evaluator:
         # (row, real): padding repeats a real prompt so shapes match across ranks, then is dropped
         self.mine = [(self.rows[p % len(self.rows)], p < len(self.rows)) for p in positions]
 
+    @staticmethod
+    def decode_seed(eval_seed: int, row_index: int) -> int:
+        """Decoder noise of eval prompt ``row_index``: from (eval.seed, row) only."""
+        return derive_seed(eval_seed, "eval-decode", row_index) % 2**31
+
     def due(self, step: int) -> bool:
         """Evaluate after training step ``step`` (1-based)?"""
         ev = self.cfg.eval
         return step == self.cfg.max_steps or bool(ev.steps and step % ev.steps == 0)
 
-    def run(self, step: int, engine, processor, decoder, reward_fn, out: Path, is_main: bool) -> tuple[dict | None, Path | None]:
+    def run(self, step: int, experience, out: Path, is_main: bool) -> tuple[dict | None, Path | None]:
         """Collective. Returns ``(record, gallery path)`` on rank 0, ``(None, None)`` elsewhere."""
         cfg, ev = self.cfg, self.cfg.eval
         g = ev.group_size
@@ -84,10 +95,12 @@ class Evaluator:
         # one rollout call per prompt with its own generator: a prompt's samples do not depend on
         # which prompts share its rank
         rows = [row for row, _ in self.mine]
-        generators = [torch.Generator(device=self.device).manual_seed(derive_seed(ev.seed, "eval-rollout", row.index))
-                      for row in rows]
-        exp = collect(engine, processor, decoder, reward_fn, rows, generators,
-                      lambda row: derive_seed(ev.seed, "eval-decode", row.index) % 2**31, cfg, self.device, group_size=g)
+        generators = [
+            torch.Generator(device=self.device).manual_seed(derive_seed(ev.seed, "eval-rollout", row.index))
+            for row in rows
+        ]
+        exp = experience.collect(rows, generators, partial(self.decode_seed, ev.seed), group_size=g)
+        reward_fn = experience.reward_fn
         images, per_reward = exp.images, exp.per_reward
 
         real = len(self.rows) * g  # gathered rows are rank-major; the first `real` are the eval set
@@ -96,7 +109,16 @@ class Evaluator:
         if ev.gallery:
             total = weighted_total(per_reward, reward_fn.weights, g)
             index = torch.tensor([row.index if is_real else PADDING for row, is_real in self.mine for _ in range(g)])
-            path = gallery_to_main(out / "samples" / f"eval_step_{step:06d}.png", images, total, index, self.rows, g, cfg.logging, self.world)
+            path = gallery_to_main(
+                out / "samples" / f"eval_step_{step:06d}.png",
+                images,
+                total,
+                index,
+                self.rows,
+                g,
+                cfg.logging,
+                self.world,
+            )
         if not is_main:
             return None, None
         totals = weighted_total(all_per_reward, reward_fn.weights, g)

@@ -1,10 +1,12 @@
 """One experience path: sample token grids -> decode them to images -> score the images.
 
-Training (:meth:`glm_grpo_ds.train.Trainer.step`), evaluation (glm_grpo_ds/evaluate.py), the
-benchmarks (glm_grpo_ds/commands/bench.py) and the DeepSpeed test worker all call these two
-functions, so what is measured, evaluated and tested is what trains::
+Training (:meth:`glm_grpo_ds.train.Trainer.step`) and evaluation (glm_grpo_ds/evaluate.py) collect
+through :class:`ExperienceMaker`; the benchmarks (glm_grpo_ds/commands/bench_workers.py) and the
+DeepSpeed test worker sample through :func:`sample`, the same rollout code, so what is measured,
+evaluated and tested is what trains::
 
-    exp = collect(engine, processor, decoder, reward_fn, rows, [generator], decode_seed, cfg, device)
+    maker = ExperienceMaker(engine, processor, decoder, reward_fn, cfg, device)
+    exp = maker.collect(rows, [generator], decode_seed)
     exp.batch            # RolloutBatch: the sampled sequences (group by group) and their log-probs
     exp.images           # [N, 3, H, W] in [0, 1]
     exp.per_reward       # {label: [N]} this rank's rewards, NaN = undefined
@@ -12,8 +14,8 @@ functions, so what is measured, evaluated and tested is what trains::
     exp.timings          # seconds of rollout / decode / reward
 
 Seeds are the caller's: ``generators`` seed the sampling (the rows are split into one consecutive
-chunk per generator, each sampled in one rollout call), ``decode_seed(row)`` the decoder noise of a
-row's samples (the same for all G, so images in a group differ only by their tokens).
+chunk per generator, each sampled in one rollout call), ``decode_seed(row_index)`` the decoder noise
+of a row's samples (the same for all G, so images in a group differ only by their tokens).
 """
 
 from __future__ import annotations
@@ -45,16 +47,32 @@ class Experience:
         return self.batches[0]
 
 
-def sample(engine, processor, prompts: list[str], generator: torch.Generator, cfg, device: torch.device,
-           group_size: int | None = None, gather: bool | None = None) -> RolloutBatch:
+def sample(
+    engine,
+    processor,
+    prompts: list[str],
+    generator: torch.Generator,
+    cfg,
+    device: torch.device,
+    group_size: int | None = None,
+    gather: bool | None = None,
+) -> RolloutBatch:
     """``group_size`` (default ``grpo.group_size``) sequences per prompt from the engine's policy,
     without gradients, parameters gathered for the rollout under ZeRO-3 (``rollout.gather_parameters``
     unless ``gather`` says otherwise)."""
     return sample_chunks(engine, processor, [prompts], [generator], cfg, device, group_size, gather)[0]
 
 
-def sample_chunks(engine, processor, chunks: list[list[str]], generators: list[torch.Generator], cfg,
-                  device: torch.device, group_size: int | None = None, gather: bool | None = None) -> list[RolloutBatch]:
+def sample_chunks(
+    engine,
+    processor,
+    chunks: list[list[str]],
+    generators: list[torch.Generator],
+    cfg,
+    device: torch.device,
+    group_size: int | None = None,
+    gather: bool | None = None,
+) -> list[RolloutBatch]:
     """One rollout call per chunk of prompts, each with its generator, in one parameter gather."""
     policy = ds_engine.unwrap(engine)
     policy.eval()
@@ -62,25 +80,45 @@ def sample_chunks(engine, processor, chunks: list[list[str]], generators: list[t
     group_size = cfg.grpo.group_size if group_size is None else group_size
     h, w = cfg.rollout.height, cfg.rollout.width
     with torch.no_grad(), ds_engine.gathered_for_rollout(engine, gather):
-        return [rollout(policy, processor, prompts, group_size, h, w, cfg.grpo.sampling, gen, device)
-                for prompts, gen in zip(chunks, generators)]
+        return [
+            rollout(policy, processor, prompts, group_size, h, w, cfg.grpo.sampling, gen, device)
+            for prompts, gen in zip(chunks, generators)
+        ]
 
 
-def collect(engine, processor, decoder, reward_fn, rows: list[PromptRow], generators: list[torch.Generator],
-            decode_seed: Callable[[PromptRow], int], cfg, device: torch.device, group_size: int | None = None) -> Experience:
-    """Sample ``group_size`` (default ``grpo.group_size``) sequences for each row, decode and score them."""
-    per_chunk = len(rows) // len(generators)
-    chunks = [rows[i * per_chunk : (i + 1) * per_chunk] for i in range(len(generators))]
-    timings: dict[str, float] = {}
-    with timer(timings, "rollout"):
-        batches = sample_chunks(engine, processor, [[r.prompt for r in c] for c in chunks], generators, cfg, device, group_size)
-    sample_rows = [chunk[i] for chunk, batch in zip(chunks, batches) for i in batch.prompt_index.tolist()]
-    prior = torch.cat([b.prior_token_ids for b in batches]) if len(batches) > 1 else batches[0].prior_token_ids
-    prompts = [p for b in batches for p in b.prompts]
-    h, w = cfg.rollout.height, cfg.rollout.width
-    with ds_engine.plain_linear():
-        with timer(timings, "decode"):
-            images = decoder.decode(prior, prompts, h, w, [decode_seed(r) for r in sample_rows])
-        with timer(timings, "reward"):
-            per_reward = reward_fn(images, prompts, [r.reward_sample() for r in sample_rows])
-    return Experience(batches, images, per_reward, sample_rows, timings)
+class ExperienceMaker:
+    """A run's experience path: the policy engine (sampling), its processor, the frozen decoder and the
+    rewards, with the run's config and device."""
+
+    def __init__(self, engine, processor, decoder, reward_fn, cfg, device: torch.device):
+        self.engine, self.processor, self.decoder, self.reward_fn = engine, processor, decoder, reward_fn
+        self.cfg, self.device = cfg, device
+
+    def collect(
+        self,
+        rows: list[PromptRow],
+        generators: list[torch.Generator],
+        decode_seed: Callable[[int], int],
+        group_size: int | None = None,
+    ) -> Experience:
+        """Sample ``group_size`` (default ``grpo.group_size``) sequences for each row, decode and score
+        them. ``decode_seed(row_index)``: the decoder noise seed of a dataset row's samples."""
+        cfg = self.cfg
+        per_chunk = len(rows) // len(generators)
+        chunks = [rows[i * per_chunk : (i + 1) * per_chunk] for i in range(len(generators))]
+        prompt_chunks = [[row.prompt for row in chunk] for chunk in chunks]
+        timings: dict[str, float] = {}
+        with timer(timings, "rollout"):
+            batches = sample_chunks(
+                self.engine, self.processor, prompt_chunks, generators, cfg, self.device, group_size
+            )
+        sample_rows = [chunk[i] for chunk, batch in zip(chunks, batches) for i in batch.prompt_index.tolist()]
+        prior = torch.cat([b.prior_token_ids for b in batches]) if len(batches) > 1 else batches[0].prior_token_ids
+        prompts = [p for b in batches for p in b.prompts]
+        seeds = [decode_seed(row.index) for row in sample_rows]
+        with ds_engine.plain_linear():
+            with timer(timings, "decode"):
+                images = self.decoder.decode(prior, prompts, cfg.rollout.height, cfg.rollout.width, seeds)
+            with timer(timings, "reward"):
+                per_reward = self.reward_fn(images, prompts, [row.reward_sample() for row in sample_rows])
+        return Experience(batches, images, per_reward, sample_rows, timings)

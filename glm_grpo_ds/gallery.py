@@ -66,7 +66,9 @@ def make_grid(thumbs: torch.Tensor, prompts: list[str], captions: list[str], col
         raise ValueError(f"{n} thumbnails do not fill rows of {cols}")
     rows = n // cols
     if len(prompts) != rows or len(captions) != n:
-        raise ValueError(f"{rows} rows and {n} tiles need as many prompts and captions, got {len(prompts)} and {len(captions)}")
+        raise ValueError(
+            f"{rows} rows and {n} tiles need as many prompts and captions, got {len(prompts)} and {len(captions)}"
+        )
     canvas = Image.new("RGB", grid_size(rows, cols, h, w), BACKGROUND)
     draw = ImageDraw.Draw(canvas)
     font = ImageFont.load_default()

@@ -129,8 +129,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
     grouped = rewards.view(-1, group_size)  # [num_groups, G]
     valid = ~torch.isnan(grouped)
     count = valid.sum(dim=1, keepdim=True)
-    filled = torch.where(valid, grouped, torch.zeros_like(grouped))
-    mean = filled.sum(dim=1, keepdim=True) / count.clamp(min=1)
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)  # NaN for a group with no defined reward
     centered = torch.where(valid, grouped - mean, torch.zeros_like(grouped))
     adv = scale_fn(centered, count, rewards, eps)
     hi = torch.where(valid, grouped, torch.full_like(grouped, float("-inf"))).amax(dim=1, keepdim=True)
@@ -234,8 +233,12 @@ def policy_loss(
             "clip_frac_low": (low * mask).sum() / denom,
             "clip_frac_high": (high * mask).sum() / denom,
             "ratio_mean": (ratio * mask).sum() / denom,
-            "ratio_min": torch.where(valid, ratio, torch.full_like(ratio, big)).min() if n_tok > 0 else ratio.new_ones(()),
-            "ratio_max": torch.where(valid, ratio, torch.full_like(ratio, -big)).max() if n_tok > 0 else ratio.new_ones(()),
+            "ratio_min": torch.where(valid, ratio, torch.full_like(ratio, big)).min()
+            if n_tok > 0
+            else ratio.new_ones(()),
+            "ratio_max": torch.where(valid, ratio, torch.full_like(ratio, -big)).max()
+            if n_tok > 0
+            else ratio.new_ones(()),
             "kl": (kl * mask).sum() / denom if kl is not None else logp.new_zeros(()),
             "num_tokens": n_tok,
         }

@@ -28,7 +28,9 @@ from .sampling import logprobs_of, policy_logits
 DEFAULT_CHUNK = 256
 
 
-def completion_logprobs(model, batch: RolloutBatch, sampling: SamplingConfig, chunk_size: int = DEFAULT_CHUNK) -> torch.Tensor:
+def completion_logprobs(
+    model, batch: RolloutBatch, sampling: SamplingConfig, chunk_size: int = DEFAULT_CHUNK
+) -> torch.Tensor:
     """``[N, n]`` fp32 log-probs of ``batch.completion_ids`` under ``model``.
 
     Gradients flow when grad mode is on (call under ``torch.no_grad()`` for old / reference

@@ -56,18 +56,28 @@ BNB_QMAPS = 2 * 256 * 4  # two fp32 code maps of 256 entries
 # the ByT5-small encoder (d_model 1472 = the DiT's text_embed_dim).
 BUILTIN_DIT = dict(num_layers=30, attention_head_dim=128, num_attention_heads=32, text_embed_dim=1472)
 BUILTIN_VAE = dict(
-    latent_channels=16, block_out_channels=[128, 256, 512, 512], layers_per_block=2,
-    down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
+    latent_channels=16,
+    block_out_channels=[128, 256, 512, 512],
+    layers_per_block=2,
+    down_block_types=["DownEncoderBlock2D"] * 4,
+    up_block_types=["UpDecoderBlock2D"] * 4,
 )
 BUILTIN_GLYPH = dict(
-    vocab_size=384, d_model=1472, d_kv=64, d_ff=3584, num_layers=12, num_heads=6,
-    feed_forward_proj="gated-gelu", is_encoder_decoder=False,
+    vocab_size=384,
+    d_model=1472,
+    d_kv=64,
+    d_ff=3584,
+    num_layers=12,
+    num_heads=6,
+    feed_forward_proj="gated-gelu",
+    is_encoder_decoder=False,
 )
 
 
 @dataclass
 class EstimateConfig:
-    """What the plan is for: the cluster shape and the planner's own assumptions (``glm-grpo estimate-memory``'s defaults)."""
+    """What the plan is for: the cluster shape and the planner's own assumptions (the defaults of
+    ``glm-grpo estimate-memory``)."""
 
     num_gpus: int = 8  # GPUs per node
     num_nodes: int = 1
@@ -125,8 +135,11 @@ def model_sizes(cfg) -> Sizes:
     dit_hidden = int(dit_cfg["num_attention_heads"] * dit_cfg["attention_head_dim"])
     t = ar_cfg.text_config
     text = dict(
-        layers=t.num_hidden_layers, hidden=t.hidden_size, intermediate=t.intermediate_size,
-        heads=t.num_attention_heads, kv_heads=t.num_key_value_heads or t.num_attention_heads,
+        layers=t.num_hidden_layers,
+        hidden=t.hidden_size,
+        intermediate=t.intermediate_size,
+        heads=t.num_attention_heads,
+        kv_heads=t.num_key_value_heads or t.num_attention_heads,
         head_dim=getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads,
         vision_vocab=t.vision_vocab_size,
     )
@@ -214,7 +227,9 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     # (ZeRO-1/2: the whole partition at once; ZeRO-3: one sub-group of <= sub_group_size at a time).
     if stage == 0 or offload_opt:
         comp["fp32_grad_step"] = 0
-        notes["fp32_grad_step"] = "stage 0: the optimizer steps on the gradients" if stage == 0 else "offloaded: on the host"
+        notes["fp32_grad_step"] = (
+            "stage 0: the optimizer steps on the gradients" if stage == 0 else "offloaded: on the host"
+        )
     elif stage == 3:
         comp["fp32_grad_step"] = 4 * min(shard(psi_t), int(zero.get("sub_group_size", 1e9)))
         notes["fp32_grad_step"] = "fp32 gradients of one ZeRO-3 sub-group at optimizer.step"
@@ -224,8 +239,10 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     comp["optimizer_states"] = states
     needs_ref = cfg.lora is None and cfg.grpo.beta > 0
     comp["reference"] = weights(sizes.ar_base) if needs_ref else 0
-    notes["reference"] = "frozen copy (full fine-tuning, beta > 0)" if needs_ref else (
-        "LoRA: adapters disabled, no copy" if cfg.lora is not None else "beta = 0: no reference"
+    notes["reference"] = (
+        "frozen copy (full fine-tuning, beta > 0)"
+        if needs_ref
+        else ("LoRA: adapters disabled, no copy" if cfg.lora is not None else "beta = 0: no reference")
     )
     dec_b = torch.empty(0, dtype=resolve_dtype(cfg.decoder.dtype, on_gpu=est.device == "cuda")).element_size()
     decoder = sizes.decoder * dec_b
@@ -249,7 +266,9 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     gather = stage == 3 and cfg.rollout.gather_parameters
     comp["rollout_gather"] = full_ar if gather else 0
     notes["rollout_gather"] = "ZeRO-3: whole AR gathered once per rollout" if gather else "no full gather"
-    comp["logits"] = mb * n_gen * t["vision_vocab"] * b + 3 * mb * min(cfg.grpo.logprob_chunk_size, n_gen) * t["vision_vocab"] * 4
+    comp["logits"] = (
+        mb * n_gen * t["vision_vocab"] * b + 3 * mb * min(cfg.grpo.logprob_chunk_size, n_gen) * t["vision_vocab"] * 4
+    )
     notes["logits"] = f"micro-batch {mb}: {dtype} logits kept for backward + one fp32 chunk".replace("torch.", "")
     h, kv, inter = t["hidden"], t["kv_heads"] * t["head_dim"], t["intermediate"]
     per_layer = 8 * h + 2 * kv + 4 * inter  # elements saved per token by one decoder layer
@@ -264,7 +283,9 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     live = min(int(zero.get("stage3_max_live_parameters", 1e9)), sum(sizes.ar_base) + sum(sizes.lora))
     # Plus the whole gradient of the largest trainable tensor, which exists before its reduce-scatter.
     comp["zero3_update_gather"] = (
-        (live + int(zero.get("stage3_prefetch_bucket_size", 0))) * b + sizes.largest_trainable * grad_b if stage == 3 else 0
+        (live + int(zero.get("stage3_prefetch_bucket_size", 0))) * b + sizes.largest_trainable * grad_b
+        if stage == 3
+        else 0
     )
     notes["zero3_update_gather"] = (
         "ZeRO-3 live parameters + prefetch bucket + the largest tensor's full gradient" if stage == 3 else "-"
@@ -272,14 +293,27 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     images = min(cfg.decoder.batch_size, cfg.grpo.group_size) * (2 if cfg.decoder.guidance_scale > 1 else 1)
     latent_tokens = (cfg.rollout.height // 16) * (cfg.rollout.width // 16)
     vae = images * 128 * cfg.rollout.height * cfg.rollout.width * dec_b * 3  # full-resolution VAE decoder maps
-    comp["decode_activations"] = images * latent_tokens * sizes.dit_hidden * dec_b * 12 + vae + (decoder if cfg.decoder.offload else 0)
+    comp["decode_activations"] = (
+        images * latent_tokens * sizes.dit_hidden * dec_b * 12 + vae + (decoder if cfg.decoder.offload else 0)
+    )
     notes["decode_activations"] = f"{images} images per DiT forward (CFG doubles), DiT + VAE decoder"
     on_gpu = est.device == "cuda"
     comp["runtime_overhead"] = RUNTIME_OVERHEAD if on_gpu else 0
-    notes["runtime_overhead"] = "CUDA context, NCCL, allocator slack (typical)" if on_gpu else "CPU: Python and libraries not counted"
+    notes["runtime_overhead"] = (
+        "CUDA context, NCCL, allocator slack (typical)" if on_gpu else "CPU: Python and libraries not counted"
+    )
 
-    persistent = ["ar_weights", "lora_weights", "gradients", "master_weights", "optimizer_states", "reference",
-                  "decoder", "zero_buffers", "runtime_overhead"]
+    persistent = [
+        "ar_weights",
+        "lora_weights",
+        "gradients",
+        "master_weights",
+        "optimizer_states",
+        "reference",
+        "decoder",
+        "zero_buffers",
+        "runtime_overhead",
+    ]
     phases = {
         "rollout": comp["rollout_kv_cache"] + comp["rollout_gather"],
         "decode": comp["decode_activations"],
@@ -307,9 +341,16 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
             "fp32_grad_step": comp["fp32_grad_step"],
         },
         "setup": dict(
-            world_size=world, nodes=est.num_nodes, zero_stage=stage, dtype=str(dtype).replace("torch.", ""),
-            lora=cfg.lora is not None, optimizer=cfg.optimizer.name, offload_optimizer=offload_opt,
-            sequences_per_gpu=rows, micro_batch=mb, size=f"{cfg.rollout.height}x{cfg.rollout.width}",
+            world_size=world,
+            nodes=est.num_nodes,
+            zero_stage=stage,
+            dtype=str(dtype).replace("torch.", ""),
+            lora=cfg.lora is not None,
+            optimizer=cfg.optimizer.name,
+            offload_optimizer=offload_opt,
+            sequences_per_gpu=rows,
+            micro_batch=mb,
+            size=f"{cfg.rollout.height}x{cfg.rollout.width}",
             sizes_from=sizes.source,
         ),
     }
@@ -331,12 +372,16 @@ def format_plan(p: dict) -> str:
     lines.append("")
     phases = ", ".join(f"{k} {v / GIB:.2f}" for k, v in p["phases"].items())
     lines.append(f"  transient peak by phase (GiB): {phases}; largest: {p['peak_phase']}")
-    lines.append(f"  {'total (peak)':<22}{p['total_bytes'] / GIB:>9.2f}  of {p['gpu_memory_bytes'] / GIB:.0f} GiB, "
-                 f"headroom {p['headroom_bytes'] / GIB:.2f} GiB")
+    lines.append(
+        f"  {'total (peak)':<22}{p['total_bytes'] / GIB:>9.2f}  of {p['gpu_memory_bytes'] / GIB:.0f} GiB, "
+        f"headroom {p['headroom_bytes'] / GIB:.2f} GiB"
+    )
     for name, value in p["host_bytes"].items():
         lines.append(f"  host RAM per GPU: {name} {value / GIB:.2f} GiB")
     lines.append("  vs DeepSpeed's estimate_zero2/zero3_model_states_mem_needs: same weights, gradients, fp32 master,")
-    lines.append("  moments and fp32 step-time gradients; not in theirs: the reduce bucket, ZeRO-2's straddling tensor,")
+    lines.append(
+        "  moments and fp32 step-time gradients; not in theirs: the reduce bucket, ZeRO-2's straddling tensor,"
+    )
     lines.append("  ZeRO-3's bf16 gradient partition; their ZeRO-3 largest-layer term (4 bytes x largest layer) is the")
     lines.append("  transient zero3_update_gather here, and ZeRO-3's fp32 gradients are one sub_group_size at a time")
     return "\n".join(lines)

@@ -42,7 +42,9 @@ class MetricsWriter:
     step and appends after them (records a killed run wrote after its last checkpoint are dropped,
     not duplicated)."""
 
-    def __init__(self, output_dir: str | Path, enabled: bool, resume_step: int | None = None, name: str = "metrics.jsonl"):
+    def __init__(
+        self, output_dir: str | Path, enabled: bool, resume_step: int | None = None, name: str = "metrics.jsonl"
+    ):
         self.enabled = enabled
         self.path = Path(output_dir) / name
         if enabled:
@@ -80,7 +82,9 @@ class Progress:
         if enabled and self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, desc="grpo", unit="step", file=self.stream, dynamic_ncols=True)
+            self.bar = tqdm(
+                total=total, initial=initial, desc="grpo", unit="step", file=self.stream, dynamic_ncols=True
+            )
         elif enabled:
             self.lines = True
             self.t0 = time.perf_counter()
@@ -102,8 +106,10 @@ class Progress:
             elapsed = time.perf_counter() - self.t0
             per_step = elapsed / max(1, step - self.initial)
             print(
-                f"grpo step {step}/{self.total} " + " ".join(f"{k} {v}" for k, v in stats.items())
-                + f" | {per_step:.2f} s/step, elapsed {tqdm.format_interval(elapsed)}, eta {tqdm.format_interval(per_step * (self.total - step))}",
+                f"grpo step {step}/{self.total} "
+                + " ".join(f"{k} {v}" for k, v in stats.items())
+                + f" | {per_step:.2f} s/step, elapsed {tqdm.format_interval(elapsed)}, "
+                f"eta {tqdm.format_interval(per_step * (self.total - step))}",
                 file=self.stream,
                 flush=True,
             )
@@ -137,9 +143,17 @@ def finite_or_none(x: float | None) -> float | None:
 _MEAN_OVER_RANKS = ("loss", "kl", "clip_frac_low", "clip_frac_high", "ratio_mean")
 
 
-def step_record(step: int, stats: dict, all_rewards: torch.Tensor, all_per_reward: dict[str, torch.Tensor],
-                failed: dict[str, int], timings: dict[str, float], generated_tokens: int, num_iterations: int,
-                device: torch.device) -> dict:
+def step_record(
+    step: int,
+    stats: dict,
+    all_rewards: torch.Tensor,
+    all_per_reward: dict[str, torch.Tensor],
+    failed: dict[str, int],
+    timings: dict[str, float],
+    generated_tokens: int,
+    num_iterations: int,
+    device: torch.device,
+) -> dict:
     """One ``metrics.jsonl`` object for ``step`` (1-based). ``stats``: this rank's
     :func:`glm_grpo_ds.update.grpo_update` result; ``all_rewards`` / ``all_per_reward``: the gathered
     global batch; ``failed``: this rank's count of samples per reward whose reward raised;
@@ -149,13 +163,22 @@ def step_record(step: int, stats: dict, all_rewards: torch.Tensor, all_per_rewar
     sums = {key: float(stats[key]) for key in _MEAN_OVER_RANKS}
     sums.update({f"failed/{label}": float(n) for label, n in failed.items()})
     first = stats.get("iterations", [stats])[0]  # ratio must be exactly 1 there (old log-probs = these)
-    maxima = {"skipped": float(stats["skipped"]), "ratio_max": float(stats["ratio_max"]),
-              "-ratio_min": -float(stats["ratio_min"]), "first_ratio_max": float(first["ratio_max"]),
-              "-first_ratio_min": -float(first["ratio_min"]), memory_key: peak_memory_mb(device)}
+    maxima = {
+        "skipped": float(stats["skipped"]),
+        "ratio_max": float(stats["ratio_max"]),
+        "-ratio_min": -float(stats["ratio_min"]),
+        "first_ratio_max": float(first["ratio_max"]),
+        "-first_ratio_min": -float(first["ratio_min"]),
+        memory_key: peak_memory_mb(device),
+    }
     total, top = dist.reduce_stats(sums, maxima)
     world = dist.world_size()
-    record = {"step": step, "skipped": int(top["skipped"]), "reward_mean": nan_mean(all_rewards),
-              "reward_std": nan_std(all_rewards)}
+    record = {
+        "step": step,
+        "skipped": int(top["skipped"]),
+        "reward_mean": nan_mean(all_rewards),
+        "reward_std": nan_std(all_rewards),
+    }
     record.update({key: finite_or_none(total[key] / world) for key in _MEAN_OVER_RANKS})
     record["ratio_min"] = finite_or_none(-top["-ratio_min"])
     record["ratio_max"] = finite_or_none(top["ratio_max"])

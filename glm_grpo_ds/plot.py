@@ -31,18 +31,26 @@ def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str 
     steps = [r["step"] for r in rows]
     with_kl = any(r.get("kl") for r in rows)  # beta = 0 runs compute no KL
     panels = 3 if with_kl else 2
-    fig, axes = plt.subplots(panels, 1, figsize=(7, 3 + 1.6 * panels), sharex=True, height_ratios=[3] + [1] * (panels - 1))
+    fig, axes = plt.subplots(
+        panels, 1, figsize=(7, 3 + 1.6 * panels), sharex=True, height_ratios=[3] + [1] * (panels - 1)
+    )
     ax = axes[0]
     mean = _values(rows, "reward_mean")
     std = [0.0 if s != s else s for s in _values(rows, "reward_std")]
     ax.plot(steps, mean, label="reward (mean)", color="C0")
-    ax.fill_between(steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="C0", alpha=0.2)
-    per_reward = sorted({k for r in rows for k in r if k.startswith("reward/") and not k.endswith(("_std", "_undefined", "_failed"))})
+    ax.fill_between(
+        steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="C0", alpha=0.2
+    )
+    per_reward = sorted(
+        {k for r in rows for k in r if k.startswith("reward/") and not k.endswith(("_std", "_undefined", "_failed"))}
+    )
     if len(per_reward) > 1:
         for i, key in enumerate(per_reward):
             ax.plot(steps, _values(rows, key), label=key, color=f"C{i + 1}", linewidth=1)
     if evals:
-        ax.plot([e["step"] for e in evals], _values(evals, "eval/reward_mean"), "o--", color="k", label="eval reward (mean)")
+        ax.plot(
+            [e["step"] for e in evals], _values(evals, "eval/reward_mean"), "o--", color="k", label="eval reward (mean)"
+        )
     ax.set_ylabel("reward")
     ax.legend(loc="best", fontsize="small")
     if with_kl:

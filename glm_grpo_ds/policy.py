@@ -82,7 +82,12 @@ def resolve_sampling(sampling, source):
     return out
 
 
-def load_ar(path: str | os.PathLike, dtype: str | torch.dtype = "fp32", attn_implementation: str = "sdpa", trust_remote_code: bool = False):
+def load_ar(
+    path: str | os.PathLike,
+    dtype: str | torch.dtype = "fp32",
+    attn_implementation: str = "sdpa",
+    trust_remote_code: bool = False,
+):
     """Load the AR of a pipeline directory, in eval mode (the one place that calls from_pretrained)."""
     from transformers import GlmImageForConditionalGeneration
 
@@ -128,7 +133,13 @@ def lora_target_regex(target_modules: list[str]) -> str:
 
 
 def load_policy(
-    path, dtype: torch.dtype, attn_implementation: str, lora, gradient_checkpointing: bool, trust_remote_code: bool = False, seed: int = 0
+    path,
+    dtype: torch.dtype,
+    attn_implementation: str,
+    lora,
+    gradient_checkpointing: bool,
+    trust_remote_code: bool = False,
+    seed: int = 0,
 ):
     """The trainable AR: LoRA adapters (``lora`` = our LoraConfig) or full fine-tuning (``None``).
 
@@ -139,7 +150,9 @@ def load_policy(
     The LoRA weights are drawn from ``seed`` alone: how much randomness loading consumed (it
     differs with the world size under ZeRO-3) must not change the initial adapter.
     """
-    return make_trainable(load_ar(path, dtype, attn_implementation, trust_remote_code), lora, gradient_checkpointing, seed)
+    return make_trainable(
+        load_ar(path, dtype, attn_implementation, trust_remote_code), lora, gradient_checkpointing, seed
+    )
 
 
 def make_trainable(model, lora, gradient_checkpointing: bool, seed: int = 0):

@@ -223,7 +223,11 @@ def sample_grids(
     cache = DynamicCache(config=body.config.text_config)
     mask = prompt_mask
     hidden = body(
-        input_ids=prompt_ids, attention_mask=mask, position_ids=position_ids[:, :, :plen], past_key_values=cache, use_cache=True
+        input_ids=prompt_ids,
+        attention_mask=mask,
+        position_ids=position_ids[:, :, :plen],
+        past_key_values=cache,
+        use_cache=True,
     ).last_hidden_state[:, -1]
     for k in range(num_tokens):
         logits = policy_logits(lm_head(hidden), codebook, sampling.temperature)
@@ -260,7 +264,9 @@ def rollout(
     rows = _repeat_rows(inputs, group_size)
     prompt_pos = prompt_position_ids(ar, rows)
     positions = torch.cat([prompt_pos, decode_position_ids(prompt_pos, rows["attention_mask"], grid)], dim=2)
-    ids, logps = sample_grids(ar, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling, generator)
+    ids, logps = sample_grids(
+        ar, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling, generator
+    )
 
     prompt_index = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
     return RolloutBatch(
@@ -274,4 +280,3 @@ def rollout(
         prompts=[prompts[i] for i in prompt_index.tolist()],
         grid=grid,
     )
-

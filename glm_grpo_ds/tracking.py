@@ -26,7 +26,11 @@ STREAMS = {"train": "metrics.jsonl", "eval": "eval.jsonl"}
 
 def scalars(record: dict) -> dict[str, float]:
     """The numeric fields of a record except ``step`` (None = undefined is left out)."""
-    return {k: float(v) for k, v in record.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        k: float(v)
+        for k, v in record.items()
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 class TensorBoardSink:
@@ -61,7 +65,11 @@ class WandbSink:
         # WANDB_MODE is what wandb's own tools (and its service process) read; keep it in step.
         os.environ["WANDB_MODE"] = lg.wandb_mode
         self.run = wandb.init(
-            project=lg.wandb_project, name=lg.wandb_run_name or out.name, dir=str(out), mode=lg.wandb_mode, config=to_dict(cfg)
+            project=lg.wandb_project,
+            name=lg.wandb_run_name or out.name,
+            dir=str(out),
+            mode=lg.wandb_mode,
+            config=to_dict(cfg),
         )
 
     def log(self, values: dict[str, float], step: int) -> None:

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -36,14 +37,20 @@ from .ds import engine as ds_engine
 from .ds import io as ds_io
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
 from .evaluate import Evaluator, gallery_to_main
-from .experience import collect
+from .experience import ExperienceMaker
 from .memory_plan import EstimateConfig, plan
 from .metrics import Progress, finite_or_none, step_record, timer
 from .plot import PLOT_NAME, plot_training
 from .policy import (
-    check_pipeline_dir, load_policy, load_processor, load_reference, resolve_attn, resolve_dtype, resolve_sampling,
+    check_pipeline_dir,
+    load_policy,
+    load_processor,
+    load_reference,
+    resolve_attn,
+    resolve_dtype,
+    resolve_sampling,
 )
-from .preempt import EXIT_NONFINITE, StopSignals, Stopped, exit_code, signal_name
+from .preempt import EXIT_NONFINITE, Stopped, StopSignals, exit_code, signal_name
 from .rewards import RewardError, build_rewards, check_reward_specs, combine_advantages
 from .seeding import decoder_seed, derive_seed, seed_everything
 from .tracking import build_tracker
@@ -64,12 +71,19 @@ class Trainer:
         rows = load_prompts(cfg.data.train_file)
         if len(rows) < self.world * cfg.batch.prompts_per_rank:
             raise DataError(
-                f"data.train_file has {len(rows)} prompts but a step needs {self.world * cfg.batch.prompts_per_rank} distinct "
+                f"data.train_file has {len(rows)} prompts but a step needs "
+                f"{self.world * cfg.batch.prompts_per_rank} distinct "
                 f"ones (world size {self.world} x batch.prompts_per_rank {cfg.batch.prompts_per_rank})"
             )
-        self.sampler = PromptSampler(rows, self.world, self.rank, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle)
+        self.sampler = PromptSampler(
+            rows, self.world, self.rank, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle
+        )
         # Read before the models load, so a bad eval file fails in seconds.
-        self.evaluator = Evaluator(cfg, load_prompts(cfg.eval.file, "eval.file"), self.rank, self.world, self.device) if cfg.eval.file else None
+        self.evaluator = (
+            Evaluator(cfg, load_prompts(cfg.eval.file, "eval.file"), self.rank, self.world, self.device)
+            if cfg.eval.file
+            else None
+        )
         check_pipeline_dir(cfg.model.path)
         check_reward_specs(cfg.rewards)
         # unset sampling knobs = what the model samples with by itself (recorded in config.json)
@@ -96,14 +110,22 @@ class Trainer:
         ref = None
         with ds_engine.zero3_model_loading(self.ds_config):
             model = load_policy(
-                cfg.model.path, dtype, attn, cfg.lora, cfg.model.gradient_checkpointing, cfg.model.trust_remote_code,
+                cfg.model.path,
+                dtype,
+                attn,
+                cfg.lora,
+                cfg.model.gradient_checkpointing,
+                cfg.model.trust_remote_code,
                 seed=derive_seed(cfg.seed, "lora"),
             )
             if cfg.lora is None and cfg.grpo.beta > 0:
                 ref = load_reference(cfg.model.path, dtype, attn, cfg.model.trust_remote_code)
         self.ref_engine = ds_engine.initialize_reference(ref, self.ds_config) if ref is not None else None
-        self.engine = ds_engine.initialize(model, self.ds_config, cfg.optimizer, cfg.max_steps * cfg.grpo.num_iterations)
-        self.decoder = ImageDecoder(cfg.model.path, cfg.decoder, self.device)
+        self.engine = ds_engine.initialize(
+            model, self.ds_config, cfg.optimizer, cfg.max_steps * cfg.grpo.num_iterations
+        )
+        decoder = ImageDecoder(cfg.model.path, cfg.decoder, self.device)
+        self.experience = ExperienceMaker(self.engine, self.processor, decoder, self.reward_fn, cfg, self.device)
         self.start_step = 0
         self.skipped_steps = 0  # optimizer updates skipped for non-finite gradients, whole run
         self.consecutive_skips = 0
@@ -119,34 +141,46 @@ class Trainer:
         self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if cfg.resume_from else None)
         self.attn, self.dtype = attn, dtype
         if self.is_main:
-            (self.out / "config.json").write_text(json.dumps({"train": to_dict(cfg), "deepspeed": self.ds_config}, indent=2))
+            (self.out / "config.json").write_text(
+                json.dumps({"train": to_dict(cfg), "deepspeed": self.ds_config}, indent=2)
+            )
             self._print_summary(model)
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict:
         """GRPO step ``step`` (0-based; collective): experience -> global advantages -> update -> record."""
-        cfg = self.cfg
+        cfg, grpo_cfg = self.cfg, self.cfg.grpo
         generator = torch.Generator(device=self.device).manual_seed(derive_seed(cfg.seed, "rollout", step, self.rank))
-        exp = collect(self.engine, self.processor, self.decoder, self.reward_fn, self.sampler.next(), [generator],
-                      lambda row: decoder_seed(cfg.decoder, step, row.index), cfg, self.device)
+        exp = self.experience.collect(self.sampler.next(), [generator], partial(decoder_seed, cfg.decoder, step))
         # Advantages over the global batch (identical on every rank), then this rank's share.
         all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
         advantages, all_rewards = combine_advantages(
-            all_per_reward, self.reward_fn.weights, cfg.grpo.group_size, cfg.grpo.reward_combination, cfg.grpo.advantage_scale
+            all_per_reward,
+            self.reward_fn.weights,
+            grpo_cfg.group_size,
+            grpo_cfg.reward_combination,
+            grpo_cfg.advantage_scale,
         )
         mine = slice(self.rank * len(exp.batch), (self.rank + 1) * len(exp.batch))
         with timer(exp.timings, "update"):
             stats = grpo_update(self.engine, exp.batch, advantages[mine], cfg, self.ref_engine)
+        return self._record(step + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward)
 
-        record = step_record(step + 1, stats, all_rewards, all_per_reward, dict(self.reward_fn.failed), exp.timings,
-                             exp.batch.completion_ids.numel() * self.world, cfg.grpo.num_iterations, self.device)
+    def _record(self, step: int, exp, stats: dict, my_rewards, all_rewards, all_per_reward) -> dict:
+        """The ``metrics.jsonl`` record after ``step`` steps (collective), and the training gallery when due."""
+        tokens = exp.batch.completion_ids.numel() * self.world
+        failed = dict(self.reward_fn.failed)
+        iterations = self.cfg.grpo.num_iterations
+        record = step_record(
+            step, stats, all_rewards, all_per_reward, failed, exp.timings, tokens, iterations, self.device
+        )
         # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the
         # record's max over ranks makes the agreement explicit.
         self.skipped_steps += record["skipped"]
-        record.update(skipped_steps=self.skipped_steps, lr=ds_engine.current_lr(self.engine),
-                      grad_norm=finite_or_none(ds_engine.grad_norm(self.engine)))
-        if cfg.logging.gallery_steps and (step + 1) % cfg.logging.gallery_steps == 0:
-            record.update(self._training_gallery(step + 1, exp, all_rewards[mine]))
+        grad_norm = finite_or_none(ds_engine.grad_norm(self.engine))
+        record.update(skipped_steps=self.skipped_steps, lr=ds_engine.current_lr(self.engine), grad_norm=grad_norm)
+        if self.cfg.logging.gallery_steps and step % self.cfg.logging.gallery_steps == 0:
+            record.update(self._training_gallery(step, exp, my_rewards))
         return record
 
     def _training_gallery(self, step: int, exp, rewards: torch.Tensor) -> dict:
@@ -154,8 +188,14 @@ class Trainer:
         fields: dict = {}
         with timer(fields, "time/gallery"):
             path = gallery_to_main(
-                self.out / "samples" / f"step_{step:06d}.png", exp.images, rewards, torch.tensor([r.index for r in exp.rows]),
-                self.sampler.rows, self.cfg.grpo.group_size, self.cfg.logging, self.world,
+                self.out / "samples" / f"step_{step:06d}.png",
+                exp.images,
+                rewards,
+                torch.tensor([r.index for r in exp.rows]),
+                self.sampler.rows,
+                self.cfg.grpo.group_size,
+                self.cfg.logging,
+                self.world,
             )
         if path is not None:
             fields["gallery"] = str(path.relative_to(self.out))
@@ -199,7 +239,7 @@ class Trainer:
 
     def evaluate(self, step: int) -> None:
         """Fixed-seed evaluation after ``step`` training steps (collective: every rank calls it)."""
-        record, gallery = self.evaluator.run(step, self.engine, self.processor, self.decoder, self.reward_fn, self.out, self.is_main)
+        record, gallery = self.evaluator.run(step, self.experience, self.out, self.is_main)
         if record is not None:
             self.tracker.log("eval", record)
         if gallery is not None:
@@ -237,7 +277,9 @@ class Trainer:
             "lora": self.cfg.lora is not None,
             "config": to_dict(self.cfg),
         }
-        return checkpoint.save(self.engine, self.out, step, state, self.rank, self.cfg.lora is not None, self.cfg.save_total_limit)
+        return checkpoint.save(
+            self.engine, self.out, step, state, self.rank, self.cfg.lora is not None, self.cfg.save_total_limit
+        )
 
     def save_final(self) -> None:
         if self.cfg.lora is not None:
@@ -247,12 +289,15 @@ class Trainer:
 
     def _print_summary(self, model) -> None:
         total = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
-        trainable = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters() if p.requires_grad)
+        trainable = sum(
+            p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters() if p.requires_grad
+        )
         c = self.cfg
         nodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("CROSS_SIZE", "1")))
         log.info(
             f"glm-grpo: world size {self.world} ({nodes} node(s)), ZeRO stage {zero_stage(self.ds_config)}, "
-            f"{'LoRA r=' + str(c.lora.r) if c.lora else 'full fine-tuning'}, trainable {trainable:,} / {total:,} params, "
+            f"{'LoRA r=' + str(c.lora.r) if c.lora else 'full fine-tuning'}, "
+            f"trainable {trainable:,} / {total:,} params, "
             f"optimizer {c.optimizer.name}, dtype {self.dtype}, attention {self.attn}\n"
             f"          effective batch {self.world * c.batch.prompts_per_rank} prompts x G={c.grpo.group_size} = "
             f"{self.world * c.sequences_per_rank} sequences/step, micro-batch {c.batch.micro_batch_size}, "
@@ -266,25 +311,37 @@ class Trainer:
         planned = plan(c, self.ds_config_raw, est)
         (self.out / "memory_plan.json").write_text(json.dumps(planned, indent=1, default=str))
         log.info(
-            f"          memory plan: {planned['total_bytes'] / 2**30:.2f} GiB per {'GPU' if self.device.type == 'cuda' else 'rank'} "
+            f"          memory plan: {planned['total_bytes'] / 2**30:.2f} GiB per "
+            f"{'GPU' if self.device.type == 'cuda' else 'rank'} "
             f"at peak ({planned['peak_phase']} phase); `glm-grpo estimate-memory` prints the breakdown"
         )
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="glm-grpo train", description="GRPO training of GLM-Image's AR policy with DeepSpeed")
+    p = argparse.ArgumentParser(
+        prog="glm-grpo train", description="GRPO training of GLM-Image's AR policy with DeepSpeed"
+    )
     p.add_argument("--config", help="YAML config file")
     p.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
     p.add_argument("--debug", action="store_true", help="show the full traceback of input errors")
-    p.add_argument("--log-level", choices=log.LEVELS, default="info", help="console verbosity of rank 0 (other ranks: errors)")
-    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # set by the launcher
+    p.add_argument(
+        "--log-level", choices=log.LEVELS, default="info", help="console verbosity of rank 0 (other ranks: errors)"
+    )
+    p.add_argument(
+        "--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS
+    )  # set by the launcher
     p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. grpo.beta=0.0 lora.r=32")
     return p.parse_args(argv)
 
 
 # Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.
 INPUT_ERRORS = (
-    ConfigError, DataError, DeepSpeedConfigError, checkpoint.CheckpointError, checkpoint.OutputDirError, RewardError,
+    ConfigError,
+    DataError,
+    DeepSpeedConfigError,
+    checkpoint.CheckpointError,
+    checkpoint.OutputDirError,
+    RewardError,
     FileNotFoundError,
 )
 

@@ -34,7 +34,9 @@ def micro_batches(n: int, size: int) -> list[slice]:
 
 @torch.no_grad()
 def batched_logprobs(model, batch: RolloutBatch, cfg, slices: list[slice]) -> torch.Tensor:
-    return torch.cat([completion_logprobs(model, batch.select(s), cfg.grpo.sampling, cfg.grpo.logprob_chunk_size) for s in slices])
+    return torch.cat(
+        [completion_logprobs(model, batch.select(s), cfg.grpo.sampling, cfg.grpo.logprob_chunk_size) for s in slices]
+    )
 
 
 def reference_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices: list[slice]) -> torch.Tensor:

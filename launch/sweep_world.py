@@ -36,11 +36,25 @@ CONFIG = "launch/configs/tiny_world.yaml"
 
 def run_one(name: str, overrides: list[str], world: Path, out: Path, steps: int, procs: int) -> dict:
     run_dir = out / name
-    cmd = ["deepspeed", "--num_gpus", str(procs), "--module", "glm_grpo_ds.train", "--config", CONFIG,
-           "--deepspeed", "ds_configs/zero3.json", f"model.path={world / 'model'}",
-           f"data.train_file={world / 'train.jsonl'}", f"eval.file={world / 'heldout.jsonl'}",
-           f"max_steps={steps}", f"output_dir={run_dir}", "logging.progress_bar=false", "logging.gallery_steps=0",
-           *overrides]
+    cmd = [
+        "deepspeed",
+        "--num_gpus",
+        str(procs),
+        "--module",
+        "glm_grpo_ds.train",
+        "--config",
+        CONFIG,
+        "--deepspeed",
+        "ds_configs/zero3.json",
+        f"model.path={world / 'model'}",
+        f"data.train_file={world / 'train.jsonl'}",
+        f"eval.file={world / 'heldout.jsonl'}",
+        f"max_steps={steps}",
+        f"output_dir={run_dir}",
+        "logging.progress_bar=false",
+        "logging.gallery_steps=0",
+        *overrides,
+    ]
     t0 = time.time()
     with open(out / f"{name}.log", "w") as log:
         subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -49,19 +63,28 @@ def run_one(name: str, overrides: list[str], world: Path, out: Path, steps: int,
 
     res = run_progress(run_dir, world / "best.json", window=10)
     evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
-    return {"name": name, "wall_s": wall, "eval": res["eval"], "train": res["train"],
-            "curve": [(r["step"], r["eval/reward_mean"]) for r in evals]}
+    return {
+        "name": name,
+        "wall_s": wall,
+        "eval": res["eval"],
+        "train": res["train"],
+        "curve": [(r["step"], r["eval/reward_mean"]) for r in evals],
+    }
 
 
 def write_report(results: list[dict], out: Path, steps: int) -> None:
-    lines = [f"| run | change | eval reward start -> end ({steps} steps) | fraction of the way | "
-             "eval at step 20 | train reward first 10 -> last 10 | wall time |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| run | change | eval reward start -> end ({steps} steps) | fraction of the way | "
+        "eval at step 20 | train reward first 10 -> last 10 | wall time |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         e, t = r["eval"], r["train"]
         at20 = dict(r["curve"]).get(20, float("nan"))
-        lines.append(f"| {r['name']} | {VARIANTS[r['name']][0]} | {e[0]:.3f} -> {e[1]:.3f} | {e[3]:.2f} | {at20:.3f} | "
-                     f"{t[0]:.3f} -> {t[1]:.3f} | {r['wall_s'] / 60:.1f} min |")
+        lines.append(
+            f"| {r['name']} | {VARIANTS[r['name']][0]} | {e[0]:.3f} -> {e[1]:.3f} | {e[3]:.2f} | {at20:.3f} | "
+            f"{t[0]:.3f} -> {t[1]:.3f} | {r['wall_s'] / 60:.1f} min |"
+        )
     (out / "sweep.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / "sweep.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     print("\n".join(lines))
@@ -91,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="outputs/sweep")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--procs", type=int, default=2)
-    parser.add_argument("--only", default="", help="comma-separated run names (default: all of " + ", ".join(VARIANTS) + ")")
+    parser.add_argument(
+        "--only", default="", help="comma-separated run names (default: all of " + ", ".join(VARIANTS) + ")"
+    )
     args = parser.parse_args(argv)
     world, out = Path(args.world), Path(args.out)
     if not (world / "best.json").is_file():

@@ -16,7 +16,9 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m glm_grpo_ds.commands.bench_rewards", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m glm_grpo_ds.commands.bench_rewards", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--size", type=int, default=256)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--iters", type=int, default=3)
@@ -34,9 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     clip_dir = write_tiny_clip(os.path.join(tmp, "clip"), size="base")
     head = write_aesthetic_head(os.path.join(tmp, "head.pth"), dim=512)
     img = Image.new("RGB", (a.size, a.size), "white")
-    ImageDraw.Draw(img).text((8, a.size // 3), "HELLO 2026", fill="black", font=ImageFont.load_default(size=a.size // 8))
+    ImageDraw.Draw(img).text(
+        (8, a.size // 3), "HELLO 2026", fill="black", font=ImageFont.load_default(size=a.size // 8)
+    )
     img.save(os.path.join(tmp, "target.png"))
-    x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(a.size, a.size, 3).permute(2, 0, 1).float() / 255
+    x = (
+        torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(a.size, a.size, 3).permute(2, 0, 1).float()
+        / 255
+    )
     images = (x.unsqueeze(0) + 0.05 * torch.randn(a.batch, 3, a.size, a.size)).clamp(0, 1).to(device)
     prompts = ["a sign that says 'HELLO 2026'"] * a.batch
     samples = [{"target_image": os.path.join(tmp, "target.png")}] * a.batch

@@ -41,7 +41,9 @@ def check_run(out: Path, verify_text: str | None, parity_tolerance: float) -> li
     lo = [r.get("first_iteration_ratio_min") for r in rows]
     hi = [r.get("first_iteration_ratio_max") for r in rows]
     ok = all(v == 1.0 for v in lo + hi)  # None (non-finite) fails too
-    span = f"[{min((v for v in lo if v is not None), default=None)}, {max((v for v in hi if v is not None), default=None)}]"
+    lowest = min((v for v in lo if v is not None), default=None)
+    highest = max((v for v in hi if v is not None), default=None)
+    span = f"[{lowest}, {highest}]"
     results.append(("ratio 1 on the first iteration", ok, f"first-iteration ratio in {span} over all steps"))
     if verify_text is not None:
         found = re.search(r"max_abs_diff=(\S+) mean_abs_diff=(\S+) nonfinite_logprobs=(\d+)", verify_text)
@@ -49,17 +51,33 @@ def check_run(out: Path, verify_text: str | None, parity_tolerance: float) -> li
             results.append(("sampler vs trainer parity", False, "no verify-logprobs result line found"))
         else:
             max_diff, nonfinite = float(found.group(1)), int(found.group(3))
-            results.append(("sampler vs trainer parity", max_diff <= parity_tolerance and nonfinite == 0,
-                            f"max_abs_diff {max_diff:.3e} (tolerance {parity_tolerance:.0e}), non-finite {nonfinite}"))
+            results.append(
+                (
+                    "sampler vs trainer parity",
+                    max_diff <= parity_tolerance and nonfinite == 0,
+                    f"max_abs_diff {max_diff:.3e} (tolerance {parity_tolerance:.0e}), non-finite {nonfinite}",
+                )
+            )
     planned = json.loads((out / "memory_plan.json").read_text(encoding="utf-8"))["total_bytes"] / 2**20
     if any("peak_gpu_memory_mb" in r for r in rows):
         peak = max(r["peak_gpu_memory_mb"] for r in rows)
-        results.append(("measured peak <= planner", peak <= planned,
-                        f"measured {peak / 1024:.2f} GiB vs planned {planned / 1024:.2f} GiB ({peak / planned:.0%})"))
+        results.append(
+            (
+                "measured peak <= planner",
+                peak <= planned,
+                f"measured {peak / 1024:.2f} GiB vs planned {planned / 1024:.2f} GiB ({peak / planned:.0%})",
+            )
+        )
     else:
         peak = max(r.get("peak_rss_mb", 0.0) for r in rows)
-        results.append(("measured peak vs planner", None, f"CPU resident set {peak / 1024:.2f} GiB (includes the "
-                        f"interpreter and libraries) vs planned {planned / 1024:.2f} GiB: reported only"))
+        results.append(
+            (
+                "measured peak vs planner",
+                None,
+                f"CPU resident set {peak / 1024:.2f} GiB (includes the "
+                f"interpreter and libraries) vs planned {planned / 1024:.2f} GiB: reported only",
+            )
+        )
     return results
 
 

@@ -21,19 +21,40 @@ import sys
 # subcommand -> ("module" or "module:function" taking argv and returning the exit status, one-line help)
 SUBCOMMANDS = {
     "train": ("glm_grpo_ds.train", "GRPO training (one process; use the deepspeed launcher for more)"),
-    "estimate-memory": ("glm_grpo_ds.commands.estimate_memory", "per-GPU memory plan of a run before launch (no weights needed)"),
+    "estimate-memory": (
+        "glm_grpo_ds.commands.estimate_memory",
+        "per-GPU memory plan of a run before launch (no weights needed)",
+    ),
     "merge": ("glm_grpo_ds.commands.merge", "merge a LoRA adapter into GLM-Image and write a pipeline directory"),
     "render": ("glm_grpo_ds.commands.render", "render prompts to PNG files with a GLM-Image pipeline"),
     "score": ("glm_grpo_ds.commands.score", "score images with a reward (one number per image)"),
     "verify-logprobs": ("glm_grpo_ds.commands.verify_logprobs", "check sampler vs teacher-forced log-prob parity"),
-    "bench": ("glm_grpo_ds.commands.bench", "benchmark rollout / decode / reward / update and print side-by-side ratios"),
+    "bench": (
+        "glm_grpo_ds.commands.bench",
+        "benchmark rollout / decode / reward / update and print side-by-side ratios",
+    ),
     "plot": ("glm_grpo_ds.commands.plot", "plot reward, KL and clip fractions of a run (OUTPUT_DIR/reward_curve.png)"),
-    "progress": ("glm_grpo_ds.commands.progress", "fraction of the way from a run's start reward to the best (eval and train)"),
-    "config-docs": ("glm_grpo_ds.commands.config_docs", "print the config key reference (docs/config_reference.md) or --check it"),
-    "check-run": ("glm_grpo_ds.commands.check_run", "PASS/FAIL: finite steps, first-iteration ratio 1, log-prob parity, peak vs plan"),
+    "progress": (
+        "glm_grpo_ds.commands.progress",
+        "fraction of the way from a run's start reward to the best (eval and train)",
+    ),
+    "config-docs": (
+        "glm_grpo_ds.commands.config_docs",
+        "print the config key reference (docs/config_reference.md) or --check it",
+    ),
+    "check-run": (
+        "glm_grpo_ds.commands.check_run",
+        "PASS/FAIL: finite steps, first-iteration ratio 1, log-prob parity, peak vs plan",
+    ),
     "tiny-model": ("glm_grpo_ds.commands.tiny:tiny_model", "write a random-weight tiny GLM-Image pipeline directory"),
-    "tiny-data": ("glm_grpo_ds.commands.tiny:tiny_data", "write a learnable prompt set with target images for the tiny model"),
-    "tiny-world": ("glm_grpo_ds.commands.tiny:tiny_world", "write the learnable tiny world: colour-block decoder, colour prompts"),
+    "tiny-data": (
+        "glm_grpo_ds.commands.tiny:tiny_data",
+        "write a learnable prompt set with target images for the tiny model",
+    ),
+    "tiny-world": (
+        "glm_grpo_ds.commands.tiny:tiny_world",
+        "write the learnable tiny world: colour-block decoder, colour prompts",
+    ),
 }
 
 

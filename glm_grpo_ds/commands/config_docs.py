@@ -77,7 +77,16 @@ def _tables(cls, prefix: str, title: str, intro: str) -> list[str]:
             continue
         key = f"{prefix}{f.name}" + ("[]" if typing.get_origin(tp) is list else "")
         sections.append((sub, key, help_))
-    out = [f"## {title}", "", _cell(intro), "", "| key | type / choices | default | help |", "|---|---|---|---|", *rows, ""]
+    out = [
+        f"## {title}",
+        "",
+        _cell(intro),
+        "",
+        "| key | type / choices | default | help |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+    ]
     for sub, key, help_ in sections:
         out += _tables(sub, key + ".", f"`{key}`", help_)
     return out
@@ -90,7 +99,8 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="glm-grpo config-docs", description="Print the config reference (markdown) generated from glm_grpo_ds/config/sections.py."
+        prog="glm-grpo config-docs",
+        description="Print the config reference (markdown) generated from glm_grpo_ds/config/sections.py.",
     )
     parser.add_argument("--check", metavar="FILE", help="exit 1 when FILE differs from the generated reference")
     args = parser.parse_args(argv)

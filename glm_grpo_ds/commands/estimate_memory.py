@@ -20,14 +20,18 @@ from ..memory_plan import GIB, EstimateConfig, format_plan, plan
 
 def parse_args(argv):
     d = EstimateConfig()
-    ap = argparse.ArgumentParser(prog="glm-grpo estimate-memory", description="per-GPU memory plan of a GRPO run (no weights needed)")
+    ap = argparse.ArgumentParser(
+        prog="glm-grpo estimate-memory", description="per-GPU memory plan of a GRPO run (no weights needed)"
+    )
     ap.add_argument("--config", required=True, help="training YAML (the one you will launch)")
     ap.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
     ap.add_argument("--num-gpus", type=int, default=d.num_gpus, help="GPUs per node")
     ap.add_argument("--num-nodes", type=int, default=d.num_nodes)
     ap.add_argument("--gpu-memory-gb", type=float, default=d.gpu_memory_gb, help="GiB per GPU")
     ap.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens, help="longest prompt in tokens (KV cache)")
-    ap.add_argument("--device", choices=["cuda", "cpu"], default=d.device, help="cpu: dtype auto = fp32, as on CPU runs")
+    ap.add_argument(
+        "--device", choices=["cuda", "cpu"], default=d.device, help="cpu: dtype auto = fp32, as on CPU runs"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object (bytes per component, total_bytes)")
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, as for `glm-grpo train`")
     return ap.parse_args(argv)
@@ -45,15 +49,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"glm-grpo estimate-memory: {err}", file=sys.stderr)
         return 2
     if a.json:
-        print(json.dumps({**p["components"], "total_bytes": p["total_bytes"], "gpu_memory_bytes": p["gpu_memory_bytes"],
-                          "headroom_bytes": p["headroom_bytes"], "phases": p["phases"], "host_bytes": p["host_bytes"],
-                          "model_states": p["model_states"], "setup": p["setup"]}))
+        print(
+            json.dumps(
+                {
+                    **p["components"],
+                    "total_bytes": p["total_bytes"],
+                    "gpu_memory_bytes": p["gpu_memory_bytes"],
+                    "headroom_bytes": p["headroom_bytes"],
+                    "phases": p["phases"],
+                    "host_bytes": p["host_bytes"],
+                    "model_states": p["model_states"],
+                    "setup": p["setup"],
+                }
+            )
+        )
     else:
         print(format_plan(p))
     if p["headroom_bytes"] < 0:
-        print(f"WARNING: the plan needs {p['total_bytes'] / GIB:.1f} GiB per GPU, {-p['headroom_bytes'] / GIB:.1f} GiB more "
-              f"than --gpu-memory-gb {a.gpu_memory_gb:g}; lower batch.micro_batch_size, use LoRA, ZeRO-3, "
-              "more GPUs, or decoder.offload=true", file=sys.stderr)
+        print(
+            f"WARNING: the plan needs {p['total_bytes'] / GIB:.1f} GiB per GPU, "
+            f"{-p['headroom_bytes'] / GIB:.1f} GiB more "
+            f"than --gpu-memory-gb {a.gpu_memory_gb:g}; lower batch.micro_batch_size, use LoRA, ZeRO-3, "
+            "more GPUs, or decoder.offload=true",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -1,6 +1,7 @@
 """``glm-grpo merge``: fold a trained LoRA adapter into GLM-Image and write a normal pipeline.
 
-    glm-grpo merge --base /models/GLM-Image --adapter outputs/run/final_adapter --out /models/GLM-Image-grpo [--dtype bf16]
+    glm-grpo merge --base /models/GLM-Image --adapter outputs/run/final_adapter \
+        --out /models/GLM-Image-grpo [--dtype bf16]
 
 ``--adapter`` is a peft adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``),
 e.g. a run's ``final_adapter/``, or a checkpoint directory (``output_dir/checkpoints/step_N``): its
@@ -17,13 +18,12 @@ merge never leaves a half-written pipeline at ``OUT``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import argparse
 import json
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..policy import DTYPES, check_pipeline_dir, load_ar
@@ -62,18 +62,24 @@ def _from_checkpoint(model, ckpt: Path):
         model = get_peft_model(model, peft_lora_config(LoraConfig(**state["config"]["lora"])))
     missing = [k for k in weights if k not in dict(model.named_parameters())]
     if missing:
-        raise ValueError(f"{ckpt}: {len(missing)} checkpoint parameters do not exist in the base model (e.g. {missing[0]})")
+        raise ValueError(
+            f"{ckpt}: {len(missing)} checkpoint parameters do not exist in the base model (e.g. {missing[0]})"
+        )
     model.load_state_dict(weights, strict=False)
     return model.merge_and_unload() if state["lora"] else model
 
 
-def merge_adapter(base: str | os.PathLike, adapter: str | os.PathLike, out: str | os.PathLike, dtype: str = MergeConfig.dtype) -> Path:
+def merge_adapter(
+    base: str | os.PathLike, adapter: str | os.PathLike, out: str | os.PathLike, dtype: str = MergeConfig.dtype
+) -> Path:
     from peft import PeftModel
 
     base = check_pipeline_dir(base)
     src = Path(adapter)
     is_checkpoint = (src / "trainer_state.json").is_file() and (src / "ds").is_dir()
-    adapter_dir = None if is_checkpoint and not (src / "adapter" / "adapter_config.json").is_file() else find_adapter(src)
+    adapter_dir = (
+        None if is_checkpoint and not (src / "adapter" / "adapter_config.json").is_file() else find_adapter(src)
+    )
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new --out directory")
@@ -98,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", required=True, help="the base GlmImagePipeline directory")
     p.add_argument("--adapter", required=True, help="peft adapter directory (a run's final_adapter/)")
     p.add_argument("--out", required=True, help="new pipeline directory to write")
-    p.add_argument("--dtype", choices=["bf16", "fp32"], default=MergeConfig().dtype, help="dtype of the merged AR weights")
+    p.add_argument(
+        "--dtype", choices=["bf16", "fp32"], default=MergeConfig().dtype, help="dtype of the merged AR weights"
+    )
     a = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:

@@ -35,8 +35,10 @@ def _mean_best(best: dict[str, float], prompt_file: str, num_prompts: int = 0) -
         prompts = prompts[:num_prompts]
     missing = [p for p in prompts if p not in best]
     if missing:
-        raise ValueError(f"best.json has no best reward for {missing[0]!r} (of {prompt_file}); "
-                       "pass the best.json written with these prompts")
+        raise ValueError(
+            f"best.json has no best reward for {missing[0]!r} (of {prompt_file}); "
+            "pass the best.json written with these prompts"
+        )
     return sum(best[p] for p in prompts) / len(prompts)
 
 
@@ -53,8 +55,10 @@ def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10
         result["eval"] = (start, end, b, fraction_of_way(start, end, b), evals[0]["step"], evals[-1]["step"])
     rewards = [r["reward_mean"] for r in read_metrics(out / "metrics.jsonl") if r.get("reward_mean") is not None]
     if len(rewards) < 2 * window:
-        raise ValueError(f"{out / 'metrics.jsonl'} has {len(rewards)} steps with a reward; --window {window} needs "
-                         f"at least {2 * window}")
+        raise ValueError(
+            f"{out / 'metrics.jsonl'} has {len(rewards)} steps with a reward; --window {window} needs "
+            f"at least {2 * window}"
+        )
     b = _mean_best(best, cfg["data"]["train_file"])
     start, end = sum(rewards[:window]) / window, sum(rewards[-window:]) / window
     result["train"] = (start, end, b, fraction_of_way(start, end, b))
@@ -64,7 +68,9 @@ def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="glm-grpo progress", description=__doc__.splitlines()[0])
     parser.add_argument("output_dir")
-    parser.add_argument("--best", required=True, help="JSON with {'best': {prompt: best reward}} (tiny-world's best.json)")
+    parser.add_argument(
+        "--best", required=True, help="JSON with {'best': {prompt: best reward}} (tiny-world's best.json)"
+    )
     parser.add_argument("--window", type=int, default=10, help="training steps averaged at the start and at the end")
     parser.add_argument("--min-fraction", type=float, default=None, help="exit 1 if the eval fraction is below this")
     args = parser.parse_args(argv)
@@ -74,16 +80,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"glm-grpo progress: {err}", file=sys.stderr)
         return 2
     start, end, best, frac = res["train"]
-    print(f"train reward (first {args.window} steps -> last {args.window}): {start:.3f} -> {end:.3f}, "
-          f"best {best:.3f}: {frac:.0%} of the way")
+    print(
+        f"train reward (first {args.window} steps -> last {args.window}): {start:.3f} -> {end:.3f}, "
+        f"best {best:.3f}: {frac:.0%} of the way"
+    )
     if res["eval"] is None:
         print("eval: fewer than two evaluations in eval.jsonl (set eval.file and eval.steps)")
         return 0 if args.min_fraction is None else 1
     start, end, best, frac, s0, s1 = res["eval"]
-    print(f"eval reward (fixed seeds, step {s0} -> {s1}): {start:.3f} -> {end:.3f}, best {best:.3f}: "
-          f"fraction of the way to the best = {frac:.2f}")
+    print(
+        f"eval reward (fixed seeds, step {s0} -> {s1}): {start:.3f} -> {end:.3f}, best {best:.3f}: "
+        f"fraction of the way to the best = {frac:.2f}"
+    )
     if args.min_fraction is not None and frac < args.min_fraction:
-        print(f"glm-grpo progress: eval fraction {frac:.2f} is below --min-fraction {args.min_fraction}", file=sys.stderr)
+        print(
+            f"glm-grpo progress: eval fraction {frac:.2f} is below --min-fraction {args.min_fraction}", file=sys.stderr
+        )
         return 1
     return 0
 

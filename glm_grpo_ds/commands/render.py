@@ -8,13 +8,11 @@ Writes ``<out>/<index>.png`` for each prompt and prints the paths.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-
 
 
 @dataclass
@@ -47,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"glm-grpo render: {name} {value} must be a positive multiple of 32", file=sys.stderr)
             return 2
     if not (Path(args.model) / "model_index.json").is_file():
-        print(f"glm-grpo render: {args.model} is not a GlmImagePipeline directory (no model_index.json)", file=sys.stderr)
+        print(
+            f"glm-grpo render: {args.model} is not a GlmImagePipeline directory (no model_index.json)", file=sys.stderr
+        )
         return 2
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -17,11 +17,10 @@ log-prob fails the check.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 
 from ..config import SamplingConfig
 
@@ -66,11 +65,17 @@ def parse_args(argv):
     p.add_argument("--num-prompts", type=int, default=d.num_prompts)
     p.add_argument("--dtype", choices=sorted(VerifyConfig.DEFAULT_TOLERANCE), default=d.dtype)
     p.add_argument("--attn", choices=["sdpa", "eager", "flash_attention_2"], default=d.attn)
-    p.add_argument("--tolerance", type=float, default=d.tolerance,
-                   help=f"max accepted |diff| (default per dtype: {VerifyConfig.DEFAULT_TOLERANCE})")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=d.tolerance,
+        help=f"max accepted |diff| (default per dtype: {VerifyConfig.DEFAULT_TOLERANCE})",
+    )
     p.add_argument("--temperature", type=float, default=None, help="default: the model's own (generation_config.json)")
     p.add_argument("--top-k", type=int, default=None, help="draw from the top k (0 = off; default: the model's own)")
-    p.add_argument("--top-p", type=float, default=None, help="draw from the top-p nucleus (1 = off; default: the model's own)")
+    p.add_argument(
+        "--top-p", type=float, default=None, help="draw from the top-p nucleus (1 = off; default: the model's own)"
+    )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default=d.device)
     a = p.parse_args(argv)
@@ -87,8 +92,11 @@ def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[f
     from ..policy import load_ar, load_processor, resolve_sampling
     from ..rollout import rollout
 
-    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if cfg.device == "auto" else cfg.device))
+    device = torch.device(
+        "cuda"
+        if cfg.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if cfg.device == "auto" else cfg.device)
+    )
     sampling = resolve_sampling(sampling, model_path)
     ar = load_ar(model_path, dtype=cfg.dtype, attn_implementation=cfg.attn).to(device)
     processor = load_processor(model_path)
@@ -119,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL: {nonfinite} sampled tokens have a non-finite teacher-forced log-prob", file=sys.stderr)
         return 1
     if not max_diff <= tol:
-        print(f"FAIL: max_abs_diff {max_diff:.3e} > tolerance {tol:.1e} ({cfg.dtype}, attn={cfg.attn})", file=sys.stderr)
+        print(
+            f"FAIL: max_abs_diff {max_diff:.3e} > tolerance {tol:.1e} ({cfg.dtype}, attn={cfg.attn})", file=sys.stderr
+        )
         return 1
     print(f"OK: within tolerance {tol:.1e} ({cfg.dtype}, attn={cfg.attn})")
     return 0

@@ -20,13 +20,40 @@ rewards/combine.py). docs/config_reference.md is generated from the fields' help
 from .fields import ConfigError
 from .loading import apply_override, load_config, parse_scalar, to_dict
 from .sections import (
-    TRACKERS, BatchConfig, DataConfig, DecoderConfig, EvalConfig, GRPOConfig, LoggingConfig, LoraConfig, ModelConfig,
-    OptimizerConfig, RewardSpec, RolloutConfig, SamplingConfig,
+    TRACKERS,
+    BatchConfig,
+    DataConfig,
+    DecoderConfig,
+    EvalConfig,
+    GRPOConfig,
+    LoggingConfig,
+    LoraConfig,
+    ModelConfig,
+    OptimizerConfig,
+    RewardSpec,
+    RolloutConfig,
+    SamplingConfig,
 )
 from .train_config import TrainConfig
 
 __all__ = [
-    "TRACKERS", "BatchConfig", "ConfigError", "DataConfig", "DecoderConfig", "EvalConfig", "GRPOConfig", "LoggingConfig",
-    "LoraConfig", "ModelConfig", "OptimizerConfig", "RewardSpec", "RolloutConfig", "SamplingConfig", "TrainConfig",
-    "apply_override", "load_config", "parse_scalar", "to_dict",
+    "TRACKERS",
+    "BatchConfig",
+    "ConfigError",
+    "DataConfig",
+    "DecoderConfig",
+    "EvalConfig",
+    "GRPOConfig",
+    "LoggingConfig",
+    "LoraConfig",
+    "ModelConfig",
+    "OptimizerConfig",
+    "RewardSpec",
+    "RolloutConfig",
+    "SamplingConfig",
+    "TrainConfig",
+    "apply_override",
+    "load_config",
+    "parse_scalar",
+    "to_dict",
 ]

@@ -19,7 +19,11 @@ from .train_config import TrainConfig
 
 def _unknown(key: str, known: typing.Iterable[str], where: str) -> ConfigError:
     close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(repr(where + c) for c in close)}?" if close else f"known keys under it: {', '.join(sorted(known))}"
+    hint = (
+        f"did you mean {', '.join(repr(where + c) for c in close)}?"
+        if close
+        else f"known keys under it: {', '.join(sorted(known))}"
+    )
     return ConfigError(f"unknown config key {where + key!r}; {hint}")
 
 

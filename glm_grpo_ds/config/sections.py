@@ -57,7 +57,9 @@ class DecoderConfig:
 
     num_inference_steps: int = setting(8, "DiT denoising steps per image (>= 1); decode time grows linearly with it.")
     guidance_scale: float = setting(1.5, "Classifier-free guidance scale of the DiT decode.")
-    batch_size: int = setting(8, "Images per DiT forward (>= 1); bounds decode memory: smaller = less memory, more forwards.")
+    batch_size: int = setting(
+        8, "Images per DiT forward (>= 1); bounds decode memory: smaller = less memory, more forwards."
+    )
     offload: bool = setting(
         False,
         "Keep the decoder on the CPU between rollouts and move it to the accelerator only to decode: frees "
@@ -135,10 +137,13 @@ class GRPOConfig:
         "G completions per prompt (>= 2: advantages compare the samples of a prompt); larger = a less noisy group "
         "baseline, for G rollouts and decodes per prompt.",
     )
-    beta: float = setting(0.04, "k3 KL coefficient towards the frozen reference policy (>= 0); 0 skips the reference pass.")
+    beta: float = setting(
+        0.04, "k3 KL coefficient towards the frozen reference policy (>= 0); 0 skips the reference pass."
+    )
     epsilon_low: float = setting(0.2, "Ratio clip range below 1: [1 - epsilon_low, ...], in [0, 1).")
     epsilon_high: float = setting(
-        0.2, "Ratio clip range above 1: [..., 1 + epsilon_high], >= 0; larger than epsilon_low = asymmetric clip-higher."
+        0.2,
+        "Ratio clip range above 1: [..., 1 + epsilon_high], >= 0; larger than epsilon_low = asymmetric clip-higher.",
     )
     aggregation: Literal[tuple(AGGREGATION_REGISTRY)] = setting(
         "token_mean",
@@ -169,7 +174,8 @@ class GRPOConfig:
         "preview (the tiny world), biased for the real model.",
     )
     logprob_chunk_size: int = setting(
-        256, "Tokens per lm_head chunk (fp32 log-softmax) in the teacher-forced pass (>= 1): smaller = less peak memory."
+        256,
+        "Tokens per lm_head chunk (fp32 log-softmax) in the teacher-forced pass (>= 1): smaller = less peak memory.",
     )
     sampling: SamplingConfig = setting(help="How the rollout samples visual tokens.", factory=SamplingConfig)
 
@@ -202,7 +208,8 @@ class BatchConfig:
     prompts_per_rank: int = setting(1, "Prompts each rank samples per step (x G sequences), >= 1.")
     micro_batch_size: int = setting(
         4,
-        "Sequences per forward/backward; must divide prompts_per_rank * G. Larger = fewer passes, more activation memory.",
+        "Sequences per forward/backward; must divide prompts_per_rank * G. Larger = fewer passes, more activation "
+        "memory.",
     )
 
 
@@ -210,7 +217,9 @@ class BatchConfig:
 class RolloutConfig:
     """The size of the generated images."""
 
-    height: int = setting(1024, "Image height in pixels: a positive multiple of 32 (GLM-Image tokens are 32x32 pixels).")
+    height: int = setting(
+        1024, "Image height in pixels: a positive multiple of 32 (GLM-Image tokens are 32x32 pixels)."
+    )
     width: int = setting(1024, "Image width in pixels: a positive multiple of 32.")
     gather_parameters: bool = setting(
         True,

@@ -7,8 +7,18 @@ from dataclasses import dataclass
 
 from .fields import ConfigError, choice_problems, setting
 from .sections import (
-    TRACKERS, BatchConfig, DataConfig, DecoderConfig, EvalConfig, GRPOConfig, LoggingConfig, LoraConfig, ModelConfig,
-    OptimizerConfig, RewardSpec, RolloutConfig,
+    TRACKERS,
+    BatchConfig,
+    DataConfig,
+    DecoderConfig,
+    EvalConfig,
+    GRPOConfig,
+    LoggingConfig,
+    LoraConfig,
+    ModelConfig,
+    OptimizerConfig,
+    RewardSpec,
+    RolloutConfig,
 )
 
 
@@ -30,7 +40,9 @@ class TrainConfig:
         help="The rewards, at least one: a list of {name, weight, args}, e.g. [{name: pixel_mse}].", factory=list
     )
     data: DataConfig = setting(help="The training prompts.", factory=DataConfig)
-    logging: LoggingConfig = setting(help="Progress output, trackers, plots and galleries (rank 0).", factory=LoggingConfig)
+    logging: LoggingConfig = setting(
+        help="Progress output, trackers, plots and galleries (rank 0).", factory=LoggingConfig
+    )
     eval: EvalConfig = setting(
         help="Held-out evaluation with seeds that do not depend on the training step, rank count or seed: the same "
         "weights always get the same eval reward.",
@@ -76,10 +88,16 @@ class TrainConfig:
         need(bool(self.data.train_file), "data.train_file is required: a .txt or .jsonl prompt file")
         need(self.max_steps >= 1, f"max_steps must be >= 1, got {self.max_steps}")
         need(self.save_steps >= 0, f"save_steps must be >= 0 (0 = no checkpoints), got {self.save_steps}")
-        need(self.max_consecutive_skips >= 0, f"max_consecutive_skips must be >= 0 (0 = never stop), got {self.max_consecutive_skips}")
+        need(
+            self.max_consecutive_skips >= 0,
+            f"max_consecutive_skips must be >= 0 (0 = never stop), got {self.max_consecutive_skips}",
+        )
         need(self.save_total_limit >= 0, f"save_total_limit must be >= 0 (0 = keep all), got {self.save_total_limit}")
         g = self.grpo
-        need(g.group_size >= 2, f"grpo.group_size must be >= 2 (advantages compare samples of a prompt), got {g.group_size}")
+        need(
+            g.group_size >= 2,
+            f"grpo.group_size must be >= 2 (advantages compare samples of a prompt), got {g.group_size}",
+        )
         need(g.beta >= 0, f"grpo.beta must be >= 0, got {g.beta}")
         need(0 <= g.epsilon_low < 1, f"grpo.epsilon_low must be in [0, 1), got {g.epsilon_low}")
         need(g.epsilon_high >= 0, f"grpo.epsilon_high must be >= 0, got {g.epsilon_high}")
@@ -103,7 +121,10 @@ class TrainConfig:
                 f"(batch.prompts_per_rank x grpo.group_size = {self.sequences_per_rank})",
             )
         for key, v in (("rollout.height", self.rollout.height), ("rollout.width", self.rollout.width)):
-            need(v > 0 and v % 32 == 0, f"{key}={v} must be a positive multiple of 32 (GLM-Image tokens are 32x32 pixels)")
+            need(
+                v > 0 and v % 32 == 0,
+                f"{key}={v} must be a positive multiple of 32 (GLM-Image tokens are 32x32 pixels)",
+            )
         try:
             self.decoder.validate()
         except ValueError as err:
@@ -118,7 +139,6 @@ class TrainConfig:
         if problems:
             raise ConfigError("\n".join(problems))
 
-
     def _validate_logging(self, need) -> None:
         lg, ev = self.logging, self.eval
         # Checked here, on every rank, so a missing package stops all ranks before training
@@ -128,7 +148,8 @@ class TrainConfig:
         for name in set(lg.report_to) & set(TRACKERS):
             need(
                 importlib.util.find_spec(name) is not None,
-                f"logging.report_to names {name} but the {name} package is not installed: pip install 'glm-grpo-ds[tracking]'",
+                f"logging.report_to names {name} but the {name} package is not installed: "
+                "pip install 'glm-grpo-ds[tracking]'",
             )
         need(lg.log_every >= 1, f"logging.log_every must be >= 1, got {lg.log_every}")
         need(lg.gallery_steps >= 0, f"logging.gallery_steps must be >= 0 (0 = off), got {lg.gallery_steps}")

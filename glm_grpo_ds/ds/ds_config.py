@@ -40,7 +40,9 @@ def read_ds_config(path: str | os.PathLike) -> dict:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise DeepSpeedConfigError(f"{p} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
+        raise DeepSpeedConfigError(
+            f"{p} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
+        ) from None
     if not isinstance(data, dict):
         raise DeepSpeedConfigError(f"{p} must hold a JSON object")
     return data
@@ -62,7 +64,9 @@ def _set(tree: dict, dotted: str, value) -> None:
     tree[last] = value
 
 
-def fill_ds_config(raw: dict, cfg, world_size: int, hidden_size: int, dtype: torch.dtype, source: str = "ds_config") -> dict:
+def fill_ds_config(
+    raw: dict, cfg, world_size: int, hidden_size: int, dtype: torch.dtype, source: str = "ds_config"
+) -> dict:
     """Resolve every "auto" from the TrainConfig; reject "auto" in keys we do not own.
 
     Also checks combinations DeepSpeed would accept but that would silently not do what the user
@@ -87,7 +91,8 @@ def fill_ds_config(raw: dict, cfg, world_size: int, hidden_size: int, dtype: tor
         if value == "auto":
             if key not in AUTO_KEYS:
                 raise DeepSpeedConfigError(
-                    f"{source}: \"auto\" is not supported for {key}; give a value (auto works for: {', '.join(sorted(AUTO_KEYS))})"
+                    f'{source}: "auto" is not supported for {key}; give a value '
+                    f"(auto works for: {', '.join(sorted(AUTO_KEYS))})"
                 )
             _set(filled, key, values[key])
     # Batch keys must agree with the trainer's batching even when given explicitly.
@@ -95,7 +100,8 @@ def fill_ds_config(raw: dict, cfg, world_size: int, hidden_size: int, dtype: tor
         if key in filled and filled[key] != values[key]:
             raise DeepSpeedConfigError(
                 f"{source}: {key}={filled[key]} disagrees with the trainer ({values[key]} from batch.micro_batch_size="
-                f"{micro}, batch.prompts_per_rank x grpo.group_size={cfg.sequences_per_rank}, world size {world_size}); set it to \"auto\""
+                f"{micro}, batch.prompts_per_rank x grpo.group_size={cfg.sequences_per_rank}, "
+                f'world size {world_size}); set it to "auto"'
             )
         filled[key] = values[key]
     filled.setdefault("steps_per_print", 10**9)
@@ -111,7 +117,10 @@ def fill_ds_config(raw: dict, cfg, world_size: int, hidden_size: int, dtype: tor
     if offload_opt:
         # DeepSpeed's own CPU Adam runs the offloaded optimizer.
         o = cfg.optimizer
-        filled["optimizer"] = {"type": "AdamW", "params": {"lr": o.lr, "betas": list(o.betas), "eps": o.eps, "weight_decay": o.weight_decay}}
+        filled["optimizer"] = {
+            "type": "AdamW",
+            "params": {"lr": o.lr, "betas": list(o.betas), "eps": o.eps, "weight_decay": o.weight_decay},
+        }
     else:
         filled.setdefault("zero_allow_untested_optimizer", True)
     return filled
@@ -119,5 +128,3 @@ def fill_ds_config(raw: dict, cfg, world_size: int, hidden_size: int, dtype: tor
 
 def zero_stage(ds_config: dict) -> int:
     return int(ds_config.get("zero_optimization", {}).get("stage", 0))
-
-

@@ -122,7 +122,9 @@ def build_scheduler(optimizer, opt_cfg, total_optimizer_steps: int):
     from transformers import get_scheduler
 
     return get_scheduler(
-        SCHEDULES[opt_cfg.schedule], optimizer, num_warmup_steps=opt_cfg.warmup_steps,
+        SCHEDULES[opt_cfg.schedule],
+        optimizer,
+        num_warmup_steps=opt_cfg.warmup_steps,
         num_training_steps=total_optimizer_steps,
     )
 
@@ -160,7 +162,11 @@ def initialize_reference(model, ds_config: dict):
     }
     stage = zero_stage(ds_config)
     ref["zero_optimization"] = (
-        {k: v for k, v in ds_config["zero_optimization"].items() if k.startswith("stage3") or k in ("stage", "offload_param")}
+        {
+            k: v
+            for k, v in ds_config["zero_optimization"].items()
+            if k.startswith("stage3") or k in ("stage", "offload_param")
+        }
         if stage == 3
         else {"stage": 0}
     )
@@ -293,5 +299,3 @@ def gathered(params: list, enabled: bool):
 
     with deepspeed.zero.GatheredParameters(params):
         yield
-
-

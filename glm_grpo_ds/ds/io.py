@@ -12,6 +12,7 @@ import os
 from . import dist
 from .engine import gathered, is_zero3, unwrap
 
+
 def save_adapter(engine, out_dir: str | os.PathLike, rank: int) -> None:
     """Write the LoRA adapter in peft format, gathered from ZeRO-3 shards (never empty)."""
     peft_model = unwrap(engine)
@@ -45,7 +46,9 @@ def save_ds_checkpoint(engine, directory: str | os.PathLike) -> None:
 
 
 def load_ds_checkpoint(engine, directory: str | os.PathLike) -> None:
-    path, _ = engine.load_checkpoint(str(directory), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True)
+    path, _ = engine.load_checkpoint(
+        str(directory), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True
+    )
     if path is None:
         raise FileNotFoundError(f"no DeepSpeed state in {directory}/{DS_TAG}")
 

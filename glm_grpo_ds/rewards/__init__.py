@@ -14,9 +14,24 @@ Built-ins: pixel_mse, lpips, ssim, ocr, clip, preference, aesthetic, colour_layo
 """
 
 from .combine import COMBINATIONS, combine_advantages
-from .registry import RewardError, RewardSet, build_reward, build_rewards, builtin_names, check_reward_specs, register_reward
+from .registry import (
+    RewardError,
+    RewardSet,
+    build_reward,
+    build_rewards,
+    builtin_names,
+    check_reward_specs,
+    register_reward,
+)
 
 __all__ = [
-    "COMBINATIONS", "RewardError", "RewardSet", "build_reward", "build_rewards", "builtin_names", "check_reward_specs",
-    "combine_advantages", "register_reward",
+    "COMBINATIONS",
+    "RewardError",
+    "RewardSet",
+    "build_reward",
+    "build_rewards",
+    "builtin_names",
+    "check_reward_specs",
+    "combine_advantages",
+    "register_reward",
 ]

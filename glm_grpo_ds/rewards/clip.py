@@ -44,7 +44,11 @@ class CLIPScorer:
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         proc = AutoImageProcessor.from_pretrained(path)
         size = proc.size.get("shortest_edge") or min(proc.size.get("height", 224), proc.size.get("width", 224))
-        crop = proc.crop_size if getattr(proc, "do_center_crop", True) and proc.crop_size else {"height": size, "width": size}
+        crop = (
+            proc.crop_size
+            if getattr(proc, "do_center_crop", True) and proc.crop_size
+            else {"height": size, "width": size}
+        )
         self.size, self.crop = int(size), (int(crop["height"]), int(crop["width"]))
         self.mean = torch.tensor(proc.image_mean).view(1, 3, 1, 1)
         self.std = torch.tensor(proc.image_std).view(1, 3, 1, 1)
@@ -52,8 +56,13 @@ class CLIPScorer:
     def pixel_values(self, images: torch.Tensor) -> torch.Tensor:
         n, _, h, w = images.shape
         scale = self.size / min(h, w)
-        resized = F.interpolate(images.float(), size=(max(1, round(h * scale)), max(1, round(w * scale))),
-                                mode="bicubic", antialias=True, align_corners=False).clamp(0, 1)
+        resized = F.interpolate(
+            images.float(),
+            size=(max(1, round(h * scale)), max(1, round(w * scale))),
+            mode="bicubic",
+            antialias=True,
+            align_corners=False,
+        ).clamp(0, 1)
         top, left = (resized.shape[2] - self.crop[0]) // 2, (resized.shape[3] - self.crop[1]) // 2
         cropped = resized[:, :, top : top + self.crop[0], left : left + self.crop[1]]
         return (cropped - self.mean.to(images.device)) / self.std.to(images.device)
@@ -67,7 +76,9 @@ class CLIPScorer:
     def text_embeds(self, prompts: list[str], device) -> torch.Tensor:
         with self.model.on(device) as m:
             max_len = m.config.text_config.max_position_embeddings
-            tok = self.tokenizer(prompts, padding=True, truncation=True, max_length=max_len, return_tensors="pt").to(device)
+            tok = self.tokenizer(prompts, padding=True, truncation=True, max_length=max_len, return_tensors="pt").to(
+                device
+            )
             emb = m.get_text_features(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"]).pooler_output
         return F.normalize(emb.float(), dim=-1)
 
@@ -94,8 +105,14 @@ class AestheticHead(torch.nn.Module):
     def __init__(self, dim: int):
         super().__init__()
         self.layers = torch.nn.Sequential(
-            torch.nn.Linear(dim, 1024), torch.nn.Dropout(0.2), torch.nn.Linear(1024, 128), torch.nn.Dropout(0.2),
-            torch.nn.Linear(128, 64), torch.nn.Dropout(0.1), torch.nn.Linear(64, 16), torch.nn.Linear(16, 1),
+            torch.nn.Linear(dim, 1024),
+            torch.nn.Dropout(0.2),
+            torch.nn.Linear(1024, 128),
+            torch.nn.Dropout(0.2),
+            torch.nn.Linear(128, 64),
+            torch.nn.Dropout(0.1),
+            torch.nn.Linear(64, 16),
+            torch.nn.Linear(16, 1),
         )
 
     def forward(self, x):

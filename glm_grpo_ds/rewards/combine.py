@@ -44,7 +44,7 @@ def impute_group_mean(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """NaN -> mean of the defined values of its group (stays NaN if the group has none)."""
     grouped = rewards.view(-1, group_size)
     valid = ~torch.isnan(grouped)
-    mean = torch.where(valid, grouped, torch.zeros_like(grouped)).sum(1, keepdim=True) / valid.sum(1, keepdim=True)
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)
     return torch.where(valid, grouped, mean.expand_as(grouped)).reshape(-1)
 
 

@@ -19,7 +19,9 @@ class OCRReward:
         try:
             from rapidocr_onnxruntime import RapidOCR
         except ImportError:
-            raise ValueError("reward ocr needs rapidocr-onnxruntime and rapidfuzz: pip install 'glm-grpo-ds[ocr]'") from None
+            raise ValueError(
+                "reward ocr needs rapidocr-onnxruntime and rapidfuzz: pip install 'glm-grpo-ds[ocr]'"
+            ) from None
         self.engine = RapidOCR()
         self.case_sensitive, self.min_confidence = case_sensitive, min_confidence
 

@@ -133,7 +133,8 @@ class RewardSet:
             log.warning_once(
                 f"reward-nonfinite:{label}",
                 f"glm-grpo: warning: reward {label} returned NaN/inf for {int(bad.sum())} of {n} samples; they are "
-                f"undefined (left out of the advantages); further ones are counted in reward/{label}_undefined, not logged",
+                "undefined (left out of the advantages); further ones are counted in "
+                f"reward/{label}_undefined, not logged",
                 all_ranks=True,
             )
             values = torch.where(bad, torch.full_like(values, float("nan")), values)

@@ -19,7 +19,11 @@ class SSIMReward:
         out = torch.full((images.shape[0],), float("nan"), device=images.device)
         if has.any():
             out[has] = structural_similarity_index_measure(
-                images[has].float(), targets[has], data_range=1.0, kernel_size=self.kernel_size,
-                sigma=self.sigma, reduction="none",
+                images[has].float(),
+                targets[has],
+                data_range=1.0,
+                kernel_size=self.kernel_size,
+                sigma=self.sigma,
+                reduction="none",
             ).reshape(-1)
         return out

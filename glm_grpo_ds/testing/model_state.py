@@ -43,10 +43,10 @@ def model_state_bytes(engine) -> dict[str, int]:
     else:
         master = list(opt.single_partition_of_fp32_groups)
         grads = [getattr(opt, "grads_in_partition", None)] + [p.grad for p in params]
-        grads += [g for g in getattr(opt, "averaged_gradients", {}).values() for g in (g if isinstance(g, list) else [g])]
+        grads += [
+            g for g in getattr(opt, "averaged_gradients", {}).values() for g in (g if isinstance(g, list) else [g])
+        ]
     out["master"] = total(master)
     out["gradients"] = total(grads)
     out["optimizer_states"] = total(v for st in opt.optimizer.state.values() for v in st.values())
     return out
-
-

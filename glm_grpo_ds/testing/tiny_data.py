@@ -38,7 +38,9 @@ def mean_brightness(images, prompts, samples):
     return images.mean(dim=(1, 2, 3))
 
 
-def write_tiny_dataset(model_dir, out_dir, height: int, width: int, decoder_cfg: DecoderConfig, num_prompts: int = len(PROMPTS)) -> Path:
+def write_tiny_dataset(
+    model_dir, out_dir, height: int, width: int, decoder_cfg: DecoderConfig, num_prompts: int = len(PROMPTS)
+) -> Path:
     from ..decoder import ImageDecoder
     from ..rollout import upsample_grid
     from ..seeding import decoder_seed

@@ -66,7 +66,19 @@ LM_HEAD_GAIN = 5.0  # see build_world_components
 WORLD_SIZE = 64  # default image side: a 2x2 grid of cells
 WORLD_COLOURS = ("red", "green", "blue", "yellow")  # the colours of the default prompt set
 # The world's tokenizer has these as whole-word tokens (tiny.build_tokenizer(words=...)).
-WORLD_WORDS = tuple(COLOURS) + ("image", "on", "the", "left", "right", "top", "at", "bottom", "a", "square", "background")
+WORLD_WORDS = tuple(COLOURS) + (
+    "image",
+    "on",
+    "the",
+    "left",
+    "right",
+    "top",
+    "at",
+    "bottom",
+    "a",
+    "square",
+    "background",
+)
 
 
 def token_colour(token_id: int) -> str:
@@ -90,8 +102,9 @@ def world_prompts(colours=tuple(COLOURS)) -> dict[str, list[str]]:
       the policy to bind each colour to its half, which the 2-layer tiny AR learns only slowly.
     """
     train = [f"{c} image" for c in colours]
-    heldout = [(f"{c} on the left, {c} on the right", f"{c} on top, {c} at the bottom")[i % 2]
-               for i, c in enumerate(colours)]
+    heldout = [
+        (f"{c} on the left, {c} on the right", f"{c} on top, {c} at the bottom")[i % 2] for i, c in enumerate(colours)
+    ]
     layouts = []
     for a, b in itertools.permutations(WORLD_COLOURS, 2):
         layouts += [f"{a} on the left, {b} on the right", f"{a} on top, {b} at the bottom"]

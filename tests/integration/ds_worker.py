@@ -136,8 +136,10 @@ def main(argv=None) -> int:
         gathered_batch = fixed_rollout(trainer, PROBE_PROMPTS[:1], gather=True)
         sharded_batch = fixed_rollout(trainer, PROBE_PROMPTS[:1], gather=False)
         again = fixed_rollout(trainer, PROBE_PROMPTS[:1], gather=True)  # hooks restored correctly
-        result = {k: (b.completion_ids.cpu(), b.sampler_logps.cpu()) for k, b in
-                  (("gathered", gathered_batch), ("sharded", sharded_batch), ("again", again))}
+        result = {
+            k: (b.completion_ids.cpu(), b.sampler_logps.cpu())
+            for k, b in (("gathered", gathered_batch), ("sharded", sharded_batch), ("again", again))
+        }
 
     elif a.scenario == "memory":
         from glm_grpo_ds.ds.ds_config import read_ds_config
@@ -158,7 +160,9 @@ def main(argv=None) -> int:
         grpo_update(trainer.engine, batch, adv, cfg, trainer.ref_engine, on_boundary=lambda e: per_rank("boundary"))
         per_rank("after")
         result = {name: [dict(zip(keys, row.tolist())) for row in t] for name, t in seen.items()}
-        result["plan"] = plan(cfg, read_ds_config(a.deepspeed), EstimateConfig(num_gpus=trainer.world, num_nodes=1, device="cpu"))
+        result["plan"] = plan(
+            cfg, read_ds_config(a.deepspeed), EstimateConfig(num_gpus=trainer.world, num_nodes=1, device="cpu")
+        )
 
     else:  # dp: one global rollout of 2 groups; rank r trains on its share
         trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
@@ -171,7 +175,9 @@ def main(argv=None) -> int:
         result["loss"] = dist.all_reduce_mean(torch.tensor(stats["loss"])).item()
         result["grads"] = grads
         with torch.no_grad():
-            result["logp_check"] = completion_logprobs(ds_engine.unwrap(trainer.engine), local, trainer.cfg.grpo.sampling).sum().item()
+            result["logp_check"] = (
+                completion_logprobs(ds_engine.unwrap(trainer.engine), local, trainer.cfg.grpo.sampling).sum().item()
+            )
 
     if dist.rank() == 0:
         out.mkdir(parents=True, exist_ok=True)

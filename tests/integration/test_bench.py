@@ -8,14 +8,35 @@ import sys
 
 
 def test_bench_writes_every_phase_and_ratio(tmp_path):
-    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "bench", "--size", "64", "--group-size", "4", "--steps", "1",
-           "--repeats", "1", "--out", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "glm_grpo_ds.commands.cli",
+        "bench",
+        "--size",
+        "64",
+        "--group-size",
+        "4",
+        "--steps",
+        "1",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((tmp_path / "bench.json").read_text())
     p = r["phases"]
-    for key in ("rollout_tokens_per_s", "decode_images_per_s", "reward_images_per_s", "update_tokens_per_s",
-                "peak_memory_mb", "rollout_ours_tokens_per_s", "rollout_pipeline_tokens_per_s"):
+    for key in (
+        "rollout_tokens_per_s",
+        "decode_images_per_s",
+        "reward_images_per_s",
+        "update_tokens_per_s",
+        "peak_memory_mb",
+        "rollout_ours_tokens_per_s",
+        "rollout_pipeline_tokens_per_s",
+    ):
         assert p[key] > 0 and math.isfinite(p[key]), key
     assert r["zero3_rollout_2_ranks"]["world_size"] == 2
     assert set(r["ratios"]) == {"rollout_ours_over_pipeline", "zero3_gathered_over_sharded", "update_peak_mb2_over_mb4"}

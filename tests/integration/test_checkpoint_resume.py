@@ -9,7 +9,6 @@ import sys
 import pytest
 import torch
 from safetensors.torch import load_file
-
 from test_trainer_deepspeed import CONFIG, ROOT, common, launch  # noqa: E402  (same directory)
 
 VOLATILE = ("time/", "_per_s", "peak_")  # wall-clock and memory differ between runs
@@ -24,7 +23,11 @@ def _stable(record):
 
 
 def train(nprocs, args, timeout=600):
-    launch(nprocs, ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero3.json", *args], timeout)
+    launch(
+        nprocs,
+        ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero3.json", *args],
+        timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +65,11 @@ def test_checkpoint_layout_and_atomicity(runs):
     assert not list(ckpts.glob("*.tmp"))  # the stale half-written checkpoint was removed
     for step in ("step_000002", "step_000004"):
         d = ckpts / step
-        assert (d / "trainer_state.json").is_file() and (d / "ds").is_dir() and len(list((d / "rng").glob("rank_*.pt"))) == 2
+        assert (
+            (d / "trainer_state.json").is_file()
+            and (d / "ds").is_dir()
+            and len(list((d / "rng").glob("rank_*.pt"))) == 2
+        )
         weights = load_file(d / "adapter" / "adapter_model.safetensors")
         assert weights and all(t.numel() > 0 for t in weights.values())
     state = json.loads((ckpts / "step_000002" / "trainer_state.json").read_text())
@@ -73,17 +80,43 @@ def test_resume_with_other_world_size_is_refused(runs, tiny_model_dir, tmp_path)
     out = tmp_path / "other"
     shutil.copytree(runs["resumed"] / "checkpoints", out / "checkpoints")
     proc = subprocess.run(
-        [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", str(ROOT / "ds_configs/zero3.json"),
-         *common(tiny_model_dir, runs["data"], out, "max_steps=6", "resume_from=latest", *runs["extra"])],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "glm_grpo_ds.train",
+            "--config",
+            str(CONFIG),
+            "--deepspeed",
+            str(ROOT / "ds_configs/zero3.json"),
+            *common(tiny_model_dir, runs["data"], out, "max_steps=6", "resume_from=latest", *runs["extra"]),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 2
     assert "was written with world size 2 and ZeRO stage 3; this run has world size 1" in proc.stderr
 
 
 def _merge(base, src, out):
-    proc = subprocess.run([sys.executable, "-m", "glm_grpo_ds.commands.cli", "merge", "--base", str(base), "--adapter", str(src),
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glm_grpo_ds.commands.cli",
+            "merge",
+            "--base",
+            str(base),
+            "--adapter",
+            str(src),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return load_file(out / "vision_language_encoder" / "model.safetensors")
 
@@ -106,11 +139,33 @@ def test_full_finetuning_checkpoint_exports_a_pipeline(tiny_model_dir, tmp_path)
     (tmp_path / "p.txt").write_text("a red cube\na blue ball\n")
     out = tmp_path / "full"
     proc = subprocess.run(
-        [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", str(ROOT / "ds_configs/zero2.json"),
-         f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={out}", "lora=null",
-         "optimizer.name=adamw", "optimizer.lr=1e-3", "grpo.beta=0", "max_steps=1", "save_steps=1", "rollout.height=64",
-         "rollout.width=64", "grpo.group_size=4", "logging.progress_bar=false", "rewards=[{name: 'python:glm_grpo_ds.testing.tiny_data:mean_brightness'}]"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "glm_grpo_ds.train",
+            "--config",
+            str(CONFIG),
+            "--deepspeed",
+            str(ROOT / "ds_configs/zero2.json"),
+            f"model.path={tiny_model_dir}",
+            f"data.train_file={tmp_path / 'p.txt'}",
+            f"output_dir={out}",
+            "lora=null",
+            "optimizer.name=adamw",
+            "optimizer.lr=1e-3",
+            "grpo.beta=0",
+            "max_steps=1",
+            "save_steps=1",
+            "rollout.height=64",
+            "rollout.width=64",
+            "grpo.group_size=4",
+            "logging.progress_bar=false",
+            "rewards=[{name: 'python:glm_grpo_ds.testing.tiny_data:mean_brightness'}]",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     merged = _merge(tiny_model_dir, out / "checkpoints" / "step_000001", tmp_path / "pipe")
@@ -120,5 +175,12 @@ def test_full_finetuning_checkpoint_exports_a_pipeline(tiny_model_dir, tmp_path)
         torch.testing.assert_close(merged[k], trained[k], rtol=0, atol=0)
     pipe = GlmImagePipeline.from_pretrained(tmp_path / "pipe")
     pipe.set_progress_bar_config(disable=True)
-    img = pipe("a red cube", height=64, width=64, num_inference_steps=2, output_type="pt", generator=torch.Generator().manual_seed(0)).images
+    img = pipe(
+        "a red cube",
+        height=64,
+        width=64,
+        num_inference_steps=2,
+        output_type="pt",
+        generator=torch.Generator().manual_seed(0),
+    ).images
     assert img.shape == (1, 3, 64, 64)

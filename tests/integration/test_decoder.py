@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from glm_grpo_ds.config import DecoderConfig
-from glm_grpo_ds.testing.tiny import CODEBOOK_SIZE
 from glm_grpo_ds.decoder import ImageDecoder
+from glm_grpo_ds.testing.tiny import CODEBOOK_SIZE
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,9 @@ def test_identical_grids_same_seed_identical_images(tiny_model_dir, decoder):
 
 def test_image_does_not_depend_on_other_prompts_in_the_batch(decoder):
     grids = _grids(4, seed=5)
-    mixed = decoder.decode(grids, ["a long prompt with 'GLYPHS'", "b", "b", "a long prompt with 'GLYPHS'"], 64, 96, [3, 7, 7, 3])
+    mixed = decoder.decode(
+        grids, ["a long prompt with 'GLYPHS'", "b", "b", "a long prompt with 'GLYPHS'"], 64, 96, [3, 7, 7, 3]
+    )
     alone = decoder.decode(grids[1:3], ["b", "b"], 64, 96, [7, 7])
     assert torch.equal(mixed[1:3], alone)
 

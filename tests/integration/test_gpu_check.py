@@ -22,11 +22,32 @@ def _port() -> int:
 
 def test_gpu_check_script_on_cpu_passes_and_check_run_can_fail(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "check"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu", OUT=str(out), VERIFY_SIZE="64",
-               MASTER_PORT=str(_port()), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    proc = subprocess.run(["bash", "launch/gpu_check.sh", str(tiny_model_dir), "rollout.height=64", "rollout.width=64",
-                           "max_steps=2", "grpo.group_size=4", "decoder.num_inference_steps=1"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        DS_ACCELERATOR="cpu",
+        OUT=str(out),
+        VERIFY_SIZE="64",
+        MASTER_PORT=str(_port()),
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    )
+    proc = subprocess.run(
+        [
+            "bash",
+            "launch/gpu_check.sh",
+            str(tiny_model_dir),
+            "rollout.height=64",
+            "rollout.width=64",
+            "max_steps=2",
+            "grpo.group_size=4",
+            "decoder.num_inference_steps=1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-3000:]
     assert "(collectives forced on)" in text and "dtype torch.bfloat16" in text

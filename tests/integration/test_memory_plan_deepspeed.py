@@ -3,7 +3,6 @@ one GRPO update; the planner's model-state bytes must equal the bytes of the act
 gradient, fp32-master and optimizer-state tensors on every rank."""
 
 import pytest
-
 from test_trainer_deepspeed import common, tiny_data, worker  # noqa: F401  (fixture)
 
 CASES = {
@@ -15,8 +14,16 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_planner_model_states_equal_deepspeed_tensors(case, tiny_model_dir, tiny_data, tmp_path):  # noqa: F811
     ds_config, extra = CASES[case]
-    overrides = common(tiny_model_dir, tiny_data, tmp_path / "run", "rollout.height=64", "rollout.width=64",
-                       "grpo.beta=0", "model.dtype=fp32", *extra)
+    overrides = common(
+        tiny_model_dir,
+        tiny_data,
+        tmp_path / "run",
+        "rollout.height=64",
+        "rollout.width=64",
+        "grpo.beta=0",
+        "model.dtype=fp32",
+        *extra,
+    )
     r = worker(2, "memory", tmp_path / "w", ds_config, overrides)
     planned = r["plan"]["model_states"]
     assert planned["optimizer_states"] > 0 and planned["master"] > 0

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from glm_grpo_ds.policy import lora_target_regex, load_ar, load_processor
+from glm_grpo_ds.policy import load_ar, load_processor, lora_target_regex
 from glm_grpo_ds.rollout import build_prompt_inputs, prompt_position_ids
 
 
@@ -16,8 +16,12 @@ def adapter(tiny_model_dir, tmp_path_factory):
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(0)
-    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=lora_target_regex(["q_proj", "v_proj", "gate_up_proj", "down_proj"]),
-                     init_lora_weights=False)  # random A and B: the adapter changes the logits
+    cfg = LoraConfig(
+        r=4,
+        lora_alpha=8,
+        target_modules=lora_target_regex(["q_proj", "v_proj", "gate_up_proj", "down_proj"]),
+        init_lora_weights=False,
+    )  # random A and B: the adapter changes the logits
     model = get_peft_model(load_ar(tiny_model_dir), cfg)
     out = tmp_path_factory.mktemp("adapter") / "final_adapter"
     model.save_pretrained(out)
@@ -28,7 +32,9 @@ def _logits(model, processor):
     inputs = build_prompt_inputs(processor, ["a red cube", "a much longer prompt with 'TEXT'"], 64, 96)
     positions = prompt_position_ids(model, inputs)
     with torch.no_grad():
-        return model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], position_ids=positions).logits
+        return model(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], position_ids=positions
+        ).logits
 
 
 def _sha(path):
@@ -40,8 +46,23 @@ def test_merge_equals_base_plus_adapter_and_renders(tiny_model_dir, adapter, tmp
     from peft import PeftModel
 
     out = tmp_path / "merged"
-    proc = subprocess.run([sys.executable, "-m", "glm_grpo_ds.commands.cli", "merge", "--base", str(tiny_model_dir),
-                           "--adapter", str(adapter), "--out", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glm_grpo_ds.commands.cli",
+            "merge",
+            "--base",
+            str(tiny_model_dir),
+            "--adapter",
+            str(adapter),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     processor = load_processor(tiny_model_dir)
     unmerged = _logits(PeftModel.from_pretrained(load_ar(tiny_model_dir), adapter), processor)
@@ -50,23 +71,56 @@ def test_merge_equals_base_plus_adapter_and_renders(tiny_model_dir, adapter, tmp
     assert (unmerged - base).abs().max() > 1e-3  # the adapter does change the model
     torch.testing.assert_close(merged, unmerged, rtol=0, atol=1e-5)
 
-    for part in ("transformer/diffusion_pytorch_model.safetensors", "vae/diffusion_pytorch_model.safetensors",
-                 "text_encoder/model.safetensors", "processor/tokenizer.json", "model_index.json"):
+    for part in (
+        "transformer/diffusion_pytorch_model.safetensors",
+        "vae/diffusion_pytorch_model.safetensors",
+        "text_encoder/model.safetensors",
+        "processor/tokenizer.json",
+        "model_index.json",
+    ):
         assert _sha(out / part) == _sha(tiny_model_dir / part), part
     pipe = GlmImagePipeline.from_pretrained(out)
     pipe.set_progress_bar_config(disable=True)
-    image = pipe("a red cube", height=64, width=64, num_inference_steps=2, output_type="pt",
-                 generator=torch.Generator().manual_seed(0)).images
+    image = pipe(
+        "a red cube",
+        height=64,
+        width=64,
+        num_inference_steps=2,
+        output_type="pt",
+        generator=torch.Generator().manual_seed(0),
+    ).images
     assert image.shape == (1, 3, 64, 64) and torch.isfinite(image).all()
     assert not (tmp_path / "merged.tmp").exists()
 
 
 def test_merge_errors(tiny_model_dir, adapter, tmp_path):
     cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "merge", "--base", str(tiny_model_dir)]
-    exists = subprocess.run(cmd + ["--adapter", str(adapter), "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    exists = subprocess.run(
+        cmd + ["--adapter", str(adapter), "--out", str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
     assert exists.returncode == 2 and "already exists" in exists.stderr
-    missing = subprocess.run(cmd + ["--adapter", str(tmp_path / "nope"), "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+    missing = subprocess.run(
+        cmd + ["--adapter", str(tmp_path / "nope"), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert missing.returncode == 2 and "holds no peft adapter" in missing.stderr
-    not_pipe = subprocess.run([sys.executable, "-m", "glm_grpo_ds.commands.cli", "merge", "--base", str(adapter), "--adapter", str(adapter),
-                               "--out", str(tmp_path / "o2")], capture_output=True, text=True, timeout=300)
+    not_pipe = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glm_grpo_ds.commands.cli",
+            "merge",
+            "--base",
+            str(adapter),
+            "--adapter",
+            str(adapter),
+            "--out",
+            str(tmp_path / "o2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert not_pipe.returncode == 2 and "is not a GLM-Image pipeline directory" in not_pipe.stderr

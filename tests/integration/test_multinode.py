@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from test_trainer_deepspeed import CONFIG, ROOT, WORKER, _port, common  # noqa: E402  (same directory)
 
 SCRIPTS = sorted((ROOT / "launch").glob("*.sh")) + [ROOT / "launch" / "slurm.sbatch"]
@@ -45,17 +44,45 @@ def test_two_nodes_on_loopback_end_with_the_same_weights(tiny_model_dir, tmp_pat
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     out = tmp_path / "w"
     port = str(_port())
-    overrides = common(tiny_model_dir, data, tmp_path / "run", "max_steps=2", "rollout.height=64", "rollout.width=64",
-                       "logging.progress_bar=false")
+    overrides = common(
+        tiny_model_dir,
+        data,
+        tmp_path / "run",
+        "max_steps=2",
+        "rollout.height=64",
+        "rollout.width=64",
+        "logging.progress_bar=false",
+    )
     procs, logs = [], []
     try:
         for node_rank in (0, 1):
             log = open(tmp_path / f"node{node_rank}.log", "w")
             logs.append(log)
-            cmd = [launcher, "--hostfile", str(hostfile), "--no_ssh", "--num_nodes", "2", "--node_rank", str(node_rank),
-                   "--master_addr", "127.0.0.1", "--master_port", port, str(WORKER), "train", str(out),
-                   "--deepspeed", "ds_configs/zero3.json", "--config", str(CONFIG), *overrides]
-            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            cmd = [
+                launcher,
+                "--hostfile",
+                str(hostfile),
+                "--no_ssh",
+                "--num_nodes",
+                "2",
+                "--node_rank",
+                str(node_rank),
+                "--master_addr",
+                "127.0.0.1",
+                "--master_port",
+                port,
+                str(WORKER),
+                "train",
+                str(out),
+                "--deepspeed",
+                "ds_configs/zero3.json",
+                "--config",
+                str(CONFIG),
+                *overrides,
+            ]
+            procs.append(
+                subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            )
         codes = [p.wait(timeout=600) for p in procs]
     finally:
         for p in procs:  # bounded: never leave launchers or ranks behind

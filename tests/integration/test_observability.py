@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from test_trainer_deepspeed import CONFIG, ROOT, common, launch  # noqa: E402  (same directory)
 
 from glm_grpo_ds.gallery import grid_size
-from test_trainer_deepspeed import CONFIG, ROOT, common, launch  # noqa: E402  (same directory)
 
 THUMB = 48  # < the 64x64 images: galleries downscale
 EVAL = ["eval.num_prompts=3", "eval.group_size=2", "eval.seed=99"]
@@ -27,15 +27,25 @@ def data64(tiny_model_dir, tmp_path_factory):
     from glm_grpo_ds.config import DecoderConfig
     from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
 
-    return write_tiny_dataset(tiny_model_dir, tmp_path_factory.mktemp("data64"), 64, 64, DecoderConfig(num_inference_steps=2))
+    return write_tiny_dataset(
+        tiny_model_dir, tmp_path_factory.mktemp("data64"), 64, 64, DecoderConfig(num_inference_steps=2)
+    )
 
 
 def run_single(tiny_model_dir, data, out_dir, *extra, timeout=300) -> subprocess.CompletedProcess:
     # One thread, like each of the 2 deepspeed ranks: numerics comparable across the runs, and no
     # spinning OpenMP threads when the test machine's cores are busy.
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero3.json",
-           *common(tiny_model_dir, data, out_dir, f"eval.file={data}", *SMALL, *EVAL, *extra)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "glm_grpo_ds.train",
+        "--config",
+        str(CONFIG),
+        "--deepspeed",
+        "ds_configs/zero3.json",
+        *common(tiny_model_dir, data, out_dir, f"eval.file={data}", *SMALL, *EVAL, *extra),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         pytest.fail("training failed:\n" + "\n".join((proc.stdout + proc.stderr).splitlines()[-40:]))
@@ -55,8 +65,16 @@ def png_size(path: Path) -> tuple[int, int]:
 def run1(tiny_model_dir, data64, tmp_path_factory):
     """2 steps, gallery every step, eval at 0, every step (1) and at the end (2)."""
     out = tmp_path_factory.mktemp("obs") / "run1"
-    proc = run_single(tiny_model_dir, data64, out, "max_steps=2", "seed=0", "logging.gallery_steps=1",
-                      "logging.gallery_max_prompts=2", "eval.steps=1")
+    proc = run_single(
+        tiny_model_dir,
+        data64,
+        out,
+        "max_steps=2",
+        "seed=0",
+        "logging.gallery_steps=1",
+        "logging.gallery_max_prompts=2",
+        "eval.steps=1",
+    )
     return out, proc
 
 
@@ -69,7 +87,12 @@ def test_galleries_eval_records_plot_and_progress_lines(run1):
     for step in (0, 1, 2):
         assert png_size(out / "samples" / f"eval_step_{step:06d}.png") == grid_size(2, 2, THUMB, THUMB)
     assert sorted(p.name for p in (out / "samples").iterdir()) == [
-        "eval_step_000000.png", "eval_step_000001.png", "eval_step_000002.png", "step_000001.png", "step_000002.png"]
+        "eval_step_000000.png",
+        "eval_step_000001.png",
+        "eval_step_000002.png",
+        "step_000001.png",
+        "step_000002.png",
+    ]
 
     rows = jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
@@ -77,7 +100,11 @@ def test_galleries_eval_records_plot_and_progress_lines(run1):
     evals = jsonl(out / "eval.jsonl")
     assert [e["step"] for e in evals] == [0, 1, 2]
     for e in evals:
-        assert e["eval/num_prompts"] == 3 and e["eval/reward_mean"] < 0 and e["eval/reward/pixel_mse"] == e["eval/reward_mean"]
+        assert (
+            e["eval/num_prompts"] == 3
+            and e["eval/reward_mean"] < 0
+            and e["eval/reward/pixel_mse"] == e["eval/reward_mean"]
+        )
         assert e["gallery"] == f"samples/eval_step_{e['step']:06d}.png"
 
     # stderr is a pipe, not a terminal: compact lines, no tqdm redraws
@@ -112,9 +139,31 @@ def test_two_ranks_gather_galleries_and_give_the_same_eval(run1, tiny_model_dir,
     dropped); the step-0 eval matches the single-process run (another seed, too)."""
     out1, _ = run1
     out = tmp_path / "run2"
-    launch(2, ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero3.json",
-               *common(tiny_model_dir, data64, out, f"eval.file={data64}", *SMALL, *EVAL, "max_steps=1", "seed=7",
-                       "logging.gallery_steps=1", "logging.gallery_max_prompts=4", "logging.plot=false")], timeout=300)
+    launch(
+        2,
+        [
+            "--module",
+            "glm_grpo_ds.train",
+            "--config",
+            str(CONFIG),
+            "--deepspeed",
+            "ds_configs/zero3.json",
+            *common(
+                tiny_model_dir,
+                data64,
+                out,
+                f"eval.file={data64}",
+                *SMALL,
+                *EVAL,
+                "max_steps=1",
+                "seed=7",
+                "logging.gallery_steps=1",
+                "logging.gallery_max_prompts=4",
+                "logging.plot=false",
+            ),
+        ],
+        timeout=300,
+    )
     assert png_size(out / "samples" / "step_000001.png") == grid_size(2, 8, THUMB, THUMB)  # 2 ranks x 1 prompt
     assert png_size(out / "samples" / "eval_step_000000.png") == grid_size(3, 2, THUMB, THUMB)  # padding dropped
     first, two = jsonl(out1 / "eval.jsonl")[0], jsonl(out / "eval.jsonl")[0]
@@ -126,7 +175,10 @@ def test_two_ranks_gather_galleries_and_give_the_same_eval(run1, tiny_model_dir,
 def test_unknown_report_to_is_a_config_error(capsys):
     from glm_grpo_ds.train import main
 
-    assert main(["--deepspeed", "ds_configs/zero3.json", "--config", str(CONFIG), "logging.report_to=[tensorbord, wandb]"]) == 2
+    assert (
+        main(["--deepspeed", "ds_configs/zero3.json", "--config", str(CONFIG), "logging.report_to=[tensorbord, wandb]"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "logging.report_to[0]: unknown tracker 'tensorbord'; did you mean 'tensorboard'?" in err
 
@@ -151,7 +203,9 @@ def test_wandb_offline_run(tiny_model_dir, data64, tmp_path, monkeypatch):
     out = tmp_path / "wb"
     # no network, no credentials: offline mode must not try to log in
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    run_single(tiny_model_dir, data64, out, "max_steps=1", "logging.report_to=[wandb]", "logging.wandb_project=glm-grpo-test")
+    run_single(
+        tiny_model_dir, data64, out, "max_steps=1", "logging.report_to=[wandb]", "logging.wandb_project=glm-grpo-test"
+    )
     runs = list((out / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("run-*.wandb"))
 
@@ -168,5 +222,8 @@ def test_eval_and_galleries_do_not_change_training(run1, tiny_model_dir, data64,
     plain, observed = jsonl(out / "metrics.jsonl"), jsonl(out1 / "metrics.jsonl")
     for a, b in zip(plain, observed):
         assert (a["reward_mean"], a["loss"]) == (b["reward_mean"], b["loss"])
-    w1, w2 = load_file(out1 / "final_adapter" / "adapter_model.safetensors"), load_file(out / "final_adapter" / "adapter_model.safetensors")
+    w1, w2 = (
+        load_file(out1 / "final_adapter" / "adapter_model.safetensors"),
+        load_file(out / "final_adapter" / "adapter_model.safetensors"),
+    )
     assert w1.keys() == w2.keys() and all((w1[k] == w2[k]).all() for k in w1)

@@ -89,7 +89,9 @@ def test_clip_family_loaders_on_tiny_random_checkpoints(tmp_path):
     pref = pref_r(images, prompts, [{}] * 3)
     torch.testing.assert_close(pref, clip * pref_r.scorer.logit_scale())
     a1 = build_reward("aesthetic", {"clip_model": str(clip_dir), "head": str(head_pth)})(images, prompts, [{}] * 3)
-    a2 = build_reward("aesthetic", {"clip_model": str(clip_dir), "head": str(head_st), "offload": True})(images, prompts, [{}] * 3)
+    a2 = build_reward("aesthetic", {"clip_model": str(clip_dir), "head": str(head_st), "offload": True})(
+        images, prompts, [{}] * 3
+    )
     assert torch.isfinite(a1).all() and a1[0] == a1[1]
     torch.testing.assert_close(a1, a2)
     with pytest.raises(ValueError, match="not a local transformers checkpoint"):
@@ -100,17 +102,60 @@ def test_clip_family_loaders_on_tiny_random_checkpoints(tmp_path):
 
 def test_score_command(hello):
     pytest.importorskip("rapidocr_onnxruntime")
-    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "score", "--reward", "ocr", "--prompt", "a sign 'HELLO 2026'",
-           "--image", str(hello), str(hello)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "glm_grpo_ds.commands.cli",
+        "score",
+        "--reward",
+        "ocr",
+        "--prompt",
+        "a sign 'HELLO 2026'",
+        "--image",
+        str(hello),
+        str(hello),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     values = [float(v) for v in proc.stdout.split()]
     assert len(values) == 2 and all(v >= 0.9 for v in values)
-    ssim = subprocess.run([sys.executable, "-m", "glm_grpo_ds.commands.cli", "score", "--reward", "ssim", "--prompt", "x",
-                           "--image", str(hello), "--target", str(hello)], capture_output=True, text=True, timeout=300)
+    ssim = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glm_grpo_ds.commands.cli",
+            "score",
+            "--reward",
+            "ssim",
+            "--prompt",
+            "x",
+            "--image",
+            str(hello),
+            "--target",
+            str(hello),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ssim.returncode == 0 and float(ssim.stdout) == pytest.approx(1.0, abs=1e-5)
-    bad = subprocess.run([sys.executable, "-m", "glm_grpo_ds.commands.cli", "score", "--reward", "ocrr", "--prompt", "x",
-                          "--image", str(hello)], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glm_grpo_ds.commands.cli",
+            "score",
+            "--reward",
+            "ocrr",
+            "--prompt",
+            "x",
+            "--image",
+            str(hello),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2 and "did you mean ocr" in bad.stderr
 
 
@@ -127,11 +172,25 @@ def test_custom_python_reward_through_training(tiny_model_dir, tmp_path):
     )
     (tmp_path / "p.txt").write_text("a red apple\na red car\n")
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(ROOT / "launch/configs/tiny_cpu.yaml"),
-           "--deepspeed", str(ROOT / "ds_configs/zero2.json"), f"model.path={tiny_model_dir}",
-           f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={out}", "max_steps=2", "rollout.height=64",
-           "rollout.width=64", "grpo.group_size=4", "grpo.reward_combination=normalize_then_sum", "logging.progress_bar=false",
-           f"rewards=[{{name: '{plugin}:redness', weight: 1.0}}, {{name: '{plugin}:sometimes', weight: 0.5}}]"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "glm_grpo_ds.train",
+        "--config",
+        str(ROOT / "launch/configs/tiny_cpu.yaml"),
+        "--deepspeed",
+        str(ROOT / "ds_configs/zero2.json"),
+        f"model.path={tiny_model_dir}",
+        f"data.train_file={tmp_path / 'p.txt'}",
+        f"output_dir={out}",
+        "max_steps=2",
+        "rollout.height=64",
+        "rollout.width=64",
+        "grpo.group_size=4",
+        "grpo.reward_combination=normalize_then_sum",
+        "logging.progress_bar=false",
+        f"rewards=[{{name: '{plugin}:redness', weight: 1.0}}, {{name: '{plugin}:sometimes', weight: 0.5}}]",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -145,18 +204,37 @@ def test_every_builtin_in_a_short_training(tiny_model_dir, tmp_path):
     clip_dir = write_tiny_clip(tmp_path / "clip")
     head = write_aesthetic_head(tmp_path / "head.safetensors", dim=16)
     Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "target.png")
-    rows = [{"prompt": "a sign that says 'HI'", "target_image": "target.png"}, {"prompt": "a red square", "target_image": "target.png", "text": "OK"}]
+    rows = [
+        {"prompt": "a sign that says 'HI'", "target_image": "target.png"},
+        {"prompt": "a red square", "target_image": "target.png", "text": "OK"},
+    ]
     (tmp_path / "p.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     rewards = (
         "[{name: pixel_mse}, {name: ssim}, {name: lpips, args: {pretrained_backbone: false}}, {name: ocr},"
-        f" {{name: clip, args: {{model: '{clip_dir}'}}}}, {{name: preference, weight: 0.1, args: {{model: '{clip_dir}'}}}},"
+        f" {{name: clip, args: {{model: '{clip_dir}'}}}},"
+        f" {{name: preference, weight: 0.1, args: {{model: '{clip_dir}'}}}},"
         f" {{name: aesthetic, args: {{clip_model: '{clip_dir}', head: '{head}', offload: true}}}}]"
     )
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(ROOT / "launch/configs/tiny_cpu.yaml"),
-           "--deepspeed", str(ROOT / "ds_configs/zero2.json"), f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.jsonl'}",
-           f"output_dir={out}", "max_steps=1", "rollout.height=64", "rollout.width=64", "grpo.group_size=4",
-           "batch.prompts_per_rank=2", "logging.progress_bar=false", f"rewards={rewards}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "glm_grpo_ds.train",
+        "--config",
+        str(ROOT / "launch/configs/tiny_cpu.yaml"),
+        "--deepspeed",
+        str(ROOT / "ds_configs/zero2.json"),
+        f"model.path={tiny_model_dir}",
+        f"data.train_file={tmp_path / 'p.jsonl'}",
+        f"output_dir={out}",
+        "max_steps=1",
+        "rollout.height=64",
+        "rollout.width=64",
+        "grpo.group_size=4",
+        "batch.prompts_per_rank=2",
+        "logging.progress_bar=false",
+        f"rewards={rewards}",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -16,12 +16,18 @@ from pathlib import Path
 import psutil
 import pytest
 from safetensors.torch import load_file
-
 from test_trainer_deepspeed import CONFIG, ROOT, WORKER, common, launch, launch_cmd  # noqa: E402  (same directory)
 
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu")
-FAST = ["rollout.height=64", "rollout.width=64", "grpo.group_size=4", "batch.micro_batch_size=4", "optimizer.name=adamw",
-        "logging.progress_bar=false", "logging.plot=false"]
+FAST = [
+    "rollout.height=64",
+    "rollout.width=64",
+    "grpo.group_size=4",
+    "batch.micro_batch_size=4",
+    "optimizer.name=adamw",
+    "logging.progress_bar=false",
+    "logging.plot=false",
+]
 
 
 def run_train(*args, ds_config="ds_configs/zero2.json", flags=(), timeout=300):
@@ -47,7 +53,9 @@ def data64(tiny_model_dir, tmp_path_factory):
     from glm_grpo_ds.config import DecoderConfig
     from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
 
-    return write_tiny_dataset(tiny_model_dir, tmp_path_factory.mktemp("robust") / "data", 64, 64, DecoderConfig(num_inference_steps=2))
+    return write_tiny_dataset(
+        tiny_model_dir, tmp_path_factory.mktemp("robust") / "data", 64, 64, DecoderConfig(num_inference_steps=2)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +80,9 @@ def _empty(tmp):
 
 def _missing_target(tmp):
     (tmp / "t.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b", "target_image": "gone.png"}\n')
-    return [f"data.train_file={tmp / 't.jsonl'}"], r"t.jsonl:2: target_image gone.png not found at .*gone.png; fix the path"
+    return [
+        f"data.train_file={tmp / 't.jsonl'}"
+    ], r"t.jsonl:2: target_image gone.png not found at .*gone.png; fix the path"
 
 
 def _unreadable_target(tmp):
@@ -94,8 +104,10 @@ def _micro_batch(tmp):
 
 
 def _offload_8bit(tmp):
-    return (["optimizer.name=adamw_8bit", "--deepspeed", "ds_configs/zero3_offload.json"],
-            r"optimizer.name=adamw_8bit with zero_optimization.offload_optimizer")
+    return (
+        ["optimizer.name=adamw_8bit", "--deepspeed", "ds_configs/zero3_offload.json"],
+        r"optimizer.name=adamw_8bit with zero_optimization.offload_optimizer",
+    )
 
 
 def _not_a_pipeline(tmp):
@@ -109,8 +121,10 @@ def _unwritable_out(tmp):
 
 
 def _other_stage(tmp):
-    return (["resume_from=latest", "--deepspeed", "ds_configs/zero3.json"],
-            r"was written with world size 1 and ZeRO stage 2; this run has world size 1 and stage 3")
+    return (
+        ["resume_from=latest", "--deepspeed", "ds_configs/zero3.json"],
+        r"was written with world size 1 and ZeRO stage 2; this run has world size 1 and stage 3",
+    )
 
 
 def _unknown_key(tmp):
@@ -119,14 +133,25 @@ def _unknown_key(tmp):
 
 def _bad_ds_json(tmp):
     (tmp / "ds.json").write_text('{\n  "zero_optimization": {"stage": 2,}\n}\n')
-    return ["--deepspeed", str(tmp / "ds.json")], r"ds.json is not valid JSON: Expecting property name .* at line 2, column 36"
+    return [
+        "--deepspeed",
+        str(tmp / "ds.json"),
+    ], r"ds.json is not valid JSON: Expecting property name .* at line 2, column 36"
 
 
 CASES = {
-    "1_malformed_jsonl": _bad_jsonl, "2_empty_dataset": _empty, "3_missing_target": _missing_target,
-    "3_unreadable_target": _unreadable_target, "4_unknown_reward": _unknown_reward, "5_height": _height,
-    "6_micro_batch": _micro_batch, "7_8bit_with_offload": _offload_8bit, "8_not_a_pipeline": _not_a_pipeline,
-    "9_unwritable_output_dir": _unwritable_out, "10_other_zero_stage": _other_stage, "11_unknown_key": _unknown_key,
+    "1_malformed_jsonl": _bad_jsonl,
+    "2_empty_dataset": _empty,
+    "3_missing_target": _missing_target,
+    "3_unreadable_target": _unreadable_target,
+    "4_unknown_reward": _unknown_reward,
+    "5_height": _height,
+    "6_micro_batch": _micro_batch,
+    "7_8bit_with_offload": _offload_8bit,
+    "8_not_a_pipeline": _not_a_pipeline,
+    "9_unwritable_output_dir": _unwritable_out,
+    "10_other_zero_stage": _other_stage,
+    "11_unknown_key": _unknown_key,
     "12_invalid_ds_json": _bad_ds_json,
 }
 
@@ -157,9 +182,21 @@ def test_bad_input_one_line_exit_2_checkpoint_intact(case, saved_run, tiny_model
 
 def test_bad_input_under_the_launcher_exits_2_with_one_line(tiny_model_dir, data64, tmp_path):
     """Every rank raises the same input error before any collective: no hang, one line (rank 0)."""
-    proc = launch(2, ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json",
-                      *common(tiny_model_dir, data64, tmp_path / "out", *FAST), "rewards=[{name: pixel_mes}]"],
-                  timeout=300, check=False)
+    proc = launch(
+        2,
+        [
+            "--module",
+            "glm_grpo_ds.train",
+            "--config",
+            str(CONFIG),
+            "--deepspeed",
+            "ds_configs/zero2.json",
+            *common(tiny_model_dir, data64, tmp_path / "out", *FAST),
+            "rewards=[{name: pixel_mes}]",
+        ],
+        timeout=300,
+        check=False,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2, text[-3000:]
     assert text.count("glm-grpo train: rewards[0].name: unknown reward 'pixel_mes'") == 1 and "Traceback" not in text
@@ -171,7 +208,7 @@ def test_debug_shows_the_traceback(saved_run, tiny_model_dir, data64, tmp_path):
 
 
 # ----------------------------------------------------------------------------- during training
-FLAKY = '''
+FLAKY = """
 import torch
 calls = [0]
 def flaky(images, prompts, samples):
@@ -181,15 +218,18 @@ def flaky(images, prompts, samples):
     values = torch.arange(len(prompts), dtype=torch.float32)
     values[0] = float("nan")
     return values
-'''
+"""
 
 
 def test_reward_that_raises_or_returns_nan_is_counted_and_warned_once(tiny_model_dir, data64, tmp_path):
     (tmp_path / "flaky.py").write_text(FLAKY)
     spec = f"{tmp_path / 'flaky.py'}:flaky"
     out = tmp_path / "run"
-    proc = run_train(*common(tiny_model_dir, data64, out, "max_steps=3", *FAST),
-                     f"rewards=[{{name: pixel_mse}}, {{name: '{spec}'}}]", flags=["--log-level", "warning"])
+    proc = run_train(
+        *common(tiny_model_dir, data64, out, "max_steps=3", *FAST),
+        f"rewards=[{{name: pixel_mse}}, {{name: '{spec}'}}]",
+        flags=["--log-level", "warning"],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = metrics(out)
     assert [r[f"reward/{spec}_failed"] for r in rows] == [4, 0, 4]
@@ -202,17 +242,39 @@ def test_reward_that_raises_or_returns_nan_is_counted_and_warned_once(tiny_model
 
 
 @pytest.mark.parametrize("nprocs,ds_config", [(1, "zero2.json"), (2, "zero3.json")])
-def test_nonfinite_steps_are_skipped_then_the_run_stops_with_a_checkpoint(nprocs, ds_config, tiny_model_dir, data64, tmp_path):
+def test_nonfinite_steps_are_skipped_then_the_run_stops_with_a_checkpoint(
+    nprocs, ds_config, tiny_model_dir, data64, tmp_path
+):
     out = tmp_path / "run"
-    overrides = common(tiny_model_dir, data64, out, "max_steps=6", "save_steps=1", "max_consecutive_skips=2",
-                       "optimizer.lr=1e-2", *FAST)
-    args = [str(WORKER), "nonfinite", str(tmp_path / "w"), "--deepspeed", f"ds_configs/{ds_config}", "--config", str(CONFIG), *overrides]
+    overrides = common(
+        tiny_model_dir,
+        data64,
+        out,
+        "max_steps=6",
+        "save_steps=1",
+        "max_consecutive_skips=2",
+        "optimizer.lr=1e-2",
+        *FAST,
+    )
+    args = [
+        str(WORKER),
+        "nonfinite",
+        str(tmp_path / "w"),
+        "--deepspeed",
+        f"ds_configs/{ds_config}",
+        "--config",
+        str(CONFIG),
+        *overrides,
+    ]
     if nprocs == 1:
         proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     else:
         proc = launch(nprocs, args, timeout=300, check=False)
     assert proc.returncode == 3, (proc.stdout + proc.stderr)[-3000:]
-    assert "glm-grpo train: stopped at step 3: the last 2 steps were skipped for a non-finite loss or gradient" in proc.stderr
+    assert (
+        "glm-grpo train: stopped at step 3: the last 2 steps were skipped for a non-finite loss or gradient"
+        in proc.stderr
+    )
     rows = metrics(out)
     assert [r["skipped"] for r in rows] == [0, 1, 1] and [r["skipped_steps"] for r in rows] == [0, 1, 2]
     assert rows[0]["loss"] is not None and rows[1]["loss"] is None
@@ -227,8 +289,15 @@ def test_nonfinite_steps_are_skipped_then_the_run_stops_with_a_checkpoint(nprocs
 
 def test_sigterm_saves_a_checkpoint_and_resume_continues(tiny_model_dir, data64, tmp_path):
     out = tmp_path / "run"
-    args = ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json",
-            *common(tiny_model_dir, data64, out, "max_steps=1000", *FAST)]
+    args = [
+        "--module",
+        "glm_grpo_ds.train",
+        "--config",
+        str(CONFIG),
+        "--deepspeed",
+        "ds_configs/zero2.json",
+        *common(tiny_model_dir, data64, out, "max_steps=1000", *FAST),
+    ]
     cmd, env, _ = launch_cmd(2, args)
     log = (tmp_path / "log").open("w+")
     runner = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -248,13 +317,26 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tiny_model_dir, data64,
     log.seek(0)
     text = log.read()
     assert runner.returncode != 0
-    m = re.search(r"glm-grpo train: preempted by SIGTERM at step (\d+); checkpoint at (\S+); resume with resume_from=latest", text)
+    m = re.search(
+        r"glm-grpo train: preempted by SIGTERM at step (\d+); checkpoint at (\S+); resume with resume_from=latest", text
+    )
     assert m, text[-3000:]
     step = int(m.group(1))
     assert Path(m.group(2)) == out / "checkpoints" / f"step_{step:06d}"
     assert (out / "checkpoints" / "latest").read_text() == f"step_{step:06d}"
-    proc = launch(2, ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json",
-                      *common(tiny_model_dir, data64, out, f"max_steps={step + 1}", "resume_from=latest", *FAST)], timeout=600)
+    proc = launch(
+        2,
+        [
+            "--module",
+            "glm_grpo_ds.train",
+            "--config",
+            str(CONFIG),
+            "--deepspeed",
+            "ds_configs/zero2.json",
+            *common(tiny_model_dir, data64, out, f"max_steps={step + 1}", "resume_from=latest", *FAST),
+        ],
+        timeout=600,
+    )
     assert f"resumed from {out / 'checkpoints' / f'step_{step:06d}'} at step {step}" in proc.stdout
     assert [r["step"] for r in metrics(out)] == list(range(1, step + 2))
     assert (out / "final_adapter" / "adapter_model.safetensors").is_file()

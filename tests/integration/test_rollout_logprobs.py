@@ -123,7 +123,9 @@ def test_draws_stay_inside_the_top_k_top_p_support():
     cut = truncate(policy, top_k=5, top_p=0.6)
     ids, logp = sample(policy, 5, 0.6, torch.Generator().manual_seed(1))
     assert torch.isfinite(cut.gather(1, ids[:, None])).all()  # every draw is inside the cut
-    assert torch.equal(logp, torch.log_softmax(policy, -1).gather(1, ids[:, None]).squeeze(1))  # recorded: policy log-prob
+    assert torch.equal(
+        logp, torch.log_softmax(policy, -1).gather(1, ids[:, None]).squeeze(1)
+    )  # recorded: policy log-prob
     kept = torch.isfinite(cut).sum(1)
     assert kept.max() <= 5 and kept.min() >= 1 and (ids < 16).all()
 
@@ -148,8 +150,10 @@ def test_exact_grid_lengths_codebook_range_and_prior_layout(batch):
 def test_decode_positions_mirror_transformers_cache(ar, processor):
     inputs = build_prompt_inputs(processor, PROMPTS, 64, 96)
     positions, _ = ar.model.get_rope_index(
-        inputs["input_ids"], image_grid_thw=inputs["image_grid_thw"],
-        images_per_sample=inputs["images_per_sample"], attention_mask=inputs["attention_mask"],
+        inputs["input_ids"],
+        image_grid_thw=inputs["image_grid_thw"],
+        images_per_sample=inputs["images_per_sample"],
+        attention_mask=inputs["attention_mask"],
     )
     ours = decode_position_ids(positions, inputs["attention_mask"], grid_spec_from_inputs(inputs))
     theirs = ar.model._cached_decode_position_ids.permute(1, 0, 2)  # [3, B, n + 1 end marker]
@@ -186,10 +190,12 @@ def test_cli_verify_logprobs(tiny_model_dir):
     cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "verify-logprobs", "--model", str(tiny_model_dir)]
     ok = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
-    line = next(l for l in ok.stdout.splitlines() if l.startswith("max_abs_diff="))
+    line = next(text for text in ok.stdout.splitlines() if text.startswith("max_abs_diff="))
     fields = dict(kv.split("=") for kv in line.split())
     assert float(fields["max_abs_diff"]) <= 1e-5 and float(fields["mean_abs_diff"]) <= float(fields["max_abs_diff"])
-    strict = subprocess.run(cmd + ["--dtype", "bf16", "--tolerance", "1e-9"], capture_output=True, text=True, timeout=300)
+    strict = subprocess.run(
+        cmd + ["--dtype", "bf16", "--tolerance", "1e-9"], capture_output=True, text=True, timeout=300
+    )
     assert strict.returncode == 1 and "FAIL" in strict.stderr
     bad = subprocess.run(cmd + ["--height", "50"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "multiples of 32" in bad.stderr

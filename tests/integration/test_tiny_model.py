@@ -27,7 +27,15 @@ def pipe(tiny_model_dir):
 
 def test_directory_is_complete_small_and_deterministic(tiny_model_dir, tmp_path):
     index = json.loads((tiny_model_dir / "model_index.json").read_text())
-    for component in ("tokenizer", "processor", "text_encoder", "vision_language_encoder", "vae", "transformer", "scheduler"):
+    for component in (
+        "tokenizer",
+        "processor",
+        "text_encoder",
+        "vision_language_encoder",
+        "vae",
+        "transformer",
+        "scheduler",
+    ):
         assert component in index and (tiny_model_dir / component).is_dir()
     size = sum(p.stat().st_size for p in tiny_model_dir.rglob("*") if p.is_file())
     assert size < 5 * 1024 * 1024
@@ -47,8 +55,14 @@ def test_vocabularies_are_consistent(pipe):
     # every id lm_head can produce must exist in the input embedding (it is fed back)
     assert text.vocab_size > text.vision_vocab_size
     # the DiT's prior-token codebook equals the VQ codebook; start/end sit right above it
-    assert pipe.transformer.config.prior_vq_quantizer_codebook_size == ar.config.vq_config.num_embeddings == tiny.CODEBOOK_SIZE
-    assert ar.config.image_start_token_id == tiny.CODEBOOK_SIZE and ar.config.image_end_token_id == tiny.CODEBOOK_SIZE + 1
+    assert (
+        pipe.transformer.config.prior_vq_quantizer_codebook_size
+        == ar.config.vq_config.num_embeddings
+        == tiny.CODEBOOK_SIZE
+    )
+    assert (
+        ar.config.image_start_token_id == tiny.CODEBOOK_SIZE and ar.config.image_end_token_id == tiny.CODEBOOK_SIZE + 1
+    )
     # eos outside what lm_head can emit: random weights cannot end generation early
     eos = ar.generation_config.eos_token_id
     assert eos >= text.vision_vocab_size and text.eos_token_id >= text.vision_vocab_size
@@ -75,7 +89,9 @@ def test_processor_grids(pipe, height, width, preview):
 def test_renders_both_sizes_deterministically(pipe, height, width):
     def render(seed):
         g = torch.Generator().manual_seed(seed)
-        out = pipe("a sign that says 'HI'", height=height, width=width, num_inference_steps=3, generator=g, output_type="pt")
+        out = pipe(
+            "a sign that says 'HI'", height=height, width=width, num_inference_steps=3, generator=g, output_type="pt"
+        )
         return out.images
 
     a, b = render(0), render(0)
@@ -85,7 +101,9 @@ def test_renders_both_sizes_deterministically(pipe, height, width):
 
 
 def test_prior_tokens_fill_the_grid_with_codebook_ids(pipe):
-    prior, _, _ = pipe.generate_prior_tokens(prompt=["a", "bb"], height=64, width=96, generator=torch.Generator().manual_seed(0))
+    prior, _, _ = pipe.generate_prior_tokens(
+        prompt=["a", "bb"], height=64, width=96, generator=torch.Generator().manual_seed(0)
+    )
     # large grid 2x3 upsampled x2 -> 4x6 = 24 ids per sample, all inside the DiT codebook
     assert prior.shape == (2, 24)
     assert prior.min() >= 0 and prior.max() < tiny.CODEBOOK_SIZE
@@ -95,7 +113,9 @@ def test_cli_tiny_model(tmp_path):
     out = tmp_path / "cli"
     proc = subprocess.run(
         [sys.executable, "-m", "glm_grpo_ds.commands.cli", "tiny-model", str(out), "--seed", "3"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert (out / "model_index.json").is_file() and "wrote tiny GLM-Image pipeline" in proc.stdout
@@ -107,7 +127,9 @@ def test_cli_render_writes_pngs_and_rejects_bad_size(tiny_model_dir, tmp_path):
     cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "render", "--model", str(tiny_model_dir), "--steps", "2"]
     proc = subprocess.run(
         cmd + ["--prompt", "a", "--prompt", "b", "--height", "64", "--width", "96", "--out", str(tmp_path / "r")],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     pngs = sorted((tmp_path / "r").glob("*.png"))
@@ -124,8 +146,15 @@ def test_full_size_ar_config_is_glm_image_with_the_tiny_vocabulary_layout():
 
     real = GlmImageConfig()
     cfg = tiny.build_ar_config(len(tiny._vocab()), 0, 0, full_size=True)
-    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                "vocab_size", "vision_vocab_size"):
+    for key in (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+        "vision_vocab_size",
+    ):
         assert getattr(cfg.text_config, key) == getattr(real.text_config, key), key
     assert cfg.vision_config.depth == real.vision_config.depth
     assert cfg.vq_config.num_embeddings == tiny.CODEBOOK_SIZE and cfg.image_start_token_id == tiny.IMAGE_START_ID

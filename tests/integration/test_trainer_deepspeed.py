@@ -58,7 +58,20 @@ def common(tiny_model_dir, tiny_data, out_dir, *extra):
 
 
 def worker(nprocs, scenario, out, ds_config, overrides, extra=()):
-    launch(nprocs, [str(WORKER), scenario, str(out), "--deepspeed", f"ds_configs/{ds_config}", "--config", str(CONFIG), *extra, *overrides])
+    launch(
+        nprocs,
+        [
+            str(WORKER),
+            scenario,
+            str(out),
+            "--deepspeed",
+            f"ds_configs/{ds_config}",
+            "--config",
+            str(CONFIG),
+            *extra,
+            *overrides,
+        ],
+    )
     return torch.load(out / "result.pt", weights_only=False)
 
 
@@ -66,8 +79,15 @@ def worker(nprocs, scenario, out, ds_config, overrides, extra=()):
 def test_lora_8bit_checkpointing_trains_only_the_adapter(ds_config, tiny_model_dir, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     overrides = common(
-        tiny_model_dir, tiny_data, run_dir, "max_steps=2", "rollout.height=64", "rollout.width=64",
-        "optimizer.name=adamw_8bit", "model.gradient_checkpointing=true", "grpo.beta=0.04",
+        tiny_model_dir,
+        tiny_data,
+        run_dir,
+        "max_steps=2",
+        "rollout.height=64",
+        "rollout.width=64",
+        "optimizer.name=adamw_8bit",
+        "model.gradient_checkpointing=true",
+        "grpo.beta=0.04",
     )
     r = worker(2, "train", tmp_path / "w", ds_config, overrides)
     assert r["is_lora"]
@@ -82,9 +102,24 @@ def test_lora_8bit_checkpointing_trains_only_the_adapter(ds_config, tiny_model_d
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]
     for row in rows:
-        for key in ("loss", "reward_mean", "reward_std", "kl", "reward/pixel_mse", "clip_frac_low", "clip_frac_high",
-                    "ratio_mean", "grad_norm", "lr", "time/rollout", "time/decode", "time/reward", "time/update",
-                    "rollout_tokens_per_s", "peak_rss_mb"):
+        for key in (
+            "loss",
+            "reward_mean",
+            "reward_std",
+            "kl",
+            "reward/pixel_mse",
+            "clip_frac_low",
+            "clip_frac_high",
+            "ratio_mean",
+            "grad_norm",
+            "lr",
+            "time/rollout",
+            "time/decode",
+            "time/reward",
+            "time/update",
+            "rollout_tokens_per_s",
+            "peak_rss_mb",
+        ):
             assert key in row and row[key] is not None, key
         assert torch.isfinite(torch.tensor(row["loss"]))
         # one update per rollout: the ratio is exactly 1 and nothing is clipped
@@ -102,8 +137,16 @@ def test_lora_8bit_checkpointing_trains_only_the_adapter(ds_config, tiny_model_d
 def test_full_finetuning_with_frozen_reference_engine_zero3(tiny_model_dir, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     overrides = common(
-        tiny_model_dir, tiny_data, run_dir, "lora=null", "max_steps=2", "rollout.height=64", "rollout.width=64",
-        "grpo.beta=0.1", "optimizer.name=adamw", "optimizer.lr=1e-3",
+        tiny_model_dir,
+        tiny_data,
+        run_dir,
+        "lora=null",
+        "max_steps=2",
+        "rollout.height=64",
+        "rollout.width=64",
+        "grpo.beta=0.1",
+        "optimizer.name=adamw",
+        "optimizer.lr=1e-3",
     )
     r = worker(2, "train", tmp_path / "w", "zero3.json", overrides)
     assert not r["is_lora"]
@@ -123,8 +166,17 @@ def _rel_close(a: torch.Tensor, b: torch.Tensor, rel: float) -> bool:
 
 @pytest.mark.parametrize("lora,ds_config", [("lora", "zero3.json"), ("full", "zero3.json"), ("lora", "zero2.json")])
 def test_gradients_do_not_depend_on_micro_batch_size(lora, ds_config, tiny_model_dir, tiny_data, tmp_path):
-    overrides = common(tiny_model_dir, tiny_data, tmp_path / "run", "rollout.height=64", "rollout.width=64",
-                       "batch.prompts_per_rank=1", "grpo.group_size=8", "grpo.beta=0.04", "optimizer.name=adamw")
+    overrides = common(
+        tiny_model_dir,
+        tiny_data,
+        tmp_path / "run",
+        "rollout.height=64",
+        "rollout.width=64",
+        "batch.prompts_per_rank=1",
+        "grpo.group_size=8",
+        "grpo.beta=0.04",
+        "optimizer.name=adamw",
+    )
     if lora == "full":
         overrides.append("lora=null")
     r = worker(2, "grads", tmp_path / "w", ds_config, overrides, extra=["--micro-batch-sizes", "1,2,8"])
@@ -137,13 +189,24 @@ def test_gradients_do_not_depend_on_micro_batch_size(lora, ds_config, tiny_model
         for n in nonzero:
             assert _rel_close(r[m]["grads"][n], ref["grads"][n], 1e-5), (m, n)
         first = r[m]["iterations"][0]
-        assert first["ratio_min"] == first["ratio_max"] == 1.0 and first["clip_frac_low"] == first["clip_frac_high"] == 0.0
+        assert (
+            first["ratio_min"] == first["ratio_max"] == 1.0 and first["clip_frac_low"] == first["clip_frac_high"] == 0.0
+        )
 
 
 def test_same_rollouts_same_loss_and_gradients_on_one_and_two_ranks(tiny_model_dir, tiny_data, tmp_path):
-    base = common(tiny_model_dir, tiny_data, tmp_path / "run", "rollout.height=64", "rollout.width=64",
-                  "grpo.group_size=4", "batch.micro_batch_size=2", "grpo.beta=0.04", "grpo.advantage_scale=batch",
-                  "optimizer.name=adamw")
+    base = common(
+        tiny_model_dir,
+        tiny_data,
+        tmp_path / "run",
+        "rollout.height=64",
+        "rollout.width=64",
+        "grpo.group_size=4",
+        "batch.micro_batch_size=2",
+        "grpo.beta=0.04",
+        "grpo.advantage_scale=batch",
+        "optimizer.name=adamw",
+    )
     one = worker(1, "dp", tmp_path / "w1", "zero3.json", base + ["batch.prompts_per_rank=2"])
     two = worker(2, "dp", tmp_path / "w2", "zero3.json", base + ["batch.prompts_per_rank=1"])
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-6)
@@ -154,16 +217,31 @@ def test_same_rollouts_same_loss_and_gradients_on_one_and_two_ranks(tiny_model_d
 
 
 def test_sharded_rollout_equals_gathered_rollout_zero3(tiny_model_dir, tiny_data, tmp_path):
-    overrides = common(tiny_model_dir, tiny_data, tmp_path / "run", "rollout.height=64", "rollout.width=64", "grpo.group_size=2",
-                       "batch.micro_batch_size=2")
+    overrides = common(
+        tiny_model_dir,
+        tiny_data,
+        tmp_path / "run",
+        "rollout.height=64",
+        "rollout.width=64",
+        "grpo.group_size=2",
+        "batch.micro_batch_size=2",
+    )
     r = worker(2, "sharded", tmp_path / "w", "zero3.json", overrides)
     assert torch.equal(r["gathered"][0], r["sharded"][0]) and torch.equal(r["gathered"][0], r["again"][0])
     torch.testing.assert_close(r["gathered"][1], r["sharded"][1], rtol=0, atol=1e-5)
 
 
 def test_num_iterations_two_first_ratio_is_one(tiny_model_dir, tiny_data, tmp_path):
-    overrides = common(tiny_model_dir, tiny_data, tmp_path / "run", "rollout.height=64", "rollout.width=64",
-                       "grpo.num_iterations=2", "optimizer.name=adamw", "optimizer.lr=1e-2")
+    overrides = common(
+        tiny_model_dir,
+        tiny_data,
+        tmp_path / "run",
+        "rollout.height=64",
+        "rollout.width=64",
+        "grpo.num_iterations=2",
+        "optimizer.name=adamw",
+        "optimizer.lr=1e-2",
+    )
     r = worker(2, "grads", tmp_path / "w", "zero3.json", overrides, extra=["--micro-batch-sizes", "4"])
     first, second = r[4]["iterations"]
     assert first["ratio_min"] == first["ratio_max"] == 1.0

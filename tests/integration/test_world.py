@@ -30,11 +30,15 @@ def world_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("steps,guidance", [(1, 1.0), (3, 1.5), (8, 4.0)])
 def test_decoder_paints_each_token_its_colour(world_dir, steps, guidance):
-    decoder = ImageDecoder(world_dir / "model", DecoderConfig(num_inference_steps=steps, guidance_scale=guidance), "cpu")
+    decoder = ImageDecoder(
+        world_dir / "model", DecoderConfig(num_inference_steps=steps, guidance_scale=guidance), "cpu"
+    )
     grids = torch.randint(0, 16, (4, 6), generator=torch.Generator().manual_seed(steps))  # 2x3 cells: 64x96
     images = decoder.decode(upsample_grid(grids, 2, 3), ["red image"] * 4, 64, 96, [0, 1, 2, 3])
     assert set(images.unique().tolist()) <= {0.0, 1.0}  # saturated, whatever the noise
-    expected = torch.tensor([[world.COLOURS[world.token_colour(int(k))] for k in row] for row in grids]).view(4, 2, 3, 3)
+    expected = torch.tensor([[world.COLOURS[world.token_colour(int(k))] for k in row] for row in grids]).view(
+        4, 2, 3, 3
+    )
     assert torch.equal(world.cell_colours(images), expected.float())
     assert (images.reshape(4, 3, 2, 32, 3, 32).std(dim=(3, 5)) == 0).all()  # every cell is one flat colour
 
@@ -42,8 +46,10 @@ def test_decoder_paints_each_token_its_colour(world_dir, steps, guidance):
 def test_write_world_best_and_prompts(world_dir):
     summary = json.loads((world_dir / "best.json").read_text())
     assert len(summary["palette"]) == 16 and summary["palette"][1] == [1.0, 0.0, 0.0]
-    sets = {name: [json.loads(line)["prompt"] for line in (world_dir / f"{name}.jsonl").read_text().splitlines()]
-            for name in ("train", "heldout", "layouts")}
+    sets = {
+        name: [json.loads(line)["prompt"] for line in (world_dir / f"{name}.jsonl").read_text().splitlines()]
+        for name in ("train", "heldout", "layouts")
+    }
     assert sets["train"][:2] == ["black image", "red image"] and len(sets["train"]) == 8
     assert sets["heldout"][:2] == ["black on the left, black on the right", "red on top, red at the bottom"]
     assert len(sets["layouts"]) == 24 and not set(sets["train"]) & set(sets["heldout"])
@@ -56,8 +62,9 @@ def test_layer0_attends_to_the_colour_word(world_dir):
     from transformers import AutoProcessor, GlmImageForConditionalGeneration
 
     tok = AutoProcessor.from_pretrained(world_dir / "model" / "processor").tokenizer
-    ar = GlmImageForConditionalGeneration.from_pretrained(world_dir / "model" / "vision_language_encoder",
-                                                          attn_implementation="eager")
+    ar = GlmImageForConditionalGeneration.from_pretrained(
+        world_dir / "model" / "vision_language_encoder", attn_implementation="eager"
+    )
     prompt = tok("[gMASK]<|user|>\nthe image is blue<|assistant|>\n")["input_ids"]
     ids = torch.tensor([prompt + torch.randint(0, 16, (40,), generator=torch.Generator().manual_seed(0)).tolist()])
     with torch.no_grad():
@@ -72,11 +79,17 @@ def test_progress_fraction(tmp_path):
     assert fraction_of_way(0.5, 0.8, 1.0) == pytest.approx(0.6)
     (tmp_path / "p.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
     (tmp_path / "best.json").write_text(json.dumps({"best": {"a": 1.0, "b": 0.8}}))
-    cfg = {"data": {"train_file": str(tmp_path / "p.jsonl")}, "eval": {"file": str(tmp_path / "p.jsonl"), "num_prompts": 1}}
+    cfg = {
+        "data": {"train_file": str(tmp_path / "p.jsonl")},
+        "eval": {"file": str(tmp_path / "p.jsonl"), "num_prompts": 1},
+    }
     (tmp_path / "config.json").write_text(json.dumps({"train": cfg}))
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"reward_mean": r}) + "\n" for r in (0.4, 0.5, 0.7, 0.8)))
-    (tmp_path / "eval.jsonl").write_text("".join(json.dumps({"step": s, "eval/reward_mean": r}) + "\n"
-                                                 for s, r in ((0, 0.2), (5, 0.5), (10, 0.6))))
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps({"reward_mean": r}) + "\n" for r in (0.4, 0.5, 0.7, 0.8))
+    )
+    (tmp_path / "eval.jsonl").write_text(
+        "".join(json.dumps({"step": s, "eval/reward_mean": r}) + "\n" for s, r in ((0, 0.2), (5, 0.5), (10, 0.6)))
+    )
     res = run_progress(tmp_path, tmp_path / "best.json", window=2)
     assert res["eval"] == pytest.approx((0.2, 0.6, 1.0, 0.5, 0, 10))  # eval: first prompt only, best 1.0
     assert res["train"] == pytest.approx((0.45, 0.75, 0.9, 0.3 / 0.45))  # train: both prompts, best 0.9
@@ -95,11 +108,31 @@ def _train(world_dir, run_dir, *extra):
     train, held = run_dir.parent / f"{run_dir.name}_train.jsonl", run_dir.parent / f"{run_dir.name}_held.jsonl"
     train.write_text("".join(json.dumps({"prompt": f"{c} image"}) + "\n" for c in LEARN_COLOURS))
     held.write_text("".join(json.dumps({"prompt": f"{c} on top, {c} at the bottom"}) + "\n" for c in LEARN_COLOURS))
-    launch(2, ["--module", "glm_grpo_ds.train", "--config", WORLD_CONFIG, "--deepspeed", "ds_configs/zero3.json",
-               f"model.path={world_dir / 'model'}", f"data.train_file={train}", f"eval.file={held}",
-               "eval.num_prompts=4", "eval.group_size=8", "eval.steps=0", "eval.gallery=false", "max_steps=20",
-               "logging.gallery_steps=0", f"output_dir={run_dir}", "logging.progress_bar=false", "logging.plot=false",
-               *extra], timeout=600)
+    launch(
+        2,
+        [
+            "--module",
+            "glm_grpo_ds.train",
+            "--config",
+            WORLD_CONFIG,
+            "--deepspeed",
+            "ds_configs/zero3.json",
+            f"model.path={world_dir / 'model'}",
+            f"data.train_file={train}",
+            f"eval.file={held}",
+            "eval.num_prompts=4",
+            "eval.group_size=8",
+            "eval.steps=0",
+            "eval.gallery=false",
+            "max_steps=20",
+            "logging.gallery_steps=0",
+            f"output_dir={run_dir}",
+            "logging.progress_bar=false",
+            "logging.plot=false",
+            *extra,
+        ],
+        timeout=600,
+    )
     return _eval_fraction(run_dir)
 
 

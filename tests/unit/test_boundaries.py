@@ -31,9 +31,14 @@ def _imported(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def _deepspeed_imports(tree: ast.AST) -> list[int]:
-    return [line for line, name in _imported(tree)
-            if name == "deepspeed" or name.startswith("deepspeed.") or name.endswith("integrations.deepspeed")
-            or name.endswith("HfDeepSpeedConfig")]
+    return [
+        line
+        for line, name in _imported(tree)
+        if name == "deepspeed"
+        or name.startswith("deepspeed.")
+        or name.endswith("integrations.deepspeed")
+        or name.endswith("HfDeepSpeedConfig")
+    ]
 
 
 def _engine_api_uses(tree: ast.AST) -> list[int]:
@@ -43,23 +48,32 @@ def _engine_api_uses(tree: ast.AST) -> list[int]:
         if isinstance(node, ast.Attribute):
             value = node.value
             if (isinstance(value, ast.Name) and value.id in ENGINE_NAMES) or (
-                    isinstance(value, ast.Attribute) and value.attr in ENGINE_NAMES):
+                isinstance(value, ast.Attribute) and value.attr in ENGINE_NAMES
+            ):
                 lines.append(node.lineno)
     return lines
 
 
 def test_only_ds_package_imports_deepspeed():
-    offenders = {str(p.relative_to(PACKAGE)): lines for p, tree in _modules()
-                 if DS not in p.parents and (lines := _deepspeed_imports(tree))}
+    offenders = {
+        str(p.relative_to(PACKAGE)): lines
+        for p, tree in _modules()
+        if DS not in p.parents and (lines := _deepspeed_imports(tree))
+    }
     assert offenders == {}, f"deepspeed imported outside glm_grpo_ds/ds/: {offenders}"
     # the check sees the real imports inside ds/
     assert _deepspeed_imports(ast.parse((DS / "engine.py").read_text()))
 
 
 def test_engine_api_is_used_only_inside_ds_package():
-    offenders = {str(p.relative_to(PACKAGE)): lines for p, tree in _modules()
-                 if DS not in p.parents and p not in INSTRUMENTATION and (lines := _engine_api_uses(tree))}
-    assert offenders == {}, f"DeepSpeed engine API used outside glm_grpo_ds/ds/ (call glm_grpo_ds.ds.engine): {offenders}"
+    offenders = {
+        str(p.relative_to(PACKAGE)): lines
+        for p, tree in _modules()
+        if DS not in p.parents and p not in INSTRUMENTATION and (lines := _engine_api_uses(tree))
+    }
+    assert offenders == {}, (
+        f"DeepSpeed engine API used outside glm_grpo_ds/ds/ (call glm_grpo_ds.ds.engine): {offenders}"
+    )
     assert _engine_api_uses(ast.parse((DS / "engine.py").read_text()))
 
 

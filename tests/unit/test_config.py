@@ -17,7 +17,9 @@ def test_yaml_and_overrides(tmp_path):
         "model: {path: /models/glm}\ndata: {train_file: p.txt}\nrewards: [{name: pixel_mse, weight: 2}]\n"
         "grpo: {group_size: 4, sampling: {temperature: 0.9}}\nbatch: {prompts_per_rank: 2, micro_batch_size: 2}\n"
     )
-    cfg = load_config(str(cfg_file), ["optimizer.lr=1e-4", "grpo.beta=0", "lora.r=8", "max_steps=3", "decoder.fixed_seeds=true"])
+    cfg = load_config(
+        str(cfg_file), ["optimizer.lr=1e-4", "grpo.beta=0", "lora.r=8", "max_steps=3", "decoder.fixed_seeds=true"]
+    )
     assert cfg.model.path == "/models/glm" and cfg.grpo.group_size == 4 and cfg.grpo.sampling.temperature == 0.9
     assert cfg.optimizer.lr == 1e-4 and isinstance(cfg.optimizer.lr, float)  # "1e-4" is a string to PyYAML
     assert cfg.grpo.beta == 0.0 and cfg.lora.r == 8 and cfg.max_steps == 3 and cfg.decoder.fixed_seeds is True
@@ -71,15 +73,34 @@ def test_bad_yaml_names_file_and_line(tmp_path):
 # Every choice field: (override, the one-line error it gives).
 BAD_CHOICES = [
     ("model.dtype=bf17", "model.dtype: unknown dtype 'bf17'; did you mean 'bf16'? known: auto, bf16, fp32, fp16"),
-    ("model.attn_implementation=flash", "model.attn_implementation: unknown attention implementation 'flash'; known: auto, sdpa, eager, flash_attention_2"),
-    ("decoder.dtype=float32", "decoder.dtype: unknown dtype 'float32'; did you mean 'fp32'? known: auto, bf16, fp32, fp16"),
+    (
+        "model.attn_implementation=flash",
+        "model.attn_implementation: unknown attention implementation 'flash'; "
+        "known: auto, sdpa, eager, flash_attention_2",
+    ),
+    (
+        "decoder.dtype=float32",
+        "decoder.dtype: unknown dtype 'float32'; did you mean 'fp32'? known: auto, bf16, fp32, fp16",
+    ),
     ("optimizer.name=sgd", "optimizer.name: unknown optimizer 'sgd'; known: adamw, adamw_8bit, paged_adamw_8bit"),
-    ("optimizer.schedule=cosin", "optimizer.schedule: unknown schedule 'cosin'; did you mean 'cosine'? known: constant, linear, cosine"),
+    (
+        "optimizer.schedule=cosin",
+        "optimizer.schedule: unknown schedule 'cosin'; did you mean 'cosine'? known: constant, linear, cosine",
+    ),
     ("logging.wandb_mode=cloud", "logging.wandb_mode: unknown wandb mode 'cloud'; known: offline, online"),
-    ("logging.report_to=[wandb, tensorbord]", "logging.report_to[1]: unknown tracker 'tensorbord'; did you mean 'tensorboard'? known: tensorboard, wandb"),
+    (
+        "logging.report_to=[wandb, tensorbord]",
+        "logging.report_to[1]: unknown tracker 'tensorbord'; did you mean 'tensorboard'? known: tensorboard, wandb",
+    ),
     ("grpo.aggregation=sum", "grpo.aggregation: unknown aggregation 'sum'; known: token_mean, seq_mean, dr_grpo"),
-    ("grpo.advantage_scale=grop", "grpo.advantage_scale: unknown advantage scale 'grop'; did you mean 'group'? known: group, batch, none"),
-    ("grpo.reward_combination=sum", "grpo.reward_combination: unknown reward combination 'sum'; known: sum_then_normalize, normalize_then_sum"),
+    (
+        "grpo.advantage_scale=grop",
+        "grpo.advantage_scale: unknown advantage scale 'grop'; did you mean 'group'? known: group, batch, none",
+    ),
+    (
+        "grpo.reward_combination=sum",
+        "grpo.reward_combination: unknown reward combination 'sum'; known: sum_then_normalize, normalize_then_sum",
+    ),
 ]
 
 
@@ -103,7 +124,9 @@ def test_bad_choice_did_you_mean_and_every_problem_still_reported():
 
 
 def test_decoder_config_checks_its_choice_outside_the_loader():
-    with pytest.raises(ValueError, match=r"^decoder\.dtype: unknown dtype 'bf17'; did you mean 'bf16'\? known: auto, bf16, fp32, fp16$"):
+    with pytest.raises(
+        ValueError, match=r"^decoder\.dtype: unknown dtype 'bf17'; did you mean 'bf16'\? known: auto, bf16, fp32, fp16$"
+    ):
         DecoderConfig(dtype="bf17").validate()
 
 
@@ -111,7 +134,11 @@ def test_math_variant_choices_are_the_registry_names(monkeypatch):
     hints = typing.get_type_hints(GRPOConfig)
     assert typing.get_args(hints["aggregation"]) == tuple(AGGREGATION_REGISTRY) == ("token_mean", "seq_mean", "dr_grpo")
     assert typing.get_args(hints["advantage_scale"]) == tuple(ADVANTAGE_SCALE_REGISTRY) == ("group", "batch", "none")
-    assert typing.get_args(hints["reward_combination"]) == tuple(COMBINATION_REGISTRY) == ("sum_then_normalize", "normalize_then_sum")
+    assert (
+        typing.get_args(hints["reward_combination"])
+        == tuple(COMBINATION_REGISTRY)
+        == ("sum_then_normalize", "normalize_then_sum")
+    )
     # a registered variant is a valid config value at once: the registry is the one list of names
     monkeypatch.setitem(AGGREGATION_REGISTRY, "my_mean", AGGREGATION_REGISTRY["token_mean"])
     assert load_config(None, BASE + ["grpo.aggregation=my_mean"]).grpo.aggregation == "my_mean"

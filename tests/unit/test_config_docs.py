@@ -29,9 +29,13 @@ def test_committed_reference_is_current():
 
 def test_every_field_has_help():
     keys = {key: f for key, f, _ in _fields(TrainConfig)}
-    assert {"lora", "model.dtype", "grpo.sampling.top_p", "rewards[].args", "eval.gallery", "force_collectives"} <= set(keys)
+    assert {"lora", "model.dtype", "grpo.sampling.top_p", "rewards[].args", "eval.gallery", "force_collectives"} <= set(
+        keys
+    )
     missing = [key for key, f in keys.items() if not f.metadata.get("help", "").strip()]
-    assert not missing, f"fields without help (add metadata={{'help': ...}} via setting in glm_grpo_ds/config/sections.py): {missing}"
+    assert not missing, (
+        f"fields without help (add metadata={{'help': ...}} via setting in glm_grpo_ds/config/sections.py): {missing}"
+    )
 
 
 def test_every_key_and_choice_is_in_the_reference():

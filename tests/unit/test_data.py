@@ -69,5 +69,7 @@ def test_output_dir_must_be_creatable_and_writable(tmp_path):
     assert check_output_dir(tmp_path / "a" / "b", rank=0).is_dir()
     assert not list((tmp_path / "a" / "b").iterdir())  # the probe file is gone
     (tmp_path / "file").write_text("x")
-    with pytest.raises(OutputDirError, match=r"output_dir .*file/sub cannot be created \(Not a directory\); pick another"):
+    with pytest.raises(
+        OutputDirError, match=r"output_dir .*file/sub cannot be created \(Not a directory\); pick another"
+    ):
         check_output_dir(tmp_path / "file" / "sub", rank=0)

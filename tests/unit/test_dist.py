@@ -18,13 +18,23 @@ PACKAGE = Path(__file__).resolve().parents[2] / "glm_grpo_ds"
 def _uses_torch_distributed(tree: ast.AST) -> list[int]:
     lines = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr == "distributed" and isinstance(node.value, ast.Name) \
-                and node.value.id == "torch":
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "distributed"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "torch"
+        ):
             lines.append(node.lineno)
         elif isinstance(node, ast.Import) and any(a.name.startswith("torch.distributed") for a in node.names):
             lines.append(node.lineno)
-        elif isinstance(node, ast.ImportFrom) and node.module and (
-                node.module.startswith("torch.distributed") or (node.module == "torch" and any(a.name == "distributed" for a in node.names))):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and (
+                node.module.startswith("torch.distributed")
+                or (node.module == "torch" and any(a.name == "distributed" for a in node.names))
+            )
+        ):
             lines.append(node.lineno)
     return lines
 
@@ -98,11 +108,28 @@ def test_forced_collectives_run_at_world_size_one_and_stats_take_two(one_rank_gl
 
 
 def test_step_record_by_hand():
-    stats = {"loss": 0.25, "kl": 0.01, "clip_frac_low": 0.0, "clip_frac_high": 0.5, "ratio_mean": 1.0,
-             "ratio_min": 0.8, "ratio_max": 1.3, "skipped": 0}
+    stats = {
+        "loss": 0.25,
+        "kl": 0.01,
+        "clip_frac_low": 0.0,
+        "clip_frac_high": 0.5,
+        "ratio_mean": 1.0,
+        "ratio_min": 0.8,
+        "ratio_max": 1.3,
+        "skipped": 0,
+    }
     rewards = torch.tensor([0.0, 1.0, float("nan"), 3.0])
-    rec = step_record(5, stats, rewards, {"r": rewards}, {"r": 1}, {"rollout": 2.0, "decode": 1.0, "reward": 0.5, "update": 4.0},
-                      generated_tokens=800, num_iterations=2, device=torch.device("cpu"))
+    rec = step_record(
+        5,
+        stats,
+        rewards,
+        {"r": rewards},
+        {"r": 1},
+        {"rollout": 2.0, "decode": 1.0, "reward": 0.5, "update": 4.0},
+        generated_tokens=800,
+        num_iterations=2,
+        device=torch.device("cpu"),
+    )
     assert rec["step"] == 5 and rec["skipped"] == 0 and rec["loss"] == 0.25 and rec["clip_frac_high"] == 0.5
     assert rec["ratio_min"] == 0.8 and rec["ratio_max"] == 1.3 and rec["reward_mean"] == pytest.approx(4 / 3)
     assert rec["first_iteration_ratio_min"] == 0.8  # no per-iteration list: the overall extremes
@@ -112,4 +139,7 @@ def test_step_record_by_hand():
     assert rec["rollout_tokens_per_s"] == 400 and rec["update_tokens_per_s"] == 400 and rec["time/update"] == 4.0
     assert rec["reward/r_undefined"] == 1 and rec["reward/r_failed"] == 1 and rec["peak_rss_mb"] > 0
     nan_stats = dict(stats, loss=float("nan"))
-    assert step_record(1, nan_stats, rewards, {}, {}, {"rollout": 1.0, "update": 1.0}, 1, 1, torch.device("cpu"))["loss"] is None
+    assert (
+        step_record(1, nan_stats, rewards, {}, {}, {"rollout": 1.0, "update": 1.0}, 1, 1, torch.device("cpu"))["loss"]
+        is None
+    )

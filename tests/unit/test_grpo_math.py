@@ -83,9 +83,7 @@ def _inputs():
 )
 def test_policy_loss_hand_values(aggregation, expected):
     logp, old, adv, mask = _inputs()
-    loss, stats = policy_loss(
-        logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, aggregation=aggregation
-    )
+    loss, stats = policy_loss(logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, aggregation=aggregation)
     assert loss.item() == pytest.approx(expected, abs=1e-12)
     # one high-side clip (row 0, r=1.5, A>0) and one low-side clip (row 1, r=0.7, A<0) of 5 tokens
     assert stats["clip_frac_high"].item() == pytest.approx(0.2)
@@ -188,10 +186,15 @@ def test_preview_tokens_can_be_left_out_of_the_loss():
     grid = GridSpec(large=(1, 2), preview=(1, 3))  # 3 preview + 2 target tokens
     n = grid.num_tokens
     batch = RolloutBatch(
-        prompt_ids=torch.zeros(2, 4, dtype=torch.long), prompt_mask=torch.ones(2, 4, dtype=torch.long),
-        completion_ids=torch.zeros(2, n, dtype=torch.long), completion_mask=torch.ones(2, n),
-        sampler_logps=torch.zeros(2, n), position_ids=torch.zeros(3, 2, 4 + n, dtype=torch.long),
-        prompt_index=torch.zeros(2, dtype=torch.long), prompts=["p", "p"], grid=grid,
+        prompt_ids=torch.zeros(2, 4, dtype=torch.long),
+        prompt_mask=torch.ones(2, 4, dtype=torch.long),
+        completion_ids=torch.zeros(2, n, dtype=torch.long),
+        completion_mask=torch.ones(2, n),
+        sampler_logps=torch.zeros(2, n),
+        position_ids=torch.zeros(3, 2, 4 + n, dtype=torch.long),
+        prompt_index=torch.zeros(2, dtype=torch.long),
+        prompts=["p", "p"],
+        grid=grid,
     )
     masked = without_preview_loss(batch)
     assert masked.completion_mask.tolist() == [[0, 0, 0, 1, 1]] * 2
@@ -208,11 +211,18 @@ def test_registry_lookups_list_the_valid_names():
     from glm_grpo_ds.grpo import get_advantage_scale, get_aggregation
     from glm_grpo_ds.rewards.combine import get_combination
 
-    with pytest.raises(ValueError, match=r"^unknown aggregation 'nope'; expected one of \('token_mean', 'seq_mean', 'dr_grpo'\)$"):
+    with pytest.raises(
+        ValueError, match=r"^unknown aggregation 'nope'; expected one of \('token_mean', 'seq_mean', 'dr_grpo'\)$"
+    ):
         get_aggregation("nope")
-    with pytest.raises(ValueError, match=r"^unknown advantage scale 'zscore'; expected one of \('group', 'batch', 'none'\)$"):
+    with pytest.raises(
+        ValueError, match=r"^unknown advantage scale 'zscore'; expected one of \('group', 'batch', 'none'\)$"
+    ):
         get_advantage_scale("zscore")
-    with pytest.raises(ValueError, match=r"^unknown reward combination 'mix'; expected one of \('sum_then_normalize', 'normalize_then_sum'\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^unknown reward combination 'mix'; expected one of \('sum_then_normalize', 'normalize_then_sum'\)$",
+    ):
         get_combination("mix")
     with pytest.raises(ValueError, match="unknown aggregation 'nope'"):
         loss_normalizer(torch.ones(2, 3), "nope")

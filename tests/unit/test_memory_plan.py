@@ -17,12 +17,22 @@ TEXT = dict(layers=4, hidden=64, intermediate=160, heads=4, kv_heads=2, head_dim
 
 
 def sizes(trainable, lora=()):
-    return Sizes(ar_base=[1000, 10, 4000], lora=list(lora), trainable=trainable, largest_trainable=max(lora, default=4000),
-                 decoder=500, dit_hidden=32, text=TEXT, source="test")
+    return Sizes(
+        ar_base=[1000, 10, 4000],
+        lora=list(lora),
+        trainable=trainable,
+        largest_trainable=max(lora, default=4000),
+        decoder=500,
+        dit_hidden=32,
+        text=TEXT,
+        source="test",
+    )
 
 
 def cfg(*overrides):
-    return load_config(None, ["model.path=x", "data.train_file=x", "rewards=[{name: pixel_mse}]", "model.dtype=bf16", *overrides])
+    return load_config(
+        None, ["model.path=x", "data.train_file=x", "rewards=[{name: pixel_mse}]", "model.dtype=bf16", *overrides]
+    )
 
 
 def test_grid_tokens_match_glm_image():
@@ -58,7 +68,9 @@ def test_stages_lora_8bit_reference_and_offload():
     p3 = plan(c, ZERO[3], EstimateConfig(num_gpus=2), sizes(trainable=1280, lora=lora))["components"]
     assert p3["ar_weights"] == 2 * (500 + 5 + 2000) + 2 * 10
     # full fine-tuning with beta > 0 keeps a sharded frozen reference
-    full = plan(cfg("lora=null", "grpo.beta=0.04", "optimizer.name=adamw"), ZERO[3], EstimateConfig(num_gpus=2), sizes(5010))
+    full = plan(
+        cfg("lora=null", "grpo.beta=0.04", "optimizer.name=adamw"), ZERO[3], EstimateConfig(num_gpus=2), sizes(5010)
+    )
     assert full["components"]["reference"] == full["components"]["ar_weights"]
     off = json.loads((ROOT / "ds_configs" / "zero3_offload.json").read_text())
     po = plan(cfg("lora=null", "grpo.beta=0", "optimizer.name=adamw"), off, EstimateConfig(num_gpus=2), sizes(5010))
@@ -69,8 +81,12 @@ def test_stages_lora_8bit_reference_and_offload():
 def test_activations_checkpointing_and_total():
     c = cfg("batch.micro_batch_size=2", "rollout.height=64", "rollout.width=64")
     on = plan(c, ZERO[3], EstimateConfig(num_gpus=1, prompt_tokens=10), sizes(1280, [640, 640]))
-    off = plan(cfg("batch.micro_batch_size=2", "rollout.height=64", "rollout.width=64", "model.gradient_checkpointing=false"),
-               ZERO[3], EstimateConfig(num_gpus=1, prompt_tokens=10), sizes(1280, [640, 640]))
+    off = plan(
+        cfg("batch.micro_batch_size=2", "rollout.height=64", "rollout.width=64", "model.gradient_checkpointing=false"),
+        ZERO[3],
+        EstimateConfig(num_gpus=1, prompt_tokens=10),
+        sizes(1280, [640, 640]),
+    )
     seq = 10 + grid_tokens(64, 64)
     per_layer = 8 * 64 + 2 * 32 + 4 * 160
     assert on["components"]["activations"] == 2 * seq * (4 * 64 + per_layer) * 2
@@ -81,8 +97,20 @@ def test_activations_checkpointing_and_total():
 
 
 def test_cli_json_and_over_budget_warning(tiny_model_dir, tmp_path):
-    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "estimate-memory", "--config", str(ROOT / "launch/configs/tiny_cpu.yaml"),
-           "--deepspeed", str(ROOT / "ds_configs/zero3.json"), "--num-gpus", "2", "--json", f"model.path={tiny_model_dir}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "glm_grpo_ds.commands.cli",
+        "estimate-memory",
+        "--config",
+        str(ROOT / "launch/configs/tiny_cpu.yaml"),
+        "--deepspeed",
+        str(ROOT / "ds_configs/zero3.json"),
+        "--num-gpus",
+        "2",
+        "--json",
+        f"model.path={tiny_model_dir}",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     obj = json.loads(out.stdout)
     assert obj["total_bytes"] > 0 and obj["ar_weights"] > 0 and "WARNING" not in out.stderr

@@ -54,15 +54,27 @@ def test_zero2_matches_deepspeed_up_to_itemised_terms(sizes_all_trained):
     _, ds_gpu = estimate_zero2_model_states_mem_needs(psi, num_gpus_per_node=N, num_nodes=1, cpu_offload=False)
     p = _plan(sizes_all_trained, 2)
     c = p["components"]
-    ours = c["ar_weights"] + p["model_states"]["gradients_min"] + c["master_weights"] + c["optimizer_states"] + c["fp32_grad_step"]
+    ours = (
+        c["ar_weights"]
+        + p["model_states"]["gradients_min"]
+        + c["master_weights"]
+        + c["optimizer_states"]
+        + c["fp32_grad_step"]
+    )
     step_counter = 4  # torch AdamW's fp32 step tensor of the flat group: ours counts it, DeepSpeed's does not
     rounding = 18  # ours: ceil(Ψ/N) per partition; DeepSpeed: int(18·Ψ/N)
-    _table("ZeRO-2, full fine-tuning, AdamW, bf16, 8 GPUs", [
-        ("DeepSpeed estimate_zero2 GPU model states", ds_gpu),
-        ("ours: weights + bf16 grads/N + fp32 master + moments + fp32 step grads", ours),
-        ("ours, not in theirs: straddling tensor's gradient (worst rank)", c["gradients"] - p["model_states"]["gradients_min"]),
-        ("ours, not in theirs: reduce bucket", c["zero_buffers"]),
-    ])
+    _table(
+        "ZeRO-2, full fine-tuning, AdamW, bf16, 8 GPUs",
+        [
+            ("DeepSpeed estimate_zero2 GPU model states", ds_gpu),
+            ("ours: weights + bf16 grads/N + fp32 master + moments + fp32 step grads", ours),
+            (
+                "ours, not in theirs: straddling tensor's gradient (worst rank)",
+                c["gradients"] - p["model_states"]["gradients_min"],
+            ),
+            ("ours, not in theirs: reduce bucket", c["zero_buffers"]),
+        ],
+    )
     assert abs(ds_gpu - (ours - step_counter)) <= rounding
     # without the fp32 step-time gradients (the plan before issue 14) it does not balance
     assert abs(ds_gpu - (ours - c["fp32_grad_step"] - step_counter)) > GIB
@@ -74,25 +86,41 @@ def test_zero3_matches_deepspeed_up_to_itemised_terms(sizes_all_trained):
     psi = sizes_all_trained.trainable
     largest = _largest_layer()
     _, ds_gpu, ds_largest = estimate_zero3_model_states_mem_needs(
-        psi, largest, num_gpus_per_node=N, num_nodes=1, cpu_offload=False, cpu_offload_params=False)
+        psi, largest, num_gpus_per_node=N, num_nodes=1, cpu_offload=False, cpu_offload_params=False
+    )
     p = _plan(sizes_all_trained, 3)
     c = p["components"]
     shard = math.ceil(psi / N)
-    ours = c["ar_weights"] + p["model_states"]["gradients_min"] + c["master_weights"] + c["optimizer_states"] + c["fp32_grad_step"]
+    ours = (
+        c["ar_weights"]
+        + p["model_states"]["gradients_min"]
+        + c["master_weights"]
+        + c["optimizer_states"]
+        + c["fp32_grad_step"]
+    )
     # Itemised differences (DeepSpeed minus ours):
-    bf16_grads = -p["model_states"]["gradients_min"]  # theirs: 18 B/param = 2 params + 4 fp32 grads + 4 master + 8 moments
-    sub_group = 4 * shard - c["fp32_grad_step"]  # theirs: all fp32 grads at once; DeepSpeed converts one sub-group at a time
-    whole_small = c["ar_weights"] - 2 * shard  # ours: tensors below the persistence threshold stay whole (+ per-tensor ceil)
+    bf16_grads = -p["model_states"][
+        "gradients_min"
+    ]  # theirs: 18 B/param = 2 params + 4 fp32 grads + 4 master + 8 moments
+    sub_group = (
+        4 * shard - c["fp32_grad_step"]
+    )  # theirs: all fp32 grads at once; DeepSpeed converts one sub-group at a time
+    whole_small = (
+        c["ar_weights"] - 2 * shard
+    )  # ours: tensors below the persistence threshold stay whole (+ per-tensor ceil)
     step_counter = -4
-    _table("ZeRO-3, full fine-tuning, AdamW, bf16, 8 GPUs", [
-        ("DeepSpeed estimate_zero3 GPU model states", ds_gpu),
-        ("  of which its largest-layer term (4 B x largest layer)", ds_largest),
-        ("ours: weights + bf16 grads/N + fp32 master + moments + fp32 step grads", ours),
-        ("difference: bf16 gradient partition (ours only)", -bf16_grads),
-        ("difference: fp32 grads of all sub-groups (theirs) vs one (ours)", sub_group),
-        ("difference: small tensors kept whole + per-tensor rounding (ours)", whole_small),
-        ("ours, transient (update phase): zero3_update_gather", c["zero3_update_gather"]),
-    ])
+    _table(
+        "ZeRO-3, full fine-tuning, AdamW, bf16, 8 GPUs",
+        [
+            ("DeepSpeed estimate_zero3 GPU model states", ds_gpu),
+            ("  of which its largest-layer term (4 B x largest layer)", ds_largest),
+            ("ours: weights + bf16 grads/N + fp32 master + moments + fp32 step grads", ours),
+            ("difference: bf16 gradient partition (ours only)", -bf16_grads),
+            ("difference: fp32 grads of all sub-groups (theirs) vs one (ours)", sub_group),
+            ("difference: small tensors kept whole + per-tensor rounding (ours)", whole_small),
+            ("ours, transient (update phase): zero3_update_gather", c["zero3_update_gather"]),
+        ],
+    )
     assert 0 <= whole_small < 64 * 2**20  # a few MiB of norms and biases
     balance = ours + bf16_grads + sub_group - whole_small + step_counter + ds_largest
     assert abs(ds_gpu - balance) <= 18 * 2

@@ -18,8 +18,10 @@ from glm_grpo_ds.tracking import Tracker, scalars
 BASE = ["model.path=/m", "data.train_file=/d.jsonl", "rewards=[{name: pixel_mse}]"]
 
 
-@pytest.mark.parametrize("h,w,max_side,expected", [(64, 64, 128, (64, 64)), (1024, 1024, 128, (128, 128)),
-                                                   (1024, 512, 128, (128, 64)), (96, 64, 48, (48, 32))])
+@pytest.mark.parametrize(
+    "h,w,max_side,expected",
+    [(64, 64, 128, (64, 64)), (1024, 1024, 128, (128, 128)), (1024, 512, 128, (128, 64)), (96, 64, 48, (48, 32))],
+)
 def test_thumbnail_size_keeps_aspect_and_never_upscales(h, w, max_side, expected):
     assert gallery.thumbnail_size(h, w, max_side) == expected
     assert tuple(gallery.thumbnails(torch.rand(2, 3, h, w), max_side).shape) == (2, 3, *expected)
@@ -35,7 +37,9 @@ def test_grid_pixel_size_rows_by_cols_by_tile():
     rows, cols, h, w = 3, 4, 40, 56
     thumbs = torch.randint(0, 256, (rows * cols, 3, h, w), dtype=torch.uint8)
     img = gallery.make_grid(thumbs, ["a prompt"] * rows, [f"r={i}" for i in range(rows * cols)], cols)
-    assert img.size == gallery.grid_size(rows, cols, h, w) == (cols * w, rows * (gallery.HEADER_H + h + gallery.CAPTION_H))
+    assert (
+        img.size == gallery.grid_size(rows, cols, h, w) == (cols * w, rows * (gallery.HEADER_H + h + gallery.CAPTION_H))
+    )
     # tile (row 1, col 2) is pasted unchanged below its row's header
     top, left = 1 * (gallery.HEADER_H + h + gallery.CAPTION_H) + gallery.HEADER_H, 2 * w
     tile = torch.from_numpy(np.array(img.crop((left, top, left + w, top + h))))
@@ -63,8 +67,13 @@ def test_long_text_is_truncated_to_the_tile():
 def test_save_gallery_writes_png(tmp_path):
     from PIL import Image
 
-    path = gallery.save_gallery(tmp_path / "samples" / "step_000001.png", torch.zeros(4, 3, 16, 24, dtype=torch.uint8),
-                                ["p0", "p1"], [0.1, float("nan"), 0.3, 0.4], cols=2)
+    path = gallery.save_gallery(
+        tmp_path / "samples" / "step_000001.png",
+        torch.zeros(4, 3, 16, 24, dtype=torch.uint8),
+        ["p0", "p1"],
+        [0.1, float("nan"), 0.3, 0.4],
+        cols=2,
+    )
     assert Image.open(path).size == gallery.grid_size(2, 2, 16, 24)
 
 
@@ -112,7 +121,9 @@ class _Sink:
 
 def test_tracker_fans_out_to_jsonl_and_every_sink(tmp_path):
     sinks = [_Sink(), _Sink()]
-    tracker = Tracker({"train": MetricsWriter(tmp_path, True), "eval": MetricsWriter(tmp_path, True, name="eval.jsonl")}, sinks)
+    tracker = Tracker(
+        {"train": MetricsWriter(tmp_path, True), "eval": MetricsWriter(tmp_path, True, name="eval.jsonl")}, sinks
+    )
     tracker.log("train", {"step": 1, "loss": 0.5, "grad_norm": None, "gallery": "samples/step_000001.png", "n": 3})
     tracker.log("eval", {"step": 1, "eval/reward_mean": -0.1})
     tracker.log_image("samples", tmp_path / "x.png", 1)
@@ -141,8 +152,18 @@ def test_plot_training_with_eval(tmp_path):
     from glm_grpo_ds.commands.plot import main
     from glm_grpo_ds.plot import plot_training
 
-    rows = [dict(step=s, reward_mean=0.1 * s, reward_std=0.05, kl=0.01 * s, clip_frac_low=0.0, clip_frac_high=0.1,
-                 **{"reward/a": 0.1, "reward/b": None}) for s in range(1, 6)]
+    rows = [
+        dict(
+            step=s,
+            reward_mean=0.1 * s,
+            reward_std=0.05,
+            kl=0.01 * s,
+            clip_frac_low=0.0,
+            clip_frac_high=0.1,
+            **{"reward/a": 0.1, "reward/b": None},
+        )
+        for s in range(1, 6)
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "eval.jsonl").write_text(json.dumps({"step": 0, "eval/reward_mean": 0.0}) + "\n")
     out = plot_training(tmp_path / "metrics.jsonl", tmp_path / "p.png", tmp_path / "eval.jsonl")
@@ -161,7 +182,9 @@ def test_eval_shares_are_disjoint_padded_and_cover_every_prompt():
     real = [row.index for share in shares for row, is_real in share if is_real]
     assert real == [0, 1, 2, 3, 4]
     assert [is_real for _, is_real in shares[1]] == [True, True, False]
-    ev = Evaluator(load_config(None, BASE + ["eval.file=/e.txt", "eval.steps=3", "max_steps=10"]), rows, 0, 1, torch.device("cpu"))
+    ev = Evaluator(
+        load_config(None, BASE + ["eval.file=/e.txt", "eval.steps=3", "max_steps=10"]), rows, 0, 1, torch.device("cpu")
+    )
     assert [s for s in range(1, 11) if ev.due(s)] == [3, 6, 9, 10]
 
 
@@ -186,7 +209,9 @@ def test_report_to_a_missing_package_fails_at_config_time(name, monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == name else real(n, *a))
-    with pytest.raises(ConfigError, match=rf"the {name} package is not installed: pip install 'glm-grpo-ds\[tracking\]'"):
+    with pytest.raises(
+        ConfigError, match=rf"the {name} package is not installed: pip install 'glm-grpo-ds\[tracking\]'"
+    ):
         load_config(None, BASE + [f"logging.report_to=[{name}]"])
 
 
@@ -241,7 +266,9 @@ def test_sinks_call_the_tracker_apis(tmp_path, monkeypatch):
             calls.append(("wandb.finish",))
 
     def init(**kwargs):
-        calls.append(("wandb.init", kwargs["project"], kwargs["name"], kwargs["dir"], kwargs["mode"], "grpo" in kwargs["config"]))
+        calls.append(
+            ("wandb.init", kwargs["project"], kwargs["name"], kwargs["dir"], kwargs["mode"], "grpo" in kwargs["config"])
+        )
         return Run()
 
     _fake_module(monkeypatch, "torch.utils.tensorboard", SummaryWriter=SummaryWriter)

@@ -26,11 +26,13 @@ def test_file_plugin_and_labels(tmp_path):
         "def brightness(images, prompts, samples):\n    return images.mean(dim=(1, 2, 3))\n"
         "def make_const(value):\n    return lambda images, prompts, samples: torch.full((images.shape[0],), value)\n"
     )
-    rewards = build_rewards([
-        RewardSpec(name=f"{plugin}:brightness", weight=2.0),
-        RewardSpec(name=f"{plugin}:make_const", weight=0.5, args={"value": 3.0}),
-        RewardSpec(name=f"{plugin}:make_const", weight=1.0, args={"value": 1.0}),
-    ])
+    rewards = build_rewards(
+        [
+            RewardSpec(name=f"{plugin}:brightness", weight=2.0),
+            RewardSpec(name=f"{plugin}:make_const", weight=0.5, args={"value": 3.0}),
+            RewardSpec(name=f"{plugin}:make_const", weight=1.0, args={"value": 1.0}),
+        ]
+    )
     images = torch.stack([torch.full((3, 4, 4), 0.25), torch.full((3, 4, 4), 0.5)])
     per = rewards(images, ["a", "b"], [{}, {}])
     assert list(per) == [f"{plugin}:brightness", f"{plugin}:make_const", f"{plugin}:make_const#2"]
@@ -84,7 +86,8 @@ def test_normalize_then_sum_by_hand():
     torch.testing.assert_close(adv[:3], torch.tensor([-3 * r, r, 2 * r], dtype=torch.float64))
     # g2: only B, [1, 1, 4]: mean 2, std sqrt(3) -> 2 * [-1, -1, 2] / sqrt(3)
     torch.testing.assert_close(adv[3:6], 2 * torch.tensor([-1, -1, 2], dtype=torch.float64) / math.sqrt(3.0))
-    # g3: A defined [5, 1] -> [1/sqrt2 * sqrt2 ...]: centered [2, -2], std sqrt(8) -> [1/sqrt2, 0, -1/sqrt2]; B one value -> 0
+    # g3: A defined [5, 1] -> [1/sqrt2 * sqrt2 ...]: centered [2, -2], std sqrt(8) -> [1/sqrt2, 0, -1/sqrt2];
+    # B one value -> 0
     torch.testing.assert_close(adv[6:], torch.tensor([r, 0, -r], dtype=torch.float64))
 
 

@@ -27,11 +27,15 @@ def _keyword(node: ast.Call, name: str):
 
 def test_every_torch_load_is_weights_only():
     loads = list(_calls("load"))
-    torch_loads = [(p, n) for p, n in loads if isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "torch"]
+    torch_loads = [
+        (p, n) for p, n in loads if isinstance(n.func, ast.Attribute) and getattr(n.func.value, "id", "") == "torch"
+    ]
     assert torch_loads, "expected torch.load calls (checkpoint RNG state, aesthetic head)"
     for path, node in torch_loads:
         value = _keyword(node, "weights_only")
-        assert isinstance(value, ast.Constant) and value.value is True, f"{path}:{node.lineno}: torch.load without weights_only=True"
+        assert isinstance(value, ast.Constant) and value.value is True, (
+            f"{path}:{node.lineno}: torch.load without weights_only=True"
+        )
 
 
 def test_remote_code_only_from_the_config():
@@ -46,7 +50,7 @@ def test_remote_code_only_from_the_config():
             if isinstance(node, ast.keyword) and node.arg == "trust_remote_code":
                 assert not (isinstance(node.value, ast.Constant) and node.value.value is True), f"{path}"
         for fn in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
-            args = fn.args.args[-len(fn.args.defaults):] if fn.args.defaults else []
+            args = fn.args.args[-len(fn.args.defaults) :] if fn.args.defaults else []
             for arg, default in zip(args, fn.args.defaults):
                 if arg.arg == "trust_remote_code":
                     assert isinstance(default, ast.Constant) and default.value is False, f"{path}:{fn.name}"

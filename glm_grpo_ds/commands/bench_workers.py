@@ -1,0 +1,186 @@
+"""The measurements of ``glm-grpo bench``, each run in its own process(es) by glm_grpo_ds/commands/bench.py
+(``--worker NAME``): fresh peak-memory counters and one DeepSpeed initialisation per measurement."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+
+# ----------------------------------------------------------------------------- memory probes
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # Linux: resets VmHWM (peak RSS) to the current RSS
+
+
+def _proc_status_bytes(field: str) -> int:
+    """A size field of /proc/self/status (``VmHWM`` peak RSS, ``VmRSS`` current RSS) in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _proc_status_bytes("VmHWM")
+
+
+def current_memory_bytes(device: torch.device) -> int:
+    return torch.cuda.memory_allocated(device) if device.type == "cuda" else _proc_status_bytes("VmRSS")
+
+
+# ----------------------------------------------------------------------------- workers
+def _trainer(a, extra: list[str]):
+    from ..config import load_config
+    from ..train import Trainer
+
+    overrides = [
+        f"model.path={a.model}",
+        f"data.train_file={a.data}",
+        f"output_dir={a.workdir}/run",
+        f"rollout.height={a.size}",
+        f"rollout.width={a.size}",
+        f"grpo.group_size={a.group_size}",
+        "batch.prompts_per_rank=1",
+        "logging.progress_bar=false",
+        "logging.plot=false",
+        f"max_steps={a.steps + 1}",
+        *a.overrides,
+        *extra,
+    ]
+    return Trainer(load_config(a.config, overrides), a.deepspeed)
+
+
+def _rollout(trainer, gather: bool, seed: int):
+    from ..experience import sample
+
+    gen = torch.Generator(device=trainer.device).manual_seed(seed)
+    t0 = time.perf_counter()
+    batch = sample(
+        trainer.engine, trainer.processor, ["a red cube on a table"], gen, trainer.cfg, trainer.device, gather=gather
+    )
+    return batch, time.perf_counter() - t0
+
+
+def worker_phases(a) -> dict:
+    """Trainer.step phase timings and the rollout vs pipeline comparison, one process."""
+    trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}"])
+    records = [trainer.step(s) for s in range(a.steps + 1)][1:]  # step 0 warms up
+    n = trainer.cfg.sequences_per_rank
+    med = lambda key: statistics.median(r[key] for r in records)  # noqa: E731
+    mem_key = "peak_gpu_memory_mb" if trainer.device.type == "cuda" else "peak_rss_mb"
+    out = {
+        "rollout_tokens_per_s": med("rollout_tokens_per_s"),
+        "decode_images_per_s": n / med("time/decode"),
+        "reward_images_per_s": n / med("time/reward"),
+        "update_tokens_per_s": med("update_tokens_per_s"),
+        "step_time_s": med("time/rollout") + med("time/decode") + med("time/reward") + med("time/update"),
+        "time_split_s": {k: med(f"time/{k}") for k in ("rollout", "decode", "reward", "update")},
+        "peak_memory_mb": max(r[mem_key] for r in records),
+        "sequences": n,
+    }
+    if trainer.device.type == "cuda":
+        out.update(_gpu_checks(trainer, a, out))
+    # Ours vs the diffusers pipeline's own AR loop (HF generate): same weights (the pipeline loads
+    # the same directory), G rows of one prompt, same size; our rollout here runs outside DeepSpeed.
+    from diffusers import GlmImagePipeline
+
+    pipe = GlmImagePipeline.from_pretrained(a.model, torch_dtype=trainer.dtype).to(trainer.device)
+    ours, theirs = [], []
+    for rep in range(a.repeats):
+        batch, dt = _rollout(trainer, gather=True, seed=rep)
+        ours.append(batch.completion_ids.numel() / dt)
+        gen = torch.Generator(device=trainer.device).manual_seed(rep)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            pipe.generate_prior_tokens(
+                ["a red cube on a table"] * n, a.size, a.size, device=trainer.device, generator=gen
+            )
+        theirs.append(batch.completion_ids.numel() / (time.perf_counter() - t0))
+    out["rollout_ours_tokens_per_s"] = statistics.median(ours)
+    out["rollout_pipeline_tokens_per_s"] = statistics.median(theirs)
+    return out
+
+
+# Peak HBM bandwidth (bytes/s) of GPUs we plan for; --hbm-gbps overrides.
+HBM_BYTES_PER_S = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.04e12, "B200": 8.0e12}
+
+
+def _gpu_checks(trainer, a, phases: dict) -> dict:
+    """Planner vs measured peak, and the AR decode's fraction of the HBM-bandwidth roofline: every
+    decode step reads all language-model weights once, so bytes/step / (s/step) vs peak bandwidth."""
+    from ..ds import engine as ds_engine
+    from ..ds.ds_config import read_ds_config
+    from ..memory_plan import EstimateConfig, grid_tokens, model_sizes, plan
+
+    sizes = model_sizes(trainer.cfg)
+    est = EstimateConfig(
+        num_gpus=1, num_nodes=1, gpu_memory_gb=torch.cuda.get_device_properties(0).total_memory / 2**30
+    )
+    planned = plan(trainer.cfg, read_ds_config(a.deepspeed), est, sizes)
+    name = torch.cuda.get_device_name(0)
+    peak_bw = a.hbm_gbps * 1e9 if a.hbm_gbps else next((v for k, v in HBM_BYTES_PER_S.items() if k in name), None)
+    # language model + lm_head (+ adapters): the vision tower and VQ model do not run for text-to-image
+    lm_params = sum(
+        getattr(q, "ds_numel", q.numel())
+        for n, q in ds_engine.unwrap(trainer.engine).named_parameters()
+        if "language_model" in n or "lm_head" in n
+    )
+    bytes_per_step = lm_params * trainer.dtype.itemsize
+    step_s = phases["time_split_s"]["rollout"] / grid_tokens(a.size, a.size)  # prefill folded in: a small overestimate
+    out = {
+        "planner_peak_mb": planned["total_bytes"] / 2**20,
+        "measured_peak_mb": phases["peak_memory_mb"],
+        "decode_step_s": step_s,
+        "weight_bytes_per_step": bytes_per_step,
+    }
+    if peak_bw:
+        out["roofline_fraction"] = bytes_per_step / step_s / peak_bw
+    return out
+
+
+def worker_update_memory(a) -> dict:
+    """Peak memory of one update (reference pass + micro-batched loss + step) above the pre-update level."""
+    from ..grpo import group_advantages
+    from ..update import grpo_update
+
+    trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}", "grpo.beta=0.04"])
+    batch, _ = _rollout(trainer, gather=True, seed=0)
+    adv = group_advantages(torch.linspace(0, 1, len(batch)), trainer.cfg.grpo.group_size)
+    grpo_update(trainer.engine, batch, adv, trainer.cfg, trainer.ref_engine)  # warm-up: optimizer states exist
+    before = current_memory_bytes(trainer.device)
+    reset_peak_memory(trainer.device)
+    t0 = time.perf_counter()
+    grpo_update(trainer.engine, batch, adv, trainer.cfg, trainer.ref_engine)
+    return {
+        "update_peak_above_start_mb": (peak_memory_bytes(trainer.device) - before) / 2**20,
+        "update_time_s": time.perf_counter() - t0,
+        "micro_batch": a.micro_batch,
+    }
+
+
+def worker_zero3_rollout(a) -> dict:
+    """Alternate gathered / sharded ZeRO-3 rollouts (all ranks take part in both)."""
+    trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}"])
+    _rollout(trainer, gather=True, seed=99)  # warm-up
+    times = {True: [], False: []}
+    tokens = 0
+    for rep in range(a.repeats):
+        for gather in (True, False):
+            batch, dt = _rollout(trainer, gather, seed=rep)
+            times[gather].append(dt)
+            tokens = batch.completion_ids.numel()
+    return {
+        "world_size": trainer.world,
+        "tokens_per_rank": tokens,
+        "gathered_tokens_per_s": tokens * trainer.world / statistics.median(times[True]),
+        "sharded_tokens_per_s": tokens * trainer.world / statistics.median(times[False]),
+    }
+
+
+WORKERS = {"phases": worker_phases, "update-memory": worker_update_memory, "zero3-rollout": worker_zero3_rollout}
