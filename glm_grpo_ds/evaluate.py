@@ -90,7 +90,7 @@ class Evaluator:
     def run(self, step: int, experience, out: Path, is_main: bool) -> tuple[dict | None, Path | None]:
         """Collective. Returns ``(record, gallery path)`` on rank 0, ``(None, None)`` elsewhere."""
         cfg, ev = self.cfg, self.cfg.eval
-        g = ev.group_size
+        group_size = ev.group_size
         t0 = time.perf_counter()
         # one rollout call per prompt with its own generator: a prompt's samples do not depend on
         # which prompts share its rank
@@ -99,29 +99,30 @@ class Evaluator:
             torch.Generator(device=self.device).manual_seed(derive_seed(ev.seed, "eval-rollout", row.index))
             for row in rows
         ]
-        exp = experience.collect(rows, generators, partial(self.decode_seed, ev.seed), group_size=g)
+        exp = experience.collect(rows, generators, partial(self.decode_seed, ev.seed), group_size=group_size)
         reward_fn = experience.reward_fn
         images, per_reward = exp.images, exp.per_reward
 
-        real = len(self.rows) * g  # gathered rows are rank-major; the first `real` are the eval set
+        real = len(self.rows) * group_size  # gathered rows are rank-major; the first `real` are the eval set
         all_per_reward = {label: dist.all_gather(values)[:real].cpu() for label, values in per_reward.items()}
         path = None
         if ev.gallery:
-            total = weighted_total(per_reward, reward_fn.weights, g)
-            index = torch.tensor([row.index if is_real else PADDING for row, is_real in self.mine for _ in range(g)])
+            total = weighted_total(per_reward, reward_fn.weights, group_size)
+            row_index = [row.index if is_real else PADDING for row, is_real in self.mine]
+            index = torch.tensor(row_index).repeat_interleave(group_size)
             path = gallery_to_main(
                 out / "samples" / f"eval_step_{step:06d}.png",
                 images,
                 total,
                 index,
                 self.rows,
-                g,
+                group_size,
                 cfg.logging,
                 self.world,
             )
         if not is_main:
             return None, None
-        totals = weighted_total(all_per_reward, reward_fn.weights, g)
+        totals = weighted_total(all_per_reward, reward_fn.weights, group_size)
         record = {"step": step, "eval/reward_mean": nan_mean(totals), "eval/reward_std": nan_std(totals)}
         for label, values in all_per_reward.items():
             record[f"eval/reward/{label}"] = nan_mean(values)
