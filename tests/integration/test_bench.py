@@ -6,6 +6,10 @@ import math
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # every benchmark, one on 2 ranks
+
 
 def test_bench_writes_every_phase_and_ratio(tmp_path):
     cmd = [

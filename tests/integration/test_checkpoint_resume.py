@@ -13,6 +13,8 @@ from test_trainer_deepspeed import CONFIG, ROOT, common, launch  # noqa: E402  (
 
 VOLATILE = ("time/", "_per_s", "peak_")  # wall-clock and memory differ between runs
 
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # training runs, one through the deepspeed launcher
+
 
 def _metrics(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -9,9 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from glm_grpo_ds.commands.check_run import main as check_run_main
 
 ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow]  # a short training run + verify-logprobs
 
 
 def _port() -> int:

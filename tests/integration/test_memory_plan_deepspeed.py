@@ -10,6 +10,8 @@ CASES = {
     "zero2-full-adamw": ("zero2.json", ["lora=null", "optimizer.name=adamw"]),
 }
 
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # 2-rank DeepSpeed update
+
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_planner_model_states_equal_deepspeed_tensors(case, tiny_model_dir, tiny_data, tmp_path):  # noqa: F811

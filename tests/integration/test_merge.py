@@ -93,6 +93,7 @@ def test_merge_equals_base_plus_adapter_and_renders(tiny_model_dir, adapter, tmp
     assert not (tmp_path / "merged.tmp").exists()
 
 
+@pytest.mark.slow
 def test_merge_errors(tiny_model_dir, adapter, tmp_path):
     cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "merge", "--base", str(tiny_model_dir)]
     exists = subprocess.run(

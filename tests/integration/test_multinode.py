@@ -14,6 +14,8 @@ from test_trainer_deepspeed import CONFIG, ROOT, WORKER, _port, common  # noqa: 
 
 SCRIPTS = sorted((ROOT / "launch").glob("*.sh")) + [ROOT / "launch" / "slurm.sbatch"]
 
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # two launcher 'nodes' on loopback
+
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_scripts_parse(script):

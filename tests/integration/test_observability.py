@@ -21,6 +21,8 @@ THUMB = 48  # < the 64x64 images: galleries downscale
 EVAL = ["eval.num_prompts=3", "eval.group_size=2", "eval.seed=99"]
 SMALL = ["rollout.height=64", "rollout.width=64", "grpo.group_size=8", f"logging.gallery_thumbnail={THUMB}"]
 
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # training runs, one on 2 ranks
+
 
 @pytest.fixture(scope="module")
 def data64(tiny_model_dir, tmp_path_factory):

@@ -100,6 +100,7 @@ def test_clip_family_loaders_on_tiny_random_checkpoints(tmp_path):
         build_reward("aesthetic", {"clip_model": str(clip_dir), "head": str(tmp_path / "nope.pth")})
 
 
+@pytest.mark.slow
 def test_score_command(hello):
     pytest.importorskip("rapidocr_onnxruntime")
     cmd = [
@@ -159,6 +160,7 @@ def test_score_command(hello):
     assert bad.returncode == 2 and "did you mean ocr" in bad.stderr
 
 
+@pytest.mark.slow
 def test_custom_python_reward_through_training(tiny_model_dir, tmp_path):
     plugin = tmp_path / "my_rewards.py"
     plugin.write_text(
@@ -199,6 +201,7 @@ def test_custom_python_reward_through_training(tiny_model_dir, tmp_path):
     assert rows[0][f"reward/{plugin}:redness"] is not None and math.isfinite(rows[0]["loss"])
 
 
+@pytest.mark.slow
 def test_every_builtin_in_a_short_training(tiny_model_dir, tmp_path):
     pytest.importorskip("rapidocr_onnxruntime")
     clip_dir = write_tiny_clip(tmp_path / "clip")

@@ -29,6 +29,8 @@ FAST = [
     "logging.plot=false",
 ]
 
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # a training process per case, some through the launcher
+
 
 def run_train(*args, ds_config="ds_configs/zero2.json", flags=(), timeout=300):
     cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", ds_config, *flags, *args]

@@ -186,6 +186,7 @@ def test_chunked_logprobs_and_gradients_match_unchunked(ar, batch):
     ar.zero_grad(set_to_none=True)
 
 
+@pytest.mark.slow
 def test_cli_verify_logprobs(tiny_model_dir):
     cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "verify-logprobs", "--model", str(tiny_model_dir)]
     ok = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "integration" / "ds_worker.py"
 CONFIG = ROOT / "launch" / "configs" / "tiny_cpu.yaml"
 
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # 2-rank DeepSpeed jobs
+
 
 def _port() -> int:
     with socket.socket() as s:

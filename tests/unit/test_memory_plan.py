@@ -96,6 +96,7 @@ def test_activations_checkpointing_and_total():
     assert on["phases"]["rollout"] == comp["rollout_kv_cache"] + comp["rollout_gather"]
 
 
+@pytest.mark.slow
 def test_cli_json_and_over_budget_warning(tiny_model_dir, tmp_path):
     cmd = [
         sys.executable,
