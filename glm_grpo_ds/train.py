@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from . import checkpoint, log
-from .config import ConfigError, load_config, to_dict
+from .config import ConfigError, load_config, parse_with_overrides, to_dict
 from .data import DataError, PromptSampler, load_prompts
 from .decoder import ImageDecoder
 from .ds import dist
@@ -330,8 +330,10 @@ def parse_args(argv):
     p.add_argument(
         "--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS
     )  # set by the launcher
-    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. grpo.beta=0.0 lora.r=32")
-    return p.parse_args(argv)
+    p.add_argument(
+        "overrides", nargs="*", help="dotted key=value overrides, anywhere on the line, e.g. grpo.beta=0.0 lora.r=32"
+    )
+    return parse_with_overrides(p, argv)
 
 
 # Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.
