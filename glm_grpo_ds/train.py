@@ -12,8 +12,9 @@ micro-batch backward -> optimizer step (``grpo.num_iterations`` times; glm_grpo_
 (``logging.gallery_steps``, evaluations); TensorBoard / W&B with ``logging.report_to``.
 
 Exit status: 0 done; 2 bad input (config, data, ds_config, model path, output_dir, checkpoint,
-reward name: one line on stderr, ``--debug`` for the traceback); 3 stopped after
-``max_consecutive_skips`` non-finite steps (checkpoint saved); 128 + signal when preempted by
+reward name or a reward's missing sample field: one line on stderr, ``--debug`` for the traceback); 3
+stopped after ``max_consecutive_skips`` steps skipped in a row for a non-finite loss / gradient or rewards
+undefined for every sample (checkpoint saved); 128 + signal when preempted by
 SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``).
 """
 
@@ -51,10 +52,10 @@ from .policy import (
     resolve_sampling,
 )
 from .preempt import EXIT_NONFINITE, Stopped, StopSignals, exit_code, signal_name
-from .rewards import RewardError, build_rewards, check_reward_specs, combine_advantages
+from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs, combine_advantages
 from .seeding import decoder_seed, derive_seed, seed_everything
 from .tracking import build_tracker
-from .update import grpo_update
+from .update import grpo_update, skipped_update
 
 
 class Trainer:
@@ -79,13 +80,13 @@ class Trainer:
             rows, self.world, self.rank, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle
         )
         # Read before the models load, so a bad eval file fails in seconds.
-        self.evaluator = (
-            Evaluator(cfg, load_prompts(cfg.eval.file, "eval.file"), self.rank, self.world, self.device)
-            if cfg.eval.file
-            else None
-        )
+        eval_rows = load_prompts(cfg.eval.file, "eval.file") if cfg.eval.file else None
+        self.evaluator = Evaluator(cfg, eval_rows, self.rank, self.world, self.device) if eval_rows else None
         check_pipeline_dir(cfg.model.path)
         check_reward_specs(cfg.rewards)
+        check_reward_inputs(cfg.rewards, rows, "data.train_file", cfg.data.train_file)
+        if eval_rows:
+            check_reward_inputs(cfg.rewards, eval_rows, "eval.file", cfg.eval.file)
         # unset sampling knobs = what the model samples with by itself (recorded in config.json)
         cfg.grpo.sampling = resolve_sampling(cfg.grpo.sampling, cfg.model.path)
 
@@ -127,7 +128,7 @@ class Trainer:
         decoder = ImageDecoder(cfg.model.path, cfg.decoder, self.device)
         self.experience = ExperienceMaker(self.engine, self.processor, decoder, self.reward_fn, cfg, self.device)
         self.start_step = 0
-        self.skipped_steps = 0  # optimizer updates skipped for non-finite gradients, whole run
+        self.skipped_steps = 0  # optimizer updates skipped (non-finite gradients, undefined rewards), whole run
         self.consecutive_skips = 0
         if self.is_main:
             checkpoint.remove_stale(self.out)
@@ -163,8 +164,24 @@ class Trainer:
         )
         mine = slice(self.rank * len(exp.batch), (self.rank + 1) * len(exp.batch))
         with timer(exp.timings, "update"):
-            stats = grpo_update(self.engine, exp.batch, advantages[mine], cfg, self.ref_engine)
+            if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
+                stats = self._skip_undefined(step + 1, all_per_reward)
+            else:
+                stats = grpo_update(self.engine, exp.batch, advantages[mine], cfg, self.ref_engine)
         return self._record(step + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward)
+
+    def _skip_undefined(self, step: int, all_per_reward: dict) -> dict:
+        """A step whose rewards are all undefined has nothing to learn from: skip its update like a
+        non-finite one (an optimizer step on zero advantages would still move the weights through
+        Adam's momentum and weight decay), so ``max_consecutive_skips`` such steps stop the run."""
+        log.warning_once(
+            "rewards-all-undefined",
+            f"glm-grpo: warning: step {step}: every reward is undefined (NaN) for every sample "
+            f"({', '.join(all_per_reward)}); the update is skipped (counted in `skipped` in metrics.jsonl) and "
+            f"{self.cfg.max_consecutive_skips or 'no'} such steps in a row stop the run; check the rewards and the "
+            "fields they need; further ones are not logged",
+        )
+        return skipped_update(self.cfg.grpo.num_iterations)
 
     def _record(self, step: int, exp, stats: dict, my_rewards, all_rewards, all_per_reward) -> dict:
         """The ``metrics.jsonl`` record after ``step`` steps (collective), and the training gallery when due."""
@@ -177,7 +194,8 @@ class Trainer:
         # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the
         # record's max over ranks makes the agreement explicit.
         self.skipped_steps += record["skipped"]
-        grad_norm = finite_or_none(ds_engine.grad_norm(self.engine))
+        # no update ran (skipped_update: 0 tokens): the engine's norm would be the previous step's
+        grad_norm = finite_or_none(ds_engine.grad_norm(self.engine)) if stats["tokens"] else None
         record.update(skipped_steps=self.skipped_steps, lr=ds_engine.current_lr(self.engine), grad_norm=grad_norm)
         if self.cfg.logging.gallery_steps and step % self.cfg.logging.gallery_steps == 0:
             record.update(self._training_gallery(step, exp, my_rewards))
@@ -262,8 +280,9 @@ class Trainer:
             )
         raise Stopped(
             f"glm-grpo train: stopped at step {step}: the last {limit} steps were skipped for a non-finite loss or "
-            f"gradient (max_consecutive_skips={limit}); checkpoint at {path} (weights of the last finite update); "
-            "lower optimizer.lr or check the rewards, then resume with resume_from=latest",
+            f"gradient or rewards undefined for every sample (max_consecutive_skips={limit}); checkpoint at {path} "
+            "(weights of the last update); lower optimizer.lr or check the rewards, then resume with "
+            "resume_from=latest",
             EXIT_NONFINITE,
         )
 

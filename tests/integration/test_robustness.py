@@ -139,6 +139,13 @@ def _bad_ds_json(tmp):
     ], r"ds.json is not valid JSON: Expecting property name .* at line 2, column 36"
 
 
+def _reward_field_missing(tmp):
+    (tmp / "p.txt").write_text("a red cube\na blue ball\n")
+    return [
+        f"data.train_file={tmp / 'p.txt'}"
+    ], r"rewards\[0\] pixel_mse needs target_image but no row of data.train_file .*p.txt has one"
+
+
 CASES = {
     "1_malformed_jsonl": _bad_jsonl,
     "2_empty_dataset": _empty,
@@ -153,6 +160,7 @@ CASES = {
     "10_other_zero_stage": _other_stage,
     "11_unknown_key": _unknown_key,
     "12_invalid_ds_json": _bad_ds_json,
+    "13_reward_field_missing": _reward_field_missing,
 }
 
 
@@ -239,6 +247,32 @@ def test_reward_that_raises_or_returns_nan_is_counted_and_warned_once(tiny_model
     assert "call 3" not in proc.stderr  # warned once, not every step
     assert proc.stderr.count("returned NaN/inf for 1 of 4 samples") == 1
     assert "glm-grpo: world size" not in proc.stdout  # --log-level warning hides the info summary
+
+
+def test_steps_whose_rewards_are_all_undefined_are_skipped_then_the_run_stops(tiny_model_dir, data64, tmp_path):
+    """A reward undefined for every sample (here a plugin that always returns NaN) trains nothing:
+    each such step is skipped like a non-finite one, and max_consecutive_skips of them stop the run
+    with a checkpoint and exit 3 instead of "succeeding" with zero gradients."""
+    (tmp_path / "never.py").write_text(
+        "import torch\ndef never(images, prompts, samples):\n    return torch.full((len(prompts),), float('nan'))\n"
+    )
+    out = tmp_path / "run"
+    proc = run_train(
+        *common(tiny_model_dir, data64, out, "max_steps=4", "max_consecutive_skips=2", *FAST),
+        f"rewards=[{{name: '{tmp_path / 'never.py'}:never'}}]",
+    )
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "glm-grpo train: stopped at step 2: the last 2 steps were skipped" in proc.stderr
+    assert proc.stderr.count("every reward is undefined (NaN) for every sample") == 1  # warned once
+    rows = metrics(out)
+    assert [(r["skipped"], r["skipped_steps"], r["loss"], r["grad_norm"]) for r in rows] == [
+        (1, 1, None, None),
+        (1, 2, None, None),
+    ]
+    ckpts = out / "checkpoints"
+    assert (ckpts / "latest").read_text() == "step_000002"
+    adapter = load_file(ckpts / "step_000002" / "adapter" / "adapter_model.safetensors")
+    assert all((t == 0).all() for k, t in adapter.items() if "lora_B" in k)  # LoRA B starts at 0: no update ran
 
 
 @pytest.mark.parametrize("nprocs,ds_config", [(1, "zero2.json"), (2, "zero3.json")])
