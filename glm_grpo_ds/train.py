@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import uuid
 from functools import partial
 from pathlib import Path
 
@@ -102,6 +103,11 @@ class Trainer:
         if cfg.resume_from:
             resume_path = checkpoint.resolve(self.out, cfg.resume_from)
             checkpoint.check_compatible(resume_path, self.world, zero_stage(self.ds_config))
+        else:
+            checkpoint.start_fresh(self.out, cfg.overwrite_output_dir, self.rank)
+        # Names this run's checkpoints (pruning counts only those); a resumed run keeps its checkpoint's.
+        # Only rank 0 writes trainer_state.json and prunes, so the ranks' ids need not agree.
+        self.run_id = uuid.uuid4().hex
 
         self.reward_fn = build_rewards(cfg.rewards)
         self.processor = load_processor(cfg.model.path)
@@ -137,6 +143,7 @@ class Trainer:
             state = checkpoint.load(self.engine, resume_path, self.rank, self.world, zero_stage(self.ds_config))
             self.start_step = int(state["step"])
             self.skipped_steps = int(state.get("skipped_steps", 0))
+            self.run_id = state.get("run_id")  # None for checkpoints written before run ids
             self.sampler.load_state(state["sampler"])
             log.info(f"glm-grpo: resumed from {resume_path} at step {self.start_step}")
         self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if cfg.resume_from else None)
@@ -289,6 +296,7 @@ class Trainer:
     def save_checkpoint(self, step: int) -> Path:
         state = {
             "step": step,
+            "run_id": self.run_id,
             "skipped_steps": self.skipped_steps,
             "sampler": self.sampler.state(),
             "world_size": self.world,

@@ -188,6 +188,35 @@ def test_bad_input_one_line_exit_2_checkpoint_intact(case, saved_run, tiny_model
     assert tree_hash(out) == before  # nothing saved was touched
 
 
+def test_fresh_start_in_an_earlier_runs_output_dir_is_refused_then_overwrite_starts_over(
+    saved_run, tiny_model_dir, data64, tmp_path
+):
+    """Re-running into a used output_dir must not destroy the earlier run: refused with one line and
+    the earlier run byte-identical; overwrite_output_dir=true starts over, and pruning keeps this run's
+    newest checkpoint (the one `latest` names)."""
+    out = tmp_path / "earlier"
+    shutil.copytree(saved_run, out)
+    before = tree_hash(out)
+    again = common(tiny_model_dir, data64, out, "max_steps=2", "save_steps=1", "save_total_limit=1", *FAST)
+    proc = run_train(*again)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("glm-grpo train:")]
+    assert ours == [
+        f"glm-grpo train: output_dir {out} holds an earlier run (checkpoints/, metrics.jsonl, final_adapter/); "
+        "continue it with resume_from=latest, or start over with overwrite_output_dir=true (deletes it), or pick "
+        "another output_dir="
+    ], proc.stderr[-3000:]
+    assert tree_hash(out) == before
+
+    proc = run_train(*again, "overwrite_output_dir=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["step"] for r in metrics(out)] == [1, 2]
+    ckpts = out / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_000002"]
+    assert (ckpts / "latest").read_text() == "step_000002"
+    assert json.loads((ckpts / "step_000002" / "trainer_state.json").read_text())["run_id"]
+
+
 def test_bad_input_under_the_launcher_exits_2_with_one_line(tiny_model_dir, data64, tmp_path):
     """Every rank raises the same input error before any collective: no hang, one line (rank 0)."""
     proc = launch(
