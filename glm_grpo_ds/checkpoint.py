@@ -18,9 +18,9 @@ this run's checkpoints (``run_id`` in ``trainer_state.json``, kept across resume
 step, never deletes the one ``latest`` names, and renames a checkpoint to ``step_N.deleting`` before
 deleting it, so a crash while pruning leaves ``latest`` loadable and no half-deleted ``step_N``.
 
-A fresh run (no ``resume_from``) refuses an ``output_dir`` that holds an earlier run's checkpoints,
-metrics or final weights (:func:`start_fresh`) unless ``overwrite_output_dir`` is true, which deletes
-them first.
+A fresh run (no ``resume_from``, or ``resume_from=auto`` without a ``latest``) refuses an
+``output_dir`` that holds an earlier run's checkpoints, metrics or final weights (:func:`start_fresh`)
+unless ``overwrite_output_dir`` is true, which deletes them first.
 """
 
 from __future__ import annotations
@@ -103,9 +103,15 @@ def start_fresh(output_dir: Path, overwrite: bool, rank: int) -> None:
         return
     if not overwrite:
         what = ", ".join(found) if found else "files on another rank's storage"
+        # without a `latest` there is nothing to resume (resume_from=auto came here for that reason)
+        resume = (
+            "continue it with resume_from=auto (or latest), or "
+            if (output_dir / CHECKPOINTS / LATEST).is_file() or not found
+            else "it has no checkpoint to resume from; "
+        )
         raise OutputDirError(
-            f"output_dir {output_dir} holds an earlier run ({what}); continue it with resume_from=latest, or start "
-            "over with overwrite_output_dir=true (deletes it), or pick another output_dir="
+            f"output_dir {output_dir} holds an earlier run ({what}); {resume}start over with "
+            "overwrite_output_dir=true (deletes it), or pick another output_dir="
         )
     if rank == 0:
         for name in OVERWRITTEN_OUTPUTS:
@@ -216,6 +222,19 @@ def save(engine, output_dir, step: int, trainer_state: dict, rank: int, is_lora:
             prune(root, total_limit, trainer_state.get("run_id"))
     dist.barrier()
     return final
+
+
+def resume_path(output_dir, resume_from: str | None) -> Path | None:
+    """The checkpoint a run resumes from, or None for a fresh start: ``auto`` resumes from ``latest``
+    when ``output_dir`` has one and starts fresh otherwise (a requeued job continues, its first launch
+    starts); ``latest`` and a path must exist (:func:`resolve`)."""
+    if not resume_from:
+        return None
+    if resume_from == "auto":
+        if not (Path(output_dir) / CHECKPOINTS / LATEST).is_file():
+            return None
+        resume_from = "latest"
+    return resolve(output_dir, resume_from)
 
 
 def resolve(output_dir, resume_from: str) -> Path:

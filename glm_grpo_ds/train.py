@@ -99,12 +99,13 @@ class Trainer:
         self.ds_config = fill_ds_config(
             self.ds_config_raw, cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
         )
-        resume_path = None
-        if cfg.resume_from:
-            resume_path = checkpoint.resolve(self.out, cfg.resume_from)
+        resume_path = checkpoint.resume_path(self.out, cfg.resume_from)
+        if resume_path is not None:
             checkpoint.check_compatible(resume_path, self.world, zero_stage(self.ds_config))
         else:
             checkpoint.start_fresh(self.out, cfg.overwrite_output_dir, self.rank)
+            if cfg.resume_from == "auto":
+                log.info(f"glm-grpo: resume_from=auto: no checkpoint in {self.out}, starting fresh")
         # Names this run's checkpoints (pruning counts only those); a resumed run keeps its checkpoint's.
         # Only rank 0 writes trainer_state.json and prunes, so the ranks' ids need not agree.
         self.run_id = uuid.uuid4().hex
@@ -146,7 +147,7 @@ class Trainer:
             self.run_id = state.get("run_id")  # None for checkpoints written before run ids
             self.sampler.load_state(state["sampler"])
             log.info(f"glm-grpo: resumed from {resume_path} at step {self.start_step}")
-        self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if cfg.resume_from else None)
+        self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if resume_path else None)
         self.attn, self.dtype = attn, dtype
         if self.is_main:
             (self.out / "config.json").write_text(

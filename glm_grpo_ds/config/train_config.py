@@ -61,14 +61,17 @@ class TrainConfig:
         "Keep this run's newest K checkpoints (0 = keep all); never deletes the one `latest` names, nor another run's.",
     )
     resume_from: str | None = setting(
-        None, '"latest" (newest complete checkpoint of output_dir) or a checkpoint path; null = start fresh.'
+        None,
+        '"auto" (resume from output_dir\'s latest checkpoint when it has one, else start fresh: what the launch '
+        'scripts pass, so a requeued job continues), "latest" (output_dir\'s newest complete checkpoint, which must '
+        "exist) or a checkpoint path; null = start fresh.",
     )
     overwrite_output_dir: bool = setting(
         False,
-        "A fresh run (no resume_from) in an output_dir that holds an earlier run's checkpoints, metrics.jsonl or "
-        "final weights: false = refused (resume it, or pick another output_dir); true = start over: the earlier "
-        "run's checkpoints/, metrics.jsonl, eval.jsonl, final_adapter/, final_model/, samples/ and tensorboard/ are "
-        "deleted first.",
+        "A fresh run (no resume_from, or auto finding no checkpoint) in an output_dir that holds an earlier run's "
+        "checkpoints, metrics.jsonl or final weights: false = refused (resume it, or pick another output_dir); "
+        "true = start over: the earlier run's checkpoints/, metrics.jsonl, eval.jsonl, final_adapter/, final_model/, "
+        "samples/ and tensorboard/ are deleted first. Not with resume_from=latest or a path.",
     )
     max_consecutive_skips: int = setting(
         3,
@@ -103,7 +106,7 @@ class TrainConfig:
             f"max_consecutive_skips must be >= 0 (0 = never stop), got {self.max_consecutive_skips}",
         )
         need(
-            not (self.overwrite_output_dir and self.resume_from),
+            not (self.overwrite_output_dir and self.resume_from not in (None, "auto")),
             f"overwrite_output_dir=true starts over but resume_from={self.resume_from} continues a run: pick one",
         )
         need(self.save_total_limit >= 0, f"save_total_limit must be >= 0 (0 = keep all), got {self.save_total_limit}")

@@ -203,8 +203,8 @@ def test_fresh_start_in_an_earlier_runs_output_dir_is_refused_then_overwrite_sta
     ours = [line for line in proc.stderr.splitlines() if line.startswith("glm-grpo train:")]
     assert ours == [
         f"glm-grpo train: output_dir {out} holds an earlier run (checkpoints/, metrics.jsonl, final_adapter/); "
-        "continue it with resume_from=latest, or start over with overwrite_output_dir=true (deletes it), or pick "
-        "another output_dir="
+        "continue it with resume_from=auto (or latest), or start over with overwrite_output_dir=true (deletes it), "
+        "or pick another output_dir="
     ], proc.stderr[-3000:]
     assert tree_hash(out) == before
 
@@ -215,6 +215,20 @@ def test_fresh_start_in_an_earlier_runs_output_dir_is_refused_then_overwrite_sta
     assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_000002"]
     assert (ckpts / "latest").read_text() == "step_000002"
     assert json.loads((ckpts / "step_000002" / "trainer_state.json").read_text())["run_id"]
+
+
+def test_resume_from_auto_starts_fresh_then_continues(tiny_model_dir, data64, tmp_path):
+    """What the launch scripts pass: the first launch starts fresh, the relaunch (a requeued job)
+    continues from `latest`."""
+    out = tmp_path / "run"
+    first = run_train(*common(tiny_model_dir, data64, out, "max_steps=1", "save_steps=1", "resume_from=auto", *FAST))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"resume_from=auto: no checkpoint in {out}, starting fresh" in first.stdout
+    again = run_train(*common(tiny_model_dir, data64, out, "max_steps=2", "save_steps=1", "resume_from=auto", *FAST))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from {out / 'checkpoints' / 'step_000001'} at step 1" in again.stdout
+    assert [r["step"] for r in metrics(out)] == [1, 2]
+    assert (out / "checkpoints" / "latest").read_text() == "step_000002"
 
 
 def test_bad_input_under_the_launcher_exits_2_with_one_line(tiny_model_dir, data64, tmp_path):

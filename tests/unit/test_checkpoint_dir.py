@@ -55,8 +55,31 @@ def test_fresh_start_in_an_earlier_run_is_refused_and_touches_nothing(earlier):
     assert message.startswith(
         f"output_dir {earlier} holds an earlier run (checkpoints/, metrics.jsonl, final_adapter/)"
     )
-    assert "resume_from=" in message and "overwrite_output_dir=true" in message
+    assert "continue it with resume_from=auto (or latest), or start over with overwrite_output_dir=true" in message
     assert tree_hash(earlier) == before
+
+
+def test_without_a_checkpoint_the_error_offers_no_resume(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')  # died before its first checkpoint
+    with pytest.raises(
+        checkpoint.OutputDirError, match=r"\(metrics.jsonl\); it has no checkpoint to resume from; start"
+    ):
+        checkpoint.start_fresh(out, overwrite=False, rank=0)
+
+
+def test_resume_from_auto_resumes_from_latest_when_there_is_one(tmp_path):
+    out = tmp_path / "run"
+    assert checkpoint.resume_path(out, "auto") is None  # nothing yet: a fresh start
+    assert checkpoint.resume_path(out, None) is None
+    with pytest.raises(checkpoint.CheckpointError, match="resume_from=latest but .* does not exist"):
+        checkpoint.resume_path(out, "latest")
+    fake_checkpoint(out, 1, "r")
+    assert checkpoint.resume_path(out, "auto") is None  # complete on disk but never pointed at: not resumable
+    newest = fake_checkpoint(out, 2, "r")
+    point_latest(out, 2)
+    assert checkpoint.resume_path(out, "auto") == newest == checkpoint.resume_path(out, "latest")
 
 
 def test_overwrite_deletes_the_earlier_run(earlier):
@@ -77,6 +100,8 @@ def test_overwrite_with_resume_is_a_config_error():
     base = ["model.path=/m", "data.train_file=/d.txt", "rewards=[{name: pixel_mse}]"]
     with pytest.raises(ConfigError, match="overwrite_output_dir=true starts over but resume_from=latest continues"):
         load_config(None, [*base, "overwrite_output_dir=true", "resume_from=latest"])
+    # auto: resume when there is a checkpoint, else start over
+    assert load_config(None, [*base, "overwrite_output_dir=true", "resume_from=auto"]).resume_from == "auto"
 
 
 def test_pruning_keeps_this_runs_newest_by_step_and_never_latest(tmp_path):
