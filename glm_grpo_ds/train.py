@@ -15,7 +15,8 @@ Exit status: 0 done; 2 bad input (config, data, ds_config, model path, output_di
 reward name or a reward's missing sample field: one line on stderr, ``--debug`` for the traceback); 3
 stopped after ``max_consecutive_skips`` steps skipped in a row for a non-finite loss / gradient or rewards
 undefined for every sample (checkpoint saved); 128 + signal when preempted by
-SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``).
+SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``), or interrupted
+during startup, or aborted by a second Ctrl-C (no new checkpoint; one line each, see preempt.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import time
 import uuid
 from functools import partial
 from pathlib import Path
@@ -40,7 +43,6 @@ from .ds import io as ds_io
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
 from .evaluate import Evaluator, gallery_to_main
 from .experience import ExperienceMaker
-from .memory_plan import EstimateConfig, plan
 from .metrics import Progress, finite_or_none, step_record, timer
 from .plot import PLOT_NAME, plot_training
 from .policy import (
@@ -52,9 +54,10 @@ from .policy import (
     resolve_dtype,
     resolve_sampling,
 )
-from .preempt import EXIT_NONFINITE, Stopped, StopSignals, exit_code, signal_name
+from .preempt import EXIT_NONFINITE, Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
 from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs, combine_advantages
 from .seeding import decoder_seed, derive_seed, seed_everything
+from .summary import print_startup_summary
 from .tracking import build_tracker
 from .update import grpo_update, skipped_update
 
@@ -148,12 +151,13 @@ class Trainer:
             self.sampler.load_state(state["sampler"])
             log.info(f"glm-grpo: resumed from {resume_path} at step {self.start_step}")
         self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if resume_path else None)
-        self.attn, self.dtype = attn, dtype
         if self.is_main:
             (self.out / "config.json").write_text(
                 json.dumps({"train": to_dict(cfg), "deepspeed": self.ds_config}, indent=2)
             )
-            self._print_summary(model)
+            print_startup_summary(
+                cfg, model, self.ds_config, self.ds_config_raw, self.world, self.device, dtype, attn, self.out
+            )
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict:
@@ -230,12 +234,15 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def train(self) -> None:
         lg = self.cfg.logging
-        if self.evaluator is not None and self.cfg.eval.at_start and self.start_step == 0:
-            self.evaluate(0)
         progress = Progress(self.cfg.max_steps, self.start_step, self.is_main and lg.progress_bar, lg.log_every)
-        try:
-            with StopSignals() as signals:
+        self._current_step, self._finishing = self.start_step + 1, False
+        self._step_started, self._last_step_seconds = time.monotonic(), None
+        with StopSignals(self._stop_notice if self.is_main else None) as signals:
+            try:
+                if self.evaluator is not None and self.cfg.eval.at_start and self.start_step == 0:
+                    self.evaluate(0)
                 for step in range(self.start_step, self.cfg.max_steps):
+                    self._current_step, self._step_started = step + 1, time.monotonic()
                     record = self.step(step)
                     self.consecutive_skips = self.consecutive_skips + 1 if record["skipped"] else 0
                     self.log_step(record)
@@ -246,17 +253,34 @@ class Trainer:
                     if self.cfg.save_steps and (step + 1) % self.cfg.save_steps == 0:
                         saved = self.save_checkpoint(step + 1)
                     self._stop_if_asked(step + 1, signals, saved)
-        finally:
-            progress.close()
-            self.tracker.close()
-        self.save_final()
-        if self.is_main and lg.plot:
-            plot_training(self.out / "metrics.jsonl", self.out / PLOT_NAME, self.out / "eval.jsonl")
+                    self._last_step_seconds = time.monotonic() - self._step_started
+            finally:
+                progress.close()
+                self.tracker.close()
+            self._finishing = True
+            self.save_final()
+            if self.is_main and lg.plot:
+                plot_training(self.out / "metrics.jsonl", self.out / PLOT_NAME, self.out / "eval.jsonl")
         final = "final_adapter" if self.cfg.lora is not None else "final_model"
         log.info(f"done: metrics {self.out / 'metrics.jsonl'}")
         if lg.plot:
             log.info(f"      training curves {self.out / PLOT_NAME}")
         log.info(f"      {final.replace('_', ' ')} {self.out / final}")
+
+    def _stop_notice(self, signum: int) -> str:
+        """What rank 0 prints the moment SIGINT / SIGTERM arrives (from the signal watcher thread, so
+        it only reads what the loop last wrote)."""
+        again = "press Ctrl-C again to abort at once (the last complete checkpoint stays intact)"
+        if self._finishing:
+            return f"glm-grpo train: {signal_name(signum)} received: saving the final weights, then done; {again}"
+        when = ""
+        if self._last_step_seconds is not None:
+            left = max(0.0, self._last_step_seconds - (time.monotonic() - self._step_started))
+            when = f" (in about {left:.0f} s at the last step's pace, plus the save)"
+        return (
+            f"glm-grpo train: {signal_name(signum)} received: the run will save a checkpoint and stop after step "
+            f"{self._current_step}{when}; {again}"
+        )
 
     def log_step(self, record: dict) -> None:
         self.tracker.log("train", record)
@@ -315,35 +339,6 @@ class Trainer:
         else:
             ds_io.save_full_model(self.engine, self.out / "final_model", self.rank)
 
-    def _print_summary(self, model) -> None:
-        total = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
-        trainable = sum(
-            p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters() if p.requires_grad
-        )
-        c = self.cfg
-        nodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("CROSS_SIZE", "1")))
-        log.info(
-            f"glm-grpo: world size {self.world} ({nodes} node(s)), ZeRO stage {zero_stage(self.ds_config)}, "
-            f"{'LoRA r=' + str(c.lora.r) if c.lora else 'full fine-tuning'}, "
-            f"trainable {trainable:,} / {total:,} params, "
-            f"optimizer {c.optimizer.name}, dtype {self.dtype}, attention {self.attn}\n"
-            f"          effective batch {self.world * c.batch.prompts_per_rank} prompts x G={c.grpo.group_size} = "
-            f"{self.world * c.sequences_per_rank} sequences/step, micro-batch {c.batch.micro_batch_size}, "
-            f"{c.rollout.height}x{c.rollout.width}, sampling temperature {c.grpo.sampling.temperature} "
-            f"top_k {c.grpo.sampling.top_k} top_p {c.grpo.sampling.top_p}"
-            f"{' (collectives forced on)' if c.force_collectives else ''}"
-        )
-        # The planner's peak for this very setup (exact model-state bytes; activations estimated),
-        # so the log of a run that runs out of memory says what was expected.
-        est = EstimateConfig(num_gpus=self.world, num_nodes=1, device=self.device.type)
-        planned = plan(c, self.ds_config_raw, est)
-        (self.out / "memory_plan.json").write_text(json.dumps(planned, indent=1, default=str))
-        log.info(
-            f"          memory plan: {planned['total_bytes'] / 2**30:.2f} GiB per "
-            f"{'GPU' if self.device.type == 'cuda' else 'rank'} "
-            f"at peak ({planned['peak_phase']} phase); `glm-grpo estimate-memory` prints the breakdown"
-        )
-
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
@@ -382,7 +377,20 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         cfg = load_config(args.config, args.overrides)
-        Trainer(cfg, args.deepspeed).train()
+        with startup_signals():
+            trainer = Trainer(cfg, args.deepspeed)
+        trainer.train()
+    except Interrupted as stop:  # Ctrl-C / SIGTERM while loading: one line, not a traceback
+        log.fatal(
+            f"glm-grpo train: interrupted by {signal_name(stop.signum)} during startup, before the first step; "
+            "nothing was saved (checkpoints already in output_dir are untouched)"
+        )
+        dist.shutdown(agreed=False)
+        return exit_code(stop.signum)
+    except KeyboardInterrupt:  # the instants between startup_signals and StopSignals
+        log.fatal("glm-grpo train: interrupted by SIGINT; the last complete checkpoint (checkpoints/latest) is intact")
+        dist.shutdown(agreed=False)
+        return exit_code(signal.SIGINT)
     except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)
         log.fatal(str(stop))
         dist.shutdown()

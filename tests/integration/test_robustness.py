@@ -417,3 +417,89 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tiny_model_dir, data64,
     assert f"resumed from {out / 'checkpoints' / f'step_{step:06d}'} at step {step}" in proc.stdout
     assert [r["step"] for r in metrics(out)] == list(range(1, step + 2))
     assert (out / "final_adapter" / "adapter_model.safetensors").is_file()
+
+
+# ----------------------------------------------------------------------------- Ctrl-C
+def _wait_for(predicate, runner, what, timeout=300):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert runner.poll() is None, f"the run ended before {what}"
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_ctrl_c_during_startup_is_one_line(tiny_model_dir, data64, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    runner = subprocess.Popen(
+        [*cmd, *common(tiny_model_dir, data64, out, *FAST)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(out.is_dir, runner, "startup")  # output_dir is created first thing, before the models load
+        runner.send_signal(signal.SIGINT)
+        _, err = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    ours = [line for line in err.splitlines() if line.startswith("glm-grpo train:")]
+    assert ours == [
+        "glm-grpo train: interrupted by SIGINT during startup, before the first step; nothing was saved "
+        "(checkpoints already in output_dir are untouched)"
+    ], err[-3000:]
+
+
+SLOW = """
+import os, time
+from pathlib import Path
+import torch
+calls = [0]
+def slow(images, prompts, samples):
+    calls[0] += 1
+    if calls[0] == 2:  # step 2 takes a minute: a signal now lands in the middle of a step
+        Path(os.environ["IN_STEP_2"]).touch()
+        time.sleep(60)
+    return images.mean(dim=(1, 2, 3))
+"""
+
+
+def test_ctrl_c_announces_at_once_and_a_second_one_aborts_with_the_checkpoint_intact(tiny_model_dir, data64, tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW)
+    out, marker = tmp_path / "run", tmp_path / "in_step_2"
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    overrides = common(tiny_model_dir, data64, out, "max_steps=5", "save_steps=1", *FAST)
+    log = (tmp_path / "stderr").open("w+")
+    runner = subprocess.Popen(
+        [*cmd, *overrides, f"rewards=[{{name: '{tmp_path / 'slow.py'}:slow'}}]"],
+        cwd=ROOT,
+        env=dict(ENV, IN_STEP_2=str(marker)),
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    try:
+        _wait_for(marker.exists, runner, "step 2")
+        runner.send_signal(signal.SIGINT)
+        notice = "glm-grpo train: SIGINT received: the run will save a checkpoint and stop after step 2"
+        # at once, although the step has most of a minute to go
+        _wait_for(lambda: notice in Path(log.name).read_text(), runner, "the notice", timeout=10)
+        runner.send_signal(signal.SIGINT)
+        runner.wait(timeout=20)  # aborted at once, not after the step
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    log.seek(0)
+    err = log.read()
+    assert runner.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "preempted" not in err, err[-3000:]
+    assert "press Ctrl-C again to abort at once (the last complete checkpoint stays intact)" in err
+    assert err.count("glm-grpo train: second Ctrl-C: aborted at once, without a checkpoint") == 1
+    from glm_grpo_ds import checkpoint
+
+    latest = checkpoint.resolve(out, "latest")  # the step-1 checkpoint, complete and loadable
+    assert latest.name == "step_000001" and checkpoint.read_state(latest)["step"] == 1
