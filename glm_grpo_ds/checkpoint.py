@@ -12,6 +12,15 @@ Layout under ``output_dir/checkpoints/``::
 A checkpoint is written to ``step_N.tmp/`` and renamed when complete; ``latest`` is replaced
 atomically afterwards. A run killed mid-write leaves a ``.tmp`` directory (removed on the next
 start) and the previous ``latest`` intact.
+
+Pruning (``save_total_limit``) runs only after ``latest`` points at the new checkpoint, counts only
+this run's checkpoints (``run_id`` in ``trainer_state.json``, kept across resumes) ordered by their
+step, never deletes the one ``latest`` names, and renames a checkpoint to ``step_N.deleting`` before
+deleting it, so a crash while pruning leaves ``latest`` loadable and no half-deleted ``step_N``.
+
+A fresh run (no ``resume_from``, or ``resume_from=auto`` without a ``latest``) refuses an
+``output_dir`` that holds an earlier run's checkpoints, metrics or final weights (:func:`start_fresh`)
+unless ``overwrite_output_dir`` is true, which deletes them first.
 """
 
 from __future__ import annotations
@@ -61,6 +70,59 @@ def check_output_dir(output_dir, rank: int) -> Path:
     return out
 
 
+# What an earlier run leaves in output_dir that a fresh start would overwrite or mix with its own.
+EARLIER_RUN_OUTPUTS = (CHECKPOINTS, "metrics.jsonl", "final_adapter", "final_model")
+# Deleted too by overwrite_output_dir=true: outputs a new run would otherwise mix with its own records
+# (config.json, memory_plan.json and the plot are rewritten whole by every run).
+OVERWRITTEN_OUTPUTS = (*EARLIER_RUN_OUTPUTS, "eval.jsonl", "samples", "tensorboard")
+
+
+def earlier_run(output_dir: Path) -> list[str]:
+    """The outputs of an earlier run found in ``output_dir`` (empty: nothing a fresh run would
+    destroy). An empty ``metrics.jsonl`` (a run that failed before its first step) does not count."""
+    found = []
+    ckpts = output_dir / CHECKPOINTS
+    if ckpts.is_dir() and any(
+        p.name == LATEST or (p.is_dir() and p.name.startswith("step_") and p.suffix not in (".tmp", ".deleting"))
+        for p in ckpts.iterdir()
+    ):
+        found.append(f"{CHECKPOINTS}/")
+    metrics = output_dir / "metrics.jsonl"
+    if metrics.is_file() and metrics.stat().st_size > 0:
+        found.append(metrics.name)
+    found += [f"{name}/" for name in ("final_adapter", "final_model") if (output_dir / name).exists()]
+    return found
+
+
+def start_fresh(output_dir: Path, overwrite: bool, rank: int) -> None:
+    """Before a fresh run (collective, before any model loads): refuse an ``output_dir`` holding an
+    earlier run on any rank, or with ``overwrite`` delete that run's outputs (rank 0)."""
+    found = earlier_run(output_dir)
+    # every rank decides alike even when only some see the files (node-local output_dir)
+    if not dist.any_rank(float(bool(found))):
+        return
+    if not overwrite:
+        what = ", ".join(found) if found else "files on another rank's storage"
+        # without a `latest` there is nothing to resume (resume_from=auto came here for that reason)
+        resume = (
+            "continue it with resume_from=auto (or latest), or "
+            if (output_dir / CHECKPOINTS / LATEST).is_file() or not found
+            else "it has no checkpoint to resume from; "
+        )
+        raise OutputDirError(
+            f"output_dir {output_dir} holds an earlier run ({what}); {resume}start over with "
+            "overwrite_output_dir=true (deletes it), or pick another output_dir="
+        )
+    if rank == 0:
+        for name in OVERWRITTEN_OUTPUTS:
+            path = output_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+    dist.barrier()
+
+
 def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
@@ -99,11 +161,40 @@ def _write_text_atomic(path: Path, text: str) -> None:
 
 
 def remove_stale(output_dir: str | os.PathLike) -> None:
-    """Delete half-written ``*.tmp`` checkpoints left by a killed run (rank 0 only)."""
+    """Delete half-written ``*.tmp`` and half-pruned ``*.deleting`` checkpoints left by a killed run
+    (rank 0 only)."""
     root = Path(output_dir) / CHECKPOINTS
     if root.is_dir():
-        for tmp in root.glob("*.tmp"):
-            shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+        for stale in [*root.glob("*.tmp"), *root.glob("*.deleting")]:
+            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+
+
+def prune(root: Path, keep: int, run_id: str | None) -> list[Path]:
+    """Delete all but the newest ``keep`` checkpoints of run ``run_id`` under ``root`` (rank 0; call
+    only after ``latest`` names the newest). Ordered by the step in their trainer state; other runs'
+    checkpoints and the one ``latest`` names are never deleted. Returns the deleted paths."""
+    pointer = root / LATEST
+    latest = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else None
+    mine = []
+    for path in root.glob("step_*"):
+        if not path.is_dir() or path.suffix in (".tmp", ".deleting"):
+            continue
+        try:
+            state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue  # not a complete checkpoint of ours: never pruned
+        if state.get("run_id") == run_id:
+            mine.append((int(state["step"]), path))
+    deleted = []
+    for _, path in sorted(mine)[:-keep]:
+        if path.name == latest:
+            continue
+        # renamed first (atomic): a crash mid-delete leaves a .deleting dir for remove_stale, not a broken step_N
+        doomed = path.with_name(path.name + ".deleting")
+        os.replace(path, doomed)
+        shutil.rmtree(doomed)
+        deleted.append(path)
+    return deleted
 
 
 def save(engine, output_dir, step: int, trainer_state: dict, rank: int, is_lora: bool, total_limit: int) -> Path:
@@ -127,12 +218,23 @@ def save(engine, output_dir, step: int, trainer_state: dict, rank: int, is_lora:
             shutil.rmtree(final)
         os.replace(tmp, final)
         _write_text_atomic(root / LATEST, final.name)
-        if total_limit > 0:
-            done = sorted(p for p in root.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
-            for old in done[:-total_limit]:
-                shutil.rmtree(old)
+        if total_limit > 0:  # only now: `latest` already names the new checkpoint
+            prune(root, total_limit, trainer_state.get("run_id"))
     dist.barrier()
     return final
+
+
+def resume_path(output_dir, resume_from: str | None) -> Path | None:
+    """The checkpoint a run resumes from, or None for a fresh start: ``auto`` resumes from ``latest``
+    when ``output_dir`` has one and starts fresh otherwise (a requeued job continues, its first launch
+    starts); ``latest`` and a path must exist (:func:`resolve`)."""
+    if not resume_from:
+        return None
+    if resume_from == "auto":
+        if not (Path(output_dir) / CHECKPOINTS / LATEST).is_file():
+            return None
+        resume_from = "latest"
+    return resolve(output_dir, resume_from)
 
 
 def resolve(output_dir, resume_from: str) -> Path:

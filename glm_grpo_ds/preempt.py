@@ -1,37 +1,122 @@
-"""Preemption: SIGTERM / SIGINT become a checkpoint at the next step boundary, then an exit.
+"""Signals: SIGTERM / SIGINT become a checkpoint at the next step boundary, then an exit; a second
+Ctrl-C aborts at once; an interrupt during startup is one line.
 
-Every rank installs :class:`StopSignals` for the training loop. A handler only records the signal
-(a collective may be in flight; nothing is safe to do inside it). After each step the trainer
-all-reduces the recorded signal (max over ranks), so all ranks agree to stop even when only some
-received it: the ``deepspeed`` launcher, for one, forwards SIGTERM to one rank at a time and
-waits up to 30 s for it before sending SIGKILL. Then every rank saves the checkpoint and exits
-with ``128 + signal`` (143 for SIGTERM, 130 for SIGINT), the shell convention for "killed by".
+During training every rank installs :class:`StopSignals`. A Python signal handler runs only when
+the main thread is back in the interpreter, which can take a whole collective or CUDA
+synchronisation (minutes, if a peer is gone), so the signals are also written to a wakeup pipe
+(``signal.set_wakeup_fd``, from the C-level handler) that a watcher thread reads at once. The
+watcher records the first signal, prints on rank 0 that the run will checkpoint and stop after the
+current step (and about when), and on a second SIGINT prints one line and ends the process with
+``os._exit`` (130): no cleanup that could wait on a peer, and nothing half-written is ever loaded
+(checkpoints are written to ``.tmp`` and renamed, ``latest`` is replaced atomically). A repeated
+SIGTERM does not abort: schedulers and the ``deepspeed`` launcher send SIGTERM more than once while
+the run is saving.
+
+After each step the trainer all-reduces the recorded signal (max over ranks), so all ranks agree to
+stop even when only some received it: the ``deepspeed`` launcher, for one, forwards SIGTERM to one
+rank at a time and sends SIGKILL 30 s later. Then every rank saves the checkpoint and exits with
+``128 + signal`` (143 for SIGTERM, 130 for SIGINT), the shell convention for "killed by".
+
+Before training (config, data, model loading) :func:`startup_signals` turns SIGINT / SIGTERM into
+:class:`Interrupted`, which the entry point reports as one line (no traceback), exit ``128 + signal``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import threading
+from typing import Callable
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class StopSignals:
-    """Context manager: while active, SIGTERM/SIGINT set ``received`` instead of killing."""
+    """Context manager: while active, SIGTERM/SIGINT set ``received`` instead of killing; a SIGINT
+    after a first signal ends the process at once.
 
-    def __init__(self):
+    ``notice(signum)`` -> the line to print at the first signal (rank 0), or None to print nothing
+    (other ranks; then the abort prints nothing either)."""
+
+    def __init__(self, notice: Callable[[int], str] | None = None):
         self.received = 0
+        self._notice = notice
         self._previous: dict[int, object] = {}
 
     def _handle(self, signum, frame) -> None:
+        # Needed for the C-level handler to write the wakeup pipe; the watcher thread acts on it.
         self.received = self.received or signum
 
+    def _watch(self, read_fd: int) -> None:
+        while True:
+            data = os.read(read_fd, 64)
+            if not data:  # the write end closed: __exit__
+                return
+            for signum in data:
+                if signum not in SIGNALS:
+                    continue
+                if not self._first:
+                    self._first = signum
+                    self.received = self.received or signum
+                    if self._notice is not None:
+                        _say(self._notice(signum))
+                elif signum == signal.SIGINT:
+                    if self._notice is not None:
+                        _say(
+                            "glm-grpo train: second Ctrl-C: aborted at once, without a checkpoint; the last complete "
+                            "checkpoint (checkpoints/latest) is intact"
+                        )
+                    os._exit(exit_code(signal.SIGINT))
+
     def __enter__(self) -> "StopSignals":
+        self._first = 0
         for sig in SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)  # the C-level handler must never block on it
+        self._previous_wakeup = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        self._watcher = threading.Thread(target=self._watch, args=(self._read_fd,), name="stop-signals", daemon=True)
+        self._watcher.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        # wakeup fd first: the C handler must not write to a closed (or reused) descriptor
+        signal.set_wakeup_fd(self._previous_wakeup)
         for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        os.close(self._write_fd)  # the watcher reads EOF and returns
+        self._watcher.join(timeout=5)
+        os.close(self._read_fd)
+
+
+def _say(line: str) -> None:
+    """One line on stderr from the watcher thread: os.write, unbuffered, cannot collide with a
+    buffered write the main thread was in the middle of."""
+    os.write(2, (line + "\n").encode("utf-8", "replace"))
+
+
+class Interrupted(Exception):
+    """SIGINT / SIGTERM before training started (see :func:`startup_signals`)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal_name(signum))
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def startup_signals():
+    """Inside the block SIGINT / SIGTERM raise :class:`Interrupted` (SIGTERM's default would kill the
+    process without a word; SIGINT's KeyboardInterrupt would print a traceback)."""
+
+    def interrupt(signum, frame):
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
@@ -43,7 +128,7 @@ class Stopped(Exception):
         self.exit_code = exit_code
 
 
-# Exit status of a run stopped after max_consecutive_skips non-finite steps (2 = bad input).
+# Exit status of a run stopped after max_consecutive_skips skipped steps (2 = bad input).
 EXIT_NONFINITE = 3
 
 

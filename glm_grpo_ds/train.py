@@ -12,9 +12,11 @@ micro-batch backward -> optimizer step (``grpo.num_iterations`` times; glm_grpo_
 (``logging.gallery_steps``, evaluations); TensorBoard / W&B with ``logging.report_to``.
 
 Exit status: 0 done; 2 bad input (config, data, ds_config, model path, output_dir, checkpoint,
-reward name: one line on stderr, ``--debug`` for the traceback); 3 stopped after
-``max_consecutive_skips`` non-finite steps (checkpoint saved); 128 + signal when preempted by
-SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``).
+reward name or a reward's missing sample field: one line on stderr, ``--debug`` for the traceback); 3
+stopped after ``max_consecutive_skips`` steps skipped in a row for a non-finite loss / gradient or rewards
+undefined for every sample (checkpoint saved); 128 + signal when preempted by
+SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``), or interrupted
+during startup, or aborted by a second Ctrl-C (no new checkpoint; one line each, see preempt.py).
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import time
+import uuid
 from functools import partial
 from pathlib import Path
 
 import torch
 
 from . import checkpoint, log
-from .config import ConfigError, load_config, to_dict
+from .config import ConfigError, load_config, parse_with_overrides, to_dict
 from .data import DataError, PromptSampler, load_prompts
 from .decoder import ImageDecoder
 from .ds import dist
@@ -38,7 +43,6 @@ from .ds import io as ds_io
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
 from .evaluate import Evaluator, gallery_to_main
 from .experience import ExperienceMaker
-from .memory_plan import EstimateConfig, plan
 from .metrics import Progress, finite_or_none, step_record, timer
 from .plot import PLOT_NAME, plot_training
 from .policy import (
@@ -50,11 +54,12 @@ from .policy import (
     resolve_dtype,
     resolve_sampling,
 )
-from .preempt import EXIT_NONFINITE, Stopped, StopSignals, exit_code, signal_name
-from .rewards import RewardError, build_rewards, check_reward_specs, combine_advantages
+from .preempt import EXIT_NONFINITE, Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
+from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs, combine_advantages
 from .seeding import decoder_seed, derive_seed, seed_everything
+from .summary import print_startup_summary
 from .tracking import build_tracker
-from .update import grpo_update
+from .update import grpo_update, skipped_update
 
 
 class Trainer:
@@ -79,13 +84,13 @@ class Trainer:
             rows, self.world, self.rank, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle
         )
         # Read before the models load, so a bad eval file fails in seconds.
-        self.evaluator = (
-            Evaluator(cfg, load_prompts(cfg.eval.file, "eval.file"), self.rank, self.world, self.device)
-            if cfg.eval.file
-            else None
-        )
+        eval_rows = load_prompts(cfg.eval.file, "eval.file") if cfg.eval.file else None
+        self.evaluator = Evaluator(cfg, eval_rows, self.rank, self.world, self.device) if eval_rows else None
         check_pipeline_dir(cfg.model.path)
         check_reward_specs(cfg.rewards)
+        check_reward_inputs(cfg.rewards, rows, "data.train_file", cfg.data.train_file)
+        if eval_rows:
+            check_reward_inputs(cfg.rewards, eval_rows, "eval.file", cfg.eval.file)
         # unset sampling knobs = what the model samples with by itself (recorded in config.json)
         cfg.grpo.sampling = resolve_sampling(cfg.grpo.sampling, cfg.model.path)
 
@@ -97,10 +102,16 @@ class Trainer:
         self.ds_config = fill_ds_config(
             self.ds_config_raw, cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
         )
-        resume_path = None
-        if cfg.resume_from:
-            resume_path = checkpoint.resolve(self.out, cfg.resume_from)
+        resume_path = checkpoint.resume_path(self.out, cfg.resume_from)
+        if resume_path is not None:
             checkpoint.check_compatible(resume_path, self.world, zero_stage(self.ds_config))
+        else:
+            checkpoint.start_fresh(self.out, cfg.overwrite_output_dir, self.rank)
+            if cfg.resume_from == "auto":
+                log.info(f"glm-grpo: resume_from=auto: no checkpoint in {self.out}, starting fresh")
+        # Names this run's checkpoints (pruning counts only those); a resumed run keeps its checkpoint's.
+        # Only rank 0 writes trainer_state.json and prunes, so the ranks' ids need not agree.
+        self.run_id = uuid.uuid4().hex
 
         self.reward_fn = build_rewards(cfg.rewards)
         self.processor = load_processor(cfg.model.path)
@@ -127,7 +138,7 @@ class Trainer:
         decoder = ImageDecoder(cfg.model.path, cfg.decoder, self.device)
         self.experience = ExperienceMaker(self.engine, self.processor, decoder, self.reward_fn, cfg, self.device)
         self.start_step = 0
-        self.skipped_steps = 0  # optimizer updates skipped for non-finite gradients, whole run
+        self.skipped_steps = 0  # optimizer updates skipped (non-finite gradients, undefined rewards), whole run
         self.consecutive_skips = 0
         if self.is_main:
             checkpoint.remove_stale(self.out)
@@ -136,15 +147,17 @@ class Trainer:
             state = checkpoint.load(self.engine, resume_path, self.rank, self.world, zero_stage(self.ds_config))
             self.start_step = int(state["step"])
             self.skipped_steps = int(state.get("skipped_steps", 0))
+            self.run_id = state.get("run_id")  # None for checkpoints written before run ids
             self.sampler.load_state(state["sampler"])
             log.info(f"glm-grpo: resumed from {resume_path} at step {self.start_step}")
-        self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if cfg.resume_from else None)
-        self.attn, self.dtype = attn, dtype
+        self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if resume_path else None)
         if self.is_main:
             (self.out / "config.json").write_text(
                 json.dumps({"train": to_dict(cfg), "deepspeed": self.ds_config}, indent=2)
             )
-            self._print_summary(model)
+            print_startup_summary(
+                cfg, model, self.ds_config, self.ds_config_raw, self.world, self.device, dtype, attn, self.out
+            )
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict:
@@ -163,8 +176,24 @@ class Trainer:
         )
         mine = slice(self.rank * len(exp.batch), (self.rank + 1) * len(exp.batch))
         with timer(exp.timings, "update"):
-            stats = grpo_update(self.engine, exp.batch, advantages[mine], cfg, self.ref_engine)
+            if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
+                stats = self._skip_undefined(step + 1, all_per_reward)
+            else:
+                stats = grpo_update(self.engine, exp.batch, advantages[mine], cfg, self.ref_engine)
         return self._record(step + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward)
+
+    def _skip_undefined(self, step: int, all_per_reward: dict) -> dict:
+        """A step whose rewards are all undefined has nothing to learn from: skip its update like a
+        non-finite one (an optimizer step on zero advantages would still move the weights through
+        Adam's momentum and weight decay), so ``max_consecutive_skips`` such steps stop the run."""
+        log.warning_once(
+            "rewards-all-undefined",
+            f"glm-grpo: warning: step {step}: every reward is undefined (NaN) for every sample "
+            f"({', '.join(all_per_reward)}); the update is skipped (counted in `skipped` in metrics.jsonl) and "
+            f"{self.cfg.max_consecutive_skips or 'no'} such steps in a row stop the run; check the rewards and the "
+            "fields they need; further ones are not logged",
+        )
+        return skipped_update(self.cfg.grpo.num_iterations)
 
     def _record(self, step: int, exp, stats: dict, my_rewards, all_rewards, all_per_reward) -> dict:
         """The ``metrics.jsonl`` record after ``step`` steps (collective), and the training gallery when due."""
@@ -177,7 +206,8 @@ class Trainer:
         # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the
         # record's max over ranks makes the agreement explicit.
         self.skipped_steps += record["skipped"]
-        grad_norm = finite_or_none(ds_engine.grad_norm(self.engine))
+        # no update ran (skipped_update: 0 tokens): the engine's norm would be the previous step's
+        grad_norm = finite_or_none(ds_engine.grad_norm(self.engine)) if stats["tokens"] else None
         record.update(skipped_steps=self.skipped_steps, lr=ds_engine.current_lr(self.engine), grad_norm=grad_norm)
         if self.cfg.logging.gallery_steps and step % self.cfg.logging.gallery_steps == 0:
             record.update(self._training_gallery(step, exp, my_rewards))
@@ -204,12 +234,15 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def train(self) -> None:
         lg = self.cfg.logging
-        if self.evaluator is not None and self.cfg.eval.at_start and self.start_step == 0:
-            self.evaluate(0)
         progress = Progress(self.cfg.max_steps, self.start_step, self.is_main and lg.progress_bar, lg.log_every)
-        try:
-            with StopSignals() as signals:
+        self._current_step, self._finishing = self.start_step + 1, False
+        self._step_started, self._last_step_seconds = time.monotonic(), None
+        with StopSignals(self._stop_notice if self.is_main else None) as signals:
+            try:
+                if self.evaluator is not None and self.cfg.eval.at_start and self.start_step == 0:
+                    self.evaluate(0)
                 for step in range(self.start_step, self.cfg.max_steps):
+                    self._current_step, self._step_started = step + 1, time.monotonic()
                     record = self.step(step)
                     self.consecutive_skips = self.consecutive_skips + 1 if record["skipped"] else 0
                     self.log_step(record)
@@ -220,17 +253,34 @@ class Trainer:
                     if self.cfg.save_steps and (step + 1) % self.cfg.save_steps == 0:
                         saved = self.save_checkpoint(step + 1)
                     self._stop_if_asked(step + 1, signals, saved)
-        finally:
-            progress.close()
-            self.tracker.close()
-        self.save_final()
-        if self.is_main and lg.plot:
-            plot_training(self.out / "metrics.jsonl", self.out / PLOT_NAME, self.out / "eval.jsonl")
+                    self._last_step_seconds = time.monotonic() - self._step_started
+            finally:
+                progress.close()
+                self.tracker.close()
+            self._finishing = True
+            self.save_final()
+            if self.is_main and lg.plot:
+                plot_training(self.out / "metrics.jsonl", self.out / PLOT_NAME, self.out / "eval.jsonl")
         final = "final_adapter" if self.cfg.lora is not None else "final_model"
         log.info(f"done: metrics {self.out / 'metrics.jsonl'}")
         if lg.plot:
             log.info(f"      training curves {self.out / PLOT_NAME}")
         log.info(f"      {final.replace('_', ' ')} {self.out / final}")
+
+    def _stop_notice(self, signum: int) -> str:
+        """What rank 0 prints the moment SIGINT / SIGTERM arrives (from the signal watcher thread, so
+        it only reads what the loop last wrote)."""
+        again = "press Ctrl-C again to abort at once (the last complete checkpoint stays intact)"
+        if self._finishing:
+            return f"glm-grpo train: {signal_name(signum)} received: saving the final weights, then done; {again}"
+        when = ""
+        if self._last_step_seconds is not None:
+            left = max(0.0, self._last_step_seconds - (time.monotonic() - self._step_started))
+            when = f" (in about {left:.0f} s at the last step's pace, plus the save)"
+        return (
+            f"glm-grpo train: {signal_name(signum)} received: the run will save a checkpoint and stop after step "
+            f"{self._current_step}{when}; {again}"
+        )
 
     def log_step(self, record: dict) -> None:
         self.tracker.log("train", record)
@@ -262,14 +312,16 @@ class Trainer:
             )
         raise Stopped(
             f"glm-grpo train: stopped at step {step}: the last {limit} steps were skipped for a non-finite loss or "
-            f"gradient (max_consecutive_skips={limit}); checkpoint at {path} (weights of the last finite update); "
-            "lower optimizer.lr or check the rewards, then resume with resume_from=latest",
+            f"gradient or rewards undefined for every sample (max_consecutive_skips={limit}); checkpoint at {path} "
+            "(weights of the last update); lower optimizer.lr or check the rewards, then resume with "
+            "resume_from=latest",
             EXIT_NONFINITE,
         )
 
     def save_checkpoint(self, step: int) -> Path:
         state = {
             "step": step,
+            "run_id": self.run_id,
             "skipped_steps": self.skipped_steps,
             "sampler": self.sampler.state(),
             "world_size": self.world,
@@ -287,35 +339,6 @@ class Trainer:
         else:
             ds_io.save_full_model(self.engine, self.out / "final_model", self.rank)
 
-    def _print_summary(self, model) -> None:
-        total = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
-        trainable = sum(
-            p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters() if p.requires_grad
-        )
-        c = self.cfg
-        nodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("CROSS_SIZE", "1")))
-        log.info(
-            f"glm-grpo: world size {self.world} ({nodes} node(s)), ZeRO stage {zero_stage(self.ds_config)}, "
-            f"{'LoRA r=' + str(c.lora.r) if c.lora else 'full fine-tuning'}, "
-            f"trainable {trainable:,} / {total:,} params, "
-            f"optimizer {c.optimizer.name}, dtype {self.dtype}, attention {self.attn}\n"
-            f"          effective batch {self.world * c.batch.prompts_per_rank} prompts x G={c.grpo.group_size} = "
-            f"{self.world * c.sequences_per_rank} sequences/step, micro-batch {c.batch.micro_batch_size}, "
-            f"{c.rollout.height}x{c.rollout.width}, sampling temperature {c.grpo.sampling.temperature} "
-            f"top_k {c.grpo.sampling.top_k} top_p {c.grpo.sampling.top_p}"
-            f"{' (collectives forced on)' if c.force_collectives else ''}"
-        )
-        # The planner's peak for this very setup (exact model-state bytes; activations estimated),
-        # so the log of a run that runs out of memory says what was expected.
-        est = EstimateConfig(num_gpus=self.world, num_nodes=1, device=self.device.type)
-        planned = plan(c, self.ds_config_raw, est)
-        (self.out / "memory_plan.json").write_text(json.dumps(planned, indent=1, default=str))
-        log.info(
-            f"          memory plan: {planned['total_bytes'] / 2**30:.2f} GiB per "
-            f"{'GPU' if self.device.type == 'cuda' else 'rank'} "
-            f"at peak ({planned['peak_phase']} phase); `glm-grpo estimate-memory` prints the breakdown"
-        )
-
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
@@ -330,8 +353,10 @@ def parse_args(argv):
     p.add_argument(
         "--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS
     )  # set by the launcher
-    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. grpo.beta=0.0 lora.r=32")
-    return p.parse_args(argv)
+    p.add_argument(
+        "overrides", nargs="*", help="dotted key=value overrides, anywhere on the line, e.g. grpo.beta=0.0 lora.r=32"
+    )
+    return parse_with_overrides(p, argv)
 
 
 # Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.
@@ -352,7 +377,20 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         cfg = load_config(args.config, args.overrides)
-        Trainer(cfg, args.deepspeed).train()
+        with startup_signals():
+            trainer = Trainer(cfg, args.deepspeed)
+        trainer.train()
+    except Interrupted as stop:  # Ctrl-C / SIGTERM while loading: one line, not a traceback
+        log.fatal(
+            f"glm-grpo train: interrupted by {signal_name(stop.signum)} during startup, before the first step; "
+            "nothing was saved (checkpoints already in output_dir are untouched)"
+        )
+        dist.shutdown(agreed=False)
+        return exit_code(stop.signum)
+    except KeyboardInterrupt:  # the instants between startup_signals and StopSignals
+        log.fatal("glm-grpo train: interrupted by SIGINT; the last complete checkpoint (checkpoints/latest) is intact")
+        dist.shutdown(agreed=False)
+        return exit_code(signal.SIGINT)
     except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)
         log.fatal(str(stop))
         dist.shutdown()

@@ -117,3 +117,12 @@ def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_
     out["iterations"] = iterations
     out["skipped"] = skipped
     return out
+
+
+def skipped_update(num_iterations: int) -> dict:
+    """What :func:`grpo_update` returns for an update not run at all: every optimizer step skipped,
+    no statistic (NaN, written as null)."""
+    nan = float("nan")
+    iteration = dict.fromkeys(("loss", "kl", "clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_min"), nan)
+    iteration.update(ratio_max=nan, tokens=0.0)
+    return dict(iteration, iterations=[dict(iteration)] * num_iterations, skipped=num_iterations)

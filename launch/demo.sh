@@ -16,6 +16,8 @@ DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
 OUT=${OUT:-outputs/world_run}
 
 glm-grpo tiny-world outputs/world --seed 0
+# overwrite_output_dir=true: every `make demo` starts the demo run over (a real run would be refused
+# in an output_dir holding an earlier run; see docs/checkpoints.md)
 deepspeed --num_gpus "$NUM_PROCS" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" \
-  output_dir="$OUT" "$@"
+  output_dir="$OUT" overwrite_output_dir=true "$@"
 glm-grpo progress "$OUT" --best outputs/world/best.json

@@ -19,7 +19,7 @@ VERIFY_SIZE=${VERIFY_SIZE:-1024}
 ATTN=$(python -c "import importlib.util, torch; print('flash_attention_2' if torch.cuda.is_available() and importlib.util.find_spec('flash_attn') else 'sdpa')")
 
 deepspeed --num_gpus 1 --master_port "${MASTER_PORT:-29500}" --module glm_grpo_ds.train --config launch/configs/gpu_check.yaml --deepspeed "$DS_CONFIG" \
-  model.path="$MODEL" output_dir="$OUT" "$@"
+  model.path="$MODEL" output_dir="$OUT" overwrite_output_dir=true "$@"  # each check starts over
 glm-grpo verify-logprobs --model "$MODEL" --dtype bf16 --attn "$ATTN" --temperature 0.9 --top-k 8 --top-p 0.75 \
   --height "$VERIFY_SIZE" --width "$VERIFY_SIZE" --group-size 2 --num-prompts 2 --tolerance 1 | tee "$OUT/verify.txt" || true
 glm-grpo check-run "$OUT" --verify "$OUT/verify.txt"

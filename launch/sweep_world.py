@@ -51,6 +51,7 @@ def run_one(name: str, overrides: list[str], world: Path, out: Path, steps: int,
         f"eval.file={world / 'heldout.jsonl'}",
         f"max_steps={steps}",
         f"output_dir={run_dir}",
+        "overwrite_output_dir=true",  # a re-run of the sweep replaces its runs
         "logging.progress_bar=false",
         "logging.gallery_steps=0",
         *overrides,

@@ -6,6 +6,8 @@
 #
 # Environment: NUM_GPUS (default: all visible GPUs, else 1 CPU rank), CONFIG, DS_CONFIG (default
 # ds_configs/zero3.json), MASTER_PORT (default 29500). Arguments are key=value config overrides.
+# resume_from=auto: relaunching the same command continues from output_dir's latest checkpoint (a
+# first launch starts fresh); pass resume_from=null to refuse a used output_dir instead.
 set -euo pipefail
 if [ -z "${NUM_GPUS:-}" ]; then
   NUM_GPUS=$(nvidia-smi -L 2>/dev/null | wc -l || true)
@@ -15,4 +17,4 @@ CONFIG=${CONFIG:-launch/configs/glm_image_lora_zero3.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
 exec deepspeed --num_gpus "$NUM_GPUS" --master_port "${MASTER_PORT:-29500}" \
-  --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" "$@"
+  --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" resume_from=auto "$@"

@@ -10,6 +10,8 @@
 # Environment: HOSTFILE (required; see launch/hostfile.example), MASTER_ADDR (required: node 0's
 # address as the other nodes reach it), MASTER_PORT (default 29500), NUM_NODES (default: lines in
 # the hostfile), NODE_RANK (set -> no-ssh mode), CONFIG, DS_CONFIG (default ds_configs/zero3.json).
+# resume_from=auto: relaunching continues from output_dir's latest checkpoint (a first launch starts
+# fresh); pass resume_from=null to refuse a used output_dir instead.
 # NCCL settings for every rank go in a `.deepspeed_env` file in the working directory or $HOME,
 # one VAR=value per line (DeepSpeed exports them on each node), e.g.
 #   NCCL_SOCKET_IFNAME=eth0
@@ -26,4 +28,5 @@ args=(--hostfile "$HOSTFILE" --num_nodes "$NUM_NODES" --master_addr "$MASTER_ADD
 if [ -n "${NODE_RANK:-}" ]; then
   args+=(--no_ssh --node_rank "$NODE_RANK")
 fi
-exec deepspeed "${args[@]}" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" "$@"
+exec deepspeed "${args[@]}" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" \
+  resume_from=auto "$@"

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import parse_with_overrides
 from .bench_workers import WORKERS
 
 CONFIG = Path(__file__).resolve().parents[2] / "launch" / "configs" / "tiny_cpu.yaml"
@@ -206,7 +207,7 @@ def parse_args(argv):
     p.add_argument("--micro-batch", type=int, default=2, help=argparse.SUPPRESS)
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("overrides", nargs="*", help="training config overrides (key=value), as for `glm-grpo train`")
-    return p.parse_args(argv)
+    return parse_with_overrides(p, argv)
 
 
 def main(argv: list[str] | None = None) -> int:

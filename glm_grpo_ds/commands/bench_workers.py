@@ -43,6 +43,7 @@ def _trainer(a, extra: list[str]):
         f"model.path={a.model}",
         f"data.train_file={a.data}",
         f"output_dir={a.workdir}/run",
+        "overwrite_output_dir=true",  # scratch: every worker starts its own trainer there
         f"rollout.height={a.size}",
         f"rollout.width={a.size}",
         f"grpo.group_size={a.group_size}",

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from ..config import ConfigError, load_config
+from ..config import ConfigError, load_config, parse_with_overrides
 from ..ds.ds_config import DeepSpeedConfigError, read_ds_config
 from ..memory_plan import GIB, EstimateConfig, format_plan, plan
 
@@ -34,7 +34,7 @@ def parse_args(argv):
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object (bytes per component, total_bytes)")
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, as for `glm-grpo train`")
-    return ap.parse_args(argv)
+    return parse_with_overrides(ap, argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,8 +4,10 @@
     glm-grpo score --reward lpips --reward-arg net=vgg --prompt "a cat" --image out.png --target ref.png
     glm-grpo score --reward clip --reward-arg model=/models/clip-vit-large-patch14 --prompt "a cat" --image *.png
 
-Prints one number per image, one per line, in the order given (``nan`` = undefined for that image,
-e.g. no text to render). ``--text`` sets the text to render (else the prompt's quoted spans).
+Prints one number per image, one per line, in the order given (``nan`` = undefined for that image).
+``--text`` sets the text to render (else the prompt's quoted spans). A reward that needs what the
+command line does not give (``--target`` for pixel_mse / ssim / lpips; ``--text`` or a quoted span in
+the prompt for ocr) is a one-line error, exit 2.
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+
+# a sample field a reward needs (rewards/base.py SampleNeed) -> how to give it on this command line
+SUPPLY = {
+    "target_image": "pass --target IMAGE",
+    "text": "pass --text TEXT, or quote the text in --prompt",
+}
 
 
 def _parse_arg(item: str):
@@ -38,12 +46,17 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         from PIL import Image
 
-        from ..rewards import build_reward
+        from ..rewards import build_reward, reward_needs
 
-        fn = build_reward(a.reward, dict(_parse_arg(x) for x in a.reward_arg))
         sample = {"target_image": a.target, "text": a.text}
         if a.target and not os.path.isfile(a.target):
             raise ValueError(f"--target {a.target} does not exist")
+        # Checked before the reward is built (it may load a model): every image would score nan.
+        need = reward_needs(a.reward)
+        if need is not None and not need.present(a.prompt, sample):
+            how = SUPPLY.get(need.field, "glm-grpo score cannot supply it; score it in a training run's data")
+            raise ValueError(f"reward {a.reward} needs {need.field}: {how}")
+        fn = build_reward(a.reward, dict(_parse_arg(x) for x in a.reward_arg))
         for path in a.image:
             try:
                 img = Image.open(path).convert("RGB")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..config import load_config
+from ..config import load_config, parse_with_overrides
 from ..testing.tiny import build_tiny_pipeline
 from ..testing.tiny_data import PROMPTS, write_tiny_dataset
 from ..testing.world import write_world
@@ -42,7 +42,7 @@ def tiny_data(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="the training config the data is for")
     p.add_argument("--num-prompts", type=int, default=len(PROMPTS))
     p.add_argument("overrides", nargs="*", help="key=value overrides, as for training")
-    a = p.parse_args(argv)
+    a = parse_with_overrides(p, argv)
     cfg = load_config(a.config, a.overrides)
     train_file = Path(cfg.data.train_file)
     if train_file.suffix != ".jsonl":

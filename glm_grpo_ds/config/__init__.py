@@ -14,9 +14,11 @@ rewards/combine.py). docs/config_reference.md is generated from the fields' help
 * ``fields.py``: ``ConfigError``, :func:`setting` (a field with its help), the ``Literal`` choice check;
 * ``sections.py``: one dataclass per section (``model``, ``lora``, ``grpo``, ...);
 * ``train_config.py``: :class:`TrainConfig` and the cross-field validation;
-* ``loading.py``: YAML + overrides -> validated :class:`TrainConfig`.
+* ``loading.py``: YAML + overrides -> validated :class:`TrainConfig`;
+* ``arguments.py``: command lines with overrides anywhere among the options, hints for ``--key value``.
 """
 
+from .arguments import parse_with_overrides
 from .fields import ConfigError
 from .loading import apply_override, load_config, parse_scalar, to_dict
 from .sections import (
@@ -55,5 +57,6 @@ __all__ = [
     "apply_override",
     "load_config",
     "parse_scalar",
+    "parse_with_overrides",
     "to_dict",
 ]

@@ -56,14 +56,27 @@ class TrainConfig:
         "and the evaluation have seeds of their own (decoder.seed, eval.seed).",
     )
     save_steps: int = setting(0, "Checkpoint every N steps (0 = never); see glm_grpo_ds/checkpoint.py.")
-    save_total_limit: int = setting(0, "Keep the newest K checkpoints (0 = keep all).")
+    save_total_limit: int = setting(
+        0,
+        "Keep this run's newest K checkpoints (0 = keep all); never deletes the one `latest` names, nor another run's.",
+    )
     resume_from: str | None = setting(
-        None, '"latest" (newest complete checkpoint of output_dir) or a checkpoint path; null = start fresh.'
+        None,
+        '"auto" (resume from output_dir\'s latest checkpoint when it has one, else start fresh: what the launch '
+        'scripts pass, so a requeued job continues), "latest" (output_dir\'s newest complete checkpoint, which must '
+        "exist) or a checkpoint path; null = start fresh.",
+    )
+    overwrite_output_dir: bool = setting(
+        False,
+        "A fresh run (no resume_from, or auto finding no checkpoint) in an output_dir that holds an earlier run's "
+        "checkpoints, metrics.jsonl or final weights: false = refused (resume it, or pick another output_dir); "
+        "true = start over: the earlier run's checkpoints/, metrics.jsonl, eval.jsonl, final_adapter/, final_model/, "
+        "samples/ and tensorboard/ are deleted first. Not with resume_from=latest or a path.",
     )
     max_consecutive_skips: int = setting(
         3,
         "Stop (checkpoint + exit code 3) after this many steps in a row whose optimizer update was skipped for a "
-        "non-finite loss/gradient; 0 = never stop.",
+        "non-finite loss/gradient or rewards undefined for every sample; 0 = never stop.",
     )
     force_collectives: bool = setting(
         False,
@@ -91,6 +104,10 @@ class TrainConfig:
         need(
             self.max_consecutive_skips >= 0,
             f"max_consecutive_skips must be >= 0 (0 = never stop), got {self.max_consecutive_skips}",
+        )
+        need(
+            not (self.overwrite_output_dir and self.resume_from not in (None, "auto")),
+            f"overwrite_output_dir=true starts over but resume_from={self.resume_from} continues a run: pick one",
         )
         need(self.save_total_limit >= 0, f"save_total_limit must be >= 0 (0 = keep all), got {self.save_total_limit}")
         g = self.grpo

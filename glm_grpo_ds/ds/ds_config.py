@@ -1,9 +1,10 @@
 """Reading a DeepSpeed JSON (``ds_configs/*.json`` or the user's) and filling its ``"auto"`` values.
 
-DeepSpeed itself does not parse ``"auto"``; Hugging Face-style JSONs carry it in batch, precision
-and bucket keys. :func:`fill_ds_config` resolves each one from the :class:`~glm_grpo_ds.config.TrainConfig`
-and the AR's hidden size, and refuses combinations DeepSpeed would accept but that would not do what
-the training config says.
+DeepSpeed itself does not parse ``"auto"``; Hugging Face-style JSONs carry it in batch, precision,
+bucket, ``optimizer.params`` and ``scheduler.params`` keys. :func:`fill_ds_config` resolves each one from
+the :class:`~glm_grpo_ds.config.TrainConfig` and the AR's hidden size, refuses concrete values that
+contradict the training config (listing each), and refuses combinations DeepSpeed would accept but that
+would not do what the training config says.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-# ds_config keys our trainer fills when they say "auto" (DeepSpeed itself does not parse "auto").
+# ds_config keys our trainer fills when they say "auto" (DeepSpeed itself does not parse "auto"), beside
+# the optimizer.params.* / scheduler.params.* keys of OPTIMIZER_PARAMS / SCHEDULER_PARAMS.
 AUTO_KEYS = {
     "train_batch_size",
     "train_micro_batch_size_per_gpu",
@@ -26,6 +28,28 @@ AUTO_KEYS = {
     "zero_optimization.allgather_bucket_size",
     "zero_optimization.stage3_prefetch_bucket_size",
     "zero_optimization.stage3_param_persistence_threshold",
+}
+# Keys that must agree with the training config when given a concrete value (the JSON would silently win).
+MUST_AGREE = {
+    "gradient_clipping": "optimizer.max_grad_norm",
+    "bf16.enabled": "model.dtype",
+    "fp16.enabled": "model.dtype",
+}
+# optimizer.params.<key> -> the training config's optimizer.<key>
+OPTIMIZER_PARAMS = ("lr", "betas", "eps", "weight_decay")
+# DeepSpeed optimizer types that are optimizer.name=adamw ("Adam" is AdamW unless adam_w_mode is false).
+ADAMW_TYPES = ("adamw", "adam")
+# DeepSpeed scheduler type -> the optimizer.schedule it is (warmup from 0, decay to 0 at the last step)
+SCHEDULE_OF_TYPE = {"WarmupLR": "constant", "WarmupDecayLR": "linear", "WarmupCosineLR": "cosine"}
+# scheduler.params.<key> -> (the training config key it stands for, its value from the optimizer config)
+SCHEDULER_PARAMS = {
+    "warmup_min_lr": ("0 (warmup starts at lr 0)", lambda o, total: 0),
+    "warmup_max_lr": ("optimizer.lr", lambda o, total: o.lr),
+    "warmup_num_steps": ("optimizer.warmup_steps", lambda o, total: o.warmup_steps),
+    "warmup_type": ("linear (the trainer's warmup)", lambda o, total: "linear"),
+    "total_num_steps": ("max_steps x grpo.num_iterations", lambda o, total: total),
+    "warmup_min_ratio": ("0 (warmup starts at lr 0)", lambda o, total: 0),
+    "cos_min_ratio": ("0 (cosine decays to lr 0)", lambda o, total: 0),
 }
 
 
@@ -64,13 +88,86 @@ def _set(tree: dict, dotted: str, value) -> None:
     tree[last] = value
 
 
+def _same(a, b) -> bool:
+    """JSON value == config value (numbers compared as floats, lists item by item)."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    return a == b
+
+
+def _optimizer_problems(filled: dict, cfg) -> list[str]:
+    """Fill "auto" in ``optimizer.params``; one line per way the JSON's optimizer contradicts ``optimizer.*``."""
+    section = filled.get("optimizer")
+    if section is None:
+        return []
+    o, problems = cfg.optimizer, []
+    kind = str(section.get("type", ""))
+    params = section.setdefault("params", {})
+    if o.name != "adamw":
+        problems.append(
+            f"optimizer.type={kind} but optimizer.name={o.name} (a bitsandbytes client optimizer the JSON would "
+            "replace): remove the JSON's optimizer section, or set optimizer.name=adamw"
+        )
+    elif kind.lower() not in ADAMW_TYPES or (kind.lower() == "adam" and params.get("adam_w_mode") is False):
+        problems.append(
+            f"optimizer.type={kind or '(missing)'} but optimizer.name=adamw: use type AdamW, or remove the "
+            "JSON's optimizer section"
+        )
+    for key in OPTIMIZER_PARAMS:
+        ours = list(getattr(o, key)) if key == "betas" else getattr(o, key)
+        if params.get(key) == "auto":
+            params[key] = ours
+        elif key in params and not _same(params[key], ours):
+            problems.append(f"optimizer.params.{key}={json.dumps(params[key])} but optimizer.{key}={json.dumps(ours)}")
+    for key, value in params.items():
+        if value == "auto" and key not in OPTIMIZER_PARAMS:
+            problems.append(
+                f'optimizer.params.{key}="auto" is not supported (auto works for: {", ".join(OPTIMIZER_PARAMS)})'
+            )
+    return problems
+
+
+def _scheduler_problems(filled: dict, cfg) -> list[str]:
+    """One line per way the JSON's scheduler contradicts ``optimizer.schedule`` / ``warmup_steps`` / ``lr``;
+    the section is then dropped: the trainer's own schedule (ds/engine.build_scheduler) runs, and
+    DeepSpeed would otherwise build the JSON's in its place."""
+    section = filled.pop("scheduler", None)
+    if section is None:
+        return []
+    o, problems = cfg.optimizer, []
+    kind = str(section.get("type", ""))
+    if SCHEDULE_OF_TYPE.get(kind) != o.schedule:
+        known = ", ".join(f"{t} ({s})" for t, s in SCHEDULE_OF_TYPE.items())
+        problems.append(
+            f"scheduler.type={kind or '(missing)'} but optimizer.schedule={o.schedule}: the trainer runs the "
+            f"config's schedule; remove the JSON's scheduler section (types that match a schedule: {known})"
+        )
+    total = cfg.max_steps * cfg.grpo.num_iterations
+    for key, value in (section.get("params") or {}).items():
+        if key not in SCHEDULER_PARAMS:
+            problems.append(f"scheduler.params.{key}={json.dumps(value)} has no counterpart in the training config")
+            continue
+        stands_for, ours = SCHEDULER_PARAMS[key][0], SCHEDULER_PARAMS[key][1](o, total)
+        if value != "auto" and not _same(value, ours):
+            problems.append(f"scheduler.params.{key}={json.dumps(value)} but {stands_for} = {json.dumps(ours)}")
+    return problems
+
+
 def fill_ds_config(
     raw: dict, cfg, world_size: int, hidden_size: int, dtype: torch.dtype, source: str = "ds_config"
 ) -> dict:
     """Resolve every "auto" from the TrainConfig; reject "auto" in keys we do not own.
 
-    Also checks combinations DeepSpeed would accept but that would silently not do what the user
-    asked (an 8-bit client optimizer with optimizer offload keeps fp32 states on the CPU).
+    A concrete value that contradicts the training config (optimizer lr / betas / eps / weight_decay,
+    an optimizer type other than optimizer.name, a scheduler other than optimizer.schedule, gradient
+    clipping, precision) is an error listing each one: DeepSpeed would silently use the JSON's while
+    the run's summary and config.json show the config's. Also checks combinations DeepSpeed would
+    accept but that would silently not do what the user asked (an 8-bit client optimizer with
+    optimizer offload keeps fp32 states on the CPU).
     """
     filled = json.loads(json.dumps(raw))
     micro = cfg.batch.micro_batch_size
@@ -87,14 +184,35 @@ def fill_ds_config(
         "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden_size * hidden_size),
         "zero_optimization.stage3_param_persistence_threshold": 10 * hidden_size,
     }
+    zero = filled.get("zero_optimization", {})
+    offload_opt = zero.get("offload_optimizer", {}).get("device", "none") not in ("none", None)
+    if offload_opt and cfg.optimizer.name != "adamw":
+        raise DeepSpeedConfigError(
+            f"{source}: optimizer.name={cfg.optimizer.name} with zero_optimization.offload_optimizer: DeepSpeed would "
+            "keep fp32 optimizer states on the CPU, not 8-bit ones; use optimizer.name=adamw (DeepSpeed CPU Adam) "
+            "with offload, or drop offload_optimizer to keep the 8-bit optimizer"
+        )
+    owned = ("optimizer.params.", "scheduler.params.")  # filled (or checked) by their own sections below
+    problems = []
     for key, value in list(_walk(filled)):
-        if value == "auto":
+        if value == "auto" and not key.startswith(owned):
             if key not in AUTO_KEYS:
+                supported = (
+                    sorted(AUTO_KEYS) + [f"optimizer.params.{k}" for k in OPTIMIZER_PARAMS] + ["scheduler.params.*"]
+                )
                 raise DeepSpeedConfigError(
                     f'{source}: "auto" is not supported for {key}; give a value '
-                    f"(auto works for: {', '.join(sorted(AUTO_KEYS))})"
+                    f"(auto works for: {', '.join(supported)})"
                 )
             _set(filled, key, values[key])
+        elif key in MUST_AGREE and not _same(value, values[key]):
+            problems.append(f"{key}={json.dumps(value)} but {MUST_AGREE[key]} gives {json.dumps(values[key])}")
+    problems += _optimizer_problems(filled, cfg) + _scheduler_problems(filled, cfg)
+    if problems:
+        raise DeepSpeedConfigError(
+            f"{source} contradicts the training config (DeepSpeed would silently use the JSON's values); set these "
+            'to "auto", remove them, or change the training config:\n' + "\n".join(problems)
+        )
     # Batch keys must agree with the trainer's batching even when given explicitly.
     for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size"):
         if key in filled and filled[key] != values[key]:
@@ -106,14 +224,7 @@ def fill_ds_config(
         filled[key] = values[key]
     filled.setdefault("steps_per_print", 10**9)
     filled.setdefault("wall_clock_breakdown", False)
-    zero = filled.setdefault("zero_optimization", {"stage": 0})
-    offload_opt = zero.get("offload_optimizer", {}).get("device", "none") not in ("none", None)
-    if offload_opt and cfg.optimizer.name != "adamw":
-        raise DeepSpeedConfigError(
-            f"{source}: optimizer.name={cfg.optimizer.name} with zero_optimization.offload_optimizer: DeepSpeed would "
-            "keep fp32 optimizer states on the CPU, not 8-bit ones; use optimizer.name=adamw (DeepSpeed CPU Adam) "
-            "with offload, or drop offload_optimizer to keep the 8-bit optimizer"
-        )
+    filled.setdefault("zero_optimization", {"stage": 0})
     if offload_opt:
         # DeepSpeed's own CPU Adam runs the offloaded optimizer.
         o = cfg.optimizer

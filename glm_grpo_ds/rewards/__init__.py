@@ -7,7 +7,9 @@ A reward is a callable ``reward(images, prompts, samples) -> Tensor[N]``:
 * ``samples``: N dicts with the dataset row's fields (``target_image``, ``text``, ``index`` and
   any extra JSONL keys).
 
-NaN means "undefined for this sample" (no target image, no text to render). Configure rewards by
+NaN means "undefined for this sample" (no target image, no text to render). A reward declares the
+sample field it needs as ``needs = SampleNeed(...)`` (rewards/base.py); a prompt file where no row has
+it is refused at startup. Configure rewards by
 name with weights and arguments (``rewards: [{name: ocr, weight: 2.0}, {name: lpips, args: {net: vgg}}]``),
 or load your own with ``name: python:package.module:function`` / ``name: path/to/file.py:function``.
 Built-ins: pixel_mse, lpips, ssim, ocr, clip, preference, aesthetic, colour_layout (see each module's docstring).
@@ -20,8 +22,10 @@ from .registry import (
     build_reward,
     build_rewards,
     builtin_names,
+    check_reward_inputs,
     check_reward_specs,
     register_reward,
+    reward_needs,
 )
 
 __all__ = [
@@ -31,7 +35,9 @@ __all__ = [
     "build_reward",
     "build_rewards",
     "builtin_names",
+    "check_reward_inputs",
     "check_reward_specs",
     "combine_advantages",
     "register_reward",
+    "reward_needs",
 ]

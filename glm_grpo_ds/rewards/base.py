@@ -1,14 +1,36 @@
-"""Shared pieces of the built-in rewards: frozen models that visit the images' device, and the
-per-sample target images / texts."""
+"""Shared pieces of the built-in rewards: frozen models that visit the images' device, the
+per-sample target images / texts, and :class:`SampleNeed`, what a reward needs of a sample."""
 
 from __future__ import annotations
 
 import contextlib
 import re
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from .targets import load_target
+
+
+@dataclass(frozen=True)
+class SampleNeed:
+    """A field a reward needs of a sample (else its value there is undefined, NaN).
+
+    A reward class (or plugin function) declares it as ``needs = SampleNeed(...)``; the trainer
+    refuses, before any model loads, a prompt file where no row has it (registry.check_reward_inputs),
+    and ``glm-grpo score`` refuses a command line that lacks it."""
+
+    field: str  # the dataset row's field, e.g. "target_image"
+    present: Callable[[str, dict], bool]  # (prompt, sample) -> whether this sample has it
+    fix: str  # how to add it to a prompt file
+
+
+TARGET_IMAGE = SampleNeed(
+    "target_image",
+    lambda prompt, sample: bool(sample.get("target_image")),
+    'give the rows a "target_image" (a .jsonl prompt file), or remove the reward',
+)
 
 
 class FrozenModel:
@@ -62,6 +84,13 @@ def text_to_render(prompt: str, sample: dict) -> str | None:
         return str(text)
     spans = [s for s in glyph_texts(prompt) if s.strip()]
     return " ".join(spans) if spans else None
+
+
+TEXT_TO_RENDER = SampleNeed(
+    "text",
+    lambda prompt, sample: text_to_render(prompt, sample) is not None,
+    'give the rows a "text" field (a .jsonl prompt file) or quote the text in the prompts, or remove the reward',
+)
 
 
 def normalise_text(text: str, case_sensitive: bool) -> str:

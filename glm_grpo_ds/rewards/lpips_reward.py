@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from .base import FrozenModel, stack_targets
+from .base import TARGET_IMAGE, FrozenModel, stack_targets
 
 
 class LPIPSReward:
+    needs = TARGET_IMAGE  # undefined (NaN) for samples without it
+
     def __init__(self, net: str = "alex", pretrained_backbone: bool = True, offload: bool = False):
         import lpips
 

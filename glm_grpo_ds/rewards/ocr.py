@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from .base import normalise_text, text_to_render
+from .base import TEXT_TO_RENDER, normalise_text, text_to_render
 
 
 class OCRReward:
+    needs = TEXT_TO_RENDER  # undefined (NaN) for samples without it
+
     def __init__(self, case_sensitive: bool = False, min_confidence: float = 0.5):
         try:
             from rapidocr_onnxruntime import RapidOCR

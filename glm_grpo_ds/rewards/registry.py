@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 from .. import log
+from .base import SampleNeed
 
 
 class RewardError(ValueError):
@@ -79,15 +80,27 @@ def check_reward_name(name: str, where: str = "") -> None:
         )
 
 
-def build_reward(name: str, args: dict) -> Callable:
+def _factory(name: str) -> Callable:
+    """The class / function behind a reward name, not yet built (building may load models)."""
     check_reward_name(name)
     if _is_plugin(name):
-        obj = _load_plugin(name)
-        return obj(**args) if args else obj
+        return _load_plugin(name)
     target = _BUILTINS[name]
     if isinstance(target, str):
         module_name, attr = target.split(":")
         target = getattr(importlib.import_module(f"{__package__}.{module_name}"), attr)
+    return target
+
+
+def reward_needs(name: str) -> SampleNeed | None:
+    """What reward ``name`` needs of a sample (its ``needs`` attribute), without building it."""
+    return getattr(_factory(name), "needs", None)
+
+
+def build_reward(name: str, args: dict) -> Callable:
+    target = _factory(name)
+    if _is_plugin(name):
+        return target(**args) if args else target
     try:
         return target(**args)
     except TypeError as err:
@@ -149,6 +162,18 @@ def check_reward_specs(specs) -> None:
     """Fail fast (before any model is loaded) on a reward name that cannot work."""
     for i, s in enumerate(specs):
         check_reward_name(s.name, f"rewards[{i}].name: ")
+
+
+def check_reward_inputs(specs, rows, key: str, path) -> None:
+    """Fail fast (before any model is loaded) on a reward that needs a sample field (``needs``) no
+    row of prompt file ``path`` (config key ``key``) has: it could never be computed."""
+    for i, s in enumerate(specs):
+        need = reward_needs(s.name)
+        if need is not None and not any(need.present(row.prompt, row.reward_sample()) for row in rows):
+            raise RewardError(
+                f"rewards[{i}] {s.name} needs {need.field} but no row of {key} {path} has one, so it could never be "
+                f"computed; {need.fix}"
+            )
 
 
 def build_rewards(specs) -> RewardSet:

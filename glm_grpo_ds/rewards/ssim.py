@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import torch
 
+from .base import TARGET_IMAGE, stack_targets
+
 
 class SSIMReward:
+    needs = TARGET_IMAGE  # undefined (NaN) for samples without it
+
     def __init__(self, kernel_size: int = 11, sigma: float = 1.5):
         self.kernel_size, self.sigma = kernel_size, sigma
 
     def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
         from torchmetrics.functional.image import structural_similarity_index_measure
-
-        from .base import stack_targets
 
         targets, has = stack_targets(samples, images.shape[2], images.shape[3], images.device)
         out = torch.full((images.shape[0],), float("nan"), device=images.device)

@@ -141,6 +141,13 @@ def _bad_ds_json(tmp):
     ], r"ds.json is not valid JSON: Expecting property name .* at line 2, column 36"
 
 
+def _reward_field_missing(tmp):
+    (tmp / "p.txt").write_text("a red cube\na blue ball\n")
+    return [
+        f"data.train_file={tmp / 'p.txt'}"
+    ], r"rewards\[0\] pixel_mse needs target_image but no row of data.train_file .*p.txt has one"
+
+
 CASES = {
     "1_malformed_jsonl": _bad_jsonl,
     "2_empty_dataset": _empty,
@@ -155,6 +162,7 @@ CASES = {
     "10_other_zero_stage": _other_stage,
     "11_unknown_key": _unknown_key,
     "12_invalid_ds_json": _bad_ds_json,
+    "13_reward_field_missing": _reward_field_missing,
 }
 
 
@@ -180,6 +188,49 @@ def test_bad_input_one_line_exit_2_checkpoint_intact(case, saved_run, tiny_model
     assert len(ours) == 1, proc.stderr[-3000:]
     assert re.search(pattern, ours[0]), ours[0]
     assert tree_hash(out) == before  # nothing saved was touched
+
+
+def test_fresh_start_in_an_earlier_runs_output_dir_is_refused_then_overwrite_starts_over(
+    saved_run, tiny_model_dir, data64, tmp_path
+):
+    """Re-running into a used output_dir must not destroy the earlier run: refused with one line and
+    the earlier run byte-identical; overwrite_output_dir=true starts over, and pruning keeps this run's
+    newest checkpoint (the one `latest` names)."""
+    out = tmp_path / "earlier"
+    shutil.copytree(saved_run, out)
+    before = tree_hash(out)
+    again = common(tiny_model_dir, data64, out, "max_steps=2", "save_steps=1", "save_total_limit=1", *FAST)
+    proc = run_train(*again)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("glm-grpo train:")]
+    assert ours == [
+        f"glm-grpo train: output_dir {out} holds an earlier run (checkpoints/, metrics.jsonl, final_adapter/); "
+        "continue it with resume_from=auto (or latest), or start over with overwrite_output_dir=true (deletes it), "
+        "or pick another output_dir="
+    ], proc.stderr[-3000:]
+    assert tree_hash(out) == before
+
+    proc = run_train(*again, "overwrite_output_dir=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["step"] for r in metrics(out)] == [1, 2]
+    ckpts = out / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step_000002"]
+    assert (ckpts / "latest").read_text() == "step_000002"
+    assert json.loads((ckpts / "step_000002" / "trainer_state.json").read_text())["run_id"]
+
+
+def test_resume_from_auto_starts_fresh_then_continues(tiny_model_dir, data64, tmp_path):
+    """What the launch scripts pass: the first launch starts fresh, the relaunch (a requeued job)
+    continues from `latest`."""
+    out = tmp_path / "run"
+    first = run_train(*common(tiny_model_dir, data64, out, "max_steps=1", "save_steps=1", "resume_from=auto", *FAST))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"resume_from=auto: no checkpoint in {out}, starting fresh" in first.stdout
+    again = run_train(*common(tiny_model_dir, data64, out, "max_steps=2", "save_steps=1", "resume_from=auto", *FAST))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from {out / 'checkpoints' / 'step_000001'} at step 1" in again.stdout
+    assert [r["step"] for r in metrics(out)] == [1, 2]
+    assert (out / "checkpoints" / "latest").read_text() == "step_000002"
 
 
 def test_bad_input_under_the_launcher_exits_2_with_one_line(tiny_model_dir, data64, tmp_path):
@@ -241,6 +292,32 @@ def test_reward_that_raises_or_returns_nan_is_counted_and_warned_once(tiny_model
     assert "call 3" not in proc.stderr  # warned once, not every step
     assert proc.stderr.count("returned NaN/inf for 1 of 4 samples") == 1
     assert "glm-grpo: world size" not in proc.stdout  # --log-level warning hides the info summary
+
+
+def test_steps_whose_rewards_are_all_undefined_are_skipped_then_the_run_stops(tiny_model_dir, data64, tmp_path):
+    """A reward undefined for every sample (here a plugin that always returns NaN) trains nothing:
+    each such step is skipped like a non-finite one, and max_consecutive_skips of them stop the run
+    with a checkpoint and exit 3 instead of "succeeding" with zero gradients."""
+    (tmp_path / "never.py").write_text(
+        "import torch\ndef never(images, prompts, samples):\n    return torch.full((len(prompts),), float('nan'))\n"
+    )
+    out = tmp_path / "run"
+    proc = run_train(
+        *common(tiny_model_dir, data64, out, "max_steps=4", "max_consecutive_skips=2", *FAST),
+        f"rewards=[{{name: '{tmp_path / 'never.py'}:never'}}]",
+    )
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "glm-grpo train: stopped at step 2: the last 2 steps were skipped" in proc.stderr
+    assert proc.stderr.count("every reward is undefined (NaN) for every sample") == 1  # warned once
+    rows = metrics(out)
+    assert [(r["skipped"], r["skipped_steps"], r["loss"], r["grad_norm"]) for r in rows] == [
+        (1, 1, None, None),
+        (1, 2, None, None),
+    ]
+    ckpts = out / "checkpoints"
+    assert (ckpts / "latest").read_text() == "step_000002"
+    adapter = load_file(ckpts / "step_000002" / "adapter" / "adapter_model.safetensors")
+    assert all((t == 0).all() for k, t in adapter.items() if "lora_B" in k)  # LoRA B starts at 0: no update ran
 
 
 @pytest.mark.parametrize("nprocs,ds_config", [(1, "zero2.json"), (2, "zero3.json")])
@@ -342,3 +419,89 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tiny_model_dir, data64,
     assert f"resumed from {out / 'checkpoints' / f'step_{step:06d}'} at step {step}" in proc.stdout
     assert [r["step"] for r in metrics(out)] == list(range(1, step + 2))
     assert (out / "final_adapter" / "adapter_model.safetensors").is_file()
+
+
+# ----------------------------------------------------------------------------- Ctrl-C
+def _wait_for(predicate, runner, what, timeout=300):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert runner.poll() is None, f"the run ended before {what}"
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_ctrl_c_during_startup_is_one_line(tiny_model_dir, data64, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    runner = subprocess.Popen(
+        [*cmd, *common(tiny_model_dir, data64, out, *FAST)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(out.is_dir, runner, "startup")  # output_dir is created first thing, before the models load
+        runner.send_signal(signal.SIGINT)
+        _, err = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    ours = [line for line in err.splitlines() if line.startswith("glm-grpo train:")]
+    assert ours == [
+        "glm-grpo train: interrupted by SIGINT during startup, before the first step; nothing was saved "
+        "(checkpoints already in output_dir are untouched)"
+    ], err[-3000:]
+
+
+SLOW = """
+import os, time
+from pathlib import Path
+import torch
+calls = [0]
+def slow(images, prompts, samples):
+    calls[0] += 1
+    if calls[0] == 2:  # step 2 takes a minute: a signal now lands in the middle of a step
+        Path(os.environ["IN_STEP_2"]).touch()
+        time.sleep(60)
+    return images.mean(dim=(1, 2, 3))
+"""
+
+
+def test_ctrl_c_announces_at_once_and_a_second_one_aborts_with_the_checkpoint_intact(tiny_model_dir, data64, tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW)
+    out, marker = tmp_path / "run", tmp_path / "in_step_2"
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    overrides = common(tiny_model_dir, data64, out, "max_steps=5", "save_steps=1", *FAST)
+    log = (tmp_path / "stderr").open("w+")
+    runner = subprocess.Popen(
+        [*cmd, *overrides, f"rewards=[{{name: '{tmp_path / 'slow.py'}:slow'}}]"],
+        cwd=ROOT,
+        env=dict(ENV, IN_STEP_2=str(marker)),
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    try:
+        _wait_for(marker.exists, runner, "step 2")
+        runner.send_signal(signal.SIGINT)
+        notice = "glm-grpo train: SIGINT received: the run will save a checkpoint and stop after step 2"
+        # at once, although the step has most of a minute to go
+        _wait_for(lambda: notice in Path(log.name).read_text(), runner, "the notice", timeout=10)
+        runner.send_signal(signal.SIGINT)
+        runner.wait(timeout=20)  # aborted at once, not after the step
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    log.seek(0)
+    err = log.read()
+    assert runner.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "preempted" not in err, err[-3000:]
+    assert "press Ctrl-C again to abort at once (the last complete checkpoint stays intact)" in err
+    assert err.count("glm-grpo train: second Ctrl-C: aborted at once, without a checkpoint") == 1
+    from glm_grpo_ds import checkpoint
+
+    latest = checkpoint.resolve(out, "latest")  # the step-1 checkpoint, complete and loadable
+    assert latest.name == "step_000001" and checkpoint.read_state(latest)["step"] == 1

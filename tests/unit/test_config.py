@@ -142,3 +142,51 @@ def test_math_variant_choices_are_the_registry_names(monkeypatch):
     # a registered variant is a valid config value at once: the registry is the one list of names
     monkeypatch.setitem(AGGREGATION_REGISTRY, "my_mean", AGGREGATION_REGISTRY["token_mean"])
     assert load_config(None, BASE + ["grpo.aggregation=my_mean"]).grpo.aggregation == "my_mean"
+
+
+# ----------------------------------------------------------------------------- command lines
+def _train_args(argv):
+    from glm_grpo_ds.train import parse_args
+
+    return parse_args(argv)
+
+
+def test_overrides_may_come_before_between_and_after_options():
+    args = _train_args(["max_steps=2", "--config", "C.yaml", "grpo.beta=0", "--deepspeed", "D.json", "lora.r=4"])
+    assert (args.config, args.deepspeed) == ("C.yaml", "D.json")
+    assert args.overrides == ["max_steps=2", "grpo.beta=0", "lora.r=4"]
+    # the deepspeed launcher puts --local_rank first
+    assert _train_args(["--local_rank=0", "x=1", "--deepspeed", "D.json"]).overrides == ["x=1"]
+
+
+@pytest.mark.parametrize(
+    "argv,hint",
+    [
+        (
+            ["--max_steps", "3"],
+            "unknown option --max_steps; config keys are overrides without dashes: write max_steps=3",
+        ),
+        (["--max-steps=3"], "unknown option --max-steps; config keys are overrides without dashes: write max_steps=3"),
+        (["--grpo.beta", "0.0", "lora.r=4"], "write grpo.beta=0.0"),
+    ],
+)
+def test_a_config_key_written_as_an_option_gets_a_one_line_hint(argv, hint, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _train_args(["--deepspeed", "D.json", *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("glm-grpo train: error: ") and err[0].endswith(hint), err
+
+
+def test_tools_with_overrides_take_them_anywhere_and_hint_flag_style_keys(capsys):
+    from glm_grpo_ds.commands import bench, estimate_memory
+
+    a = estimate_memory.parse_args(["lora.r=4", "--config", "C", "max_steps=1", "--deepspeed", "D", "--num-gpus", "2"])
+    assert a.overrides == ["lora.r=4", "max_steps=1"] and a.num_gpus == 2
+    assert bench.parse_args(["lora.r=4", "--size", "64", "seed=1"]).overrides == ["lora.r=4", "seed=1"]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--seed", "1"])
+    assert capsys.readouterr().err.strip().endswith("write seed=1")
+    with pytest.raises(SystemExit):  # an unknown option that is no config key: argparse's own error
+        bench.parse_args(["--no-such-option"])
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""ds_configs: "auto" filled from the TrainConfig, unknown "auto" and bad combinations refused."""
+"""ds_configs: "auto" filled from the TrainConfig (Hugging Face-style optimizer / scheduler sections too),
+unknown "auto", values that contradict the training config and bad combinations refused."""
 
 import json
 from pathlib import Path
@@ -40,8 +41,84 @@ def test_shipped_configs_fill(name):
 
 
 def test_unknown_auto_is_refused():
-    with pytest.raises(DeepSpeedConfigError, match=r'"auto" is not supported for optimizer.params.lr'):
-        fill_ds_config({"optimizer": {"params": {"lr": "auto"}}}, CFG, 1, 64, torch.float32)
+    with pytest.raises(DeepSpeedConfigError, match=r'"auto" is not supported for zero_optimization.sub_group_size'):
+        fill_ds_config({"zero_optimization": {"sub_group_size": "auto"}}, CFG, 1, 64, torch.float32)
+
+
+def _adamw(*overrides):
+    return load_config(
+        None,
+        ["model.path=/m", "data.train_file=/d.txt", "rewards=[{name: pixel_mse}]", "optimizer.name=adamw", *overrides],
+    )
+
+
+# The optimizer / scheduler sections of the Hugging Face DeepSpeed integration's examples.
+HF_STYLE = {
+    "optimizer": {
+        "type": "AdamW",
+        "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+    },
+    "scheduler": {
+        "type": "WarmupDecayLR",
+        "params": {
+            "warmup_min_lr": "auto",
+            "warmup_max_lr": "auto",
+            "warmup_num_steps": "auto",
+            "total_num_steps": "auto",
+        },
+    },
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_clipping": "auto",
+}
+
+
+def test_hf_style_optimizer_and_scheduler_auto_are_filled_from_the_config():
+    cfg = _adamw(
+        "optimizer.lr=3e-4", "optimizer.betas=[0.9, 0.95]", "optimizer.weight_decay=0.1", "optimizer.schedule=linear"
+    )
+    ds = fill_ds_config(HF_STYLE, cfg, 1, 64, torch.float32)
+    assert ds["optimizer"] == {
+        "type": "AdamW",
+        "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1},
+    }
+    # the trainer's own schedule runs (ds/engine.build_scheduler): DeepSpeed must not build the JSON's
+    assert "scheduler" not in ds
+    assert "auto" not in json.dumps(ds)
+
+
+def test_json_values_that_contradict_the_config_are_listed_one_per_line():
+    raw = {
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.999], "eps": 1e-6, "weight_decay": 0}},
+        "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 100, "total_num_steps": "auto"}},
+        "gradient_clipping": 0.3,
+    }
+    with pytest.raises(DeepSpeedConfigError) as err:
+        fill_ds_config(raw, _adamw("optimizer.lr=1e-2"), 1, 64, torch.float32, "my_ds.json")
+    head, *lines = str(err.value).splitlines()
+    assert head.startswith("my_ds.json contradicts the training config")
+    assert lines == [
+        "gradient_clipping=0.3 but optimizer.max_grad_norm gives 1.0",
+        "optimizer.params.lr=0.0003 but optimizer.lr=0.01",
+        "optimizer.params.eps=1e-06 but optimizer.eps=1e-08",
+        "scheduler.type=WarmupCosineLR but optimizer.schedule=constant: the trainer runs the config's schedule; "
+        "remove the JSON's scheduler section (types that match a schedule: WarmupLR (constant), WarmupDecayLR "
+        "(linear), WarmupCosineLR (cosine))",
+        "scheduler.params.warmup_num_steps=100 but optimizer.warmup_steps = 0",
+    ]
+
+
+def test_json_optimizer_with_an_8bit_config_is_refused():
+    with pytest.raises(DeepSpeedConfigError, match=r"optimizer.type=AdamW but optimizer.name=adamw_8bit"):
+        fill_ds_config(HF_STYLE, CFG, 1, 64, torch.float32)
+    other = {"optimizer": {"type": "Lamb", "params": {"lr": "auto"}}}
+    with pytest.raises(DeepSpeedConfigError, match=r"optimizer.type=Lamb but optimizer.name=adamw: use type AdamW"):
+        fill_ds_config(other, _adamw(), 1, 64, torch.float32)
+
+
+def test_precision_that_contradicts_the_model_dtype_is_refused():
+    with pytest.raises(DeepSpeedConfigError, match=r"bf16.enabled=true but model.dtype gives false"):
+        fill_ds_config({"bf16": {"enabled": True}}, CFG, 1, 64, torch.float32)
+    assert fill_ds_config({"bf16": {"enabled": True}}, CFG, 1, 64, torch.bfloat16)["bf16"]["enabled"] is True
 
 
 def test_explicit_batch_key_must_agree():

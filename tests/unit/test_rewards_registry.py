@@ -133,3 +133,59 @@ def test_check_reward_specs_fails_before_building():
     check_reward_specs([RewardSpec(name="pixel_mse")])
     with pytest.raises(RewardError, match=r"rewards\[1\].name: unknown reward 'ssmi'; did you mean ssim\?"):
         check_reward_specs([RewardSpec(name="pixel_mse"), RewardSpec(name="ssmi")])
+
+
+# ----------------------------------------------------------------------------- rewards that cannot be computed
+def _rows(tmp_path, lines):
+    from glm_grpo_ds.data import load_prompts
+
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return load_prompts(path), path
+
+
+@pytest.mark.parametrize(
+    "name,field", [("pixel_mse", "target_image"), ("ssim", "target_image"), ("lpips", "target_image"), ("ocr", "text")]
+)
+def test_reward_needing_a_field_no_row_has_is_an_input_error(name, field, tmp_path):
+    from glm_grpo_ds.rewards import RewardError, check_reward_inputs
+
+    rows, path = _rows(tmp_path, ['{"prompt": "a cat"}', '{"prompt": "a dog"}'])
+    specs = [RewardSpec(name="python:glm_grpo_ds.testing.tiny_data:mean_brightness"), RewardSpec(name=name)]
+    with pytest.raises(RewardError) as err:
+        check_reward_inputs(specs, rows, "data.train_file", path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"rewards[1] {name} needs {field} but no row of data.train_file {path} has one")
+
+
+def test_reward_inputs_present_in_some_rows_pass(tmp_path):
+    from PIL import Image
+
+    from glm_grpo_ds.rewards import check_reward_inputs
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "t.png")
+    rows, path = _rows(
+        tmp_path,
+        ['{"prompt": "a cat"}', '{"prompt": "a dog", "target_image": "t.png"}', '{"prompt": "a sign \'OPEN\'"}'],
+    )
+    check_reward_inputs([RewardSpec(name="pixel_mse"), RewardSpec(name="ocr")], rows, "data.train_file", path)
+    # the ocr text may also come from the row's text field
+    rows, path = _rows(tmp_path, ['{"prompt": "a sign", "text": "OPEN"}'])
+    check_reward_inputs([RewardSpec(name="ocr")], rows, "eval.file", path)
+
+
+def test_score_without_what_the_reward_needs_is_a_one_line_error(tmp_path, capsys):
+    from PIL import Image
+
+    from glm_grpo_ds.commands import score
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    image = str(tmp_path / "a.png")
+    assert score.main(["--reward", "pixel_mse", "--prompt", "a cat", "--image", image]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == "glm-grpo score: reward pixel_mse needs target_image: pass --target IMAGE\n"
+    assert score.main(["--reward", "ocr", "--prompt", "a sign", "--image", image]) == 2
+    assert capsys.readouterr().err.startswith("glm-grpo score: reward ocr needs text: pass --text TEXT")
+    assert score.main(["--reward", "pixel_mse", "--prompt", "a cat", "--image", image, "--target", image]) == 0
+    assert float(capsys.readouterr().out) == 0.0

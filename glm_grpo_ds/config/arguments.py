@@ -1,0 +1,63 @@
+"""Command lines that take dotted ``key=value`` config overrides anywhere among their options.
+
+argparse stops a ``nargs="*"`` positional at the first option, so plain ``parse_args`` fails on
+``--config C key=v --deepspeed D key2=v`` with "unrecognized arguments"; users (and the ``deepspeed``
+launcher, which puts ``--local_rank`` first) mix them. :func:`parse_with_overrides` parses with
+``parse_known_intermixed_args``, so overrides may come before, between or after the options.
+
+An option the parser does not know but that names a config key (``--max_steps 3``,
+``--max-steps=3``, ``--grpo.beta 0``) is a flag-style override; it fails with one line that says
+what to write instead (``write max_steps=3``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+from .loading import _dataclass_type
+from .train_config import TrainConfig
+
+
+def is_config_key(dotted: str) -> bool:
+    """Whether ``dotted`` (``max_steps``, ``grpo.beta``, ``grpo.sampling``) names a TrainConfig field."""
+    cls = TrainConfig
+    for key in dotted.split("."):
+        if cls is None or key not in {f.name for f in dataclasses.fields(cls)}:
+            return False
+        cls = _dataclass_type(typing.get_type_hints(cls)[key])
+    return True
+
+
+def flag_style_override(token: str, following: str | None) -> str | None:
+    """``max_steps=3`` for an option-looking ``token`` (``--max_steps`` followed by ``3``, or
+    ``--max-steps=3``) that names a config key; None when it names none."""
+    if not token.startswith("-"):
+        return None
+    name, eq, value = token.lstrip("-").partition("=")
+    key = name.replace("-", "_")
+    if not key or not is_config_key(key):
+        return None
+    if not eq:
+        # the next word is the value unless it is itself an option or an override
+        value = following if following is not None and not following.startswith("--") and "=" not in following else ""
+    return f"{key}={value or 'VALUE'}"
+
+
+def parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_intermixed_args(argv)``, with a one-line hint (exit 2) for a config key
+    written as an option. The parser's ``nargs="*"`` positional collects the overrides."""
+    args, unknown = parser.parse_known_intermixed_args(argv)
+    for token in unknown:
+        i = argv.index(token)
+        override = flag_style_override(token, argv[i + 1] if i + 1 < len(argv) else None)
+        if override is not None:
+            parser.exit(
+                2,
+                f"{parser.prog}: error: unknown option {token.partition('=')[0]}; config keys are overrides "
+                f"without dashes: write {override}\n",
+            )
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args

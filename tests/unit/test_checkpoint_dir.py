@@ -1,0 +1,158 @@
+"""output_dir protection and checkpoint pruning (glm_grpo_ds/checkpoint.py), on fake checkpoint trees:
+a fresh start refuses an earlier run and leaves it byte-identical, overwrite_output_dir deletes it,
+pruning counts only this run's checkpoints by step, never deletes `latest`, and a crash while pruning
+leaves `latest` loadable."""
+
+import hashlib
+import json
+
+import pytest
+
+from glm_grpo_ds import checkpoint
+from glm_grpo_ds.config import ConfigError, load_config
+
+
+def fake_checkpoint(root, step, run_id):
+    path = root / checkpoint.CHECKPOINTS / checkpoint.step_dir_name(step)
+    (path / "ds").mkdir(parents=True)
+    (path / "trainer_state.json").write_text(json.dumps({"step": step, "run_id": run_id}))
+    return path
+
+
+def point_latest(root, step):
+    (root / checkpoint.CHECKPOINTS / checkpoint.LATEST).write_text(checkpoint.step_dir_name(step))
+
+
+def tree_hash(root):
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        h.update(str(p.relative_to(root)).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture
+def earlier(tmp_path):
+    out = tmp_path / "run"
+    for step in (4, 5):
+        fake_checkpoint(out, step, "old")
+    point_latest(out, 5)
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    (out / "final_adapter").mkdir()
+    (out / "final_adapter" / "adapter_model.safetensors").write_bytes(b"weights")
+    (out / "samples").mkdir()
+    (out / "config.json").write_text("{}")
+    return out
+
+
+def test_fresh_start_in_an_earlier_run_is_refused_and_touches_nothing(earlier):
+    before = tree_hash(earlier)
+    with pytest.raises(checkpoint.OutputDirError) as err:
+        checkpoint.start_fresh(earlier, overwrite=False, rank=0)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"output_dir {earlier} holds an earlier run (checkpoints/, metrics.jsonl, final_adapter/)"
+    )
+    assert "continue it with resume_from=auto (or latest), or start over with overwrite_output_dir=true" in message
+    assert tree_hash(earlier) == before
+
+
+def test_without_a_checkpoint_the_error_offers_no_resume(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')  # died before its first checkpoint
+    with pytest.raises(
+        checkpoint.OutputDirError, match=r"\(metrics.jsonl\); it has no checkpoint to resume from; start"
+    ):
+        checkpoint.start_fresh(out, overwrite=False, rank=0)
+
+
+def test_resume_from_auto_resumes_from_latest_when_there_is_one(tmp_path):
+    out = tmp_path / "run"
+    assert checkpoint.resume_path(out, "auto") is None  # nothing yet: a fresh start
+    assert checkpoint.resume_path(out, None) is None
+    with pytest.raises(checkpoint.CheckpointError, match="resume_from=latest but .* does not exist"):
+        checkpoint.resume_path(out, "latest")
+    fake_checkpoint(out, 1, "r")
+    assert checkpoint.resume_path(out, "auto") is None  # complete on disk but never pointed at: not resumable
+    newest = fake_checkpoint(out, 2, "r")
+    point_latest(out, 2)
+    assert checkpoint.resume_path(out, "auto") == newest == checkpoint.resume_path(out, "latest")
+
+
+def test_overwrite_deletes_the_earlier_run(earlier):
+    checkpoint.start_fresh(earlier, overwrite=True, rank=0)
+    assert sorted(p.name for p in earlier.iterdir()) == ["config.json"]  # rewritten by every run anyway
+
+
+def test_what_is_not_an_earlier_run(tmp_path):
+    out = tmp_path / "run"
+    (out / checkpoint.CHECKPOINTS / "step_000003.tmp").mkdir(parents=True)  # died in its first save
+    (out / "metrics.jsonl").write_text("")  # failed before its first step
+    (out / "config.json").write_text("{}")
+    assert checkpoint.earlier_run(out) == []
+    checkpoint.start_fresh(out, overwrite=False, rank=0)
+
+
+def test_overwrite_with_resume_is_a_config_error():
+    base = ["model.path=/m", "data.train_file=/d.txt", "rewards=[{name: pixel_mse}]"]
+    with pytest.raises(ConfigError, match="overwrite_output_dir=true starts over but resume_from=latest continues"):
+        load_config(None, [*base, "overwrite_output_dir=true", "resume_from=latest"])
+    # auto: resume when there is a checkpoint, else start over
+    assert load_config(None, [*base, "overwrite_output_dir=true", "resume_from=auto"]).resume_from == "auto"
+
+
+def test_pruning_keeps_this_runs_newest_by_step_and_never_latest(tmp_path):
+    root = tmp_path / checkpoint.CHECKPOINTS
+    other = [fake_checkpoint(tmp_path, s, "other") for s in (4, 5)]  # another run's, higher steps
+    for step in (1, 2, 3):
+        fake_checkpoint(tmp_path, step, "mine")
+    point_latest(tmp_path, 3)
+    deleted = checkpoint.prune(root, 2, "mine")
+    assert [p.name for p in deleted] == ["step_000001"]
+    assert sorted(p.name for p in root.iterdir()) == [
+        "latest",
+        "step_000002",
+        "step_000003",
+        "step_000004",
+        "step_000005",
+    ]
+    assert all(p.is_dir() for p in other)
+    # resumed from an older checkpoint: `latest` is not the highest step, and is kept whatever the limit
+    fake_checkpoint(tmp_path, 10, "mine")
+    point_latest(tmp_path, 2)
+    checkpoint.prune(root, 1, "mine")
+    assert (root / "step_000002").is_dir() and (root / "step_000010").is_dir() and not (root / "step_000003").exists()
+    assert checkpoint.resolve(tmp_path, "latest") == root / "step_000002"
+
+
+def test_pruning_orders_by_step_number_not_name(tmp_path):
+    root = tmp_path / checkpoint.CHECKPOINTS
+    for step in (999_999, 1_000_000):  # the 7-digit name sorts before the 6-digit one
+        fake_checkpoint(tmp_path, step, "mine")
+    point_latest(tmp_path, 1_000_000)
+    checkpoint.prune(root, 1, "mine")
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step_1000000"]
+
+
+def test_a_crash_while_pruning_leaves_latest_loadable(tmp_path, monkeypatch):
+    root = tmp_path / checkpoint.CHECKPOINTS
+    for step in (1, 2, 3):
+        fake_checkpoint(tmp_path, step, "mine")
+    point_latest(tmp_path, 3)
+
+    def killed(path, *args, **kwargs):  # the process dies half-way through deleting step_000001
+        (path / "trainer_state.json").unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.prune(root, 1, "mine")
+    monkeypatch.undo()
+    assert checkpoint.resolve(tmp_path, "latest") == root / "step_000003"
+    # no half-deleted step_N is left under its name; the next start removes the .deleting leftover
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step_000001.deleting", "step_000002", "step_000003"]
+    checkpoint.remove_stale(tmp_path)
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step_000002", "step_000003"]

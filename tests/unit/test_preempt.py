@@ -1,0 +1,71 @@
+"""Signals (glm_grpo_ds/preempt.py), in child processes: the first SIGINT / SIGTERM is recorded and
+announced at once, a second SIGINT ends the process at once (exit 130, one line) even while the main
+thread is busy, a repeated SIGTERM does not, and signals during startup raise Interrupted."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = """
+import os, signal, sys, time
+from glm_grpo_ds.preempt import StopSignals
+with StopSignals(lambda s: f"notice {signal.Signals(s).name}") as signals:
+    print("ready", flush=True)
+    for sig in sys.argv[1:]:
+        os.kill(os.getpid(), getattr(signal, sig))
+        time.sleep(0.5)
+    time.sleep(float(os.environ.get("BUSY", "0")))  # the main thread busy: the step goes on
+    print("received", signals.received, flush=True)
+print("handlers restored:", signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+"""
+
+
+def run(*signals, busy=0.0):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BUSY=str(busy))
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *signals], env=env, capture_output=True, text=True, timeout=120
+    )
+    return proc, time.monotonic() - start
+
+
+def test_first_signal_is_recorded_and_announced_at_once():
+    proc, _ = run("SIGTERM")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["notice SIGTERM"]
+    assert f"received {int(signal.SIGTERM)}" in proc.stdout and "handlers restored: True" in proc.stdout
+
+
+def test_second_ctrl_c_aborts_at_once_with_one_line():
+    proc, seconds = run("SIGINT", "SIGINT", busy=60)
+    assert proc.returncode == 130
+    assert proc.stderr.splitlines() == [
+        "notice SIGINT",
+        "glm-grpo train: second Ctrl-C: aborted at once, without a checkpoint; the last complete checkpoint "
+        "(checkpoints/latest) is intact",
+    ]
+    assert "received" not in proc.stdout and seconds < 30  # did not wait for the 60 s of work
+
+
+def test_a_repeated_sigterm_does_not_abort():
+    # schedulers and the deepspeed launcher send SIGTERM more than once while the run saves
+    proc, _ = run("SIGTERM", "SIGTERM", "SIGTERM")
+    assert proc.returncode == 0 and proc.stderr.splitlines() == ["notice SIGTERM"]
+    assert f"received {int(signal.SIGTERM)}" in proc.stdout
+
+
+def test_signals_during_startup_raise_interrupted():
+    import pytest
+
+    from glm_grpo_ds.preempt import Interrupted, startup_signals
+
+    with pytest.raises(Interrupted) as err, startup_signals():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert err.value.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
