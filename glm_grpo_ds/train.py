@@ -21,7 +21,6 @@ during startup, or aborted by a second Ctrl-C (no new checkpoint; one line each,
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -34,7 +33,8 @@ from pathlib import Path
 import torch
 
 from . import checkpoint, log
-from .config import ConfigError, load_config, parse_with_overrides, to_dict
+from .config import ConfigError, load_config, to_dict
+from .config.arguments import parse_train_args
 from .data import DataError, PromptSampler, load_prompts
 from .decoder import ImageDecoder
 from .ds import dist
@@ -340,25 +340,6 @@ class Trainer:
             ds_io.save_full_model(self.engine, self.out / "final_model", self.rank)
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(
-        prog="glm-grpo train", description="GRPO training of GLM-Image's AR policy with DeepSpeed"
-    )
-    p.add_argument("--config", help="YAML config file")
-    p.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
-    p.add_argument("--debug", action="store_true", help="show the full traceback of input errors")
-    p.add_argument(
-        "--log-level", choices=log.LEVELS, default="info", help="console verbosity of rank 0 (other ranks: errors)"
-    )
-    p.add_argument(
-        "--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS
-    )  # set by the launcher
-    p.add_argument(
-        "overrides", nargs="*", help="dotted key=value overrides, anywhere on the line, e.g. grpo.beta=0.0 lora.r=32"
-    )
-    return parse_with_overrides(p, argv)
-
-
 # Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.
 INPUT_ERRORS = (
     ConfigError,
@@ -372,7 +353,7 @@ INPUT_ERRORS = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    args = parse_train_args(sys.argv[1:] if argv is None else argv)
     log.setup(args.log_level, log.env_rank())
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:

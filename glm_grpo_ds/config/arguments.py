@@ -61,3 +61,22 @@ def parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str]) -> ar
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return args
+
+
+def parse_train_args(argv: list[str]) -> argparse.Namespace:
+    """The command line of ``glm-grpo train`` / ``python -m glm_grpo_ds.train`` / ``deepspeed --module``."""
+    from ..log import LEVELS
+
+    p = argparse.ArgumentParser(
+        prog="glm-grpo train", description="GRPO training of GLM-Image's AR policy with DeepSpeed"
+    )
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
+    p.add_argument("--debug", action="store_true", help="show the full traceback of input errors")
+    p.add_argument(
+        "--log-level", choices=LEVELS, default="info", help="console verbosity of rank 0 (other ranks: errors)"
+    )
+    # set by the deepspeed launcher
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, anywhere on the line, e.g. grpo.beta=0.0")
+    return parse_with_overrides(p, argv)

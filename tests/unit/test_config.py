@@ -146,7 +146,7 @@ def test_math_variant_choices_are_the_registry_names(monkeypatch):
 
 # ----------------------------------------------------------------------------- command lines
 def _train_args(argv):
-    from glm_grpo_ds.train import parse_args
+    from glm_grpo_ds.config.arguments import parse_train_args as parse_args
 
     return parse_args(argv)
 
