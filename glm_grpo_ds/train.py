@@ -97,6 +97,7 @@ class Trainer:
         on_gpu = self.device.type == "cuda"
         dtype = resolve_dtype(cfg.model.dtype, on_gpu)
         attn = resolve_attn(cfg.model.attn_implementation, on_gpu, dtype)
+        self.dtype, self.attn = dtype, attn  # the benchmarks load the plain pipeline alike
         ar_config = json.loads((Path(cfg.model.path) / "vision_language_encoder" / "config.json").read_text())
         self.ds_config_raw = read_ds_config(ds_config_path)
         self.ds_config = fill_ds_config(
