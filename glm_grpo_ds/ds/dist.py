@@ -84,8 +84,12 @@ def reduce_stats(sums: dict[str, float], maxima: dict[str, float]) -> tuple[dict
     """Global sums and maxima of per-rank scalars in two collectives (float64, so counts stay exact).
     For a minimum pass ``-x`` as a maximum and negate the result. Collective: every rank passes the
     same keys in the same order."""
-    s = all_reduce_sum(torch.tensor(list(sums.values()), dtype=torch.float64)).tolist() if sums else []
-    m = all_reduce_max(torch.tensor(list(maxima.values()), dtype=torch.float64)).tolist() if maxima else []
+
+    def stacked(values: dict[str, float]) -> torch.Tensor:  # built where the collective runs: no extra copy
+        return torch.tensor(list(values.values()), dtype=torch.float64, device=comm_device())
+
+    s = all_reduce_sum(stacked(sums)).tolist() if sums else []
+    m = all_reduce_max(stacked(maxima)).tolist() if maxima else []
     return dict(zip(sums, s)), dict(zip(maxima, m))
 
 
