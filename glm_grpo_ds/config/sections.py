@@ -295,7 +295,8 @@ class LoggingConfig:
     )
     run_name: str | None = setting(
         None,
-        "The run's name in every tracker (tensorboard/<run_name>/, wandb, mlflow, ...); null = the output_dir's name.",
+        "The run's name in every tracker (the tensorboard/ subdirectory, the wandb / mlflow / ... run); null = the "
+        "output_dir's name.",
     )
     wandb_mode: Literal["offline", "online"] = setting(
         "offline", "offline (no network; `wandb sync` later) or online (uploads during training)."
