@@ -35,7 +35,7 @@ import logging
 import os
 from pathlib import Path
 
-from .config import to_dict
+from .config import ConfigError, to_dict
 from .metrics import MetricsWriter
 
 STREAMS = {"train": "metrics.jsonl", "eval": "eval.jsonl"}
@@ -129,10 +129,17 @@ def start_tracker(name: str, cfg, resume_step: int | None = None):
         # WANDB_MODE is what wandb's own tools (and its service process) read; keep it in step.
         os.environ["WANDB_MODE"] = kwargs["mode"]
         (Path(cfg.output_dir) / "wandb").mkdir(parents=True, exist_ok=True)
-    tracker = LOGGER_TYPE_TO_CLASS[name](*args, **kwargs)
-    tracker.main_process_only = False  # see the module docstring: no PartialState
-    tracker.start()
-    tracker.store_init_configuration(hyperparameters(cfg))
+    try:
+        tracker = LOGGER_TYPE_TO_CLASS[name](*args, **kwargs)
+        tracker.main_process_only = False  # see the module docstring: no PartialState
+        tracker.start()
+        tracker.store_init_configuration(hyperparameters(cfg))
+    except Exception as err:  # a wrong tracker_kwargs key, no login / server: the run's setup, one line
+        first = (str(err).splitlines() or [""])[0]
+        raise ConfigError(
+            f"logging.report_to: {name} could not start ({type(err).__name__}: {first}); check "
+            f"logging.tracker_kwargs.{name} and {name}'s own setup (login, server, API key)"
+        ) from err
     return tracker
 
 

@@ -193,6 +193,29 @@ def test_every_accelerate_tracker_takes_the_run_arguments(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("name", "kwargs", "error"),
+    [
+        ("tensorboard", "{bogus: 1}", "TypeError: SummaryWriter.__init__() got an unexpected keyword argument 'bogus'"),
+        ("mlflow", "{bogus: 1}", "TypeError: MLflowTracker.__init__() got an unexpected keyword argument 'bogus'"),
+    ],
+)
+def test_a_tracker_that_cannot_start_is_a_one_line_error(name, kwargs, error, tmp_path, monkeypatch):
+    """Bad tracker_kwargs reach the tracker's own class (SummaryWriter, accelerate's MLflowTracker):
+    one line naming the tracker and the key to fix."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: object() if n == name else real(n, *a))
+    cfg = load_config(
+        None, BASE + [f"output_dir={tmp_path}", f"logging.report_to={name}", f"logging.tracker_kwargs.{name}={kwargs}"]
+    )
+    with pytest.raises(ConfigError) as err:
+        build_tracker(cfg, is_main=True)
+    assert str(err.value) == (
+        f"logging.report_to: {name} could not start ({error}); check logging.tracker_kwargs.{name} and {name}'s "
+        "own setup (login, server, API key)"
+    )
+
+
 def test_hyperparameters_are_flat_scalars():
     cfg = load_config(None, BASE + ["lora=null", "rewards=[{name: pixel_mse, args: {a: 1}}]"])
     hp = hyperparameters(cfg)
