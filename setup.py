@@ -34,8 +34,10 @@ setup(
     extras_require={
         "flash": ["flash-attn>=2.7"],  # GPU only; sdpa is used without it
         "ocr": ["rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14.6"],
+        # logging.report_to: [tensorboard, wandb] (accelerate's trackers); the other trackers accelerate supports
+        # (mlflow, trackio, comet_ml, clearml, dvclive, swanlab, aim) are installed by their own package names
         "tracking": ["tensorboard>=2.18", "wandb>=0.19"],
-        # tests cover the ocr reward and the TensorBoard / W&B sinks
+        # tests cover the ocr reward and the TensorBoard / W&B trackers
         "dev": [
             "pytest>=9.0",
             "ruff>=0.15",

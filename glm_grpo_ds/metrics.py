@@ -1,6 +1,6 @@
 """Run outputs on global rank 0: JSON-lines metric files (``metrics.jsonl``, one object per step;
 ``eval.jsonl``, one per evaluation) and the progress display. Other ranks get no-op objects, so the
-training loop never branches on rank. Trackers (TensorBoard, W&B) are in tracking.py, the plots in
+training loop never branches on rank. Experiment trackers are in tracking.py, the plots in
 plot.py. :func:`step_record` builds a training step's record from the update's per-rank statistics
 (two collectives for all of them, see glm_grpo_ds/ds/dist.py)."""
 

@@ -9,7 +9,7 @@ One step: each rank samples G token grids for its prompts (rollout) -> the froze
 micro-batch backward -> optimizer step (``grpo.num_iterations`` times; glm_grpo_ds/update.py). Outputs in
 ``output_dir``: ``metrics.jsonl``, ``config.json``, ``reward_curve.png``, ``final_adapter/`` (LoRA) or
 ``final_model/`` (full fine-tuning); with ``eval.file`` also ``eval.jsonl``, and ``samples/`` galleries
-(``logging.gallery_steps``, evaluations); TensorBoard / W&B with ``logging.report_to``.
+(``logging.gallery_steps``, evaluations); TensorBoard, W&B, MLflow, ... with ``logging.report_to``.
 
 Exit status: 0 done; 2 bad input (config, data, ds_config, model path, output_dir, checkpoint,
 reward name or a reward's missing sample field: one line on stderr, ``--debug`` for the traceback); 3

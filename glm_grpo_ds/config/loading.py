@@ -1,7 +1,8 @@
 """YAML file + dotted ``key=value`` overrides -> a validated :class:`TrainConfig`.
 
 Unknown keys fail with a close-match suggestion; values are converted to the annotated type (``X | None``,
-lists, nested sections, ``Literal`` choices) with a one-line error naming the dotted key.
+lists, nested sections, ``Literal`` choices) with a one-line error naming the dotted key; a list of
+``Literal`` choices also takes one choice alone (``report_to: wandb``, as transformers does).
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ def _convert(value, tp, where: str):
         # converted like its values (str); validate() checks the choice, with every other problem
         base, origin = type(typing.get_args(base)[0]), None
     if origin is list:
+        (item,) = typing.get_args(base) or (typing.Any,)
+        if isinstance(value, str) and typing.get_origin(item) is typing.Literal:
+            value = [value]  # one choice alone, as transformers' report_to takes "wandb" for ["wandb"]
         if not isinstance(value, list):
             raise ConfigError(f"{where} must be a list, got {value!r}")
-        (item,) = typing.get_args(base) or (typing.Any,)
         return [_convert(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if base is dict or origin is dict:
         if not isinstance(value, dict):

@@ -253,8 +253,24 @@ class DataConfig:
     shuffle: bool = setting(True, "Shuffle the prompt order each epoch (seeded by seed); false = file order.")
 
 
-# Experiment trackers ``logging.report_to`` may name (metrics.jsonl is always written).
-TRACKERS = ("tensorboard", "wandb")
+# Experiment trackers ``logging.report_to`` may name: accelerate's tracker classes
+# (accelerate.tracking.LOGGER_TYPE_TO_CLASS) under their TRL / transformers ``report_to`` names (aim is
+# accelerate's only); each name is also the module its package installs.
+TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio", "comet_ml", "clearml", "dvclive", "swanlab", "aim")
+# report_to also takes "all" (every tracker whose package is installed) and "none", as transformers does.
+REPORT_TO = (*TRACKERS, "all", "none")
+# What a missing tracker package is installed with (tensorboard and wandb: the project's `tracking` extra).
+TRACKER_PIP = {name: name for name in TRACKERS} | {
+    "tensorboard": "'glm-grpo-ds[tracking]'",
+    "wandb": "'glm-grpo-ds[tracking]'",
+    "comet_ml": "comet-ml",
+}
+
+
+def tracker_installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
 
 
 @dataclass
@@ -264,20 +280,43 @@ class LoggingConfig:
     progress_bar: bool = setting(True, "tqdm bar when stderr is a terminal, else one line every log_every steps.")
     log_every: int = setting(10, "Steps between progress lines when stderr is not a terminal (log files), >= 1.")
     plot: bool = setting(True, "Reward / KL / clip-fraction PNG at the end of training (reward_curve.png).")
-    report_to: list[Literal[TRACKERS]] = setting(
-        help="Experiment trackers, e.g. [tensorboard, wandb] (metrics.jsonl is always written); their packages are "
-        "checked at config time: pip install 'glm-grpo-ds[tracking]'.",
+    report_to: list[Literal[REPORT_TO]] = setting(
+        help="Experiment trackers (accelerate's tracker classes) by their TRL / transformers report_to names, e.g. "
+        "[tensorboard, wandb]; all = every one whose package is installed; none or [] = none; one name may stand "
+        "without brackets. metrics.jsonl is always written. A named tracker's package is checked at config time "
+        "(tensorboard, wandb: pip install 'glm-grpo-ds[tracking]').",
         factory=list,
         noun="tracker",
     )
-    wandb_project: str = setting("glm-grpo", "wandb project.")
-    wandb_run_name: str | None = setting(None, "wandb run name; null = the output_dir's name.")
+    project: str = setting(
+        "glm-grpo",
+        "Project the run is filed under: wandb / trackio / comet_ml / clearml / swanlab project, mlflow and aim "
+        "experiment.",
+    )
+    run_name: str | None = setting(
+        None,
+        "The run's name in every tracker (the tensorboard/ subdirectory, the wandb / mlflow / ... run); null = the "
+        "output_dir's name.",
+    )
     wandb_mode: Literal["offline", "online"] = setting(
         "offline", "offline (no network; `wandb sync` later) or online (uploads during training)."
+    )
+    tracker_kwargs: dict = setting(
+        help="Keyword arguments per tracker for its accelerate tracker class (which passes most on to wandb.init, "
+        "SummaryWriter, mlflow, ...), over the run's own, e.g. {wandb: {entity: my-team, tags: [grpo]}}.",
+        factory=dict,
     )
     gallery_steps: int = setting(0, "Training gallery samples/step_N.png every N steps (0 = off).")
     gallery_max_prompts: int = setting(4, "Rows (prompts) per gallery, training and eval; >= 1.")
     gallery_thumbnail: int = setting(128, "Longest side of a gallery tile in pixels (never upscaled); >= 16.")
+
+    def trackers(self) -> list[str]:
+        """The trackers ``report_to`` selects, in its order: ``all`` = every one whose package is
+        installed (as transformers' ``report_to="all"``), ``none`` = none; unknown names are left to
+        validation."""
+        if "all" in self.report_to:
+            return [name for name in TRACKERS if tracker_installed(name)]
+        return [name for name in dict.fromkeys(self.report_to) if name in TRACKERS]
 
 
 @dataclass

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fields import ConfigError, choice_problems, setting
+from .fields import ConfigError, choice_error, choice_problems, setting
 from .sections import (
+    TRACKER_PIP,
     TRACKERS,
     BatchConfig,
     DataConfig,
@@ -19,6 +20,7 @@ from .sections import (
     OptimizerConfig,
     RewardSpec,
     RolloutConfig,
+    tracker_installed,
 )
 
 
@@ -160,13 +162,24 @@ class TrainConfig:
         lg, ev = self.logging, self.eval
         # Checked here, on every rank, so a missing package stops all ranks before training
         # instead of failing on rank 0 only while the others wait in a collective.
-        import importlib.util
-
-        for name in set(lg.report_to) & set(TRACKERS):
+        alone = [name for name in ("all", "none") if name in lg.report_to]
+        need(
+            not alone or len(lg.report_to) == 1,
+            f"logging.report_to: {alone[0] if alone else ''} stands alone, got {lg.report_to}; "
+            "list the trackers instead, e.g. [tensorboard, wandb]",
+        )
+        if "all" not in lg.report_to:
+            for name in lg.trackers():
+                need(
+                    tracker_installed(name),
+                    f"logging.report_to names {name} but the {name} package is not installed: "
+                    f"pip install {TRACKER_PIP[name]}",
+                )
+        for name, kwargs in lg.tracker_kwargs.items():
+            need(name in TRACKERS, choice_error(name, TRACKERS, "logging.tracker_kwargs", "tracker"))
             need(
-                importlib.util.find_spec(name) is not None,
-                f"logging.report_to names {name} but the {name} package is not installed: "
-                "pip install 'glm-grpo-ds[tracking]'",
+                isinstance(kwargs, dict),
+                f"logging.tracker_kwargs.{name} must be a mapping of keyword arguments, got {kwargs!r}",
             )
         need(lg.log_every >= 1, f"logging.log_every must be >= 1, got {lg.log_every}")
         need(lg.gallery_steps >= 0, f"logging.gallery_steps must be >= 0 (0 = off), got {lg.gallery_steps}")

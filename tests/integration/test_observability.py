@@ -1,10 +1,12 @@
 """Run outputs of the real trainer on the tiny pipeline: sample galleries, fixed-seed evaluation,
-training-curve plots, non-terminal progress lines, TensorBoard / W&B (when installed).
+training-curve plots, non-terminal progress lines, TensorBoard / W&B through accelerate's trackers (when
+installed; read back from their files), logged by rank 0 only.
 
 Single-process runs (`python -m glm_grpo_ds.train`, ZeRO-3, world size 1) plus one 2-rank
 `deepspeed` run for the gathering of galleries and eval results across ranks. ~2.5 min on 2 idle cores.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,6 +22,9 @@ from glm_grpo_ds.gallery import grid_size
 THUMB = 48  # < the 64x64 images: galleries downscale
 EVAL = ["eval.num_prompts=3", "eval.group_size=2", "eval.seed=99"]
 SMALL = ["rollout.height=64", "rollout.width=64", "grpo.group_size=8", f"logging.gallery_thumbnail={THUMB}"]
+
+# the tracker checks need pip install 'glm-grpo-ds[tracking]'
+TRACKING = all(importlib.util.find_spec(m) for m in ("tensorboard", "wandb"))
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # training runs, one on 2 ranks
 
@@ -138,7 +143,8 @@ def test_step0_eval_is_the_same_for_another_training_seed(run1, tiny_model_dir, 
 
 def test_two_ranks_gather_galleries_and_give_the_same_eval(run1, tiny_model_dir, data64, tmp_path):
     """2 ranks: training gallery rows come from both ranks; 3 eval prompts split 2 + 1 (+1 padding,
-    dropped); the step-0 eval matches the single-process run (another seed, too)."""
+    dropped); the step-0 eval matches the single-process run (another seed, too); the trackers log
+    once, from rank 0."""
     out1, _ = run1
     out = tmp_path / "run2"
     launch(
@@ -162,10 +168,19 @@ def test_two_ranks_gather_galleries_and_give_the_same_eval(run1, tiny_model_dir,
                 "logging.gallery_steps=1",
                 "logging.gallery_max_prompts=4",
                 "logging.plot=false",
+                *(["logging.report_to=[tensorboard, wandb]"] if TRACKING else []),
             ),
         ],
         timeout=300,
     )
+    if TRACKING:  # rank 0 alone logs: one TensorBoard event file, one W&B run, each step once
+        from glm_grpo_ds.testing import wandb_offline
+
+        assert len(list((out / "tensorboard" / "run2").glob("events.out.tfevents.*"))) == 1
+        acc = read_tensorboard(out / "tensorboard" / "run2")
+        assert [e.step for e in acc.Scalars("reward_mean")] == [1] and [e.step for e in acc.Images("samples")] == [1]
+        (run_dir,) = (out / "wandb").glob("offline-run-*")
+        assert [row["_step"] for row in wandb_offline.history(run_dir)] == [0, 1]
     assert png_size(out / "samples" / "step_000001.png") == grid_size(2, 8, THUMB, THUMB)  # 2 ranks x 1 prompt
     assert png_size(out / "samples" / "eval_step_000000.png") == grid_size(3, 2, THUMB, THUMB)  # padding dropped
     first, two = jsonl(out1 / "eval.jsonl")[0], jsonl(out / "eval.jsonl")[0]
@@ -185,31 +200,59 @@ def test_unknown_report_to_is_a_config_error(capsys):
     assert "logging.report_to[0]: unknown tracker 'tensorbord'; did you mean 'tensorboard'?" in err
 
 
-def test_tensorboard_event_file(tiny_model_dir, data64, tmp_path):
-    pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'glm-grpo-ds[tracking]')")
+def read_tensorboard(run_dir: Path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    out = tmp_path / "tb"
-    run_single(tiny_model_dir, data64, out, "max_steps=1", "logging.report_to=[tensorboard]", "logging.gallery_steps=1")
-    acc = EventAccumulator(str(out / "tensorboard"))
+    acc = EventAccumulator(str(run_dir))
     acc.Reload()
-    tags = acc.Tags()
-    assert {"reward_mean", "kl", "reward/pixel_mse", "eval/reward_mean"} <= set(tags["scalars"])
-    assert [e.step for e in acc.Scalars("eval/reward_mean")] == [0, 1]
-    assert acc.Scalars("reward_mean")[0].value == pytest.approx(jsonl(out / "metrics.jsonl")[0]["reward_mean"])
-    assert {"samples", "eval/samples"} <= set(tags["images"])
+    return acc
 
 
-def test_wandb_offline_run(tiny_model_dir, data64, tmp_path, monkeypatch):
+def test_tensorboard_and_wandb_get_every_record_and_the_galleries(tiny_model_dir, data64, tmp_path, monkeypatch):
+    """One run with both trackers (accelerate's classes): each metrics.jsonl / eval.jsonl value at
+    its step, the training and eval galleries as images, the config as hyper-parameters."""
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install 'glm-grpo-ds[tracking]')")
     pytest.importorskip("wandb", reason="wandb is not installed (pip install 'glm-grpo-ds[tracking]')")
-    out = tmp_path / "wb"
+    from glm_grpo_ds.testing import wandb_offline
+
+    out = tmp_path / "tracked"
     # no network, no credentials: offline mode must not try to log in
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     run_single(
-        tiny_model_dir, data64, out, "max_steps=1", "logging.report_to=[wandb]", "logging.wandb_project=glm-grpo-test"
+        tiny_model_dir,
+        data64,
+        out,
+        "max_steps=1",
+        "logging.report_to=[tensorboard, wandb]",
+        "logging.project=glm-grpo-test",
+        "logging.gallery_steps=1",
     )
-    runs = list((out / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1 and list(runs[0].glob("run-*.wandb"))
+    train, evals = jsonl(out / "metrics.jsonl"), jsonl(out / "eval.jsonl")
+    assert [e["step"] for e in evals] == [0, 1]
+
+    acc = read_tensorboard(out / "tensorboard" / "tracked")  # run name = the output_dir's name
+    tags = acc.Tags()
+    assert {"reward_mean", "kl", "loss", "reward/pixel_mse", "eval/reward_mean"} <= set(tags["scalars"])
+    assert [(e.step, e.value) for e in acc.Scalars("reward_mean")] == [(1, pytest.approx(train[0]["reward_mean"]))]
+    assert [(e.step, e.value) for e in acc.Scalars("eval/reward_mean")] == [
+        (e["step"], pytest.approx(e["eval/reward_mean"])) for e in evals
+    ]
+    assert sorted(tags["images"]) == ["eval/samples", "samples"]
+    assert [e.step for e in acc.Images("eval/samples")] == [0, 1]
+    (tb_image,) = acc.Images("samples")
+    assert (tb_image.step, tb_image.width, tb_image.height) == (1, *png_size(out / "samples" / "step_000001.png"))
+
+    (run_dir,) = (out / "wandb").glob("offline-run-*")
+    assert wandb_offline.run_info(run_dir)["project"] == "glm-grpo-test"
+    assert wandb_offline.config(run_dir)["max_steps"] == 1
+    rows = {row["_step"]: row for row in wandb_offline.history(run_dir)}
+    assert sorted(rows) == [0, 1]
+    assert rows[1]["reward_mean"] == pytest.approx(train[0]["reward_mean"])
+    assert rows[1]["loss"] == pytest.approx(train[0]["loss"])
+    for e in evals:
+        assert rows[e["step"]]["eval/reward_mean"] == pytest.approx(e["eval/reward_mean"])
+        assert rows[e["step"]]["eval/samples"]["_type"] == "images/separated"
+    assert (rows[1]["samples"]["width"], rows[1]["samples"]["height"]) == png_size(out / "samples" / "step_000001.png")
 
 
 def test_eval_and_galleries_do_not_change_training(run1, tiny_model_dir, data64, tmp_path):

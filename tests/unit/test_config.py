@@ -90,7 +90,8 @@ BAD_CHOICES = [
     ("logging.wandb_mode=cloud", "logging.wandb_mode: unknown wandb mode 'cloud'; known: offline, online"),
     (
         "logging.report_to=[wandb, tensorbord]",
-        "logging.report_to[1]: unknown tracker 'tensorbord'; did you mean 'tensorboard'? known: tensorboard, wandb",
+        "logging.report_to[1]: unknown tracker 'tensorbord'; did you mean 'tensorboard'? known: tensorboard, wandb, "
+        "mlflow, trackio, comet_ml, clearml, dvclive, swanlab, aim, all, none",
     ),
     ("grpo.aggregation=sum", "grpo.aggregation: unknown aggregation 'sum'; known: token_mean, seq_mean, dr_grpo"),
     (
