@@ -19,6 +19,7 @@ setup(
         "diffusers>=0.42.1",  # GlmImagePipeline
         "accelerate>=1.15.0",
         "peft>=0.21.2",
+        "huggingface_hub>=2.4.0",  # model cards (ModelCard), uploads (HfApi)
         "deepspeed>=0.19.8",  # >= 0.19.3 needed for LoRA + ZeRO-3 + non-reentrant checkpointing
         "bitsandbytes>=0.50.2",
         "lpips>=0.1.4",

@@ -8,15 +8,16 @@ One step: each rank samples G token grids for its prompts (rollout) -> the froze
 (decode) -> rewards score the images -> group-relative advantages over the global batch -> for each
 micro-batch backward -> optimizer step (``grpo.num_iterations`` times; glm_grpo_ds/update.py). Outputs in
 ``output_dir``: ``metrics.jsonl``, ``config.json``, ``reward_curve.png``, ``final_adapter/`` (LoRA) or
-``final_model/`` (full fine-tuning); with ``eval.file`` also ``eval.jsonl``, and ``samples/`` galleries
-(``logging.gallery_steps``, evaluations); TensorBoard, W&B, MLflow, ... with ``logging.report_to``.
+``final_model/`` (full fine-tuning) with its model card, uploaded with ``hub.repo_id`` (hub.py); with ``eval.file``
+``eval.jsonl``, ``samples/`` galleries (``logging.gallery_steps``, evals); trackers (``logging.report_to``).
 
 Exit status: 0 done; 2 bad input (config, data, ds_config, model path, output_dir, checkpoint,
 reward name or a reward's missing sample field: one line on stderr, ``--debug`` for the traceback); 3
 stopped after ``max_consecutive_skips`` steps skipped in a row for a non-finite loss / gradient or rewards
 undefined for every sample (checkpoint saved); 128 + signal when preempted by
 SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``), or interrupted
-during startup, or aborted by a second Ctrl-C (no new checkpoint; one line each, see preempt.py).
+during startup, or aborted by a second Ctrl-C (no new checkpoint; one line each, see preempt.py); 4 trained and
+saved, but an upload to the Hub failed (``glm-grpo push OUTPUT_DIR`` retries it).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from .ds import io as ds_io
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
 from .evaluate import Evaluator, gallery_to_main
 from .experience import ExperienceMaker
+from .hub import Publisher
 from .metrics import Progress, finite_or_none, step_record, timer
 from .plot import PLOT_NAME, plot_training
 from .policy import (
@@ -110,6 +112,7 @@ class Trainer:
             checkpoint.start_fresh(self.out, cfg.overwrite_output_dir, self.rank)
             if cfg.resume_from == "auto":
                 log.info(f"glm-grpo: resume_from=auto: no checkpoint in {self.out}, starting fresh")
+        self.publisher = Publisher(cfg, self.out, self.rank)  # model cards; hub.repo_id checked now (rank 0)
         # Names this run's checkpoints (pruning counts only those); a resumed run keeps its checkpoint's.
         # Only rank 0 writes trainer_state.json and prunes, so the ranks' ids need not agree.
         self.run_id = uuid.uuid4().hex
@@ -259,9 +262,9 @@ class Trainer:
                 progress.close()
                 self.tracker.close()
             self._finishing = True
-            self.save_final()
-            if self.is_main and lg.plot:
+            if self.is_main and lg.plot:  # before save_final: the model card shows it
                 plot_training(self.out / "metrics.jsonl", self.out / PLOT_NAME, self.out / "eval.jsonl")
+            self.save_final()
         final = "final_adapter" if self.cfg.lora is not None else "final_model"
         log.info(f"done: metrics {self.out / 'metrics.jsonl'}")
         if lg.plot:
@@ -330,15 +333,17 @@ class Trainer:
             "lora": self.cfg.lora is not None,
             "config": to_dict(self.cfg),
         }
-        return checkpoint.save(
+        path = checkpoint.save(
             self.engine, self.out, step, state, self.rank, self.cfg.lora is not None, self.cfg.save_total_limit
         )
+        return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
 
     def save_final(self) -> None:
         if self.cfg.lora is not None:
             ds_io.save_adapter(self.engine, self.out / "final_adapter", self.rank)
         else:
             ds_io.save_full_model(self.engine, self.out / "final_model", self.rank)
+        self.publisher.final(self.out / ("final_adapter" if self.cfg.lora is not None else "final_model"))
 
 
 # Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.
@@ -385,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.shutdown(agreed=False)
         return 2
     dist.shutdown()
-    return 0
+    return trainer.publisher.finish()  # rank 0 uploads now, no peer waiting on it: 0, or 4 if an upload failed
 
 
 if __name__ == "__main__":

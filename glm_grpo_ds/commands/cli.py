@@ -5,6 +5,7 @@
     glm-grpo render --model DIR --prompt TEXT ...   render prompts with a GLM-Image pipeline
     glm-grpo verify-logprobs --model DIR ...         sampler vs teacher-forced log-prob parity
     glm-grpo plot OUTPUT_DIR                        training curves of a (running) run
+    glm-grpo push OUTPUT_DIR [--repo-id NS/NAME]    upload a run's weights + model cards to the Hugging Face Hub
     glm-grpo progress OUTPUT_DIR --best BEST.json   fraction of the way from the start to the best reward
     glm-grpo check-run OUTPUT_DIR [--verify FILE]   PASS/FAIL verdicts of a short check run (launch/gpu_check.sh)
     glm-grpo estimate-memory | merge | score | bench | tiny-data   (see `glm-grpo --help`)
@@ -26,6 +27,10 @@ SUBCOMMANDS = {
         "per-GPU memory plan of a run before launch (no weights needed)",
     ),
     "merge": ("glm_grpo_ds.commands.merge", "merge a LoRA adapter into GLM-Image and write a pipeline directory"),
+    "push": (
+        "glm_grpo_ds.commands.push",
+        "upload a run's final weights (+ checkpoint adapters) with their model cards to the Hugging Face Hub",
+    ),
     "render": ("glm_grpo_ds.commands.render", "render prompts to PNG files with a GLM-Image pipeline"),
     "score": ("glm_grpo_ds.commands.score", "score images with a reward (one number per image)"),
     "verify-logprobs": ("glm_grpo_ds.commands.verify_logprobs", "check sampler vs teacher-forced log-prob parity"),

@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..merged_card import write_merged_card
 from ..policy import DTYPES, check_pipeline_dir, load_ar
 
 AR_DIR = "vision_language_encoder"
@@ -95,6 +96,7 @@ def merge_adapter(
     merged = merged.to(DTYPES[dtype])
     shutil.copytree(base, tmp, ignore=lambda d, names: [AR_DIR] if Path(d) == base else [])
     merged.save_pretrained(tmp / AR_DIR, safe_serialization=True)
+    write_merged_card(tmp, base, src, dtype, out)  # README.md: base, adapter, its card's results, dtype
     tmp.rename(out)
     return out
 

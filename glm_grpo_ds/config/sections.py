@@ -330,3 +330,30 @@ class EvalConfig:
     group_size: int = setting(4, "Samples per eval prompt, >= 1.")
     seed: int = setting(1234, "The sampler and decoder seeds of eval prompt i derive from (seed, i) only.")
     gallery: bool = setting(True, "samples/eval_step_N.png at every evaluation.")
+
+
+@dataclass
+class HubConfig:
+    """Pushing the run's results to the Hugging Face Hub, and the model card (glm_grpo_ds/hub.py, model_card.py)."""
+
+    repo_id: str | None = setting(
+        None,
+        "Hub model repo to upload the final adapter (LoRA) or model to, as namespace/name (created if missing, "
+        "checked at startup); null = no upload. The token comes from HF_TOKEN or `hf auth login`, never from the "
+        "config. A failed upload keeps every local file and ends the run with exit status 4 (docs/sharing.md).",
+    )
+    private: bool = setting(
+        True, "Create the repo private; an existing public repo is refused while this is true (never made public)."
+    )
+    revision: str | None = setting(None, "Branch to upload to (created from main if missing); null = main.")
+    push_checkpoints: bool = setting(
+        False,
+        "Also upload each saved checkpoint's adapter (LoRA only) to checkpoints/step_N/ in the repo, as it is saved; "
+        "false = the final adapter / model only.",
+    )
+    base_model: str | None = setting(
+        None,
+        "Hub id of the base model for the model card's base_model metadata when model.path is a local directory "
+        "(e.g. zai-org/GLM-Image); null = model.path when it is a Hub id or a Hugging Face cache snapshot, else the "
+        "card names the local path in its text only (the Hub rejects a path as base_model).",
+    )

@@ -14,6 +14,7 @@ from .sections import (
     DecoderConfig,
     EvalConfig,
     GRPOConfig,
+    HubConfig,
     LoggingConfig,
     LoraConfig,
     ModelConfig,
@@ -49,6 +50,10 @@ class TrainConfig:
         help="Held-out evaluation with seeds that do not depend on the training step, rank count or seed: the same "
         "weights always get the same eval reward.",
         factory=EvalConfig,
+    )
+    hub: HubConfig = setting(
+        help="The model card of the final weights and pushing them to the Hugging Face Hub (docs/sharing.md).",
+        factory=HubConfig,
     )
     output_dir: str = setting("outputs/run", "Where the run writes metrics, checkpoints, galleries and config.json.")
     max_steps: int = setting(100, "Training steps (one rollout and grpo.num_iterations updates each), >= 1.")
@@ -152,6 +157,7 @@ class TrainConfig:
         for i, r in enumerate(self.rewards):
             need(bool(r.name), f"rewards[{i}].name is required")
         self._validate_logging(need)
+        self._validate_hub(need)
         if self.lora is not None:
             need(self.lora.r >= 1, f"lora.r must be >= 1, got {self.lora.r}")
             need(len(self.lora.target_modules) > 0, "lora.target_modules must name at least one module")
@@ -188,3 +194,43 @@ class TrainConfig:
         need(ev.steps >= 0, f"eval.steps must be >= 0 (0 = before training and at the end only), got {ev.steps}")
         need(ev.num_prompts >= 0, f"eval.num_prompts must be >= 0 (0 = all), got {ev.num_prompts}")
         need(ev.group_size >= 1, f"eval.group_size must be >= 1, got {ev.group_size}")
+
+    def _validate_hub(self, need) -> None:
+        from huggingface_hub.errors import HFValidationError
+        from huggingface_hub.utils import validate_repo_id
+
+        h = self.hub
+
+        def repo_id_ok(value: str) -> bool:
+            try:
+                validate_repo_id(value)
+            except HFValidationError:
+                return False
+            return value.count("/") == 1
+
+        if h.repo_id is not None:
+            need(
+                repo_id_ok(h.repo_id),
+                f"hub.repo_id={h.repo_id!r} is not a Hub repo id: write namespace/name (your user or organisation, "
+                "then the repo name: letters, digits, '-', '_', '.'), or null for no upload",
+            )
+        if h.base_model is not None:
+            need(
+                repo_id_ok(h.base_model),
+                f"hub.base_model={h.base_model!r} is not a Hub model id: write namespace/name, e.g. zai-org/GLM-Image",
+            )
+        for key, value in (("push_checkpoints", h.push_checkpoints), ("revision", h.revision)):
+            need(
+                not value or h.repo_id is not None,
+                f"hub.{key} is set but hub.repo_id is null: set hub.repo_id=namespace/name to upload",
+            )
+        if h.push_checkpoints and h.repo_id is not None:
+            need(
+                self.lora is not None,
+                "hub.push_checkpoints=true needs LoRA: full fine-tuning checkpoints hold DeepSpeed shards only "
+                "(glm-grpo merge turns one into a pipeline); set hub.push_checkpoints=false",
+            )
+            need(
+                self.save_steps > 0,
+                "hub.push_checkpoints=true but save_steps=0 saves no checkpoint: set save_steps=N",
+            )

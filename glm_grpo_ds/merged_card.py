@@ -1,0 +1,101 @@
+"""The model card (``README.md``) of a merged pipeline, written by ``glm-grpo merge``
+(glm_grpo_ds/commands/merge.py): the base model, the adapter (or checkpoint) it came from, the merged
+dtype, and, when the adapter has a glm-grpo card (glm_grpo_ds/model_card.py), that card's results and
+training sections with its reward curve.
+
+    write_merged_card(OUT.tmp, BASE, ADAPTER, "bf16", final_dir=OUT)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .model_card import (
+    AR_DIR,
+    CARD,
+    TAG,
+    TAGS,
+    base_license,
+    base_lines,
+    base_model_id,
+    is_ours,
+    make_card,
+    usage_lines,
+)
+from .plot import PLOT_NAME
+
+
+def _section(card_text: str, heading: str) -> list[str]:
+    """The lines of ``## heading`` in a card of ours, without the heading (empty if absent)."""
+    lines, out, inside = card_text.splitlines(), [], False
+    for line in lines:
+        if line.startswith("## "):
+            inside = line[3:].strip() == heading
+            continue
+        if inside:
+            out.append(line)
+    return out
+
+
+def _is_lora(src: Path) -> bool:
+    """An adapter directory (or a checkpoint holding one, or a LoRA run's checkpoint), not full fine-tuning."""
+    if any((d / "adapter_config.json").is_file() for d in (src, src / "adapter", src / "final_adapter")):
+        return True
+    state = src / "trainer_state.json"
+    return state.is_file() and bool(json.loads(state.read_text(encoding="utf-8")).get("lora"))
+
+
+def merged_card(base, adapter_src, card_src: Path | None, dtype: str, out_dir):
+    """The card of a merged pipeline: base + ``adapter_src`` (adapter or checkpoint directory);
+    ``card_src``: the adapter's own card, whose results and training summary are carried over."""
+    from huggingface_hub import ModelCard
+
+    hub_id, revision = base_model_id(str(base))
+    body = [
+        "# GLM-Image + GRPO adapter (merged)",
+        "",
+        "A complete `GlmImagePipeline`: the base pipeline with a glm-grpo-ds GRPO adapter merged into the weights "
+        f"of its autoregressive model (`{AR_DIR}`); every other component is the base model's, unchanged.",
+        "",
+        *base_lines(str(base), hub_id, revision),
+        f"- adapter: `{adapter_src}`",
+        f"- merged weights dtype: {dtype}",
+        "",
+    ]
+    tags = [*TAGS, *(["lora"] if _is_lora(Path(adapter_src)) else []), "merged", TAG]
+    if card_src is not None and is_ours(card_src):
+        text = ModelCard.load(card_src).text
+        for heading in ("Results", "Training"):
+            section = _section(text, heading)
+            if section:
+                body += [f"## {heading} (of the adapter)", *section]
+    elif card_src is not None:
+        body += ["The adapter's own card is not a glm-grpo-ds card; see it for its training.", ""]
+    else:
+        body += ["The adapter came without a card (a checkpoint consolidated from its DeepSpeed shards).", ""]
+    body += usage_lines("pipeline", hub_id or str(base), str(out_dir))
+    return make_card(
+        dict(
+            base_model=hub_id,
+            library_name="diffusers",
+            pipeline_tag="text-to-image",
+            license=base_license(str(base)),
+            tags=tags,
+        ),
+        body,
+    )
+
+
+def write_merged_card(out_dir, base, adapter_src, dtype: str, final_dir=None) -> Path:
+    """``out_dir/README.md`` of a merged pipeline (replacing the base model's card copied with it), and
+    the adapter's reward curve beside it when it has one; ``final_dir``: where ``out_dir`` will be
+    renamed to (named in the card's snippet)."""
+    src = Path(adapter_src)
+    card_src = next((d / CARD for d in (src, src / "adapter", src / "final_adapter") if (d / CARD).is_file()), None)
+    if card_src is not None and (card_src.parent / PLOT_NAME).is_file():
+        shutil.copyfile(card_src.parent / PLOT_NAME, Path(out_dir) / PLOT_NAME)
+    path = Path(out_dir) / CARD
+    merged_card(base, src, card_src, dtype, final_dir or out_dir).save(path)
+    return path

@@ -1,0 +1,158 @@
+"""Model cards and Hub uploads of a real training run: one process (ZeRO-2, LoRA, the tiny pipeline)
+with `hub.repo_id`, uploading to a local stand-in of the Hub (glm_grpo_ds/testing/fake_hub.py) through
+huggingface_hub's real HfApi, under HF_HUB_OFFLINE=1 as the tests run. Then `glm-grpo push` (the retry the
+run names) and `glm-grpo merge` (the merged pipeline's card). ~1.5 min on 2 idle cores."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from huggingface_hub import ModelCard
+from test_trainer_deepspeed import CONFIG, ROOT, common  # noqa: E402  (same directory)
+
+from glm_grpo_ds.testing.fake_hub import FakeHub
+
+pytestmark = pytest.mark.slow  # a training run, a merge
+REPO = "me/grpo-run"
+
+
+@pytest.fixture(scope="module")
+def data64(tiny_model_dir, tmp_path_factory):
+    from glm_grpo_ds.config import DecoderConfig
+    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
+
+    return write_tiny_dataset(
+        tiny_model_dir, tmp_path_factory.mktemp("data64"), 64, 64, DecoderConfig(num_inference_steps=2)
+    )
+
+
+def hub_env(tmp_path, url, token="hf_test"):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_ENDPOINT=url)
+    env["HF_HOME"] = str(tmp_path / "hf_home")  # no stored token: only HF_TOKEN
+    env.pop("HF_TOKEN", None)
+    if token:
+        env["HF_TOKEN"] = token
+    return env
+
+
+def train(tiny_model_dir, data, out, env, *extra, timeout=400) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    cmd += common(tiny_model_dir, data, out, "rollout.height=64", "rollout.width=64", f"hub.repo_id={REPO}", *extra)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_run_card_checkpoint_uploads_failed_final_upload_push_and_merge(tiny_model_dir, data64, tmp_path):
+    out = tmp_path / "run"
+    # checkpoint uploads go through, the final one fails: the run still saves everything and exits 4
+    with FakeHub(fail_commits=lambda paths: not paths[0].startswith("checkpoints/")) as hub:
+        env = hub_env(tmp_path, hub.url)
+        proc = train(
+            tiny_model_dir,
+            data64,
+            out,
+            env,
+            "max_steps=2",
+            "save_steps=1",
+            "hub.push_checkpoints=true",
+            f"eval.file={data64}",
+            "eval.num_prompts=2",
+            "eval.group_size=2",
+        )
+        assert proc.returncode == 4, proc.stderr[-3000:]
+        warnings = [line for line in proc.stderr.splitlines() if "warning: uploading" in line]
+        assert len(warnings) == 1 and f"{out / 'final_adapter'} to the Hub repo {REPO} failed" in warnings[0]
+        assert f"retry with `glm-grpo push {out}`" in warnings[0]
+        assert (
+            proc.stderr.strip()
+            .splitlines()[-1]
+            .startswith(
+                f"glm-grpo train: training finished and everything is saved in {out}, but 1 upload(s) to the Hub repo "
+                f"{REPO} failed (final_adapter)"
+            )
+        )
+        assert "Traceback" not in proc.stderr
+
+        adapter = out / "final_adapter"
+        assert {p.name for p in adapter.iterdir()} == {
+            "README.md",
+            "adapter_config.json",
+            "adapter_model.safetensors",
+            "reward_curve.png",
+        }
+        from safetensors.torch import load_file
+
+        assert all(t.numel() > 0 for t in load_file(adapter / "adapter_model.safetensors").values())
+
+        # the card: metadata, and the numbers of metrics.jsonl / eval.jsonl / config.json
+        card = ModelCard.load(adapter / "README.md")
+        assert card.data.library_name == "peft" and card.data.pipeline_tag == "text-to-image"
+        assert card.data.base_model is None  # the tiny model is a local directory (no Hub id)
+        assert {"glm-image", "grpo", "text-to-image", "lora"} <= set(card.data.tags)
+        rows, evals = jsonl(out / "metrics.jsonl"), jsonl(out / "eval.jsonl")
+        assert [r["step"] for r in rows] == [1, 2] and [e["step"] for e in evals] == [0, 2]
+        text = card.text
+        assert f"`{tiny_model_dir}` (a local directory)" in text
+        assert "| steps done | 2 of 2 |" in text
+        assert f"| final training reward (last step, mean over its samples) | {rows[-1]['reward_mean']:.4g} |" in text
+        e0, e1 = evals[0]["eval/reward_mean"], evals[-1]["eval/reward_mean"]
+        assert f"| eval reward (fixed seeds), step 0 -> step 2 | {e0:.4g} -> {e1:.4g} |" in text
+        for row in ("| group size G | 8 |", "| beta (KL) | 0 |", "| optimizer, learning rate | adamw_8bit, 0.01 ("):
+            assert row in text
+        assert "| DeepSpeed ZeRO stage | 2 |" in text and "| world size (ranks) | 1 |" in text
+        assert "LoRA r=16, alpha=32" in text and "| pixel_mse | 1.0 | - |" in text
+        assert "![reward curve](reward_curve.png)" in text
+        assert (adapter / "reward_curve.png").read_bytes() == (out / "reward_curve.png").read_bytes()
+        # peft's blank template is replaced in every checkpoint's adapter too
+        ckpt_card = ModelCard.load(out / "checkpoints" / "step_000001" / "adapter" / "README.md")
+        assert "| steps done | 1 of 2 |" in ckpt_card.text and "More Information Needed" not in ckpt_card.text
+
+        # what reached the Hub during training: the private repo, both checkpoints' adapters, bytes as saved
+        assert hub.repos[REPO]["private"] is True and hub.tokens == {"hf_test"}
+        files = hub.files(REPO)
+        for step in (1, 2):
+            local = out / "checkpoints" / f"step_{step:06d}" / "adapter"
+            for name in ("adapter_config.json", "adapter_model.safetensors", "README.md"):
+                assert files[f"checkpoints/step_{step:06d}/{name}"] == (local / name).read_bytes()
+        assert not any("/" not in p for p in files)  # the final upload failed
+
+        # the retry the run named: uploads the final adapter to the root of the repo
+        hub.fail_commits = False
+        push = subprocess.run(
+            [sys.executable, "-m", "glm_grpo_ds", "push", str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert push.returncode == 0, push.stderr
+        files = hub.files(REPO)
+        for path in adapter.iterdir():
+            assert files[path.name] == path.read_bytes(), path.name
+
+    # the merged pipeline's card carries the adapter's results
+    merged = tmp_path / "merged"
+    cmd = [sys.executable, "-m", "glm_grpo_ds", "merge", "--base", str(tiny_model_dir), "--adapter", str(adapter)]
+    merge = subprocess.run(cmd + ["--out", str(merged), "--dtype", "fp32"], env=env, capture_output=True, text=True)
+    assert merge.returncode == 0, merge.stderr
+    card = ModelCard.load(merged / "README.md")
+    assert card.data.library_name == "diffusers" and "merged" in card.data.tags
+    assert f"- adapter: `{adapter}`" in card.text and "- merged weights dtype: fp32" in card.text
+    assert "## Results (of the adapter)" in card.text and "| steps done | 2 of 2 |" in card.text
+    assert (merged / "reward_curve.png").is_file()
+
+
+def test_no_token_fails_at_startup(tiny_model_dir, data64, tmp_path):
+    with FakeHub() as hub:
+        proc = train(tiny_model_dir, data64, tmp_path / "run", hub_env(tmp_path, hub.url, token=None), timeout=200)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"glm-grpo train: hub.repo_id={REPO} needs a Hugging Face token with write access: set HF_TOKEN or run "
+        "`hf auth login` (the token is never read from the config), or set hub.repo_id=null to train without uploading"
+    )
+    assert not hub.repos and not (tmp_path / "run" / "final_adapter").exists()

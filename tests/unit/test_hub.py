@@ -1,0 +1,284 @@
+"""Model cards and Hub uploads on synthetic run directories (adapter files in peft's format), real huggingface_hub
+(ModelCard, HfApi and its HTTP client) against a local stand-in of the Hub (glm_grpo_ds/testing/fake_hub.py).
+The cards of a real training run and `glm-grpo merge`: tests/integration/test_sharing.py."""
+
+import json
+import logging
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+
+from glm_grpo_ds.config import ConfigError, TrainConfig, load_config, to_dict
+from glm_grpo_ds.config.sections import RewardSpec
+from glm_grpo_ds.hub import EXIT_PUSH_FAILED, HubError, Publisher, prepare_repo
+from glm_grpo_ds.model_card import base_model_id, run_results, write_run_card
+from glm_grpo_ds.testing.fake_hub import FakeHub
+
+ROOT_FILES = {"README.md", "adapter_config.json", "adapter_model.safetensors", "reward_curve.png"}
+
+
+def save_adapter(directory, seed=0):
+    """An adapter directory in peft's format (the files a real peft adapter of the trainer has are in
+    tests/integration/test_sharing.py; peft's import alone would triple this file's time)."""
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True)
+    gen = torch.Generator().manual_seed(seed)
+    save_file(
+        {"base_model.model.q_proj.lora_A.weight": torch.randn(2, 8, generator=gen)},
+        directory / "adapter_model.safetensors",
+    )
+    (directory / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 2, "lora_alpha": 4}))
+    return directory
+
+
+def make_run(root, steps=25, evals=(0, 25), **hub):
+    """output_dir of a finished LoRA run: config.json, metrics.jsonl (reward_mean = step / 100), eval.jsonl,
+    final_adapter/, checkpoints/step_000010/adapter/."""
+    cfg = TrainConfig()
+    cfg.model.path, cfg.data.train_file, cfg.max_steps, cfg.save_steps = str(root / "base"), "p.txt", steps, 10
+    cfg.rewards = [RewardSpec(name="pixel_mse", weight=1.0), RewardSpec(name="pixel_mse", weight=0.5)]
+    for key, value in hub.items():
+        setattr(cfg.hub, key, value)
+    cfg.validate()
+    out = root / "run"
+    out.mkdir(parents=True)
+    ds = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}
+    ds["zero_optimization"] = {"stage": 3}
+    (out / "config.json").write_text(json.dumps({"train": to_dict(cfg), "deepspeed": ds}))
+    rows = [
+        {"step": s, "reward_mean": s / 100, "reward/pixel_mse": s / 50, "reward/pixel_mse#2": -s / 100}
+        for s in range(1, steps + 1)
+    ]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "eval.jsonl").write_text(
+        "".join(json.dumps({"step": s, "eval/reward_mean": 0.5 + s / 1000}) + "\n" for s in evals)
+    )
+    save_adapter(out / "final_adapter")
+    ckpt = out / "checkpoints" / "step_000010"
+    save_adapter(ckpt / "adapter", seed=1)
+    (ckpt / "trainer_state.json").write_text(json.dumps({"step": 10}))
+    return out, cfg
+
+
+def test_run_card_numbers_metadata_and_curve(tmp_path):
+    out, _ = make_run(tmp_path)
+    res = run_results(out)
+    assert res["steps_done"] == 25 and res["final_train_reward"] == 0.25
+    assert res["last_window_reward"] == pytest.approx(sum(range(16, 26)) / 1000)
+    assert res["first_eval"] == (0, 0.5) and res["final_eval"] == (25, 0.525)
+    card_path = write_run_card(out, out / "final_adapter")
+    card = ModelCard.load(card_path)
+    assert card.data.library_name == "peft" and card.data.pipeline_tag == "text-to-image"
+    assert card.data.base_model is None  # a local directory is no Hub id: the Hub would refuse it
+    assert {"glm-image", "grpo", "text-to-image", "lora", "glm-grpo-ds"} <= set(card.data.tags)
+    text = card.text
+    assert f"`{tmp_path / 'base'}` (a local directory)" in text
+    assert "| steps done | 25 of 25 |" in text
+    assert "| final training reward (last step, mean over its samples) | 0.25 |" in text
+    assert f"| training reward, mean of the first -> last 10 steps | {0.055:.4g} -> {0.205:.4g} |" in text
+    assert (
+        "| final training reward: pixel_mse | 0.5 |" in text
+        and "| final training reward: pixel_mse#2 | -0.25 |" in text
+    )
+    assert "| eval reward (fixed seeds), step 0 -> step 25 | 0.5 -> 0.525 |" in text
+    assert "| pixel_mse#2 | 0.5 | - |" in text and "| group size G | 8 |" in text and "| beta (KL) | 0.04 |" in text
+    assert "| DeepSpeed ZeRO stage | 3 |" in text and "| world size (ranks) | 4 |" in text
+    assert "| prompts per step | 4 |" in text and "LoRA r=16, alpha=32" in text
+    # the curve is drawn beside the weights (output_dir has none) and referenced relatively
+    assert (
+        "![reward curve](reward_curve.png)" in text
+        and (out / "final_adapter" / "reward_curve.png").stat().st_size > 1000
+    )
+    assert f'PeftModel.from_pretrained(\n    pipe.vision_language_encoder, "{out / "final_adapter"}"' in text
+    assert "glm-grpo merge --base" in text and "glm-grpo render --model" in text
+
+    ckpt_card = ModelCard.load(write_run_card(out, out / "checkpoints" / "step_000010" / "adapter", step=10))
+    assert (
+        "| steps done | 10 of 25 |" in ckpt_card.text
+        and "| final training reward (last step, mean over its samples) | 0.1 |" in ckpt_card.text
+    )
+    assert "eval reward (fixed seeds) at step 0 | 0.5 |" in ckpt_card.text  # the step-25 eval came later
+
+
+def test_base_model_ids(tmp_path):
+    snapshot = tmp_path / "hub" / "models--zai-org--GLM-Image" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    assert base_model_id(str(snapshot)) == ("zai-org/GLM-Image", "a" * 40)  # huggingface_hub's cache layout
+    assert base_model_id(str(snapshot), revision="main") == ("zai-org/GLM-Image", "main")
+    assert base_model_id("zai-org/GLM-Image", "b" * 40) == ("zai-org/GLM-Image", "b" * 40)  # a Hub id
+    assert base_model_id(str(tmp_path)) == (None, None)  # a local directory
+    assert base_model_id(str(tmp_path), override="me/base") == ("me/base", None)
+
+    # the card names the Hub id and revision, and keeps the base card's license
+    (snapshot / "README.md").write_text("---\nlicense: mit\n---\n# GLM-Image\n")
+    out, _ = make_run(tmp_path)
+    saved = json.loads((out / "config.json").read_text())
+    saved["train"]["model"]["path"] = str(snapshot)
+    (out / "config.json").write_text(json.dumps(saved))
+    card = ModelCard.load(write_run_card(out, out / "final_adapter"))
+    assert card.data.base_model == "zai-org/GLM-Image" and card.data.license == "mit"
+    assert (
+        f"revision `{'a' * 40}`" in card.text
+        and "[zai-org/GLM-Image](https://huggingface.co/zai-org/GLM-Image)" in card.text
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides, error",
+    [
+        (["hub.repo_id=run"], "hub.repo_id='run' is not a Hub repo id: write namespace/name"),
+        (["hub.repo_id=me/a/b"], "hub.repo_id='me/a/b' is not a Hub repo id"),
+        (["hub.repo_id=me/bad name"], "hub.repo_id='me/bad name' is not a Hub repo id"),
+        (["hub.push_checkpoints=true", "save_steps=5"], "hub.push_checkpoints is set but hub.repo_id is null"),
+        (["hub.repo_id=me/run", "hub.push_checkpoints=true", "save_steps=5", "lora=null"], "needs LoRA"),
+        (["hub.repo_id=me/run", "hub.push_checkpoints=true"], "save_steps=0 saves no checkpoint"),
+        (["hub.base_model=/models/GLM-Image"], "hub.base_model='/models/GLM-Image' is not a Hub model id"),
+    ],
+)
+def test_hub_config_errors(tmp_path, overrides, error):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: {path: m}\ndata: {train_file: p.txt}\nrewards: [{name: pixel_mse}]\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg, overrides)
+    assert len(str(err.value).splitlines()) == 1 and error in str(err.value)
+    assert load_config(cfg, ["hub.repo_id=me/run.v2-x_y"]).hub.private is True  # default: private
+
+
+@pytest.fixture
+def hub_env(monkeypatch, tmp_path):
+    """HF_TOKEN set, no stored token, requests to the stand-in; HF_HUB_OFFLINE=1 stays set (tests run offline)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_TOKEN", "hf_from_env")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf_home" / "token"))
+    assert constants.HF_HUB_OFFLINE
+
+    def serve(**kwargs):
+        hub = FakeHub(**kwargs).__enter__()
+        monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+        served.append(hub)
+        return hub
+
+    served = []
+    yield serve
+    for hub in served:
+        hub.__exit__(None, None, None)
+
+
+def test_publisher_uploads_final_and_checkpoints(tmp_path, hub_env):
+    hub = hub_env()
+    out, cfg = make_run(tmp_path, repo_id="me/run", push_checkpoints=True)
+    publisher = Publisher(cfg, out, rank=0)  # startup: creates the repo, private by default
+    assert hub.repos["me/run"]["private"] is True and hub.files("me/run") == {}
+    publisher.checkpoint(out / "checkpoints" / "step_000010", 10)
+    publisher.final(out / "final_adapter")  # the card; the upload waits for finish()
+    assert not any("/" not in p for p in hub.files("me/run"))
+    assert publisher.finish() == 0
+    files = hub.files("me/run")
+    root = {p for p in files if "/" not in p}
+    assert root == ROOT_FILES
+    for name in root:
+        assert files[name] == (out / "final_adapter" / name).read_bytes(), name
+    ckpt = {p: b for p, b in files.items() if p.startswith("checkpoints/")}
+    assert set(ckpt) == {
+        f"checkpoints/step_000010/{n}" for n in ("README.md", "adapter_config.json", "adapter_model.safetensors")
+    }
+    assert (
+        ckpt["checkpoints/step_000010/adapter_model.safetensors"]
+        == (out / "checkpoints/step_000010/adapter/adapter_model.safetensors").read_bytes()
+    )
+    assert hub.tokens == {"hf_from_env"}  # from HF_TOKEN, never from the config
+    card = ModelCard.load(out / "final_adapter" / "README.md")
+    assert "| steps done | 25 of 25 |" in card.text and "# me/run" in card.text
+    assert '"me/run"' in card.text  # the snippet loads from the repo the card is uploaded to
+    ckpt_card = (out / "checkpoints/step_000010/adapter/README.md").read_text()
+    assert 'subfolder="checkpoints/step_000010"' in ckpt_card
+
+
+def test_failed_upload_keeps_local_files_and_exits_4(tmp_path, hub_env, caplog, capsys):
+    hub = hub_env(fail_commits=True)
+    out, cfg = make_run(tmp_path, repo_id="me/run")
+    before = (out / "final_adapter" / "adapter_model.safetensors").read_bytes()
+    publisher = Publisher(cfg, out, rank=0)
+    publisher.final(out / "final_adapter")
+    with caplog.at_level(logging.WARNING):
+        status = publisher.finish()
+    assert status == EXIT_PUSH_FAILED == 4
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "glm_grpo"]
+    assert len(lines) == 1 and len(lines[0].splitlines()) == 1
+    assert "Hub repo me/run" in lines[0] and f"glm-grpo push {out}" in lines[0] and "403 Forbidden" in lines[0]
+    assert (out / "final_adapter" / "adapter_model.safetensors").read_bytes() == before
+    assert ModelCard.load(out / "final_adapter" / "README.md").data.library_name == "peft"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"glm-grpo train: training finished and everything is saved in {out}, but 1 upload(s) to the Hub repo "
+        f"me/run failed (final_adapter); retry with `glm-grpo push {out}`"
+    )
+
+    # the retry the message names uploads what the run meant to
+    from glm_grpo_ds.commands.push import main as push_main
+
+    hub.fail_commits = False
+    assert push_main([str(out)]) == 0
+    assert set(hub.files("me/run")) == ROOT_FILES
+
+
+def test_repo_checks(tmp_path, hub_env, monkeypatch):
+    from huggingface_hub import HfApi
+
+    hub = hub_env(existing={"me/public": False})
+    with pytest.raises(HubError, match="exists and is public but hub.private is true"):
+        prepare_repo(HfApi(), "me/public", True, None)
+    assert prepare_repo(HfApi(), "me/public", False, None).endswith("/me/public")  # public on purpose: allowed
+    prepare_repo(HfApi(), "me/new", True, "exp")
+    assert hub.repos["me/new"]["private"] and "exp" in hub.repos["me/new"]["branches"]
+    monkeypatch.delenv("HF_TOKEN")
+    with pytest.raises(
+        HubError, match="needs a Hugging Face token with write access: set HF_TOKEN or run `hf auth login`"
+    ):
+        prepare_repo(HfApi(), "me/new", True, None)
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
+    hub.__exit__(None, None, None)  # nothing listens any more
+    with pytest.raises(HubError) as err:
+        prepare_repo(HfApi(), "me/new", True, None)
+    assert "cannot create or reach the repo" in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+def test_full_model_and_merged_cards(tmp_path):
+    from safetensors.torch import save_file
+
+    from glm_grpo_ds.merged_card import write_merged_card
+
+    out, _ = make_run(tmp_path)
+    saved = json.loads((out / "config.json").read_text())
+    saved["train"]["lora"] = None  # full fine-tuning
+    (out / "config.json").write_text(json.dumps(saved))
+    final = out / "final_model"
+    final.mkdir()
+    save_file({"w": torch.zeros(2)}, final / "model.safetensors")
+    card = ModelCard.load(write_run_card(out, final))
+    assert card.data.library_name == "transformers" and "lora" not in card.data.tags
+    assert (
+        "| fine-tuning | full |" in card.text
+        and f'GlmImageForConditionalGeneration.from_pretrained("{final}"' in card.text
+    )
+
+    # a merged pipeline from a full fine-tuning checkpoint (no adapter, no card) and from a carded adapter
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "README.md").write_text("---\nlicense: mit\n---\n")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "trainer_state.json").write_text(json.dumps({"step": 3, "lora": False}))
+    (tmp_path / "m1").mkdir()
+    merged = ModelCard.load(write_merged_card(tmp_path / "m1", base, ckpt, "bf16"))
+    assert merged.data.library_name == "diffusers" and merged.data.license == "mit" and "lora" not in merged.data.tags
+    assert "- merged weights dtype: bf16" in merged.text and "came without a card" in merged.text
+    write_run_card(out, out / "final_adapter")
+    (tmp_path / "m2").mkdir()
+    merged = ModelCard.load(write_merged_card(tmp_path / "m2", base, out / "final_adapter", "fp32", tmp_path / "M"))
+    assert "lora" in merged.data.tags and "## Results (of the adapter)" in merged.text
+    assert "| steps done | 25 of 25 |" in merged.text and (tmp_path / "m2" / "reward_curve.png").is_file()
+    assert f'GlmImagePipeline.from_pretrained("{tmp_path / "M"}"' in merged.text
