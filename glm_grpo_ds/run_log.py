@@ -13,8 +13,8 @@ our own lines too):
 - what DeepSpeed ``print()``s (ds/engine.py runs those calls under :func:`prints_to_log`);
 
 and the model-load progress bars ("Loading weights", "Loading pipeline components") are switched
-off. At the end of a run rank 0 prints one line: where its file is and how many library warnings it
-holds, by library.
+off. At the end of a run rank 0 prints one line: where its file is and how many library warnings this
+run wrote to it, by library.
 
 Until ``output_dir`` is checked (config and input errors come first) records are kept in memory and
 written to the file when it opens (:func:`open_file`); a run that stops on an input error before
@@ -212,7 +212,7 @@ def open_file(output_dir, rank: int) -> Path | None:
 
 
 def finish() -> None:
-    """Rank 0's summary line (at info) of the library warnings its file holds."""
+    """Rank 0's closing line (at info): the file, and the library warnings this process wrote to it."""
     if _file is None or _file.path is None:
         return
     counts = _file.library_warnings
