@@ -74,7 +74,7 @@ def check_output_dir(output_dir, rank: int) -> Path:
 EARLIER_RUN_OUTPUTS = (CHECKPOINTS, "metrics.jsonl", "final_adapter", "final_model")
 # Deleted too by overwrite_output_dir=true: outputs a new run would otherwise mix with its own records
 # (config.json, memory_plan.json and the plot are rewritten whole by every run).
-OVERWRITTEN_OUTPUTS = (*EARLIER_RUN_OUTPUTS, "eval.jsonl", "samples", "tensorboard")
+OVERWRITTEN_OUTPUTS = (*EARLIER_RUN_OUTPUTS, "eval.jsonl", "samples", "tensorboard", "logs")
 
 
 def earlier_run(output_dir: Path) -> list[str]:

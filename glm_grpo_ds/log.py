@@ -19,6 +19,9 @@ import sys
 
 LEVELS = ("debug", "info", "warning", "error")
 _LOGGER = logging.getLogger("glm_grpo")
+_FATAL = logging.getLogger("glm_grpo.fatal")  # fatal() lines, for the run's log file only (run_log.py)
+_FATAL.propagate = False
+_FATAL.addHandler(logging.NullHandler())  # without a file: nothing (not logging's last-resort stderr print)
 _warned: set[str] = set()
 _rank = 0
 
@@ -49,6 +52,7 @@ def setup(level: str = "info", rank: int | None = None) -> None:
     global _rank
     _rank = env_rank() if rank is None else rank
     _LOGGER.handlers.clear()
+    _FATAL.handlers[1:] = []  # the NullHandler stays
     _LOGGER.propagate = False
     _LOGGER.setLevel(getattr(logging, level.upper()))
     out = logging.StreamHandler(sys.stdout)
@@ -59,6 +63,18 @@ def setup(level: str = "info", rank: int | None = None) -> None:
         handler.addFilter(_AllRanksFilter())
         handler.setFormatter(logging.Formatter("%(message)s"))
         _LOGGER.addHandler(handler)
+
+
+def rank_filter() -> logging.Filter:
+    """The console rule of this module for other handlers: rank 0 everything, other ranks errors."""
+    return _AllRanksFilter()
+
+
+def add_file_handler(handler: logging.Handler) -> None:
+    """Also send our records (and :func:`fatal` lines) to ``handler`` (the run's log file), every rank."""
+    for logger in (_LOGGER, _FATAL):
+        if handler not in logger.handlers:
+            logger.addHandler(handler)
 
 
 def set_rank(rank: int) -> None:
@@ -99,3 +115,4 @@ def fatal(msg: str) -> None:
     """The run's final error line: rank 0 only (every rank fails alike), on stderr, at any level."""
     if _rank == 0:
         print(msg, file=sys.stderr, flush=True)
+    _FATAL.error(msg)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, log
+from . import checkpoint, log, run_log
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
 from .data import DataError, PromptSampler, load_prompts
@@ -112,6 +112,7 @@ class Trainer:
             checkpoint.start_fresh(self.out, cfg.overwrite_output_dir, self.rank)
             if cfg.resume_from == "auto":
                 log.info(f"glm-grpo: resume_from=auto: no checkpoint in {self.out}, starting fresh")
+        run_log.open_file(self.out, self.rank)  # library output: logs/rank_<r>.log (what was held back first)
         self.publisher = Publisher(cfg, self.out, self.rank)  # model cards; hub.repo_id checked now (rank 0)
         # Names this run's checkpoints (pruning counts only those); a resumed run keeps its checkpoint's.
         # Only rank 0 writes trainer_state.json and prunes, so the ranks' ids need not agree.
@@ -360,13 +361,14 @@ INPUT_ERRORS = (
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
-    log.setup(args.log_level, log.env_rank())
+    run_log.setup(args.log_level, log.env_rank())  # our lines on the console, library output to the run's log
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         cfg = load_config(args.config, args.overrides)
         with startup_signals():
             trainer = Trainer(cfg, args.deepspeed)
         trainer.train()
+        run_log.finish()
     except Interrupted as stop:  # Ctrl-C / SIGTERM while loading: one line, not a traceback
         log.fatal(
             f"glm-grpo train: interrupted by {signal_name(stop.signum)} during startup, before the first step; "

@@ -9,6 +9,8 @@
     glm-grpo progress OUTPUT_DIR --best BEST.json   fraction of the way from the start to the best reward
     glm-grpo check-run OUTPUT_DIR [--verify FILE]   PASS/FAIL verdicts of a short check run (launch/gpu_check.sh)
     glm-grpo estimate-memory | merge | score | bench | tiny-data   (see `glm-grpo --help`)
+    glm-grpo env                                    versions and hardware for a bug report
+    glm-grpo --version                              the package version
 
 Each subcommand lives in its own module and is imported only when it runs, so
 ``glm-grpo --help`` stays fast.
@@ -51,6 +53,7 @@ SUBCOMMANDS = {
         "glm_grpo_ds.commands.check_run",
         "PASS/FAIL: finite steps, first-iteration ratio 1, log-prob parity, peak vs plan",
     ),
+    "env": ("glm_grpo_ds.commands.env", "versions and hardware for a bug report (paste it into the issue)"),
     "tiny-model": ("glm_grpo_ds.commands.tiny:tiny_model", "write a random-weight tiny GLM-Image pipeline directory"),
     "tiny-data": (
         "glm_grpo_ds.commands.tiny:tiny_data",
@@ -64,7 +67,7 @@ SUBCOMMANDS = {
 
 
 def _usage() -> str:
-    lines = ["usage: glm-grpo <command> [args]", "", "commands:"]
+    lines = ["usage: glm-grpo <command> [args]  |  glm-grpo --version", "", "commands:"]
     lines += [f"  {name:<16} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
     lines += ["", "Run `glm-grpo <command> --help` for a command's options."]
     return "\n".join(lines)
@@ -74,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from .env import version
+
+        print(f"glm-grpo-ds {version()}")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:

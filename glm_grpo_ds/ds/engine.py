@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from .. import run_log
 from . import dist
 from .ds_config import zero_stage
 
@@ -41,7 +42,11 @@ def init_distributed(force_collectives: bool = False) -> tuple[int, int, int, to
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(free_port()))
-    import deepspeed
+    # DeepSpeed's import installs its logger's own stdout handler, and its process-group start print()s
+    # (e.g. "deepspeed_shm_comm_op built successfully"): both belong in the run's log, not the console.
+    with run_log.prints_to_log("DeepSpeed"):
+        import deepspeed
+    run_log.adopt_library_loggers()
 
     local_rank = int(os.environ["LOCAL_RANK"])
     if on_gpu:
@@ -55,7 +60,8 @@ def init_distributed(force_collectives: bool = False) -> tuple[int, int, int, to
         else:
             local_world = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
-    deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
+    with run_log.prints_to_log("DeepSpeed"):
+        deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
     device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
     dist.setup(comm_device=device, force=force_collectives)  # NCCL: CUDA tensors; gloo: CPU
     if not on_gpu:
@@ -141,9 +147,11 @@ def initialize(model, ds_config: dict, opt_cfg, total_optimizer_steps: int):
     else:
         client_opt = build_optimizer(params, opt_cfg)
         scheduler = build_scheduler(client_opt, opt_cfg, total_optimizer_steps)
-    engine, _, _, _ = deepspeed.initialize(
-        model=model, model_parameters=params, optimizer=client_opt, lr_scheduler=scheduler, config=ds_config
-    )
+    with run_log.prints_to_log("DeepSpeed"):  # some of its op builders and helpers print() rather than log
+        engine, _, _, _ = deepspeed.initialize(
+            model=model, model_parameters=params, optimizer=client_opt, lr_scheduler=scheduler, config=ds_config
+        )
+    run_log.adopt_library_loggers()  # loggers of what loading the model imported (their console handlers)
     return engine
 
 
@@ -170,7 +178,8 @@ def initialize_reference(model, ds_config: dict):
         if stage == 3
         else {"stage": 0}
     )
-    engine, *_ = deepspeed.initialize(model=model, config=ref)
+    with run_log.prints_to_log("DeepSpeed"):
+        engine, *_ = deepspeed.initialize(model=model, config=ref)
     engine.eval()
     return engine
 

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from .. import log
+from .. import log, run_log
 from .base import SampleNeed
 
 
@@ -184,4 +184,5 @@ def build_rewards(specs) -> RewardSet:
         seen[s.name] = seen.get(s.name, 0) + 1
         label = s.name if seen[s.name] == 1 else f"{s.name}#{seen[s.name]}"
         built.append((label, s.weight, build_reward(s.name, dict(s.args))))
+    run_log.adopt_library_loggers()  # reward libraries that print by themselves (torchmetrics) -> the run's log
     return RewardSet(built)

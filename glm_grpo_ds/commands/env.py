@@ -1,0 +1,100 @@
+"""``glm-grpo env``: the versions and hardware a bug report needs, as one block to paste into an issue::
+
+    glm-grpo env
+
+Lists Python, glm-grpo-ds and each library the trainer runs on (``not installed`` when absent),
+the platform, torch's CUDA build, whether CUDA is usable, the GPUs (count, names, memory) and the
+NCCL version. Versions come from the installed packages' metadata, so nothing heavy is imported but
+torch (for the CUDA facts; a torch that cannot be imported is reported, not raised); no model loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import platform
+
+# (name shown, distribution names to try): the libraries whose versions decide how a run behaves
+PACKAGES = (
+    ("glm-grpo-ds", ("glm-grpo-ds",)),
+    ("torch", ("torch",)),
+    ("torchvision", ("torchvision",)),
+    ("deepspeed", ("deepspeed",)),
+    ("transformers", ("transformers",)),
+    ("diffusers", ("diffusers",)),
+    ("peft", ("peft",)),
+    ("accelerate", ("accelerate",)),
+    ("bitsandbytes", ("bitsandbytes",)),
+    ("flash-attn", ("flash-attn", "flash_attn")),
+    ("huggingface_hub", ("huggingface-hub", "huggingface_hub")),
+)
+NOT_INSTALLED = "not installed"
+
+
+def package_version(*dist_names: str) -> str:
+    """The installed version of the first of ``dist_names`` found, else ``not installed``."""
+    for name in dist_names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return NOT_INSTALLED
+
+
+def version() -> str:
+    """glm-grpo-ds's version (``glm-grpo --version``)."""
+    return package_version("glm-grpo-ds")
+
+
+def _torch_facts() -> list[tuple[str, str]]:
+    """CUDA build, availability, GPUs and NCCL, from torch (imported here: the only heavy import)."""
+    try:
+        import torch
+    except Exception as err:  # noqa: BLE001 - a broken torch install is what a bug report must show, not a crash
+        return [("torch import", f"failed: {type(err).__name__}: {' '.join(str(err).split())[:200]}")]
+    facts = [("torch CUDA build", torch.version.cuda or "none (CPU-only build)")]
+    try:
+        available = torch.cuda.is_available()
+    except Exception as err:  # noqa: BLE001 - e.g. a driver mismatch: report it
+        return facts + [("CUDA available", f"error: {type(err).__name__}: {err}")]
+    facts.append(("CUDA available", str(available)))
+    if available:
+        count = torch.cuda.device_count()
+        gpus = []
+        for index in range(count):
+            props = torch.cuda.get_device_properties(index)
+            gpus.append(f"{props.name} ({props.total_memory / 2**30:.1f} GiB)")
+        same = len(set(gpus)) == 1
+        facts.append(("GPUs", f"{count} x {gpus[0]}" if same else f"{count}: " + ", ".join(gpus)))
+    else:
+        facts.append(("GPUs", "0"))
+    try:
+        nccl = torch.cuda.nccl.version()
+        facts.append(("NCCL", ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)))
+    except Exception as err:  # noqa: BLE001 - torch built without NCCL (CPU wheels): say so
+        facts.append(("NCCL", f"n/a ({type(err).__name__})"))
+    return facts
+
+
+def report() -> str:
+    """The paste-able block."""
+    rows = [("Python", platform.python_version()), ("Platform", platform.platform())]
+    rows += [(shown, package_version(*names)) for shown, names in PACKAGES]
+    rows += _torch_facts()
+    width = max(len(name) for name, _ in rows)
+    lines = ["Copy-and-paste the text below into your bug report.", ""]
+    lines += [f"- {name + ':':<{width + 1}} {value}" for name, value in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="glm-grpo env", description="versions and hardware for a bug report (paste the block into the issue)"
+    )
+    parser.parse_args(argv)
+    print(report())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""A clean console (glm_grpo_ds/run_log.py): a training run shows our lines and our progress only;
+library chatter (third-party loggers, Python warnings, DeepSpeed's prints, load progress bars) goes
+to output_dir/logs/rank_0.log, and to the console too with --log-level debug; a bad input is one
+stderr line. Real trainer processes on the tiny pipeline, with a reward plugin that behaves like a
+chatty library: its logger installs its own console handler at import (as transformers, torch and
+DeepSpeed do) and warns, and it raises a Python warning, at every call."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from test_trainer_deepspeed import CONFIG, ROOT, common  # noqa: E402  (same directory)
+
+DS_CONFIG = "ds_configs/zero2.json"
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+FAST = [
+    "rollout.height=64",
+    "rollout.width=64",
+    "grpo.group_size=4",
+    "batch.micro_batch_size=4",
+    "optimizer.name=adamw",
+    "logging.plot=false",
+    "max_steps=1",
+]
+CHATTY = """
+import logging
+import warnings
+
+import torch
+
+_lib = logging.getLogger("chatty_lib")
+_lib.addHandler(logging.StreamHandler())  # prints by itself, like a library's default handler
+_lib.propagate = False
+
+
+def reward(images, prompts, samples):
+    _lib.warning("chatty_lib says something at every call")
+    warnings.warn("chatty_lib: a deprecated call", FutureWarning)
+    return torch.zeros(len(prompts))
+"""
+# what library chatter looks like on a console (none of it may appear without --log-level debug)
+CHATTER = re.compile(
+    r"\[WARNING\]|\[INFO\]|Loading|%\||ds_accelerator|UserWarning|FutureWarning|warnings\.warn|chatty_lib|"
+    r"built successfully|cpp_extension|DeepSpeed"
+)
+
+
+@pytest.fixture(scope="module")
+def data64(tiny_model_dir, tmp_path_factory):
+    from glm_grpo_ds.config import DecoderConfig
+    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
+
+    return write_tiny_dataset(
+        tiny_model_dir, tmp_path_factory.mktemp("console") / "data", 64, 64, DecoderConfig(num_inference_steps=2)
+    )
+
+
+def run_train(*args, flags=()) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "glm_grpo_ds", "train", "--config", str(CONFIG), "--deepspeed", DS_CONFIG]
+    return subprocess.run([*cmd, *flags, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+
+
+def chatty_run(tiny_model_dir, data64, tmp_path, flags=()):
+    (tmp_path / "chatty.py").write_text(CHATTY)
+    out = tmp_path / "run"
+    rewards = f"rewards=[{{name: pixel_mse}}, {{name: '{tmp_path / 'chatty.py'}:reward'}}]"
+    proc = run_train(*common(tiny_model_dir, data64, out, *FAST), rewards, flags=flags)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return proc, out
+
+
+@pytest.mark.slow  # a training process (~30 s)
+def test_console_holds_only_our_lines_and_the_log_file_the_library_lines(tiny_model_dir, data64, tmp_path):
+    proc, out = chatty_run(tiny_model_dir, data64, tmp_path)
+    *lines, summary = proc.stdout.splitlines()
+    logfile = out / "logs" / "rank_0.log"
+    # the last line names the file and counts what it holds, by library
+    assert summary.startswith(f"      log {logfile} (") and "chatty_lib 1" in summary, summary
+    console = lines + proc.stderr.splitlines()
+    assert not [line for line in console if CHATTER.search(line)], proc.stdout + proc.stderr
+    # stdout: the startup summary and the closing lines; stderr: the progress line(s) only
+    assert all(re.match(r"(glm-grpo: |done: | {6})", line) for line in lines), proc.stdout
+    assert proc.stderr.splitlines() and all(line.startswith("grpo step ") for line in proc.stderr.splitlines())
+
+    text = logfile.read_text()
+    assert re.search(r"^\d{4}-\d\d-\d\d [\d:,]+ WARNING chatty_lib: chatty_lib says something", text, re.M)
+    assert re.search(r"WARNING py.warnings: .*FutureWarning: chatty_lib: a deprecated call", text)
+    assert "INFO printed.DeepSpeed: DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully" in text
+    assert re.search(r"INFO glm_grpo: done: metrics ", text)  # our lines too, timestamped
+
+
+@pytest.mark.slow  # a training process (~30 s)
+def test_log_level_debug_shows_library_lines_on_the_console(tiny_model_dir, data64, tmp_path):
+    proc, out = chatty_run(tiny_model_dir, data64, tmp_path, flags=["--log-level", "debug"])
+    assert "[chatty_lib] WARNING: chatty_lib says something at every call" in proc.stderr
+    assert "[py.warnings] WARNING:" in proc.stderr and "FutureWarning: chatty_lib: a deprecated call" in proc.stderr
+    assert "[printed.DeepSpeed] INFO: DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully" in (
+        proc.stderr
+    )
+    assert "Loading pipeline components" in proc.stderr  # the load progress bars stay on
+    assert "chatty_lib says something" in (out / "logs" / "rank_0.log").read_text()
+
+
+def test_missing_data_file_is_exactly_one_stderr_line(tiny_model_dir, tmp_path):
+    """An input error before output_dir is used: the library output held back is dropped, nothing else
+    is printed and no log is written."""
+    out = tmp_path / "run"
+    proc = run_train(*common(tiny_model_dir, tmp_path / "missing.jsonl", out, *FAST))
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [f"glm-grpo train: data.train_file {tmp_path / 'missing.jsonl'} does not exist"]
+    assert proc.stdout == "" and not (out / "logs").exists()
+
+
+def test_input_error_after_the_log_opens_is_one_stderr_line_and_logged(tiny_model_dir, data64, tmp_path):
+    """An input error found while building the rewards (the lpips backbone file): still one line on
+    the console; the log file holds it after what the libraries said."""
+    out = tmp_path / "run"
+    weights = tmp_path / "missing_alexnet.pth"
+    rewards = f"rewards=[{{name: lpips, args: {{backbone_weights: {weights}}}}}]"
+    proc = run_train(*common(tiny_model_dir, data64, out, *FAST), rewards)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"glm-grpo train: reward lpips: backbone_weights {weights} does not")
+    text = (out / "logs" / "rank_0.log").read_text()
+    assert "printed.DeepSpeed: DeepSpeed" in text and f"ERROR glm_grpo.fatal: {lines[0]}" in text

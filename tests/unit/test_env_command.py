@@ -1,0 +1,62 @@
+"""`glm-grpo --version` and `glm-grpo env`: the installed versions, "not installed" for what is
+missing, no crash when torch cannot be imported, and nothing heavy imported (no model, no DeepSpeed)."""
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from glm_grpo_ds.commands.cli import main
+from glm_grpo_ds.commands.env import NOT_INSTALLED, PACKAGES, package_version
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+
+
+def test_version_flag_prints_the_installed_package_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"glm-grpo-ds {importlib.metadata.version('glm-grpo-ds')}\n"
+
+
+def test_env_lists_every_package_with_its_installed_version_and_the_hardware(capsys):
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    rows = dict(line[2:].split(":", 1) for line in out.splitlines() if line.startswith("- "))
+    rows = {key: value.strip() for key, value in rows.items()}
+    for shown, names in PACKAGES:
+        assert rows[shown] == package_version(*names)
+    assert rows["torch"] == importlib.metadata.version("torch") and rows["Python"] == sys.version.split()[0]
+    import torch
+
+    assert rows["CUDA available"] == str(torch.cuda.is_available())
+    assert rows["torch CUDA build"] == (torch.version.cuda or "none (CPU-only build)")
+    assert rows["GPUs"].startswith(str(torch.cuda.device_count()))
+    assert {"Platform", "NCCL"} <= rows.keys()
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        assert rows["flash-attn"] == NOT_INSTALLED
+
+
+def test_a_missing_package_is_reported_not_raised():
+    assert package_version("surely-not-an-installed-package-glm") == NOT_INSTALLED
+    assert package_version("surely-not-an-installed-package-glm", "torch") == importlib.metadata.version("torch")
+
+
+def test_env_is_fast_and_survives_a_torch_that_cannot_be_imported():
+    """A broken torch install is what a bug report must show: the block still prints, saying so.
+    And the command imports neither DeepSpeed nor a model library."""
+    proc = _run(
+        "import sys; sys.modules['torch'] = None  # import torch raises ImportError\n"
+        "from glm_grpo_ds.commands.cli import main\n"
+        "assert main(['env']) == 0\n"
+        "print('heavy:', sorted(m for m in ('deepspeed', 'transformers', 'diffusers', 'peft') if m in sys.modules))"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "- torch import:" in proc.stdout and "failed: ModuleNotFoundError" in proc.stdout
+    assert "heavy: []" in proc.stdout and proc.stderr == ""
