@@ -1,7 +1,9 @@
 """The reward server's web application: any reward behind the HTTP protocol of rewards/protocol.py.
 
-FastAPI (request validation, an OpenAPI schema at ``/docs`` for people writing their own client or
-server) on uvicorn; ``glm-grpo reward-server`` (commands/reward_server.py) builds and runs it::
+FastAPI on uvicorn, the stack of OpenRLHF's reward server (``openrlhf.cli.serve_rm``) that users of
+remote reward models know: pydantic validates requests (422 naming the bad field), ``/docs`` shows the
+schema to people writing their own client or server, and asyncio makes the batcher below a queue and
+one task. ``glm-grpo reward-server`` (commands/reward_server.py) builds and runs it::
 
     app = build_app(reward_fn, "pixel_mse", needs, max_batch=32, max_wait_s=0.005, device="cpu", token=None)
 
