@@ -31,6 +31,8 @@ setup(
         "tqdm>=4.66",
         "matplotlib>=3.11.2",  # reward-curve PNG
         "torchmetrics>=1.9.0",  # ssim reward
+        "requests>=2.32",  # the remote reward's client
+        "urllib3>=2.0",  # its retries with backoff (urllib3.util.Retry)
     ],
     extras_require={
         "flash": ["flash-attn>=2.7"],  # GPU only; sdpa is used without it
@@ -38,7 +40,8 @@ setup(
         # logging.report_to: [tensorboard, wandb] (accelerate's trackers); the other trackers accelerate supports
         # (mlflow, trackio, comet_ml, clearml, dvclive, swanlab, aim) are installed by their own package names
         "tracking": ["tensorboard>=2.18", "wandb>=0.19"],
-        # tests cover the ocr reward and the TensorBoard / W&B trackers
+        "server": ["fastapi>=0.163.2", "uvicorn>=0.54.0"],  # glm-grpo reward-server
+        # tests cover the ocr reward, the TensorBoard / W&B trackers and the reward server
         "dev": [
             "pytest>=9.0",
             "ruff>=0.15",
@@ -46,6 +49,8 @@ setup(
             "rapidfuzz>=3.14.6",
             "tensorboard>=2.18",
             "wandb>=0.19",
+            "fastapi>=0.163.2",
+            "uvicorn>=0.54.0",
         ],
     },
     entry_points={"console_scripts": ["glm-grpo=glm_grpo_ds.commands.cli:main"]},

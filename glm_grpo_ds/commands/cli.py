@@ -35,6 +35,10 @@ SUBCOMMANDS = {
     ),
     "render": ("glm_grpo_ds.commands.render", "render prompts to PNG files with a GLM-Image pipeline"),
     "score": ("glm_grpo_ds.commands.score", "score images with a reward (one number per image)"),
+    "reward-server": (
+        "glm_grpo_ds.commands.reward_server",
+        "serve a reward over HTTP for the `remote` reward (reward models on other GPUs / nodes)",
+    ),
     "verify-logprobs": ("glm_grpo_ds.commands.verify_logprobs", "check sampler vs teacher-forced log-prob parity"),
     "bench": (
         "glm_grpo_ds.commands.bench",

@@ -23,7 +23,8 @@ SUPPLY = {
 }
 
 
-def _parse_arg(item: str):
+def parse_reward_arg(item: str):
+    """``key=value`` of ``--reward-arg`` -> (key, value parsed like a config scalar)."""
     from ..config.loading import parse_scalar
 
     if "=" not in item:
@@ -52,11 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         if a.target and not os.path.isfile(a.target):
             raise ValueError(f"--target {a.target} does not exist")
         # Checked before the reward is built (it may load a model): every image would score nan.
-        need = reward_needs(a.reward)
+        args = dict(parse_reward_arg(x) for x in a.reward_arg)
+        need = reward_needs(a.reward, args)
         if need is not None and not need.present(a.prompt, sample):
             how = SUPPLY.get(need.field, "glm-grpo score cannot supply it; score it in a training run's data")
             raise ValueError(f"reward {a.reward} needs {need.field}: {how}")
-        fn = build_reward(a.reward, dict(_parse_arg(x) for x in a.reward_arg))
+        fn = build_reward(a.reward, args)
         for path in a.image:
             try:
                 img = Image.open(path).convert("RGB")

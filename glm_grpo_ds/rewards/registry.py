@@ -28,6 +28,7 @@ _BUILTINS: dict[str, str] = {
     "preference": "clip:PreferenceReward",
     "aesthetic": "clip:AestheticReward",
     "colour_layout": "colour_layout:ColourLayoutReward",
+    "remote": "remote:RemoteReward",
 }
 
 
@@ -92,9 +93,14 @@ def _factory(name: str) -> Callable:
     return target
 
 
-def reward_needs(name: str) -> SampleNeed | None:
-    """What reward ``name`` needs of a sample (its ``needs`` attribute), without building it."""
-    return getattr(_factory(name), "needs", None)
+def reward_needs(name: str, args: dict | None = None) -> SampleNeed | None:
+    """What reward ``name`` needs of a sample (its ``needs`` attribute), without building it. A reward
+    whose needs depend on its args has a ``needs_for(args)`` classmethod instead (``remote`` asks its
+    server, so this also checks the server answers)."""
+    factory = _factory(name)
+    if hasattr(factory, "needs_for"):
+        return factory.needs_for(dict(args or {}))
+    return getattr(factory, "needs", None)
 
 
 def build_reward(name: str, args: dict) -> Callable:
@@ -162,13 +168,18 @@ def check_reward_specs(specs) -> None:
     """Fail fast (before any model is loaded) on a reward name that cannot work."""
     for i, s in enumerate(specs):
         check_reward_name(s.name, f"rewards[{i}].name: ")
+        if hasattr(_factory(s.name), "needs_for"):  # e.g. remote: the server must answer, with the token
+            try:
+                reward_needs(s.name, s.args)
+            except RewardError as err:
+                raise RewardError(f"rewards[{i}] {s.name}: {err}") from None
 
 
 def check_reward_inputs(specs, rows, key: str, path) -> None:
     """Fail fast (before any model is loaded) on a reward that needs a sample field (``needs``) no
     row of prompt file ``path`` (config key ``key``) has: it could never be computed."""
     for i, s in enumerate(specs):
-        need = reward_needs(s.name)
+        need = reward_needs(s.name, s.args)
         if need is not None and not any(need.present(row.prompt, row.reward_sample()) for row in rows):
             raise RewardError(
                 f"rewards[{i}] {s.name} needs {need.field} but no row of {key} {path} has one, so it could never be "

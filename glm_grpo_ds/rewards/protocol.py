@@ -1,0 +1,119 @@
+"""The reward-server protocol (version 1): JSON over HTTP, images as base64 PNG.
+
+Shared by the ``remote`` reward (the client, rewards/remote.py) and ``glm-grpo reward-server``
+(rewards/serving.py); docs/rewards.md#remote-rewards describes it for servers written in other
+languages::
+
+    GET  /health -> {"protocol": 1, "reward": "pixel_mse", "version": "0.1.0", "max_batch": 32,
+                     "needs": {"field": "target_image", "fix": "..."} or null}
+    POST /score  {"images": [PNG, ...], "prompts": [str, ...], "samples": [{...}, ...],
+                  "target_images": {KEY: FILE, ...}}
+              -> {"rewards": [float or null, ...]}        null = undefined (JSON has no NaN)
+
+PNG and FILE are base64 (standard alphabet, padded). Images are 8-bit RGB PNGs of the [0, 1] float
+images rounded to 1/255 (what every saved image is): a remote reward scores exactly
+``round(image * 255) / 255``. ``samples[i]`` holds the dataset row's fields (``text``, ``index``, extra
+JSONL keys); its ``target_image`` is a key of ``target_images`` (the target file's bytes, sent once
+per request whatever the number of samples sharing it) or null. With a token, every request carries
+``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import math
+from pathlib import Path
+
+import torch
+
+PROTOCOL = 1
+# zlib's fastest compressing level (every level is lossless): encoding is the client's main cost.
+PNG_COMPRESS_LEVEL = 1
+
+
+def _png(arr) -> str:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(arr, "RGB").save(buf, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def encode_pngs(images: torch.Tensor) -> list[str]:
+    """``[N, 3, H, W]`` float in [0, 1] -> base64 8-bit RGB PNGs (values rounded to 1/255). The
+    rounding runs once on the whole batch (per-image tensor ops cost more than small PNG writes).
+    One thread: Pillow holds the GIL while it writes a PNG to memory, so threads would not help."""
+    return [_png(a) for a in quantize_u8(images).permute(0, 2, 3, 1).contiguous().cpu().numpy()]
+
+
+def decode_png(data: str) -> torch.Tensor:
+    """base64 image (PNG or any format PIL reads) -> ``[3, H, W]`` uint8; ValueError if unreadable."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        img = Image.open(io.BytesIO(base64.b64decode(data, validate=True))).convert("RGB")
+    except (ValueError, OSError, UnidentifiedImageError) as err:
+        raise ValueError(f"not a base64 image ({type(err).__name__}: {err})") from None
+    return torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3).permute(2, 0, 1)
+
+
+def quantize_u8(images: torch.Tensor) -> torch.Tensor:
+    """``round(clamp(x, 0, 1) * 255)`` as uint8."""
+    return (images.detach().float().clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def quantize(images: torch.Tensor) -> torch.Tensor:
+    """The float images a remote reward sees: ``round(clamp(x, 0, 1) * 255) / 255``."""
+    return quantize_u8(images).float() / 255
+
+
+def file_key(data: bytes) -> str:
+    """The key of a target file in a request: its SHA-256 (equal contents share one entry)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def request_body(images: torch.Tensor, prompts: list[str], samples: list[dict], read_file) -> dict:
+    """The ``/score`` JSON of a batch; ``read_file(path) -> bytes`` reads a sample's target image."""
+    targets: dict[str, str] = {}
+    out_samples = []
+    for sample in samples:
+        sample = dict(sample)
+        path = sample.get("target_image")
+        if path:
+            data = read_file(path)
+            key = file_key(data)
+            if key not in targets:
+                targets[key] = base64.b64encode(data).decode("ascii")
+            sample["target_image"] = key
+        else:
+            sample["target_image"] = None
+        out_samples.append(sample)
+    return {
+        "images": encode_pngs(images),
+        "prompts": list(prompts),
+        "samples": out_samples,
+        "target_images": targets,
+    }
+
+
+def rewards_to_json(values: torch.Tensor) -> list[float | None]:
+    """``[N]`` floats -> JSON list, NaN / inf -> null."""
+    return [v if math.isfinite(v) else None for v in values.double().tolist()]
+
+
+def rewards_from_json(values: list) -> torch.Tensor:
+    """JSON list (null = undefined) -> ``[N]`` float32 with NaN."""
+    return torch.tensor([float("nan") if v is None else float(v) for v in values], dtype=torch.float32)
+
+
+def read_token(path: str, flag: str) -> str:
+    """The token in file ``path`` (surrounding whitespace stripped); ValueError naming ``flag``."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(f"{flag} {path} does not exist; write a secret token into it (e.g. `openssl rand -hex 32`)")
+    token = p.read_text(encoding="utf-8").strip()
+    if not token or any(c.isspace() for c in token):
+        raise ValueError(f"{flag} {path} must hold one token (no spaces or newlines inside it)")
+    return token

@@ -1,0 +1,266 @@
+"""The reward server's web application: any reward behind the HTTP protocol of rewards/protocol.py.
+
+FastAPI on uvicorn, the stack of OpenRLHF's reward server (``openrlhf.cli.serve_rm``) that users of
+remote reward models know: pydantic validates requests (422 naming the bad field), ``/docs`` shows the
+schema to people writing their own client or server, and asyncio makes the batcher below a queue and
+one task. ``glm-grpo reward-server`` (commands/reward_server.py) builds and runs it::
+
+    app = build_app(reward_fn, "pixel_mse", needs, max_batch=32, max_wait_s=0.005, device="cpu", token=None)
+
+Concurrent requests are batched: a :class:`Batcher` takes the queued requests (after waiting
+``max_wait_s`` for more to arrive) into one reward call of at most ``max_batch`` images of one size,
+runs it on its own worker thread (one call at a time: the reward model is not shared between threads;
+the event loop stays free to receive the next requests meanwhile) and hands each request its own
+values. A request larger than ``max_batch`` is split. A reward that raises fails every request of
+that call with HTTP 500 and the exception message; the server goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import logging
+import socket
+import tempfile
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from pydantic import BaseModel, Field
+
+from .base import SampleNeed
+from .protocol import PROTOCOL, decode_png, file_key, rewards_to_json
+
+LOG = logging.getLogger("uvicorn.error")  # uvicorn's own server log: one stream, one format
+
+
+class ScoreRequest(BaseModel):
+    images: list[str] = Field(description="base64 8-bit RGB PNGs, all of one size")
+    prompts: list[str] = Field(description="one prompt per image")
+    samples: list[dict[str, Any]] | None = Field(None, description="one dataset row per image")
+    target_images: dict[str, str] = Field({}, description="key -> base64 file bytes of a target image")
+
+
+class ScoreResponse(BaseModel):
+    rewards: list[float | None] = Field(description="one value per image; null = undefined")
+
+
+@dataclass
+class _Job:
+    images: torch.Tensor  # [n, 3, H, W] uint8
+    prompts: list[str]
+    samples: list[dict]
+    future: asyncio.Future
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return tuple(self.images.shape[2:])
+
+
+class Batcher:
+    """Queue of scoring jobs -> reward calls of at most ``max_batch`` same-size images (see module doc).
+
+    ``calls`` holds the batch sizes of the last reward calls (the tests read it)."""
+
+    def __init__(self, fn: Callable, label: str, max_batch: int, max_wait_s: float, device: torch.device):
+        self.fn, self.label, self.max_batch, self.max_wait_s, self.device = fn, label, max_batch, max_wait_s, device
+        self.queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="reward")
+        self.calls: deque[int] = deque(maxlen=10_000)
+
+    async def score(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
+        loop = asyncio.get_running_loop()
+        jobs = []
+        for start in range(0, images.shape[0], self.max_batch):
+            end = start + self.max_batch
+            jobs.append(_Job(images[start:end], prompts[start:end], samples[start:end], loop.create_future()))
+            self.queue.put_nowait(jobs[-1])
+        return torch.cat(await asyncio.gather(*(job.future for job in jobs)))
+
+    async def run(self) -> None:
+        """The batching loop (one task for the server's lifetime)."""
+        loop = asyncio.get_running_loop()
+        carry: _Job | None = None
+        while True:
+            first = carry or await self.queue.get()
+            carry = None
+            if self.max_wait_s > 0 and self.queue.empty():
+                await asyncio.sleep(self.max_wait_s)  # let concurrent requests join this call
+            jobs, n = [first], first.images.shape[0]
+            while n < self.max_batch and not self.queue.empty():
+                job = self.queue.get_nowait()
+                if job.size != first.size or n + job.images.shape[0] > self.max_batch:
+                    carry = job  # the next call starts with it
+                    break
+                jobs.append(job)
+                n += job.images.shape[0]
+            try:
+                values = await loop.run_in_executor(self.pool, self._call, jobs)
+            except Exception as err:  # noqa: BLE001 - reward code is user code: fail these requests, serve on
+                LOG.error("reward %s raised on a batch of %d images", self.label, n, exc_info=err)
+                for job in jobs:
+                    if not job.future.done():
+                        job.future.set_exception(err)
+                continue
+            start = 0
+            for job in jobs:
+                if not job.future.done():  # a client that hung up leaves a cancelled future
+                    job.future.set_result(values[start : start + job.images.shape[0]])
+                start += job.images.shape[0]
+
+    def _call(self, jobs: list[_Job]) -> torch.Tensor:
+        """One reward call on the worker thread: ``[n]`` float32 on the CPU."""
+        images = torch.cat([job.images for job in jobs]).to(self.device).float().div(255)
+        prompts = [p for job in jobs for p in job.prompts]
+        samples = [s for job in jobs for s in job.samples]
+        self.calls.append(len(prompts))
+        with torch.no_grad():
+            raw = self.fn(images, prompts, samples)
+        values = torch.as_tensor(raw, dtype=torch.float32).reshape(-1).cpu()
+        if values.shape[0] != len(prompts):
+            raise ValueError(f"reward {self.label} returned {values.shape[0]} values for {len(prompts)} images")
+        return values
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request without ``Authorization: Bearer <token>`` gets 401 (the
+    health check and the docs included). Constant-time comparison; the token is never logged."""
+
+    def __init__(self, app, token: str):
+        self.app, self.expected = app, f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                from starlette.responses import JSONResponse
+
+                detail = "wrong bearer token" if given else "missing Authorization: Bearer <token> header"
+                response = JSONResponse({"detail": detail}, 401, headers={"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def health_body(label: str, need: SampleNeed | None, max_batch: int) -> dict:
+    from importlib.metadata import version
+
+    needs = None if need is None else {"field": need.field, "fix": need.fix}
+    return {
+        "protocol": PROTOCOL,
+        "reward": label,
+        "version": version("glm-grpo-ds"),
+        "needs": needs,
+        "max_batch": max_batch,
+    }
+
+
+def _samples(body, target_dir: Path) -> list[dict]:
+    """The request's samples with ``target_image`` keys replaced by files in ``target_dir`` (one file
+    per content, so load_target's cache by path serves repeated targets); raises ValueError."""
+    paths = {}
+    for key, data in body.target_images.items():
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise ValueError(f"target_images[{key!r}] is not base64 ({err})") from None
+        path = target_dir / file_key(raw)
+        if not path.exists():
+            tmp = path.with_suffix(".part")
+            tmp.write_bytes(raw)
+            tmp.replace(path)
+        paths[key] = str(path)
+    samples = body.samples if body.samples is not None else [{} for _ in body.prompts]
+    out = []
+    for i, sample in enumerate(samples):
+        sample = dict(sample)
+        key = sample.get("target_image")
+        if key is not None:
+            if key not in paths:
+                raise ValueError(f"samples[{i}].target_image {key!r} is not a key of target_images")
+            sample["target_image"] = paths[key]
+        out.append(sample)
+    return out
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port); ``port`` 0 picks a free one. ValueError on failure."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restarted server gets its port back
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as err:
+        raise ValueError(
+            f"cannot listen on {host}:{port} ({err.strerror or err}); pick another --port / --host"
+        ) from None
+    return sock
+
+
+def build_app(fn: Callable, label: str, need: SampleNeed | None, max_batch: int, max_wait_s: float, device, token):
+    """The FastAPI application serving reward ``fn`` (named ``label``) on ``device``."""
+    from fastapi import FastAPI, HTTPException
+    from starlette.concurrency import run_in_threadpool
+
+    @asynccontextmanager
+    async def lifespan(app):
+        app.state.batcher = Batcher(fn, label, max_batch, max_wait_s, torch.device(device))
+        task = asyncio.create_task(app.state.batcher.run())
+        with tempfile.TemporaryDirectory(prefix="glm_grpo_targets_") as target_dir:
+            app.state.target_dir = Path(target_dir)
+            try:
+                yield
+            finally:
+                task.cancel()
+                app.state.batcher.close()
+
+    app = FastAPI(title=f"glm-grpo reward server ({label})", lifespan=lifespan)
+    if token:
+        app.add_middleware(BearerAuth, token=token)
+
+    @app.get("/health")
+    def health() -> dict:
+        return health_body(label, need, max_batch)
+
+    def decode(body: ScoreRequest):
+        n = len(body.images)
+        if len(body.prompts) != n or (body.samples is not None and len(body.samples) != n):
+            sizes = f"{n} images, {len(body.prompts)} prompts, {len(body.samples or [])} samples"
+            raise ValueError(f"images, prompts and samples must have one entry per image (got {sizes})")
+        images = []
+        for i, data in enumerate(body.images):
+            try:
+                images.append(decode_png(data))
+            except ValueError as err:
+                raise ValueError(f"images[{i}]: {err}") from None
+            if images[i].shape != images[0].shape:
+                raise ValueError(f"images[{i}] is {tuple(images[i].shape[1:])}, images[0] {tuple(images[0].shape[1:])}")
+        samples = _samples(body, app.state.target_dir)
+        return (torch.stack(images) if images else torch.empty(0, 3, 1, 1, dtype=torch.uint8)), samples
+
+    @app.post("/score", response_model=ScoreResponse)
+    async def score(body: ScoreRequest) -> dict:
+        try:
+            images, samples = await run_in_threadpool(decode, body)
+        except ValueError as err:
+            raise HTTPException(422, str(err)) from None
+        if images.shape[0] == 0:
+            return {"rewards": []}
+        try:
+            values = await app.state.batcher.score(images, body.prompts, samples)
+        except Exception as err:  # noqa: BLE001 - the reward's own failure goes back to the client
+            msg = " ".join(str(err).split()) or type(err).__name__
+            raise HTTPException(500, f"reward {label} raised {type(err).__name__}: {msg}") from None
+        return {"rewards": rewards_to_json(values)}
+
+    return app

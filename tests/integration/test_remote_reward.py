@@ -1,0 +1,312 @@
+"""``glm-grpo reward-server`` and the ``remote`` reward on loopback: bitwise parity with the in-process
+reward, tokens, concurrent batching, retries, a server dying mid-run, startup checks of training and
+a 2-rank training run. Every server a test starts is stopped by it (testing/reward_servers.py), every
+request has a timeout."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import torch
+from PIL import Image
+
+from glm_grpo_ds.rewards import RewardError, RewardSet, build_reward
+from glm_grpo_ds.rewards.protocol import encode_pngs, quantize
+from glm_grpo_ds.rewards.remote import RemoteRewardError
+from glm_grpo_ds.rewards.serving import build_app
+from glm_grpo_ds.testing.reward_servers import SlowMean, serve_in_thread, server_process
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "launch" / "configs" / "tiny_cpu.yaml"
+FAST = [
+    "rollout.height=64",
+    "rollout.width=64",
+    "grpo.group_size=4",
+    "batch.micro_batch_size=4",
+    "optimizer.name=adamw",
+    "logging.progress_bar=false",
+    "logging.plot=false",
+]
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory):
+    d = tmp_path_factory.mktemp("targets")
+    torch.manual_seed(1)
+    Image.fromarray((torch.rand(40, 56, 3) * 255).byte().numpy()).save(d / "wide.png")  # fit rule: resize + crop
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(d / "red.jpg")
+    return d
+
+
+def test_remote_pixel_mse_equals_the_in_process_reward_bitwise(targets, tmp_path):
+    """The served pixel_mse scores exactly what the in-process one gives the same (8-bit) images,
+    through the real command, a request above --max-batch (split) and rows without a target (NaN)."""
+    torch.manual_seed(0)
+    x = torch.rand(7, 3, 32, 32)
+    prompts = [f"p{i}" for i in range(7)]
+    paths = [targets / "wide.png", targets / "red.jpg", None, targets / "wide.png", None, targets / "red.jpg", None]
+    samples = [{"target_image": str(p) if p else None, "text": None, "index": i} for i, p in enumerate(paths)]
+    local = build_reward("pixel_mse", {})
+    with server_process(tmp_path, "--reward", "pixel_mse", "--max-batch", "3") as (url, _):
+        health = requests.get(f"{url}/health", timeout=10).json()
+        remote = build_reward("remote", {"url": url, "timeout_s": 20})
+        got = remote(x, prompts, samples)
+    assert health["reward"] == "pixel_mse" and health["protocol"] == 1 and health["max_batch"] == 3
+    assert health["needs"]["field"] == "target_image" and health["version"]
+    assert url.startswith("http://127.0.0.1:")  # loopback unless --host says otherwise
+    assert remote.needs.field == "target_image"
+    want = local(quantize(x), prompts, samples)
+    assert torch.equal(torch.isnan(got), torch.tensor([p is None for p in paths]))
+    assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0))  # bitwise
+    # what an in-process reward sees of the float images differs by the 8-bit rounding only
+    assert not torch.equal(want.nan_to_num(7.0), local(x, prompts, samples).nan_to_num(7.0))
+
+
+def test_token_is_required_never_logged_and_a_wrong_one_is_a_one_line_error(tmp_path):
+    secret = "tok-5e3c1a9f0b7d"
+    (tmp_path / "token").write_text(secret + "\n")
+    (tmp_path / "wrong").write_text("tok-not-it\n")
+    (png,) = encode_pngs(torch.rand(1, 3, 8, 8))
+    body = {"images": [png], "prompts": ["p"], "samples": [{}]}
+    args = ("--reward", "python:glm_grpo_ds.testing.reward_servers:SlowMean", "--reward-arg", "delay_s=0")
+    with server_process(tmp_path / "srv", *args, "--token-file", str(tmp_path / "token")) as (url, _):
+        for headers in ({}, {"Authorization": "Bearer tok-not-it"}, {"Authorization": secret}):
+            assert requests.get(f"{url}/health", headers=headers, timeout=10).status_code == 401
+            assert requests.post(f"{url}/score", json=body, headers=headers, timeout=10).status_code == 401
+        good = {"Authorization": f"Bearer {secret}"}
+        assert requests.get(f"{url}/health", headers=good, timeout=10).status_code == 200
+        scored = requests.post(f"{url}/score", json=body, headers=good, timeout=10)
+        assert scored.status_code == 200 and len(scored.json()["rewards"]) == 1
+        with pytest.raises(RewardError) as no_token:
+            build_reward("remote", {"url": url, "retries": 0})
+        with pytest.raises(RewardError) as wrong:
+            build_reward("remote", {"url": url, "token_file": str(tmp_path / "wrong"), "retries": 0})
+        ok = build_reward("remote", {"url": url, "token_file": str(tmp_path / "token")})
+        assert ok(torch.rand(2, 3, 8, 8), ["a", "b"], [{}, {}]).shape == (2,)
+    assert str(no_token.value) == (
+        f"the reward server at {url} refused the request (401 missing Authorization: Bearer <token> header): "
+        "set args.token_file"
+    )
+    assert "holds another token than the server's --token-file" in str(wrong.value)
+    for text in (str(no_token.value), str(wrong.value)):
+        assert "\n" not in text and secret not in text
+    logs = (tmp_path / "srv" / "server.out").read_text() + (tmp_path / "srv" / "server.err").read_text()
+    assert "bearer token required" in logs and "POST /score" in logs and secret not in logs
+
+
+def test_two_concurrent_requests_share_one_reward_call_and_get_their_own_results():
+    fn = SlowMean(delay_s=0.5)
+    app = build_app(fn, "slow", None, max_batch=8, max_wait_s=0.0, device="cpu", token=None)
+    torch.manual_seed(0)
+    batches = {k: torch.rand(n, 3, 16, 16) for k, n in (("first", 1), ("a", 2), ("b", 3))}
+    results, errors = {}, []
+
+    def send(url, key):
+        try:
+            results[key] = build_reward("remote", {"url": url, "retries": 0, "timeout_s": 20})(
+                batches[key], [key] * len(batches[key]), [{}] * len(batches[key])
+            )
+        except Exception as err:  # noqa: BLE001 - reported by the assertion below
+            errors.append(err)
+
+    with serve_in_thread(app) as (url, _):
+        first = threading.Thread(target=send, args=(url, "first"))
+        first.start()
+        time.sleep(0.2)  # the worker is now inside the first call: a and b queue up meanwhile
+        threads = [threading.Thread(target=send, args=(url, k)) for k in ("a", "b")]
+        for t in threads:
+            t.start()
+        for t in [first, *threads]:
+            t.join(30)
+        calls = list(app.state.batcher.calls)
+    assert not errors and not any(t.is_alive() for t in [first, *threads])
+    assert calls == [1, 5]  # a (2 images) and b (3 images) in one call
+    for key, x in batches.items():
+        assert torch.equal(results[key], fn(quantize(x), [], [])), key
+
+
+def test_slow_server_is_retried_then_the_batch_is_undefined_and_warned_once(capsys):
+    from glm_grpo_ds import log
+
+    log.setup("info", 0)  # the handlers write to this test's captured stderr
+    app = build_app(SlowMean(delay_s=1.5), "slow", None, max_batch=8, max_wait_s=0.0, device="cpu", token=None)
+    with serve_in_thread(app) as (url, _):
+        remote = build_reward("remote", {"url": url, "timeout_s": 0.3, "retries": 1, "backoff_s": 0.05})
+        rewards = RewardSet([("remote-slow", 1.0, remote)])  # a label no other test warned about
+        start = time.monotonic()
+        with pytest.raises(RemoteRewardError, match=r"did not score the batch \(timed out, after 1 retries\)"):
+            remote(torch.rand(2, 3, 8, 8), ["a", "b"], [{}, {}])
+        assert time.monotonic() - start < 1.5  # two attempts of 0.3 s, not the server's 1.5 s
+        for _ in range(2):
+            out = rewards(torch.rand(4, 3, 8, 8), ["a"] * 4, [{}] * 4)
+            assert torch.isnan(out["remote-slow"]).all() and rewards.failed == {"remote-slow": 4}
+    err = capsys.readouterr().err
+    assert err.count("reward remote-slow raised RemoteRewardError") == 1 and "its 4 samples are undefined" in err
+
+
+def test_a_server_back_within_the_retries_scores_the_batch():
+    from glm_grpo_ds.rewards.serving import bind
+
+    port = bind("127.0.0.1", 0)
+    port, _ = port.getsockname()[1], port.close()
+    fn = SlowMean()
+    app = build_app(fn, "mean", None, max_batch=8, max_wait_s=0.0, device="cpu", token=None)
+    x = torch.rand(3, 3, 8, 8)
+    with serve_in_thread(app, port=port) as (url, _):
+        remote = build_reward("remote", {"url": url, "retries": 5, "backoff_s": 0.2, "timeout_s": 10})
+    restarted, done = threading.Event(), threading.Event()
+
+    def restart():
+        time.sleep(0.5)  # the client's first attempts are refused meanwhile
+        with serve_in_thread(build_app(fn, "mean", None, 8, 0.0, "cpu", None), port=port):
+            restarted.set()
+            done.wait(30)
+
+    server = threading.Thread(target=restart)
+    server.start()
+    try:
+        start = time.monotonic()
+        got = remote(x, ["p"] * 3, [{}] * 3)
+        assert restarted.is_set() and time.monotonic() - start >= 0.4
+        assert torch.equal(got, fn(quantize(x), [], []))
+    finally:
+        done.set()
+        server.join(30)
+
+
+# ----------------------------------------------------------------------------- training
+def run_train(*args, timeout=600):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu")
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    return subprocess.run([*cmd, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def data64(tiny_model_dir, tmp_path_factory):
+    from glm_grpo_ds.config import DecoderConfig
+    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
+
+    return write_tiny_dataset(
+        tiny_model_dir, tmp_path_factory.mktemp("remote") / "data", 64, 64, DecoderConfig(num_inference_steps=2)
+    )
+
+
+def _metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_startup_checks_are_one_line_input_errors_before_any_model_loads(tiny_model_dir, data64, tmp_path):
+    (tmp_path / "token").write_text("right\n")
+    (tmp_path / "wrong").write_text("wrong\n")
+    (tmp_path / "p.txt").write_text("a red apple\na blue car\n")
+    base = [f"model.path={tiny_model_dir}", *FAST]
+    with server_process(tmp_path / "srv", "--reward", "pixel_mse", "--token-file", str(tmp_path / "token")) as (
+        url,
+        _,
+    ):
+        free = f"http://127.0.0.1:{_closed_port()}"
+        cases = [
+            (data64, f"{{url: '{free}', retries: 0}}", f"the reward server at {free} does not answer"),
+            (data64, f"{{url: '{url}', token_file: '{tmp_path / 'wrong'}'}}", "refused the request (401 wrong"),
+            (tmp_path / "p.txt", f"{{url: '{url}', token_file: '{tmp_path / 'token'}'}}", "needs target_image but"),
+        ]
+        for i, (data, args, message) in enumerate(cases):
+            out = tmp_path / f"run{i}"
+            proc = run_train(
+                *base, f"data.train_file={data}", f"output_dir={out}", f"rewards=[{{name: remote, args: {args}}}]"
+            )
+            assert proc.returncode == 2, proc.stderr[-2000:]
+            lines = [line for line in proc.stderr.splitlines() if line.startswith("glm-grpo")]
+            assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+            assert lines[0].startswith("glm-grpo train: rewards[0] remote") and message in lines[0], lines[0]
+            assert not (out / "config.json").exists()  # written once the models are loaded
+
+
+def _closed_port() -> int:
+    from glm_grpo_ds.rewards.serving import bind
+
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+DIES = """
+import os, signal, torch
+calls = [0]
+def dies_on_second_call(images, prompts, samples):
+    calls[0] += 1
+    if calls[0] == 2:
+        os.kill(os.getpid(), signal.SIGKILL)  # the server dies in the middle of a request
+    return images.mean(dim=(1, 2, 3))
+"""
+
+
+@pytest.mark.slow
+def test_server_killed_mid_run_retries_then_undefined_rewards_and_the_run_goes_on(tiny_model_dir, data64, tmp_path):
+    (tmp_path / "dies.py").write_text(DIES)
+    with server_process(tmp_path / "srv", "--reward", f"{tmp_path / 'dies.py'}:dies_on_second_call") as (url, proc):
+        out = tmp_path / "run"
+        remote = f"{{name: remote, args: {{url: '{url}', retries: 2, backoff_s: 0.1, timeout_s: 20}}}}"
+        train = run_train(
+            f"model.path={tiny_model_dir}",
+            f"data.train_file={data64}",
+            f"output_dir={out}",
+            "max_steps=3",
+            *FAST,
+            f"rewards=[{{name: pixel_mse}}, {remote}]",
+            timeout=400,
+        )
+        assert proc.poll() == -signal.SIGKILL
+    assert train.returncode == 0, train.stderr[-3000:]
+    rows = _metrics(out)
+    assert [r["reward/remote_failed"] for r in rows] == [0, 4, 4]
+    assert rows[0]["reward/remote"] is not None and rows[0]["reward/remote_undefined"] == 0
+    assert all(r["skipped"] == 0 and r["reward/pixel_mse_undefined"] == 0 for r in rows)  # it trained on
+    assert train.stderr.count(f"reward remote raised RemoteRewardError: {url} did not score the batch") == 1
+    assert "after 2 retries); its 4 samples are undefined" in train.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_rank_training_with_a_remote_reward(tiny_model_dir, data64, tmp_path):
+    from test_trainer_deepspeed import launch  # noqa: E402  (same directory)
+
+    with server_process(tmp_path / "srv", "--reward", "pixel_mse") as (url, _):
+        out = tmp_path / "run"
+        launch(
+            2,
+            [
+                "--module",
+                "glm_grpo_ds.train",
+                "--config",
+                str(CONFIG),
+                "--deepspeed",
+                "ds_configs/zero2.json",
+                f"model.path={tiny_model_dir}",
+                f"data.train_file={data64}",
+                f"output_dir={out}",
+                "max_steps=2",
+                *FAST,
+                f"rewards=[{{name: remote, args: {{url: '{url}', timeout_s: 60}}}}]",
+            ],
+            timeout=600,
+        )
+    rows = _metrics(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        assert (
+            math.isfinite(r["reward/remote"]) and r["reward/remote_undefined"] == 0 and r["reward/remote_failed"] == 0
+        )
+        assert math.isfinite(r["loss"]) and r["skipped"] == 0
+    log = (tmp_path / "srv" / "server.out").read_text()
+    assert log.count('"POST /score HTTP/1.1" 200') == 4  # each of the 2 ranks sent its own batch each step
