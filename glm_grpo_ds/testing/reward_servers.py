@@ -24,12 +24,23 @@ import torch
 
 class SlowMean:
     """Reward = mean pixel value of each image, after sleeping ``delay_s + delay_per_image_s * N``
-    (an artificially slow reward model); with ``calls_file``, each call appends its batch size."""
+    (an artificially slow reward model); with ``calls_file``, each call appends its batch size; with
+    ``gate`` (a threading.Event), each call first waits until the test sets it (at most 60 s), so a test
+    can queue requests behind a running call without depending on timing."""
 
-    def __init__(self, delay_s: float = 0.0, delay_per_image_s: float = 0.0, calls_file: str | None = None):
+    def __init__(
+        self,
+        delay_s: float = 0.0,
+        delay_per_image_s: float = 0.0,
+        calls_file: str | None = None,
+        gate: threading.Event | None = None,
+    ):
         self.delay_s, self.delay_per_image_s, self.calls_file = float(delay_s), float(delay_per_image_s), calls_file
+        self.gate = gate
 
     def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
+        if self.gate is not None and not self.gate.wait(60):
+            raise TimeoutError("SlowMean: the test never opened the gate")
         time.sleep(self.delay_s + self.delay_per_image_s * images.shape[0])
         if self.calls_file:
             with open(self.calls_file, "a", encoding="utf-8") as f:

@@ -102,8 +102,16 @@ def test_token_is_required_never_logged_and_a_wrong_one_is_a_one_line_error(tmp_
     assert "bearer token required" in logs and "POST /score" in logs and secret not in logs
 
 
+def _wait_for(condition, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
 def test_two_concurrent_requests_share_one_reward_call_and_get_their_own_results():
-    fn = SlowMean(delay_s=0.5)
+    gate = threading.Event()
+    fn = SlowMean(gate=gate)  # the first call waits until a and b are queued: no timing assumption
     app = build_app(fn, "slow", None, max_batch=8, max_wait_s=0.0, device="cpu", token=None)
     torch.manual_seed(0)
     batches = {k: torch.rand(n, 3, 16, 16) for k, n in (("first", 1), ("a", 2), ("b", 3))}
@@ -120,10 +128,13 @@ def test_two_concurrent_requests_share_one_reward_call_and_get_their_own_results
     with serve_in_thread(app) as (url, _):
         first = threading.Thread(target=send, args=(url, "first"))
         first.start()
-        time.sleep(0.2)  # the worker is now inside the first call: a and b queue up meanwhile
+        batcher = app.state.batcher
+        _wait_for(lambda: len(batcher.calls) == 1)  # the worker is now inside the first call
         threads = [threading.Thread(target=send, args=(url, k)) for k in ("a", "b")]
         for t in threads:
             t.start()
+        _wait_for(lambda: batcher.queue.qsize() == 2)  # a and b queued behind it
+        gate.set()
         for t in [first, *threads]:
             t.join(30)
         calls = list(app.state.batcher.calls)

@@ -5,6 +5,7 @@ import asyncio
 import base64
 import json
 import math
+import threading
 
 import pytest
 import torch
@@ -66,10 +67,20 @@ def test_rewards_json_null_is_nan_and_float32_round_trips_exactly():
     assert math.isnan(back[1]) and math.isnan(back[3])
 
 
+async def _until(condition, timeout_s: float = 30.0) -> None:
+    """Poll ``condition`` on the event loop (the batcher's worker thread makes it true)."""
+    for _ in range(int(timeout_s / 0.005)):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise TimeoutError("condition not reached")
+
+
 def test_batcher_merges_queued_same_size_jobs_up_to_max_batch():
     """Jobs queued while a call runs share the next call, up to max_batch images of one size; a
     request above max_batch is split; every request gets its own values back, in its order."""
-    fn = SlowMean(delay_s=0.2)
+    gate = threading.Event()
+    fn = SlowMean(gate=gate)  # A's call waits until B..E are queued: no timing assumption
 
     def img(n, size, offset):
         return (
@@ -83,7 +94,7 @@ def test_batcher_merges_queued_same_size_jobs_up_to_max_batch():
         runner = asyncio.create_task(batcher.run())
         try:
             a = asyncio.create_task(batcher.score(img(2, 8, 0), ["a"] * 2, [{}] * 2))
-            await asyncio.sleep(0.05)  # the batcher is now inside A's call
+            await _until(lambda: len(batcher.calls) == 1)  # the batcher is now inside A's call
             jobs = {
                 "b": (img(1, 8, 1), 1),
                 "c": (img(3, 8, 2), 3),
@@ -91,14 +102,17 @@ def test_batcher_merges_queued_same_size_jobs_up_to_max_batch():
                 "e": (img(6, 8, 4), 6),  # split 4 + 2
             }
             tasks = {k: asyncio.create_task(batcher.score(x, [k] * n, [{}] * n)) for k, (x, n) in jobs.items()}
+            await _until(lambda: batcher.queue.qsize() == 5)  # B, C, D and E's two halves
+            gate.set()
             results = await asyncio.wait_for(asyncio.gather(a, *tasks.values()), timeout=30)
         finally:
+            gate.set()
             runner.cancel()
             batcher.close()
         return batcher.calls, dict(zip(["a", *jobs], results)), {k: x for k, (x, _) in jobs.items()}
 
     calls, results, inputs = asyncio.run(scenario())
-    assert calls == [2, 4, 2, 4, 2]  # A alone; B + C together; D; E split in two
+    assert list(calls) == [2, 4, 2, 4, 2]  # A alone; B + C together; D; E split in two
     inputs["a"] = img(2, 8, 0)
     for key, x in inputs.items():
         assert torch.equal(results[key], fn(x.float() / 255, [], [])), key
