@@ -30,6 +30,8 @@ setup(
         "tqdm>=4.66",
         "matplotlib>=3.11.2",  # reward-curve PNG
         "torchmetrics>=1.9.0",  # ssim reward
+        "datasets>=5.2.0",  # prompt sets: parquet / csv / json, save_to_disk directories, Hub datasets
+        "pyarrow>=26.0.1",  # the memory-mapped tables datasets reads (glm_grpo_ds/data/tables.py)
     ],
     extras_require={
         "flash": ["flash-attn>=2.7"],  # GPU only; sdpa is used without it

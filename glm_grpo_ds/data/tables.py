@@ -18,6 +18,7 @@ Row numbers in messages count from 0, like ``dataset[i]`` and the row indices of
 from __future__ import annotations
 
 import io
+from functools import cached_property
 from pathlib import Path
 
 from .lines import check_image, check_target
@@ -68,7 +69,12 @@ class TableRows:
 
     def __init__(self, ds, name: str, base: Path, key: str, keys: tuple[str, str, str], default_keys):
         self.ds, self.name, self.base, self.keys = ds, name, base, keys
-        self.arrow = ds.with_format("arrow")  # raw rows: no image decoding, no copy
+        # The memory-mapped Arrow table itself: a Dataset from load_dataset / load_from_disk has no
+        # indices mapping (save_to_disk flattens it), so its row i is the dataset's row i, read raw (no
+        # image decoding) and ~5x faster than through Dataset.__getitem__.
+        self.table = ds.data.table
+        if self.table.num_rows != len(ds):
+            raise DataError(f"{key} {name}: a dataset with an indices mapping; save it with save_to_disk first")
         self._check_columns(default_keys)
         if len(ds) == 0:
             raise DataError(f'{key} {name} holds no prompts; add rows with a "{keys[0]}" column')
@@ -108,7 +114,7 @@ class TableRows:
         pk, tk, _ = self.keys
         cols = [pk] + ([tk] if self.target else [])
         start = 0
-        for batch in self.arrow.select_columns(cols).iter(batch_size=BATCH):
+        for batch in self.table.select(cols).to_batches(max_chunksize=BATCH):
             prompts = batch.column(pk)
             empty = pc.or_kleene(pc.is_null(prompts), pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(prompts)), 0))
             if pc.any(empty).as_py():
@@ -138,14 +144,23 @@ class TableRows:
             return str(check_target(self.base, f"{where} {value}", value, str(self.base)))
         return str((self.base / value).resolve())
 
+    @cached_property
+    def decoded(self) -> dict:
+        """The extra columns whose values ``datasets`` decodes (images, JSON, ...) -> their feature."""
+        from datasets.features.features import require_decoding
+
+        return {k: f for k, f in self.ds.features.items() if k not in self.keys and require_decoding(f)}
+
     def read(self, i: int) -> PromptRow:
-        raw = self.arrow[i].to_pylist()[0]
+        from datasets.features.features import decode_nested_example as decode
+
+        raw = self.table.slice(i, 1).to_pylist()[0]
         pk, tk, xk = self.keys
         prompt = raw.pop(pk).strip()
         target = raw.pop(tk, None)
         target = None if target is None else self._target(i, target, check=False)
         text = raw.pop(xk, None)
-        extra = {k: v for k, v in self.ds.features.decode_example(raw).items() if v is not None}
+        extra = {k: v if k not in self.decoded else decode(self.decoded[k], v) for k, v in raw.items() if v is not None}
         return PromptRow(index=i, prompt=prompt, target_image=target, text=text, extra=extra)
 
     def rows(self) -> PromptRows:
