@@ -30,6 +30,7 @@ from .tables import FILE_BUILDERS, TableRows, load_table
 __all__ = ["DataError", "DatasetImage", "PromptRow", "PromptRows", "PromptSampler", "load_prompts"]
 
 LINE_SUFFIXES = (".txt", ".jsonl")
+FROM_DATA = "from data"  # split / revision default: the data section's (eval passes its own, None included)
 SUFFIXES = ", ".join((*LINE_SUFFIXES, *FILE_BUILDERS))
 
 
@@ -37,8 +38,8 @@ def load_prompts(
     path: str | Path,
     key: str = "data.train_file",
     data=None,
-    split: str | None = None,
-    revision: str | None = None,
+    split: str = FROM_DATA,
+    revision: str | None = FROM_DATA,
     rank: int = 0,
     local_rank: int = 0,
 ) -> PromptRows:
@@ -53,8 +54,8 @@ def load_prompts(
 
         data = DataConfig()
     section = key.split(".")[0]
-    split = data.split if split is None else split
-    revision = data.revision if revision is None else revision
+    split = data.split if split == FROM_DATA else split
+    revision = data.revision if revision == FROM_DATA else revision
     keys = (data.prompt_key, data.target_image_key, data.text_key)
     spec = str(path)
     p = Path(spec)

@@ -202,6 +202,15 @@ def test_errors_are_one_line_with_the_row(tmp_path, monkeypatch, case):
     assert "\n" not in str(err.value)
 
 
+def test_eval_has_its_own_split_and_revision(tmp_path, ref):
+    pinned = DataConfig(revision="a" * 40)  # the training set's Hub commit does not apply to a local eval file
+    assert list(load_prompts(tmp_path / "p.jsonl", "eval.file", pinned, "test", None)) == ref
+    with pytest.raises(DataError, match=r"^data.revision a{40} is set but data.train_file .*p.jsonl is a local path"):
+        load_prompts(tmp_path / "p.jsonl", data=pinned)
+    with pytest.raises(DataError, match=r"^eval.revision main is set but eval.file .*p.jsonl is a local path"):
+        load_prompts(tmp_path / "p.jsonl", "eval.file", DataConfig(), "test", "main")
+
+
 def test_config_checks_the_keys():
     from glm_grpo_ds.config import ConfigError, load_config
 
