@@ -75,7 +75,8 @@ class Trainer:
         # Inputs are checked first, on every rank alike (each raises the same error, none waits in
         # a collective for the others), so a bad input fails in seconds, before any model loads.
         self.out = checkpoint.check_output_dir(cfg.output_dir, self.rank)
-        rows = load_prompts(cfg.data.train_file)
+        at = dict(rank=self.rank, local_rank=self.local_rank)  # a dataset cache to build: rank 0 builds it first
+        rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data, **at)
         if len(rows) < self.world * cfg.batch.prompts_per_rank:
             raise DataError(
                 f"data.train_file has {len(rows)} prompts but a step needs "
@@ -86,7 +87,8 @@ class Trainer:
             rows, self.world, self.rank, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle
         )
         # Read before the models load, so a bad eval file fails in seconds.
-        eval_rows = load_prompts(cfg.eval.file, "eval.file") if cfg.eval.file else None
+        ev = cfg.eval
+        eval_rows = load_prompts(ev.file, "eval.file", cfg.data, ev.split, ev.revision, **at) if ev.file else None
         self.evaluator = Evaluator(cfg, eval_rows, self.rank, self.world, self.device) if eval_rows else None
         check_pipeline_dir(cfg.model.path)
         check_reward_specs(cfg.rewards)

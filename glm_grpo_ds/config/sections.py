@@ -247,10 +247,27 @@ class DataConfig:
 
     train_file: str = setting(
         "",
-        ".txt (one prompt per line) or .jsonl (prompt, optional target_image relative to the file, optional text; "
-        "extra keys are passed to the rewards); required.",
+        "The prompts (required): a .txt (one per line), .jsonl, .parquet, .csv or .json file, a directory written by "
+        "datasets' save_to_disk (or of data files), or a Hugging Face Hub dataset id (org/name, through the HF "
+        "cache; offline-aware). Columns / JSON keys: see prompt_key, target_image_key, text_key; the others are "
+        "passed to the rewards. Paths in target_image are relative to the file (or the dataset directory).",
     )
     shuffle: bool = setting(True, "Shuffle the prompt order each epoch (seeded by seed); false = file order.")
+    prompt_key: str = setting("prompt", "The column (JSON key) holding the prompt; every row needs a non-empty one.")
+    target_image_key: str = setting(
+        "target_image",
+        "The optional column (JSON key) of target images for likeness rewards: image paths, or a datasets.Image "
+        "column (images stored in the dataset). A name other than the default must be a column.",
+    )
+    text_key: str = setting(
+        "text", "The optional column (JSON key) of the text to render (ocr reward); a non-default name must exist."
+    )
+    split: str = setting(
+        "train", "The split to train on when train_file is a dataset with several (a DatasetDict, a Hub dataset)."
+    )
+    revision: str | None = setting(
+        None, "Hub datasets only: the branch, tag or commit of train_file to use (null = main); pin a commit."
+    )
 
 
 # Experiment trackers ``logging.report_to`` may name: accelerate's tracker classes
@@ -323,7 +340,13 @@ class LoggingConfig:
 class EvalConfig:
     """Held-out evaluation (glm_grpo_ds/evaluate.py)."""
 
-    file: str = setting("", '.txt / .jsonl prompts like data.train_file; "" = no evaluation.')
+    file: str = setting(
+        "",
+        "Held-out prompts, any source data.train_file takes, read with data.prompt_key / target_image_key / "
+        'text_key; "" = no evaluation.',
+    )
+    split: str = setting("test", "The split of eval.file when it is a dataset with several (a DatasetDict, a Hub id).")
+    revision: str | None = setting(None, "Hub datasets only: the branch, tag or commit of eval.file (null = main).")
     steps: int = setting(0, "Evaluate every N training steps (0 = only before training and after the last step).")
     at_start: bool = setting(True, "Evaluate the initial policy (step 0) for comparison.")
     num_prompts: int = setting(0, "The first N prompts of the file (0 = all).")

@@ -105,7 +105,15 @@ class TrainConfig:
 
         need(bool(self.model.path), "model.path is required: a GlmImagePipeline directory")
         problems.extend(choice_problems(self))  # every Literal[...] field, choices from its annotation
-        need(bool(self.data.train_file), "data.train_file is required: a .txt or .jsonl prompt file")
+        need(
+            bool(self.data.train_file),
+            "data.train_file is required: a prompt file (.txt, .jsonl, .parquet, .csv, .json), a dataset directory "
+            "or a Hub dataset id",
+        )
+        keys = {"data.prompt_key": self.data.prompt_key, "data.target_image_key": self.data.target_image_key}
+        keys["data.text_key"] = self.data.text_key
+        need(all(keys.values()), f"{', '.join(keys)} must not be empty")
+        need(len(set(keys.values())) == 3, f"{', '.join(keys)} must name three different columns, got {keys}")
         need(self.max_steps >= 1, f"max_steps must be >= 1, got {self.max_steps}")
         need(self.save_steps >= 0, f"save_steps must be >= 0 (0 = no checkpoints), got {self.save_steps}")
         need(

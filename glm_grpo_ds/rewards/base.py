@@ -29,7 +29,7 @@ class SampleNeed:
 TARGET_IMAGE = SampleNeed(
     "target_image",
     lambda prompt, sample: bool(sample.get("target_image")),
-    'give the rows a "target_image" (a .jsonl prompt file), or remove the reward',
+    "give the rows a target image (the data.target_image_key column / JSON key), or remove the reward",
 )
 
 
@@ -89,7 +89,7 @@ def text_to_render(prompt: str, sample: dict) -> str | None:
 TEXT_TO_RENDER = SampleNeed(
     "text",
     lambda prompt, sample: text_to_render(prompt, sample) is not None,
-    'give the rows a "text" field (a .jsonl prompt file) or quote the text in the prompts, or remove the reward',
+    "give the rows a text (the data.text_key column / JSON key) or quote the text in the prompts, or remove the reward",
 )
 
 

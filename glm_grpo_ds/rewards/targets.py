@@ -1,5 +1,9 @@
 """Target images for likeness rewards, loaded once and fitted to the generated size.
 
+A sample's ``target_image`` is an absolute path (str) or, for an image column of a dataset, a
+:class:`glm_grpo_ds.data.DatasetImage` (the encoded bytes, decoded here); :func:`open_target` opens
+either as a PIL image - plugin rewards can use it too.
+
 Rule: convert to RGB, resize (bicubic) so the image covers the target size with its aspect ratio
 kept, then center-crop to exactly (height, width). Returned as float ``[3, H, W]`` in [0, 1].
 """
@@ -11,14 +15,22 @@ from functools import lru_cache
 import torch
 
 
+def open_target(target):
+    """A sample's ``target_image`` (a path or a DatasetImage) as a PIL image (decoded lazily by PIL)."""
+    from PIL import Image
+
+    return target.open() if hasattr(target, "open") else Image.open(target)
+
+
 @lru_cache(maxsize=256)
-def load_target(path: str, height: int, width: int) -> torch.Tensor:
+def load_target(target, height: int, width: int) -> torch.Tensor:
+    """``target``: a path (str) or a DatasetImage (hashable by content, so both are cached)."""
     from PIL import Image
 
     try:
-        img = Image.open(path).convert("RGB")
+        img = open_target(target).convert("RGB")
     except (OSError, ValueError) as err:
-        raise ValueError(f"cannot read target image {path}: {err}") from None
+        raise ValueError(f"cannot read target image {target}: {err}") from None
     scale = max(height / img.height, width / img.width)
     size = (max(width, round(img.width * scale)), max(height, round(img.height * scale)))
     img = img.resize(size, Image.BICUBIC)

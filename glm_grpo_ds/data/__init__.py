@@ -1,0 +1,88 @@
+"""Prompt sets (``data.train_file``, ``eval.file``) and their deterministic split across ranks.
+
+Sources (:func:`load_prompts`; docs/configuration.md#data):
+
+* ``.txt``: one prompt per line (blank lines skipped);
+* ``.jsonl``: one JSON object per line with ``prompt`` (required), ``target_image`` (optional, a path
+  relative to the file) and ``text`` (optional text to render); other keys are passed to rewards
+  (glm_grpo_ds/data/lines.py);
+* ``.parquet``, ``.csv``, ``.json``, a ``save_to_disk`` directory (``data.split`` picks a
+  DatasetDict's split), a directory of data files, or a Hugging Face Hub dataset id (``org/name``,
+  ``data.revision``), read with ``datasets`` (data/tables.py, data/hub.py).
+
+``data.prompt_key`` / ``target_image_key`` / ``text_key`` name the columns (JSON keys); a target image
+may be a path or an image stored in the dataset. Either way the rows stay on disk: ``load_prompts``
+checks every row once and returns :class:`PromptRows`, which reads a row when it is indexed, and
+:class:`PromptSampler` (data/sampler.py) draws row numbers, so a rank's memory stays flat as the
+prompt set grows (``python launch/bench_data.py`` measures it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .hub import hub_snapshot, in_rank_order, looks_like_hub_id
+from .lines import LineFile
+from .rows import DataError, DatasetImage, PromptRow, PromptRows
+from .sampler import PromptSampler
+from .tables import FILE_BUILDERS, TableRows, load_table
+
+__all__ = ["DataError", "DatasetImage", "PromptRow", "PromptRows", "PromptSampler", "load_prompts"]
+
+LINE_SUFFIXES = (".txt", ".jsonl")
+FROM_DATA = "from data"  # split / revision default: the data section's (eval passes its own, None included)
+SUFFIXES = ", ".join((*LINE_SUFFIXES, *FILE_BUILDERS))
+
+
+def load_prompts(
+    path: str | Path,
+    key: str = "data.train_file",
+    data=None,
+    split: str = FROM_DATA,
+    revision: str | None = FROM_DATA,
+    rank: int = 0,
+    local_rank: int = 0,
+) -> PromptRows:
+    """The checked rows of prompt source ``path``; ``key`` names its config key in messages.
+
+    ``data``: the ``DataConfig`` whose column keys apply (default: the defaults); ``split`` /
+    ``revision``: a DatasetDict's split and a Hub revision (default: ``data.split`` / ``data.revision``;
+    eval passes ``eval.split`` / ``eval.revision``). ``rank`` / ``local_rank``: in a multi-rank run a
+    dataset that needs downloading or an Arrow cache is prepared by rank 0 first (hub.in_rank_order)."""
+    if data is None:
+        from ..config.sections import DataConfig  # not at import time: config imports rewards, which import us
+
+        data = DataConfig()
+    section = key.split(".")[0]
+    split = data.split if split == FROM_DATA else split
+    revision = data.revision if revision == FROM_DATA else revision
+    keys = (data.prompt_key, data.target_image_key, data.text_key)
+    spec = str(path)
+    p = Path(spec)
+    local = p.is_file() or p.is_dir()
+    if revision and local:
+        raise DataError(f"{section}.revision {revision} is set but {key} {p} is a local path; remove the revision")
+    if p.suffix in LINE_SUFFIXES and not p.is_dir():
+        if not p.is_file():
+            raise DataError(f"{key} {p} does not exist")
+        return LineFile(p, key, keys).rows()
+    if p.is_file() and p.suffix not in FILE_BUILDERS:
+        raise DataError(f"{key} {p} must end in {SUFFIXES}, or be a dataset directory or a Hub dataset id")
+    if not local and (p.suffix in FILE_BUILDERS or not looks_like_hub_id(spec)):
+        raise DataError(f"{key} {p} does not exist")
+
+    def prepare():
+        where = p if local else hub_snapshot(spec, revision, key, f"{section}.revision")
+        return where, *load_table(spec, where, key, keys, split, f"{section}.split", quiet=rank != 0)
+
+    where, ds, chosen = in_rank_order(prepare, rank, local_rank)
+    name = f"{spec} (split {chosen})" if chosen else spec
+    base = (where.parent if where.is_file() else where).resolve()
+    return TableRows(ds, name, base, key, keys, _default_keys()).rows()
+
+
+def _default_keys() -> tuple[str, str, str]:
+    from ..config.sections import DataConfig
+
+    d = DataConfig()
+    return d.prompt_key, d.target_image_key, d.text_key

@@ -1,0 +1,114 @@
+"""``.txt`` and ``.jsonl`` prompt files, read line by line without holding the rows in memory.
+
+One pass at startup checks every line (valid JSON, a non-empty prompt, target images that exist and
+parse) and records where each row starts (8 bytes per row); ``rows[i]`` reads and parses line i
+again when a step samples it. Lines are exactly ``Path.read_text().splitlines()``'s (blank lines
+skipped), so the row numbers - and the seeds and sampling order derived from them - are the same as
+when the files were read whole. The file must not change during the run (checked at every read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from array import array
+from pathlib import Path
+
+from .rows import DataError, PromptRow, PromptRows
+
+
+def check_target(base: Path, where: str, target, relative_to: str) -> Path:
+    """The absolute path of a row's target image (relative paths from ``base``), checked now (header
+    read: exists, readable, an image) so a bad row fails the run before training instead of at the
+    step that samples it. ``where`` starts the message (``file:line: target_image x``)."""
+    if not isinstance(target, str) or not target:
+        raise DataError(f"{where} must be a non-empty path string")
+    path = (base / target).resolve()
+    if not path.is_file():
+        raise DataError(f"{where} not found at {path}; fix the path (relative to {relative_to}) or add the image")
+    check_image(lambda: path, where, "replace the file or drop the row")
+    return path
+
+
+def check_image(source, where: str, fix: str) -> None:
+    """Open ``source()`` (a path or a file object) with PIL and read its header, else one DataError line."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(source()) as img:
+            img.size  # noqa: B018 - the header is read lazily; make sure it parses
+    except (OSError, UnidentifiedImageError) as err:
+        raise DataError(f"{where} cannot be read as an image ({err}); {fix}") from None
+
+
+class LineFile:
+    """A ``.txt`` (one prompt per line) or ``.jsonl`` (one JSON object per line) prompt file.
+    ``keys``: (prompt, target_image, text) key names of the JSON objects (data.*_key)."""
+
+    def __init__(self, path: Path, key: str, keys: tuple[str, str, str]):
+        self.path, self.keys, self.jsonl = path, keys, path.suffix == ".jsonl"
+        self.offsets = array("q")  # byte offset of the physical line holding each row
+        self.sub: dict[int, int] = {}  # row -> which splitlines() part of its physical line, when not the first
+        stat = path.stat()
+        self.stamp = (stat.st_size, stat.st_mtime_ns)
+        self._scan()
+        if not self.offsets:
+            hint = "one prompt per line" if not self.jsonl else f'one JSON object per line with a "{keys[0]}" field'
+            raise DataError(f"{key} {path} holds no prompts; add {hint}")
+
+    def _scan(self) -> None:
+        lineno = 0
+        with open(self.path, "rb") as f:
+            offset = 0
+            for raw in f:  # splits at b"\n" only; splitlines() below splits each piece like read_text would
+                try:
+                    parts = raw.decode("utf-8").splitlines()
+                except UnicodeDecodeError as err:
+                    raise DataError(
+                        f"{self.path}:{lineno + 1}: not UTF-8 text ({err.reason} at byte {offset + err.start}); "
+                        "save the file as UTF-8"
+                    ) from None
+                for k, line in enumerate(parts):
+                    lineno += 1
+                    if line.strip():
+                        if self.jsonl:
+                            self._parse(line, lineno, check=True)
+                        if k:
+                            self.sub[len(self.offsets)] = k
+                        self.offsets.append(offset)
+                offset += len(raw)
+
+    def _parse(self, line: str, lineno: int, check: bool) -> tuple[str, str | None, object, dict]:
+        """(prompt, absolute target path, text, extra keys) of a JSON line; ``check``: validate it."""
+        p, (prompt_key, target_key, text_key) = self.path, self.keys
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{p}:{lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
+        if check and (
+            not isinstance(obj, dict) or not isinstance(obj.get(prompt_key), str) or not obj[prompt_key].strip()
+        ):
+            raise DataError(f'{p}:{lineno}: each line needs a non-empty string field "{prompt_key}"')
+        target = obj.pop(target_key, None)
+        if target is not None:
+            where = f"{p}:{lineno}: {target_key} {target}"
+            target = str(
+                check_target(p.parent, where, target, "the .jsonl file") if check else (p.parent / target).resolve()
+            )
+        text = obj.pop(text_key, None)
+        return obj.pop(prompt_key).strip(), target, text, obj
+
+    def read(self, i: int) -> PromptRow:
+        stat = os.stat(self.path)
+        if (stat.st_size, stat.st_mtime_ns) != self.stamp:
+            raise DataError(f"{self.path} changed while the run was reading it; restore it, or restart the run")
+        with open(self.path, "rb") as f:
+            f.seek(self.offsets[i])
+            line = f.readline().decode("utf-8").splitlines()[self.sub.get(i, 0)]
+        if not self.jsonl:
+            return PromptRow(index=i, prompt=line.strip())
+        prompt, target, text, extra = self._parse(line, -1, check=False)
+        return PromptRow(index=i, prompt=prompt, target_image=target, text=text, extra=extra)
+
+    def rows(self) -> PromptRows:
+        return PromptRows(self.read, len(self.offsets), str(self.path))
