@@ -175,7 +175,10 @@ class RemoteReward:
         s = RemoteSettings.parse(dict(args))
         return need_from_health(fetch_health(s, s.token()))
 
-    def _read(self, path: str) -> bytes:
+    def _read(self, path) -> bytes:
+        stored = getattr(path, "data", None)  # a target image stored in the dataset (data.rows.DatasetImage)
+        if isinstance(stored, bytes):
+            return stored
         if path not in self._files:
             if len(self._files) >= 1024:
                 self._files.clear()

@@ -18,6 +18,7 @@ import requests
 import torch
 from PIL import Image
 
+from glm_grpo_ds.data.rows import DatasetImage
 from glm_grpo_ds.rewards import RewardError, RewardSet, build_reward
 from glm_grpo_ds.rewards.protocol import encode_pngs, quantize
 from glm_grpo_ds.rewards.remote import RemoteRewardError
@@ -59,6 +60,15 @@ def test_remote_pixel_mse_equals_the_in_process_reward_bitwise(targets, tmp_path
         health = requests.get(f"{url}/health", timeout=10).json()
         remote = build_reward("remote", {"url": url, "timeout_s": 20})
         got = remote(x, prompts, samples)
+        # a target stored in the dataset (an Image column) is sent as its bytes, like the file
+        stored = [
+            dict(s, target_image=DatasetImage(Path(s["target_image"]).read_bytes(), f"row {i}"))
+            if s["target_image"]
+            else s
+            for i, s in enumerate(samples)
+        ]
+        got_stored = remote(x, prompts, stored)
+    assert torch.equal(got_stored.nan_to_num(7.0), got.nan_to_num(7.0))
     assert health["reward"] == "pixel_mse" and health["protocol"] == 1 and health["max_batch"] == 3
     assert health["needs"]["field"] == "target_image" and health["version"]
     assert url.startswith("http://127.0.0.1:")  # loopback unless --host says otherwise
