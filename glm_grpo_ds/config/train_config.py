@@ -96,7 +96,7 @@ class TrainConfig:
             if not ok:
                 problems.append(msg)
 
-        need(bool(self.model.path), "model.path is required: a GlmImagePipeline directory")
+        need(bool(self.model.path), "model.path is required: a GlmImagePipeline directory or a Hub id (org/name)")
         problems.extend(choice_problems(self))  # every Literal[...] field, choices from its annotation
         need(bool(self.data.train_file), "data.train_file is required: a .txt or .jsonl prompt file")
         need(self.max_steps >= 1, f"max_steps must be >= 1, got {self.max_steps}")
