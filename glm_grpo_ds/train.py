@@ -86,13 +86,14 @@ class Trainer:
         # Read before the models load, so a bad eval file fails in seconds.
         eval_rows = load_prompts(cfg.eval.file, "eval.file") if cfg.eval.file else None
         self.evaluator = Evaluator(cfg, eval_rows, self.rank, self.world, self.device) if eval_rows else None
-        # a Hub id: rank 0 downloads it (if the environment allows) while the others wait; then load from here
-        self.model_source = resolve_for_training(cfg.model.path, cfg.model.revision, self.rank)
-        check_init_adapter(cfg.lora)
         check_reward_specs(cfg.rewards)
         check_reward_inputs(cfg.rewards, rows, "data.train_file", cfg.data.train_file)
         if eval_rows:
             check_reward_inputs(cfg.rewards, eval_rows, "eval.file", cfg.eval.file)
+        check_init_adapter(cfg.lora)
+        self.ds_config_raw = read_ds_config(ds_config_path)
+        # after the cheap checks: a Hub id may download (rank 0, if the environment allows; the others wait)
+        self.model_source = resolve_for_training(cfg.model.path, cfg.model.revision, self.rank)
         # unset sampling knobs = what the model samples with by itself (recorded in config.json)
         cfg.grpo.sampling = resolve_sampling(cfg.grpo.sampling, self.model_source.path)
 
@@ -101,7 +102,6 @@ class Trainer:
         attn = resolve_attn(cfg.model.attn_implementation, on_gpu, dtype)
         self.dtype, self.attn = dtype, attn  # the benchmarks load the plain pipeline alike
         ar_config = json.loads((self.model_source.path / "vision_language_encoder" / "config.json").read_text())
-        self.ds_config_raw = read_ds_config(ds_config_path)
         self.ds_config = fill_ds_config(
             self.ds_config_raw, cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
         )
