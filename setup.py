@@ -17,6 +17,7 @@ setup(
         "torchvision>=0.29.2",  # lpips needs it; must match torch's build
         "transformers>=5.23.0",  # GlmImageForConditionalGeneration
         "diffusers>=0.42.1",  # GlmImagePipeline
+        "huggingface_hub>=2.4.0",  # model.path Hub ids: snapshot_download, the `hf download` CLI
         "accelerate>=1.15.0",
         "peft>=0.21.2",
         "huggingface_hub>=2.4.0",  # model cards (ModelCard), uploads (HfApi)

@@ -4,9 +4,10 @@ Used by ``glm-grpo estimate-memory`` (glm_grpo_ds/commands/estimate_memory.py) a
     glm-grpo estimate-memory --config launch/configs/glm_image_lora_zero3.yaml \
         --deepspeed ds_configs/zero3.json --num-gpus 8 [--num-nodes 1] [--gpu-memory-gb 80] [--json]
 
-Parameter counts come from the model configs: ``model.path`` when it is a pipeline directory,
-else the real GLM-Image sizes (transformers' ``GlmImageConfig()`` defaults for the AR; the public
-DiT/VAE/glyph-encoder configs below). The models are built on the ``meta`` device, so the counts
+Parameter counts come from the model configs: ``model.path`` when it is a pipeline directory or
+a Hub id that the Hugging Face cache holds (never downloaded here), else the real GLM-Image sizes
+(transformers' ``GlmImageConfig()`` defaults for the AR; the public DiT/VAE/glyph-encoder configs
+below). The models are built on the ``meta`` device, so the counts
 (and the per-tensor ZeRO-3 partitioning) are exact and cost no memory; the trainable set is made by
 the trainer's own :func:`glm_grpo_ds.policy.make_trainable`.
 
@@ -41,7 +42,6 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -110,9 +110,11 @@ def model_sizes(cfg) -> Sizes:
     from diffusers import AutoencoderKL, GlmImageTransformer2DModel
     from transformers import GlmImageConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
 
+    from .model_source import cached_model_dir
     from .policy import make_trainable
 
-    root = Path(cfg.model.path) if cfg.model.path else None
+    # a Hub id counts when the Hugging Face cache holds it; the planner never downloads
+    root = cached_model_dir(cfg.model.path, cfg.model.revision) if cfg.model.path else None
     local = root is not None and (root / "vision_language_encoder" / "config.json").is_file()
     if local:
         ar_cfg = GlmImageConfig.from_pretrained(root / "vision_language_encoder")
@@ -122,7 +124,7 @@ def model_sizes(cfg) -> Sizes:
         source = f"configs in {root}"
     else:
         ar_cfg, dit_cfg, vae_cfg, glyph_cfg = GlmImageConfig(), BUILTIN_DIT, BUILTIN_VAE, T5Config(**BUILTIN_GLYPH)
-        source = "built-in GLM-Image configs (model.path is not a pipeline directory)"
+        source = "built-in GLM-Image configs (model.path: no pipeline directory here or in the Hugging Face cache)"
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # transformers' deprecation notes about checkpointing flags
         ar = make_trainable(GlmImageForConditionalGeneration(ar_cfg), cfg.lora, gradient_checkpointing=False)

@@ -36,14 +36,22 @@ def ar_parts(model):
     return ar.model, ar.lm_head, int(ar.config.vq_config.num_embeddings)
 
 
-def check_pipeline_dir(path: str | os.PathLike) -> Path:
-    """Fail with one clear line unless ``path`` is a GLM-Image pipeline directory."""
+AR_DIR = "vision_language_encoder"  # the AR's subfolder of a GlmImagePipeline directory
+PIPELINE_PARTS = ("model_index.json", AR_DIR, "processor")
+
+
+def check_pipeline_dir(path: str | os.PathLike, flag: str | None = None) -> Path:
+    """Fail with one clear line unless ``path`` is a GLM-Image pipeline directory (``flag``: the
+    option or config key that gave it, for the message). Hub ids are resolved to a directory first by
+    glm_grpo_ds/model_source.py."""
     p = Path(path)
-    missing = [sub for sub in ("model_index.json", "vision_language_encoder", "processor") if not (p / sub).exists()]
+    missing = [sub for sub in PIPELINE_PARTS if not (p / sub).exists()]
     if missing:
+        what = "it does not exist" if not p.exists() else f"missing {', '.join(missing)}"
         raise FileNotFoundError(
-            f"{p} is not a GLM-Image pipeline directory (missing {', '.join(missing)}); "
-            "give the path of a GlmImagePipeline directory, e.g. one written by `glm-grpo tiny-model OUT_DIR`"
+            f"{flag + ' ' if flag else ''}{p} is not a GLM-Image pipeline directory ({what}); give the path of a "
+            "GlmImagePipeline directory (e.g. one written by `glm-grpo tiny-model OUT_DIR`) or a Hugging Face Hub "
+            "id such as zai-org/GLM-Image"
         )
     return p
 
@@ -67,7 +75,7 @@ def resolve_sampling(sampling, source):
     if sampling.resolved:
         return sampling
     if isinstance(source, (str, os.PathLike)):
-        ar_dir = check_pipeline_dir(source) / "vision_language_encoder"
+        ar_dir = check_pipeline_dir(source) / AR_DIR
         has_file = (ar_dir / "generation_config.json").is_file()
         model_cfg = GenerationConfig.from_pretrained(ar_dir) if has_file else GenerationConfig()
     else:
@@ -96,7 +104,7 @@ def load_ar(
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         dtype = DTYPES[dtype]
     model = GlmImageForConditionalGeneration.from_pretrained(
-        check_pipeline_dir(path) / "vision_language_encoder",
+        check_pipeline_dir(path) / AR_DIR,
         dtype=dtype,
         attn_implementation=attn_implementation,
         trust_remote_code=trust_remote_code,
@@ -140,6 +148,7 @@ def load_policy(
     gradient_checkpointing: bool,
     trust_remote_code: bool = False,
     seed: int = 0,
+    adapter_base: tuple[str, str | None] | None = None,
 ):
     """The trainable AR: LoRA adapters (``lora`` = our LoraConfig) or full fine-tuning (``None``).
 
@@ -148,11 +157,23 @@ def load_policy(
     partitioned (``zero.Init``), so a 9B model never materialises whole on one rank.
 
     The LoRA weights are drawn from ``seed`` alone: how much randomness loading consumed (it
-    differs with the world size under ZeRO-3) must not change the initial adapter.
+    differs with the world size under ZeRO-3) must not change the initial adapter. ``lora.init_from``
+    replaces them with a saved adapter's (glm_grpo_ds/adapters.py). ``adapter_base``: the
+    ``(base_model_name_or_path, revision)`` every adapter saved from this model records
+    (:meth:`glm_grpo_ds.model_source.ModelSource.adapter_base`).
     """
-    return make_trainable(
+    model = make_trainable(
         load_ar(path, dtype, attn_implementation, trust_remote_code), lora, gradient_checkpointing, seed
     )
+    if lora is not None:
+        from .adapters import check_init_adapter, load_init_adapter
+
+        if lora.init_from:
+            load_init_adapter(model, check_init_adapter(lora))
+        if adapter_base is not None:
+            for peft_config in model.peft_config.values():
+                peft_config.base_model_name_or_path, peft_config.revision = adapter_base
+    return model
 
 
 def make_trainable(model, lora, gradient_checkpointing: bool, seed: int = 0):

@@ -23,7 +23,6 @@ saved, but an upload to the Hub failed (``glm-grpo push OUTPUT_DIR`` retries it)
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 import torch
 
 from . import checkpoint, log, run_log
+from .adapters import check_init_adapter
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
 from .data import DataError, PromptSampler, load_prompts
@@ -46,9 +46,9 @@ from .evaluate import Evaluator, gallery_to_main
 from .experience import ExperienceMaker
 from .hub import Publisher
 from .metrics import Progress, finite_or_none, step_record, timer
+from .model_source import resolve_for_training
 from .plot import PLOT_NAME, plot_training
 from .policy import (
-    check_pipeline_dir,
     load_policy,
     load_processor,
     load_reference,
@@ -77,12 +77,6 @@ class Trainer:
         self.out = checkpoint.check_output_dir(cfg.output_dir, self.rank)
         at = dict(rank=self.rank, local_rank=self.local_rank)  # a dataset cache to build: rank 0 builds it first
         rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data, **at)
-        if len(rows) < self.world * cfg.batch.prompts_per_rank:
-            raise DataError(
-                f"data.train_file has {len(rows)} prompts but a step needs "
-                f"{self.world * cfg.batch.prompts_per_rank} distinct "
-                f"ones (world size {self.world} x batch.prompts_per_rank {cfg.batch.prompts_per_rank})"
-            )
         self.sampler = PromptSampler(
             rows, self.world, self.rank, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle
         )
@@ -90,20 +84,22 @@ class Trainer:
         ev = cfg.eval
         eval_rows = load_prompts(ev.file, "eval.file", cfg.data, ev.split, ev.revision, **at) if ev.file else None
         self.evaluator = Evaluator(cfg, eval_rows, self.rank, self.world, self.device) if eval_rows else None
-        check_pipeline_dir(cfg.model.path)
         check_reward_specs(cfg.rewards)
         check_reward_inputs(cfg.rewards, rows, "data.train_file", cfg.data.train_file)
         if eval_rows:
             check_reward_inputs(cfg.rewards, eval_rows, "eval.file", cfg.eval.file)
+        check_init_adapter(cfg.lora)
+        self.ds_config_raw = read_ds_config(ds_config_path)
+        # after the cheap checks: a Hub id may download (rank 0, if the environment allows; the others wait)
+        self.model_source = resolve_for_training(cfg.model.path, cfg.model.revision, self.rank)
         # unset sampling knobs = what the model samples with by itself (recorded in config.json)
-        cfg.grpo.sampling = resolve_sampling(cfg.grpo.sampling, cfg.model.path)
+        cfg.grpo.sampling = resolve_sampling(cfg.grpo.sampling, self.model_source.path)
 
         on_gpu = self.device.type == "cuda"
         dtype = resolve_dtype(cfg.model.dtype, on_gpu)
         attn = resolve_attn(cfg.model.attn_implementation, on_gpu, dtype)
         self.dtype, self.attn = dtype, attn  # the benchmarks load the plain pipeline alike
-        ar_config = json.loads((Path(cfg.model.path) / "vision_language_encoder" / "config.json").read_text())
-        self.ds_config_raw = read_ds_config(ds_config_path)
+        ar_config = json.loads((self.model_source.path / "vision_language_encoder" / "config.json").read_text())
         self.ds_config = fill_ds_config(
             self.ds_config_raw, cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
         )
@@ -121,28 +117,29 @@ class Trainer:
         self.run_id = uuid.uuid4().hex
 
         self.reward_fn = build_rewards(cfg.rewards)
-        self.processor = load_processor(cfg.model.path)
+        self.processor = load_processor(self.model_source.path)
         # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
         # sampling streams are derived per (step, rank) below.
         seed_everything(derive_seed(cfg.seed, "init"))
         ref = None
         with ds_engine.zero3_model_loading(self.ds_config):
             model = load_policy(
-                cfg.model.path,
+                self.model_source.path,
                 dtype,
                 attn,
                 cfg.lora,
                 cfg.model.gradient_checkpointing,
                 cfg.model.trust_remote_code,
                 seed=derive_seed(cfg.seed, "lora"),
+                adapter_base=self.model_source.adapter_base(),
             )
             if cfg.lora is None and cfg.grpo.beta > 0:
-                ref = load_reference(cfg.model.path, dtype, attn, cfg.model.trust_remote_code)
+                ref = load_reference(self.model_source.path, dtype, attn, cfg.model.trust_remote_code)
         self.ref_engine = ds_engine.initialize_reference(ref, self.ds_config) if ref is not None else None
         self.engine = ds_engine.initialize(
             model, self.ds_config, cfg.optimizer, cfg.max_steps * cfg.grpo.num_iterations
         )
-        decoder = ImageDecoder(cfg.model.path, cfg.decoder, self.device)
+        decoder = ImageDecoder(self.model_source.path, cfg.decoder, self.device)
         self.experience = ExperienceMaker(self.engine, self.processor, decoder, self.reward_fn, cfg, self.device)
         self.start_step = 0
         self.skipped_steps = 0  # optimizer updates skipped (non-finite gradients, undefined rewards), whole run
@@ -159,12 +156,12 @@ class Trainer:
             log.info(f"glm-grpo: resumed from {resume_path} at step {self.start_step}")
         self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if resume_path else None)
         if self.is_main:
-            (self.out / "config.json").write_text(
-                json.dumps({"train": to_dict(cfg), "deepspeed": self.ds_config}, indent=2)
-            )
+            record = {"train": to_dict(cfg), "model_source": self.model_source.record(), "deepspeed": self.ds_config}
+            (self.out / "config.json").write_text(json.dumps(record, indent=2))
             print_startup_summary(
                 cfg, model, self.ds_config, self.ds_config_raw, self.world, self.device, dtype, attn, self.out
             )
+            log.info(f"          model: {self.model_source.describe()}")
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict:
@@ -364,7 +361,6 @@ INPUT_ERRORS = (
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
     run_log.setup(args.log_level, log.env_rank())  # our lines on the console, library output to the run's log
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         cfg = load_config(args.config, args.overrides)
         with startup_signals():

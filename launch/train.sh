@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Single-node GRPO training with the deepspeed launcher.
 #
-#   NUM_GPUS=8 CONFIG=launch/configs/glm_image_lora_zero3.yaml bash launch/train.sh model.path=/models/GLM-Image
+#   NUM_GPUS=8 CONFIG=launch/configs/glm_image_lora_zero3.yaml bash launch/train.sh data.train_file=/data/prompts.jsonl
 #   NUM_GPUS=2 CONFIG=launch/configs/tiny_cpu.yaml bash launch/train.sh max_steps=10      # CPU ranks, no GPU needed
 #
 # Environment: NUM_GPUS (default: all visible GPUs, else 1 CPU rank), CONFIG, DS_CONFIG (default
@@ -15,6 +15,7 @@ if [ -z "${NUM_GPUS:-}" ]; then
 fi
 CONFIG=${CONFIG:-launch/configs/glm_image_lora_zero3.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
-export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
+# HF_HUB_OFFLINE and HF_HOME are yours: model.path=zai-org/GLM-Image downloads once into the Hugging Face
+# cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model_source.py).
 exec deepspeed --num_gpus "$NUM_GPUS" --master_port "${MASTER_PORT:-29500}" \
   --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" resume_from=auto "$@"

@@ -12,7 +12,8 @@
 # the hostfile), NODE_RANK (set -> no-ssh mode), CONFIG, DS_CONFIG (default ds_configs/zero3.json).
 # resume_from=auto: relaunching continues from output_dir's latest checkpoint (a first launch starts
 # fresh); pass resume_from=null to refuse a used output_dir instead.
-# NCCL settings for every rank go in a `.deepspeed_env` file in the working directory or $HOME,
+# NCCL settings (and HF_HOME on shared storage, so every node reads the model rank 0 downloaded) go in
+# a `.deepspeed_env` file in the working directory or $HOME,
 # one VAR=value per line (DeepSpeed exports them on each node), e.g.
 #   NCCL_SOCKET_IFNAME=eth0
 #   NCCL_IB_HCA=mlx5
@@ -23,7 +24,8 @@ set -euo pipefail
 NUM_NODES=${NUM_NODES:-$(grep -cvE '^\s*(#|$)' "$HOSTFILE")}
 CONFIG=${CONFIG:-launch/configs/glm_image_lora_zero3.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
-export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
+# HF_HUB_OFFLINE and HF_HOME are yours: model.path=zai-org/GLM-Image downloads once into the Hugging Face
+# cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model_source.py).
 args=(--hostfile "$HOSTFILE" --num_nodes "$NUM_NODES" --master_addr "$MASTER_ADDR" --master_port "${MASTER_PORT:-29500}")
 if [ -n "${NODE_RANK:-}" ]; then
   args+=(--no_ssh --node_rank "$NODE_RANK")

@@ -8,6 +8,8 @@
     glm-grpo tiny-model /tmp/glm_full --full-size-ar
     glm-grpo bench --model /tmp/glm_full --size 1024 --group-size 16 lora.r=64 lora.alpha=128 model.dtype=bf16
 
+``--model`` is a pipeline directory or a Hub id (glm_grpo_ds/model_source.py; ``--revision`` pins it),
+resolved once here; the measurement processes read the local directory with HF_HUB_OFFLINE=1.
 Without ``--model`` it builds the tiny GLM-Image and its learnable dataset in a temp dir (CPU).
 Prints a table and writes ``OUT/bench.json``. Measured:
 
@@ -189,7 +191,10 @@ def format_table(r: dict) -> str:
 def parse_args(argv):
     d = BenchConfig()
     p = argparse.ArgumentParser(prog="glm-grpo bench", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=None, help="GLM-Image pipeline directory (default: build the tiny one)")
+    p.add_argument(
+        "--model", default=None, help="GLM-Image pipeline: a directory or a Hub id (default: build the tiny one)"
+    )
+    p.add_argument("--revision", default=None, help="Hub revision of --model (commit, branch or tag; default main)")
     p.add_argument("--data", default=None, help="prompt file (default: the tiny learnable set)")
     p.add_argument("--config", default=str(CONFIG), help="training YAML the runs start from")
     p.add_argument("--deepspeed", default=str(ZERO3))
@@ -212,7 +217,6 @@ def parse_args(argv):
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if a.worker:
         from ..ds.dist import shutdown
 
@@ -221,6 +225,14 @@ def main(argv: list[str] | None = None) -> int:
             Path(a.result).write_text(json.dumps(result))
         shutdown()
         return 0
+    if a.model is not None:
+        from ..model_source import resolve_model
+
+        try:
+            a.model = str(resolve_model(a.model, a.revision, flag="--model", revision_flag="--revision").path)
+        except FileNotFoundError as err:
+            print(f"glm-grpo bench: {err}", file=sys.stderr)
+            return 2
     tmp = Path(tempfile.mkdtemp(prefix="glm_grpo_bench_"))
     try:
         if a.model is None:

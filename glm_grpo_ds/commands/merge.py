@@ -1,7 +1,7 @@
 """``glm-grpo merge``: fold a trained LoRA adapter into GLM-Image and write a normal pipeline.
 
-    glm-grpo merge --base /models/GLM-Image --adapter outputs/run/final_adapter \
-        --out /models/GLM-Image-grpo [--dtype bf16]
+    glm-grpo merge --base zai-org/GLM-Image --adapter outputs/run/final_adapter \
+        --out /models/GLM-Image-grpo [--revision SHA] [--dtype bf16|fp32|fp16]
 
 ``--adapter`` is a peft adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``),
 e.g. a run's ``final_adapter/``, or a checkpoint directory (``output_dir/checkpoints/step_N``): its
@@ -9,7 +9,10 @@ exported ``adapter/`` is used, and without one the trainable parameters are cons
 checkpoint's ZeRO shards - which is also how full fine-tuning checkpoints become a pipeline. The
 output is a complete ``GlmImagePipeline`` directory: the AR (``vision_language_encoder/``) with the
 adapter merged into its weights, every other component copied unchanged, so
-``GlmImagePipeline.from_pretrained(OUT)`` works as for the base model.
+``GlmImagePipeline.from_pretrained(OUT)`` works as for the base model. ``--base`` is a pipeline
+directory or a Hub id (glm_grpo_ds/model_source.py: read from the Hugging Face cache, downloaded once
+unless HF_HUB_OFFLINE=1). The merged AR is written in bf16 by default, the dtype GLM-Image is released
+and trained in (fp32 doubles its size; the merge itself is computed in fp32 either way).
 
 Memory: one copy of the base AR in ``--dtype`` plus the adapter (the merge is in place; nothing
 else is loaded). The output is written to ``OUT.tmp`` and renamed at the end, so an interrupted
@@ -26,26 +29,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..adapters import find_adapter
 from ..merged_card import write_merged_card
-from ..policy import DTYPES, check_pipeline_dir, load_ar
-
-AR_DIR = "vision_language_encoder"
+from ..model_source import resolve_model
+from ..policy import AR_DIR, DTYPES, load_ar
 
 
 @dataclass
 class MergeConfig:
     """``glm-grpo merge``: LoRA adapter -> merged GlmImagePipeline."""
 
-    dtype: str = "fp32"  # dtype of the merged AR weights: fp32 | bf16
-
-
-def find_adapter(path: str | os.PathLike) -> Path:
-    """An adapter directory, given it or a directory that holds one (``final_adapter`` / ``adapter``)."""
-    p = Path(path)
-    for candidate in (p, p / "adapter", p / "final_adapter"):
-        if (candidate / "adapter_config.json").is_file():
-            return candidate
-    raise FileNotFoundError(f"{p} holds no peft adapter (adapter_config.json); pass a run's final_adapter/ directory")
+    dtype: str = "bf16"  # dtype of the merged AR weights: bf16 | fp32 | fp16
 
 
 def _from_checkpoint(model, ckpt: Path):
@@ -71,11 +65,15 @@ def _from_checkpoint(model, ckpt: Path):
 
 
 def merge_adapter(
-    base: str | os.PathLike, adapter: str | os.PathLike, out: str | os.PathLike, dtype: str = MergeConfig.dtype
+    base: str | os.PathLike,
+    adapter: str | os.PathLike,
+    out: str | os.PathLike,
+    dtype: str = MergeConfig.dtype,
+    revision: str | None = None,
 ) -> Path:
     from peft import PeftModel
 
-    base = check_pipeline_dir(base)
+    base = resolve_model(str(base), revision, flag="--base", revision_flag="--revision").path
     src = Path(adapter)
     is_checkpoint = (src / "trainer_state.json").is_file() and (src / "ds").is_dir()
     adapter_dir = (
@@ -103,16 +101,16 @@ def merge_adapter(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="glm-grpo merge", description=__doc__.splitlines()[0])
-    p.add_argument("--base", required=True, help="the base GlmImagePipeline directory")
+    p.add_argument("--base", required=True, help="the base GlmImagePipeline: a directory or a Hub id (org/name)")
+    p.add_argument("--revision", default=None, help="Hub revision of --base (commit, branch or tag; default main)")
     p.add_argument("--adapter", required=True, help="peft adapter directory (a run's final_adapter/)")
     p.add_argument("--out", required=True, help="new pipeline directory to write")
     p.add_argument(
-        "--dtype", choices=["bf16", "fp32"], default=MergeConfig().dtype, help="dtype of the merged AR weights"
+        "--dtype", choices=sorted(DTYPES), default=MergeConfig().dtype, help="dtype of the merged AR weights"
     )
     a = p.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        out = merge_adapter(a.base, a.adapter, a.out, a.dtype)
+        out = merge_adapter(a.base, a.adapter, a.out, a.dtype, a.revision)
     except (FileNotFoundError, FileExistsError, ValueError) as err:
         print(f"glm-grpo merge: {err}", file=sys.stderr)
         return 2

@@ -6,9 +6,10 @@ prints ``max_abs_diff=<float> mean_abs_diff=<float>``. Exits 1 when the max exce
 Run it on your install, attention kernel and model before spending GPU hours:
 
     glm-grpo verify-logprobs --model outputs/tiny
-    glm-grpo verify-logprobs --model /models/GLM-Image --dtype bf16 --attn flash_attention_2 --height 1024 --width 1024
+    glm-grpo verify-logprobs --model zai-org/GLM-Image --dtype bf16 --attn flash_attention_2 --height 1024 --width 1024
     glm-grpo verify-logprobs --model outputs/tiny --dtype bf16 --top-k 3 --top-p 0.5 --temperature 0.7
 
+``--model`` is a pipeline directory or a Hub id (glm_grpo_ds/model_source.py; ``--revision`` pins it).
 Sampling defaults to the model's own settings (see glm_grpo_ds/policy.py ``resolve_sampling``). The
 log-probs compared are under the policy distribution (codebook mask + temperature), also when top-k /
 top-p cut the draw (glm_grpo_ds/sampling.py says why); a sampled token with a non-finite teacher-forced
@@ -18,7 +19,6 @@ log-prob fails the check.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 
@@ -58,7 +58,8 @@ class VerifyConfig:
 def parse_args(argv):
     d = VerifyConfig()
     p = argparse.ArgumentParser(prog="glm-grpo verify-logprobs", description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True, help="GLM-Image pipeline directory")
+    p.add_argument("--model", required=True, help="GLM-Image pipeline: a directory or a Hub id (org/name)")
+    p.add_argument("--revision", default=None, help="Hub revision of --model (commit, branch or tag; default main)")
     p.add_argument("--height", type=int, default=d.height)
     p.add_argument("--width", type=int, default=d.width)
     p.add_argument("--group-size", type=int, default=d.group_size)
@@ -80,7 +81,7 @@ def parse_args(argv):
     p.add_argument("--device", default=d.device)
     a = p.parse_args(argv)
     cfg = VerifyConfig(a.height, a.width, a.group_size, a.num_prompts, a.dtype, a.attn, a.tolerance, a.seed, a.device)
-    return a.model, cfg, SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p)
+    return a.model, a.revision, cfg, SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p)
 
 
 def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[float, float, int, SamplingConfig]:
@@ -110,12 +111,14 @@ def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[f
 
 
 def main(argv: list[str] | None = None) -> int:
-    model_path, cfg, sampling = parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model, revision, cfg, sampling = parse_args(argv)
     try:
         sampling.validate()
         if cfg.height <= 0 or cfg.width <= 0 or cfg.height % 32 or cfg.width % 32:
             raise ValueError(f"--height/--width must be positive multiples of 32, got {cfg.height}x{cfg.width}")
+        from ..model_source import resolve_model
+
+        model_path = resolve_model(model, revision, flag="--model", revision_flag="--revision").path
         max_diff, mean_diff, nonfinite, sampling = run(model_path, cfg, sampling)
     except (FileNotFoundError, ValueError) as err:
         print(f"glm-grpo verify-logprobs: {err}", file=sys.stderr)

@@ -93,7 +93,16 @@ class ModelConfig:
 
     path: str = setting(
         "",
-        "A GlmImagePipeline directory (required): AR in vision_language_encoder/, processor, DiT, VAE, glyph encoder.",
+        "The GlmImagePipeline (required): a local directory (AR in vision_language_encoder/, processor, DiT, VAE, "
+        "glyph encoder), used as is, or a Hugging Face Hub id such as zai-org/GLM-Image, downloaded once into the "
+        "Hugging Face cache (HF_HOME / HF_HUB_CACHE; rank 0 downloads, the other ranks wait) and read from it after; "
+        "with HF_HUB_OFFLINE=1 the cache only (glm_grpo_ds/model_source.py).",
+    )
+    revision: str | None = setting(
+        None,
+        "Hub revision of a model.path Hub id: a commit sha, branch or tag; null = main. The commit used is "
+        "recorded in config.json (model_source) and in the adapter's adapter_config.json. Not allowed with a "
+        "local directory.",
     )
     dtype: Dtype = setting("auto", "AR weights dtype; auto = bf16 on GPU, fp32 on CPU.")
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = setting(
@@ -125,6 +134,13 @@ class LoraConfig:
         "GlmImageTextDecoderLayer (the vision tower has other names only where it shares q/k/v; see "
         "policy.lora_target_regex, which restricts to the LM).",
         factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"],
+    )
+    init_from: str | None = setting(
+        None,
+        "Start from this peft LoRA adapter instead of a fresh one: an adapter directory or one holding it (a "
+        "run's final_adapter/, a checkpoint's adapter/). Its r, alpha and target modules must equal this "
+        "section's (else one line names the key to set); the KL reference stays the base model. A resumed run "
+        "takes its checkpoint's weights instead.",
     )
 
 

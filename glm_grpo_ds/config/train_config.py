@@ -103,7 +103,7 @@ class TrainConfig:
             if not ok:
                 problems.append(msg)
 
-        need(bool(self.model.path), "model.path is required: a GlmImagePipeline directory")
+        need(bool(self.model.path), "model.path is required: a GlmImagePipeline directory or a Hub id (org/name)")
         problems.extend(choice_problems(self))  # every Literal[...] field, choices from its annotation
         need(
             bool(self.data.train_file),

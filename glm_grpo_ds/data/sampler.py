@@ -14,7 +14,7 @@ import random
 from array import array
 from collections.abc import Sequence
 
-from .rows import PromptRow
+from .rows import DataError, PromptRow
 
 
 class PromptSampler:
@@ -32,6 +32,12 @@ class PromptSampler:
         seed: int,
         shuffle: bool = True,
     ):
+        if len(rows) < world_size * prompts_per_rank:
+            # a step gives each rank its own prompts: fewer rows than a step needs would repeat prompts within it
+            raise DataError(
+                f"data.train_file has {len(rows)} prompts but a step needs {world_size * prompts_per_rank} distinct "
+                f"ones (world size {world_size} x batch.prompts_per_rank {prompts_per_rank})"
+            )
         self.rows, self.world_size, self.rank = rows, world_size, rank
         self.per_rank, self.seed, self.shuffle = prompts_per_rank, seed, shuffle
         self.epoch, self.position = 0, 0

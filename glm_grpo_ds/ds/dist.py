@@ -17,6 +17,9 @@ NCCL runs every collective of a multi-GPU run - the cheap way to check that path
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+
 import torch
 
 _state: dict = {"comm_device": None, "force": False}
@@ -96,6 +99,28 @@ def reduce_stats(sums: dict[str, float], maxima: dict[str, float]) -> tuple[dict
 def any_rank(flag: float) -> float:
     """The maximum of a per-rank number over all ranks (e.g. "did any rank get a signal")."""
     return reduce_stats({}, {"x": float(flag)})[1]["x"]
+
+
+@contextlib.contextmanager
+def patient_group(timeout_s: float):
+    """Yield an ``any_rank(flag) -> bool`` whose collective may wait ``timeout_s`` seconds, far beyond the
+    process group's timeout (DeepSpeed's default is 10 minutes; NCCL aborts a collective that waits longer):
+    for ranks that wait while rank 0 does something long, e.g. download the model. It runs on a gloo group
+    of its own, created on entry (collective: every rank enters) and destroyed on exit."""
+    if not active():
+        yield lambda flag: bool(flag)
+        return
+    group = torch.distributed.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+
+    def any_rank_patient(flag) -> bool:
+        buf = torch.tensor([float(flag)], dtype=torch.float64)  # gloo: a CPU tensor
+        torch.distributed.all_reduce(buf, op=torch.distributed.ReduceOp.MAX, group=group)
+        return bool(buf.item())
+
+    try:
+        yield any_rank_patient
+    finally:
+        torch.distributed.destroy_process_group(group)
 
 
 def all_gather(t: torch.Tensor) -> torch.Tensor:

@@ -114,6 +114,8 @@ def _merge(base, src, out):
             str(src),
             "--out",
             str(out),
+            "--dtype",
+            "fp32",  # compared exactly below
         ],
         capture_output=True,
         text=True,

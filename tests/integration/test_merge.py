@@ -58,6 +58,8 @@ def test_merge_equals_base_plus_adapter_and_renders(tiny_model_dir, adapter, tmp
             str(adapter),
             "--out",
             str(out),
+            "--dtype",
+            "fp32",  # exact comparison below; the bf16 default: tests/integration/test_adapters.py
         ],
         capture_output=True,
         text=True,

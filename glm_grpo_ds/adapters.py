@@ -1,0 +1,119 @@
+"""LoRA adapters on disk: finding one, starting training from one (``lora.init_from``), and the base
+model an adapter records.
+
+    glm-grpo train ... lora.init_from=outputs/run1/final_adapter    # continue from a previous run's adapter
+
+``lora.init_from`` takes a peft adapter directory, or a directory holding one (a checkpoint's
+``adapter/``, a run's ``final_adapter/``). Its rank, alpha, target modules and kind must be those of the
+``lora`` section: a mismatch is one line naming the key to set (the config stays the one record of what
+was trained). The adapter's weights replace the freshly initialised ones before DeepSpeed takes the
+model, on every rank alike; the KL reference stays the base model (adapters disabled).
+
+Every adapter the trainer writes (``final_adapter/``, checkpoints' ``adapter/``) records in
+``adapter_config.json`` the base model as ``base_model_name_or_path``: the Hub id with the commit as
+``revision`` when trained from the Hub, else the absolute AR directory
+(``<pipeline>/vision_language_encoder``), which ``peft.AutoPeftModel.from_pretrained`` loads from any
+working directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from .config import ConfigError
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+# peft settings this trainer never uses: an adapter with another value cannot continue here
+PLAIN_LORA = {"peft_type": "LORA", "use_dora": False, "use_rslora": False, "bias": "none"}
+
+
+def find_adapter(path: str | os.PathLike, flag: str = "--adapter") -> Path:
+    """An adapter directory, given it or a directory that holds one (``adapter`` / ``final_adapter``)."""
+    p = Path(path)
+    for candidate in (p, p / "adapter", p / "final_adapter"):
+        if (candidate / ADAPTER_CONFIG).is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"{flag} {p} holds no peft adapter ({ADAPTER_CONFIG}); pass a run's final_adapter/ directory"
+    )
+
+
+def _target_names(target_modules) -> str:
+    """Readable module names of a ``target_modules`` value (our regex -> the names in it)."""
+    if isinstance(target_modules, str):
+        m = re.fullmatch(r".*\\\.\((?:self_attn\|mlp)\)\\\.\(([\w|]+)\)", target_modules)
+        return "[" + ", ".join(m.group(1).split("|")) + "]" if m else repr(target_modules)
+    return "[" + ", ".join(sorted(target_modules or [])) + "]"
+
+
+def check_init_adapter(lora) -> Path | None:
+    """The adapter directory of ``lora.init_from`` (None when unset), or one line naming the mismatch
+    between it and the ``lora`` section. Reads only JSON: call it before any model loads."""
+    from .policy import peft_lora_config
+
+    if lora is None or not lora.init_from:
+        return None
+    adapter = find_adapter(lora.init_from, "lora.init_from")
+    where = f"lora.init_from {adapter}"
+    if not (adapter / ADAPTER_WEIGHTS).is_file():
+        raise FileNotFoundError(f"{where} has no {ADAPTER_WEIGHTS}; give an adapter saved by peft (safetensors)")
+    try:
+        saved = json.loads((adapter / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{where}: {ADAPTER_CONFIG} is not valid JSON ({err.msg})") from None
+    for key, value in PLAIN_LORA.items():
+        if saved.get(key, value) != value:
+            raise ConfigError(
+                f"{where}: its {ADAPTER_CONFIG} has {key}={saved.get(key)!r}; this trainer continues plain LoRA "
+                f"adapters only ({key}={value!r})"
+            )
+    if saved.get("rank_pattern") or saved.get("alpha_pattern") or saved.get("modules_to_save"):
+        raise ConfigError(
+            f"{where}: its rank_pattern / alpha_pattern / modules_to_save are set; this trainer continues "
+            "adapters with one rank and alpha on the language model's projections only"
+        )
+    mine = peft_lora_config(lora)
+    if saved.get("r") != mine.r:
+        raise ConfigError(f"{where} has r={saved.get('r')} but lora.r={mine.r}: set lora.r={saved.get('r')}")
+    if saved.get("lora_alpha") != mine.lora_alpha:
+        raise ConfigError(
+            f"{where} has lora_alpha={saved.get('lora_alpha')} but lora.alpha={mine.lora_alpha}: "
+            f"set lora.alpha={saved.get('lora_alpha')}"
+        )
+    if saved.get("target_modules") != mine.target_modules:
+        raise ConfigError(
+            f"{where} adapts the modules {_target_names(saved.get('target_modules'))} but lora.target_modules "
+            f"is {_target_names(mine.target_modules)}: set lora.target_modules to the adapter's"
+        )
+    return adapter
+
+
+def load_init_adapter(model, adapter: Path) -> None:
+    """Copy the weights of ``adapter`` into the peft ``model``'s LoRA parameters (before DeepSpeed takes
+    it: the LoRA tensors are still whole on every rank). Every LoRA parameter must come from the file."""
+    import torch
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = load_file(adapter / ADAPTER_WEIGHTS)
+    expected = get_peft_model_state_dict(model)
+    missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+    wrong = [k for k in expected if k in weights and weights[k].shape != expected[k].shape]
+    if missing or extra or wrong:
+        if missing:
+            what = f"lacks {missing[0]}"
+        elif extra:
+            what = f"has {extra[0]}, which this model lacks"
+        else:
+            key = wrong[0]
+            what = f"has {key} of shape {tuple(weights[key].shape)}, the model {tuple(expected[key].shape)}"
+        raise ConfigError(
+            f"lora.init_from {adapter} does not fit model.path: the adapter {what}; start from an adapter "
+            "trained on this base model"
+        )
+    with torch.no_grad():
+        set_peft_model_state_dict(model, weights)
