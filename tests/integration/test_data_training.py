@@ -5,25 +5,17 @@ line, exit 2."""
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from test_trainer_deepspeed import CONFIG, ENV, ROOT  # noqa: E402  (same directory)
+from test_trainer_deepspeed import FAST as ONE_STEP  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "launch" / "configs" / "tiny_cpu.yaml"
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu")
 FAST = [
     "max_steps=2",
-    "rollout.height=64",
-    "rollout.width=64",
-    "grpo.group_size=4",
-    "batch.micro_batch_size=4",
-    "optimizer.name=adamw",
-    "logging.progress_bar=false",
-    "logging.plot=false",
+    *ONE_STEP,
     "eval.num_prompts=2",
     "eval.group_size=2",
     "eval.gallery=false",

@@ -17,6 +17,7 @@ import pytest
 import requests
 import torch
 from PIL import Image
+from test_trainer_deepspeed import CONFIG, FAST, ROOT  # noqa: E402  (same directory)
 
 from glm_grpo_ds.data.rows import DatasetImage
 from glm_grpo_ds.rewards import RewardError, RewardSet, build_reward
@@ -24,18 +25,6 @@ from glm_grpo_ds.rewards.protocol import encode_pngs, quantize
 from glm_grpo_ds.rewards.remote import RemoteRewardError
 from glm_grpo_ds.rewards.serving import build_app
 from glm_grpo_ds.testing.reward_servers import SlowMean, serve_in_thread, server_process
-
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "launch" / "configs" / "tiny_cpu.yaml"
-FAST = [
-    "rollout.height=64",
-    "rollout.width=64",
-    "grpo.group_size=4",
-    "batch.micro_batch_size=4",
-    "optimizer.name=adamw",
-    "logging.progress_bar=false",
-    "logging.plot=false",
-]
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ glm_grpo_ds.train`; cross-rank agreement uses the real deepspeed launcher with 2
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import signal
@@ -16,18 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 from safetensors.torch import load_file
-from test_trainer_deepspeed import CONFIG, ROOT, WORKER, common, launch, launch_cmd  # noqa: E402  (same directory)
-
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu")
-FAST = [
-    "rollout.height=64",
-    "rollout.width=64",
-    "grpo.group_size=4",
-    "batch.micro_batch_size=4",
-    "optimizer.name=adamw",
-    "logging.progress_bar=false",
-    "logging.plot=false",
-]
+from test_trainer_deepspeed import CONFIG, ENV, FAST, ROOT, WORKER, common, launch, launch_cmd  # noqa: E402  (same directory)
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # a training process per case, some through the launcher
 

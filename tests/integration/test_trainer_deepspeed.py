@@ -16,6 +16,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "integration" / "ds_worker.py"
 CONFIG = ROOT / "launch" / "configs" / "tiny_cpu.yaml"
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu")  # a one-process CPU run
+# the quickest meaningful step of the tiny model (other test files add their own options)
+FAST = [
+    "rollout.height=64",
+    "rollout.width=64",
+    "grpo.group_size=4",
+    "batch.micro_batch_size=4",
+    "optimizer.name=adamw",
+    "logging.progress_bar=false",
+    "logging.plot=false",
+]
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # 2-rank DeepSpeed jobs
 
