@@ -277,7 +277,13 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     cfg, ds = saved["train"], saved.get("deepspeed", {})
     hub = cfg.get("hub") or {}
     model = cfg["model"]
-    hub_id, revision = base_model_id(model["path"], model.get("revision"), hub.get("base_model"))
+    # where the trainer really loaded from (model_source.py: absolute directory, Hub id + commit) when recorded
+    source = saved.get("model_source") or {}
+    base = source.get("path") or model["path"]
+    if source.get("repo_id") and not hub.get("base_model"):
+        hub_id, revision = source["repo_id"], source.get("commit") or source.get("revision")
+    else:
+        hub_id, revision = base_model_id(base, model.get("revision"), hub.get("base_model"))
     is_adapter = (weights / "adapter_config.json").is_file()
     labels = reward_labels(cfg["rewards"])
     res = run_results(run, step)
@@ -291,7 +297,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
         "images the frozen DiT decoder renders. "
         "The DiT, VAE and glyph encoder of the base pipeline are unchanged.",
         "",
-        *base_lines(model["path"], hub_id, revision),
+        *base_lines(base, hub_id, revision),
         "- rewards: " + ", ".join(f"{label} (weight {s['weight']})" for label, s in zip(labels, cfg["rewards"])),
         "",
         *_results_section(res, cfg, labels),
@@ -304,14 +310,14 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     extra = f', subfolder="{CHECKPOINT_PREFIX}/{run_step_dir(step)}"' if uploaded and step is not None else ""
     extra += f', revision="{hub["revision"]}"' if uploaded and hub.get("revision") else ""
     where = hub["repo_id"] if uploaded else str(weights)
-    body += usage_lines("adapter" if is_adapter else "model", hub_id or model["path"], where, extra)
+    body += usage_lines("adapter" if is_adapter else "model", hub_id or base, where, extra)
     tags = [*TAGS, *(["lora"] if is_adapter else []), TAG]
     return make_card(
         dict(
             base_model=hub_id,
             library_name="peft" if is_adapter else "transformers",
             pipeline_tag="text-to-image",
-            license=base_license(model["path"]),
+            license=base_license(base),
             tags=tags,
         ),
         body,

@@ -124,6 +124,23 @@ def test_base_model_ids(tmp_path):
         and "[zai-org/GLM-Image](https://huggingface.co/zai-org/GLM-Image)" in card.text
     )
 
+    # what the trainer recorded of its model source wins over the path as given at launch
+    saved["train"]["model"]["path"] = "zai-org/GLM-Image"  # as typed: the run resolved it through the cache
+    saved["model_source"] = {
+        "path": str(snapshot),
+        "repo_id": "zai-org/GLM-Image",
+        "revision": None,
+        "commit": "c" * 40,
+    }
+    (out / "config.json").write_text(json.dumps(saved))
+    card = ModelCard.load(write_run_card(out, out / "final_adapter"))
+    assert card.data.base_model == "zai-org/GLM-Image" and f"revision `{'c' * 40}`" in card.text
+    saved["train"]["model"]["path"] = "relative/model"  # a local directory given relative to the launch dir
+    saved["model_source"] = {"path": str(tmp_path), "repo_id": None, "revision": None, "commit": None}
+    (out / "config.json").write_text(json.dumps(saved))
+    card = ModelCard.load(write_run_card(out, out / "final_adapter"))
+    assert card.data.base_model is None and f"`{tmp_path}` (a local directory)" in card.text
+
 
 @pytest.mark.parametrize(
     "overrides, error",
