@@ -96,8 +96,12 @@ def _say(line: str) -> None:
     os.write(2, (line + "\n").encode("utf-8", "replace"))
 
 
-class Interrupted(Exception):
-    """SIGINT / SIGTERM before training started (see :func:`startup_signals`)."""
+class Interrupted(BaseException):
+    """SIGINT / SIGTERM before training started (see :func:`startup_signals`).
+
+    A BaseException, like KeyboardInterrupt: startup runs library code (imports of datasets, DeepSpeed's
+    op loading, transformers) with ``except Exception`` fallbacks that would otherwise swallow the
+    signal and let the run go on training."""
 
     def __init__(self, signum: int):
         super().__init__(signal_name(signum))

@@ -69,3 +69,19 @@ def test_signals_during_startup_raise_interrupted():
         time.sleep(5)
     assert err.value.signum == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_signal_during_startup_is_not_swallowed_by_library_code_catching_exception():
+    """Startup runs library code with ``except Exception`` fallbacks; a Ctrl-C landing in one must still
+    stop the run (it went on training once: the fresh-clone CI of 2026-11-23)."""
+    import pytest
+
+    from glm_grpo_ds.preempt import Interrupted, startup_signals
+
+    with pytest.raises(Interrupted) as err, startup_signals():
+        try:  # what e.g. an optional-import check in a library does
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except Exception:  # noqa: BLE001 - the library's fallback under test
+            pass
+    assert err.value.signum == signal.SIGINT
