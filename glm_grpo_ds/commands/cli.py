@@ -2,8 +2,9 @@
 
     glm-grpo tiny-model OUT_DIR [--seed N]          build the offline tiny GLM-Image pipeline
     glm-grpo tiny-world OUT_DIR                     the learnable tiny world (model + prompts) of the demo
-    glm-grpo render --model DIR --prompt TEXT ...   render prompts with a GLM-Image pipeline
-    glm-grpo verify-logprobs --model DIR ...         sampler vs teacher-forced log-prob parity
+    glm-grpo render --model DIR|ID [--adapter DIR] --prompt TEXT ...   render prompts (adapter unmerged)
+    glm-grpo verify-logprobs --model DIR|ID ...      sampler vs teacher-forced log-prob parity
+    glm-grpo reward-server --reward NAME --port P   serve a reward over HTTP for the `remote` reward
     glm-grpo plot OUTPUT_DIR                        training curves of a (running) run
     glm-grpo push OUTPUT_DIR [--repo-id NS/NAME]    upload a run's weights + model cards to the Hugging Face Hub
     glm-grpo progress OUTPUT_DIR --best BEST.json   fraction of the way from the start to the best reward
