@@ -30,6 +30,7 @@ import os
 import shutil
 from pathlib import Path
 
+from .config.fields import is_repo_id
 from .metrics import read_metrics
 from .plot import PLOT_NAME, plot_training
 
@@ -44,17 +45,6 @@ CHECKPOINT_PREFIX = "checkpoints"  # checkpoints/step_N/ in the Hub repo, as in 
 def run_step_dir(step: int) -> str:
     """``step_000200``: a checkpoint's directory name (glm_grpo_ds.checkpoint.step_dir_name)."""
     return f"step_{step:06d}"
-
-
-def is_repo_id(value: str) -> bool:
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    try:
-        validate_repo_id(value)
-    except HFValidationError:
-        return False
-    return value.count("/") == 1
 
 
 def base_model_id(path: str, revision: str | None = None, override: str | None = None) -> tuple[str | None, str | None]:

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config.fields import is_repo_id
 from .policy import AR_DIR, PIPELINE_PARTS, check_pipeline_dir
 
 EXAMPLE_ID = "zai-org/GLM-Image"
@@ -64,20 +65,6 @@ class ModelSource:
         return str(self.path / AR_DIR), None
 
 
-def is_hub_id(name: str) -> bool:
-    """``org/name`` that the Hub accepts as a repository id (and that is not spelled like a path)."""
-    if not name or name.count("/") != 1 or name.startswith((".", "~")):
-        return False
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
-
-
 def _download_hint(name: str, revision: str | None) -> str:
     cmd = f"hf download {name}" + (f" --revision {revision}" if revision else "")
     return f"`{cmd}` (`huggingface-cli download` with huggingface_hub < 1.0)"
@@ -103,7 +90,7 @@ def resolve_model(
     if not name:
         raise ModelSourceError(f"{flag} is empty: give a GlmImagePipeline directory or a Hub id such as {EXAMPLE_ID}")
     local = Path(name).expanduser()
-    if local.exists() or not is_hub_id(name):
+    if local.exists() or not is_repo_id(name):
         if local.exists() and revision:
             raise ModelSourceError(
                 f"{revision_flag}={revision} applies to Hugging Face Hub ids, but {flag} {name} is a local "
@@ -183,7 +170,7 @@ def resolve_for_training(name: str, revision: str | None, rank: int) -> ModelSou
     the cache only. Every rank fails alike when one fails: rank 0 prints the reason, a rank whose own cache
     lacks the model also logs its line.
     """
-    if Path(str(name)).expanduser().exists() or not is_hub_id(str(name)):
+    if Path(str(name)).expanduser().exists() or not is_repo_id(str(name)):
         return resolve_model(name, revision)  # local (or bad) path: each rank checks its own filesystem
     from . import log
     from .ds import dist

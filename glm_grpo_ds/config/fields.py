@@ -11,6 +11,21 @@ from dataclasses import field
 from typing import Literal
 
 
+def is_repo_id(name: str) -> bool:
+    """``namespace/name`` that the Hub accepts as a repository id (and that is not spelled like a path):
+    ``hub.repo_id``, a model id for ``model.path`` / ``--model``, the base model a card names."""
+    if not name or name.count("/") != 1 or name.startswith((".", "~")):
+        return False
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
 class ConfigError(ValueError):
     """A configuration problem; the message names the key and the fix."""
 

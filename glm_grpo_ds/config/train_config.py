@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fields import ConfigError, choice_error, choice_problems, setting
+from .fields import ConfigError, choice_error, choice_problems, is_repo_id, setting
 from .sections import (
     TRACKER_PIP,
     TRACKERS,
@@ -204,27 +204,16 @@ class TrainConfig:
         need(ev.group_size >= 1, f"eval.group_size must be >= 1, got {ev.group_size}")
 
     def _validate_hub(self, need) -> None:
-        from huggingface_hub.errors import HFValidationError
-        from huggingface_hub.utils import validate_repo_id
-
         h = self.hub
-
-        def repo_id_ok(value: str) -> bool:
-            try:
-                validate_repo_id(value)
-            except HFValidationError:
-                return False
-            return value.count("/") == 1
-
         if h.repo_id is not None:
             need(
-                repo_id_ok(h.repo_id),
+                is_repo_id(h.repo_id),
                 f"hub.repo_id={h.repo_id!r} is not a Hub repo id: write namespace/name (your user or organisation, "
                 "then the repo name: letters, digits, '-', '_', '.'), or null for no upload",
             )
         if h.base_model is not None:
             need(
-                repo_id_ok(h.base_model),
+                is_repo_id(h.base_model),
                 f"hub.base_model={h.base_model!r} is not a Hub model id: write namespace/name, e.g. zai-org/GLM-Image",
             )
         for key, value in (("push_checkpoints", h.push_checkpoints), ("revision", h.revision)):

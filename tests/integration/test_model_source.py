@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from glm_grpo_ds.model_source import ModelSource, ModelSourceError, is_hub_id, resolve_model
+from glm_grpo_ds.config.fields import is_repo_id
+from glm_grpo_ds.model_source import ModelSource, ModelSourceError, resolve_model
 from glm_grpo_ds.testing.hub_cache import repo_folder, write_hub_cache
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +80,7 @@ def test_local_directory_is_used_as_is(tiny_model_dir, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["/models/GLM-Image", "a/b/c", "./org/name", "org/na me", "org/", "~/x"])
 def test_neither_directory_nor_hub_id_is_the_pipeline_directory_error(name):
-    assert not is_hub_id(name)
+    assert not is_repo_id(name)
     with pytest.raises(FileNotFoundError, match=r"is not a GLM-Image pipeline directory .*or a Hugging Face Hub id"):
         resolve_model(name)
 
