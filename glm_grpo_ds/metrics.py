@@ -21,12 +21,21 @@ from .ds import dist
 
 @contextlib.contextmanager
 def timer(timings: dict[str, float], name: str):
-    """``timings[name]`` = wall seconds spent inside the block."""
+    """``timings[name]`` = wall seconds spent inside the block, the block's CUDA work included."""
+    _sync_cuda()
     start = time.perf_counter()
     try:
         yield
     finally:
+        _sync_cuda()
         timings[name] = time.perf_counter() - start
+
+
+def _sync_cuda() -> None:
+    # CUDA kernels run after their launch returns: without waiting for them, a phase would be timed by
+    # its launches and its GPU work would land in whichever later phase first waits (a .item(), a copy).
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def peak_memory_mb(device: torch.device) -> float:

@@ -36,6 +36,7 @@ from . import checkpoint, log, run_log
 from .adapters import check_init_adapter
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
+from .cuda_check import CudaUnusable
 from .data import DataError, PromptSampler, load_prompts
 from .decoder import ImageDecoder
 from .ds import dist
@@ -355,6 +356,7 @@ INPUT_ERRORS = (
     checkpoint.OutputDirError,
     RewardError,
     FileNotFoundError,
+    CudaUnusable,
 )
 
 

@@ -10,6 +10,7 @@
 # prompts, fixed seeds) and samples/step_*.png (training groups).
 set -euo pipefail
 export HF_HUB_OFFLINE=1
+export DS_ACCELERATOR=cpu # a CPU demo, said explicitly: on a GPU node too, and never refused as a CPU fallback
 NUM_PROCS=${NUM_PROCS:-2}
 CONFIG=${CONFIG:-launch/configs/tiny_world.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}

@@ -2,20 +2,58 @@
 # Single-node GRPO training with the deepspeed launcher.
 #
 #   NUM_GPUS=8 CONFIG=launch/configs/glm_image_lora_zero3.yaml bash launch/train.sh data.train_file=/data/prompts.jsonl
-#   NUM_GPUS=2 CONFIG=launch/configs/tiny_cpu.yaml bash launch/train.sh max_steps=10      # CPU ranks, no GPU needed
+#   CUDA_VISIBLE_DEVICES=4,5 CONFIG=... bash launch/train.sh            # a shared node: GPUs 4 and 5 only
+#   DS_ACCELERATOR=cpu NUM_GPUS=2 CONFIG=launch/configs/tiny_cpu.yaml bash launch/train.sh max_steps=10  # CPU ranks
 #
-# Environment: NUM_GPUS (default: all visible GPUs, else 1 CPU rank), CONFIG, DS_CONFIG (default
-# ds_configs/zero3.json), MASTER_PORT (default 29500). Arguments are key=value config overrides.
+# Environment: NUM_GPUS (ranks; default: the entries of CUDA_VISIBLE_DEVICES when set, else every GPU
+# nvidia-smi lists), CUDA_VISIBLE_DEVICES (honoured: those GPU ids, never others), DS_ACCELERATOR=cpu
+# (CPU ranks on purpose, NUM_GPUS of them, default 1), CONFIG, DS_CONFIG (default ds_configs/zero3.json),
+# MASTER_PORT (default 29500); .deepspeed_env is exported (launch/env.sh). Arguments are key=value
+# config overrides.
+# GPUs that torch cannot use (a torch CUDA build newer than the driver) stop the launch with one line
+# (exit 2) instead of a silent run on the CPU; a node without NVIDIA GPUs runs 1 CPU rank and says so.
 # resume_from=auto: relaunching the same command continues from output_dir's latest checkpoint (a
 # first launch starts fresh); pass resume_from=null to refuse a used output_dir instead.
 set -euo pipefail
-if [ -z "${NUM_GPUS:-}" ]; then
-  NUM_GPUS=$(nvidia-smi -L 2>/dev/null | wc -l || true)
-  [ "${NUM_GPUS:-0}" -gt 0 ] || NUM_GPUS=1
+# shellcheck source=launch/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+export_deepspeed_env
+fail() { echo "glm-grpo launch/train.sh: $*" >&2; exit 2; }
+
+case "${DS_ACCELERATOR:-}" in
+  cpu) mode=cpu ;;
+  "") # cuda, cpu (no NVIDIA GPU here and none asked), or one line on stderr and exit 2
+    mode=$(python -m glm_grpo_ds.cuda_check ${NUM_GPUS:+NUM_GPUS=$NUM_GPUS} \
+      ${CUDA_VISIBLE_DEVICES:+CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES}) || exit 2
+    if [ "$mode" = cpu ]; then
+      echo "glm-grpo launch/train.sh: no NVIDIA GPU on this node: 1 CPU rank (DS_ACCELERATOR=cpu)" >&2
+      export DS_ACCELERATOR=cpu
+    fi ;;
+  *) mode=gpu ;; # DS_ACCELERATOR=cuda (or another accelerator): each rank checks torch can use it
+esac
+
+if [ "$mode" = cpu ]; then
+  where=(--num_gpus "${NUM_GPUS:-1}")
+elif [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  # The launcher replaces CUDA_VISIBLE_DEVICES with 0..N-1 for --num_gpus N (the wrong GPUs on a shared
+  # node); --include localhost:IDS makes it give the ranks exactly those ids.
+  IFS=, read -ra ids <<<"$CUDA_VISIBLE_DEVICES"
+  for id in "${ids[@]}"; do
+    [[ $id =~ ^[0-9]+$ ]] || fail "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES: the deepspeed launcher takes GPU indices (0,1,...), not '$id'; give the indices nvidia-smi -L prints"
+  done
+  n=${NUM_GPUS:-${#ids[@]}}
+  [ "$n" -ge 1 ] && [ "$n" -le "${#ids[@]}" ] ||
+    fail "NUM_GPUS=$n but CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES gives ${#ids[@]} GPU(s): ask for at most ${#ids[@]}, or unset NUM_GPUS to use them all"
+  where=(--include "localhost:$(IFS=,; echo "${ids[*]:0:$n}")")
+  unset CUDA_VISIBLE_DEVICES # the launcher counts the node's GPUs to check the ids, then sets it per rank
+else
+  n=${NUM_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)}
+  [ "${n:-0}" -ge 1 ] || fail "nvidia-smi lists no GPU: set NUM_GPUS, or DS_ACCELERATOR=cpu for CPU ranks"
+  where=(--num_gpus "$n")
 fi
 CONFIG=${CONFIG:-launch/configs/glm_image_lora_zero3.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
 # HF_HUB_OFFLINE and HF_HOME are yours: model.path=zai-org/GLM-Image downloads once into the Hugging Face
 # cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model_source.py).
-exec deepspeed --num_gpus "$NUM_GPUS" --master_port "${MASTER_PORT:-29500}" \
+exec deepspeed "${where[@]}" --master_port "${MASTER_PORT:-29500}" \
   --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" resume_from=auto "$@"

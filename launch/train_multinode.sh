@@ -13,12 +13,18 @@
 # resume_from=auto: relaunching continues from output_dir's latest checkpoint (a first launch starts
 # fresh); pass resume_from=null to refuse a used output_dir instead.
 # NCCL settings (and HF_HOME on shared storage, so every node reads the model rank 0 downloaded) go in
-# a `.deepspeed_env` file in the working directory or $HOME,
-# one VAR=value per line (DeepSpeed exports them on each node), e.g.
+# a `.deepspeed_env` file in $HOME or the working directory (DS_ENV_FILE names another file), one
+# VAR=value per line, e.g.
 #   NCCL_SOCKET_IFNAME=eth0
 #   NCCL_IB_HCA=mlx5
 #   NCCL_DEBUG=WARN
+# This script exports them before it starts the launcher (launch/env.sh): DeepSpeed itself reads the
+# file only when it ssh-es into the nodes, not with --no_ssh. In no-ssh mode each node reads its own
+# file: put it on shared storage, or the same file on every node.
 set -euo pipefail
+# shellcheck source=launch/env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+export_deepspeed_env
 : "${HOSTFILE:?set HOSTFILE (see launch/hostfile.example)}"
 : "${MASTER_ADDR:?set MASTER_ADDR to the address of the first node in the hostfile}"
 NUM_NODES=${NUM_NODES:-$(grep -cvE '^\s*(#|$)' "$HOSTFILE")}

@@ -3,7 +3,8 @@
     glm-grpo env
 
 Lists Python, glm-grpo-ds and each library the trainer runs on (``not installed`` when absent),
-the platform, torch's CUDA build, whether CUDA is usable, the GPUs (count, names, memory) and the
+the platform, torch's CUDA build next to the NVIDIA driver's version (and the newest CUDA it supports:
+a driver older than torch's build leaves CUDA unusable), whether CUDA is usable, the GPUs (count, names, memory) and the
 NCCL version. Versions come from the installed packages' metadata, so nothing heavy is imported but
 torch (for the CUDA facts; a torch that cannot be imported is reported, not raised); no model loads.
 """
@@ -13,6 +14,8 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import platform
+
+from ..cuda_check import driver_cuda, driver_version
 
 # (name shown, distribution names to try): the libraries whose versions decide how a run behaves
 PACKAGES = (
@@ -76,11 +79,23 @@ def _torch_facts() -> list[tuple[str, str]]:
     return facts
 
 
+def _driver() -> str:
+    """The NVIDIA driver's version and the newest CUDA it supports, or ``none``."""
+    version = driver_version()
+    if version is None:
+        return "none"
+    cuda = driver_cuda()
+    return f"{version} (CUDA <= {cuda})" if cuda else version
+
+
 def report() -> str:
     """The paste-able block."""
     rows = [("Python", platform.python_version()), ("Platform", platform.platform())]
     rows += [(shown, package_version(*names)) for shown, names in PACKAGES]
-    rows += _torch_facts()
+    facts = _torch_facts()
+    at = next((i + 1 for i, (name, _) in enumerate(facts) if name == "torch CUDA build"), len(facts))
+    facts.insert(at, ("NVIDIA driver", _driver()))  # next to torch's build: the pair decides if CUDA works
+    rows += facts
     width = max(len(name) for name, _ in rows)
     lines = ["Copy-and-paste the text below into your bug report.", ""]
     lines += [f"- {name + ':':<{width + 1}} {value}" for name, value in rows]

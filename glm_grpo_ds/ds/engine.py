@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .. import run_log
+from .. import cuda_check, run_log
 from . import dist
 from .ds_config import zero_stage
 
@@ -36,7 +36,9 @@ def init_distributed(force_collectives: bool = False) -> tuple[int, int, int, to
     Works under the ``deepspeed`` launcher (env vars set) and as a plain single process.
     ``force_collectives``: run collectives at world size 1 too (see glm_grpo_ds/ds/dist.py).
     """
-    on_gpu = torch.cuda.is_available()
+    cuda_check.check_rank()  # GPUs here (or asked for) that torch cannot use: stop, never train on the CPU
+    # DS_ACCELERATOR=cpu is a CPU run even where CUDA works (the tests and the demo on a GPU machine)
+    on_gpu = torch.cuda.is_available() and os.environ.get("DS_ACCELERATOR") != "cpu"
     if not on_gpu:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):

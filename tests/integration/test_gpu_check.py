@@ -66,3 +66,42 @@ def test_gpu_check_script_on_cpu_passes_and_check_run_can_fail(tiny_model_dir, t
     assert check_run_main([str(out), "--verify", str(out / "verify.txt")]) == 1
     verdicts = capsys.readouterr().out
     assert "FAIL  no non-finite step" in verdicts and "FAIL  ratio 1 on the first iteration" in verdicts
+
+
+@pytest.mark.distributed
+def test_gpu_check_script_with_two_ranks_runs_zero3_across_them(tiny_model_dir, tmp_path):
+    """`--num-gpus 2`: the check's training run on two ranks (ZeRO-3 partitions and gathers for real),
+    collectives not forced (nothing to force at world size 2); every verdict passes."""
+    out = tmp_path / "check2"
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        DS_ACCELERATOR="cpu",
+        OMP_NUM_THREADS="1",
+        OUT=str(out),
+        VERIFY_SIZE="64",
+        MASTER_PORT=str(_port()),
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    )
+    overrides = ["rollout.height=64", "rollout.width=64", "max_steps=1", "grpo.group_size=4"]
+    proc = subprocess.run(
+        [
+            "bash",
+            "launch/gpu_check.sh",
+            "--num-gpus",
+            "2",
+            str(tiny_model_dir),
+            *overrides,
+            "decoder.num_inference_steps=1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-3000:]
+    assert "glm-grpo: world size 2 (1 node(s)), ZeRO stage 3" in text and "(collectives forced on)" not in text
+    for check in ("no non-finite step", "ratio 1 on the first iteration", "sampler vs trainer parity"):
+        assert f"PASS  {check}" in text

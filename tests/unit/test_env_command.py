@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from test_cuda_check import fake_gpu_bin  # noqa: E402  (same directory)
+
+from glm_grpo_ds import cuda_check
 from glm_grpo_ds.commands.cli import main
 from glm_grpo_ds.commands.env import NOT_INSTALLED, PACKAGES, package_version
 
@@ -41,6 +44,20 @@ def test_env_lists_every_package_with_its_installed_version_and_the_hardware(cap
         import flash_attn  # noqa: F401
     except ImportError:
         assert rows["flash-attn"] == NOT_INSTALLED
+
+
+def test_env_shows_the_nvidia_driver_next_to_torchs_cuda_build(monkeypatch, tmp_path, capsys):
+    """The pair that decides whether CUDA works (a torch CUDA build newer than the driver's CUDA does
+    not): the driver from nvidia-smi (a fake one here), or "none" without a driver."""
+    monkeypatch.setenv("PATH", str(fake_gpu_bin(tmp_path)))
+    assert main(["env"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("- ")]
+    at = next(i for i, line in enumerate(lines) if line.startswith("- torch CUDA build:"))
+    assert lines[at + 1] == "- NVIDIA driver:    535.104.05 (CUDA <= 12.2)"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi, no kernel driver
+    monkeypatch.setattr(cuda_check, "PROC_VERSION", tmp_path / "no-driver")
+    assert main(["env"]) == 0
+    assert "- NVIDIA driver:    none\n" in capsys.readouterr().out
 
 
 def test_a_missing_package_is_reported_not_raised():

@@ -188,3 +188,23 @@ def test_example_configs_load(name):
 
     cfg = load_config(str(Path(__file__).resolve().parents[2] / "launch" / "configs" / name))
     assert cfg.logging.gallery_steps >= 0 and cfg.eval.steps >= 0
+
+
+def test_phase_timer_waits_for_cuda_work_before_reading_the_clock(monkeypatch):
+    """CUDA runs kernels after their launch returns: a time/* field must include the phase's GPU work,
+    so the timer synchronises at its start and its end once CUDA is initialised (a fake synchronize
+    counts the calls: no GPU here), and never initialises CUDA itself."""
+    from glm_grpo_ds.metrics import timer
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))
+    timings = {}
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    with timer(timings, "rollout"):
+        calls.append("work")
+    assert calls == ["work"] and timings["rollout"] >= 0
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    calls.clear()
+    with timer(timings, "update"):
+        calls.append("work")
+    assert calls == ["sync", "work", "sync"] and timings["update"] >= 0

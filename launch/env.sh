@@ -1,0 +1,43 @@
+# Sourced by launch/train.sh, launch/train_multinode.sh and launch/slurm.sbatch (not run on its own).
+#
+# export_deepspeed_env: export the VAR=value lines of DeepSpeed's environment file - `.deepspeed_env`,
+# or the name in DS_ENV_FILE - from $HOME, then from the working directory: the files and the order
+# DeepSpeed 0.19.8 reads (deepspeed/launcher/runner.py), where a later file's value wins and a file's
+# value replaces one already in the environment, as on DeepSpeed's ssh (pdsh) path. DeepSpeed reads the
+# file only when it ssh-es into several nodes; its --no_ssh path (one launcher per node, which
+# launch/train_multinode.sh with NODE_RANK and every slurm.sbatch job use) and its one-node path ignore
+# it, so NCCL_SOCKET_IFNAME, HF_HOME and the like written there would never reach the ranks.
+# Blank lines and lines starting with # are skipped (DeepSpeed itself fails on them); a value is taken
+# as written, surrounding spaces and one pair of matching quotes removed, nothing expanded. Prints
+# the names it exported (never the values: a token may be among them) on stderr.
+export_deepspeed_env() {
+  local name=${DS_ENV_FILE:-.deepspeed_env} file line key value number names
+  local -a files=("$HOME/$name" "./$name")
+  [[ $name == /* ]] && files=("$name")
+  for file in "${files[@]}"; do
+    [ -f "$file" ] || continue
+    names=() number=0
+    while IFS= read -r line || [ -n "$line" ]; do
+      number=$((number + 1))
+      line=${line%$'\r'}
+      [[ $line =~ ^[[:space:]]*(#|$) ]] && continue
+      key=${line%%=*}
+      key=${key#"${key%%[![:space:]]*}"} # trim
+      key=${key%"${key##*[![:space:]]}"}
+      if [[ $line != *=* || ! $key =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]]; then
+        echo "glm-grpo: $file line $number: expected VAR=value, got: $line" >&2
+        return 2
+      fi
+      value=${line#*=}
+      value=${value#"${value%%[![:space:]]*}"}
+      value=${value%"${value##*[![:space:]]}"}
+      if [[ ${#value} -ge 2 && ( $value == \"*\" || $value == \'*\' ) && ${value:0:1} == "${value: -1}" ]]; then
+        value=${value:1:${#value}-2}
+      fi
+      export "$key=$value"
+      names+=("$key")
+    done <"$file"
+    [ ${#names[@]} -eq 0 ] || echo "glm-grpo: exported from $file: ${names[*]}" >&2
+  done
+  return 0
+}
