@@ -34,7 +34,11 @@ the model-dtype logits kept for backward plus one fp32 chunk, per-micro-batch ac
 tensors, 8h + 2·kv + 4·I elements per token for a GLM decoder layer), the frozen decoder (DiT + VAE
 + glyph encoder) and its decode activations, ZeRO buffers, and a fixed runtime allowance (CUDA
 context, NCCL, allocator). Peak = persistent + the largest of the rollout / decode / update phases.
-Reward models are not counted (their size depends on your reward list).
+Reward models are not counted on the GPU (their size depends on your reward list).
+
+Host RAM per node (:func:`host_per_node`): every rank's process, CPU-side reward state, ZeRO-offloaded
+optimizer state and an offloaded decoder, plus one tensor per rank while loading; ``launch/slurm.sbatch``
+asks for the default LoRA config's figure.
 """
 
 from __future__ import annotations
@@ -47,6 +51,11 @@ import torch
 
 GIB = 2**30
 RUNTIME_OVERHEAD = 2 * GIB  # CUDA context + NCCL buffers + allocator slack, per GPU (typical)
+# Host RAM of one GPU rank besides what the plan counts: Python, torch / DeepSpeed / diffusers /
+# transformers, the CUDA runtime's host side (assumed; a tiny CPU rank measures ~0.6 GiB here).
+HOST_PER_RANK = 3 * GIB
+HOST_REWARDS_PER_RANK = 1 * GIB  # CPU-side reward state (OCR's onnxruntime sessions, CLIP preprocessing; assumed)
+HOST_MARGIN = 1.25  # what a scheduler request adds to the planned peak
 BNB_BLOCK = 256  # bitsandbytes 8-bit optimizer block size (one fp32 scale per block)
 BNB_QMAPS = 2 * 256 * 4  # two fp32 code maps of 256 entries
 
@@ -324,6 +333,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     }
     total = sum(comp[k] for k in persistent) + max(phases.values())
     gpu = int(est.gpu_memory_gb * GIB)
+    host_node = host_per_node(est.num_gpus, host, decoder if cfg.decoder.offload else 0, sizes, b, on_gpu)
     return {
         "components": comp,
         "notes": notes,
@@ -334,6 +344,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "gpu_memory_bytes": gpu,
         "headroom_bytes": gpu - total,
         "host_bytes": host,
+        "host_node": host_node,
         "model_states": {  # what glm_grpo_ds.testing.model_state.model_state_bytes measures
             "parameters": comp["ar_weights"] + comp["lora_weights"],
             "gradients": comp["gradients"],
@@ -355,6 +366,35 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
             size=f"{cfg.rollout.height}x{cfg.rollout.width}",
             sizes_from=sizes.source,
         ),
+    }
+
+
+def host_per_node(ranks: int, offloaded: dict, decoder_on_host: int, sizes: Sizes, b: int, on_gpu: bool) -> dict:
+    """Host RAM of one node's ``ranks`` ranks: steady state and the peak while the models load.
+
+    Per rank: the process itself (:data:`HOST_PER_RANK`, on a GPU), CPU-side reward state, the
+    optimizer state ZeRO offloads to the host (pinned: the pinned buffers are that state), and the
+    decoder when ``decoder.offload`` keeps it there. Loading adds one tensor per rank at a time (the
+    weights go to the GPU as they are read, glm_grpo_ds/decoder.py; the AR under ZeRO-3 partitioned):
+    the largest one, cast copy included. The safetensors files are memory-mapped: page cache that
+    the node's ranks share and the kernel can drop, listed but not added."""
+    per_rank = {
+        "process": HOST_PER_RANK if on_gpu else 0,
+        "rewards": HOST_REWARDS_PER_RANK,
+        **{f"offload_{k}": v for k, v in offloaded.items()},
+        "decoder_offloaded": decoder_on_host,
+    }
+    largest = max([*sizes.ar_base, *sizes.lora, 0]) * 4  # read (up to fp32) and cast: one tensor at a time
+    steady = ranks * sum(per_rank.values())
+    peak = steady + ranks * largest
+    request = math.ceil(peak * HOST_MARGIN / (16 * GIB)) * 16 * GIB
+    return {
+        "ranks": ranks,
+        "per_rank": per_rank,
+        "steady_bytes": steady,
+        "loading_peak_bytes": peak,
+        "page_cache_bytes": (sum(sizes.ar_base) + sizes.decoder) * b,
+        "request_bytes": request,
     }
 
 
@@ -380,6 +420,14 @@ def format_plan(p: dict) -> str:
     )
     for name, value in p["host_bytes"].items():
         lines.append(f"  host RAM per GPU: {name} {value / GIB:.2f} GiB")
+    h = p["host_node"]
+    per_rank = ", ".join(f"{k} {v / GIB:.2f}" for k, v in h["per_rank"].items() if v)
+    lines.append(
+        f"  host RAM per node ({h['ranks']} ranks): steady {h['steady_bytes'] / GIB:.1f} GiB, peak while loading "
+        f"{h['loading_peak_bytes'] / GIB:.1f} GiB (per rank: {per_rank or 'nothing counted'}); ask for "
+        f"{h['request_bytes'] / GIB:.0f} GiB (SLURM --mem={h['request_bytes'] // GIB}G); plus up to "
+        f"{h['page_cache_bytes'] / GIB:.0f} GiB of page cache for the weight files (shared, reclaimable)"
+    )
     lines.append("  vs DeepSpeed's estimate_zero2/zero3_model_states_mem_needs: same weights, gradients, fp32 master,")
     lines.append(
         "  moments and fp32 step-time gradients; not in theirs: the reduce bucket, ZeRO-2's straddling tensor,"

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import torch
 
+from . import log
+from .config.fields import ConfigError
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -119,15 +122,68 @@ def resolve_dtype(name: str, on_gpu: bool) -> torch.dtype:
     return DTYPES[name]
 
 
+FLASH = "flash_attention_2"
+# What a broken flash-attn raises on import: a missing or mismatched CUDA/torch symbol (ImportError,
+# OSError from the shared library loader) or a version check inside the package (RuntimeError).
+FLASH_IMPORT_ERRORS = (ImportError, OSError, RuntimeError)
+
+
+def probe_flash_attn() -> tuple[bool, str]:
+    """``(True, "")`` when ``import flash_attn`` works, else ``(False, reason)``: "not installed", or the
+    first line of what the import raised (an install built for another torch / CUDA fails here, not
+    only when the first attention runs)."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is None:
+        return False, "not installed"
+    try:
+        importlib.import_module("flash_attn")
+    except FLASH_IMPORT_ERRORS as err:
+        first = (str(err).strip().splitlines() or [""])[0]
+        return False, f"{type(err).__name__}: {first}" if first else type(err).__name__
+    return True, ""
+
+
+def flash_attn_fix(reason: str) -> str:
+    """How to get a flash-attn that imports: one built for the torch and CUDA this process runs."""
+    cuda = torch.version.cuda or "none (CPU-only build)"
+    verb, flags = ("install", "") if reason == "not installed" else ("reinstall", " --force-reinstall")
+    return (
+        f"{verb} flash-attn built for this torch {torch.__version__.split('+')[0]} and CUDA {cuda} "
+        f"(pip install{flags} --no-build-isolation flash-attn)"
+    )
+
+
+class AttentionError(ConfigError):
+    """model.attn_implementation=flash_attention_2 asked for, but flash-attn cannot be imported (an
+    input error: the run stops with exit 2 before any model loads)."""
+
+
 def resolve_attn(name: str, on_gpu: bool, dtype: torch.dtype) -> str:
-    """``auto`` = flash_attention_2 when installed with a GPU and bf16/fp16, else sdpa."""
+    """``auto`` = flash_attention_2 when it imports, with a GPU and bf16/fp16, else sdpa; an installed
+    but broken flash-attn then gives one warning naming the cause. Asked for explicitly, a flash-attn
+    that does not import is an :class:`AttentionError` (one line: the cause and the fix)."""
+    if name == FLASH:
+        ok, reason = probe_flash_attn()
+        if not ok:
+            raise AttentionError(
+                f"model.attn_implementation={FLASH} but flash-attn cannot be imported ({reason}); "
+                f"{flash_attn_fix(reason)}, or set model.attn_implementation=sdpa (or auto)"
+            )
+        return name
     if name != "auto":
         return name
     if on_gpu and dtype in (torch.bfloat16, torch.float16):
-        import importlib.util
-
-        if importlib.util.find_spec("flash_attn") is not None:
-            return "flash_attention_2"
+        ok, reason = probe_flash_attn()
+        if ok:
+            return FLASH
+        if reason != "not installed":  # installed but broken: say so once, train with sdpa
+            log.warning_once(
+                "flash-attn-broken",
+                f"glm-grpo: warning: flash-attn is installed but cannot be imported ({reason}); using sdpa "
+                f"attention; {flash_attn_fix(reason)} to use it",
+            )
     return "sdpa"
 
 

@@ -1,4 +1,5 @@
-"""``glm-grpo estimate-memory``: print the per-GPU memory plan of a run before launch (no weights needed).
+"""``glm-grpo estimate-memory``: print the per-GPU memory plan of a run before launch (no weights needed),
+and the host RAM per node.
 
     glm-grpo estimate-memory --config launch/configs/glm_image_lora_zero3.yaml \\
         --deepspeed ds_configs/zero3.json --num-gpus 8 [--num-nodes 1] [--gpu-memory-gb 80] [--json] [key=value ...]
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                     "headroom_bytes": p["headroom_bytes"],
                     "phases": p["phases"],
                     "host_bytes": p["host_bytes"],
+                    "host_node": p["host_node"],
                     "model_states": p["model_states"],
                     "setup": p["setup"],
                 }

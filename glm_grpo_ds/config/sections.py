@@ -107,7 +107,8 @@ class ModelConfig:
     dtype: Dtype = setting("auto", "AR weights dtype; auto = bf16 on GPU, fp32 on CPU.")
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = setting(
         "auto",
-        "Attention kernel of the AR; auto = flash_attention_2 if installed (GPU, bf16), else sdpa.",
+        "Attention kernel of the AR; auto = flash_attention_2 if it imports (GPU, bf16/fp16), else sdpa (an installed "
+        "but broken flash-attn warns once).",
         noun="attention implementation",
     )
     gradient_checkpointing: bool = setting(

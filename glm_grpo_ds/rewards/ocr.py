@@ -4,6 +4,7 @@ it read and the text to render: the dataset row's ``text``, else the prompt's qu
 GLM-Image extracts them. NaN when there is no text to render.
 
 Args: ``case_sensitive`` (default false), ``min_confidence`` (drop OCR boxes below it, default 0.5).
+Its onnxruntime sessions use this rank's share of the node's cores (glm_grpo_ds/threads.py).
 Needs the ``ocr`` extra: ``pip install glm-grpo-ds[ocr]``.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..threads import cores_per_local_rank
 from .base import TEXT_TO_RENDER, normalise_text, text_to_render
 
 
@@ -24,7 +26,9 @@ class OCRReward:
             raise ValueError(
                 "reward ocr needs rapidocr-onnxruntime and rapidfuzz: pip install 'glm-grpo-ds[ocr]'"
             ) from None
-        self.engine = RapidOCR()
+        # onnxruntime's sessions default to one thread per core, in every rank of the node
+        n = cores_per_local_rank()
+        self.engine = RapidOCR(intra_op_num_threads=n, inter_op_num_threads=n)
         self.case_sensitive, self.min_confidence = case_sensitive, min_confidence
 
     def read(self, image: torch.Tensor) -> str:

@@ -78,6 +78,41 @@ def test_checkpoint_layout_and_atomicity(runs):
     assert state["step"] == 2 and state["world_size"] == 2 and state["zero_stage"] == 3
 
 
+def _tensors(obj):
+    if torch.is_tensor(obj):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)
+
+
+def assert_no_frozen_parameters(ds_dir):
+    """The DeepSpeed state of a checkpoint holds no frozen (base model) parameter: every named tensor is a
+    trainable parameter (the optimizer's param_shapes) or a buffer, and all its tensors together are at
+    most 4 fp32 copies of the trainable parameters (module copy, fp32 master, Adam's two moments)."""
+    states = [torch.load(f, weights_only=False, map_location="cpu") for f in sorted(ds_dir.glob("*.pt"))]
+    models = [s for s in states if "module" in s]
+    assert models, f"no model states in {ds_dir}"
+    trainable = {}
+    for s in models:
+        for shapes in s["param_shapes"]:
+            trainable.update(shapes)
+    for s in models:
+        assert s["frozen_param_fragments"] is None and s["frozen_param_shapes"] is None
+        assert set(s["module"]) <= set(trainable) | set(s["buffer_names"]), set(s["module"]) - set(trainable)
+    numel = sum(shape.numel() for shape in trainable.values())
+    stored = sum(t.numel() * t.element_size() for s in states for t in _tensors(s))
+    assert stored <= 4 * 4 * numel + 4096, (stored, numel)
+
+
+def test_checkpoint_holds_no_frozen_base_parameter(runs):
+    for step in ("step_000002", "step_000004"):  # written fresh, and after a resume
+        assert_no_frozen_parameters(runs["resumed"] / "checkpoints" / step / "ds")
+
+
 def test_resume_with_other_world_size_is_refused(runs, tiny_model_dir, tmp_path):
     out = tmp_path / "other"
     shutil.copytree(runs["resumed"] / "checkpoints", out / "checkpoints")
@@ -172,6 +207,7 @@ def test_full_finetuning_checkpoint_exports_a_pipeline(tiny_model_dir, tmp_path)
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_no_frozen_parameters(out / "checkpoints" / "step_000001" / "ds")  # vision tower and VQ model stay out
     merged = _merge(tiny_model_dir, out / "checkpoints" / "step_000001", tmp_path / "pipe")
     trained = load_file(out / "final_model" / "model.safetensors")
     assert set(trained) == set(merged)

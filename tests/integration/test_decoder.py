@@ -76,3 +76,75 @@ def test_decode_input_errors(decoder):
         decoder.decode(torch.zeros(1, 10, dtype=torch.long), ["a"], 64, 96, [0])
     with pytest.raises(ValueError, match="prompts"):
         decoder.decode(_grids(2), ["a"], 64, 96, [0, 0])
+
+
+# Run in a fresh process: memory a process has freed earlier stays mapped and would hide the peak.
+MEASURE = """
+import json, sys, threading, time
+import torch
+from glm_grpo_ds.config import DecoderConfig
+from glm_grpo_ds.decoder import ImageDecoder
+
+def anon_mib():
+    return next(int(l.split()[1]) / 1024 for l in open("/proc/self/status") if l.startswith("RssAnon:"))
+
+ImageDecoder(sys.argv[2], DecoderConfig(dtype="bf16"), device="meta")  # imports and first-call costs, not measured
+samples, done = [], threading.Event()
+def watch():
+    while not done.is_set():
+        samples.append(anon_mib())
+        time.sleep(0.002)
+base, watcher = anon_mib(), threading.Thread(target=watch)
+watcher.start()
+dec = ImageDecoder(sys.argv[1], DecoderConfig(dtype="bf16"), device="meta")
+done.set()
+watcher.join()
+params = [p for m in (dec.pipe.transformer, dec.pipe.vae, dec.pipe.text_encoder) for p in m.parameters()]
+weights = sum(p.numel() for p in params) * 2 / 2**20
+devices, dtypes = sorted({p.device.type for p in params}), sorted({str(p.dtype) for p in params})
+peak = max(samples + [base]) - base
+print(json.dumps({"peak_mib": peak, "weights_mib": weights, "devices": devices, "dtypes": dtypes}))
+"""
+
+
+def test_weights_go_to_the_device_as_they_are_read(tiny_model_dir, tmp_path):
+    """Every rank loads the decoder: its weights must not sit whole in host memory on the way to the GPU
+    (8 ranks x 15 GB per node). `meta` stands in for the GPU (the same device_map path); a larger DiT
+    makes the difference measurable: the old path (CPU load, then .to) held all of it, ~160 MiB here."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from diffusers import GlmImagePipeline, GlmImageTransformer2DModel
+
+    root = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, root)
+    cfg = {k: v for k, v in json.loads((root / "transformer" / "config.json").read_text()).items() if k[0] != "_"}
+    shutil.rmtree(root / "transformer")
+    cfg.update(num_layers=24, num_attention_heads=8, attention_head_dim=64)
+    GlmImageTransformer2DModel(**cfg).save_pretrained(root / "transformer")  # fp32 on disk, loaded as bf16
+
+    repo = Path(__file__).resolve().parents[2]
+    # a fixed mmap threshold: freed tensors go back to the OS at once, so the peak is what was alive
+    env = dict(os.environ, PYTHONPATH=str(repo), OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="131072")
+    proc = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(root), str(tiny_model_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["devices"] == ["meta"] and r["dtypes"] == ["torch.bfloat16"], r
+    assert r["weights_mib"] > 150 and r["peak_mib"] < 0.4 * r["weights_mib"], r
+
+    # on the CPU the weights are those of the whole-pipeline load, bitwise
+    ref = GlmImagePipeline.from_pretrained(root, vision_language_encoder=None, processor=None, dtype=torch.float32)
+    mine = ImageDecoder(root, DecoderConfig())
+    for name in ("transformer", "vae", "text_encoder"):
+        a, b = getattr(ref, name).state_dict(), getattr(mine.pipe, name).state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 from safetensors.torch import load_file
+from test_checkpoint_resume import assert_no_frozen_parameters  # noqa: E402  (same directory)
 from test_trainer_deepspeed import CONFIG, ENV, FAST, ROOT, WORKER, common, launch, launch_cmd  # noqa: E402  (same directory)
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # a training process per case, some through the launcher
@@ -55,6 +56,10 @@ def saved_run(tiny_model_dir, data64, tmp_path_factory):
     proc = run_train(*common(tiny_model_dir, data64, out, "max_steps=1", "save_steps=1", *FAST))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
+
+
+def test_lora_zero2_checkpoint_holds_no_frozen_base_parameter(saved_run):
+    assert_no_frozen_parameters(saved_run / "checkpoints" / "step_000001" / "ds")
 
 
 # ----------------------------------------------------------------------------- bad inputs

@@ -127,3 +127,31 @@ def test_real_glm_image_plan_fits_8x80(name):
     c = load_config(ROOT / "launch" / "configs" / name, [])
     p = plan(c, ZERO[3], EstimateConfig(num_gpus=8, gpu_memory_gb=80))
     assert 9e9 < sum(p["components"].values()) and p["total_bytes"] < 80 * GIB
+
+
+def test_host_ram_per_node_by_hand():
+    offload = json.loads((ROOT / "ds_configs" / "zero3_offload.json").read_text())
+    c = cfg("optimizer.name=adamw", "decoder.offload=true", "decoder.dtype=bf16")
+    p = plan(c, offload, EstimateConfig(num_gpus=4), sizes(2000, lora=[1000, 1000]))
+    h = p["host_node"]
+    rank = 3 * GIB + 1 * GIB + p["host_bytes"]["master_weights"] + p["host_bytes"]["optimizer_states"] + 500 * 2
+    assert h["ranks"] == 4 and h["per_rank"]["decoder_offloaded"] == 500 * 2 and sum(h["per_rank"].values()) == rank
+    assert h["steady_bytes"] == 4 * rank and h["loading_peak_bytes"] == 4 * rank + 4 * 4000 * 4  # one fp32 tensor
+    assert h["request_bytes"] == 32 * GIB  # 16 GiB x 1.25 rounded up to 16 GiB steps
+    assert h["page_cache_bytes"] == (5010 + 500) * 2
+    from glm_grpo_ds.memory_plan import format_plan
+
+    assert "host RAM per node (4 ranks): steady 16.0 GiB" in format_plan(p) and "--mem=32G" in format_plan(p)
+    on_cpu = plan(c, offload, EstimateConfig(num_gpus=4, device="cpu"), sizes(2000, lora=[1000, 1000]))
+    assert on_cpu["host_node"]["per_rank"]["process"] == 0
+
+
+def test_slurm_asks_for_the_planned_host_memory():
+    """launch/slurm.sbatch's --mem is the planner's request for its default run: the LoRA config, ZeRO-3,
+    8 GPUs per node (real GLM-Image sizes from the built-in configs)."""
+    import re
+
+    c = load_config(ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml", [])
+    want = plan(c, ZERO[3], EstimateConfig(num_gpus=8))["host_node"]["request_bytes"] // GIB
+    found = re.findall(r"^#SBATCH --mem=(\d+)G\b", (ROOT / "launch" / "slurm.sbatch").read_text(), re.M)
+    assert found == [str(want)], (found, want)

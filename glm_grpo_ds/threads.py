@@ -1,0 +1,29 @@
+"""CPU threads per rank: the launcher starts one process per GPU (or per CPU rank) on a node, and each
+library that sizes its thread pool by the machine's core count (torch's intra-op pool, onnxruntime's
+sessions) would otherwise start one thread per core in every rank: 8 ranks x 128 threads spinning on
+128 cores. Each rank gets its share of the cores it may run on."""
+
+from __future__ import annotations
+
+import os
+
+
+def cores_per_local_rank() -> int:
+    """``OMP_NUM_THREADS`` when set (by you, or ``deepspeed --bind_cores_to_rank``); else the cores this
+    process may run on (its CPU affinity: a SLURM allocation's, not the whole machine's) divided by the
+    ranks of this node (the launcher's ``LOCAL_SIZE`` / ``LOCAL_WORLD_SIZE``), at least 1."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    local_world = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, local_world))
+
+
+def limit_torch_threads() -> int:
+    """torch's intra-op pool = :func:`cores_per_local_rank` (GPU runs too: data loading, image
+    processing and CPU-side reward models run there); returns the count."""
+    import torch
+
+    n = cores_per_local_rank()
+    torch.set_num_threads(n)
+    return n
