@@ -9,6 +9,10 @@ Layout under ``output_dir/checkpoints/``::
         trainer_state.json  step, data position, world size, ZeRO stage, the config
     latest                  the name of the newest complete checkpoint
 
+Every rank writes into the checkpoint directory (creating the directories it writes to) and rank 0
+completes it, so on several nodes ``output_dir`` must be storage every node shares: checked at startup,
+before any model loads, by storage.py, which also makes every rank resume from what rank 0 resolves.
+
 A checkpoint is written to ``step_N.tmp/`` and renamed when complete; ``latest`` is replaced
 atomically afterwards. A run killed mid-write leaves a ``.tmp`` directory (removed on the next
 start) and the previous ``latest`` intact.
@@ -202,11 +206,12 @@ def save(engine, output_dir, step: int, trainer_state: dict, rank: int, is_lora:
     root = Path(output_dir) / CHECKPOINTS
     final = root / step_dir_name(step)
     tmp = root / (step_dir_name(step) + ".tmp")
-    if rank == 0:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        (tmp / "rng").mkdir(parents=True)
+    if rank == 0 and tmp.exists():
+        shutil.rmtree(tmp)
     dist.barrier()
+    # Every rank creates the directories it writes to (as DeepSpeed does for its shards) rather than rely
+    # on rank 0's mkdir being visible to it: harmless on the shared storage output_dir must be (storage.py).
+    (tmp / "rng").mkdir(parents=True, exist_ok=True)
     ds_io.save_ds_checkpoint(engine, tmp)
     torch.save(_rng_state(), tmp / "rng" / f"rank_{rank}.pt")
     if is_lora:

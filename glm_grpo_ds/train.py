@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, log, run_log
+from . import checkpoint, log, run_log, storage
 from .adapters import check_init_adapter
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
@@ -75,7 +75,10 @@ class Trainer:
         log.set_rank(self.rank)
         # Inputs are checked first, on every rank alike (each raises the same error, none waits in
         # a collective for the others), so a bad input fails in seconds, before any model loads.
-        self.out = checkpoint.check_output_dir(cfg.output_dir, self.rank)
+        # output_dir first: every rank checks it and all agree what to resume (rank 0's `latest`), and it
+        # must be one storage for all nodes (storage.py). Collective, and nothing before it can raise on
+        # one rank alone.
+        self.out, resume_path = storage.open_output_dir(cfg.output_dir, cfg.resume_from, self.rank)
         at = dict(rank=self.rank, local_rank=self.local_rank)  # a dataset cache to build: rank 0 builds it first
         rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data, **at)
         self.sampler = PromptSampler(
@@ -104,7 +107,6 @@ class Trainer:
         self.ds_config = fill_ds_config(
             self.ds_config_raw, cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
         )
-        resume_path = checkpoint.resume_path(self.out, cfg.resume_from)
         if resume_path is not None:
             checkpoint.check_compatible(resume_path, self.world, zero_stage(self.ds_config))
         else:

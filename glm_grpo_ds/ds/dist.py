@@ -146,6 +146,27 @@ def gather_to_main(t: torch.Tensor) -> torch.Tensor | None:
     return torch.cat(parts).to(t.device) if main else None
 
 
+def all_gather_object(obj) -> list:
+    """Every rank's ``obj`` (any picklable value), in rank order, on every rank. Collective: every rank
+    calls it. At world size 1 (collectives not forced): ``[obj]``. For small startup facts (a hostname, what
+    a rank sees on its disk), not for tensors."""
+    if not active():
+        return [obj]
+    out = [None] * world_size()
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj, src: int = 0):
+    """Rank ``src``'s ``obj`` (any picklable value) on every rank; the others pass anything (e.g. None).
+    Collective: every rank calls it."""
+    if not active():
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=src)
+    return box[0]
+
+
 def barrier() -> None:
     if initialized():
         torch.distributed.barrier()
