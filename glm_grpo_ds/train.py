@@ -69,7 +69,9 @@ class Trainer:
 
     def __init__(self, cfg, ds_config_path: str):
         self.cfg = cfg
-        self.rank, self.world, self.local_rank, self.device = ds_engine.init_distributed(cfg.force_collectives)
+        self.rank, self.world, self.local_rank, self.device = ds_engine.init_distributed(
+            cfg.force_collectives, cfg.dist_timeout_minutes
+        )
         self.is_main = self.rank == 0
         log.set_rank(self.rank)
         # Inputs are checked first, on every rank alike (each raises the same error, none waits in
