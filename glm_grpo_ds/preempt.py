@@ -135,6 +135,10 @@ def startup_signals():
     previous = {sig: signal.signal(sig, interrupt) for sig in handled_signals()}
     try:
         yield
+    except BaseException as err:
+        if received and not isinstance(err, Interrupted):  # swallowed, and startup then failed for it
+            raise Interrupted(received[0]) from err
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -126,3 +126,18 @@ def test_a_signal_whose_exception_library_code_swallowed_still_stops_startup():
             pass
         time.sleep(0.2)  # the rest of startup goes on
     assert err.value.signum == signal.SIGTERM
+
+
+def test_a_swallowed_startup_signal_wins_over_the_error_it_caused_later():
+    import pytest
+
+    from glm_grpo_ds.preempt import Interrupted, startup_signals
+
+    with pytest.raises(Interrupted) as err, startup_signals():
+        try:  # e.g. an import interrupted half-way and swallowed ...
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except BaseException:  # noqa: BLE001 - the library path under test
+            pass
+        raise ImportError("cannot import name 'x'")  # ... fails the next use
+    assert err.value.signum == signal.SIGTERM
