@@ -34,6 +34,7 @@ import torch
 
 from . import checkpoint, log, run_log
 from .adapters import check_init_adapter
+from .background import Background
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
 from .data import DataError, PromptSampler, load_prompts
@@ -113,7 +114,9 @@ class Trainer:
             if cfg.resume_from == "auto":
                 log.info(f"glm-grpo: resume_from=auto: no checkpoint in {self.out}, starting fresh")
         run_log.open_file(self.out, self.rank)  # library output: logs/rank_<r>.log (what was held back first)
-        self.publisher = Publisher(cfg, self.out, self.rank)  # model cards; hub.repo_id checked now (rank 0)
+        # rank 0's pruning and checkpoint uploads, off the collective path (glm_grpo_ds/background.py)
+        self.background = Background()
+        self.publisher = Publisher(cfg, self.out, self.rank, self.background)  # model cards; hub.repo_id checked now
         # Names this run's checkpoints (pruning counts only those); a resumed run keeps its checkpoint's.
         # Only rank 0 writes trainer_state.json and prunes, so the ranks' ids need not agree.
         self.run_id = uuid.uuid4().hex
@@ -336,7 +339,14 @@ class Trainer:
             "config": to_dict(self.cfg),
         }
         path = checkpoint.save(
-            self.engine, self.out, step, state, self.rank, self.cfg.lora is not None, self.cfg.save_total_limit
+            self.engine,
+            self.out,
+            step,
+            state,
+            self.rank,
+            self.cfg.lora is not None,
+            self.cfg.save_total_limit,
+            later=partial(self.background.submit, "prune"),
         )
         return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
 
@@ -382,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
         return exit_code(signal.SIGINT)
     except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)
         log.fatal(str(stop))
+        # rank 0's pending upload / pruning of that checkpoint, before the others exit (once they have, the
+        # launcher would terminate rank 0); they wait in shutdown's barrier
+        trainer.publisher.wait()
         dist.shutdown()
         return stop.exit_code
     except INPUT_ERRORS as err:
