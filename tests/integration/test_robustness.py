@@ -438,9 +438,10 @@ def test_ctrl_c_during_startup_is_one_line(tiny_model_dir, data64, tmp_path):
         preexec_fn=sigint_default,
     )
     try:
-        # the run's log file opens after the input checks, before the models load: Ctrl-C lands in startup
-        # (a SIGINT at the instant output_dir appears was lost on two fresh clones, 2026-11-23; cause still open)
-        _wait_for((out / "logs" / "rank_0.log").is_file, runner, "startup")
+        # at the instant output_dir appears (Trainer.__init__, inside startup_signals): the earliest point of
+        # startup a user can see. It was lost on two fresh clones (2026-11-23); now a swallowed Interrupted
+        # raises again when startup ends, and the run starts with SIGINT's default (sigint_default).
+        _wait_for(out.is_dir, runner, "startup")
         runner.send_signal(signal.SIGINT)
         _, err = runner.communicate(timeout=120)
     finally:
