@@ -17,7 +17,9 @@ A checkpoint is written to ``step_N.tmp/`` and renamed when complete; ``latest``
 atomically afterwards. A run killed mid-write leaves a ``.tmp`` directory (removed on the next
 start) and the previous ``latest`` intact.
 
-Pruning (``save_total_limit``) runs only after ``latest`` points at the new checkpoint, counts only
+Pruning (``save_total_limit``) runs on rank 0 after the save's last barrier (with ``later``, on rank 0's
+worker thread, glm_grpo_ds/background.py: no rank waits while it deletes), only after ``latest`` points
+at the new checkpoint, counts only
 this run's checkpoints (``run_id`` in ``trainer_state.json``, kept across resumes) ordered by their
 step, never deletes the one ``latest`` names, and renames a checkpoint to ``step_N.deleting`` before
 deleting it, so a crash while pruning leaves ``latest`` loadable and no half-deleted ``step_N``.
@@ -29,15 +31,18 @@ unless ``overwrite_output_dir`` is true, which deletes them first.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
 import shutil
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
+from . import log
 from .ds import dist
 from .ds import io as ds_io
 
@@ -201,8 +206,30 @@ def prune(root: Path, keep: int, run_id: str | None) -> list[Path]:
     return deleted
 
 
-def save(engine, output_dir, step: int, trainer_state: dict, rank: int, is_lora: bool, total_limit: int) -> Path:
-    """Write checkpoint ``step`` (all ranks call this) and return its final path."""
+def prune_or_warn(root: Path, keep: int, run_id: str | None) -> None:
+    """:func:`prune`, with a failure (a file system error) as one warning line: the new checkpoint is
+    complete, the run goes on, and the next prune tries again."""
+    try:
+        prune(root, keep, run_id)
+    except OSError as err:
+        log.warning(
+            f"glm-grpo: warning: pruning old checkpoints in {root} (save_total_limit={keep}) failed "
+            f"({err.strerror or err}: {err.filename}); the newest checkpoints are intact; delete old ones by hand"
+        )
+
+
+def save(
+    engine,
+    output_dir,
+    step: int,
+    trainer_state: dict,
+    rank: int,
+    is_lora: bool,
+    total_limit: int,
+    later: Callable[[Callable[[], object]], None] | None = None,
+) -> Path:
+    """Write checkpoint ``step`` (all ranks call this) and return its final path. ``later(job)``: where
+    rank 0 runs the pruning (default: at once, after the last barrier)."""
     root = Path(output_dir) / CHECKPOINTS
     final = root / step_dir_name(step)
     tmp = root / (step_dir_name(step) + ".tmp")
@@ -223,9 +250,13 @@ def save(engine, output_dir, step: int, trainer_state: dict, rank: int, is_lora:
             shutil.rmtree(final)
         os.replace(tmp, final)
         _write_text_atomic(root / LATEST, final.name)
-        if total_limit > 0:  # only now: `latest` already names the new checkpoint
-            prune(root, total_limit, trainer_state.get("run_id"))
     dist.barrier()
+    if rank == 0 and total_limit > 0:  # `latest` names the new checkpoint; no rank waits for the deletion
+        job = functools.partial(prune_or_warn, root, total_limit, trainer_state.get("run_id"))
+        if later is None:
+            job()
+        else:
+            later(job)
     return final
 
 

@@ -8,7 +8,9 @@ global rank 0 (docs/sharing.md).
   status 2 on every rank (agreed by a collective), seconds after launch instead of after training.
 * Each checkpoint (``Publisher.checkpoint``): a model card replaces peft's blank README.md in
   ``checkpoints/step_N/adapter/``; with ``hub.push_checkpoints`` that adapter is uploaded to
-  ``checkpoints/step_N/`` in the repo (the other ranks wait: seconds for a LoRA adapter).
+  ``checkpoints/step_N/`` in the repo on rank 0's worker thread (glm_grpo_ds/background.py) while
+  training goes on: no rank waits for it in a collective. The next checkpoint's upload waits for it;
+  the end of the run (:meth:`Publisher.finish`) and a preempted run (:meth:`Publisher.wait`) too.
 * The end: the model card (and reward curve) of ``final_adapter/`` or ``final_model/``, with or
   without ``hub.repo_id`` (``Publisher.final``, in the trainer's ``save_final``); then, once the process
   group is gone (``Publisher.finish``, the last call of ``train.main``), that directory is uploaded to
@@ -28,9 +30,11 @@ them at another Hub (the tests use a local stand-in, glm_grpo_ds/testing/fake_hu
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 
 from . import log
+from .background import Background
 from .config import ConfigError
 from .ds import dist
 from .model_card import CHECKPOINT_PREFIX, write_run_card
@@ -108,8 +112,9 @@ class Publisher:
     """The run's model cards and uploads (see the module docstring). Every rank constructs it and
     calls its methods; rank 0 does the work."""
 
-    def __init__(self, cfg, out: Path, rank: int):
+    def __init__(self, cfg, out: Path, rank: int, background: Background | None = None):
         self.hub, self.out, self.is_main = cfg.hub, Path(out), rank == 0
+        self.background = background or Background()  # checkpoint uploads (and the trainer's pruning)
         self.failed: list[str] = []
         self.api, self.final_weights = None, None
         if self.hub.repo_id is None:
@@ -138,8 +143,13 @@ class Publisher:
         if self.is_main and adapter.is_dir():
             write_run_card(self.out, adapter, step)
             if self.hub.repo_id and self.hub.push_checkpoints:
-                self._push(adapter, f"{CHECKPOINT_PREFIX}/{path.name}", f"glm-grpo checkpoint at step {step}")
+                where, message = f"{CHECKPOINT_PREFIX}/{path.name}", f"glm-grpo checkpoint at step {step}"
+                self.background.submit("upload", functools.partial(self._push, adapter, where, message))
         return path
+
+    def wait(self) -> None:
+        """Until rank 0's pending checkpoint upload (and pruning) is done."""
+        self.background.wait()
 
     def final(self, weights: Path) -> None:
         """After the final weights were saved in ``weights``: their card (uploaded by :meth:`finish`)."""
@@ -151,17 +161,21 @@ class Publisher:
         """The run's exit status, after the process group is gone (a long upload keeps no rank waiting in
         a collective, whose timeout would kill the job mid-upload): rank 0 uploads the final weights;
         :data:`EXIT_PUSH_FAILED` if this or a checkpoint upload failed, else 0."""
-        if not (self.is_main and self.hub.repo_id):
+        if not self.is_main:
             return 0
-        if self.final_weights is not None:
-            try:
+        try:
+            self.wait()  # the last checkpoint's upload and pruning
+            if self.hub.repo_id and self.final_weights is not None:
                 self._push(self.final_weights, None, f"glm-grpo final {self.final_weights.name}")
-            except KeyboardInterrupt:  # outside the training's signal handling: one line, not a traceback
-                log.fatal(
-                    f"glm-grpo train: upload to {self.hub.repo_id} interrupted by SIGINT; everything is saved in "
-                    f"{self.out}; upload it with `glm-grpo push {self.out}`"
-                )
+        except KeyboardInterrupt:  # outside the training's signal handling: one line, not a traceback
+            if not self.hub.repo_id:  # it was pruning old checkpoints (remove_stale finishes it next time)
+                log.fatal(f"glm-grpo train: interrupted by SIGINT while pruning; everything is saved in {self.out}")
                 return 130
+            log.fatal(
+                f"glm-grpo train: upload to {self.hub.repo_id} interrupted by SIGINT; everything is saved in "
+                f"{self.out}; upload it with `glm-grpo push {self.out}`"
+            )
+            return 130
         if not self.failed:
             return 0
         log.fatal(

@@ -19,6 +19,13 @@ rank at a time and sends SIGKILL 30 s later. Then every rank saves the checkpoin
 
 Before training (config, data, model loading) :func:`startup_signals` turns SIGINT / SIGTERM into
 :class:`Interrupted`, which the entry point reports as one line (no traceback), exit ``128 + signal``.
+The signal is also recorded, and leaving the block raises :class:`Interrupted` again: library code that
+swallows the exception (a bare ``except:``, ``except BaseException``) cannot let the run go on training.
+
+A SIGINT that the process inherited as ignored (``nohup``, ``cmd &`` in a script, a job runner that starts
+jobs that way) stays ignored, in training and during startup: that is how its parent asked for it not to
+be interrupted by a Ctrl-C meant for something else (Python itself then installs no KeyboardInterrupt).
+SIGTERM is always handled. Both restore, on leaving, the handlers that were there before.
 """
 
 from __future__ import annotations
@@ -30,6 +37,12 @@ import threading
 from typing import Callable
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def handled_signals() -> tuple[int, ...]:
+    """The signals to handle now: SIGTERM always; SIGINT unless this process inherited it ignored
+    (the parent asked for that: ``nohup``, ``cmd &`` in a script), see the module docstring."""
+    return tuple(sig for sig in SIGNALS if sig != signal.SIGINT or signal.getsignal(sig) is not signal.SIG_IGN)
 
 
 class StopSignals:
@@ -71,8 +84,7 @@ class StopSignals:
 
     def __enter__(self) -> "StopSignals":
         self._first = 0
-        for sig in SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._handle)
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in handled_signals()}
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)  # the C-level handler must never block on it
         self._previous_wakeup = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
@@ -111,17 +123,27 @@ class Interrupted(BaseException):
 @contextlib.contextmanager
 def startup_signals():
     """Inside the block SIGINT / SIGTERM raise :class:`Interrupted` (SIGTERM's default would kill the
-    process without a word; SIGINT's KeyboardInterrupt would print a traceback)."""
+    process without a word; SIGINT's KeyboardInterrupt would print a traceback). The first one is also
+    recorded, and a block that ends normally after it raises :class:`Interrupted` then: the exception
+    raised by the handler lands wherever the main thread is, possibly in library code that swallows it."""
+    received = []
 
     def interrupt(signum, frame):
+        received.append(signum)
         raise Interrupted(signum)
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in SIGNALS}
+    previous = {sig: signal.signal(sig, interrupt) for sig in handled_signals()}
     try:
         yield
+    except BaseException as err:
+        if received and not isinstance(err, Interrupted):  # swallowed, and startup then failed for it
+            raise Interrupted(received[0]) from err
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if received:  # the block ended normally although a signal came: its exception was swallowed
+        raise Interrupted(received[0])
 
 
 class Stopped(Exception):

@@ -34,6 +34,7 @@ import torch
 
 from . import checkpoint, log, run_log, storage
 from .adapters import check_init_adapter
+from .background import Background
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
 from .cuda_check import CudaUnusable
@@ -70,7 +71,9 @@ class Trainer:
 
     def __init__(self, cfg, ds_config_path: str):
         self.cfg = cfg
-        self.rank, self.world, self.local_rank, self.device = ds_engine.init_distributed(cfg.force_collectives)
+        self.rank, self.world, self.local_rank, self.device = ds_engine.init_distributed(
+            cfg.force_collectives, cfg.dist_timeout_minutes
+        )
         self.is_main = self.rank == 0
         log.set_rank(self.rank)
         # Inputs are checked first, on every rank alike (each raises the same error, none waits in
@@ -114,7 +117,9 @@ class Trainer:
             if cfg.resume_from == "auto":
                 log.info(f"glm-grpo: resume_from=auto: no checkpoint in {self.out}, starting fresh")
         run_log.open_file(self.out, self.rank)  # library output: logs/rank_<r>.log (what was held back first)
-        self.publisher = Publisher(cfg, self.out, self.rank)  # model cards; hub.repo_id checked now (rank 0)
+        # rank 0's pruning and checkpoint uploads, off the collective path (glm_grpo_ds/background.py)
+        self.background = Background()
+        self.publisher = Publisher(cfg, self.out, self.rank, self.background)  # model cards; hub.repo_id checked now
         # Names this run's checkpoints (pruning counts only those); a resumed run keeps its checkpoint's.
         # Only rank 0 writes trainer_state.json and prunes, so the ranks' ids need not agree.
         self.run_id = uuid.uuid4().hex
@@ -337,7 +342,14 @@ class Trainer:
             "config": to_dict(self.cfg),
         }
         path = checkpoint.save(
-            self.engine, self.out, step, state, self.rank, self.cfg.lora is not None, self.cfg.save_total_limit
+            self.engine,
+            self.out,
+            step,
+            state,
+            self.rank,
+            self.cfg.lora is not None,
+            self.cfg.save_total_limit,
+            later=partial(self.background.submit, "prune"),
         )
         return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
 
@@ -384,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
         return exit_code(signal.SIGINT)
     except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)
         log.fatal(str(stop))
+        # rank 0's pending upload / pruning of that checkpoint, before the others exit (once they have, the
+        # launcher would terminate rank 0); they wait in shutdown's barrier
+        trainer.publisher.wait()
         dist.shutdown()
         return stop.exit_code
     except INPUT_ERRORS as err:

@@ -32,9 +32,14 @@ CONFIG=${CONFIG:-launch/configs/glm_image_lora_zero3.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
 # HF_HUB_OFFLINE and HF_HOME are yours: model.path=zai-org/GLM-Image downloads once into the Hugging Face
 # cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model_source.py).
-args=(--hostfile "$HOSTFILE" --num_nodes "$NUM_NODES" --master_addr "$MASTER_ADDR" --master_port "${MASTER_PORT:-29500}")
+MASTER_PORT=${MASTER_PORT:-29500}
+args=(--hostfile "$HOSTFILE" --num_nodes "$NUM_NODES" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT")
 if [ -n "${NODE_RANK:-}" ]; then
   args+=(--no_ssh --node_rank "$NODE_RANK")
 fi
-exec deepspeed "${args[@]}" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" \
+# SIGTERM / SIGINT to this script go to this node's training ranks, not the launcher (launch/signals.sh):
+# the ranks agree after the step, save a checkpoint on every node and exit 143 / 130.
+# shellcheck source=launch/signals.sh
+source "$(dirname "${BASH_SOURCE[0]}")/signals.sh"
+run_deepspeed "${args[@]}" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" \
   resume_from=auto "$@"

@@ -90,6 +90,12 @@ class TrainConfig:
         "Run every collective even at world size 1 (normally skipped): one GPU with NCCL then checks the multi-GPU "
         "communication path (device placement of every collective) - see glm_grpo_ds/ds/dist.py.",
     )
+    dist_timeout_minutes: float = setting(
+        60.0,
+        "How long a collective may wait for the slowest rank before the run fails (the process group's timeout, "
+        "passed to deepspeed.init_distributed; it overrides DEEPSPEED_TIMEOUT). Rank 0's long work (Hub "
+        "downloads, checkpoint uploads, pruning) does not count against it; fractions are allowed (0.5 = 30 s).",
+    )
 
     @property
     def sequences_per_rank(self) -> int:
@@ -123,6 +129,10 @@ class TrainConfig:
         need(
             not (self.overwrite_output_dir and self.resume_from not in (None, "auto")),
             f"overwrite_output_dir=true starts over but resume_from={self.resume_from} continues a run: pick one",
+        )
+        need(
+            self.dist_timeout_minutes > 0,
+            f"dist_timeout_minutes must be > 0 (minutes; fractions allowed), got {self.dist_timeout_minutes}",
         )
         need(self.save_total_limit >= 0, f"save_total_limit must be >= 0 (0 = keep all), got {self.save_total_limit}")
         g = self.grpo

@@ -104,7 +104,7 @@ def any_rank(flag: float) -> float:
 @contextlib.contextmanager
 def patient_group(timeout_s: float):
     """Yield an ``any_rank(flag) -> bool`` whose collective may wait ``timeout_s`` seconds, far beyond the
-    process group's timeout (DeepSpeed's default is 10 minutes; NCCL aborts a collective that waits longer):
+    process group's timeout (``dist_timeout_minutes``; NCCL aborts a collective that waits longer):
     for ranks that wait while rank 0 does something long, e.g. download the model. It runs on a gloo group
     of its own, created on entry (collective: every rank enters) and destroyed on exit."""
     if not active():

@@ -12,6 +12,7 @@ own API, so a DeepSpeed upgrade is read here::
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import socket
 from pathlib import Path
@@ -30,11 +31,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(force_collectives: bool = False) -> tuple[int, int, int, torch.device]:
+def init_distributed(
+    force_collectives: bool = False, timeout_minutes: float = 60.0
+) -> tuple[int, int, int, torch.device]:
     """Start (or join) the process group; returns (rank, world_size, local_rank, device).
 
     Works under the ``deepspeed`` launcher (env vars set) and as a plain single process.
     ``force_collectives``: run collectives at world size 1 too (see glm_grpo_ds/ds/dist.py).
+    ``timeout_minutes``: how long a collective waits for a late rank (``dist_timeout_minutes``); passed
+    explicitly, so DeepSpeed's default (10 min, or ``DEEPSPEED_TIMEOUT``) does not apply.
     """
     cuda_check.check_rank()  # GPUs here (or asked for) that torch cannot use: stop, never train on the CPU
     # DS_ACCELERATOR=cpu is a CPU run even where CUDA works (the tests and the demo on a GPU machine)
@@ -57,7 +62,11 @@ def init_distributed(force_collectives: bool = False) -> tuple[int, int, int, to
     # core and the oversubscribed threads spin (CPU ranks: token-by-token decoding ~30x slower).
     threads.limit_torch_threads()
     with run_log.prints_to_log("DeepSpeed"):
-        deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
+        deepspeed.init_distributed(
+            dist_backend="nccl" if on_gpu else "gloo",
+            verbose=False,
+            timeout=datetime.timedelta(minutes=timeout_minutes),
+        )
     device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
     dist.setup(comm_device=device, force=force_collectives)  # NCCL: CUDA tensors; gloo: CPU
     if not on_gpu:

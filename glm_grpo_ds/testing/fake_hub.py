@@ -15,6 +15,7 @@ commit) and ``POST /api/models/{repo}/commit/{rev}`` (NDJSON). Requests without 
         hub.repos["me/run"]["private"], hub.commits, hub.tokens
     FakeHub(fail_commits=True)                   # commits answer HTTP 403 (not retried): a failing upload
     FakeHub(fail_commits=lambda paths: ...)      # only commits of these paths fail (settable while serving)
+    FakeHub(slow_commits=lambda paths: 30.0)     # commits of these paths take that many seconds (a slow upload)
 
 A subprocess reaches it with ``HF_ENDPOINT=hub.url``.
 """
@@ -25,6 +26,7 @@ import base64
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 from urllib.parse import unquote
@@ -33,9 +35,15 @@ import yaml
 
 
 class FakeHub:
-    def __init__(self, fail_commits: bool | Callable[[list[str]], bool] = False, existing: dict | None = None):
+    def __init__(
+        self,
+        fail_commits: bool | Callable[[list[str]], bool] = False,
+        existing: dict | None = None,
+        slow_commits: Callable[[list[str]], float] | None = None,
+    ):
         """``existing``: repos that already exist, {repo_id: private}."""
         self.fail_commits = fail_commits
+        self.slow_commits = slow_commits
         self.repos: dict[str, dict] = {r: {"private": p, "branches": {"main": {}}} for r, p in (existing or {}).items()}
         self.commits: list[dict] = []  # {repo, revision, message, paths}
         self.tokens: set[str] = set()
@@ -140,6 +148,8 @@ def _handler(hub: FakeHub):
             header = next(i["value"] for i in items if i["key"] == "header")
             files = {i["value"]["path"]: base64.b64decode(i["value"]["content"]) for i in items if i["key"] == "file"}
             paths = list(files)
+            if hub.slow_commits is not None:
+                time.sleep(hub.slow_commits(paths))
             fail = hub.fail_commits
             if fail is True or (callable(fail) and fail(paths)):
                 return self._reply(403, {"error": "You don't have the rights to write to this repo"})

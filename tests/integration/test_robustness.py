@@ -4,6 +4,7 @@ glm_grpo_ds.train`; cross-rank agreement uses the real deepspeed launcher with 2
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import signal
@@ -16,7 +17,7 @@ import psutil
 import pytest
 from safetensors.torch import load_file
 from test_checkpoint_resume import assert_no_frozen_parameters  # noqa: E402  (same directory)
-from test_trainer_deepspeed import CONFIG, ENV, FAST, ROOT, WORKER, common, launch, launch_cmd  # noqa: E402  (same directory)
+from test_trainer_deepspeed import CONFIG, ENV, FAST, ROOT, WORKER, _port, common, launch, launch_cmd  # noqa: E402  (same directory)
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # a training process per case, some through the launcher
 
@@ -423,6 +424,12 @@ def _wait_for(predicate, runner, what, timeout=300):
         time.sleep(0.2)
 
 
+def sigint_default():
+    """preexec_fn of a run a test sends Ctrl-C to: SIGINT's default, whatever this process has (`make test &`
+    and nohup start the suite with SIGINT ignored, and a run keeps an inherited ignored SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_startup_is_one_line(tiny_model_dir, data64, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
@@ -433,11 +440,13 @@ def test_ctrl_c_during_startup_is_one_line(tiny_model_dir, data64, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,
     )
     try:
-        # the run's log file opens after the input checks, before the models load: Ctrl-C lands in startup
-        # (a SIGINT at the instant output_dir appears was lost on two fresh clones, 2026-11-23; cause still open)
-        _wait_for((out / "logs" / "rank_0.log").is_file, runner, "startup")
+        # at the instant output_dir appears (Trainer.__init__, inside startup_signals): the earliest point of
+        # startup a user can see. It was lost on two fresh clones (2026-11-23); now a swallowed Interrupted
+        # raises again when startup ends, and the run starts with SIGINT's default (sigint_default).
+        _wait_for(out.is_dir, runner, "startup")
         runner.send_signal(signal.SIGINT)
         _, err = runner.communicate(timeout=120)
     finally:
@@ -459,9 +468,9 @@ import torch
 calls = [0]
 def slow(images, prompts, samples):
     calls[0] += 1
-    if calls[0] == 2:  # step 2 takes a minute: a signal now lands in the middle of a step
+    if calls[0] == 2:  # step 2 takes a minute (SLOW_S): a signal now lands in the middle of a step
         Path(os.environ["IN_STEP_2"]).touch()
-        time.sleep(60)
+        time.sleep(float(os.environ.get("SLOW_S", "60")))
     return images.mean(dim=(1, 2, 3))
 """
 
@@ -478,6 +487,7 @@ def test_ctrl_c_announces_at_once_and_a_second_one_aborts_with_the_checkpoint_in
         env=dict(ENV, IN_STEP_2=str(marker)),
         stdout=subprocess.DEVNULL,
         stderr=log,
+        preexec_fn=sigint_default,
     )
     try:
         _wait_for(marker.exists, runner, "step 2")
@@ -500,3 +510,57 @@ def test_ctrl_c_announces_at_once_and_a_second_one_aborts_with_the_checkpoint_in
 
     latest = checkpoint.resolve(out, "latest")  # the step-1 checkpoint, complete and loadable
     assert latest.name == "step_000001" and checkpoint.read_state(latest)["step"] == 1
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process left in session ``sid`` (a launcher its script no longer waits for, its ranks)."""
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) == sid:
+                proc.kill()
+        except (OSError, psutil.Error):
+            pass
+
+
+def test_sigterm_to_train_sh_outlasts_the_launchers_30_s_kill(tiny_model_dir, data64, tmp_path):
+    """A scheduler's SIGTERM to launch/train.sh while step 2 takes 40 s (a full-size step and save take
+    minutes): the script passes it to the rank, not to the deepspeed launcher (which would SIGKILL the rank
+    30 s later); the rank finishes the step, saves step 2 and the script exits 143."""
+    (tmp_path / "slow.py").write_text(SLOW)
+    out, marker = tmp_path / "run", tmp_path / "in_step_2"
+    env = dict(
+        ENV,
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # the venv's deepspeed
+        NUM_GPUS="1",
+        CONFIG=str(CONFIG),
+        DS_CONFIG="ds_configs/zero2.json",
+        MASTER_PORT=str(_port()),
+        OMP_NUM_THREADS="1",
+        IN_STEP_2=str(marker),
+        SLOW_S="40",
+    )
+    rewards = f"rewards=[{{name: '{tmp_path / 'slow.py'}:slow'}}]"
+    overrides = common(tiny_model_dir, data64, out, "max_steps=3", "save_steps=100", *FAST, rewards)
+    log = (tmp_path / "log").open("w+")
+    runner = subprocess.Popen(
+        ["bash", "launch/train.sh", *overrides],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(marker.exists, runner, "step 2")
+        sent = time.monotonic()
+        runner.send_signal(signal.SIGTERM)  # to the script only, as a scheduler does
+        runner.wait(timeout=180)
+        waited = time.monotonic() - sent
+    finally:
+        _kill_session(runner.pid)
+    log.seek(0)
+    text = log.read()
+    assert runner.returncode == 143, text[-3000:]
+    assert "glm-grpo train: preempted by SIGTERM at step 2; checkpoint at" in text, text[-3000:]
+    assert (out / "checkpoints" / "latest").read_text() == "step_000002"
+    assert waited > 30  # the step outlasted the launcher's SIGKILL delay

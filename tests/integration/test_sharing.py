@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from huggingface_hub import ModelCard
-from test_trainer_deepspeed import CONFIG, ROOT, common  # noqa: E402  (same directory)
+from test_trainer_deepspeed import CONFIG, ROOT, common, launch_cmd  # noqa: E402  (same directory)
 
 from glm_grpo_ds.testing.fake_hub import FakeHub
 
@@ -156,3 +156,23 @@ def test_no_token_fails_at_startup(tiny_model_dir, data64, tmp_path):
         "`hf auth login` (the token is never read from the config), or set hub.repo_id=null to train without uploading"
     )
     assert not hub.repos and not (tmp_path / "run" / "final_adapter").exists()
+
+
+@pytest.mark.distributed
+def test_a_checkpoint_upload_longer_than_the_timeout_keeps_no_rank_waiting(tiny_model_dir, data64, tmp_path):
+    """2 ranks with an 18 s process-group timeout (dist_timeout_minutes=0.3) and a checkpoint upload that
+    takes 45 s: rank 0 uploads on its worker thread while both ranks go on (before, rank 1 timed out in
+    the collective after the save while rank 0 uploaded); the end waits for the upload, then the final one."""
+    out = tmp_path / "run"
+    with FakeHub(slow_commits=lambda paths: 45.0 if paths[0].startswith("checkpoints/") else 0.0) as hub:
+        args = ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+        args += common(tiny_model_dir, data64, out, "rollout.height=64", "rollout.width=64", "grpo.group_size=4")
+        args += ["max_steps=2", "save_steps=2", f"hub.repo_id={REPO}", "hub.push_checkpoints=true"]
+        cmd, _, _ = launch_cmd(2, [*args, "dist_timeout_minutes=0.3", "logging.plot=false"])
+        env = dict(hub_env(tmp_path, hub.url), DS_ACCELERATOR="cpu")
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        # the checkpoint's upload, then the final adapter's
+        assert [c["paths"][0].startswith("checkpoints/step_000002/") for c in hub.commits] == [True, False]
+        assert "checkpoints/step_000002/adapter_model.safetensors" in hub.files(REPO)
+        assert "adapter_model.safetensors" in hub.files(REPO)

@@ -156,3 +156,23 @@ def test_a_crash_while_pruning_leaves_latest_loadable(tmp_path, monkeypatch):
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step_000001.deleting", "step_000002", "step_000003"]
     checkpoint.remove_stale(tmp_path)
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step_000002", "step_000003"]
+
+
+def test_rank_zero_background_jobs_run_in_order_beside_the_caller():
+    """Pruning and checkpoint uploads (glm_grpo_ds/background.py): the caller goes on at once, the jobs run
+    in the order submitted (a prune never overtakes an earlier upload of what it deletes), a new job of a
+    kind first waits for the previous one of that kind, and wait() waits for all."""
+    import threading
+
+    from glm_grpo_ds.background import Background
+
+    events, release = [], threading.Event()
+    background = Background()
+    background.submit("upload", lambda: (release.wait(10), events.append("upload 1")))
+    background.submit("prune", lambda: events.append("prune"))
+    assert events == []  # submitted, not waited for
+    release.set()
+    background.submit("upload", lambda: events.append("upload 2"))  # after upload 1
+    assert events[0] == "upload 1"
+    background.wait()
+    assert events == ["upload 1", "prune", "upload 2"]

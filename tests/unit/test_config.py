@@ -191,3 +191,10 @@ def test_tools_with_overrides_take_them_anywhere_and_hint_flag_style_keys(capsys
     with pytest.raises(SystemExit):  # an unknown option that is no config key: argparse's own error
         bench.parse_args(["--no-such-option"])
     assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
+def test_dist_timeout_minutes_takes_fractions_and_must_be_positive():
+    assert load_config(None, BASE).dist_timeout_minutes == 60
+    assert load_config(None, BASE + ["dist_timeout_minutes=0.5"]).dist_timeout_minutes == 0.5  # 30 s
+    with pytest.raises(ConfigError, match=r"^dist_timeout_minutes must be > 0 \(minutes; fractions allowed\), got 0"):
+        load_config(None, BASE + ["dist_timeout_minutes=0"])

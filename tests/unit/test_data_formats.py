@@ -378,20 +378,21 @@ def test_lines_are_read_texts_lines(tmp_path):
 
 # ---------------------------------------------------------------- several ranks
 RANK_SNIPPET = """
-import json, os, sys, time
+import datetime, json, os, sys, time
 import torch
 from glm_grpo_ds.data import load_prompts
 from glm_grpo_ds.data.hub import in_rank_order
 
 rank, tmp = int(os.environ["RANK"]), sys.argv[1]
-torch.distributed.init_process_group("gloo", rank=rank, world_size=3)
+# a process group timeout shorter than rank 0's turn: the waiting ranks must not wait on this group
+torch.distributed.init_process_group("gloo", rank=rank, world_size=3, timeout=datetime.timedelta(seconds=3))
 local_rank = [0, 1, 0][rank]  # ranks 0, 1 on node 0; rank 2 on node 1
 
 
 def prepare(log, fail):
     with open(log, "a") as f:
         f.write(f"{rank} start\\n")
-    time.sleep(0.5)
+    time.sleep(5 if rank == 0 and not fail else 0.5)  # e.g. a download
     if rank == 0 and fail:
         raise ValueError("rank 0 failed")
     with open(log, "a") as f:
@@ -413,7 +414,7 @@ torch.distributed.destroy_process_group()
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_rank_zero_prepares_first_then_each_node(tmp_path):
+def test_rank_zero_prepares_first_then_each_node_while_the_others_wait_patiently(tmp_path):
     import socket
 
     datasets.Dataset.from_dict({"prompt": [f"p{i}" for i in range(50)]}).to_parquet(tmp_path / "p.parquet")

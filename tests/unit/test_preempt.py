@@ -1,6 +1,11 @@
 """Signals (glm_grpo_ds/preempt.py), in child processes: the first SIGINT / SIGTERM is recorded and
 announced at once, a second SIGINT ends the process at once (exit 130, one line) even while the main
-thread is busy, a repeated SIGTERM does not, and signals during startup raise Interrupted."""
+thread is busy, a repeated SIGTERM does not, a SIGINT inherited as ignored stays ignored, and signals
+during startup raise Interrupted, even when library code swallows the exception.
+
+The children start with SIGINT's default (or ignored, where that is the case under test) whatever this
+process has: `make test &` or nohup starts the suite with SIGINT ignored, which the children inherit.
+The in-process startup tests use SIGTERM, which is always handled."""
 
 import os
 import signal
@@ -14,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import os, signal, sys, time
 from glm_grpo_ds.preempt import StopSignals
+before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 with StopSignals(lambda s: f"notice {signal.Signals(s).name}") as signals:
     print("ready", flush=True)
     for sig in sys.argv[1:]:
@@ -21,15 +27,22 @@ with StopSignals(lambda s: f"notice {signal.Signals(s).name}") as signals:
         time.sleep(0.5)
     time.sleep(float(os.environ.get("BUSY", "0")))  # the main thread busy: the step goes on
     print("received", signals.received, flush=True)
-print("handlers restored:", signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+print("handlers restored:", all(signal.getsignal(s) is h for s, h in before.items()), flush=True)
+print("SIGINT ignored:", before[signal.SIGINT] is signal.SIG_IGN, flush=True)
 """
 
 
-def run(*signals, busy=0.0):
+def run(*signals, busy=0.0, sigint=signal.SIG_DFL):
+    """SCRIPT in a child that starts with SIGINT's disposition ``sigint``, as if inherited from its parent."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), BUSY=str(busy))
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, *signals], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", SCRIPT, *signals],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )
     return proc, time.monotonic() - start
 
@@ -39,6 +52,16 @@ def test_first_signal_is_recorded_and_announced_at_once():
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == ["notice SIGTERM"]
     assert f"received {int(signal.SIGTERM)}" in proc.stdout and "handlers restored: True" in proc.stdout
+    assert "SIGINT ignored: False" in proc.stdout
+
+
+def test_an_inherited_ignored_sigint_stays_ignored_and_sigterm_is_still_handled():
+    # nohup / `cmd &` in a script: the parent asked that a Ctrl-C meant for something else not stop this
+    proc, _ = run("SIGINT", "SIGINT", "SIGTERM", sigint=signal.SIG_IGN)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["notice SIGTERM"]
+    assert f"received {int(signal.SIGTERM)}" in proc.stdout
+    assert "SIGINT ignored: True" in proc.stdout and "handlers restored: True" in proc.stdout  # still ignored
 
 
 def test_second_ctrl_c_aborts_at_once_with_one_line():
@@ -64,11 +87,12 @@ def test_signals_during_startup_raise_interrupted():
 
     from glm_grpo_ds.preempt import Interrupted, startup_signals
 
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as err, startup_signals():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
     assert err.value.signum == signal.SIGTERM
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_a_signal_during_startup_is_not_swallowed_by_library_code_catching_exception():
@@ -80,8 +104,40 @@ def test_a_signal_during_startup_is_not_swallowed_by_library_code_catching_excep
 
     with pytest.raises(Interrupted) as err, startup_signals():
         try:  # what e.g. an optional-import check in a library does
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
         except Exception:  # noqa: BLE001 - the library's fallback under test
             pass
-    assert err.value.signum == signal.SIGINT
+    assert err.value.signum == signal.SIGTERM
+
+
+def test_a_signal_whose_exception_library_code_swallowed_still_stops_startup():
+    """Even a library path that swallows every exception (a bare ``except:``, ``except BaseException``)
+    cannot let the run train on: the signal is recorded, and leaving the startup block raises it."""
+    import pytest
+
+    from glm_grpo_ds.preempt import Interrupted, startup_signals
+
+    with pytest.raises(Interrupted) as err, startup_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except BaseException:  # noqa: BLE001 - the library path under test
+            pass
+        time.sleep(0.2)  # the rest of startup goes on
+    assert err.value.signum == signal.SIGTERM
+
+
+def test_a_swallowed_startup_signal_wins_over_the_error_it_caused_later():
+    import pytest
+
+    from glm_grpo_ds.preempt import Interrupted, startup_signals
+
+    with pytest.raises(Interrupted) as err, startup_signals():
+        try:  # e.g. an import interrupted half-way and swallowed ...
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except BaseException:  # noqa: BLE001 - the library path under test
+            pass
+        raise ImportError("cannot import name 'x'")  # ... fails the next use
+    assert err.value.signum == signal.SIGTERM
