@@ -225,6 +225,13 @@ def main(argv: list[str] | None = None) -> int:
             Path(a.result).write_text(json.dumps(result))
         shutdown()
         return 0
+    if os.environ.get("DS_ACCELERATOR") != "cpu":  # a GPU benchmark must not quietly time the CPU
+        from ..cuda_check import refusal
+
+        problem = refusal()
+        if problem:
+            print(f"glm-grpo bench: {problem}", file=sys.stderr)
+            return 2
     if a.model is not None:
         from ..model_source import resolve_model
 

@@ -106,3 +106,15 @@ def test_the_refusal_names_what_hides_the_gpus(no_gpu_machine, monkeypatch, tmp_
     line = cuda_check.refusal()
     assert "(CPU-only build, torch.version.cuda is None)" in line and "install a CUDA build of torch" in line
     assert "XYZ <= 122" in line
+
+
+def test_bench_refuses_to_time_the_cpu_on_a_gpu_node(no_gpu_machine, monkeypatch, tmp_path, capsys):
+    """`glm-grpo bench` would otherwise benchmark the CPU and report it as this node's numbers."""
+    from glm_grpo_ds.commands import bench
+
+    monkeypatch.setenv("PATH", str(fake_gpu_bin(tmp_path)))
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    assert bench.main(["--out", str(tmp_path / "bench.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("glm-grpo bench: this node has 1 NVIDIA GPU(s) (NVIDIA H100 80GB HBM3)")
+    assert not (tmp_path / "bench.json").exists()
