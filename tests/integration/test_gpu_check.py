@@ -24,8 +24,8 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def test_gpu_check_script_on_cpu_passes_and_check_run_can_fail(tiny_model_dir, tmp_path, capsys):
-    out = tmp_path / "check"
+def run_gpu_check(out: Path, *args: str, **env_extra: str) -> str:
+    """``bash launch/gpu_check.sh ARGS`` on the CPU writing to ``out``; asserts exit 0, returns its output."""
     env = dict(
         os.environ,
         HF_HUB_OFFLINE="1",
@@ -34,18 +34,11 @@ def test_gpu_check_script_on_cpu_passes_and_check_run_can_fail(tiny_model_dir, t
         VERIFY_SIZE="64",
         MASTER_PORT=str(_port()),
         PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        **env_extra,
     )
     proc = subprocess.run(
-        [
-            "bash",
-            "launch/gpu_check.sh",
-            str(tiny_model_dir),
-            "rollout.height=64",
-            "rollout.width=64",
-            "max_steps=2",
-            "grpo.group_size=4",
-            "decoder.num_inference_steps=1",
-        ],
+        ["bash", "launch/gpu_check.sh", *args, "rollout.height=64", "rollout.width=64", "grpo.group_size=4"]
+        + ["decoder.num_inference_steps=1"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -54,9 +47,15 @@ def test_gpu_check_script_on_cpu_passes_and_check_run_can_fail(tiny_model_dir, t
     )
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-3000:]
-    assert "(collectives forced on)" in text and "dtype torch.bfloat16" in text
     for check in ("no non-finite step", "ratio 1 on the first iteration", "sampler vs trainer parity"):
         assert f"PASS  {check}" in text
+    return text
+
+
+def test_gpu_check_script_on_cpu_passes_and_check_run_can_fail(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "check"
+    text = run_gpu_check(out, str(tiny_model_dir), "max_steps=2")
+    assert "(collectives forced on)" in text and "dtype torch.bfloat16" in text
     assert "INFO  measured peak vs planner" in text  # CPU: reported, not judged
 
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -72,36 +71,7 @@ def test_gpu_check_script_on_cpu_passes_and_check_run_can_fail(tiny_model_dir, t
 def test_gpu_check_script_with_two_ranks_runs_zero3_across_them(tiny_model_dir, tmp_path):
     """`--num-gpus 2`: the check's training run on two ranks (ZeRO-3 partitions and gathers for real),
     collectives not forced (nothing to force at world size 2); every verdict passes."""
-    out = tmp_path / "check2"
-    env = dict(
-        os.environ,
-        HF_HUB_OFFLINE="1",
-        DS_ACCELERATOR="cpu",
-        OMP_NUM_THREADS="1",
-        OUT=str(out),
-        VERIFY_SIZE="64",
-        MASTER_PORT=str(_port()),
-        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    text = run_gpu_check(
+        tmp_path / "check2", "--num-gpus", "2", str(tiny_model_dir), "max_steps=1", OMP_NUM_THREADS="1"
     )
-    overrides = ["rollout.height=64", "rollout.width=64", "max_steps=1", "grpo.group_size=4"]
-    proc = subprocess.run(
-        [
-            "bash",
-            "launch/gpu_check.sh",
-            "--num-gpus",
-            "2",
-            str(tiny_model_dir),
-            *overrides,
-            "decoder.num_inference_steps=1",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    text = proc.stdout + proc.stderr
-    assert proc.returncode == 0, text[-3000:]
     assert "glm-grpo: world size 2 (1 node(s)), ZeRO stage 3" in text and "(collectives forced on)" not in text
-    for check in ("no non-finite step", "ratio 1 on the first iteration", "sampler vs trainer parity"):
-        assert f"PASS  {check}" in text
