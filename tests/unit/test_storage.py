@@ -134,7 +134,7 @@ class _Engine:
     """Stands in for the DeepSpeed engine in checkpoint.save: like DeepSpeed, it creates the directory of
     the shard it writes (the real engine takes ~1 min to start on this machine)."""
 
-    def save_checkpoint(self, directory, tag, save_latest):
+    def save_checkpoint(self, directory, tag, save_latest, exclude_frozen_parameters):
         shard = storage.Path(directory) / tag / "mp_rank_00_model_states.pt"
         shard.parent.mkdir(parents=True, exist_ok=True)
         shard.write_bytes(b"shard")
