@@ -2,6 +2,7 @@
 that the tests and ``make demo`` use (the builders are in glm_grpo_ds/testing/)::
 
     glm-grpo tiny-model OUT_DIR [--seed N] [--full-size-ar]
+    glm-grpo tiny-model OUT_DIR --real-width --ar-layers N --dit-layers M [--seed N]
     glm-grpo tiny-data --config CFG [--num-prompts N] [key=value ...]
     glm-grpo tiny-world OUT_DIR [--seed N]
 """
@@ -9,9 +10,11 @@ that the tests and ``make demo`` use (the builders are in glm_grpo_ds/testing/):
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from ..config import load_config, parse_with_overrides
+from ..testing.slice import build_slice_pipeline
 from ..testing.tiny import build_tiny_pipeline
 from ..testing.tiny_data import PROMPTS, write_tiny_dataset
 from ..testing.world import write_world
@@ -28,10 +31,29 @@ def tiny_model(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the AR at GLM-Image's real size (10 B params, ~20 GB bf16; for GPU benchmarks)",
     )
+    parser.add_argument(
+        "--real-width",
+        action="store_true",
+        help="a real-width slice: GLM-Image's real configs, bf16, only the layer counts reduced (docs/real-width.md)",
+    )
+    parser.add_argument("--ar-layers", type=int, default=1, help="with --real-width: AR layers (real: 40)")
+    parser.add_argument("--dit-layers", type=int, default=1, help="with --real-width: DiT layers (real: 30)")
     args = parser.parse_args(argv)
-    path = build_tiny_pipeline(args.out_dir, seed=args.seed, full_size_ar=args.full_size_ar)
+    if args.full_size_ar and args.real_width:
+        parser.error("--full-size-ar and --real-width exclude each other")
+    if not args.real_width and (args.ar_layers, args.dit_layers) != (1, 1):
+        parser.error("--ar-layers / --dit-layers need --real-width")
+    if min(args.ar_layers, args.dit_layers) < 1:
+        parser.error("--ar-layers and --dit-layers must be >= 1")
+    start = time.monotonic()
+    if args.real_width:
+        path = build_slice_pipeline(args.out_dir, args.ar_layers, args.dit_layers, seed=args.seed)
+        kind = f"real-width GLM-Image slice (AR {args.ar_layers} layers, DiT {args.dit_layers} layers, bf16)"
+    else:
+        path = build_tiny_pipeline(args.out_dir, seed=args.seed, full_size_ar=args.full_size_ar)
+        kind = "tiny GLM-Image pipeline"
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    print(f"wrote tiny GLM-Image pipeline to {path} ({size / 1e6:.2f} MB)")
+    print(f"wrote {kind} to {path} ({size / 1e6:.2f} MB, {time.monotonic() - start:.0f} s)")
     return 0
 
 

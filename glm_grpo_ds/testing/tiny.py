@@ -50,6 +50,10 @@ PRIOR_EMBED_GAIN = 30.0
 IMAGE_START_ID = CODEBOOK_SIZE
 IMAGE_END_ID = CODEBOOK_SIZE + 1
 VISION_VOCAB_SIZE = CODEBOOK_SIZE + 8
+# The AR's rotary embedding as GLM-Image's config has it (GLM-4 style: rotary on half of each 128-wide
+# head, its 32 frequencies split 8/12/12 over time/height/width). transformers' bare default has no
+# partial_rotary_factor (= 1.0), which fails at head_dim 128: the M-RoPE sections sum to 32, not 64.
+REAL_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5}
 
 # Text special tokens, in id order after the vision vocabulary.
 _TEXT_SPECIALS = ["<|endoftext|>", "[UNK]", "[gMASK]", "<|user|>", "<|assistant|>", "<|image|>", "<sop>", "<eop>"]
@@ -122,7 +126,7 @@ def build_ar_config(text_vocab_size: int, pad_id: int, eos_id: int, full_size: b
         # and memory per token with random weights, for GPU benchmarks. Only the VQ codebook stays
         # tiny, so the sampler's codebook mask matches the tiny DiT.
         return GlmImageConfig(
-            text_config={"pad_token_id": pad_id, "eos_token_id": eos_id},
+            text_config={"pad_token_id": pad_id, "eos_token_id": eos_id, "rope_parameters": dict(REAL_ROPE)},
             vq_config={"num_embeddings": CODEBOOK_SIZE},
             image_token_id=_vocab()["<|image|>"],
             image_start_token_id=IMAGE_START_ID,

@@ -161,3 +161,15 @@ def test_full_size_ar_config_is_glm_image_with_the_tiny_vocabulary_layout():
     with torch.device("meta"):
         n = sum(p.numel() for p in GlmImageForConditionalGeneration(cfg).parameters())
     assert 10.0e9 < n < 10.3e9
+
+
+def test_full_size_ar_config_has_a_working_rotary_embedding():
+    # transformers' bare GlmImageConfig() has no partial_rotary_factor: its 8/12/12 M-RoPE sections then
+    # do not fit the 128-wide heads and the first forward fails (found by the real-width slice, #26)
+    from transformers.models.glm_image.modeling_glm_image import GlmImageTextRotaryEmbedding
+
+    text = tiny.build_ar_config(168064, 167841, 167841, full_size=True).text_config
+    rope = GlmImageTextRotaryEmbedding(text)
+    x = torch.zeros(1, 4, text.hidden_size)
+    cos, sin = rope(x, torch.arange(4).expand(3, 1, 4))
+    assert cos.shape[-1] == sin.shape[-1] == text.hidden_size // text.num_attention_heads // 2

@@ -1,0 +1,203 @@
+"""Build a real-width GLM-Image slice: every component at GLM-Image's real widths, dtypes, vocabularies
+and token ids, with only the layer counts reduced (issue #26). Random weights, bf16, deterministic.
+
+Command line::
+
+    glm-grpo tiny-model OUT_DIR --real-width --ar-layers N --dit-layers M [--seed S]
+
+What is real and what is cut (docs/real-width.md has the table):
+
+* AR (``GlmImageForConditionalGeneration``): transformers' ``GlmImageConfig`` defaults - hidden 4096,
+  32 heads / 2 KV heads, MLP 13 696, text vocab 168 064, lm_head over 16 512 vision ids, VQ codebook
+  16 384 - with ``num_hidden_layers = N`` and the vision tower (unused for text-to-image) at depth 1.
+* DiT (``GlmImageTransformer2DModel``): the published GLM-Image transformer (30 layers, 32 heads x 128,
+  text_embed_dim 1472; the planner's ``BUILTIN_DIT``) with ``num_layers = M``.
+* VAE and ByT5 glyph encoder: the planner's ``BUILTIN_VAE`` / ``BUILTIN_GLYPH`` at full size.
+* Tokenizer: the tiny one's characters (at ids 16 512 and up), padded with reserved tokens to the real
+  168 064 ids, with GLM-Image's special tokens at their real ids. transformers fixes ``<|endoftext|>`` =
+  pad 167 841 and ``<|image|>`` = 167 855; the ones between follow GLM-4's order shifted by the 16 512
+  vision ids (GLM-4: ``<|endoftext|>`` 151 329 ... ``<|image|>`` 151 343), so ``<sop>`` / ``<eop>``
+  (the grid markers) are 167 845 / 167 846. Image start / end are the real 16 384 / 16 385.
+
+Every module is created directly in bf16 (``_from_config(dtype=...)`` / a bf16 default dtype), never
+as a whole fp32 copy: the N=1, M=1 slice holds ~2 G parameters (~4 GB).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from ..memory_plan import BUILTIN_DIT, BUILTIN_GLYPH, BUILTIN_VAE
+from .tiny import _CHARS, REAL_ROPE
+
+VISION_VOCAB_SIZE = 16512  # lm_head rows; ids 0..16 383 are the codebook
+CODEBOOK_SIZE = 16384
+IMAGE_START_ID, IMAGE_END_ID = 16384, 16385
+TEXT_VOCAB_SIZE = 168064
+# GLM-Image's special text tokens in id order from <|endoftext|> (= transformers' pad_token_id).
+SPECIALS_START = 167841
+SPECIALS = [
+    "<|endoftext|>",
+    "[MASK]",
+    "[gMASK]",
+    "[sMASK]",
+    "<sop>",
+    "<eop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|observation|>",
+    "<|begin_of_image|>",
+    "<|end_of_image|>",
+    "<|begin_of_video|>",
+    "<|end_of_video|>",
+    "<|image|>",
+]
+IMAGE_TOKEN_ID = SPECIALS_START + SPECIALS.index("<|image|>")  # 167 855, transformers' default
+UNK = "[UNK]"
+
+_CHAT_TEMPLATE = (
+    "[gMASK]<sop>{%- for message in messages %}{%- if message['role'] == 'user' %}<|user|>\n"
+    "{%- if message['content'] is string %}{{ message['content'] }}{%- else %}"
+    "{%- for item in message['content'] %}"
+    "{%- if item['type'] == 'image' %}<|begin_of_image|><|image|><|end_of_image|>"
+    "{%- elif item['type'] == 'text' %}{{ item['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}{%- endif %}{%- endfor %}<|assistant|>\n"
+)
+
+
+def slice_vocab() -> dict[str, int]:
+    """Token -> id over all 168 064 text ids: vision tokens, characters, reserved fillers, specials."""
+    tokens = [f"<|dit_token_{i}|>" for i in range(VISION_VOCAB_SIZE)] + [UNK] + _CHARS
+    tokens += [f"<|reserved_{i}|>" for i in range(SPECIALS_START - len(tokens))] + SPECIALS
+    tokens += [f"<|reserved_{i}|>" for i in range(SPECIALS_START, TEXT_VOCAB_SIZE - len(SPECIALS))]
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    assert len(vocab) == TEXT_VOCAB_SIZE and vocab["<|image|>"] == IMAGE_TOKEN_ID
+    return vocab
+
+
+def build_slice_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = slice_vocab()
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=f"<|dit_token_{IMAGE_START_ID}|>",  # the processor's image start after the grid markers
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        unk_token=UNK,
+        additional_special_tokens=[f"<|dit_token_{i}|>" for i in range(VISION_VOCAB_SIZE)] + SPECIALS[1:],
+        extra_special_tokens={"image_token": "<|image|>", "grid_bos_token": "<sop>", "grid_eos_token": "<eop>"},
+        padding_side="left",
+        model_max_length=131072,
+    )
+    fast.chat_template = _CHAT_TEMPLATE
+    return fast
+
+
+def build_slice_processor():
+    from transformers import GlmImageImageProcessor, GlmImageProcessor
+
+    return GlmImageProcessor(
+        image_processor=GlmImageImageProcessor(), tokenizer=build_slice_tokenizer(), chat_template=_CHAT_TEMPLATE
+    )
+
+
+def slice_ar_config(ar_layers: int):
+    from transformers import GlmImageConfig
+
+    pad = SPECIALS_START
+    return GlmImageConfig(
+        # eos: <|endoftext|>, which lm_head (16 512 vision ids) cannot produce - as in the tiny model, so
+        # random weights never end HF generate early; the rollout samples a fixed token count anyway.
+        text_config={
+            "num_hidden_layers": ar_layers,
+            "pad_token_id": pad,
+            "eos_token_id": pad,
+            "rope_parameters": dict(REAL_ROPE),
+        },
+        vision_config={"depth": 1},
+        image_token_id=IMAGE_TOKEN_ID,
+        image_start_token_id=IMAGE_START_ID,
+        image_end_token_id=IMAGE_END_ID,
+    )
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def build_slice_components(ar_layers: int = 1, dit_layers: int = 1, seed: int = 0) -> dict:
+    """All seven GlmImagePipeline components of the real-width slice, in bf16."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
+    from transformers import ByT5Tokenizer, GenerationConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
+
+    bf16 = torch.bfloat16
+    torch.manual_seed(seed)
+    ar_config = slice_ar_config(ar_layers)
+    ar = GlmImageForConditionalGeneration._from_config(ar_config, dtype=bf16)
+    ar.generation_config = GenerationConfig(
+        do_sample=True,
+        eos_token_id=SPECIALS_START,
+        pad_token_id=SPECIALS_START,
+        suppress_tokens=list(range(CODEBOOK_SIZE, VISION_VOCAB_SIZE)),
+    )
+    torch.manual_seed(seed + 1)
+    text_encoder = T5EncoderModel._from_config(T5Config(**BUILTIN_GLYPH, decoder_start_token_id=0), dtype=bf16)
+    torch.manual_seed(seed + 2)
+    with _default_dtype(bf16):
+        transformer = GlmImageTransformer2DModel(**{**BUILTIN_DIT, "num_layers": dit_layers})
+        torch.manual_seed(seed + 3)
+        vae = AutoencoderKL(
+            **BUILTIN_VAE, in_channels=3, out_channels=3, latents_mean=[0.0] * 16, latents_std=[1.0] * 16
+        )
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        use_dynamic_shifting=True, base_shift=0.25, max_shift=0.75, base_image_seq_len=256, time_shift_type="linear"
+    )
+    return {
+        "tokenizer": ByT5Tokenizer(),
+        "processor": build_slice_processor(),
+        "text_encoder": text_encoder,
+        "vision_language_encoder": ar,
+        "vae": vae,
+        "transformer": transformer,
+        "scheduler": scheduler,
+    }
+
+
+def build_slice_pipeline(out_dir: str | os.PathLike, ar_layers: int = 1, dit_layers: int = 1, seed: int = 0) -> Path:
+    """Write the slice to ``out_dir`` (created if needed) and return its path."""
+    from diffusers import GlmImagePipeline
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pipe = GlmImagePipeline(**build_slice_components(ar_layers, dit_layers, seed))
+    pipe.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+if __name__ == "__main__":  # quick timing: python -m glm_grpo_ds.testing.slice OUT [N M]
+    import resource
+    import sys
+
+    t0 = time.time()
+    args = [int(a) for a in sys.argv[2:4]] or [1, 1]
+    path = build_slice_pipeline(sys.argv[1], *args)
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"{path}: {size / 2**30:.2f} GiB in {time.time() - t0:.0f} s, peak RSS {rss:.2f} GiB")

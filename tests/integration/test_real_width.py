@@ -1,0 +1,79 @@
+"""The real-width GLM-Image slice (issue #26): GLM-Image's real configs with 1 AR and 1 DiT layer, built
+once per module (~45 s, 3.4 GB), checked for real shapes / token ids, and trained one step on 2 CPU ranks
+exactly as launch/configs/glm_image_lora_zero3.yaml trains the real model (launch/configs/glm_image_slice_cpu.yaml)."""
+
+import json
+
+import pytest
+import torch
+
+from glm_grpo_ds.testing import slice as real
+from tests.integration.test_trainer_deepspeed import launch
+
+pytestmark = [pytest.mark.slow]
+CONFIG = "launch/configs/glm_image_slice_cpu.yaml"
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"]  # the shipped configs' default
+
+
+@pytest.fixture(scope="module")
+def slice_dir(tmp_path_factory):
+    return real.build_slice_pipeline(tmp_path_factory.mktemp("slice") / "model", ar_layers=1, dit_layers=1, seed=0)
+
+
+def test_slice_has_the_real_widths_ids_and_loads_like_the_real_model(slice_dir):
+    from safetensors import safe_open
+    from transformers import GlmImageConfig
+
+    from glm_grpo_ds.policy import check_pipeline_dir, load_processor
+
+    text = GlmImageConfig.from_pretrained(check_pipeline_dir(slice_dir) / "vision_language_encoder").text_config
+    assert (text.hidden_size, text.num_attention_heads, text.num_key_value_heads) == (4096, 32, 2)
+    assert (text.intermediate_size, text.vocab_size, text.vision_vocab_size) == (13696, 168064, 16512)
+    assert text.num_hidden_layers == 1
+    dit = json.loads((slice_dir / "transformer" / "config.json").read_text())
+    assert (dit["num_layers"], dit["num_attention_heads"], dit["attention_head_dim"]) == (1, 32, 128)
+    assert json.loads((slice_dir / "vae" / "config.json").read_text())["latent_channels"] == 16
+    with safe_open(slice_dir / "vision_language_encoder" / "model.safetensors", "pt") as f:
+        embed = f.get_slice("model.language_model.embed_tokens.weight")
+        assert embed.get_shape() == [168064, 4096] and embed.get_dtype() == "BF16"
+
+    tok = load_processor(slice_dir).tokenizer
+    ids = {t: tok.convert_tokens_to_ids(t) for t in ("<|image|>", "<|endoftext|>", "<sop>", "<eop>", "[gMASK]")}
+    assert ids == {"<|image|>": 167855, "<|endoftext|>": 167841, "<sop>": 167845, "<eop>": 167846, "[gMASK]": 167843}
+    assert tok.bos_token_id == 16384 and len(tok) == 168064
+    # the rollout's prompt ids, built by its own processor path at 256x256: every id inside the AR
+    # embedding, the real grid markers and image start present, no [UNK]
+    from glm_grpo_ds.rollout import build_prompt_inputs
+
+    ids = build_prompt_inputs(load_processor(slice_dir), ["a red cube"], 256, 256)["input_ids"]
+    assert 0 <= int(ids.min()) and int(ids.max()) < text.vocab_size
+    assert {167845, 167846, 16384} <= set(ids.flatten().tolist()) and tok.unk_token_id not in ids
+
+
+@pytest.mark.distributed
+def test_slice_trains_one_step_on_two_ranks_as_the_real_config(slice_dir, tmp_path):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "a red cube on a wooden table"}\n{"prompt": "a sign that says OPEN"}\n')
+    run = tmp_path / "run"
+    launch(
+        2,
+        ["--module", "glm_grpo_ds.train", "--config", CONFIG, "--deepspeed", "ds_configs/zero3.json"]
+        + [f"model.path={slice_dir}", f"data.train_file={data}", f"output_dir={run}"],
+        timeout=900,
+    )
+    (row,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert torch.isfinite(torch.tensor(row["loss"])) and row["skipped"] == 0
+    assert row["first_iteration_ratio_min"] == row["first_iteration_ratio_max"] == 1.0
+    print(
+        f"slice step: peak RSS {row['peak_rss_mb']:.0f} MB (max over ranks), "
+        + str({k: round(v, 1) for k, v in row.items() if k.startswith("time/")})
+    )
+
+    # LoRA matched by name on the real modules: one lora_A per target per AR layer, all in the LM
+    from safetensors.torch import load_file
+
+    adapter = load_file(run / "final_adapter" / "adapter_model.safetensors")
+    lora_a = [n for n in adapter if "lora_A" in n]
+    assert len(lora_a) == 1 * len(TARGETS)
+    assert {n.split(".")[-3] for n in lora_a} == set(TARGETS)
+    assert all("language_model.layers.0." in n for n in lora_a)
