@@ -44,10 +44,10 @@ def _smi(*args: str) -> subprocess.CompletedProcess | None:
         return None
 
 
-def driver_gpus() -> list[str]:
-    """The GPUs the driver lists for this process (``nvidia-smi -L`` lines), [] when none or no tool."""
-    proc = _smi("-L")
-    return [line.strip() for line in proc.stdout.splitlines() if line.startswith("GPU ")] if proc else []
+def driver_gpus(listing: subprocess.CompletedProcess | None) -> list[str]:
+    """The GPUs the driver lists for this process (the ``GPU `` lines of ``listing``, an ``nvidia-smi -L``
+    run), [] when none or no tool."""
+    return [line.strip() for line in listing.stdout.splitlines() if line.startswith("GPU ")] if listing else []
 
 
 def driver_version() -> str | None:
@@ -69,11 +69,12 @@ def driver_cuda() -> str | None:
     return found.group(1) if found else None
 
 
-def node_has_gpus() -> bool:
-    """nvidia-smi lists a GPU, or (the tool missing or failing, e.g. a driver/library mismatch) the
-    kernel driver is loaded. A container or job that was given no GPU on a GPU host may still see the
-    driver: it then runs on the CPU only with DS_ACCELERATOR=cpu, said explicitly."""
-    proc = _smi("-L")
+def node_has_gpus(listing: subprocess.CompletedProcess | None) -> bool:
+    """``listing`` (an ``nvidia-smi -L`` run) names a GPU, or (the tool missing or failing, e.g. a
+    driver/library mismatch) the kernel driver is loaded. A container or job that was given no GPU on a
+    GPU host may still see the driver: it then runs on the CPU only with DS_ACCELERATOR=cpu, said
+    explicitly."""
+    proc = listing
     if proc is not None and proc.returncode == 0:
         return any(line.startswith("GPU ") for line in proc.stdout.splitlines())
     if proc is not None and "No devices were found" in proc.stdout + proc.stderr:
@@ -101,8 +102,9 @@ def refusal(asked: str | None = None) -> str | None:
 
     if torch.cuda.is_available():
         return None
-    gpus = driver_gpus()
-    if not (gpus or node_has_gpus()):
+    listing = _smi("-L")  # once: both questions below read it
+    gpus = driver_gpus(listing)
+    if not (gpus or node_has_gpus(listing)):
         if not asked:
             return None
         return (
