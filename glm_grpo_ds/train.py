@@ -62,6 +62,7 @@ from .preempt import EXIT_NONFINITE, Interrupted, Stopped, StopSignals, exit_cod
 from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs, combine_advantages
 from .seeding import decoder_seed, derive_seed, seed_everything
 from .summary import print_startup_summary
+from .token_ids import check_token_ids, embedding_rows
 from .tracking import build_tracker
 from .update import grpo_update, skipped_update
 
@@ -101,6 +102,13 @@ class Trainer:
         self.model_source = resolve_for_training(cfg.model.path, cfg.model.revision, self.rank)
         # unset sampling knobs = what the model samples with by itself (recorded in config.json)
         cfg.grpo.sampling = resolve_sampling(cfg.grpo.sampling, self.model_source.path)
+        self.processor = load_processor(self.model_source.path)
+        # every id a prompt can produce must have an embedding row: else a raw IndexError mid-run
+        size = dict(height=cfg.rollout.height, width=cfg.rollout.width)
+        rows_in_ar = embedding_rows(self.model_source.path)
+        check_token_ids(self.processor, rows_in_ar, self.model_source.path, rows, "data.train_file", **size)
+        if eval_rows:
+            check_token_ids(self.processor, rows_in_ar, self.model_source.path, eval_rows, "eval.file", **size)
 
         on_gpu = self.device.type == "cuda"
         dtype = resolve_dtype(cfg.model.dtype, on_gpu)
@@ -125,7 +133,6 @@ class Trainer:
         self.run_id = uuid.uuid4().hex
 
         self.reward_fn = build_rewards(cfg.rewards)
-        self.processor = load_processor(self.model_source.path)
         # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
         # sampling streams are derived per (step, rank) below.
         seed_everything(derive_seed(cfg.seed, "init"))

@@ -64,6 +64,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"glm-grpo render: {err}", file=sys.stderr)
         return 2
 
+    from ..data.rows import DataError
+    from ..policy import load_processor
+    from ..token_ids import check_token_ids, embedding_rows
+
+    try:  # before the weights load: a prompt the AR cannot embed is one line, not an IndexError mid-render
+        rows = embedding_rows(model)
+        check_token_ids(load_processor(model), rows, model, args.prompt, "--prompt", args.height, args.width)
+    except DataError as err:
+        print(f"glm-grpo render: {err}", file=sys.stderr)
+        return 2
+
     import torch
     from diffusers import GlmImagePipeline
 

@@ -70,7 +70,10 @@ _CHAT_TEMPLATE = (
 
 
 def _vocab(words: tuple[str, ...] = ()) -> dict[str, int]:
-    tokens = [f"<|dit_token_{i}|>" for i in range(VISION_VOCAB_SIZE)] + _TEXT_SPECIALS + _CHARS + list(words)
+    tokens = [f"<|dit_token_{i}|>" for i in range(VISION_VOCAB_SIZE)] + _TEXT_SPECIALS + _CHARS
+    # a word that is already a token (the one-letter word "a" is also a character) keeps that token's id:
+    # listing it twice would give the later words ids one past the embedding sized len(vocab)
+    tokens += [w for w in dict.fromkeys(words) if w not in set(tokens)]
     return {tok: i for i, tok in enumerate(tokens)}
 
 

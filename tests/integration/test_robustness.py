@@ -142,6 +142,19 @@ def _reward_field_missing(tmp):
     ], r"rewards\[0\] pixel_mse needs target_image but no row of data.train_file .*p.txt has one"
 
 
+def _tokenizer_past_embedding(tmp):
+    # a model whose AR embedding is smaller than its tokenizer (a processor from another model): issue #27's
+    # IndexError mid-run becomes a one-line refusal before any weight loads
+    from glm_grpo_ds.testing.tiny import _vocab, build_tiny_pipeline
+
+    model = build_tiny_pipeline(tmp / "model")
+    config_file = model / "vision_language_encoder" / "config.json"
+    config = json.loads(config_file.read_text())
+    config["text_config"]["vocab_size"] = _vocab()["<|assistant|>"]  # the chat template's marker is out
+    config_file.write_text(json.dumps(config))
+    return [f"model.path={model}"], r"model.path: the chat template's token .* AR embedding has \d+ rows"
+
+
 CASES = {
     "1_malformed_jsonl": _bad_jsonl,
     "2_empty_dataset": _empty,
@@ -157,6 +170,7 @@ CASES = {
     "11_unknown_key": _unknown_key,
     "12_invalid_ds_json": _bad_ds_json,
     "13_reward_field_missing": _reward_field_missing,
+    "14_tokenizer_past_embedding": _tokenizer_past_embedding,
 }
 
 

@@ -43,6 +43,19 @@ def test_decoder_paints_each_token_its_colour(world_dir, steps, guidance):
     assert (images.reshape(4, 3, 2, 32, 3, 32).std(dim=(3, 5)) == 0).all()  # every cell is one flat colour
 
 
+def test_render_a_layout_prompt_with_every_world_word(world_dir, tmp_path):
+    """Issue #27: "a red square on a blue background" (a colour_layout prompt of docs/rewards.md) raised
+    IndexError: the vocabulary listed "a" twice, so the last words' ids were past the embedding."""
+    from glm_grpo_ds.commands import render
+
+    prompt = "a red square on a blue background"
+    out = tmp_path / "png"
+    assert (
+        render.main(["--model", str(world_dir / "model"), "--prompt", prompt, "--steps", "1", "--out", str(out)]) == 0
+    )
+    assert len(list(out.glob("*.png"))) == 1
+
+
 def test_write_world_best_and_prompts(world_dir):
     summary = json.loads((world_dir / "best.json").read_text())
     assert len(summary["palette"]) == 16 and summary["palette"][1] == [1.0, 0.0, 0.0]
