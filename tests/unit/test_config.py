@@ -33,6 +33,16 @@ def test_lora_null_is_full_finetuning_and_back():
     assert cfg.lora is not None and cfg.lora.r == 4 and cfg.lora.alpha == TrainConfig().lora.alpha
 
 
+def test_an_empty_or_null_text_field_is_off_and_a_null_number_says_what_to_write(tmp_path):
+    # issue #27: `eval.file=` answered "eval.file cannot be null"
+    assert load_config(None, BASE + ["eval.file=data/eval.jsonl", "eval.file="]).eval.file == ""
+    assert load_config(None, BASE + ["eval.file=null"]).eval.file == ""
+    (tmp_path / "c.yaml").write_text("eval:\n  file:\n")
+    assert load_config(str(tmp_path / "c.yaml"), BASE).eval.file == ""
+    with pytest.raises(ConfigError, match=r"^grpo.beta cannot be null: write a float value \(grpo.beta=VALUE\)"):
+        load_config(None, BASE + ["grpo.beta="])
+
+
 def test_unknown_key_suggests_close_match():
     with pytest.raises(ConfigError, match=r"unknown config key 'grpo\.betta'; did you mean 'grpo\.beta'\?"):
         load_config(None, BASE + ["grpo.betta=0.1"])
