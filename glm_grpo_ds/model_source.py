@@ -163,6 +163,13 @@ def cached_model_dir(name: str, revision: str | None = None) -> Path | None:
         return None
 
 
+def check_local_model(name: str, revision: str | None) -> None:
+    """The part of :func:`resolve_for_training` that needs no other rank: a local path (or anything that
+    is not a Hub id) is checked now; a Hub id waits for the process group (rank 0 may download it)."""
+    if not name or Path(str(name)).expanduser().exists() or not is_repo_id(str(name)):
+        resolve_model(name, revision)
+
+
 def resolve_for_training(name: str, revision: str | None, rank: int) -> ModelSource:
     """:func:`resolve_model` for every rank of a training job (collective for a Hub id).
 

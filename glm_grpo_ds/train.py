@@ -38,7 +38,7 @@ from .background import Background
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
 from .cuda_check import CudaUnusable
-from .data import DataError, PromptSampler, load_prompts
+from .data import DataError, PromptSampler, check_source, load_prompts
 from .decoder import ImageDecoder
 from .ds import dist
 from .ds import engine as ds_engine
@@ -48,7 +48,7 @@ from .evaluate import Evaluator, gallery_to_main
 from .experience import ExperienceMaker
 from .hub import Publisher
 from .metrics import Progress, finite_or_none, step_record, timer
-from .model_source import resolve_for_training
+from .model_source import check_local_model, resolve_for_training
 from .plot import PLOT_NAME, plot_training
 from .policy import (
     load_policy,
@@ -72,6 +72,15 @@ class Trainer:
 
     def __init__(self, cfg, ds_config_path: str):
         self.cfg = cfg
+        # What each rank can check alone, before the process group (whose start may first build DeepSpeed's
+        # CPU communication op, ~40 s): a mistyped path or reward fails in seconds, on every rank alike.
+        check_source(cfg.data.train_file, "data.train_file", cfg.data)
+        if cfg.eval.file:
+            check_source(cfg.eval.file, "eval.file", cfg.data, cfg.eval.revision)
+        check_reward_specs(cfg.rewards)
+        check_init_adapter(cfg.lora)
+        self.ds_config_raw = read_ds_config(ds_config_path)
+        check_local_model(cfg.model.path, cfg.model.revision)
         self.rank, self.world, self.local_rank, self.device = ds_engine.init_distributed(
             cfg.force_collectives, cfg.dist_timeout_minutes
         )
@@ -92,12 +101,9 @@ class Trainer:
         ev = cfg.eval
         eval_rows = load_prompts(ev.file, "eval.file", cfg.data, ev.split, ev.revision, **at) if ev.file else None
         self.evaluator = Evaluator(cfg, eval_rows, self.rank, self.world, self.device) if eval_rows else None
-        check_reward_specs(cfg.rewards)
         check_reward_inputs(cfg.rewards, rows, "data.train_file", cfg.data.train_file)
         if eval_rows:
             check_reward_inputs(cfg.rewards, eval_rows, "eval.file", cfg.eval.file)
-        check_init_adapter(cfg.lora)
-        self.ds_config_raw = read_ds_config(ds_config_path)
         # after the cheap checks: a Hub id may download (rank 0, if the environment allows; the others wait)
         self.model_source = resolve_for_training(cfg.model.path, cfg.model.revision, self.rank)
         # unset sampling knobs = what the model samples with by itself (recorded in config.json)

@@ -27,7 +27,7 @@ from .rows import DataError, DatasetImage, PromptRow, PromptRows
 from .sampler import PromptSampler
 from .tables import FILE_BUILDERS, TableRows, load_table
 
-__all__ = ["DataError", "DatasetImage", "PromptRow", "PromptRows", "PromptSampler", "load_prompts"]
+__all__ = ["DataError", "DatasetImage", "PromptRow", "PromptRows", "PromptSampler", "check_source", "load_prompts"]
 
 LINE_SUFFIXES = (".txt", ".jsonl")
 FROM_DATA = "from data"  # split / revision default: the data section's (eval passes its own, None included)
@@ -49,27 +49,17 @@ def load_prompts(
     ``revision``: a DatasetDict's split and a Hub revision (default: ``data.split`` / ``data.revision``;
     eval passes ``eval.split`` / ``eval.revision``). ``rank`` / ``local_rank``: in a multi-rank run a
     dataset that needs downloading or an Arrow cache is prepared by rank 0 first (hub.in_rank_order)."""
-    if data is None:
-        from ..config.sections import DataConfig  # not at import time: config imports rewards, which import us
-
-        data = DataConfig()
+    data = _data_config(data)
     section = key.split(".")[0]
     split = data.split if split == FROM_DATA else split
     revision = data.revision if revision == FROM_DATA else revision
     keys = (data.prompt_key, data.target_image_key, data.text_key)
+    check_source(path, key, data, revision)
     spec = str(path)
     p = Path(spec)
     local = p.is_file() or p.is_dir()
-    if revision and local:
-        raise DataError(f"{section}.revision {revision} is set but {key} {p} is a local path; remove the revision")
     if p.suffix in LINE_SUFFIXES and not p.is_dir():
-        if not p.is_file():
-            raise DataError(f"{key} {p} does not exist")
         return LineFile(p, key, keys).rows()
-    if p.is_file() and p.suffix not in FILE_BUILDERS:
-        raise DataError(f"{key} {p} must end in {SUFFIXES}, or be a dataset directory or a Hub dataset id")
-    if not local and (p.suffix in FILE_BUILDERS or not looks_like_hub_id(spec)):
-        raise DataError(f"{key} {p} does not exist")
 
     def prepare():
         where = p if local else hub_snapshot(spec, revision, key, f"{section}.revision")
@@ -79,6 +69,37 @@ def load_prompts(
     name = f"{spec} (split {chosen})" if chosen else spec
     base = (where.parent if where.is_file() else where).resolve()
     return TableRows(ds, name, base, key, keys, _default_keys()).rows()
+
+
+def check_source(path: str | Path, key: str = "data.train_file", data=None, revision: str | None = FROM_DATA) -> None:
+    """The checks of :func:`load_prompts` that read nothing and need no other rank: the source exists
+    locally or looks like a Hub dataset id, has a known suffix, and a revision only where it means
+    something. The trainer runs them before the process group starts (which may first build DeepSpeed's
+    CPU op, ~40 s), so a mistyped path fails in seconds."""
+    data = _data_config(data)
+    revision = data.revision if revision == FROM_DATA else revision
+    section = key.split(".")[0]
+    spec = str(path)
+    p = Path(spec)
+    local = p.is_file() or p.is_dir()
+    if revision and local:
+        raise DataError(f"{section}.revision {revision} is set but {key} {p} is a local path; remove the revision")
+    if p.suffix in LINE_SUFFIXES and not p.is_dir():
+        if not p.is_file():
+            raise DataError(f"{key} {p} does not exist")
+        return
+    if p.is_file() and p.suffix not in FILE_BUILDERS:
+        raise DataError(f"{key} {p} must end in {SUFFIXES}, or be a dataset directory or a Hub dataset id")
+    if not local and (p.suffix in FILE_BUILDERS or not looks_like_hub_id(spec)):
+        raise DataError(f"{key} {p} does not exist")
+
+
+def _data_config(data):
+    if data is None:
+        from ..config.sections import DataConfig  # not at import time: config imports rewards, which import us
+
+        return DataConfig()
+    return data
 
 
 def _default_keys() -> tuple[str, str, str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .. import cuda_check, run_log, threads
+from .. import cuda_check, log, run_log, threads
 from . import dist
 from .ds_config import zero_stage
 
@@ -61,6 +61,8 @@ def init_distributed(
     # The ranks of a node share its cores (GPU runs too): without this each rank starts one thread per
     # core and the oversubscribed threads spin (CPU ranks: token-by-token decoding ~30x slower).
     threads.limit_torch_threads()
+    if not on_gpu and cpu_comm_op_needs_build():  # else the console says nothing for ~40 s
+        log.info("glm-grpo: building DeepSpeed's CPU communication op (deepspeed_shm_comm), once per install: ~40 s")
     with run_log.prints_to_log("DeepSpeed"):
         deepspeed.init_distributed(
             dist_backend="nccl" if on_gpu else "gloo",
@@ -72,6 +74,26 @@ def init_distributed(
     if not on_gpu:
         _unlink_cpu_allreduce_buffer()
     return dist.rank(), dist.world_size(), local_rank, device
+
+
+def cpu_comm_op_needs_build() -> bool:
+    """Whether starting a CPU process group will first compile DeepSpeed's shared-memory all-reduce op
+    (torch's JIT extension build, ~40 s on 2 cores): its library is missing from the extensions directory
+    (``TORCH_EXTENSIONS_DIR``, default ~/.cache/torch_extensions/...), or was built from another
+    install's sources (one directory serves every virtual environment of a user, so they rebuild in turn)."""
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+    from torch.utils.cpp_extension import _get_build_directory
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+        return False  # DeepSpeed runs without it (torch's gloo all-reduce): nothing to build
+    build = Path(_get_build_directory(builder.name, verbose=False))
+    ninja = build / "build.ninja"
+    if not (build / f"{builder.name}.so").is_file() or not ninja.is_file():
+        return True
+    recipe = ninja.read_text()
+    return any(os.path.abspath(builder.deepspeed_src_path(src)) not in recipe for src in builder.sources())
 
 
 def _unlink_cpu_allreduce_buffer() -> None:

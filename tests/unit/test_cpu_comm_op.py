@@ -1,0 +1,44 @@
+"""``cpu_comm_op_needs_build`` (glm_grpo_ds/ds/engine.py): the trainer says "building DeepSpeed's CPU
+communication op ... ~40 s" exactly when the process-group start will compile it (issue #27: the first CPU
+run said nothing for ~40 s)."""
+
+import os
+
+import pytest
+
+from glm_grpo_ds.ds.engine import cpu_comm_op_needs_build
+
+
+@pytest.fixture
+def ext_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _sources():
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    return builder.name, [os.path.abspath(builder.deepspeed_src_path(s)) for s in builder.sources()]
+
+
+def test_an_empty_extensions_directory_needs_a_build(ext_dir):
+    assert cpu_comm_op_needs_build()
+
+
+def test_a_library_built_from_these_sources_needs_none_and_another_installs_does(ext_dir):
+    name, sources = _sources()
+    build = ext_dir / name
+    build.mkdir()
+    (build / f"{name}.so").write_bytes(b"")
+    (build / "build.ninja").write_text("".join(f"build x.o: compile {s}\n" for s in sources))
+    assert not cpu_comm_op_needs_build()
+    # the same directory after another virtual environment built it: torch recompiles for this one
+    (build / "build.ninja").write_text(
+        "".join(f"build x.o: compile {s.replace('/deepspeed/', '/deepspeed-other/')}\n" for s in sources)
+    )
+    assert cpu_comm_op_needs_build()
+    (build / "build.ninja").write_text("".join(f"build x.o: compile {s}\n" for s in sources))
+    (build / f"{name}.so").unlink()
+    assert cpu_comm_op_needs_build()
