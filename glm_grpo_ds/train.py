@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, log, run_log, storage
+from . import checkpoint, log, resume, run_log, storage
 from .adapters import check_init_adapter
 from .background import Background
 from .config import ConfigError, load_config, to_dict
@@ -124,8 +124,16 @@ class Trainer:
         self.ds_config = fill_ds_config(
             self.ds_config_raw, cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
         )
+        self.data_fingerprint = resume.data_fingerprint(cfg.data.train_file, rows)
         if resume_path is not None:
-            checkpoint.check_compatible(resume_path, self.world, zero_stage(self.ds_config))
+            state = checkpoint.check_compatible(resume_path, self.world, zero_stage(self.ds_config))
+            done = resume.finished(state, cfg.max_steps)
+            if done:  # before the run's log file, the models, config.json: nothing is touched
+                raise resume.NothingToDo(done)
+            changed = resume.data_changed(state.get("data"), self.data_fingerprint)
+            if changed:
+                log.warning(f"glm-grpo: {changed}")
+            resume_step = int(state["step"])
         else:
             checkpoint.start_fresh(self.out, cfg.overwrite_output_dir, self.rank)
             if cfg.resume_from == "auto":
@@ -167,6 +175,9 @@ class Trainer:
         self.consecutive_skips = 0
         if self.is_main:
             checkpoint.remove_stale(self.out)
+            if resume_path is not None:  # final_*/ of an earlier end would sit beside newer metrics
+                for line in resume.set_aside_final(self.out, resume_step, cfg.max_steps):
+                    log.info(line)
         dist.barrier()
         if resume_path is not None:
             state = checkpoint.load(self.engine, resume_path, self.rank, self.world, zero_stage(self.ds_config))
@@ -349,6 +360,7 @@ class Trainer:
             "run_id": self.run_id,
             "skipped_steps": self.skipped_steps,
             "sampler": self.sampler.state(),
+            "data": self.data_fingerprint,
             "world_size": self.world,
             "zero_stage": zero_stage(self.ds_config),
             "lora": self.cfg.lora is not None,
@@ -367,11 +379,14 @@ class Trainer:
         return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
 
     def save_final(self) -> None:
+        final = self.out / ("final_adapter" if self.cfg.lora is not None else "final_model")
         if self.cfg.lora is not None:
-            ds_io.save_adapter(self.engine, self.out / "final_adapter", self.rank)
+            ds_io.save_adapter(self.engine, final, self.rank)
         else:
-            ds_io.save_full_model(self.engine, self.out / "final_model", self.rank)
-        self.publisher.final(self.out / ("final_adapter" if self.cfg.lora is not None else "final_model"))
+            ds_io.save_full_model(self.engine, final, self.rank)
+        if self.is_main:  # which step these weights are: a later resume sets them aside by it
+            resume.write_final_state(final, self.cfg.max_steps)
+        self.publisher.final(final)
 
 
 # Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.
@@ -396,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
             trainer = Trainer(cfg, args.deepspeed)
         trainer.train()
         run_log.finish()
+    except resume.NothingToDo as done:  # resume_from on a finished run
+        log.info(str(done))
+        dist.shutdown(agreed=False)
+        return 0
     except Interrupted as stop:  # Ctrl-C / SIGTERM while loading: one line, not a traceback
         log.fatal(
             f"glm-grpo train: interrupted by {signal_name(stop.signum)} during startup, before the first step; "

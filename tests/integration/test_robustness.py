@@ -234,11 +234,25 @@ def test_resume_from_auto_starts_fresh_then_continues(tiny_model_dir, data64, tm
     first = run_train(*common(tiny_model_dir, data64, out, "max_steps=1", "save_steps=1", "resume_from=auto", *FAST))
     assert first.returncode == 0, first.stderr[-3000:]
     assert f"resume_from=auto: no checkpoint in {out}, starting fresh" in first.stdout
-    again = run_train(*common(tiny_model_dir, data64, out, "max_steps=2", "save_steps=1", "resume_from=auto", *FAST))
+    # issue #27: the prompt file changed since the checkpoint (one row more) -> a warning, not silence
+    changed = Path(data64).with_name(f"changed_{tmp_path.name}.jsonl")
+    lines = Path(data64).read_text().splitlines()
+    changed.write_text("\n".join([*lines, lines[0]]) + "\n")
+    again = run_train(*common(tiny_model_dir, changed, out, "max_steps=2", "save_steps=1", "resume_from=auto", *FAST))
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resumed from {out / 'checkpoints' / 'step_000001'} at step 1" in again.stdout
+    assert "differs from the one this checkpoint was trained on" in again.stdout + again.stderr
     assert [r["step"] for r in metrics(out)] == [1, 2]
     assert (out / "checkpoints" / "latest").read_text() == "step_000002"
+    # the first end's adapter is set aside by its step, final_adapter/ is the new end's
+    assert json.loads((out / "final_adapter.step1" / "training_state.json").read_text()) == {"step": 1}
+    assert json.loads((out / "final_adapter" / "training_state.json").read_text()) == {"step": 2}
+    # a finished run: one line, exit 0, nothing touched (no model loaded, no file rewritten)
+    before = tree_hash(out)
+    done = run_train(*common(tiny_model_dir, changed, out, "max_steps=2", "save_steps=1", "resume_from=auto", *FAST))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "nothing to do: the run finished at step 2 of max_steps=2" in done.stdout
+    assert tree_hash(out) == before
 
 
 def test_bad_input_under_the_launcher_exits_2_with_one_line(tiny_model_dir, data64, tmp_path):

@@ -84,6 +84,7 @@ def test_run_card_checkpoint_uploads_failed_final_upload_push_and_merge(tiny_mod
             "adapter_config.json",
             "adapter_model.safetensors",
             "reward_curve.png",
+            "training_state.json",  # the step these weights are from (glm_grpo_ds/resume.py)
         }
         from safetensors.torch import load_file
 

@@ -1,0 +1,99 @@
+"""What a resumed run says and does about the state it finds (issue #27): a finished run is left alone,
+a final adapter older than the steps about to be trained is set aside, and a prompt source changed since
+the checkpoint is reported. Used by glm_grpo_ds/train.py; tested in tests/unit/test_resume.py.
+
+* ``finished(state, max_steps)``: the checkpoint is at (or past) ``max_steps``: nothing to train. The
+  trainer stops before loading any model, writes nothing, exits 0.
+* ``set_aside_final(output_dir, resume_step, max_steps)``: ``final_adapter/`` / ``final_model/`` of an
+  earlier end of this run, about to be outdated by more steps, is renamed ``<name>.step<K>`` (K = the
+  step it holds), so ``final_*`` always matches the last line of ``metrics.jsonl``; nothing is deleted.
+* ``data_fingerprint(source, rows)`` / ``data_changed(...)``: a cheap fingerprint of the prompt source,
+  kept in each checkpoint and compared on resume (a warning: the resume is exact only for the same data).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+FINALS = ("final_adapter", "final_model")
+
+
+class NothingToDo(Exception):
+    """The checkpoint to resume already reached max_steps (the message is the line to print; exit 0)."""
+
+
+FINAL_STATE = "training_state.json"  # written into final_*/ by the trainer: the step the weights are from
+_EDGE = 1 << 20  # bytes hashed at each end of a prompt file
+_EDGE_ROWS = 64  # rows hashed at each end of a dataset
+
+
+def finished(state: dict, max_steps: int) -> str | None:
+    """The one line to print when the checkpoint already reached ``max_steps``, else None."""
+    step = int(state["step"])
+    if step < max_steps:
+        return None
+    return (
+        f"glm-grpo train: nothing to do: the run finished at step {step} of max_steps={max_steps} "
+        f"(raise max_steps to train further); nothing was changed"
+    )
+
+
+def write_final_state(final_dir: Path, step: int) -> None:
+    (final_dir / FINAL_STATE).write_text(json.dumps({"step": step}) + "\n")
+
+
+def set_aside_final(output_dir: Path, resume_step: int, max_steps: int) -> list[str]:
+    """Rename earlier ``final_*`` dirs that more training will outdate; returns the log lines (rank 0)."""
+    lines = []
+    if resume_step >= max_steps:
+        return lines
+    for name in FINALS:
+        final = output_dir / name
+        if not final.is_dir():
+            continue
+        state = final / FINAL_STATE
+        step = json.loads(state.read_text())["step"] if state.is_file() else None
+        target = output_dir / (f"{name}.step{step}" if step is not None else f"{name}.earlier")
+        n = 1
+        while target.exists():  # a name taken by an earlier rename: never overwrite saved weights
+            target, n = target.with_name(f"{target.name.split('~')[0]}~{n}"), n + 1
+        final.rename(target)
+        lines.append(
+            f"glm-grpo: {name}/ (from step {step if step is not None else '?'}) moved to {target.name}/: this "
+            f"run continues to step {max_steps}, and {name}/ will hold its end"
+        )
+    return lines
+
+
+def data_fingerprint(source: str, rows) -> dict:
+    """``{"source", "rows", "sha256"}`` of a prompt source: a local file's size and its first and last MiB;
+    otherwise (a dataset directory, a Hub id) the prompts of its first and last 64 rows. Cheap, not
+    complete: an edit in the middle of a large dataset goes unseen."""
+    digest = hashlib.sha256()
+    path = Path(source)
+    if path.is_file():
+        size = path.stat().st_size
+        digest.update(str(size).encode())
+        with path.open("rb") as f:
+            digest.update(f.read(_EDGE))
+            f.seek(max(0, size - _EDGE))
+            digest.update(f.read(_EDGE))
+    else:
+        n = len(rows)
+        for i in [*range(min(n, _EDGE_ROWS)), *range(max(_EDGE_ROWS, n - _EDGE_ROWS), n)]:
+            digest.update(rows[i].prompt.encode() + b"\0")
+    return {"source": str(source), "rows": len(rows), "sha256": digest.hexdigest()}
+
+
+def data_changed(saved: dict | None, now: dict) -> str | None:
+    """A warning when the checkpoint's fingerprint differs from the data's now (None for checkpoints
+    written before fingerprints, or the same data)."""
+    if not saved or saved == now:
+        return None
+    return (
+        f"data.train_file {now['source']} differs from the one this checkpoint was trained on "
+        f"({saved['source']}, {saved['rows']} rows; now {now['rows']} rows, other contents): the resumed run "
+        "samples other prompts than an uninterrupted run would (the resume is exact only for the same data)"
+    )

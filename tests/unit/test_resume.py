@@ -1,0 +1,43 @@
+"""glm_grpo_ds/resume.py: a finished run is left alone, an outdated final_*/ is set aside by its step (never
+overwritten), and a changed prompt source is told apart (issue #27). The trainer's use of them:
+tests/integration/test_robustness.py::test_resume_from_auto_starts_fresh_then_continues."""
+
+import json
+
+from glm_grpo_ds.data.rows import PromptRow
+from glm_grpo_ds.resume import data_changed, data_fingerprint, finished, set_aside_final, write_final_state
+
+
+def test_finished_only_at_or_past_max_steps():
+    assert finished({"step": 4}, 5) is None
+    assert "finished at step 5 of max_steps=5" in finished({"step": 5}, 5)
+
+
+def test_set_aside_names_by_step_and_never_overwrites(tmp_path):
+    for expected in ("final_adapter.step3", "final_adapter.step3~1"):
+        (tmp_path / "final_adapter").mkdir()
+        write_final_state(tmp_path / "final_adapter", 3)
+        (tmp_path / "final_adapter" / "w").write_text(expected)
+        assert len(set_aside_final(tmp_path, resume_step=3, max_steps=6)) == 1
+        assert (tmp_path / expected / "w").read_text() == expected and not (tmp_path / "final_adapter").exists()
+    (tmp_path / "final_model").mkdir()  # written before the step was recorded
+    set_aside_final(tmp_path, 3, 6)
+    assert (tmp_path / "final_model.earlier").is_dir()
+    (tmp_path / "final_model").mkdir()
+    assert set_aside_final(tmp_path, 6, 6) == [] and (tmp_path / "final_model").is_dir()  # nothing to train
+
+
+def test_fingerprint_of_a_file_and_of_rows(tmp_path):
+    f = tmp_path / "p.txt"
+    f.write_text("a\nb\n")
+    first = data_fingerprint(str(f), ["a", "b"])
+    assert data_changed(first, data_fingerprint(str(f), ["a", "b"])) is None
+    assert data_changed(None, first) is None  # a checkpoint from before fingerprints
+    f.write_text("a\nc\n")  # same size, other contents
+    assert "differs" in data_changed(first, data_fingerprint(str(f), ["a", "c"]))
+    rows = [PromptRow(i, f"prompt {i}") for i in range(200)]
+    ds = data_fingerprint("org/dataset", rows)
+    assert ds == data_fingerprint("org/dataset", list(rows)) and ds["rows"] == 200
+    rows[-1] = PromptRow(199, "edited")
+    assert data_fingerprint("org/dataset", rows) != ds
+    assert json.dumps(ds)  # stored in trainer_state.json
