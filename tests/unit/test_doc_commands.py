@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = re.compile(r"^(?:[A-Z_]+=\S*\s+)*(glm-grpo\s+[a-z-]+(?:\s|$)|python -m glm_grpo_ds|deepspeed\s.*--module glm_grpo_ds)")
+RUNS = re.compile(
+    r"^(?:[A-Z_]+=\S*\s+)*"  # environment assignments
+    r"(glm-grpo\s+[a-z-]+(?:\s|$)|python -m glm_grpo_ds|deepspeed\s.*--module glm_grpo_ds)"
+)
 
 
 def _lines(path: Path) -> list[str]:
@@ -31,7 +34,8 @@ def _lines(path: Path) -> list[str]:
 
 
 def doc_commands() -> list[tuple[str, str]]:
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "launch/configs").glob("*.yaml"))]
+    docs, configs = sorted((ROOT / "docs").glob("*.md")), sorted((ROOT / "launch/configs").glob("*.yaml"))
+    files = [ROOT / "README.md", *docs, *configs]
     found = []
     for path in files:
         for line in _lines(path):
