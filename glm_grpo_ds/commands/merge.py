@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..adapters import find_adapter
+from ..file_modes import follow_umask
 from ..merged_card import write_merged_card
 from ..model_source import resolve_model
 from ..policy import AR_DIR, DTYPES, load_ar
@@ -94,6 +95,7 @@ def merge_adapter(
     merged = merged.to(DTYPES[dtype])
     shutil.copytree(base, tmp, ignore=lambda d, names: [AR_DIR] if Path(d) == base else [])
     merged.save_pretrained(tmp / AR_DIR, safe_serialization=True)
+    follow_umask(tmp / AR_DIR)  # safetensors writes 0600; the copied components keep the base's modes
     write_merged_card(tmp, base, src, dtype, out)  # README.md: base, adapter, its card's results, dtype
     tmp.rename(out)
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from ..file_modes import follow_umask
 from . import dist
 from .engine import gathered, is_zero3, unwrap
 
@@ -23,6 +24,7 @@ def save_adapter(engine, out_dir: str | os.PathLike, rank: int) -> None:
 
             state = {k: v.detach().clone().cpu() for k, v in get_peft_model_state_dict(peft_model).items()}
             peft_model.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
+            follow_umask(out_dir)  # safetensors writes 0600: teammates on shared storage could not read it
     dist.barrier()
 
 
@@ -34,6 +36,7 @@ def save_full_model(engine, out_dir: str | os.PathLike, rank: int) -> None:
         if rank == 0:
             state = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
             model.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
+            follow_umask(out_dir)
     dist.barrier()
 
 
