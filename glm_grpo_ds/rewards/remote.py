@@ -14,7 +14,8 @@ undefined through the failed-reward path of registry.RewardSet (warned once, cou
 retried: it is that reward's failure.
 
 At startup (registry.check_reward_specs, before any model loads) the server's ``/health`` must answer
-with the token: the sample field its reward needs comes from that answer, so a prompt file lacking it
+(it needs no token) and an empty ``/score`` must be accepted with the token: the sample field its reward
+needs comes from the health answer, so a prompt file lacking it
 is refused like for a local reward. A server that is down, refuses the token or speaks another
 protocol is a one-line input error.
 """
@@ -112,6 +113,16 @@ def _detail(response) -> str:
         return " ".join(response.text.split())[:200]
 
 
+EMPTY_BATCH = {"images": [], "prompts": [], "samples": []}
+
+
+def _token_required(health_response) -> bool:
+    try:
+        return bool(health_response.json().get("token_required"))
+    except (ValueError, AttributeError):
+        return False  # not our server: the checks below say so
+
+
 def fetch_health(s: RemoteSettings, token: str | None) -> dict:
     """The server's ``/health`` answer, checked; RewardError (one line) otherwise."""
     import requests
@@ -124,11 +135,20 @@ def fetch_health(s: RemoteSettings, token: str | None) -> dict:
             f"{where} does not answer ({_reason(err)}, {s.retries} retries); start it (glm-grpo reward-server "
             "--reward NAME --port PORT) or fix args.url"
         ) from None
-    if r.status_code == 401:
+    checked = r
+    if r.status_code == 200 and _token_required(r):
+        # /health answers without the token (for cluster probes): an empty batch tests the token now,
+        # so a missing or wrong one is an input error at startup, not a failed reward at step 1
+        try:
+            checked = _session(s, token).post(f"{s.url}/score", json=EMPTY_BATCH, timeout=float(s.timeout_s))
+        except requests.RequestException as err:
+            raise RewardError(f"{where} answered /health but not /score ({_reason(err)})") from None
+    if checked.status_code == 401:
         fix = "args.token_file holds another token than the server's --token-file" if token else "set args.token_file"
-        raise RewardError(f"{where} refused the request (401 {_detail(r)}): {fix}")
-    if r.status_code != 200:
-        raise RewardError(f"{where} answered /health with HTTP {r.status_code} ({_detail(r)})")
+        raise RewardError(f"{where} refused the request (401 {_detail(checked)}): {fix}")
+    if checked.status_code != 200:
+        what = "/health" if checked is r else "an empty /score"
+        raise RewardError(f"{where} answered {what} with HTTP {checked.status_code} ({_detail(checked)})")
     try:
         health = r.json()
         reward, protocol = health["reward"], health["protocol"]

@@ -131,15 +131,25 @@ class Batcher:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+# Answered without the token, as inference servers with an API key do: load-balancer and cluster probes
+# (GET /health) and the API's own description (/docs shows how to send the token); scoring stays protected.
+OPEN_PATHS = ("/health", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc")
+TOKEN_HELP = (
+    "With --token-file, POST /score needs the header `Authorization: Bearer <token>` (the file's content). "
+    'Here: Authorize, paste the token alone. curl: -H "Authorization: Bearer $(cat TOKEN_FILE)". '
+    "The trainer's remote reward: args.token_file."
+)
+
+
 class BearerAuth:
-    """ASGI middleware: every HTTP request without ``Authorization: Bearer <token>`` gets 401 (the
-    health check and the docs included). Constant-time comparison; the token is never logged."""
+    """ASGI middleware: every HTTP request without ``Authorization: Bearer <token>`` gets 401, except GETs
+    of :data:`OPEN_PATHS`. Constant-time comparison; the token is never logged."""
 
     def __init__(self, app, token: str):
         self.app, self.expected = app, f"Bearer {token}".encode()
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
+        if scope["type"] == "http" and not (scope["method"] == "GET" and scope["path"] in OPEN_PATHS):
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):
                 from starlette.responses import JSONResponse
@@ -151,7 +161,7 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def health_body(label: str, need: SampleNeed | None, max_batch: int) -> dict:
+def health_body(label: str, need: SampleNeed | None, max_batch: int, token_required: bool = False) -> dict:
     from importlib.metadata import version
 
     needs = None if need is None else {"field": need.field, "fix": need.fix}
@@ -161,6 +171,7 @@ def health_body(label: str, need: SampleNeed | None, max_batch: int) -> dict:
         "version": version("glm-grpo-ds"),
         "needs": needs,
         "max_batch": max_batch,
+        "token_required": token_required,  # the client then tests its token on an empty /score at startup
     }
 
 
@@ -224,13 +235,19 @@ def build_app(fn: Callable, label: str, need: SampleNeed | None, max_batch: int,
                 task.cancel()
                 app.state.batcher.close()
 
-    app = FastAPI(title=f"glm-grpo reward server ({label})", lifespan=lifespan)
+    app = FastAPI(title=f"glm-grpo reward server ({label})", lifespan=lifespan, description=TOKEN_HELP if token else "")
+    auth = []
     if token:
+        from fastapi import Depends
+        from fastapi.security import HTTPBearer
+
         app.add_middleware(BearerAuth, token=token)
+        # checked by BearerAuth; declared here so /docs shows the lock and an Authorize button
+        auth = [Depends(HTTPBearer(auto_error=False, description=TOKEN_HELP))]
 
     @app.get("/health")
     def health() -> dict:
-        return health_body(label, need, max_batch)
+        return health_body(label, need, max_batch, token_required=bool(token))
 
     def decode(body: ScoreRequest):
         n = len(body.images)
@@ -248,7 +265,7 @@ def build_app(fn: Callable, label: str, need: SampleNeed | None, max_batch: int,
         samples = _samples(body, app.state.target_dir)
         return (torch.stack(images) if images else torch.empty(0, 3, 1, 1, dtype=torch.uint8)), samples
 
-    @app.post("/score", response_model=ScoreResponse)
+    @app.post("/score", response_model=ScoreResponse, dependencies=auth)
     async def score(body: ScoreRequest) -> dict:
         try:
             images, samples = await run_in_threadpool(decode, body)

@@ -78,8 +78,14 @@ def test_token_is_required_never_logged_and_a_wrong_one_is_a_one_line_error(tmp_
     args = ("--reward", "python:glm_grpo_ds.testing.reward_servers:SlowMean", "--reward-arg", "delay_s=0")
     with server_process(tmp_path / "srv", *args, "--token-file", str(tmp_path / "token")) as (url, _):
         for headers in ({}, {"Authorization": "Bearer tok-not-it"}, {"Authorization": secret}):
-            assert requests.get(f"{url}/health", headers=headers, timeout=10).status_code == 401
+            # probes and the API description need no token (issue #27); scoring does
+            assert requests.get(f"{url}/health", headers=headers, timeout=10).status_code == 200
             assert requests.post(f"{url}/score", json=body, headers=headers, timeout=10).status_code == 401
+            assert requests.post(f"{url}/health", headers=headers, timeout=10).status_code == 401  # GET only
+        docs = requests.get(f"{url}/docs", timeout=10)
+        schema = requests.get(f"{url}/openapi.json", timeout=10).json()
+        assert docs.status_code == 200 and "Authorization: Bearer" in schema["info"]["description"]
+        assert schema["paths"]["/score"]["post"]["security"] and "HTTPBearer" in schema["components"]["securitySchemes"]
         good = {"Authorization": f"Bearer {secret}"}
         assert requests.get(f"{url}/health", headers=good, timeout=10).status_code == 200
         scored = requests.post(f"{url}/score", json=body, headers=good, timeout=10)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+SHELL = ("bash", "sh", "shell", "console", "")  # fenced blocks read as commands
 RUNS = re.compile(
     r"^(?:[A-Z_]+=\S*\s+)*"  # environment assignments
     r"(glm-grpo\s+[a-z-]+(?:\s|$)|python -m glm_grpo_ds|deepspeed\s.*--module glm_grpo_ds)"
@@ -25,7 +26,7 @@ RUNS = re.compile(
 def _lines(path: Path) -> list[str]:
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".md":
-        blocks = re.findall(r"```(?:bash|sh|shell|console)?\n(.*?)```", text, re.S)
+        blocks = [b for lang, b in re.findall(r"```(\w*)\n(.*?)```", text, re.S) if lang in SHELL]
         lines = [line for b in blocks for line in re.sub(r"\\\n\s*", " ", b).splitlines()]
     else:  # a config's header: "#   command", continued with a trailing backslash
         header = "\n".join(line[1:] for line in text.splitlines() if line.startswith("#"))
@@ -71,7 +72,9 @@ def parse_only(monkeypatch):
 
 def _argv(cmd: str) -> tuple[str, list[str]]:
     """(what runs, its arguments): a glm-grpo subcommand, a module, or the training module."""
-    words = [w for w in shlex.split(cmd) if not re.fullmatch(r"[A-Z_]+=\S*", w)]
+    words = shlex.split(cmd)
+    cut = [i for i, w in enumerate(words) if w in ("&", "|", ";", ">", ">>", "2>", "2>&1") or w.startswith(">")]
+    words = [w for w in words[: cut[0] if cut else None] if not re.fullmatch(r"[A-Z_]+=\S*", w)]
     if words[0] == "glm-grpo":
         return words[1], words[2:]
     i = words.index("-m") if "-m" in words else words.index("--module")
