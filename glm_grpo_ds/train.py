@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, log, resume, run_log, storage
+from . import checkpoint, cuda_check, log, resume, run_log, storage
 from .adapters import check_init_adapter
 from .background import Background
 from .config import ConfigError, load_config, to_dict
@@ -74,6 +74,8 @@ class Trainer:
         self.cfg = cfg
         # What each rank can check alone, before the process group (whose start may first build DeepSpeed's
         # CPU communication op, ~40 s): a mistyped path or reward fails in seconds, on every rank alike.
+        # GPUs that torch cannot use first: that refusal explains the rest (init_distributed checks again).
+        cuda_check.check_rank()
         check_source(cfg.data.train_file, "data.train_file", cfg.data)
         if cfg.eval.file:
             check_source(cfg.eval.file, "eval.file", cfg.data, cfg.eval.revision)
