@@ -110,6 +110,12 @@ class Trainer:
         self.model_source = resolve_for_training(cfg.model.path, cfg.model.revision, self.rank)
         # unset sampling knobs = what the model samples with by itself (recorded in config.json)
         cfg.grpo.sampling = resolve_sampling(cfg.grpo.sampling, self.model_source.path)
+        # before the processor: importing it imports transformers' flash-attn probe, which a broken
+        # flash-attn install crashes; resolve_attn turns that into one line
+        on_gpu = self.device.type == "cuda"
+        dtype = resolve_dtype(cfg.model.dtype, on_gpu)
+        attn = resolve_attn(cfg.model.attn_implementation, on_gpu, dtype)
+        self.dtype, self.attn = dtype, attn  # the benchmarks load the plain pipeline alike
         self.processor = load_processor(self.model_source.path)
         # every id a prompt can produce must have an embedding row: else a raw IndexError mid-run
         size = dict(height=cfg.rollout.height, width=cfg.rollout.width)
@@ -118,10 +124,6 @@ class Trainer:
         if eval_rows:
             check_token_ids(self.processor, rows_in_ar, self.model_source.path, eval_rows, "eval.file", **size)
 
-        on_gpu = self.device.type == "cuda"
-        dtype = resolve_dtype(cfg.model.dtype, on_gpu)
-        attn = resolve_attn(cfg.model.attn_implementation, on_gpu, dtype)
-        self.dtype, self.attn = dtype, attn  # the benchmarks load the plain pipeline alike
         ar_config = json.loads((self.model_source.path / "vision_language_encoder" / "config.json").read_text())
         self.ds_config = fill_ds_config(
             self.ds_config_raw, cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
