@@ -75,7 +75,7 @@ def merged_card(base, adapter_src, card_src: Path | None, dtype: str, out_dir):
         body += ["The adapter's own card is not a glm-grpo-ds card; see it for its training.", ""]
     else:
         body += ["The adapter came without a card (a checkpoint consolidated from its DeepSpeed shards).", ""]
-    body += usage_lines("pipeline", hub_id or str(base), str(out_dir))
+    body += usage_lines("pipeline", hub_id or str(Path(base).resolve()), str(Path(out_dir).resolve()))
     return make_card(
         dict(
             base_model=hub_id,

@@ -33,6 +33,7 @@ from pathlib import Path
 from .config.fields import is_repo_id
 from .metrics import read_metrics
 from .plot import PLOT_NAME, plot_training
+from .versions import NOT_INSTALLED
 
 CARD = "README.md"
 TAG = "glm-grpo-ds"  # marks a card this module wrote (a peft or other card is replaced, ours kept)
@@ -200,17 +201,23 @@ def base_lines(path: str, hub_id: str | None, revision: str | None) -> list[str]
     return [f"- base model: {name}{rev}"]
 
 
-def usage_lines(kind: str, base_ref: str, weights: str, extra: str = "") -> list[str]:
-    """How to load the weights: ``kind`` adapter | model | pipeline; ``extra``: more from_pretrained
-    arguments of the weights (``, subfolder=..., revision=...``)."""
-    prompt = 'image = pipe("a red cube on a wooden table", height=1024, width=1024).images[0]'
+def usage_lines(kind: str, base_ref: str, weights: str, extra: str = "", render: dict | None = None) -> list[str]:
+    """How to load the weights: ``kind`` adapter | model | pipeline; ``base_ref`` / ``weights``: Hub ids or
+    absolute directories (a card is read from anywhere, so never a path relative to where training ran);
+    ``extra``: more from_pretrained arguments of the weights (``, subfolder=..., revision=...``);
+    ``render``: the run's image size, decoder steps and guidance (else GLM-Image's 1024, 30 and 1.5)."""
+    r = {"height": 1024, "width": 1024, "num_inference_steps": 30, "guidance_scale": 1.5, **(render or {})}
+    call = (
+        f'image = pipe("a red cube on a wooden table", height={r["height"]}, width={r["width"]}, '
+        f"num_inference_steps={r['num_inference_steps']}, guidance_scale={r['guidance_scale']}).images[0]"
+    )
     if kind == "pipeline":
-        load = [f'pipe = GlmImagePipeline.from_pretrained("{weights}"{extra}, torch_dtype=torch.bfloat16)']
+        load = [f'pipe = GlmImagePipeline.from_pretrained("{weights}"{extra}, dtype=dtype)']
     elif kind == "adapter":
         load = [
             "from peft import PeftModel",
             "",
-            f'pipe = GlmImagePipeline.from_pretrained("{base_ref}", torch_dtype=torch.bfloat16)',
+            f'pipe = GlmImagePipeline.from_pretrained("{base_ref}", dtype=dtype)',
             "pipe.vision_language_encoder = PeftModel.from_pretrained(",
             f'    pipe.vision_language_encoder, "{weights}"{extra}',
             ").merge_and_unload()",
@@ -219,23 +226,61 @@ def usage_lines(kind: str, base_ref: str, weights: str, extra: str = "") -> list
         load = [
             "from transformers import GlmImageForConditionalGeneration",
             "",
-            f'ar = GlmImageForConditionalGeneration.from_pretrained("{weights}"{extra}, torch_dtype=torch.bfloat16)',
-            f'pipe = GlmImagePipeline.from_pretrained("{base_ref}", vision_language_encoder=ar, '
-            "torch_dtype=torch.bfloat16)",
+            f'ar = GlmImageForConditionalGeneration.from_pretrained("{weights}"{extra}, dtype=dtype)',
+            f'pipe = GlmImagePipeline.from_pretrained("{base_ref}", vision_language_encoder=ar, dtype=dtype)',
         ]
-    code = ["import torch", "from diffusers import GlmImagePipeline", *load, 'pipe.to("cuda")', prompt]
+    code = [
+        "import torch",
+        "from diffusers import GlmImagePipeline",
+        "",
+        'device = "cuda" if torch.cuda.is_available() else "cpu"',
+        'dtype = torch.bfloat16 if device == "cuda" else torch.float32',
+        *load,
+        "pipe.to(device)",
+        call,
+        'image.save("grpo.png")',
+    ]
     lines = ["## How to use", "", "```python", *code, "```", ""]
     if kind == "adapter":
+        local = os.path.isabs(weights)  # else a Hub repo: the render and merge commands need a local copy
+        adapter = weights if local else "ADAPTER_DIR"
+        size = f"--height {r['height']} --width {r['width']} --steps {r['num_inference_steps']}"
+        size += f" --guidance {r['guidance_scale']}"
         lines += [
-            "With glm-grpo-ds installed (`ADAPTER_DIR`: this directory, or a local copy of it from `hf download`):",
+            "With glm-grpo-ds installed"
+            + ("" if local else " (`ADAPTER_DIR`: a local copy of this repository, e.g. from `hf download`)")
+            + ":",
             "",
             "```bash",
-            f'glm-grpo render --model {base_ref} --adapter ADAPTER_DIR --prompt "a red cube on a wooden table"',
-            f"glm-grpo merge --base {base_ref} --adapter ADAPTER_DIR --out GLM-Image-grpo   # a complete pipeline",
+            f'glm-grpo render --model {base_ref} --adapter {adapter} --prompt "a red cube on a wooden table" {size}',
+            f"glm-grpo merge --base {base_ref} --adapter {adapter} --out GLM-Image-grpo   # a complete pipeline",
             "```",
             "",
         ]
     return lines
+
+
+def data_lines(saved: dict) -> list[str]:
+    """The training data: the file or Hub dataset (with its revision) and its number of prompts, from
+    config.json (runs before data fingerprints were recorded: the configured source only)."""
+    data = saved["train"]["data"]
+    source = data["train_file"]
+    rows = (saved.get("data") or {}).get("rows")
+    where = (
+        f"[{source}](https://huggingface.co/datasets/{source})"
+        + (f", revision `{data['revision']}`" if data.get("revision") else "")
+        if is_repo_id(source) and not os.path.exists(source)
+        else f"`{source}`"
+    )
+    return [f"- training data: {where}" + (f", {rows} prompts" if rows is not None else "")]
+
+
+def versions_section(saved: dict) -> list[str]:
+    """The framework versions the run trained with (config.json's ``versions``), as TRL's cards list them."""
+    versions = {k: v for k, v in (saved.get("versions") or {}).items() if v != NOT_INSTALLED}
+    if not versions:
+        return []
+    return ["## Framework versions", "", *(f"- {name}: {v}" for name, v in versions.items()), ""]
 
 
 def make_card(data_kwargs: dict, body: list[str]):
@@ -288,6 +333,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
         "The DiT, VAE and glyph encoder of the base pipeline are unchanged.",
         "",
         *base_lines(base, hub_id, revision),
+        *data_lines(saved),
         "- rewards: " + ", ".join(f"{label} (weight {s['weight']})" for label, s in zip(labels, cfg["rewards"])),
         "",
         *_results_section(res, cfg, labels),
@@ -299,8 +345,16 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     uploaded = hub.get("repo_id") and (step is None or hub.get("push_checkpoints"))
     extra = f', subfolder="{CHECKPOINT_PREFIX}/{run_step_dir(step)}"' if uploaded and step is not None else ""
     extra += f', revision="{hub["revision"]}"' if uploaded and hub.get("revision") else ""
-    where = hub["repo_id"] if uploaded else str(weights)
-    body += usage_lines("adapter" if is_adapter else "model", hub_id or base, where, extra)
+    where = hub["repo_id"] if uploaded else str(weights.resolve())
+    dec, rollout = cfg["decoder"], cfg["rollout"]
+    render = dict(
+        height=rollout["height"],
+        width=rollout["width"],
+        num_inference_steps=dec["num_inference_steps"],
+        guidance_scale=dec["guidance_scale"],
+    )
+    body += usage_lines("adapter" if is_adapter else "model", hub_id or str(Path(base).resolve()), where, extra, render)
+    body += versions_section(saved)
     tags = [*TAGS, *(["lora"] if is_adapter else []), TAG]
     return make_card(
         dict(

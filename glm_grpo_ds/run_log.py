@@ -199,6 +199,28 @@ def setup(level: str = "info", rank: int | None = None) -> None:
     sys.excepthook = _excepthook
 
 
+def verbose() -> bool:
+    """``--log-level debug``: library progress bars and INFO records are wanted on the console."""
+    return _debug
+
+
+def setup_tool(level: str = "info") -> None:
+    """The same console policy for a command other than ``train`` (render, merge, estimate-memory,
+    tiny-model, ...; glm_grpo_ds/commands/cli.py calls it): our lines, library errors; library warnings
+    (bitsandbytes' missing optional CPU kernels, FutureWarnings, transformers' advice), load bars and
+    DeepSpeed's lines stay out, shown with ``--log-level debug``, or before a traceback if one comes. A
+    tool has no run directory, so what is held back is never written to a file."""
+    setup(level, 0)
+    _quiet_hf_library("diffusers")  # its load bars (~1.5 s to import its logging; most tools load a pipeline)
+    if "DS_ACCELERATOR" not in os.environ:
+        import torch
+
+        # Without CUDA, DeepSpeed's auto-detection picks the CPU anyway, but warns to stdout through a
+        # handler of its own (bound at its import, so adopt_library_loggers comes too late): say it first.
+        if not torch.cuda.is_available():
+            os.environ["DS_ACCELERATOR"] = "cpu"
+
+
 def open_file(output_dir, rank: int) -> Path | None:
     """Start writing ``output_dir/logs/rank_<rank>.log`` (after output_dir is checked and, for a fresh
     run, an earlier run's files removed): what was buffered first, then everything as it comes."""

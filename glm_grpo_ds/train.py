@@ -65,6 +65,7 @@ from .summary import print_startup_summary
 from .token_ids import check_token_ids, embedding_rows
 from .tracking import build_tracker
 from .update import grpo_update, skipped_update
+from .versions import framework_versions
 
 
 class Trainer:
@@ -192,7 +193,13 @@ class Trainer:
             log.info(f"glm-grpo: resumed from {resume_path} at step {self.start_step}")
         self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if resume_path else None)
         if self.is_main:
-            record = {"train": to_dict(cfg), "model_source": self.model_source.record(), "deepspeed": self.ds_config}
+            record = {
+                "train": to_dict(cfg),
+                "model_source": self.model_source.record(),
+                "deepspeed": self.ds_config,
+                "data": self.data_fingerprint,  # what the cards name: the source and its number of prompts
+                "versions": framework_versions(),
+            }
             (self.out / "config.json").write_text(json.dumps(record, indent=2))
             print_startup_summary(
                 cfg, model, self.ds_config, self.ds_config_raw, self.world, self.device, dtype, attn, self.out

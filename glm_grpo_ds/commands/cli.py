@@ -71,10 +71,40 @@ SUBCOMMANDS = {
 }
 
 
+# commands that set up their console themselves: train (run_log.setup, per rank) and reward-server (uvicorn's
+# request lines); env imports no library that talks
+OWN_CONSOLE = {"train", "reward-server", "env"}
+
+
+def _log_level(args: list[str]) -> tuple[str | None, list[str]]:
+    """``--log-level LEVEL`` (anywhere among a tool's arguments) taken out: (level, the other arguments);
+    (None, args) after printing the error for a bad level."""
+    from ..log import LEVELS
+
+    level, rest, i = "info", [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--log-level" or arg.startswith("--log-level="):
+            value = arg.partition("=")[2] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if "=" in arg else 2
+            if value not in LEVELS:
+                print(f"glm-grpo: --log-level {value!r}: choose one of {', '.join(LEVELS)}", file=sys.stderr)
+                return None, args
+            level = value
+            continue
+        rest.append(arg)
+        i += 1
+    return level, rest
+
+
 def _usage() -> str:
     lines = ["usage: glm-grpo <command> [args]  |  glm-grpo --version", "", "commands:"]
     lines += [f"  {name:<16} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
-    lines += ["", "Run `glm-grpo <command> --help` for a command's options."]
+    lines += [
+        "",
+        "Run `glm-grpo <command> --help` for a command's options. Every command prints its own lines and library",
+        "errors; `--log-level debug` (any command) adds the libraries' warnings, info and progress bars.",
+    ]
     return "\n".join(lines)
 
 
@@ -96,6 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (did you mean: {', '.join(close)}?)" if close else ""
         print(f"glm-grpo: unknown command {name!r}{hint}; see `glm-grpo --help`", file=sys.stderr)
         return 2
+    if name not in OWN_CONSOLE:
+        level, rest = _log_level(rest)
+        if level is None:
+            return 2
+        from .. import run_log
+
+        run_log.setup_tool(level)  # before the command's imports: bitsandbytes warns as it is imported
     module_name, _, function = SUBCOMMANDS[name][0].partition(":")
     entry = getattr(importlib.import_module(module_name), function or "main")
     return int(entry(rest) or 0)

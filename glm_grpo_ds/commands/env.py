@@ -12,36 +12,12 @@ torch (for the CUDA facts; a torch that cannot be imported is reported, not rais
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import platform
 
 from ..cuda_check import driver_cuda, driver_version
+from ..versions import NOT_INSTALLED, PACKAGES, package_version
 
-# (name shown, distribution names to try): the libraries whose versions decide how a run behaves
-PACKAGES = (
-    ("glm-grpo-ds", ("glm-grpo-ds",)),
-    ("torch", ("torch",)),
-    ("torchvision", ("torchvision",)),
-    ("deepspeed", ("deepspeed",)),
-    ("transformers", ("transformers",)),
-    ("diffusers", ("diffusers",)),
-    ("peft", ("peft",)),
-    ("accelerate", ("accelerate",)),
-    ("bitsandbytes", ("bitsandbytes",)),
-    ("flash-attn", ("flash-attn", "flash_attn")),
-    ("huggingface_hub", ("huggingface-hub", "huggingface_hub")),
-)
-NOT_INSTALLED = "not installed"
-
-
-def package_version(*dist_names: str) -> str:
-    """The installed version of the first of ``dist_names`` found, else ``not installed``."""
-    for name in dist_names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return NOT_INSTALLED
+__all__ = ["NOT_INSTALLED", "PACKAGES", "package_version", "report", "version"]
 
 
 def version() -> str:

@@ -7,13 +7,16 @@
 Useful to look at a base model, a trained adapter (``--adapter``: loaded into the pipeline's
 ``vision_language_encoder`` with ``load_adapter``, not merged; the images equal those of the
 ``glm-grpo merge`` output for the same seeds), a merged model, or the embedded tiny model. ``--model``
-is a pipeline directory or a Hub id (glm_grpo_ds/model_source.py). Writes ``<out>/<index>.png`` for
-each prompt and prints the paths.
+is a pipeline directory or a Hub id (glm_grpo_ds/model_source.py). Writes ``<out>/000.png``, ``001.png``,
+... (prompt i with seed ``--seed`` + i) and ``<out>/index.jsonl`` (one line per image: file, prompt, seed,
+size, steps, guidance, model, adapter), and prints the paths. Size, steps and guidance not given are the
+model's own (:func:`model_defaults`: 1024x1024, 50 steps, guidance 1.5 for GLM-Image), named on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,37 +24,82 @@ from pathlib import Path
 
 @dataclass
 class RenderConfig:
-    """``glm-grpo render``: prompts -> PNG through a GLM-Image pipeline."""
+    """``glm-grpo render``: prompts -> PNG through a GLM-Image pipeline. None = the model's own default
+    (:func:`model_defaults`)."""
 
-    height: int = 64
-    width: int = 64
-    num_inference_steps: int = 8
-    guidance_scale: float = 1.5
+    height: int | None = None
+    width: int | None = None
+    num_inference_steps: int | None = None
+    guidance_scale: float | None = None
     seed: int = 0
     out: str = "outputs/render"
     dtype: str = "auto"  # auto = bf16 on a GPU, fp32 on CPU
     device: str = "auto"  # auto = cuda when available, else cpu
 
 
+INDEX = "index.jsonl"  # one line per image: file, prompt, seed and the settings it was rendered with
+
+
+def model_defaults(model_dir: Path) -> dict:
+    """What ``GlmImagePipeline`` is made to render when not told: its ``default_sample_size`` (the
+    transformer config's ``sample_size``, else diffusers' 128) x the VAE's down-sampling, diffusers'
+    documented convention (128 x 8 = 1024 for GLM-Image), and the step count and guidance of
+    ``__call__``'s signature. Read from the pipeline directory's configs and the installed diffusers, so
+    it follows both."""
+    import inspect
+
+    from diffusers import GlmImagePipeline
+
+    transformer = json.loads((model_dir / "transformer" / "config.json").read_text())
+    vae = json.loads((model_dir / "vae" / "config.json").read_text())
+    size = transformer.get("sample_size", 128) * 2 ** (len(vae["block_out_channels"]) - 1)
+    call = inspect.signature(GlmImagePipeline.__call__).parameters
+    return {
+        "height": size,
+        "width": size,
+        "num_inference_steps": call["num_inference_steps"].default,
+        "guidance_scale": call["guidance_scale"].default,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     d = RenderConfig()
     parser = argparse.ArgumentParser(prog="glm-grpo render", description=__doc__.splitlines()[0])
+    own = "default: the model's own, its DiT's sample_size x the VAE's scale: 1024 for GLM-Image"
     parser.add_argument("--model", required=True, help="GlmImagePipeline: a directory or a Hub id (org/name)")
-    parser.add_argument("--revision", default=None, help="Hub revision of --model (commit, branch or tag; main)")
-    parser.add_argument("--adapter", default=None, help="peft LoRA adapter to apply (a run's final_adapter/)")
+    parser.add_argument(
+        "--revision", default=None, help="Hub revision of --model: commit, branch or tag (default: main)"
+    )
+    parser.add_argument("--adapter", default=None, help="peft LoRA adapter to apply, e.g. a run's final_adapter/")
     parser.add_argument("--prompt", action="append", required=True, help="repeat for several prompts")
-    parser.add_argument("--height", type=int, default=d.height)
-    parser.add_argument("--width", type=int, default=d.width)
-    parser.add_argument("--steps", type=int, default=d.num_inference_steps, help="DiT denoising steps")
-    parser.add_argument("--guidance", type=float, default=d.guidance_scale, help="DiT classifier-free guidance scale")
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--dtype", choices=["auto", "bf16", "fp32", "fp16"], default=d.dtype)
-    parser.add_argument("--device", default=d.device, help="auto = cuda when available, else cpu")
-    parser.add_argument("--out", default=d.out, help="output directory")
+    parser.add_argument("--height", type=int, default=d.height, help=f"image height ({own})")
+    parser.add_argument("--width", type=int, default=d.width, help=f"image width ({own})")
+    parser.add_argument(
+        "--steps", type=int, default=d.num_inference_steps, help="DiT denoising steps (default: the pipeline's, 50)"
+    )
+    parser.add_argument(
+        "--guidance",
+        type=float,
+        default=d.guidance_scale,
+        help="DiT classifier-free guidance scale (default: the pipeline's, 1.5)",
+    )
+    parser.add_argument("--seed", type=int, default=d.seed, help="prompt i uses seed + i (default: %(default)s)")
+    parser.add_argument(
+        "--dtype",
+        choices=["auto", "bf16", "fp32", "fp16"],
+        default=d.dtype,
+        help="auto = bf16 on a GPU, else fp32 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--device", default=d.device, help="auto = cuda when available, else cpu (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--out", default=d.out, help=f"output directory: 000.png, 001.png, ... and {INDEX} (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
 
     for name, value in (("--height", args.height), ("--width", args.width)):
-        if value <= 0 or value % 32:
+        if value is not None and (value <= 0 or value % 32):
             print(f"glm-grpo render: {name} {value} must be a positive multiple of 32", file=sys.stderr)
             return 2
     from ..adapters import find_adapter
@@ -64,16 +112,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"glm-grpo render: {err}", file=sys.stderr)
         return 2
 
+    own_defaults = model_defaults(model)
+    settings = {
+        "height": args.height,
+        "width": args.width,
+        "num_inference_steps": args.steps,
+        "guidance_scale": args.guidance,
+    }
+    taken = [k for k, v in settings.items() if v is None]
+    settings.update({k: own_defaults[k] for k in taken})
+
     from ..data.rows import DataError
     from ..policy import load_processor
     from ..token_ids import check_token_ids, embedding_rows
 
     try:  # before the weights load: a prompt the AR cannot embed is one line, not an IndexError mid-render
         rows = embedding_rows(model)
-        check_token_ids(load_processor(model), rows, model, args.prompt, "--prompt", args.height, args.width)
+        height, width = settings["height"], settings["width"]
+        check_token_ids(load_processor(model), rows, model, args.prompt, "--prompt", height, width)
     except DataError as err:
         print(f"glm-grpo render: {err}", file=sys.stderr)
         return 2
+
+    if taken:  # say what the model's defaults came to: 1024x1024 at 50 steps takes a while on a CPU
+        print(
+            f"glm-grpo render: {settings['width']}x{settings['height']}, {settings['num_inference_steps']} steps, "
+            f"guidance {settings['guidance_scale']} ({', '.join(taken)} from the model's defaults)",
+            file=sys.stderr,
+        )
 
     import torch
     from diffusers import GlmImagePipeline
@@ -88,19 +154,16 @@ def main(argv: list[str] | None = None) -> int:
     pipe.set_progress_bar_config(disable=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    index = []
     for i, prompt in enumerate(args.prompt):
         generator = torch.Generator().manual_seed(args.seed + i)
-        image = pipe(
-            prompt,
-            height=args.height,
-            width=args.width,
-            num_inference_steps=args.steps,
-            guidance_scale=args.guidance,
-            generator=generator,
-        ).images[0]
+        image = pipe(prompt, generator=generator, **settings).images[0]
         path = out / f"{i:03d}.png"
         image.save(path)
+        index.append({"file": path.name, "prompt": prompt, "seed": args.seed + i, **settings})
         print(path)
+    meta = {"model": args.model, "revision": args.revision, "adapter": args.adapter}
+    (out / INDEX).write_text("".join(json.dumps({**row, **meta}) + "\n" for row in index), encoding="utf-8")
     return 0
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import run_log
 from .hub import hub_snapshot, in_rank_order, looks_like_hub_id
 from .lines import LineFile
 from .rows import DataError, DatasetImage, PromptRow, PromptRows
@@ -63,7 +64,8 @@ def load_prompts(
 
     def prepare():
         where = p if local else hub_snapshot(spec, revision, key, f"{section}.revision")
-        return where, *load_table(spec, where, key, keys, split, f"{section}.split", quiet=rank != 0)
+        quiet = rank != 0 or not run_log.verbose()  # datasets' bars ("Generating train split"): debug only
+        return where, *load_table(spec, where, key, keys, split, f"{section}.split", quiet=quiet)
 
     where, ds, chosen = in_rank_order(prepare, rank, local_rank)
     name = f"{spec} (split {chosen})" if chosen else spec

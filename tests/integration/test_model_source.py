@@ -143,7 +143,7 @@ def test_downloads_allowed_only_the_model_resolution_asks_the_hub(hub, tiny_mode
             _RecordingHub.paths = []
             proc = subprocess.run(
                 [sys.executable, "-m", "glm_grpo_ds", "render", "--model", model, "--prompt", "a red cube"]
-                + ["--steps", "1", "--out", str(tmp_path / label)],
+                + ["--steps", "1", "--height", "64", "--width", "64", "--out", str(tmp_path / label)],
                 env=env,
                 capture_output=True,
                 text=True,

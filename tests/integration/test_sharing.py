@@ -3,8 +3,10 @@ with `hub.repo_id`, uploading to a local stand-in of the Hub (glm_grpo_ds/testin
 huggingface_hub's real HfApi, under HF_HUB_OFFLINE=1 as the tests run. Then `glm-grpo push` (the retry the
 run names) and `glm-grpo merge` (the merged pipeline's card). ~1.5 min on 2 idle cores."""
 
+import importlib.metadata
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -12,6 +14,7 @@ import pytest
 from huggingface_hub import ModelCard
 from test_trainer_deepspeed import CONFIG, ROOT, common, launch_cmd  # noqa: E402  (same directory)
 
+from glm_grpo_ds.model_card import write_run_card
 from glm_grpo_ds.testing.fake_hub import FakeHub
 
 pytestmark = pytest.mark.slow  # a training run, a merge
@@ -113,6 +116,14 @@ def test_run_card_checkpoint_uploads_failed_final_upload_push_and_merge(tiny_mod
         assert "LoRA r=16, alpha=32" in text and "| pixel_mse | 1.0 | - |" in text
         assert "![reward curve](reward_curve.png)" in text
         assert (adapter / "reward_curve.png").read_bytes() == (out / "reward_curve.png").read_bytes()
+        # the data and the framework versions it was trained with, as TRL's cards name them
+        assert f"- training data: `{data64}`, 8 prompts" in text
+        assert "## Framework versions" in text and f"- peft: {importlib.metadata.version('peft')}" in text
+        # uploaded: the card's code loads the adapter from the Hub repo; its commands need a local copy
+        code = text.split("```python\n", 1)[1].split("```", 1)[0]
+        assert f'pipe.vision_language_encoder, "{REPO}"' in code and "torch_dtype" not in code
+        assert "--adapter ADAPTER_DIR" in text
+
         # peft's blank template is replaced in every checkpoint's adapter too
         ckpt_card = ModelCard.load(out / "checkpoints" / "step_000001" / "adapter" / "README.md")
         assert "| steps done | 1 of 2 |" in ckpt_card.text and "More Information Needed" not in ckpt_card.text
@@ -150,6 +161,28 @@ def test_run_card_checkpoint_uploads_failed_final_upload_push_and_merge(tiny_mod
     assert f"- adapter: `{adapter}`" in card.text and "- merged weights dtype: fp32" in card.text
     assert "## Results (of the adapter)" in card.text and "| steps done | 2 of 2 |" in card.text
     assert (merged / "reward_curve.png").is_file()
+
+    # the same run without hub.repo_id: the card's own code, run from another directory against this
+    # adapter (issue #27), loads it (absolute paths, `dtype=`) and renders at the run's size and steps
+    local = tmp_path / "local_run"
+    shutil.copytree(adapter, local / "final_adapter")
+    saved = json.loads((out / "config.json").read_text())
+    saved["train"]["hub"]["repo_id"] = None
+    (local / "config.json").write_text(json.dumps(saved))
+    shutil.copy(out / "metrics.jsonl", local / "metrics.jsonl")
+    text = ModelCard.load(write_run_card(local, local / "final_adapter")).text
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "torch_dtype" not in code and "height=64, width=64, num_inference_steps=2" in code
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    snippet = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert snippet.returncode == 0, snippet.stderr[-3000:]
+    from PIL import Image
+
+    assert Image.open(elsewhere / "grpo.png").size == (64, 64)
+    render_line = next(line for line in text.splitlines() if line.startswith("glm-grpo render"))
+    assert f"--adapter {(local / 'final_adapter').resolve()} " in render_line
+    assert "--height 64 --width 64 --steps 2 --guidance" in render_line
 
 
 def test_no_token_fails_at_startup(tiny_model_dir, data64, tmp_path):

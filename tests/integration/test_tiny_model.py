@@ -134,6 +134,9 @@ def test_cli_render_writes_pngs_and_rejects_bad_size(tiny_model_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr
     pngs = sorted((tmp_path / "r").glob("*.png"))
     assert len(pngs) == 2 and Image.open(pngs[0]).size == (96, 64)
+    index = [json.loads(line) for line in (tmp_path / "r" / "index.jsonl").read_text().splitlines()]
+    assert [(r["file"], r["prompt"], r["seed"]) for r in index] == [("000.png", "a", 0), ("001.png", "b", 1)]
+    assert index[0]["num_inference_steps"] == 2 and (index[0]["height"], index[0]["width"]) == (64, 96)
 
     bad = subprocess.run(cmd + ["--prompt", "a", "--height", "50"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--height 50 must be a positive multiple of 32" in bad.stderr

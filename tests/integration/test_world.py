@@ -51,7 +51,11 @@ def test_render_a_layout_prompt_with_every_world_word(world_dir, tmp_path):
     prompt = "a red square on a blue background"
     out = tmp_path / "png"
     assert (
-        render.main(["--model", str(world_dir / "model"), "--prompt", prompt, "--steps", "1", "--out", str(out)]) == 0
+        render.main(
+            ["--model", str(world_dir / "model"), "--prompt", prompt, "--steps", "1", "--height", "64", "--width", "64"]
+            + ["--out", str(out)]
+        )
+        == 0
     )
     assert len(list(out.glob("*.png"))) == 1
 
