@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from test_trainer_deepspeed import CONFIG, ENV, FAST, ROOT, common  # noqa: E402  (same directory)
+from launching import CONFIG, ENV, FAST, ROOT, common  # noqa: E402  (tests/integration/launching.py)
 
 pytestmark = [pytest.mark.slow]  # a training process (it stops before loading the models)
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 import torch
+from launching import CONFIG, ROOT, common, launch  # noqa: E402  (tests/integration/launching.py)
 from safetensors.torch import load_file
-from test_trainer_deepspeed import CONFIG, ROOT, common, launch  # noqa: E402  (same directory)
 
 VOLATILE = ("time/", "_per_s", "peak_")  # wall-clock and memory differ between runs
 

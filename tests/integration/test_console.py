@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from test_trainer_deepspeed import CONFIG, ROOT, common  # noqa: E402  (same directory)
+from launching import CONFIG, ROOT, common  # noqa: E402  (tests/integration/launching.py)
 
 DS_CONFIG = "ds_configs/zero2.json"
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_trainer_deepspeed import CONFIG, ENV, ROOT  # noqa: E402  (same directory)
-from test_trainer_deepspeed import FAST as ONE_STEP  # noqa: E402
+from launching import CONFIG, ENV, ROOT  # noqa: E402  (tests/integration/launching.py)
+from launching import FAST as ONE_STEP  # noqa: E402
 
 FAST = [
     "max_steps=2",

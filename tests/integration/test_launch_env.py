@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_trainer_deepspeed import CONFIG, FAST, ROOT, _port, common  # noqa: E402  (same directory)
+from launching import CONFIG, FAST, ROOT, common, free_port  # noqa: E402  (tests/integration/launching.py)
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # a deepspeed launcher and its rank
 
@@ -47,7 +47,7 @@ def test_deepspeed_env_reaches_a_rank_in_no_ssh_mode(tiny_model_dir, tmp_path):
         NUM_NODES="1",
         HOSTFILE="hostfile",
         MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_port()),
+        MASTER_PORT=str(free_port()),
         CONFIG=str(CONFIG),
         DS_CONFIG=str(ROOT / "ds_configs" / "zero2.json"),
     )

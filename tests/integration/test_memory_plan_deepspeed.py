@@ -3,7 +3,7 @@ one GRPO update; the planner's model-state bytes must equal the bytes of the act
 gradient, fp32-master and optimizer-state tensors on every rank."""
 
 import pytest
-from test_trainer_deepspeed import common, tiny_data, worker  # noqa: F401  (fixture)
+from launching import common, worker  # noqa: E402  (tests/integration/launching.py)
 
 CASES = {
     "zero3-lora-8bit": ("zero3.json", []),

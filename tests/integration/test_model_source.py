@@ -201,7 +201,7 @@ def test_repo_folder_name_is_huggingface_hubs():
 def test_two_ranks_resolve_after_rank_0_and_fail_alike_when_a_cache_lacks_it(hub, tmp_path):
     """Under the deepspeed launcher (2 CPU ranks): both ranks load rank 0's snapshot; when rank 1's cache
     (another node's, not shared) lacks the model, every rank fails with one line that says why."""
-    from test_trainer_deepspeed import launch_cmd  # noqa: E402  (same directory)
+    from launching import launch_cmd  # noqa: E402  (tests/integration/launching.py)
 
     def run(out, *extra):
         out.mkdir()

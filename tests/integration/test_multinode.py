@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_trainer_deepspeed import CONFIG, FAST, ROOT, WORKER, _port, common  # noqa: E402  (same directory)
+from launching import CONFIG, FAST, ROOT, WORKER, common, free_port  # noqa: E402  (tests/integration/launching.py)
 
 SCRIPTS = sorted((ROOT / "launch").glob("*.sh")) + [ROOT / "launch" / "slurm.sbatch"]
 
@@ -48,7 +48,7 @@ def test_two_nodes_on_loopback_end_with_the_same_weights(tiny_model_dir, tmp_pat
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     out = tmp_path / "w"
-    port = str(_port())
+    port = str(free_port())
     overrides = common(
         tiny_model_dir,
         data,
@@ -118,7 +118,7 @@ def two_nodes_in_own_dirs(tmp_path, overrides, timeout=420):
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     env["PYTHONFAULTHANDLER"] = "1"  # a hang killed at the timeout leaves every process's Python stack in its log
-    port = str(_port())
+    port = str(free_port())
     procs, logs = [], []
     try:
         for node_rank in (0, 1):

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from launching import CONFIG, ROOT, common, launch  # noqa: E402  (tests/integration/launching.py)
 from PIL import Image
-from test_trainer_deepspeed import CONFIG, ROOT, common, launch  # noqa: E402  (same directory)
 
 from glm_grpo_ds.gallery import grid_size
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from test_trainer_deepspeed import launch  # noqa: E402  (same directory)
+from launching import launch  # noqa: E402  (tests/integration/launching.py)
 
 from glm_grpo_ds.testing import slice as real
 

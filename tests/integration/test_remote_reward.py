@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import requests
 import torch
+from launching import CONFIG, FAST, ROOT  # noqa: E402  (tests/integration/launching.py)
 from PIL import Image
-from test_trainer_deepspeed import CONFIG, FAST, ROOT  # noqa: E402  (same directory)
 
 from glm_grpo_ds.data.rows import DatasetImage
 from glm_grpo_ds.rewards import RewardError, RewardSet, build_reward
@@ -295,7 +295,7 @@ def test_server_killed_mid_run_retries_then_undefined_rewards_and_the_run_goes_o
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_two_rank_training_with_a_remote_reward(tiny_model_dir, data64, tmp_path):
-    from test_trainer_deepspeed import launch  # noqa: E402  (same directory)
+    from launching import launch  # noqa: E402  (tests/integration/launching.py)
 
     with server_process(tmp_path / "srv", "--reward", "pixel_mse") as (url, _):
         out = tmp_path / "run"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from launching import CONFIG, ENV, FAST, ROOT, WORKER, common, free_port, launch, launch_cmd  # noqa: E402  (tests/integration/launching.py)
 from safetensors.torch import load_file
 from test_checkpoint_resume import assert_no_frozen_parameters  # noqa: E402  (same directory)
-from test_trainer_deepspeed import CONFIG, ENV, FAST, ROOT, WORKER, _port, common, launch, launch_cmd  # noqa: E402  (same directory)
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # a training process per case, some through the launcher
 
@@ -562,7 +562,7 @@ def test_sigterm_to_train_sh_outlasts_the_launchers_30_s_kill(tiny_model_dir, da
         NUM_GPUS="1",
         CONFIG=str(CONFIG),
         DS_CONFIG="ds_configs/zero2.json",
-        MASTER_PORT=str(_port()),
+        MASTER_PORT=str(free_port()),
         OMP_NUM_THREADS="1",
         IN_STEP_2=str(marker),
         SLOW_S="40",

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from huggingface_hub import ModelCard
-from test_trainer_deepspeed import CONFIG, ROOT, common, launch_cmd  # noqa: E402  (same directory)
+from launching import CONFIG, ROOT, common, launch_cmd  # noqa: E402  (tests/integration/launching.py)
 
 from glm_grpo_ds.model_card import write_run_card
 from glm_grpo_ds.testing.fake_hub import FakeHub

@@ -16,7 +16,7 @@ from glm_grpo_ds.rollout import upsample_grid
 from glm_grpo_ds.testing import world
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_trainer_deepspeed import launch  # noqa: E402  (same directory)
+from launching import launch  # noqa: E402  (tests/integration/launching.py)
 
 WORLD_CONFIG = "launch/configs/tiny_world.yaml"
 
