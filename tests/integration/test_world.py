@@ -155,6 +155,7 @@ def _train(world_dir, run_dir, *extra):
 
 @pytest.mark.slow
 @pytest.mark.distributed
+@pytest.mark.learning
 def test_grpo_learns_to_follow_the_prompt_and_a_frozen_control_does_not(world_dir, tmp_path):
     """Four one-colour prompts (a fixed grid gets at most 17 % of the way), evaluated on rephrasings
     never trained on: the policy must read the colour word to get half way."""
