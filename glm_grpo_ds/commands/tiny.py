@@ -3,6 +3,7 @@ that the tests and ``make demo`` use (the builders are in glm_grpo_ds/testing/):
 
     glm-grpo tiny-model OUT_DIR [--seed N] [--full-size-ar]
     glm-grpo tiny-model OUT_DIR --real-width --ar-layers N --dit-layers M [--seed N]
+        [--configs-from DIR|ID [--revision R]]
     glm-grpo tiny-data --config CFG [--num-prompts N] [key=value ...]
     glm-grpo tiny-world OUT_DIR [--seed N]
 """
@@ -10,11 +11,12 @@ that the tests and ``make demo`` use (the builders are in glm_grpo_ds/testing/):
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 from ..config import load_config, parse_with_overrides
-from ..testing.slice import build_slice_pipeline
+from ..testing.slice import build_slice_pipeline, source_configs
 from ..testing.tiny import build_tiny_pipeline
 from ..testing.tiny_data import PROMPTS, write_tiny_dataset
 from ..testing.world import write_world
@@ -38,6 +40,13 @@ def tiny_model(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ar-layers", type=int, default=1, help="with --real-width: AR layers (real: 40)")
     parser.add_argument("--dit-layers", type=int, default=1, help="with --real-width: DiT layers (real: 30)")
+    parser.add_argument(
+        "--configs-from",
+        default=None,
+        help="with --real-width: the component configs of this GLM-Image pipeline directory or cached Hub id "
+        "(default: the built-in GLM-Image configs)",
+    )
+    parser.add_argument("--revision", default=None, help="with --configs-from a Hub id: its revision (default: main)")
     args = parser.parse_args(argv)
     if args.full_size_ar and args.real_width:
         parser.error("--full-size-ar and --real-width exclude each other")
@@ -45,10 +54,20 @@ def tiny_model(argv: list[str] | None = None) -> int:
         parser.error("--ar-layers / --dit-layers need --real-width")
     if min(args.ar_layers, args.dit_layers) < 1:
         parser.error("--ar-layers and --dit-layers must be >= 1")
+    if args.configs_from and not args.real_width:
+        parser.error("--configs-from needs --real-width")
     start = time.monotonic()
     if args.real_width:
-        path = build_slice_pipeline(args.out_dir, args.ar_layers, args.dit_layers, seed=args.seed)
-        kind = f"real-width GLM-Image slice (AR {args.ar_layers} layers, DiT {args.dit_layers} layers, bf16)"
+        configs = None
+        if args.configs_from:
+            try:
+                configs = source_configs(args.configs_from, args.revision)
+            except (FileNotFoundError, ValueError) as err:
+                print(f"glm-grpo tiny-model: {err}", file=sys.stderr)
+                return 2
+        path = build_slice_pipeline(args.out_dir, args.ar_layers, args.dit_layers, seed=args.seed, configs=configs)
+        origin = f"configs of {configs['root']}" if configs else "built-in configs"
+        kind = f"real-width GLM-Image slice (AR {args.ar_layers} layers, DiT {args.dit_layers} layers, bf16, {origin})"
     else:
         path = build_tiny_pipeline(args.out_dir, seed=args.seed, full_size_ar=args.full_size_ar)
         kind = "tiny GLM-Image pipeline"

@@ -3,7 +3,13 @@ and token ids, with only the layer counts reduced (issue #26). Random weights, b
 
 Command line::
 
-    glm-grpo tiny-model OUT_DIR --real-width --ar-layers N --dit-layers M [--seed S]
+    glm-grpo tiny-model OUT_DIR --real-width --ar-layers N --dit-layers M [--seed S] [--configs-from DIR|ID]
+
+``--configs-from``: take the component configs (AR, DiT, VAE, glyph encoder, scheduler) of a GLM-Image
+pipeline directory or of a Hub id the Hugging Face cache holds (never downloaded; the configs alone are
+enough: ``hf download zai-org/GLM-Image --include "*.json"``) instead of the built-in ones below; only the
+layer counts are replaced. The tokenizer stays the synthetic one, so the AR config must keep GLM-Image's
+id layout (vocabularies and image token ids): anything else is a one-line error.
 
 What is real and what is cut (docs/real-width.md has the table):
 
@@ -112,9 +118,56 @@ def build_slice_processor():
     )
 
 
-def slice_ar_config(ar_layers: int):
+def source_configs(source: str, revision: str | None = None) -> dict:
+    """The component configs of the pipeline at ``source`` (a directory or a cached Hub id):
+    ``{"ar": GlmImageConfig, "dit": dict, "vae": dict, "glyph": T5Config, "scheduler": dict | None}``."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
+    from transformers import GlmImageConfig, T5Config
+
+    from ..model_source import cached_model_dir
+
+    root = cached_model_dir(source, revision)
+    if root is None:
+        raise FileNotFoundError(
+            f"--configs-from {source}: not a GLM-Image pipeline directory, nor a Hub id in the Hugging Face cache "
+            "(nothing is downloaded here): give a directory, or fetch the configs with "
+            f'hf download {source} --include "*.json"'
+        )
+    ar = GlmImageConfig.from_pretrained(root / "vision_language_encoder")
+    ids = {
+        "text_config.vocab_size": (ar.text_config.vocab_size, TEXT_VOCAB_SIZE),
+        "text_config.vision_vocab_size": (ar.text_config.vision_vocab_size, VISION_VOCAB_SIZE),
+        "image_token_id": (ar.image_token_id, IMAGE_TOKEN_ID),
+        "image_start_token_id": (ar.image_start_token_id, IMAGE_START_ID),
+        "image_end_token_id": (ar.image_end_token_id, IMAGE_END_ID),
+    }
+    for key, (theirs, ours) in ids.items():
+        if theirs != ours:
+            raise ValueError(
+                f"--configs-from {root}: vision_language_encoder/config.json has {key}={theirs}, but the slice's "
+                f"synthetic tokenizer lays out GLM-Image's ids ({key}={ours}): use a GLM-Image pipeline's configs"
+            )
+    scheduler = root / "scheduler"
+    return {
+        "ar": ar,
+        "dit": dict(GlmImageTransformer2DModel.load_config(root / "transformer")),
+        "vae": dict(AutoencoderKL.load_config(root / "vae")),
+        "glyph": T5Config.from_pretrained(root / "text_encoder"),
+        "scheduler": dict(FlowMatchEulerDiscreteScheduler.load_config(scheduler)) if scheduler.is_dir() else None,
+        "root": root,
+    }
+
+
+def slice_ar_config(ar_layers: int, base=None):
+    """GLM-Image's AR config with ``ar_layers`` text layers and a 1-layer vision tower: transformers'
+    defaults (with the GLM-4 rotary) or ``base`` (a pipeline's own config, see :func:`source_configs`)."""
     from transformers import GlmImageConfig
 
+    if base is not None:
+        config = base.__class__.from_dict(base.to_dict())  # a copy: the caller's stays as read
+        config.text_config.num_hidden_layers = ar_layers
+        config.vision_config.depth = 1
+        return config
     pad = SPECIALS_START
     return GlmImageConfig(
         # eos: <|endoftext|>, which lm_head (16 512 vision ids) cannot produce - as in the tiny model, so
@@ -142,14 +195,15 @@ def _default_dtype(dtype):
         torch.set_default_dtype(old)
 
 
-def build_slice_components(ar_layers: int = 1, dit_layers: int = 1, seed: int = 0) -> dict:
-    """All seven GlmImagePipeline components of the real-width slice, in bf16."""
+def build_slice_components(ar_layers: int = 1, dit_layers: int = 1, seed: int = 0, configs: dict | None = None) -> dict:
+    """All seven GlmImagePipeline components of the real-width slice, in bf16; ``configs``: a pipeline's
+    own (:func:`source_configs`) instead of the built-in ones."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
     from transformers import ByT5Tokenizer, GenerationConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
 
     bf16 = torch.bfloat16
     torch.manual_seed(seed)
-    ar_config = slice_ar_config(ar_layers)
+    ar_config = slice_ar_config(ar_layers, configs["ar"] if configs else None)
     ar = GlmImageForConditionalGeneration._from_config(ar_config, dtype=bf16)
     ar.generation_config = GenerationConfig(
         do_sample=True,
@@ -158,17 +212,26 @@ def build_slice_components(ar_layers: int = 1, dit_layers: int = 1, seed: int = 
         suppress_tokens=list(range(CODEBOOK_SIZE, VISION_VOCAB_SIZE)),
     )
     torch.manual_seed(seed + 1)
-    text_encoder = T5EncoderModel._from_config(T5Config(**BUILTIN_GLYPH, decoder_start_token_id=0), dtype=bf16)
+    glyph = configs["glyph"] if configs else T5Config(**BUILTIN_GLYPH, decoder_start_token_id=0)
+    text_encoder = T5EncoderModel._from_config(glyph, dtype=bf16)
     torch.manual_seed(seed + 2)
     with _default_dtype(bf16):
-        transformer = GlmImageTransformer2DModel(**{**BUILTIN_DIT, "num_layers": dit_layers})
-        torch.manual_seed(seed + 3)
-        vae = AutoencoderKL(
-            **BUILTIN_VAE, in_channels=3, out_channels=3, latents_mean=[0.0] * 16, latents_std=[1.0] * 16
+        if configs:
+            transformer = GlmImageTransformer2DModel.from_config({**configs["dit"], "num_layers": dit_layers})
+            torch.manual_seed(seed + 3)
+            vae = AutoencoderKL.from_config(configs["vae"])
+        else:
+            transformer = GlmImageTransformer2DModel(**{**BUILTIN_DIT, "num_layers": dit_layers})
+            torch.manual_seed(seed + 3)
+            vae = AutoencoderKL(
+                **BUILTIN_VAE, in_channels=3, out_channels=3, latents_mean=[0.0] * 16, latents_std=[1.0] * 16
+            )
+    if configs and configs["scheduler"]:
+        scheduler = FlowMatchEulerDiscreteScheduler.from_config(configs["scheduler"])
+    else:
+        scheduler = FlowMatchEulerDiscreteScheduler(
+            use_dynamic_shifting=True, base_shift=0.25, max_shift=0.75, base_image_seq_len=256, time_shift_type="linear"
         )
-    scheduler = FlowMatchEulerDiscreteScheduler(
-        use_dynamic_shifting=True, base_shift=0.25, max_shift=0.75, base_image_seq_len=256, time_shift_type="linear"
-    )
     return {
         "tokenizer": ByT5Tokenizer(),
         "processor": build_slice_processor(),
@@ -180,13 +243,15 @@ def build_slice_components(ar_layers: int = 1, dit_layers: int = 1, seed: int = 
     }
 
 
-def build_slice_pipeline(out_dir: str | os.PathLike, ar_layers: int = 1, dit_layers: int = 1, seed: int = 0) -> Path:
+def build_slice_pipeline(
+    out_dir: str | os.PathLike, ar_layers: int = 1, dit_layers: int = 1, seed: int = 0, configs: dict | None = None
+) -> Path:
     """Write the slice to ``out_dir`` (created if needed) and return its path."""
     from diffusers import GlmImagePipeline
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    pipe = GlmImagePipeline(**build_slice_components(ar_layers, dit_layers, seed))
+    pipe = GlmImagePipeline(**build_slice_components(ar_layers, dit_layers, seed, configs))
     pipe.save_pretrained(out, safe_serialization=True)
     return out
 
