@@ -69,6 +69,17 @@ def host_per_node(
         "per_rank": per_rank,
         "loading_per_rank": loading,
         "loading_rank0_bytes": rank0,
+        "ar_whole_basis": (
+            "ZeRO-3: the AR loads partitioned"
+            if stage == 3
+            else "CPU run: the plan counts the AR"
+            if not on_gpu
+            else "checkpoint in the model dtype: the memory-mapped file, not added"
+            if not ar_whole
+            else "checkpoint dtype unknown (no pipeline directory): a whole cast copy per rank assumed"
+            if sizes.checkpoint_dtype is None
+            else f"checkpoint {sizes.checkpoint_dtype} cast to {dtype}: a whole copy per rank"
+        ).replace("torch.", ""),
         "steady_bytes": steady,
         "loading_peak_bytes": peak,
         "page_cache_bytes": (sum(sizes.ar_base) + sizes.decoder) * b,

@@ -131,10 +131,12 @@ def reward_models(rewards) -> list[RewardModel]:
             out.append(RewardModel(name, where, n, nbytes, note))
         elif name == "ocr":
             out.append(
-                RewardModel(name, "cpu", 0, 0, "CPU: RapidOCR onnxruntime (in the host allowance), 0 on the GPU")
+                RewardModel(name, "cpu", 0, 0, "RapidOCR onnxruntime on the CPU (in the host allowance), 0 on the GPU")
             )
         elif name == "remote":
-            out.append(RewardModel(name, "remote", 0, 0, f"remote: 0 on this GPU (server {args.get('url', '?')})"))
+            out.append(
+                RewardModel(name, "remote", 0, 0, f"0 on this GPU (scored by the server at {args.get('url', '?')})")
+            )
         elif name in NO_MODEL_REWARDS:
             out.append(RewardModel(name, "none", 0, 0, "no model"))
         else:
