@@ -30,7 +30,8 @@ def host_per_node(
 
     Startup adds, per rank, what the Trainer holds on the host before it reaches the GPU (train.py's order):
     * reward models: ``build_rewards`` builds them on the host first, and they stay there until their first
-      score moves them to the GPU (FrozenModel.on);
+      score moves them to the GPU (FrozenModel.on). A CLIP checkpoint loads memory-mapped (its page cache,
+      shared by the ranks, is listed below); the aesthetic head and LPIPS are copies, per rank;
     * the AR: under ZeRO-3 ``from_pretrained`` builds it partitioned on the GPU (``zero.Init``) and rank 0
       alone reads the checkpoint, layer by layer into gathered GPU parameters (transformers'
       ``_load_state_dict_into_zero3_model``): nothing per rank. Under ZeRO-0/1/2 every rank loads it whole on
@@ -43,7 +44,6 @@ def host_per_node(
       (glm_grpo_ds/decoder.py); the adapters are made on the host (small);
     * rank 0 alone, under ZeRO-3: one AR tensor, cast (up to fp32), on its way to the gathered parameter
       (counted once per node).
-    These are upper bounds where a reward checkpoint's dtype is the loaded one (then it too is page cache).
     The safetensors files are memory-mapped: page cache that the node's ranks share and the kernel can
     drop, listed but not added."""
     per_rank = {
@@ -56,7 +56,7 @@ def host_per_node(
     b = torch.empty(0, dtype=dtype).element_size()
     ar_whole = on_gpu and stage < 3 and sizes.checkpoint_dtype != dtype  # on a CPU run the plan counts it
     loading = {
-        "reward_models": sum(r.bytes for r in rewards if r.where == "gpu") if on_gpu else 0,
+        "reward_models": sum(r.bytes - r.mapped for r in rewards if r.where == "gpu") if on_gpu else 0,
         "ar_whole": sum(sizes.ar_base) * b if ar_whole else 0,
         "largest_tensor": max(sizes.largest_decoder_tensor, *sizes.lora, 0) * 4,
     }
@@ -82,6 +82,6 @@ def host_per_node(
         ).replace("torch.", ""),
         "steady_bytes": steady,
         "loading_peak_bytes": peak,
-        "page_cache_bytes": (sum(sizes.ar_base) + sizes.decoder) * b,
+        "page_cache_bytes": (sum(sizes.ar_base) + sizes.decoder) * b + sum(r.mapped for r in rewards),
         "request_bytes": request,
     }

@@ -68,6 +68,10 @@ class RewardModel:
     params: int
     bytes: int
     note: str
+    # of ``bytes``, what loads memory-mapped: ``from_pretrained`` at the checkpoint's own dtype leaves the
+    # tensors on the safetensors file (measured on a tiny CLIPModel: every parameter points into the file's
+    # mapping), page cache shared by the node's ranks until the first score moves them to the GPU
+    mapped: int = 0
 
 
 def _count(build) -> int:
@@ -99,23 +103,24 @@ def clip_size(path) -> tuple[int, int, int, str]:
     return _count(lambda: CLIPModel(conf)), _dtype_bytes(conf.dtype), conf.projection_dim, source
 
 
-def _size(name: str, args: dict) -> tuple[int, int, str]:
-    """(parameters, bytes, note) of a FrozenModel reward."""
+def _size(name: str, args: dict) -> tuple[int, int, int, str]:
+    """(parameters, bytes, bytes loaded memory-mapped, note) of a FrozenModel reward."""
     if name == "lpips":
         import lpips
 
         net = args.get("net", "alex")
         n = _count(lambda: lpips.LPIPS(net=net, pretrained=True, pnet_rand=True, verbose=False))
-        return n, 4 * n, f"{net} backbone + linear heads, fp32"
+        return n, 4 * n, 0, f"{net} backbone + linear heads, fp32"  # built, then load_state_dict: copies
     clip_path = args.get("clip_model" if name == "aesthetic" else "model", "")
     n, b, dim, source = clip_size(clip_path)
     dtype = {4: "fp32", 2: "16-bit"}.get(b, f"{b} bytes")
     if name != "aesthetic":
-        return n, n * b, f"CLIP {n / 1e6:.1f}M {dtype} ({source})"
+        return n, n * b, n * b, f"CLIP {n / 1e6:.1f}M {dtype} ({source})"
     from .rewards.clip import AestheticHead
 
     head = _count(lambda: AestheticHead(dim))
-    return n + head, n * b + head * 4, f"CLIP {n / 1e6:.1f}M {dtype} ({source}) + MLP head {head / 1e6:.2f}M fp32"
+    note = f"CLIP {n / 1e6:.1f}M {dtype} ({source}) + MLP head {head / 1e6:.2f}M fp32"
+    return n + head, n * b + head * 4, n * b, note
 
 
 def reward_models(rewards) -> list[RewardModel]:
@@ -124,11 +129,11 @@ def reward_models(rewards) -> list[RewardModel]:
     for spec in rewards:
         name, args = spec.name, dict(spec.args or {})
         if name in FROZEN_MODEL_REWARDS:
-            n, nbytes, note = _size(name, args)
+            n, nbytes, mapped, note = _size(name, args)
             where = "offload" if args.get("offload") else "gpu"
             if where == "offload":
                 note += "; offload: on the host, on the GPU only while scoring"
-            out.append(RewardModel(name, where, n, nbytes, note))
+            out.append(RewardModel(name, where, n, nbytes, note, mapped))
         elif name == "ocr":
             out.append(
                 RewardModel(name, "cpu", 0, 0, "RapidOCR onnxruntime on the CPU (in the host allowance), 0 on the GPU")

@@ -253,7 +253,10 @@ def test_reward_models_counted_where_they_run(tmp_path):
     assert comp["reward_offloaded"] == p["phases"]["reward"] == 2 * 151_277_313  # on the GPU while scoring
     host = p["host_node"]
     assert host["per_rank"]["reward_models_offloaded"] == 2 * 151_277_313
-    assert host["loading_per_rank"]["reward_models"] == comp["reward_models"]  # built on the host first
+    # built on the host first: the CLIP checkpoints load memory-mapped (page cache shared by the ranks),
+    # the aesthetic head and LPIPS are copies in every rank
+    assert host["loading_per_rank"]["reward_models"] == 4 * head + 4 * alexnet
+    assert host["page_cache_bytes"] == (5010 + 500) * 2 + 4 * 427_616_513 + 2 * 151_277_313  # AR, decoder: bf16
     from glm_grpo_ds.commands.estimate_memory import format_plan
 
     text = format_plan(p)
