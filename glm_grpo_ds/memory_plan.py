@@ -40,9 +40,10 @@ preference, aesthetic, LPIPS) sit whole on every GPU after their first score, or
 with ``offload: true``; OCR runs on the CPU, ``remote`` on its server; plugins are not counted.
 
 Host RAM per node (glm_grpo_ds/memory_host.py): every rank's process, CPU-side reward state, ZeRO-offloaded
-optimizer state, an offloaded decoder and offloaded reward models, plus at startup the reward models (built
-on the host first), the whole AR under ZeRO-0/1/2 and one tensor per rank; ``launch/slurm.sbatch`` asks
-for the default LoRA config's figure.
+optimizer state, an offloaded decoder and offloaded reward models, plus at startup the reward models built
+on the host first (a CLIP checkpoint as shared page cache), the whole AR under ZeRO-0/1/2 when cast, one
+decoder tensor per rank and rank 0's AR tensor under ZeRO-3; ``launch/slurm.sbatch`` asks for the default
+LoRA config's figure.
 """
 
 from __future__ import annotations
@@ -247,7 +248,13 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     comp["lora_weights"] = weights(sizes.lora, lora_b)
     notes["lora_weights"] = (
         f"{sum(sizes.lora) / 1e6:.1f}M params, "
-        + ("fp32 (peft upcasts; ZeRO-3 keeps them)" if lora_b == 4 else f"{b} bytes (DeepSpeed casts them)")
+        + (
+            "fp32"
+            if b == 4
+            else "fp32 (peft upcasts them; ZeRO-3 keeps them)"
+            if lora_b == 4
+            else f"{dtype} (DeepSpeed casts peft's fp32 adapters)".replace("torch.", "")
+        )
         if sizes.lora
         else "full fine-tuning: none"
     )
