@@ -16,7 +16,8 @@ with Ψ = AR parameters, Ψt = trainable ones (LoRA or the language model), N = 
 b = bytes per model-dtype element (2 for bf16):
 
     weights     b·Ψ (ZeRO-1/2)  |  Σ ceil(ψ/N)·b per tensor, + b·ψ for tensors below the
-                stage3_param_persistence_threshold, which ZeRO-3 keeps whole (ZeRO-3)
+                stage3_param_persistence_threshold, which ZeRO-3 keeps whole (ZeRO-3); LoRA adapters at
+                4 bytes under ZeRO-3 (peft's fp32 adapters, which ZeRO-3 keeps: :func:`lora_bytes`)
     gradients   b·Ψt (ZeRO-1)   |  b·Ψt/N (ZeRO-3)          (DeepSpeed accumulates in the model dtype)
                 ZeRO-2: b·Ψt/N + b·(largest trainable tensor): DeepSpeed keeps the whole gradient of a
                 tensor that straddles a partition edge (the worst rank holds one)
@@ -33,29 +34,31 @@ the model-dtype logits kept for backward plus one fp32 chunk, per-micro-batch ac
 (with checkpointing: each layer's input + one layer recomputed; without: every layer's saved
 tensors, 8h + 2·kv + 4·I elements per token for a GLM decoder layer), the frozen decoder (DiT + VAE
 + glyph encoder) and its decode activations, ZeRO buffers, and a fixed runtime allowance (CUDA
-context, NCCL, allocator). Peak = persistent + the largest of the rollout / decode / update phases.
-Reward models are not counted on the GPU (their size depends on your reward list).
+context, NCCL, allocator). Peak = persistent + the largest of the rollout / decode / update / step / reward phases.
+Reward models (glm_grpo_ds/reward_memory.py): the config's ``rewards`` that hold a torch model (CLIP,
+preference, aesthetic, LPIPS) sit whole on every GPU after their first score, or visit it while scoring
+with ``offload: true``; OCR runs on the CPU, ``remote`` on its server; plugins are not counted.
 
-Host RAM per node (:func:`host_per_node`): every rank's process, CPU-side reward state, ZeRO-offloaded
-optimizer state and an offloaded decoder, plus one tensor per rank while loading; ``launch/slurm.sbatch``
-asks for the default LoRA config's figure.
+Host RAM per node (glm_grpo_ds/memory_host.py): every rank's process, CPU-side reward state, ZeRO-offloaded
+optimizer state, an offloaded decoder and offloaded reward models, plus at startup the reward models built
+on the host first (a CLIP checkpoint as shared page cache), the whole AR under ZeRO-0/1/2 when cast, one
+decoder tensor per rank and rank 0's AR tensor under ZeRO-3; ``launch/slurm.sbatch`` asks for the default
+LoRA config's figure.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
 
 import torch
 
-GIB = 2**30
+from .memory_host import GIB, host_per_node
+from .reward_memory import reward_models
+
 RUNTIME_OVERHEAD = 2 * GIB  # CUDA context + NCCL buffers + allocator slack, per GPU (typical)
-# Host RAM of one GPU rank besides what the plan counts: Python, torch / DeepSpeed / diffusers /
-# transformers, the CUDA runtime's host side (assumed; a tiny CPU rank measures ~0.6 GiB here).
-HOST_PER_RANK = 3 * GIB
-HOST_REWARDS_PER_RANK = 1 * GIB  # CPU-side reward state (OCR's onnxruntime sessions, CLIP preprocessing; assumed)
-HOST_MARGIN = 1.25  # what a scheduler request adds to the planned peak
 BNB_BLOCK = 256  # bitsandbytes 8-bit optimizer block size (one fp32 scale per block)
 BNB_QMAPS = 2 * 256 * 4  # two fp32 code maps of 256 entries
 
@@ -107,11 +110,20 @@ class Sizes:
     dit_hidden: int
     text: dict  # the AR language model's config (layers, heads, sizes)
     source: str
+    checkpoint_dtype: torch.dtype | None = None  # the AR checkpoint's dtype (its config.json), None = unknown
+    largest_decoder_tensor: int = 0  # elements
 
 
-def _meta_count(build) -> int:
+def _as_dtype(value) -> torch.dtype | None:
+    """A config's ``dtype`` (a torch.dtype, a name such as "bfloat16", or None)."""
+    if isinstance(value, str):
+        value = getattr(torch, value, None)
+    return value if isinstance(value, torch.dtype) else None
+
+
+def _meta_numels(build) -> list[int]:
     with torch.device("meta"):
-        return sum(p.numel() for p in build().parameters())
+        return [p.numel() for p in build().parameters()]
 
 
 def model_sizes(cfg) -> Sizes:
@@ -139,9 +151,9 @@ def model_sizes(cfg) -> Sizes:
         ar = make_trainable(GlmImageForConditionalGeneration(ar_cfg), cfg.lora, gradient_checkpointing=False)
     named = list(ar.named_parameters())
     decoder = (
-        _meta_count(lambda: GlmImageTransformer2DModel.from_config(dit_cfg))
-        + _meta_count(lambda: AutoencoderKL.from_config(vae_cfg))
-        + _meta_count(lambda: T5EncoderModel(glyph_cfg))
+        _meta_numels(lambda: GlmImageTransformer2DModel.from_config(dit_cfg))
+        + _meta_numels(lambda: AutoencoderKL.from_config(vae_cfg))
+        + _meta_numels(lambda: T5EncoderModel(glyph_cfg))
     )
     dit_hidden = int(dit_cfg["num_attention_heads"] * dit_cfg["attention_head_dim"])
     t = ar_cfg.text_config
@@ -159,10 +171,12 @@ def model_sizes(cfg) -> Sizes:
         lora=[p.numel() for n, p in named if "lora_" in n],
         trainable=sum(p.numel() for _, p in named if p.requires_grad),
         largest_trainable=max((p.numel() for _, p in named if p.requires_grad), default=0),
-        decoder=decoder,
+        decoder=sum(decoder),
         dit_hidden=dit_hidden,
         text=text,
         source=source,
+        checkpoint_dtype=_as_dtype(getattr(ar_cfg, "dtype", None)) if local else None,
+        largest_decoder_tensor=max(decoder),
     )
 
 
@@ -177,6 +191,24 @@ def _zero3_bytes(numels: list[int], n: int, persist_below: int, b: int) -> int:
     """Per-rank bytes of ZeRO-3 parameters: each tensor's partition, plus the whole of tensors below
     the persistence threshold (DeepSpeed keeps those gathered after their first use)."""
     return sum(math.ceil(k / n) * b + (k * b if k < persist_below else 0) for k in numels)
+
+
+def lora_bytes(stage: int, b: int) -> int:
+    """Bytes per LoRA adapter element on the GPU, after ``deepspeed.initialize``.
+
+    peft upcasts the adapters of a bf16/fp16 base to fp32: ``get_peft_model``'s ``autocast_adapter_dtype=True``
+    (peft/peft_model.py, ``PeftModel.__init__`` -> ``base_model._cast_adapter_dtype`` ->
+    peft/tuners/tuners_utils.py ``cast_adapter_dtype``: float16 / bfloat16 -> float32); checked on the tiny
+    model after our make_trainable in tests/unit/test_memory_plan.py. What DeepSpeed 0.19.8 then does
+    (deepspeed/runtime/engine.py ``_configure_distributed_model``): it casts every parameter to the bf16/fp16
+    dtype (``_cast_module_mixed_precision``) unless the model was built by ``zero.Init``. Under ZeRO-3 ours is
+    (glm_grpo_ds/ds/engine.py ``zero3_model_loading``), and the adapters, added afterwards, are partitioned
+    as they are (zero/parameter_offload.py ``_convert_to_zero_parameters``: no cast): fp32. ZeRO-0/1/2:
+    bf16, like the base. Either way the optimizer keeps its own fp32 master (stage3.py makes no copy only
+    when the partition's device equals ``self.device``, a string it compares with a torch.device: never)
+    and the gradient partitions are in the engine's dtype (``grad_accum_dtype`` defaults to it).
+    tests/integration/test_memory_plan_deepspeed.py measures both cases."""
+    return 4 if stage == 3 else b
 
 
 def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
@@ -200,10 +232,12 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     offload_opt = zero.get("offload_optimizer", {}).get("device", "none") not in ("none", None)
     persist = int(zero.get("stage3_param_persistence_threshold", 0)) if stage == 3 else 0
     psi_t = sizes.trainable
+    lora_b = lora_bytes(stage, b)
+    trainable_b = lora_b if sizes.lora else b  # autograd's gradient has the parameter's dtype
     shard = lambda k: math.ceil(k / world)  # noqa: E731 - ZeRO partition of k elements
 
-    def weights(numels):
-        return _zero3_bytes(numels, world, persist, b) if stage == 3 else sum(numels) * b
+    def weights(numels, nbytes=b):
+        return _zero3_bytes(numels, world, persist, nbytes) if stage == 3 else sum(numels) * nbytes
 
     comp: dict[str, int] = {}
     notes: dict[str, str] = {}
@@ -211,8 +245,19 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     notes["ar_weights"] = f"{sum(sizes.ar_base) / 1e9:.2f}B params, {dtype}".replace("torch.", "") + (
         f", ZeRO-3 sharded /{world}" if stage == 3 else ", whole on every GPU"
     )
-    comp["lora_weights"] = weights(sizes.lora)
-    notes["lora_weights"] = f"{sum(sizes.lora) / 1e6:.1f}M params" if sizes.lora else "full fine-tuning: none"
+    comp["lora_weights"] = weights(sizes.lora, lora_b)
+    notes["lora_weights"] = (
+        f"{sum(sizes.lora) / 1e6:.1f}M params, "
+        + (
+            "fp32"
+            if b == 4
+            else "fp32 (peft upcasts them; ZeRO-3 keeps them)"
+            if lora_b == 4
+            else f"{dtype} (DeepSpeed casts peft's fp32 adapters)".replace("torch.", "")
+        )
+        if sizes.lora
+        else "full fine-tuning: none"
+    )
     comp["gradients"] = (shard(psi_t) if stage >= 2 else psi_t) * grad_b
     notes["gradients"] = f"{psi_t / 1e6:.1f}M trainable" + (f" /{world}" if stage >= 2 else "")
     grad_partition = comp["gradients"]
@@ -261,6 +306,15 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     notes["decoder"] = f"DiT + VAE + glyph encoder, {sizes.decoder / 1e9:.2f}B params" + (
         " (offloaded: on the GPU only while decoding)" if cfg.decoder.offload else ""
     )
+    rewards = reward_models(cfg.rewards)
+    on_gpu_rewards = [r for r in rewards if r.where == "gpu"]
+    offloaded_rewards = [r for r in rewards if r.where == "offload"]
+    comp["reward_models"] = sum(r.bytes for r in on_gpu_rewards)
+    notes["reward_models"] = (
+        f"whole on every GPU: {', '.join(r.name for r in on_gpu_rewards)} (list below)"
+        if on_gpu_rewards
+        else "none on the GPU (list below)"
+    )
     bucket = int(zero.get("reduce_bucket_size", 5e8)) if stage >= 1 else 0
     comp["zero_buffers"] = bucket * grad_b
     notes["zero_buffers"] = "gradient reduce bucket"
@@ -273,7 +327,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     mb = cfg.batch.micro_batch_size
     comp["rollout_kv_cache"] = rows * seq * t["layers"] * 2 * t["kv_heads"] * t["head_dim"] * b
     notes["rollout_kv_cache"] = f"{rows} sequences x {seq} tokens ({est.prompt_tokens} prompt + {n_gen} generated)"
-    full_ar = (sum(sizes.ar_base) + sum(sizes.lora)) * b
+    full_ar = sum(sizes.ar_base) * b + sum(sizes.lora) * lora_b
     gather = stage == 3 and cfg.rollout.gather_parameters
     comp["rollout_gather"] = full_ar if gather else 0
     notes["rollout_gather"] = "ZeRO-3: whole AR gathered once per rollout" if gather else "no full gather"
@@ -294,7 +348,8 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     live = min(int(zero.get("stage3_max_live_parameters", 1e9)), sum(sizes.ar_base) + sum(sizes.lora))
     # Plus the whole gradient of the largest trainable tensor, which exists before its reduce-scatter.
     comp["zero3_update_gather"] = (
-        (live + int(zero.get("stage3_prefetch_bucket_size", 0))) * b + sizes.largest_trainable * grad_b
+        (live + int(zero.get("stage3_prefetch_bucket_size", 0))) * b
+        + sizes.largest_trainable * max(grad_b, trainable_b)
         if stage == 3
         else 0
     )
@@ -308,6 +363,12 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         images * latent_tokens * sizes.dit_hidden * dec_b * 12 + vae + (decoder if cfg.decoder.offload else 0)
     )
     notes["decode_activations"] = f"{images} images per DiT forward (CFG doubles), DiT + VAE decoder"
+    # an offloaded reward model visits the GPU for its own call only (FrozenModel.on), one at a time;
+    # scoring activations (a 224-px CLIP batch) are small beside it and not counted
+    comp["reward_offloaded"] = max((r.bytes for r in offloaded_rewards), default=0)
+    notes["reward_offloaded"] = (
+        "largest offloaded reward model, on the GPU while it scores" if offloaded_rewards else "no offloaded reward"
+    )
     on_gpu = est.device == "cuda"
     comp["runtime_overhead"] = RUNTIME_OVERHEAD if on_gpu else 0
     notes["runtime_overhead"] = (
@@ -322,6 +383,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "optimizer_states",
         "reference",
         "decoder",
+        "reward_models",
         "zero_buffers",
         "runtime_overhead",
     ]
@@ -330,10 +392,13 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "decode": comp["decode_activations"],
         "update": comp["logits"] + comp["activations"] + comp["zero3_update_gather"],
         "step": comp["fp32_grad_step"],  # activations are freed by then
+        "reward": comp["reward_offloaded"],
     }
     total = sum(comp[k] for k in persistent) + max(phases.values())
     gpu = int(est.gpu_memory_gb * GIB)
-    host_node = host_per_node(est.num_gpus, host, decoder if cfg.decoder.offload else 0, sizes, b, on_gpu)
+    host_node = host_per_node(
+        est.num_gpus, host, decoder if cfg.decoder.offload else 0, sizes, dtype, stage, rewards, on_gpu
+    )
     return {
         "components": comp,
         "notes": notes,
@@ -345,6 +410,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "headroom_bytes": gpu - total,
         "host_bytes": host,
         "host_node": host_node,
+        "rewards": [dataclasses.asdict(r) for r in rewards],
         "model_states": {  # what glm_grpo_ds.testing.model_state.model_state_bytes measures
             "parameters": comp["ar_weights"] + comp["lora_weights"],
             "gradients": comp["gradients"],
@@ -367,71 +433,3 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
             sizes_from=sizes.source,
         ),
     }
-
-
-def host_per_node(ranks: int, offloaded: dict, decoder_on_host: int, sizes: Sizes, b: int, on_gpu: bool) -> dict:
-    """Host RAM of one node's ``ranks`` ranks: steady state and the peak while the models load.
-
-    Per rank: the process itself (:data:`HOST_PER_RANK`, on a GPU), CPU-side reward state, the
-    optimizer state ZeRO offloads to the host (pinned: the pinned buffers are that state), and the
-    decoder when ``decoder.offload`` keeps it there. Loading adds one tensor per rank at a time (the
-    weights go to the GPU as they are read, glm_grpo_ds/decoder.py; the AR under ZeRO-3 partitioned):
-    the largest one, cast copy included. The safetensors files are memory-mapped: page cache that
-    the node's ranks share and the kernel can drop, listed but not added."""
-    per_rank = {
-        "process": HOST_PER_RANK if on_gpu else 0,
-        "rewards": HOST_REWARDS_PER_RANK,
-        **{f"offload_{k}": v for k, v in offloaded.items()},
-        "decoder_offloaded": decoder_on_host,
-    }
-    largest = max([*sizes.ar_base, *sizes.lora, 0]) * 4  # read (up to fp32) and cast: one tensor at a time
-    steady = ranks * sum(per_rank.values())
-    peak = steady + ranks * largest
-    request = math.ceil(peak * HOST_MARGIN / (16 * GIB)) * 16 * GIB
-    return {
-        "ranks": ranks,
-        "per_rank": per_rank,
-        "steady_bytes": steady,
-        "loading_peak_bytes": peak,
-        "page_cache_bytes": (sum(sizes.ar_base) + sizes.decoder) * b,
-        "request_bytes": request,
-    }
-
-
-def format_plan(p: dict) -> str:
-    s = p["setup"]
-    lines = [
-        f"memory plan per GPU: {s['world_size']} GPU(s) on {s['nodes']} node(s), ZeRO-{s['zero_stage']}, "
-        f"{'LoRA' if s['lora'] else 'full fine-tuning'}, {s['optimizer']}, {s['dtype']}, {s['sequences_per_gpu']} "
-        f"sequences/GPU, micro-batch {s['micro_batch']}, {s['size']}",
-        f"sizes from {s['sizes_from']}",
-        "",
-        f"  {'component':<22}{'GiB':>9}  note",
-    ]
-    for name, value in p["components"].items():
-        tag = "" if name in p["persistent"] else "  [transient]"
-        lines.append(f"  {name:<22}{value / GIB:>9.2f}  {p['notes'][name]}{tag}")
-    lines.append("")
-    phases = ", ".join(f"{k} {v / GIB:.2f}" for k, v in p["phases"].items())
-    lines.append(f"  transient peak by phase (GiB): {phases}; largest: {p['peak_phase']}")
-    lines.append(
-        f"  {'total (peak)':<22}{p['total_bytes'] / GIB:>9.2f}  of {p['gpu_memory_bytes'] / GIB:.0f} GiB, "
-        f"headroom {p['headroom_bytes'] / GIB:.2f} GiB"
-    )
-    for name, value in p["host_bytes"].items():
-        lines.append(f"  host RAM per GPU: {name} {value / GIB:.2f} GiB")
-    h = p["host_node"]
-    per_rank = ", ".join(f"{k} {v / GIB:.2f}" for k, v in h["per_rank"].items() if v)
-    lines.append(
-        f"  host RAM per node ({h['ranks']} ranks): steady {h['steady_bytes'] / GIB:.1f} GiB, peak while loading "
-        f"{h['loading_peak_bytes'] / GIB:.1f} GiB (per rank: {per_rank or 'nothing counted'}); ask for "
-        f"{h['request_bytes'] / GIB:.0f} GiB (SLURM --mem={h['request_bytes'] // GIB}G); plus up to "
-        f"{h['page_cache_bytes'] / GIB:.0f} GiB of page cache for the weight files (shared, reclaimable)"
-    )
-    lines.append("  vs DeepSpeed's estimate_zero2/zero3_model_states_mem_needs: same weights, gradients, fp32 master,")
-    lines.append(
-        "  moments and fp32 step-time gradients; not in theirs: the reduce bucket, ZeRO-2's straddling tensor,"
-    )
-    lines.append("  ZeRO-3's bf16 gradient partition; their ZeRO-3 largest-layer term (4 bytes x largest layer) is the")
-    lines.append("  transient zero3_update_gather here, and ZeRO-3's fp32 gradients are one sub_group_size at a time")
-    return "\n".join(lines)

@@ -1,11 +1,14 @@
 """``glm-grpo estimate-memory``: print the per-GPU memory plan of a run before launch (no weights needed),
-and the host RAM per node.
+the reward models it counts, and the host RAM per node.
 
     glm-grpo estimate-memory --config launch/configs/glm_image_lora_zero3.yaml \\
-        --deepspeed ds_configs/zero3.json --num-gpus 8 [--num-nodes 1] [--gpu-memory-gb 80] [--json] [key=value ...]
+        --deepspeed ds_configs/zero3.json --num-gpus 8 [--num-nodes 1] [--gpu-memory-gb 80] [--json] \\
+        [--allow-over-budget] [key=value ...]
 
-The arithmetic and its sources are in glm_grpo_ds/memory_plan.py. Exit 0 with a WARNING on stderr
-when the plan does not fit; 2 on a bad config.
+The arithmetic and its sources are in glm_grpo_ds/memory_plan.py (reward models: reward_memory.py, host
+RAM: memory_host.py). Exit status: 0 when the plan fits in ``--gpu-memory-gb``; 3 when it does not (the
+plan is still printed, with a WARNING on stderr saying what to change), unless ``--allow-over-budget``
+(then 0); 2 on a bad config or command line.
 """
 
 from __future__ import annotations
@@ -16,26 +19,55 @@ import sys
 
 from ..config import ConfigError, load_config, parse_with_overrides
 from ..ds.ds_config import DeepSpeedConfigError, read_ds_config
-from ..memory_plan import GIB, EstimateConfig, format_plan, plan
+from ..memory_plan import GIB, EstimateConfig, plan
+
+OVER_BUDGET = 3  # exit status when the plan does not fit (2 is a bad config)
 
 
-def parse_args(argv):
+def build_parser() -> argparse.ArgumentParser:
     d = EstimateConfig()
     ap = argparse.ArgumentParser(
-        prog="glm-grpo estimate-memory", description="per-GPU memory plan of a GRPO run (no weights needed)"
+        prog="glm-grpo estimate-memory",
+        description="per-GPU memory plan of a GRPO run (no weights needed); exit 3 when it does not fit",
     )
     ap.add_argument("--config", required=True, help="training YAML (the one you will launch)")
     ap.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
-    ap.add_argument("--num-gpus", type=int, default=d.num_gpus, help="GPUs per node")
-    ap.add_argument("--num-nodes", type=int, default=d.num_nodes)
-    ap.add_argument("--gpu-memory-gb", type=float, default=d.gpu_memory_gb, help="GiB per GPU")
-    ap.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens, help="longest prompt in tokens (KV cache)")
+    ap.add_argument("--num-gpus", type=int, default=d.num_gpus, help="GPUs per node (default: %(default)s)")
+    ap.add_argument("--num-nodes", type=int, default=d.num_nodes, help="nodes (default: %(default)s)")
     ap.add_argument(
-        "--device", choices=["cuda", "cpu"], default=d.device, help="cpu: dtype auto = fp32, as on CPU runs"
+        "--gpu-memory-gb",
+        type=float,
+        default=d.gpu_memory_gb,
+        help="GiB per GPU to plan against (default: %(default)s)",
     )
-    ap.add_argument("--json", action="store_true", help="print one JSON object (bytes per component, total_bytes)")
+    ap.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=d.prompt_tokens,
+        help="longest prompt in tokens, chat template included; sizes the KV cache (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default=d.device,
+        help="cuda: model.dtype auto = bf16; cpu: auto = fp32, as on CPU runs (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (bytes per component, total_bytes, fits, rewards, host_node) (default: off)",
+    )
+    ap.add_argument(
+        "--allow-over-budget",
+        action="store_true",
+        help=f"exit 0 even when the plan does not fit in --gpu-memory-gb (default: off: exit {OVER_BUDGET})",
+    )
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides, as for `glm-grpo train`")
-    return parse_with_overrides(ap, argv)
+    return ap
+
+
+def parse_args(argv):
+    return parse_with_overrides(build_parser(), argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DeepSpeedConfigError, OSError) as err:
         print(f"glm-grpo estimate-memory: {err}", file=sys.stderr)
         return 2
+    fits = p["headroom_bytes"] >= 0
     if a.json:
         print(
             json.dumps(
@@ -57,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                     "total_bytes": p["total_bytes"],
                     "gpu_memory_bytes": p["gpu_memory_bytes"],
                     "headroom_bytes": p["headroom_bytes"],
+                    "fits": fits,
                     "phases": p["phases"],
+                    "rewards": p["rewards"],
                     "host_bytes": p["host_bytes"],
                     "host_node": p["host_node"],
                     "model_states": p["model_states"],
@@ -67,15 +102,65 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         print(format_plan(p))
-    if p["headroom_bytes"] < 0:
-        print(
-            f"WARNING: the plan needs {p['total_bytes'] / GIB:.1f} GiB per GPU, "
-            f"{-p['headroom_bytes'] / GIB:.1f} GiB more "
-            f"than --gpu-memory-gb {a.gpu_memory_gb:g}; lower batch.micro_batch_size, use LoRA, ZeRO-3, "
-            "more GPUs, or decoder.offload=true",
-            file=sys.stderr,
-        )
-    return 0
+    if fits:
+        return 0
+    print(
+        f"WARNING: the plan needs {p['total_bytes'] / GIB:.1f} GiB per GPU, "
+        f"{-p['headroom_bytes'] / GIB:.1f} GiB more "
+        f"than --gpu-memory-gb {a.gpu_memory_gb:g}; lower batch.micro_batch_size, use LoRA, ZeRO-3, "
+        "more GPUs, decoder.offload=true or offload: true on the reward models"
+        + ("" if a.allow_over_budget else f" (exit {OVER_BUDGET}; --allow-over-budget exits 0)"),
+        file=sys.stderr,
+    )
+    return 0 if a.allow_over_budget else OVER_BUDGET
+
+
+def format_plan(p: dict) -> str:
+    """The plan as the table this command prints (components, phases, reward models, host RAM)."""
+    s = p["setup"]
+    lines = [
+        f"memory plan per GPU: {s['world_size']} GPU(s) on {s['nodes']} node(s), ZeRO-{s['zero_stage']}, "
+        f"{'LoRA' if s['lora'] else 'full fine-tuning'}, {s['optimizer']}, {s['dtype']}, {s['sequences_per_gpu']} "
+        f"sequences/GPU, micro-batch {s['micro_batch']}, {s['size']}",
+        f"sizes from {s['sizes_from']}",
+        "",
+        f"  {'component':<22}{'GiB':>9}  note",
+    ]
+    for name, value in p["components"].items():
+        tag = "" if name in p["persistent"] else "  [transient]"
+        lines.append(f"  {name:<22}{value / GIB:>9.2f}  {p['notes'][name]}{tag}")
+    lines.append("")
+    phases = ", ".join(f"{k} {v / GIB:.2f}" for k, v in p["phases"].items())
+    lines.append(f"  transient peak by phase (GiB): {phases}; largest: {p['peak_phase']}")
+    lines.append(
+        f"  {'total (peak)':<22}{p['total_bytes'] / GIB:>9.2f}  of {p['gpu_memory_bytes'] / GIB:.0f} GiB, "
+        f"headroom {p['headroom_bytes'] / GIB:.2f} GiB"
+    )
+    lines.append("  reward models (the config's rewards; glm_grpo_ds/reward_memory.py):")
+    for r in p["rewards"]:
+        lines.append(f"    {r['name']:<20}{r['bytes'] / GIB:>9.2f}  {r['where']}: {r['note']}")
+    lines.append("")
+    for name, value in p["host_bytes"].items():
+        lines.append(f"  host RAM per GPU: {name} {value / GIB:.2f} GiB")
+    h = p["host_node"]
+    per_rank = ", ".join(f"{k} {v / GIB:.2f}" for k, v in h["per_rank"].items() if v)
+    loading = ", ".join(f"{k} {v / GIB:.2f}" for k, v in h["loading_per_rank"].items() if v)
+    rank0 = f"; + rank 0: one AR tensor {h['loading_rank0_bytes'] / GIB:.2f}" if h["loading_rank0_bytes"] else ""
+    lines.append(
+        f"  host RAM per node ({h['ranks']} ranks): steady {h['steady_bytes'] / GIB:.1f} GiB "
+        f"(per rank: {per_rank or 'nothing counted'}), peak while loading {h['loading_peak_bytes'] / GIB:.1f} GiB "
+        f"(+ per rank: {loading or 'nothing'}{rank0}); ask for {h['request_bytes'] / GIB:.0f} GiB "
+        f"(SLURM --mem={h['request_bytes'] // GIB}G); plus up to {h['page_cache_bytes'] / GIB:.0f} GiB of page "
+        "cache for the weight files (shared, reclaimable)"
+    )
+    lines.append(f"  AR on the host while loading: {h['ar_whole_basis']}")
+    lines.append("  vs DeepSpeed's estimate_zero2/zero3_model_states_mem_needs: same weights, gradients, fp32 master,")
+    lines.append(
+        "  moments and fp32 step-time gradients; not in theirs: the reduce bucket, ZeRO-2's straddling tensor,"
+    )
+    lines.append("  ZeRO-3's bf16 gradient partition; their ZeRO-3 largest-layer term (4 bytes x largest layer) is the")
+    lines.append("  transient zero3_update_gather here, and ZeRO-3's fp32 gradients are one sub_group_size at a time")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ from launching import common, worker  # noqa: E402  (tests/integration/launching
 CASES = {
     "zero3-lora-8bit": ("zero3.json", []),
     "zero2-full-adamw": ("zero2.json", ["lora=null", "optimizer.name=adamw"]),
+    # bf16 base: peft keeps the adapters in fp32; ZeRO-3 keeps them so (and uses them as the master),
+    # ZeRO-1/2 cast them to bf16 (memory_plan.lora_dtype)
+    "zero3-lora-8bit-bf16": ("zero3.json", ["model.dtype=bf16"]),
+    "zero2-lora-adamw-bf16": ("zero2.json", ["model.dtype=bf16", "optimizer.name=adamw"]),
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # 2-rank DeepSpeed update
@@ -24,7 +28,7 @@ def test_planner_model_states_equal_deepspeed_tensors(case, tiny_model_dir, tiny
         "rollout.width=64",
         "grpo.beta=0",
         "model.dtype=fp32",
-        *extra,
+        *extra,  # a later model.dtype wins
     )
     r = worker(2, "memory", tmp_path / "w", ds_config, overrides)
     planned = r["plan"]["model_states"]

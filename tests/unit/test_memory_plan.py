@@ -97,7 +97,7 @@ def test_activations_checkpointing_and_total():
 
 
 @pytest.mark.slow
-def test_cli_json_and_over_budget_warning(tiny_model_dir, tmp_path):
+def test_cli_json_and_over_budget_exit_3(tiny_model_dir, tmp_path):
     cmd = [
         sys.executable,
         "-m",
@@ -116,7 +116,11 @@ def test_cli_json_and_over_budget_warning(tiny_model_dir, tmp_path):
     obj = json.loads(out.stdout)
     assert obj["total_bytes"] > 0 and obj["ar_weights"] > 0 and "WARNING" not in out.stderr
     tiny = subprocess.run(cmd + ["--gpu-memory-gb", "0.5"], capture_output=True, text=True)
-    assert tiny.returncode == 0 and "WARNING: the plan needs" in tiny.stderr
+    assert (
+        tiny.returncode == 3 and "WARNING: the plan needs" in tiny.stderr and json.loads(tiny.stdout)["fits"] is False
+    )
+    allowed = subprocess.run(cmd + ["--gpu-memory-gb", "0.5", "--allow-over-budget"], capture_output=True, text=True)
+    assert allowed.returncode == 0 and "WARNING: the plan needs" in allowed.stderr
     bad = subprocess.run(cmd[:-1] + ["lora.alfa=4"], capture_output=True, text=True)
     assert bad.returncode == 2 and "did you mean" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -130,20 +134,34 @@ def test_real_glm_image_plan_fits_8x80(name):
 
 
 def test_host_ram_per_node_by_hand():
+    import dataclasses
+
+    import torch
+
     offload = json.loads((ROOT / "ds_configs" / "zero3_offload.json").read_text())
     c = cfg("optimizer.name=adamw", "decoder.offload=true", "decoder.dtype=bf16")
-    p = plan(c, offload, EstimateConfig(num_gpus=4), sizes(2000, lora=[1000, 1000]))
+    s = dataclasses.replace(sizes(2000, lora=[1000, 1000]), largest_decoder_tensor=300)
+    p = plan(c, offload, EstimateConfig(num_gpus=4), s)
     h = p["host_node"]
     rank = 3 * GIB + 1 * GIB + p["host_bytes"]["master_weights"] + p["host_bytes"]["optimizer_states"] + 500 * 2
     assert h["ranks"] == 4 and h["per_rank"]["decoder_offloaded"] == 500 * 2 and sum(h["per_rank"].values()) == rank
-    assert h["steady_bytes"] == 4 * rank and h["loading_peak_bytes"] == 4 * rank + 4 * 4000 * 4  # one fp32 tensor
+    # loading, ZeRO-3: one tensor per rank (the larger of the decoder's 300 and the adapters' 1000, fp32),
+    # and rank 0's largest AR tensor (4000, fp32) on its way to the gathered parameter; no reward model
+    assert h["loading_per_rank"] == {"reward_models": 0, "ar_whole": 0, "largest_tensor": 1000 * 4}
+    assert h["steady_bytes"] == 4 * rank and h["loading_peak_bytes"] == 4 * rank + 4 * 1000 * 4 + 4000 * 4
     assert h["request_bytes"] == 32 * GIB  # 16 GiB x 1.25 rounded up to 16 GiB steps
     assert h["page_cache_bytes"] == (5010 + 500) * 2
-    from glm_grpo_ds.memory_plan import format_plan
+    from glm_grpo_ds.commands.estimate_memory import format_plan
 
     assert "host RAM per node (4 ranks): steady 16.0 GiB" in format_plan(p) and "--mem=32G" in format_plan(p)
-    on_cpu = plan(c, offload, EstimateConfig(num_gpus=4, device="cpu"), sizes(2000, lora=[1000, 1000]))
+    on_cpu = plan(c, offload, EstimateConfig(num_gpus=4, device="cpu"), s)
     assert on_cpu["host_node"]["per_rank"]["process"] == 0
+    # ZeRO-2: every rank loads the whole AR on the host; a cast copy (5010 x 2 bytes) unless the checkpoint
+    # is stored in the model dtype (then the tensors stay on the memory-mapped file); no rank-0 term
+    h2 = plan(c, ZERO[2], EstimateConfig(num_gpus=4), s)["host_node"]
+    assert h2["loading_per_rank"]["ar_whole"] == 5010 * 2 and h2["loading_rank0_bytes"] == 0
+    same = dataclasses.replace(s, checkpoint_dtype=torch.bfloat16)
+    assert plan(c, ZERO[2], EstimateConfig(num_gpus=4), same)["host_node"]["loading_per_rank"]["ar_whole"] == 0
 
 
 def test_slurm_asks_for_the_planned_host_memory():
@@ -155,3 +173,91 @@ def test_slurm_asks_for_the_planned_host_memory():
     want = plan(c, ZERO[3], EstimateConfig(num_gpus=8))["host_node"]["request_bytes"] // GIB
     found = re.findall(r"^#SBATCH --mem=(\d+)G\b", (ROOT / "launch" / "slurm.sbatch").read_text(), re.M)
     assert found == [str(want)], (found, want)
+
+
+def test_lora_adapters_fp32_under_zero3_on_the_real_ar():
+    """LoRA r=64 on the real AR: 190,382,080 parameters (726 MiB in fp32). Per layer, r x (in + out) for
+    q 4096->4096, k and v 4096->256, o 4096->4096, gate_up 4096->27392, down 13696->4096."""
+    from glm_grpo_ds.memory_plan import model_sizes
+
+    c = load_config(ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml", [])
+    s = model_sizes(c)
+    per_layer = 64 * (2 * (4096 + 4096) + 2 * (4096 + 256) + (4096 + 27392) + (13696 + 4096))
+    assert sum(s.lora) == 40 * per_layer == 190_382_080 and round(sum(s.lora) * 4 / 2**20) == 726
+    # ZeRO-3 on 8 GPUs, fp32: ceil(n/8) x 4 bytes per tensor; k/v's B (256 x 64 = 16384 < 10 x 4096, the
+    # persistence threshold) are also kept whole. Eight 262,144-element tensors, k/v B, gate_up B 27392 x 64,
+    # down A 64 x 13696:
+    layer = 8 * 32768 * 4 + 2 * (2048 + 16384) * 4 + 219136 * 4 + 109568 * 4
+    p3 = plan(c, ZERO[3], EstimateConfig(num_gpus=8), s)
+    assert p3["components"]["lora_weights"] == 40 * layer == 100_433_920
+    assert "fp32" in p3["notes"]["lora_weights"]
+    # the bf16 gradient partition and the fp32 master are as before (the engine's dtype; its own copy)
+    assert p3["components"]["gradients"] == 2 * math.ceil(190_382_080 / 8)
+    assert p3["components"]["master_weights"] == 4 * math.ceil(190_382_080 / 8)
+    # ZeRO-2: DeepSpeed casts every parameter to bf16 (no zero.Init model): 2 bytes, whole on every GPU
+    p2 = plan(c, ZERO[2], EstimateConfig(num_gpus=8), s)
+    assert p2["components"]["lora_weights"] == 2 * 190_382_080 and "DeepSpeed casts" in p2["notes"]["lora_weights"]
+
+
+def test_peft_keeps_the_adapters_fp32_after_make_trainable(tiny_model_dir):
+    """What lora_bytes assumes before DeepSpeed: the trainer's own make_trainable on a bf16 base leaves the
+    adapters in fp32 (peft's autocast_adapter_dtype) and the base in bf16."""
+    import torch
+
+    from glm_grpo_ds.memory_plan import lora_bytes
+    from glm_grpo_ds.policy import load_ar, make_trainable
+
+    model = make_trainable(load_ar(tiny_model_dir, "bf16"), cfg("lora.r=4").lora, gradient_checkpointing=False)
+    named = list(model.named_parameters())
+    assert {p.dtype for n, p in named if "lora_" in n} == {torch.float32}
+    assert {p.dtype for n, p in named if "lora_" not in n} == {torch.bfloat16}
+    assert lora_bytes(3, 2) == 4 and lora_bytes(2, 2) == 2
+
+
+def test_reward_models_counted_where_they_run(tmp_path):
+    """CLIP sizes: published configs for known names (the published counts), the checkpoint's own config
+    and dtype when the directory is here; LPIPS and the aesthetic head from their modules; OCR on the CPU,
+    remote on its server, pixel rewards without a model."""
+    import torch
+    from transformers import CLIPConfig
+
+    from glm_grpo_ds.reward_memory import _B32, clip_size
+
+    assert clip_size("/models/clip-vit-large-patch14")[:3] == (427_616_513, 4, 768)  # openai/CLIP: 427,616,513
+    assert clip_size("/m/PickScore_v1")[0] == pytest.approx(986.11e6, abs=0.005e6)  # open_clip: 986.11 M
+    here = tmp_path / "clip-b32-bf16"
+    conf = CLIPConfig(text_config=_B32["text"], vision_config=_B32["vision"], projection_dim=512)
+    conf.dtype = torch.bfloat16
+    conf.save_pretrained(here)
+    n, b, dim, source = clip_size(here)
+    assert (n, b, dim) == (151_277_313, 2, 512) and "config.json" in source  # openai/CLIP: 151,277,313
+    head = 768 * 1024 + 1024 + 1024 * 128 + 128 + 128 * 64 + 64 + 64 * 16 + 16 + 16 + 1  # LAION MLP
+    alexnet = 2_469_696 + (64 + 192 + 384 + 256 + 256)  # torchvision features + lpips' 1x1 heads
+    rewards = [
+        "{name: aesthetic, args: {clip_model: /models/clip-vit-large-patch14, head: h.pth}}",
+        f"{{name: clip, args: {{model: {here}, offload: true}}}}",
+        "{name: lpips}",
+        "{name: ocr}",
+        "{name: remote, args: {url: 'http://10.0.0.7:8123'}}",
+        "{name: pixel_mse}",
+    ]
+    c = load_config(None, ["model.path=x", "data.train_file=x", f"rewards=[{', '.join(rewards)}]"])
+    p = plan(c, ZERO[3], EstimateConfig(num_gpus=2), sizes(1280, [640, 640]))
+    got = {r["name"]: (r["where"], r["bytes"]) for r in p["rewards"]}
+    assert got["aesthetic"] == ("gpu", 4 * (427_616_513 + head))
+    assert got["clip"] == ("offload", 2 * 151_277_313)
+    assert got["lpips"] == ("gpu", 4 * alexnet)
+    assert got["ocr"] == ("cpu", 0) and got["remote"] == ("remote", 0) and got["pixel_mse"] == ("none", 0)
+    comp = p["components"]
+    assert comp["reward_models"] == 4 * (427_616_513 + head) + 4 * alexnet  # whole on every GPU
+    assert comp["reward_offloaded"] == p["phases"]["reward"] == 2 * 151_277_313  # on the GPU while scoring
+    host = p["host_node"]
+    assert host["per_rank"]["reward_models_offloaded"] == 2 * 151_277_313
+    # built on the host first: the CLIP checkpoints load memory-mapped (page cache shared by the ranks),
+    # the aesthetic head and LPIPS are copies in every rank
+    assert host["loading_per_rank"]["reward_models"] == 4 * head + 4 * alexnet
+    assert host["page_cache_bytes"] == (5010 + 500) * 2 + 4 * 427_616_513 + 2 * 151_277_313  # AR, decoder: bf16
+    from glm_grpo_ds.commands.estimate_memory import format_plan
+
+    text = format_plan(p)
+    assert "reward models (the config's rewards" in text and "cpu: RapidOCR" in text and "remote: 0 on this GPU" in text

@@ -1,0 +1,149 @@
+"""Memory of a run's reward models, for the memory plan (glm_grpo_ds/memory_plan.py): which rewards hold a
+model, where it lives (GPU, CPU, a remote server) and how many bytes, from parameter counts on the ``meta``
+device (no weights are read). Used by ``glm-grpo estimate-memory`` and the trainer's startup plan.
+
+    from glm_grpo_ds.reward_memory import reward_models
+    for r in reward_models(cfg.rewards): print(r.name, r.where, r.bytes, r.note)
+
+Where each built-in reward runs (glm_grpo_ds/rewards/):
+
+* ``clip``, ``preference``, ``aesthetic``, ``lpips``: torch modules in a :class:`~glm_grpo_ds.rewards.base.FrozenModel`,
+  built on the host by ``build_rewards`` (before the AR loads) and moved to the images' device at the first
+  score; with ``offload: true`` they go back to the host after every call (GPU only while scoring).
+  CLIP sizes come from the checkpoint's ``config.json`` when the directory is here (dtype: the config's, which
+  transformers' ``from_pretrained`` default ``dtype="auto"`` loads), else from :data:`CLIP_ARCHS`, the
+  published configs of the CLIP checkpoints the reward docs name; an unknown directory without a config is
+  planned as ViT-L/14 and says so. The aesthetic head is the LAION MLP (fp32, its ``load_state_dict`` copies
+  into fp32 parameters); LPIPS is torchvision's backbone + lpips' linear heads (fp32).
+* ``ocr``: RapidOCR's onnxruntime sessions, on the CPU (its ~16 MB of ONNX models are in the host allowance).
+* ``remote``: scored by a reward server: 0 bytes on this GPU.
+* ``pixel_mse``, ``ssim``, ``colour_layout``: arithmetic on the images, no model.
+* ``python:`` / ``file.py:`` plugins: unknown to the planner, listed as not counted.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+# Published transformers CLIPConfig values (config.json of each Hub checkpoint) of the CLIP models the
+# reward docs name, used when the checkpoint directory is not on this machine; keyed by the directory's
+# name, lowercased. Their parameter counts on the meta device equal the published ones (tests/unit/
+# test_memory_plan.py): ViT-B/32 151,277,313 and ViT-L/14 427,616,513 (openai/CLIP's notebook prints
+# "Model parameters: ..."), ViT-H/14 986.11 M (open_clip's docs/model_profile.csv, mparams).
+_B32 = dict(
+    text=dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8),
+    vision=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12, patch_size=32),
+    projection_dim=512,
+)
+_L14 = dict(
+    text=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12),
+    vision=dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16, patch_size=14),
+    projection_dim=768,
+)
+_H14 = dict(  # laion/CLIP-ViT-H-14-laion2B-s32B-b79K; PickScore_v1 is a fine-tune of it
+    text=dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16),
+    vision=dict(hidden_size=1280, intermediate_size=5120, num_hidden_layers=32, num_attention_heads=16, patch_size=14),
+    projection_dim=1024,
+)
+CLIP_ARCHS = {
+    "clip-vit-base-patch32": ("openai/clip-vit-base-patch32", _B32),
+    "clip-vit-large-patch14": ("openai/clip-vit-large-patch14", _L14),
+    "clip-vit-h-14-laion2b-s32b-b79k": ("laion/CLIP-ViT-H-14-laion2B-s32B-b79K", _H14),
+    "pickscore_v1": ("yuvalkirstain/PickScore_v1", _H14),
+}
+FROZEN_MODEL_REWARDS = ("clip", "preference", "aesthetic", "lpips")
+NO_MODEL_REWARDS = ("pixel_mse", "ssim", "colour_layout")
+
+
+@dataclass
+class RewardModel:
+    """One entry of ``rewards`` as the memory plan sees it."""
+
+    name: str
+    where: str  # "gpu" (whole, after the first score), "offload" (host; GPU while scoring), "cpu", "remote", "none"
+    params: int
+    bytes: int
+    note: str
+    # of ``bytes``, what loads memory-mapped: ``from_pretrained`` at the checkpoint's own dtype leaves the
+    # tensors on the safetensors file (measured on a tiny CLIPModel: every parameter points into the file's
+    # mapping), page cache shared by the node's ranks until the first score moves them to the GPU
+    mapped: int = 0
+
+
+def _count(build) -> int:
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchvision / lpips deprecation notes
+        return sum(p.numel() for p in build().parameters())
+
+
+def _dtype_bytes(dtype) -> int:
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, torch.float32)
+    return torch.empty(0, dtype=dtype or torch.float32).element_size()
+
+
+def clip_size(path) -> tuple[int, int, int, str]:
+    """``(parameters, bytes per parameter, projection_dim, where the size came from)`` of a CLIPModel checkpoint."""
+    from transformers import CLIPConfig, CLIPModel
+
+    p = Path(str(path)) if path else None
+    if p is not None and (p / "config.json").is_file():
+        conf = CLIPConfig.from_pretrained(p)
+        source = f"{p.name}'s config.json"
+    else:
+        hub_id, arch = CLIP_ARCHS.get(p.name.lower() if p else "", (None, None))
+        source = f"{hub_id}'s published config" if hub_id else f"assumed ViT-L/14: no config.json at {path}"
+        arch = arch or _L14
+        conf = CLIPConfig(text_config=arch["text"], vision_config=arch["vision"], projection_dim=arch["projection_dim"])
+        conf.dtype = torch.float32  # the openai / laion checkpoints are stored in fp32
+    return _count(lambda: CLIPModel(conf)), _dtype_bytes(conf.dtype), conf.projection_dim, source
+
+
+def _size(name: str, args: dict) -> tuple[int, int, int, str]:
+    """(parameters, bytes, bytes loaded memory-mapped, note) of a FrozenModel reward."""
+    if name == "lpips":
+        import lpips
+
+        net = args.get("net", "alex")
+        n = _count(lambda: lpips.LPIPS(net=net, pretrained=True, pnet_rand=True, verbose=False))
+        return n, 4 * n, 0, f"{net} backbone + linear heads, fp32"  # built, then load_state_dict: copies
+    clip_path = args.get("clip_model" if name == "aesthetic" else "model", "")
+    n, b, dim, source = clip_size(clip_path)
+    dtype = {4: "fp32", 2: "16-bit"}.get(b, f"{b} bytes")
+    if name != "aesthetic":
+        return n, n * b, n * b, f"CLIP {n / 1e6:.1f}M {dtype} ({source})"
+    from .rewards.clip import AestheticHead
+
+    head = _count(lambda: AestheticHead(dim))
+    note = f"CLIP {n / 1e6:.1f}M {dtype} ({source}) + MLP head {head / 1e6:.2f}M fp32"
+    return n + head, n * b + head * 4, n * b, note
+
+
+def reward_models(rewards) -> list[RewardModel]:
+    """What each entry of ``rewards`` (a list of RewardSpec: ``.name``, ``.args``) holds, in order."""
+    out = []
+    for spec in rewards:
+        name, args = spec.name, dict(spec.args or {})
+        if name in FROZEN_MODEL_REWARDS:
+            n, nbytes, mapped, note = _size(name, args)
+            where = "offload" if args.get("offload") else "gpu"
+            if where == "offload":
+                note += "; offload: on the host, on the GPU only while scoring"
+            out.append(RewardModel(name, where, n, nbytes, note, mapped))
+        elif name == "ocr":
+            out.append(
+                RewardModel(name, "cpu", 0, 0, "RapidOCR onnxruntime on the CPU (in the host allowance), 0 on the GPU")
+            )
+        elif name == "remote":
+            out.append(
+                RewardModel(name, "remote", 0, 0, f"0 on this GPU (scored by the server at {args.get('url', '?')})")
+            )
+        elif name in NO_MODEL_REWARDS:
+            out.append(RewardModel(name, "none", 0, 0, "no model"))
+        else:
+            out.append(RewardModel(name, "none", 0, 0, "plugin: not counted (its memory is unknown to the planner)"))
+    return out
