@@ -76,13 +76,16 @@ class ReportConfig:
 # ----------------------------------------------------------------------------- counting
 class CallFlops:
     """FLOPs of each forward call of ``module`` under ``counter``: the counter's running total after the
-    call minus before it (nested modules, recomputed forwards and any call order work alike)."""
+    call minus before it (nested modules, recomputed forwards and any call order work alike). Set
+    ``.counter`` to follow the calls into another counter (the backward's, for checkpoint recomputes)."""
 
     def __init__(self, counter: FlopCounterMode, module: torch.nn.Module):
         self.counter, self.calls, self._start = counter, [], []
         self._handles = [
-            module.register_forward_pre_hook(lambda *_: self._start.append(counter.get_total_flops())),
-            module.register_forward_hook(lambda *_: self.calls.append(counter.get_total_flops() - self._start.pop())),
+            module.register_forward_pre_hook(lambda *_: self._start.append(self.counter.get_total_flops())),
+            module.register_forward_hook(
+                lambda *_: self.calls.append(self.counter.get_total_flops() - self._start.pop())
+            ),
         ]
 
     def remove(self) -> None:
@@ -185,6 +188,7 @@ def update_flops(ar, batch, cfg) -> dict:
     out["policy_forward"], out["policy_forward_layer0"] = counter.get_total_flops(), calls.calls[0]
     calls.calls.clear()
     with flop_counter() as counter:
+        calls.counter = counter
         logp.sum().backward()  # the GRPO loss on top is elementwise: no counted FLOPs
     calls.remove()
     out["backward_with_recompute"] = counter.get_total_flops()
