@@ -182,18 +182,25 @@ def update_flops(ar, batch, cfg) -> dict:
     calls.remove()
     out["reference_forward"], out["reference_forward_layer0"] = counter.get_total_flops(), calls.calls[0]
     policy.train()
+    # transformers checkpoints a layer's inner forward, so its recompute fires no hooks of the layer itself,
+    # only of its attention and MLP (which hold every counted FLOP of the layer: norms and adds are not)
     with flop_counter() as counter:
         calls = CallFlops(counter, layer0)
+        inner = [CallFlops(counter, layer0.self_attn), CallFlops(counter, layer0.mlp)]
         logp = completion_logprobs(policy, batch, sampling, chunk)
-    out["policy_forward"], out["policy_forward_layer0"] = counter.get_total_flops(), calls.calls[0]
-    calls.calls.clear()
-    with flop_counter() as counter:
-        calls.counter = counter
-        logp.sum().backward()  # the GRPO loss on top is elementwise: no counted FLOPs
     calls.remove()
+    out["policy_forward"], out["policy_forward_layer0"] = counter.get_total_flops(), calls.calls[0]
+    for c in inner:
+        c.calls.clear()
+    with flop_counter() as counter:
+        for c in inner:
+            c.counter = counter
+        logp.sum().backward()  # the GRPO loss on top is elementwise: no counted FLOPs
+    for c in inner:
+        c.remove()
     out["backward_with_recompute"] = counter.get_total_flops()
-    # the recomputed forward of the checkpointed layers, inside backward (0 without checkpointing)
-    out["recompute_layer0"] = sum(calls.calls)
+    # the recomputed forward of the checkpointed layer 0, inside backward (0 without checkpointing)
+    out["recompute_layer0"] = sum(sum(c.calls) for c in inner)
     out["total"] = out["reference_forward"] + out["policy_forward"] + out["backward_with_recompute"]
     policy.eval()
     return out
