@@ -317,6 +317,7 @@ def measure_slice(model: str, rcfg: ReportConfig, parts: tuple[str, ...]) -> dic
         t0 = time.perf_counter()
         res[part] = fn()
         res["seconds"][part] = time.perf_counter() - t0
+        print(f"slice_report: {model}: {part} done in {res['seconds'][part]:.0f} s", file=sys.stderr, flush=True)
 
     sampling = cfg.grpo.sampling
     batch = None
@@ -324,6 +325,7 @@ def measure_slice(model: str, rcfg: ReportConfig, parts: tuple[str, ...]) -> dic
         t0 = time.perf_counter()
         res["ar"], batch = ar_flops(ar, processor, rcfg.size, sampling, rcfg.seed)
         res["seconds"]["ar"] = time.perf_counter() - t0
+        print(f"slice_report: {model}: ar done in {res['seconds']['ar']:.0f} s", file=sys.stderr, flush=True)
     if "decoder" in parts:
         timed("decoder", lambda: decoder_flops(decoder, batch.prior_token_ids, BENCH_PROMPT, rcfg.size))
     if "logprobs" in parts:
