@@ -64,9 +64,7 @@ def _rollout(trainer, gather: bool, seed: int):
 
     gen = torch.Generator(device=trainer.device).manual_seed(seed)
     t0 = time.perf_counter()
-    batch = sample(
-        trainer.engine, trainer.processor, [BENCH_PROMPT], gen, trainer.cfg, trainer.device, gather=gather
-    )
+    batch = sample(trainer.engine, trainer.processor, [BENCH_PROMPT], gen, trainer.cfg, trainer.device, gather=gather)
     return batch, time.perf_counter() - t0
 
 
