@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+BENCH_PROMPT = "a red cube on a table"  # the one prompt of every rollout measurement
+
 
 # ----------------------------------------------------------------------------- memory probes
 def reset_peak_memory(device: torch.device) -> None:
@@ -62,9 +64,7 @@ def _rollout(trainer, gather: bool, seed: int):
 
     gen = torch.Generator(device=trainer.device).manual_seed(seed)
     t0 = time.perf_counter()
-    batch = sample(
-        trainer.engine, trainer.processor, ["a red cube on a table"], gen, trainer.cfg, trainer.device, gather=gather
-    )
+    batch = sample(trainer.engine, trainer.processor, [BENCH_PROMPT], gen, trainer.cfg, trainer.device, gather=gather)
     return batch, time.perf_counter() - t0
 
 
@@ -92,20 +92,32 @@ def worker_phases(a) -> dict:
     from diffusers import GlmImagePipeline
 
     pipe = GlmImagePipeline.from_pretrained(a.model, torch_dtype=trainer.dtype).to(trainer.device)
-    ours, theirs = [], []
-    for rep in range(a.repeats):
-        batch, dt = _rollout(trainer, gather=True, seed=rep)
-        ours.append(batch.completion_ids.numel() / dt)
-        gen = torch.Generator(device=trainer.device).manual_seed(rep)
+    out.update(
+        rollout_vs_pipeline(
+            lambda seed: _rollout(trainer, gather=True, seed=seed), pipe, n, a.size, trainer.device, a.repeats
+        )
+    )
+    return out
+
+
+def rollout_vs_pipeline(ours, pipe, rows: int, size: int, device: torch.device, repeats: int) -> dict:
+    """Tokens/s of our rollout vs ``pipe.generate_prior_tokens`` (HF generate), alternating, median of
+    ``repeats``. ``ours(seed) -> (batch, seconds)`` samples ``rows`` rows of BENCH_PROMPT at ``size``²;
+    both are credited with our batch's token count (the pipeline generates the same grids + end token).
+    Also used by launch/slice_report.py on the real-width slice."""
+    ours_tps, theirs_tps = [], []
+    for rep in range(repeats):
+        batch, dt = ours(rep)
+        ours_tps.append(batch.completion_ids.numel() / dt)
+        gen = torch.Generator(device=device).manual_seed(rep)
         t0 = time.perf_counter()
         with torch.no_grad():
-            pipe.generate_prior_tokens(
-                ["a red cube on a table"] * n, a.size, a.size, device=trainer.device, generator=gen
-            )
-        theirs.append(batch.completion_ids.numel() / (time.perf_counter() - t0))
-    out["rollout_ours_tokens_per_s"] = statistics.median(ours)
-    out["rollout_pipeline_tokens_per_s"] = statistics.median(theirs)
-    return out
+            pipe.generate_prior_tokens([BENCH_PROMPT] * rows, size, size, device=device, generator=gen)
+        theirs_tps.append(batch.completion_ids.numel() / (time.perf_counter() - t0))
+    return {
+        "rollout_ours_tokens_per_s": statistics.median(ours_tps),
+        "rollout_pipeline_tokens_per_s": statistics.median(theirs_tps),
+    }
 
 
 # Peak HBM bandwidth (bytes/s) of GPUs we plan for; --hbm-gbps overrides.

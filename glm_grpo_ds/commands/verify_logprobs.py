@@ -89,9 +89,7 @@ def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[f
     number of sampled tokens whose teacher-forced log-prob is not finite, and the sampling used."""
     import torch
 
-    from ..logprobs import completion_logprobs
     from ..policy import load_ar, load_processor, resolve_sampling
-    from ..rollout import rollout
 
     device = torch.device(
         "cuda"
@@ -100,14 +98,26 @@ def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[f
     )
     sampling = resolve_sampling(sampling, model_path)
     ar = load_ar(model_path, dtype=cfg.dtype, attn_implementation=cfg.attn).to(device)
-    processor = load_processor(model_path)
+    batch, recomputed = sampler_and_trainer_logprobs(ar, load_processor(model_path), cfg, sampling, device)
+    diff = (recomputed - batch.sampler_logps).abs()
+    return diff.max().item(), diff.mean().item(), int((~torch.isfinite(recomputed)).sum()), sampling
+
+
+def sampler_and_trainer_logprobs(ar, processor, cfg: VerifyConfig, sampling: SamplingConfig, device):
+    """One rollout of ``cfg``'s prompts with ``ar`` (KV-cached, recording the sampler's log-probs) and
+    the teacher-forced recomputation of the same tokens: ``(batch, recomputed [N, n])``; the
+    sampler's are ``batch.sampler_logps``. Also used by launch/slice_report.py at real width."""
+    import torch
+
+    from ..logprobs import completion_logprobs
+    from ..rollout import rollout
+
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(cfg.num_prompts)]
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
     batch = rollout(ar, processor, prompts, cfg.group_size, cfg.height, cfg.width, sampling, generator, device)
     with torch.no_grad():
         recomputed = completion_logprobs(ar, batch, sampling)
-    diff = (recomputed - batch.sampler_logps).abs()
-    return diff.max().item(), diff.mean().item(), int((~torch.isfinite(recomputed)).sum()), sampling
+    return batch, recomputed
 
 
 def main(argv: list[str] | None = None) -> int:
