@@ -1,9 +1,9 @@
 """Real-width slice report (issue #26): FLOPs per phase extrapolated to GLM-Image's 40 AR / 30 DiT layers,
 the bf16 sampler-vs-trainer log-prob mismatch, and our rollout's tokens/s vs ``generate_prior_tokens``.
 
-    glm-grpo tiny-model /work/slices/n1m1 --real-width --ar-layers 1 --dit-layers 1
-    glm-grpo tiny-model /work/slices/n2m2 --real-width --ar-layers 2 --dit-layers 2
-    HF_HUB_OFFLINE=1 python launch/slice_report.py --model /work/slices/n1m1 --slope-model /work/slices/n2m2 \\
+    glm-grpo tiny-model outputs/slices/n1m1 --real-width --ar-layers 1 --dit-layers 1
+    glm-grpo tiny-model outputs/slices/n2m2 --real-width --ar-layers 2 --dit-layers 2
+    HF_HUB_OFFLINE=1 python launch/slice_report.py --model outputs/slices/n1m1 --slope-model outputs/slices/n2m2 \\
         --size 1024 --out outputs/slice_report.json
 
 Runs on the CPU, in bf16, through the project's own code paths, so the shapes are the trainer's:
