@@ -15,9 +15,7 @@ import argparse
 import platform
 
 from ..cuda_check import driver_cuda, driver_version
-from ..versions import NOT_INSTALLED, PACKAGES, package_version
-
-__all__ = ["NOT_INSTALLED", "PACKAGES", "package_version", "report", "version"]
+from ..versions import framework_versions, package_version
 
 
 def version() -> str:
@@ -67,7 +65,7 @@ def _driver() -> str:
 def report() -> str:
     """The paste-able block."""
     rows = [("Python", platform.python_version()), ("Platform", platform.platform())]
-    rows += [(shown, package_version(*names)) for shown, names in PACKAGES]
+    rows += list(framework_versions().items())
     facts = _torch_facts()
     at = next((i + 1 for i, (name, _) in enumerate(facts) if name == "torch CUDA build"), len(facts))
     facts.insert(at, ("NVIDIA driver", _driver()))  # next to torch's build: the pair decides if CUDA works
