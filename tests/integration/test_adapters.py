@@ -12,25 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from adapter_files import write_adapter  # noqa: E402  (tests/integration/adapter_files.py)
 from safetensors.torch import load_file
 
 from glm_grpo_ds.adapters import check_init_adapter, find_adapter
 from glm_grpo_ds.config import ConfigError, LoraConfig
-from glm_grpo_ds.policy import load_ar, peft_lora_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "launch" / "configs" / "tiny_cpu.yaml"
-
-
-def write_adapter(base_dir, out, seed=0, **lora):
-    """A peft adapter with random (non-zero) A and B: it changes the model."""
-    from peft import get_peft_model
-
-    torch.manual_seed(seed)
-    cfg = peft_lora_config(LoraConfig(**lora))
-    cfg.init_lora_weights = False
-    get_peft_model(load_ar(base_dir), cfg).save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")

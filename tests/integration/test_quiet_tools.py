@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from test_adapters import write_adapter  # noqa: E402  (same directory)
+from adapter_files import write_adapter  # noqa: E402  (tests/integration/adapter_files.py)
 
 from glm_grpo_ds.config.sections import DataConfig
 from glm_grpo_ds.data import DataError, load_prompts
