@@ -2,13 +2,13 @@
 # make test  - set up .venv and run the test suite
 # make setup - only create .venv and install the package with the tested pins
 # make test-fast - unit + fast integration tests (not `slow`, not `distributed`), a few minutes
-# make test-real-width - the real-width slice trained on 2 CPU ranks (~5 min, ~16 GB RAM; issue #26)
+# make slice-check - GLM-Image's real-width slice trained at 1024x1024, LoRA and full FT (docs/real-width.md)
 # make lint  - ruff check + ruff format --check (what CI runs before the tests)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup demo test test-fast test-real-width lint clean
+.PHONY: setup demo test test-fast slice-check lint clean
 
 $(VENV)/.installed: setup.py pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,13 +22,13 @@ demo: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash launch/demo.sh
 
 test: setup
-	$(PY) -m pytest -q -m "not realwidth" tests
+	$(PY) -m pytest -q tests
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not distributed and not realwidth" tests
+	$(PY) -m pytest -q -m "not slow and not distributed" tests
 
-test-real-width: setup
-	$(PY) -m pytest -q -m realwidth tests
+slice-check: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash launch/slice_check.sh
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -12,6 +12,7 @@ evaluated and tested is what trains::
     exp.per_reward       # {label: [N]} this rank's rewards, NaN = undefined
     exp.rows             # the dataset row of each sample
     exp.timings          # seconds of rollout / decode / reward
+    exp.peaks            # peak memory of each (memory/<phase>_peak_mb, glm_grpo_ds/memory_probe.py)
 
 Seeds are the caller's: ``generators`` seed the sampling (the rows are split into one consecutive
 chunk per generator, each sampled in one rollout call), ``decode_seed(row_index)`` the decoder noise
@@ -27,7 +28,7 @@ import torch
 
 from .data import PromptRow
 from .ds import engine as ds_engine
-from .metrics import timer
+from .metrics import measure
 from .rollout import RolloutBatch, rollout
 
 
@@ -38,6 +39,7 @@ class Experience:
     per_reward: dict[str, torch.Tensor]
     rows: list[PromptRow]  # per sample
     timings: dict[str, float]
+    peaks: dict[str, float]
 
     @property
     def batch(self) -> RolloutBatch:
@@ -108,7 +110,8 @@ class ExperienceMaker:
         chunks = [rows[i * per_chunk : (i + 1) * per_chunk] for i in range(len(generators))]
         prompt_chunks = [[row.prompt for row in chunk] for chunk in chunks]
         timings: dict[str, float] = {}
-        with timer(timings, "rollout"):
+        peaks: dict[str, float] = {}
+        with measure(timings, peaks, "rollout", self.device):
             batches = sample_chunks(
                 self.engine, self.processor, prompt_chunks, generators, cfg, self.device, group_size
             )
@@ -117,8 +120,8 @@ class ExperienceMaker:
         prompts = [p for b in batches for p in b.prompts]
         seeds = [decode_seed(row.index) for row in sample_rows]
         with ds_engine.plain_linear():
-            with timer(timings, "decode"):
+            with measure(timings, peaks, "decode", self.device):
                 images = self.decoder.decode(prior, prompts, cfg.rollout.height, cfg.rollout.width, seeds)
-            with timer(timings, "reward"):
+            with measure(timings, peaks, "reward", self.device):
                 per_reward = self.reward_fn(images, prompts, [row.reward_sample() for row in sample_rows])
-        return Experience(batches, images, per_reward, sample_rows, timings)
+        return Experience(batches, images, per_reward, sample_rows, timings, peaks)

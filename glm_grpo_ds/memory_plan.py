@@ -34,7 +34,8 @@ the model-dtype logits kept for backward plus one fp32 chunk, per-micro-batch ac
 (with checkpointing: each layer's input + one layer recomputed; without: every layer's saved
 tensors, 8h + 2·kv + 4·I elements per token for a GLM decoder layer), the frozen decoder (DiT + VAE
 + glyph encoder) and its decode activations, ZeRO buffers, and a fixed runtime allowance (CUDA
-context, NCCL, allocator). Peak = persistent + the largest of the rollout / decode / update / step / reward phases.
+context, NCCL, allocator; on CPU ranks the gloo staging copy of a ZeRO-3 gather). Peak = persistent +
+the largest of the rollout / decode / update / step / reward phases.
 Reward models (glm_grpo_ds/reward_memory.py): the config's ``rewards`` that hold a torch model (CLIP,
 preference, aesthetic, LPIPS) sit whole on every GPU after their first score, or visit it while scoring
 with ``offload: true``; OCR runs on the CPU, ``remote`` on its server; plugins are not counted.
@@ -328,7 +329,8 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     comp["rollout_kv_cache"] = rows * seq * t["layers"] * 2 * t["kv_heads"] * t["head_dim"] * b
     notes["rollout_kv_cache"] = f"{rows} sequences x {seq} tokens ({est.prompt_tokens} prompt + {n_gen} generated)"
     full_ar = sum(sizes.ar_base) * b + sum(sizes.lora) * lora_b
-    gather = stage == 3 and cfg.rollout.gather_parameters
+    # one ZeRO-3 rank holds whole tensors already: DeepSpeed's gather then only points at them
+    gather = stage == 3 and world > 1 and cfg.rollout.gather_parameters
     comp["rollout_gather"] = full_ar if gather else 0
     notes["rollout_gather"] = "ZeRO-3: whole AR gathered once per rollout" if gather else "no full gather"
     comp["logits"] = (
@@ -346,15 +348,20 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     # ZeRO-3 keeps up to stage3_max_live_parameters gathered (checkpointing reuses each layer
     # soon, so they are not released early) plus one prefetch bucket.
     live = min(int(zero.get("stage3_max_live_parameters", 1e9)), sum(sizes.ar_base) + sum(sizes.lora))
+    gathered = (live + int(zero.get("stage3_prefetch_bucket_size", 0))) * b
+    gathered = gathered if world > 1 else 0  # one rank: the gathered parameters are the weights themselves
     # Plus the whole gradient of the largest trainable tensor, which exists before its reduce-scatter.
-    comp["zero3_update_gather"] = (
-        (live + int(zero.get("stage3_prefetch_bucket_size", 0))) * b
-        + sizes.largest_trainable * max(grad_b, trainable_b)
-        if stage == 3
-        else 0
-    )
+    comp["zero3_update_gather"] = gathered + sizes.largest_trainable * max(grad_b, trainable_b) if stage == 3 else 0
     notes["zero3_update_gather"] = (
         "ZeRO-3 live parameters + prefetch bucket + the largest tensor's full gradient" if stage == 3 else "-"
+    )
+    # Measured on the real-width slice (docs/real-width.md): torch's gloo backend (CPU ranks) all-gathers
+    # into a temporary of the output's full size and then copies it out, so a ZeRO-3 gather holds its
+    # largest tensor (the 168 064 x 4096 embedding) twice for a moment; NCCL writes the output in place.
+    staged = stage == 3 and world > 1 and est.device == "cpu"
+    comp["gather_staging"] = max(sizes.ar_base) * b if staged else 0
+    notes["gather_staging"] = (
+        "CPU ranks (gloo): the largest gathered tensor staged once more" if staged else "NCCL gathers in place"
     )
     images = min(cfg.decoder.batch_size, cfg.grpo.group_size) * (2 if cfg.decoder.guidance_scale > 1 else 1)
     latent_tokens = (cfg.rollout.height // 16) * (cfg.rollout.width // 16)
@@ -388,9 +395,9 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "runtime_overhead",
     ]
     phases = {
-        "rollout": comp["rollout_kv_cache"] + comp["rollout_gather"],
+        "rollout": comp["rollout_kv_cache"] + comp["rollout_gather"] + comp["gather_staging"],
         "decode": comp["decode_activations"],
-        "update": comp["logits"] + comp["activations"] + comp["zero3_update_gather"],
+        "update": comp["logits"] + comp["activations"] + comp["zero3_update_gather"] + comp["gather_staging"],
         "step": comp["fp32_grad_step"],  # activations are freed by then
         "reward": comp["reward_offloaded"],
     }

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import resource
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .ds import dist
+from .memory_probe import phase_peak, run_peak_bytes
 
 
 @contextlib.contextmanager
@@ -38,12 +38,17 @@ def _sync_cuda() -> None:
         torch.cuda.synchronize()
 
 
+@contextlib.contextmanager
+def measure(timings: dict[str, float], peaks: dict[str, float], name: str, device: torch.device):
+    """:func:`timer` and the block's peak memory: ``peaks["memory/<name>_peak_mb"]`` (glm_grpo_ds/memory_probe.py)."""
+    with phase_peak(peaks, f"memory/{name}_peak_mb", device), timer(timings, name):
+        yield
+
+
 def peak_memory_mb(device: torch.device) -> float:
-    """Peak GPU memory allocated (CUDA) or peak resident set size of this process (CPU), in MB."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux
-    return rss_kb / 1024
+    """Peak GPU memory allocated (CUDA) or peak resident set size of this process (CPU) over the whole
+    run (loading included), in MB."""
+    return run_peak_bytes(device) / 2**20
 
 
 class MetricsWriter:
@@ -159,6 +164,7 @@ def step_record(
     all_per_reward: dict[str, torch.Tensor],
     failed: dict[str, int],
     timings: dict[str, float],
+    peaks: dict[str, float],
     generated_tokens: int,
     num_iterations: int,
     device: torch.device,
@@ -166,7 +172,9 @@ def step_record(
     """One ``metrics.jsonl`` object for ``step`` (1-based). ``stats``: this rank's
     :func:`glm_grpo_ds.update.grpo_update` result; ``all_rewards`` / ``all_per_reward``: the gathered
     global batch; ``failed``: this rank's count of samples per reward whose reward raised;
-    ``timings``: seconds of ``rollout``, ``decode``, ``reward``, ``update``; ``generated_tokens``: over
+    ``timings``: seconds of ``rollout``, ``decode``, ``reward``, ``update``; ``peaks``: this rank's
+    ``memory/<phase>_peak_mb`` of those phases (:func:`measure`; the record has the max over ranks);
+    ``generated_tokens``: over
     all ranks. Collective: every rank calls it, and gets the same record."""
     memory_key = "peak_gpu_memory_mb" if device.type == "cuda" else "peak_rss_mb"
     sums = {key: float(stats[key]) for key in _MEAN_OVER_RANKS}
@@ -179,6 +187,7 @@ def step_record(
         "first_ratio_max": float(first["ratio_max"]),
         "-first_ratio_min": -float(first["ratio_min"]),
         memory_key: peak_memory_mb(device),
+        **peaks,
     }
     total, top = dist.reduce_stats(sums, maxima)
     world = dist.world_size()
@@ -197,6 +206,7 @@ def step_record(
     record["rollout_tokens_per_s"] = generated_tokens / max(timings["rollout"], 1e-9)
     record["update_tokens_per_s"] = generated_tokens * num_iterations / max(timings["update"], 1e-9)
     record[memory_key] = top[memory_key]
+    record.update({key: top[key] for key in sorted(peaks)})
     for label, values in all_per_reward.items():
         record[f"reward/{label}"] = nan_mean(values)
         record[f"reward/{label}_std"] = nan_std(values)

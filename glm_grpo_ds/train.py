@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, cuda_check, log, resume, run_log, storage
+from . import checkpoint, cuda_check, log, memory_probe, resume, run_log, storage
 from .adapters import check_init_adapter
 from .background import Background
 from .config import ConfigError, load_config, to_dict
@@ -47,7 +47,7 @@ from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, 
 from .evaluate import Evaluator, gallery_to_main
 from .experience import ExperienceMaker
 from .hub import Publisher
-from .metrics import Progress, finite_or_none, step_record, timer
+from .metrics import Progress, finite_or_none, measure, step_record, timer
 from .model_source import check_local_model, resolve_for_training
 from .plot import PLOT_NAME, plot_training
 from .policy import (
@@ -155,6 +155,9 @@ class Trainer:
         # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
         # sampling streams are derived per (step, rank) below.
         seed_everything(derive_seed(cfg.seed, "init"))
+        # CPU: what the resident set holds before any model (interpreter, libraries, data, processor,
+        # reward functions), which the memory plan does not count (check-run and docs/real-width.md use it)
+        self.before_load_mb = memory_probe.current_bytes(self.device) / 2**20 if self.device.type == "cpu" else None
         ref = None
         with ds_engine.zero3_model_loading(self.ds_config):
             model = load_policy(
@@ -222,7 +225,7 @@ class Trainer:
             grpo_cfg.advantage_scale,
         )
         mine = slice(self.rank * len(exp.batch), (self.rank + 1) * len(exp.batch))
-        with timer(exp.timings, "update"):
+        with measure(exp.timings, exp.peaks, "update", self.device):
             if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
                 stats = self._skip_undefined(step + 1, all_per_reward)
             else:
@@ -248,8 +251,10 @@ class Trainer:
         failed = dict(self.reward_fn.failed)
         iterations = self.cfg.grpo.num_iterations
         record = step_record(
-            step, stats, all_rewards, all_per_reward, failed, exp.timings, tokens, iterations, self.device
+            step, stats, all_rewards, all_per_reward, failed, exp.timings, exp.peaks, tokens, iterations, self.device
         )
+        if self.before_load_mb is not None:
+            record["memory/before_load_mb"] = self.before_load_mb
         # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the
         # record's max over ranks makes the agreement explicit.
         self.skipped_steps += record["skipped"]

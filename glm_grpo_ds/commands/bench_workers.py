@@ -5,35 +5,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
+from ..memory_probe import current_bytes, peak_bytes, reset_peak
+
 BENCH_PROMPT = "a red cube on a table"  # the one prompt of every rollout measurement
-
-
-# ----------------------------------------------------------------------------- memory probes
-def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    else:
-        Path("/proc/self/clear_refs").write_text("5")  # Linux: resets VmHWM (peak RSS) to the current RSS
-
-
-def _proc_status_bytes(field: str) -> int:
-    """A size field of /proc/self/status (``VmHWM`` peak RSS, ``VmRSS`` current RSS) in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def peak_memory_bytes(device: torch.device) -> int:
-    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else _proc_status_bytes("VmHWM")
-
-
-def current_memory_bytes(device: torch.device) -> int:
-    return torch.cuda.memory_allocated(device) if device.type == "cuda" else _proc_status_bytes("VmRSS")
 
 
 # ----------------------------------------------------------------------------- workers
@@ -166,12 +143,12 @@ def worker_update_memory(a) -> dict:
     batch, _ = _rollout(trainer, gather=True, seed=0)
     adv = group_advantages(torch.linspace(0, 1, len(batch)), trainer.cfg.grpo.group_size)
     grpo_update(trainer.engine, batch, adv, trainer.cfg, trainer.ref_engine)  # warm-up: optimizer states exist
-    before = current_memory_bytes(trainer.device)
-    reset_peak_memory(trainer.device)
+    before = current_bytes(trainer.device)
+    reset_peak(trainer.device)
     t0 = time.perf_counter()
     grpo_update(trainer.engine, batch, adv, trainer.cfg, trainer.ref_engine)
     return {
-        "update_peak_above_start_mb": (peak_memory_bytes(trainer.device) - before) / 2**20,
+        "update_peak_above_start_mb": (peak_bytes(trainer.device) - before) / 2**20,
         "update_time_s": time.perf_counter() - t0,
         "micro_batch": a.micro_batch,
     }

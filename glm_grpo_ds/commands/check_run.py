@@ -12,7 +12,11 @@ output of ``glm-grpo verify-logprobs``, and checks:
   non-finite log-prob;
 * measured peak vs the planner: on a GPU ``peak_gpu_memory_mb`` must not exceed the plan's peak
   (reported either way; on CPU the resident set includes the interpreter and libraries, so it is
-  only reported).
+  only reported);
+* the same per phase (rollout, decode, reward, update): the highest ``memory/<phase>_peak_mb`` of the
+  run against the plan's persistent memory + that phase's transient (:func:`phase_comparison`); on a
+  CPU the plan is given the resident set before the models loaded (``memory/before_load_mb``: the
+  interpreter, libraries, data), and the ratios are reported only.
 
 Exit status 0 when every check passes, 1 otherwise.
 """
@@ -28,6 +32,26 @@ from pathlib import Path
 from ..metrics import read_metrics
 
 DEFAULT_PARITY_TOLERANCE = 5e-2  # bf16 (verify-logprobs' bf16 default; README "GPU check" says why)
+
+
+# measured phase (metrics.jsonl memory/<phase>_peak_mb) -> the plan's transient phases it contains
+PLAN_PHASES = {"rollout": ("rollout",), "decode": ("decode",), "reward": ("reward",), "update": ("update", "step")}
+
+
+def phase_comparison(rows: list[dict], planned: dict) -> dict[str, dict]:
+    """Per phase: ``measured_mb`` (the highest over ``rows``), ``planned_mb`` (memory_plan.json's persistent
+    components + the phase's transient, + ``memory/before_load_mb`` on a CPU) and their ``ratio``. Phases
+    the rows do not hold (runs from before the per-phase peaks) are left out."""
+    persistent = sum(planned["components"][k] for k in planned["persistent"])
+    before = max((r.get("memory/before_load_mb", 0.0) for r in rows), default=0.0)
+    out = {}
+    for name, plan_phases in PLAN_PHASES.items():
+        measured = [r[f"memory/{name}_peak_mb"] for r in rows if f"memory/{name}_peak_mb" in r]
+        if not measured:
+            continue
+        planned_mb = (persistent + max(planned["phases"][p] for p in plan_phases)) / 2**20 + before
+        out[name] = {"measured_mb": max(measured), "planned_mb": planned_mb, "ratio": max(measured) / planned_mb}
+    return out
 
 
 def check_run(out: Path, verify_text: str | None, parity_tolerance: float) -> list[tuple[str, bool | None, str]]:
@@ -58,8 +82,16 @@ def check_run(out: Path, verify_text: str | None, parity_tolerance: float) -> li
                     f"max_abs_diff {max_diff:.3e} (tolerance {parity_tolerance:.0e}), non-finite {nonfinite}",
                 )
             )
-    planned = json.loads((out / "memory_plan.json").read_text(encoding="utf-8"))["total_bytes"] / 2**20
-    if any("peak_gpu_memory_mb" in r for r in rows):
+    plan = json.loads((out / "memory_plan.json").read_text(encoding="utf-8"))
+    planned = plan["total_bytes"] / 2**20
+    on_gpu = any("peak_gpu_memory_mb" in r for r in rows)
+    for name, c in phase_comparison(rows, plan).items():
+        detail = f"measured {c['measured_mb'] / 1024:.2f} GiB vs planned {c['planned_mb'] / 1024:.2f} GiB"
+        detail += f" ({c['ratio']:.0%})"
+        if not on_gpu:
+            detail += ", the plan + the resident set before the models loaded: reported only"
+        results.append((f"{name} peak <= planner", c["ratio"] <= 1.0 if on_gpu else None, detail))
+    if on_gpu:
         peak = max(r["peak_gpu_memory_mb"] for r in rows)
         results.append(
             (

@@ -93,7 +93,7 @@ def test_activations_checkpointing_and_total():
     assert off["components"]["activations"] == 2 * seq * 4 * per_layer * 2
     comp = on["components"]
     assert on["total_bytes"] == sum(comp[k] for k in on["persistent"]) + max(on["phases"].values())
-    assert on["phases"]["rollout"] == comp["rollout_kv_cache"] + comp["rollout_gather"]
+    assert on["phases"]["rollout"] == comp["rollout_kv_cache"] + comp["rollout_gather"] + comp["gather_staging"]
 
 
 @pytest.mark.slow
@@ -261,3 +261,20 @@ def test_reward_models_counted_where_they_run(tmp_path):
 
     text = format_plan(p)
     assert "reward models (the config's rewards" in text and "cpu: RapidOCR" in text and "remote: 0 on this GPU" in text
+
+
+def test_zero3_on_one_rank_gathers_nothing_and_gloo_stages_the_largest_tensor():
+    # one rank: DeepSpeed's ZeRO-3 gather only points at the whole tensors it already holds
+    c = cfg("lora.r=8")
+    one = plan(c, ZERO[3], EstimateConfig(num_gpus=1), sizes(1280, [640, 640]))["components"]
+    assert one["rollout_gather"] == 0 and one["gather_staging"] == 0
+    assert one["zero3_update_gather"] == 640 * 4  # only the largest (fp32 LoRA) gradient before its reduce
+    two = plan(c, ZERO[3], EstimateConfig(num_gpus=2), sizes(1280, [640, 640]))
+    assert two["components"]["rollout_gather"] == (1000 + 10 + 4000) * 2 + (640 + 640) * 4
+    assert two["components"]["gather_staging"] == 0  # NCCL gathers in place
+    # CPU ranks (gloo) stage the largest gathered tensor (4000 bf16 elements) once more, in both gathers
+    cpu = plan(c, ZERO[3], EstimateConfig(num_gpus=2, device="cpu"), sizes(1280, [640, 640]))
+    comp = cpu["components"]
+    assert comp["gather_staging"] == 4000 * 2
+    assert cpu["phases"]["rollout"] == comp["rollout_kv_cache"] + comp["rollout_gather"] + 4000 * 2
+    assert cpu["phases"]["update"] == comp["logits"] + comp["activations"] + comp["zero3_update_gather"] + 4000 * 2
