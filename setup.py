@@ -11,6 +11,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["glm_grpo_ds", "glm_grpo_ds.*"]),
     include_package_data=True,
+    package_data={"glm_grpo_ds.commands": ["bench_defaults/*.yaml", "bench_defaults/*.json"]},
     # Lower bounds are the versions the test suite ran with (constraints.txt pins them).
     install_requires=[
         "torch>=2.15.0",

@@ -15,7 +15,7 @@ the parameter gather (and, with ``rollout.gather_parameters: false``, in every f
 
 Galleries (:func:`gallery_to_main`): each rank turns at most ceil(max_prompts / world) of its
 prompts into small uint8 thumbnails, ``dist.gather_to_main`` collects them on rank 0, which writes
-the PNG (glm_grpo_ds/gallery.py). Called from ``glm_grpo_ds.train``; no command of its own.
+the PNG (glm_grpo_ds/observability/gallery.py). Called from ``glm_grpo_ds.train``; no command of its own.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import torch
 
 from .data import PromptRow
 from .ds import dist
-from .gallery import save_gallery, thumbnails
-from .metrics import nan_mean, nan_std
+from .observability.gallery import save_gallery, thumbnails
+from .observability.metrics import nan_mean, nan_std
 from .rewards.combine import weighted_total
 from .seeding import derive_seed
 

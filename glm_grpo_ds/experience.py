@@ -28,7 +28,7 @@ import torch
 
 from .data import PromptRow
 from .ds import engine as ds_engine
-from .metrics import measure
+from .observability.metrics import measure
 from .rollout import RolloutBatch, rollout
 
 

@@ -8,16 +8,17 @@ One step: each rank samples G token grids for its prompts (rollout) -> the froze
 (decode) -> rewards score the images -> group-relative advantages over the global batch -> for each
 micro-batch backward -> optimizer step (``grpo.num_iterations`` times; glm_grpo_ds/update.py). Outputs in
 ``output_dir``: ``metrics.jsonl``, ``config.json``, ``reward_curve.png``, ``final_adapter/`` (LoRA) or
-``final_model/`` (full fine-tuning) with its model card, uploaded with ``hub.repo_id`` (hub.py); with ``eval.file``
-``eval.jsonl``, ``samples/`` galleries (``logging.gallery_steps``, evals); trackers (``logging.report_to``).
+``final_model/`` (full fine-tuning) with its model card, uploaded with ``hub.repo_id`` (sharing/hub.py); with
+``eval.file`` ``eval.jsonl``, ``samples/`` galleries (``logging.gallery_steps``, evals); trackers
+(``logging.report_to``).
 
 Exit status: 0 done; 2 bad input (config, data, ds_config, model path, output_dir, checkpoint,
 reward name or a reward's missing sample field: one line on stderr, ``--debug`` for the traceback); 3
 stopped after ``max_consecutive_skips`` steps skipped in a row for a non-finite loss / gradient or rewards
 undefined for every sample (checkpoint saved); 128 + signal when preempted by
 SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``), or interrupted
-during startup, or aborted by a second Ctrl-C (no new checkpoint; one line each, see preempt.py); 4 trained and
-saved, but an upload to the Hub failed (``glm-grpo push OUTPUT_DIR`` retries it).
+during startup, or aborted by a second Ctrl-C (no new checkpoint; one line each, see lifecycle/preempt.py); 4
+trained and saved, but an upload to the Hub failed (``glm-grpo push OUTPUT_DIR`` retries it).
 """
 
 from __future__ import annotations
@@ -32,9 +33,8 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, cuda_check, log, memory_probe, resume, run_log, storage
+from . import cuda_check, log, memory_probe, run_log
 from .adapters import check_init_adapter
-from .background import Background
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
 from .cuda_check import CudaUnusable
@@ -46,10 +46,22 @@ from .ds import io as ds_io
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
 from .evaluate import Evaluator, gallery_to_main
 from .experience import ExperienceMaker
-from .hub import Publisher
-from .metrics import Progress, finite_or_none, measure, step_record, timer
+from .lifecycle import checkpoint, resume, storage
+from .lifecycle.background import Background
+from .lifecycle.preempt import (
+    EXIT_NONFINITE,
+    Interrupted,
+    Stopped,
+    StopSignals,
+    exit_code,
+    signal_name,
+    startup_signals,
+)
 from .model_source import check_local_model, resolve_for_training
-from .plot import PLOT_NAME, plot_training
+from .observability.metrics import Progress, finite_or_none, measure, step_record, timer
+from .observability.plot import PLOT_NAME, plot_training
+from .observability.summary import print_startup_summary
+from .observability.tracking import build_tracker
 from .policy import (
     load_policy,
     load_processor,
@@ -58,12 +70,10 @@ from .policy import (
     resolve_dtype,
     resolve_sampling,
 )
-from .preempt import EXIT_NONFINITE, Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
 from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs, combine_advantages
 from .seeding import decoder_seed, derive_seed, seed_everything
-from .summary import print_startup_summary
+from .sharing.hub import Publisher
 from .token_ids import check_token_ids, embedding_rows
-from .tracking import build_tracker
 from .update import grpo_update, skipped_update
 from .versions import framework_versions
 
@@ -144,7 +154,7 @@ class Trainer:
             if cfg.resume_from == "auto":
                 log.info(f"glm-grpo: resume_from=auto: no checkpoint in {self.out}, starting fresh")
         run_log.open_file(self.out, self.rank)  # library output: logs/rank_<r>.log (what was held back first)
-        # rank 0's pruning and checkpoint uploads, off the collective path (glm_grpo_ds/background.py)
+        # rank 0's pruning and checkpoint uploads, off the collective path (glm_grpo_ds/lifecycle/background.py)
         self.background = Background()
         self.publisher = Publisher(cfg, self.out, self.rank, self.background)  # model cards; hub.repo_id checked now
         # Names this run's checkpoints (pruning counts only those); a resumed run keeps its checkpoint's.

@@ -4,7 +4,7 @@
 # Why: the deepspeed launcher answers SIGTERM / SIGINT by terminating its ranks and SIGKILLs them 30 s
 # later, too soon for a full-size step plus a checkpoint save. A rank that gets the signal itself
 # records it, finishes its step, and every rank saves and exits 143 (SIGTERM) / 130 (SIGINT)
-# (glm_grpo_ds/preempt.py); the launcher then exits with that status and so does this script.
+# (glm_grpo_ds/lifecycle/preempt.py); the launcher then exits with that status and so does this script.
 #
 # The ranks: this user's `python -u -m glm_grpo_ds.train --local_rank=N` processes on this node whose
 # environment has this run's MASTER_PORT (set it before sourcing). That also finds node 0's ranks in ssh

@@ -43,8 +43,11 @@ import torch
 from ..config import parse_with_overrides
 from .bench_workers import WORKERS
 
-CONFIG = Path(__file__).resolve().parents[2] / "launch" / "configs" / "tiny_cpu.yaml"
-ZERO3 = Path(__file__).resolve().parents[2] / "ds_configs" / "zero3.json"
+# package data (setup.py), so `glm-grpo bench` runs from an installed wheel: the settings of
+# launch/configs/tiny_cpu.yaml and ds_configs/zero3.json (tests/unit/test_bench_defaults.py)
+DEFAULTS = Path(__file__).resolve().parent / "bench_defaults"
+CONFIG = DEFAULTS / "train.yaml"
+ZERO3 = DEFAULTS / "zero3.json"
 
 
 @dataclass

@@ -81,7 +81,7 @@ def rollout_vs_pipeline(ours, pipe, rows: int, size: int, device: torch.device, 
     """Tokens/s of our rollout vs ``pipe.generate_prior_tokens`` (HF generate), alternating, median of
     ``repeats``. ``ours(seed) -> (batch, seconds)`` samples ``rows`` rows of BENCH_PROMPT at ``size``²;
     both are credited with our batch's token count (the pipeline generates the same grids + end token).
-    Also used by launch/slice_report.py on the real-width slice."""
+    Also used by benchmarks/slice_report.py on the real-width slice."""
     ours_tps, theirs_tps = [], []
     for rep in range(repeats):
         batch, dt = ours(rep)
@@ -106,7 +106,7 @@ def _gpu_checks(trainer, a, phases: dict) -> dict:
     decode step reads all language-model weights once, so bytes/step / (s/step) vs peak bandwidth."""
     from ..ds import engine as ds_engine
     from ..ds.ds_config import read_ds_config
-    from ..memory_plan import EstimateConfig, grid_tokens, model_sizes, plan
+    from ..memory.plan import EstimateConfig, grid_tokens, model_sizes, plan
 
     sizes = model_sizes(trainer.cfg)
     est = EstimateConfig(

@@ -29,7 +29,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..metrics import read_metrics
+from ..observability.metrics import read_metrics
 
 DEFAULT_PARITY_TOLERANCE = 5e-2  # bf16 (verify-logprobs' bf16 default; README "GPU check" says why)
 

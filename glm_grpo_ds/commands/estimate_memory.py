@@ -5,7 +5,7 @@ the reward models it counts, and the host RAM per node.
         --deepspeed ds_configs/zero3.json --num-gpus 8 [--num-nodes 1] [--gpu-memory-gb 80] [--json] \\
         [--allow-over-budget] [key=value ...]
 
-The arithmetic and its sources are in glm_grpo_ds/memory_plan.py (reward models: reward_memory.py, host
+The arithmetic and its sources are in glm_grpo_ds/memory/plan.py (reward models: reward_memory.py, host
 RAM: memory_host.py). Exit status: 0 when the plan fits in ``--gpu-memory-gb``; 3 when it does not (the
 plan is still printed, with a WARNING on stderr saying what to change), unless ``--allow-over-budget``
 (then 0); 2 on a bad config or command line.
@@ -19,7 +19,7 @@ import sys
 
 from ..config import ConfigError, load_config, parse_with_overrides
 from ..ds.ds_config import DeepSpeedConfigError, read_ds_config
-from ..memory_plan import GIB, EstimateConfig, plan
+from ..memory.plan import GIB, EstimateConfig, plan
 
 OVER_BUDGET = 3  # exit status when the plan does not fit (2 is a bad config)
 
@@ -136,7 +136,7 @@ def format_plan(p: dict) -> str:
         f"  {'total (peak)':<22}{p['total_bytes'] / GIB:>9.2f}  of {p['gpu_memory_bytes'] / GIB:.0f} GiB, "
         f"headroom {p['headroom_bytes'] / GIB:.2f} GiB"
     )
-    lines.append("  reward models (the config's rewards; glm_grpo_ds/reward_memory.py):")
+    lines.append("  reward models (the config's rewards; glm_grpo_ds/memory/reward_models.py):")
     for r in p["rewards"]:
         lines.append(f"    {r['name']:<20}{r['bytes'] / GIB:>9.2f}  {r['where']}: {r['note']}")
     lines.append("")

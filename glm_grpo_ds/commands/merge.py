@@ -31,9 +31,9 @@ from pathlib import Path
 
 from ..adapters import find_adapter
 from ..file_modes import follow_umask
-from ..merged_card import write_merged_card
 from ..model_source import resolve_model
 from ..policy import AR_DIR, DTYPES, load_ar
+from ..sharing.merged_card import write_merged_card
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """``glm-grpo plot OUTPUT_DIR [--out PNG]``: the training curves of a running or finished run
-(reward, per-reward and eval reward, KL, clip fractions; glm_grpo_ds/plot.py draws them).
+(reward, per-reward and eval reward, KL, clip fractions; glm_grpo_ds/observability/plot.py draws them).
 Exit 2 when the run has no finished step yet."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..plot import PLOT_NAME, plot_training
+from ..observability.plot import PLOT_NAME, plot_training
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from ..data import load_prompts
-from ..metrics import read_metrics
+from ..observability.metrics import read_metrics
 
 
 def fraction_of_way(start: float, end: float, best: float) -> float:

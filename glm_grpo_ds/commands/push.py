@@ -9,9 +9,9 @@ Without options it does what the run's ``hub`` section asked for (read from ``OU
 so it retries a run whose upload failed (exit status 4) exactly as the run meant it; the options push a
 run trained without ``hub.repo_id``, or elsewhere. ``final_adapter/`` (or ``final_model/``) goes to the
 root of the repo, ``checkpoints/step_N/adapter/`` to ``checkpoints/step_N/``. A weights directory
-without a glm-grpo card gets one, written from the run's files (glm_grpo_ds/model_card.py); an
+without a glm-grpo card gets one, written from the run's files (glm_grpo_ds/sharing/model_card.py); an
 existing one is kept. The token comes from ``HF_TOKEN`` or ``hf auth login``; uploads go through even
-under ``HF_HUB_OFFLINE=1`` (glm_grpo_ds/hub.py). Exit status: 0 uploaded, 1 an upload failed (the
+under ``HF_HUB_OFFLINE=1`` (glm_grpo_ds/sharing/hub.py). Exit status: 0 uploaded, 1 an upload failed (the
 local files are untouched), 2 bad input (not a finished run, no repo id, a repo that cannot be used).
 """
 
@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 from ..config import ConfigError
-from ..hub import prepare_repo, upload
-from ..model_card import CARD, CHECKPOINT_PREFIX, is_ours, is_repo_id, write_run_card
+from ..sharing.hub import prepare_repo, upload
+from ..sharing.model_card import CARD, CHECKPOINT_PREFIX, is_ours, is_repo_id, write_run_card
 
 
 def _final_weights(out: Path) -> Path:

@@ -6,9 +6,9 @@
         --token-file ~/.glm_grpo_token --max-batch 16
 
 Serves any built-in or plugin reward (the names of ``rewards: [{name: ...}]``) with the protocol of
-glm_grpo_ds/rewards/protocol.py (docs/rewards.md#remote-rewards): ``GET /health``, ``POST /score``.
+glm_grpo_ds/rewards/remote/protocol.py (docs/rewards.md#remote-rewards): ``GET /health``, ``POST /score``.
 Concurrent requests (every training rank sends its own batch) are batched into reward calls of up to
-``--max-batch`` images (glm_grpo_ds/rewards/serving.py). Bound to 127.0.0.1 unless ``--host`` says
+``--max-batch`` images (glm_grpo_ds/rewards/remote/serving.py). Bound to 127.0.0.1 unless ``--host`` says
 otherwise; with ``--token-file`` every request must carry ``Authorization: Bearer <token>`` (401
 otherwise). The first line on stdout says where it serves (``serving NAME on http://HOST:PORT``);
 Ctrl-C / SIGTERM stop it. Exit status 2: a bad reward, argument, token file or port (one line).
@@ -68,12 +68,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--max-wait-ms {a.max_wait_ms} must be >= 0")
         import torch
 
-        from ..rewards.protocol import read_token
+        from ..rewards.remote.protocol import read_token
 
         token = read_token(a.token_file, "--token-file") if a.token_file else None
 
         from ..rewards import RewardError, build_reward, reward_needs
-        from ..rewards.serving import bind, build_app
+        from ..rewards.remote.serving import bind, build_app
         from .score import parse_reward_arg
 
         device = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device

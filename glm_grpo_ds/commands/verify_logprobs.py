@@ -106,7 +106,7 @@ def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[f
 def sampler_and_trainer_logprobs(ar, processor, cfg: VerifyConfig, sampling: SamplingConfig, device):
     """One rollout of ``cfg``'s prompts with ``ar`` (KV-cached, recording the sampler's log-probs) and
     the teacher-forced recomputation of the same tokens: ``(batch, recomputed [N, n])``; the
-    sampler's are ``batch.sampler_logps``. Also used by launch/slice_report.py at real width."""
+    sampler's are ``batch.sampler_logps``. Also used by benchmarks/slice_report.py at real width."""
     import torch
 
     from ..logprobs import completion_logprobs

@@ -309,7 +309,7 @@ def tracker_installed(name: str) -> bool:
 
 @dataclass
 class LoggingConfig:
-    """Rank-0 outputs besides ``metrics.jsonl`` (see glm_grpo_ds/tracking.py, gallery.py)."""
+    """Rank-0 outputs besides ``metrics.jsonl`` (see glm_grpo_ds/observability/tracking.py, gallery.py)."""
 
     progress_bar: bool = setting(True, "tqdm bar when stderr is a terminal, else one line every log_every steps.")
     log_every: int = setting(10, "Steps between progress lines when stderr is not a terminal (log files), >= 1.")
@@ -374,7 +374,7 @@ class EvalConfig:
 
 @dataclass
 class HubConfig:
-    """Pushing the run's results to the Hugging Face Hub, and the model card (glm_grpo_ds/hub.py, model_card.py)."""
+    """Pushing the run's results to the Hugging Face Hub, and the model card (glm_grpo_ds/sharing/)."""
 
     repo_id: str | None = setting(
         None,

@@ -62,7 +62,7 @@ class TrainConfig:
         "Base seed of the run's random streams (sampling, data order; glm_grpo_ds/seeding.py); the decoder noise "
         "and the evaluation have seeds of their own (decoder.seed, eval.seed).",
     )
-    save_steps: int = setting(0, "Checkpoint every N steps (0 = never); see glm_grpo_ds/checkpoint.py.")
+    save_steps: int = setting(0, "Checkpoint every N steps (0 = never); see glm_grpo_ds/lifecycle/checkpoint.py.")
     save_total_limit: int = setting(
         0,
         "Keep this run's newest K checkpoints (0 = keep all); never deletes the one `latest` names, nor another run's.",

@@ -14,7 +14,7 @@ Sources (:func:`load_prompts`; docs/configuration.md#data):
 may be a path or an image stored in the dataset. Either way the rows stay on disk: ``load_prompts``
 checks every row once and returns :class:`PromptRows`, which reads a row when it is indexed, and
 :class:`PromptSampler` (data/sampler.py) draws row numbers, so a rank's memory stays flat as the
-prompt set grows (``python launch/bench_data.py`` measures it).
+prompt set grows (``python benchmarks/bench_data.py`` measures it).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Writing and reading what DeepSpeed holds: the LoRA adapter or full model (gathered from ZeRO-3
 shards) and the per-rank DeepSpeed checkpoint state (model, optimizer, scheduler).
 
-glm_grpo_ds/checkpoint.py decides the checkpoint layout, atomicity and pruning; this module does
+glm_grpo_ds/lifecycle/checkpoint.py decides the checkpoint layout, atomicity and pruning; this module does
 the DeepSpeed part of each save and load.
 """
 

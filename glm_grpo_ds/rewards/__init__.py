@@ -13,7 +13,8 @@ it is refused at startup. Configure rewards by
 name with weights and arguments (``rewards: [{name: ocr, weight: 2.0}, {name: lpips, args: {net: vgg}}]``),
 or load your own with ``name: python:package.module:function`` / ``name: path/to/file.py:function``.
 Built-ins: pixel_mse, lpips, ssim, ocr, clip, preference, aesthetic, colour_layout (see each module's docstring),
-and remote (a reward served by ``glm-grpo reward-server`` on other GPUs / nodes: remote.py, serving.py, protocol.py).
+and remote (a reward served by ``glm-grpo reward-server`` on other GPUs / nodes: remote/: client.py, serving.py,
+protocol.py).
 """
 
 from .combine import COMBINATIONS, combine_advantages

@@ -28,7 +28,7 @@ _BUILTINS: dict[str, str] = {
     "preference": "clip:PreferenceReward",
     "aesthetic": "clip:AestheticReward",
     "colour_layout": "colour_layout:ColourLayoutReward",
-    "remote": "remote:RemoteReward",
+    "remote": "remote.client:RemoteReward",
 }
 
 

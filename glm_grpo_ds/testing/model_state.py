@@ -1,6 +1,6 @@
 """Test and benchmark instrumentation: bytes of the model states a DeepSpeed engine holds.
 
-Used to check glm_grpo_ds/memory_plan.py against what DeepSpeed really allocates
+Used to check glm_grpo_ds/memory/plan.py against what DeepSpeed really allocates
 (tests/integration/test_memory_plan_deepspeed.py); reads engine internals, so it is not part of
 the training path.
 """
@@ -19,7 +19,7 @@ def model_state_bytes(engine) -> dict[str, int]:
     whole of parameters below the persistence threshold); ``gradients``: DeepSpeed's gradient
     buffers and ``.grad`` tensors (complete just before ``engine.step``); ``master``: fp32 master
     partitions; ``optimizer_states``: the wrapped optimizer's state tensors (Adam moments, 8-bit
-    codes and scales). Compared with ``glm_grpo_ds.memory_plan`` by the tests.
+    codes and scales). Compared with ``glm_grpo_ds.memory.plan`` by the tests.
     """
     seen: set[int] = set()
 

@@ -3,7 +3,7 @@
 * :class:`SlowMean`: a plugin reward (mean pixel value) that sleeps ``delay_s`` per call and can
   append each call's batch size to ``calls_file``:
   ``glm-grpo reward-server --reward python:glm_grpo_ds.testing.reward_servers:SlowMean --reward-arg delay_s=0.5``;
-* :func:`serve_in_thread`: a FastAPI app (rewards/serving.py) on a loopback port in this process;
+* :func:`serve_in_thread`: a FastAPI app (rewards/remote/serving.py) on a loopback port in this process;
 * :func:`server_process`: ``glm-grpo reward-server`` in a child process (killable), its URL read
   from its first line.
 """
@@ -53,7 +53,7 @@ def serve_in_thread(app, port: int = 0, timeout_s: float = 30.0):
     """Run ``app`` with uvicorn on 127.0.0.1:``port`` (0: a free one) in a thread; yields ``(url, server)``."""
     import uvicorn
 
-    from ..rewards.serving import bind
+    from ..rewards.remote.serving import bind
 
     sock = bind("127.0.0.1", port)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))

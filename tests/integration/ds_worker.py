@@ -143,7 +143,7 @@ def main(argv=None) -> int:
 
     elif a.scenario == "memory":
         from glm_grpo_ds.ds.ds_config import read_ds_config
-        from glm_grpo_ds.memory_plan import EstimateConfig, plan
+        from glm_grpo_ds.memory.plan import EstimateConfig, plan
         from glm_grpo_ds.testing.model_state import model_state_bytes
 
         cfg = load_config(a.config, a.overrides)

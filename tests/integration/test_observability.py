@@ -17,7 +17,7 @@ import pytest
 from launching import CONFIG, ROOT, common, launch  # noqa: E402  (tests/integration/launching.py)
 from PIL import Image
 
-from glm_grpo_ds.gallery import grid_size
+from glm_grpo_ds.observability.gallery import grid_size
 
 THUMB = 48  # < the 64x64 images: galleries downscale
 EVAL = ["eval.num_prompts=3", "eval.group_size=2", "eval.seed=99"]

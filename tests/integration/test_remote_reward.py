@@ -21,9 +21,9 @@ from PIL import Image
 
 from glm_grpo_ds.data.rows import DatasetImage
 from glm_grpo_ds.rewards import RewardError, RewardSet, build_reward
-from glm_grpo_ds.rewards.protocol import encode_pngs, quantize
-from glm_grpo_ds.rewards.remote import RemoteRewardError
-from glm_grpo_ds.rewards.serving import build_app
+from glm_grpo_ds.rewards.remote.client import RemoteRewardError
+from glm_grpo_ds.rewards.remote.protocol import encode_pngs, quantize
+from glm_grpo_ds.rewards.remote.serving import build_app
 from glm_grpo_ds.testing.reward_servers import SlowMean, serve_in_thread, server_process
 
 
@@ -169,7 +169,7 @@ def test_slow_server_is_retried_then_the_batch_is_undefined_and_warned_once(caps
 
 
 def test_a_server_back_within_the_retries_scores_the_batch():
-    from glm_grpo_ds.rewards.serving import bind
+    from glm_grpo_ds.rewards.remote.serving import bind
 
     port = bind("127.0.0.1", 0)
     port, _ = port.getsockname()[1], port.close()
@@ -248,7 +248,7 @@ def test_startup_checks_are_one_line_input_errors_before_any_model_loads(tiny_mo
 
 
 def _closed_port() -> int:
-    from glm_grpo_ds.rewards.serving import bind
+    from glm_grpo_ds.rewards.remote.serving import bind
 
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]

@@ -534,7 +534,7 @@ def test_ctrl_c_announces_at_once_and_a_second_one_aborts_with_the_checkpoint_in
     assert "Traceback" not in err and "preempted" not in err, err[-3000:]
     assert "press Ctrl-C again to abort at once (the last complete checkpoint stays intact)" in err
     assert err.count("glm-grpo train: second Ctrl-C: aborted at once, without a checkpoint") == 1
-    from glm_grpo_ds import checkpoint
+    from glm_grpo_ds.lifecycle import checkpoint
 
     latest = checkpoint.resolve(out, "latest")  # the step-1 checkpoint, complete and loadable
     assert latest.name == "step_000001" and checkpoint.read_state(latest)["step"] == 1

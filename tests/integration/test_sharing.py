@@ -14,7 +14,7 @@ import pytest
 from huggingface_hub import ModelCard
 from launching import CONFIG, ROOT, common, launch_cmd  # noqa: E402  (tests/integration/launching.py)
 
-from glm_grpo_ds.model_card import write_run_card
+from glm_grpo_ds.sharing.model_card import write_run_card
 from glm_grpo_ds.testing.fake_hub import FakeHub
 
 pytestmark = pytest.mark.slow  # a training run, a merge
@@ -87,7 +87,7 @@ def test_run_card_checkpoint_uploads_failed_final_upload_push_and_merge(tiny_mod
             "adapter_config.json",
             "adapter_model.safetensors",
             "reward_curve.png",
-            "training_state.json",  # the step these weights are from (glm_grpo_ds/resume.py)
+            "training_state.json",  # the step these weights are from (glm_grpo_ds/lifecycle/resume.py)
         }
         from safetensors.torch import load_file
 

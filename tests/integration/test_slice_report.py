@@ -1,4 +1,4 @@
-"""launch/slice_report.py on the tiny GLM-Image: the FLOP counts equal hand-computed values for its decoder
+"""benchmarks/slice_report.py on the tiny GLM-Image: the FLOP counts equal hand-computed values for its decoder
 layer's shapes, the checkpoint recompute equals the forward, the extrapolation arithmetic, the bf16 log-prob
 mismatch is finite and small, and the rollout-vs-pipeline comparison runs.
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("slice_report", ROOT / "launch" / "slice_report.py")
+    spec = importlib.util.spec_from_file_location("slice_report", ROOT / "benchmarks" / "slice_report.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""output_dir protection and checkpoint pruning (glm_grpo_ds/checkpoint.py), on fake checkpoint trees:
+"""output_dir protection and checkpoint pruning (glm_grpo_ds/lifecycle/checkpoint.py), on fake checkpoint trees:
 a fresh start refuses an earlier run and leaves it byte-identical, overwrite_output_dir deletes it,
 pruning counts only this run's checkpoints by step, never deletes `latest`, and a crash while pruning
 leaves `latest` loadable."""
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from glm_grpo_ds import checkpoint
 from glm_grpo_ds.config import ConfigError, load_config
+from glm_grpo_ds.lifecycle import checkpoint
 
 
 def fake_checkpoint(root, step, run_id):
@@ -159,12 +159,12 @@ def test_a_crash_while_pruning_leaves_latest_loadable(tmp_path, monkeypatch):
 
 
 def test_rank_zero_background_jobs_run_in_order_beside_the_caller():
-    """Pruning and checkpoint uploads (glm_grpo_ds/background.py): the caller goes on at once, the jobs run
+    """Pruning and checkpoint uploads (glm_grpo_ds/lifecycle/background.py): the caller goes on at once, the jobs run
     in the order submitted (a prune never overtakes an earlier upload of what it deletes), a new job of a
     kind first waits for the previous one of that kind, and wait() waits for all."""
     import threading
 
-    from glm_grpo_ds.background import Background
+    from glm_grpo_ds.lifecycle.background import Background
 
     events, release = [], threading.Event()
     background = Background()

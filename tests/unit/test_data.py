@@ -64,7 +64,7 @@ def test_sampler_state_roundtrip(tmp_path):
 
 
 def test_output_dir_must_be_creatable_and_writable(tmp_path):
-    from glm_grpo_ds.checkpoint import OutputDirError, check_output_dir
+    from glm_grpo_ds.lifecycle.checkpoint import OutputDirError, check_output_dir
 
     assert check_output_dir(tmp_path / "a" / "b", rank=0).is_dir()
     assert not list((tmp_path / "a" / "b").iterdir())  # the probe file is gone

@@ -11,8 +11,8 @@ from huggingface_hub import ModelCard
 
 from glm_grpo_ds.config import ConfigError, TrainConfig, load_config, to_dict
 from glm_grpo_ds.config.sections import RewardSpec
-from glm_grpo_ds.hub import EXIT_PUSH_FAILED, HubError, Publisher, prepare_repo
-from glm_grpo_ds.model_card import base_model_id, run_results, write_run_card
+from glm_grpo_ds.sharing.hub import EXIT_PUSH_FAILED, HubError, Publisher, prepare_repo
+from glm_grpo_ds.sharing.model_card import base_model_id, run_results, write_run_card
 from glm_grpo_ds.testing.fake_hub import FakeHub
 
 ROOT_FILES = {"README.md", "adapter_config.json", "adapter_model.safetensors", "reward_curve.png"}
@@ -266,7 +266,7 @@ def test_repo_checks(tmp_path, hub_env, monkeypatch):
 def test_full_model_and_merged_cards(tmp_path):
     from safetensors.torch import save_file
 
-    from glm_grpo_ds.merged_card import write_merged_card
+    from glm_grpo_ds.sharing.merged_card import write_merged_card
 
     out, _ = make_run(tmp_path)
     saved = json.loads((out / "config.json").read_text())

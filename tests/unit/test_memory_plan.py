@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from glm_grpo_ds.config import load_config
-from glm_grpo_ds.memory_plan import GIB, EstimateConfig, Sizes, grid_tokens, plan
+from glm_grpo_ds.memory.plan import GIB, EstimateConfig, Sizes, grid_tokens, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 ZERO = {s: json.loads((ROOT / "ds_configs" / f"zero{s}.json").read_text()) for s in (1, 2, 3)}
@@ -178,7 +178,7 @@ def test_slurm_asks_for_the_planned_host_memory():
 def test_lora_adapters_fp32_under_zero3_on_the_real_ar():
     """LoRA r=64 on the real AR: 190,382,080 parameters (726 MiB in fp32). Per layer, r x (in + out) for
     q 4096->4096, k and v 4096->256, o 4096->4096, gate_up 4096->27392, down 13696->4096."""
-    from glm_grpo_ds.memory_plan import model_sizes
+    from glm_grpo_ds.memory.plan import model_sizes
 
     c = load_config(ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml", [])
     s = model_sizes(c)
@@ -204,7 +204,7 @@ def test_peft_keeps_the_adapters_fp32_after_make_trainable(tiny_model_dir):
     adapters in fp32 (peft's autocast_adapter_dtype) and the base in bf16."""
     import torch
 
-    from glm_grpo_ds.memory_plan import lora_bytes
+    from glm_grpo_ds.memory.plan import lora_bytes
     from glm_grpo_ds.policy import load_ar, make_trainable
 
     model = make_trainable(load_ar(tiny_model_dir, "bf16"), cfg("lora.r=4").lora, gradient_checkpointing=False)
@@ -221,7 +221,7 @@ def test_reward_models_counted_where_they_run(tmp_path):
     import torch
     from transformers import CLIPConfig
 
-    from glm_grpo_ds.reward_memory import _B32, clip_size
+    from glm_grpo_ds.memory.reward_models import _B32, clip_size
 
     assert clip_size("/models/clip-vit-large-patch14")[:3] == (427_616_513, 4, 768)  # openai/CLIP: 427,616,513
     assert clip_size("/m/PickScore_v1")[0] == pytest.approx(986.11e6, abs=0.005e6)  # open_clip: 986.11 M

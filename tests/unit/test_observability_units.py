@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from glm_grpo_ds import gallery
 from glm_grpo_ds.config import ConfigError, load_config
 from glm_grpo_ds.data import PromptRow
-from glm_grpo_ds.metrics import MetricsWriter, Progress
+from glm_grpo_ds.observability import gallery
+from glm_grpo_ds.observability.metrics import MetricsWriter, Progress
 
 BASE = ["model.path=/m", "data.train_file=/d.jsonl", "rewards=[{name: pixel_mse}]"]
 
@@ -117,7 +117,7 @@ def test_plot_training_with_eval(tmp_path):
     from PIL import Image
 
     from glm_grpo_ds.commands.plot import main
-    from glm_grpo_ds.plot import plot_training
+    from glm_grpo_ds.observability.plot import plot_training
 
     rows = [
         dict(
@@ -194,7 +194,7 @@ def test_phase_timer_waits_for_cuda_work_before_reading_the_clock(monkeypatch):
     """CUDA runs kernels after their launch returns: a time/* field must include the phase's GPU work,
     so the timer synchronises at its start and its end once CUDA is initialised (a fake synchronize
     counts the calls: no GPU here), and never initialises CUDA itself."""
-    from glm_grpo_ds.metrics import timer
+    from glm_grpo_ds.observability.metrics import timer
 
     calls = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))

@@ -1,4 +1,4 @@
-"""Signals (glm_grpo_ds/preempt.py), in child processes: the first SIGINT / SIGTERM is recorded and
+"""Signals (glm_grpo_ds/lifecycle/preempt.py), in child processes: the first SIGINT / SIGTERM is recorded and
 announced at once, a second SIGINT ends the process at once (exit 130, one line) even while the main
 thread is busy, a repeated SIGTERM does not, a SIGINT inherited as ignored stays ignored, and signals
 during startup raise Interrupted, even when library code swallows the exception.
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import os, signal, sys, time
-from glm_grpo_ds.preempt import StopSignals
+from glm_grpo_ds.lifecycle.preempt import StopSignals
 before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 with StopSignals(lambda s: f"notice {signal.Signals(s).name}") as signals:
     print("ready", flush=True)
@@ -85,7 +85,7 @@ def test_a_repeated_sigterm_does_not_abort():
 def test_signals_during_startup_raise_interrupted():
     import pytest
 
-    from glm_grpo_ds.preempt import Interrupted, startup_signals
+    from glm_grpo_ds.lifecycle.preempt import Interrupted, startup_signals
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as err, startup_signals():
@@ -100,7 +100,7 @@ def test_a_signal_during_startup_is_not_swallowed_by_library_code_catching_excep
     stop the run (it went on training once: the fresh-clone CI of 2026-11-23)."""
     import pytest
 
-    from glm_grpo_ds.preempt import Interrupted, startup_signals
+    from glm_grpo_ds.lifecycle.preempt import Interrupted, startup_signals
 
     with pytest.raises(Interrupted) as err, startup_signals():
         try:  # what e.g. an optional-import check in a library does
@@ -116,7 +116,7 @@ def test_a_signal_whose_exception_library_code_swallowed_still_stops_startup():
     cannot let the run train on: the signal is recorded, and leaving the startup block raises it."""
     import pytest
 
-    from glm_grpo_ds.preempt import Interrupted, startup_signals
+    from glm_grpo_ds.lifecycle.preempt import Interrupted, startup_signals
 
     with pytest.raises(Interrupted) as err, startup_signals():
         try:
@@ -131,7 +131,7 @@ def test_a_signal_whose_exception_library_code_swallowed_still_stops_startup():
 def test_a_swallowed_startup_signal_wins_over_the_error_it_caused_later():
     import pytest
 
-    from glm_grpo_ds.preempt import Interrupted, startup_signals
+    from glm_grpo_ds.lifecycle.preempt import Interrupted, startup_signals
 
     with pytest.raises(Interrupted) as err, startup_signals():
         try:  # e.g. an import interrupted half-way and swallowed ...

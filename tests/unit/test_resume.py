@@ -1,11 +1,11 @@
-"""glm_grpo_ds/resume.py: a finished run is left alone, an outdated final_*/ is set aside by its step (never
+"""glm_grpo_ds/lifecycle/resume.py: a finished run is left alone, an outdated final_*/ is set aside by its step (never
 overwritten), and a changed prompt source is told apart (issue #27). The trainer's use of them:
 tests/integration/test_robustness.py::test_resume_from_auto_starts_fresh_then_continues."""
 
 import json
 
 from glm_grpo_ds.data.rows import PromptRow
-from glm_grpo_ds.resume import data_changed, data_fingerprint, finished, set_aside_final, write_final_state
+from glm_grpo_ds.lifecycle.resume import data_changed, data_fingerprint, finished, set_aside_final, write_final_state
 
 
 def test_finished_only_at_or_past_max_steps():

@@ -1,4 +1,4 @@
-"""The reward-server protocol's encoding (rewards/protocol.py), the batcher of rewards/serving.py
+"""The reward-server protocol's encoding (rewards/remote/protocol.py), the batcher of rewards/remote/serving.py
 driven directly on an event loop, and the remote reward's argument checks (no server, no network)."""
 
 import asyncio
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from glm_grpo_ds.rewards import RewardError, check_reward_specs
-from glm_grpo_ds.rewards.protocol import (
+from glm_grpo_ds.rewards.remote.protocol import (
     decode_png,
     encode_pngs,
     file_key,
@@ -21,7 +21,7 @@ from glm_grpo_ds.rewards.protocol import (
     rewards_from_json,
     rewards_to_json,
 )
-from glm_grpo_ds.rewards.serving import Batcher
+from glm_grpo_ds.rewards.remote.serving import Batcher
 from glm_grpo_ds.testing.reward_servers import SlowMean
 
 

@@ -1,4 +1,4 @@
-"""output_dir must be one storage for every rank (glm_grpo_ds/storage.py): the decision taken alike on
+"""output_dir must be one storage for every rank (glm_grpo_ds/lifecycle/storage.py): the decision taken alike on
 every rank from what each one sees (a pure function, on hand-made reports), and the real collectives on
 two gloo processes whose output_dirs are two different directories (two "nodes" without shared storage)."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from glm_grpo_ds import checkpoint, storage
-from glm_grpo_ds.checkpoint import CheckpointError, OutputDirError
+from glm_grpo_ds.lifecycle import checkpoint, storage
+from glm_grpo_ds.lifecycle.checkpoint import CheckpointError, OutputDirError
 
 OUT = storage.Path("run")
 

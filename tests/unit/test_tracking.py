@@ -1,4 +1,4 @@
-"""Experiment trackers through accelerate's tracker classes (glm_grpo_ds/tracking.py): the real
+"""Experiment trackers through accelerate's tracker classes (glm_grpo_ds/observability/tracking.py): the real
 TensorBoard and W&B (offline) packages write files that are read back; the report_to names, "all" /
 "none" and their config errors; no accelerate state or process group is created. ~15 s.
 
@@ -12,8 +12,8 @@ import torch
 from PIL import Image
 
 from glm_grpo_ds.config import TRACKERS, ConfigError, load_config
-from glm_grpo_ds.metrics import MetricsWriter
-from glm_grpo_ds.tracking import Tracker, build_tracker, hyperparameters, scalars, tracker_arguments
+from glm_grpo_ds.observability.metrics import MetricsWriter
+from glm_grpo_ds.observability.tracking import Tracker, build_tracker, hyperparameters, scalars, tracker_arguments
 
 BASE = ["model.path=/m", "data.train_file=/d.jsonl", "rewards=[{name: pixel_mse}]"]
 tensorboard = pytest.importorskip("tensorboard", reason="pip install 'glm-grpo-ds[tracking]'")

@@ -1,5 +1,5 @@
 """``remote``: a reward computed by a reward server (``glm-grpo reward-server`` or any server speaking
-the protocol of rewards/protocol.py), for reward models that do not fit beside the policy.
+the protocol of rewards/remote/protocol.py), for reward models that do not fit beside the policy.
 
     rewards:
       - {name: remote, weight: 1.0, args: {url: "http://10.0.0.7:8123", timeout_s: 30, retries: 3,
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from .. import log
-from .base import TARGET_IMAGE, TEXT_TO_RENDER, SampleNeed
+from ... import log
+from ..base import TARGET_IMAGE, TEXT_TO_RENDER, SampleNeed
+from ..registry import RewardError
 from .protocol import PROTOCOL, read_token, request_body, rewards_from_json
-from .registry import RewardError
 
 # fields whose "present" rule the trainer knows; any other field is present when non-empty
 KNOWN_NEEDS = {need.field: need for need in (TARGET_IMAGE, TEXT_TO_RENDER)}

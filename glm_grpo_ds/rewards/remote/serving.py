@@ -1,4 +1,4 @@
-"""The reward server's web application: any reward behind the HTTP protocol of rewards/protocol.py.
+"""The reward server's web application: any reward behind the HTTP protocol of rewards/remote/protocol.py.
 
 FastAPI on uvicorn, the stack of OpenRLHF's reward server (``openrlhf.cli.serve_rm``) that users of
 remote reward models know: pydantic validates requests (422 naming the bad field), ``/docs`` shows the
@@ -34,7 +34,7 @@ from typing import Any, Callable
 import torch
 from pydantic import BaseModel, Field
 
-from .base import SampleNeed
+from ..base import SampleNeed
 from .protocol import PROTOCOL, decode_png, file_key, rewards_to_json
 
 LOG = logging.getLogger("uvicorn.error")  # uvicorn's own server log: one stream, one format

@@ -36,11 +36,11 @@ tensors, 8h + 2·kv + 4·I elements per token for a GLM decoder layer), the froz
 + glyph encoder) and its decode activations, ZeRO buffers, and a fixed runtime allowance (CUDA
 context, NCCL, allocator; on CPU ranks the gloo staging copy of a ZeRO-3 gather). Peak = persistent +
 the largest of the rollout / decode / update / step / reward phases.
-Reward models (glm_grpo_ds/reward_memory.py): the config's ``rewards`` that hold a torch model (CLIP,
+Reward models (glm_grpo_ds/memory/reward_models.py): the config's ``rewards`` that hold a torch model (CLIP,
 preference, aesthetic, LPIPS) sit whole on every GPU after their first score, or visit it while scoring
 with ``offload: true``; OCR runs on the CPU, ``remote`` on its server; plugins are not counted.
 
-Host RAM per node (glm_grpo_ds/memory_host.py): every rank's process, CPU-side reward state, ZeRO-offloaded
+Host RAM per node (glm_grpo_ds/memory/host.py): every rank's process, CPU-side reward state, ZeRO-offloaded
 optimizer state, an offloaded decoder and offloaded reward models, plus at startup the reward models built
 on the host first (a CLIP checkpoint as shared page cache), the whole AR under ZeRO-0/1/2 when cast, one
 decoder tensor per rank and rank 0's AR tensor under ZeRO-3; ``launch/slurm.sbatch`` asks for the default
@@ -56,8 +56,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .memory_host import GIB, host_per_node
-from .reward_memory import reward_models
+from .host import GIB, host_per_node
+from .reward_models import reward_models
 
 RUNTIME_OVERHEAD = 2 * GIB  # CUDA context + NCCL buffers + allocator slack, per GPU (typical)
 BNB_BLOCK = 256  # bitsandbytes 8-bit optimizer block size (one fp32 scale per block)
@@ -132,8 +132,8 @@ def model_sizes(cfg) -> Sizes:
     from diffusers import AutoencoderKL, GlmImageTransformer2DModel
     from transformers import GlmImageConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
 
-    from .model_source import cached_model_dir
-    from .policy import make_trainable
+    from ..model_source import cached_model_dir
+    from ..policy import make_trainable
 
     # a Hub id counts when the Hugging Face cache holds it; the planner never downloads
     root = cached_model_dir(cfg.model.path, cfg.model.revision) if cfg.model.path else None
@@ -217,8 +217,8 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
 
     ``cfg`` = TrainConfig, ``ds_raw`` = the ds_configs JSON as read, ``est`` = EstimateConfig.
     """
-    from .ds.ds_config import fill_ds_config
-    from .policy import resolve_dtype
+    from ..ds.ds_config import fill_ds_config
+    from ..policy import resolve_dtype
 
     sizes = sizes or model_sizes(cfg)
     world = est.num_gpus * est.num_nodes

@@ -1,6 +1,6 @@
 """The model card (``README.md``) of a merged pipeline, written by ``glm-grpo merge``
 (glm_grpo_ds/commands/merge.py): the base model, the adapter (or checkpoint) it came from, the merged
-dtype, and, when the adapter has a glm-grpo card (glm_grpo_ds/model_card.py), that card's results and
+dtype, and, when the adapter has a glm-grpo card (glm_grpo_ds/sharing/model_card.py), that card's results and
 training sections with its reward curve.
 
     write_merged_card(OUT.tmp, BASE, ADAPTER, "bf16", final_dir=OUT)
@@ -12,6 +12,7 @@ import json
 import shutil
 from pathlib import Path
 
+from ..observability.plot import PLOT_NAME
 from .model_card import (
     AR_DIR,
     CARD,
@@ -24,7 +25,6 @@ from .model_card import (
     make_card,
     usage_lines,
 )
-from .plot import PLOT_NAME
 
 
 def _section(card_text: str, heading: str) -> list[str]:

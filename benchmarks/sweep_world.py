@@ -3,7 +3,7 @@ changing one knob from launch/configs/tiny_world.yaml, then a Markdown table and
 held-out eval reward per run (the table and plot in docs/sweep.md come from this script).
 
     glm-grpo tiny-world outputs/world
-    python launch/sweep_world.py [--world outputs/world] [--out outputs/sweep] [--steps 60] [--only g4,beta]
+    python benchmarks/sweep_world.py [--world outputs/world] [--out outputs/sweep] [--steps 60] [--only g4,beta]
 
 Every run: 2 CPU ranks, ZeRO-3, LoRA, 8-bit AdamW, the same seed and the same eval (8 held-out
 rephrasings, fixed sampling seeds, every 20 steps). Progress is the fraction of the way from the start

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from .ds import dist
-from .memory_probe import phase_peak, run_peak_bytes
+from ..ds import dist
+from ..memory_probe import phase_peak, run_peak_bytes
 
 
 @contextlib.contextmanager

@@ -27,9 +27,9 @@ import socket
 import time
 from pathlib import Path
 
+from ..ds import dist
 from . import checkpoint
 from .checkpoint import CheckpointError, OutputDirError
-from .ds import dist
 
 SHARED_FIX = (
     "output_dir must be on storage every node mounts (NFS, Lustre, GPFS, ...; on SLURM the submit directory "

@@ -1,8 +1,8 @@
-"""Memory of a run's reward models, for the memory plan (glm_grpo_ds/memory_plan.py): which rewards hold a
+"""Memory of a run's reward models, for the memory plan (glm_grpo_ds/memory/plan.py): which rewards hold a
 model, where it lives (GPU, CPU, a remote server) and how many bytes, from parameter counts on the ``meta``
 device (no weights are read). Used by ``glm-grpo estimate-memory`` and the trainer's startup plan.
 
-    from glm_grpo_ds.reward_memory import reward_models
+    from glm_grpo_ds.memory.reward_models import reward_models
     for r in reward_models(cfg.rewards): print(r.name, r.where, r.bytes, r.note)
 
 Where each built-in reward runs (glm_grpo_ds/rewards/):
@@ -116,7 +116,7 @@ def _size(name: str, args: dict) -> tuple[int, int, int, str]:
     dtype = {4: "fp32", 2: "16-bit"}.get(b, f"{b} bytes")
     if name != "aesthetic":
         return n, n * b, n * b, f"CLIP {n / 1e6:.1f}M {dtype} ({source})"
-    from .rewards.clip import AestheticHead
+    from ..rewards.clip import AestheticHead
 
     head = _count(lambda: AestheticHead(dim))
     note = f"CLIP {n / 1e6:.1f}M {dtype} ({source}) + MLP head {head / 1e6:.2f}M fp32"

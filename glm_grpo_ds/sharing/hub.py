@@ -8,7 +8,7 @@ global rank 0 (docs/sharing.md).
   status 2 on every rank (agreed by a collective), seconds after launch instead of after training.
 * Each checkpoint (``Publisher.checkpoint``): a model card replaces peft's blank README.md in
   ``checkpoints/step_N/adapter/``; with ``hub.push_checkpoints`` that adapter is uploaded to
-  ``checkpoints/step_N/`` in the repo on rank 0's worker thread (glm_grpo_ds/background.py) while
+  ``checkpoints/step_N/`` in the repo on rank 0's worker thread (glm_grpo_ds/lifecycle/background.py) while
   training goes on: no rank waits for it in a collective. The next checkpoint's upload waits for it;
   the end of the run (:meth:`Publisher.finish`) and a preempted run (:meth:`Publisher.wait`) too.
 * The end: the model card (and reward curve) of ``final_adapter/`` or ``final_model/``, with or
@@ -33,10 +33,10 @@ import contextlib
 import functools
 from pathlib import Path
 
-from . import log
-from .background import Background
-from .config import ConfigError
-from .ds import dist
+from .. import log
+from ..config import ConfigError
+from ..ds import dist
+from ..lifecycle.background import Background
 from .model_card import CHECKPOINT_PREFIX, write_run_card
 
 # Exit status of a run that trained and saved everything but could not upload it (2 = bad input).

@@ -3,7 +3,7 @@ the bf16 sampler-vs-trainer log-prob mismatch, and our rollout's tokens/s vs ``g
 
     glm-grpo tiny-model outputs/slices/n1m1 --real-width --ar-layers 1 --dit-layers 1
     glm-grpo tiny-model outputs/slices/n2m2 --real-width --ar-layers 2 --dit-layers 2
-    HF_HUB_OFFLINE=1 python launch/slice_report.py --model outputs/slices/n1m1 --slope-model outputs/slices/n2m2 \\
+    HF_HUB_OFFLINE=1 python benchmarks/slice_report.py --model outputs/slices/n1m1 --slope-model outputs/slices/n2m2 \\
         --size 1024 --out outputs/slice_report.json
 
 Runs on the CPU, in bf16, through the project's own code paths, so the shapes are the trainer's:
@@ -63,7 +63,7 @@ FULL_DIT_LAYERS = 30  # GLM-Image's DiT
 
 @dataclass
 class ReportConfig:
-    """``launch/slice_report.py`` settings (see the module docstring)."""
+    """``benchmarks/slice_report.py`` settings (see the module docstring)."""
 
     size: int = 1024  # image height = width
     group_size: int = 2  # rows of the log-prob and speed measurements

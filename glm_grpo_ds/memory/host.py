@@ -1,4 +1,4 @@
-"""Host RAM per node of a GRPO run, at startup and steady (part of the memory plan, glm_grpo_ds/memory_plan.py,
+"""Host RAM per node of a GRPO run, at startup and steady (part of the memory plan, glm_grpo_ds/memory/plan.py,
 which calls :func:`host_per_node`; ``glm-grpo estimate-memory`` prints it and ``launch/slurm.sbatch`` asks
 for the default LoRA config's figure).
 

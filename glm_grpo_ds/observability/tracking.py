@@ -35,7 +35,7 @@ import logging
 import os
 from pathlib import Path
 
-from .config import ConfigError, to_dict
+from ..config import ConfigError, to_dict
 from .metrics import MetricsWriter
 
 STREAMS = {"train": "metrics.jsonl", "eval": "eval.jsonl"}

@@ -7,9 +7,9 @@ import json
 import os
 from pathlib import Path
 
-from . import log
-from .ds.ds_config import zero_stage
-from .memory_plan import EstimateConfig, plan
+from .. import log
+from ..ds.ds_config import zero_stage
+from ..memory.plan import EstimateConfig, plan
 
 
 def print_startup_summary(cfg, model, ds_config, ds_config_raw, world, device, dtype, attn, out: Path) -> None:

@@ -5,7 +5,7 @@ these pieces in merged_card.py.
 Made with huggingface_hub's ``ModelCard`` / ``ModelCardData`` and read from the run's own files, so a
 card can be (re)written from ``output_dir`` alone at any time::
 
-    from glm_grpo_ds.model_card import write_run_card
+    from glm_grpo_ds.sharing.model_card import write_run_card
     write_run_card(OUTPUT_DIR, OUTPUT_DIR / "final_adapter")   # the trainer does this on rank 0 at the end
     glm-grpo push OUTPUT_DIR                                   # writes the card if missing, then uploads
 
@@ -30,10 +30,10 @@ import os
 import shutil
 from pathlib import Path
 
-from .config.fields import is_repo_id
-from .metrics import read_metrics
-from .plot import PLOT_NAME, plot_training
-from .versions import NOT_INSTALLED
+from ..config.fields import is_repo_id
+from ..observability.metrics import read_metrics
+from ..observability.plot import PLOT_NAME, plot_training
+from ..versions import NOT_INSTALLED
 
 CARD = "README.md"
 TAG = "glm-grpo-ds"  # marks a card this module wrote (a peft or other card is replaced, ours kept)
@@ -44,7 +44,7 @@ CHECKPOINT_PREFIX = "checkpoints"  # checkpoints/step_N/ in the Hub repo, as in 
 
 
 def run_step_dir(step: int) -> str:
-    """``step_000200``: a checkpoint's directory name (glm_grpo_ds.checkpoint.step_dir_name)."""
+    """``step_000200``: a checkpoint's directory name (glm_grpo_ds.lifecycle.checkpoint.step_dir_name)."""
     return f"step_{step:06d}"
 
 

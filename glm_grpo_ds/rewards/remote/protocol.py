@@ -1,7 +1,7 @@
 """The reward-server protocol (version 1): JSON over HTTP, images as base64 PNG.
 
-Shared by the ``remote`` reward (the client, rewards/remote.py) and ``glm-grpo reward-server``
-(rewards/serving.py); docs/rewards.md#remote-rewards describes it for servers written in other
+Shared by the ``remote`` reward (the client, rewards/remote/client.py) and ``glm-grpo reward-server``
+(rewards/remote/serving.py); docs/rewards.md#remote-rewards describes it for servers written in other
 languages::
 
     GET  /health -> {"protocol": 1, "reward": "pixel_mse", "version": "0.1.0", "max_batch": 32,

@@ -18,7 +18,7 @@ atomically afterwards. A run killed mid-write leaves a ``.tmp`` directory (remov
 start) and the previous ``latest`` intact.
 
 Pruning (``save_total_limit``) runs on rank 0 after the save's last barrier (with ``later``, on rank 0's
-worker thread, glm_grpo_ds/background.py: no rank waits while it deletes), only after ``latest`` points
+worker thread, glm_grpo_ds/lifecycle/background.py: no rank waits while it deletes), only after ``latest`` points
 at the new checkpoint, counts only
 this run's checkpoints (``run_id`` in ``trainer_state.json``, kept across resumes) ordered by their
 step, never deletes the one ``latest`` names, and renames a checkpoint to ``step_N.deleting`` before
@@ -42,9 +42,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from . import log
-from .ds import dist
-from .ds import io as ds_io
+from .. import log
+from ..ds import dist
+from ..ds import io as ds_io
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"

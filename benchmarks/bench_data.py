@@ -1,8 +1,8 @@
 """Memory of a rank's prompt data as the prompt set grows: load + check a synthetic prompt set, build
 the sampler, draw steps, and print the process's RSS at each stage (docs/benchmarks.md#prompt-data).
 
-    python launch/bench_data.py                                  # parquet + jsonl, 10k and 1M prompts
-    python launch/bench_data.py --sizes 10000 1000000 10000000 --formats parquet --steps 100
+    python benchmarks/bench_data.py                                  # parquet + jsonl, 10k and 1M prompts
+    python benchmarks/bench_data.py --sizes 10000 1000000 10000000 --formats parquet --steps 100
 
 Each (format, size) runs in a fresh process, twice: the first converts the file into the ``datasets``
 Arrow cache (a temporary HF_DATASETS_CACHE under --workdir), the second is what every later run and

@@ -1,0 +1,2 @@
+"""The remote reward: the HTTP client (client), the reward server (serving) and their wire format
+(protocol)."""
