@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
+from .advantages import weighted_total
 from .data import PromptRow
 from .ds import dist
 from .observability.gallery import save_gallery, thumbnails
 from .observability.metrics import nan_mean, nan_std
-from .rewards.combine import weighted_total
 from .seeding import derive_seed
 
 PADDING = -1  # row index of a padding sample (dropped on rank 0)

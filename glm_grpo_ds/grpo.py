@@ -1,6 +1,6 @@
-"""GRPO math: group-relative advantages and the clipped, KL-regularised policy loss.
+"""GRPO math: the clipped, KL-regularised policy loss (the advantages it takes: advantages.py).
 
-Pure torch (plus ``typing``), so it can be read, tested and reused alone. GRPO is
+Pure torch (plus the standard library and the registry helper), so it can be read, tested and reused alone. GRPO is
 DeepSeekMath's Group Relative Policy Optimization (arXiv:2402.03300): sample G completions per
 prompt, score them, use the reward's deviation from its group mean as the advantage of every
 token of that completion, and optimise a PPO-style clipped surrogate with a k3 KL penalty
@@ -19,124 +19,52 @@ full-batch loss, and so do their gradients, whatever the micro-batch size.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
-# Registries of the math variants (the pattern of verl's core_algos.py): name -> function, filled by
-# the ``register_*`` decorators below. They are the one list of valid names: ``grpo.advantage_scale``
-# and ``grpo.aggregation`` in glm_grpo_ds/config/sections.py take their choices from them.
-ADVANTAGE_SCALE_REGISTRY: dict[str, Callable[..., torch.Tensor]] = {}
-AGGREGATION_REGISTRY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
+from .registries import Registry
 
 
-def register_advantage_scale(name: str):
-    """Register ``fn(centered, count, rewards, eps) -> advantages`` as advantage scale ``name``:
-    ``centered`` is ``[num_groups, G]`` rewards minus their group mean (0 where undefined),
-    ``count`` the ``[num_groups, 1]`` number of defined rewards, ``rewards`` the raw ``[N]``."""
+class Aggregation(NamedTuple):
+    """How the per-token loss becomes one number: ``per_sequence(per_token, mask) -> [N]`` each sequence's
+    part of the numerator, ``normalizer(mask) -> scalar`` the denominator of the *whole* batch
+    (:func:`loss_normalizer`)."""
 
-    def decorator(fn):
-        ADVANTAGE_SCALE_REGISTRY[name] = fn
-        return fn
-
-    return decorator
+    per_sequence: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    normalizer: Callable[[torch.Tensor], torch.Tensor]
 
 
-def get_advantage_scale(name: str) -> Callable[..., torch.Tensor]:
-    if name not in ADVANTAGE_SCALE_REGISTRY:
-        raise ValueError(f"unknown advantage scale {name!r}; expected one of {tuple(ADVANTAGE_SCALE_REGISTRY)}")
-    return ADVANTAGE_SCALE_REGISTRY[name]
+# name -> Aggregation (the pattern of verl's core_algos.py); the one list of valid ``grpo.aggregation``
+# values (glm_grpo_ds/config/sections.py takes its choices from it). Advantage estimators: advantages.py.
+AGGREGATIONS: Registry[Aggregation] = Registry("aggregation")
 
 
-def register_aggregation(name: str):
-    """Register ``fn(mask[N, T]) -> normaliser`` (the loss denominator) as aggregation ``name``."""
-
-    def decorator(fn):
-        AGGREGATION_REGISTRY[name] = fn
-        return fn
-
-    return decorator
+def _token_sum(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (per_token * mask).sum(dim=1)
 
 
-def get_aggregation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    if name not in AGGREGATION_REGISTRY:
-        raise ValueError(f"unknown aggregation {name!r}; expected one of {tuple(AGGREGATION_REGISTRY)}")
-    return AGGREGATION_REGISTRY[name]
+def _token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 
 
-@register_advantage_scale("group")
-def _scale_by_group_std(centered: torch.Tensor, count: torch.Tensor, rewards: torch.Tensor, eps: float) -> torch.Tensor:
-    # unbiased std over the defined rewards; groups with < 2 of them are constant anyway
-    std = torch.sqrt((centered**2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1))
-    return centered / (std + eps)
-
-
-@register_advantage_scale("batch")
-def _scale_by_batch_std(centered: torch.Tensor, count: torch.Tensor, rewards: torch.Tensor, eps: float) -> torch.Tensor:
-    defined = rewards[~torch.isnan(rewards)]
-    std = defined.std() if defined.numel() > 1 else rewards.new_zeros(())
-    return centered / (std + eps)
-
-
-@register_advantage_scale("none")
-def _no_scale(centered: torch.Tensor, count: torch.Tensor, rewards: torch.Tensor, eps: float) -> torch.Tensor:
-    return centered
-
-
-@register_aggregation("token_mean")
 def _num_tokens(mask: torch.Tensor) -> torch.Tensor:
     return mask.sum().to(torch.float32).clamp(min=1.0)
 
 
-@register_aggregation("seq_mean")
 def _num_sequences(mask: torch.Tensor) -> torch.Tensor:
     return torch.tensor(float(mask.shape[0]), device=mask.device)
 
 
-@register_aggregation("dr_grpo")
 def _num_slots(mask: torch.Tensor) -> torch.Tensor:
     return torch.tensor(float(mask.shape[0] * mask.shape[1]), device=mask.device)
 
 
-# The built-in names (the registries above are the live lists).
-ADVANTAGE_SCALES = tuple(ADVANTAGE_SCALE_REGISTRY)
-AGGREGATIONS = tuple(AGGREGATION_REGISTRY)
-
-
-def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
-    """Group-relative advantages.
-
-    Args:
-        rewards: ``[N]`` rewards, ordered group by group. NaN marks a reward that is undefined for
-            that sample: it is left out of its group's mean and std and gets advantage 0.
-        group_size: G, the number of completions per prompt; must divide N.
-        scale: ``"group"``: (r - group mean) / (group std + eps);
-            ``"batch"``: (r - group mean) / (std of all N rewards + eps) (Dr. GRPO-style robustness
-            to near-constant groups); ``"none"``: r - group mean.
-        eps: added to the std so a near-constant group cannot blow up.
-
-    Returns:
-        ``[N]`` advantages, same dtype as ``rewards``. Std is the unbiased sample std (torch's
-        default). A group whose defined rewards are all equal carries no preference signal, so its
-        advantages are exactly 0 (not rounding noise from ``r - mean``).
-    """
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
-    scale_fn = get_advantage_scale(scale)
-    if group_size < 1 or rewards.numel() % group_size != 0:
-        raise ValueError(f"group_size={group_size} must be >= 1 and divide the number of rewards ({rewards.numel()})")
-
-    grouped = rewards.view(-1, group_size)  # [num_groups, G]
-    valid = ~torch.isnan(grouped)
-    count = valid.sum(dim=1, keepdim=True)
-    mean = torch.nanmean(grouped, dim=1, keepdim=True)  # NaN for a group with no defined reward
-    centered = torch.where(valid, grouped - mean, torch.zeros_like(grouped))
-    adv = scale_fn(centered, count, rewards, eps)
-    hi = torch.where(valid, grouped, torch.full_like(grouped, float("-inf"))).amax(dim=1, keepdim=True)
-    lo = torch.where(valid, grouped, torch.full_like(grouped, float("inf"))).amin(dim=1, keepdim=True)
-    constant = (hi == lo) | (count <= 1)
-    adv = torch.where(constant | ~valid, torch.zeros_like(adv), adv)
-    return adv.reshape(-1)
+# token_mean: masked-token sum / number of masked tokens; seq_mean: each sequence's token mean, averaged over
+# sequences; dr_grpo: masked-token sum / (N * T), a constant (Dr. GRPO)
+AGGREGATIONS.register("token_mean", Aggregation(_token_sum, _num_tokens))
+AGGREGATIONS.register("seq_mean", Aggregation(_token_mean, _num_sequences))
+AGGREGATIONS.register("dr_grpo", Aggregation(_token_sum, _num_slots))
 
 
 def loss_normalizer(mask: torch.Tensor, aggregation: str = "token_mean") -> torch.Tensor:
@@ -145,7 +73,7 @@ def loss_normalizer(mask: torch.Tensor, aggregation: str = "token_mean") -> torc
     ``token_mean``: number of masked tokens; ``seq_mean``: N; ``dr_grpo``: N * T.
     Compute it on the *whole* batch and pass it to each micro-batch's :func:`policy_loss`.
     """
-    return get_aggregation(aggregation)(mask)
+    return AGGREGATIONS.get(aggregation).normalizer(mask)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -194,7 +122,7 @@ def policy_loss(
         raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, mask {tuple(mask.shape)} differ")
     if advantages.shape != logp.shape[:1]:
         raise ValueError(f"advantages must be [N]={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
-    get_aggregation(aggregation)  # unknown name -> ValueError listing the registered ones
+    aggregate = AGGREGATIONS.get(aggregation)  # unknown name -> ValueError listing the registered ones
     if beta != 0.0 and ref_logp is None:
         raise ValueError("beta != 0 needs ref_logp")
     if ref_logp is not None and ref_logp.shape != logp.shape:
@@ -213,11 +141,9 @@ def policy_loss(
         if beta != 0.0:
             per_token = per_token + beta * kl
 
-    per_seq = (per_token * mask).sum(dim=1)  # [N]
-    if aggregation == "seq_mean":
-        per_seq = per_seq / mask.sum(dim=1).clamp(min=1.0)
+    per_seq = aggregate.per_sequence(per_token, mask)  # [N]
     if normalizer is None:
-        normalizer = loss_normalizer(mask, aggregation)
+        normalizer = aggregate.normalizer(mask)
     loss = per_seq.sum() / normalizer
 
     with torch.no_grad():

@@ -35,6 +35,7 @@ import torch
 
 from . import cuda_check, log, memory_probe, run_log
 from .adapters import check_init_adapter
+from .advantages import combine_advantages
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
 from .cuda_check import CudaUnusable
@@ -70,7 +71,7 @@ from .policy import (
     resolve_dtype,
     resolve_sampling,
 )
-from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs, combine_advantages
+from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs
 from .seeding import decoder_seed, derive_seed, seed_everything
 from .sharing.hub import Publisher
 from .token_ids import check_token_ids, embedding_rows

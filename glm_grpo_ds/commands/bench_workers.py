@@ -136,7 +136,7 @@ def _gpu_checks(trainer, a, phases: dict) -> dict:
 
 def worker_update_memory(a) -> dict:
     """Peak memory of one update (reference pass + micro-batched loss + step) above the pre-update level."""
-    from ..grpo import group_advantages
+    from ..advantages import group_advantages
     from ..update import grpo_update
 
     trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}", "grpo.beta=0.04"])

@@ -8,7 +8,7 @@ command-line overrides::
 Unknown keys fail with a close-match suggestion, values are converted to the field's type, and
 :meth:`TrainConfig.validate` reports every problem, one line each; a ``Literal[...]`` field's choices
 come from its annotation (for the math variants, from the registries in grpo.py and
-rewards/combine.py). docs/config_reference.md is generated from the fields' help
+advantages.py). docs/config_reference.md is generated from the fields' help
 (``glm-grpo config-docs``). Command-line tools keep their own defaults (glm_grpo_ds/commands/).
 
 * ``fields.py``: ``ConfigError``, :func:`setting` (a field with its help), the ``Literal`` choice check;

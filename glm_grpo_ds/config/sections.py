@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..grpo import ADVANTAGE_SCALE_REGISTRY, AGGREGATION_REGISTRY
-from ..rewards.combine import COMBINATION_REGISTRY
+from ..advantages import COMBINATIONS, ESTIMATORS
+from ..grpo import AGGREGATIONS
 from .fields import Dtype, choice_problems, setting
 
 
@@ -147,7 +147,7 @@ class LoraConfig:
 
 @dataclass
 class GRPOConfig:
-    """The GRPO objective (glm_grpo_ds/grpo.py) and the rollout's sampling."""
+    """The GRPO objective (glm_grpo_ds/grpo.py, advantages.py) and the rollout's sampling."""
 
     group_size: int = setting(
         8,
@@ -162,23 +162,24 @@ class GRPOConfig:
         0.2,
         "Ratio clip range above 1: [..., 1 + epsilon_high], >= 0; larger than epsilon_low = asymmetric clip-higher.",
     )
-    aggregation: Literal[tuple(AGGREGATION_REGISTRY)] = setting(
+    aggregation: Literal[tuple(AGGREGATIONS)] = setting(
         "token_mean",
         "Loss normaliser (grpo.loss_normalizer): token_mean = number of loss tokens; seq_mean = per-sequence token "
         "mean, then mean over sequences; dr_grpo = sequences x padded length, a constant (Dr. GRPO).",
         noun="aggregation",
     )
-    advantage_scale: Literal[tuple(ADVANTAGE_SCALE_REGISTRY)] = setting(
+    advantage_scale: Literal[tuple(ESTIMATORS)] = setting(
         "group",
-        "group = (r - group mean) / (group std + eps); batch = (r - group mean) / (std of all rewards + eps), "
-        "robust to near-constant groups (Dr. GRPO-style); none = r - group mean.",
+        "The advantage estimator (glm_grpo_ds/advantages.py): group = (r - group mean) / (group std + eps); "
+        "batch = (r - group mean) / (std of all rewards + eps), robust to near-constant groups (Dr. GRPO-style); "
+        "none = r - group mean; rloo = r - mean of the other rewards of its group (leave-one-out, RLOO).",
         noun="advantage scale",
     )
-    reward_combination: Literal[tuple(COMBINATION_REGISTRY)] = setting(
+    reward_combination: Literal[tuple(COMBINATIONS)] = setting(
         "sum_then_normalize",
         "sum_then_normalize = advantages of the weighted reward sum; normalize_then_sum = weighted sum of each "
         "reward's group advantages, so an easy reward with a large spread cannot drown a hard one "
-        "(see glm_grpo_ds/rewards/combine.py).",
+        "(see glm_grpo_ds/advantages.py).",
         noun="reward combination",
     )
     num_iterations: int = setting(

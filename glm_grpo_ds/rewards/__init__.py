@@ -1,4 +1,4 @@
-"""Rewards: one file per reward, a registry, and the weighted combination into advantages.
+"""Rewards: one file per reward and a registry (their weighted combination into advantages: advantages.py).
 
 A reward is a callable ``reward(images, prompts, samples) -> Tensor[N]``:
 
@@ -17,8 +17,8 @@ and remote (a reward served by ``glm-grpo reward-server`` on other GPUs / nodes:
 protocol.py).
 """
 
-from .combine import COMBINATIONS, combine_advantages
 from .registry import (
+    REWARDS,
     RewardError,
     RewardSet,
     build_reward,
@@ -26,12 +26,11 @@ from .registry import (
     builtin_names,
     check_reward_inputs,
     check_reward_specs,
-    register_reward,
     reward_needs,
 )
 
 __all__ = [
-    "COMBINATIONS",
+    "REWARDS",
     "RewardError",
     "RewardSet",
     "build_reward",
@@ -39,7 +38,5 @@ __all__ = [
     "builtin_names",
     "check_reward_inputs",
     "check_reward_specs",
-    "combine_advantages",
-    "register_reward",
     "reward_needs",
 ]

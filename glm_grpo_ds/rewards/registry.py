@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 from .. import log, run_log
+from ..registries import Registry
 from .base import SampleNeed
 
 
@@ -18,8 +19,11 @@ class RewardError(ValueError):
     """A reward that cannot be built (unknown name, bad plugin, bad args); the message says which."""
 
 
-_BUILTINS: dict[str, str] = {
-    # name -> "module:Class" (imported on use, so e.g. OCR deps are only needed when asked for)
+# name -> a factory ``(**args) -> reward``, or a "module:Class" string inside this package (imported on use, so
+# e.g. OCR deps are only needed when asked for). ``REWARDS.register(name, factory)`` makes ``name`` usable in
+# configs; a name cannot be registered twice.
+REWARDS: Registry[str | Callable] = Registry("reward")
+for _name, _target in {
     "pixel_mse": "pixel:PixelMSEReward",
     "lpips": "lpips_reward:LPIPSReward",
     "ssim": "ssim:SSIMReward",
@@ -29,17 +33,13 @@ _BUILTINS: dict[str, str] = {
     "aesthetic": "clip:AestheticReward",
     "colour_layout": "colour_layout:ColourLayoutReward",
     "remote": "remote.client:RemoteReward",
-}
-
-
-def register_reward(name: str, target: str | Callable) -> None:
-    """Make ``name`` usable in configs: ``target`` is a factory ``(**args) -> reward`` or a
-    ``module:attr`` string inside this package."""
-    _BUILTINS[name] = target
+}.items():
+    REWARDS.register(_name, _target)
+del _name, _target
 
 
 def builtin_names() -> list[str]:
-    return sorted(_BUILTINS)
+    return sorted(REWARDS)
 
 
 def _load_plugin(spec: str) -> Callable:
@@ -73,8 +73,8 @@ def check_reward_name(name: str, where: str = "") -> None:
     """Raise RewardError unless ``name`` is a built-in or a loadable plugin (cheap: no model is built)."""
     if _is_plugin(name):
         _load_plugin(name)
-    elif name not in _BUILTINS:
-        close = difflib.get_close_matches(name, list(_BUILTINS), n=3, cutoff=0.4)
+    elif name not in REWARDS:
+        close = difflib.get_close_matches(name, list(REWARDS), n=3, cutoff=0.4)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise RewardError(
             f"{where}unknown reward {name!r}{hint} (built-ins: {', '.join(builtin_names())}; or python:module:function)"
@@ -86,7 +86,7 @@ def _factory(name: str) -> Callable:
     check_reward_name(name)
     if _is_plugin(name):
         return _load_plugin(name)
-    target = _BUILTINS[name]
+    target = REWARDS.get(name)
     if isinstance(target, str):
         module_name, attr = target.split(":")
         target = getattr(importlib.import_module(f"{__package__}.{module_name}"), attr)

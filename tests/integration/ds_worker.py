@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
+from glm_grpo_ds.advantages import group_advantages
 from glm_grpo_ds.config import load_config
 from glm_grpo_ds.ds import dist
 from glm_grpo_ds.ds import engine as ds_engine
 from glm_grpo_ds.experience import sample
-from glm_grpo_ds.grpo import group_advantages
 from glm_grpo_ds.logprobs import completion_logprobs
 from glm_grpo_ds.train import Trainer
 from glm_grpo_ds.update import grpo_update, reference_logprobs

@@ -3,6 +3,7 @@ engine's own API (it calls glm_grpo_ds.ds.engine / io), the loss module imports 
 training path never imports the command-line tools."""
 
 import ast
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "glm_grpo_ds"
@@ -77,9 +78,27 @@ def test_engine_api_is_used_only_inside_ds_package():
     assert _engine_api_uses(ast.parse((DS / "engine.py").read_text()))
 
 
-def test_loss_module_imports_only_torch():
-    names = {name.split(".")[0] for _, name in _imported(ast.parse((PACKAGE / "grpo.py").read_text()))}
-    assert names <= {"__future__", "torch", "typing", "collections", "dataclasses"}, names
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """First component of every absolute import; a relative one as ``.name`` (the sibling module)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add("." * node.level + (node.module or "").split(".")[0] if node.level else node.module.split(".")[0])
+    return names
+
+
+def test_math_modules_import_only_torch():
+    """The loss (grpo.py) and the advantages (advantages.py) import torch, the standard library and the registry
+    helper, which itself imports the standard library only."""
+    assert _top_level_imports(PACKAGE / "registries.py") <= STDLIB
+    for name in ("grpo.py", "advantages.py"):
+        names = _top_level_imports(PACKAGE / name)
+        assert names <= STDLIB | {"torch", ".registries"}, (name, names - STDLIB)
 
 
 def test_training_path_does_not_import_commands():

@@ -4,9 +4,9 @@ import typing
 
 import pytest
 
+from glm_grpo_ds.advantages import COMBINATIONS, ESTIMATORS
 from glm_grpo_ds.config import ConfigError, DecoderConfig, GRPOConfig, TrainConfig, load_config
-from glm_grpo_ds.grpo import ADVANTAGE_SCALE_REGISTRY, AGGREGATION_REGISTRY
-from glm_grpo_ds.rewards.combine import COMBINATION_REGISTRY
+from glm_grpo_ds.grpo import AGGREGATIONS
 
 BASE = ["model.path=/m", "data.train_file=/d.jsonl", "rewards=[{name: pixel_mse}]"]
 
@@ -106,7 +106,7 @@ BAD_CHOICES = [
     ("grpo.aggregation=sum", "grpo.aggregation: unknown aggregation 'sum'; known: token_mean, seq_mean, dr_grpo"),
     (
         "grpo.advantage_scale=grop",
-        "grpo.advantage_scale: unknown advantage scale 'grop'; did you mean 'group'? known: group, batch, none",
+        "grpo.advantage_scale: unknown advantage scale 'grop'; did you mean 'group'? known: group, batch, none, rloo",
     ),
     (
         "grpo.reward_combination=sum",
@@ -143,16 +143,18 @@ def test_decoder_config_checks_its_choice_outside_the_loader():
 
 def test_math_variant_choices_are_the_registry_names(monkeypatch):
     hints = typing.get_type_hints(GRPOConfig)
-    assert typing.get_args(hints["aggregation"]) == tuple(AGGREGATION_REGISTRY) == ("token_mean", "seq_mean", "dr_grpo")
-    assert typing.get_args(hints["advantage_scale"]) == tuple(ADVANTAGE_SCALE_REGISTRY) == ("group", "batch", "none")
+    assert typing.get_args(hints["aggregation"]) == tuple(AGGREGATIONS) == ("token_mean", "seq_mean", "dr_grpo")
+    assert typing.get_args(hints["advantage_scale"]) == tuple(ESTIMATORS) == ("group", "batch", "none", "rloo")
     assert (
         typing.get_args(hints["reward_combination"])
-        == tuple(COMBINATION_REGISTRY)
+        == tuple(COMBINATIONS)
         == ("sum_then_normalize", "normalize_then_sum")
     )
     # a registered variant is a valid config value at once: the registry is the one list of names
-    monkeypatch.setitem(AGGREGATION_REGISTRY, "my_mean", AGGREGATION_REGISTRY["token_mean"])
+    monkeypatch.setitem(AGGREGATIONS, "my_mean", AGGREGATIONS["token_mean"])
     assert load_config(None, BASE + ["grpo.aggregation=my_mean"]).grpo.aggregation == "my_mean"
+    # the leave-one-out estimator is selected like the others
+    assert load_config(None, BASE + ["grpo.advantage_scale=rloo"]).grpo.advantage_scale == "rloo"
 
 
 # ----------------------------------------------------------------------------- command lines

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from glm_grpo_ds.grpo import group_advantages, k3_kl, loss_normalizer, policy_loss
+from glm_grpo_ds.advantages import group_advantages
+from glm_grpo_ds.grpo import k3_kl, loss_normalizer, policy_loss
 
 
 # ---------------------------------------------------------------- advantages
@@ -39,10 +40,24 @@ def test_none_scale_and_constant_group_exact_zero():
     assert group_advantages(r, 3, scale="group")[3:].eq(0).all()
 
 
+def test_rloo_hand_values():
+    # leave-one-out: r_i - mean of the other G-1 rewards of its group
+    # group 1 [1, 2, 3, 6]: others' means 11/3, 10/3, 9/3, 6/3
+    # group 2 [1, NaN, 3, 5]: NaN is left out (advantage 0); others' means (3+5)/2, (1+5)/2, (1+3)/2
+    # group 3 [4, 4, 4, 4]: constant -> exactly 0
+    r = torch.tensor([1.0, 2.0, 3.0, 6.0, 1.0, math.nan, 3.0, 5.0, 4.0, 4.0, 4.0, 4.0], dtype=torch.float64)
+    adv = group_advantages(r, group_size=4, scale="rloo")
+    expected = [1 - 11 / 3, 2 - 10 / 3, 3 - 3, 6 - 2, 1 - 4, 0.0, 3 - 3, 5 - 2, 0.0, 0.0, 0.0, 0.0]
+    torch.testing.assert_close(adv, torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-12)
+    assert adv[8:].eq(0).all() and adv[5] == 0
+    # a group with one defined reward has no baseline: 0
+    assert group_advantages(torch.tensor([2.0, math.nan]), 2, scale="rloo").eq(0).all()
+
+
 def test_advantages_are_zero_mean_per_group():
     torch.manual_seed(0)
     r = torch.randn(4 * 5, dtype=torch.float64)
-    for scale in ("group", "batch", "none"):
+    for scale in ("group", "batch", "none", "rloo"):
         adv = group_advantages(r, 5, scale=scale).view(4, 5)
         torch.testing.assert_close(adv.sum(1), torch.zeros(4, dtype=torch.float64), rtol=0, atol=1e-12)
 
@@ -208,22 +223,22 @@ def test_preview_tokens_can_be_left_out_of_the_loss():
 
 # ---------------------------------------------------------------- registries of the math variants
 def test_registry_lookups_list_the_valid_names():
-    from glm_grpo_ds.grpo import get_advantage_scale, get_aggregation
-    from glm_grpo_ds.rewards.combine import get_combination
+    from glm_grpo_ds.advantages import COMBINATIONS, ESTIMATORS
+    from glm_grpo_ds.grpo import AGGREGATIONS
 
     with pytest.raises(
         ValueError, match=r"^unknown aggregation 'nope'; expected one of \('token_mean', 'seq_mean', 'dr_grpo'\)$"
     ):
-        get_aggregation("nope")
+        AGGREGATIONS.get("nope")
     with pytest.raises(
-        ValueError, match=r"^unknown advantage scale 'zscore'; expected one of \('group', 'batch', 'none'\)$"
+        ValueError, match=r"^unknown advantage scale 'zscore'; expected one of \('group', 'batch', 'none', 'rloo'\)$"
     ):
-        get_advantage_scale("zscore")
+        ESTIMATORS.get("zscore")
     with pytest.raises(
         ValueError,
         match=r"^unknown reward combination 'mix'; expected one of \('sum_then_normalize', 'normalize_then_sum'\)$",
     ):
-        get_combination("mix")
+        COMBINATIONS.get("mix")
     with pytest.raises(ValueError, match="unknown aggregation 'nope'"):
         loss_normalizer(torch.ones(2, 3), "nope")
     with pytest.raises(ValueError, match="unknown aggregation 'nope'"):
@@ -231,10 +246,34 @@ def test_registry_lookups_list_the_valid_names():
 
 
 def test_registered_variant_is_used_by_name(monkeypatch):
-    from glm_grpo_ds.grpo import ADVANTAGE_SCALE_REGISTRY, AGGREGATION_REGISTRY, register_aggregation
+    from glm_grpo_ds.advantages import ESTIMATORS
+    from glm_grpo_ds.grpo import AGGREGATIONS, Aggregation
 
-    monkeypatch.setattr("glm_grpo_ds.grpo.AGGREGATION_REGISTRY", dict(AGGREGATION_REGISTRY))
-    register_aggregation("half_slots")(lambda mask: torch.tensor(mask.numel() / 2.0))
+    half = Aggregation(AGGREGATIONS.get("token_mean").per_sequence, lambda mask: torch.tensor(mask.numel() / 2.0))
+    monkeypatch.setitem(AGGREGATIONS, "half_slots", half)
     mask = torch.ones(2, 4)
     assert loss_normalizer(mask, "half_slots").item() == 4.0
-    assert set(ADVANTAGE_SCALE_REGISTRY) == {"group", "batch", "none"}
+    # the aggregation owns its per-sequence step: the loss has no special case for any name
+    logp = torch.full((2, 4), math.log(1.0))
+    loss, _ = policy_loss(logp, logp, torch.tensor([1.0, 1.0]), mask, aggregation="half_slots")
+    assert loss.item() == pytest.approx(-8 / 4)
+    assert set(ESTIMATORS) == {"group", "batch", "none", "rloo"}
+
+
+def test_registry_helper_refuses_a_second_registration_and_lists_names():
+    from glm_grpo_ds.registries import Registry
+
+    reg = Registry("thing")
+    reg.register("a", 1)
+
+    @reg.register("b")
+    def b():
+        return 2
+
+    assert tuple(reg) == ("a", "b") and reg.get("b") is b and reg["a"] == 1 and "a" in reg and len(reg) == 2
+    with pytest.raises(ValueError, match=r"^thing 'a' is already registered$"):
+        reg.register("a", 3)
+    with pytest.raises(ValueError, match=r"^unknown thing 'c'; expected one of \('a', 'b'\)$"):
+        reg.get("c")
+    del reg["a"]
+    assert tuple(reg) == ("b",)

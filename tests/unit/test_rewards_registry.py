@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
+from glm_grpo_ds.advantages import combine_advantages, group_advantages
 from glm_grpo_ds.config import RewardSpec
-from glm_grpo_ds.grpo import group_advantages
-from glm_grpo_ds.rewards import build_reward, build_rewards, combine_advantages
+from glm_grpo_ds.rewards import build_reward, build_rewards
 
 NAN = float("nan")
 

@@ -1,0 +1,167 @@
+"""Advantages: rewards of a batch -> one advantage per completion, and the combination of several rewards.
+
+Pure torch (plus the standard library and glm_grpo_ds/registries.py), beside the loss (grpo.py). Rewards
+are ``[N]``, ordered group by group (``N = num_groups * group_size``); NaN marks a reward that is undefined
+for that sample: it is left out of its group's statistics and gets advantage 0.
+
+Estimators (``grpo.advantage_scale``), whole functions ``fn(rewards, group_size, eps) -> advantages [N]``
+registered in :data:`ESTIMATORS` (verl's level: an estimator sees the rewards and the group layout):
+
+* ``group``: (r - group mean) / (group std + eps), the unbiased std (DeepSeekMath's GRPO);
+* ``batch``: (r - group mean) / (std of all N rewards + eps) (Dr. GRPO-style robustness to near-constant
+  groups);
+* ``none``: r - group mean;
+* ``rloo``: leave-one-out baseline, r_i - mean of the other defined rewards of its group (RLOO, Ahmadian et
+  al. 2024, arXiv:2402.14740); ``eps`` is unused.
+
+Every estimator gives exactly 0 to a group whose defined rewards are all equal (no preference signal, not
+rounding noise from ``r - mean``) or that has fewer than two of them.
+
+Reward combinations (``grpo.reward_combination``, :data:`COMBINATIONS`), for several rewards:
+
+* ``sum_then_normalize``: total = sum_k w_k r_k, then the advantages of the total. A reward undefined (NaN)
+  for a sample is replaced by that reward's mean over the defined samples of the same group, so it moves
+  the sample neither up nor down in its group.
+* ``normalize_then_sum``: advantages of each reward in its group (NaN left out of that reward's mean and
+  std, advantage 0), then sum_k w_k A_k - an easy reward with a large spread cannot drown a hard one.
+
+A sample undefined for every reward gets advantage 0 in both modes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+
+from .registries import Registry
+
+# name -> fn(rewards [N], group_size, eps) -> advantages [N]; the one list of valid ``grpo.advantage_scale``
+# values (glm_grpo_ds/config/sections.py takes its choices from it)
+ESTIMATORS: Registry[Callable[[torch.Tensor, int, float], torch.Tensor]] = Registry("advantage scale")
+# name -> fn(per_reward, weights, group_size, total, scale, eps) -> advantages [N]; ``total`` is
+# :func:`weighted_total`; the one list of valid ``grpo.reward_combination`` values
+COMBINATIONS: Registry[Callable[..., torch.Tensor]] = Registry("reward combination")
+
+
+class Groups(NamedTuple):
+    """Rewards ``[num_groups, G]`` with what every estimator needs: which are defined, how many per group,
+    and the defined rewards minus their group mean (0 where undefined)."""
+
+    rewards: torch.Tensor
+    valid: torch.Tensor
+    count: torch.Tensor
+    centered: torch.Tensor
+
+    def finish(self, adv: torch.Tensor) -> torch.Tensor:
+        """``[N]`` advantages: exactly 0 for undefined rewards and for constant groups (or groups with < 2
+        defined rewards)."""
+        grouped, valid, count = self.rewards, self.valid, self.count
+        hi = torch.where(valid, grouped, torch.full_like(grouped, float("-inf"))).amax(dim=1, keepdim=True)
+        lo = torch.where(valid, grouped, torch.full_like(grouped, float("inf"))).amin(dim=1, keepdim=True)
+        constant = (hi == lo) | (count <= 1)
+        adv = torch.where(constant | ~valid, torch.zeros_like(adv), adv)
+        return adv.reshape(-1)
+
+
+def groups(rewards: torch.Tensor, group_size: int) -> Groups:
+    if group_size < 1 or rewards.numel() % group_size != 0:
+        raise ValueError(f"group_size={group_size} must be >= 1 and divide the number of rewards ({rewards.numel()})")
+    grouped = rewards.view(-1, group_size)  # [num_groups, G]
+    valid = ~torch.isnan(grouped)
+    count = valid.sum(dim=1, keepdim=True)
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)  # NaN for a group with no defined reward
+    centered = torch.where(valid, grouped - mean, torch.zeros_like(grouped))
+    return Groups(grouped, valid, count, centered)
+
+
+@ESTIMATORS.register("group")
+def group_zscore(rewards: torch.Tensor, group_size: int, eps: float) -> torch.Tensor:
+    g = groups(rewards, group_size)
+    # unbiased std over the defined rewards; groups with < 2 of them are constant anyway
+    std = torch.sqrt((g.centered**2).sum(dim=1, keepdim=True) / (g.count - 1).clamp(min=1))
+    return g.finish(g.centered / (std + eps))
+
+
+@ESTIMATORS.register("batch")
+def batch_std(rewards: torch.Tensor, group_size: int, eps: float) -> torch.Tensor:
+    g = groups(rewards, group_size)
+    defined = rewards[~torch.isnan(rewards)]
+    std = defined.std() if defined.numel() > 1 else rewards.new_zeros(())
+    return g.finish(g.centered / (std + eps))
+
+
+@ESTIMATORS.register("none")
+def group_mean_baseline(rewards: torch.Tensor, group_size: int, eps: float) -> torch.Tensor:
+    g = groups(rewards, group_size)
+    return g.finish(g.centered)
+
+
+@ESTIMATORS.register("rloo")
+def leave_one_out(rewards: torch.Tensor, group_size: int, eps: float) -> torch.Tensor:
+    g = groups(rewards, group_size)
+    total = torch.where(g.valid, g.rewards, torch.zeros_like(g.rewards)).sum(dim=1, keepdim=True)
+    others_mean = (total - g.rewards) / (g.count - 1).clamp(min=1)  # mean of the other defined rewards
+    return g.finish(g.rewards - others_mean)
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
+    """``[N]`` advantages of ``rewards`` ``[N]`` (same dtype) by estimator ``scale`` (see the module docstring).
+
+    Args:
+        rewards: ``[N]`` rewards, ordered group by group; NaN = undefined (advantage 0).
+        group_size: G, the number of completions per prompt; must divide N.
+        scale: a name registered in :data:`ESTIMATORS`: ``group`` | ``batch`` | ``none`` | ``rloo``.
+        eps: added to the std so a near-constant group cannot blow up.
+    """
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
+    return ESTIMATORS.get(scale)(rewards, group_size, eps)
+
+
+def impute_group_mean(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """NaN -> mean of the defined values of its group (stays NaN if the group has none)."""
+    grouped = rewards.view(-1, group_size)
+    valid = ~torch.isnan(grouped)
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)
+    return torch.where(valid, grouped, mean.expand_as(grouped)).reshape(-1)
+
+
+def weighted_total(per_reward: dict[str, torch.Tensor], weights: dict[str, float], group_size: int) -> torch.Tensor:
+    """``[N]`` sum_k w_k r_k with undefined rewards imputed by their group mean; NaN where every
+    reward is undefined."""
+    first = next(iter(per_reward.values()))
+    total = torch.zeros_like(first)
+    defined_any = torch.zeros_like(first, dtype=torch.bool)
+    for label, values in per_reward.items():
+        defined_any |= ~torch.isnan(values)
+        # a reward undefined for a whole group is constant within it: contributes 0
+        total = total + weights[label] * torch.nan_to_num(impute_group_mean(values, group_size), nan=0.0)
+    return torch.where(defined_any, total, torch.full_like(total, float("nan")))
+
+
+def combine_advantages(
+    per_reward: dict[str, torch.Tensor],
+    weights: dict[str, float],
+    group_size: int,
+    mode: str = "sum_then_normalize",
+    scale: str = "group",
+    eps: float = 1e-4,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(advantages [N], total reward [N])`` for rows ordered group by group."""
+    combine = COMBINATIONS.get(mode)
+    total = weighted_total(per_reward, weights, group_size)
+    return combine(per_reward, weights, group_size, total, scale, eps), total
+
+
+@COMBINATIONS.register("sum_then_normalize")
+def _sum_then_normalize(per_reward, weights, group_size, total, scale, eps):
+    return group_advantages(total, group_size, scale, eps)
+
+
+@COMBINATIONS.register("normalize_then_sum")
+def _normalize_then_sum(per_reward, weights, group_size, total, scale, eps):
+    adv = torch.zeros_like(total)
+    for label, values in per_reward.items():
+        adv = adv + weights[label] * group_advantages(values, group_size, scale, eps)
+    return adv
