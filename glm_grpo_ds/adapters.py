@@ -1,4 +1,5 @@
-"""LoRA adapters on disk: finding one, starting training from one (``lora.init_from``), and the base
+"""LoRA adapters: peft's LoraConfig of our ``lora`` section (language-model layers only), and adapters on
+disk: finding one, starting training from one (``lora.init_from``), and the base
 model an adapter records.
 
     glm-grpo train ... lora.init_from=outputs/run1/final_adapter    # continue from a previous run's adapter
@@ -14,6 +15,8 @@ Every adapter the trainer writes (``final_adapter/``, checkpoints' ``adapter/``)
 ``revision`` when trained from the Hub, else the absolute AR directory
 (``<pipeline>/vision_language_encoder``), which ``peft.AutoPeftModel.from_pretrained`` loads from any
 working directory.
+
+policy.py imports this module (never the reverse): it builds the AR and adds the adapters configured here.
 """
 
 from __future__ import annotations
@@ -23,12 +26,34 @@ import os
 import re
 from pathlib import Path
 
-from .config import ConfigError
+from .config.fields import ConfigError
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 # peft settings this trainer never uses: an adapter with another value cannot continue here
 PLAIN_LORA = {"peft_type": "LORA", "use_dora": False, "use_rslora": False, "bias": "none"}
+
+
+def lora_target_regex(target_modules: list[str]) -> str:
+    """peft ``target_modules`` regex restricted to the language model's decoder layers.
+
+    The vision tower and the VQ model stay frozen and adapter-free.
+    """
+    names = "|".join(sorted(set(target_modules)))
+    return rf"model\.language_model\.layers\.\d+\.(self_attn|mlp)\.({names})"
+
+
+def peft_lora_config(lora):
+    """peft's LoraConfig for our ``LoraConfig`` (language-model layers only)."""
+    from peft import LoraConfig as PeftLoraConfig
+
+    return PeftLoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora_target_regex(lora.target_modules),
+        bias="none",
+    )
 
 
 def find_adapter(path: str | os.PathLike, flag: str = "--adapter") -> Path:
@@ -53,7 +78,6 @@ def _target_names(target_modules) -> str:
 def check_init_adapter(lora) -> Path | None:
     """The adapter directory of ``lora.init_from`` (None when unset), or one line naming the mismatch
     between it and the ``lora`` section. Reads only JSON: call it before any model loads."""
-    from .policy import peft_lora_config
 
     if lora is None or not lora.init_from:
         return None

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from . import log
+from .adapters import check_init_adapter, load_init_adapter, peft_lora_config
 from .config.fields import ConfigError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -187,15 +188,6 @@ def resolve_attn(name: str, on_gpu: bool, dtype: torch.dtype) -> str:
     return "sdpa"
 
 
-def lora_target_regex(target_modules: list[str]) -> str:
-    """peft ``target_modules`` regex restricted to the language model's decoder layers.
-
-    The vision tower and the VQ model stay frozen and adapter-free.
-    """
-    names = "|".join(sorted(set(target_modules)))
-    return rf"model\.language_model\.layers\.\d+\.(self_attn|mlp)\.({names})"
-
-
 def load_policy(
     path,
     dtype: torch.dtype,
@@ -222,8 +214,6 @@ def load_policy(
         load_ar(path, dtype, attn_implementation, trust_remote_code), lora, gradient_checkpointing, seed
     )
     if lora is not None:
-        from .adapters import check_init_adapter, load_init_adapter
-
         if lora.init_from:
             load_init_adapter(model, check_init_adapter(lora))
         if adapter_base is not None:
@@ -251,19 +241,6 @@ def make_trainable(model, lora, gradient_checkpointing: bool, seed: int = 0):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return get_peft_model(model, peft_lora_config(lora))
-
-
-def peft_lora_config(lora):
-    """peft's LoraConfig for our ``LoraConfig`` (language-model layers only)."""
-    from peft import LoraConfig as PeftLoraConfig
-
-    return PeftLoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=lora_target_regex(lora.target_modules),
-        bias="none",
-    )
 
 
 def load_reference(path, dtype: torch.dtype, attn_implementation: str, trust_remote_code: bool = False):

@@ -181,12 +181,10 @@ class Trainer:
                 seed=derive_seed(cfg.seed, "lora"),
                 adapter_base=self.model_source.adapter_base(),
             )
-            if cfg.lora is None and cfg.grpo.beta > 0:
+            if cfg.needs_reference_model:
                 ref = load_reference(self.model_source.path, dtype, attn, cfg.model.trust_remote_code)
         self.ref_engine = ds_engine.initialize_reference(ref, self.ds_config) if ref is not None else None
-        self.engine = ds_engine.initialize(
-            model, self.ds_config, cfg.optimizer, cfg.max_steps * cfg.grpo.num_iterations
-        )
+        self.engine = ds_engine.initialize(model, self.ds_config, cfg.optimizer, cfg.total_optimizer_steps)
         decoder = ImageDecoder(self.model_source.path, cfg.decoder, self.device)
         self.experience = ExperienceMaker(self.engine, self.processor, decoder, self.reward_fn, cfg, self.device)
         self.start_step = 0

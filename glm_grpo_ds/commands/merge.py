@@ -52,8 +52,8 @@ def _from_checkpoint(model, ckpt: Path):
     if state["lora"]:
         from peft import get_peft_model
 
+        from ..adapters import peft_lora_config
         from ..config import LoraConfig
-        from ..policy import peft_lora_config
 
         model = get_peft_model(model, peft_lora_config(LoraConfig(**state["config"]["lora"])))
     missing = [k for k in weights if k not in dict(model.named_parameters())]

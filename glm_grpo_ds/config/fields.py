@@ -59,7 +59,7 @@ def choice_error(value, choices: tuple, where: str, noun: str) -> str:
 
 def choice_problems(obj, prefix: str = "") -> list[str]:
     """One line per value of dataclass ``obj`` (nested sections and list items included) that its
-    ``Literal[...]`` annotation does not allow. A nested section with a ``validate()`` of its own
+    ``Literal[...]`` annotation does not allow. A nested section with ``problems()`` of its own
     (decoder, grpo.sampling) is left to it."""
     problems: list[str] = []
     hints = typing.get_type_hints(type(obj))
@@ -73,7 +73,7 @@ def choice_problems(obj, prefix: str = "") -> list[str]:
         choices = literal_choices(tp)
         for where, v in items:
             if dataclasses.is_dataclass(v):
-                if not hasattr(v, "validate"):
+                if not hasattr(v, "problems"):
                     problems += choice_problems(v, where + ".")
             elif choices is not None and v is not None and v not in choices:
                 problems.append(choice_error(v, choices, where, f.metadata.get("noun", f.name.replace("_", " "))))

@@ -11,6 +11,13 @@ from ..grpo import AGGREGATIONS
 from .fields import Dtype, choice_problems, setting
 
 
+def raise_problems(problems: list[str]) -> None:
+    """The one way a config section reports problems: ValueError with one line per problem (TrainConfig.validate
+    raises its ConfigError, a ValueError, the same way for the whole config)."""
+    if problems:
+        raise ValueError("\n".join(problems))
+
+
 @dataclass
 class SamplingConfig:
     """How the AR policy samples visual tokens during a rollout (see glm_grpo_ds/sampling.py)."""
@@ -35,16 +42,20 @@ class SamplingConfig:
         "model's own (see temperature). Like top_k, cuts only the drawing, not the log-probs of the loss.",
     )
 
-    def validate(self) -> None:
+    def problems(self, prefix: str = "sampling.") -> list[str]:
+        """One line per problem, keys written ``<prefix>key`` (TrainConfig.validate passes ``grpo.sampling.``)."""
+        problems = []
         if self.temperature is not None and not self.temperature > 0:
-            raise ValueError(f"sampling.temperature must be > 0, got {self.temperature}")
+            problems.append(f"{prefix}temperature must be > 0, got {self.temperature}")
         if self.top_k is not None and self.top_k < 0:
-            raise ValueError(f"sampling.top_k must be >= 0 (0 = off), got {self.top_k}")
+            problems.append(f"{prefix}top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"sampling.top_p must be in (0, 1] (1 = off), got {self.top_p}")
-        problems = choice_problems(self, "sampling.")
-        if problems:
-            raise ValueError(problems[0])
+            problems.append(f"{prefix}top_p must be in (0, 1] (1 = off), got {self.top_p}")
+        return problems + choice_problems(self, prefix)
+
+    def validate(self) -> None:
+        """For the tools that take sampling settings alone: ValueError listing every problem, one line each."""
+        raise_problems(self.problems())
 
     @property
     def resolved(self) -> bool:
@@ -77,14 +88,18 @@ class DecoderConfig:
         "reference-likeness tasks; false = a fresh seed per (step, row).",
     )
 
-    def validate(self) -> None:
+    def problems(self, prefix: str = "decoder.") -> list[str]:
+        """One line per problem, keys written ``<prefix>key``."""
+        problems = []
         if self.num_inference_steps < 1:
-            raise ValueError(f"decoder.num_inference_steps must be >= 1, got {self.num_inference_steps}")
+            problems.append(f"{prefix}num_inference_steps must be >= 1, got {self.num_inference_steps}")
         if self.batch_size < 1:
-            raise ValueError(f"decoder.batch_size must be >= 1, got {self.batch_size}")
-        problems = choice_problems(self, "decoder.")
-        if problems:
-            raise ValueError(problems[0])
+            problems.append(f"{prefix}batch_size must be >= 1, got {self.batch_size}")
+        return problems + choice_problems(self, prefix)
+
+    def validate(self) -> None:
+        """For the decoder used alone (render, tests): ValueError listing every problem, one line each."""
+        raise_problems(self.problems())
 
 
 @dataclass
@@ -133,7 +148,7 @@ class LoraConfig:
     target_modules: list[str] = setting(
         help="Module names that get adapters (at least one): the attention and MLP projections of "
         "GlmImageTextDecoderLayer (the vision tower has other names only where it shares q/k/v; see "
-        "policy.lora_target_regex, which restricts to the LM).",
+        "adapters.lora_target_regex, which restricts to the LM).",
         factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"],
     )
     init_from: str | None = setting(

@@ -101,6 +101,17 @@ class TrainConfig:
     def sequences_per_rank(self) -> int:
         return self.batch.prompts_per_rank * self.grpo.group_size
 
+    @property
+    def needs_reference_model(self) -> bool:
+        """A frozen copy of the AR for the KL term: full fine-tuning with ``beta > 0`` (LoRA's reference is the
+        policy with its adapters disabled; ``beta = 0`` skips the reference pass)."""
+        return self.lora is None and self.grpo.beta > 0
+
+    @property
+    def total_optimizer_steps(self) -> int:
+        """Optimizer steps of the whole run, the length of the lr schedule: ``num_iterations`` per step."""
+        return self.max_steps * self.grpo.num_iterations
+
     def validate(self) -> None:
         """Raise ConfigError listing every problem, one line each."""
         problems: list[str] = []
@@ -145,10 +156,7 @@ class TrainConfig:
         need(g.epsilon_high >= 0, f"grpo.epsilon_high must be >= 0, got {g.epsilon_high}")
         need(g.num_iterations >= 1, f"grpo.num_iterations must be >= 1, got {g.num_iterations}")
         need(g.logprob_chunk_size >= 1, f"grpo.logprob_chunk_size must be >= 1, got {g.logprob_chunk_size}")
-        try:
-            g.sampling.validate()
-        except ValueError as err:
-            problems.append(f"grpo.{err}")
+        problems.extend(g.sampling.problems("grpo.sampling."))
         o = self.optimizer
         need(o.lr > 0, f"optimizer.lr must be > 0, got {o.lr}")
         need(len(o.betas) == 2, f"optimizer.betas must be two numbers, got {o.betas}")
@@ -167,10 +175,7 @@ class TrainConfig:
                 v > 0 and v % 32 == 0,
                 f"{key}={v} must be a positive multiple of 32 (GLM-Image tokens are 32x32 pixels)",
             )
-        try:
-            self.decoder.validate()
-        except ValueError as err:
-            problems.append(str(err))
+        problems.extend(self.decoder.problems("decoder."))
         need(len(self.rewards) > 0, "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]")
         for i, r in enumerate(self.rewards):
             need(bool(r.name), f"rewards[{i}].name is required")

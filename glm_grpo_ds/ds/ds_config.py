@@ -146,7 +146,7 @@ def _scheduler_problems(filled: dict, cfg) -> list[str]:
             f"scheduler.type={kind or '(missing)'} but optimizer.schedule={o.schedule}: the trainer runs the "
             f"config's schedule; remove the JSON's scheduler section (types that match a schedule: {known})"
         )
-    total = cfg.max_steps * cfg.grpo.num_iterations
+    total = cfg.total_optimizer_steps
     for key, value in (section.get("params") or {}).items():
         if key not in SCHEDULER_PARAMS:
             problems.append(f"scheduler.params.{key}={json.dumps(value)} has no counterpart in the training config")

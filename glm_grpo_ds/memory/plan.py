@@ -294,7 +294,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         comp["fp32_grad_step"] = 4 * shard(psi_t)
         notes["fp32_grad_step"] = "fp32 copy of the gradient partition at optimizer.step"
     comp["optimizer_states"] = states
-    needs_ref = cfg.lora is None and cfg.grpo.beta > 0
+    needs_ref = cfg.needs_reference_model
     comp["reference"] = weights(sizes.ar_base) if needs_ref else 0
     notes["reference"] = (
         "frozen copy (full fine-tuning, beta > 0)"

@@ -210,3 +210,20 @@ def test_dist_timeout_minutes_takes_fractions_and_must_be_positive():
     assert load_config(None, BASE + ["dist_timeout_minutes=0.5"]).dist_timeout_minutes == 0.5  # 30 s
     with pytest.raises(ConfigError, match=r"^dist_timeout_minutes must be > 0 \(minutes; fractions allowed\), got 0"):
         load_config(None, BASE + ["dist_timeout_minutes=0"])
+
+
+def test_derived_rules_are_written_once_on_train_config():
+    lora = load_config(None, BASE + ["grpo.beta=0.04", "max_steps=5", "grpo.num_iterations=3"])
+    assert not lora.needs_reference_model  # LoRA: the reference is the policy with its adapters disabled
+    assert lora.total_optimizer_steps == 15
+    assert load_config(None, BASE + ["lora=null", "grpo.beta=0.04"]).needs_reference_model
+    assert not load_config(None, BASE + ["lora=null", "grpo.beta=0"]).needs_reference_model
+
+
+def test_sections_report_every_problem_one_line_each():
+    with pytest.raises(ValueError) as err:
+        DecoderConfig(num_inference_steps=0, dtype="bf17").validate()
+    assert str(err.value).splitlines() == [
+        "decoder.num_inference_steps must be >= 1, got 0",
+        "decoder.dtype: unknown dtype 'bf17'; did you mean 'bf16'? known: auto, bf16, fp32, fp16",
+    ]
