@@ -97,13 +97,44 @@ def render() -> str:
     return "\n".join([HEADER, *_tables(TrainConfig, "", "Top-level keys", TrainConfig.__doc__ or "")])
 
 
+def with_commands_table(text: str) -> str:
+    """``text`` (docs/commands.md) with the part between the table's markers generated from the subcommands."""
+    from .cli import TABLE_BEGIN, TABLE_END, commands_table
+
+    begin, end = text.index(TABLE_BEGIN), text.index(TABLE_END) + len(TABLE_END) + 1
+    return text[:begin] + commands_table() + text[end:]
+
+
+def _commands_table(path: Path, check: bool) -> int:
+    text = path.read_text(encoding="utf-8")
+    fresh = with_commands_table(text)
+    if check and fresh != text:
+        print(
+            f"{path}'s commands table is stale; regenerate with: glm-grpo config-docs --commands {path}",
+            file=sys.stderr,
+        )
+        return 1
+    if not check:
+        path.write_text(fresh, encoding="utf-8")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="glm-grpo config-docs",
         description="Print the config reference (markdown) generated from glm_grpo_ds/config/sections.py.",
     )
     parser.add_argument("--check", metavar="FILE", help="exit 1 when FILE differs from the generated reference")
+    parser.add_argument(
+        "--commands",
+        metavar="FILE",
+        help="write the table of subcommands (from glm_grpo_ds/commands/cli.py) into FILE (docs/commands.md), "
+        "between its markers",
+    )
+    parser.add_argument("--check-commands", metavar="FILE", help="exit 1 when FILE's table of subcommands is stale")
     args = parser.parse_args(argv)
+    if args.commands is not None or args.check_commands is not None:
+        return _commands_table(Path(args.commands or args.check_commands), check=args.check_commands is not None)
     text = render()
     if args.check is None:
         sys.stdout.write(text)

@@ -8,6 +8,7 @@ from glm_grpo_ds.commands import config_docs
 from glm_grpo_ds.config import TrainConfig
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "config_reference.md"
+COMMANDS = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
 
 
 def _fields(cls, prefix=""):
@@ -59,3 +60,22 @@ def test_check_flag(tmp_path, capsys):
     assert config_docs.main(["--check", str(tmp_path / "missing.md")]) == 1
     assert config_docs.main([]) == 0
     assert capsys.readouterr().out == config_docs.render()
+
+
+def test_committed_commands_table_is_current(tmp_path, capsys):
+    """docs/commands.md's table is generated from the one list of subcommands (glm_grpo_ds/commands/cli.py)."""
+    from glm_grpo_ds.commands import cli
+
+    text = COMMANDS.read_text(encoding="utf-8")
+    assert config_docs.with_commands_table(text) == text, (
+        "docs/commands.md's commands table is stale; regenerate with: glm-grpo config-docs --commands docs/commands.md"
+    )
+    table = cli.commands_table()
+    for name, sub in cli.SUBCOMMANDS.items():
+        assert f"| `glm-grpo {name}" in table and sub.usage.startswith(f"glm-grpo {name}"), name
+    stale = tmp_path / "commands.md"
+    stale.write_text(text.replace("| `glm-grpo env` |", "| `glm-grpo env --old` |"), encoding="utf-8")
+    assert config_docs.main(["--check-commands", str(stale)]) == 1
+    assert "stale" in capsys.readouterr().err
+    assert config_docs.main(["--commands", str(stale)]) == 0
+    assert stale.read_text(encoding="utf-8") == text
