@@ -111,3 +111,128 @@ def test_training_path_does_not_import_commands():
         if bad:
             offenders[str(path.relative_to(PACKAGE))] = bad
     assert offenders == {}, f"the training path imports glm_grpo_ds.commands: {offenders}"
+
+
+# ----------------------------------------------------------------------------- layering of the package
+# Each module sits on a floor; it imports modules of its own floor or below, never above (lazy imports inside
+# functions count too), and the import graph has no circle. A name maps to the floor of its longest listed
+# prefix (a package and every module in it, unless a module is listed by itself).
+FLOORS = [
+    # 0 ground floor: no glm_grpo_ds import but each other (logging, seeds, probes, the registry helper)
+    "log run_log seeding memory_probe file_modes threads cuda_check versions registries",
+    # 1 pure torch math: the loss, the advantages, the policy distribution
+    "grpo advantages sampling",
+    # 2 configuration, and the only DeepSpeed / torch.distributed toucher
+    "config ds",
+    # 3 services of a run: prompt data, rewards, what a run shows, its life on disk, sharing it
+    "data rewards observability lifecycle sharing",
+    # 4 the model: loading the AR and its adapters, rollouts, log-probs, the decoder, the memory plan
+    "adapters policy model_source rollout logprobs decoder token_ids memory",
+    # 5 one step's parts (experience, update, evaluation), the startup summary (it prints the memory plan),
+    # test instrumentation
+    "experience update evaluate observability.summary testing",
+    # 6 the trainer
+    "train",
+    # 7 the command line
+    "commands __main__",
+]
+FLOOR = {name: i for i, names in enumerate(FLOORS) for name in names.split()}
+ROOT_PACKAGE = PACKAGE.name
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports (relative imports resolved; ``from pkg import mod`` is mod)."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                    base = f"{base}.{node.module}" if node.module else base
+                else:
+                    base = node.module or ""
+                found = [f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names]
+            else:
+                continue
+            for target in found:
+                while target and target not in paths:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def _floor(module: str) -> int:
+    parts = module.split(".")[1:]
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in FLOOR:
+            return FLOOR[".".join(parts[:n])]
+    raise AssertionError(f"{module} has no floor: add it (or its package) to FLOORS in tests/unit/test_boundaries.py")
+
+
+def test_every_module_has_a_floor_and_the_root_package_imports_nothing():
+    graph = _import_graph()
+    assert graph[ROOT_PACKAGE] == set(), "glm_grpo_ds/__init__.py must import nothing of the package"
+    for module in graph:
+        if module != ROOT_PACKAGE:
+            _floor(module)
+
+
+def test_no_upward_import():
+    upward = [
+        f"{a} (floor {_floor(a)}) imports {b} (floor {_floor(b)})"
+        for a, targets in sorted(_import_graph().items())
+        if a != ROOT_PACKAGE
+        for b in sorted(targets)
+        if b != ROOT_PACKAGE and _floor(b) > _floor(a)
+    ]
+    assert upward == [], "\n".join(upward)
+
+
+def test_import_graph_has_no_circle():
+    graph = _import_graph()
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    circles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                circles.append(" -> ".join(path[path.index(target) :] + [target]))
+            elif target not in state:
+                visit(target, path + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert circles == [], circles
+
+
+def test_the_checks_see_a_circle_and_an_upward_arrow():
+    graph = _import_graph()
+    assert "glm_grpo_ds.adapters" in graph["glm_grpo_ds.policy"]  # policy imports adapters ...
+    assert "glm_grpo_ds.policy" not in graph["glm_grpo_ds.adapters"]  # ... never the reverse
+    assert _floor("glm_grpo_ds.observability.summary") > _floor("glm_grpo_ds.observability.metrics")
+    assert (
+        _floor("glm_grpo_ds.train")
+        > _floor("glm_grpo_ds.policy")
+        > _floor("glm_grpo_ds.grpo")
+        > _floor("glm_grpo_ds.log")
+    )
+
+
+def test_the_root_holds_the_data_path_and_the_ground_floor():
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= 25, root
