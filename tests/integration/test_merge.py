@@ -7,7 +7,8 @@ import sys
 import pytest
 import torch
 
-from glm_grpo_ds.policy import load_ar, load_processor, lora_target_regex
+from glm_grpo_ds.adapters import lora_target_regex
+from glm_grpo_ds.policy import load_ar, load_processor
 from glm_grpo_ds.rollout import build_prompt_inputs, prompt_position_ids
 
 
