@@ -42,6 +42,18 @@ def load_component(root: Path, name: str, dtype: torch.dtype, device: torch.devi
     return cls.from_pretrained(root / name, dtype=dtype, device_map={"": device})
 
 
+def _own_memory(module: torch.nn.Module) -> None:
+    """Copy ``module``'s tensors out of the safetensors file mapping they may still be views of.
+
+    Weights already in the load dtype stay pages of the mapped file, read from disk at their first use:
+    on a CPU the first decode, mid-step, would then add the whole decoder to the resident set (1.2 GiB
+    at GLM-Image's size in bf16, measured on the real-width slice). Copied, they are resident from the
+    load on, as on a GPU, where the memory plan counts them (docs/real-width.md)."""
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            tensor.data = tensor.data.clone()
+
+
 class ImageDecoder:
     """The DiT, VAE and glyph encoder of a GLM-Image pipeline directory, frozen."""
 
@@ -65,6 +77,8 @@ class ImageDecoder:
         pipe.set_progress_bar_config(disable=True)
         for module in (pipe.transformer, pipe.vae, pipe.text_encoder):
             module.eval().requires_grad_(False)
+            if self.home.type == "cpu":
+                _own_memory(module)
         self.pipe = pipe
 
     def _latents(self, seeds: list[int], height: int, width: int) -> torch.Tensor:

@@ -5,8 +5,8 @@ the reward models it counts, and the host RAM per node.
         --deepspeed ds_configs/zero3.json --num-gpus 8 [--num-nodes 1] [--gpu-memory-gb 80] [--json] \\
         [--allow-over-budget] [key=value ...]
 
-The arithmetic and its sources are in glm_grpo_ds/memory/plan.py (reward models: reward_memory.py, host
-RAM: memory_host.py). Exit status: 0 when the plan fits in ``--gpu-memory-gb``; 3 when it does not (the
+The arithmetic and its sources are in glm_grpo_ds/memory/plan.py (reward models: memory/reward_models.py, host
+RAM: memory/host.py). Exit status: 0 when the plan fits in ``--gpu-memory-gb``; 3 when it does not (the
 plan is still printed, with a WARNING on stderr saying what to change), unless ``--allow-over-budget``
 (then 0); 2 on a bad config or command line.
 """

@@ -22,8 +22,9 @@ b = bytes per model-dtype element (2 for bf16):
                 ZeRO-2: b·Ψt/N + b·(largest trainable tensor): DeepSpeed keeps the whole gradient of a
                 tensor that straddles a partition edge (the worst rank holds one)
     fp32 master 4·Ψt/N                                     (0 on the GPU with offload_optimizer)
-    fp32 grads  4·Ψt/N at optimizer.step (ZeRO-1/2), 4·min(Ψt/N, sub_group_size) (ZeRO-3, one sub-group
-                at a time): a phase of its own, after the activations are freed
+    fp32 grads  4·Ψt/N at optimizer.step (ZeRO-1/2), 4·(one sub-group: sub_group_size, or the largest
+                tensor's partition when larger) (ZeRO-3, one sub-group at a time): a phase of its own,
+                after the activations are freed
     optimizer   K·Ψt/N: AdamW K=8 (two fp32 moments); 8-bit AdamW K=2 + 8/256 (two uint8 codes and
                 one fp32 scale per 256-block each) + 2 KiB of code maps; offloaded: on the host
     reference   0 with LoRA (adapters disabled) or beta = 0; else a frozen copy sharded like the weights
@@ -113,6 +114,7 @@ class Sizes:
     source: str
     checkpoint_dtype: torch.dtype | None = None  # the AR checkpoint's dtype (its config.json), None = unknown
     largest_decoder_tensor: int = 0  # elements
+    vae_full_res_channels: int = 256  # channels of the VAE decoder's widest full-resolution map (GLM-Image: 256)
 
 
 def _as_dtype(value) -> torch.dtype | None:
@@ -178,6 +180,9 @@ def model_sizes(cfg) -> Sizes:
         source=source,
         checkpoint_dtype=_as_dtype(getattr(ar_cfg, "dtype", None)) if local else None,
         largest_decoder_tensor=max(decoder),
+        # the decoder's last up block gets its input, at full resolution, from the block before it:
+        # block_out_channels[1] channels (reversed order), wider than its own output
+        vae_full_res_channels=int(vae_cfg["block_out_channels"][min(1, len(vae_cfg["block_out_channels"]) - 1)]),
     )
 
 
@@ -281,19 +286,34 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     comp["master_weights"] = master
     notes["master_weights"] = "fp32 copy of the trainable partition"
     # At optimizer.step DeepSpeed converts the gradient partition to fp32 for the fp32 master
-    # (ZeRO-1/2: the whole partition at once; ZeRO-3: one sub-group of <= sub_group_size at a time).
+    # (ZeRO-1/2: the whole partition at once; ZeRO-3: one sub-group at a time). A ZeRO-3 sub-group holds
+    # whole parameter partitions: up to sub_group_size elements, or one partition larger than that (the
+    # 168 064 x 4096 embedding of full fine-tuning: 688 M elements / N, whatever sub_group_size says).
+    sub_group = min(shard(psi_t), max(int(zero.get("sub_group_size", 1e9)), shard(sizes.largest_trainable)))
     if stage == 0 or offload_opt:
         comp["fp32_grad_step"] = 0
         notes["fp32_grad_step"] = (
             "stage 0: the optimizer steps on the gradients" if stage == 0 else "offloaded: on the host"
         )
     elif stage == 3:
-        comp["fp32_grad_step"] = 4 * min(shard(psi_t), int(zero.get("sub_group_size", 1e9)))
+        comp["fp32_grad_step"] = 4 * sub_group
         notes["fp32_grad_step"] = "fp32 gradients of one ZeRO-3 sub-group at optimizer.step"
     else:
         comp["fp32_grad_step"] = 4 * shard(psi_t)
         notes["fp32_grad_step"] = "fp32 copy of the gradient partition at optimizer.step"
     comp["optimizer_states"] = states
+    # Measured on a CPU (docs/real-width.md): bitsandbytes has no in-place CPU kernel for its 8-bit AdamW;
+    # the step dequantizes both moments and computes in fp32 temporaries, 5 x the fp32 elements it steps
+    # (bitsandbytes 0.50.2); torch's AdamW (foreach) 2 x. On a GPU both update in place, and so does
+    # DeepSpeed's CPU Adam of an offloaded optimizer. ZeRO-3 steps one sub-group at a time.
+    stepped = sub_group if stage == 3 else shard(psi_t)
+    cpu_step = est.device == "cpu" and not offload_opt
+    comp["optimizer_step_temporaries"] = (2 if cfg.optimizer.name == "adamw" else 5) * 4 * stepped if cpu_step else 0
+    notes["optimizer_step_temporaries"] = (
+        f"CPU: {'torch AdamW' if cfg.optimizer.name == 'adamw' else 'bitsandbytes 8-bit AdamW'}'s fp32 temporaries"
+        if cpu_step
+        else "the optimizer updates in place"
+    )
     needs_ref = cfg.needs_reference_model
     comp["reference"] = weights(sizes.ar_base) if needs_ref else 0
     notes["reference"] = (
@@ -363,13 +383,16 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     notes["gather_staging"] = (
         "CPU ranks (gloo): the largest gathered tensor staged once more" if staged else "NCCL gathers in place"
     )
-    images = min(cfg.decoder.batch_size, cfg.grpo.group_size) * (2 if cfg.decoder.guidance_scale > 1 else 1)
+    # One DiT batch holds the rows of one prompt (decoder.py); GlmImagePipeline runs the CFG pass as a
+    # second forward, not a doubled batch. The DiT's and the VAE's activations are never alive together.
+    # VAE: its last up block holds its input, the norm and the activation of it: 3 full-resolution maps
+    # of vae_full_res_channels (measured on the real-width slice at 1024x1024: 3.0 GiB for 2 bf16 images).
+    images = min(cfg.decoder.batch_size, cfg.grpo.group_size)
     latent_tokens = (cfg.rollout.height // 16) * (cfg.rollout.width // 16)
-    vae = images * 128 * cfg.rollout.height * cfg.rollout.width * dec_b * 3  # full-resolution VAE decoder maps
-    comp["decode_activations"] = (
-        images * latent_tokens * sizes.dit_hidden * dec_b * 12 + vae + (decoder if cfg.decoder.offload else 0)
-    )
-    notes["decode_activations"] = f"{images} images per DiT forward (CFG doubles), DiT + VAE decoder"
+    dit = images * latent_tokens * sizes.dit_hidden * dec_b * 12
+    vae = images * sizes.vae_full_res_channels * cfg.rollout.height * cfg.rollout.width * dec_b * 3
+    comp["decode_activations"] = max(dit, vae) + (decoder if cfg.decoder.offload else 0)
+    notes["decode_activations"] = f"{images} images per DiT forward and VAE decode, the larger of the two"
     # an offloaded reward model visits the GPU for its own call only (FrozenModel.on), one at a time;
     # scoring activations (a 224-px CLIP batch) are small beside it and not counted
     comp["reward_offloaded"] = max((r.bytes for r in offloaded_rewards), default=0)
@@ -398,7 +421,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "rollout": comp["rollout_kv_cache"] + comp["rollout_gather"] + comp["gather_staging"],
         "decode": comp["decode_activations"],
         "update": comp["logits"] + comp["activations"] + comp["zero3_update_gather"] + comp["gather_staging"],
-        "step": comp["fp32_grad_step"],  # activations are freed by then
+        "step": comp["fp32_grad_step"] + comp["optimizer_step_temporaries"],  # activations are freed by then
         "reward": comp["reward_offloaded"],
     }
     total = sum(comp[k] for k in persistent) + max(phases.values())

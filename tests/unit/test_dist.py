@@ -126,7 +126,7 @@ def test_step_record_by_hand():
         {"r": rewards},
         {"r": 1},
         {"rollout": 2.0, "decode": 1.0, "reward": 0.5, "update": 4.0},
-        {"memory/update_peak_mb": 7.0},
+        {"memory/rollout_peak_mb": 10.0, "memory/update_peak_mb": 20.0},
         generated_tokens=800,
         num_iterations=2,
         device=torch.device("cpu"),
@@ -139,7 +139,7 @@ def test_step_record_by_hand():
     assert (rec2["first_iteration_ratio_min"], rec2["first_iteration_ratio_max"], rec2["ratio_max"]) == (1.0, 1.0, 1.3)
     assert rec["rollout_tokens_per_s"] == 400 and rec["update_tokens_per_s"] == 400 and rec["time/update"] == 4.0
     assert rec["reward/r_undefined"] == 1 and rec["reward/r_failed"] == 1 and rec["peak_rss_mb"] > 0
-    assert rec["memory/update_peak_mb"] == 7.0  # the phase peaks: max over ranks
+    assert (rec["memory/rollout_peak_mb"], rec["memory/update_peak_mb"]) == (10.0, 20.0)  # max over the 1 rank
     nan_stats = dict(stats, loss=float("nan"))
     assert (
         step_record(1, nan_stats, rewards, {}, {}, {"rollout": 1.0, "update": 1.0}, {}, 1, 1, torch.device("cpu"))[

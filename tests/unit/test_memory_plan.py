@@ -1,5 +1,6 @@
 """Memory planner arithmetic by hand (ZeRO paper formulas with LoRA / 8-bit adjustments) and the CLI."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -278,3 +279,48 @@ def test_zero3_on_one_rank_gathers_nothing_and_gloo_stages_the_largest_tensor():
     assert comp["gather_staging"] == 4000 * 2
     assert cpu["phases"]["rollout"] == comp["rollout_kv_cache"] + comp["rollout_gather"] + 4000 * 2
     assert cpu["phases"]["update"] == comp["logits"] + comp["activations"] + comp["zero3_update_gather"] + 4000 * 2
+
+
+def test_decode_activations_are_the_larger_of_dit_and_vae_and_cfg_does_not_double_them():
+    # 2 images (G=2 < decoder.batch_size 4) per DiT forward and VAE decode, bf16, 64x64: the DiT's
+    # 2 x 16 latent tokens x hidden 32 x 2 bytes x 12 = 24 576 bytes, the VAE's 3 full-resolution maps of
+    # 256 channels 2 x 256 x 64 x 64 x 2 bytes x 3 = 12 582 912 bytes; guidance runs a second DiT forward
+    common = (
+        "grpo.group_size=2",
+        "batch.micro_batch_size=2",
+        "decoder.batch_size=4",
+        "decoder.dtype=bf16",
+        "rollout.height=64",
+        "rollout.width=64",
+    )
+    for guidance in ("1.0", "1.5"):
+        p = plan(cfg(*common, f"decoder.guidance_scale={guidance}"), ZERO[3], EstimateConfig(num_gpus=1), sizes(1280))
+        assert p["components"]["decode_activations"] == max(2 * 16 * 32 * 2 * 12, 2 * 256 * 64 * 64 * 2 * 3)
+    narrow = dataclasses.replace(sizes(1280), vae_full_res_channels=1, dit_hidden=4096)
+    p = plan(cfg(*common), ZERO[3], EstimateConfig(num_gpus=1), narrow)
+    assert p["components"]["decode_activations"] == 2 * 16 * 4096 * 2 * 12  # the DiT's, now the larger
+
+
+def test_cpu_optimizer_steps_count_their_fp32_temporaries_per_zero3_sub_group():
+    # measured: bitsandbytes 8-bit AdamW on a CPU peaks at 5 x the fp32 bytes it steps, torch AdamW at 2 x;
+    # ZeRO-3 steps sub_group_size elements at a time; on a GPU both update in place
+    ds = json.loads(json.dumps(ZERO[3]))
+    ds["zero_optimization"]["sub_group_size"] = 2200
+    for name, factor in (("adamw_8bit", 5), ("adamw", 2)):
+        c = cfg("lora=null", f"optimizer.name={name}")
+        cpu = plan(c, ds, EstimateConfig(num_gpus=2, device="cpu"), sizes(trainable=5010))
+        assert cpu["components"]["optimizer_step_temporaries"] == factor * 4 * 2200  # min(ceil(5010 / 2), 2200)
+        assert cpu["phases"]["step"] == 4 * 2200 + factor * 4 * 2200  # + the sub-group's fp32 gradients
+        gpu = plan(c, ds, EstimateConfig(num_gpus=2), sizes(trainable=5010))
+        assert gpu["components"]["optimizer_step_temporaries"] == 0
+
+
+def test_a_zero3_sub_group_never_splits_a_tensor():
+    # sub_group_size 1000, but the largest trainable tensor's partition is ceil(4000 / 2) = 2000 elements:
+    # DeepSpeed's sub-groups hold whole partitions, so that one is stepped (and its fp32 gradient made) whole
+    ds = json.loads(json.dumps(ZERO[3]))
+    ds["zero_optimization"]["sub_group_size"] = 1000
+    c = cfg("lora=null", "optimizer.name=adamw_8bit")
+    p = plan(c, ds, EstimateConfig(num_gpus=2, device="cpu"), sizes(trainable=5010))["components"]
+    assert p["fp32_grad_step"] == 4 * 2000
+    assert p["optimizer_step_temporaries"] == 5 * 4 * 2000
