@@ -46,11 +46,13 @@ COMBINATIONS: Registry[Callable[..., torch.Tensor]] = Registry("reward combinati
 
 class Groups(NamedTuple):
     """Rewards ``[num_groups, G]`` with what every estimator needs: which are defined, how many per group,
-    and the defined rewards minus their group mean (0 where undefined)."""
+    the group mean of the defined ones (NaN for a group with none) and the defined rewards minus it (0
+    where undefined)."""
 
     rewards: torch.Tensor
     valid: torch.Tensor
     count: torch.Tensor
+    mean: torch.Tensor
     centered: torch.Tensor
 
     def finish(self, adv: torch.Tensor) -> torch.Tensor:
@@ -72,7 +74,7 @@ def groups(rewards: torch.Tensor, group_size: int) -> Groups:
     count = valid.sum(dim=1, keepdim=True)
     mean = torch.nanmean(grouped, dim=1, keepdim=True)  # NaN for a group with no defined reward
     centered = torch.where(valid, grouped - mean, torch.zeros_like(grouped))
-    return Groups(grouped, valid, count, centered)
+    return Groups(grouped, valid, count, mean, centered)
 
 
 @ESTIMATORS.register("group")
@@ -121,10 +123,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
 
 def impute_group_mean(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """NaN -> mean of the defined values of its group (stays NaN if the group has none)."""
-    grouped = rewards.view(-1, group_size)
-    valid = ~torch.isnan(grouped)
-    mean = torch.nanmean(grouped, dim=1, keepdim=True)
-    return torch.where(valid, grouped, mean.expand_as(grouped)).reshape(-1)
+    g = groups(rewards, group_size)
+    return torch.where(g.valid, g.rewards, g.mean.expand_as(g.rewards)).reshape(-1)
 
 
 def weighted_total(per_reward: dict[str, torch.Tensor], weights: dict[str, float], group_size: int) -> torch.Tensor:

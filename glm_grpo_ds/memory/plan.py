@@ -35,7 +35,8 @@ the model-dtype logits kept for backward plus one fp32 chunk, per-micro-batch ac
 (with checkpointing: each layer's input + one layer recomputed; without: every layer's saved
 tensors, 8h + 2·kv + 4·I elements per token for a GLM decoder layer), the frozen decoder (DiT + VAE
 + glyph encoder) and its decode activations, ZeRO buffers, and a fixed runtime allowance (CUDA
-context, NCCL, allocator; on CPU ranks the gloo staging copy of a ZeRO-3 gather). Peak = persistent +
+context, NCCL, allocator). Planned for CPU ranks (``--device cpu``, to compare with a CPU run) also: the
+gloo staging copy of a ZeRO-3 gather and the optimizer step's fp32 temporaries. Peak = persistent +
 the largest of the rollout / decode / update / step / reward phases.
 Reward models (glm_grpo_ds/memory/reward_models.py): the config's ``rewards`` that hold a torch model (CLIP,
 preference, aesthetic, LPIPS) sit whole on every GPU after their first score, or visit it while scoring
@@ -227,7 +228,8 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
 
     sizes = sizes or model_sizes(cfg)
     world = est.num_gpus * est.num_nodes
-    dtype = resolve_dtype(cfg.model.dtype, on_gpu=est.device == "cuda")
+    on_gpu = est.device == "cuda"  # else CPU ranks: a CPU run's own plan, to compare with it
+    dtype = resolve_dtype(cfg.model.dtype, on_gpu=on_gpu)
     dcfg = fill_ds_config(ds_raw, cfg, world, sizes.text["hidden"], dtype)
     zero = dcfg.get("zero_optimization", {})
     stage = int(zero.get("stage", 0))
@@ -307,7 +309,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     # (bitsandbytes 0.50.2); torch's AdamW (foreach) 2 x. On a GPU both update in place, and so does
     # DeepSpeed's CPU Adam of an offloaded optimizer. ZeRO-3 steps one sub-group at a time.
     stepped = sub_group if stage == 3 else shard(psi_t)
-    cpu_step = est.device == "cpu" and not offload_opt
+    cpu_step = not on_gpu and not offload_opt
     comp["optimizer_step_temporaries"] = (2 if cfg.optimizer.name == "adamw" else 5) * 4 * stepped if cpu_step else 0
     notes["optimizer_step_temporaries"] = (
         f"CPU: {'torch AdamW' if cfg.optimizer.name == 'adamw' else 'bitsandbytes 8-bit AdamW'}'s fp32 temporaries"
@@ -321,7 +323,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         if needs_ref
         else ("LoRA: adapters disabled, no copy" if cfg.lora is not None else "beta = 0: no reference")
     )
-    dec_b = torch.empty(0, dtype=resolve_dtype(cfg.decoder.dtype, on_gpu=est.device == "cuda")).element_size()
+    dec_b = torch.empty(0, dtype=resolve_dtype(cfg.decoder.dtype, on_gpu=on_gpu)).element_size()
     decoder = sizes.decoder * dec_b
     comp["decoder"] = 0 if cfg.decoder.offload else decoder
     notes["decoder"] = f"DiT + VAE + glyph encoder, {sizes.decoder / 1e9:.2f}B params" + (
@@ -378,7 +380,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     # Measured on the real-width slice (docs/real-width.md): torch's gloo backend (CPU ranks) all-gathers
     # into a temporary of the output's full size and then copies it out, so a ZeRO-3 gather holds its
     # largest tensor (the 168 064 x 4096 embedding) twice for a moment; NCCL writes the output in place.
-    staged = stage == 3 and world > 1 and est.device == "cpu"
+    staged = stage == 3 and world > 1 and not on_gpu
     comp["gather_staging"] = max(sizes.ar_base) * b if staged else 0
     notes["gather_staging"] = (
         "CPU ranks (gloo): the largest gathered tensor staged once more" if staged else "NCCL gathers in place"
@@ -399,7 +401,6 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     notes["reward_offloaded"] = (
         "largest offloaded reward model, on the GPU while it scores" if offloaded_rewards else "no offloaded reward"
     )
-    on_gpu = est.device == "cuda"
     comp["runtime_overhead"] = RUNTIME_OVERHEAD if on_gpu else 0
     notes["runtime_overhead"] = (
         "CUDA context, NCCL, allocator slack (typical)" if on_gpu else "CPU: Python and libraries not counted"
