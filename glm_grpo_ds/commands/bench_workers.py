@@ -106,7 +106,8 @@ def _gpu_checks(trainer, a, phases: dict) -> dict:
     decode step reads all language-model weights once, so bytes/step / (s/step) vs peak bandwidth."""
     from ..ds import engine as ds_engine
     from ..ds.ds_config import read_ds_config
-    from ..memory.plan import EstimateConfig, grid_tokens, model_sizes, plan
+    from ..memory.plan import EstimateConfig, grid_tokens, plan
+    from ..memory.sizes import model_sizes
 
     sizes = model_sizes(trainer.cfg)
     est = EstimateConfig(

@@ -4,12 +4,8 @@ Used by ``glm-grpo estimate-memory`` (glm_grpo_ds/commands/estimate_memory.py) a
     glm-grpo estimate-memory --config launch/configs/glm_image_lora_zero3.yaml \
         --deepspeed ds_configs/zero3.json --num-gpus 8 [--num-nodes 1] [--gpu-memory-gb 80] [--json]
 
-Parameter counts come from the model configs: ``model.path`` when it is a pipeline directory or
-a Hub id that the Hugging Face cache holds (never downloaded here), else the real GLM-Image sizes
-(transformers' ``GlmImageConfig()`` defaults for the AR; the public DiT/VAE/glyph-encoder configs
-below). The models are built on the ``meta`` device, so the counts
-(and the per-tensor ZeRO-3 partitioning) are exact and cost no memory; the trainable set is made by
-the trainer's own :func:`glm_grpo_ds.policy.make_trainable`.
+Parameter counts come from the model configs (glm_grpo_ds/memory/sizes.py: ``model.path``'s pipeline
+directory or the real GLM-Image sizes), exact per tensor, so ZeRO-3's partitions are too.
 
 Model states (ZeRO paper, Rajbhandari et al. 2020: (2 + 2 + K)·Ψ/N for mixed-precision Adam),
 with Ψ = AR parameters, Ψt = trainable ones (LoRA or the language model), N = data-parallel ranks,
@@ -53,40 +49,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from dataclasses import dataclass
 
 import torch
 
 from .host import GIB, host_per_node
 from .reward_models import reward_models
+from .sizes import Sizes, model_sizes
 
 RUNTIME_OVERHEAD = 2 * GIB  # CUDA context + NCCL buffers + allocator slack, per GPU (typical)
 BNB_BLOCK = 256  # bitsandbytes 8-bit optimizer block size (one fp32 scale per block)
 BNB_QMAPS = 2 * 256 * 4  # two fp32 code maps of 256 entries
-
-# Real GLM-Image sizes where the pipeline directory is not at hand. AR: transformers' defaults.
-# DiT: GlmImageTransformer2DModel, 30 layers x 32 heads x 128 (hidden 4096), as in zai-org/GLM-Image
-# (diffusers' own defaults describe a smaller model). VAE: 16-channel AutoencoderKL. Glyph encoder:
-# the ByT5-small encoder (d_model 1472 = the DiT's text_embed_dim).
-BUILTIN_DIT = dict(num_layers=30, attention_head_dim=128, num_attention_heads=32, text_embed_dim=1472)
-BUILTIN_VAE = dict(
-    latent_channels=16,
-    block_out_channels=[128, 256, 512, 512],
-    layers_per_block=2,
-    down_block_types=["DownEncoderBlock2D"] * 4,
-    up_block_types=["UpDecoderBlock2D"] * 4,
-)
-BUILTIN_GLYPH = dict(
-    vocab_size=384,
-    d_model=1472,
-    d_kv=64,
-    d_ff=3584,
-    num_layers=12,
-    num_heads=6,
-    feed_forward_proj="gated-gelu",
-    is_encoder_decoder=False,
-)
 
 
 @dataclass
@@ -99,92 +72,6 @@ class EstimateConfig:
     gpu_memory_gb: float = 80.0  # GiB per GPU to plan against
     prompt_tokens: int = 128  # longest prompt in tokens (chat template included); sizes the KV cache
     device: str = "cuda"  # cuda: model.dtype auto = bf16; cpu: auto = fp32 (to compare with CPU runs)
-
-
-@dataclass
-class Sizes:
-    """Parameter counts of one pipeline, per tensor where ZeRO-3 partitioning needs them."""
-
-    ar_base: list[int]  # every AR tensor except the LoRA adapters
-    lora: list[int]  # LoRA adapter tensors (empty for full fine-tuning)
-    trainable: int
-    largest_trainable: int  # elements of the largest trainable tensor
-    decoder: int  # DiT + VAE + glyph encoder
-    dit_hidden: int
-    text: dict  # the AR language model's config (layers, heads, sizes)
-    source: str
-    checkpoint_dtype: torch.dtype | None = None  # the AR checkpoint's dtype (its config.json), None = unknown
-    largest_decoder_tensor: int = 0  # elements
-    vae_full_res_channels: int = 256  # channels of the VAE decoder's widest full-resolution map (GLM-Image: 256)
-
-
-def _as_dtype(value) -> torch.dtype | None:
-    """A config's ``dtype`` (a torch.dtype, a name such as "bfloat16", or None)."""
-    if isinstance(value, str):
-        value = getattr(torch, value, None)
-    return value if isinstance(value, torch.dtype) else None
-
-
-def _meta_numels(build) -> list[int]:
-    with torch.device("meta"):
-        return [p.numel() for p in build().parameters()]
-
-
-def model_sizes(cfg) -> Sizes:
-    """Counts for ``cfg.model.path`` (a pipeline directory) or the built-in GLM-Image configs."""
-    from diffusers import AutoencoderKL, GlmImageTransformer2DModel
-    from transformers import GlmImageConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
-
-    from ..model_source import cached_model_dir
-    from ..policy import make_trainable
-
-    # a Hub id counts when the Hugging Face cache holds it; the planner never downloads
-    root = cached_model_dir(cfg.model.path, cfg.model.revision) if cfg.model.path else None
-    local = root is not None and (root / "vision_language_encoder" / "config.json").is_file()
-    if local:
-        ar_cfg = GlmImageConfig.from_pretrained(root / "vision_language_encoder")
-        dit_cfg = GlmImageTransformer2DModel.load_config(root / "transformer")
-        vae_cfg = AutoencoderKL.load_config(root / "vae")
-        glyph_cfg = T5Config.from_pretrained(root / "text_encoder")
-        source = f"configs in {root}"
-    else:
-        ar_cfg, dit_cfg, vae_cfg, glyph_cfg = GlmImageConfig(), BUILTIN_DIT, BUILTIN_VAE, T5Config(**BUILTIN_GLYPH)
-        source = "built-in GLM-Image configs (model.path: no pipeline directory here or in the Hugging Face cache)"
-    with torch.device("meta"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # transformers' deprecation notes about checkpointing flags
-        ar = make_trainable(GlmImageForConditionalGeneration(ar_cfg), cfg.lora, gradient_checkpointing=False)
-    named = list(ar.named_parameters())
-    decoder = (
-        _meta_numels(lambda: GlmImageTransformer2DModel.from_config(dit_cfg))
-        + _meta_numels(lambda: AutoencoderKL.from_config(vae_cfg))
-        + _meta_numels(lambda: T5EncoderModel(glyph_cfg))
-    )
-    dit_hidden = int(dit_cfg["num_attention_heads"] * dit_cfg["attention_head_dim"])
-    t = ar_cfg.text_config
-    text = dict(
-        layers=t.num_hidden_layers,
-        hidden=t.hidden_size,
-        intermediate=t.intermediate_size,
-        heads=t.num_attention_heads,
-        kv_heads=t.num_key_value_heads or t.num_attention_heads,
-        head_dim=getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads,
-        vision_vocab=t.vision_vocab_size,
-    )
-    return Sizes(
-        ar_base=[p.numel() for n, p in named if "lora_" not in n],
-        lora=[p.numel() for n, p in named if "lora_" in n],
-        trainable=sum(p.numel() for _, p in named if p.requires_grad),
-        largest_trainable=max((p.numel() for _, p in named if p.requires_grad), default=0),
-        decoder=sum(decoder),
-        dit_hidden=dit_hidden,
-        text=text,
-        source=source,
-        checkpoint_dtype=_as_dtype(getattr(ar_cfg, "dtype", None)) if local else None,
-        largest_decoder_tensor=max(decoder),
-        # the decoder's last up block gets its input, at full resolution, from the block before it:
-        # block_out_channels[1] channels (reversed order), wider than its own output
-        vae_full_res_channels=int(vae_cfg["block_out_channels"][min(1, len(vae_cfg["block_out_channels"]) - 1)]),
-    )
 
 
 def grid_tokens(height: int, width: int) -> int:

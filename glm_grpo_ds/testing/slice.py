@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from ..memory.plan import BUILTIN_DIT, BUILTIN_GLYPH, BUILTIN_VAE
+from ..memory.sizes import BUILTIN_DIT, BUILTIN_GLYPH, BUILTIN_VAE
 from .tiny import _CHARS, REAL_ROPE
 
 VISION_VOCAB_SIZE = 16512  # lm_head rows; ids 0..16 383 are the codebook

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from glm_grpo_ds.config import load_config
-from glm_grpo_ds.memory.plan import GIB, EstimateConfig, Sizes, grid_tokens, plan
+from glm_grpo_ds.memory.plan import GIB, EstimateConfig, grid_tokens, plan
+from glm_grpo_ds.memory.sizes import Sizes
 
 ROOT = Path(__file__).resolve().parents[2]
 ZERO = {s: json.loads((ROOT / "ds_configs" / f"zero{s}.json").read_text()) for s in (1, 2, 3)}
@@ -179,7 +180,7 @@ def test_slurm_asks_for_the_planned_host_memory():
 def test_lora_adapters_fp32_under_zero3_on_the_real_ar():
     """LoRA r=64 on the real AR: 190,382,080 parameters (726 MiB in fp32). Per layer, r x (in + out) for
     q 4096->4096, k and v 4096->256, o 4096->4096, gate_up 4096->27392, down 13696->4096."""
-    from glm_grpo_ds.memory.plan import model_sizes
+    from glm_grpo_ds.memory.sizes import model_sizes
 
     c = load_config(ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml", [])
     s = model_sizes(c)

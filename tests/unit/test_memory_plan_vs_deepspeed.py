@@ -10,7 +10,8 @@ import torch
 
 from glm_grpo_ds.config import TrainConfig
 from glm_grpo_ds.ds.ds_config import read_ds_config
-from glm_grpo_ds.memory.plan import GIB, EstimateConfig, model_sizes, plan
+from glm_grpo_ds.memory.plan import GIB, EstimateConfig, plan
+from glm_grpo_ds.memory.sizes import model_sizes
 
 N = 8
 

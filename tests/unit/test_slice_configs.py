@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from glm_grpo_ds.commands.tiny import tiny_model
-from glm_grpo_ds.memory.plan import BUILTIN_DIT, BUILTIN_GLYPH, BUILTIN_VAE
+from glm_grpo_ds.memory.sizes import BUILTIN_DIT, BUILTIN_GLYPH, BUILTIN_VAE
 from glm_grpo_ds.testing import slice as real
 
 
