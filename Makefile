@@ -7,6 +7,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# pytest-xdist workers: one per core of the 2-core CI machine; a test module stays on one worker
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: setup demo test test-fast slice-check lint clean
 
@@ -22,10 +25,10 @@ demo: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash launch/demo.sh
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PYTEST) tests
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not distributed" tests
+	$(PYTEST) -m "not slow and not distributed" tests
 
 slice-check: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash launch/slice_check.sh

@@ -48,6 +48,8 @@ setup(
         # tests cover the ocr reward, the TensorBoard / W&B trackers and the reward server
         "dev": [
             "pytest>=9.0",
+            "pytest-xdist>=3.8",  # make test: 2 workers (tests/conftest.py)
+            "filelock>=3.12",  # tests/built_once.py (also a dependency of transformers)
             "ruff>=0.15",
             "rapidocr-onnxruntime>=1.4.4",
             "rapidfuzz>=3.14.6",

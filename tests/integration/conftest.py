@@ -1,12 +1,44 @@
-"""Fixtures of the integration tests (the session-wide tiny model is in tests/conftest.py)."""
+"""Fixtures of the integration tests (the session-wide tiny model is in tests/conftest.py): the tiny
+prompt files with their target images, and one short training run that several modules read instead
+of training their own (:func:`short_run`)."""
+
+import subprocess
+import sys
 
 import pytest
+from built_once import built_once  # noqa: E402  (tests/built_once.py)
+from launching import CONFIG, ENV, FAST, ROOT, common  # noqa: E402  (tests/integration/launching.py)
+
+
+def _dataset(tiny_model_dir, size):
+    from glm_grpo_ds.config import DecoderConfig
+    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
+
+    return lambda path: write_tiny_dataset(tiny_model_dir, path, size, size, DecoderConfig(num_inference_steps=2))
 
 
 @pytest.fixture(scope="session")
 def tiny_data(tiny_model_dir, tmp_path_factory):
-    from glm_grpo_ds.config import DecoderConfig
-    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
+    """The tiny prompts with 256x256 targets (prompts.jsonl)."""
+    return built_once(tmp_path_factory, "tiny_data", _dataset(tiny_model_dir, 256)) / "prompts.jsonl"
 
-    out = tmp_path_factory.mktemp("tiny_data")
-    return write_tiny_dataset(tiny_model_dir, out, 256, 256, DecoderConfig(num_inference_steps=2))
+
+@pytest.fixture(scope="session")
+def data64(tiny_model_dir, tmp_path_factory):
+    """The tiny prompts with 64x64 targets: what the quickest runs (launching.FAST) train on."""
+    return built_once(tmp_path_factory, "data64", _dataset(tiny_model_dir, 64)) / "prompts.jsonl"
+
+
+@pytest.fixture(scope="session")
+def short_run(tiny_model_dir, data64, tmp_path_factory):
+    """A real one-step run (1 process, ZeRO-2, LoRA, launching.FAST) with its step-1 checkpoint, metrics,
+    logs and final adapter: the bad-input, overwrite and checkpoint-content tests read it (copy it before
+    changing anything). ~12 s on 2 idle cores."""
+
+    def train(out):
+        cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed"]
+        cmd += ["ds_configs/zero2.json", *common(tiny_model_dir, data64, out, "max_steps=1", "save_steps=1", *FAST)]
+        proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    return built_once(tmp_path_factory, "short_run", train)

@@ -8,16 +8,14 @@ import sys
 
 import pytest
 import torch
+from in_process import glm_grpo, train_main  # noqa: E402  (tests/in_process.py)
 from launching import CONFIG, ROOT, common, launch  # noqa: E402  (tests/integration/launching.py)
+from run_files import assert_no_frozen_parameters, metrics  # noqa: E402  (tests/run_files.py)
 from safetensors.torch import load_file
 
 VOLATILE = ("time/", "_per_s", "peak_", "memory/")  # wall-clock and memory differ between runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # training runs, one through the deepspeed launcher
-
-
-def _metrics(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def _stable(record):
@@ -33,12 +31,8 @@ def train(nprocs, args, timeout=600):
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_model_dir, tmp_path_factory):
-    from glm_grpo_ds.config import DecoderConfig
-    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
-
-    root = tmp_path_factory.mktemp("resume")
-    data = write_tiny_dataset(tiny_model_dir, root / "data", 64, 64, DecoderConfig(num_inference_steps=2))
+def runs(tiny_model_dir, data64, tmp_path_factory):
+    root, data = tmp_path_factory.mktemp("resume"), data64
     extra = ["rollout.height=64", "rollout.width=64", "optimizer.name=adamw_8bit", "logging.progress_bar=false"]
     straight, resumed = root / "straight", root / "resumed"
     train(2, common(tiny_model_dir, data, straight, "max_steps=4", *extra))
@@ -55,7 +49,7 @@ def test_resume_is_exact(runs):
     a = load_file(runs["straight"] / "final_adapter" / "adapter_model.safetensors")
     b = load_file(runs["resumed"] / "final_adapter" / "adapter_model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bitwise
-    ma, mb = _metrics(runs["straight"]), _metrics(runs["resumed"])
+    ma, mb = metrics(runs["straight"]), metrics(runs["resumed"])
     assert [r["step"] for r in mb] == [1, 2, 3, 4]
     for x, y in zip(ma, mb):
         assert _stable(x) == _stable(y), x["step"]
@@ -78,101 +72,41 @@ def test_checkpoint_layout_and_atomicity(runs):
     assert state["step"] == 2 and state["world_size"] == 2 and state["zero_stage"] == 3
 
 
-def _tensors(obj):
-    if torch.is_tensor(obj):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _tensors(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _tensors(v)
-
-
-def assert_no_frozen_parameters(ds_dir):
-    """The DeepSpeed state of a checkpoint holds no frozen (base model) parameter: every named tensor is a
-    trainable parameter (the optimizer's param_shapes) or a buffer, and all its tensors together are at
-    most 4 fp32 copies of the trainable parameters (module copy, fp32 master, Adam's two moments)."""
-    states = [torch.load(f, weights_only=False, map_location="cpu") for f in sorted(ds_dir.glob("*.pt"))]
-    models = [s for s in states if "module" in s]
-    assert models, f"no model states in {ds_dir}"
-    trainable = {}
-    for s in models:
-        for shapes in s["param_shapes"]:
-            trainable.update(shapes)
-    for s in models:
-        assert s["frozen_param_fragments"] is None and s["frozen_param_shapes"] is None
-        assert set(s["module"]) <= set(trainable) | set(s["buffer_names"]), set(s["module"]) - set(trainable)
-    numel = sum(shape.numel() for shape in trainable.values())
-    stored = sum(t.numel() * t.element_size() for s in states for t in _tensors(s))
-    assert stored <= 4 * 4 * numel + 4096, (stored, numel)
-
-
 def test_checkpoint_holds_no_frozen_base_parameter(runs):
     for step in ("step_000002", "step_000004"):  # written fresh, and after a resume
         assert_no_frozen_parameters(runs["resumed"] / "checkpoints" / step / "ds")
 
 
-def test_resume_with_other_world_size_is_refused(runs, tiny_model_dir, tmp_path):
+def test_resume_with_other_world_size_is_refused(runs, tiny_model_dir, tmp_path, capfd, monkeypatch):
     out = tmp_path / "other"
     shutil.copytree(runs["resumed"] / "checkpoints", out / "checkpoints")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "glm_grpo_ds.train",
-            "--config",
-            str(CONFIG),
-            "--deepspeed",
-            str(ROOT / "ds_configs/zero3.json"),
-            *common(tiny_model_dir, runs["data"], out, "max_steps=6", "resume_from=latest", *runs["extra"]),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 2
-    assert "was written with world size 2 and ZeRO stage 3; this run has world size 1" in proc.stderr
+    monkeypatch.chdir(ROOT)
+    args = ["--config", CONFIG, "--deepspeed", ROOT / "ds_configs/zero3.json"]
+    args += common(tiny_model_dir, runs["data"], out, "max_steps=6", "resume_from=latest", *runs["extra"])
+    code, err = train_main(args, capfd)  # one process: world size 1
+    assert code == 2
+    assert "was written with world size 2 and ZeRO stage 3; this run has world size 1" in "\n".join(err)
 
 
-def _merge(base, src, out):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "glm_grpo_ds.commands.cli",
-            "merge",
-            "--base",
-            str(base),
-            "--adapter",
-            str(src),
-            "--out",
-            str(out),
-            "--dtype",
-            "fp32",  # compared exactly below
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+def _merge(base, src, out, capfd):
+    code, _, err = glm_grpo(["merge", "--base", base, "--adapter", src, "--out", out, "--dtype", "fp32"], capfd)
+    assert code == 0, err  # fp32: compared exactly below
     return load_file(out / "vision_language_encoder" / "model.safetensors")
 
 
-def test_merge_from_checkpoint_equals_merge_from_adapter(runs, tiny_model_dir, tmp_path):
+def test_merge_from_checkpoint_equals_merge_from_adapter(runs, tiny_model_dir, tmp_path, capfd):
     ckpt = runs["resumed"] / "checkpoints" / "step_000004"
-    from_adapter = _merge(tiny_model_dir, runs["resumed"] / "final_adapter", tmp_path / "a")
+    from_adapter = _merge(tiny_model_dir, runs["resumed"] / "final_adapter", tmp_path / "a", capfd)
     bare = tmp_path / "bare_ckpt"
     shutil.copytree(ckpt, bare)
     shutil.rmtree(bare / "adapter")  # no export: consolidate the ZeRO shards
-    from_shards = _merge(tiny_model_dir, bare, tmp_path / "b")
+    from_shards = _merge(tiny_model_dir, bare, tmp_path / "b", capfd)
     assert from_adapter.keys() == from_shards.keys()
     for k in from_adapter:
         torch.testing.assert_close(from_shards[k], from_adapter[k], rtol=0, atol=1e-6)
 
 
-def test_full_finetuning_checkpoint_exports_a_pipeline(tiny_model_dir, tmp_path):
+def test_full_finetuning_checkpoint_exports_a_pipeline(tiny_model_dir, tmp_path, capfd):
     from diffusers import GlmImagePipeline
 
     (tmp_path / "p.txt").write_text("a red cube\na blue ball\n")
@@ -208,7 +142,7 @@ def test_full_finetuning_checkpoint_exports_a_pipeline(tiny_model_dir, tmp_path)
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_no_frozen_parameters(out / "checkpoints" / "step_000001" / "ds")  # vision tower and VQ model stay out
-    merged = _merge(tiny_model_dir, out / "checkpoints" / "step_000001", tmp_path / "pipe")
+    merged = _merge(tiny_model_dir, out / "checkpoints" / "step_000001", tmp_path / "pipe", capfd)
     trained = load_file(out / "final_model" / "model.safetensors")
     assert set(trained) == set(merged)
     for k in trained:

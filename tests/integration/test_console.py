@@ -49,16 +49,6 @@ CHATTER = re.compile(
 )
 
 
-@pytest.fixture(scope="module")
-def data64(tiny_model_dir, tmp_path_factory):
-    from glm_grpo_ds.config import DecoderConfig
-    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
-
-    return write_tiny_dataset(
-        tiny_model_dir, tmp_path_factory.mktemp("console") / "data", 64, 64, DecoderConfig(num_inference_steps=2)
-    )
-
-
 def run_train(*args, flags=()) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "glm_grpo_ds", "train", "--config", str(CONFIG), "--deepspeed", DS_CONFIG]
     return subprocess.run([*cmd, *flags, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)

@@ -25,11 +25,8 @@ def mean(images, prompts, samples):
 """
 
 
-def test_deepspeed_env_reaches_a_rank_in_no_ssh_mode(tiny_model_dir, tmp_path):
-    from glm_grpo_ds.config import DecoderConfig
-    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
-
-    data = write_tiny_dataset(tiny_model_dir, tmp_path / "data", 64, 64, DecoderConfig(num_inference_steps=2))
+def test_deepspeed_env_reaches_a_rank_in_no_ssh_mode(tiny_model_dir, data64, tmp_path):
+    data = data64
     work = tmp_path / "work"  # the launch directory, where the launcher looks for .deepspeed_env
     work.mkdir()
     (work / ".deepspeed_env").write_text("# as on a cluster\nMARKER=from-deepspeed-env\n")

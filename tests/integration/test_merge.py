@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 
 from glm_grpo_ds.adapters import lora_target_regex
 from glm_grpo_ds.policy import load_ar, load_processor
@@ -97,34 +98,11 @@ def test_merge_equals_base_plus_adapter_and_renders(tiny_model_dir, adapter, tmp
 
 
 @pytest.mark.slow
-def test_merge_errors(tiny_model_dir, adapter, tmp_path):
-    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "merge", "--base", str(tiny_model_dir)]
-    exists = subprocess.run(
-        cmd + ["--adapter", str(adapter), "--out", str(tmp_path)], capture_output=True, text=True, timeout=300
-    )
-    assert exists.returncode == 2 and "already exists" in exists.stderr
-    missing = subprocess.run(
-        cmd + ["--adapter", str(tmp_path / "nope"), "--out", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert missing.returncode == 2 and "holds no peft adapter" in missing.stderr
-    not_pipe = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "glm_grpo_ds.commands.cli",
-            "merge",
-            "--base",
-            str(adapter),
-            "--adapter",
-            str(adapter),
-            "--out",
-            str(tmp_path / "o2"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert not_pipe.returncode == 2 and "is not a GLM-Image pipeline directory" in not_pipe.stderr
+def test_merge_errors(tiny_model_dir, adapter, tmp_path, capfd):
+    merge = ["merge", "--base", tiny_model_dir]
+    code, _, err = glm_grpo([*merge, "--adapter", adapter, "--out", tmp_path], capfd)
+    assert code == 2 and "already exists" in err
+    code, _, err = glm_grpo([*merge, "--adapter", tmp_path / "nope", "--out", tmp_path / "o"], capfd)
+    assert code == 2 and "holds no peft adapter" in err
+    code, _, err = glm_grpo(["merge", "--base", adapter, "--adapter", adapter, "--out", tmp_path / "o2"], capfd)
+    assert code == 2 and "is not a GLM-Image pipeline directory" in err

@@ -38,11 +38,8 @@ def test_merge_script_usage():
     assert proc.returncode == 2 and "usage:" in proc.stderr
 
 
-def test_two_nodes_on_loopback_end_with_the_same_weights(tiny_model_dir, tmp_path):
-    from glm_grpo_ds.config import DecoderConfig
-    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
-
-    data = write_tiny_dataset(tiny_model_dir, tmp_path / "data", 64, 64, DecoderConfig(num_inference_steps=2))
+def test_two_nodes_on_loopback_end_with_the_same_weights(tiny_model_dir, data64, tmp_path):
+    data = data64
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("127.0.0.1 slots=1\nlocalhost slots=1\n")  # two names for this machine = two nodes
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
@@ -156,15 +153,6 @@ def two_nodes_in_own_dirs(tmp_path, overrides, timeout=420):
         for log in logs:
             log.close()
     return codes, [(tmp_path / f"node{r}.log").read_text() for r in (0, 1)]
-
-
-@pytest.fixture(scope="module")
-def data64(tiny_model_dir, tmp_path_factory):
-    from glm_grpo_ds.config import DecoderConfig
-    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
-
-    root = tmp_path_factory.mktemp("data64")
-    return write_tiny_dataset(tiny_model_dir, root, 64, 64, DecoderConfig(num_inference_steps=2))
 
 
 SHARED_FIX = "output_dir must be on storage every node mounts (NFS, Lustre, GPFS, ...; on SLURM the submit directory"

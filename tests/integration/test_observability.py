@@ -29,16 +29,6 @@ TRACKING = all(importlib.util.find_spec(m) for m in ("tensorboard", "wandb"))
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # training runs, one on 2 ranks
 
 
-@pytest.fixture(scope="module")
-def data64(tiny_model_dir, tmp_path_factory):
-    from glm_grpo_ds.config import DecoderConfig
-    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
-
-    return write_tiny_dataset(
-        tiny_model_dir, tmp_path_factory.mktemp("data64"), 64, 64, DecoderConfig(num_inference_steps=2)
-    )
-
-
 def run_single(tiny_model_dir, data, out_dir, *extra, timeout=300) -> subprocess.CompletedProcess:
     # One thread, like each of the 2 deepspeed ranks: numerics comparable across the runs, and no
     # spinning OpenMP threads when the test machine's cores are busy.

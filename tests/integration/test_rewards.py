@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 from PIL import Image, ImageDraw, ImageFont
 
 from glm_grpo_ds.rewards import build_reward
@@ -101,66 +102,20 @@ def test_clip_family_loaders_on_tiny_random_checkpoints(tmp_path):
 
 
 @pytest.mark.slow
-def test_score_command(hello):
+def test_score_command(hello, capfd):
     pytest.importorskip("rapidocr_onnxruntime")
-    cmd = [
-        sys.executable,
-        "-m",
-        "glm_grpo_ds.commands.cli",
-        "score",
-        "--reward",
-        "ocr",
-        "--prompt",
-        "a sign 'HELLO 2026'",
-        "--image",
-        str(hello),
-        str(hello),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    values = [float(v) for v in proc.stdout.split()]
+    code, out, err = glm_grpo(
+        ["score", "--reward", "ocr", "--prompt", "a sign 'HELLO 2026'", "--image", hello, hello], capfd
+    )
+    assert code == 0, err
+    values = [float(v) for v in out.split()]
     assert len(values) == 2 and all(v >= 0.9 for v in values)
-    ssim = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "glm_grpo_ds.commands.cli",
-            "score",
-            "--reward",
-            "ssim",
-            "--prompt",
-            "x",
-            "--image",
-            str(hello),
-            "--target",
-            str(hello),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert ssim.returncode == 0 and float(ssim.stdout) == pytest.approx(1.0, abs=1e-5)
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "glm_grpo_ds.commands.cli",
-            "score",
-            "--reward",
-            "ocrr",
-            "--prompt",
-            "x",
-            "--image",
-            str(hello),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert bad.returncode == 2 and "did you mean ocr" in bad.stderr
+    code, out, _ = glm_grpo(["score", "--reward", "ssim", "--prompt", "x", "--image", hello, "--target", hello], capfd)
+    assert code == 0 and float(out) == pytest.approx(1.0, abs=1e-5)
+    code, _, err = glm_grpo(["score", "--reward", "ocrr", "--prompt", "x", "--image", hello], capfd)
+    assert code == 2 and "did you mean ocr" in err
 
 
-@pytest.mark.slow
 def test_custom_python_reward_through_training(tiny_model_dir, tmp_path):
     plugin = tmp_path / "my_rewards.py"
     plugin.write_text(

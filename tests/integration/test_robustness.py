@@ -1,8 +1,8 @@
-"""Bad inputs fail fast with one line (exit 2) and leave saved checkpoints alone; reward failures,
-non-finite steps and preemption during training. Single-process runs use `python -m
-glm_grpo_ds.train`; cross-rank agreement uses the real deepspeed launcher with 2 CPU ranks."""
+"""An earlier run's output_dir, resume_from=auto, a bad input under the real launcher (the one-line path end
+to end; the other bad-input cases run in-process in test_bad_inputs.py); reward failures, non-finite steps
+and preemption during training. Single-process runs use `python -m glm_grpo_ds.train`; cross-rank
+agreement uses the real deepspeed launcher with 2 CPU ranks."""
 
-import hashlib
 import json
 import os
 import re
@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 from launching import CONFIG, ENV, FAST, ROOT, WORKER, common, free_port, launch, launch_cmd  # noqa: E402  (tests/integration/launching.py)
+from run_files import assert_no_frozen_parameters, metrics, tree_hash  # noqa: E402  (tests/run_files.py)
 from safetensors.torch import load_file
-from test_checkpoint_resume import assert_no_frozen_parameters  # noqa: E402  (same directory)
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # a training process per case, some through the launcher
 
@@ -27,185 +27,18 @@ def run_train(*args, ds_config="ds_configs/zero2.json", flags=(), timeout=300):
     return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
-def tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        h.update(str(p.relative_to(root)).encode())
-        if p.is_file():
-            h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-def metrics(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def data64(tiny_model_dir, tmp_path_factory):
-    from glm_grpo_ds.config import DecoderConfig
-    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
-
-    return write_tiny_dataset(
-        tiny_model_dir, tmp_path_factory.mktemp("robust") / "data", 64, 64, DecoderConfig(num_inference_steps=2)
-    )
-
-
-@pytest.fixture(scope="module")
-def saved_run(tiny_model_dir, data64, tmp_path_factory):
-    """A real one-step run (1 process, ZeRO-2) with a checkpoint."""
-    out = tmp_path_factory.mktemp("saved") / "run"
-    proc = run_train(*common(tiny_model_dir, data64, out, "max_steps=1", "save_steps=1", *FAST))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
-
-
-def test_lora_zero2_checkpoint_holds_no_frozen_base_parameter(saved_run):
-    assert_no_frozen_parameters(saved_run / "checkpoints" / "step_000001" / "ds")
-
-
-# ----------------------------------------------------------------------------- bad inputs
-def _bad_jsonl(tmp):
-    (tmp / "bad.jsonl").write_text('{"prompt": "a red cube"}\n{"prompt": "a blue ball",}\n')
-    return [f"data.train_file={tmp / 'bad.jsonl'}"], r"bad.jsonl:2: not valid JSON"
-
-
-def _empty(tmp):
-    (tmp / "empty.jsonl").write_text("\n\n")
-    return [f"data.train_file={tmp / 'empty.jsonl'}"], r"empty.jsonl holds no prompts; add one JSON object per line"
-
-
-def _missing_target(tmp):
-    (tmp / "t.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b", "target_image": "gone.png"}\n')
-    return [
-        f"data.train_file={tmp / 't.jsonl'}"
-    ], r"t.jsonl:2: target_image gone.png not found at .*gone.png; fix the path"
-
-
-def _unreadable_target(tmp):
-    (tmp / "broken.png").write_bytes(b"\x89PNG but truncated")
-    (tmp / "t.jsonl").write_text('{"prompt": "a", "target_image": "broken.png"}\n{"prompt": "b"}\n')
-    return [f"data.train_file={tmp / 't.jsonl'}"], r"t.jsonl:1: target_image broken.png cannot be read as an image"
-
-
-def _unknown_reward(tmp):
-    return ["rewards=[{name: pixel_mes}]"], r"rewards\[0\].name: unknown reward 'pixel_mes'; did you mean pixel_mse"
-
-
-def _height(tmp):
-    return ["rollout.height=100"], r"rollout.height=100 must be a positive multiple of 32"
-
-
-def _micro_batch(tmp):
-    return ["batch.micro_batch_size=3"], r"batch.micro_batch_size=3 must divide the sequences per rank per step"
-
-
-def _offload_8bit(tmp):
-    return (
-        ["optimizer.name=adamw_8bit", "--deepspeed", "ds_configs/zero3_offload.json"],
-        r"optimizer.name=adamw_8bit with zero_optimization.offload_optimizer",
-    )
-
-
-def _not_a_pipeline(tmp):
-    (tmp / "model").mkdir()
-    return [f"model.path={tmp / 'model'}"], r"model is not a GLM-Image pipeline directory \(missing model_index.json"
-
-
-def _unwritable_out(tmp):
-    # root ignores permission bits, so use a path below a regular file (the checkpoint's `latest`)
-    return ["output_dir={out}/checkpoints/latest/sub"], r"output_dir .*latest/sub cannot be created \(Not a directory\)"
-
-
-def _other_stage(tmp):
-    return (
-        ["resume_from=latest", "--deepspeed", "ds_configs/zero3.json"],
-        r"was written with world size 1 and ZeRO stage 2; this run has world size 1 and stage 3",
-    )
-
-
-def _unknown_key(tmp):
-    return ["grpo.bta=0.1"], r"unknown config key 'grpo.bta'; did you mean 'grpo.beta'\?"
-
-
-def _bad_ds_json(tmp):
-    (tmp / "ds.json").write_text('{\n  "zero_optimization": {"stage": 2,}\n}\n')
-    return [
-        "--deepspeed",
-        str(tmp / "ds.json"),
-    ], r"ds.json is not valid JSON: Expecting property name .* at line 2, column 36"
-
-
-def _reward_field_missing(tmp):
-    (tmp / "p.txt").write_text("a red cube\na blue ball\n")
-    return [
-        f"data.train_file={tmp / 'p.txt'}"
-    ], r"rewards\[0\] pixel_mse needs target_image but no row of data.train_file .*p.txt has one"
-
-
-def _tokenizer_past_embedding(tmp):
-    # a model whose AR embedding is smaller than its tokenizer (a processor from another model): issue #27's
-    # IndexError mid-run becomes a one-line refusal before any weight loads
-    from glm_grpo_ds.testing.tiny import _vocab, build_tiny_pipeline
-
-    model = build_tiny_pipeline(tmp / "model")
-    config_file = model / "vision_language_encoder" / "config.json"
-    config = json.loads(config_file.read_text())
-    config["text_config"]["vocab_size"] = _vocab()["<|assistant|>"]  # the chat template's marker is out
-    config_file.write_text(json.dumps(config))
-    return [f"model.path={model}"], r"model.path: the chat template's token .* AR embedding has \d+ rows"
-
-
-CASES = {
-    "1_malformed_jsonl": _bad_jsonl,
-    "2_empty_dataset": _empty,
-    "3_missing_target": _missing_target,
-    "3_unreadable_target": _unreadable_target,
-    "4_unknown_reward": _unknown_reward,
-    "5_height": _height,
-    "6_micro_batch": _micro_batch,
-    "7_8bit_with_offload": _offload_8bit,
-    "8_not_a_pipeline": _not_a_pipeline,
-    "9_unwritable_output_dir": _unwritable_out,
-    "10_other_zero_stage": _other_stage,
-    "11_unknown_key": _unknown_key,
-    "12_invalid_ds_json": _bad_ds_json,
-    "13_reward_field_missing": _reward_field_missing,
-    "14_tokenizer_past_embedding": _tokenizer_past_embedding,
-}
-
-
-def _split(args):
-    """(overrides, ds_config) from a case's args (a case may swap the --deepspeed file)."""
-    if "--deepspeed" in args:
-        i = args.index("--deepspeed")
-        return args[:i] + args[i + 2 :], args[i + 1]
-    return args, "ds_configs/zero2.json"
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_one_line_exit_2_checkpoint_intact(case, saved_run, tiny_model_dir, data64, tmp_path):
-    out = tmp_path / "out"
-    shutil.copytree(saved_run / "checkpoints", out / "checkpoints")
-    before = tree_hash(out)
-    args, pattern = CASES[case](tmp_path)
-    overrides, ds_config = _split([a.replace("{out}", str(out)) for a in args])
-    proc = run_train(*common(tiny_model_dir, data64, out, *FAST), *overrides, ds_config=ds_config)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    ours = [line for line in proc.stderr.splitlines() if line.startswith("glm-grpo train:")]
-    assert len(ours) == 1, proc.stderr[-3000:]
-    assert re.search(pattern, ours[0]), ours[0]
-    assert tree_hash(out) == before  # nothing saved was touched
+def test_lora_zero2_checkpoint_holds_no_frozen_base_parameter(short_run):
+    assert_no_frozen_parameters(short_run / "checkpoints" / "step_000001" / "ds")
 
 
 def test_fresh_start_in_an_earlier_runs_output_dir_is_refused_then_overwrite_starts_over(
-    saved_run, tiny_model_dir, data64, tmp_path
+    short_run, tiny_model_dir, data64, tmp_path
 ):
     """Re-running into a used output_dir must not destroy the earlier run: refused with one line and
     the earlier run byte-identical; overwrite_output_dir=true starts over, and pruning keeps this run's
     newest checkpoint (the one `latest` names)."""
     out = tmp_path / "earlier"
-    shutil.copytree(saved_run, out)
+    shutil.copytree(short_run, out)
     before = tree_hash(out)
     again = common(tiny_model_dir, data64, out, "max_steps=2", "save_steps=1", "save_total_limit=1", *FAST)
     proc = run_train(*again)
@@ -275,11 +108,6 @@ def test_bad_input_under_the_launcher_exits_2_with_one_line(tiny_model_dir, data
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2, text[-3000:]
     assert text.count("glm-grpo train: rewards[0].name: unknown reward 'pixel_mes'") == 1 and "Traceback" not in text
-
-
-def test_debug_shows_the_traceback(saved_run, tiny_model_dir, data64, tmp_path):
-    proc = run_train(*common(tiny_model_dir, data64, tmp_path / "out", *FAST), "rollout.width=33", flags=["--debug"])
-    assert proc.returncode != 0 and "Traceback" in proc.stderr and "rollout.width=33 must be" in proc.stderr
 
 
 # ----------------------------------------------------------------------------- during training

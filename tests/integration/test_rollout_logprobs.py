@@ -5,11 +5,10 @@ tokens, temperature applied in one path only) and check that the parity test wou
 """
 
 import dataclasses
-import subprocess
-import sys
 
 import pytest
 import torch
+from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 
 from glm_grpo_ds.config import SamplingConfig
 from glm_grpo_ds.logprobs import completion_logprobs
@@ -187,16 +186,14 @@ def test_chunked_logprobs_and_gradients_match_unchunked(ar, batch):
 
 
 @pytest.mark.slow
-def test_cli_verify_logprobs(tiny_model_dir):
-    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "verify-logprobs", "--model", str(tiny_model_dir)]
-    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert ok.returncode == 0, ok.stderr
-    line = next(text for text in ok.stdout.splitlines() if text.startswith("max_abs_diff="))
+def test_cli_verify_logprobs(tiny_model_dir, capfd):
+    cmd = ["verify-logprobs", "--model", tiny_model_dir]
+    code, out, err = glm_grpo(cmd, capfd)
+    assert code == 0, err
+    line = next(text for text in out.splitlines() if text.startswith("max_abs_diff="))
     fields = dict(kv.split("=") for kv in line.split())
     assert float(fields["max_abs_diff"]) <= 1e-5 and float(fields["mean_abs_diff"]) <= float(fields["max_abs_diff"])
-    strict = subprocess.run(
-        cmd + ["--dtype", "bf16", "--tolerance", "1e-9"], capture_output=True, text=True, timeout=300
-    )
-    assert strict.returncode == 1 and "FAIL" in strict.stderr
-    bad = subprocess.run(cmd + ["--height", "50"], capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "multiples of 32" in bad.stderr
+    code, _, err = glm_grpo(cmd + ["--dtype", "bf16", "--tolerance", "1e-9"], capfd)
+    assert code == 1 and "FAIL" in err
+    code, _, err = glm_grpo(cmd + ["--height", "50"], capfd)
+    assert code == 2 and "multiples of 32" in err

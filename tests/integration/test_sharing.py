@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from huggingface_hub import ModelCard
+from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 from launching import CONFIG, ROOT, common, launch_cmd  # noqa: E402  (tests/integration/launching.py)
 
 from glm_grpo_ds.sharing.model_card import write_run_card
@@ -19,16 +20,6 @@ from glm_grpo_ds.testing.fake_hub import FakeHub
 
 pytestmark = pytest.mark.slow  # a training run, a merge
 REPO = "me/grpo-run"
-
-
-@pytest.fixture(scope="module")
-def data64(tiny_model_dir, tmp_path_factory):
-    from glm_grpo_ds.config import DecoderConfig
-    from glm_grpo_ds.testing.tiny_data import write_tiny_dataset
-
-    return write_tiny_dataset(
-        tiny_model_dir, tmp_path_factory.mktemp("data64"), 64, 64, DecoderConfig(num_inference_steps=2)
-    )
 
 
 def hub_env(tmp_path, url, token="hf_test"):
@@ -50,7 +41,7 @@ def jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_run_card_checkpoint_uploads_failed_final_upload_push_and_merge(tiny_model_dir, data64, tmp_path):
+def test_run_card_checkpoint_uploads_failed_final_upload_push_and_merge(tiny_model_dir, data64, tmp_path, capfd):
     out = tmp_path / "run"
     # checkpoint uploads go through, the final one fails: the run still saves everything and exits 4
     with FakeHub(fail_commits=lambda paths: not paths[0].startswith("checkpoints/")) as hub:
@@ -153,9 +144,9 @@ def test_run_card_checkpoint_uploads_failed_final_upload_push_and_merge(tiny_mod
 
     # the merged pipeline's card carries the adapter's results
     merged = tmp_path / "merged"
-    cmd = [sys.executable, "-m", "glm_grpo_ds", "merge", "--base", str(tiny_model_dir), "--adapter", str(adapter)]
-    merge = subprocess.run(cmd + ["--out", str(merged), "--dtype", "fp32"], env=env, capture_output=True, text=True)
-    assert merge.returncode == 0, merge.stderr
+    merge = ["merge", "--base", tiny_model_dir, "--adapter", adapter, "--out", merged, "--dtype", "fp32"]
+    code, _, err = glm_grpo(merge, capfd)  # in this process (tests/in_process.py)
+    assert code == 0, err
     card = ModelCard.load(merged / "README.md")
     assert card.data.library_name == "diffusers" and "merged" in card.data.tags
     assert f"- adapter: `{adapter}`" in card.text and "- merged weights dtype: fp32" in card.text

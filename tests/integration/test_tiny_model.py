@@ -2,11 +2,10 @@
 
 import hashlib
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
+from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 
 from glm_grpo_ds.testing import tiny
 
@@ -109,37 +108,28 @@ def test_prior_tokens_fill_the_grid_with_codebook_ids(pipe):
     assert prior.min() >= 0 and prior.max() < tiny.CODEBOOK_SIZE
 
 
-def test_cli_tiny_model(tmp_path):
+def test_cli_tiny_model(tmp_path, capfd):
     out = tmp_path / "cli"
-    proc = subprocess.run(
-        [sys.executable, "-m", "glm_grpo_ds.commands.cli", "tiny-model", str(out), "--seed", "3"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert (out / "model_index.json").is_file() and "wrote tiny GLM-Image pipeline" in proc.stdout
+    code, stdout, err = glm_grpo(["tiny-model", out, "--seed", "3"], capfd)
+    assert code == 0, err
+    assert (out / "model_index.json").is_file() and "wrote tiny GLM-Image pipeline" in stdout
 
 
-def test_cli_render_writes_pngs_and_rejects_bad_size(tiny_model_dir, tmp_path):
+def test_cli_render_writes_pngs_and_rejects_bad_size(tiny_model_dir, tmp_path, capfd):
     from PIL import Image
 
-    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "render", "--model", str(tiny_model_dir), "--steps", "2"]
-    proc = subprocess.run(
-        cmd + ["--prompt", "a", "--prompt", "b", "--height", "64", "--width", "96", "--out", str(tmp_path / "r")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+    cmd = ["render", "--model", tiny_model_dir, "--steps", "2"]
+    sizes = ["--height", "64", "--width", "96", "--out", tmp_path / "r"]
+    code, _, err = glm_grpo(cmd + ["--prompt", "a", "--prompt", "b", *sizes], capfd)
+    assert code == 0, err
     pngs = sorted((tmp_path / "r").glob("*.png"))
     assert len(pngs) == 2 and Image.open(pngs[0]).size == (96, 64)
     index = [json.loads(line) for line in (tmp_path / "r" / "index.jsonl").read_text().splitlines()]
     assert [(r["file"], r["prompt"], r["seed"]) for r in index] == [("000.png", "a", 0), ("001.png", "b", 1)]
     assert index[0]["num_inference_steps"] == 2 and (index[0]["height"], index[0]["width"]) == (64, 96)
 
-    bad = subprocess.run(cmd + ["--prompt", "a", "--height", "50"], capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "--height 50 must be a positive multiple of 32" in bad.stderr
+    code, _, err = glm_grpo(cmd + ["--prompt", "a", "--height", "50"], capfd)
+    assert code == 2 and "--height 50 must be a positive multiple of 32" in err
 
 
 def test_full_size_ar_config_is_glm_image_with_the_tiny_vocabulary_layout():

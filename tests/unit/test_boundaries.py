@@ -1,6 +1,6 @@
 """Import boundaries: only glm_grpo_ds/ds/ imports DeepSpeed, nothing outside it uses a DeepSpeed
 engine's own API (it calls glm_grpo_ds.ds.engine / io), the loss module imports only torch, and the
-training path never imports the command-line tools."""
+training path never imports the command-line tools; no test module imports another."""
 
 import ast
 import sys
@@ -236,3 +236,17 @@ def test_the_checks_see_a_circle_and_an_upward_arrow():
 def test_the_root_holds_the_data_path_and_the_ground_floor():
     root = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(root) <= 25, root
+
+
+def test_test_modules_share_helpers_not_each_other():
+    """What several test modules need lives in a helper module (tests/*/launching.py, run_files.py, ...),
+    never in a test module another one imports: collecting one file must not run another's module code,
+    and a test file stays free to change."""
+    tests = PACKAGE.parent / "tests"
+    offenders = [
+        f"{path.relative_to(tests)}:{line} imports {name}"
+        for path in sorted(tests.rglob("*.py"))
+        for line, name in _imported(ast.parse(path.read_text()))
+        if name.split(".")[0].startswith("test_")
+    ]
+    assert not offenders, offenders

@@ -3,10 +3,10 @@ a fresh start refuses an earlier run and leaves it byte-identical, overwrite_out
 pruning counts only this run's checkpoints by step, never deletes `latest`, and a crash while pruning
 leaves `latest` loadable."""
 
-import hashlib
 import json
 
 import pytest
+from run_files import tree_hash  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.config import ConfigError, load_config
 from glm_grpo_ds.lifecycle import checkpoint
@@ -21,15 +21,6 @@ def fake_checkpoint(root, step, run_id):
 
 def point_latest(root, step):
     (root / checkpoint.CHECKPOINTS / checkpoint.LATEST).write_text(checkpoint.step_dir_name(step))
-
-
-def tree_hash(root):
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        h.update(str(p.relative_to(root)).encode())
-        if p.is_file():
-            h.update(p.read_bytes())
-    return h.hexdigest()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_cuda_check import fake_gpu_bin  # noqa: E402  (same directory)
+from fake_gpu import fake_gpu_bin  # noqa: E402  (tests/unit/fake_gpu.py)
 
 from glm_grpo_ds import cuda_check
 from glm_grpo_ds.commands.cli import main

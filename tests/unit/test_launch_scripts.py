@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cuda_check import FAKE_SMI  # noqa: E402  (same directory)
+from fake_gpu import FAKE_SMI  # noqa: E402  (tests/unit/fake_gpu.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = str(Path(sys.executable).parent)

@@ -3,11 +3,10 @@
 import dataclasses
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 
 from glm_grpo_ds.config import load_config
 from glm_grpo_ds.memory.plan import GIB, EstimateConfig, grid_tokens, plan
@@ -99,32 +98,18 @@ def test_activations_checkpointing_and_total():
 
 
 @pytest.mark.slow
-def test_cli_json_and_over_budget_exit_3(tiny_model_dir, tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "glm_grpo_ds.commands.cli",
-        "estimate-memory",
-        "--config",
-        str(ROOT / "launch/configs/tiny_cpu.yaml"),
-        "--deepspeed",
-        str(ROOT / "ds_configs/zero3.json"),
-        "--num-gpus",
-        "2",
-        "--json",
-        f"model.path={tiny_model_dir}",
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    obj = json.loads(out.stdout)
-    assert obj["total_bytes"] > 0 and obj["ar_weights"] > 0 and "WARNING" not in out.stderr
-    tiny = subprocess.run(cmd + ["--gpu-memory-gb", "0.5"], capture_output=True, text=True)
-    assert (
-        tiny.returncode == 3 and "WARNING: the plan needs" in tiny.stderr and json.loads(tiny.stdout)["fits"] is False
-    )
-    allowed = subprocess.run(cmd + ["--gpu-memory-gb", "0.5", "--allow-over-budget"], capture_output=True, text=True)
-    assert allowed.returncode == 0 and "WARNING: the plan needs" in allowed.stderr
-    bad = subprocess.run(cmd[:-1] + ["lora.alfa=4"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "did you mean" in bad.stderr and "Traceback" not in bad.stderr
+def test_cli_json_and_over_budget_exit_3(tiny_model_dir, capfd):
+    argv = ["estimate-memory", "--config", ROOT / "launch/configs/tiny_cpu.yaml", "--deepspeed"]
+    argv += [ROOT / "ds_configs/zero3.json", "--num-gpus", "2", "--json", f"model.path={tiny_model_dir}"]
+    code, out, err = glm_grpo(argv, capfd)
+    obj = json.loads(out)
+    assert code == 0 and obj["total_bytes"] > 0 and obj["ar_weights"] > 0 and "WARNING" not in err
+    code, out, err = glm_grpo(argv + ["--gpu-memory-gb", "0.5"], capfd)
+    assert code == 3 and "WARNING: the plan needs" in err and json.loads(out)["fits"] is False
+    code, _, err = glm_grpo(argv + ["--gpu-memory-gb", "0.5", "--allow-over-budget"], capfd)
+    assert code == 0 and "WARNING: the plan needs" in err
+    code, _, err = glm_grpo(argv[:-1] + ["lora.alfa=4"], capfd)
+    assert code == 2 and "did you mean" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("name", ["glm_image_lora_zero3.yaml", "glm_image_full_zero3.yaml"])
