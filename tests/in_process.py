@@ -3,7 +3,8 @@
 imports each). The process-wide state a run
 sets up is put back afterwards, so later tests in the same process see none of it: the logging handlers
 and levels (run_log.setup), captured warnings, sys.excepthook, the launcher variables a single process
-defaults to (RANK, MASTER_PORT, ...), torch's thread count and the process group.
+defaults to (RANK, MASTER_PORT, ...), torch's thread count and the process group. It runs in the checkout,
+as the subprocess tests do (`cwd=ROOT`): relative paths such as ds_configs/zero2.json mean the same.
 
     from in_process import glm_grpo, train_main   # a test module (tests/ is on the path: tests/conftest.py)
     code, err_lines = train_main(["--config", CONFIG, "--deepspeed", DS, *overrides], capfd)
@@ -14,9 +15,11 @@ import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import torch
 
+ROOT = Path(__file__).resolve().parents[1]
 # what ds/engine.init_distributed sets by default for a single process (setdefault): removed afterwards
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DS_ACCELERATOR")
 _GLM_LOGGERS = ("glm_grpo", "glm_grpo.fatal")
@@ -58,6 +61,8 @@ def _run(main, argv: list, capfd) -> tuple[int, str, str]:
     os.environ["DS_ACCELERATOR"] = "cpu"  # a CPU run even where CUDA works, as the subprocess tests
     logging_state, hook, threads = _logging_state(), sys.excepthook, torch.get_num_threads()
     capfd.readouterr()  # what came before is not this run's
+    cwd = os.getcwd()
+    os.chdir(ROOT)
     try:
         with warnings.catch_warnings():
             code = main([str(a) for a in argv])
@@ -66,6 +71,7 @@ def _run(main, argv: list, capfd) -> tuple[int, str, str]:
     finally:
         if dist.initialized():  # main shuts it down on every path; a failed assertion above must not leak it
             torch.distributed.destroy_process_group()
+        os.chdir(cwd)
         dist._state.update(saved_dist)
         _restore_logging(logging_state)
         sys.excepthook = hook

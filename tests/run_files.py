@@ -1,7 +1,7 @@
 """Reading what a training run left in its output_dir (metrics, file trees, DeepSpeed checkpoints), for the
 integration tests.
 
-    from run_files import assert_no_frozen_parameters, metrics, tree_hash   # a test module (tests/ is on the path)
+    from run_files import assert_no_frozen_parameters, jsonl, metrics, tree_hash   # tests/ is on the path
 """
 
 import hashlib
@@ -11,9 +11,14 @@ from pathlib import Path
 import torch
 
 
+def jsonl(path) -> list[dict]:
+    """The records of a .jsonl file (metrics.jsonl, eval.jsonl, a prompt file), one per line."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
 def metrics(run_dir) -> list[dict]:
     """The records of ``run_dir/metrics.jsonl``, one per step."""
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return jsonl(Path(run_dir) / "metrics.jsonl")
 
 
 def tree_hash(root: Path) -> str:

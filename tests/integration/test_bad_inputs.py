@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 from in_process import train_main  # noqa: E402  (tests/in_process.py)
-from launching import CONFIG, FAST, ROOT, common  # noqa: E402  (tests/integration/launching.py)
+from launching import CONFIG, FAST, common  # noqa: E402  (tests/integration/launching.py)
 from run_files import tree_hash  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.config import ConfigError
@@ -135,17 +135,12 @@ def _split(args):
     return args, "ds_configs/zero2.json"
 
 
-@pytest.fixture
-def in_root(monkeypatch):
-    monkeypatch.chdir(ROOT)  # the cases name ds_configs/ relative to the checkout, as a user in it does
-
-
 def train(capfd, *args, ds_config="ds_configs/zero2.json", flags=()):
     return train_main(["--config", CONFIG, "--deepspeed", ds_config, *flags, *args], capfd)
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_one_line_exit_2_checkpoint_intact(case, short_run, tiny_model_dir, data64, tmp_path, capfd, in_root):
+def test_bad_input_one_line_exit_2_checkpoint_intact(case, short_run, tiny_model_dir, data64, tmp_path, capfd):
     out = tmp_path / "out"
     shutil.copytree(short_run / "checkpoints", out / "checkpoints")
     before = tree_hash(out)
@@ -161,7 +156,7 @@ def test_bad_input_one_line_exit_2_checkpoint_intact(case, short_run, tiny_model
     assert tree_hash(out) == before  # nothing saved was touched
 
 
-def test_debug_raises_the_error_itself(tiny_model_dir, data64, tmp_path, capfd, in_root):
+def test_debug_raises_the_error_itself(tiny_model_dir, data64, tmp_path, capfd):
     """--debug: the exception propagates (a traceback from the interpreter) instead of the one line."""
     with pytest.raises(ConfigError, match=r"rollout.width=33 must be"):
         train(capfd, *common(tiny_model_dir, data64, tmp_path / "out", *FAST), "rollout.width=33", flags=["--debug"])

@@ -3,15 +3,14 @@ stored in the file reach the rewards, the column mapping and an eval DatasetDict
 the run is step for step the one from the equivalent .jsonl with image paths; a bad dataset is one
 line, exit 2."""
 
-import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from launching import CONFIG, ENV, ROOT  # noqa: E402  (tests/integration/launching.py)
 from launching import FAST as ONE_STEP  # noqa: E402
+from run_files import jsonl  # noqa: E402  (tests/run_files.py)
 
 FAST = [
     "max_steps=2",
@@ -26,10 +25,6 @@ FAST = [
 def run_train(*args):
     cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
     return subprocess.run([*cmd, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
-
-
-def jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.commands.check_run import main as check_run_main
 
@@ -58,7 +59,7 @@ def test_gpu_check_script_on_cpu_passes_and_check_run_can_fail(tiny_model_dir, t
     assert "(collectives forced on)" in text and "dtype torch.bfloat16" in text
     assert "INFO  measured peak vs planner" in text  # CPU: reported, not judged
 
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics(out)
     rows[-1].update(loss=None, skipped=1, first_iteration_ratio_min=None)  # what a NaN step records
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     capsys.readouterr()

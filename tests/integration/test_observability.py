@@ -7,7 +7,6 @@ Single-process runs (`python -m glm_grpo_ds.train`, ZeRO-3, world size 1) plus o
 """
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from launching import CONFIG, ROOT, common, launch  # noqa: E402  (tests/integration/launching.py)
 from PIL import Image
+from run_files import jsonl  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.observability.gallery import grid_size
 
@@ -47,10 +47,6 @@ def run_single(tiny_model_dir, data, out_dir, *extra, timeout=300) -> subprocess
     if proc.returncode != 0:
         pytest.fail("training failed:\n" + "\n".join((proc.stdout + proc.stderr).splitlines()[-40:]))
     return proc
-
-
-def jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def png_size(path: Path) -> tuple[int, int]:

@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 from launching import ENV, launch  # noqa: E402  (tests/integration/launching.py)
+from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.commands.check_run import phase_comparison
 
@@ -71,7 +72,7 @@ def test_slice_trains_one_step_on_two_ranks_as_the_real_config(slice_dir, tmp_pa
         + [f"model.path={slice_dir}", f"data.train_file={data}", f"output_dir={run}", "decoder.num_inference_steps=1"],
         timeout=900,
     )
-    (row,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (row,) = metrics(run)
     assert torch.isfinite(torch.tensor(row["loss"])) and row["skipped"] == 0
     assert row["first_iteration_ratio_min"] == row["first_iteration_ratio_max"] == 1.0
     print(

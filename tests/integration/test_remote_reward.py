@@ -3,7 +3,6 @@ reward, tokens, concurrent batching, retries, a server dying mid-run, startup ch
 a 2-rank training run. Every server a test starts is stopped by it (testing/reward_servers.py), every
 request has a timeout."""
 
-import json
 import math
 import os
 import signal
@@ -19,6 +18,7 @@ import torch
 from in_process import train_main  # noqa: E402  (tests/in_process.py)
 from launching import CONFIG, FAST, ROOT  # noqa: E402  (tests/integration/launching.py)
 from PIL import Image
+from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.data.rows import DatasetImage
 from glm_grpo_ds.rewards import RewardError, RewardSet, build_reward
@@ -206,14 +206,8 @@ def run_train(*args, timeout=600):
     return subprocess.run([*cmd, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _metrics(out):
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.mark.slow
-def test_startup_checks_are_one_line_input_errors_before_any_model_loads(
-    tiny_model_dir, data64, tmp_path, capfd, monkeypatch
-):
+def test_startup_checks_are_one_line_input_errors_before_any_model_loads(tiny_model_dir, data64, tmp_path, capfd):
     (tmp_path / "token").write_text("right\n")
     (tmp_path / "wrong").write_text("wrong\n")
     (tmp_path / "p.txt").write_text("a red apple\na blue car\n")
@@ -230,7 +224,6 @@ def test_startup_checks_are_one_line_input_errors_before_any_model_loads(
         ]
         for i, (data, args, message) in enumerate(cases):
             out = tmp_path / f"run{i}"
-            monkeypatch.chdir(ROOT)
             code, err = train_main(  # in this process (tests/in_process.py): ~0.5 s instead of ~6 s each
                 ["--config", CONFIG, "--deepspeed", "ds_configs/zero2.json", *base, f"data.train_file={data}"]
                 + [f"output_dir={out}", f"rewards=[{{name: remote, args: {args}}}]"],
@@ -281,7 +274,7 @@ def test_server_killed_mid_run_retries_then_undefined_rewards_and_the_run_goes_o
         )
         assert proc.poll() == -signal.SIGKILL
     assert train.returncode == 0, train.stderr[-3000:]
-    rows = _metrics(out)
+    rows = metrics(out)
     assert [r["reward/remote_failed"] for r in rows] == [0, 4, 4]
     assert rows[0]["reward/remote"] is not None and rows[0]["reward/remote_undefined"] == 0
     assert all(r["skipped"] == 0 and r["reward/pixel_mse_undefined"] == 0 for r in rows)  # it trained on
@@ -314,7 +307,7 @@ def test_two_rank_training_with_a_remote_reward(tiny_model_dir, data64, tmp_path
             ],
             timeout=600,
         )
-    rows = _metrics(out)
+    rows = metrics(out)
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
         assert (

@@ -11,6 +11,7 @@ import pytest
 import torch
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 from PIL import Image, ImageDraw, ImageFont
+from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.rewards import build_reward
 from glm_grpo_ds.testing.tiny_clip import write_aesthetic_head, write_tiny_clip
@@ -150,7 +151,7 @@ def test_custom_python_reward_through_training(tiny_model_dir, tmp_path):
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics(out)
     assert len(rows) == 2
     assert rows[0][f"reward/{plugin}:sometimes_undefined"] == 2  # half of 1 prompt x G=4
     assert rows[0][f"reward/{plugin}:redness"] is not None and math.isfinite(rows[0]["loss"])
@@ -195,7 +196,7 @@ def test_every_builtin_in_a_short_training(tiny_model_dir, tmp_path):
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    (row,) = metrics(out)
     for name in ("pixel_mse", "ssim", "lpips", "ocr", "clip", "preference", "aesthetic"):
         assert row[f"reward/{name}"] is not None and math.isfinite(row[f"reward/{name}"]), name
         assert row[f"reward/{name}_undefined"] == 0, name

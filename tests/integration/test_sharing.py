@@ -14,6 +14,7 @@ import pytest
 from huggingface_hub import ModelCard
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 from launching import CONFIG, ROOT, common, launch_cmd  # noqa: E402  (tests/integration/launching.py)
+from run_files import jsonl  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.sharing.model_card import write_run_card
 from glm_grpo_ds.testing.fake_hub import FakeHub
@@ -35,10 +36,6 @@ def train(tiny_model_dir, data, out, env, *extra, timeout=400) -> subprocess.Com
     cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
     cmd += common(tiny_model_dir, data, out, "rollout.height=64", "rollout.width=64", f"hub.repo_id={REPO}", *extra)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_run_card_checkpoint_uploads_failed_final_upload_push_and_merge(tiny_model_dir, data64, tmp_path, capfd):

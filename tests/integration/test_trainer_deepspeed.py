@@ -2,11 +2,10 @@
 the tiny GLM-Image pipeline. Each test launches `deepspeed --num_gpus N` on tests/integration/ds_worker.py
 or on the trainer module itself."""
 
-import json
-
 import pytest
 import torch
 from launching import common, worker  # noqa: E402  (tests/integration/launching.py)
+from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # 2-rank DeepSpeed jobs
 
@@ -35,7 +34,7 @@ def test_lora_8bit_checkpointing_trains_only_the_adapter(ds_config, tiny_model_d
         assert torch.equal(before, r["base_after"][name]), f"base parameter {name} changed"
     assert torch.equal(r["ref_before"], r["ref_after"])  # adapters disabled == untouched base model
 
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics(run_dir)
     assert [row["step"] for row in rows] == [1, 2]
     for row in rows:
         for key in (
@@ -92,7 +91,7 @@ def test_full_finetuning_with_frozen_reference_engine_zero3(tiny_model_dir, tiny
         assert torch.equal(before, r["base_after"][name]), name
     assert torch.equal(r["ref_before"], r["ref_after"])  # the reference engine never moves
     assert (run_dir / "final_model" / "config.json").is_file()
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics(run_dir)
     assert rows[-1]["kl"] > 0  # after one update the policy differs from the reference
 
 

@@ -17,6 +17,7 @@ from glm_grpo_ds.testing import world
 
 sys.path.insert(0, str(Path(__file__).parent))
 from launching import launch  # noqa: E402  (tests/integration/launching.py)
+from run_files import jsonl  # noqa: E402  (tests/run_files.py)
 
 WORLD_CONFIG = "launch/configs/tiny_world.yaml"
 
@@ -113,7 +114,7 @@ def test_progress_fraction(tmp_path):
 
 
 def _eval_fraction(run_dir, best=1.0):
-    rows = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    rows = jsonl(run_dir / "eval.jsonl")
     start, end = rows[0]["eval/reward_mean"], rows[-1]["eval/reward_mean"]
     return start, end, (end - start) / (best - start)
 
