@@ -37,6 +37,7 @@ setup(
         "urllib3>=2.0",  # its retries with backoff (urllib3.util.Retry)
         "datasets>=5.2.0",  # prompt sets: parquet / csv / json, save_to_disk directories, Hub datasets
         "pyarrow>=26.0.1",  # the memory-mapped tables datasets reads (glm_grpo_ds/data/tables.py)
+        "scipy>=1.11",  # rank correlation of glm-grpo decode-agreement (scipy.stats.spearmanr)
     ],
     extras_require={
         "flash": ["flash-attn>=2.7"],  # GPU only; sdpa is used without it

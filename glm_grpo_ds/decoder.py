@@ -12,8 +12,15 @@ in its DiT batch; we therefore only ever batch rows that share a prompt. The ima
 a function of (prompt, tokens, seed, size) alone - independent of batch composition, rank count or
 micro-batching.
 
+Two decodes. The one that feeds training rewards uses ``decoder.num_inference_steps`` /
+``decoder.guidance_scale`` (cheap: few steps, guidance 1.0 skips the DiT's unconditional pass); evaluation
+and ``glm-grpo render`` decode with their own settings, by default the pipeline's own
+(:func:`pipeline_call_defaults`: 50 steps, guidance 1.5). ``glm-grpo decode-agreement`` measures whether
+the cheap decode ranks a group's samples like the full one.
+
     decoder = ImageDecoder("outputs/tiny", DecoderConfig(num_inference_steps=4), device="cpu")
     images = decoder.decode(batch.prior_token_ids, batch.prompts, 64, 96, seeds)  # [N, 3, H, W] in [0, 1]
+    full = decoder.decode(ids, prompts, 64, 96, seeds, DecodeSettings(50, 1.5))     # another decode
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import importlib
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -29,6 +37,36 @@ from .config import DecoderConfig
 from .policy import check_pipeline_dir, resolve_dtype
 
 WEIGHTS = ("transformer", "vae", "text_encoder")  # the pipeline components with weights (besides the AR)
+
+
+class DecodeSettings(NamedTuple):
+    """How a decode denoises: DiT steps and classifier-free guidance (<= 1: no unconditional pass)."""
+
+    num_inference_steps: int
+    guidance_scale: float
+
+    def describe(self) -> str:
+        return f"{self.num_inference_steps} DiT steps, guidance {self.guidance_scale:g}"
+
+
+def pipeline_call_defaults() -> DecodeSettings:
+    """What ``GlmImagePipeline`` denoises with when not told: the defaults of its ``__call__`` in the
+    installed diffusers (50 steps, guidance 1.5 for GLM-Image), read from the signature so it follows them."""
+    import inspect
+
+    from diffusers import GlmImagePipeline
+
+    call = inspect.signature(GlmImagePipeline.__call__).parameters
+    return DecodeSettings(call["num_inference_steps"].default, call["guidance_scale"].default)
+
+
+def resolve_settings(num_inference_steps: int | None, guidance_scale: float | None) -> DecodeSettings:
+    """The settings given, with None taken from :func:`pipeline_call_defaults` (eval.*, decode-agreement)."""
+    own = pipeline_call_defaults()
+    return DecodeSettings(
+        own.num_inference_steps if num_inference_steps is None else num_inference_steps,
+        own.guidance_scale if guidance_scale is None else guidance_scale,
+    )
 
 
 def load_component(root: Path, name: str, dtype: torch.dtype, device: torch.device):
@@ -80,6 +118,7 @@ class ImageDecoder:
             if self.home.type == "cpu":
                 _own_memory(module)
         self.pipe = pipe
+        self.training = DecodeSettings(cfg.num_inference_steps, cfg.guidance_scale)
 
     def _latents(self, seeds: list[int], height: int, width: int) -> torch.Tensor:
         vsf = self.pipe.vae_scale_factor
@@ -89,9 +128,17 @@ class ImageDecoder:
 
     @torch.no_grad()
     def decode(
-        self, prior_token_ids: torch.Tensor, prompts: list[str], height: int, width: int, seeds: list[int]
+        self,
+        prior_token_ids: torch.Tensor,
+        prompts: list[str],
+        height: int,
+        width: int,
+        seeds: list[int],
+        settings: DecodeSettings | None = None,
     ) -> torch.Tensor:
-        """``prior_token_ids`` ``[N, (H/16)*(W/16)]`` -> float32 images ``[N, 3, H, W]`` in [0, 1]."""
+        """``prior_token_ids`` ``[N, (H/16)*(W/16)]`` -> float32 images ``[N, 3, H, W]`` in [0, 1], denoised
+        with ``settings`` (default: the training decode's, ``decoder.*``)."""
+        settings = settings or self.training
         n = prior_token_ids.shape[0]
         if len(prompts) != n or len(seeds) != n:
             raise ValueError(f"decode got {n} token grids, {len(prompts)} prompts and {len(seeds)} seeds")
@@ -116,8 +163,8 @@ class ImageDecoder:
                         prior_token_ids=prior_token_ids[idx].to(self.device),
                         height=height,
                         width=width,
-                        num_inference_steps=self.cfg.num_inference_steps,
-                        guidance_scale=self.cfg.guidance_scale,
+                        num_inference_steps=settings.num_inference_steps,
+                        guidance_scale=settings.guidance_scale,
                         latents=self._latents([seeds[i] for i in idx], height, width),
                         output_type="pt",
                     ).images

@@ -7,6 +7,8 @@ sampled with ``derive_seed(eval.seed, "eval-rollout", i)`` and decoded with
 ``derive_seed(eval.seed, "eval-decode", i)``, one prompt per rollout call, so a prompt's samples
 depend on the weights, the prompt and ``eval.seed`` only - not on the step, the training ``seed``,
 the rank count or which other prompts share a batch. The same weights give the same eval reward.
+The eval decode has its own settings (``eval.num_inference_steps`` / ``eval.guidance_scale``, by default
+the pipeline's own, as ``glm-grpo render``), not the cheaper training decode's; each record names them.
 
 Distribution: the P eval prompts are split into contiguous shares of ceil(P / world) per rank
 (the last shares padded with repeats, dropped after gathering), so every rank runs the same number
@@ -29,6 +31,7 @@ import torch
 
 from .advantages import weighted_total
 from .data import PromptRow
+from .decoder import resolve_settings
 from .ds import dist
 from .observability.gallery import save_gallery, thumbnails
 from .observability.metrics import nan_mean, nan_std
@@ -76,6 +79,7 @@ class Evaluator:
         positions = range(rank * per_rank, (rank + 1) * per_rank)
         # (row, real): padding repeats a real prompt so shapes match across ranks, then is dropped
         self.mine = [(self.rows[p % len(self.rows)], p < len(self.rows)) for p in positions]
+        self.decode = resolve_settings(ev.num_inference_steps, ev.guidance_scale)
 
     @staticmethod
     def decode_seed(eval_seed: int, row_index: int) -> int:
@@ -99,7 +103,9 @@ class Evaluator:
             torch.Generator(device=self.device).manual_seed(derive_seed(ev.seed, "eval-rollout", row.index))
             for row in rows
         ]
-        exp = experience.collect(rows, generators, partial(self.decode_seed, ev.seed), group_size=group_size)
+        exp = experience.collect(
+            rows, generators, partial(self.decode_seed, ev.seed), group_size=group_size, decode=self.decode
+        )
         reward_fn = experience.reward_fn
         images, per_reward = exp.images, exp.per_reward
 
@@ -127,6 +133,8 @@ class Evaluator:
         for label, values in all_per_reward.items():
             record[f"eval/reward/{label}"] = nan_mean(values)
         record["eval/num_prompts"] = len(self.rows)
+        record["eval/decode_steps"] = self.decode.num_inference_steps
+        record["eval/decode_guidance"] = self.decode.guidance_scale
         record["eval/time"] = time.perf_counter() - t0
         if path is not None:
             record["gallery"] = str(path.relative_to(out))

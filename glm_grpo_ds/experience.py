@@ -102,9 +102,11 @@ class ExperienceMaker:
         generators: list[torch.Generator],
         decode_seed: Callable[[int], int],
         group_size: int | None = None,
+        decode=None,
     ) -> Experience:
         """Sample ``group_size`` (default ``grpo.group_size``) sequences for each row, decode and score
-        them. ``decode_seed(row_index)``: the decoder noise seed of a dataset row's samples."""
+        them. ``decode_seed(row_index)``: the decoder noise seed of a dataset row's samples; ``decode``: the
+        decode's DecodeSettings (default: the training decode, ``decoder.*``)."""
         cfg = self.cfg
         per_chunk = len(rows) // len(generators)
         chunks = [rows[i * per_chunk : (i + 1) * per_chunk] for i in range(len(generators))]
@@ -121,7 +123,7 @@ class ExperienceMaker:
         seeds = [decode_seed(row.index) for row in sample_rows]
         with ds_engine.plain_linear():
             with measure(timings, peaks, "decode", self.device):
-                images = self.decoder.decode(prior, prompts, cfg.rollout.height, cfg.rollout.width, seeds)
+                images = self.decoder.decode(prior, prompts, cfg.rollout.height, cfg.rollout.width, seeds, decode)
             with measure(timings, peaks, "reward", self.device):
                 per_reward = self.reward_fn(images, prompts, [row.reward_sample() for row in sample_rows])
         return Experience(batches, images, per_reward, sample_rows, timings, peaks)

@@ -186,6 +186,11 @@ class Trainer:
         self.ref_engine = ds_engine.initialize_reference(ref, self.ds_config) if ref is not None else None
         self.engine = ds_engine.initialize(model, self.ds_config, cfg.optimizer, cfg.total_optimizer_steps)
         decoder = ImageDecoder(self.model_source.path, cfg.decoder, self.device)
+        if self.evaluator is not None and self.evaluator.decode != decoder.training:
+            log.info(
+                f"glm-grpo: training rewards decode with {decoder.training.describe()} (decoder.*), evaluation with "
+                f"{self.evaluator.decode.describe()} (eval.*)"
+            )
         self.experience = ExperienceMaker(self.engine, self.processor, decoder, self.reward_fn, cfg, self.device)
         self.start_step = 0
         self.skipped_steps = 0  # optimizer updates skipped (non-finite gradients, undefined rewards), whole run

@@ -135,6 +135,21 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "([training.md](training.md#teacher-forced-log-probs))"
         ),
     ),
+    "decode-agreement": Subcommand(
+        "glm_grpo_ds.commands.decode_agreement",
+        "does a cheap training decode rank each group's samples like the full decode? (rank agreement, time)",
+        usage=(
+            "glm-grpo decode-agreement --config CFG [--candidate STEPS:GUIDANCE ...] [--reference STEPS:GUIDANCE] "
+            "[--num-prompts 8] [--adapter DIR] [--device D] [--out FILE.json] [key=value ...]"
+        ),
+        doc=(
+            "samples the config's groups, decodes the same token grids with each candidate decode (default: the "
+            "config's `decoder.*`) and the reference (default: `eval.*`, null = the pipeline's own 50 steps, "
+            "guidance 1.5), scores both with the config's rewards and prints per reward the within-group Spearman "
+            "correlation, the fraction of groups with the same best sample and the time ratio; run it before a "
+            "long job to choose the training decode ([training.md](training.md#the-training-decode))"
+        ),
+    ),
     "bench": Subcommand(
         "glm_grpo_ds.commands.bench",
         "benchmark rollout / decode / reward / update and print side-by-side ratios",

@@ -46,20 +46,12 @@ def model_defaults(model_dir: Path) -> dict:
     documented convention (128 x 8 = 1024 for GLM-Image), and the step count and guidance of
     ``__call__``'s signature. Read from the pipeline directory's configs and the installed diffusers, so
     it follows both."""
-    import inspect
-
-    from diffusers import GlmImagePipeline
+    from ..decoder import pipeline_call_defaults
 
     transformer = json.loads((model_dir / "transformer" / "config.json").read_text())
     vae = json.loads((model_dir / "vae" / "config.json").read_text())
     size = transformer.get("sample_size", 128) * 2 ** (len(vae["block_out_channels"]) - 1)
-    call = inspect.signature(GlmImagePipeline.__call__).parameters
-    return {
-        "height": size,
-        "width": size,
-        "num_inference_steps": call["num_inference_steps"].default,
-        "guidance_scale": call["guidance_scale"].default,
-    }
+    return {"height": size, "width": size, **pipeline_call_defaults()._asdict()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,16 @@ def raise_problems(problems: list[str]) -> None:
         raise ValueError("\n".join(problems))
 
 
+def decode_problems(num_inference_steps: int | None, guidance_scale: float | None, prefix: str) -> list[str]:
+    """The problems of a decode's settings (decoder.*, eval.*; None = the pipeline's own, fine)."""
+    problems = []
+    if num_inference_steps is not None and num_inference_steps < 1:
+        problems.append(f"{prefix}num_inference_steps must be >= 1, got {num_inference_steps}")
+    if guidance_scale is not None and not guidance_scale > 0:
+        problems.append(f"{prefix}guidance_scale must be > 0 (<= 1: no guidance pass), got {guidance_scale}")
+    return problems
+
+
 @dataclass
 class SamplingConfig:
     """How the AR policy samples visual tokens during a rollout (see glm_grpo_ds/sampling.py)."""
@@ -66,8 +76,17 @@ class SamplingConfig:
 class DecoderConfig:
     """The frozen DiT + VAE + glyph encoder that render prior tokens to images."""
 
-    num_inference_steps: int = setting(8, "DiT denoising steps per image (>= 1); decode time grows linearly with it.")
-    guidance_scale: float = setting(1.5, "Classifier-free guidance scale of the DiT decode.")
+    num_inference_steps: int = setting(
+        8,
+        "DiT denoising steps of the decode that feeds the training rewards (>= 1); its time grows linearly with "
+        "them. Evaluation decodes with eval.num_inference_steps. `glm-grpo decode-agreement` shows whether fewer "
+        "steps still rank a group's samples like the full decode.",
+    )
+    guidance_scale: float = setting(
+        1.5,
+        "Classifier-free guidance of the training decode (> 0); <= 1 skips the DiT's unconditional pass (about "
+        "half the decode time). Evaluation uses eval.guidance_scale.",
+    )
     batch_size: int = setting(
         8, "Images per DiT forward (>= 1); bounds decode memory: smaller = less memory, more forwards."
     )
@@ -91,8 +110,7 @@ class DecoderConfig:
     def problems(self, prefix: str = "decoder.") -> list[str]:
         """One line per problem, keys written ``<prefix>key``."""
         problems = []
-        if self.num_inference_steps < 1:
-            problems.append(f"{prefix}num_inference_steps must be >= 1, got {self.num_inference_steps}")
+        problems += decode_problems(self.num_inference_steps, self.guidance_scale, prefix)
         if self.batch_size < 1:
             problems.append(f"{prefix}batch_size must be >= 1, got {self.batch_size}")
         return problems + choice_problems(self, prefix)
@@ -386,6 +404,26 @@ class EvalConfig:
     group_size: int = setting(4, "Samples per eval prompt, >= 1.")
     seed: int = setting(1234, "The sampler and decoder seeds of eval prompt i derive from (seed, i) only.")
     gallery: bool = setting(True, "samples/eval_step_N.png at every evaluation.")
+    num_inference_steps: int | None = setting(
+        None,
+        "DiT steps of the evaluation decode (>= 1); null = the pipeline's own (50 for GLM-Image), as `glm-grpo "
+        "render` decodes, so eval rewards score the images users will see, not the cheaper training decode "
+        "(decoder.num_inference_steps).",
+    )
+    guidance_scale: float | None = setting(
+        None, "Classifier-free guidance of the evaluation decode (> 0); null = the pipeline's own (1.5 for GLM-Image)."
+    )
+
+    def problems(self, prefix: str = "eval.") -> list[str]:
+        """One line per problem, keys written ``<prefix>key``."""
+        problems = []
+        if self.steps < 0:
+            problems.append(f"{prefix}steps must be >= 0 (0 = before training and at the end only), got {self.steps}")
+        if self.num_prompts < 0:
+            problems.append(f"{prefix}num_prompts must be >= 0 (0 = all), got {self.num_prompts}")
+        if self.group_size < 1:
+            problems.append(f"{prefix}group_size must be >= 1, got {self.group_size}")
+        return problems + decode_problems(self.num_inference_steps, self.guidance_scale, prefix)
 
 
 @dataclass

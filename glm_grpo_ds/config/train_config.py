@@ -176,6 +176,7 @@ class TrainConfig:
                 f"{key}={v} must be a positive multiple of 32 (GLM-Image tokens are 32x32 pixels)",
             )
         problems.extend(self.decoder.problems("decoder."))
+        problems.extend(self.eval.problems("eval."))
         need(len(self.rewards) > 0, "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]")
         for i, r in enumerate(self.rewards):
             need(bool(r.name), f"rewards[{i}].name is required")
@@ -188,7 +189,7 @@ class TrainConfig:
             raise ConfigError("\n".join(problems))
 
     def _validate_logging(self, need) -> None:
-        lg, ev = self.logging, self.eval
+        lg = self.logging
         # Checked here, on every rank, so a missing package stops all ranks before training
         # instead of failing on rank 0 only while the others wait in a collective.
         alone = [name for name in ("all", "none") if name in lg.report_to]
@@ -214,9 +215,6 @@ class TrainConfig:
         need(lg.gallery_steps >= 0, f"logging.gallery_steps must be >= 0 (0 = off), got {lg.gallery_steps}")
         need(lg.gallery_max_prompts >= 1, f"logging.gallery_max_prompts must be >= 1, got {lg.gallery_max_prompts}")
         need(lg.gallery_thumbnail >= 16, f"logging.gallery_thumbnail must be >= 16 pixels, got {lg.gallery_thumbnail}")
-        need(ev.steps >= 0, f"eval.steps must be >= 0 (0 = before training and at the end only), got {ev.steps}")
-        need(ev.num_prompts >= 0, f"eval.num_prompts must be >= 0 (0 = all), got {ev.num_prompts}")
-        need(ev.group_size >= 1, f"eval.group_size must be >= 1, got {ev.group_size}")
 
     def _validate_hub(self, need) -> None:
         h = self.hub

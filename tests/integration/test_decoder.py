@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from glm_grpo_ds.config import DecoderConfig
-from glm_grpo_ds.decoder import ImageDecoder
+from glm_grpo_ds.decoder import DecodeSettings, ImageDecoder, pipeline_call_defaults, resolve_settings
 from glm_grpo_ds.testing.tiny import CODEBOOK_SIZE
 
 
@@ -76,6 +76,38 @@ def test_decode_input_errors(decoder):
         decoder.decode(torch.zeros(1, 10, dtype=torch.long), ["a"], 64, 96, [0])
     with pytest.raises(ValueError, match="prompts"):
         decoder.decode(_grids(2), ["a"], 64, 96, [0, 0])
+
+
+def test_a_decode_with_other_settings_equals_a_decoder_made_with_them(tiny_model_dir, decoder):
+    grids, prompts, seeds = _grids(2), ["a", "a"], [5, 5]
+    other = ImageDecoder(tiny_model_dir, DecoderConfig(num_inference_steps=2, guidance_scale=1.0, batch_size=4))
+    assert decoder.training == DecodeSettings(3, 1.5) and other.training == DecodeSettings(2, 1.0)
+    theirs = other.decode(grids, prompts, 64, 96, seeds)
+    assert torch.equal(decoder.decode(grids, prompts, 64, 96, seeds, other.training), theirs)
+    assert not torch.equal(decoder.decode(grids, prompts, 64, 96, seeds), theirs)
+
+
+@pytest.mark.parametrize("guidance,forwards_per_step", [(1.0, 1), (0.5, 1), (1.5, 2)])
+def test_guidance_at_most_1_skips_the_unconditional_pass(decoder, guidance, forwards_per_step):
+    calls = []
+    hook = decoder.pipe.transformer.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        decoder.decode(_grids(1), ["a"], 64, 96, [0], DecodeSettings(4, guidance))
+    finally:
+        hook.remove()
+    assert len(calls) == 4 * forwards_per_step
+
+
+def test_eval_decode_defaults_are_the_pipelines_own():
+    import inspect
+
+    from diffusers import GlmImagePipeline
+
+    call = inspect.signature(GlmImagePipeline.__call__).parameters
+    own = (call["num_inference_steps"].default, call["guidance_scale"].default)
+    assert pipeline_call_defaults() == own == (50, 1.5)  # GLM-Image's documented defaults
+    assert resolve_settings(None, None) == own
+    assert resolve_settings(4, None) == (4, 1.5) and resolve_settings(None, 1.0) == (50, 1.0)
 
 
 # Run in a fresh process: memory a process has freed earlier stays mapped and would hide the peak.

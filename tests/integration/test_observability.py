@@ -99,6 +99,10 @@ def test_galleries_eval_records_plot_and_progress_lines(run1):
             and e["eval/reward/pixel_mse"] == e["eval/reward_mean"]
         )
         assert e["gallery"] == f"samples/eval_step_{e['step']:06d}.png"
+        # eval.* left null: the eval decode is the pipeline's own, not the config's cheap training decode
+        assert (e["eval/decode_steps"], e["eval/decode_guidance"]) == (50, 1.5)
+    log_text = (out / "logs" / "rank_0.log").read_text()
+    assert "training rewards decode with 2 DiT steps, guidance 1.5 (decoder.*), evaluation with 50" in log_text
 
     # stderr is a pipe, not a terminal: compact lines, no tqdm redraws
     lines = [line for line in proc.stderr.splitlines() if line.startswith("grpo step")]

@@ -1,0 +1,232 @@
+"""``glm-grpo decode-agreement``: does a cheap training decode rank a group's samples like the full one?
+
+GRPO only uses each group's rewards relative to each other (the advantages), so the decode that feeds
+training rewards (``decoder.num_inference_steps`` / ``decoder.guidance_scale``) may be far cheaper than
+the decode users look at, as long as it ranks a group's samples the same way. This command samples the
+config's groups with the base AR (or ``--adapter``), decodes the same token grids with the same noise
+both ways, scores both with the config's rewards and prints, per reward and for the weighted total:
+
+- ``spearman``: the within-group Spearman rank correlation of the two decodes' rewards, mean over
+  groups (a group whose rewards are constant under either decode has no ranking and is left out);
+- ``best_same``: the fraction of groups whose best sample (highest reward, first on ties) is the same;
+- the time ratio of each candidate decode to the reference decode.
+
+Run it before a long job, on the job's config, and choose the cheapest candidate that keeps both near 1::
+
+    glm-grpo decode-agreement --config launch/configs/glm_image_lora_zero3.yaml \\
+        --candidate 8:1.0 --candidate 16:1.0 --candidate 30:1.5 --num-prompts 16 --out agreement.json
+    glm-grpo decode-agreement --config launch/configs/tiny_cpu.yaml model.path=outputs/tiny   # the tiny model
+
+Candidates are ``STEPS:GUIDANCE`` (default: the config's training decode); the reference is
+``--reference STEPS:GUIDANCE``, else ``eval.*``, else the pipeline's own (50 steps, guidance 1.5 for
+GLM-Image). ``key=value`` arguments override the config as for ``glm-grpo train``. One process, no
+DeepSpeed: the AR, the decoder and the rewards must fit one device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+GROUP_NOTE = "groups ranked: groups whose rewards vary under both decodes (others have no ranking to agree on)"
+
+
+def group_rank_agreement(reference: torch.Tensor, candidate: torch.Tensor, group_size: int) -> dict:
+    """Within-group agreement of two rewards of the same ``[P * G]`` samples (group by group): the mean
+    Spearman correlation over groups where both vary and are defined, and the fraction of those groups whose
+    best sample (argmax, first on ties) is the same. NaN when no group qualifies."""
+    from scipy.stats import spearmanr
+
+    ref = reference.reshape(-1, group_size).double()
+    cand = candidate.reshape(-1, group_size).double()
+    rhos, same = [], []
+    for r, c in zip(ref, cand):
+        if torch.isnan(r).any() or torch.isnan(c).any() or r.min() == r.max() or c.min() == c.max():
+            continue
+        rhos.append(float(spearmanr(r.numpy(), c.numpy()).statistic))
+        same.append(int(r.argmax()) == int(c.argmax()))
+    return {
+        "spearman": sum(rhos) / len(rhos) if rhos else math.nan,
+        "best_same": sum(same) / len(same) if same else math.nan,
+        "groups_ranked": len(rhos),
+        "groups": ref.shape[0],
+    }
+
+
+def parse_settings(text: str, flag: str):
+    """``STEPS:GUIDANCE`` -> DecodeSettings, or ValueError naming ``flag``."""
+    from ..config.sections import decode_problems
+    from ..decoder import DecodeSettings
+
+    try:
+        steps, guidance = text.split(":")
+        settings = DecodeSettings(int(steps), float(guidance))
+    except ValueError:
+        raise ValueError(f"{flag} {text!r} must be STEPS:GUIDANCE, e.g. 8:1.0") from None
+    problems = decode_problems(*settings, f"{flag} {text}: ")
+    if problems:
+        raise ValueError(problems[0])
+    return settings
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from ..config.arguments import parse_with_overrides
+
+    p = argparse.ArgumentParser(prog="glm-grpo decode-agreement", description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True, help="the training config (YAML) whose decode, rewards and data to use")
+    p.add_argument(
+        "--candidate",
+        action="append",
+        default=[],
+        metavar="STEPS:GUIDANCE",
+        help="a cheap decode to rate (repeatable; default: the config's decoder.num_inference_steps:guidance_scale)",
+    )
+    p.add_argument(
+        "--reference",
+        default=None,
+        metavar="STEPS:GUIDANCE",
+        help="the full decode (default: eval.num_inference_steps / eval.guidance_scale, null = the pipeline's own)",
+    )
+    p.add_argument(
+        "--num-prompts", type=int, default=8, help="groups to sample: the first N prompts of data.train_file"
+    )
+    p.add_argument("--adapter", default=None, help="a LoRA adapter (final_adapter/ of a run) to sample with")
+    p.add_argument("--device", default="auto", help="auto = cuda when available, else cpu")
+    p.add_argument("--out", default=None, help="also write the result as JSON to this file")
+    p.add_argument("overrides", nargs="*", help="config overrides, key=value (as for glm-grpo train)")
+    return parse_with_overrides(p, argv)
+
+
+def decode_timed(decoder, batch, seeds, rollout_cfg, settings) -> tuple[torch.Tensor, float]:
+    """Images of every sample under ``settings``, and the seconds the decode took."""
+    start = time.perf_counter()
+    size = (rollout_cfg.height, rollout_cfg.width)
+    images = decoder.decode(batch.prior_token_ids, batch.prompts, *size, seeds, settings)
+    if images.device.type == "cuda":
+        torch.cuda.synchronize(images.device)
+    return images, time.perf_counter() - start
+
+
+def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch.device) -> dict:
+    """Sample, decode each way, score: the result :func:`main` prints (see the module docstring)."""
+    from ..adapters import find_adapter
+    from ..advantages import weighted_total
+    from ..data import load_prompts
+    from ..decoder import ImageDecoder
+    from ..model_source import resolve_model
+    from ..policy import load_ar, load_processor, resolve_attn, resolve_dtype, resolve_sampling
+    from ..rewards import build_rewards
+    from ..rollout import rollout
+    from ..seeding import derive_seed
+
+    model = resolve_model(cfg.model.path, cfg.model.revision, flag="model.path", revision_flag="model.revision").path
+    rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data)[:num_prompts]
+    reward_fn = build_rewards(cfg.rewards)
+    on_gpu = device.type == "cuda"
+    dtype = resolve_dtype(cfg.model.dtype, on_gpu)
+    ar = load_ar(model, dtype, resolve_attn(cfg.model.attn_implementation, on_gpu, dtype), cfg.model.trust_remote_code)
+    if adapter is not None:
+        ar.load_adapter(str(find_adapter(adapter)))  # LoRA layers on top, unmerged, as render does
+    ar.to(device)
+    processor = load_processor(model)
+    sampling = resolve_sampling(cfg.grpo.sampling, model)
+    g = cfg.grpo.group_size
+    generator = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "decode-agreement"))
+    with torch.no_grad():
+        prompts = [r.prompt for r in rows]
+        batch = rollout(ar, processor, prompts, g, cfg.rollout.height, cfg.rollout.width, sampling, generator, device)
+    del ar
+    decoder = ImageDecoder(model, cfg.decoder, device)
+    sample_rows = [rows[i] for i in batch.prompt_index.tolist()]
+    seeds = [derive_seed(cfg.decoder.seed, "decode-agreement", row.index) % 2**31 for row in sample_rows]
+    targets = [row.reward_sample() for row in sample_rows]
+
+    def scored(settings):
+        images, seconds = decode_timed(decoder, batch, seeds, cfg.rollout, settings)
+        per_reward = reward_fn(images, batch.prompts, targets)
+        per_reward = {label: values.float().cpu() for label, values in per_reward.items()}
+        if len(per_reward) > 1:
+            per_reward["total"] = weighted_total(per_reward, reward_fn.weights, g)
+        return per_reward, seconds
+
+    # untimed warm-up (first-call allocations, kernel selection), so the first decode timed is not the slowest
+    decoder.decode(batch.prior_token_ids[:1], batch.prompts[:1], cfg.rollout.height, cfg.rollout.width, seeds[:1])
+    ref_rewards, ref_seconds = scored(reference)
+    result = {
+        "reference": {**reference._asdict(), "seconds": ref_seconds},
+        "groups": len(rows),
+        "group_size": g,
+        "image": [cfg.rollout.height, cfg.rollout.width],
+        "candidates": [],
+    }
+    for settings in candidates:
+        rewards, seconds = scored(settings)
+        result["candidates"].append(
+            {
+                **settings._asdict(),
+                "seconds": seconds,
+                "time_ratio": seconds / ref_seconds,
+                "rewards": {label: group_rank_agreement(ref_rewards[label], rewards[label], g) for label in rewards},
+            }
+        )
+    return result
+
+
+def report(result: dict) -> str:
+    """The result as lines of text."""
+    ref = result["reference"]
+    lines = [
+        f"{result['groups']} groups of {result['group_size']}, {result['image'][0]}x{result['image'][1]}; reference: "
+        f"{ref['num_inference_steps']} steps, guidance {ref['guidance_scale']:g}, {ref['seconds']:.2f} s",
+        f"{'candidate':<16} {'time':>6} {'reward':<20} {'spearman':>8} {'best_same':>9} {'groups ranked':>13}",
+    ]
+    for c in result["candidates"]:
+        name = f"{c['num_inference_steps']} steps, {c['guidance_scale']:g}"
+        for i, (label, a) in enumerate(c["rewards"].items()):
+            head = (name, f"{c['time_ratio']:.2f}x") if i == 0 else ("", "")
+            lines.append(
+                f"{head[0]:<16} {head[1]:>6} {label:<20} {a['spearman']:>8.3f} {a['best_same']:>9.2f} "
+                f"{a['groups_ranked']:>6}/{a['groups']}"
+            )
+    lines.append(GROUP_NOTE)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    from ..config import ConfigError, load_config
+    from ..decoder import DecodeSettings, resolve_settings
+
+    try:
+        cfg = load_config(a.config, a.overrides)
+        cfg.validate()
+        if a.num_prompts < 1:
+            raise ValueError(f"--num-prompts must be >= 1, got {a.num_prompts}")
+        candidates = [parse_settings(c, "--candidate") for c in a.candidate] or [
+            DecodeSettings(cfg.decoder.num_inference_steps, cfg.decoder.guidance_scale)
+        ]
+        reference = (
+            parse_settings(a.reference, "--reference")
+            if a.reference
+            else resolve_settings(cfg.eval.num_inference_steps, cfg.eval.guidance_scale)
+        )
+        auto = "cuda" if torch.cuda.is_available() else "cpu"
+        device = torch.device(auto if a.device == "auto" else a.device)
+        result = measure(cfg, candidates, reference, a.num_prompts, a.adapter, device)
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        print(f"glm-grpo decode-agreement: {err}", file=sys.stderr)
+        return 2
+    print(report(result))
+    if a.out:
+        Path(a.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""`glm-grpo decode-agreement` on the tiny model: the same token grids decoded by a candidate and by the
+reference decode, scored and ranked within each group (the rank math itself: tests/unit/test_rank_agreement.py)."""
+
+import json
+import math
+
+import pytest
+from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
+from launching import CONFIG, common  # noqa: E402  (tests/integration/launching.py)
+
+SMALL = ["rollout.height=64", "rollout.width=64", "grpo.group_size=4", "batch.micro_batch_size=4"]
+TWO_REWARDS = "rewards=[{name: pixel_mse}, {name: ssim, weight: 0.5}]"
+
+
+@pytest.mark.slow  # reads the shared short training run's adapter
+def test_reference_against_itself_agrees_fully_and_a_cheap_decode_is_rated(
+    tiny_model_dir, data64, short_run, tmp_path, capfd
+):
+    out = tmp_path / "agreement.json"
+    argv = ["decode-agreement", "--config", str(CONFIG), *common(tiny_model_dir, data64, tmp_path / "unused")]
+    argv += [*SMALL, TWO_REWARDS, "--num-prompts", "4", "--candidate", "50:1.5", "--candidate", "1:1.0"]
+    argv += ["--adapter", str(short_run / "final_adapter"), "--out", str(out)]
+    code, stdout, stderr = glm_grpo(argv, capfd)
+    assert code == 0, stderr
+    r = json.loads(out.read_text())
+    assert (r["groups"], r["group_size"], r["image"]) == (4, 4, [64, 64])
+    # no reference given, eval.* null: the pipeline's own decode
+    assert (r["reference"]["num_inference_steps"], r["reference"]["guidance_scale"]) == (50, 1.5)
+    same, cheap = r["candidates"]
+    assert (same["num_inference_steps"], same["guidance_scale"], cheap["num_inference_steps"]) == (50, 1.5, 1)
+    assert set(same["rewards"]) == {"pixel_mse", "ssim", "total"}
+    for label, a in same["rewards"].items():  # the same decode, the same noise: identical rankings
+        assert a["groups"] == 4 and a["groups_ranked"] == 4, label
+        assert a["spearman"] == 1.0 and a["best_same"] == 1.0, label
+    for label, a in cheap["rewards"].items():
+        assert -1 <= a["spearman"] <= 1 and 0 <= a["best_same"] <= 1 and a["groups_ranked"] >= 1, label
+    assert all(c["time_ratio"] > 0 and math.isfinite(c["time_ratio"]) for c in (same, cheap))
+    assert "reference: 50 steps, guidance 1.5" in stdout and "1 steps, 1" in stdout
+
+
+def test_bad_decode_settings_are_one_line_exit_2(tiny_model_dir, data64, tmp_path, capfd):
+    base = ["decode-agreement", "--config", str(CONFIG), *common(tiny_model_dir, data64, tmp_path / "o"), *SMALL]
+    for extra, message in (
+        (["--candidate", "8"], "--candidate '8' must be STEPS:GUIDANCE, e.g. 8:1.0"),
+        (["--reference", "0:1.5"], "--reference 0:1.5: num_inference_steps must be >= 1, got 0"),
+        (["eval.guidance_scale=0"], "eval.guidance_scale must be > 0 (<= 1: no guidance pass), got 0"),
+    ):
+        code, _, stderr = glm_grpo(base + extra, capfd)
+        lines = stderr.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and message in lines[0], (extra, stderr)
