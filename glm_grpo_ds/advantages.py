@@ -15,7 +15,8 @@ registered in :data:`ESTIMATORS` (verl's level: an estimator sees the rewards an
   al. 2024, arXiv:2402.14740); ``eps`` is unused.
 
 Every estimator gives exactly 0 to a group whose defined rewards are all equal (no preference signal, not
-rounding noise from ``r - mean``) or that has fewer than two of them.
+rounding noise from ``r - mean``) or that has fewer than two of them; :func:`signal_free_groups` finds the
+groups where that holds for every reward (the ``frac_reward_zero_std`` metric, ``data.skip_dead_prompts``).
 
 Reward combinations (``grpo.reward_combination``, :data:`COMBINATIONS`), for several rewards:
 
@@ -55,14 +56,18 @@ class Groups(NamedTuple):
     mean: torch.Tensor
     centered: torch.Tensor
 
+    @property
+    def constant(self) -> torch.Tensor:
+        """``[num_groups, 1]``: True where the defined rewards are all equal or fewer than two."""
+        grouped, valid = self.rewards, self.valid
+        hi = torch.where(valid, grouped, torch.full_like(grouped, float("-inf"))).amax(dim=1, keepdim=True)
+        lo = torch.where(valid, grouped, torch.full_like(grouped, float("inf"))).amin(dim=1, keepdim=True)
+        return (hi == lo) | (self.count <= 1)
+
     def finish(self, adv: torch.Tensor) -> torch.Tensor:
         """``[N]`` advantages: exactly 0 for undefined rewards and for constant groups (or groups with < 2
         defined rewards)."""
-        grouped, valid, count = self.rewards, self.valid, self.count
-        hi = torch.where(valid, grouped, torch.full_like(grouped, float("-inf"))).amax(dim=1, keepdim=True)
-        lo = torch.where(valid, grouped, torch.full_like(grouped, float("inf"))).amin(dim=1, keepdim=True)
-        constant = (hi == lo) | (count <= 1)
-        adv = torch.where(constant | ~valid, torch.zeros_like(adv), adv)
+        adv = torch.where(self.constant | ~self.valid, torch.zeros_like(adv), adv)
         return adv.reshape(-1)
 
 
@@ -119,6 +124,14 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
     return ESTIMATORS.get(scale)(rewards, group_size, eps)
+
+
+def signal_free_groups(per_reward: dict[str, torch.Tensor], group_size: int) -> torch.Tensor:
+    """``[num_groups]`` bool: True for a group in which every reward is constant over its defined samples
+    (or has fewer than two): every estimator and both combinations give all its samples advantage 0, so it
+    teaches nothing (TRL's ``frac_reward_zero_std`` counts such groups by the total's std instead)."""
+    flags = [groups(values, group_size).constant.squeeze(1) for values in per_reward.values()]
+    return torch.stack(flags).all(dim=0)
 
 
 def impute_group_mean(rewards: torch.Tensor, group_size: int) -> torch.Tensor:

@@ -35,7 +35,7 @@ import torch
 
 from . import cuda_check, log, memory_probe, run_log
 from .adapters import check_init_adapter
-from .advantages import combine_advantages
+from .advantages import combine_advantages, signal_free_groups
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
 from .cuda_check import CudaUnusable
@@ -109,7 +109,13 @@ class Trainer:
         at = dict(rank=self.rank, local_rank=self.local_rank)  # a dataset cache to build: rank 0 builds it first
         rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data, **at)
         self.sampler = PromptSampler(
-            rows, self.world, self.rank, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle
+            rows,
+            self.world,
+            self.rank,
+            cfg.batch.prompts_per_rank,
+            cfg.seed,
+            cfg.data.shuffle,
+            cfg.data.dead_prompt_skip_prob,
         )
         # Read before the models load, so a bad eval file fails in seconds.
         ev = cfg.eval
@@ -238,13 +244,16 @@ class Trainer:
             grpo_cfg.reward_combination,
             grpo_cfg.advantage_scale,
         )
+        # groups whose rewards are all equal teach nothing: counted every step, and their prompts may be skipped
+        dead = signal_free_groups(all_per_reward, grpo_cfg.group_size)
+        self.sampler.observe(dead.tolist())
         mine = slice(self.rank * len(exp.batch), (self.rank + 1) * len(exp.batch))
         with measure(exp.timings, exp.peaks, "update", self.device):
             if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
                 stats = self._skip_undefined(step + 1, all_per_reward)
             else:
                 stats = grpo_update(self.engine, exp.batch, advantages[mine], cfg, self.ref_engine)
-        return self._record(step + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward)
+        return self._record(step + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
 
     def _skip_undefined(self, step: int, all_per_reward: dict) -> dict:
         """A step whose rewards are all undefined has nothing to learn from: skip its update like a
@@ -259,7 +268,7 @@ class Trainer:
         )
         return skipped_update(self.cfg.grpo.num_iterations)
 
-    def _record(self, step: int, exp, stats: dict, my_rewards, all_rewards, all_per_reward) -> dict:
+    def _record(self, step: int, exp, stats: dict, my_rewards, all_rewards, all_per_reward, dead) -> dict:
         """The ``metrics.jsonl`` record after ``step`` steps (collective), and the training gallery when due."""
         tokens = exp.batch.completion_ids.numel() * self.world
         failed = dict(self.reward_fn.failed)
@@ -269,6 +278,10 @@ class Trainer:
         )
         if self.before_load_mb is not None:
             record["memory/before_load_mb"] = self.before_load_mb
+        record["frac_reward_zero_std"] = dead.float().mean().item()  # TRL's name; here: every reward constant
+        record["prompts_skipped"] = self.sampler.last_skipped  # dead prompts passed over to pick this step's
+        if self.cfg.data.dead_prompt_skip_prob > 0:
+            record["dead_prompts"] = len(self.sampler.dead)
         # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the
         # record's max over ranks makes the agreement explicit.
         self.skipped_steps += record["skipped"]

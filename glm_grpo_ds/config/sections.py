@@ -319,6 +319,22 @@ class DataConfig:
     revision: str | None = setting(
         None, "Hub datasets only: the branch, tag or commit of train_file to use (null = main); pin a commit."
     )
+    dead_prompt_skip_prob: float = setting(
+        0.0,
+        "In [0, 1). A dead prompt is one whose last group had no reward variance (every reward equal across its "
+        "samples: all advantages 0, nothing learnt). When its turn comes again it is skipped with this "
+        "probability, drawn per (epoch, prompt) alike on every rank, and the next prompt is taken, so no rollout "
+        "or decode goes to it (GRESO-style selective rollouts); on average it is retried after p / (1 - p) of "
+        "its turns, and a step never skips more prompts than the set holds. 0 = off. frac_reward_zero_std and "
+        "prompts_skipped in metrics.jsonl show the effect.",
+    )
+
+    def problems(self, prefix: str = "data.") -> list[str]:
+        """One line per problem, keys written ``<prefix>key``."""
+        p = self.dead_prompt_skip_prob
+        if not 0 <= p < 1:
+            return [f"{prefix}dead_prompt_skip_prob must be in [0, 1) (1 would never retry a prompt), got {p}"]
+        return []
 
 
 # Experiment trackers ``logging.report_to`` may name: accelerate's tracker classes

@@ -177,6 +177,7 @@ class TrainConfig:
             )
         problems.extend(self.decoder.problems("decoder."))
         problems.extend(self.eval.problems("eval."))
+        problems.extend(self.data.problems("data."))
         need(len(self.rewards) > 0, "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]")
         for i, r in enumerate(self.rewards):
             need(bool(r.name), f"rewards[{i}].name is required")

@@ -6,6 +6,13 @@ the same prompt in a step and every rank can compute every other rank's prompts 
 Only the rows a step samples are read (``rows[i]``); the permutation is an ``array`` of 4-byte ints
 (8 above 2**31 rows), shuffled by ``random.Random.shuffle`` exactly as a list would be, so the order
 is the same as it always was for a given seed.
+
+Dead prompts (``data.dead_prompt_skip_prob``): after each step the trainer tells the sampler which of the
+step's groups had no reward variance (:meth:`PromptSampler.observe`, the same global list on every rank).
+When such a prompt's turn comes again it is skipped with probability p, drawn from (seed, epoch, row)
+alone, and the next row of the permutation is taken instead - every rank makes the same draws, so the
+ranks still agree on every rank's prompts. A prompt that shows variance again stops being dead. At most
+``len(rows)`` skips per step: when nearly every prompt is dead the step takes them anyway.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ class PromptSampler:
         prompts_per_rank: int,
         seed: int,
         shuffle: bool = True,
+        dead_skip_prob: float = 0.0,
     ):
         if len(rows) < world_size * prompts_per_rank:
             # a step gives each rank its own prompts: fewer rows than a step needs would repeat prompts within it
@@ -42,6 +50,11 @@ class PromptSampler:
         self.per_rank, self.seed, self.shuffle = prompts_per_rank, seed, shuffle
         self.epoch, self.position = 0, 0
         self._order = self._permutation(0)
+        self.dead_skip_prob = dead_skip_prob
+        self.dead: set[int] = set()  # rows whose last group had no reward variance
+        self.last_picked: list[int] = []  # the last step's rows, every rank's, rank-major
+        self.last_skipped = 0  # dead rows passed over to pick them
+        self.skipped_total = 0
 
     def _permutation(self, epoch: int) -> Sequence[int]:
         n = len(self.rows)
@@ -51,19 +64,49 @@ class PromptSampler:
         random.Random(self.seed * 1_000_003 + epoch).shuffle(order)  # same swaps as on a list
         return order
 
+    def _skips(self, row: int) -> bool:
+        """Pass over dead ``row`` this epoch? The same draw on every rank and after a resume."""
+        if row not in self.dead:
+            return False
+        return random.Random((self.seed * 1_000_003 + self.epoch) * 2**40 + row).random() < self.dead_skip_prob
+
     def _next_indices(self) -> list[int]:
         """Row numbers of the next step, every rank's, rank-major."""
         need = self.world_size * self.per_rank
         picked: list[int] = []
+        skipped = 0
         while len(picked) < need:
             if self.position >= len(self._order):
                 self.epoch += 1
                 self.position = 0
                 self._order = self._permutation(self.epoch)
+            if self.dead and self.dead_skip_prob > 0:  # one row at a time: each may be skipped
+                row = self._order[self.position]
+                self.position += 1
+                if skipped < len(self.rows) and self._skips(row):
+                    skipped += 1
+                else:
+                    picked.append(row)
+                continue
             take = self._order[self.position : self.position + need - len(picked)]
             picked += take
             self.position += len(take)
+        self.last_picked, self.last_skipped = picked, skipped
+        self.skipped_total += skipped
         return picked
+
+    def observe(self, dead: list[bool]) -> None:
+        """Which groups of the last step had no reward variance, in the order of its rows (rank-major, as
+        every rank gathers them). Collective in spirit: call it on every rank with the same list."""
+        if len(dead) != len(self.last_picked):
+            raise ValueError(f"observe got {len(dead)} groups for a step of {len(self.last_picked)} prompts")
+        if self.dead_skip_prob == 0:
+            return  # nothing would read it: keep no per-prompt state
+        for row, is_dead in zip(self.last_picked, dead):
+            if is_dead:
+                self.dead.add(row)
+            else:
+                self.dead.discard(row)
 
     def next_global(self) -> list[list[PromptRow]]:
         """The prompts of every rank for the next step: ``[rank][i]``."""
@@ -78,8 +121,14 @@ class PromptSampler:
         return [self.rows[i] for i in picked[self.rank * self.per_rank : (self.rank + 1) * self.per_rank]]
 
     def state(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position}
+        state = {"epoch": self.epoch, "position": self.position}
+        if self.dead_skip_prob > 0:
+            state.update(dead=sorted(self.dead), skipped_total=self.skipped_total)
+        return state
 
     def load_state(self, state: dict) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._order = self._permutation(self.epoch)
+        # a checkpoint of a run without skipping has none: every prompt starts alive
+        self.dead = set(state.get("dead", [])) if self.dead_skip_prob > 0 else set()
+        self.skipped_total = int(state.get("skipped_total", 0))

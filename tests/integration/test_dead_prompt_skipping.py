@@ -1,0 +1,39 @@
+"""`data.dead_prompt_skip_prob` through training: prompts whose group had no reward variance are passed
+over in later epochs (no rollout, no decode), and every step records `frac_reward_zero_std`. The sampler's
+draws, their agreement across ranks and resume: tests/unit/test_dead_prompts.py."""
+
+import subprocess
+import sys
+
+import pytest
+from launching import CONFIG, ENV, FAST, ROOT  # noqa: E402  (tests/integration/launching.py)
+from run_files import metrics  # noqa: E402  (tests/run_files.py)
+
+pytestmark = pytest.mark.slow  # a training run
+
+# 1.0 for the prompts that say "flat" (every sample alike: a dead group), the image mean otherwise
+PLUGIN = """
+import torch
+def flat_or_mean(images, prompts, samples):
+    flat = torch.tensor(["flat" in p for p in prompts])
+    return torch.where(flat, torch.ones(len(prompts)), images.mean(dim=(1, 2, 3)))
+"""
+
+
+def test_dead_prompts_are_skipped_after_their_first_group(tiny_model_dir, tmp_path):
+    (tmp_path / "flat.py").write_text(PLUGIN)
+    (tmp_path / "p.txt").write_text("a flat square\na flat circle\na red apple\na blue car\n")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    cmd += [f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={out}", *FAST]
+    cmd += ["grpo.group_size=2", "batch.micro_batch_size=2", "data.shuffle=false", "max_steps=8"]
+    cmd += ["data.dead_prompt_skip_prob=0.999999", f"rewards=[{{name: '{tmp_path / 'flat.py'}:flat_or_mean'}}]"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = metrics(out)
+    # epoch 0 in file order: the two flat prompts are dead groups; afterwards they are passed over (one
+    # draw per turn, each almost surely a skip), so steps 5-8 train the red apple and the blue car twice
+    assert [r["frac_reward_zero_std"] for r in rows] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert [r["prompts_skipped"] for r in rows] == [0, 0, 0, 0, 2, 0, 2, 0]
+    assert all(r["dead_prompts"] == 2 for r in rows[1:])
+    assert [r["reward_mean"] == 1.0 for r in rows] == [True, True] + [False] * 6
