@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -126,7 +127,6 @@ class ImageDecoder:
         noise = [torch.randn(shape, generator=torch.Generator().manual_seed(s)) for s in seeds]
         return torch.stack(noise).to(self.device, self.dtype)
 
-    @torch.no_grad()
     def decode(
         self,
         prior_token_ids: torch.Tensor,
@@ -138,6 +138,23 @@ class ImageDecoder:
     ) -> torch.Tensor:
         """``prior_token_ids`` ``[N, (H/16)*(W/16)]`` -> float32 images ``[N, 3, H, W]`` in [0, 1], denoised
         with ``settings`` (default: the training decode's, ``decoder.*``)."""
+        images = torch.empty(len(prompts), 3, height, width, dtype=torch.float32, device=self.device)
+        for idx, part in self.decode_batches(prior_token_ids, prompts, height, width, seeds, settings):
+            images[idx] = part
+        return images
+
+    def decode_batches(
+        self,
+        prior_token_ids: torch.Tensor,
+        prompts: list[str],
+        height: int,
+        width: int,
+        seeds: list[int],
+        settings: DecodeSettings | None = None,
+    ) -> Iterator[tuple[list[int], torch.Tensor]]:
+        """:meth:`decode` one DiT batch at a time: yields ``(rows, images [len(rows), 3, H, W])`` as each is
+        done (rows of one prompt, at most ``decoder.batch_size``), so a caller can score a batch while the
+        next one decodes. Every row comes exactly once; the images equal :meth:`decode`'s."""
         settings = settings or self.training
         n = prior_token_ids.shape[0]
         if len(prompts) != n or len(seeds) != n:
@@ -147,7 +164,6 @@ class ImageDecoder:
             raise ValueError(
                 f"prior_token_ids has {prior_token_ids.shape[1]} ids per row; {height}x{width} needs {expected}"
             )
-        images = torch.empty(n, 3, height, width, dtype=torch.float32, device=self.device)
         if self.cfg.offload:
             self.pipe.to(self.device)
         try:
@@ -158,21 +174,21 @@ class ImageDecoder:
             for prompt, rows in by_prompt.items():
                 for start in range(0, len(rows), self.cfg.batch_size):
                     idx = rows[start : start + self.cfg.batch_size]
-                    out = self.pipe(
-                        prompt=[prompt] * len(idx),
-                        prior_token_ids=prior_token_ids[idx].to(self.device),
-                        height=height,
-                        width=width,
-                        num_inference_steps=settings.num_inference_steps,
-                        guidance_scale=settings.guidance_scale,
-                        latents=self._latents([seeds[i] for i in idx], height, width),
-                        output_type="pt",
-                    ).images
-                    images[idx] = out.to(device=self.device, dtype=torch.float32)
+                    with torch.no_grad():
+                        out = self.pipe(
+                            prompt=[prompt] * len(idx),
+                            prior_token_ids=prior_token_ids[idx].to(self.device),
+                            height=height,
+                            width=width,
+                            num_inference_steps=settings.num_inference_steps,
+                            guidance_scale=settings.guidance_scale,
+                            latents=self._latents([seeds[i] for i in idx], height, width),
+                            output_type="pt",
+                        ).images
+                    yield idx, out.to(device=self.device, dtype=torch.float32)
         finally:
             if self.cfg.offload:
                 self.pipe.to(self.home)
-        return images
 
     @staticmethod
     def to_pil(images: torch.Tensor) -> list:

@@ -22,7 +22,9 @@ of a row's samples (the same for all G, so images in a group differ only by thei
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -121,9 +123,73 @@ class ExperienceMaker:
         prior = torch.cat([b.prior_token_ids for b in batches]) if len(batches) > 1 else batches[0].prior_token_ids
         prompts = [p for b in batches for p in b.prompts]
         seeds = [decode_seed(row.index) for row in sample_rows]
+        samples = [row.reward_sample() for row in sample_rows]
+        size = (cfg.rollout.height, cfg.rollout.width)
         with ds_engine.plain_linear():
-            with measure(timings, peaks, "decode", self.device):
-                images = self.decoder.decode(prior, prompts, cfg.rollout.height, cfg.rollout.width, seeds, decode)
-            with measure(timings, peaks, "reward", self.device):
-                per_reward = self.reward_fn(images, prompts, [row.reward_sample() for row in sample_rows])
+            images, per_reward = decode_and_score(
+                self.decoder,
+                self.reward_fn,
+                prior,
+                prompts,
+                size,
+                seeds,
+                samples,
+                decode,
+                cfg.decoder.stream_rewards,
+                self.device,
+                timings,
+                peaks,
+            )
         return Experience(batches, images, per_reward, sample_rows, timings, peaks)
+
+
+def decode_and_score(
+    decoder,
+    reward_fn,
+    prior: torch.Tensor,
+    prompts: list[str],
+    size: tuple[int, int],
+    seeds: list[int],
+    samples: list[dict],
+    settings=None,
+    stream: bool = False,
+    device: torch.device | None = None,
+    timings: dict[str, float] | None = None,
+    peaks: dict[str, float] | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Images ``[N, 3, H, W]`` of the token grids and their rewards ``{label: [N]}``, in sample order.
+
+    ``stream=False``: decode every image, then score them all in one call of each reward. ``stream=True``
+    (``decoder.stream_rewards``): each DiT batch is scored on one background thread while the next one
+    decodes, so a slow reward (a remote server, OCR on the CPU) waits behind the decode instead of after
+    it; the rewards are the same, a failed reward still makes only its samples undefined and counts them.
+    ``timings``: ``decode`` = the decode loop (with streaming, the reward work running beside it
+    included), ``reward`` = the wait for rewards after the last image (all of it without streaming)."""
+    timings = {} if timings is None else timings
+    peaks = {} if peaks is None else peaks
+    device = device or torch.device("cpu")
+    h, w = size
+    if not stream:
+        with measure(timings, peaks, "decode", device):
+            images = decoder.decode(prior, prompts, h, w, seeds, settings)
+        with measure(timings, peaks, "reward", device):
+            return images, reward_fn(images, prompts, samples)
+    images = torch.empty(len(prompts), 3, h, w, dtype=torch.float32, device=device)
+    reward_fn.reset()
+    scored = []
+    # one worker: the reward functions are called one batch at a time, in order, as without streaming. The
+    # current CUDA device is per thread: the worker's must be the rank's, not cuda:0.
+    start = partial(torch.cuda.set_device, device) if device.type == "cuda" else None
+    with ThreadPoolExecutor(1, thread_name_prefix="glm-grpo-reward", initializer=start) as pool:
+        with measure(timings, peaks, "decode", device):
+            for rows, part in decoder.decode_batches(prior, prompts, h, w, seeds, settings):
+                images[rows] = part
+                job = pool.submit(reward_fn.score, part, [prompts[i] for i in rows], [samples[i] for i in rows])
+                scored.append((rows, job))
+        with measure(timings, peaks, "reward", device):
+            results = [(rows, job.result()) for rows, job in scored]
+    per_reward = {label: torch.full((len(prompts),), float("nan"), device=device) for label in reward_fn.labels}
+    for rows, values in results:
+        for label, v in values.items():
+            per_reward[label][rows] = v.to(device)
+    return images, per_reward

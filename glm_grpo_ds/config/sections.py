@@ -90,6 +90,12 @@ class DecoderConfig:
     batch_size: int = setting(
         8, "Images per DiT forward (>= 1); bounds decode memory: smaller = less memory, more forwards."
     )
+    stream_rewards: bool = setting(
+        False,
+        "Score each DiT batch's images on a background thread while the next batch decodes, instead of scoring "
+        "all images after the decode: a slow reward (remote server, OCR) then waits behind the decode. Same "
+        "rewards; time/reward becomes the wait after the last batch.",
+    )
     offload: bool = setting(
         False,
         "Keep the decoder on the CPU between rollouts and move it to the accelerator only to decode: frees "

@@ -117,7 +117,8 @@ class RewardSet:
     """The rewards of a run; ``__call__`` returns ``{label: [N] float32}`` (NaN = undefined).
 
     A reward that raises scores the whole batch NaN (undefined: left out of the advantages) and the
-    step goes on; ``failed[label]`` holds how many samples of the last call failed that way. Values
+    step goes on; ``failed[label]`` holds how many samples of the last call failed that way (of the
+    calls since :meth:`reset` when a step is scored in parts with :meth:`score`). Values
     of +-inf are undefined too (an infinite reward would make every advantage of its group NaN).
     Each kind of problem is warned once per reward, with the exception message; later ones show in
     the metrics only (``reward/<label>_failed``, ``reward/<label>_undefined``).
@@ -134,7 +135,7 @@ class RewardSet:
         try:
             raw = self.fns[label](images, prompts, samples)
         except Exception as err:  # noqa: BLE001 - reward code is user code: any failure = undefined batch
-            self.failed[label] = n
+            self.failed[label] += n
             msg = " ".join(str(err).split()) or type(err).__name__
             log.warning_once(
                 f"reward-raised:{label}",
@@ -159,9 +160,18 @@ class RewardSet:
             values = torch.where(bad, torch.full_like(values, float("nan")), values)
         return values
 
-    def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> dict[str, torch.Tensor]:
+    def reset(self) -> None:
+        """Start a step's failure counts (``failed``) at 0."""
         self.failed = {label: 0 for label in self.labels}
+
+    def score(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> dict[str, torch.Tensor]:
+        """Every reward of these samples, adding their failures to ``failed`` (a part of a step)."""
         return {label: self._score(label, images, prompts, samples) for label in self.labels}
+
+    def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> dict[str, torch.Tensor]:
+        """A whole batch: :meth:`reset`, then :meth:`score`."""
+        self.reset()
+        return self.score(images, prompts, samples)
 
 
 def check_reward_specs(specs) -> None:

@@ -1,0 +1,122 @@
+"""`decoder.stream_rewards`: each DiT batch is scored while the next one decodes, with the same images,
+the same rewards in sample order and the same failure accounting as scoring after the whole decode."""
+
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+from launching import CONFIG, ENV, FAST, ROOT  # noqa: E402  (tests/integration/launching.py)
+from run_files import metrics  # noqa: E402  (tests/run_files.py)
+
+from glm_grpo_ds.config import DecoderConfig
+from glm_grpo_ds.decoder import ImageDecoder
+from glm_grpo_ds.experience import decode_and_score
+from glm_grpo_ds.rewards.registry import RewardSet
+from glm_grpo_ds.testing.tiny import CODEBOOK_SIZE
+
+# two prompts interleaved, so the decoder's DiT batches (rows of one prompt, 2 at a time) reorder the rows
+PROMPTS = ["a", "b", "a", "b", "a", "b", "a", "b"]
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny_model_dir):
+    return ImageDecoder(tiny_model_dir, DecoderConfig(num_inference_steps=2, batch_size=2))
+
+
+def inputs():
+    grids = torch.randint(0, CODEBOOK_SIZE, (8, 16), generator=torch.Generator().manual_seed(0))
+    samples = [{"id": i, "bad": i in (1, 3)} for i in range(8)]
+    return grids, PROMPTS, (64, 64), [7] * 8, samples
+
+
+def sample_id(images, prompts, samples):
+    return torch.tensor([float(s["id"]) for s in samples])
+
+
+def brightness(images, prompts, samples):
+    return images.mean(dim=(1, 2, 3))
+
+
+def fails_on_bad(images, prompts, samples):
+    if any(s["bad"] for s in samples):
+        raise RuntimeError("bad batch")
+    return torch.ones(len(samples))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_same_images_rewards_order_and_failures(decoder, stream):
+    grids, prompts, size, seeds, samples = inputs()
+    reference = decoder.decode(grids, prompts, *size, seeds)
+    rewards = RewardSet([("id", 1.0, sample_id), ("bright", 1.0, brightness), ("flaky", 1.0, fails_on_bad)])
+    timings = {}
+    images, per_reward = decode_and_score(
+        decoder, rewards, grids, prompts, size, seeds, samples, stream=stream, timings=timings
+    )
+    assert torch.equal(images, reference)
+    assert per_reward["id"].tolist() == list(range(8))  # back in sample order
+    torch.testing.assert_close(per_reward["bright"], reference.mean(dim=(1, 2, 3)), rtol=0, atol=1e-6)
+    flaky = per_reward["flaky"]
+    if stream:  # rows 1 and 3 (prompt b) share a DiT batch: only that batch is undefined
+        assert torch.isnan(flaky).tolist() == [False, True, False, True, False, False, False, False]
+        assert rewards.failed == {"id": 0, "bright": 0, "flaky": 2}
+    else:  # one call for all: the whole step is undefined, as before streaming
+        assert torch.isnan(flaky).all() and rewards.failed == {"id": 0, "bright": 0, "flaky": 8}
+    assert set(timings) == {"decode", "reward"}
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_batch_is_scored_while_the_next_one_decodes(decoder, stream):
+    """The decoder's third DiT batch waits for the first reward call to start: with streaming it starts
+    while the decode goes on; without, only after the decode, so the wait runs out (the control)."""
+    grids, prompts, size, seeds, samples = inputs()
+    forwards, reward_started, waited = [], threading.Event(), []
+
+    def third_batch_waits(*_):
+        forwards.append(1)
+        if len(forwards) == 2 * 2 * 2 + 1:  # 2 DiT steps x (conditional + guidance pass) x 2 batches, then
+            waited.append(reward_started.wait(timeout=10 if stream else 1))
+
+    def starts(images, prompts, samples):
+        reward_started.set()
+        return torch.zeros(len(samples))
+
+    hook = decoder.pipe.transformer.register_forward_hook(third_batch_waits)
+    try:
+        decode_and_score(decoder, RewardSet([("r", 1.0, starts)]), grids, prompts, size, seeds, samples, stream=stream)
+    finally:
+        hook.remove()
+    assert waited == [stream]
+
+
+FAILS_ON_BAD = """
+import torch
+def fails_on_bad(images, prompts, samples):
+    if any("bad" in p for p in prompts):
+        raise RuntimeError("bad prompt")
+    return images.mean(dim=(1, 2, 3))
+"""
+
+
+@pytest.mark.slow  # a training run
+@pytest.mark.parametrize("stream,failed", [(True, 4), (False, 8)])
+def test_a_run_streams_its_rewards_when_asked(tiny_model_dir, tmp_path, stream, failed):
+    """Two prompts per step, one of them "bad": streamed, only its DiT batches fail (G=4 samples);
+    scored after the decode, the one call for both prompts fails (8 samples)."""
+    (tmp_path / "r.py").write_text(FAILS_ON_BAD)
+    (tmp_path / "p.txt").write_text("a bad cube\na red apple\n")
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    cmd += [f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={tmp_path / 'run'}"]
+    cmd += [
+        *FAST,
+        "batch.prompts_per_rank=2",
+        "decoder.batch_size=2",
+        "max_steps=1",
+        f"decoder.stream_rewards={stream}",
+    ]
+    cmd += [f"rewards=[{{name: '{tmp_path / 'r.py'}:fails_on_bad'}}]"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = metrics(tmp_path / "run")
+    assert row[f"reward/{tmp_path / 'r.py'}:fails_on_bad_failed"] == failed
