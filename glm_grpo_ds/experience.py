@@ -42,6 +42,7 @@ class Experience:
     rows: list[PromptRow]  # per sample
     timings: dict[str, float]
     peaks: dict[str, float]
+    in_gather: list | None = None  # per rollout batch, what collect(in_gather=...) computed inside the gather
 
     @property
     def batch(self) -> RolloutBatch:
@@ -76,18 +77,26 @@ def sample_chunks(
     device: torch.device,
     group_size: int | None = None,
     gather: bool | None = None,
+    in_gather: Callable | None = None,
 ) -> list[RolloutBatch]:
-    """One rollout call per chunk of prompts, each with its generator, in one parameter gather."""
+    """One rollout call per chunk of prompts, each with its generator, in one parameter gather.
+    ``in_gather(policy, batch)``, if given, runs on each batch inside that same gather (the teacher-forced
+    log-probs the update needs, glm_grpo_ds/update.py ``logprobs_before_update``); its results are
+    returned beside the batches: ``(batches, results)``."""
     policy = ds_engine.unwrap(engine)
     policy.eval()
     gather = cfg.rollout.gather_parameters if gather is None else gather
     group_size = cfg.grpo.group_size if group_size is None else group_size
     h, w = cfg.rollout.height, cfg.rollout.width
     with torch.no_grad(), ds_engine.gathered_for_rollout(engine, gather):
-        return [
+        batches = [
             rollout(policy, processor, prompts, group_size, h, w, cfg.grpo.sampling, gen, device)
             for prompts, gen in zip(chunks, generators)
         ]
+        if in_gather is None:
+            return batches
+        with ds_engine.training_linear():
+            return batches, [in_gather(policy, batch) for batch in batches]
 
 
 class ExperienceMaker:
@@ -105,20 +114,32 @@ class ExperienceMaker:
         decode_seed: Callable[[int], int],
         group_size: int | None = None,
         decode=None,
+        in_gather: Callable | None = None,
     ) -> Experience:
         """Sample ``group_size`` (default ``grpo.group_size``) sequences for each row, decode and score
         them. ``decode_seed(row_index)``: the decoder noise seed of a dataset row's samples; ``decode``: the
-        decode's DecodeSettings (default: the training decode, ``decoder.*``)."""
+        decode's DecodeSettings (default: the training decode, ``decoder.*``); ``in_gather``: see
+        :func:`sample_chunks`, its results in ``Experience.in_gather``."""
         cfg = self.cfg
         per_chunk = len(rows) // len(generators)
         chunks = [rows[i * per_chunk : (i + 1) * per_chunk] for i in range(len(generators))]
         prompt_chunks = [[row.prompt for row in chunk] for chunk in chunks]
         timings: dict[str, float] = {}
         peaks: dict[str, float] = {}
+        extras = None
         with measure(timings, peaks, "rollout", self.device):
             batches = sample_chunks(
-                self.engine, self.processor, prompt_chunks, generators, cfg, self.device, group_size
+                self.engine,
+                self.processor,
+                prompt_chunks,
+                generators,
+                cfg,
+                self.device,
+                group_size,
+                in_gather=in_gather,
             )
+            if in_gather is not None:
+                batches, extras = batches
         sample_rows = [chunk[i] for chunk, batch in zip(chunks, batches) for i in batch.prompt_index.tolist()]
         prior = torch.cat([b.prior_token_ids for b in batches]) if len(batches) > 1 else batches[0].prior_token_ids
         prompts = [p for b in batches for p in b.prompts]
@@ -140,7 +161,7 @@ class ExperienceMaker:
                 timings,
                 peaks,
             )
-        return Experience(batches, images, per_reward, sample_rows, timings, peaks)
+        return Experience(batches, images, per_reward, sample_rows, timings, peaks, extras)
 
 
 def decode_and_score(

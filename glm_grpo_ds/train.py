@@ -75,7 +75,7 @@ from .rewards import RewardError, build_rewards, check_reward_inputs, check_rewa
 from .seeding import decoder_seed, derive_seed, seed_everything
 from .sharing.hub import Publisher
 from .token_ids import check_token_ids, embedding_rows
-from .update import grpo_update, skipped_update
+from .update import grpo_update, logprobs_before_update, skipped_update
 from .versions import framework_versions
 
 
@@ -234,7 +234,11 @@ class Trainer:
         """GRPO step ``step`` (0-based; collective): experience -> global advantages -> update -> record."""
         cfg, grpo_cfg = self.cfg, self.cfg.grpo
         generator = torch.Generator(device=self.device).manual_seed(derive_seed(cfg.seed, "rollout", step, self.rank))
-        exp = self.experience.collect(self.sampler.next(), [generator], partial(decoder_seed, cfg.decoder, step))
+        # the reference / old log-probs inside the rollout's gather: under ZeRO-3 they then gather nothing more
+        in_gather = partial(logprobs_before_update, cfg=cfg) if cfg.logprobs_in_rollout else None
+        exp = self.experience.collect(
+            self.sampler.next(), [generator], partial(decoder_seed, cfg.decoder, step), in_gather=in_gather
+        )
         # Advantages over the global batch (identical on every rank), then this rank's share.
         all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
         advantages, all_rewards = combine_advantages(
@@ -252,7 +256,8 @@ class Trainer:
             if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
                 stats = self._skip_undefined(step + 1, all_per_reward)
             else:
-                stats = grpo_update(self.engine, exp.batch, advantages[mine], cfg, self.ref_engine)
+                before = exp.in_gather[0] if exp.in_gather else None
+                stats = grpo_update(self.engine, exp.batch, advantages[mine], cfg, self.ref_engine, before=before)
         return self._record(step + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
 
     def _skip_undefined(self, step: int, all_per_reward: dict) -> dict:

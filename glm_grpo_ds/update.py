@@ -50,9 +50,34 @@ def reference_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices: lis
         return batched_logprobs(engine, batch, cfg, slices)
 
 
-def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_engine=None, on_boundary=None) -> dict:
+@torch.no_grad()
+def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> dict[str, torch.Tensor]:
+    """Inside the rollout's parameter gather (experience.sample_chunks ``in_gather``), the teacher-forced
+    log-probs the update would otherwise compute with the engine before its first step: ``ref`` (the LoRA
+    policy with its adapters off, ``cfg.reference_in_rollout``) and ``old`` (``grpo.num_iterations > 1``);
+    full fine-tuning's reference is another engine, computed in the update.
+    Under ZeRO-3 every forward of the engine gathers the AR again, module by module; here the whole AR is
+    already gathered for sampling, so these passes gather nothing (docs/memory-and-speed.md). The policy
+    is the one that sampled and the update has not run, so the values are those of :func:`grpo_update`'s
+    own passes (through the engine's forward, which may round differently in the last bits)."""
+    slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
+    out = {}
+    if cfg.reference_in_rollout:
+        with policy.disable_adapter():
+            out["ref"] = batched_logprobs(policy, batch, cfg, slices)
+    if cfg.grpo.num_iterations > 1:
+        out["old"] = batched_logprobs(policy, batch, cfg, slices)
+    return out
+
+
+def grpo_update(
+    engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_engine=None, on_boundary=None, before=None
+) -> dict:
     """Run ``grpo.num_iterations`` optimizer steps on one rollout; return token-weighted stats
     (averaged over iterations, with the per-iteration ones under ``"iterations"``).
+
+    ``before``: the :func:`logprobs_before_update` of this batch, computed during the rollout; what it
+    lacks is computed here with the engine.
 
     ``on_boundary(engine)`` runs after the last backward of each step, before the optimizer step
     (gradients are then complete; tests read them there).
@@ -67,10 +92,15 @@ def grpo_update(engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_
     norm = loss_normalizer(batch.completion_mask, grpo_cfg.aggregation)
     policy = ds_engine.unwrap(engine)
     policy.eval()  # the no-grad passes below need no dropout / checkpointing
-    ref = reference_logprobs(engine, ref_engine, batch, cfg, slices) if grpo_cfg.beta > 0 else None
+    before = before or {}
+    ref = before.get("ref")
+    if ref is None and grpo_cfg.beta > 0:
+        ref = reference_logprobs(engine, ref_engine, batch, cfg, slices)
     # One update per rollout: the policy that sampled is the current one, so old = logp.detach()
     # (ratio exactly 1). More updates need the pre-update log-probs of the trainer's own forward.
-    old = batched_logprobs(engine, batch, cfg, slices) if grpo_cfg.num_iterations > 1 else None
+    old = before.get("old")
+    if old is None and grpo_cfg.num_iterations > 1:
+        old = batched_logprobs(engine, batch, cfg, slices)
     policy.train()
 
     iterations = []

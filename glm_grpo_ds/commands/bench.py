@@ -148,6 +148,30 @@ def run_all(a) -> dict:
     return res
 
 
+def run_gathers(a) -> dict:
+    """``--gathers``: what a LoRA step gathers under ZeRO-3 on 2 ranks, per micro-batch size."""
+    sizes = [int(x) for x in a.gathers_micro_batches.split(",")]
+    return {
+        "model": a.model,
+        "size": a.size,
+        "group_size": a.group_size,
+        "micro_batches": {m: _run_worker(a, "zero3-gathers", nprocs=2, extra=("--micro-batch", str(m))) for m in sizes},
+    }
+
+
+def format_gathers(r: dict) -> str:
+    lines = [
+        f"ZeRO-3, LoRA, 2 ranks, G={r['group_size']}, {r['size']}x{r['size']}: parameters gathered per step, in whole "
+        "ARs (reference log-probs in the update -> in the rollout's gather)",
+        f"  {'micro-batch':>11}  {'rollout':>15}  {'update':>15}  {'step':>15}",
+    ]
+    for m, g in r["micro_batches"].items():
+        b, a = g["before"], g["after"]
+        cells = [f"{b[k]:6.2f} -> {a[k]:5.2f}" for k in ("rollout", "update", "step")]
+        lines.append(f"  {m:>11}  " + "  ".join(f"{c:>15}" for c in cells))
+    return "\n".join(lines)
+
+
 def format_table(r: dict) -> str:
     p, z, u = r["phases"], r["zero3_rollout_2_ranks"], r["update_memory"]
     g = r["group_size"]
@@ -209,6 +233,13 @@ def parse_args(argv):
     p.add_argument(
         "--hbm-gbps", type=float, default=None, help="GPU memory bandwidth for the roofline (default: by device name)"
     )
+    p.add_argument(
+        "--gathers",
+        action="store_true",
+        help="measure only what a LoRA step gathers under ZeRO-3 on 2 ranks (DeepSpeed's comms logger), per "
+        "micro-batch size, with the reference log-probs in the update vs in the rollout's gather",
+    )
+    p.add_argument("--gathers-micro-batches", default="2,4,8", help="with --gathers: micro-batch sizes to measure")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -257,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                 write_tiny_dataset(a.model, tmp / "data", a.size, a.size, DecoderConfig(num_inference_steps=2))
             )
         a.workdir = str(tmp)
-        result = run_all(a)
+        result = run_gathers(a) if a.gathers else run_all(a)
     except RuntimeError as err:  # a worker failed: its own output tail is in the message
         print(f"glm-grpo bench: {err}", file=sys.stderr)
         return 1
@@ -265,9 +296,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(result, indent=2))
-    print(format_table(result))
-    print(f"wrote {out / 'bench.json'}")
+    name = "bench_gathers.json" if a.gathers else "bench.json"
+    (out / name).write_text(json.dumps(result, indent=2))
+    print(format_gathers(result) if a.gathers else format_table(result))
+    print(f"wrote {out / name}")
     return 0
 
 

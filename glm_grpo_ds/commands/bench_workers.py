@@ -174,4 +174,47 @@ def worker_zero3_rollout(a) -> dict:
     }
 
 
-WORKERS = {"phases": worker_phases, "update-memory": worker_update_memory, "zero3-rollout": worker_zero3_rollout}
+def worker_zero3_gathers(a) -> dict:
+    """What one LoRA step gathers under ZeRO-3 (DeepSpeed's comms logger), with the reference log-probs
+    computed in the update through the engine (``before``: as until 2026-11-25) and inside the rollout's
+    gather (``after``: the trainer now), in units of the whole AR (1.0 = every parameter gathered once)."""
+    from ..advantages import group_advantages
+    from ..ds import engine as ds_engine
+    from ..experience import sample_chunks
+    from ..update import grpo_update, logprobs_before_update
+
+    trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}", "grpo.beta=0.04"])
+    cfg, engine = trainer.cfg, trainer.engine
+    ar_bytes = sum(getattr(q, "ds_numel", q.numel()) * q.element_size() for q in engine.module.parameters())
+
+    def whole_ars(counts) -> float:  # the logger records each rank's shard of an all-gather
+        return sum(c["bytes"] for name, c in counts.items() if "gather" in name) * trainer.world / ar_bytes
+
+    def step(in_rollout: bool) -> dict:
+        gen = [torch.Generator(device=trainer.device).manual_seed(0)]
+        fn = (lambda policy, batch: logprobs_before_update(policy, batch, cfg)) if in_rollout else None
+        with ds_engine.counted_comms() as rollout:
+            out = sample_chunks(engine, trainer.processor, [[BENCH_PROMPT]], gen, cfg, trainer.device, in_gather=fn)
+        (batch,), before = out if in_rollout else (out, [None])
+        adv = group_advantages(torch.linspace(0, 1, len(batch)), cfg.grpo.group_size)
+        with ds_engine.counted_comms() as update:
+            grpo_update(engine, batch, adv, cfg, trainer.ref_engine, before=before[0])
+        return {"rollout": whole_ars(rollout), "update": whole_ars(update)}
+
+    step(False)  # warm-up: optimizer states, the prefetch trace
+    before, after = step(False), step(True)
+    return {
+        "micro_batch": a.micro_batch,
+        "sequences": cfg.sequences_per_rank,
+        "world_size": trainer.world,
+        "before": {**before, "step": before["rollout"] + before["update"]},
+        "after": {**after, "step": after["rollout"] + after["update"]},
+    }
+
+
+WORKERS = {
+    "phases": worker_phases,
+    "update-memory": worker_update_memory,
+    "zero3-rollout": worker_zero3_rollout,
+    "zero3-gathers": worker_zero3_gathers,
+}

@@ -155,11 +155,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "benchmark rollout / decode / reward / update and print side-by-side ratios",
         usage=(
             "glm-grpo bench [--model DIR\\|ID [--revision R] --data FILE] [--size 256] [--group-size 16] "
-            "[--steps 3] [--repeats 3] [--out outputs/bench] [--hbm-gbps X] [key=value ...]"
+            "[--steps 3] [--repeats 3] [--out outputs/bench] [--hbm-gbps X] [--gathers [--gathers-micro-batches "
+            "2,4,8]] [key=value ...]"
         ),
         doc=(
             "phase throughputs and side-by-side ratios (same as `python -m glm_grpo_ds.commands.bench`); table "
-            "+ `OUT/bench.json`"
+            "+ `OUT/bench.json`; `--gathers`: only what a LoRA step gathers under ZeRO-3 on 2 ranks per "
+            "micro-batch size, `OUT/bench_gathers.json` "
+            "([memory-and-speed.md](memory-and-speed.md#what-a-step-gathers-under-zero-3))"
         ),
     ),
     "plot": Subcommand(

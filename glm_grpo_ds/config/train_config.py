@@ -108,6 +108,18 @@ class TrainConfig:
         return self.lora is None and self.grpo.beta > 0
 
     @property
+    def reference_in_rollout(self) -> bool:
+        """LoRA with ``beta > 0``: the reference log-probs (the policy with its adapters off) are computed inside
+        the rollout's parameter gather (glm_grpo_ds/update.py ``logprobs_before_update``)."""
+        return self.lora is not None and self.grpo.beta > 0
+
+    @property
+    def logprobs_in_rollout(self) -> bool:
+        """Teacher-forced passes inside the rollout's gather: the LoRA reference, and the old log-probs of
+        ``num_iterations > 1`` (the policy has not changed since it sampled)."""
+        return self.reference_in_rollout or self.grpo.num_iterations > 1
+
+    @property
     def total_optimizer_steps(self) -> int:
         """Optimizer steps of the whole run, the length of the lr schedule: ``num_iterations`` per step."""
         return self.max_steps * self.grpo.num_iterations

@@ -254,10 +254,31 @@ def plain_linear():
         yield
         return
     torch.nn.functional.linear = original
+    _zero_linear.append(patched)
     try:
         yield
     finally:
+        _zero_linear.pop()
         torch.nn.functional.linear = patched
+
+
+_zero_linear: list = []  # the linear zero.Init installed, while a plain_linear block has taken it off
+
+
+@contextlib.contextmanager
+def training_linear():
+    """Inside :func:`plain_linear`: put back the linear training forwards use, so a no-grad pass in the
+    rollout's gather (the reference / old log-probs) rounds exactly as the engine's forward would: the
+    first iteration's ratio stays exactly 1 and the KL to an unchanged reference exactly 0."""
+    if not _zero_linear:
+        yield
+        return
+    current = torch.nn.functional.linear
+    torch.nn.functional.linear = _zero_linear[-1]
+    try:
+        yield
+    finally:
+        torch.nn.functional.linear = current
 
 
 def unwrap(engine):
@@ -335,3 +356,28 @@ def gathered(params: list, enabled: bool):
 
     with deepspeed.zero.GatheredParameters(params):
         yield
+
+
+@contextlib.contextmanager
+def counted_comms():
+    """Count DeepSpeed's collectives inside the block with its comms logger: yields a dict that holds, at
+    the block's end, ``{op: {"calls": n, "bytes": b}}`` for this rank (``bytes``: the message sizes the
+    logger records; for ZeRO-3's all-gathers that is this rank's shard, so world x bytes were gathered).
+    For benchmarks and tests: the logger times every op, which synchronises the device."""
+    import deepspeed.comm as dscomm
+
+    logger = dscomm.comms_logger
+    before = (logger.enabled, logger.prof_all)
+    dscomm.configure(enabled=True, prof_all=True)
+    logger.reset_data()
+    counts: dict[str, dict[str, int]] = {}
+    try:
+        yield counts
+    finally:
+        for name, sizes in logger.get_raw_data().items():
+            counts[name] = {
+                "calls": sum(v[0] for v in sizes.values()),
+                "bytes": sum(size * v[0] for size, v in sizes.items()),
+            }
+        logger.reset_data()
+        dscomm.configure(enabled=before[0], prof_all=before[1])

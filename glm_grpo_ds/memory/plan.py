@@ -248,6 +248,17 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     notes["logits"] = f"micro-batch {mb}: {dtype} logits kept for backward + one fp32 chunk".replace("torch.", "")
     h, kv, inter = t["hidden"], t["kv_heads"] * t["head_dim"], t["intermediate"]
     per_layer = 8 * h + 2 * kv + 4 * inter  # elements saved per token by one decoder layer
+    # The reference (LoRA) and old log-probs run in the rollout's gather, after sampling (the KV cache is
+    # gone): no-grad forwards of a micro-batch, one layer's tensors at a time and one fp32 logits chunk.
+    chunk = min(cfg.grpo.logprob_chunk_size, n_gen)
+    comp["rollout_logprobs"] = (
+        mb * seq * per_layer * b + 3 * mb * chunk * t["vision_vocab"] * 4 if cfg.logprobs_in_rollout else 0
+    )
+    notes["rollout_logprobs"] = (
+        f"reference / old log-probs in the rollout's gather, micro-batch {mb}, no grad"
+        if cfg.logprobs_in_rollout
+        else "none (no reference / old pass)"
+    )
     if cfg.model.gradient_checkpointing:
         comp["activations"] = mb * seq * (t["layers"] * h + per_layer) * b
         notes["activations"] = f"micro-batch {mb} x {seq} tokens, checkpointed (layer inputs + one layer)"
@@ -306,7 +317,9 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "runtime_overhead",
     ]
     phases = {
-        "rollout": comp["rollout_kv_cache"] + comp["rollout_gather"] + comp["gather_staging"],
+        "rollout": max(comp["rollout_kv_cache"], comp["rollout_logprobs"])
+        + comp["rollout_gather"]
+        + comp["gather_staging"],
         "decode": comp["decode_activations"],
         "update": comp["logits"] + comp["activations"] + comp["zero3_update_gather"] + comp["gather_staging"],
         "step": comp["fp32_grad_step"] + comp["optimizer_step_temporaries"],  # activations are freed by then

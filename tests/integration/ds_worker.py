@@ -8,6 +8,7 @@ Scenarios (rank 0 writes OUT_DIR/result.pt):
   dp     - loss and gradients of one update on a fixed global rollout split over the ranks
   sharded - the same rollout with ZeRO-3 parameters gathered once and left sharded
   memory - bytes of the model states DeepSpeed holds (testing.model_state) around one update
+  before - reference / old log-probs in the rollout's gather vs in the update, and the bytes each gathers
   nonfinite - the real trainer (train.main) with the loss of the last rank made NaN from the
             second step on: exercises the skip / stop logic; exits with train.main's status
 """
@@ -92,7 +93,7 @@ def run_with_nan_loss(a) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["train", "grads", "dp", "sharded", "memory", "nonfinite"])
+    p.add_argument("scenario", choices=["train", "grads", "dp", "sharded", "memory", "nonfinite", "before"])
     p.add_argument("out")
     p.add_argument("--deepspeed", required=True)
     p.add_argument("--config", default="launch/configs/tiny_cpu.yaml")
@@ -139,6 +140,53 @@ def main(argv=None) -> int:
         result = {
             k: (b.completion_ids.cpu(), b.sampler_logps.cpu())
             for k, b in (("gathered", gathered_batch), ("sharded", sharded_batch), ("again", again))
+        }
+
+    elif a.scenario == "before":
+        # the reference / old log-probs inside the rollout's gather vs through the engine in the update,
+        # and what each gathers (DeepSpeed's comms logger)
+        from glm_grpo_ds.experience import sample_chunks
+        from glm_grpo_ds.update import batched_logprobs, logprobs_before_update
+
+        trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
+        cfg, engine = trainer.cfg, trainer.engine
+        prompts = [PROBE_PROMPTS[: cfg.batch.prompts_per_rank]]
+
+        def gen():
+            return [torch.Generator(device=trainer.device).manual_seed(7)]
+
+        def gathered(counts):
+            return sum(c["bytes"] for name, c in counts.items() if "gather" in name)
+
+        def before_fn(policy, batch):
+            return logprobs_before_update(policy, batch, cfg)
+
+        with ds_engine.counted_comms() as plain:
+            sample_chunks(engine, trainer.processor, prompts, gen(), cfg, trainer.device)
+        with ds_engine.counted_comms() as with_before:
+            (batch,), (before,) = sample_chunks(
+                engine, trainer.processor, prompts, gen(), cfg, trainer.device, in_gather=before_fn
+            )
+        slices = [slice(i, i + cfg.batch.micro_batch_size) for i in range(0, len(batch), cfg.batch.micro_batch_size)]
+        with ds_engine.counted_comms() as ref_in_update:
+            ref = reference_logprobs(engine, trainer.ref_engine, batch, cfg, slices)
+        ds_engine.unwrap(engine).eval()
+        old = batched_logprobs(engine, batch, cfg, slices)
+        adv = group_advantages(synthetic_rewards(len(batch)), cfg.grpo.group_size)
+        with ds_engine.counted_comms() as update:
+            stats = grpo_update(engine, batch, adv, cfg, trainer.ref_engine, before=before)
+        result = {
+            "ref": (before["ref"].cpu(), ref.cpu()),
+            "old": (before["old"].cpu(), old.cpu()),
+            "first_ratio": (stats["iterations"][0]["ratio_min"], stats["iterations"][0]["ratio_max"]),
+            "bytes": {
+                "rollout": gathered(plain),
+                "rollout_with_before": gathered(with_before),
+                "reference_in_update": gathered(ref_in_update),
+                "update": gathered(update),
+            },
+            "ar_bytes": sum(getattr(p, "ds_numel", p.numel()) * p.element_size() for p in engine.module.parameters()),
+            "world": trainer.world,
         }
 
     elif a.scenario == "memory":

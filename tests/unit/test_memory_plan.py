@@ -94,7 +94,24 @@ def test_activations_checkpointing_and_total():
     assert off["components"]["activations"] == 2 * seq * 4 * per_layer * 2
     comp = on["components"]
     assert on["total_bytes"] == sum(comp[k] for k in on["persistent"]) + max(on["phases"].values())
-    assert on["phases"]["rollout"] == comp["rollout_kv_cache"] + comp["rollout_gather"] + comp["gather_staging"]
+    rollout = max(comp["rollout_kv_cache"], comp["rollout_logprobs"]) + comp["rollout_gather"] + comp["gather_staging"]
+    assert on["phases"]["rollout"] == rollout
+    off = plan(cfg("grpo.beta=0", "grpo.num_iterations=1"), ZERO[3], EstimateConfig(num_gpus=1), sizes(1280, [640]))
+    assert off["components"]["rollout_logprobs"] == 0  # beta 0, one iteration: no pass in the rollout's gather
+
+
+@pytest.mark.parametrize("extra", [["grpo.beta=0.1"], ["grpo.num_iterations=2"]])
+def test_reference_and_old_logprobs_in_the_rollout_phase(extra):
+    """LoRA with beta > 0 (the reference) or num_iterations > 1 (old log-probs): a no-grad pass of one
+    micro-batch in the rollout's gather, one layer's tensors and one fp32 logits chunk at a time, after
+    the KV cache is gone."""
+    c = cfg("batch.micro_batch_size=8", "grpo.group_size=8", "rollout.height=64", "rollout.width=64", *extra)
+    p = plan(c, ZERO[3], EstimateConfig(num_gpus=2, prompt_tokens=10), sizes(1280, [640, 640]))
+    comp, n_gen = p["components"], grid_tokens(64, 64)
+    seq, per_layer, chunk = 10 + n_gen, 8 * 64 + 2 * 32 + 4 * 160, min(c.grpo.logprob_chunk_size, n_gen)
+    assert comp["rollout_logprobs"] == 8 * seq * per_layer * 2 + 3 * 8 * chunk * 100 * 4
+    assert comp["rollout_logprobs"] > comp["rollout_kv_cache"]  # here the larger of the two
+    assert p["phases"]["rollout"] == comp["rollout_logprobs"] + comp["rollout_gather"] + comp["gather_staging"]
 
 
 @pytest.mark.slow
@@ -263,7 +280,8 @@ def test_zero3_on_one_rank_gathers_nothing_and_gloo_stages_the_largest_tensor():
     cpu = plan(c, ZERO[3], EstimateConfig(num_gpus=2, device="cpu"), sizes(1280, [640, 640]))
     comp = cpu["components"]
     assert comp["gather_staging"] == 4000 * 2
-    assert cpu["phases"]["rollout"] == comp["rollout_kv_cache"] + comp["rollout_gather"] + 4000 * 2
+    transient = max(comp["rollout_kv_cache"], comp["rollout_logprobs"])
+    assert cpu["phases"]["rollout"] == transient + comp["rollout_gather"] + 4000 * 2
     assert cpu["phases"]["update"] == comp["logits"] + comp["activations"] + comp["zero3_update_gather"] + 4000 * 2
 
 
