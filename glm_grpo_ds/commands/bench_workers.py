@@ -185,7 +185,7 @@ def worker_zero3_gathers(a) -> dict:
 
     trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}", "grpo.beta=0.04"])
     cfg, engine = trainer.cfg, trainer.engine
-    ar_bytes = sum(getattr(q, "ds_numel", q.numel()) * q.element_size() for q in engine.module.parameters())
+    ar_bytes = ds_engine.parameter_bytes(engine)
 
     def whole_ars(counts) -> float:  # the logger records each rank's shard of an all-gather
         return sum(c["bytes"] for name, c in counts.items() if "gather" in name) * trainer.world / ar_bytes

@@ -381,3 +381,9 @@ def counted_comms():
             }
         logger.reset_data()
         dscomm.configure(enabled=before[0], prof_all=before[1])
+
+
+def parameter_bytes(engine) -> int:
+    """Bytes of every parameter of the engine's model at its full size (ZeRO-3 partitions counted whole):
+    what gathering the whole model once brings together."""
+    return sum(getattr(p, "ds_numel", p.numel()) * p.element_size() for p in unwrap(engine).parameters())

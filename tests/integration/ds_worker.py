@@ -185,7 +185,7 @@ def main(argv=None) -> int:
                 "reference_in_update": gathered(ref_in_update),
                 "update": gathered(update),
             },
-            "ar_bytes": sum(getattr(p, "ds_numel", p.numel()) * p.element_size() for p in engine.module.parameters()),
+            "ar_bytes": ds_engine.parameter_bytes(engine),
             "world": trainer.world,
         }
 
