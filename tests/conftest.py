@@ -45,6 +45,7 @@ LONGEST_FIRST = (
     "test_sharing",
     "test_gpu_check",
     "test_memory_plan_deepspeed",
+    "test_logprobs_in_gather",
     "test_observability",
 )
 
