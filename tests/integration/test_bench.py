@@ -48,3 +48,19 @@ def test_bench_writes_every_phase_and_ratio(tmp_path):
     # a group of 4 in one micro-batch holds more activations than micro-batches of 2
     assert r["update_memory"]["4"]["update_peak_above_start_mb"] > r["update_memory"]["2"]["update_peak_above_start_mb"]
     assert "ZeRO-3 2 ranks: gathered / sharded" in proc.stdout
+
+
+def test_bench_gathers_counts_fewer_gathers_with_the_reference_in_the_rollout(tmp_path):
+    """`glm-grpo bench --gathers`: DeepSpeed's comms logger on 2 ZeRO-3 ranks; the reference log-probs in
+    the rollout's gather take gathers out of the update, and larger micro-batches gather less."""
+    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "bench", "--gathers", "--size", "64"]
+    cmd += ["--group-size", "4", "--gathers-micro-batches", "2,4", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((tmp_path / "bench_gathers.json").read_text())["micro_batches"]
+    for m in ("2", "4"):
+        before, after = r[m]["before"], r[m]["after"]
+        assert 0.9 < before["rollout"] == after["rollout"] <= 1.0  # the whole AR once (small tensors stay whole)
+        assert after["update"] < before["update"] and after["step"] == after["rollout"] + after["update"]
+    assert r["4"]["after"]["update"] < r["2"]["after"]["update"]
+    assert "parameters gathered per step" in proc.stdout
