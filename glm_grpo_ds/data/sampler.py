@@ -3,6 +3,8 @@
 Each step, :class:`PromptSampler` takes the next ``world_size * prompts_per_rank`` row numbers of a
 seeded permutation (a new one per epoch) and gives rank r its own slice, so no two ranks train on
 the same prompt in a step and every rank can compute every other rank's prompts (no communication).
+A step that crosses into the next epoch and meets a prompt it already took at the end of the last one
+takes the next row instead; that prompt comes first in the following step (no prompt twice in a step).
 Only the rows a step samples are read (``rows[i]``); the permutation is an ``array`` of 4-byte ints
 (8 above 2**31 rows), shuffled by ``random.Random.shuffle`` exactly as a list would be, so the order
 is the same as it always was for a given seed.
@@ -53,6 +55,7 @@ class PromptSampler:
         self.dead_skip_prob = dead_skip_prob
         self.dead: set[int] = set()  # rows whose last group had no reward variance
         self.last_picked: list[int] = []  # the last step's rows, every rank's, rank-major
+        self.deferred: list[int] = []  # rows the next step takes first (met twice by a step crossing epochs)
         self.last_skipped = 0  # dead rows passed over to pick them
         self.skipped_total = 0
 
@@ -73,24 +76,25 @@ class PromptSampler:
     def _next_indices(self) -> list[int]:
         """Row numbers of the next step, every rank's, rank-major."""
         need = self.world_size * self.per_rank
-        picked: list[int] = []
+        # rows a step crossing into a new epoch met again: taken first now (see below)
+        picked: list[int] = self.deferred[:need]
+        self.deferred = self.deferred[need:]
         skipped = 0
         while len(picked) < need:
             if self.position >= len(self._order):
                 self.epoch += 1
                 self.position = 0
                 self._order = self._permutation(self.epoch)
-            if self.dead and self.dead_skip_prob > 0:  # one row at a time: each may be skipped
-                row = self._order[self.position]
-                self.position += 1
-                if skipped < len(self.rows) and self._skips(row):
-                    skipped += 1
-                else:
-                    picked.append(row)
-                continue
-            take = self._order[self.position : self.position + need - len(picked)]
-            picked += take
-            self.position += len(take)
+            # one row at a time: each may be skipped; a step that crosses into a new epoch may meet a row it
+            # already took at the end of the last one: no prompt twice in a step, that row waits for the next
+            row = self._order[self.position]
+            self.position += 1
+            if row in picked:
+                self.deferred.append(row)
+            elif skipped < len(self.rows) and self._skips(row):
+                skipped += 1
+            else:
+                picked.append(row)
         self.last_picked, self.last_skipped = picked, skipped
         self.skipped_total += skipped
         return picked
@@ -122,6 +126,8 @@ class PromptSampler:
 
     def state(self) -> dict:
         state = {"epoch": self.epoch, "position": self.position}
+        if self.deferred:
+            state["deferred"] = list(self.deferred)
         if self.dead_skip_prob > 0:
             state.update(dead=sorted(self.dead), skipped_total=self.skipped_total)
         return state
@@ -129,6 +135,7 @@ class PromptSampler:
     def load_state(self, state: dict) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._order = self._permutation(self.epoch)
+        self.deferred = [int(row) for row in state.get("deferred", [])]
         # a checkpoint of a run without skipping has none: every prompt starts alive
         self.dead = set(state.get("dead", [])) if self.dead_skip_prob > 0 else set()
         self.skipped_total = int(state.get("skipped_total", 0))

@@ -349,7 +349,12 @@ def test_sampler_order_is_unchanged(tmp_path, n, world, per_rank, seed):
         rows = load_prompts(path)
         samplers = [PromptSampler(rows, world, r, per_rank, seed) for r in range(world)]
         got = [[row.index for s in samplers for row in s.next()] for _ in range(60)]
-        assert got == _old_order(n, world, per_rank, seed, 60)
+        old = _old_order(n, world, per_rank, seed, 60)
+        # the same order up to the first step where the old one took a prompt twice (a step across an epoch
+        # end); from there the sampler defers that prompt to the next step, so no step repeats one
+        first_repeat = next((i for i, step in enumerate(old) if len(set(step)) < len(step)), len(old))
+        assert got[:first_repeat] == old[:first_repeat]
+        assert all(len(set(step)) == len(step) for step in got)
         assert all(rows[i].prompt == f"p{i}" for i in got[-1])
         resumed = PromptSampler(rows, world, 0, per_rank, seed)
         resumed.load_state(samplers[0].state())
