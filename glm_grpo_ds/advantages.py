@@ -16,7 +16,7 @@ registered in :data:`ESTIMATORS` (verl's level: an estimator sees the rewards an
 
 Every estimator gives exactly 0 to a group whose defined rewards are all equal (no preference signal, not
 rounding noise from ``r - mean``) or that has fewer than two of them; :func:`signal_free_groups` finds the
-groups where that holds for every reward (the ``frac_reward_zero_std`` metric, ``data.skip_dead_prompts``).
+groups where that holds for every reward (the ``frac_reward_zero_std`` metric, ``data.dead_prompt_skip_prob``).
 
 Reward combinations (``grpo.reward_combination``, :data:`COMBINATIONS`), for several rewards:
 

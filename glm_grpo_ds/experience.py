@@ -65,7 +65,7 @@ def sample(
     """``group_size`` (default ``grpo.group_size``) sequences per prompt from the engine's policy,
     without gradients, parameters gathered for the rollout under ZeRO-3 (``rollout.gather_parameters``
     unless ``gather`` says otherwise)."""
-    return sample_chunks(engine, processor, [prompts], [generator], cfg, device, group_size, gather)[0]
+    return sample_chunks(engine, processor, [prompts], [generator], cfg, device, group_size, gather)[0][0]
 
 
 def sample_chunks(
@@ -78,11 +78,11 @@ def sample_chunks(
     group_size: int | None = None,
     gather: bool | None = None,
     in_gather: Callable | None = None,
-) -> list[RolloutBatch]:
-    """One rollout call per chunk of prompts, each with its generator, in one parameter gather.
-    ``in_gather(policy, batch)``, if given, runs on each batch inside that same gather (the teacher-forced
-    log-probs the update needs, glm_grpo_ds/update.py ``logprobs_before_update``); its results are
-    returned beside the batches: ``(batches, results)``."""
+) -> tuple[list[RolloutBatch], list | None]:
+    """One rollout call per chunk of prompts, each with its generator, in one parameter gather:
+    ``(batches, results)``. ``in_gather(policy, batch)``, if given, runs on each batch inside that same gather
+    (the teacher-forced log-probs the update needs, glm_grpo_ds/update.py ``logprobs_before_update``);
+    ``results`` holds what it returned per batch, None without it."""
     policy = ds_engine.unwrap(engine)
     policy.eval()
     gather = cfg.rollout.gather_parameters if gather is None else gather
@@ -94,7 +94,7 @@ def sample_chunks(
             for prompts, gen in zip(chunks, generators)
         ]
         if in_gather is None:
-            return batches
+            return batches, None
         with ds_engine.training_linear():
             return batches, [in_gather(policy, batch) for batch in batches]
 
@@ -126,9 +126,8 @@ class ExperienceMaker:
         prompt_chunks = [[row.prompt for row in chunk] for chunk in chunks]
         timings: dict[str, float] = {}
         peaks: dict[str, float] = {}
-        extras = None
         with measure(timings, peaks, "rollout", self.device):
-            batches = sample_chunks(
+            batches, extras = sample_chunks(
                 self.engine,
                 self.processor,
                 prompt_chunks,
@@ -138,8 +137,6 @@ class ExperienceMaker:
                 group_size,
                 in_gather=in_gather,
             )
-            if in_gather is not None:
-                batches, extras = batches
         sample_rows = [chunk[i] for chunk, batch in zip(chunks, batches) for i in batch.prompt_index.tolist()]
         prior = torch.cat([b.prior_token_ids for b in batches]) if len(batches) > 1 else batches[0].prior_token_ids
         prompts = [p for b in batches for p in b.prompts]

@@ -58,8 +58,9 @@ def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> dict[str, torch.
     full fine-tuning's reference is another engine, computed in the update.
     Under ZeRO-3 every forward of the engine gathers the AR again, module by module; here the whole AR is
     already gathered for sampling, so these passes gather nothing (docs/memory-and-speed.md). The policy
-    is the one that sampled and the update has not run, so the values are those of :func:`grpo_update`'s
-    own passes (through the engine's forward, which may round differently in the last bits)."""
+    is the one that sampled and the update has not run, and experience.sample_chunks runs this with the
+    training forwards' linear (``ds.engine.training_linear``), so the values are bitwise those of
+    :func:`grpo_update`'s own passes through the engine (tests/integration/test_logprobs_in_gather.py)."""
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
     out = {}
     if cfg.reference_in_rollout:

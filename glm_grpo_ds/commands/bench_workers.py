@@ -194,11 +194,12 @@ def worker_zero3_gathers(a) -> dict:
         gen = [torch.Generator(device=trainer.device).manual_seed(0)]
         fn = (lambda policy, batch: logprobs_before_update(policy, batch, cfg)) if in_rollout else None
         with ds_engine.counted_comms() as rollout:
-            out = sample_chunks(engine, trainer.processor, [[BENCH_PROMPT]], gen, cfg, trainer.device, in_gather=fn)
-        (batch,), before = out if in_rollout else (out, [None])
+            (batch,), before = sample_chunks(
+                engine, trainer.processor, [[BENCH_PROMPT]], gen, cfg, trainer.device, in_gather=fn
+            )
         adv = group_advantages(torch.linspace(0, 1, len(batch)), cfg.grpo.group_size)
         with ds_engine.counted_comms() as update:
-            grpo_update(engine, batch, adv, cfg, trainer.ref_engine, before=before[0])
+            grpo_update(engine, batch, adv, cfg, trainer.ref_engine, before=before[0] if before else None)
         return {"rollout": whole_ars(rollout), "update": whole_ars(update)}
 
     step(False)  # warm-up: optimizer states, the prefetch trace

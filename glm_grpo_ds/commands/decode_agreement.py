@@ -204,8 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..decoder import DecodeSettings, resolve_settings
 
     try:
-        cfg = load_config(a.config, a.overrides)
-        cfg.validate()
+        cfg = load_config(a.config, a.overrides)  # validated
         if a.num_prompts < 1:
             raise ValueError(f"--num-prompts must be >= 1, got {a.num_prompts}")
         candidates = [parse_settings(c, "--candidate") for c in a.candidate] or [
