@@ -12,7 +12,7 @@ Runs on the CPU, in bf16, through the project's own code paths, so the shapes ar
   ops are not counted). Every figure is the difference of the counter's running total across the forward
   calls of one module (:class:`CallFlops`), so each phase is attributed without relying on module names.
 
-  - AR: one rollout (glm_grpo_ds/rollout.py) of one row at ``--size``: the prefill per prompt token and the
+  - AR: one rollout (glm_grpo_ds/rollout/sampler.py) of one row at ``--size``: the prefill per prompt token and the
     KV-cached decode step at batch 1 (language model + ``lm_head``; first step and mean over the rollout).
   - update, per sequence, of that rollout's sequence (glm_grpo_ds/logprobs.py ``completion_logprobs``):
     the policy with the config's LoRA and gradient checkpointing, in training mode: forward, then backward

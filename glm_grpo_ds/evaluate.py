@@ -4,9 +4,11 @@ Evaluation (``eval.file``; see :class:`glm_grpo_ds.config.EvalConfig`): before t
 ``eval.at_start``), every ``eval.steps`` steps and after the last step, each eval prompt gets
 ``eval.group_size`` samples and the run's rewards score them. Seeds are fixed: prompt row i is
 sampled with ``derive_seed(eval.seed, "eval-rollout", i)`` and decoded with
-``derive_seed(eval.seed, "eval-decode", i)``, one prompt per rollout call, so a prompt's samples
-depend on the weights, the prompt and ``eval.seed`` only - not on the step, the training ``seed``,
-the rank count or which other prompts share a batch. The same weights give the same eval reward.
+``derive_seed(eval.seed, "eval-decode", i)``: a rank's prompts are rolled out in one batch, each prompt's
+tokens drawn from its own generator, so a prompt's samples depend on the weights, the prompt and
+``eval.seed`` only - not on the step, the training ``seed``, the rank count or which other prompts share
+the batch (up to floating-point rounding of the batched forward: the padding differs with the batch, and a
+draw within ~1e-7 of a boundary can change). The same weights give the same eval reward.
 The eval decode has its own settings (``eval.num_inference_steps`` / ``eval.guidance_scale``, by default
 the pipeline's own, as ``glm-grpo render``), not the cheaper training decode's; each record names them.
 
@@ -96,7 +98,7 @@ class Evaluator:
         cfg, ev = self.cfg, self.cfg.eval
         group_size = ev.group_size
         t0 = time.perf_counter()
-        # one rollout call per prompt with its own generator: a prompt's samples do not depend on
+        # one batched rollout, each prompt with its own generator: a prompt's samples do not depend on
         # which prompts share its rank
         rows = [row for row, _ in self.mine]
         generators = [

@@ -14,9 +14,9 @@ evaluated and tested is what trains::
     exp.timings          # seconds of rollout / decode / reward
     exp.peaks            # peak memory of each (memory/<phase>_peak_mb, glm_grpo_ds/memory_probe.py)
 
-Seeds are the caller's: ``generators`` seed the sampling (the rows are split into one consecutive
-chunk per generator, each sampled in one rollout call), ``decode_seed(row_index)`` the decoder noise
-of a row's samples (the same for all G, so images in a group differ only by their tokens).
+Seeds are the caller's: ``generators`` seed the sampling (one for all rows, or one per row: each row's
+samples drawn from its own stream, all rows in one batched rollout), ``decode_seed(row_index)`` the decoder
+noise of a row's samples (the same for all G, so images in a group differ only by their tokens).
 """
 
 from __future__ import annotations
@@ -36,20 +36,13 @@ from .rollout import RolloutBatch, rollout
 
 @dataclass
 class Experience:
-    batches: list[RolloutBatch]  # one per rollout call (training: one)
+    batch: RolloutBatch
     images: torch.Tensor
     per_reward: dict[str, torch.Tensor]
     rows: list[PromptRow]  # per sample
     timings: dict[str, float]
     peaks: dict[str, float]
-    in_gather: list | None = None  # per rollout batch, what collect(in_gather=...) computed inside the gather
-
-    @property
-    def batch(self) -> RolloutBatch:
-        """The rollout of a single-call collection (training)."""
-        if len(self.batches) != 1:
-            raise ValueError(f"this experience holds {len(self.batches)} rollout batches; use .batches")
-        return self.batches[0]
+    in_gather: object = None  # what collect(in_gather=...) computed inside the rollout's gather, else None
 
 
 def sample(
@@ -65,38 +58,38 @@ def sample(
     """``group_size`` (default ``grpo.group_size``) sequences per prompt from the engine's policy,
     without gradients, parameters gathered for the rollout under ZeRO-3 (``rollout.gather_parameters``
     unless ``gather`` says otherwise)."""
-    return sample_chunks(engine, processor, [prompts], [generator], cfg, device, group_size, gather)[0][0]
+    return sample_batch(engine, processor, prompts, [generator], cfg, device, group_size, gather)[0]
 
 
-def sample_chunks(
+def sample_batch(
     engine,
     processor,
-    chunks: list[list[str]],
+    prompts: list[str],
     generators: list[torch.Generator],
     cfg,
     device: torch.device,
     group_size: int | None = None,
     gather: bool | None = None,
     in_gather: Callable | None = None,
-) -> tuple[list[RolloutBatch], list | None]:
-    """One rollout call per chunk of prompts, each with its generator, in one parameter gather:
-    ``(batches, results)``. ``in_gather(policy, batch)``, if given, runs on each batch inside that same gather
-    (the teacher-forced log-probs the update needs, glm_grpo_ds/update.py ``logprobs_before_update``);
-    ``results`` holds what it returned per batch, None without it."""
+) -> tuple[RolloutBatch, object]:
+    """One batched rollout of ``prompts`` inside one parameter gather: ``(batch, result)``. ``generators``: one,
+    or one per prompt (:func:`glm_grpo_ds.rollout.rollout`). ``in_gather(policy, batch)``, if given, runs on the
+    batch inside that same gather (the teacher-forced log-probs the update needs, glm_grpo_ds/update.py
+    ``logprobs_before_update``); ``result`` is what it returned, None without it."""
     policy = ds_engine.unwrap(engine)
     policy.eval()
     gather = cfg.rollout.gather_parameters if gather is None else gather
     group_size = cfg.grpo.group_size if group_size is None else group_size
+    # a sharded ZeRO-3 rollout fetches parameters in per-module hooks, which torch.compile cannot trace
+    compile = cfg.rollout.compile and (gather or not ds_engine.is_zero3(engine))
+    generator = generators if len(generators) > 1 else generators[0]
     h, w = cfg.rollout.height, cfg.rollout.width
     with torch.no_grad(), ds_engine.gathered_for_rollout(engine, gather):
-        batches = [
-            rollout(policy, processor, prompts, group_size, h, w, cfg.grpo.sampling, gen, device)
-            for prompts, gen in zip(chunks, generators)
-        ]
+        batch = rollout(policy, processor, prompts, group_size, h, w, cfg.grpo.sampling, generator, device, compile)
         if in_gather is None:
-            return batches, None
+            return batch, None
         with ds_engine.training_linear():
-            return batches, [in_gather(policy, batch) for batch in batches]
+            return batch, in_gather(policy, batch)
 
 
 class ExperienceMaker:
@@ -119,27 +112,24 @@ class ExperienceMaker:
         """Sample ``group_size`` (default ``grpo.group_size``) sequences for each row, decode and score
         them. ``decode_seed(row_index)``: the decoder noise seed of a dataset row's samples; ``decode``: the
         decode's DecodeSettings (default: the training decode, ``decoder.*``); ``in_gather``: see
-        :func:`sample_chunks`, its results in ``Experience.in_gather``."""
+        :func:`sample_batch`, its result in ``Experience.in_gather``. ``generators``: one for all rows, or
+        one per row."""
         cfg = self.cfg
-        per_chunk = len(rows) // len(generators)
-        chunks = [rows[i * per_chunk : (i + 1) * per_chunk] for i in range(len(generators))]
-        prompt_chunks = [[row.prompt for row in chunk] for chunk in chunks]
         timings: dict[str, float] = {}
         peaks: dict[str, float] = {}
         with measure(timings, peaks, "rollout", self.device):
-            batches, extras = sample_chunks(
+            batch, extra = sample_batch(
                 self.engine,
                 self.processor,
-                prompt_chunks,
+                [row.prompt for row in rows],
                 generators,
                 cfg,
                 self.device,
                 group_size,
                 in_gather=in_gather,
             )
-        sample_rows = [chunk[i] for chunk, batch in zip(chunks, batches) for i in batch.prompt_index.tolist()]
-        prior = torch.cat([b.prior_token_ids for b in batches]) if len(batches) > 1 else batches[0].prior_token_ids
-        prompts = [p for b in batches for p in b.prompts]
+        sample_rows = [rows[i] for i in batch.prompt_index.tolist()]
+        prior, prompts = batch.prior_token_ids, batch.prompts
         seeds = [decode_seed(row.index) for row in sample_rows]
         samples = [row.reward_sample() for row in sample_rows]
         size = (cfg.rollout.height, cfg.rollout.width)
@@ -158,7 +148,7 @@ class ExperienceMaker:
                 timings,
                 peaks,
             )
-        return Experience(batches, images, per_reward, sample_rows, timings, peaks, extras)
+        return Experience(batch, images, per_reward, sample_rows, timings, peaks, extra)
 
 
 def decode_and_score(

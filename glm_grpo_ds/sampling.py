@@ -62,12 +62,46 @@ def logprobs_of(policy: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(policy, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 
 
+def draw_distribution(policy: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[B, V]`` policy logits -> ``(policy log-probs, draw probabilities)``, both ``[B, V]`` fp32.
+
+    The draw probabilities are the top-k / top-p truncation's (the policy's own without a cut). Pure
+    tensor work with no host synchronisation, compiled inside the rollout's decode step
+    (glm_grpo_ds/rollout/decode_loop.py).
+    """
+    logp = torch.log_softmax(policy, dim=-1)
+    draw = torch.log_softmax(truncate(policy, top_k, top_p), dim=-1) if (top_k or top_p < 1.0) else logp
+    return logp, draw.exp()
+
+
+def race_noise(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """Exp(1) noise ``[B, V]`` for :func:`draw_ids`, drawn eagerly (it takes generators; the rest can compile).
+
+    ``generators`` split the rows into ``len(generators)`` equal consecutive blocks, each drawn from its own
+    generator: one for the whole batch, or one per prompt, so a prompt's draws do not depend on which prompts
+    share the batch. Each block consumes its generator exactly as ``torch.multinomial`` on that block would.
+    """
+    per = probs.shape[0] // len(generators)
+    if per * len(generators) != probs.shape[0]:
+        raise ValueError(f"{len(generators)} generators do not split {probs.shape[0]} rows into equal blocks")
+    if len(generators) == 1:
+        return torch.empty_like(probs).exponential_(generator=generators[0])
+    return torch.cat([torch.empty_like(probs[:per]).exponential_(generator=g) for g in generators])
+
+
+def draw_ids(logp: torch.Tensor, probs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One id per row, ``argmax(probs / noise)`` with :func:`race_noise`: an exact draw from ``probs`` (the
+    exponential race), and the algorithm ``torch.multinomial`` itself runs for one sample, so with the same
+    generator the ids are the same (tests/unit/test_sampling_draw.py). Returns ``(ids [B], their policy
+    log-probs [B])``. No generator and no host synchronisation: it compiles."""
+    ids = (probs / noise).argmax(-1, keepdim=True)
+    return ids.squeeze(1), logp.gather(-1, ids).squeeze(1)
+
+
 def sample(
     policy: torch.Tensor, top_k: int = 0, top_p: float = 1.0, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one id per row of ``[B, V]`` policy logits from their top-k / top-p truncation; return
     ``(ids [B], policy log-probs of the ids [B])``."""
-    logp = torch.log_softmax(policy, dim=-1)
-    draw = torch.log_softmax(truncate(policy, top_k, top_p), dim=-1) if (top_k or top_p < 1.0) else logp
-    ids = torch.multinomial(draw.exp(), 1, generator=generator)  # [B, 1]
-    return ids.squeeze(1), logp.gather(-1, ids).squeeze(1)
+    logp, probs = draw_distribution(policy, top_k, top_p)
+    return draw_ids(logp, probs, race_noise(probs, [generator]))

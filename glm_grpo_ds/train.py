@@ -256,8 +256,9 @@ class Trainer:
             if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
                 stats = self._skip_undefined(step + 1, all_per_reward)
             else:
-                before = exp.in_gather[0] if exp.in_gather else None
-                stats = grpo_update(self.engine, exp.batch, advantages[mine], cfg, self.ref_engine, before=before)
+                stats = grpo_update(
+                    self.engine, exp.batch, advantages[mine], cfg, self.ref_engine, before=exp.in_gather
+                )
         return self._record(step + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
 
     def _skip_undefined(self, step: int, all_per_reward: dict) -> dict:

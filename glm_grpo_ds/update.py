@@ -52,13 +52,13 @@ def reference_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices: lis
 
 @torch.no_grad()
 def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> dict[str, torch.Tensor]:
-    """Inside the rollout's parameter gather (experience.sample_chunks ``in_gather``), the teacher-forced
+    """Inside the rollout's parameter gather (experience.sample_batch ``in_gather``), the teacher-forced
     log-probs the update would otherwise compute with the engine before its first step: ``ref`` (the LoRA
     policy with its adapters off, ``cfg.reference_in_rollout``) and ``old`` (``grpo.num_iterations > 1``);
     full fine-tuning's reference is another engine, computed in the update.
     Under ZeRO-3 every forward of the engine gathers the AR again, module by module; here the whole AR is
     already gathered for sampling, so these passes gather nothing (docs/memory-and-speed.md). The policy
-    is the one that sampled and the update has not run, and experience.sample_chunks runs this with the
+    is the one that sampled and the update has not run, and experience.sample_batch runs this with the
     training forwards' linear (``ds.engine.training_linear``), so the values are bitwise those of
     :func:`grpo_update`'s own passes through the engine (tests/integration/test_logprobs_in_gather.py)."""
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)

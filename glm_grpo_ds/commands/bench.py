@@ -16,8 +16,8 @@ Prints a table and writes ``OUT/bench.json``. Measured:
 * phases of ``Trainer.step`` (ZeRO-3, one process, LoRA, 8-bit AdamW, checkpointing): rollout
   tokens/s, decode images/s, reward images/s, update tokens/s, peak memory (median of the steps
   after a warm-up step);
-* ``rollout_vs_pipeline``: our KV-cached rollout vs ``GlmImagePipeline.generate_prior_tokens``, same
-  model, batch (G rows of one prompt) and size, tokens/s ratio;
+* ``rollout_vs_pipeline``: our KV-cached rollout, eager and with ``rollout.compile``, vs
+  ``GlmImagePipeline.generate_prior_tokens``, same model, batch (G rows of one prompt) and size, tokens/s ratios;
 * ``zero3_gathered_vs_sharded``: ZeRO-3 rollout on 2 ranks (``deepspeed --num_gpus 2``; CPU ranks
   without a GPU) with the parameters gathered once vs left sharded, tokens/s ratio;
 * ``update_peak_mb2_vs_mbG``: peak memory of one update at micro-batch 2 vs micro-batch G, each in a
@@ -141,6 +141,7 @@ def run_all(a) -> dict:
     p, z, u = res["phases"], res["zero3_rollout_2_ranks"], res["update_memory"]
     res["ratios"] = {
         "rollout_ours_over_pipeline": p["rollout_ours_tokens_per_s"] / p["rollout_pipeline_tokens_per_s"],
+        "rollout_compiled_over_pipeline": p["rollout_compiled_tokens_per_s"] / p["rollout_pipeline_tokens_per_s"],
         "zero3_gathered_over_sharded": z["gathered_tokens_per_s"] / z["sharded_tokens_per_s"],
         f"update_peak_mb2_over_mb{a.group_size}": u[2]["update_peak_above_start_mb"]
         / u[a.group_size]["update_peak_above_start_mb"],
@@ -189,6 +190,11 @@ def format_table(r: dict) -> str:
             "rollout: ours / pipeline",
             f"{r['ratios']['rollout_ours_over_pipeline']:.2f}x  "
             f"({p['rollout_ours_tokens_per_s']:,.0f} vs {p['rollout_pipeline_tokens_per_s']:,.0f} tokens/s)",
+        ),
+        (
+            "rollout: compiled / pipeline",
+            f"{r['ratios']['rollout_compiled_over_pipeline']:.2f}x  "
+            f"({p['rollout_compiled_tokens_per_s']:,.0f} vs {p['rollout_pipeline_tokens_per_s']:,.0f} tokens/s)",
         ),
         (
             "ZeRO-3 2 ranks: gathered / sharded",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 
@@ -36,12 +37,13 @@ def _trainer(a, extra: list[str]):
     return Trainer(load_config(a.config, overrides), a.deepspeed)
 
 
-def _rollout(trainer, gather: bool, seed: int):
+def _rollout(trainer, gather: bool, seed: int, compile: bool = False):
     from ..experience import sample
 
+    cfg = replace(trainer.cfg, rollout=replace(trainer.cfg.rollout, compile=compile))
     gen = torch.Generator(device=trainer.device).manual_seed(seed)
     t0 = time.perf_counter()
-    batch = sample(trainer.engine, trainer.processor, [BENCH_PROMPT], gen, trainer.cfg, trainer.device, gather=gather)
+    batch = sample(trainer.engine, trainer.processor, [BENCH_PROMPT], gen, cfg, trainer.device, gather=gather)
     return batch, time.perf_counter() - t0
 
 
@@ -71,30 +73,45 @@ def worker_phases(a) -> dict:
     pipe = GlmImagePipeline.from_pretrained(a.model, torch_dtype=trainer.dtype).to(trainer.device)
     out.update(
         rollout_vs_pipeline(
-            lambda seed: _rollout(trainer, gather=True, seed=seed), pipe, n, a.size, trainer.device, a.repeats
+            lambda seed: _rollout(trainer, gather=True, seed=seed),
+            pipe,
+            n,
+            a.size,
+            trainer.device,
+            a.repeats,
+            compiled=lambda seed: _rollout(trainer, gather=True, seed=seed, compile=True),
         )
     )
     return out
 
 
-def rollout_vs_pipeline(ours, pipe, rows: int, size: int, device: torch.device, repeats: int) -> dict:
+def rollout_vs_pipeline(ours, pipe, rows: int, size: int, device: torch.device, repeats: int, compiled=None) -> dict:
     """Tokens/s of our rollout vs ``pipe.generate_prior_tokens`` (HF generate), alternating, median of
     ``repeats``. ``ours(seed) -> (batch, seconds)`` samples ``rows`` rows of BENCH_PROMPT at ``size``²;
     both are credited with our batch's token count (the pipeline generates the same grids + end token).
+    ``compiled``, if given, is ours with ``rollout.compile`` (its compile happens in an untimed first call).
     Also used by benchmarks/slice_report.py on the real-width slice."""
-    ours_tps, theirs_tps = [], []
+    ours_tps, theirs_tps, compiled_tps = [], [], []
+    if compiled is not None:
+        compiled(0)
     for rep in range(repeats):
         batch, dt = ours(rep)
         ours_tps.append(batch.completion_ids.numel() / dt)
+        if compiled is not None:
+            _, dt = compiled(rep)
+            compiled_tps.append(batch.completion_ids.numel() / dt)
         gen = torch.Generator(device=device).manual_seed(rep)
         t0 = time.perf_counter()
         with torch.no_grad():
             pipe.generate_prior_tokens([BENCH_PROMPT] * rows, size, size, device=device, generator=gen)
         theirs_tps.append(batch.completion_ids.numel() / (time.perf_counter() - t0))
-    return {
+    out = {
         "rollout_ours_tokens_per_s": statistics.median(ours_tps),
         "rollout_pipeline_tokens_per_s": statistics.median(theirs_tps),
     }
+    if compiled is not None:
+        out["rollout_compiled_tokens_per_s"] = statistics.median(compiled_tps)
+    return out
 
 
 # Peak HBM bandwidth (bytes/s) of GPUs we plan for; --hbm-gbps overrides.
@@ -180,7 +197,7 @@ def worker_zero3_gathers(a) -> dict:
     gather (``after``: the trainer now), in units of the whole AR (1.0 = every parameter gathered once)."""
     from ..advantages import group_advantages
     from ..ds import engine as ds_engine
-    from ..experience import sample_chunks
+    from ..experience import sample_batch
     from ..update import grpo_update, logprobs_before_update
 
     trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}", "grpo.beta=0.04"])
@@ -194,12 +211,12 @@ def worker_zero3_gathers(a) -> dict:
         gen = [torch.Generator(device=trainer.device).manual_seed(0)]
         fn = (lambda policy, batch: logprobs_before_update(policy, batch, cfg)) if in_rollout else None
         with ds_engine.counted_comms() as rollout:
-            (batch,), before = sample_chunks(
-                engine, trainer.processor, [[BENCH_PROMPT]], gen, cfg, trainer.device, in_gather=fn
+            batch, before = sample_batch(
+                engine, trainer.processor, [BENCH_PROMPT], gen, cfg, trainer.device, in_gather=fn
             )
         adv = group_advantages(torch.linspace(0, 1, len(batch)), cfg.grpo.group_size)
         with ds_engine.counted_comms() as update:
-            grpo_update(engine, batch, adv, cfg, trainer.ref_engine, before=before[0] if before else None)
+            grpo_update(engine, batch, adv, cfg, trainer.ref_engine, before=before)
         return {"rollout": whole_ars(rollout), "update": whole_ars(update)}
 
     step(False)  # warm-up: optimizer states, the prefetch trace

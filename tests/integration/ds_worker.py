@@ -145,12 +145,12 @@ def main(argv=None) -> int:
     elif a.scenario == "before":
         # the reference / old log-probs inside the rollout's gather vs through the engine in the update,
         # and what each gathers (DeepSpeed's comms logger)
-        from glm_grpo_ds.experience import sample_chunks
+        from glm_grpo_ds.experience import sample_batch
         from glm_grpo_ds.update import batched_logprobs, logprobs_before_update
 
         trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
         cfg, engine = trainer.cfg, trainer.engine
-        prompts = [PROBE_PROMPTS[: cfg.batch.prompts_per_rank]]
+        prompts = PROBE_PROMPTS[: cfg.batch.prompts_per_rank]
 
         def gen():
             return [torch.Generator(device=trainer.device).manual_seed(7)]
@@ -162,9 +162,9 @@ def main(argv=None) -> int:
             return logprobs_before_update(policy, batch, cfg)
 
         with ds_engine.counted_comms() as plain:
-            sample_chunks(engine, trainer.processor, prompts, gen(), cfg, trainer.device)
+            sample_batch(engine, trainer.processor, prompts, gen(), cfg, trainer.device)
         with ds_engine.counted_comms() as with_before:
-            (batch,), (before,) = sample_chunks(
+            batch, before = sample_batch(
                 engine, trainer.processor, prompts, gen(), cfg, trainer.device, in_gather=before_fn
             )
         slices = [slice(i, i + cfg.batch.micro_batch_size) for i in range(0, len(batch), cfg.batch.micro_batch_size)]

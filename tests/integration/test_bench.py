@@ -40,10 +40,16 @@ def test_bench_writes_every_phase_and_ratio(tmp_path):
         "peak_memory_mb",
         "rollout_ours_tokens_per_s",
         "rollout_pipeline_tokens_per_s",
+        "rollout_compiled_tokens_per_s",
     ):
         assert p[key] > 0 and math.isfinite(p[key]), key
     assert r["zero3_rollout_2_ranks"]["world_size"] == 2
-    assert set(r["ratios"]) == {"rollout_ours_over_pipeline", "zero3_gathered_over_sharded", "update_peak_mb2_over_mb4"}
+    assert set(r["ratios"]) == {
+        "rollout_ours_over_pipeline",
+        "rollout_compiled_over_pipeline",
+        "zero3_gathered_over_sharded",
+        "update_peak_mb2_over_mb4",
+    }
     assert all(v > 0 for v in r["ratios"].values())
     # a group of 4 in one micro-batch holds more activations than micro-batches of 2
     assert r["update_memory"]["4"]["update_peak_above_start_mb"] > r["update_memory"]["2"]["update_peak_above_start_mb"]

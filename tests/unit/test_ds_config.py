@@ -137,6 +137,16 @@ def test_8bit_optimizer_with_offload_is_a_clear_error():
     assert ds["optimizer"]["type"] == "AdamW"  # DeepSpeed's CPU Adam runs the offloaded optimizer
 
 
+def test_compiled_rollout_needs_the_gathered_rollout_under_zero3():
+    base = ["model.path=/m", "data.train_file=/d.txt", "rewards=[{name: pixel_mse}]", "rollout.compile=true"]
+    sharded = load_config(None, [*base, "rollout.gather_parameters=false"])
+    zero3 = read_ds_config(ROOT / "ds_configs" / "zero3.json")
+    with pytest.raises(DeepSpeedConfigError, match="rollout.compile=true with ZeRO-3 needs rollout.gather_parameters"):
+        fill_ds_config(zero3, sharded, 1, 64, torch.float32)
+    fill_ds_config(zero3, load_config(None, base), 1, 64, torch.float32)  # gathered: fine
+    fill_ds_config(read_ds_config(ROOT / "ds_configs" / "zero2.json"), sharded, 1, 64, torch.float32)  # no hooks
+
+
 def test_invalid_json_names_file_and_position(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"zero_optimization": {"stage": 3,}}')

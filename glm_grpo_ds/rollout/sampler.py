@@ -11,7 +11,8 @@ Positions. GLM-Image gives generated image tokens 3D rotary positions (t, h, w) 
 only produces through a decode-time cache inside ``GlmImageModel``; a plain forward over prompt +
 generated ids would give them text positions. We therefore build the position ids of the whole
 sequence explicitly (:func:`decode_position_ids`) and pass them both to the KV-cached decode loop
-and to the teacher-forced pass (:mod:`glm_grpo_ds.logprobs`), so the two see identical inputs.
+(glm_grpo_ds/rollout/decode_loop.py) and to the teacher-forced pass (:mod:`glm_grpo_ds.logprobs`),
+so the two see identical inputs.
 
 Usage::
 
@@ -22,109 +23,12 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 import torch
 
-from .config import SamplingConfig
-from .policy import ar_parts, resolve_sampling
-from .sampling import policy_logits, sample
-
-
-@dataclass(frozen=True)
-class GridSpec:
-    """Token grids of one target size: ``large`` = (H/32, W/32), ``preview`` ~ 16x16."""
-
-    large: tuple[int, int]
-    preview: tuple[int, int]
-
-    @property
-    def num_preview(self) -> int:
-        return self.preview[0] * self.preview[1]
-
-    @property
-    def num_large(self) -> int:
-        return self.large[0] * self.large[1]
-
-    @property
-    def num_tokens(self) -> int:
-        """Generated tokens per sample: preview grid, then target grid."""
-        return self.num_preview + self.num_large
-
-
-@dataclass
-class RolloutBatch:
-    """N = num_prompts * G sampled sequences; rows ordered group by group.
-
-    Shapes: ``prompt_ids``/``prompt_mask`` ``[N, L]`` (left padded); ``completion_ids``,
-    ``completion_mask``, ``sampler_logps`` ``[N, n]`` with n = preview + target grid tokens;
-    ``position_ids`` ``[3, N, L + n]``; ``prompt_index`` ``[N]``.
-    """
-
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor
-    sampler_logps: torch.Tensor
-    position_ids: torch.Tensor
-    prompt_index: torch.Tensor  # index into the prompts list passed to rollout()
-    prompts: list[str]  # one per row
-    grid: GridSpec
-
-    def __len__(self) -> int:
-        return self.completion_ids.shape[0]
-
-    @property
-    def prompt_len(self) -> int:
-        return self.prompt_ids.shape[1]
-
-    @property
-    def input_ids(self) -> torch.Tensor:
-        """``[N, L + n]`` prompt + generated ids."""
-        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
-
-    @property
-    def attention_mask(self) -> torch.Tensor:
-        return torch.cat([self.prompt_mask, torch.ones_like(self.completion_ids)], dim=1)
-
-    @property
-    def sequence_completion_mask(self) -> torch.Tensor:
-        """``[N, L + n]``: 1 on generated tokens only."""
-        return torch.cat([torch.zeros_like(self.prompt_mask), self.completion_mask.to(self.prompt_mask.dtype)], dim=1)
-
-    @property
-    def image_tokens(self) -> torch.Tensor:
-        """``[N, h*w]`` target-grid tokens (row-major), the part the DiT renders."""
-        return self.completion_ids[:, self.grid.num_preview :]
-
-    @property
-    def prior_token_ids(self) -> torch.Tensor:
-        """``[N, 4*h*w]`` target grid upsampled x2 (nearest), as ``GlmImagePipeline`` feeds the DiT."""
-        return upsample_grid(self.image_tokens, *self.grid.large)
-
-    def select(self, rows: torch.Tensor | slice) -> "RolloutBatch":
-        """Rows ``rows`` as a new batch (micro-batches, per-rank shards)."""
-        if isinstance(rows, slice):
-            rows = torch.arange(len(self))[rows]
-        rows = rows.to(torch.long)
-        out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name == "position_ids":
-                out[f.name] = v[:, rows.to(v.device)]
-            elif isinstance(v, torch.Tensor):
-                out[f.name] = v[rows.to(v.device)]
-            elif f.name == "prompts":
-                out[f.name] = [v[i] for i in rows.tolist()]
-            else:
-                out[f.name] = v
-        return RolloutBatch(**out)
-
-
-def upsample_grid(tokens: torch.Tensor, h: int, w: int) -> torch.Tensor:
-    """``[N, h*w]`` -> ``[N, (2h)*(2w)]``: each token becomes a 2x2 block (nearest upsampling)."""
-    grid = tokens.view(-1, h, w)
-    return grid.repeat_interleave(2, dim=1).repeat_interleave(2, dim=2).reshape(tokens.shape[0], -1)
+from ..config import SamplingConfig
+from ..policy import ar_parts, resolve_sampling
+from .batch import GridSpec, RolloutBatch
+from .decode_loop import decode_tokens
 
 
 def build_prompt_inputs(processor, prompts: list[str], height: int, width: int, device=None) -> dict:
@@ -199,49 +103,6 @@ def _repeat_rows(inputs: dict, group_size: int) -> dict:
     }
 
 
-@torch.no_grad()
-def sample_grids(
-    ar,
-    prompt_ids: torch.Tensor,
-    prompt_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    num_tokens: int,
-    sampling: SamplingConfig,
-    generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """KV-cached decode of ``num_tokens`` tokens; ``position_ids`` ``[3, B, L + num_tokens]``.
-
-    Returns ``(ids [B, n], logps [B, n])``; logps are fp32 log-probs of the drawn tokens under the
-    policy distribution (mask + temperature, not truncated).
-    """
-    from transformers import DynamicCache
-
-    body, lm_head, codebook = ar_parts(ar)
-    bsz, plen = prompt_ids.shape
-    ids = prompt_ids.new_empty(bsz, num_tokens)
-    logps = torch.empty(bsz, num_tokens, dtype=torch.float32, device=prompt_ids.device)
-    cache = DynamicCache(config=body.config.text_config)
-    mask = prompt_mask
-    hidden = body(
-        input_ids=prompt_ids,
-        attention_mask=mask,
-        position_ids=position_ids[:, :, :plen],
-        past_key_values=cache,
-        use_cache=True,
-    ).last_hidden_state[:, -1]
-    for k in range(num_tokens):
-        logits = policy_logits(lm_head(hidden), codebook, sampling.temperature)
-        ids[:, k], logps[:, k] = sample(logits, sampling.top_k, sampling.top_p, generator)
-        if k + 1 == num_tokens:
-            break
-        mask = torch.cat([mask, mask.new_ones(bsz, 1)], dim=1)
-        pos = position_ids[:, :, plen + k : plen + k + 1]
-        hidden = body(
-            input_ids=ids[:, k : k + 1], attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True
-        ).last_hidden_state[:, -1]
-    return ids, logps
-
-
 def rollout(
     ar,
     processor,
@@ -250,22 +111,30 @@ def rollout(
     height: int,
     width: int,
     sampling: SamplingConfig,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | list[torch.Generator] | None = None,
     device: torch.device | str | None = None,
+    compile: bool = False,
 ) -> RolloutBatch:
     """Sample ``group_size`` grids for every prompt (all rows decoded as one batch). Unset
-    ``sampling`` knobs (None) are the model's own (:func:`glm_grpo_ds.policy.resolve_sampling`)."""
+    ``sampling`` knobs (None) are the model's own (:func:`glm_grpo_ds.policy.resolve_sampling`).
+
+    ``generator``: one for all rows, or a list of one per prompt (each prompt's draws come from its own
+    stream, as if it were sampled alone). ``compile``: the decode step through ``torch.compile``
+    (glm_grpo_ds/rollout/decode_loop.py)."""
     sampling = resolve_sampling(sampling, ar)
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
+    generators = generator if isinstance(generator, list) else [generator]
+    if len(generators) not in (1, len(prompts)):
+        raise ValueError(f"give one generator or one per prompt ({len(prompts)}), got {len(generators)}")
     device = torch.device(device) if device is not None else next(ar.parameters()).device
     inputs = build_prompt_inputs(processor, prompts, height, width, device=device)
     grid = grid_spec_from_inputs(inputs)
     rows = _repeat_rows(inputs, group_size)
     prompt_pos = prompt_position_ids(ar, rows)
     positions = torch.cat([prompt_pos, decode_position_ids(prompt_pos, rows["attention_mask"], grid)], dim=2)
-    ids, logps = sample_grids(
-        ar, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling, generator
+    ids, logps = decode_tokens(
+        ar, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling, generators, compile
     )
 
     prompt_index = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
