@@ -30,6 +30,20 @@ VARIANTS = {
     "iters2": ("num_iterations 2", ["grpo.num_iterations=2"]),
     "r4": ("LoRA r=4 (alpha 8)", ["lora.r=4", "lora.alpha=8"]),
     "r64": ("LoRA r=64 (alpha 128)", ["lora.r=64", "lora.alpha=128"]),
+    # the loss options of docs/training.md#loss-options (one iteration: a ratio is exactly 1, so GSPO differs
+    # from token ratios only with reused rollouts, compared with iters2)
+    "iters2_gspo": (
+        "num_iterations 2, sequence-level ratios (GSPO)",
+        ["grpo.num_iterations=2", "grpo.importance_sampling_level=sequence"],
+    ),
+    "top_entropy0.2": ("train on the top 20 % of tokens by entropy", ["grpo.top_entropy_quantile=0.2"]),
+    "entropy0.01": ("entropy bonus 0.01", ["grpo.entropy_coef=0.01"]),
+    "tis": ("sampler correction token_truncate (cap 3)", ["grpo.sampler_correction=token_truncate"]),
+    "bf16": ("model.dtype bf16 (the mismatch metrics in bf16)", ["model.dtype=bf16"]),
+    "bf16_tis": (
+        "bf16 with sampler correction token_truncate",
+        ["model.dtype=bf16", "grpo.sampler_correction=token_truncate"],
+    ),
 }
 CONFIG = "launch/configs/tiny_world.yaml"
 
@@ -64,12 +78,28 @@ def run_one(name: str, overrides: list[str], world: Path, out: Path, steps: int,
 
     res = run_progress(run_dir, world / "best.json", window=10)
     evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    steps_ = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    def values(key):
+        return [r[key] for r in steps_ if r.get(key) is not None]
+
+    def mean(xs):
+        return sum(xs) / len(xs) if xs else float("nan")
+
     return {
         "name": name,
         "wall_s": wall,
         "eval": res["eval"],
         "train": res["train"],
         "curve": [(r["step"], r["eval/reward_mean"]) for r in evals],
+        # policy entropy over the first and last 10 steps; the sampler-vs-trainer mismatch over all steps
+        "entropy": (mean(values("entropy")[:10]), mean(values("entropy")[-10:])),
+        "mismatch": {
+            "logp_abs_mean": mean(values("mismatch/logp_abs_mean")),
+            "logp_abs_max": max(values("mismatch/logp_abs_max"), default=float("nan")),
+            "kl_k3": mean(values("mismatch/kl_k3")),
+            "frac_beyond": mean(values("mismatch/frac_beyond")),
+        },
     }
 
 
@@ -85,6 +115,18 @@ def write_report(results: list[dict], out: Path, steps: int) -> None:
         lines.append(
             f"| {r['name']} | {VARIANTS[r['name']][0]} | {e[0]:.3f} -> {e[1]:.3f} | {e[3]:.2f} | {at20:.3f} | "
             f"{t[0]:.3f} -> {t[1]:.3f} | {r['wall_s'] / 60:.1f} min |"
+        )
+    lines += [
+        "",
+        "| run | entropy, first 10 -> last 10 steps (nats) | mean abs dlogp | max abs dlogp | k3 KL(sampler, trainer) "
+        "| tokens beyond 0.1 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        h, m = r["entropy"], r["mismatch"]
+        lines.append(
+            f"| {r['name']} | {h[0]:.3f} -> {h[1]:.3f} | {m['logp_abs_mean']:.2e} | {m['logp_abs_max']:.2e} | "
+            f"{m['kl_k3']:.2e} | {m['frac_beyond']:.2%} |"
         )
     (out / "sweep.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / "sweep.json").write_text(json.dumps(results, indent=1), encoding="utf-8")

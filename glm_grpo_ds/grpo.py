@@ -19,6 +19,7 @@ full-batch loss, and so do their gradients, whatever the micro-batch size.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import torch
@@ -85,6 +86,78 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1.0
 
 
+IMPORTANCE_LEVELS = ("token", "sequence")
+SAMPLER_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def log_importance_weights(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """``log pi / pi_old`` per token ``[N, T]`` (``token``), or per sequence ``[N, 1]`` (``sequence``, GSPO,
+    arXiv:2507.18071): the mean of the token log-ratios over the sequence's masked tokens, so the sequence ratio
+    is their geometric mean and is clipped as one number."""
+    log_ratio = logp - old_logp.detach()
+    if level == "token":
+        return log_ratio
+    if level == "sequence":
+        return ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    raise ValueError(f"importance sampling level must be one of {IMPORTANCE_LEVELS}, got {level!r}")
+
+
+def sampler_correction(
+    old_logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    cap_max: float | None = 3.0,
+    cap_min: float | None = None,
+) -> torch.Tensor | None:
+    """Importance weights ``pi_old / pi_sampler`` that correct for the sampler computing slightly other numbers
+    than the trainer (KV-cached bf16 decode vs teacher-forced forward): ``[N, T]`` per token or ``[N, 1]`` per
+    sequence (the product over its masked tokens), detached; None for ``none``.
+
+    ``*_truncate`` clamps the weights into ``[cap_min, cap_max]`` (TIS); ``*_mask`` sets those outside to 0
+    (the token or sequence leaves the loss). Where the two log-probs agree the weight is exactly 1.
+    """
+    if mode == "none":
+        return None
+    if mode not in SAMPLER_CORRECTIONS:
+        raise ValueError(f"sampler correction must be one of {SAMPLER_CORRECTIONS}, got {mode!r}")
+    diff = ((old_logp - sampler_logp) * mask).detach()
+    level, how = mode.split("_")
+    weights = torch.exp(diff.sum(-1, keepdim=True) if level == "sequence" else diff)
+    if how == "truncate":
+        return weights.clamp(min=cap_min, max=cap_max)
+    low = -math.inf if cap_min is None else cap_min
+    high = math.inf if cap_max is None else cap_max
+    return weights.masked_fill((weights < low) | (weights > high), 0.0)
+
+
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> torch.Tensor:
+    """``[N, T]`` bool: the masked tokens whose entropy is in the top ``quantile`` fraction of this call's masked
+    tokens (``entropy >= `` their ``1 - quantile`` quantile, linear interpolation; arXiv:2506.01939). 1 keeps
+    every masked token; 0 keeps the highest-entropy ones only."""
+    valid = mask.bool()
+    if quantile >= 1.0 or not valid.any():
+        return valid
+    threshold = torch.quantile(entropy.detach()[valid].float(), 1.0 - quantile)
+    return (entropy.detach() >= threshold) & valid
+
+
+def mismatch_sums(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, threshold: float) -> dict:
+    """Sums over masked tokens of how the sampler's recorded log-probs differ from the trainer's for the same
+    tokens (to be divided by ``tokens`` once summed over micro-batches): ``abs`` = sum of |dlogp|, ``k3`` = the
+    k3 estimate of KL(sampler || trainer) summed (tokens were drawn by the sampler), ``beyond`` = tokens with
+    |dlogp| > ``threshold``; ``max`` = the largest |dlogp|."""
+    m = mask.to(torch.float32)
+    d = (trainer_logp.detach() - sampler_logp).float() * m  # log(trainer / sampler)
+    return {
+        "abs": d.abs().sum(),
+        "k3": ((torch.exp(d) - 1.0 - d) * m).sum(),
+        "beyond": ((d.abs() > threshold).float() * m).sum(),
+        "max": d.abs().max() if d.numel() else d.new_zeros(()),
+        "tokens": m.sum(),
+    }
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -97,6 +170,11 @@ def policy_loss(
     epsilon_high: float = 0.2,
     aggregation: str = "token_mean",
     normalizer: torch.Tensor | float | None = None,
+    importance_sampling_level: str = "token",
+    keep: torch.Tensor | None = None,
+    is_weights: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped GRPO surrogate plus ``beta`` * k3 KL, aggregated over masked tokens.
 
@@ -112,6 +190,13 @@ def policy_loss(
         aggregation: ``token_mean`` | ``seq_mean`` | ``dr_grpo`` (see :func:`loss_normalizer`).
         normalizer: denominator from :func:`loss_normalizer` on the full batch when this call
             sees only a micro-batch; defaults to this call's own batch.
+        importance_sampling_level: ``token`` (GRPO) or ``sequence`` (GSPO: :func:`log_importance_weights`).
+        keep: ``[N, T]`` bool, the tokens the policy term trains on (:func:`high_entropy_mask`); the KL term
+            keeps every masked token, as in TRL.
+        is_weights: ``[N, T]`` or ``[N, 1]`` sampler-correction weights (:func:`sampler_correction`) on the
+            policy term.
+        entropy / entropy_coef: ``[N, T]`` policy entropies (with grad) and the bonus coefficient: the loss
+            gets ``- entropy_coef * entropy`` per kept token, aggregated like the rest.
 
     Returns:
         ``(loss, stats)``: scalar loss; ``stats`` holds detached scalars ``clip_frac_low``,
@@ -130,10 +215,19 @@ def policy_loss(
 
     mask = mask.to(logp.dtype)
     adv = advantages.detach().to(logp.dtype).unsqueeze(1)  # [N, 1], same for every token of a row
-    ratio = torch.exp(logp - old_logp.detach())  # [N, T]
+    ratio = torch.exp(log_importance_weights(logp, old_logp, mask, importance_sampling_level))  # [N, T] or [N, 1]
     clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
     # Pessimistic bound: the min of the two surrogates; negated because we minimise.
-    per_token = -torch.min(ratio * adv, clipped * adv)  # [N, T]
+    per_token = -torch.min(ratio * adv, clipped * adv)  # [N, T] or [N, 1]
+    if keep is not None:
+        per_token = per_token * keep.to(logp.dtype)
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach().to(logp.dtype)
+    if entropy_coef != 0.0:
+        if entropy is None:
+            raise ValueError("entropy_coef != 0 needs entropy")
+        bonus = entropy if keep is None else entropy * keep.to(logp.dtype)
+        per_token = per_token - entropy_coef * bonus
 
     kl = None
     if ref_logp is not None:
@@ -147,6 +241,7 @@ def policy_loss(
     loss = per_seq.sum() / normalizer
 
     with torch.no_grad():
+        ratio = ratio.expand_as(mask)  # a sequence ratio counts once per token in the stats
         n_tok = mask.sum()
         denom = n_tok.clamp(min=1.0)
         # Clipping is active (gradient zero) only where the clipped term is the min:
@@ -166,6 +261,7 @@ def policy_loss(
             if n_tok > 0
             else ratio.new_ones(()),
             "kl": (kl * mask).sum() / denom if kl is not None else logp.new_zeros(()),
+            "entropy": (entropy.detach() * mask).sum() / denom if entropy is not None else logp.new_zeros(()),
             "num_tokens": n_tok,
         }
         stats = {k: v.detach() for k, v in stats.items()}

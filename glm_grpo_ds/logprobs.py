@@ -23,15 +23,16 @@ from torch.utils.checkpoint import checkpoint
 from .config import SamplingConfig
 from .policy import ar_parts, resolve_sampling
 from .rollout import RolloutBatch
-from .sampling import logprobs_of, policy_logits
+from .sampling import entropy_of, logprobs_of, policy_logits
 
 DEFAULT_CHUNK = 256
 
 
 def completion_logprobs(
-    model, batch: RolloutBatch, sampling: SamplingConfig, chunk_size: int = DEFAULT_CHUNK
-) -> torch.Tensor:
-    """``[N, n]`` fp32 log-probs of ``batch.completion_ids`` under ``model``.
+    model, batch: RolloutBatch, sampling: SamplingConfig, chunk_size: int = DEFAULT_CHUNK, with_entropy: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``[N, n]`` fp32 log-probs of ``batch.completion_ids`` under ``model``; with ``with_entropy`` also the
+    ``[N, n]`` entropy of the policy distribution at each position (:func:`glm_grpo_ds.sampling.entropy_of`).
 
     Gradients flow when grad mode is on (call under ``torch.no_grad()`` for old / reference
     log-probs). ``model``: a GlmImageForConditionalGeneration, a peft wrapper, or a DeepSpeed engine.
@@ -50,9 +51,11 @@ def completion_logprobs(
         logits_to_keep=keep,
     ).logits  # [N, n, vocab], model dtype
 
-    def chunk_logprobs(chunk: torch.Tensor, chunk_ids: torch.Tensor) -> torch.Tensor:
+    def chunk_logprobs(chunk: torch.Tensor, chunk_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         logits = policy_logits(chunk, codebook, sampling.temperature)
-        return logprobs_of(logits, chunk_ids)
+        return (
+            (logprobs_of(logits, chunk_ids), entropy_of(logits)) if with_entropy else (logprobs_of(logits, chunk_ids),)
+        )
 
     out = []
     for start in range(0, n, chunk_size):
@@ -62,4 +65,5 @@ def completion_logprobs(
             out.append(checkpoint(chunk_logprobs, chunk, chunk_ids, use_reentrant=False))
         else:
             out.append(chunk_logprobs(chunk, chunk_ids))
-    return torch.cat(out, dim=1)
+    parts = [torch.cat(part, dim=1) for part in zip(*out)]
+    return tuple(parts) if with_entropy else parts[0]

@@ -62,6 +62,16 @@ def logprobs_of(policy: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(policy, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 
 
+def entropy_of(policy: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of the distribution of fp32 policy logits ``[..., V]`` -> ``[...]``, differentiable.
+
+    ``logsumexp(x) - sum(softmax(x) * x)``, with forbidden ids (-inf) contributing 0 (as ``-p log p`` does at p = 0)
+    and no NaN in the value or its gradient.
+    """
+    finite = torch.where(torch.isfinite(policy), policy, torch.zeros_like(policy))
+    return torch.logsumexp(policy, dim=-1) - (torch.softmax(policy, dim=-1) * finite).sum(-1)
+
+
 def draw_distribution(policy: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """``[B, V]`` policy logits -> ``(policy log-probs, draw probabilities)``, both ``[B, V]`` fp32.
 

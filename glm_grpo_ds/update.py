@@ -16,9 +16,13 @@ from collections import defaultdict
 import torch
 
 from .ds import engine as ds_engine
-from .grpo import loss_normalizer, policy_loss
+from .grpo import high_entropy_mask, loss_normalizer, mismatch_sums, policy_loss, sampler_correction
 from .logprobs import completion_logprobs
 from .rollout import RolloutBatch
+
+# the loss statistics averaged over tokens (policy_loss's stats), and the first iteration's sampler-vs-trainer ones
+TOKEN_MEANS = ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl", "entropy")
+MISMATCH_KEYS = ("mismatch/logp_abs_mean", "mismatch/logp_abs_max", "mismatch/kl_k3", "mismatch/frac_beyond")
 
 
 def without_preview_loss(batch: RolloutBatch) -> RolloutBatch:
@@ -106,24 +110,48 @@ def grpo_update(
 
     iterations = []
     skipped = 0
-    for _ in range(grpo_cfg.num_iterations):
+    mismatch: dict[str, float] = defaultdict(float)
+    for it in range(grpo_cfg.num_iterations):
         sums: dict[str, float] = defaultdict(float)
         ratio_mins, ratio_maxs = [], []
         for j, rows in enumerate(slices):
             micro = batch.select(rows)
             # through the engine's forward (not the unwrapped model): ZeRO-3 accumulation needs it
-            logp = completion_logprobs(engine, micro, grpo_cfg.sampling, grpo_cfg.logprob_chunk_size)
+            logp, entropy = completion_logprobs(
+                engine, micro, grpo_cfg.sampling, grpo_cfg.logprob_chunk_size, with_entropy=True
+            )
+            old_logp = logp.detach() if old is None else old[rows]
+            mask = micro.completion_mask
+            if it == 0:  # the sampler's numbers vs the trainer's for the same policy: the ratio should be 1
+                for key, value in mismatch_sums(
+                    old_logp, micro.sampler_logps, mask, grpo_cfg.mismatch_threshold
+                ).items():
+                    mismatch[key] = max(mismatch[key], value.item()) if key == "max" else mismatch[key] + value.item()
             loss, loss_stats = policy_loss(
                 logp,
-                logp.detach() if old is None else old[rows],
+                old_logp,
                 advantages[rows],
-                micro.completion_mask,
+                mask,
                 ref_logp=None if ref is None else ref[rows],
                 beta=grpo_cfg.beta,
                 epsilon_low=grpo_cfg.epsilon_low,
                 epsilon_high=grpo_cfg.epsilon_high,
                 aggregation=grpo_cfg.aggregation,
                 normalizer=norm,
+                importance_sampling_level=grpo_cfg.importance_sampling_level,
+                keep=high_entropy_mask(entropy, mask, grpo_cfg.top_entropy_quantile)
+                if grpo_cfg.top_entropy_quantile < 1
+                else None,
+                is_weights=sampler_correction(
+                    old_logp,
+                    micro.sampler_logps,
+                    mask,
+                    grpo_cfg.sampler_correction,
+                    grpo_cfg.sampler_correction_max,
+                    grpo_cfg.sampler_correction_min,
+                ),
+                entropy=entropy,
+                entropy_coef=grpo_cfg.entropy_coef,
             )
             ds_engine.backward(engine, loss)
             if j == len(slices) - 1 and on_boundary is not None:
@@ -133,12 +161,12 @@ def grpo_update(
             tokens = loss_stats["num_tokens"].item()
             sums["loss"] += loss.item()  # micro-batch losses add up to the rollout's loss
             sums["tokens"] += tokens
-            for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl"):
+            for key in TOKEN_MEANS:
                 sums[key] += loss_stats[key].item() * tokens
             ratio_mins.append(loss_stats["ratio_min"].item())
             ratio_maxs.append(loss_stats["ratio_max"].item())
         tokens = max(sums["tokens"], 1.0)
-        iteration = {key: sums[key] / tokens for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl")}
+        iteration = {key: sums[key] / tokens for key in TOKEN_MEANS}
         iteration.update(loss=sums["loss"], ratio_min=min(ratio_mins), ratio_max=max(ratio_maxs), tokens=sums["tokens"])
         iterations.append(iteration)
     # Reported: the mean over iterations (ratio extremes over all of them); per-iteration kept.
@@ -147,6 +175,15 @@ def grpo_update(
     out["ratio_max"] = max(it["ratio_max"] for it in iterations)
     out["iterations"] = iterations
     out["skipped"] = skipped
+    n = max(mismatch["tokens"], 1.0)
+    out.update(
+        {
+            "mismatch/logp_abs_mean": mismatch["abs"] / n,
+            "mismatch/logp_abs_max": mismatch["max"],
+            "mismatch/kl_k3": mismatch["k3"] / n,
+            "mismatch/frac_beyond": mismatch["beyond"] / n,
+        }
+    )
     return out
 
 
@@ -154,6 +191,7 @@ def skipped_update(num_iterations: int) -> dict:
     """What :func:`grpo_update` returns for an update not run at all: every optimizer step skipped,
     no statistic (NaN, written as null)."""
     nan = float("nan")
-    iteration = dict.fromkeys(("loss", "kl", "clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_min"), nan)
+    iteration = dict.fromkeys(("loss", *TOKEN_MEANS, "ratio_min"), nan)
     iteration.update(ratio_max=nan, tokens=0.0)
-    return dict(iteration, iterations=[dict(iteration)] * num_iterations, skipped=num_iterations)
+    mismatch = dict.fromkeys(MISMATCH_KEYS, nan)
+    return dict(iteration, iterations=[dict(iteration)] * num_iterations, skipped=num_iterations, **mismatch)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..advantages import COMBINATIONS, ESTIMATORS
-from ..grpo import AGGREGATIONS
+from ..grpo import AGGREGATIONS, IMPORTANCE_LEVELS, SAMPLER_CORRECTIONS
 from .fields import Dtype, choice_problems, setting
 
 
@@ -229,6 +229,38 @@ class GRPOConfig:
         "Train on the preview-grid tokens too (they condition the target grid, but the DiT renders only the target "
         "grid). false = loss on the target grid's tokens alone: less variance when the reward cannot depend on the "
         "preview (the tiny world), biased for the real model.",
+    )
+    importance_sampling_level: Literal[tuple(IMPORTANCE_LEVELS)] = setting(
+        "token",
+        "token = a ratio (and its clip) per token (GRPO); sequence = one ratio per sequence, the geometric mean of its "
+        "tokens' (GSPO, TRL's importance_sampling_level: sequence): for ~1 300 visual tokens and one reward per image.",
+        noun="importance sampling level",
+    )
+    top_entropy_quantile: float = setting(
+        1.0,
+        "Train the policy term on the tokens whose policy entropy is in this top fraction of each micro-batch's tokens "
+        "(TRL's top_entropy_quantile, arXiv:2506.01939), in [0, 1]; 1 = every token. The KL term keeps all tokens.",
+    )
+    entropy_coef: float = setting(
+        0.0,
+        "Entropy bonus: the loss gets -entropy_coef x the policy entropy of each trained token (>= 0); a guard "
+        "against entropy collapse, off at 0. The `entropy` metric shows what it acts on.",
+    )
+    sampler_correction: Literal[tuple(SAMPLER_CORRECTIONS)] = setting(
+        "none",
+        "Importance-sampling correction for the sampler's numbers differing from the trainer's (pi_old / "
+        "pi_sampler, TRL's vllm_importance_sampling_mode): token_/sequence_truncate clamp the weights into "
+        "[sampler_correction_min, sampler_correction_max] (TIS), token_/sequence_mask drop tokens / sequences "
+        "outside; none = off.",
+        noun="sampler correction",
+    )
+    sampler_correction_max: float = setting(3.0, "Upper cap of the sampler-correction weights (> 0).")
+    sampler_correction_min: float | None = setting(
+        None, "Lower cap of the sampler-correction weights (null = none; 0 <= min < max)."
+    )
+    mismatch_threshold: float = setting(
+        0.1,
+        "The `mismatch/frac_beyond` metric counts tokens whose sampler and trainer log-probs differ by more than this.",
     )
     logprob_chunk_size: int = setting(
         256,

@@ -168,6 +168,18 @@ class TrainConfig:
         need(g.epsilon_high >= 0, f"grpo.epsilon_high must be >= 0, got {g.epsilon_high}")
         need(g.num_iterations >= 1, f"grpo.num_iterations must be >= 1, got {g.num_iterations}")
         need(g.logprob_chunk_size >= 1, f"grpo.logprob_chunk_size must be >= 1, got {g.logprob_chunk_size}")
+        need(
+            0 <= g.top_entropy_quantile <= 1,
+            f"grpo.top_entropy_quantile must be in [0, 1], got {g.top_entropy_quantile}",
+        )
+        need(g.entropy_coef >= 0, f"grpo.entropy_coef must be >= 0, got {g.entropy_coef}")
+        need(g.sampler_correction_max > 0, f"grpo.sampler_correction_max must be > 0, got {g.sampler_correction_max}")
+        low = g.sampler_correction_min
+        need(
+            low is None or 0 <= low < g.sampler_correction_max,
+            f"grpo.sampler_correction_min must be null or in [0, sampler_correction_max), got {low}",
+        )
+        need(g.mismatch_threshold > 0, f"grpo.mismatch_threshold must be > 0, got {g.mismatch_threshold}")
         problems.extend(g.sampling.problems("grpo.sampling."))
         o = self.optimizer
         need(o.lr > 0, f"optimizer.lr must be > 0, got {o.lr}")

@@ -154,7 +154,17 @@ def finite_or_none(x: float | None) -> float | None:
 
 
 # update statistics averaged over ranks (each rank's value is already a mean over its tokens)
-_MEAN_OVER_RANKS = ("loss", "kl", "clip_frac_low", "clip_frac_high", "ratio_mean")
+_MEAN_OVER_RANKS = (
+    "loss",
+    "kl",
+    "clip_frac_low",
+    "clip_frac_high",
+    "ratio_mean",
+    "entropy",
+    "mismatch/logp_abs_mean",
+    "mismatch/kl_k3",
+    "mismatch/frac_beyond",
+)
 
 
 def step_record(
@@ -185,6 +195,7 @@ def step_record(
         "ratio_max": float(stats["ratio_max"]),
         "-ratio_min": -float(stats["ratio_min"]),
         "first_ratio_max": float(first["ratio_max"]),
+        "mismatch/logp_abs_max": float(stats["mismatch/logp_abs_max"]),
         "-first_ratio_min": -float(first["ratio_min"]),
         memory_key: peak_memory_mb(device),
         **peaks,
@@ -202,6 +213,7 @@ def step_record(
     record["ratio_max"] = finite_or_none(top["ratio_max"])
     record["first_iteration_ratio_min"] = finite_or_none(-top["-first_ratio_min"])
     record["first_iteration_ratio_max"] = finite_or_none(top["first_ratio_max"])
+    record["mismatch/logp_abs_max"] = finite_or_none(top["mismatch/logp_abs_max"])
     record.update({f"time/{phase}": seconds for phase, seconds in timings.items()})
     record["rollout_tokens_per_s"] = generated_tokens / max(timings["rollout"], 1e-9)
     record["update_tokens_per_s"] = generated_tokens * num_iterations / max(timings["update"], 1e-9)

@@ -1,8 +1,8 @@
-"""Training curves PNG from a run's ``metrics.jsonl`` (and ``eval.jsonl`` when present): reward mean
-with its std band, each reward's mean and the eval reward; KL (when the run computed it); clip
-fractions low / high. The trainer writes ``output_dir/reward_curve.png`` at the end of a run
-(``logging.plot``); ``glm-grpo plot OUTPUT_DIR`` (glm_grpo_ds/commands/plot.py) plots a running
-or finished run at any time.
+"""Training curves PNG from a run's ``metrics.jsonl`` (and ``eval.jsonl`` when present): reward mean with
+its std band, each reward's mean and the eval reward; KL (when the run computed it); the policy entropy
+of the generated tokens (when recorded: a collapse shows as a falling curve); clip fractions low / high.
+The trainer writes ``output_dir/reward_curve.png`` at the end of a run (``logging.plot``); ``glm-grpo
+plot OUTPUT_DIR`` (glm_grpo_ds/commands/plot.py) plots a running or finished run at any time.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str 
     evals = read_metrics(eval_path) if eval_path is not None and Path(eval_path).is_file() else []
     steps = [r["step"] for r in rows]
     with_kl = any(r.get("kl") for r in rows)  # beta = 0 runs compute no KL
-    panels = 3 if with_kl else 2
+    with_entropy = any(r.get("entropy") is not None for r in rows)  # runs before the metric existed have none
+    panels = 2 + with_kl + with_entropy
     fig, axes = plt.subplots(
         panels, 1, figsize=(7, 3 + 1.6 * panels), sharex=True, height_ratios=[3] + [1] * (panels - 1)
     )
@@ -53,9 +54,14 @@ def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str 
         )
     ax.set_ylabel("reward")
     ax.legend(loc="best", fontsize="small")
+    panel = 1
     if with_kl:
-        axes[1].plot(steps, _values(rows, "kl"), color="C3")
-        axes[1].set_ylabel("KL")
+        axes[panel].plot(steps, _values(rows, "kl"), color="C3")
+        axes[panel].set_ylabel("KL")
+        panel += 1
+    if with_entropy:
+        axes[panel].plot(steps, _values(rows, "entropy"), color="C6")
+        axes[panel].set_ylabel("entropy (nats)")
     ax_clip = axes[-1]
     ax_clip.plot(steps, _values(rows, "clip_frac_low"), label="clip low (ratio < 1-eps)", color="C4")
     ax_clip.plot(steps, _values(rows, "clip_frac_high"), label="clip high (ratio > 1+eps)", color="C5")

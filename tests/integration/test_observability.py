@@ -7,6 +7,7 @@ Single-process runs (`python -m glm_grpo_ds.train`, ZeRO-3, world size 1) plus o
 """
 
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -89,6 +90,10 @@ def test_galleries_eval_records_plot_and_progress_lines(run1):
 
     rows = jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:  # fp32: the sampler's log-probs are the trainer's; the policy has entropy left
+        assert r["mismatch/logp_abs_max"] <= 1e-5 and r["mismatch/frac_beyond"] == 0
+        assert 0 <= r["mismatch/kl_k3"] <= 1e-9 and r["mismatch/logp_abs_mean"] <= r["mismatch/logp_abs_max"]
+        assert 0 < r["entropy"] <= math.log(16)  # the tiny codebook has 16 ids
     assert all(r["gallery"] == f"samples/step_{r['step']:06d}.png" and r["time/gallery"] >= 0 for r in rows)
     evals = jsonl(out / "eval.jsonl")
     assert [e["step"] for e in evals] == [0, 1, 2]

@@ -117,6 +117,11 @@ def test_step_record_by_hand():
         "ratio_min": 0.8,
         "ratio_max": 1.3,
         "skipped": 0,
+        "entropy": 2.5,
+        "mismatch/logp_abs_mean": 1e-3,
+        "mismatch/logp_abs_max": 0.02,
+        "mismatch/kl_k3": 1e-6,
+        "mismatch/frac_beyond": 0.0,
     }
     rewards = torch.tensor([0.0, 1.0, float("nan"), 3.0])
     rec = step_record(
@@ -140,6 +145,7 @@ def test_step_record_by_hand():
     assert rec["rollout_tokens_per_s"] == 400 and rec["update_tokens_per_s"] == 400 and rec["time/update"] == 4.0
     assert rec["reward/r_undefined"] == 1 and rec["reward/r_failed"] == 1 and rec["peak_rss_mb"] > 0
     assert (rec["memory/rollout_peak_mb"], rec["memory/update_peak_mb"]) == (10.0, 20.0)  # max over the 1 rank
+    assert (rec["entropy"], rec["mismatch/logp_abs_mean"], rec["mismatch/logp_abs_max"]) == (2.5, 1e-3, 0.02)
     nan_stats = dict(stats, loss=float("nan"))
     assert (
         step_record(1, nan_stats, rewards, {}, {}, {"rollout": 1.0, "update": 1.0}, {}, 1, 1, torch.device("cpu"))[

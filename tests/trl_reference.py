@@ -1,0 +1,91 @@
+"""TRL's own GRPO loss on given tensors, for parity tests: ``trl.GRPOTrainer._compute_loss`` runs unchanged on a
+stand-in ``self`` that holds the settings it reads, one process, no model. Its forward
+(``_get_per_token_logps_and_entropies``) returns the log-probs and entropies the test passes, so what is compared
+is TRL's loss arithmetic, not a copy of it."""
+
+from __future__ import annotations
+
+import types
+from collections import defaultdict
+
+import torch
+from trl import GRPOTrainer
+
+
+class _OneProcess:
+    """The accelerate calls ``_compute_loss`` makes, for a single process."""
+
+    sync_gradients = True
+
+    @staticmethod
+    def pad_across_processes(tensor, dim=0, pad_index=0):
+        return tensor
+
+    @staticmethod
+    def gather(tensor):
+        return tensor
+
+    gather_for_metrics = gather
+
+    @staticmethod
+    def reduce(tensor, reduction="sum"):
+        return tensor
+
+
+def trl_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    loss_type: str = "bnpo",
+    beta: float = 0.0,
+    ref_logp: torch.Tensor | None = None,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    importance_sampling_level: str = "token",
+    top_entropy_quantile: float = 1.0,
+    entropies: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+    importance_sampling_ratio: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """TRL 1.16's loss for one micro-batch (gradient accumulation 1, train mode). TRL's loss types: ``bnpo`` =
+    our token_mean, ``grpo`` = our seq_mean, ``dr_grpo`` = ours with T = the completion length."""
+    n, t = logp.shape
+    entropies = torch.zeros_like(logp) if entropies is None else entropies
+    fake = types.SimpleNamespace(
+        aux_loss_enabled=False,
+        top_entropy_quantile=top_entropy_quantile,
+        accelerator=_OneProcess(),
+        off_policy_mask_threshold=None,
+        importance_sampling_level=importance_sampling_level,
+        beta=beta,
+        args=types.SimpleNamespace(use_bias_correction_kl=False, delta=None),
+        loss_type=loss_type,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        use_vllm=importance_sampling_ratio is not None,
+        vllm_importance_sampling_correction=importance_sampling_ratio is not None,
+        model=types.SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1,
+        max_completion_length=t,
+        _entropy_bonus_enabled=entropy_coef != 0.0,
+        entropy_coef=entropy_coef,
+        use_adaptive_entropy=False,
+        _metrics=defaultdict(lambda: defaultdict(list)),
+        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (logp, entropies, None),
+    )
+    fake.get_high_entropy_mask = types.MethodType(GRPOTrainer.get_high_entropy_mask, fake)
+    inputs = {
+        "prompt_ids": torch.zeros(n, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(n, 1, dtype=torch.long),
+        "completion_ids": torch.zeros(n, t, dtype=torch.long),
+        "completion_mask": mask,
+        "advantages": advantages,
+        "old_per_token_logps": old_logp,
+    }
+    if ref_logp is not None:
+        inputs["ref_per_token_logps"] = ref_logp
+    if importance_sampling_ratio is not None:
+        inputs["importance_sampling_ratio"] = importance_sampling_ratio
+    return GRPOTrainer._compute_loss(fake, None, inputs)

@@ -1,0 +1,97 @@
+"""The #30 loss options and metrics of glm_grpo_ds/grpo.py against values computed by hand: the sequence-level
+ratio (GSPO), the sampler-correction weights and the bias they remove, the top-entropy selection, and the
+sampler-vs-trainer mismatch sums."""
+
+import math
+
+import pytest
+import torch
+
+from glm_grpo_ds.grpo import high_entropy_mask, mismatch_sums, policy_loss, sampler_correction
+
+
+def test_gspo_clips_the_geometric_mean_ratio_of_the_sequence():
+    old = torch.tensor([[-1.0, -2.0]])
+    logp = (old + torch.tensor([[0.2, 0.4]])).requires_grad_()  # mean log-ratio 0.3: ratio e^0.3 = 1.3499
+    mask = torch.ones(1, 2)
+    for adv, expect_loss, expect_grad in (
+        (1.0, -1.2, [0.0, 0.0]),  # A > 0: the clipped 1.2 is the min; no gradient
+        (-1.0, math.exp(0.3), [math.exp(0.3) / 2] * 2),  # A < 0: -min(-1.35, -1.2) = 1.35; d/dlogp_t = ratio / 2
+    ):
+        loss, stats = policy_loss(logp, old, torch.tensor([adv]), mask, importance_sampling_level="sequence")
+        (grad,) = torch.autograd.grad(loss, logp)
+        assert loss.item() == pytest.approx(expect_loss, rel=1e-6)
+        assert grad[0].tolist() == pytest.approx(expect_grad, rel=1e-6)
+        # the sequence's ratio counts once per token in the stats
+        assert stats["ratio_mean"].item() == pytest.approx(math.exp(0.3), rel=1e-6)
+    # token level on the same numbers: ratios e^0.2 and e^0.4, clipped one by one
+    loss, _ = policy_loss(logp, old, torch.tensor([1.0]), mask)
+    assert loss.item() == pytest.approx(-(min(math.exp(0.2), 1.2) + 1.2) / 2, rel=1e-6)
+
+
+def test_sampler_correction_weights_by_hand():
+    old = torch.tensor([[-1.0, -1.0, -1.0], [-2.0, -2.0, -2.0]])
+    sampler = old - torch.tensor([[0.0, math.log(2.0), math.log(5.0)], [0.1, 0.1, -0.2]])  # old/sampler = 1, 2, 5
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    assert sampler_correction(old, sampler, mask, "none") is None
+    w = sampler_correction(old, sampler, mask, "token_truncate", cap_max=3.0)
+    assert w[0].tolist() == pytest.approx([1.0, 2.0, 3.0])
+    assert w[1, 2].item() == 1.0  # a masked token's weight is exactly 1
+    w = sampler_correction(old, sampler, mask, "token_mask", cap_max=3.0, cap_min=1.5)
+    assert w[0].tolist() == pytest.approx([0.0, 2.0, 0.0])
+    w = sampler_correction(old, sampler, mask, "sequence_truncate", cap_max=3.0)
+    assert w.shape == (2, 1) and w[:, 0].tolist() == pytest.approx([3.0, math.exp(0.2)])  # 1 x 2 x 5 -> 3
+    w = sampler_correction(old, sampler, mask, "sequence_mask", cap_max=3.0)
+    assert w[:, 0].tolist() == pytest.approx([0.0, math.exp(0.2)])
+    assert torch.equal(sampler_correction(old, old, mask, "token_truncate"), torch.ones_like(old))  # agree -> 1
+
+
+def test_the_correction_removes_the_bias_of_a_perturbed_sampler():
+    """One-token sequences over 3 ids. The policy is softmax(theta); the sampler draws at temperature 0.5
+    instead of 1 (what a temperature applied in one path only does). The expected loss gradient over the
+    sampler's draws is biased; weighted by pi / q (no cap) it is exactly the policy gradient -dE_pi[A]/dtheta."""
+    theta = torch.tensor([0.3, -0.5, 1.1], dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    pi = torch.softmax(theta, 0)
+    q = torch.softmax(theta.detach() / 0.5, 0)
+    (true_grad,) = torch.autograd.grad(-(pi * adv).sum(), theta)
+
+    def expected_grad(correct: bool) -> torch.Tensor:
+        total = torch.zeros(3, dtype=torch.float64)
+        for x in range(3):
+            logp = torch.log_softmax(theta, 0)[x].reshape(1, 1)
+            old = logp.detach()
+            mask = torch.ones(1, 1, dtype=torch.float64)
+            w = (
+                sampler_correction(old, q[x].log().reshape(1, 1), mask, "token_truncate", cap_max=1e9)
+                if correct
+                else None
+            )
+            loss, _ = policy_loss(logp, old, adv[x : x + 1], mask, is_weights=w)
+            (g,) = torch.autograd.grad(loss, theta)
+            total += q[x] * g  # the sampler draws x with probability q(x)
+        return total
+
+    torch.testing.assert_close(expected_grad(True), true_grad, rtol=1e-12, atol=1e-12)
+    assert (expected_grad(False) - true_grad).abs().max() > 0.05
+
+
+def test_high_entropy_mask_by_hand():
+    entropy = torch.tensor([[0.1, 0.9, 0.5, 0.7], [0.3, 0.2, 5.0, 0.8]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 1]])  # 5.0 is masked: it neither counts nor is kept
+    # 7 masked entropies 0.1 0.2 0.3 0.5 0.7 0.8 0.9; the 0.5-quantile is 0.5: keep >= 0.5
+    kept = high_entropy_mask(entropy, mask, 0.5)
+    assert kept.int().tolist() == [[0, 1, 1, 1], [0, 0, 0, 1]]
+    assert high_entropy_mask(entropy, mask, 0.0).int().tolist() == [[0, 1, 0, 0], [0, 0, 0, 0]]  # the top one
+    assert torch.equal(high_entropy_mask(entropy, mask, 1.0), mask.bool())
+
+
+def test_mismatch_sums_by_hand():
+    trainer = torch.tensor([[-1.0, -2.0, -3.0]])
+    sampler = torch.tensor([[-1.0, -2.5, -2.8]])  # d = log(trainer / sampler) = 0, 0.5, -0.2
+    s = mismatch_sums(trainer, sampler, torch.tensor([[1.0, 1.0, 1.0]]), threshold=0.3)
+    k3 = sum(math.exp(d) - 1 - d for d in (0.0, 0.5, -0.2))
+    assert s["abs"].item() == pytest.approx(0.7) and s["max"].item() == pytest.approx(0.5)
+    assert s["k3"].item() == pytest.approx(k3, rel=1e-6) and s["beyond"].item() == 1 and s["tokens"].item() == 3
+    s = mismatch_sums(trainer, sampler, torch.tensor([[1.0, 0.0, 1.0]]), threshold=0.3)  # masked tokens do not count
+    assert s["abs"].item() == pytest.approx(0.2) and s["beyond"].item() == 0 and s["tokens"].item() == 2
