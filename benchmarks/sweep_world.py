@@ -39,6 +39,7 @@ VARIANTS = {
     "top_entropy0.2": ("train on the top 20 % of tokens by entropy", ["grpo.top_entropy_quantile=0.2"]),
     "entropy0.01": ("entropy bonus 0.01", ["grpo.entropy_coef=0.01"]),
     "tis": ("sampler correction token_truncate (cap 3)", ["grpo.sampler_correction=token_truncate"]),
+    "win_rate": ("advantages from within-group win rates", ["grpo.reward_combination=win_rate"]),
     "bf16": ("model.dtype bf16 (the mismatch metrics in bf16)", ["model.dtype=bf16"]),
     "bf16_tis": (
         "bf16 with sampler correction token_truncate",

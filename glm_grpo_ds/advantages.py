@@ -25,6 +25,12 @@ Reward combinations (``grpo.reward_combination``, :data:`COMBINATIONS`), for sev
   the sample neither up nor down in its group.
 * ``normalize_then_sum``: advantages of each reward in its group (NaN left out of that reward's mean and
   std, advantage 0), then sum_k w_k A_k - an easy reward with a large spread cannot drown a hard one.
+* ``win_rate``: the total's within-group win rate (:func:`group_win_rates`: the share of the other samples
+  of the group it beats, a tie counting half), then the advantages of the win rates. Only the order within a
+  group counts, not the size of the gaps (the Pref-GRPO idea: normalising tiny score gaps to +-1 std
+  rewards noise and invites reward hacking); ``grpo.rank_tie_tolerance`` makes gaps up to it ties.
+* ``win_rate_per_reward``: each reward's win rates, weighted sum_k w_k W_k (a sample undefined for a reward
+  gets that reward's neutral 0.5), then the advantages of that sum.
 
 A sample undefined for every reward gets advantage 0 in both modes.
 """
@@ -40,8 +46,9 @@ from .registries import Registry
 # name -> fn(rewards [N], group_size, eps) -> advantages [N]; the one list of valid ``grpo.advantage_scale``
 # values (glm_grpo_ds/config/sections.py takes its choices from it)
 ESTIMATORS: Registry[Callable[[torch.Tensor, int, float], torch.Tensor]] = Registry("advantage scale")
-# name -> fn(per_reward, weights, group_size, total, scale, eps) -> advantages [N]; ``total`` is
-# :func:`weighted_total`; the one list of valid ``grpo.reward_combination`` values
+# name -> fn(per_reward, weights, group_size, total, scale, eps, tie) -> advantages [N]; ``total`` is
+# :func:`weighted_total`, ``tie`` the win rates' tie tolerance; the one list of valid ``grpo.reward_combination``
+# values
 COMBINATIONS: Registry[Callable[..., torch.Tensor]] = Registry("reward combination")
 
 
@@ -134,6 +141,20 @@ def signal_free_groups(per_reward: dict[str, torch.Tensor], group_size: int) -> 
     return torch.stack(flags).all(dim=0)
 
 
+def group_win_rates(rewards: torch.Tensor, group_size: int, tie: float = 0.0) -> torch.Tensor:
+    """``[N]``: each sample's share of the other defined samples of its group that it beats; rewards within
+    ``tie`` of each other are a tie, counting half. NaN for an undefined reward; 0.5 for a group with a single
+    defined sample. For one reward this is the normalised average rank, ``(rank - 1) / (n - 1)``."""
+    g = groups(rewards, group_size)
+    diff = g.rewards.unsqueeze(2) - g.rewards.unsqueeze(1)  # [P, G, G]: r_i - r_j
+    others = ~torch.eye(group_size, dtype=torch.bool, device=rewards.device)
+    pairs = g.valid.unsqueeze(2) & g.valid.unsqueeze(1) & others
+    score = (diff > tie).to(rewards.dtype) + 0.5 * (diff.abs() <= tie).to(rewards.dtype)
+    wins = torch.where(pairs, score, torch.zeros_like(score)).sum(dim=2)
+    rates = torch.where(g.count > 1, wins / (g.count - 1).clamp(min=1), torch.full_like(wins, 0.5))
+    return torch.where(g.valid, rates, torch.full_like(rates, float("nan"))).reshape(-1)
+
+
 def impute_group_mean(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """NaN -> mean of the defined values of its group (stays NaN if the group has none)."""
     g = groups(rewards, group_size)
@@ -160,21 +181,37 @@ def combine_advantages(
     mode: str = "sum_then_normalize",
     scale: str = "group",
     eps: float = 1e-4,
+    tie: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(advantages [N], total reward [N])`` for rows ordered group by group."""
+    """``(advantages [N], total reward [N])`` for rows ordered group by group; ``tie``: the win rates' tie
+    tolerance (``win_rate`` combinations)."""
     combine = COMBINATIONS.get(mode)
     total = weighted_total(per_reward, weights, group_size)
-    return combine(per_reward, weights, group_size, total, scale, eps), total
+    return combine(per_reward, weights, group_size, total, scale, eps, tie), total
 
 
 @COMBINATIONS.register("sum_then_normalize")
-def _sum_then_normalize(per_reward, weights, group_size, total, scale, eps):
+def _sum_then_normalize(per_reward, weights, group_size, total, scale, eps, tie):
     return group_advantages(total, group_size, scale, eps)
 
 
 @COMBINATIONS.register("normalize_then_sum")
-def _normalize_then_sum(per_reward, weights, group_size, total, scale, eps):
+def _normalize_then_sum(per_reward, weights, group_size, total, scale, eps, tie):
     adv = torch.zeros_like(total)
     for label, values in per_reward.items():
         adv = adv + weights[label] * group_advantages(values, group_size, scale, eps)
     return adv
+
+
+@COMBINATIONS.register("win_rate")
+def _win_rate(per_reward, weights, group_size, total, scale, eps, tie):
+    return group_advantages(group_win_rates(total, group_size, tie), group_size, scale, eps)
+
+
+@COMBINATIONS.register("win_rate_per_reward")
+def _win_rate_per_reward(per_reward, weights, group_size, total, scale, eps, tie):
+    summed = torch.zeros_like(total)
+    for label, values in per_reward.items():
+        summed = summed + weights[label] * torch.nan_to_num(group_win_rates(values, group_size, tie), nan=0.5)
+    # a sample undefined for every reward stays undefined (advantage 0)
+    return group_advantages(torch.where(torch.isnan(total), total, summed), group_size, scale, eps)

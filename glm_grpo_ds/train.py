@@ -247,6 +247,7 @@ class Trainer:
             grpo_cfg.group_size,
             grpo_cfg.reward_combination,
             grpo_cfg.advantage_scale,
+            tie=grpo_cfg.rank_tie_tolerance,
         )
         # groups whose rewards are all equal teach nothing: counted every step, and their prompts may be skipped
         dead = signal_free_groups(all_per_reward, grpo_cfg.group_size)

@@ -217,9 +217,16 @@ class GRPOConfig:
     reward_combination: Literal[tuple(COMBINATIONS)] = setting(
         "sum_then_normalize",
         "sum_then_normalize = advantages of the weighted reward sum; normalize_then_sum = weighted sum of each "
-        "reward's group advantages, so an easy reward with a large spread cannot drown a hard one "
-        "(see glm_grpo_ds/advantages.py).",
+        "reward's group advantages, so an easy reward with a large spread cannot drown a hard one; win_rate = "
+        "advantages of each sample's within-group win rate on the weighted sum (the order counts, not the gaps; "
+        "Pref-GRPO); win_rate_per_reward = the weighted sum of each reward's win rates (see "
+        "glm_grpo_ds/advantages.py).",
         noun="reward combination",
+    )
+    rank_tie_tolerance: float = setting(
+        0.0,
+        "win_rate combinations: rewards this close count as a tie (half a win), so score gaps smaller than the "
+        "reward's noise do not order samples (>= 0).",
     )
     num_iterations: int = setting(
         1, "Updates per rollout (mu, >= 1); > 1 stores the old (pre-update) log-probs and reuses each rollout."

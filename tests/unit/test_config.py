@@ -110,7 +110,8 @@ BAD_CHOICES = [
     ),
     (
         "grpo.reward_combination=sum",
-        "grpo.reward_combination: unknown reward combination 'sum'; known: sum_then_normalize, normalize_then_sum",
+        "grpo.reward_combination: unknown reward combination 'sum'; known: sum_then_normalize, normalize_then_sum, "
+        "win_rate, win_rate_per_reward",
     ),
 ]
 
@@ -148,7 +149,7 @@ def test_math_variant_choices_are_the_registry_names(monkeypatch):
     assert (
         typing.get_args(hints["reward_combination"])
         == tuple(COMBINATIONS)
-        == ("sum_then_normalize", "normalize_then_sum")
+        == ("sum_then_normalize", "normalize_then_sum", "win_rate", "win_rate_per_reward")
     )
     # a registered variant is a valid config value at once: the registry is the one list of names
     monkeypatch.setitem(AGGREGATIONS, "my_mean", AGGREGATIONS["token_mean"])

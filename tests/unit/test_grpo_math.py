@@ -236,7 +236,8 @@ def test_registry_lookups_list_the_valid_names():
         ESTIMATORS.get("zscore")
     with pytest.raises(
         ValueError,
-        match=r"^unknown reward combination 'mix'; expected one of \('sum_then_normalize', 'normalize_then_sum'\)$",
+        match=r"^unknown reward combination 'mix'; expected one of "
+        r"\('sum_then_normalize', 'normalize_then_sum', 'win_rate', 'win_rate_per_reward'\)$",
     ):
         COMBINATIONS.get("mix")
     with pytest.raises(ValueError, match="unknown aggregation 'nope'"):
