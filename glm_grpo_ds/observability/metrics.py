@@ -107,7 +107,12 @@ class Progress:
         def fmt(key: str, spec: str) -> str:  # None: undefined reward / skipped non-finite step
             return "n/a" if record.get(key) is None else format(record[key], spec)
 
-        stats = dict(reward=fmt("reward_mean", ".4g"), kl=fmt("kl", ".3g"), loss=fmt("loss", ".3g"))
+        stats = dict(
+            reward=fmt("reward_mean", ".4g"),
+            kl=fmt("kl", ".3g"),
+            loss=fmt("loss", ".3g"),
+            entropy=fmt("entropy", ".3g"),
+        )
         if self.bar is not None:
             self.bar.set_postfix(**stats)
             self.bar.update(1)

@@ -76,7 +76,7 @@ def test_save_gallery_writes_png(tmp_path):
 
 
 def _record(step, reward=0.5):
-    return {"step": step, "reward_mean": reward, "kl": 0.01, "loss": 0.2}
+    return {"step": step, "reward_mean": reward, "kl": 0.01, "loss": 0.2, "entropy": 2.25}
 
 
 class _Stream(io.StringIO):
@@ -93,7 +93,7 @@ def test_progress_prints_compact_lines_when_not_a_terminal():
     p.close()
     lines = stream.getvalue().splitlines()
     assert [line.split()[2] for line in lines] == ["1/25", "10/25", "20/25", "25/25"]  # first, every 10, last
-    assert "eta" in lines[0] and "reward 0.5" in lines[0] and "kl 0.01" in lines[0]
+    assert "eta" in lines[0] and "reward 0.5" in lines[0] and "kl 0.01" in lines[0] and "entropy 2.25" in lines[0]
 
 
 def test_progress_disabled_prints_nothing():
