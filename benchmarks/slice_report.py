@@ -139,7 +139,8 @@ def ar_flops(ar, processor, size: int, sampling, seed: int = 0) -> tuple[dict, o
     body, lm_head, _ = ar_parts(ar)
     gen = torch.Generator().manual_seed(seed)
     with flop_counter() as counter:
-        hooks = {"body": CallFlops(counter, body), "head": CallFlops(counter, lm_head)}
+        # the rollout's decode loop calls the language model itself (glm_grpo_ds/rollout/decode_loop.py)
+        hooks = {"body": CallFlops(counter, body.language_model), "head": CallFlops(counter, lm_head)}
         hooks["layer0"] = CallFlops(counter, text_layers(ar)[0])
         batch = rollout(ar, processor, [BENCH_PROMPT], 1, size, size, sampling, gen)
     for h in hooks.values():

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from glm_grpo_ds.rollout.decode_loop import cache_slots
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -48,9 +50,12 @@ def test_ar_flops_equal_the_hand_computed_layer(measured):
     plen, n = a["prompt_tokens"], a["generated_tokens"]
     # tiny layer: q 64x64, k/v 64x32, o 64x64, gate_up 64x256, down 128x64
     assert w == 64 * 64 + 2 * 64 * 32 + 64 * 64 + 64 * 256 + 128 * 64 == 36864
-    assert a["prefill_per_token_layer0"] == 2 * w + 4 * d * plen  # plen queries x plen keys, per token
-    assert a["decode_step_first_layer0"] == 2 * w + 4 * d * (plen + 1)  # one query, plen + 1 keys
-    assert a["decode_step_mean_layer0"] == 2 * w + 4 * d * (plen + n / 2)  # keys plen+1 .. plen+n-1
+    # the rollout's static KV cache (glm_grpo_ds/rollout/decode_loop.py): every query attends over all its
+    # slots, the sequence rounded up to the 128-slot bucket, the slots not yet written masked
+    slots = cache_slots(plen, n)
+    assert a["prefill_per_token_layer0"] == 2 * w + 4 * d * slots  # plen queries x all slots, per token
+    assert a["decode_step_first_layer0"] == 2 * w + 4 * d * slots  # one query, all slots
+    assert a["decode_step_mean_layer0"] == 2 * w + 4 * d * slots
     assert a["lm_head_per_token"] == 2 * measured["ar_hidden"] * 24  # the tiny lm_head: 24 vision ids
     assert n == 16 * 16 + 2 * 2  # the 16x16 preview + the 2x2 target grid (64 / 32)
 
