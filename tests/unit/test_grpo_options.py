@@ -95,3 +95,6 @@ def test_mismatch_sums_by_hand():
     assert s["k3"].item() == pytest.approx(k3, rel=1e-6) and s["beyond"].item() == 1 and s["tokens"].item() == 3
     s = mismatch_sums(trainer, sampler, torch.tensor([[1.0, 0.0, 1.0]]), threshold=0.3)  # masked tokens do not count
     assert s["abs"].item() == pytest.approx(0.2) and s["beyond"].item() == 0 and s["tokens"].item() == 2
+    # fp32 log-probs 1e-7 apart: k3 = d^2 / 2 ~ 5e-15, not fp32's ~1e-8 rounding of exp(d) - 1
+    tiny = mismatch_sums(torch.tensor([[-1.0]]), torch.tensor([[-1.0 - 1.1920929e-07]]), torch.ones(1, 1), 0.1)
+    assert tiny["k3"].item() == pytest.approx(1.1920929e-07**2 / 2, rel=1e-3)
