@@ -172,7 +172,7 @@ def policy_loss(
     aggregation: str = "token_mean",
     normalizer: torch.Tensor | float | None = None,
     importance_sampling_level: str = "token",
-    keep: torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
     is_weights: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
@@ -192,12 +192,13 @@ def policy_loss(
         normalizer: denominator from :func:`loss_normalizer` on the full batch when this call
             sees only a micro-batch; defaults to this call's own batch.
         importance_sampling_level: ``token`` (GRPO) or ``sequence`` (GSPO: :func:`log_importance_weights`).
-        keep: ``[N, T]`` bool, the tokens the policy term trains on (:func:`high_entropy_mask`); the KL term
-            keeps every masked token, as in TRL.
+        token_weights: ``[N, T]`` weight of each token's policy term: the tokens it trains on
+            (:func:`high_entropy_mask`, bool) and / or a weighting by position; the KL term keeps every masked
+            token at weight 1, as in TRL.
         is_weights: ``[N, T]`` or ``[N, 1]`` sampler-correction weights (:func:`sampler_correction`) on the
             policy term.
         entropy / entropy_coef: ``[N, T]`` policy entropies (with grad) and the bonus coefficient: the loss
-            gets ``- entropy_coef * entropy`` per kept token, aggregated like the rest.
+            gets ``- entropy_coef * entropy`` per token (times its weight), aggregated like the rest.
 
     Returns:
         ``(loss, stats)``: scalar loss; ``stats`` holds detached scalars ``clip_frac_low``,
@@ -220,14 +221,14 @@ def policy_loss(
     clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
     # Pessimistic bound: the min of the two surrogates; negated because we minimise.
     per_token = -torch.min(ratio * adv, clipped * adv)  # [N, T] or [N, 1]
-    if keep is not None:
-        per_token = per_token * keep.to(logp.dtype)
+    if token_weights is not None:
+        per_token = per_token * token_weights.to(logp.dtype)
     if is_weights is not None:
         per_token = per_token * is_weights.detach().to(logp.dtype)
     if entropy_coef != 0.0:
         if entropy is None:
             raise ValueError("entropy_coef != 0 needs entropy")
-        bonus = entropy if keep is None else entropy * keep.to(logp.dtype)
+        bonus = entropy if token_weights is None else entropy * token_weights.to(logp.dtype)
         per_token = per_token - entropy_coef * bonus
 
     kl = None

@@ -32,6 +32,19 @@ def without_preview_loss(batch: RolloutBatch) -> RolloutBatch:
     return dataclasses.replace(batch, completion_mask=mask)
 
 
+def policy_token_weights(batch: RolloutBatch, entropy: torch.Tensor, grpo_cfg) -> torch.Tensor | None:
+    """``[N, n]`` weights of the policy term per token, None when all are 1: the top-entropy selection
+    (``grpo.top_entropy_quantile``) times the preview grid's weight (``grpo.preview_weight``)."""
+    weights = None
+    if grpo_cfg.top_entropy_quantile < 1:
+        weights = high_entropy_mask(entropy, batch.completion_mask, grpo_cfg.top_entropy_quantile).to(entropy.dtype)
+    if grpo_cfg.preview_weight != 1.0:
+        position = torch.ones_like(entropy, requires_grad=False)
+        position[:, : batch.grid.num_preview] = grpo_cfg.preview_weight
+        weights = position if weights is None else weights * position
+    return weights
+
+
 def micro_batches(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
@@ -139,9 +152,7 @@ def grpo_update(
                 aggregation=grpo_cfg.aggregation,
                 normalizer=norm,
                 importance_sampling_level=grpo_cfg.importance_sampling_level,
-                keep=high_entropy_mask(entropy, mask, grpo_cfg.top_entropy_quantile)
-                if grpo_cfg.top_entropy_quantile < 1
-                else None,
+                token_weights=policy_token_weights(micro, entropy, grpo_cfg),
                 is_weights=sampler_correction(
                     old_logp,
                     micro.sampler_logps,

@@ -248,6 +248,12 @@ class GRPOConfig:
         "Train the policy term on the tokens whose policy entropy is in this top fraction of each micro-batch's tokens "
         "(TRL's top_entropy_quantile, arXiv:2506.01939), in [0, 1]; 1 = every token. The KL term keeps all tokens.",
     )
+    preview_weight: float = setting(
+        1.0,
+        "Weight of the preview grid's tokens in the policy term (the target grid's: 1), in [0, 1]: a position "
+        "weighting between training on every token (1) and on the target grid's alone; unlike preview_in_loss: "
+        "false, the preview tokens still count in the loss normaliser and the KL term.",
+    )
     entropy_coef: float = setting(
         0.0,
         "Entropy bonus: the loss gets -entropy_coef x the policy entropy of each trained token (>= 0); a guard "

@@ -173,6 +173,7 @@ class TrainConfig:
             f"grpo.top_entropy_quantile must be in [0, 1], got {g.top_entropy_quantile}",
         )
         need(g.entropy_coef >= 0, f"grpo.entropy_coef must be >= 0, got {g.entropy_coef}")
+        need(0 <= g.preview_weight <= 1, f"grpo.preview_weight must be in [0, 1], got {g.preview_weight}")
         need(g.rank_tie_tolerance >= 0, f"grpo.rank_tie_tolerance must be >= 0, got {g.rank_tie_tolerance}")
         need(g.sampler_correction_max > 0, f"grpo.sampler_correction_max must be > 0, got {g.sampler_correction_max}")
         low = g.sampler_correction_min

@@ -98,3 +98,43 @@ def test_mismatch_sums_by_hand():
     # fp32 log-probs 1e-7 apart: k3 = d^2 / 2 ~ 5e-15, not fp32's ~1e-8 rounding of exp(d) - 1
     tiny = mismatch_sums(torch.tensor([[-1.0]]), torch.tensor([[-1.0 - 1.1920929e-07]]), torch.ones(1, 1), 0.1)
     assert tiny["k3"].item() == pytest.approx(1.1920929e-07**2 / 2, rel=1e-3)
+
+
+def test_preview_weight_scales_the_preview_tokens_policy_term_only():
+    """grpo.preview_weight: the preview grid's tokens weigh w in the policy term; the normaliser and the KL
+    term still count them (unlike preview_in_loss: false); with the top-entropy selection the weights multiply."""
+    from types import SimpleNamespace
+
+    from glm_grpo_ds.rollout import GridSpec, RolloutBatch
+    from glm_grpo_ds.update import policy_token_weights
+
+    grid = GridSpec(large=(1, 2), preview=(1, 3))  # 3 preview + 2 target tokens
+    n = grid.num_tokens
+    batch = RolloutBatch(
+        prompt_ids=torch.zeros(2, 4, dtype=torch.long),
+        prompt_mask=torch.ones(2, 4, dtype=torch.long),
+        completion_ids=torch.zeros(2, n, dtype=torch.long),
+        completion_mask=torch.ones(2, n),
+        sampler_logps=torch.zeros(2, n),
+        position_ids=torch.zeros(3, 2, 4 + n, dtype=torch.long),
+        prompt_index=torch.zeros(2, dtype=torch.long),
+        prompts=["p", "p"],
+        grid=grid,
+    )
+    entropy = torch.tensor([[0.1, 0.9, 0.2, 0.8, 0.3], [0.4, 0.5, 0.6, 0.7, 0.05]])
+    cfg = SimpleNamespace(top_entropy_quantile=1.0, preview_weight=0.25)
+    weights = policy_token_weights(batch, entropy, cfg)
+    assert weights.tolist() == [[0.25, 0.25, 0.25, 1.0, 1.0]] * 2
+    assert policy_token_weights(batch, entropy, SimpleNamespace(top_entropy_quantile=1.0, preview_weight=1.0)) is None
+    both = policy_token_weights(batch, entropy, SimpleNamespace(top_entropy_quantile=0.5, preview_weight=0.25))
+    # top half of the 10 entropies: >= their median 0.45 -> 0.9 0.8 0.5 0.6 0.7
+    assert both.tolist() == [[0.0, 0.25, 0.0, 1.0, 0.0], [0.0, 0.25, 0.25, 1.0, 0.0]]
+
+    logp = torch.randn(2, n, dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    loss, stats = policy_loss(logp, logp.detach(), adv, batch.completion_mask, token_weights=weights)
+    (grad,) = torch.autograd.grad(loss, logp)
+    # ratio 1: d loss / d logp_t = -A w_t / (number of tokens, 10: the preview still counts)
+    expected = -adv[:, None] * weights.double() / 10
+    torch.testing.assert_close(grad, expected)
+    assert stats["num_tokens"] == 10

@@ -57,7 +57,7 @@ def both(loss_type, beta=0.0, level="token", quantile=1.0, coef=0.0, is_ratio=No
         aggregation=OURS[loss_type],
         normalizer=loss_normalizer(mask, OURS[loss_type]),
         importance_sampling_level=level,
-        keep=high_entropy_mask(entropy, mask, quantile) if quantile < 1 else None,
+        token_weights=high_entropy_mask(entropy, mask, quantile) if quantile < 1 else None,
         is_weights=is_ratio,
         entropy=entropy,
         entropy_coef=coef,
