@@ -150,6 +150,21 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "long job to choose the training decode ([training.md](training.md#the-training-decode))"
         ),
     ),
+    "evaluate": Subcommand(
+        "glm_grpo_ds.commands.evaluate",
+        "did the run help? base vs adapters with paired seeds: differences with 95 % intervals, win rates",
+        usage=(
+            "glm-grpo evaluate [--config CFG] [--model DIR\\|ID] [--adapter DIR ...] [--prompts FILE] [--rewards NAME "
+            "...] [--num-prompts N] [--samples-per-prompt 4] [--seed 0] [--category-key category] [--batch-prompts 4] "
+            "[--out outputs/evaluate] [key=value ...]"
+        ),
+        doc=(
+            "samples the base and every adapter on the same prompts with the same rollout noise and decode seeds, "
+            "scores them with the rewards and prints per reward the means, the paired difference with a bootstrap "
+            "95 % interval over prompts, the win rate and whether the adapter's run trained on that reward; writes "
+            "evaluate.json, gallery.png and evaluate.png ([evaluate.md](evaluate.md))"
+        ),
+    ),
     "bench": Subcommand(
         "glm_grpo_ds.commands.bench",
         "benchmark rollout / decode / reward / update and print side-by-side ratios",

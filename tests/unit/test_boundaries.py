@@ -130,7 +130,7 @@ FLOORS = [
     "adapters policy model_source rollout logprobs decoder token_ids memory",
     # 5 one step's parts (experience, update, evaluation), the startup summary (it prints the memory plan),
     # test instrumentation
-    "experience update evaluate observability.summary testing",
+    "experience update evaluate compare observability.summary testing",
     # 6 the trainer
     "train",
     # 7 the command line

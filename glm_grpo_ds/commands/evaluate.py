@@ -1,0 +1,170 @@
+"""``glm-grpo evaluate``: did the run help? The base model against one or more adapters on the same prompts with
+paired seeds, per reward: means, the paired difference with a 95 % bootstrap interval over prompts, the win rate.
+
+    glm-grpo evaluate --config launch/configs/tiny_world.yaml model.path=outputs/world/model \\
+        --adapter outputs/world_run/final_adapter --prompts outputs/world/heldout.jsonl --samples-per-prompt 4
+    glm-grpo evaluate --model zai-org/GLM-Image --adapter outputs/glm_image_lora/final_adapter \\
+        --prompts my_eval.jsonl --rewards ocr aesthetic --samples-per-prompt 4 --seed 0 --out outputs/evaluate
+
+Everything not given comes from ``--config`` (a training config: model, rewards with their arguments, image
+size, sampling, the evaluation decode ``eval.*``, by default the pipeline's own 50 steps) or from the
+training defaults; ``--model``, ``--prompts`` and ``--rewards NAME ...`` replace the config's. Sampling is
+paired (glm_grpo_ds/compare/runner.py): every model draws prompt i's tokens with the same noise and decodes
+them with the same seed, so the base against itself differs by exactly 0 and the differences measure the
+adapters, not the seeds. The rewards the adapter's run trained on are marked ``trained on``; the others
+``out of domain`` (docs/evaluate.md says why both matter). ``--category-key`` (default ``category``) breaks
+the results down by that column when the prompts have it.
+
+Writes ``OUT/evaluate.json`` (settings and every figure), ``OUT/gallery.png`` (per prompt: base | adapter ...)
+and ``OUT/evaluate.png`` (the differences with their intervals), and prints the table. One process: the AR,
+the decoder and the rewards must fit one device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from ..config.arguments import parse_with_overrides
+
+    p = argparse.ArgumentParser(prog="glm-grpo evaluate", description=__doc__.splitlines()[0])
+    p.add_argument("--config", default=None, help="a training config (YAML): model, rewards, size, sampling, eval.*")
+    p.add_argument("--model", default=None, help="pipeline directory or Hub id (replaces model.path)")
+    p.add_argument(
+        "--adapter", action="append", default=[], help="a LoRA adapter to compare with the base (repeatable)"
+    )
+    p.add_argument("--prompts", default=None, help="the prompt file or dataset (default: eval.file of the config)")
+    p.add_argument("--rewards", nargs="+", default=None, metavar="NAME", help="reward names (replace the config's)")
+    p.add_argument("--num-prompts", type=int, default=0, help="the first N prompts (0 = all)")
+    p.add_argument("--samples-per-prompt", type=int, default=4, help="K samples per prompt and model")
+    p.add_argument("--seed", type=int, default=0, help="seeds every prompt's rollout noise and decode")
+    p.add_argument("--category-key", default="category", help="break the results down by this prompt column")
+    p.add_argument("--batch-prompts", type=int, default=4, help="prompts rolled out together")
+    p.add_argument("--gallery-prompts", type=int, default=16, help="prompts in gallery.png")
+    p.add_argument("--device", default="auto", help="auto = cuda when available, else cpu")
+    p.add_argument("--out", default="outputs/evaluate", help="output directory")
+    p.add_argument("overrides", nargs="*", help="config overrides, key=value (as for glm-grpo train)")
+    return parse_with_overrides(p, argv)
+
+
+def load_settings(a):
+    """The config with ``--model`` / ``--prompts`` / ``--rewards`` applied, and the prompt source."""
+    from ..config import load_config
+
+    overrides = list(a.overrides)
+    if a.model:
+        overrides.append(f"model.path={a.model}")
+    if a.rewards:
+        overrides.append("rewards=[" + ", ".join(f"{{name: {name}}}" for name in a.rewards) + "]")
+    if a.config is None and a.prompts:
+        overrides.append(f"data.train_file={a.prompts}")  # the config needs a training file; never read here
+    cfg = load_config(a.config, overrides)
+    prompts = a.prompts or cfg.eval.file
+    if not prompts:
+        raise ValueError("give --prompts FILE (or a --config with eval.file)")
+    for flag, value in (("--samples-per-prompt", a.samples_per_prompt), ("--batch-prompts", a.batch_prompts)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    return cfg, prompts
+
+
+def run(a) -> dict:
+    from ..adapters import find_adapter
+    from ..advantages import weighted_total
+    from ..compare.report import GALLERY, PLOT, TOTAL, summarise, table, write_gallery, write_plot
+    from ..compare.runner import BASE, evaluate_models, load_compared
+    from ..data import load_prompts
+    from ..decoder import ImageDecoder, resolve_settings
+    from ..model_source import resolve_model
+    from ..policy import load_ar, load_processor, resolve_attn, resolve_dtype, resolve_sampling
+    from ..rewards import build_rewards
+
+    cfg, prompt_source = load_settings(a)
+    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(auto if a.device == "auto" else a.device)
+    model_dir = resolve_model(
+        cfg.model.path, cfg.model.revision, flag="model.path", revision_flag="model.revision"
+    ).path
+    rows = load_prompts(prompt_source, "--prompts", cfg.data)
+    rows = list(rows[: a.num_prompts] if a.num_prompts else rows)
+    adapters = [str(find_adapter(path)) for path in a.adapter]
+    on_gpu = device.type == "cuda"
+    dtype = resolve_dtype(cfg.model.dtype, on_gpu)
+    ar = load_ar(
+        model_dir, dtype, resolve_attn(cfg.model.attn_implementation, on_gpu, dtype), cfg.model.trust_remote_code
+    )
+    model, adapter_names = load_compared(ar, adapters)
+    model.to(device)
+    names = [BASE, *adapter_names]
+    reward_fn = build_rewards(cfg.rewards)
+    decoder = ImageDecoder(model_dir, cfg.decoder, device)
+    decode = resolve_settings(cfg.eval.num_inference_steps, cfg.eval.guidance_scale)
+    sampling = resolve_sampling(cfg.grpo.sampling, model_dir)
+    size = (cfg.rollout.height, cfg.rollout.width)
+    k = a.samples_per_prompt
+    processor = load_processor(model_dir)
+
+    from tqdm import tqdm
+
+    with tqdm(total=len(rows) * len(names), desc="evaluate", unit="prompt", file=sys.stderr) as bar:
+        results = evaluate_models(
+            model, names, processor, decoder, reward_fn, rows, k, a.seed, size, sampling, decode, device,
+            batch_prompts=a.batch_prompts, progress=bar.update,
+        )  # fmt: skip
+    if len(reward_fn.weights) > 1:  # the weighted total, as training combines the rewards
+        for result in results.values():
+            flat = {label: v.reshape(-1) for label, v in result.rewards.items()}
+            result.rewards[TOTAL] = weighted_total(flat, reward_fn.weights, k).view(len(rows), k)
+    categories = [str(row.extra.get(a.category_key)) for row in rows]
+    has_categories = any(row.extra.get(a.category_key) is not None for row in rows)
+    summary = summarise(results, dict(zip(adapter_names, adapters)), a.seed, categories if has_categories else None)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    first_label = TOTAL if TOTAL in results[BASE].rewards else next(iter(results[BASE].rewards))
+    write_gallery(out / GALLERY, results, names, [row.prompt for row in rows], first_label, a.gallery_prompts)
+    if adapter_names:
+        write_plot(out / PLOT, summary)
+    return {
+        "model": str(model_dir),
+        "adapters": dict(zip(adapter_names, adapters)),
+        "prompts": str(prompt_source),
+        "num_prompts": len(rows),
+        "samples_per_prompt": k,
+        "seed": a.seed,
+        "image": list(size),
+        "decode": decode._asdict(),
+        "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p},
+        "base": {label: torch.nanmean(v).item() for label, v in results[BASE].rewards.items()},
+        "summary": summary,
+        "table": table(summary),
+        "prompt_means": {
+            name: {label: torch.nanmean(v, dim=1).tolist() for label, v in r.rewards.items()}
+            for name, r in results.items()
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..compare.report import EVALUATE_JSON
+    from ..config import ConfigError
+
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        result = run(a)
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        print(f"glm-grpo evaluate: {err}", file=sys.stderr)
+        return 2
+    (Path(a.out) / EVALUATE_JSON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(result["table"] or f"base only: {result['base']}")
+    print(f"wrote {Path(a.out) / EVALUATE_JSON}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""What ``glm-grpo evaluate`` writes: the console table, ``evaluate.json``, the side-by-side gallery and the plot.
+
+Per reward (and the weighted total when there are several) and per adapter: the base's and the adapter's
+mean, the paired difference with its 95 % bootstrap interval over prompts, the adapter's win rate over
+prompts, and whether the adapter's run trained on that reward (in-domain) or not (out-of-domain: a gain
+there is evidence the adapter generalises; a loss is what reward hacking looks like). The same broken down
+by category when the prompts have one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from .stats import paired_summary
+
+EVALUATE_JSON = "evaluate.json"
+GALLERY = "gallery.png"
+PLOT = "evaluate.png"
+TOTAL = "total"  # the weighted sum of the rewards, when there are several
+DOMAIN = {True: "trained on", False: "out of domain", None: "? (no run config.json beside the adapter)"}
+
+
+def trained_rewards(adapter: str) -> list[str] | None:
+    """The reward names the run that wrote ``adapter`` trained on, from that run's ``config.json`` (an adapter
+    is ``<run>/final_adapter`` or ``<run>/checkpoints/step_N/adapter``); None when no run config is found."""
+    path = Path(adapter).resolve()
+    for parent in (path.parent, *path.parents[:3]):
+        config = parent / "config.json"
+        if config.is_file():
+            record = json.loads(config.read_text())
+            rewards = record.get("train", {}).get("rewards")  # the trainer's config.json: {"train": config, ...}
+            if isinstance(rewards, list):
+                return [r["name"] if isinstance(r, dict) else str(r) for r in rewards]
+    return None
+
+
+def summarise(results: dict, adapters: dict[str, str], seed: int, categories: list[str] | None) -> dict:
+    """``{adapter name: {"path", "trained_on", "rewards": {label: summary}, "categories": {...}}}``."""
+    from .runner import BASE
+
+    base = results[BASE]
+    out = {}
+    for name, path in adapters.items():
+        model = results[name]
+        trained = trained_rewards(path)
+        per_label = {
+            label: {
+                **paired_summary(base.rewards[label], model.rewards[label], seed),
+                "trained_on": None if trained is None or label == TOTAL else label in trained,
+            }
+            for label in base.rewards
+        }
+        by_category = {}
+        if categories is not None:
+            for cat in sorted(set(categories)):
+                rows = torch.tensor([c == cat for c in categories])
+                by_category[cat] = {
+                    label: paired_summary(base.rewards[label][rows], model.rewards[label][rows], seed)
+                    for label in base.rewards
+                }
+        out[name] = {"path": path, "trained_on": trained, "rewards": per_label, "categories": by_category}
+    return out
+
+
+def _num(x: float, spec: str = "+.4f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def table(summary: dict) -> str:
+    """The console table (one block per adapter; categories indented under it)."""
+    lines = []
+    head = (
+        f"{'reward':<24} {'base':>9} {'adapter':>9} {'diff':>9} {'95% CI':>21} {'win rate':>8} {'prompts':>7}  domain"
+    )
+    for name, s in summary.items():
+        lines.append(f"{name}: {s['path']}")
+        lines.append(head)
+        for label, r in s["rewards"].items():
+            domain = "weighted sum" if label == TOTAL else DOMAIN[r["trained_on"]]
+            ci = f"[{_num(r['ci'][0])}, {_num(r['ci'][1])}]"
+            lines.append(
+                f"{label:<24} {_num(r['base'], '.4f'):>9} {_num(r['model'], '.4f'):>9} {_num(r['diff']):>9} "
+                f"{ci:>21} {_num(r['win_rate'], '.2f'):>8} {r['prompts']:>7}  {domain}"
+            )
+        for cat, per_label in s["categories"].items():
+            for label, r in per_label.items():
+                ci = f"[{_num(r['ci'][0])}, {_num(r['ci'][1])}]"
+                lines.append(
+                    f"  {cat + ': ' + label:<22} {_num(r['base'], '.4f'):>9} {_num(r['model'], '.4f'):>9} "
+                    f"{_num(r['diff']):>9} {ci:>21} {_num(r['win_rate'], '.2f'):>8} {r['prompts']:>7}"
+                )
+    return "\n".join(lines)
+
+
+def write_gallery(path: Path, results: dict, names: list[str], prompts: list[str], label: str, max_prompts: int):
+    """One row per prompt (at most ``max_prompts``): the base's first sample, then each adapter's, captioned with
+    that sample's prompt-mean ``label`` reward."""
+    from ..observability.gallery import save_gallery
+
+    rows = min(len(prompts), max_prompts)
+    thumbs = torch.stack([results[n].thumbs[i] for i in range(rows) for n in names])
+    means = {n: torch.nanmean(results[n].rewards[label], dim=1) for n in names}
+    captions = [float(means[n][i]) for i in range(rows) for n in names]
+    return save_gallery(path, thumbs, prompts[:rows], captions, cols=len(names))
+
+
+def write_plot(path: Path, summary: dict) -> Path:
+    """Paired differences with their intervals, one bar per (adapter, reward)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = [(f"{name}\n{label}", r) for name, s in summary.items() for label, r in s["rewards"].items()]
+    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(bars)), 3.5))
+    for i, (_, r) in enumerate(bars):
+        low, high = r["ci"]
+        colour = "C2" if r["ci_excludes_0"] and r["diff"] > 0 else "C3" if r["ci_excludes_0"] else "C7"
+        ax.bar(i, r["diff"], color=colour)
+        if not (math.isnan(low) or math.isnan(high)):
+            ax.errorbar(i, r["diff"], yerr=[[r["diff"] - low], [high - r["diff"]]], color="k", capsize=4)
+    ax.axhline(0, color="k", linewidth=0.8)
+    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize="small")
+    ax.set_ylabel("adapter - base (95 % CI)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

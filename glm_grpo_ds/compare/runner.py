@@ -1,0 +1,113 @@
+"""Sample and score the base model and each adapter on the same prompts with paired seeds (``glm-grpo evaluate``).
+
+Pairing: prompt row i is rolled out by every model with the generator ``derive_seed(seed, "evaluate-rollout", i)``
+and its images decoded with ``derive_seed(seed, "evaluate-decode", i)``. The rollout draws each token as
+``argmax(probs / noise)`` with the generator's noise (glm_grpo_ds/sampling.py), so two models see the same noise
+at every position: where their distributions agree they draw the same tokens, and the base against itself (or
+an adapter whose LoRA B is zero) gives identical images and a difference of exactly 0. A rank's prompts are
+rolled out ``batch_prompts`` at a time, each prompt with its own generator, so a prompt's samples do not depend
+on which prompts share its batch.
+
+The adapters are loaded side by side into one peft model over one copy of the base AR; the base is the same
+model with its adapters disabled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+from ..seeding import derive_seed
+
+BASE = "base"
+
+
+@dataclass
+class ModelResult:
+    """One model's rewards ``{label: [P, K]}`` and each prompt's first image as a thumbnail ``[P, 3, h, w]``."""
+
+    name: str
+    rewards: dict[str, torch.Tensor] = field(default_factory=dict)
+    thumbs: torch.Tensor | None = None
+
+
+def load_compared(ar, adapters: list[str]):
+    """``(model, names)``: the AR with every adapter loaded under its own name (``adapter_0``, ...), and the
+    names in order; no adapters: the AR itself."""
+    if not adapters:
+        return ar, []
+    from peft import PeftModel
+
+    names = [f"adapter_{i}" for i in range(len(adapters))]
+    model = PeftModel.from_pretrained(ar, adapters[0], adapter_name=names[0])
+    for name, path in zip(names[1:], adapters[1:]):
+        model.load_adapter(path, adapter_name=name)
+    return model.eval(), names
+
+
+def active(model, name: str):
+    """Context in which ``model`` computes as model ``name``: the base (adapters disabled) or one adapter."""
+    if not hasattr(model, "disable_adapter"):
+        return contextlib.nullcontext()
+    if name == BASE:
+        return model.disable_adapter()
+    model.set_adapter(name)
+    return contextlib.nullcontext()
+
+
+def rollout_seed(seed: int, row_index: int) -> int:
+    return derive_seed(seed, "evaluate-rollout", row_index)
+
+
+def decode_seed(seed: int, row_index: int) -> int:
+    return derive_seed(seed, "evaluate-decode", row_index) % 2**31
+
+
+@torch.no_grad()
+def evaluate_models(
+    model,
+    names: list[str],
+    processor,
+    decoder,
+    reward_fn,
+    rows,
+    samples_per_prompt: int,
+    seed: int,
+    size: tuple[int, int],
+    sampling,
+    decode_settings,
+    device: torch.device,
+    batch_prompts: int = 4,
+    thumb_side: int = 128,
+    progress=None,
+) -> dict[str, ModelResult]:
+    """Every model in ``names`` (``BASE`` and / or adapter names) on every row of ``rows``, K samples each."""
+    from ..observability.gallery import thumbnails
+    from ..rollout import rollout
+
+    k = samples_per_prompt
+    results = {name: ModelResult(name) for name in names}
+    parts: dict[str, list[dict[str, torch.Tensor]]] = {name: [] for name in names}
+    thumbs: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+    for start in range(0, len(rows), batch_prompts):
+        chunk = list(rows[start : start + batch_prompts])
+        prompts = [row.prompt for row in chunk]
+        seeds = [decode_seed(seed, row.index) for row in chunk for _ in range(k)]
+        samples = [row.reward_sample() for row in chunk for _ in range(k)]
+        for name in names:
+            generators = [torch.Generator(device=device).manual_seed(rollout_seed(seed, row.index)) for row in chunk]
+            with active(model, name):
+                batch = rollout(model, processor, prompts, k, *size, sampling, generators, device)
+            images = decoder.decode(batch.prior_token_ids, batch.prompts, *size, seeds, decode_settings)
+            scored = reward_fn(images, batch.prompts, samples)
+            parts[name].append({label: v.double().cpu().view(len(chunk), k) for label, v in scored.items()})
+            thumbs[name].append(thumbnails(images[::k], thumb_side).cpu())
+            if progress is not None:
+                progress(len(chunk))
+    for name in names:
+        labels = parts[name][0].keys()
+        results[name].rewards = {label: torch.cat([p[label] for p in parts[name]]) for label in labels}
+        results[name].thumbs = torch.cat(thumbs[name])
+    return results

@@ -1,0 +1,96 @@
+"""``glm-grpo evaluate`` on the tiny model, in-process: the paired-seed property (an adapter whose LoRA B is zero
+computes the base function, so every difference is exactly 0 and its interval holds 0), a random adapter that
+does differ, categories, the files it writes, and bad input. The trained adapter's positive, significant gain
+is tested on the tiny world (tests/integration/test_world.py)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
+
+from glm_grpo_ds.config import LoraConfig
+from glm_grpo_ds.policy import load_policy
+
+FAST = [
+    "rollout.height=64",
+    "rollout.width=64",
+    "eval.num_inference_steps=1",
+    "eval.guidance_scale=1.0",
+    "decoder.batch_size=8",
+]
+
+
+def save_adapter(tiny_model_dir, out: Path, b_std: float) -> Path:
+    model = load_policy(tiny_model_dir, torch.float32, "sdpa", LoraConfig(r=4, alpha=8), False)
+    if b_std:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, b_std, generator=torch.Generator().manual_seed(len(name)))
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def prompts(data64, tmp_path_factory):
+    """data64's prompts with a category column (targets made absolute: the file moves)."""
+    rows = [json.loads(line) for line in Path(data64).read_text().splitlines()][:6]
+    out = tmp_path_factory.mktemp("evaluate") / "prompts.jsonl"
+    for i, row in enumerate(rows):
+        row["target_image"] = str(Path(data64).parent / row["target_image"])
+        row["category"] = "even" if i % 2 == 0 else "odd"
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out
+
+
+@pytest.fixture(scope="module")
+def evaluated(tiny_model_dir, prompts, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("evaluated")
+    zero = save_adapter(tiny_model_dir, tmp / "zero_adapter", 0.0)
+    noisy = save_adapter(tiny_model_dir, tmp / "noisy_adapter", 0.5)
+    out = tmp / "out"
+    from glm_grpo_ds.commands.evaluate import main
+
+    args = ["--model", str(tiny_model_dir), "--prompts", str(prompts), "--rewards", "pixel_mse", "ssim"]
+    args += ["--adapter", str(zero), "--adapter", str(noisy), "--samples-per-prompt", "3", "--out", str(out), *FAST]
+    assert main(args) == 0
+    return json.loads((out / "evaluate.json").read_text()), out
+
+
+def test_a_zero_adapter_differs_from_the_base_by_exactly_zero(evaluated):
+    result, _ = evaluated
+    zero = result["summary"]["adapter_0"]
+    assert set(zero["rewards"]) == {"pixel_mse", "ssim", "total"}
+    for label, s in zero["rewards"].items():
+        assert s["diff"] == 0.0 and s["ci"] == [0.0, 0.0] and not s["ci_excludes_0"], label
+        assert s["win_rate"] == 0.5 and s["prompts"] == 6
+        assert result["prompt_means"]["adapter_0"][label] == result["prompt_means"]["base"][label]
+    noisy = result["summary"]["adapter_1"]["rewards"]
+    assert any(s["diff"] != 0.0 for s in noisy.values())  # the same noise, another policy: other images
+
+
+def test_categories_settings_and_files(evaluated):
+    result, out = evaluated
+    cats = result["summary"]["adapter_1"]["categories"]
+    assert set(cats) == {"even", "odd"} and all(cats[c]["ssim"]["prompts"] == 3 for c in cats)
+    assert (result["num_prompts"], result["samples_per_prompt"], result["image"]) == (6, 3, [64, 64])
+    assert result["decode"] == {"num_inference_steps": 1, "guidance_scale": 1.0}
+    assert result["summary"]["adapter_0"]["trained_on"] is None  # no run config.json beside the adapter
+    assert "? (no run config.json" in result["table"] and "weighted sum" in result["table"]
+    for name in ("gallery.png", "evaluate.png"):
+        assert (out / name).stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--samples-per-prompt", "0"], "--samples-per-prompt must be >= 1, got 0"),
+        (["--prompts", "/nonexistent/p.jsonl"], "/nonexistent/p.jsonl"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tiny_model_dir, prompts, tmp_path, capfd, extra, message):
+    args = ["evaluate", "--model", str(tiny_model_dir), "--prompts", str(prompts), "--rewards", "pixel_mse"]
+    code, _, err = glm_grpo([*args, "--out", str(tmp_path), *extra, *FAST], capfd)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
