@@ -16,14 +16,18 @@ adapters, not the seeds. The rewards the adapter's run trained on are marked ``t
 the results down by that column when the prompts have it.
 
 Writes ``OUT/evaluate.json`` (settings and every figure), ``OUT/gallery.png`` (per prompt: base | adapter ...)
-and ``OUT/evaluate.png`` (the differences with their intervals), and prints the table. One process: the AR,
-the decoder and the rewards must fit one device.
+and ``OUT/evaluate.png`` (the differences with their intervals), and prints the table. Resumable: every
+finished batch of prompts is kept in ``OUT/progress/``, and the same command run again (after an
+interruption, or to print the table again) samples only what is missing; other settings with the same
+``--out`` are refused unless ``--fresh``. One process: the AR, the decoder and the rewards must fit one device.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -49,6 +53,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--gallery-prompts", type=int, default=16, help="prompts in gallery.png")
     p.add_argument("--device", default="auto", help="auto = cuda when available, else cpu")
     p.add_argument("--out", default="outputs/evaluate", help="output directory")
+    p.add_argument(
+        "--fresh", action="store_true", help="discard the finished batches OUT/progress/ holds and sample everything"
+    )
     p.add_argument("overrides", nargs="*", help="config overrides, key=value (as for glm-grpo train)")
     return parse_with_overrides(p, argv)
 
@@ -72,6 +79,25 @@ def load_settings(a):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
     return cfg, prompts
+
+
+PROGRESS = "progress"  # OUT/progress/: settings.json and each finished (model, batch of prompts)
+
+
+def progress_store(out: Path, settings: dict, fresh: bool) -> Path:
+    """``OUT/progress``, emptied when ``fresh``; an interrupted run with the same settings resumes from it, one
+    with other settings is refused (one line naming --fresh and --out)."""
+    store = out / PROGRESS
+    recorded = store / "settings.json"
+    if fresh and store.exists():
+        shutil.rmtree(store)
+    if recorded.is_file() and json.loads(recorded.read_text()) != json.loads(json.dumps(settings)):
+        raise ValueError(
+            f"{store} holds an evaluation with other settings; give another --out, or --fresh to discard it"
+        )
+    store.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    return store
 
 
 def run(a) -> dict:
@@ -109,13 +135,28 @@ def run(a) -> dict:
     size = (cfg.rollout.height, cfg.rollout.width)
     k = a.samples_per_prompt
     processor = load_processor(model_dir)
+    settings = {
+        "model": str(model_dir),
+        "adapters": adapters,
+        "prompts": str(prompt_source),
+        "num_prompts": len(rows),
+        "samples_per_prompt": k,
+        "seed": a.seed,
+        "image": list(size),
+        "decode": decode._asdict(),
+        "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p},
+        "rewards": [dataclasses.asdict(spec) for spec in cfg.rewards],
+        "batch_prompts": a.batch_prompts,
+        "dtype": str(dtype),
+    }
+    store = progress_store(Path(a.out), settings, a.fresh)
 
     from tqdm import tqdm
 
     with tqdm(total=len(rows) * len(names), desc="evaluate", unit="prompt", file=sys.stderr) as bar:
         results = evaluate_models(
             model, names, processor, decoder, reward_fn, rows, k, a.seed, size, sampling, decode, device,
-            batch_prompts=a.batch_prompts, progress=bar.update,
+            batch_prompts=a.batch_prompts, progress=bar.update, store=store,
         )  # fmt: skip
     if len(reward_fn.weights) > 1:  # the weighted total, as training combines the rewards
         for result in results.values():
@@ -131,15 +172,8 @@ def run(a) -> dict:
     if adapter_names:
         write_plot(out / PLOT, summary)
     return {
-        "model": str(model_dir),
+        **settings,
         "adapters": dict(zip(adapter_names, adapters)),
-        "prompts": str(prompt_source),
-        "num_prompts": len(rows),
-        "samples_per_prompt": k,
-        "seed": a.seed,
-        "image": list(size),
-        "decode": decode._asdict(),
-        "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p},
         "base": {label: torch.nanmean(v).item() for label, v in results[BASE].rewards.items()},
         "summary": summary,
         "table": table(summary),

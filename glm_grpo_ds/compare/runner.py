@@ -10,12 +10,19 @@ on which prompts share its batch.
 
 The adapters are loaded side by side into one peft model over one copy of the base AR; the base is the same
 model with its adapters disabled.
+
+Resuming: with ``store``, each (model, batch of prompts) result is saved as ``store/<model>/batch_<first
+row>.pt`` as soon as it is scored (written to a temporary name, then renamed), and a later call with the same
+store loads what is there instead of sampling it again. Whether the store belongs to the same settings is the
+caller's check (glm_grpo_ds/commands/evaluate.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -82,8 +89,10 @@ def evaluate_models(
     batch_prompts: int = 4,
     thumb_side: int = 128,
     progress=None,
+    store: Path | None = None,
 ) -> dict[str, ModelResult]:
-    """Every model in ``names`` (``BASE`` and / or adapter names) on every row of ``rows``, K samples each."""
+    """Every model in ``names`` (``BASE`` and / or adapter names) on every row of ``rows``, K samples each;
+    ``store``: where finished batches are kept and found again (see the module docstring)."""
     from ..observability.gallery import thumbnails
     from ..rollout import rollout
 
@@ -97,13 +106,27 @@ def evaluate_models(
         seeds = [decode_seed(seed, row.index) for row in chunk for _ in range(k)]
         samples = [row.reward_sample() for row in chunk for _ in range(k)]
         for name in names:
-            generators = [torch.Generator(device=device).manual_seed(rollout_seed(seed, row.index)) for row in chunk]
-            with active(model, name):
-                batch = rollout(model, processor, prompts, k, *size, sampling, generators, device)
-            images = decoder.decode(batch.prior_token_ids, batch.prompts, *size, seeds, decode_settings)
-            scored = reward_fn(images, batch.prompts, samples)
-            parts[name].append({label: v.double().cpu().view(len(chunk), k) for label, v in scored.items()})
-            thumbs[name].append(thumbnails(images[::k], thumb_side).cpu())
+            saved = None if store is None else store / name / f"batch_{start:06d}.pt"
+            if saved is not None and saved.is_file():
+                done = torch.load(saved)
+            else:
+                generators = [
+                    torch.Generator(device=device).manual_seed(rollout_seed(seed, row.index)) for row in chunk
+                ]
+                with active(model, name):
+                    batch = rollout(model, processor, prompts, k, *size, sampling, generators, device)
+                images = decoder.decode(batch.prior_token_ids, batch.prompts, *size, seeds, decode_settings)
+                scored = reward_fn(images, batch.prompts, samples)
+                done = {
+                    "rewards": {label: v.double().cpu().view(len(chunk), k) for label, v in scored.items()},
+                    "thumbs": thumbnails(images[::k], thumb_side).cpu(),
+                }
+                if saved is not None:
+                    saved.parent.mkdir(parents=True, exist_ok=True)
+                    torch.save(done, saved.with_suffix(".tmp"))
+                    os.replace(saved.with_suffix(".tmp"), saved)
+            parts[name].append(done["rewards"])
+            thumbs[name].append(done["thumbs"])
             if progress is not None:
                 progress(len(chunk))
     for name in names:

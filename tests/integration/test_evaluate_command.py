@@ -56,11 +56,11 @@ def evaluated(tiny_model_dir, prompts, tmp_path_factory):
     args = ["--model", str(tiny_model_dir), "--prompts", str(prompts), "--rewards", "pixel_mse", "ssim"]
     args += ["--adapter", str(zero), "--adapter", str(noisy), "--samples-per-prompt", "3", "--out", str(out), *FAST]
     assert main(args) == 0
-    return json.loads((out / "evaluate.json").read_text()), out
+    return json.loads((out / "evaluate.json").read_text()), out, args
 
 
 def test_a_zero_adapter_differs_from_the_base_by_exactly_zero(evaluated):
-    result, _ = evaluated
+    result, _, _ = evaluated
     zero = result["summary"]["adapter_0"]
     assert set(zero["rewards"]) == {"pixel_mse", "ssim", "total"}
     for label, s in zero["rewards"].items():
@@ -72,7 +72,7 @@ def test_a_zero_adapter_differs_from_the_base_by_exactly_zero(evaluated):
 
 
 def test_categories_settings_and_files(evaluated):
-    result, out = evaluated
+    result, out, _ = evaluated
     cats = result["summary"]["adapter_1"]["categories"]
     assert set(cats) == {"even", "odd"} and all(cats[c]["ssim"]["prompts"] == 3 for c in cats)
     assert (result["num_prompts"], result["samples_per_prompt"], result["image"]) == (6, 3, [64, 64])
@@ -81,6 +81,32 @@ def test_categories_settings_and_files(evaluated):
     assert "? (no run config.json" in result["table"] and "weighted sum" in result["table"]
     for name in ("gallery.png", "evaluate.png"):
         assert (out / name).stat().st_size > 1000
+
+
+def test_a_rerun_resumes_from_the_finished_batches_and_other_settings_are_refused(evaluated, tmp_path, capfd):
+    import shutil
+
+    import torch
+
+    from glm_grpo_ds.commands.evaluate import main
+
+    result, out, args = evaluated
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    args = [*args[: args.index("--out")], "--out", str(copy), *args[args.index("--out") + 2 :]]
+    stored = copy / "progress" / "adapter_1" / "batch_000004.pt"  # prompts 4 and 5
+    done = torch.load(stored)
+    done["rewards"]["ssim"][:] = 7.0  # a value no sampling gives: the rerun must read it, not resample
+    torch.save(done, stored)
+    assert main(args) == 0
+    again = json.loads((copy / "evaluate.json").read_text())
+    assert again["prompt_means"]["adapter_1"]["ssim"][4:] == [7.0, 7.0]
+    assert again["prompt_means"]["base"] == result["prompt_means"]["base"]
+    capfd.readouterr()
+    assert main([*args, "--seed", "1"]) == 2
+    assert "holds an evaluation with other settings; give another --out, or --fresh" in capfd.readouterr().err
+    assert main([*args, "--seed", "1", "--fresh"]) == 0  # the store emptied: everything sampled again
+    assert 7.0 not in json.loads((copy / "evaluate.json").read_text())["prompt_means"]["adapter_1"]["ssim"]
 
 
 @pytest.mark.parametrize(
