@@ -252,6 +252,15 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         doc="write the learnable prompt set + target images to the config's `data.train_file`",
         code="(builder: `testing/tiny_data.py`)",
     ),
+    "text-prompts": Subcommand(
+        "glm_grpo_ds.data.text_prompts",
+        "write a small generated set of text-rendering prompts with their target strings (jsonl)",
+        usage="glm-grpo text-prompts OUT.jsonl [--num 32] [--seed 0]",
+        doc=(
+            "prompts with quoted texts, a `text` list of the regions and a `category`, for "
+            "`glm-grpo evaluate --rewards ocr_word_accuracy ocr_region_ned` ([evaluate.md](evaluate.md#text-rendering))"
+        ),
+    ),
     "tiny-world": Subcommand(
         "glm_grpo_ds.commands.tiny:tiny_world",
         "write the learnable tiny world: colour-block decoder, colour prompts",

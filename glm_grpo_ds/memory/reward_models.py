@@ -134,7 +134,7 @@ def reward_models(rewards) -> list[RewardModel]:
             if where == "offload":
                 note += "; offload: on the host, on the GPU only while scoring"
             out.append(RewardModel(name, where, n, nbytes, note, mapped))
-        elif name == "ocr":
+        elif name in ("ocr", "ocr_word_accuracy", "ocr_region_ned"):
             out.append(
                 RewardModel(name, "cpu", 0, 0, "RapidOCR onnxruntime on the CPU (in the host allowance), 0 on the GPU")
             )

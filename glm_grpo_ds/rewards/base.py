@@ -78,8 +78,11 @@ def glyph_texts(prompt: str) -> list[str]:
 
 
 def text_to_render(prompt: str, sample: dict) -> str | None:
-    """The dataset row's ``text`` if given, else the prompt's quoted spans joined by spaces; None if neither."""
+    """The dataset row's ``text`` if given (a list of regions: joined by spaces), else the prompt's quoted spans
+    joined by spaces; None if neither."""
     text = sample.get("text")
+    if isinstance(text, (list, tuple)):
+        text = " ".join(str(t) for t in text if str(t).strip())
     if text:
         return str(text)
     spans = [s for s in glyph_texts(prompt) if s.strip()]

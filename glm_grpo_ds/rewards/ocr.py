@@ -3,6 +3,19 @@ offline) reads the image; the score is 1 - normalised Levenshtein distance (rapi
 it read and the text to render: the dataset row's ``text``, else the prompt's quoted spans as
 GLM-Image extracts them. NaN when there is no text to render.
 
+Two more scores for text-rendering benchmarks (``glm-grpo evaluate --rewards ocr_word_accuracy ocr_region_ned``),
+per text region - each quoted span of the prompt, or each entry of the row's ``text`` when it is a list:
+
+* ``ocr_word_accuracy``: the fraction of the regions' words that the OCR read (each read occurrence counts
+  once), as CVTG-2K / LongText-Bench report word accuracy;
+* ``ocr_region_ned``: per region, 1 - the normalised edit distance to the closest stretch of what the OCR
+  read (rapidfuzz's partial alignment), averaged over regions.
+
+Both ignore spaces: RapidOCR often reads a line's words without them ("FRESHBREAD"), so a word counts as
+read when it occurs in the OCR's text with the spaces taken out.
+
+Both approximate the official scorers, which use other OCR models (docs/evaluate.md).
+
 Args: ``case_sensitive`` (default false), ``min_confidence`` (drop OCR boxes below it, default 0.5).
 Its onnxruntime sessions use this rank's share of the node's cores (glm_grpo_ds/threads.py).
 Needs the ``ocr`` extra: ``pip install glm-grpo-ds[ocr]``.
@@ -13,7 +26,20 @@ from __future__ import annotations
 import torch
 
 from ..threads import cores_per_local_rank
-from .base import TEXT_TO_RENDER, normalise_text, text_to_render
+from .base import TEXT_TO_RENDER, glyph_texts, normalise_text, text_to_render
+
+
+def text_regions(prompt: str, sample: dict) -> list[str] | None:
+    """The texts the image should show, one per region: the row's ``text`` (a list: one region each), else the
+    prompt's quoted spans; None if neither."""
+    text = sample.get("text")
+    if isinstance(text, (list, tuple)):
+        regions = [str(t) for t in text if str(t).strip()]
+    elif text:
+        regions = [str(text)]
+    else:
+        regions = [s for s in glyph_texts(prompt) if s.strip()]
+    return regions or None
 
 
 class OCRReward:
@@ -50,4 +76,52 @@ class OCRReward:
                 continue
             found = normalise_text(self.read(images[i]), self.case_sensitive)
             out[i] = 1.0 - Levenshtein.normalized_distance(found, normalise_text(expected, self.case_sensitive))
+        return out.to(images.device)
+
+
+def compact(text: str, case_sensitive: bool) -> str:
+    """The text without whitespace (and lower-cased unless ``case_sensitive``)."""
+    return normalise_text(text, case_sensitive).replace(" ", "")
+
+
+class OCRWordAccuracy(OCRReward):
+    """The fraction of the regions' words found among the words the OCR read (a read word matches once)."""
+
+    def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
+        out = torch.full((images.shape[0],), float("nan"))
+        for i, (prompt, sample) in enumerate(zip(prompts, samples)):
+            regions = text_regions(prompt, sample)
+            if regions is None:
+                continue
+            wanted = [w for r in regions for w in normalise_text(r, self.case_sensitive).split()]
+            read = compact(self.read(images[i]), self.case_sensitive)
+            found = 0
+            for word in sorted(wanted, key=len, reverse=True):  # long words first: "BREAD" before "READ"
+                if word in read:
+                    read = read.replace(word, "\0", 1)  # each read occurrence counts once
+                    found += 1
+            out[i] = found / len(wanted) if wanted else float("nan")
+        return out.to(images.device)
+
+
+class OCRRegionNED(OCRReward):
+    """Per region, 1 - normalised edit distance to the best-aligned stretch of the OCR's text; mean over regions."""
+
+    def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
+        from rapidfuzz import fuzz
+        from rapidfuzz.distance import Levenshtein
+
+        out = torch.full((images.shape[0],), float("nan"))
+        for i, (prompt, sample) in enumerate(zip(prompts, samples)):
+            regions = text_regions(prompt, sample)
+            if regions is None:
+                continue
+            read = compact(self.read(images[i]), self.case_sensitive)
+            scores = []
+            for region in regions:
+                want = compact(region, self.case_sensitive)
+                align = fuzz.partial_ratio_alignment(want, read) if read else None
+                stretch = read[align.dest_start : align.dest_end] if align is not None else ""
+                scores.append(1.0 - Levenshtein.normalized_distance(want, stretch))
+            out[i] = sum(scores) / len(scores)
         return out.to(images.device)

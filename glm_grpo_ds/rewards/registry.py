@@ -28,6 +28,8 @@ for _name, _target in {
     "lpips": "lpips_reward:LPIPSReward",
     "ssim": "ssim:SSIMReward",
     "ocr": "ocr:OCRReward",
+    "ocr_word_accuracy": "ocr:OCRWordAccuracy",
+    "ocr_region_ned": "ocr:OCRRegionNED",
     "clip": "clip:CLIPReward",
     "preference": "clip:PreferenceReward",
     "aesthetic": "clip:AestheticReward",
