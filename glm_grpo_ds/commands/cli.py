@@ -156,7 +156,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         usage=(
             "glm-grpo evaluate [--config CFG] [--model DIR\\|ID] [--adapter DIR ...] [--prompts FILE] [--rewards NAME "
             "...] [--num-prompts N] [--samples-per-prompt 4] [--seed 0] [--category-key category] [--batch-prompts 4] "
-            "[--out outputs/evaluate] [--fresh] [key=value ...]"
+            "[--out outputs/evaluate] [--export LAYOUT DIR ...] [--fresh] [key=value ...]"
         ),
         doc=(
             "samples the base and every adapter on the same prompts with the same rollout noise and decode seeds, "

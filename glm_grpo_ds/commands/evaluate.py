@@ -54,6 +54,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--device", default="auto", help="auto = cuda when available, else cpu")
     p.add_argument("--out", default="outputs/evaluate", help="output directory")
     p.add_argument(
+        "--export",
+        nargs=2,
+        action="append",
+        metavar=("LAYOUT", "DIR"),
+        default=[],
+        help="also write every model's images in a benchmark's layout: geneval, dpg, longtext or oneig "
+        "(glm_grpo_ds/compare/exports.py); repeatable",
+    )
+    p.add_argument(
         "--fresh", action="store_true", help="discard the finished batches OUT/progress/ holds and sample everything"
     )
     p.add_argument("overrides", nargs="*", help="config overrides, key=value (as for glm-grpo train)")
@@ -148,7 +157,19 @@ def run(a) -> dict:
         "rewards": [dataclasses.asdict(spec) for spec in cfg.rewards],
         "batch_prompts": a.batch_prompts,
         "dtype": str(dtype),
+        "export": a.export,
     }
+    on_images = None
+    if a.export:
+        from ..compare.exports import EXPORTERS, check_rows
+
+        for layout, _ in a.export:
+            check_rows(layout, rows, k, size)
+
+        def on_images(name, chunk, images):
+            for layout, export_dir in a.export:
+                EXPORTERS.get(layout)(Path(export_dir), name, chunk, images, k)
+
     store = progress_store(Path(a.out), settings, a.fresh)
 
     from tqdm import tqdm
@@ -156,7 +177,7 @@ def run(a) -> dict:
     with tqdm(total=len(rows) * len(names), desc="evaluate", unit="prompt", file=sys.stderr) as bar:
         results = evaluate_models(
             model, names, processor, decoder, reward_fn, rows, k, a.seed, size, sampling, decode, device,
-            batch_prompts=a.batch_prompts, progress=bar.update, store=store,
+            batch_prompts=a.batch_prompts, progress=bar.update, store=store, on_images=on_images,
         )  # fmt: skip
     if len(reward_fn.weights) > 1:  # the weighted total, as training combines the rewards
         for result in results.values():
@@ -171,6 +192,12 @@ def run(a) -> dict:
     write_gallery(out / GALLERY, results, names, [row.prompt for row in rows], first_label, a.gallery_prompts)
     if adapter_names:
         write_plot(out / PLOT, summary)
+    for layout, export_dir in a.export:
+        record = {**settings, "layout": layout, "models": {BASE: str(model_dir), **dict(zip(adapter_names, adapters))}}
+        if layout == "dpg":
+            record["dpg_resolution"] = size[0]  # compute_dpg_bench.py --resolution (one tile's side)
+        Path(export_dir).mkdir(parents=True, exist_ok=True)
+        (Path(export_dir) / "export.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return {
         **settings,
         "adapters": dict(zip(adapter_names, adapters)),

@@ -90,9 +90,11 @@ def evaluate_models(
     thumb_side: int = 128,
     progress=None,
     store: Path | None = None,
+    on_images=None,
 ) -> dict[str, ModelResult]:
     """Every model in ``names`` (``BASE`` and / or adapter names) on every row of ``rows``, K samples each;
-    ``store``: where finished batches are kept and found again (see the module docstring)."""
+    ``store``: where finished batches are kept and found again (see the module docstring); ``on_images(name,
+    rows, images)``: called with each sampled batch's full images ``[rows * K, 3, H, W]`` (the exports)."""
     from ..observability.gallery import thumbnails
     from ..rollout import rollout
 
@@ -116,6 +118,8 @@ def evaluate_models(
                 with active(model, name):
                     batch = rollout(model, processor, prompts, k, *size, sampling, generators, device)
                 images = decoder.decode(batch.prior_token_ids, batch.prompts, *size, seeds, decode_settings)
+                if on_images is not None:
+                    on_images(name, chunk, images)
                 scored = reward_fn(images, batch.prompts, samples)
                 done = {
                     "rewards": {label: v.double().cpu().view(len(chunk), k) for label, v in scored.items()},

@@ -105,8 +105,9 @@ def test_a_rerun_resumes_from_the_finished_batches_and_other_settings_are_refuse
     capfd.readouterr()
     assert main([*args, "--seed", "1"]) == 2
     assert "holds an evaluation with other settings; give another --out, or --fresh" in capfd.readouterr().err
-    assert main([*args, "--seed", "1", "--fresh"]) == 0  # the store emptied: everything sampled again
-    assert 7.0 not in json.loads((copy / "evaluate.json").read_text())["prompt_means"]["adapter_1"]["ssim"]
+    assert main([*args, "--seed", "1", "--num-prompts", "2", "--fresh"]) == 0
+    assert not stored.exists()  # the store was emptied: only the new run's first batch is there
+    assert sorted(p.name for p in (copy / "progress" / "adapter_1").iterdir()) == ["batch_000000.pt"]
 
 
 @pytest.mark.parametrize(
@@ -120,3 +121,80 @@ def test_bad_input_is_one_line_and_exit_2(tiny_model_dir, prompts, tmp_path, cap
     args = ["evaluate", "--model", str(tiny_model_dir), "--prompts", str(prompts), "--rewards", "pixel_mse"]
     code, _, err = glm_grpo([*args, "--out", str(tmp_path), *extra, *FAST], capfd)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.fixture(scope="module")
+def export_prompts(data64, tmp_path_factory):
+    """Two rows carrying every field the four layouts name files by."""
+    rows = [json.loads(line) for line in Path(data64).read_text().splitlines()][:2]
+    out = tmp_path_factory.mktemp("export_prompts") / "prompts.jsonl"
+    extra = [
+        {"tag": "single_object", "include": [{"class": "bench", "count": 1}], "item_id": "partiprompts12"},
+        {"tag": "colors", "include": [], "item_id": "7"},
+    ]
+    for i, row in enumerate(rows):
+        row.pop("target_image")
+        row.update(extra[i], prompt_id=[3, 17][i], id=[0, 41][i], category=["Anime_Stylization", "text"][i])
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out
+
+
+def _export(tiny_model_dir, prompts, tmp_path, layouts, k=4):
+    from glm_grpo_ds.commands.evaluate import main
+
+    args = ["--model", str(tiny_model_dir), "--prompts", str(prompts), "--rewards", "pixel_mse"]
+    args += ["--samples-per-prompt", str(k), "--out", str(tmp_path / "out"), *FAST]
+    for layout in layouts:
+        args += ["--export", layout, str(tmp_path / layout)]
+    return main(args)
+
+
+def _size(path):
+    from PIL import Image
+
+    with Image.open(path) as img:
+        return img.size
+
+
+def test_exports_write_each_benchmarks_layout(tiny_model_dir, export_prompts, tmp_path):
+    assert _export(tiny_model_dir, export_prompts, tmp_path, ["geneval", "dpg", "longtext", "oneig"]) == 0
+    d = tmp_path / "geneval"
+    meta = json.loads((d / "base" / "00000" / "metadata.jsonl").read_text())  # one object, read with json.load
+    assert meta["tag"] == "single_object" and meta["include"] == [{"class": "bench", "count": 1}] and meta["prompt"]
+    assert sorted(p.name for p in (d / "base" / "00001" / "samples").iterdir()) == [f"{i:05d}.png" for i in range(4)]
+    assert _size(d / "base" / "00001" / "samples" / "00003.png") == (64, 64)
+    assert json.loads((d / "export.json").read_text())["models"]["base"] == str(tiny_model_dir)
+
+    d = tmp_path / "dpg"
+    assert sorted(p.name for p in (d / "base").iterdir()) == ["7.png", "partiprompts12.png"]
+    assert (
+        _size(d / "base" / "7.png") == (128, 128)
+        and json.loads((d / "export.json").read_text())["dpg_resolution"] == 64
+    )
+
+    d = tmp_path / "longtext"
+    names = sorted(p.name for p in (d / "base").iterdir())
+    assert names == [f"{p:04d}_{k}.png" for p in (3, 17) for k in range(1, 5)]
+
+    d = tmp_path / "oneig"
+    assert _size(d / "anime" / "base" / "000.webp") == (128, 128)
+    assert (d / "text" / "base" / "041.webp").is_file()
+
+
+def test_an_export_refuses_rows_without_its_field_before_sampling(tiny_model_dir, prompts, tmp_path, capfd):
+    assert _export(tiny_model_dir, prompts, tmp_path, ["longtext"]) == 2
+    assert "has no 'prompt_id' field" in capfd.readouterr().err
+    assert _export(tiny_model_dir, prompts, tmp_path, ["dpg"], k=3) == 2
+    assert "give --samples-per-prompt 4" in capfd.readouterr().err
+    assert _export(tiny_model_dir, prompts, tmp_path, ["coco"]) == 2
+    assert "unknown export layout 'coco'" in capfd.readouterr().err
+
+
+def test_grid_2x2_puts_the_samples_in_reading_order():
+    from glm_grpo_ds.compare.exports import grid_2x2
+
+    colours = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0], [1.0, 1.0, 0]])
+    grid = grid_2x2(colours[:, :, None, None].expand(4, 3, 8, 8))
+    assert grid.size == (16, 16)
+    corners = [grid.getpixel(xy) for xy in ((0, 0), (15, 0), (0, 15), (15, 15))]
+    assert corners == [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0)]
