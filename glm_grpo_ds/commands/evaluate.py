@@ -19,7 +19,12 @@ Writes ``OUT/evaluate.json`` (settings and every figure), ``OUT/gallery.png`` (p
 and ``OUT/evaluate.png`` (the differences with their intervals), and prints the table. Resumable: every
 finished batch of prompts is kept in ``OUT/progress/``, and the same command run again (after an
 interruption, or to print the table again) samples only what is missing; other settings with the same
-``--out`` are refused unless ``--fresh``. One process: the AR, the decoder and the rewards must fit one device.
+``--out`` are refused unless ``--fresh``.
+
+Several GPUs: ``deepspeed --num_gpus 8 --module glm_grpo_ds.commands.evaluate ...`` (or a hostfile): each rank
+samples a contiguous share of the prompts with its own copy of the models (the AR, the decoder and the rewards
+must fit one device), rank 0 gathers the rewards and writes the report; each prompt's seeds are its own, so the
+figures do not depend on the rank count (up to the batches' floating-point rounding).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -65,6 +71,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--fresh", action="store_true", help="discard the finished batches OUT/progress/ holds and sample everything"
     )
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # the launcher's
     p.add_argument("overrides", nargs="*", help="config overrides, key=value (as for glm-grpo train)")
     return parse_with_overrides(p, argv)
 
@@ -90,13 +97,41 @@ def load_settings(a):
     return cfg, prompts
 
 
-PROGRESS = "progress"  # OUT/progress/: settings.json and each finished (model, batch of prompts)
+PROGRESS = "progress"  # OUT/progress/rank_<r>/: settings.json and each finished (model, batch of prompts)
 
 
-def progress_store(out: Path, settings: dict, fresh: bool) -> Path:
-    """``OUT/progress``, emptied when ``fresh``; an interrupted run with the same settings resumes from it, one
-    with other settings is refused (one line naming --fresh and --out)."""
-    store = out / PROGRESS
+def start_ranks(device_flag: str) -> tuple[int, int, torch.device]:
+    """``(rank, world size, device)``: under the deepspeed launcher (WORLD_SIZE > 1) the process group is
+    started and each rank takes its own GPU (CPU ranks on a machine without one); else one process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from ..ds import engine as ds_engine
+
+        rank, world, _, device = ds_engine.init_distributed()
+        return rank, world, device
+    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    return 0, 1, torch.device(auto if device_flag == "auto" else device_flag)
+
+
+def gather_results(results: dict, names: list[str]) -> dict | None:
+    """Every rank's results joined in rank order on rank 0 (None on the others); one process: unchanged."""
+    from ..ds import dist
+
+    if not dist.active():
+        return results
+    mine = {name: (results[name].rewards, results[name].thumbs) for name in names}
+    parts = dist.all_gather_object(mine)
+    if dist.rank() != 0:
+        return None
+    for name in names:
+        shares = [part[name] for part in parts if part[name][1] is not None and part[name][1].shape[0]]
+        results[name].rewards = {label: torch.cat([s[0][label] for s in shares]) for label in shares[0][0]}
+        results[name].thumbs = torch.cat([s[1] for s in shares])
+    return results
+
+
+def progress_store(store: Path, settings: dict, fresh: bool) -> Path:
+    """``OUT/progress/rank_<r>``, emptied when ``fresh``; an interrupted run with the same settings resumes from
+    it, one with other settings is refused (one line naming --fresh and --out)."""
     recorded = store / "settings.json"
     if fresh and store.exists():
         shutil.rmtree(store)
@@ -121,13 +156,14 @@ def run(a) -> dict:
     from ..rewards import build_rewards
 
     cfg, prompt_source = load_settings(a)
-    auto = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(auto if a.device == "auto" else a.device)
+    rank, world, device = start_ranks(a.device)
     model_dir = resolve_model(
         cfg.model.path, cfg.model.revision, flag="model.path", revision_flag="model.revision"
     ).path
     rows = load_prompts(prompt_source, "--prompts", cfg.data)
     rows = list(rows[: a.num_prompts] if a.num_prompts else rows)
+    share = -(-len(rows) // world)  # contiguous shares; the last ranks' may be shorter or empty
+    mine = rows[rank * share : (rank + 1) * share]
     adapters = [str(find_adapter(path)) for path in a.adapter]
     on_gpu = device.type == "cuda"
     dtype = resolve_dtype(cfg.model.dtype, on_gpu)
@@ -158,6 +194,7 @@ def run(a) -> dict:
         "batch_prompts": a.batch_prompts,
         "dtype": str(dtype),
         "export": a.export,
+        "world_size": world,
     }
     on_images = None
     if a.export:
@@ -170,15 +207,18 @@ def run(a) -> dict:
             for layout, export_dir in a.export:
                 EXPORTERS.get(layout)(Path(export_dir), name, chunk, images, k)
 
-    store = progress_store(Path(a.out), settings, a.fresh)
+    store = progress_store(Path(a.out) / PROGRESS / f"rank_{rank}", settings, a.fresh)
 
     from tqdm import tqdm
 
-    with tqdm(total=len(rows) * len(names), desc="evaluate", unit="prompt", file=sys.stderr) as bar:
+    with tqdm(total=len(mine) * len(names), desc="evaluate", unit="prompt", file=sys.stderr, disable=rank != 0) as bar:
         results = evaluate_models(
-            model, names, processor, decoder, reward_fn, rows, k, a.seed, size, sampling, decode, device,
+            model, names, processor, decoder, reward_fn, mine, k, a.seed, size, sampling, decode, device,
             batch_prompts=a.batch_prompts, progress=bar.update, store=store, on_images=on_images,
         )  # fmt: skip
+    results = gather_results(results, names)
+    if results is None:  # another rank's: rank 0 reports
+        return None
     if len(reward_fn.weights) > 1:  # the weighted total, as training combines the rewards
         for result in results.values():
             flat = {label: v.reshape(-1) for label, v in result.rewards.items()}
@@ -214,13 +254,18 @@ def run(a) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from ..compare.report import EVALUATE_JSON
     from ..config import ConfigError
+    from ..ds import dist
 
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         result = run(a)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"glm-grpo evaluate: {err}", file=sys.stderr)
+        dist.shutdown(agreed=False)
         return 2
+    dist.shutdown()
+    if result is None:  # not rank 0
+        return 0
     (Path(a.out) / EVALUATE_JSON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(result["table"] or f"base only: {result['base']}")
     print(f"wrote {Path(a.out) / EVALUATE_JSON}")

@@ -134,6 +134,8 @@ def evaluate_models(
             if progress is not None:
                 progress(len(chunk))
     for name in names:
+        if not parts[name]:  # no rows (a rank whose share is empty)
+            continue
         labels = parts[name][0].keys()
         results[name].rewards = {label: torch.cat([p[label] for p in parts[name]]) for label in labels}
         results[name].thumbs = torch.cat(thumbs[name])

@@ -94,7 +94,7 @@ def test_a_rerun_resumes_from_the_finished_batches_and_other_settings_are_refuse
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
     args = [*args[: args.index("--out")], "--out", str(copy), *args[args.index("--out") + 2 :]]
-    stored = copy / "progress" / "adapter_1" / "batch_000004.pt"  # prompts 4 and 5
+    stored = copy / "progress" / "rank_0" / "adapter_1" / "batch_000004.pt"  # prompts 4 and 5
     done = torch.load(stored)
     done["rewards"]["ssim"][:] = 7.0  # a value no sampling gives: the rerun must read it, not resample
     torch.save(done, stored)
@@ -107,7 +107,7 @@ def test_a_rerun_resumes_from_the_finished_batches_and_other_settings_are_refuse
     assert "holds an evaluation with other settings; give another --out, or --fresh" in capfd.readouterr().err
     assert main([*args, "--seed", "1", "--num-prompts", "2", "--fresh"]) == 0
     assert not stored.exists()  # the store was emptied: only the new run's first batch is there
-    assert sorted(p.name for p in (copy / "progress" / "adapter_1").iterdir()) == ["batch_000000.pt"]
+    assert sorted(p.name for p in (copy / "progress" / "rank_0" / "adapter_1").iterdir()) == ["batch_000000.pt"]
 
 
 @pytest.mark.parametrize(
@@ -198,3 +198,21 @@ def test_grid_2x2_puts_the_samples_in_reading_order():
     assert grid.size == (16, 16)
     corners = [grid.getpixel(xy) for xy in ((0, 0), (15, 0), (0, 15), (15, 15))]
     assert corners == [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0)]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_ranks_give_the_one_process_figures(evaluated, tmp_path):
+    """`deepspeed --num_gpus 2 --module glm_grpo_ds.commands.evaluate`: the prompts split 3 + 3 over two CPU
+    ranks, rank 0 gathers and reports; each prompt's seeds are its own, so every figure is the one-process run's."""
+    from launching import launch  # noqa: E402  (tests/integration/launching.py)
+
+    result, _, args = evaluated
+    args = [*args[: args.index("--out")], "--out", str(tmp_path), *args[args.index("--out") + 2 :]]
+    launch(2, ["--module", "glm_grpo_ds.commands.evaluate", *args], timeout=600)
+    two = json.loads((tmp_path / "evaluate.json").read_text())
+    assert two["world_size"] == 2 and two["num_prompts"] == 6
+    for name, per_label in result["prompt_means"].items():
+        for label, means in per_label.items():
+            assert two["prompt_means"][name][label] == pytest.approx(means, abs=1e-6), (name, label)
+    assert (tmp_path / "progress" / "rank_1" / "adapter_1" / "batch_000000.pt").is_file()  # rank 1's own store
