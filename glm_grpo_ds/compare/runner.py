@@ -110,7 +110,7 @@ def evaluate_models(
         for name in names:
             saved = None if store is None else store / name / f"batch_{start:06d}.pt"
             if saved is not None and saved.is_file():
-                done = torch.load(saved)
+                done = torch.load(saved, weights_only=True)
             else:
                 generators = [
                     torch.Generator(device=device).manual_seed(rollout_seed(seed, row.index)) for row in chunk

@@ -95,7 +95,7 @@ def test_a_rerun_resumes_from_the_finished_batches_and_other_settings_are_refuse
     shutil.copytree(out, copy)
     args = [*args[: args.index("--out")], "--out", str(copy), *args[args.index("--out") + 2 :]]
     stored = copy / "progress" / "rank_0" / "adapter_1" / "batch_000004.pt"  # prompts 4 and 5
-    done = torch.load(stored)
+    done = torch.load(stored, weights_only=True)
     done["rewards"]["ssim"][:] = 7.0  # a value no sampling gives: the rerun must read it, not resample
     torch.save(done, stored)
     assert main(args) == 0
