@@ -67,16 +67,22 @@ class OCRReward:
         return " ".join(r[1] for r in boxes)
 
     def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
-        from rapidfuzz.distance import Levenshtein
-
         out = torch.full((images.shape[0],), float("nan"))
         for i, (prompt, sample) in enumerate(zip(prompts, samples)):
-            expected = text_to_render(prompt, sample)
-            if expected is None:
-                continue
-            found = normalise_text(self.read(images[i]), self.case_sensitive)
-            out[i] = 1.0 - Levenshtein.normalized_distance(found, normalise_text(expected, self.case_sensitive))
+            value = self.score(images[i], prompt, sample)
+            if value is not None:
+                out[i] = value
         return out.to(images.device)
+
+    def score(self, image: torch.Tensor, prompt: str, sample: dict) -> float | None:
+        """One image's score; None (NaN) without text to render. The OCR runs only when there is some."""
+        from rapidfuzz.distance import Levenshtein
+
+        expected = text_to_render(prompt, sample)
+        if expected is None:
+            return None
+        found = normalise_text(self.read(image), self.case_sensitive)
+        return 1.0 - Levenshtein.normalized_distance(found, normalise_text(expected, self.case_sensitive))
 
 
 def compact(text: str, case_sensitive: bool) -> str:
@@ -85,43 +91,37 @@ def compact(text: str, case_sensitive: bool) -> str:
 
 
 class OCRWordAccuracy(OCRReward):
-    """The fraction of the regions' words found among the words the OCR read (a read word matches once)."""
+    """The fraction of the regions' words found in what the OCR read (each read occurrence counts once)."""
 
-    def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
-        out = torch.full((images.shape[0],), float("nan"))
-        for i, (prompt, sample) in enumerate(zip(prompts, samples)):
-            regions = text_regions(prompt, sample)
-            if regions is None:
-                continue
-            wanted = [w for r in regions for w in normalise_text(r, self.case_sensitive).split()]
-            read = compact(self.read(images[i]), self.case_sensitive)
-            found = 0
-            for word in sorted(wanted, key=len, reverse=True):  # long words first: "BREAD" before "READ"
-                if word in read:
-                    read = read.replace(word, "\0", 1)  # each read occurrence counts once
-                    found += 1
-            out[i] = found / len(wanted) if wanted else float("nan")
-        return out.to(images.device)
+    def score(self, image: torch.Tensor, prompt: str, sample: dict) -> float | None:
+        regions = text_regions(prompt, sample)
+        wanted = [w for r in regions or [] for w in normalise_text(r, self.case_sensitive).split()]
+        if not wanted:
+            return None
+        read = compact(self.read(image), self.case_sensitive)
+        found = 0
+        for word in sorted(wanted, key=len, reverse=True):  # long words first: "BREAD" before "READ"
+            if word in read:
+                read = read.replace(word, "\0", 1)  # each read occurrence counts once
+                found += 1
+        return found / len(wanted)
 
 
 class OCRRegionNED(OCRReward):
     """Per region, 1 - normalised edit distance to the best-aligned stretch of the OCR's text; mean over regions."""
 
-    def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
+    def score(self, image: torch.Tensor, prompt: str, sample: dict) -> float | None:
         from rapidfuzz import fuzz
         from rapidfuzz.distance import Levenshtein
 
-        out = torch.full((images.shape[0],), float("nan"))
-        for i, (prompt, sample) in enumerate(zip(prompts, samples)):
-            regions = text_regions(prompt, sample)
-            if regions is None:
-                continue
-            read = compact(self.read(images[i]), self.case_sensitive)
-            scores = []
-            for region in regions:
-                want = compact(region, self.case_sensitive)
-                align = fuzz.partial_ratio_alignment(want, read) if read else None
-                stretch = read[align.dest_start : align.dest_end] if align is not None else ""
-                scores.append(1.0 - Levenshtein.normalized_distance(want, stretch))
-            out[i] = sum(scores) / len(scores)
-        return out.to(images.device)
+        regions = text_regions(prompt, sample)
+        if regions is None:
+            return None
+        read = compact(self.read(image), self.case_sensitive)
+        scores = []
+        for region in regions:
+            want = compact(region, self.case_sensitive)
+            align = fuzz.partial_ratio_alignment(want, read) if read else None
+            stretch = read[align.dest_start : align.dest_end] if align is not None else ""
+            scores.append(1.0 - Levenshtein.normalized_distance(want, stretch))
+        return sum(scores) / len(scores)

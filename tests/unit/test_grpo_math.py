@@ -193,24 +193,12 @@ def test_policy_loss_input_errors():
         policy_loss(logp, old, adv[:1], mask)
 
 
-def test_preview_tokens_can_be_left_out_of_the_loss():
+def test_preview_tokens_can_be_left_out_of_the_loss(preview_batch):
     """grpo.preview_in_loss=false: only the target grid's tokens count (mask and normaliser)."""
-    from glm_grpo_ds.rollout import GridSpec, RolloutBatch
     from glm_grpo_ds.update import without_preview_loss
 
-    grid = GridSpec(large=(1, 2), preview=(1, 3))  # 3 preview + 2 target tokens
-    n = grid.num_tokens
-    batch = RolloutBatch(
-        prompt_ids=torch.zeros(2, 4, dtype=torch.long),
-        prompt_mask=torch.ones(2, 4, dtype=torch.long),
-        completion_ids=torch.zeros(2, n, dtype=torch.long),
-        completion_mask=torch.ones(2, n),
-        sampler_logps=torch.zeros(2, n),
-        position_ids=torch.zeros(3, 2, 4 + n, dtype=torch.long),
-        prompt_index=torch.zeros(2, dtype=torch.long),
-        prompts=["p", "p"],
-        grid=grid,
-    )
+    batch = preview_batch  # 3 preview + 2 target tokens
+    n = batch.grid.num_tokens
     masked = without_preview_loss(batch)
     assert masked.completion_mask.tolist() == [[0, 0, 0, 1, 1]] * 2
     assert batch.completion_mask.sum() == 2 * n  # the rollout itself is untouched

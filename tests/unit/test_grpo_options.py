@@ -100,27 +100,15 @@ def test_mismatch_sums_by_hand():
     assert tiny["k3"].item() == pytest.approx(1.1920929e-07**2 / 2, rel=1e-3)
 
 
-def test_preview_weight_scales_the_preview_tokens_policy_term_only():
+def test_preview_weight_scales_the_preview_tokens_policy_term_only(preview_batch):
     """grpo.preview_weight: the preview grid's tokens weigh w in the policy term; the normaliser and the KL
     term still count them (unlike preview_in_loss: false); with the top-entropy selection the weights multiply."""
     from types import SimpleNamespace
 
-    from glm_grpo_ds.rollout import GridSpec, RolloutBatch
     from glm_grpo_ds.update import policy_token_weights
 
-    grid = GridSpec(large=(1, 2), preview=(1, 3))  # 3 preview + 2 target tokens
-    n = grid.num_tokens
-    batch = RolloutBatch(
-        prompt_ids=torch.zeros(2, 4, dtype=torch.long),
-        prompt_mask=torch.ones(2, 4, dtype=torch.long),
-        completion_ids=torch.zeros(2, n, dtype=torch.long),
-        completion_mask=torch.ones(2, n),
-        sampler_logps=torch.zeros(2, n),
-        position_ids=torch.zeros(3, 2, 4 + n, dtype=torch.long),
-        prompt_index=torch.zeros(2, dtype=torch.long),
-        prompts=["p", "p"],
-        grid=grid,
-    )
+    batch = preview_batch  # 3 preview + 2 target tokens
+    n = batch.grid.num_tokens
     entropy = torch.tensor([[0.1, 0.9, 0.2, 0.8, 0.3], [0.4, 0.5, 0.6, 0.7, 0.05]])
     cfg = SimpleNamespace(top_entropy_quantile=1.0, preview_weight=0.25)
     weights = policy_token_weights(batch, entropy, cfg)
