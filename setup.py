@@ -58,7 +58,7 @@ setup(
             "wandb>=0.19",
             "fastapi>=0.163.2",
             "uvicorn>=0.54.0",
-            "trl>=1.16",  # tests compare loss options with TRL's GRPOTrainer (the package never imports it)
+            "trl==1.16.0",  # tests compare loss options with TRL's GRPOTrainer (the package never imports it)
         ],
     },
     entry_points={"console_scripts": ["glm-grpo=glm_grpo_ds.commands.cli:main"]},

@@ -45,6 +45,19 @@ VARIANTS = {
         "bf16 with sampler correction token_truncate",
         ["model.dtype=bf16", "grpo.sampler_correction=token_truncate"],
     ),
+    "top_entropy0.2_entropy0.01": (
+        "top 20 % of tokens by entropy, with an entropy bonus 0.01 on them",
+        ["grpo.top_entropy_quantile=0.2", "grpo.entropy_coef=0.01"],
+    ),
+    "preview_weight0.5": ("the preview grid's tokens weigh 0.5 in the policy term", ["grpo.preview_weight=0.5"]),
+    "bf16_seq_mask": (
+        "bf16 with sampler correction sequence_mask (cap 3)",
+        ["model.dtype=bf16", "grpo.sampler_correction=sequence_mask"],
+    ),
+    "bf16_adapters": (
+        "bf16, the rollout samples with the adapters in bf16 (rollout.adapters_in_model_dtype)",
+        ["model.dtype=bf16", "rollout.adapters_in_model_dtype=true"],
+    ),
 }
 CONFIG = "launch/configs/tiny_world.yaml"
 
@@ -95,6 +108,7 @@ def run_one(name: str, overrides: list[str], world: Path, out: Path, steps: int,
         "curve": [(r["step"], r["eval/reward_mean"]) for r in evals],
         # policy entropy over the first and last 10 steps; the sampler-vs-trainer mismatch over all steps
         "entropy": (mean(values("entropy")[:10]), mean(values("entropy")[-10:])),
+        "frac_reward_zero_std": mean(values("frac_reward_zero_std")),
         "mismatch": {
             "logp_abs_mean": mean(values("mismatch/logp_abs_mean")),
             "logp_abs_max": max(values("mismatch/logp_abs_max"), default=float("nan")),
@@ -120,14 +134,14 @@ def write_report(results: list[dict], out: Path, steps: int) -> None:
     lines += [
         "",
         "| run | entropy, first 10 -> last 10 steps (nats) | mean abs dlogp | max abs dlogp | k3 KL(sampler, trainer) "
-        "| tokens beyond 0.1 |",
-        "|---|---|---|---|---|---|",
+        "| tokens beyond 0.1 | groups with zero reward std |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         h, m = r["entropy"], r["mismatch"]
         lines.append(
             f"| {r['name']} | {h[0]:.3f} -> {h[1]:.3f} | {m['logp_abs_mean']:.2e} | {m['logp_abs_max']:.2e} | "
-            f"{m['kl_k3']:.2e} | {m['frac_beyond']:.2%} |"
+            f"{m['kl_k3']:.2e} | {m['frac_beyond']:.2%} | {r.get('frac_reward_zero_std', float('nan')):.1%} |"
         )
     (out / "sweep.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / "sweep.json").write_text(json.dumps(results, indent=1), encoding="utf-8")

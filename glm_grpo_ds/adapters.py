@@ -21,6 +21,7 @@ policy.py imports this module (never the reverse): it builds the AR and adds the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -141,3 +142,37 @@ def load_init_adapter(model, adapter: Path) -> None:
         )
     with torch.no_grad():
         set_peft_model_state_dict(model, weights)
+
+
+@contextlib.contextmanager
+def adapters_in_base_dtype(model):
+    """Inside the block, every LoRA weight of the peft ``model`` whose dtype is not its base layer's is a copy in
+    the base layer's dtype; on exit the original tensors are put back (the same objects: bitwise, and the
+    optimizer's and DeepSpeed's references stay valid). Yields the number of weights swapped.
+
+    Why: peft upcasts the adapters of a bf16 base to fp32 (``autocast_adapter_dtype``) and ZeRO-3 keeps them
+    so, so every adapted linear of every decode step casts its input to fp32, runs two fp32 matmuls and casts
+    back. The rollout needs no fp32 master weights; it samples from the adapters rounded to the model dtype
+    (``rollout.adapters_in_model_dtype``), and the trainer's passes, which run outside the block, keep fp32.
+    The parameters must be materialised (ZeRO-3: inside the rollout's gather); a partitioned ZeRO-3
+    parameter (``rollout.gather_parameters: false``) has no data to cast and is left alone.
+    """
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    swapped: list[tuple[torch.nn.Parameter, torch.Tensor]] = []
+    try:
+        with torch.no_grad():
+            for module in model.modules():
+                if not isinstance(module, LoraLayer):
+                    continue
+                dtype = module.get_base_layer().weight.dtype
+                for adapter in (*module.lora_A.values(), *module.lora_B.values()):
+                    for param in adapter.parameters(recurse=False):
+                        if param.dtype != dtype and param.numel() > 0:
+                            swapped.append((param, param.data))
+                            param.data = param.data.to(dtype)
+        yield len(swapped)
+    finally:
+        for param, original in swapped:
+            param.data = original

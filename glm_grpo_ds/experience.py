@@ -21,6 +21,7 @@ noise of a row's samples (the same for all G, so images in a group differ only b
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from functools import partial
 
 import torch
 
+from .adapters import adapters_in_base_dtype
 from .data import PromptRow
 from .ds import engine as ds_engine
 from .observability.metrics import measure
@@ -84,8 +86,11 @@ def sample_batch(
     compile = cfg.rollout.compile and (gather or not ds_engine.is_zero3(engine))
     generator = generators if len(generators) > 1 else generators[0]
     h, w = cfg.rollout.height, cfg.rollout.width
+    cast = cfg.rollout.adapters_in_model_dtype and cfg.lora is not None
     with torch.no_grad(), ds_engine.gathered_for_rollout(engine, gather):
-        batch = rollout(policy, processor, prompts, group_size, h, w, cfg.grpo.sampling, generator, device, compile)
+        # the trainer's own passes (in_gather below) run with the adapters it trains: outside the cast
+        with adapters_in_base_dtype(policy) if cast else contextlib.nullcontext():
+            batch = rollout(policy, processor, prompts, group_size, h, w, cfg.grpo.sampling, generator, device, compile)
         if in_gather is None:
             return batch, None
         with ds_engine.training_linear():

@@ -131,14 +131,18 @@ def sampler_correction(
     return weights.masked_fill((weights < low) | (weights > high), 0.0)
 
 
-def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> torch.Tensor:
+def high_entropy_mask(
+    entropy: torch.Tensor, mask: torch.Tensor, quantile: float, pool: torch.Tensor | None = None
+) -> torch.Tensor:
     """``[N, T]`` bool: the masked tokens whose entropy is in the top ``quantile`` fraction of this call's masked
     tokens (``entropy >= `` their ``1 - quantile`` quantile, linear interpolation; arXiv:2506.01939). 1 keeps
-    every masked token; 0 keeps the highest-entropy ones only."""
+    every masked token; 0 keeps the highest-entropy ones only. ``pool``: the 1-D entropies the quantile is taken
+    over instead (every rank's masked tokens of this micro-batch, as TRL gathers them across processes)."""
     valid = mask.bool()
     if quantile >= 1.0 or not valid.any():
         return valid
-    threshold = torch.quantile(entropy.detach()[valid].float(), 1.0 - quantile)
+    pool = entropy.detach()[valid] if pool is None else pool.detach()
+    threshold = torch.quantile(pool.float(), 1.0 - quantile)
     return (entropy.detach() >= threshold) & valid
 
 
@@ -176,6 +180,7 @@ def policy_loss(
     is_weights: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    entropy_share: torch.Tensor | float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped GRPO surrogate plus ``beta`` * k3 KL, aggregated over masked tokens.
 
@@ -198,7 +203,12 @@ def policy_loss(
         is_weights: ``[N, T]`` or ``[N, 1]`` sampler-correction weights (:func:`sampler_correction`) on the
             policy term.
         entropy / entropy_coef: ``[N, T]`` policy entropies (with grad) and the bonus coefficient: the loss
-            gets ``- entropy_coef * entropy`` per token (times its weight), aggregated like the rest.
+            gets ``- entropy_coef`` x the mean entropy of the tokens the policy term trains on (weighted by
+            ``token_weights``), whatever the aggregation - TRL's bonus, the documented objective
+            ``L_policy - c * H``.
+        entropy_share: this call's share of the step's bonus when it sees one micro-batch: its masked tokens /
+            the whole rollout's (1 for the whole batch). Each micro-batch's mean entropy counts by its share of
+            the tokens, as TRL's gradient accumulation counts each by 1 / the number of micro-batches.
 
     Returns:
         ``(loss, stats)``: scalar loss; ``stats`` holds detached scalars ``clip_frac_low``,
@@ -225,11 +235,8 @@ def policy_loss(
         per_token = per_token * token_weights.to(logp.dtype)
     if is_weights is not None:
         per_token = per_token * is_weights.detach().to(logp.dtype)
-    if entropy_coef != 0.0:
-        if entropy is None:
-            raise ValueError("entropy_coef != 0 needs entropy")
-        bonus = entropy if token_weights is None else entropy * token_weights.to(logp.dtype)
-        per_token = per_token - entropy_coef * bonus
+    if entropy_coef != 0.0 and entropy is None:
+        raise ValueError("entropy_coef != 0 needs entropy")
 
     kl = None
     if ref_logp is not None:
@@ -241,6 +248,13 @@ def policy_loss(
     if normalizer is None:
         normalizer = aggregate.normalizer(mask)
     loss = per_seq.sum() / normalizer
+    if entropy_coef != 0.0:
+        # the mean over the trained tokens, not aggregated like the policy term: with a top-entropy selection
+        # the bonus acts on the selected tokens at full strength (TRL's effective mask), not diluted by the rest
+        trained = mask if token_weights is None else mask * token_weights.to(logp.dtype)
+        count = trained.sum()
+        mean_entropy = (entropy * trained).sum() / torch.where(count > 0, count, torch.ones_like(count))
+        loss = loss - entropy_coef * mean_entropy * entropy_share
 
     with torch.no_grad():
         ratio = ratio.expand_as(mask)  # a sequence ratio counts once per token in the stats

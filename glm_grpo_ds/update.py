@@ -15,6 +15,7 @@ from collections import defaultdict
 
 import torch
 
+from .ds import dist as ds_dist
 from .ds import engine as ds_engine
 from .grpo import high_entropy_mask, loss_normalizer, mismatch_sums, policy_loss, sampler_correction
 from .logprobs import completion_logprobs
@@ -34,10 +35,16 @@ def without_preview_loss(batch: RolloutBatch) -> RolloutBatch:
 
 def policy_token_weights(batch: RolloutBatch, entropy: torch.Tensor, grpo_cfg) -> torch.Tensor | None:
     """``[N, n]`` weights of the policy term per token, None when all are 1: the top-entropy selection
-    (``grpo.top_entropy_quantile``) times the preview grid's weight (``grpo.preview_weight``)."""
+    (``grpo.top_entropy_quantile``, over every rank's tokens of this micro-batch: collective, each rank calls it
+    once per micro-batch) times the preview grid's weight (``grpo.preview_weight``)."""
     weights = None
     if grpo_cfg.top_entropy_quantile < 1:
-        weights = high_entropy_mask(entropy, batch.completion_mask, grpo_cfg.top_entropy_quantile).to(entropy.dtype)
+        mask = batch.completion_mask.bool()
+        # the threshold over every rank's tokens of this micro-batch, as TRL's: ranks hold equally shaped
+        # micro-batches (fixed grids), so padding with -1 (entropies are >= 0) marks the masked-out ones
+        gathered = ds_dist.all_gather(torch.where(mask, entropy.detach(), -1.0))
+        pool = gathered[gathered >= 0]
+        weights = high_entropy_mask(entropy, mask, grpo_cfg.top_entropy_quantile, pool).to(entropy.dtype)
     if grpo_cfg.preview_weight != 1.0:
         position = torch.ones_like(entropy, requires_grad=False)
         position[:, : batch.grid.num_preview] = grpo_cfg.preview_weight
@@ -108,6 +115,7 @@ def grpo_update(
         batch = without_preview_loss(batch)
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
     norm = loss_normalizer(batch.completion_mask, grpo_cfg.aggregation)
+    total_tokens = batch.completion_mask.sum()  # each micro-batch's share of the entropy bonus is its tokens / these
     policy = ds_engine.unwrap(engine)
     policy.eval()  # the no-grad passes below need no dropout / checkpointing
     before = before or {}
@@ -163,6 +171,7 @@ def grpo_update(
                 ),
                 entropy=entropy,
                 entropy_coef=grpo_cfg.entropy_coef,
+                entropy_share=mask.sum() / total_tokens.clamp(min=1.0),
             )
             ds_engine.backward(engine, loss)
             if j == len(slices) - 1 and on_boundary is not None:

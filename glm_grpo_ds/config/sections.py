@@ -246,7 +246,8 @@ class GRPOConfig:
     top_entropy_quantile: float = setting(
         1.0,
         "Train the policy term on the tokens whose policy entropy is in this top fraction of each micro-batch's tokens "
-        "(TRL's top_entropy_quantile, arXiv:2506.01939), in [0, 1]; 1 = every token. The KL term keeps all tokens.",
+        "on all ranks (TRL's top_entropy_quantile, arXiv:2506.01939), in [0, 1]; 1 = every token. The KL term keeps "
+        "all tokens.",
     )
     preview_weight: float = setting(
         1.0,
@@ -256,8 +257,8 @@ class GRPOConfig:
     )
     entropy_coef: float = setting(
         0.0,
-        "Entropy bonus: the loss gets -entropy_coef x the policy entropy of each trained token (>= 0); a guard "
-        "against entropy collapse, off at 0. The `entropy` metric shows what it acts on.",
+        "Entropy bonus: the loss gets -entropy_coef x the mean policy entropy of the trained tokens (>= 0; TRL's "
+        "entropy_coef); a guard against entropy collapse, off at 0. The `entropy` metric shows what it acts on.",
     )
     sampler_correction: Literal[tuple(SAMPLER_CORRECTIONS)] = setting(
         "none",
@@ -334,6 +335,15 @@ class RolloutConfig:
         "tokens/s of the eager loop on the tiny model (CPU), the same tokens and log-probs; costs a compile per "
         "(rows, cache length), ~15-25 s on a CPU, cached on disk across runs. Needs a C++ compiler on a CPU; under "
         "ZeRO-3 needs gather_parameters: true. Off until measured on a GPU.",
+    )
+    adapters_in_model_dtype: bool = setting(
+        False,
+        "LoRA: sample with the adapters cast to the model dtype (bf16) for the rollout; the trainer's passes keep "
+        "peft's fp32 adapters, restored bitwise after each rollout (glm_grpo_ds/adapters.py "
+        "adapters_in_base_dtype). Saves each adapted linear's fp32 casts and matmuls per token; the sampler then "
+        "draws from adapters rounded to bf16 (the mismatch/* metrics show it; grpo.sampler_correction corrects "
+        "it). No effect in fp32, under ZeRO-1/2 (DeepSpeed casts the adapters itself) or with "
+        "gather_parameters: false.",
     )
 
 

@@ -182,6 +182,27 @@ class TrainConfig:
             f"grpo.sampler_correction_min must be null or in [0, sampler_correction_max), got {low}",
         )
         need(g.mismatch_threshold > 0, f"grpo.mismatch_threshold must be > 0, got {g.mismatch_threshold}")
+        # settings that would do nothing with the others as they are: refused rather than silently ignored
+        need(
+            g.preview_in_loss or g.preview_weight == 1.0,
+            f"grpo.preview_weight={g.preview_weight} weighs preview tokens that grpo.preview_in_loss=false takes out "
+            "of the loss: set one of them",
+        )
+        need(
+            g.rank_tie_tolerance == 0 or g.reward_combination.startswith("win_rate"),
+            f"grpo.rank_tie_tolerance={g.rank_tie_tolerance} applies to the win_rate combinations only, but "
+            f"grpo.reward_combination={g.reward_combination}: set reward_combination=win_rate or the tolerance to 0",
+        )
+        need(
+            g.sampler_correction != "none" or low is None,
+            f"grpo.sampler_correction_min={low} caps weights that grpo.sampler_correction=none never computes: "
+            "choose a sampler_correction or drop the cap",
+        )
+        need(
+            not self.rollout.adapters_in_model_dtype or self.lora is not None,
+            "rollout.adapters_in_model_dtype casts LoRA adapters, but this config fine-tunes the whole model "
+            "(lora: null): drop the setting",
+        )
         problems.extend(g.sampling.problems("grpo.sampling."))
         o = self.optimizer
         need(o.lr > 0, f"optimizer.lr must be > 0, got {o.lr}")

@@ -228,3 +228,27 @@ def test_sections_report_every_problem_one_line_each():
         "decoder.num_inference_steps must be >= 1, got 0",
         "decoder.dtype: unknown dtype 'bf17'; did you mean 'bf16'? known: auto, bf16, fp32, fp16",
     ]
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["grpo.preview_in_loss=false", "grpo.preview_weight=0.5"], "grpo.preview_weight=0.5 weighs preview tokens"),
+        (["grpo.rank_tie_tolerance=0.01"], "grpo.rank_tie_tolerance=0.01 applies to the win_rate combinations only"),
+        (["grpo.sampler_correction_min=0.5"], "grpo.sampler_correction_min=0.5 caps weights"),
+        (["lora=null", "rollout.adapters_in_model_dtype=true"], "rollout.adapters_in_model_dtype casts LoRA adapters"),
+    ],
+)
+def test_a_setting_the_others_make_ineffective_is_refused_in_one_line(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, BASE + overrides)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    # the same setting with what makes it count is taken
+    fixes = {
+        "grpo.preview_weight=0.5": "grpo.preview_in_loss=true",
+        "grpo.rank_tie_tolerance=0.01": "grpo.reward_combination=win_rate",
+        "grpo.sampler_correction_min=0.5": "grpo.sampler_correction=token_truncate",
+        "rollout.adapters_in_model_dtype=true": "lora.r=8",
+    }
+    kept = [o for o in overrides if o != "lora=null" and o not in fixes.values()]
+    load_config(None, BASE + kept + [fixes[o] for o in kept if o in fixes])

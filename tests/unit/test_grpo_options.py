@@ -126,3 +126,56 @@ def test_preview_weight_scales_the_preview_tokens_policy_term_only(preview_batch
     expected = -adv[:, None] * weights.double() / 10
     torch.testing.assert_close(grad, expected)
     assert stats["num_tokens"] == 10
+
+
+def test_entropy_bonus_is_the_mean_entropy_of_the_trained_tokens_by_hand():
+    """Advantages 0 leave only the bonus: -c x the mean entropy over the tokens the policy term trains on,
+    whatever the aggregation; a micro-batch counts by its share of the step's tokens."""
+    logp = torch.zeros(2, 3)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    entropy = torch.tensor([[0.2, 0.4, 0.9], [0.6, 5.0, 5.0]])  # the masked 5.0s never count
+    zero = torch.zeros(2)
+    for aggregation in ("token_mean", "seq_mean", "dr_grpo"):
+        loss, _ = policy_loss(logp, logp, zero, mask, aggregation=aggregation, entropy=entropy, entropy_coef=0.5)
+        assert loss.item() == pytest.approx(-0.5 * (0.2 + 0.4 + 0.9 + 0.6) / 4)
+    selected = torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]])  # a top-entropy selection: 0.4, 0.9, 0.6
+    loss, _ = policy_loss(logp, logp, zero, mask, token_weights=selected, entropy=entropy, entropy_coef=0.5)
+    assert loss.item() == pytest.approx(-0.5 * (0.4 + 0.9 + 0.6) / 3)
+    loss, _ = policy_loss(
+        logp, logp, zero, mask, token_weights=selected, entropy=entropy, entropy_coef=0.5, entropy_share=0.25
+    )
+    assert loss.item() == pytest.approx(-0.5 * (0.4 + 0.9 + 0.6) / 3 * 0.25)
+
+
+def _top_entropy_rank(rank: int, port: int, entropy: torch.Tensor, out_dir: str) -> None:
+    """One of two gloo ranks: its half of the rows through update.policy_token_weights."""
+    from types import SimpleNamespace
+
+    from glm_grpo_ds.update import policy_token_weights
+
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        half = slice(2 * rank, 2 * rank + 2)
+        batch = SimpleNamespace(completion_mask=torch.ones(2, entropy.shape[1]))
+        cfg = SimpleNamespace(top_entropy_quantile=0.25, preview_weight=1.0)
+        torch.save(policy_token_weights(batch, entropy[half], cfg), f"{out_dir}/{rank}.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_top_entropy_threshold_is_taken_over_every_ranks_tokens(tmp_path):
+    """As TRL gathers the entropies of all processes: two ranks select what one process selects from their
+    union, not each the top quarter of its own tokens (rank 1's tokens are all lower here: it keeps none)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    entropy = torch.tensor([[2.0, 1.9, 1.8, 1.7], [1.6, 1.5, 1.4, 1.3], [0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_top_entropy_rank, args=(port, entropy, str(tmp_path)), nprocs=2)
+    ranks = torch.cat([torch.load(tmp_path / f"{r}.pt") for r in (0, 1)])
+    alone = high_entropy_mask(entropy, torch.ones_like(entropy), 0.25).float()
+    assert torch.equal(ranks, alone)
+    assert ranks[2:].sum() == 0 and ranks[:2].sum() == 4  # the 4 highest of 16

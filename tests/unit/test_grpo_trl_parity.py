@@ -111,21 +111,35 @@ def test_sampler_correction_weights_apply_as_in_trl(shape):
     assert_same(both("grpo", 0.0, level="sequence", is_ratio=ratio))
 
 
-@pytest.mark.parametrize("loss_type", ["bnpo", "grpo"])
-def test_entropy_bonus_equals_trl(loss_type):
-    """TRL: the policy loss minus coef x the mean entropy of the masked tokens. Ours adds -coef x entropy per token
-    and aggregates it like the loss: the same for token_mean, and for seq_mean with equal-length rows (the visual
-    grids always are); the unequal rows of inputs() are dropped here for seq_mean."""
-    if loss_type == "bnpo":
-        assert_same(both(loss_type, 0.04, coef=0.01))
-        return
+@pytest.mark.parametrize("loss_type", ["bnpo", "grpo", "dr_grpo"])
+@pytest.mark.parametrize("quantile", [1.0, 0.5, 0.2])
+def test_entropy_bonus_equals_trl(loss_type, quantile):
+    """TRL: the policy loss minus coef x the mean entropy of the tokens it trains on (the top-entropy selection's),
+    whatever the loss type; rows of unequal length included."""
+    assert_same(both(loss_type, 0.04, quantile=quantile, coef=0.1))
+
+
+def test_entropy_bonus_of_micro_batches_is_trls_gradient_accumulation():
+    """Two micro-batches, each with its share of the tokens: their losses add up to TRL's two accumulated halves."""
     logp, old, adv, mask, ref, entropy = inputs()
-    rows = [0, 2, 3, 5]
-    theirs = trl_loss(
-        logp[rows], old[rows], adv[rows], mask[rows], loss_type="grpo", entropies=entropy[rows], entropy_coef=0.01
+    mask = torch.ones_like(mask)  # equal micro-batches, as the visual grids make them
+    halves = [slice(0, 3), slice(3, 6)]
+    theirs = sum(
+        trl_loss(logp[h], old[h], adv[h], mask[h], loss_type="bnpo", entropies=entropy[h], entropy_coef=0.1) / 2
+        for h in halves
     )
-    ours, _ = policy_loss(
-        logp[rows], old[rows], adv[rows], mask[rows], aggregation="seq_mean", entropy=entropy[rows], entropy_coef=0.01
+    ours = sum(
+        policy_loss(
+            logp[h],
+            old[h],
+            adv[h],
+            mask[h],
+            normalizer=loss_normalizer(mask, "token_mean"),
+            entropy=entropy[h],
+            entropy_coef=0.1,
+            entropy_share=mask[h].sum() / mask.sum(),
+        )[0]
+        for h in halves
     )
     torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
 
