@@ -4,14 +4,18 @@ Sources (:func:`load_prompts`; docs/configuration.md#data):
 
 * ``.txt``: one prompt per line (blank lines skipped);
 * ``.jsonl``: one JSON object per line with ``prompt`` (required), ``target_image`` (optional, a path
-  relative to the file) and ``text`` (optional text to render); other keys are passed to rewards
-  (glm_grpo_ds/data/lines.py);
-* ``.parquet``, ``.csv``, ``.json``, a ``save_to_disk`` directory (``data.split`` picks a
+  relative to the file) and ``text`` (optional text to render, or a list of them, one per text region:
+  LongText-Bench's ``text_prompts.jsonl`` as it is); other keys are passed to rewards (glm_grpo_ds/data/lines.py);
+* a CVTG-2K file (``.json``, one ``{"data_list": [...]}`` document): each entry's ``prompt``, and its texts to
+  render (the quoted spans of its ``sentence_list`` clauses, else of the prompt) as the row's ``text`` list
+  (glm_grpo_ds/data/cvtg.py);
+* ``.parquet``, ``.csv``, other ``.json``, a ``save_to_disk`` directory (``data.split`` picks a
   DatasetDict's split), a directory of data files, or a Hugging Face Hub dataset id (``org/name``,
   ``data.revision``), read with ``datasets`` (data/tables.py, data/hub.py).
 
 ``data.prompt_key`` / ``target_image_key`` / ``text_key`` name the columns (JSON keys); a target image
-may be a path or an image stored in the dataset. Either way the rows stay on disk: ``load_prompts``
+may be a path or an image stored in the dataset. Either way the rows stay on disk (a CVTG-2K file, one JSON
+document of at most a few hundred entries, is the exception): ``load_prompts``
 checks every row once and returns :class:`PromptRows`, which reads a row when it is indexed, and
 :class:`PromptSampler` (data/sampler.py) draws row numbers, so a rank's memory stays flat as the
 prompt set grows (``python benchmarks/bench_data.py`` measures it).
@@ -22,6 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import run_log
+from .cvtg import read_cvtg
 from .hub import hub_snapshot, in_rank_order, looks_like_hub_id
 from .lines import LineFile
 from .rows import DataError, DatasetImage, PromptRow, PromptRows
@@ -43,24 +48,31 @@ def load_prompts(
     revision: str | None = FROM_DATA,
     rank: int = 0,
     local_rank: int = 0,
+    section: str | None = None,
 ) -> PromptRows:
     """The checked rows of prompt source ``path``; ``key`` names its config key in messages.
 
     ``data``: the ``DataConfig`` whose column keys apply (default: the defaults); ``split`` /
     ``revision``: a DatasetDict's split and a Hub revision (default: ``data.split`` / ``data.revision``;
     eval passes ``eval.split`` / ``eval.revision``). ``rank`` / ``local_rank``: in a multi-rank run a
-    dataset that needs downloading or an Arrow cache is prepared by rank 0 first (hub.in_rank_order)."""
+    dataset that needs downloading or an Arrow cache is prepared by rank 0 first (hub.in_rank_order).
+    ``section``: the config section whose ``split`` / ``revision`` messages name (default: ``key``'s, for a
+    ``key`` that is a flag such as ``--prompts``: give it)."""
     data = _data_config(data)
-    section = key.split(".")[0]
+    section = section or key.split(".")[0]
     split = data.split if split == FROM_DATA else split
     revision = data.revision if revision == FROM_DATA else revision
     keys = (data.prompt_key, data.target_image_key, data.text_key)
-    check_source(path, key, data, revision)
+    check_source(path, key, data, revision, section)
     spec = str(path)
     p = Path(spec)
     local = p.is_file() or p.is_dir()
     if p.suffix in LINE_SUFFIXES and not p.is_dir():
         return LineFile(p, key, keys).rows()
+    if p.is_file() and p.suffix == ".json":
+        cvtg = read_cvtg(p, key, keys)  # None: another kind of JSON file, read with datasets below
+        if cvtg is not None:
+            return cvtg
 
     def prepare():
         where = p if local else hub_snapshot(spec, revision, key, f"{section}.revision")
@@ -73,14 +85,20 @@ def load_prompts(
     return TableRows(ds, name, base, key, keys, _default_keys()).rows()
 
 
-def check_source(path: str | Path, key: str = "data.train_file", data=None, revision: str | None = FROM_DATA) -> None:
+def check_source(
+    path: str | Path,
+    key: str = "data.train_file",
+    data=None,
+    revision: str | None = FROM_DATA,
+    section: str | None = None,
+) -> None:
     """The checks of :func:`load_prompts` that read nothing and need no other rank: the source exists
     locally or looks like a Hub dataset id, has a known suffix, and a revision only where it means
     something. The trainer runs them before the process group starts (which may first build DeepSpeed's
     CPU op, ~40 s), so a mistyped path fails in seconds."""
     data = _data_config(data)
     revision = data.revision if revision == FROM_DATA else revision
-    section = key.split(".")[0]
+    section = section or key.split(".")[0]
     spec = str(path)
     p = Path(spec)
     local = p.is_file() or p.is_dir()
