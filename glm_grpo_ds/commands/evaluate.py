@@ -19,7 +19,13 @@ Writes ``OUT/evaluate.json`` (settings and every figure), ``OUT/gallery.png`` (p
 and ``OUT/evaluate.png`` (the differences with their intervals), and prints the table. Resumable: every
 finished batch of prompts is kept in ``OUT/progress/``, and the same command run again (after an
 interruption, or to print the table again) samples only what is missing; other settings with the same
-``--out`` are refused unless ``--fresh``.
+``--out`` are refused unless ``--fresh``, and the settings hold the content of the prompt rows and of each
+adapter's weights (sha256), so a prompt file or an adapter changed in place counts as other settings. With
+``--export``, a stored batch whose exported files are gone is sampled again, so a resumed export is complete.
+
+The prompts (``--prompts``, else ``eval.file``) are read as training reads ``eval.file``: any source
+``data.train_file`` takes (glm_grpo_ds/data/: ``.txt``, ``.jsonl`` such as LongText-Bench's, CVTG-2K's ``.json``,
+tables, dataset directories, Hub dataset ids) with ``eval.split`` / ``eval.revision``.
 
 Several GPUs: ``deepspeed --num_gpus 8 --module glm_grpo_ds.commands.evaluate ...`` (or a hostfile): each rank
 samples a contiguous share of the prompts with its own copy of the models (the AR, the decoder and the rewards
@@ -100,16 +106,15 @@ def load_settings(a):
 PROGRESS = "progress"  # OUT/progress/rank_<r>/: settings.json and each finished (model, batch of prompts)
 
 
-def start_ranks(device_flag: str) -> tuple[int, int, torch.device]:
-    """``(rank, world size, device)``: under the deepspeed launcher (WORLD_SIZE > 1) the process group is
-    started and each rank takes its own GPU (CPU ranks on a machine without one); else one process."""
+def start_ranks(device_flag: str) -> tuple[int, int, int, torch.device]:
+    """``(rank, world size, local rank, device)``: under the deepspeed launcher (WORLD_SIZE > 1) the process
+    group is started and each rank takes its own GPU (CPU ranks on a machine without one); else one process."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from ..ds import engine as ds_engine
 
-        rank, world, _, device = ds_engine.init_distributed()
-        return rank, world, device
+        return ds_engine.init_distributed()
     auto = "cuda" if torch.cuda.is_available() else "cpu"
-    return 0, 1, torch.device(auto if device_flag == "auto" else device_flag)
+    return 0, 1, 0, torch.device(auto if device_flag == "auto" else device_flag)
 
 
 def gather_results(results: dict, names: list[str]) -> dict | None:
@@ -135,10 +140,14 @@ def progress_store(store: Path, settings: dict, fresh: bool) -> Path:
     recorded = store / "settings.json"
     if fresh and store.exists():
         shutil.rmtree(store)
-    if recorded.is_file() and json.loads(recorded.read_text()) != json.loads(json.dumps(settings)):
-        raise ValueError(
-            f"{store} holds an evaluation with other settings; give another --out, or --fresh to discard it"
-        )
+    if recorded.is_file():
+        before, now = json.loads(recorded.read_text()), json.loads(json.dumps(settings))
+        differ = sorted(key for key in before.keys() | now.keys() if before.get(key) != now.get(key))
+        if differ:
+            raise ValueError(
+                f"{store} holds an evaluation with other settings ({', '.join(differ)}); give another --out, "
+                "or --fresh to discard it"
+            )
     store.mkdir(parents=True, exist_ok=True)
     recorded.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
     return store
@@ -147,6 +156,7 @@ def progress_store(store: Path, settings: dict, fresh: bool) -> Path:
 def run(a) -> dict:
     from ..adapters import find_adapter
     from ..advantages import weighted_total
+    from ..compare.fingerprints import adapter_sha256, rows_sha256
     from ..compare.report import GALLERY, PLOT, TOTAL, summarise, table, write_gallery, write_plot
     from ..compare.runner import BASE, evaluate_models, load_compared
     from ..data import load_prompts
@@ -156,12 +166,18 @@ def run(a) -> dict:
     from ..rewards import build_rewards
 
     cfg, prompt_source = load_settings(a)
-    rank, world, device = start_ranks(a.device)
+    rank, world, local_rank, device = start_ranks(a.device)
     model_dir = resolve_model(
         cfg.model.path, cfg.model.revision, flag="model.path", revision_flag="model.revision"
     ).path
-    rows = load_prompts(prompt_source, "--prompts", cfg.data)
-    rows = list(rows[: a.num_prompts] if a.num_prompts else rows)
+    # Held-out prompts, read as training reads eval.file (eval.split / eval.revision, whether they come from
+    # --prompts or the config); a Hub dataset is downloaded (or its Arrow cache built) by rank 0 first.
+    ev = cfg.eval
+    key = "--prompts" if a.prompts else "eval.file"
+    rows = load_prompts(prompt_source, key, cfg.data, ev.split, ev.revision, rank, local_rank, section="eval")
+    rows = rows[: a.num_prompts] if a.num_prompts else rows
+    prompts_name = rows.where  # the source, with the split taken from a DatasetDict
+    rows = list(rows)
     share = -(-len(rows) // world)  # contiguous shares; the last ranks' may be shorter or empty
     mine = rows[rank * share : (rank + 1) * share]
     adapters = [str(find_adapter(path)) for path in a.adapter]
@@ -180,10 +196,15 @@ def run(a) -> dict:
     size = (cfg.rollout.height, cfg.rollout.width)
     k = a.samples_per_prompt
     processor = load_processor(model_dir)
+    # Contents, not only paths (compare/fingerprints.py): a rerun after the prompts or an adapter changed is
+    # refused instead of mixing stored batches of the old ones with new ones.
     settings = {
         "model": str(model_dir),
         "adapters": adapters,
-        "prompts": str(prompt_source),
+        "adapters_sha256": [adapter_sha256(path) for path in adapters],
+        "prompts": prompts_name,
+        "prompts_revision": ev.revision,
+        "prompts_sha256": rows_sha256(rows),
         "num_prompts": len(rows),
         "samples_per_prompt": k,
         "seed": a.seed,
@@ -203,9 +224,8 @@ def run(a) -> dict:
         for layout, _ in a.export:
             check_rows(layout, rows, k, size)
 
-        def on_images(name, chunk, images):
-            for layout, export_dir in a.export:
-                EXPORTERS.get(layout)(Path(export_dir), name, chunk, images, k)
+        def on_images(name, chunk, images):  # -> the files written, recorded with the batch (compare/runner.py)
+            return [path for layout, d in a.export for path in EXPORTERS.get(layout)(Path(d), name, chunk, images, k)]
 
     store = progress_store(Path(a.out) / PROGRESS / f"rank_{rank}", settings, a.fresh)
 

@@ -14,7 +14,9 @@ settings go to ``DIR/export.json``. The layouts, as the scorers' code reads them
   2x2 grid without padding (``--image_grid 2,2``), the category folder from the row's ``category``
   (OneIG's CSV names such as ``Anime_Stylization`` map to ``anime``).
 
-A row without the field a layout needs is one error naming the field.
+A row without the field a layout needs is one error naming the field. Each exporter returns the files it wrote,
+which the progress store records per batch, so a resumed run re-exports a stored batch whose files are gone
+(glm_grpo_ds/compare/runner.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 
 from ..registries import Registry
 
-# name -> fn(dir, model name, rows of a batch, images [P * K, 3, H, W] in [0, 1], K)
+# name -> fn(dir, model name, rows of a batch, images [P * K, 3, H, W] in [0, 1], K) -> the files written
 EXPORTERS: Registry[Callable] = Registry("export layout")
 ONEIG_FOLDERS = {
     "Anime_Stylization": "anime",
@@ -71,41 +73,53 @@ def _field(row, key: str, layout: str):
 
 
 @EXPORTERS.register("geneval")
-def _geneval(out: Path, model: str, rows, images: torch.Tensor, k: int) -> None:
+def _geneval(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list[Path]:
+    written = []
     for i, row in enumerate(rows):
         folder = out / model / f"{row.index:05d}"
         (folder / "samples").mkdir(parents=True, exist_ok=True)
         (folder / "metadata.jsonl").write_text(json.dumps({**row.extra, "prompt": row.prompt}) + "\n")
+        written.append(folder / "metadata.jsonl")
         for j, img in enumerate(_pil(images[i * k : (i + 1) * k])):
             img.save(folder / "samples" / f"{j:05d}.png")
+            written.append(folder / "samples" / f"{j:05d}.png")
+    return written
 
 
 @EXPORTERS.register("dpg")
-def _dpg(out: Path, model: str, rows, images: torch.Tensor, k: int) -> None:
+def _dpg(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list[Path]:
     if images.shape[2] != images.shape[3]:
         raise ValueError(f"--export dpg: DPG-Bench crops square tiles; the images are {tuple(images.shape[2:])}")
     (out / model).mkdir(parents=True, exist_ok=True)
+    written = []
     for i, row in enumerate(rows):
-        stem = row.extra.get("item_id", row.index)
-        grid_2x2(images[i * k : (i + 1) * k]).save(out / model / f"{stem}.png")
+        written.append(out / model / f"{row.extra.get('item_id', row.index)}.png")
+        grid_2x2(images[i * k : (i + 1) * k]).save(written[-1])
+    return written
 
 
 @EXPORTERS.register("longtext")
-def _longtext(out: Path, model: str, rows, images: torch.Tensor, k: int) -> None:
+def _longtext(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list[Path]:
     (out / model).mkdir(parents=True, exist_ok=True)
+    written = []
     for i, row in enumerate(rows):
         prompt_id = int(_field(row, "prompt_id", "longtext"))
         for j, img in enumerate(_pil(images[i * k : (i + 1) * k])):
-            img.save(out / model / f"{prompt_id:04d}_{j + 1}.png")
+            written.append(out / model / f"{prompt_id:04d}_{j + 1}.png")
+            img.save(written[-1])
+    return written
 
 
 @EXPORTERS.register("oneig")
-def _oneig(out: Path, model: str, rows, images: torch.Tensor, k: int) -> None:
+def _oneig(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list[Path]:
+    written = []
     for i, row in enumerate(rows):
         category = str(_field(row, "category", "oneig"))
         folder = out / ONEIG_FOLDERS.get(category, category) / model
         folder.mkdir(parents=True, exist_ok=True)
-        grid_2x2(images[i * k : (i + 1) * k]).save(folder / f"{int(_field(row, 'id', 'oneig')):03d}.webp")
+        written.append(folder / f"{int(_field(row, 'id', 'oneig')):03d}.webp")
+        grid_2x2(images[i * k : (i + 1) * k]).save(written[-1])
+    return written
 
 
 def check_rows(layout: str, rows, samples_per_prompt: int, size: tuple[int, int]) -> None:

@@ -14,7 +14,9 @@ model with its adapters disabled.
 Resuming: with ``store``, each (model, batch of prompts) result is saved as ``store/<model>/batch_<first
 row>.pt`` as soon as it is scored (written to a temporary name, then renamed), and a later call with the same
 store loads what is there instead of sampling it again. Whether the store belongs to the same settings is the
-caller's check (glm_grpo_ds/commands/evaluate.py).
+caller's check (glm_grpo_ds/commands/evaluate.py). With ``on_images`` (the benchmark exports), a batch's record
+also lists the files ``on_images`` wrote for it; a stored batch whose record lacks that list, or one of whose
+files is gone, is sampled again (same seeds, same images), so a resumed export is never missing a batch.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ def decode_seed(seed: int, row_index: int) -> int:
     return derive_seed(seed, "evaluate-decode", row_index) % 2**31
 
 
+def exported(done: dict) -> bool:
+    """Whether every file the exports wrote for a stored batch is still there."""
+    return "exported" in done and all(Path(path).is_file() for path in done["exported"])
+
+
 @torch.no_grad()
 def evaluate_models(
     model,
@@ -94,7 +101,8 @@ def evaluate_models(
 ) -> dict[str, ModelResult]:
     """Every model in ``names`` (``BASE`` and / or adapter names) on every row of ``rows``, K samples each;
     ``store``: where finished batches are kept and found again (see the module docstring); ``on_images(name,
-    rows, images)``: called with each sampled batch's full images ``[rows * K, 3, H, W]`` (the exports)."""
+    rows, images)``: called with each sampled batch's full images ``[rows * K, 3, H, W]`` (the exports), returns
+    the files it wrote."""
     from ..observability.gallery import thumbnails
     from ..rollout import rollout
 
@@ -111,20 +119,25 @@ def evaluate_models(
             saved = None if store is None else store / name / f"batch_{start:06d}.pt"
             if saved is not None and saved.is_file():
                 done = torch.load(saved, weights_only=True)
+                if on_images is not None and not exported(done):
+                    done = None  # its export files are gone (or were never recorded): sample it again
             else:
+                done = None
+            if done is None:
                 generators = [
                     torch.Generator(device=device).manual_seed(rollout_seed(seed, row.index)) for row in chunk
                 ]
                 with active(model, name):
                     batch = rollout(model, processor, prompts, k, *size, sampling, generators, device)
                 images = decoder.decode(batch.prior_token_ids, batch.prompts, *size, seeds, decode_settings)
-                if on_images is not None:
-                    on_images(name, chunk, images)
+                written = None if on_images is None else [str(path) for path in on_images(name, chunk, images)]
                 scored = reward_fn(images, batch.prompts, samples)
                 done = {
                     "rewards": {label: v.double().cpu().view(len(chunk), k) for label, v in scored.items()},
                     "thumbs": thumbnails(images[::k], thumb_side).cpu(),
                 }
+                if written is not None:
+                    done["exported"] = written
                 if saved is not None:
                     saved.parent.mkdir(parents=True, exist_ok=True)
                     torch.save(done, saved.with_suffix(".tmp"))

@@ -104,7 +104,7 @@ def test_a_rerun_resumes_from_the_finished_batches_and_other_settings_are_refuse
     assert again["prompt_means"]["base"] == result["prompt_means"]["base"]
     capfd.readouterr()
     assert main([*args, "--seed", "1"]) == 2
-    assert "holds an evaluation with other settings; give another --out, or --fresh" in capfd.readouterr().err
+    assert "holds an evaluation with other settings (seed); give another --out, or --fresh" in capfd.readouterr().err
     assert main([*args, "--seed", "1", "--num-prompts", "2", "--fresh"]) == 0
     assert not stored.exists()  # the store was emptied: only the new run's first batch is there
     assert sorted(p.name for p in (copy / "progress" / "rank_0" / "adapter_1").iterdir()) == ["batch_000000.pt"]
@@ -216,3 +216,103 @@ def test_two_ranks_give_the_one_process_figures(evaluated, tmp_path):
         for label, means in per_label.items():
             assert two["prompt_means"][name][label] == pytest.approx(means, abs=1e-6), (name, label)
     assert (tmp_path / "progress" / "rank_1" / "adapter_1" / "batch_000000.pt").is_file()  # rank 1's own store
+
+
+def _evaluate(tiny_model_dir, prompts, out: Path, *extra) -> int:
+    from glm_grpo_ds.commands.evaluate import main
+
+    args = ["--model", str(tiny_model_dir), "--prompts", str(prompts), "--rewards", "pixel_mse"]
+    return main([*args, "--samples-per-prompt", "2", "--num-prompts", "2", "--out", str(out), *FAST, *extra])
+
+
+def test_a_prompt_file_or_adapter_changed_in_place_is_refused(tiny_model_dir, prompts, tmp_path, capfd):
+    """The progress store records the prompt rows' and each adapter's content, not only their paths: a rerun
+    after either changed in place is refused (one line naming what changed) instead of mixing old batches in."""
+    import shutil
+
+    mine = tmp_path / "prompts.jsonl"
+    shutil.copy(prompts, mine)
+    adapter = save_adapter(tiny_model_dir, tmp_path / "adapter", 0.0)
+    out = tmp_path / "out"
+    assert _evaluate(tiny_model_dir, mine, out, "--adapter", str(adapter)) == 0
+    assert _evaluate(tiny_model_dir, mine, out, "--adapter", str(adapter)) == 0  # unchanged: resumes
+    original = mine.read_text()
+    rows = [json.loads(line) for line in original.splitlines()]
+    rows[1]["prompt"] += " at dusk"
+    mine.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capfd.readouterr()
+    assert _evaluate(tiny_model_dir, mine, out, "--adapter", str(adapter)) == 2
+    err = capfd.readouterr().err
+    assert (
+        "other settings (prompts_sha256); give another --out, or --fresh" in err and len(err.strip().splitlines()) == 1
+    )
+    mine.write_text(original)
+    save_adapter(tiny_model_dir, adapter, 0.5)  # retrained into the same directory
+    assert _evaluate(tiny_model_dir, mine, out, "--adapter", str(adapter)) == 2
+    assert "other settings (adapters_sha256)" in capfd.readouterr().err
+    assert _evaluate(tiny_model_dir, mine, out, "--adapter", str(adapter), "--fresh") == 0
+
+
+def test_a_resumed_export_writes_the_stored_batches_files_again(tiny_model_dir, export_prompts, tmp_path):
+    """A stored batch's record lists the files its export wrote; one whose files are gone is sampled again (the
+    same seeds give the same images), so resuming into a partly deleted export completes it."""
+    from PIL import Image
+
+    assert _export(tiny_model_dir, export_prompts, tmp_path, ["longtext", "geneval"]) == 0
+    gone = [tmp_path / "longtext" / "base" / "0017_3.png", tmp_path / "geneval" / "base" / "00001" / "metadata.jsonl"]
+    record = torch.load(tmp_path / "out" / "progress" / "rank_0" / "base" / "batch_000000.pt", weights_only=True)
+    assert {str(p) for p in gone} <= set(record["exported"])
+    with Image.open(gone[0]) as img:
+        before = img.tobytes()
+    meta = gone[1].read_text()
+    for path in gone:
+        path.unlink()
+    assert _export(tiny_model_dir, export_prompts, tmp_path, ["longtext", "geneval"]) == 0
+    with Image.open(gone[0]) as img:
+        assert img.tobytes() == before
+    assert gone[1].read_text() == meta
+
+
+def _hub_dataset(cache: Path, repo: str, commit: str, files: dict[str, str], main: bool) -> None:
+    """huggingface_hub's cache layout: snapshots/<commit>/<path>, refs/main = the commit."""
+    root = cache / f"datasets--{repo.replace('/', '--')}"
+    for rel, text in files.items():
+        (root / "snapshots" / commit / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "snapshots" / commit / rel).write_text(text)
+    if main:
+        (root / "refs").mkdir(parents=True, exist_ok=True)
+        (root / "refs" / "main").write_text(commit)
+
+
+def test_a_hub_dataset_id_is_read_with_eval_split_and_revision(tiny_model_dir, tmp_path):
+    pytest.importorskip("rapidocr_onnxruntime")
+    """``--prompts org/name`` reads held-out prompts as training's eval does: ``eval.split`` (default test) and
+    ``eval.revision``, not data.split / data.revision. Offline, from a Hugging Face cache laid out here."""
+    import os
+    import subprocess
+    import sys
+
+    def lines(*words):  # rows with a text to render, for the ocr reward
+        return "".join(json.dumps({"prompt": f"a sign that reads '{w}'", "text": w}) + "\n" for w in words)
+
+    old, new = "a" * 40, "b" * 40
+    train = lines("TRAIN", "TRAIN", "TRAIN")
+    _hub_dataset(tmp_path / "hub", "acme/heldout", old, {"train.jsonl": train, "test.jsonl": lines("OLD")}, False)
+    _hub_dataset(tmp_path / "hub", "acme/heldout", new, {"train.jsonl": train, "test.jsonl": lines("NEW", "NEW")}, True)
+    env = dict(
+        os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub"), HF_DATASETS_CACHE=str(tmp_path / "arrow")
+    )
+    out = tmp_path / "out"
+    args = ["--model", str(tiny_model_dir), "--prompts", "acme/heldout", "--rewards", "ocr"]
+    args += ["--samples-per-prompt", "1", "--out", str(out), *FAST, f"eval.revision={old}"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "glm_grpo_ds.commands.evaluate", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "evaluate.json").read_text())
+    assert result["prompts"] == "acme/heldout (split test)" and result["prompts_revision"] == old
+    assert result["num_prompts"] == 1  # the old commit's test split (main's has 2 prompts, train 3)
