@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -49,7 +50,12 @@ VARIANTS = {
         "top 20 % of tokens by entropy, with an entropy bonus 0.01 on them",
         ["grpo.top_entropy_quantile=0.2", "grpo.entropy_coef=0.01"],
     ),
-    "preview_weight0.5": ("the preview grid's tokens weigh 0.5 in the policy term", ["grpo.preview_weight=0.5"]),
+    # the world's config leaves the preview grid out of the loss (its DiT renders the target grid only)
+    "preview_in_loss": ("the preview grid's tokens in the loss (weight 1)", ["grpo.preview_in_loss=true"]),
+    "preview_weight0.5": (
+        "the preview grid's tokens in the loss, weighing 0.5 in the policy term",
+        ["grpo.preview_in_loss=true", "grpo.preview_weight=0.5"],
+    ),
     "bf16_seq_mask": (
         "bf16 with sampler correction sequence_mask (cap 3)",
         ["model.dtype=bf16", "grpo.sampler_correction=sequence_mask"],
@@ -64,10 +70,15 @@ CONFIG = "launch/configs/tiny_world.yaml"
 
 def run_one(name: str, overrides: list[str], world: Path, out: Path, steps: int, procs: int) -> dict:
     run_dir = out / name
+    with socket.socket() as s:  # a free port: the launcher's default 29500 may be another job's
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     cmd = [
         "deepspeed",
         "--num_gpus",
         str(procs),
+        "--master_port",
+        str(port),
         "--module",
         "glm_grpo_ds.train",
         "--config",

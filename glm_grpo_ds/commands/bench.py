@@ -196,6 +196,17 @@ def format_table(r: dict) -> str:
             f"{r['ratios']['rollout_compiled_over_pipeline']:.2f}x  "
             f"({p['rollout_compiled_tokens_per_s']:,.0f} vs {p['rollout_pipeline_tokens_per_s']:,.0f} tokens/s)",
         ),
+        *(
+            [
+                (
+                    "rollout: adapters in model dtype / fp32",
+                    f"{p['rollout_cast_tokens_per_s'] / p['rollout_ours_tokens_per_s']:.2f}x  "
+                    f"({p['rollout_cast_tokens_per_s']:,.0f} vs {p['rollout_ours_tokens_per_s']:,.0f} tokens/s)",
+                )
+            ]
+            if "rollout_cast_tokens_per_s" in p
+            else []
+        ),
         (
             "ZeRO-3 2 ranks: gathered / sharded",
             f"{r['ratios']['zero3_gathered_over_sharded']:.2f}x  "

@@ -37,10 +37,10 @@ def _trainer(a, extra: list[str]):
     return Trainer(load_config(a.config, overrides), a.deepspeed)
 
 
-def _rollout(trainer, gather: bool, seed: int, compile: bool = False):
+def _rollout(trainer, gather: bool, seed: int, compile: bool = False, cast: bool = False):
     from ..experience import sample
 
-    cfg = replace(trainer.cfg, rollout=replace(trainer.cfg.rollout, compile=compile))
+    cfg = replace(trainer.cfg, rollout=replace(trainer.cfg.rollout, compile=compile, adapters_in_model_dtype=cast))
     gen = torch.Generator(device=trainer.device).manual_seed(seed)
     t0 = time.perf_counter()
     batch = sample(trainer.engine, trainer.processor, [BENCH_PROMPT], gen, cfg, trainer.device, gather=gather)
@@ -71,35 +71,37 @@ def worker_phases(a) -> dict:
     from diffusers import GlmImagePipeline
 
     pipe = GlmImagePipeline.from_pretrained(a.model, torch_dtype=trainer.dtype).to(trainer.device)
+    variants = {"compiled": lambda seed: _rollout(trainer, gather=True, seed=seed, compile=True)}
+    if trainer.cfg.lora is not None and trainer.dtype != torch.float32:  # peft's fp32 adapters on a bf16 base
+        variants["cast"] = lambda seed: _rollout(trainer, gather=True, seed=seed, cast=True)
     out.update(
         rollout_vs_pipeline(
-            lambda seed: _rollout(trainer, gather=True, seed=seed),
-            pipe,
-            n,
-            a.size,
-            trainer.device,
-            a.repeats,
-            compiled=lambda seed: _rollout(trainer, gather=True, seed=seed, compile=True),
+            lambda seed: _rollout(trainer, gather=True, seed=seed), pipe, n, a.size, trainer.device, a.repeats, variants
         )
     )
     return out
 
 
-def rollout_vs_pipeline(ours, pipe, rows: int, size: int, device: torch.device, repeats: int, compiled=None) -> dict:
+def rollout_vs_pipeline(
+    ours, pipe, rows: int, size: int, device: torch.device, repeats: int, variants: dict | None = None
+) -> dict:
     """Tokens/s of our rollout vs ``pipe.generate_prior_tokens`` (HF generate), alternating, median of
     ``repeats``. ``ours(seed) -> (batch, seconds)`` samples ``rows`` rows of BENCH_PROMPT at ``size``²;
     both are credited with our batch's token count (the pipeline generates the same grids + end token).
-    ``compiled``, if given, is ours with ``rollout.compile`` (its compile happens in an untimed first call).
-    Also used by benchmarks/slice_report.py on the real-width slice."""
-    ours_tps, theirs_tps, compiled_tps = [], [], []
-    if compiled is not None:
-        compiled(0)
+    ``variants``: name -> ours with other settings (``compiled``: ``rollout.compile``; ``cast``:
+    ``rollout.adapters_in_model_dtype``), each after an untimed first call (a compile), reported as
+    ``rollout_<name>_tokens_per_s``. Also used by benchmarks/slice_report.py on the real-width slice."""
+    variants = variants or {}
+    ours_tps, theirs_tps = [], []
+    variant_tps: dict[str, list[float]] = {name: [] for name in variants}
+    for run in variants.values():
+        run(0)
     for rep in range(repeats):
         batch, dt = ours(rep)
         ours_tps.append(batch.completion_ids.numel() / dt)
-        if compiled is not None:
-            _, dt = compiled(rep)
-            compiled_tps.append(batch.completion_ids.numel() / dt)
+        for name, run in variants.items():
+            _, dt = run(rep)
+            variant_tps[name].append(batch.completion_ids.numel() / dt)
         gen = torch.Generator(device=device).manual_seed(rep)
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -109,8 +111,7 @@ def rollout_vs_pipeline(ours, pipe, rows: int, size: int, device: torch.device, 
         "rollout_ours_tokens_per_s": statistics.median(ours_tps),
         "rollout_pipeline_tokens_per_s": statistics.median(theirs_tps),
     }
-    if compiled is not None:
-        out["rollout_compiled_tokens_per_s"] = statistics.median(compiled_tps)
+    out.update({f"rollout_{name}_tokens_per_s": statistics.median(tps) for name, tps in variant_tps.items()})
     return out
 
 

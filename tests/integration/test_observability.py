@@ -227,7 +227,14 @@ def test_tensorboard_and_wandb_get_every_record_and_the_galleries(tiny_model_dir
 
     acc = read_tensorboard(out / "tensorboard" / "tracked")  # run name = the output_dir's name
     tags = acc.Tags()
-    assert {"reward_mean", "kl", "loss", "reward/pixel_mse", "eval/reward_mean"} <= set(tags["scalars"])
+    # the #30 metrics too: entropy, the zero-std groups, the sampler-vs-trainer mismatch
+    metrics_30 = {"entropy", "frac_reward_zero_std", "mismatch/logp_abs_mean", "mismatch/logp_abs_max"}
+    metrics_30 |= {"mismatch/kl_k3", "mismatch/frac_beyond"}
+    assert {"reward_mean", "kl", "loss", "reward/pixel_mse", "eval/reward_mean"} | metrics_30 <= set(tags["scalars"])
+    for key in metrics_30:
+        assert [e.value for e in acc.Scalars(key)] == [pytest.approx(train[0][key], rel=1e-6, abs=1e-12)], (
+            key
+        )  # float32 in TensorBoard
     assert [(e.step, e.value) for e in acc.Scalars("reward_mean")] == [(1, pytest.approx(train[0]["reward_mean"]))]
     assert [(e.step, e.value) for e in acc.Scalars("eval/reward_mean")] == [
         (e["step"], pytest.approx(e["eval/reward_mean"])) for e in evals
@@ -244,6 +251,8 @@ def test_tensorboard_and_wandb_get_every_record_and_the_galleries(tiny_model_dir
     assert sorted(rows) == [0, 1]
     assert rows[1]["reward_mean"] == pytest.approx(train[0]["reward_mean"])
     assert rows[1]["loss"] == pytest.approx(train[0]["loss"])
+    for key in metrics_30:
+        assert rows[1][key] == pytest.approx(train[0][key], rel=1e-6, abs=1e-12), key
     for e in evals:
         assert rows[e["step"]]["eval/reward_mean"] == pytest.approx(e["eval/reward_mean"])
         assert rows[e["step"]]["eval/samples"]["_type"] == "images/separated"
