@@ -3,15 +3,17 @@ bf16 with LoRA: peft's fp32 adapters are cast to bf16 for the rollout only, the 
 model with bf16 adapters samples, and afterwards the very same fp32 tensors are back, bitwise; the training rollout
 (experience.sample_batch) casts for the rollout and not for the trainer's passes inside its gather."""
 
+import contextlib
 import copy
 from types import SimpleNamespace
 
 import pytest
 import torch
+from tiny_lora import lora_policy  # tests/tiny_lora.py
 
 from glm_grpo_ds.adapters import adapters_in_base_dtype
-from glm_grpo_ds.config import LoraConfig, SamplingConfig, load_config
-from glm_grpo_ds.policy import load_policy, load_processor
+from glm_grpo_ds.config import SamplingConfig, load_config
+from glm_grpo_ds.policy import load_processor
 from glm_grpo_ds.rollout import rollout
 
 PROMPTS = ["a red cube", "a sign that says 'OPEN'"]
@@ -19,12 +21,7 @@ PROMPTS = ["a red cube", "a sign that says 'OPEN'"]
 
 @pytest.fixture(scope="module")
 def bf16_policy(tiny_model_dir):
-    model = load_policy(tiny_model_dir, torch.bfloat16, "sdpa", LoraConfig(r=4, alpha=8), False).eval()
-    with torch.no_grad():  # adapters that change the logits (peft starts B at zero)
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(len(name)))
-    return model
+    return lora_policy(tiny_model_dir, torch.bfloat16, b_std=0.5).eval()
 
 
 def lora_params(model) -> dict[str, torch.nn.Parameter]:
@@ -63,8 +60,7 @@ def test_the_rollout_samples_with_bf16_adapters_and_gets_its_fp32_ones_back(bf16
 
 
 def test_nothing_is_cast_where_the_adapters_already_have_the_models_dtype(tiny_model_dir):
-    model = load_policy(tiny_model_dir, torch.float32, "sdpa", LoraConfig(r=4, alpha=8), False)
-    with adapters_in_base_dtype(model) as swapped:
+    with adapters_in_base_dtype(lora_policy(tiny_model_dir, b_std=0)) as swapped:
         assert swapped == 0
 
 
@@ -98,6 +94,6 @@ def test_training_rollout_casts_for_sampling_only(bf16_policy, tiny_model_dir, e
     gen = torch.Generator().manual_seed(0)
     batch, _ = sample_batch(engine, processor, PROMPTS, [gen], cfg, torch.device("cpu"), in_gather=in_gather)
     assert seen["dtypes"] == {torch.float32}
-    with adapters_in_base_dtype(bf16_policy) if enabled else torch.no_grad():
+    with adapters_in_base_dtype(bf16_policy) if enabled else contextlib.nullcontext():
         expected = sample(bf16_policy, processor)
     assert torch.equal(batch.sampler_logps, expected.sampler_logps)

@@ -7,10 +7,11 @@ The compiled rollouts share one graph (16 rows, one cache bucket): ~20 s of comp
 
 import pytest
 import torch
+from tiny_lora import lora_policy  # tests/tiny_lora.py
 
-from glm_grpo_ds.config import LoraConfig, SamplingConfig
+from glm_grpo_ds.config import SamplingConfig
 from glm_grpo_ds.logprobs import completion_logprobs
-from glm_grpo_ds.policy import load_ar, load_policy, load_processor
+from glm_grpo_ds.policy import load_ar, load_processor
 from glm_grpo_ds.rollout import rollout
 
 PROMPTS = ["a red cube", "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"]
@@ -20,12 +21,7 @@ G = 8  # 2 prompts x 8 = 16 rows
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_dir):
-    model = load_policy(tiny_model_dir, torch.float32, "sdpa", LoraConfig(r=4, alpha=8), False).eval()
-    with torch.no_grad():  # adapters that change the logits (peft starts B at zero)
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(name)))
-    return model
+    return lora_policy(tiny_model_dir).eval()
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
-
-from glm_grpo_ds.config import LoraConfig
-from glm_grpo_ds.policy import load_policy
+from tiny_lora import lora_policy  # tests/tiny_lora.py
 
 FAST = [
     "rollout.height=64",
@@ -23,13 +21,7 @@ FAST = [
 
 
 def save_adapter(tiny_model_dir, out: Path, b_std: float) -> Path:
-    model = load_policy(tiny_model_dir, torch.float32, "sdpa", LoraConfig(r=4, alpha=8), False)
-    if b_std:
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if "lora_B" in name:
-                    p.normal_(0, b_std, generator=torch.Generator().manual_seed(len(name)))
-    model.save_pretrained(out)
+    lora_policy(tiny_model_dir, b_std=b_std).save_pretrained(out)
     return out
 
 
