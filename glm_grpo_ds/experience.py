@@ -86,10 +86,9 @@ def sample_batch(
     compile = cfg.rollout.compile and (gather or not ds_engine.is_zero3(engine))
     generator = generators if len(generators) > 1 else generators[0]
     h, w = cfg.rollout.height, cfg.rollout.width
-    cast = cfg.rollout.adapters_in_model_dtype and cfg.lora is not None
     with torch.no_grad(), ds_engine.gathered_for_rollout(engine, gather):
         # the trainer's own passes (in_gather below) run with the adapters it trains: outside the cast
-        with adapters_in_base_dtype(policy) if cast else contextlib.nullcontext():
+        with adapters_in_base_dtype(policy) if cfg.rollout.adapters_in_model_dtype else contextlib.nullcontext():
             batch = rollout(policy, processor, prompts, group_size, h, w, cfg.grpo.sampling, generator, device, compile)
         if in_gather is None:
             return batch, None

@@ -117,12 +117,9 @@ def evaluate_models(
         samples = [row.reward_sample() for row in chunk for _ in range(k)]
         for name in names:
             saved = None if store is None else store / name / f"batch_{start:06d}.pt"
-            if saved is not None and saved.is_file():
-                done = torch.load(saved, weights_only=True)
-                if on_images is not None and not exported(done):
-                    done = None  # its export files are gone (or were never recorded): sample it again
-            else:
-                done = None
+            done = torch.load(saved, weights_only=True) if saved is not None and saved.is_file() else None
+            if done is not None and on_images is not None and not exported(done):
+                done = None  # its export files are gone (or were never recorded): sample it again
             if done is None:
                 generators = [
                     torch.Generator(device=device).manual_seed(rollout_seed(seed, row.index)) for row in chunk

@@ -67,9 +67,6 @@ def stack_targets(samples: list[dict], height: int, width: int, device) -> tuple
     return targets, has
 
 
-_QUOTES = [r"'([^']*)'", r"\u201c([^\u201c\u201d]*)\u201d", r'"([^"]*)"', r"「([^「」]*)」"]
-
-
 def glyph_texts(prompt: str) -> list[str]:
     """Quoted spans of a prompt, as ``GlmImagePipeline.get_glyph_texts`` extracts them for the DiT."""
     from diffusers import GlmImagePipeline
