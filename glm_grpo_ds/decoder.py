@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -135,12 +135,16 @@ class ImageDecoder:
         width: int,
         seeds: list[int],
         settings: DecodeSettings | None = None,
+        on_images: Callable[[int], None] | None = None,
     ) -> torch.Tensor:
         """``prior_token_ids`` ``[N, (H/16)*(W/16)]`` -> float32 images ``[N, 3, H, W]`` in [0, 1], denoised
-        with ``settings`` (default: the training decode's, ``decoder.*``)."""
+        with ``settings`` (default: the training decode's, ``decoder.*``). ``on_images(n)``: after each DiT
+        batch, its number of images (the step status, glm_grpo_ds/observability/step_status.py)."""
         images = torch.empty(len(prompts), 3, height, width, dtype=torch.float32, device=self.device)
         for idx, part in self.decode_batches(prior_token_ids, prompts, height, width, seeds, settings):
             images[idx] = part
+            if on_images is not None:
+                on_images(len(idx))
         return images
 
     def decode_batches(

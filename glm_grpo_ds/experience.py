@@ -22,6 +22,7 @@ noise of a row's samples (the same for all G, so images in a group differ only b
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,7 +34,10 @@ from .adapters import adapters_in_base_dtype
 from .data import PromptRow
 from .ds import engine as ds_engine
 from .observability.metrics import measure
+from .observability.step_status import NO_STATUS
 from .rollout import RolloutBatch, rollout
+from .rollout.decode_loop import LoopOptions
+from .rollout.merged_lora import BaseCopy, lora_merged
 
 
 @dataclass
@@ -73,6 +77,7 @@ def sample_batch(
     group_size: int | None = None,
     gather: bool | None = None,
     in_gather: Callable | None = None,
+    on_tokens: Callable[[int, int], None] | None = None,
 ) -> tuple[RolloutBatch, object]:
     """One batched rollout of ``prompts`` inside one parameter gather: ``(batch, result)``. ``generators``: one,
     or one per prompt (:func:`glm_grpo_ds.rollout.rollout`). ``in_gather(policy, batch)``, if given, runs on the
@@ -82,27 +87,58 @@ def sample_batch(
     policy.eval()
     gather = cfg.rollout.gather_parameters if gather is None else gather
     group_size = cfg.grpo.group_size if group_size is None else group_size
-    # a sharded ZeRO-3 rollout fetches parameters in per-module hooks, which torch.compile cannot trace
-    compile = cfg.rollout.compile and (gather or not ds_engine.is_zero3(engine))
+    r = cfg.rollout
+    # a sharded ZeRO-3 rollout fetches parameters in per-module hooks, which torch.compile cannot trace, a CUDA
+    # graph cannot capture and a merge cannot write into
+    whole = gather or not ds_engine.is_zero3(engine)
+    options = LoopOptions(compile=r.compile and whole, compile_scope=r.compile_scope, cuda_graph=r.cuda_graph and whole)
     generator = generators if len(generators) > 1 else generators[0]
-    h, w = cfg.rollout.height, cfg.rollout.width
     with torch.no_grad(), ds_engine.gathered_for_rollout(engine, gather):
-        # the trainer's own passes (in_gather below) run with the adapters it trains: outside the cast
-        with adapters_in_base_dtype(policy) if cfg.rollout.adapters_in_model_dtype else contextlib.nullcontext():
-            batch = rollout(policy, processor, prompts, group_size, h, w, cfg.grpo.sampling, generator, device, compile)
+        # the trainer's own passes (in_gather below) run with the adapters it trains: outside the cast and the merge
+        with contextlib.ExitStack() as sampling_weights:
+            if r.adapters_in_model_dtype:
+                sampling_weights.enter_context(adapters_in_base_dtype(policy))
+            if r.merge_lora and whole:
+                restore = not ds_engine.gather_discards_writes(engine, gather)
+                sampling_weights.enter_context(lora_merged(policy, base_copy(policy, r.merge_copy), restore))
+            batch = rollout(
+                policy,
+                processor,
+                prompts,
+                group_size,
+                r.height,
+                r.width,
+                cfg.grpo.sampling,
+                generator,
+                device,
+                options,
+                on_tokens,
+            )
         if in_gather is None:
             return batch, None
         with ds_engine.training_linear():
             return batch, in_gather(policy, batch)
 
 
+_base_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def base_copy(policy, where: str) -> BaseCopy:
+    """The run's one :class:`BaseCopy` of ``policy`` (``rollout.merge_copy``; ``auto`` unresolved by the trainer's
+    memory plan, e.g. in a benchmark, keeps it on the device)."""
+    if policy not in _base_copies:
+        _base_copies[policy] = BaseCopy("host" if where == "host" else "device")
+    return _base_copies[policy]
+
+
 class ExperienceMaker:
     """A run's experience path: the policy engine (sampling), its processor, the frozen decoder and the
-    rewards, with the run's config and device."""
+    rewards, with the run's config and device; ``status`` shows where a collect is (rank 0's step status,
+    glm_grpo_ds/observability/step_status.py)."""
 
-    def __init__(self, engine, processor, decoder, reward_fn, cfg, device: torch.device):
+    def __init__(self, engine, processor, decoder, reward_fn, cfg, device: torch.device, status=NO_STATUS):
         self.engine, self.processor, self.decoder, self.reward_fn = engine, processor, decoder, reward_fn
-        self.cfg, self.device = cfg, device
+        self.cfg, self.device, self.status = cfg, device, status
 
     def collect(
         self,
@@ -121,6 +157,7 @@ class ExperienceMaker:
         cfg = self.cfg
         timings: dict[str, float] = {}
         peaks: dict[str, float] = {}
+        self.status.phase("rollout", unit="tokens")
         with measure(timings, peaks, "rollout", self.device):
             batch, extra = sample_batch(
                 self.engine,
@@ -131,6 +168,7 @@ class ExperienceMaker:
                 self.device,
                 group_size,
                 in_gather=in_gather,
+                on_tokens=self.status.on_tokens,
             )
         sample_rows = [rows[i] for i in batch.prompt_index.tolist()]
         prior, prompts = batch.prior_token_ids, batch.prompts
@@ -151,6 +189,7 @@ class ExperienceMaker:
                 self.device,
                 timings,
                 peaks,
+                self.status,
             )
         return Experience(batch, images, per_reward, sample_rows, timings, peaks, extra)
 
@@ -168,6 +207,7 @@ def decode_and_score(
     device: torch.device | None = None,
     timings: dict[str, float] | None = None,
     peaks: dict[str, float] | None = None,
+    status=NO_STATUS,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Images ``[N, 3, H, W]`` of the token grids and their rewards ``{label: [N]}``, in sample order.
 
@@ -176,16 +216,19 @@ def decode_and_score(
     decodes, so a slow reward (a remote server, OCR on the CPU) waits behind the decode instead of after
     it; the rewards are the same, a failed reward still makes only its samples undefined and counts them.
     ``timings``: ``decode`` = the decode loop (with streaming, the reward work running beside it
-    included), ``reward`` = the wait for rewards after the last image (all of it without streaming)."""
+    included), ``reward`` = the wait for rewards after the last image (all of it without streaming).
+    ``status``: the step status, told each DiT batch's images and each reward (or streamed batch) done."""
     timings = {} if timings is None else timings
     peaks = {} if peaks is None else peaks
     device = device or torch.device("cpu")
     h, w = size
+    status.phase("decode", total=len(prompts), unit="images")
     if not stream:
         with measure(timings, peaks, "decode", device):
-            images = decoder.decode(prior, prompts, h, w, seeds, settings)
+            images = decoder.decode(prior, prompts, h, w, seeds, settings, on_images=status.advance)
+        status.phase("reward", total=len(reward_fn.labels), unit="rewards done")
         with measure(timings, peaks, "reward", device):
-            return images, reward_fn(images, prompts, samples)
+            return images, reward_fn(images, prompts, samples, on_scored=lambda _: status.advance())
     images = torch.empty(len(prompts), 3, h, w, dtype=torch.float32, device=device)
     reward_fn.reset()
     scored = []
@@ -198,8 +241,13 @@ def decode_and_score(
                 images[rows] = part
                 job = pool.submit(reward_fn.score, part, [prompts[i] for i in rows], [samples[i] for i in rows])
                 scored.append((rows, job))
+                status.advance(len(rows))
+        status.phase("reward", total=len(prompts), unit="images scored")
         with measure(timings, peaks, "reward", device):
-            results = [(rows, job.result()) for rows, job in scored]
+            results = []
+            for rows, job in scored:
+                results.append((rows, job.result()))
+                status.advance(len(rows))
     per_reward = {label: torch.full((len(prompts),), float("nan"), device=device) for label in reward_fn.labels}
     for rows, values in results:
         for label, v in values.items():

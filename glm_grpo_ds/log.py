@@ -42,6 +42,20 @@ class _Below(logging.Filter):
         return record.levelno < self.level
 
 
+class ConsoleHandler(logging.StreamHandler):
+    """A console handler that lifts tqdm's bars off the terminal while it writes (the step bar, the step status
+    of glm_grpo_ds/observability/step_status.py; redrawn below the line), so a line never lands at the end of a
+    bar's. Without a bar (a log file: none is drawn) it is a plain StreamHandler."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        std = sys.modules.get("tqdm.std")  # no tqdm imported: no bar
+        if std is None or not getattr(std.tqdm, "_instances", None):
+            super().emit(record)
+            return
+        with std.tqdm.external_write_mode(file=self.stream):
+            super().emit(record)
+
+
 def env_rank() -> int:
     """The global rank from the launcher's environment (0 when run as one process)."""
     return int(os.environ.get("RANK", "0"))
@@ -55,9 +69,9 @@ def setup(level: str = "info", rank: int | None = None) -> None:
     _FATAL.handlers[1:] = []  # the NullHandler stays
     _LOGGER.propagate = False
     _LOGGER.setLevel(getattr(logging, level.upper()))
-    out = logging.StreamHandler(sys.stdout)
+    out = ConsoleHandler(sys.stdout)
     out.addFilter(_Below(logging.WARNING))
-    err = logging.StreamHandler(sys.stderr)
+    err = ConsoleHandler(sys.stderr)
     err.setLevel(logging.WARNING)
     for handler in (out, err):
         handler.addFilter(_AllRanksFilter())

@@ -111,7 +111,7 @@ class _RunFile(logging.Handler):
         super().close()
 
 
-class _LibraryConsole(logging.StreamHandler):
+class _LibraryConsole(log.ConsoleHandler):
     """Library records on stderr: at ERROR (every rank), or from INFO up on rank 0 with --log-level debug."""
 
     def __init__(self, level: int):

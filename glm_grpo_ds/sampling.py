@@ -84,19 +84,24 @@ def draw_distribution(policy: torch.Tensor, top_k: int = 0, top_p: float = 1.0) 
     return logp, draw.exp()
 
 
-def race_noise(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
+def race_noise(
+    probs: torch.Tensor, generators: list[torch.Generator | None], out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Exp(1) noise ``[B, V]`` for :func:`draw_ids`, drawn eagerly (it takes generators; the rest can compile).
 
     ``generators`` split the rows into ``len(generators)`` equal consecutive blocks, each drawn from its own
     generator: one for the whole batch, or one per prompt, so a prompt's draws do not depend on which prompts
     share the batch. Each block consumes its generator exactly as ``torch.multinomial`` on that block would.
+    ``out``: a contiguous ``[B, V]`` tensor to draw into in place (the decode loop's static noise buffer; the
+    same values as without it).
     """
     per = probs.shape[0] // len(generators)
     if per * len(generators) != probs.shape[0]:
         raise ValueError(f"{len(generators)} generators do not split {probs.shape[0]} rows into equal blocks")
-    if len(generators) == 1:
-        return torch.empty_like(probs).exponential_(generator=generators[0])
-    return torch.cat([torch.empty_like(probs[:per]).exponential_(generator=g) for g in generators])
+    out = torch.empty_like(probs, memory_format=torch.contiguous_format) if out is None else out
+    for i, g in enumerate(generators):
+        out[i * per : (i + 1) * per].exponential_(generator=g)
+    return out
 
 
 def draw_ids(logp: torch.Tensor, probs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

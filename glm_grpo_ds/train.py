@@ -61,7 +61,8 @@ from .lifecycle.preempt import (
 from .model_source import check_local_model, resolve_for_training
 from .observability.metrics import Progress, finite_or_none, measure, step_record, timer
 from .observability.plot import PLOT_NAME, plot_training
-from .observability.summary import print_startup_summary
+from .observability.step_status import NO_STATUS, for_rank
+from .observability.summary import print_startup_summary, resolve_merge_copy, startup_plan
 from .observability.tracking import build_tracker
 from .policy import (
     load_policy,
@@ -84,6 +85,17 @@ class Trainer:
 
     def __init__(self, cfg, ds_config_path: str):
         self.cfg = cfg
+        # where the load, then each step, is (rank 0, logging.progress_bar; glm_grpo_ds/observability/step_status.py)
+        self.status = for_rank(log.env_rank(), cfg.logging)
+        self.status.begin("load")
+        try:
+            self._load(cfg, ds_config_path)
+        except BaseException:
+            self.status.close()  # a terminal's status line goes before the error's line
+            raise
+
+    def _load(self, cfg, ds_config_path: str) -> None:
+        self.status.phase("input checks")
         # What each rank can check alone, before the process group (whose start may first build DeepSpeed's
         # CPU communication op, ~40 s): a mistyped path or reward fails in seconds, on every rank alike.
         # GPUs that torch cannot use first: that refusal explains the rest (init_distributed checks again).
@@ -95,10 +107,14 @@ class Trainer:
         check_init_adapter(cfg.lora)
         self.ds_config_raw = read_ds_config(ds_config_path)
         check_local_model(cfg.model.path, cfg.model.revision)
+        self.status.phase("process group")
         self.rank, self.world, self.local_rank, self.device = ds_engine.init_distributed(
             cfg.force_collectives, cfg.dist_timeout_minutes
         )
         self.is_main = self.rank == 0
+        if not self.is_main:  # the launcher's RANK said 0 (or nothing)
+            self.status.close()
+            self.status = NO_STATUS
         log.set_rank(self.rank)
         # Inputs are checked first, on every rank alike (each raises the same error, none waits in
         # a collective for the others), so a bad input fails in seconds, before any model loads.
@@ -106,6 +122,7 @@ class Trainer:
         # must be one storage for all nodes (storage.py). Collective, and nothing before it can raise on
         # one rank alone.
         self.out, resume_path = storage.open_output_dir(cfg.output_dir, cfg.resume_from, self.rank)
+        self.status.phase("prompts")
         at = dict(rank=self.rank, local_rank=self.local_rank)  # a dataset cache to build: rank 0 builds it first
         rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data, **at)
         self.sampler = PromptSampler(
@@ -125,6 +142,7 @@ class Trainer:
         if eval_rows:
             check_reward_inputs(cfg.rewards, eval_rows, "eval.file", cfg.eval.file)
         # after the cheap checks: a Hub id may download (rank 0, if the environment allows; the others wait)
+        self.status.phase("model files")
         self.model_source = resolve_for_training(cfg.model.path, cfg.model.revision, self.rank)
         # unset sampling knobs = what the model samples with by itself (recorded in config.json)
         cfg.grpo.sampling = resolve_sampling(cfg.grpo.sampling, self.model_source.path)
@@ -134,6 +152,7 @@ class Trainer:
         dtype = resolve_dtype(cfg.model.dtype, on_gpu)
         attn = resolve_attn(cfg.model.attn_implementation, on_gpu, dtype)
         self.dtype, self.attn = dtype, attn  # the benchmarks load the plain pipeline alike
+        self.status.phase("processor")
         self.processor = load_processor(self.model_source.path)
         # every id a prompt can produce must have an embedding row: else a raw IndexError mid-run
         size = dict(height=cfg.rollout.height, width=cfg.rollout.width)
@@ -168,6 +187,7 @@ class Trainer:
         # Only rank 0 writes trainer_state.json and prunes, so the ranks' ids need not agree.
         self.run_id = uuid.uuid4().hex
 
+        self.status.phase("rewards")
         self.reward_fn = build_rewards(cfg.rewards)
         # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
         # sampling streams are derived per (step, rank) below.
@@ -176,6 +196,7 @@ class Trainer:
         # reward functions), which the memory plan does not count (check-run and docs/real-width.md use it)
         self.before_load_mb = memory_probe.current_bytes(self.device) / 2**20 if self.device.type == "cpu" else None
         ref = None
+        self.status.phase("policy")
         with ds_engine.zero3_model_loading(self.ds_config):
             model = load_policy(
                 self.model_source.path,
@@ -188,16 +209,27 @@ class Trainer:
                 adapter_base=self.model_source.adapter_base(),
             )
             if cfg.needs_reference_model:
+                self.status.phase("reference model")
                 ref = load_reference(self.model_source.path, dtype, attn, cfg.model.trust_remote_code)
+        self.status.phase("DeepSpeed engine")
         self.ref_engine = ds_engine.initialize_reference(ref, self.ds_config) if ref is not None else None
         self.engine = ds_engine.initialize(model, self.ds_config, cfg.optimizer, cfg.total_optimizer_steps)
+        self.status.phase("decoder")
         decoder = ImageDecoder(self.model_source.path, cfg.decoder, self.device)
         if self.evaluator is not None and self.evaluator.decode != decoder.training:
             log.info(
                 f"glm-grpo: training rewards decode with {decoder.training.describe()} (decoder.*), evaluation with "
                 f"{self.evaluator.decode.describe()} (eval.*)"
             )
-        self.experience = ExperienceMaker(self.engine, self.processor, decoder, self.reward_fn, cfg, self.device)
+        # the memory plan of this very run (rank 0 prints it); rollout.merge_copy=auto takes its placement, on
+        # every rank, before the first rollout copies the base weights (the evaluator reads the same cfg)
+        self.memory_plan = None
+        if self.is_main or (cfg.rollout.merge_lora and cfg.rollout.merge_copy == "auto"):
+            self.memory_plan = startup_plan(cfg, self.ds_config_raw, self.world, self.device)
+            resolve_merge_copy(cfg, self.memory_plan)
+        self.experience = ExperienceMaker(
+            self.engine, self.processor, decoder, self.reward_fn, cfg, self.device, self.status
+        )
         self.start_step = 0
         self.skipped_steps = 0  # optimizer updates skipped (non-finite gradients, undefined rewards), whole run
         self.consecutive_skips = 0
@@ -208,13 +240,16 @@ class Trainer:
                     log.info(line)
         dist.barrier()
         if resume_path is not None:
+            self.status.phase("checkpoint")
             state = checkpoint.load(self.engine, resume_path, self.rank, self.world, zero_stage(self.ds_config))
             self.start_step = int(state["step"])
             self.skipped_steps = int(state.get("skipped_steps", 0))
             self.run_id = state.get("run_id")  # None for checkpoints written before run ids
             self.sampler.load_state(state["sampler"])
             log.info(f"glm-grpo: resumed from {resume_path} at step {self.start_step}")
+        self.status.phase("trackers")
         self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if resume_path else None)
+        self.status.idle()  # the startup summary follows
         if self.is_main:
             record = {
                 "train": to_dict(cfg),
@@ -225,7 +260,7 @@ class Trainer:
             }
             (self.out / "config.json").write_text(json.dumps(record, indent=2))
             print_startup_summary(
-                cfg, model, self.ds_config, self.ds_config_raw, self.world, self.device, dtype, attn, self.out
+                cfg, model, self.ds_config, self.world, self.device, dtype, attn, self.out, self.memory_plan
             )
             log.info(f"          model: {self.model_source.describe()}")
 
@@ -258,7 +293,13 @@ class Trainer:
                 stats = self._skip_undefined(step + 1, all_per_reward)
             else:
                 stats = grpo_update(
-                    self.engine, exp.batch, advantages[mine], cfg, self.ref_engine, before=exp.in_gather
+                    self.engine,
+                    exp.batch,
+                    advantages[mine],
+                    cfg,
+                    self.ref_engine,
+                    before=exp.in_gather,
+                    status=self.status,
                 )
         return self._record(step + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
 
@@ -320,7 +361,9 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def train(self) -> None:
         lg = self.cfg.logging
-        progress = Progress(self.cfg.max_steps, self.start_step, self.is_main and lg.progress_bar, lg.log_every)
+        progress = Progress(
+            self.cfg.max_steps, self.start_step, self.is_main and lg.progress_bar, lg.log_every, status=self.status
+        )
         self._current_step, self._finishing = self.start_step + 1, False
         self._step_started, self._last_step_seconds = time.monotonic(), None
         with StopSignals(self._stop_notice if self.is_main else None) as signals:
@@ -329,6 +372,7 @@ class Trainer:
                     self.evaluate(0)
                 for step in range(self.start_step, self.cfg.max_steps):
                     self._current_step, self._step_started = step + 1, time.monotonic()
+                    self.status.begin(f"step {step + 1}/{self.cfg.max_steps}")
                     record = self.step(step)
                     self.consecutive_skips = self.consecutive_skips + 1 if record["skipped"] else 0
                     self.log_step(record)
@@ -342,6 +386,7 @@ class Trainer:
                     self._last_step_seconds = time.monotonic() - self._step_started
             finally:
                 progress.close()
+                self.status.close()
                 self.tracker.close()
             self._finishing = True
             if self.is_main and lg.plot:  # before save_final: the model card shows it
@@ -375,7 +420,9 @@ class Trainer:
 
     def evaluate(self, step: int) -> None:
         """Fixed-seed evaluation after ``step`` training steps (collective: every rank calls it)."""
+        self.status.begin(f"eval at step {step}")
         record, gallery = self.evaluator.run(step, self.experience, self.out, self.is_main)
+        self.status.idle()
         if record is not None:
             self.tracker.log("eval", record)
         if gallery is not None:

@@ -19,6 +19,7 @@ from .ds import dist as ds_dist
 from .ds import engine as ds_engine
 from .grpo import high_entropy_mask, loss_normalizer, mismatch_sums, policy_loss, sampler_correction
 from .logprobs import completion_logprobs
+from .observability.step_status import NO_STATUS
 from .rollout import RolloutBatch
 
 # the loss statistics averaged over tokens (policy_loss's stats), and the first iteration's sampler-vs-trainer ones
@@ -96,7 +97,14 @@ def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> dict[str, torch.
 
 
 def grpo_update(
-    engine, batch: RolloutBatch, advantages: torch.Tensor, cfg, ref_engine=None, on_boundary=None, before=None
+    engine,
+    batch: RolloutBatch,
+    advantages: torch.Tensor,
+    cfg,
+    ref_engine=None,
+    on_boundary=None,
+    before=None,
+    status=NO_STATUS,
 ) -> dict:
     """Run ``grpo.num_iterations`` optimizer steps on one rollout; return token-weighted stats
     (averaged over iterations, with the per-iteration ones under ``"iterations"``).
@@ -109,11 +117,14 @@ def grpo_update(
 
     ``out["skipped"]`` counts the optimizer steps DeepSpeed skipped because the gradients were not
     finite (see :func:`glm_grpo_ds.ds.engine.step`); their parameters are unchanged.
+
+    ``status``: the step status (glm_grpo_ds/observability/step_status.py), told each micro-batch done.
     """
     grpo_cfg = cfg.grpo
     if not grpo_cfg.preview_in_loss:
         batch = without_preview_loss(batch)
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
+    status.phase("update", total=grpo_cfg.num_iterations * len(slices), unit="micro-batches")
     norm = loss_normalizer(batch.completion_mask, grpo_cfg.aggregation)
     total_tokens = batch.completion_mask.sum()  # each micro-batch's share of the entropy bonus is its tokens / these
     policy = ds_engine.unwrap(engine)
@@ -185,6 +196,7 @@ def grpo_update(
                 sums[key] += loss_stats[key].item() * tokens
             ratio_mins.append(loss_stats["ratio_min"].item())
             ratio_maxs.append(loss_stats["ratio_max"].item())
+            status.advance()  # after the .item()s above: the micro-batch is done on the device too
         tokens = max(sums["tokens"], 1.0)
         iteration = {key: sums[key] / tokens for key in TOKEN_MEANS}
         iteration.update(loss=sums["loss"], ratio_min=min(ratio_mins), ratio_max=max(ratio_maxs), tokens=sums["tokens"])

@@ -45,9 +45,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         doc=(
             "per-GPU memory plan before launch, from parameter counts (no weights), with the config's reward "
             "models (which are on the GPU, on the CPU, remote) and the host RAM per node; `--help` shows every "
-            "default. Exit 0 when it fits, **3 when it does not fit in `--gpu-memory-gb`** (plan printed, what "
-            "to change on stderr; `--allow-over-budget` exits 0), 2 on a bad config "
-            "([memory-and-speed.md](memory-and-speed.md))"
+            "default. Its last line names the fastest `ds_configs/*.json` that fits the same run (ZeRO-1/2 before "
+            "ZeRO-3, no offload before offload; `fastest_that_fits` in `--json`). Exit 0 when it fits, **3 when it "
+            "does not fit in `--gpu-memory-gb`** (plan printed, what to change on stderr; `--allow-over-budget` "
+            "exits 0), 2 on a bad config ([memory-and-speed.md](memory-and-speed.md), "
+            "[configuration.md](configuration.md#deepspeed-configs-and-auto))"
         ),
         code="(math: `memory/plan.py`, `memory/reward_models.py`, `memory/host.py`)",
     ),
@@ -170,14 +172,31 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "benchmark rollout / decode / reward / update and print side-by-side ratios",
         usage=(
             "glm-grpo bench [--model DIR\\|ID [--revision R] --data FILE] [--size 256] [--group-size 16] "
-            "[--steps 3] [--repeats 3] [--out outputs/bench] [--hbm-gbps X] [--gathers [--gathers-micro-batches "
-            "2,4,8]] [key=value ...]"
+            "[--steps 3] [--repeats 3] [--out outputs/bench] [--hbm-gbps X] [--count-variants V,...\\|none] "
+            "[--gathers [--gathers-micro-batches 2,4,8]] [key=value ...]"
         ),
         doc=(
             "phase throughputs and side-by-side ratios (same as `python -m glm_grpo_ds.commands.bench`); table "
-            "+ `OUT/bench.json`; `--gathers`: only what a LoRA step gathers under ZeRO-3 on 2 ranks per "
-            "micro-batch size, `OUT/bench_gathers.json` "
+            "+ `OUT/bench.json`; its `decode_step_counts` section: kernels, module calls, Python calls, host syncs "
+            "and tokens/s per decode step of HF generate and the eager / merged / compiled loops, extrapolated to "
+            "40 layers (`python -m glm_grpo_ds.commands.decode_counts` alone; "
+            "[benchmarks.md](benchmarks.md#glm-grpo-bench-on-the-tiny-model)); `--gathers`: only what a LoRA step "
+            "gathers under ZeRO-3 on 2 ranks per micro-batch size, `OUT/bench_gathers.json` "
             "([memory-and-speed.md](memory-and-speed.md#what-a-step-gathers-under-zero-3))"
+        ),
+    ),
+    "decode-timing": Subcommand(
+        "glm_grpo_ds.commands.decode_timing",
+        "time the rollout's decode step per variant (eager, LoRA merged, CUDA graph, compiled, HF generate)",
+        usage=(
+            "glm-grpo decode-timing [--tiny] [--layers N] [--group-size 16] [--size 1024] [--steps 64] [--lora-r 64] "
+            "[--variants eager,merged,...] [--hbm-gbps X] [--out FILE]"
+        ),
+        doc=(
+            "builds the full-size AR (random weights, LoRA) on the GPU, times `--steps` decode steps per variant with "
+            "CUDA events from one prefill and the same noise, checks each variant's tokens against its reference, "
+            "prints ms per step, tokens/s, x eager and the HBM roofline fraction; `launch/gpu_timing.sh` adds one "
+            "training step ([memory-and-speed.md](memory-and-speed.md#the-decode-step-on-a-gpu))"
         ),
     ),
     "plot": Subcommand(

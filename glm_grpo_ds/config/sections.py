@@ -336,6 +336,36 @@ class RolloutConfig:
         "(rows, cache length), ~15-25 s on a CPU, cached on disk across runs. Needs a C++ compiler on a CPU; under "
         "ZeRO-3 needs gather_parameters: true. Off until measured on a GPU.",
     )
+    compile_scope: Literal["step", "layers"] = setting(
+        "step",
+        "With compile: step = the whole decode step as one graph (the fastest on a CPU, where Python overhead "
+        "dominates; compiles all layers: minutes at 40 layers); layers = each decoder layer's norms and MLP, one "
+        "graph per module type shared by every layer (cold start in seconds; the rest eager, which a cuda_graph "
+        "capture makes launch-free anyway).",
+    )
+    cuda_graph: bool = setting(
+        False,
+        "Capture one decode step as a CUDA graph after a few warm-up steps and replay it per token "
+        "(glm_grpo_ds/rollout/step_graph.py): removes the per-kernel launch cost that bounds the eager step on a "
+        "GPU; the same tokens and log-probs as the eager loop. Captured once per rollout (a few steps' cost). "
+        "On a CPU the same static-buffer loop runs uncaptured. Under ZeRO-3 needs gather_parameters: true.",
+    )
+    merge_lora: bool = setting(
+        False,
+        "LoRA: sample with the adapters merged into the base weights (W + scale * B @ A) and peft's wrappers out of "
+        "the call path, so a decode step runs the plain model's kernels (glm_grpo_ds/rollout/merged_lora.py). The "
+        "base weights are restored bitwise after each rollout from a copy made once per run (see merge_copy); "
+        "the trainer's log-probs stay unmerged (first-iteration ratio exactly 1), so the sampler draws from "
+        "weights rounded once more (mismatch/* shows it; grpo.sampler_correction corrects it). Under ZeRO-3 needs "
+        "gather_parameters: true.",
+    )
+    merge_copy: Literal["auto", "device", "host"] = setting(
+        "auto",
+        "merge_lora: where the copy of the adapted base weights lives (~16 GB at GLM-Image's size with every "
+        "projection adapted): device (fastest restore), host (pinned CPU memory, restored over PCIe, ~0.7 s a "
+        "rollout), auto = device when the memory plan plus the copy fits the GPU, else host. Not kept under "
+        "ZeRO-3 on several ranks, where the rollout's gathered weights are discarded anyway.",
+    )
     adapters_in_model_dtype: bool = setting(
         False,
         "LoRA: sample with the adapters cast to the model dtype (bf16) for the rollout; the trainer's passes keep "
@@ -429,8 +459,19 @@ def tracker_installed(name: str) -> bool:
 class LoggingConfig:
     """Rank-0 outputs besides ``metrics.jsonl`` (see glm_grpo_ds/observability/tracking.py, gallery.py)."""
 
-    progress_bar: bool = setting(True, "tqdm bar when stderr is a terminal, else one line every log_every steps.")
+    progress_bar: bool = setting(
+        True,
+        "tqdm bar when stderr is a terminal, else one line every log_every steps; with it the running step's status "
+        "(status_interval_s). false = neither.",
+    )
     log_every: int = setting(10, "Steps between progress lines when stderr is not a terminal (log files), >= 1.")
+    status_interval_s: float = setting(
+        30.0,
+        "While a step (or the load, or an evaluation) runs, where it is: its phase and count (rollout tokens, "
+        "decoded images, rewards done, update micro-batches; the load's stage). On a terminal in the bar, in place; "
+        "else a line at most every this many seconds (the first one this long after the start; 0 = at every "
+        "change), >= 0. With progress_bar, on rank 0.",
+    )
     plot: bool = setting(True, "Reward / KL / clip-fraction PNG at the end of training (reward_curve.png).")
     report_to: list[Literal[REPORT_TO]] = setting(
         help="Experiment trackers (accelerate's tracker classes) by their TRL / transformers report_to names, e.g. "

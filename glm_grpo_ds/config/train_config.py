@@ -203,6 +203,21 @@ class TrainConfig:
             "rollout.adapters_in_model_dtype casts LoRA adapters, but this config fine-tunes the whole model "
             "(lora: null): drop the setting",
         )
+        need(
+            not self.rollout.merge_lora or self.lora is not None,
+            "rollout.merge_lora merges LoRA adapters, but this config fine-tunes the whole model (lora: null), "
+            "whose rollout already runs the plain model: drop the setting",
+        )
+        need(
+            self.rollout.compile or self.rollout.compile_scope == "step",
+            f"rollout.compile_scope={self.rollout.compile_scope} chooses what rollout.compile=false never compiles: "
+            "set rollout.compile=true or drop compile_scope",
+        )
+        need(
+            self.rollout.merge_lora or self.rollout.merge_copy == "auto",
+            f"rollout.merge_copy={self.rollout.merge_copy} places a copy that rollout.merge_lora=false never makes: "
+            "set rollout.merge_lora=true or drop merge_copy",
+        )
         problems.extend(g.sampling.problems("grpo.sampling."))
         o = self.optimizer
         need(o.lr > 0, f"optimizer.lr must be > 0, got {o.lr}")
@@ -260,6 +275,11 @@ class TrainConfig:
                 f"logging.tracker_kwargs.{name} must be a mapping of keyword arguments, got {kwargs!r}",
             )
         need(lg.log_every >= 1, f"logging.log_every must be >= 1, got {lg.log_every}")
+        need(
+            lg.status_interval_s >= 0,
+            f"logging.status_interval_s must be >= 0 seconds (0 = a status line at every change), got "
+            f"{lg.status_interval_s}",
+        )
         need(lg.gallery_steps >= 0, f"logging.gallery_steps must be >= 0 (0 = off), got {lg.gallery_steps}")
         need(lg.gallery_max_prompts >= 1, f"logging.gallery_max_prompts must be >= 1, got {lg.gallery_max_prompts}")
         need(lg.gallery_thumbnail >= 16, f"logging.gallery_thumbnail must be >= 16 pixels, got {lg.gallery_thumbnail}")

@@ -192,11 +192,18 @@ def fill_ds_config(
             "keep fp32 optimizer states on the CPU, not 8-bit ones; use optimizer.name=adamw (DeepSpeed CPU Adam) "
             "with offload, or drop offload_optimizer to keep the 8-bit optimizer"
         )
-    if cfg.rollout.compile and zero.get("stage", 0) == 3 and not cfg.rollout.gather_parameters:
-        raise DeepSpeedConfigError(
-            f"{source}: rollout.compile=true with ZeRO-3 needs rollout.gather_parameters=true (a sharded rollout "
-            "fetches each module's parameters in hooks that torch.compile cannot trace); set one of them"
-        )
+    sharded_rollout = zero.get("stage", 0) == 3 and not cfg.rollout.gather_parameters
+    why = {  # what a rollout with ZeRO-3's per-module parameter fetches cannot do
+        "compile": "fetches each module's parameters in hooks that torch.compile cannot trace",
+        "cuda_graph": "fetches each module's parameters in hooks, with host work a CUDA graph cannot capture",
+        "merge_lora": "holds only this rank's shard of each base weight, with nothing to merge into",
+    }
+    for key, reason in why.items():
+        if sharded_rollout and getattr(cfg.rollout, key):
+            raise DeepSpeedConfigError(
+                f"{source}: rollout.{key}=true with ZeRO-3 needs rollout.gather_parameters=true (a sharded rollout "
+                f"{reason}); set one of them"
+            )
     owned = ("optimizer.params.", "scheduler.params.")  # filled (or checked) by their own sections below
     problems = []
     for key, value in list(_walk(filled)):

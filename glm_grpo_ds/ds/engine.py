@@ -237,6 +237,16 @@ def gathered_for_rollout(engine, enabled: bool = True):
             offload._register_deepspeed_module(offload.module)
 
 
+def gather_discards_writes(engine, gather: bool) -> bool:
+    """True when writes into the parameters inside :func:`gathered_for_rollout` vanish with the gather: ZeRO-3
+    on several ranks hands out full buffers it frees afterwards (``GatheredParameters`` without a modifier
+    rank). At world size 1 the gathered parameter is the stored partition itself, and other stages hold the
+    parameters whole: there a write stays."""
+    from .dist import world_size
+
+    return gather and is_zero3(engine) and world_size() > 1
+
+
 @contextlib.contextmanager
 def plain_linear():
     """torch's own ``F.linear`` inside the block, for work without gradients (rollout, decode, rewards).

@@ -20,13 +20,22 @@ HOST_MARGIN = 1.25  # what a scheduler request adds to the planned peak
 
 
 def host_per_node(
-    ranks: int, offloaded: dict, decoder_on_host: int, sizes, dtype: torch.dtype, stage: int, rewards, on_gpu: bool
+    ranks: int,
+    offloaded: dict,
+    decoder_on_host: int,
+    sizes,
+    dtype: torch.dtype,
+    stage: int,
+    rewards,
+    on_gpu: bool,
+    merge_copy: int = 0,
 ) -> dict:
     """Host RAM of one node's ``ranks`` ranks: steady state and the peak while the models load.
 
     Steady, per rank: the process itself (:data:`HOST_PER_RANK`, on a GPU), CPU-side reward state, the
     optimizer state ZeRO offloads to the host (pinned: the pinned buffers are that state), the decoder when
-    ``decoder.offload`` keeps it there, and offloaded reward models.
+    ``decoder.offload`` keeps it there, offloaded reward models, and ``merge_copy`` bytes: rollout.merge_lora's
+    copy of the adapted base weights when it lives in pinned host memory (``rollout.merge_copy``).
 
     Startup adds, per rank, what the Trainer holds on the host before it reaches the GPU (train.py's order):
     * reward models: ``build_rewards`` builds them on the host first, and they stay there until their first
@@ -52,6 +61,7 @@ def host_per_node(
         **{f"offload_{k}": v for k, v in offloaded.items()},
         "decoder_offloaded": decoder_on_host,
         "reward_models_offloaded": sum(r.bytes for r in rewards if r.where == "offload"),
+        "lora_merge_copy": merge_copy,
     }
     b = torch.empty(0, dtype=dtype).element_size()
     ar_whole = on_gpu and stage < 3 and sizes.checkpoint_dtype != dtype  # on a CPU run the plan counts it

@@ -24,6 +24,10 @@ b = bytes per model-dtype element (2 for bf16):
     optimizer   K·Ψt/N: AdamW K=8 (two fp32 moments); 8-bit AdamW K=2 + 8/256 (two uint8 codes and
                 one fp32 scale per 256-block each) + 2 KiB of code maps; offloaded: on the host
     reference   0 with LoRA (adapters disabled) or beta = 0; else a frozen copy sharded like the weights
+    merge copy  rollout.merge_lora: b·Σ in·out over the LoRA-adapted linears (their base weights, copied once to
+                restore them after each rollout; 15.2 GiB for GLM-Image with all six projections of its 40
+                layers adapted): on the GPU, or in pinned host RAM (rollout.merge_copy; auto: the GPU when the
+                plan with it fits, :func:`merge_copy_placement`); none under ZeRO-3 at N > 1
 
 Everything else is an activation-type estimate, labelled as such in the output: rollout KV cache
 (B·T·layers·2·kv_heads·head_dim·b), the transient full gather of the AR during ZeRO-3 rollouts,
@@ -33,16 +37,17 @@ tensors, 8h + 2·kv + 4·I elements per token for a GLM decoder layer), the froz
 + glyph encoder) and its decode activations, ZeRO buffers, and a fixed runtime allowance (CUDA
 context, NCCL, allocator). Planned for CPU ranks (``--device cpu``, to compare with a CPU run) also: the
 gloo staging copy of a ZeRO-3 gather and the optimizer step's fp32 temporaries. Peak = persistent +
-the largest of the rollout / decode / update / step / reward phases.
+the largest of the rollout / decode / update / step / reward phases (a merge_lora rollout first holds
+the fp32 temporaries of merging its largest adapted linear).
 Reward models (glm_grpo_ds/memory/reward_models.py): the config's ``rewards`` that hold a torch model (CLIP,
 preference, aesthetic, LPIPS) sit whole on every GPU after their first score, or visit it while scoring
 with ``offload: true``; OCR runs on the CPU, ``remote`` on its server; plugins are not counted.
 
 Host RAM per node (glm_grpo_ds/memory/host.py): every rank's process, CPU-side reward state, ZeRO-offloaded
-optimizer state, an offloaded decoder and offloaded reward models, plus at startup the reward models built
-on the host first (a CLIP checkpoint as shared page cache), the whole AR under ZeRO-0/1/2 when cast, one
-decoder tensor per rank and rank 0's AR tensor under ZeRO-3; ``launch/slurm.sbatch`` asks for the default
-LoRA config's figure.
+optimizer state, an offloaded decoder and offloaded reward models, a merge_lora copy kept there, plus at
+startup the reward models built on the host first (a CLIP checkpoint as shared page cache), the whole AR under
+ZeRO-0/1/2 when cast, one decoder tensor per rank and rank 0's AR tensor under ZeRO-3; ``launch/slurm.sbatch``
+asks for the default LoRA config's figure.
 """
 
 from __future__ import annotations
@@ -103,6 +108,31 @@ def lora_bytes(stage: int, b: int) -> int:
     and the gradient partitions are in the engine's dtype (``grad_accum_dtype`` defaults to it).
     tests/integration/test_memory_plan_deepspeed.py measures both cases."""
     return 4 if stage == 3 else b
+
+
+def _merge_copy_placement(
+    cfg, stage: int, world: int, on_gpu: bool, copy: int, without_copy: int, gpu: int
+) -> tuple[str | None, str]:
+    """Where rollout.merge_lora's copy of the base weights lives, and why: ``rollout.merge_copy`` as set, or for
+    ``auto`` the GPU when the plan plus the copy fits ``gpu`` bytes (the "fits" test of the plan), else the host."""
+    if not cfg.rollout.merge_lora or cfg.lora is None:
+        return None, "rollout.merge_lora is off"
+    if stage == 3 and world > 1:
+        return None, f"ZeRO-3 on {world} ranks discards the rollout's gathered weights: nothing to restore"
+    if not on_gpu:
+        return ("host" if cfg.rollout.merge_copy == "host" else "device"), "CPU ranks: host and device are one memory"
+    if cfg.rollout.merge_copy != "auto":
+        return cfg.rollout.merge_copy, f"rollout.merge_copy={cfg.rollout.merge_copy}"
+    need = f"{(without_copy + copy) / GIB:.2f} GiB"
+    if without_copy + copy <= gpu:
+        return "device", f"merge_copy=auto: the plan with it, {need}, fits {gpu / GIB:.0f} GiB"
+    return "host", f"merge_copy=auto: the plan with it on the GPU, {need}, exceeds {gpu / GIB:.0f} GiB"
+
+
+def merge_copy_placement(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> str | None:
+    """Where the run keeps rollout.merge_lora's copy of the adapted base weights: ``"device"``, ``"host"``, or None
+    (no merge, or ZeRO-3 on several ranks). ``rollout.merge_copy=auto`` resolved by the plan (:func:`plan`)."""
+    return plan(cfg, ds_raw, est, sizes)["merge_copy"]["placement"]
 
 
 def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
@@ -228,6 +258,10 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     bucket = int(zero.get("reduce_bucket_size", 5e8)) if stage >= 1 else 0
     comp["zero_buffers"] = bucket * grad_b
     notes["zero_buffers"] = "gradient reduce bucket"
+    # rollout.merge_lora: one copy of the adapted linears' base weights (model dtype), placed below
+    merging = cfg.rollout.merge_lora and bool(sizes.adapted_base)
+    merge_bytes = sum(sizes.adapted_base) * b if merging and not (stage == 3 and world > 1) else 0
+    comp["lora_merge_copy"] = 0  # its placement needs the rest of the plan
 
     # ---- transients, one phase at a time
     t = sizes.text
@@ -242,6 +276,13 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     gather = stage == 3 and world > 1 and cfg.rollout.gather_parameters
     comp["rollout_gather"] = full_ar if gather else 0
     notes["rollout_gather"] = "ZeRO-3: whole AR gathered once per rollout" if gather else "no full gather"
+    # The merge (merged_lora.py) writes W + s·B·A one linear at a time, before the KV cache exists: the fp32
+    # delta, W in fp32 and their fp32 sum (12 bytes per element of the largest adapted linear; a fp32 W is
+    # its own .float(): 8)
+    comp["rollout_merge"] = (12 if b < 4 else 8) * max(sizes.adapted_base) if merging else 0
+    notes["rollout_merge"] = (
+        "rollout.merge_lora: fp32 temporaries of merging the largest adapted linear" if merging else "no merge"
+    )
     comp["logits"] = (
         mb * n_gen * t["vision_vocab"] * b + 3 * mb * min(cfg.grpo.logprob_chunk_size, n_gen) * t["vision_vocab"] * 4
     )
@@ -317,7 +358,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "runtime_overhead",
     ]
     phases = {
-        "rollout": max(comp["rollout_kv_cache"], comp["rollout_logprobs"])
+        "rollout": max(comp["rollout_kv_cache"], comp["rollout_logprobs"], comp["rollout_merge"])
         + comp["rollout_gather"]
         + comp["gather_staging"],
         "decode": comp["decode_activations"],
@@ -325,10 +366,30 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "step": comp["fp32_grad_step"] + comp["optimizer_step_temporaries"],  # activations are freed by then
         "reward": comp["reward_offloaded"],
     }
-    total = sum(comp[k] for k in persistent) + max(phases.values())
     gpu = int(est.gpu_memory_gb * GIB)
+    without_copy = sum(comp[k] for k in persistent) + max(phases.values())
+    placement, why = _merge_copy_placement(cfg, stage, world, on_gpu, merge_bytes, without_copy, gpu)
+    counted = placement == "device" or (placement == "host" and not on_gpu)  # a CPU rank: one memory
+    comp["lora_merge_copy"] = merge_bytes if counted else 0
+    where = {"device": "on the GPU" if on_gpu else "in the rank's memory", "host": "in pinned host memory"}
+    notes["lora_merge_copy"] = (
+        f"LoRA merge copy (rollout.merge_lora): base weights of {len(sizes.adapted_base)} adapted linears, "
+        f"{str(dtype).replace('torch.', '')}, {where[placement]} ({why})"
+        if placement
+        else f"LoRA merge copy (rollout.merge_lora): none ({why})"
+    )
+    persistent.append("lora_merge_copy")
+    total = without_copy + comp["lora_merge_copy"]
     host_node = host_per_node(
-        est.num_gpus, host, decoder if cfg.decoder.offload else 0, sizes, dtype, stage, rewards, on_gpu
+        est.num_gpus,
+        host,
+        decoder if cfg.decoder.offload else 0,
+        sizes,
+        dtype,
+        stage,
+        rewards,
+        on_gpu,
+        merge_copy=merge_bytes if placement == "host" and on_gpu else 0,
     )
     return {
         "components": comp,
@@ -342,6 +403,8 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "host_bytes": host,
         "host_node": host_node,
         "rewards": [dataclasses.asdict(r) for r in rewards],
+        # rollout.merge_lora's copy: "device" (counted above), "host" (pinned host RAM, in host_node) or None
+        "merge_copy": {"placement": placement, "bytes": merge_bytes, "requested": cfg.rollout.merge_copy, "why": why},
         "model_states": {  # what glm_grpo_ds.testing.model_state.model_state_bytes measures
             "parameters": comp["ar_weights"] + comp["lora_weights"],
             "gradients": comp["gradients"],

@@ -8,7 +8,7 @@ made by the trainer's own :func:`glm_grpo_ds.policy.make_trainable`.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -51,6 +51,9 @@ class Sizes:
     checkpoint_dtype: torch.dtype | None = None  # the AR checkpoint's dtype (its config.json), None = unknown
     largest_decoder_tensor: int = 0  # elements
     vae_full_res_channels: int = 256  # channels of the VAE decoder's widest full-resolution map (GLM-Image: 256)
+    # the base weights of the LoRA-adapted linears (peft's ``<module>.base_layer.weight``), what
+    # rollout.merge_lora copies once per run (glm_grpo_ds/rollout/merged_lora.py ``adapted_linear_bytes``)
+    adapted_base: list[int] = field(default_factory=list)
 
 
 def _as_dtype(value) -> torch.dtype | None:
@@ -108,6 +111,7 @@ def model_sizes(cfg) -> Sizes:
     return Sizes(
         ar_base=[p.numel() for n, p in named if "lora_" not in n],
         lora=[p.numel() for n, p in named if "lora_" in n],
+        adapted_base=[p.numel() for n, p in named if n.endswith(".base_layer.weight")],
         trainable=sum(p.numel() for _, p in named if p.requires_grad),
         largest_trainable=max((p.numel() for _, p in named if p.requires_grad), default=0),
         decoder=sum(decoder),

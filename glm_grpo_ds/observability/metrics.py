@@ -17,6 +17,7 @@ import torch
 
 from ..ds import dist
 from ..memory_probe import phase_peak, run_peak_bytes
+from .step_status import NAME, NO_STATUS
 
 
 @contextlib.contextmanager
@@ -87,18 +88,21 @@ class Progress:
     terminal (log files, SLURM, the ``deepspeed`` launcher piping output) tqdm's carriage-return
     redraws would become one log line per refresh, so instead one compact line is printed at the
     first step, every ``every`` steps and at the last step.
+
+    ``status`` (glm_grpo_ds/observability/step_status.py): where the running step is, shown in the bar's
+    description, or as lines between the step lines (the interval counts from the last step line).
     """
 
-    def __init__(self, total: int, initial: int, enabled: bool, every: int = 10, stream=None):
+    def __init__(self, total: int, initial: int, enabled: bool, every: int = 10, stream=None, status=NO_STATUS):
         self.stream = stream if stream is not None else sys.stderr
         self.total, self.initial, self.every = total, initial, every
-        self.bar, self.lines = None, False
+        self.bar, self.lines, self.status = None, False, status
         if enabled and self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(
-                total=total, initial=initial, desc="grpo", unit="step", file=self.stream, dynamic_ncols=True
-            )
+            status.idle()  # a status line of its own (the load's) goes first: the bar takes the line
+            self.bar = tqdm(total=total, initial=initial, desc=NAME, unit="step", file=self.stream, dynamic_ncols=True)
+            status.show_in(self.bar)
         elif enabled:
             self.lines = True
             self.t0 = time.perf_counter()
@@ -113,6 +117,7 @@ class Progress:
             loss=fmt("loss", ".3g"),
             entropy=fmt("entropy", ".3g"),
         )
+        self.status.idle()
         if self.bar is not None:
             self.bar.set_postfix(**stats)
             self.bar.update(1)
@@ -132,9 +137,12 @@ class Progress:
                 file=self.stream,
                 flush=True,
             )
+            self.status.printed()
 
     def close(self) -> None:
         if self.bar is not None:
+            self.status.idle()
+            self.status.show_in(None)
             self.bar.close()
 
 

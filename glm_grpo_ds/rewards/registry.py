@@ -166,14 +166,24 @@ class RewardSet:
         """Start a step's failure counts (``failed``) at 0."""
         self.failed = {label: 0 for label in self.labels}
 
-    def score(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> dict[str, torch.Tensor]:
-        """Every reward of these samples, adding their failures to ``failed`` (a part of a step)."""
-        return {label: self._score(label, images, prompts, samples) for label in self.labels}
+    def score(
+        self, images: torch.Tensor, prompts: list[str], samples: list[dict], on_scored: Callable | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Every reward of these samples, adding their failures to ``failed`` (a part of a step).
+        ``on_scored(label)``: after each reward (the step status, glm_grpo_ds/observability/step_status.py)."""
+        values = {}
+        for label in self.labels:
+            values[label] = self._score(label, images, prompts, samples)
+            if on_scored is not None:
+                on_scored(label)
+        return values
 
-    def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> dict[str, torch.Tensor]:
+    def __call__(
+        self, images: torch.Tensor, prompts: list[str], samples: list[dict], on_scored: Callable | None = None
+    ) -> dict[str, torch.Tensor]:
         """A whole batch: :meth:`reset`, then :meth:`score`."""
         self.reset()
-        return self.score(images, prompts, samples)
+        return self.score(images, prompts, samples, on_scored)
 
 
 def check_reward_specs(specs) -> None:

@@ -1,7 +1,8 @@
 """The AR's token loop: a static-shaped, KV-cached decode of the visual-token grids, compilable.
 
     ids, logps = decode_tokens(ar, prompt_ids, prompt_mask, position_ids, num_tokens, sampling, [generator])
-    ids, logps = decode_tokens(..., compile=True)   # the decode step through torch.compile
+    ids, logps = decode_tokens(..., LoopOptions(compile=True))       # the decode step through torch.compile
+    ids, logps = decode_tokens(..., LoopOptions(cuda_graph=True))    # captured once, replayed per token (CUDA)
 
 Called by :func:`glm_grpo_ds.rollout.rollout` (glm_grpo_ds/rollout/sampler.py; see there for the positions).
 Why it looks like this: a decode step of a 9B model on a GPU, or of any model on a CPU at small widths, is bound
@@ -13,10 +14,16 @@ shape is fixed before the loop:
 * the 3D rotary positions and the key mask of every slot, built once; a step picks its slot's by a tensor
   index, not a Python slice, so every step sees the same shapes and nothing in the loop reads a value back to
   the host (no ``.item()``, no data-dependent shape);
-* the step (language model, ``lm_head``, policy distribution: :func:`_step`) is a pure function of tensors,
-  which ``torch.compile(fullgraph=True)`` turns into one graph per (rows, cache slots); a graph break is an
-  error, not a silent slow path. The step also draws the token it feeds (``argmax(probs / noise)``, the
-  algorithm of ``torch.multinomial`` itself); only the noise, drawn from the caller's generators, is eager.
+* the step (language model, ``lm_head``, policy distribution: :func:`_step`) works in place on a
+  :class:`DecodeState` whose tensors keep their addresses for the whole loop (its cache slot is a device
+  counter advanced in place), so ``torch.compile(fullgraph=True)`` turns it into one graph per (rows, cache
+  slots) (a graph break is an error, not a silent slow path) and a CUDA graph can capture it
+  (glm_grpo_ds/rollout/step_graph.py);
+* attention over the cache groups the query heads of each key/value head as rows instead of copying K and V
+  to every head (glm_grpo_ds/rollout/decode_attention.py).
+
+The step also draws the token it feeds (``argmax(probs / noise)``, the algorithm of ``torch.multinomial``
+itself); only the noise, drawn from the caller's generators into the state's noise buffer, is eager.
 
 The recorded log-probs are the policy distribution's (glm_grpo_ds/sampling.py), as the teacher-forced trainer
 recomputes them (tests/integration/test_rollout_logprobs.py and test_decode_loop.py hold the two equal).
@@ -29,14 +36,20 @@ softmax is empty (an empty row is NaN in some sdpa kernels, and a NaN key or val
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from ..config import SamplingConfig
 from ..policy import ar_parts
 from ..sampling import draw_distribution, draw_ids, policy_logits, race_noise
+from .decode_attention import decode_attention
+from .step_graph import ReplayedStep, compiled_layers, replayed_step, report_setup
 
 CACHE_BUCKET = 128  # cache slots are a multiple of this: prompt lengths within one bucket share a compiled graph
+REPORT_EVERY = 64  # tokens between on_tokens calls (progress)
 
 
 def cache_slots(prompt_len: int, num_tokens: int) -> int:
@@ -44,23 +57,56 @@ def cache_slots(prompt_len: int, num_tokens: int) -> int:
     return -(-(prompt_len + num_tokens) // CACHE_BUCKET) * CACHE_BUCKET
 
 
-def _step(lm, lm_head, codebook: int, sampling: tuple, dist, noise, slot, positions, valid, cache):
-    """One decode step: draw the next token from ``dist`` = ``(policy log-probs, draw probabilities)`` with
-    ``noise`` (:func:`glm_grpo_ds.sampling.draw_ids`), write it at cache slot ``slot`` (0-d tensor) and return
-    ``(token [B], its log-prob [B], the following token's dist)``. ``positions`` ``[3, B, S]`` and ``valid``
-    ``[B, S]`` cover every slot; the step reads its own column and masks the keys after it."""
+@dataclass
+class DecodeState:
+    """Every tensor a decode step reads or writes, allocated once per rollout: no step changes an address, so a
+    step can be captured as a CUDA graph (glm_grpo_ds/rollout/step_graph.py). ``logp`` / ``probs`` ``[B, V]``:
+    the next token's policy log-probs and draw probabilities; ``noise`` ``[B, V]``: its race noise, written by
+    the caller before each step; ``slot``: the 0-d cache slot it goes to (advanced in place); ``ids`` /
+    ``logps`` ``[B, n]``: the output; ``positions`` ``[3, B, S]`` / ``valid`` ``[B, S]``: every slot's."""
+
+    logp: torch.Tensor
+    probs: torch.Tensor
+    noise: torch.Tensor
+    slot: torch.Tensor
+    ids: torch.Tensor
+    logps: torch.Tensor
+    positions: torch.Tensor
+    valid: torch.Tensor
+    cache: object
+    prompt_len: int
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The state's tensors by name (the cache's key/value tensors included): what must keep its address."""
+        named = {k: v for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
+        for i, layer in enumerate(self.cache.layers):
+            named[f"cache.{i}.keys"], named[f"cache.{i}.values"] = layer.keys, layer.values
+        return named
+
+
+def _step(lm, lm_head, codebook: int, sampling: tuple, s: DecodeState) -> None:
+    """One decode step, in place on ``s``: draw the next token from ``(s.logp, s.probs)`` with ``s.noise``
+    (:func:`glm_grpo_ds.sampling.draw_ids`), record it and its log-prob in ``s.ids`` / ``s.logps``, write it at
+    cache slot ``s.slot`` (its keys masked after the slot), put the following token's distribution in
+    ``s.logp`` / ``s.probs`` and advance ``s.slot``. Reads nothing back to the host."""
     temperature, top_k, top_p = sampling
-    token, logp = draw_ids(*dist, noise)
-    keys = torch.arange(valid.shape[1], device=valid.device) <= slot
-    mask = (valid & keys)[:, None, None, :]  # [B, 1, 1, S]: True = attend
+    token, logp = draw_ids(s.logp, s.probs, s.noise)
+    column = (s.slot - s.prompt_len).view(1)
+    s.ids.index_copy_(1, column, token[:, None])
+    s.logps.index_copy_(1, column, logp[:, None])
+    keys = torch.arange(s.valid.shape[1], device=s.valid.device) <= s.slot
+    mask = (s.valid & keys)[:, None, None, :]  # [B, 1, 1, S]: True = attend
     hidden = lm(
         input_ids=token[:, None],
         attention_mask=mask,
-        position_ids=positions.index_select(2, slot.view(1)),
-        past_key_values=cache,
+        position_ids=s.positions.index_select(2, s.slot.view(1)),
+        past_key_values=s.cache,
         use_cache=True,
     ).last_hidden_state[:, -1]
-    return token, logp, draw_distribution(policy_logits(lm_head(hidden), codebook, temperature), top_k, top_p)
+    next_logp, next_probs = draw_distribution(policy_logits(lm_head(hidden), codebook, temperature), top_k, top_p)
+    s.logp.copy_(next_logp)
+    s.probs.copy_(next_probs)
+    s.slot.add_(1)
 
 
 _compiled_steps: dict[str, object] = {}
@@ -69,25 +115,11 @@ _compiled_steps: dict[str, object] = {}
 def compiled_step(device: torch.device):
     """:func:`_step` through ``torch.compile(fullgraph=True)``, built on first use; one graph per model, rows and
     cache slots. On a CPU the generated code calls its kernels from C++ (inductor's ``cpp_wrapper``: +9 % on
-    the tiny model); a GPU gets the default wrapper, CUDA graphs not yet (untested here)."""
+    the tiny model)."""
     if device.type not in _compiled_steps:
         options = {"cpp_wrapper": True} if device.type == "cpu" else {}
         _compiled_steps[device.type] = torch.compile(_step, fullgraph=True, dynamic=False, options=options)
     return _compiled_steps[device.type]
-
-
-@contextlib.contextmanager
-def sdpa_attention(lm):
-    """The language model attends through torch's sdpa inside the block, whatever ``model.attn_implementation``
-    says: the loop's masks are sdpa's boolean 4D masks (flash-attn takes 2D padding masks, eager attention
-    additive ones), so no other kernel may read them."""
-    config = lm.config
-    before = config._attn_implementation
-    config._attn_implementation = "sdpa"
-    try:
-        yield
-    finally:
-        config._attn_implementation = before
 
 
 def unchecked_guards():
@@ -107,6 +139,19 @@ def prefill_mask(valid: torch.Tensor, prompt_len: int) -> torch.Tensor:
     return ((valid[:, None, :] & causal[None]) | (slots[None, :] == query)[None])[:, None]
 
 
+@dataclass(frozen=True)
+class LoopOptions:
+    """How the decode loop runs its step (the ``rollout`` config section's ``compile``, ``compile_scope``,
+    ``cuda_graph``); every choice samples the same tokens from the same noise."""
+
+    compile: bool = False
+    compile_scope: str = "step"  # "step": the whole step in one graph; "layers": norms and MLPs (step_graph.py)
+    cuda_graph: bool = False
+
+
+_setup_reported: set[tuple] = set()
+
+
 @torch.no_grad()
 def decode_tokens(
     ar,
@@ -116,14 +161,56 @@ def decode_tokens(
     num_tokens: int,
     sampling: SamplingConfig,
     generators: list[torch.Generator | None],
-    compile: bool = False,
+    options: LoopOptions = LoopOptions(),
+    on_tokens: Callable[[int, int], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """KV-cached decode of ``num_tokens`` tokens after left-padded ``prompt_ids`` ``[B, L]``;
-    ``position_ids`` ``[3, B, L + num_tokens]``; ``generators`` as :func:`glm_grpo_ds.sampling.draw_ids`.
+    ``position_ids`` ``[3, B, L + num_tokens]``; ``generators`` as :func:`glm_grpo_ds.sampling.draw_ids`;
+    ``on_tokens(done, total)`` every :data:`REPORT_EVERY` tokens (host-side counts only).
 
     Returns ``(ids [B, n], logps [B, n])``; logps are fp32 log-probs of the drawn tokens under the
     policy distribution (mask + temperature, not truncated).
     """
+    state = prefill(ar, prompt_ids, prompt_mask, position_ids, num_tokens, sampling)
+    body, lm_head, codebook = ar_parts(ar)
+    lm = body.language_model
+    settings = (sampling.temperature, sampling.top_k, sampling.top_p)
+    device = prompt_ids.device
+    whole_step = options.compile and options.compile_scope == "step"
+    step = compiled_step(device) if whole_step else _step
+    run = replayed_step(partial(step, lm, lm_head, codebook, settings, state), device) if options.cuda_graph else None
+    regions = compiled_layers(lm) if options.compile and not whole_step else contextlib.nullcontext()
+    with decode_attention(lm), regions, contextlib.ExitStack() as stance:
+        for k in range(num_tokens - 1):
+            race_noise(state.probs, generators, out=state.noise)
+            if run is not None:
+                run()
+            else:
+                step(lm, lm_head, codebook, settings, state)
+            if whole_step and k == 0:
+                stance.enter_context(unchecked_guards())
+            if on_tokens is not None and (k + 1) % REPORT_EVERY == 0:
+                on_tokens(k + 1, num_tokens)
+    if isinstance(run, ReplayedStep):
+        key = (device.type, options, tuple(prompt_ids.shape))
+        report_setup("CUDA graph" + (" (compiled)" if options.compile else ""), run.setup_s, key not in _setup_reported)
+        _setup_reported.add(key)
+    token, logp = draw_ids(state.logp, state.probs, race_noise(state.probs, generators, out=state.noise))
+    state.ids[:, -1], state.logps[:, -1] = token, logp
+    if on_tokens is not None:
+        on_tokens(num_tokens, num_tokens)
+    return state.ids, state.logps
+
+
+def prefill(
+    ar,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    num_tokens: int,
+    sampling: SamplingConfig,
+) -> DecodeState:
+    """The prompt through the model into a new static cache: the :class:`DecodeState` of the first token."""
     from transformers import StaticCache
 
     body, lm_head, codebook = ar_parts(ar)
@@ -137,14 +224,7 @@ def decode_tokens(
     positions = position_ids.new_zeros(3, bsz, slots)
     positions[:, :, : plen + num_tokens] = position_ids
     cache = StaticCache(config=lm.config, max_cache_len=slots)
-    settings = (sampling.temperature, sampling.top_k, sampling.top_p)
-
-    step = compiled_step(device) if compile else _step
-    # token k is drawn in the step that writes it to the cache (slot plen + k); the last one needs no forward
-    step_slots = torch.arange(plen, plen + num_tokens - 1, device=device)
-    ids = prompt_ids.new_empty(bsz, num_tokens)
-    logps = torch.empty(bsz, num_tokens, dtype=torch.float32, device=device)
-    with sdpa_attention(lm), contextlib.ExitStack() as stance:
+    with decode_attention(lm):
         hidden = lm(
             input_ids=prompt_ids,
             attention_mask=prefill_mask(valid, plen),
@@ -152,13 +232,18 @@ def decode_tokens(
             past_key_values=cache,
             use_cache=True,
         ).last_hidden_state[:, -1]
-        dist = draw_distribution(policy_logits(lm_head(hidden), codebook, sampling.temperature), *settings[1:])
-        for k in range(num_tokens - 1):
-            noise = race_noise(dist[1], generators)
-            ids[:, k], logps[:, k], dist = step(
-                lm, lm_head, codebook, settings, dist, noise, step_slots[k], positions, valid, cache
-            )
-            if compile and k == 0:
-                stance.enter_context(unchecked_guards())
-    ids[:, -1], logps[:, -1] = draw_ids(*dist, race_noise(dist[1], generators))
-    return ids, logps
+    logp, probs = draw_distribution(
+        policy_logits(lm_head(hidden), codebook, sampling.temperature), sampling.top_k, sampling.top_p
+    )
+    return DecodeState(
+        logp=logp.contiguous(),
+        probs=probs.contiguous(),
+        noise=torch.empty_like(probs),
+        slot=torch.tensor(plen, device=device),
+        ids=prompt_ids.new_empty(bsz, num_tokens),
+        logps=torch.empty(bsz, num_tokens, dtype=torch.float32, device=device),
+        positions=positions,
+        valid=valid,
+        cache=cache,
+        prompt_len=plen,
+    )

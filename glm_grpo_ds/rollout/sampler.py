@@ -28,7 +28,7 @@ import torch
 from ..config import SamplingConfig
 from ..policy import ar_parts, resolve_sampling
 from .batch import GridSpec, RolloutBatch
-from .decode_loop import decode_tokens
+from .decode_loop import LoopOptions, decode_tokens
 
 
 def build_prompt_inputs(processor, prompts: list[str], height: int, width: int, device=None) -> dict:
@@ -103,6 +103,18 @@ def _repeat_rows(inputs: dict, group_size: int) -> dict:
     }
 
 
+def prepare_rows(ar, processor, prompts: list[str], group_size: int, height: int, width: int, device):
+    """The decode loop's inputs: ``(rows, positions, grid)`` = each prompt's chat-templated input G times
+    (:func:`build_prompt_inputs` keys, ``[P*G, L]``), the 3D positions of prompt + generated tokens
+    ``[3, P*G, L + n]`` and the grids' :class:`GridSpec`."""
+    inputs = build_prompt_inputs(processor, prompts, height, width, device=device)
+    grid = grid_spec_from_inputs(inputs)
+    rows = _repeat_rows(inputs, group_size)
+    prompt_pos = prompt_position_ids(ar, rows)
+    positions = torch.cat([prompt_pos, decode_position_ids(prompt_pos, rows["attention_mask"], grid)], dim=2)
+    return rows, positions, grid
+
+
 def rollout(
     ar,
     processor,
@@ -113,14 +125,16 @@ def rollout(
     sampling: SamplingConfig,
     generator: torch.Generator | list[torch.Generator] | None = None,
     device: torch.device | str | None = None,
-    compile: bool = False,
+    compile: bool | LoopOptions = False,
+    on_tokens=None,
 ) -> RolloutBatch:
     """Sample ``group_size`` grids for every prompt (all rows decoded as one batch). Unset
     ``sampling`` knobs (None) are the model's own (:func:`glm_grpo_ds.policy.resolve_sampling`).
 
     ``generator``: one for all rows, or a list of one per prompt (each prompt's draws come from its own
-    stream, as if it were sampled alone). ``compile``: the decode step through ``torch.compile``
-    (glm_grpo_ds/rollout/decode_loop.py)."""
+    stream, as if it were sampled alone). ``compile``: the decode step through ``torch.compile``, or the
+    loop's :class:`~glm_grpo_ds.rollout.decode_loop.LoopOptions` (compile scope, CUDA graph);
+    ``on_tokens(done, total)``: progress (glm_grpo_ds/rollout/decode_loop.py)."""
     sampling = resolve_sampling(sampling, ar)
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -128,13 +142,18 @@ def rollout(
     if len(generators) not in (1, len(prompts)):
         raise ValueError(f"give one generator or one per prompt ({len(prompts)}), got {len(generators)}")
     device = torch.device(device) if device is not None else next(ar.parameters()).device
-    inputs = build_prompt_inputs(processor, prompts, height, width, device=device)
-    grid = grid_spec_from_inputs(inputs)
-    rows = _repeat_rows(inputs, group_size)
-    prompt_pos = prompt_position_ids(ar, rows)
-    positions = torch.cat([prompt_pos, decode_position_ids(prompt_pos, rows["attention_mask"], grid)], dim=2)
+    rows, positions, grid = prepare_rows(ar, processor, prompts, group_size, height, width, device)
+    options = compile if isinstance(compile, LoopOptions) else LoopOptions(compile=compile)
     ids, logps = decode_tokens(
-        ar, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling, generators, compile
+        ar,
+        rows["input_ids"],
+        rows["attention_mask"],
+        positions,
+        grid.num_tokens,
+        sampling,
+        generators,
+        options,
+        on_tokens,
     )
 
     prompt_index = torch.arange(len(prompts), device=device).repeat_interleave(group_size)

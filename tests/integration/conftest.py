@@ -33,12 +33,21 @@ def data64(tiny_model_dir, tmp_path_factory):
 def short_run(tiny_model_dir, data64, tmp_path_factory):
     """A real one-step run (1 process, ZeRO-2, LoRA, launching.FAST) with its step-1 checkpoint, metrics,
     logs and final adapter: the bad-input, overwrite and checkpoint-content tests read it (copy it before
-    changing anything). ~12 s on 2 idle cores."""
+    changing anything). Its progress is on, every step-status line printed (status_interval_s=0); stderr
+    is kept beside it (:func:`short_run_stderr`). ~12 s on 2 idle cores."""
 
     def train(out):
+        progress = [o for o in FAST if not o.startswith("logging.progress_bar")] + ["logging.status_interval_s=0"]
         cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed"]
-        cmd += ["ds_configs/zero2.json", *common(tiny_model_dir, data64, out, "max_steps=1", "save_steps=1", *FAST)]
+        cmd += ["ds_configs/zero2.json", *common(tiny_model_dir, data64, out, "max_steps=1", "save_steps=1", *progress)]
         proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
+        out.with_name("short_run.stderr").write_text(proc.stderr)
 
     return built_once(tmp_path_factory, "short_run", train)
+
+
+@pytest.fixture(scope="session")
+def short_run_stderr(short_run):
+    """What :func:`short_run` wrote to stderr (kept beside the run, not in it)."""
+    return short_run.with_name("short_run.stderr").read_text()

@@ -72,9 +72,12 @@ def test_console_holds_only_our_lines_and_the_log_file_the_library_lines(tiny_mo
     assert summary.startswith(f"      log {logfile} (") and "chatty_lib 1" in summary, summary
     console = lines + proc.stderr.splitlines()
     assert not [line for line in console if CHATTER.search(line)], proc.stdout + proc.stderr
-    # stdout: the startup summary and the closing lines; stderr: the progress line(s) only
+    # stdout: the startup summary and the closing lines; stderr: the progress line(s) only (with the step status's
+    # lines when a phase outlasts logging.status_interval_s)
     assert all(re.match(r"(glm-grpo: |done: | {6})", line) for line in lines), proc.stdout
-    assert proc.stderr.splitlines() and all(line.startswith("grpo step ") for line in proc.stderr.splitlines())
+    assert proc.stderr.splitlines() and all(
+        line.startswith(("grpo step ", "grpo [")) for line in proc.stderr.splitlines()
+    )
 
     text = logfile.read_text()
     assert re.search(r"^\d{4}-\d\d-\d\d [\d:,]+ WARNING chatty_lib: chatty_lib says something", text, re.M)
@@ -95,6 +98,35 @@ def test_log_level_debug_shows_library_lines_on_the_console(tiny_model_dir, data
     assert "chatty_lib says something" in (out / "logs" / "rank_0.log").read_text()
 
 
+@pytest.mark.slow  # reads the shared short training run
+def test_the_load_and_a_running_step_say_where_they_are(short_run_stderr):
+    """glm_grpo_ds/observability/step_status.py in a real run whose stderr is not a terminal, with
+    logging.status_interval_s=0 (a line at every change): the load's stages, then the step's phases with their
+    counts, the first line of each naming the phase before and its time, then the step's line."""
+    lines = [re.sub(r"\b\d+(\.\d)? s\b", "T s", line) for line in short_run_stderr.splitlines()]
+    stages = ["input checks", "process group", "prompts", "model files", "processor", "rewards", "policy"]
+    stages += ["DeepSpeed engine", "decoder", "trackers"]
+    assert [line for line in lines if line.startswith("grpo [load]")] == [
+        f"grpo [load] {stage}, T s into the load" + (f" ({before} took T s)" if before else "")
+        for before, stage in zip([None, *stages], stages)
+    ], short_run_stderr
+    # the rollout's token counts come from its decode loop every ~64 tokens (rollout.on_tokens), when it reports
+    tokens = re.compile(r"grpo \[step 1/1\] rollout: \d+/\d+ tokens, T s into the step$")
+    # launching.FAST: one prompt x 4 samples (one DiT batch), one reward (pixel_mse), one micro-batch of 4
+    assert [line for line in lines if line.startswith("grpo [step") and not tokens.match(line)] == [
+        "grpo [step 1/1] rollout, T s into the step",
+        "grpo [step 1/1] decode: 0/4 images, T s into the step (rollout took T s)",
+        "grpo [step 1/1] decode: 4/4 images, T s into the step",
+        "grpo [step 1/1] reward: 0/1 rewards done, T s into the step (decode took T s)",
+        "grpo [step 1/1] reward: 1/1 rewards done, T s into the step",
+        "grpo [step 1/1] update: 0/1 micro-batches, T s into the step (reward took T s)",
+        "grpo [step 1/1] update: 1/1 micro-batches, T s into the step",
+    ], short_run_stderr
+    # nothing else, and the step's line last
+    assert len(lines) == len(stages) + 7 + sum(1 for line in lines if tokens.match(line)) + 1
+    assert lines[-1].startswith("grpo step 1/1 reward ")
+
+
 def test_missing_data_file_is_exactly_one_stderr_line(tiny_model_dir, tmp_path):
     """An input error before output_dir is used: the library output held back is dropped, nothing else
     is printed and no log is written."""
@@ -107,13 +139,14 @@ def test_missing_data_file_is_exactly_one_stderr_line(tiny_model_dir, tmp_path):
 
 def test_input_error_after_the_log_opens_is_one_stderr_line_and_logged(tiny_model_dir, data64, tmp_path):
     """An input error found while building the rewards (the lpips backbone file): still one line on
-    the console; the log file holds it after what the libraries said."""
+    the console (besides a step-status line when the load before it outlasted logging.status_interval_s, as on
+    a busy machine); the log file holds it after what the libraries said."""
     out = tmp_path / "run"
     weights = tmp_path / "missing_alexnet.pth"
     rewards = f"rewards=[{{name: lpips, args: {{backbone_weights: {weights}}}}}]"
     proc = run_train(*common(tiny_model_dir, data64, out, *FAST), rewards)
     assert proc.returncode == 2 and without_build_line(proc.stdout) == ""
-    lines = proc.stderr.splitlines()
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("grpo [load] ")]
     assert len(lines) == 1 and lines[0].startswith(f"glm-grpo train: reward lpips: backbone_weights {weights} does not")
     text = (out / "logs" / "rank_0.log").read_text()
     assert "printed.DeepSpeed: DeepSpeed" in text and f"ERROR glm_grpo.fatal: {lines[0]}" in text

@@ -237,6 +237,9 @@ def test_sections_report_every_problem_one_line_each():
         (["grpo.rank_tie_tolerance=0.01"], "grpo.rank_tie_tolerance=0.01 applies to the win_rate combinations only"),
         (["grpo.sampler_correction_min=0.5"], "grpo.sampler_correction_min=0.5 caps weights"),
         (["lora=null", "rollout.adapters_in_model_dtype=true"], "rollout.adapters_in_model_dtype casts LoRA adapters"),
+        (["lora=null", "rollout.merge_lora=true"], "rollout.merge_lora merges LoRA adapters"),
+        (["rollout.compile_scope=layers"], "rollout.compile_scope=layers chooses what rollout.compile=false"),
+        (["rollout.merge_copy=host"], "rollout.merge_copy=host places a copy"),
     ],
 )
 def test_a_setting_the_others_make_ineffective_is_refused_in_one_line(overrides, message):
@@ -249,6 +252,9 @@ def test_a_setting_the_others_make_ineffective_is_refused_in_one_line(overrides,
         "grpo.rank_tie_tolerance=0.01": "grpo.reward_combination=win_rate",
         "grpo.sampler_correction_min=0.5": "grpo.sampler_correction=token_truncate",
         "rollout.adapters_in_model_dtype=true": "lora.r=8",
+        "rollout.merge_lora=true": "lora.r=8",
+        "rollout.compile_scope=layers": "rollout.compile=true",
+        "rollout.merge_copy=host": "rollout.merge_lora=true",
     }
     kept = [o for o in overrides if o != "lora=null" and o not in fixes.values()]
     load_config(None, BASE + kept + [fixes[o] for o in kept if o in fixes])

@@ -137,11 +137,14 @@ def test_8bit_optimizer_with_offload_is_a_clear_error():
     assert ds["optimizer"]["type"] == "AdamW"  # DeepSpeed's CPU Adam runs the offloaded optimizer
 
 
-def test_compiled_rollout_needs_the_gathered_rollout_under_zero3():
-    base = ["model.path=/m", "data.train_file=/d.txt", "rewards=[{name: pixel_mse}]", "rollout.compile=true"]
+@pytest.mark.parametrize("option", ["compile", "cuda_graph", "merge_lora"])
+def test_compiled_captured_or_merged_rollout_needs_the_gathered_rollout_under_zero3(option):
+    base = ["model.path=/m", "data.train_file=/d.txt", "rewards=[{name: pixel_mse}]", f"rollout.{option}=true"]
     sharded = load_config(None, [*base, "rollout.gather_parameters=false"])
     zero3 = read_ds_config(ROOT / "ds_configs" / "zero3.json")
-    with pytest.raises(DeepSpeedConfigError, match="rollout.compile=true with ZeRO-3 needs rollout.gather_parameters"):
+    with pytest.raises(
+        DeepSpeedConfigError, match=f"rollout.{option}=true with ZeRO-3 needs rollout.gather_parameters"
+    ):
         fill_ds_config(zero3, sharded, 1, 64, torch.float32)
     fill_ds_config(zero3, load_config(None, base), 1, 64, torch.float32)  # gathered: fine
     fill_ds_config(read_ds_config(ROOT / "ds_configs" / "zero2.json"), sharded, 1, 64, torch.float32)  # no hooks

@@ -41,13 +41,16 @@ def test_help_shows_every_default():
     assert "(default: 8)" in text and "(default: 80.0)" in text and "(default: 128)" in text
 
 
-def test_fits_exit_0_and_names_the_reward_models(capsys):
+def test_fits_exit_0_and_names_the_reward_models(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)  # paths are shown relative to the working directory
     assert estimate_memory.main(RUN + ["--num-gpus", "8"]) == 0
     out, err = capsys.readouterr()
     assert "WARNING" not in err
     # the LoRA config's rewards: ocr on the CPU, aesthetic's CLIP ViT-L/14 + head on every GPU
     assert "reward models (the config's rewards" in out and "cpu: RapidOCR" in out
     assert "aesthetic" in out and "CLIP 427.6M fp32" in out and "whole on every GPU: aesthetic" in out
+    # the plan's last line: the fastest shipped DeepSpeed config that fits (ZeRO-2 at 8 x 80 GiB)
+    assert out.splitlines()[-1].startswith("fastest that fits: ds_configs/zero2.json (ZeRO-2, 42.5 GiB of 80)")
 
 
 def test_over_budget_exits_3_unless_allowed(capsys):
@@ -72,3 +75,35 @@ def test_bad_config_exits_2(capsys):
     assert estimate_memory.main(RUN + ["lora.alfa=4"]) == 2
     err = capsys.readouterr().err
     assert "did you mean" in err and "Traceback" not in err
+
+
+def _fastest(capsys, config: str, ds: str, gpus: int, *extra: str) -> tuple[int, dict]:
+    argv = ["--config", str(ROOT / "launch/configs" / config), "--deepspeed", str(ROOT / "ds_configs" / ds)]
+    code = estimate_memory.main(argv + ["--num-gpus", str(gpus), "--gpu-memory-gb", "80", "--json", *extra])
+    return code, json.loads(capsys.readouterr().out)["fastest_that_fits"]
+
+
+def test_names_the_fastest_zero_stage_that_fits(capsys, monkeypatch):
+    """The same run planned at every ds_configs/*.json: ZeRO-0/1/2 before ZeRO-3, no offload before offload, the
+    smaller plan within a class; the exit status is still the given config's."""
+    monkeypatch.chdir(ROOT)  # paths are shown relative to the working directory
+    # the LoRA config on one 80 GiB GPU: ZeRO-2 fits (43.7 GiB), so ZeRO-3 is not the fastest; 8-bit AdamW
+    # refuses the offloaded optimizer of zero3_offload.json
+    code, f = _fastest(capsys, "glm_image_lora_zero3.yaml", "zero3.json", 1)
+    assert code == 0 and f["deepspeed"].endswith("ds_configs/zero2.json") and not f["given_is_fastest"]
+    assert f["line"].startswith("fastest that fits: ds_configs/zero2.json (ZeRO-2, 43.7 GiB of 80); measured on")
+    assert "8-bit" in next(r for r in f["candidates"] if r["deepspeed"].endswith("zero3_offload.json"))["refused"]
+    code, f = _fastest(capsys, "glm_image_lora_zero3.yaml", "zero1.json", 1)  # ZeRO-1: ZeRO-2's speed class
+    assert code == 0 and f["given_is_fastest"] and f["line"] == "fastest that fits: this one (ZeRO-1, 44.6 GiB of 80)"
+    # full fine-tuning of the 10B AR on 8 GPUs: ZeRO-2 needs 81.0 GiB, so ZeRO-3 is the one; a given ZeRO-2
+    # does not fit (exit 3) and the line names ZeRO-3
+    code, f = _fastest(capsys, "glm_image_full_zero3.yaml", "zero2.json", 8)
+    assert code == 3 and f["deepspeed"].endswith("ds_configs/zero3.json")
+    assert "(ZeRO-3, 54.4 GiB of 80); this one does not fit; nothing faster fits: " in f["line"]
+    # ... and on one 80 GiB GPU nothing does (ZeRO-3 with offload plans 81.8 GiB)
+    code, f = _fastest(capsys, "glm_image_full_zero3.yaml", "zero3.json", 1, "--allow-over-budget")
+    assert code == 0 and f["deepspeed"] is None and not f["given_is_fastest"]
+    assert f["line"] == (
+        "fastest that fits: none at 80 GiB per GPU (the smallest plan: ds_configs/zero3_offload.json, "
+        "ZeRO-3 + offload, 81.8 GiB)"
+    )

@@ -9,7 +9,7 @@ import pytest
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 
 from glm_grpo_ds.config import load_config
-from glm_grpo_ds.memory.plan import GIB, EstimateConfig, grid_tokens, plan
+from glm_grpo_ds.memory.plan import GIB, EstimateConfig, grid_tokens, merge_copy_placement, plan
 from glm_grpo_ds.memory.sizes import Sizes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -328,3 +328,104 @@ def test_a_zero3_sub_group_never_splits_a_tensor():
     p = plan(c, ds, EstimateConfig(num_gpus=2, device="cpu"), sizes(trainable=5010))["components"]
     assert p["fp32_grad_step"] == 4 * 2000
     assert p["optimizer_step_temporaries"] == 5 * 4 * 2000
+
+
+# GLM-Image's decoder layer, per the built-in config (hidden 4096, 32 x 128 query heads, 2 x 128 kv heads,
+# intermediate 13 696): the base weights of q, k, v, o, gate_up (both halves) and down, times 40 layers
+GLM_ADAPTED = 40 * (4096 * 4096 + 2 * 4096 * 256 + 4096 * 4096 + 4096 * 2 * 13696 + 13696 * 4096)
+
+
+def test_merge_copy_counted_where_it_lives():
+    """rollout.merge_lora: the adapted linears' base weights once (model dtype), on the GPU (persistent), in
+    pinned host RAM (per rank, not on the GPU) or nowhere (ZeRO-3 on several ranks); merging holds the fp32
+    temporaries of the largest adapted linear during the rollout; auto = the GPU when the plan with it fits."""
+    s = dataclasses.replace(sizes(1280, [640, 640]), adapted_base=[1000, 4000])
+    base = plan(cfg(), ZERO[2], EstimateConfig(num_gpus=1), s)
+    on = plan(cfg("rollout.merge_lora=true", "rollout.merge_copy=device"), ZERO[2], EstimateConfig(num_gpus=1), s)
+    comp = on["components"]
+    assert comp["lora_merge_copy"] == 2 * 5000 and "lora_merge_copy" in on["persistent"]
+    assert comp["rollout_merge"] == 12 * 4000  # fp32 delta, fp32 W, fp32 sum
+    assert (on["merge_copy"]["placement"], on["merge_copy"]["bytes"], on["merge_copy"]["why"]) == (
+        "device",
+        10_000,
+        "rollout.merge_copy=device",
+    )
+    assert on["total_bytes"] == base["total_bytes"] + 2 * 5000  # the rollout phase is not the peak here
+    host = plan(cfg("rollout.merge_lora=true", "rollout.merge_copy=host"), ZERO[2], EstimateConfig(num_gpus=1), s)
+    assert host["components"]["lora_merge_copy"] == 0 and host["total_bytes"] == base["total_bytes"]
+    assert host["host_node"]["per_rank"]["lora_merge_copy"] == 10_000
+    assert host["host_node"]["steady_bytes"] == base["host_node"]["steady_bytes"] + 10_000
+    # ZeRO-3 on 2 ranks: the rollout's gathered weights are discarded, no copy (the merge still runs);
+    # on one rank the gathered parameter is the stored one: restored from a copy
+    z3 = plan(cfg("rollout.merge_lora=true"), ZERO[3], EstimateConfig(num_gpus=2), s)
+    assert z3["merge_copy"]["placement"] is None and z3["components"]["lora_merge_copy"] == 0
+    assert z3["components"]["rollout_merge"] == 12 * 4000
+    assert plan(cfg("rollout.merge_lora=true"), ZERO[3], EstimateConfig(num_gpus=1), s)["merge_copy"]["placement"] == (
+        "device"
+    )
+    # auto: the GPU exactly when the plan with the copy fits (headroom >= 0, the plan's own test)
+    auto = cfg("rollout.merge_lora=true")
+    need = base["total_bytes"] + 10_000
+    assert merge_copy_placement(auto, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=need / GIB), s) == "device"
+    tight = EstimateConfig(num_gpus=1, gpu_memory_gb=(need - 1) / GIB)
+    assert merge_copy_placement(auto, ZERO[2], tight, s) == "host"
+    # a CPU rank: one memory, so auto is the device, counted in fp32 (the CPU's model dtype), W its own .float()
+    cpu = plan(cfg("rollout.merge_lora=true", "model.dtype=auto"), ZERO[2], EstimateConfig(num_gpus=1, device="cpu"), s)
+    assert cpu["merge_copy"]["placement"] == "device" and cpu["components"]["lora_merge_copy"] == 4 * 5000
+    assert cpu["components"]["rollout_merge"] == 8 * 4000
+    assert merge_copy_placement(cfg(), ZERO[2], EstimateConfig(num_gpus=1), s) is None  # merge_lora off
+
+
+def test_merge_copy_of_the_real_glm_image_lora():
+    """The default LoRA config (r=64 on all six projections of the 40 layers): 8.16 G base elements, 15.2 GiB in
+    bf16 (measured on an H200: 41.4 GB peak with the copy on the GPU, 25.8 GB without); at world size 1 under
+    ZeRO-2, auto keeps it on an 80 GiB GPU and puts it in host memory on a 48 GiB one (the plan without it:
+    43.7 GiB)."""
+    from glm_grpo_ds.memory.sizes import model_sizes
+
+    c = load_config(ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml", ["rollout.merge_lora=true"])
+    s = model_sizes(c)
+    assert sum(s.adapted_base) == GLM_ADAPTED == 8_157_921_280 and len(s.adapted_base) == 40 * 6
+    p = plan(c, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=80), s)
+    assert p["components"]["lora_merge_copy"] == 2 * GLM_ADAPTED == 16_315_842_560  # 15.20 GiB
+    assert p["components"]["rollout_merge"] == 12 * 4096 * 2 * 13696  # gate_up, the largest
+    assert "LoRA merge copy (rollout.merge_lora)" in p["notes"]["lora_merge_copy"]
+    assert p["merge_copy"]["placement"] == "device"
+    small = plan(c, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=48), s)
+    assert small["merge_copy"]["placement"] == "host" and small["components"]["lora_merge_copy"] == 0
+    assert small["total_bytes"] == p["total_bytes"] - 2 * GLM_ADAPTED < 48 * GIB
+
+
+def test_planned_merge_copy_is_what_the_merge_copies(tiny_model_dir):
+    """The planner's adapted base weights are the ones merged_lora's BaseCopy holds (the tiny model, fp32)."""
+    from tiny_lora import lora_policy
+
+    from glm_grpo_ds.memory.sizes import model_sizes
+    from glm_grpo_ds.rollout.merged_lora import adapted_linear_bytes
+
+    planned = model_sizes(cfg(f"model.path={tiny_model_dir}", "lora.r=4")).adapted_base
+    assert planned and 4 * sum(planned) == adapted_linear_bytes(lora_policy(tiny_model_dir, b_std=0))
+
+
+def test_the_trainer_resolves_merge_copy_auto_from_the_plan():
+    """observability/summary.py: auto becomes the plan's placement in the run's cfg (experience.py reads it), an
+    explicit choice stays, and the startup summary says where the copy is in one line."""
+    from glm_grpo_ds.observability.summary import merge_copy_line, resolve_merge_copy
+
+    s = dataclasses.replace(sizes(1280, [640, 640]), adapted_base=[1000, 4000])
+    for gib, where in ((80, "device"), (1, "host")):
+        c = cfg("rollout.merge_lora=true")
+        planned = plan(c, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=gib), s)
+        resolve_merge_copy(c, planned)
+        assert c.rollout.merge_copy == where
+    line = merge_copy_line(c, planned, on_gpu=True)
+    assert line.startswith("rollout: LoRA merged for sampling, base copy in pinned host memory (0.0 MiB; ")
+    assert "merge_copy=auto: the plan with it on the GPU" in line and "exceeds 1 GiB" in line
+    kept = cfg("rollout.merge_lora=true", "rollout.merge_copy=device")
+    resolve_merge_copy(kept, plan(kept, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=1), s))
+    assert kept.rollout.merge_copy == "device"
+    z3 = cfg("rollout.merge_lora=true")
+    planned = plan(z3, ZERO[3], EstimateConfig(num_gpus=2), s)
+    resolve_merge_copy(z3, planned)
+    assert z3.rollout.merge_copy == "auto" and "no base copy (ZeRO-3 on 2 ranks" in merge_copy_line(z3, planned, True)
+    assert merge_copy_line(cfg(), planned, True) is None

@@ -1,0 +1,361 @@
+"""Time the rollout's decode step, variant by variant, on the model size a user trains (GPU), or tiny (CPU).
+
+    glm-grpo decode-timing                                   # GPU: the full-size AR (40 layers), LoRA r=64, G=16, 1024²
+    glm-grpo decode-timing --layers 8                        # a real-width slice of 8 layers: ms scaled to 40 shown
+    glm-grpo decode-timing --tiny --steps 8 --group-size 4   # the reduced CPU form the test suite runs
+    bash launch/gpu_timing.sh                                # this, then one training step with per-phase times
+
+It builds GLM-Image's AR on the device with random weights (bf16; transformers' real configuration, the tiny
+vocabulary layout of ``glm-grpo tiny-model --full-size-ar``) and peft LoRA adapters as the trainer has them
+(fp32, ``lora_B`` random so merging changes the weights), prefills ``--group-size`` rows of one prompt at
+``--size``², then for each variant runs the decode loop's own step (glm_grpo_ds/rollout/decode_loop.py) from
+the same prefill with the same noise: untimed warm-up steps (compile, capture), then ``--steps`` steps timed
+with CUDA events (perf_counter on a CPU). Variants:
+
+* ``eager``: peft's LoRA wrappers, fp32 adapters (the trainer's rollout before issue #39);
+* ``merged``: LoRA merged into the base weights (rollout.merge_lora);
+* ``graph_lora``: the eager LoRA step captured as a CUDA graph (rollout.cuda_graph);
+* ``graph``: merged and captured (merge_lora + cuda_graph);
+* ``graph_compiled``: merged, each layer's norms and MLP compiled, captured (+ compile, compile_scope=layers);
+* ``compiled_step``: merged, the whole step compiled (compile_scope=step), captured on a GPU; slow to compile;
+* ``hf_generate``: transformers' ``generate`` on the merged model (what diffusers' pipeline samples with).
+
+For each: ms per decode step, tokens/s, the speed-up over ``eager``, the fraction of the HBM roofline (the step
+reads every language-model weight and the whole KV cache once), whether its tokens equal the reference's (the
+merged variants against ``merged``, the LoRA ones against ``eager``) and the largest log-prob difference, and
+the warm-up + capture seconds. Exit 1 when a variant that must reproduce its reference bitwise does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import torch
+
+HBM_BYTES_PER_S = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.04e12, "B200": 8.0e12}  # peak, by device name
+FULL_LAYERS = 40  # GLM-Image's AR
+PROMPT = "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"
+
+
+@dataclass(frozen=True)
+class Variant:
+    merged: bool
+    graph: bool
+    compile: str | None  # None, "layers" or "step"
+    reference: str  # the variant whose tokens it must reproduce
+    exact: bool  # bitwise equal to the reference (same kernels), else reported only
+
+
+VARIANTS = {
+    "eager": Variant(False, False, None, "eager", True),
+    "merged": Variant(True, False, None, "merged", True),
+    "graph_lora": Variant(False, True, None, "eager", True),
+    "graph": Variant(True, True, None, "merged", True),
+    "graph_compiled": Variant(True, True, "layers", "merged", False),
+    "compiled_step": Variant(True, True, "step", "merged", False),
+}
+DEFAULT_VARIANTS = ("eager", "merged", "graph_lora", "graph", "graph_compiled", "hf_generate")
+
+
+def build_policy(tiny: bool, layers: int | None, r: int, device: torch.device, seed: int = 0):
+    """``(peft policy, processor)``: GLM-Image's AR (real size, or the tiny test model's) with random weights in
+    bf16 (fp32 for ``tiny``) on ``device`` and LoRA adapters of rank ``r`` on every projection, ``lora_B`` random."""
+    from peft import get_peft_model
+    from transformers import GlmImageForConditionalGeneration
+
+    from ..adapters import peft_lora_config
+    from ..config.sections import LoraConfig
+    from ..testing.tiny import _vocab, build_ar_config, build_processor
+
+    vocab = _vocab()
+    eos = vocab["<|endoftext|>"]
+    config = build_ar_config(len(vocab), eos, eos, full_size=not tiny)
+    if layers:
+        config.text_config.num_hidden_layers = layers
+    config.vision_config.depth = 1  # the vision tower does not run for text-to-image
+    torch.manual_seed(seed)
+    with torch.device(device):
+        ar = GlmImageForConditionalGeneration._from_config(config, dtype=torch.float32 if tiny else torch.bfloat16)
+    policy = get_peft_model(ar, peft_lora_config(LoraConfig(r=r, alpha=2 * r)))
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.02, generator=gen)
+    return policy.eval(), build_processor()
+
+
+def _timer(device: torch.device):
+    """``(start, stop)``: stop() returns seconds since start(), measured on the device's clock."""
+    if device.type == "cuda":
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def stop():
+            end.record()
+            end.synchronize()
+            return begin.elapsed_time(end) / 1e3
+
+        return begin.record, stop
+    t0 = [0.0]
+
+    def start():
+        t0[0] = time.perf_counter()
+
+    return start, lambda: time.perf_counter() - t0[0]
+
+
+@torch.no_grad()
+def run_variant(policy, rows, positions, grid, sampling, v: Variant, steps: int, seed: int) -> dict:
+    """The decode loop's step under variant ``v``: warm-up (and capture), then ``steps`` timed steps."""
+    from ..policy import ar_parts
+    from ..rollout.decode_attention import decode_attention
+    from ..rollout.decode_loop import _step, compiled_step, prefill, unchecked_guards
+    from ..rollout.merged_lora import BaseCopy, _lora_layers, lora_merged
+    from ..rollout.step_graph import WARMUP_STEPS, ReplayedStep, compiled_layers
+    from ..sampling import race_noise
+
+    device = rows["input_ids"].device
+    body, lm_head, codebook = ar_parts(policy)
+    lm = body.language_model
+    settings = (sampling.temperature, sampling.top_k, sampling.top_p)
+    warm = WARMUP_STEPS + 1
+    gen = torch.Generator(device=device).manual_seed(seed)
+    t_setup = time.perf_counter()
+    keep = BaseCopy("device")
+    with contextlib.ExitStack() as ctx:
+        if v.merged:
+            ctx.enter_context(lora_merged(policy, keep))
+        state = prefill(policy, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling)
+        ctx.enter_context(decode_attention(lm))
+        if v.compile == "layers":
+            ctx.enter_context(compiled_layers(lm))
+        fn = compiled_step(device) if v.compile == "step" else _step
+        call = partial(fn, lm, lm_head, codebook, settings, state)
+        run = ReplayedStep(call) if v.graph and device.type == "cuda" else call
+        start, stop = _timer(device)
+        for k in range(warm + steps):
+            if k == warm:
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                setup_s = time.perf_counter() - t_setup  # prefill, warm-up, compile and capture
+                start()
+            race_noise(state.probs, [gen], out=state.noise)
+            run()
+            if v.compile == "step" and k == 0:
+                ctx.enter_context(unchecked_guards())
+        seconds = stop()
+    n = warm + steps
+    weights = {name: w for name, _, w in _lora_layers(policy)}
+    restored = all(torch.equal(weights[name], saved) for name, saved in keep.saved.items())
+    return {
+        "restored_bitwise": restored if v.merged else None,
+        "ms_per_step": 1e3 * seconds / steps,
+        "setup_s": setup_s,
+        "ids": state.ids[:, :n].cpu(),
+        "logps": state.logps[:, :n].cpu(),
+        "captured": isinstance(run, ReplayedStep),
+    }
+
+
+def agreement(r: dict, ref: dict) -> dict:
+    """Token agreement of two runs from the same prefill and noise: the fraction of equal tokens, each row's
+    first step that differs (the rest of a row follows other tokens, so it is not compared), and the largest
+    log-prob difference before that step (same tokens, so a difference in the model's numerics only)."""
+    same = r["ids"] == ref["ids"]
+    agree = same.long().cumprod(dim=1).bool()  # [B, n]: True up to the row's first differing token
+    diff = (r["logps"] - ref["logps"]).abs().where(agree, torch.zeros_like(r["logps"]))
+    first = torch.where(agree.all(1), same.shape[1], (~agree).long().argmax(1))
+    return {
+        "same_tokens": float(same.float().mean()),
+        "first_difference_min": int(first.min()),
+        "max_logp_diff": float(diff.max()),
+    }
+
+
+@torch.no_grad()
+def hf_generate_ms(policy, rows, sampling, steps: int, seed: int) -> float:
+    """ms per decode step of transformers' ``generate`` on the merged model: (steps+1 tokens - 1 token) / steps."""
+    from ..policy import unwrap_ar
+    from ..rollout.merged_lora import BaseCopy, lora_merged
+
+    device = rows["input_ids"].device
+    start, stop = _timer(device)
+    times = {}
+    with lora_merged(policy, BaseCopy("device")):
+        ar = unwrap_ar(policy)
+        for n in (1, steps + 1, 1, steps + 1):  # each twice; the second of each is kept (the first warms up)
+            torch.manual_seed(seed)
+            start()
+            ar.generate(
+                **rows,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_k=sampling.top_k or None,
+                top_p=sampling.top_p,
+            )
+            times[n] = stop()
+    return 1e3 * (times[steps + 1] - times[1]) / steps
+
+
+def step_bytes(policy, state_rows: int, cache_slots: int) -> int:
+    """Bytes one decode step must read at least: every language-model and lm_head weight (merged: the plain
+    model's) and the whole static KV cache."""
+    from ..policy import unwrap_ar
+
+    ar = unwrap_ar(policy)
+    weights = sum(
+        p.numel() * p.element_size()
+        for n, p in ar.named_parameters()
+        if ("language_model" in n or "lm_head" in n) and "lora_" not in n
+    )
+    t = ar.config.text_config
+    head_dim = getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads
+    kv = 2 * t.num_hidden_layers * state_rows * t.num_key_value_heads * cache_slots * head_dim
+    return weights + kv * next(ar.parameters()).element_size()
+
+
+def measure(a) -> dict:
+    from ..config import SamplingConfig
+    from ..rollout.decode_loop import cache_slots
+    from ..rollout.sampler import prepare_rows
+
+    device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    t0 = time.perf_counter()
+    policy, processor = build_policy(a.tiny, a.layers, a.lora_r, device, a.seed)
+    build_s = time.perf_counter() - t0
+    sampling = SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p)
+    rows, positions, grid = prepare_rows(policy, processor, [PROMPT], a.group_size, a.size, a.size, device)
+    layers = policy.base_model.model.config.text_config.num_hidden_layers
+    results, failures = {}, []
+    for name in a.variants:
+        if name == "hf_generate":
+            results[name] = {"ms_per_step": hf_generate_ms(policy, rows, sampling, a.steps, a.seed)}
+            continue
+        v = VARIANTS[name]
+        r = run_variant(policy, rows, positions, grid, sampling, v, a.steps, a.seed)
+        ref = results.get(v.reference)
+        if ref is not None and "ids" in ref:
+            r.update(agreement(r, ref), reference=v.reference)
+            if v.exact and (r["same_tokens"] < 1 or r["max_logp_diff"] > 0):
+                failures.append(f"{name}: not bitwise the {v.reference} loop's tokens and log-probs")
+        if r["restored_bitwise"] is False:
+            failures.append(f"{name}: the base weights were not restored bitwise after the merged rollout")
+        results[name] = r
+        print(f"  {name}: {r['ms_per_step']:.2f} ms/step", flush=True)
+    if "merged" in results and "eager" in results:  # merging changes the weights' rounding, not the model
+        results["merged"].update(
+            {f"vs_eager_{k}": v for k, v in agreement(results["merged"], results["eager"]).items()}
+        )
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    bw = a.hbm_gbps * 1e9 if a.hbm_gbps else next((v for k, v in HBM_BYTES_PER_S.items() if k in name), None)
+    nbytes = step_bytes(policy, rows["input_ids"].shape[0], cache_slots(rows["input_ids"].shape[1], grid.num_tokens))
+    scale = FULL_LAYERS / layers
+    for r in results.values():
+        r.pop("ids", None), r.pop("logps", None)
+        r["tokens_per_s"] = a.group_size * 1e3 / r["ms_per_step"]
+        r["ms_per_step_at_40_layers"] = r["ms_per_step"] * scale
+        if "eager" in results:
+            r["speedup_vs_eager"] = results["eager"]["ms_per_step"] / r["ms_per_step"]
+        if bw:
+            r["roofline_fraction"] = nbytes / bw / (r["ms_per_step"] / 1e3)
+    return {
+        "device": name,
+        "torch": torch.__version__,
+        "layers": layers,
+        "group_size": a.group_size,
+        "size": a.size,
+        "decode_tokens": grid.num_tokens,
+        "steps_timed": a.steps,
+        "lora_r": a.lora_r,
+        "build_s": build_s,
+        "bytes_per_step": nbytes,
+        "hbm_bytes_per_s": bw,
+        "floor_ms_per_step": nbytes / bw * 1e3 if bw else None,
+        "variants": results,
+        "failures": failures,
+    }
+
+
+def format_report(m: dict) -> str:
+    floor = (
+        f", floor {m['floor_ms_per_step']:.2f} ms/step at {m['hbm_bytes_per_s'] / 1e12:.2f} TB/s"
+        if m["floor_ms_per_step"]
+        else ""
+    )
+    lines = [
+        f"decode step on {m['device']} (torch {m['torch']}): {m['layers']} layers, G={m['group_size']}, "
+        f"{m['size']}², LoRA r={m['lora_r']}, {m['steps_timed']} steps timed; "
+        f"reads {m['bytes_per_step'] / 1e9:.2f} GB/step" + floor,
+        f"{'variant':<16}{'ms/step':>9}{'@40 layers':>11}{'tok/s':>9}{'x eager':>8}{'roofline':>9}{'same tokens':>12}"
+        f"{'max |dlogp|':>12}{'setup s':>9}",
+    ]
+    for name, r in m["variants"].items():
+
+        def cell(key, fmt, width, r=r):
+            return format(r[key], fmt).rjust(width) if r.get(key) is not None else "-".rjust(width)
+
+        lines.append(
+            f"{name:<16}{cell('ms_per_step', '.2f', 9)}{cell('ms_per_step_at_40_layers', '.2f', 11)}"
+            f"{cell('tokens_per_s', '.0f', 9)}{cell('speedup_vs_eager', '.2f', 8)}{cell('roofline_fraction', '.1%', 9)}"
+            f"{cell('same_tokens', '.2%', 12)}{cell('max_logp_diff', '.1e', 12)}{cell('setup_s', '.1f', 9)}"
+        )
+    merged = m["variants"].get("merged", {})
+    if "vs_eager_same_tokens" in merged:
+        lines.append(
+            f"merged vs eager LoRA: {merged['vs_eager_same_tokens']:.2%} same tokens (first difference at step "
+            f"{merged['vs_eager_first_difference_min']}), max |dlogp| {merged['vs_eager_max_logp_diff']:.1e} before it "
+            "(the merge's rounding; the trainer's log-probs stay unmerged)"
+        )
+    lines.append("max |dlogp|: over the tokens before a row's first differing token; restored: base weights bitwise")
+    lines += [f"FAIL {f}" for f in m["failures"]]
+    return "\n".join(lines)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="glm-grpo decode-timing", description=__doc__.split("\n")[0])
+    p.add_argument("--tiny", action="store_true", help="the tiny test model in fp32 (the CPU form)")
+    p.add_argument("--layers", type=int, default=None, help="decoder layers (default: the model's, 40 full size)")
+    p.add_argument("--group-size", type=int, default=16)
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=64, help="timed decode steps per variant")
+    p.add_argument("--lora-r", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument(
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help=f"comma-separated, of {', '.join([*VARIANTS, 'hf_generate'])}",
+    )
+    p.add_argument("--device", default=None)
+    p.add_argument("--hbm-gbps", type=float, default=None, help="memory bandwidth for the roofline (default: by name)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="write the report as JSON here")
+    a = p.parse_args(argv)
+    a.variants = [v for v in a.variants.split(",") if v]
+    unknown = [v for v in a.variants if v not in VARIANTS and v != "hf_generate"]
+    if unknown:
+        p.error(f"--variants: unknown {unknown[0]!r}; choose from {', '.join([*VARIANTS, 'hf_generate'])}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    m = measure(a)
+    print(format_report(m))
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(m, indent=1))
+    return 1 if m["failures"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
