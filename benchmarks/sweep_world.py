@@ -64,6 +64,10 @@ VARIANTS = {
         "bf16, the rollout samples with the adapters in bf16 (rollout.adapters_in_model_dtype)",
         ["model.dtype=bf16", "rollout.adapters_in_model_dtype=true"],
     ),
+    "bf16_merged": (
+        "bf16, the rollout samples with LoRA merged into the base weights (rollout.merge_lora + cuda_graph)",
+        ["model.dtype=bf16", "rollout.merge_lora=true", "rollout.cuda_graph=true"],
+    ),
 }
 CONFIG = "launch/configs/tiny_world.yaml"
 

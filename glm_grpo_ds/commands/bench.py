@@ -23,7 +23,11 @@ Prints a table and writes ``OUT/bench.json``. Measured:
 * ``update_peak_mb2_vs_mbG``: peak memory of one update at micro-batch 2 vs micro-batch G, each in a
   fresh process (CPU: resident set, with glibc told to unmap freed blocks above 16 KiB so it
   follows the live tensors, its peak reset through /proc/self/clear_refs before the update; GPU:
-  ``torch.cuda.max_memory_allocated`` after a reset).
+  ``torch.cuda.max_memory_allocated`` after a reset);
+* ``decode_step_counts``: per decode step, kernels launched, module calls, Python calls, host syncs and
+  tokens/s of HF generate, the eager LoRA loop, the merged loop and the compiled loop (and the plain model
+  without peft), on the tiny configuration at 2 and 4 layers, extrapolated to 40, as ratios over the eager
+  loop (glm_grpo_ds/commands/decode_counts.py; ``--count-variants`` picks them, ``none`` skips the section).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import torch
 
 from ..config import parse_with_overrides
 from .bench_workers import WORKERS
+from .decode_counts import VARIANTS as COUNT_VARIANTS
 
 # package data (setup.py), so `glm-grpo bench` runs from an installed wheel: the settings of
 # launch/configs/tiny_cpu.yaml and ds_configs/zero3.json (tests/unit/test_bench_defaults.py)
@@ -88,6 +93,8 @@ def _run_worker(a, name: str, nprocs: int = 1, extra: tuple = ()) -> dict:
         a.config,
         "--deepspeed",
         a.deepspeed,
+        "--count-variants",
+        a.count_variants or "none",
         *extra,
         *a.overrides,
     ]
@@ -138,6 +145,8 @@ def run_all(a) -> dict:
         m: _run_worker(a, "update-memory", extra=("--micro-batch", str(m))) for m in (2, a.group_size)
     }
     res["zero3_rollout_2_ranks"] = _run_worker(a, "zero3-rollout", nprocs=2, extra=("--micro-batch", "2"))
+    if a.count_variants:
+        res["decode_step_counts"] = _run_worker(a, "decode-counts")
     p, z, u = res["phases"], res["zero3_rollout_2_ranks"], res["update_memory"]
     res["ratios"] = {
         "rollout_ours_over_pipeline": p["rollout_ours_tokens_per_s"] / p["rollout_pipeline_tokens_per_s"],
@@ -229,7 +238,12 @@ def format_table(r: dict) -> str:
             )
     head = f"device: {r['device']}; model: {r['model']}; {r['size']}x{r['size']}, G={g}, {r['steps']} timed steps"
     width = max(len(k) for k, _ in rows)
-    return "\n".join([head] + [f"  {k:<{width}}  {v}" for k, v in rows])
+    lines = [head] + [f"  {k:<{width}}  {v}" for k, v in rows]
+    if "decode_step_counts" in r:
+        from .decode_counts import format_counts
+
+        lines += ["decode_step_counts:", format_counts(r["decode_step_counts"])]
+    return "\n".join(lines)
 
 
 def parse_args(argv):
@@ -257,13 +271,24 @@ def parse_args(argv):
         "micro-batch size, with the reference log-probs in the update vs in the rollout's gather",
     )
     p.add_argument("--gathers-micro-batches", default="2,4,8", help="with --gathers: micro-batch sizes to measure")
+    p.add_argument(
+        "--count-variants",
+        default=",".join(COUNT_VARIANTS),
+        help="the decode_step_counts section's loops, comma-separated (glm_grpo_ds/commands/decode_counts.py); "
+        "none: skip the section",
+    )
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
     p.add_argument("--micro-batch", type=int, default=2, help=argparse.SUPPRESS)
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("overrides", nargs="*", help="training config overrides (key=value), as for `glm-grpo train`")
-    return parse_with_overrides(p, argv)
+    a = parse_with_overrides(p, argv)
+    a.count_variants = "" if a.count_variants == "none" else a.count_variants
+    unknown = [v for v in a.count_variants.split(",") if v and v not in COUNT_VARIANTS]
+    if unknown:
+        p.error(f"--count-variants: unknown {unknown[0]!r}; choose from {', '.join(COUNT_VARIANTS)} or none")
+    return a
 
 
 def main(argv: list[str] | None = None) -> int:

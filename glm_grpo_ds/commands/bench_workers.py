@@ -231,7 +231,19 @@ def worker_zero3_gathers(a) -> dict:
     }
 
 
+def worker_decode_counts(a) -> dict:
+    """Per decode step: kernels, module calls, Python calls, host syncs and tokens/s of HF generate and the decode
+    loop's variants (eager LoRA, merged, compiled), on the tiny model's configuration at 2 and 4 layers with random
+    weights, extrapolated to 40 layers, one CPU thread (glm_grpo_ds/commands/decode_counts.py; ``--model`` is not
+    read)."""
+    from .decode_counts import decode_counts
+
+    variants = [v for v in a.count_variants.split(",") if v]
+    return decode_counts((2, 4), variants, group_size=a.group_size, size=a.size, threads=1)
+
+
 WORKERS = {
+    "decode-counts": worker_decode_counts,
     "phases": worker_phases,
     "update-memory": worker_update_memory,
     "zero3-rollout": worker_zero3_rollout,

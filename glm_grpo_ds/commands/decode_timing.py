@@ -63,15 +63,12 @@ VARIANTS = {
 DEFAULT_VARIANTS = ("eager", "merged", "graph_lora", "graph", "graph_compiled", "hf_generate")
 
 
-def build_policy(tiny: bool, layers: int | None, r: int, device: torch.device, seed: int = 0):
-    """``(peft policy, processor)``: GLM-Image's AR (real size, or the tiny test model's) with random weights in
-    bf16 (fp32 for ``tiny``) on ``device`` and LoRA adapters of rank ``r`` on every projection, ``lora_B`` random."""
-    from peft import get_peft_model
+def build_ar(tiny: bool, layers: int | None, device: torch.device, seed: int = 0):
+    """GLM-Image's AR without adapters: the real size in bf16 (the tiny test model's in fp32 for ``tiny``), random
+    weights drawn after ``torch.manual_seed(seed)`` on ``device``, ``layers`` decoder layers (None: the model's)."""
     from transformers import GlmImageForConditionalGeneration
 
-    from ..adapters import peft_lora_config
-    from ..config.sections import LoraConfig
-    from ..testing.tiny import _vocab, build_ar_config, build_processor
+    from ..testing.tiny import _vocab, build_ar_config
 
     vocab = _vocab()
     eos = vocab["<|endoftext|>"]
@@ -82,7 +79,19 @@ def build_policy(tiny: bool, layers: int | None, r: int, device: torch.device, s
     torch.manual_seed(seed)
     with torch.device(device):
         ar = GlmImageForConditionalGeneration._from_config(config, dtype=torch.float32 if tiny else torch.bfloat16)
-    policy = get_peft_model(ar, peft_lora_config(LoraConfig(r=r, alpha=2 * r)))
+    return ar.eval()
+
+
+def build_policy(tiny: bool, layers: int | None, r: int, device: torch.device, seed: int = 0):
+    """``(peft policy, processor)``: :func:`build_ar` with LoRA adapters of rank ``r`` on every projection,
+    ``lora_B`` random (peft starts it at zero, which would make merging a no-op)."""
+    from peft import get_peft_model
+
+    from ..adapters import peft_lora_config
+    from ..config.sections import LoraConfig
+    from ..testing.tiny import build_processor
+
+    policy = get_peft_model(build_ar(tiny, layers, device, seed), peft_lora_config(LoraConfig(r=r, alpha=2 * r)))
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in policy.named_parameters():
@@ -178,6 +187,21 @@ def agreement(r: dict, ref: dict) -> dict:
     }
 
 
+def hf_generate(ar, rows: dict, sampling, n: int, seed: int) -> None:
+    """transformers' ``generate`` of exactly ``n`` tokens per row from the prompt ``rows`` (what diffusers'
+    pipeline samples with), seeded with the global generator as the pipeline does."""
+    torch.manual_seed(seed)
+    ar.generate(
+        **rows,
+        max_new_tokens=n,
+        min_new_tokens=n,
+        do_sample=True,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k or None,
+        top_p=sampling.top_p,
+    )
+
+
 @torch.no_grad()
 def hf_generate_ms(policy, rows, sampling, steps: int, seed: int) -> float:
     """ms per decode step of transformers' ``generate`` on the merged model: (steps+1 tokens - 1 token) / steps."""
@@ -188,19 +212,9 @@ def hf_generate_ms(policy, rows, sampling, steps: int, seed: int) -> float:
     start, stop = _timer(device)
     times = {}
     with lora_merged(policy, BaseCopy("device")):
-        ar = unwrap_ar(policy)
         for n in (1, steps + 1, 1, steps + 1):  # each twice; the second of each is kept (the first warms up)
-            torch.manual_seed(seed)
             start()
-            ar.generate(
-                **rows,
-                max_new_tokens=n,
-                min_new_tokens=n,
-                do_sample=True,
-                temperature=sampling.temperature,
-                top_k=sampling.top_k or None,
-                top_p=sampling.top_p,
-            )
+            hf_generate(unwrap_ar(policy), rows, sampling, n, seed)
             times[n] = stop()
     return 1e3 * (times[steps + 1] - times[1]) / steps
 
@@ -310,8 +324,13 @@ def format_report(m: dict) -> str:
     merged = m["variants"].get("merged", {})
     if "vs_eager_same_tokens" in merged:
         lines.append(
-            f"merged vs eager LoRA: {merged['vs_eager_same_tokens']:.2%} same tokens (first difference at step "
-            f"{merged['vs_eager_first_difference_min']}), max |dlogp| {merged['vs_eager_max_logp_diff']:.1e} before it "
+            f"merged vs eager LoRA: {merged['vs_eager_same_tokens']:.2%} same tokens ("
+            + (
+                f"first difference at step {merged['vs_eager_first_difference_min']}"
+                if merged["vs_eager_same_tokens"] < 1
+                else "no difference"
+            )
+            + f"), max |dlogp| {merged['vs_eager_max_logp_diff']:.1e} before it "
             "(the merge's rounding; the trainer's log-probs stay unmerged)"
         )
     lines.append("max |dlogp|: over the tokens before a row's first differing token; restored: base weights bitwise")

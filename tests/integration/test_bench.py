@@ -27,10 +27,13 @@ def test_bench_writes_every_phase_and_ratio(tmp_path):
         "1",
         "--out",
         str(tmp_path),
+        "--count-variants",  # the decode_step_counts section: tests/integration/test_decode_counts.py
+        "none",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((tmp_path / "bench.json").read_text())
+    assert "decode_step_counts" not in r
     p = r["phases"]
     for key in (
         "rollout_tokens_per_s",
