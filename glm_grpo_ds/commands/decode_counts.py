@@ -266,36 +266,25 @@ def count_step(policy, rows, positions, grid, sampling, variant: str, steps: int
     compile; its Python calls and time on the loop's own ``compiled_step``, as the loop runs it (dynamo's guards
     skipped after the first step, except under ``sys.setprofile``, where that stance fails as if the graph had to
     be recompiled: the guards are evaluated in C++, no Python calls of their own)."""
-    from ..policy import ar_parts
-    from ..rollout.decode_attention import decode_attention
-    from ..rollout.decode_loop import _step, compiled_step, prefill, unchecked_guards
+    from ..rollout.decode_loop import compiled_step, prefill, token_steps, unchecked_guards
     from ..rollout.merged_lora import BaseCopy, lora_merged
-    from ..sampling import race_noise
 
     if variant not in (*LOOPS, "plain"):
         raise ValueError(f"count_step: unknown variant {variant!r}")
     compiled = variant == "compiled_step"
     steps = max(0, min(steps, grid.num_tokens - 1 - (2 * WARMUP + 2)))  # the grid's tokens bound the steps
     device = rows["input_ids"].device
-    body, lm_head, codebook = ar_parts(policy)
-    lm = body.language_model
-    settings = (sampling.temperature, sampling.top_k, sampling.top_p)
     gen = torch.Generator(device=device).manual_seed(seed)
     with contextlib.ExitStack() as ctx:
         if variant in ("merged", "compiled_step"):
             ctx.enter_context(lora_merged(policy, BaseCopy("device")))
         state = prefill(policy, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling)
-        ctx.enter_context(decode_attention(lm))
 
-        def runner(fn):
-            def run():
-                race_noise(state.probs, [gen], out=state.noise)
-                fn(lm, lm_head, codebook, settings, state)
-
-            return run
+        def runner(step=None):  # a token as the loop takes it; step: a compiled form of the loop's step
+            return ctx.enter_context(token_steps(policy, state, sampling, [gen], step=step))
 
         if not compiled:
-            run = runner(_step)
+            run = runner()
             for _ in range(WARMUP):
                 run()
             with counting() as out:

@@ -33,7 +33,6 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -122,43 +121,28 @@ def _timer(device: torch.device):
 @torch.no_grad()
 def run_variant(policy, rows, positions, grid, sampling, v: Variant, steps: int, seed: int) -> dict:
     """The decode loop's step under variant ``v``: warm-up (and capture), then ``steps`` timed steps."""
-    from ..policy import ar_parts
-    from ..rollout.decode_attention import decode_attention
-    from ..rollout.decode_loop import _step, compiled_step, prefill, unchecked_guards
+    from ..rollout.decode_loop import LoopOptions, prefill, token_steps
     from ..rollout.merged_lora import BaseCopy, _lora_layers, lora_merged
-    from ..rollout.step_graph import WARMUP_STEPS, ReplayedStep, compiled_layers
-    from ..sampling import race_noise
+    from ..rollout.step_graph import WARMUP_STEPS
 
     device = rows["input_ids"].device
-    body, lm_head, codebook = ar_parts(policy)
-    lm = body.language_model
-    settings = (sampling.temperature, sampling.top_k, sampling.top_p)
+    options = LoopOptions(compile=v.compile is not None, compile_scope=v.compile or "step", cuda_graph=v.graph)
     warm = WARMUP_STEPS + 1
     gen = torch.Generator(device=device).manual_seed(seed)
     t_setup = time.perf_counter()
     keep = BaseCopy("device")
-    with contextlib.ExitStack() as ctx:
-        if v.merged:
-            ctx.enter_context(lora_merged(policy, keep))
+    with lora_merged(policy, keep) if v.merged else contextlib.nullcontext():
         state = prefill(policy, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling)
-        ctx.enter_context(decode_attention(lm))
-        if v.compile == "layers":
-            ctx.enter_context(compiled_layers(lm))
-        fn = compiled_step(device) if v.compile == "step" else _step
-        call = partial(fn, lm, lm_head, codebook, settings, state)
-        run = ReplayedStep(call) if v.graph and device.type == "cuda" else call
-        start, stop = _timer(device)
-        for k in range(warm + steps):
-            if k == warm:
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                setup_s = time.perf_counter() - t_setup  # prefill, warm-up, compile and capture
-                start()
-            race_noise(state.probs, [gen], out=state.noise)
-            run()
-            if v.compile == "step" and k == 0:
-                ctx.enter_context(unchecked_guards())
-        seconds = stop()
+        with token_steps(policy, state, sampling, [gen], options) as advance:
+            start, stop = _timer(device)
+            for k in range(warm + steps):
+                if k == warm:
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    setup_s = time.perf_counter() - t_setup  # prefill, warm-up, compile and capture
+                    start()
+                advance()
+            seconds = stop()
     n = warm + steps
     weights = {name: w for name, _, w in _lora_layers(policy)}
     restored = all(torch.equal(weights[name], saved) for name, saved in keep.saved.items())
@@ -168,7 +152,7 @@ def run_variant(policy, rows, positions, grid, sampling, v: Variant, steps: int,
         "setup_s": setup_s,
         "ids": state.ids[:, :n].cpu(),
         "logps": state.logps[:, :n].cpu(),
-        "captured": isinstance(run, ReplayedStep),
+        "captured": advance.replayed is not None,
     }
 
 

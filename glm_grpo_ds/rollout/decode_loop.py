@@ -152,6 +152,43 @@ class LoopOptions:
 _setup_reported: set[tuple] = set()
 
 
+class TokenSteps:
+    """Decodes one token per call as the rollout's loop does: the race noise drawn from ``generators`` into
+    ``state.noise``, then the step. ``replayed``: the step's :class:`~glm_grpo_ds.rollout.step_graph.ReplayedStep`
+    (a CUDA graph), else None. Made by :func:`token_steps`."""
+
+    def __init__(self, run, state: DecodeState, generators, stance: contextlib.ExitStack | None):
+        self.run, self.state, self.generators, self._stance = run, state, generators, stance
+        self.replayed = run if isinstance(run, ReplayedStep) else None
+
+    def __call__(self) -> None:
+        race_noise(self.state.probs, self.generators, out=self.state.noise)
+        self.run()
+        if self._stance is not None:  # a whole compiled step: its first call ran every guard
+            self._stance.enter_context(unchecked_guards())
+            self._stance = None
+
+
+@contextlib.contextmanager
+def token_steps(ar, state: DecodeState, sampling: SamplingConfig, generators, options=LoopOptions(), step=None):
+    """A :class:`TokenSteps` over ``state`` with ``options`` (compiled whole or by layers, captured on CUDA) and
+    the decode attention inside the block: the one place that turns the options into a running step, for the
+    rollout, ``glm-grpo decode-timing`` and the decode-step counts. ``step``: another compiled form of
+    :func:`_step` to run instead (the counts' kernel-profiled compile; its guards are the caller's)."""
+    body, lm_head, codebook = ar_parts(ar)
+    lm = body.language_model
+    settings = (sampling.temperature, sampling.top_k, sampling.top_p)
+    whole_step = options.compile and options.compile_scope == "step" and step is None
+    if step is None:
+        step = compiled_step(state.ids.device) if whole_step else _step
+    run = partial(step, lm, lm_head, codebook, settings, state)
+    if options.cuda_graph:
+        run = replayed_step(run, state.ids.device)
+    regions = compiled_layers(lm) if options.compile and options.compile_scope == "layers" else contextlib.nullcontext()
+    with decode_attention(lm), regions, contextlib.ExitStack() as stance:
+        yield TokenSteps(run, state, generators, stance if whole_step else None)
+
+
 @torch.no_grad()
 def decode_tokens(
     ar,
@@ -172,29 +209,17 @@ def decode_tokens(
     policy distribution (mask + temperature, not truncated).
     """
     state = prefill(ar, prompt_ids, prompt_mask, position_ids, num_tokens, sampling)
-    body, lm_head, codebook = ar_parts(ar)
-    lm = body.language_model
-    settings = (sampling.temperature, sampling.top_k, sampling.top_p)
-    device = prompt_ids.device
-    whole_step = options.compile and options.compile_scope == "step"
-    step = compiled_step(device) if whole_step else _step
-    run = replayed_step(partial(step, lm, lm_head, codebook, settings, state), device) if options.cuda_graph else None
-    regions = compiled_layers(lm) if options.compile and not whole_step else contextlib.nullcontext()
-    with decode_attention(lm), regions, contextlib.ExitStack() as stance:
+    with token_steps(ar, state, sampling, generators, options) as advance:
         for k in range(num_tokens - 1):
-            race_noise(state.probs, generators, out=state.noise)
-            if run is not None:
-                run()
-            else:
-                step(lm, lm_head, codebook, settings, state)
-            if whole_step and k == 0:
-                stance.enter_context(unchecked_guards())
+            advance()
             if on_tokens is not None and (k + 1) % REPORT_EVERY == 0:
                 on_tokens(k + 1, num_tokens)
-    if isinstance(run, ReplayedStep):
-        key = (device.type, options, tuple(prompt_ids.shape))
-        report_setup("CUDA graph" + (" (compiled)" if options.compile else ""), run.setup_s, key not in _setup_reported)
+    if advance.replayed is not None:
+        key = (state.ids.device.type, options, tuple(prompt_ids.shape))
+        what = "CUDA graph" + (" (compiled)" if options.compile else "")
+        report_setup(what, advance.replayed.setup_s, key not in _setup_reported)
         _setup_reported.add(key)
+    # the last token needs no forward: drawn from the distribution the last step left
     token, logp = draw_ids(state.logp, state.probs, race_noise(state.probs, generators, out=state.noise))
     state.ids[:, -1], state.logps[:, -1] = token, logp
     if on_tokens is not None:
