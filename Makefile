@@ -4,6 +4,9 @@
 # make test-fast - unit + fast integration tests (not `slow`, not `distributed`), a few minutes
 # make slice-check - GLM-Image's real-width slice trained at 1024x1024, LoRA and full FT (docs/real-width.md)
 # make lint  - ruff check + ruff format --check (what CI runs before the tests)
+# make test-install - the tests that download from the package index (glm-grpo wheelhouse; tests/install/)
+# make test-floor - the fast suite on the oldest supported versions (constraints-floor.txt) in .venv-floor,
+#                   installed from a wheelhouse bundle with no index (docs/install.md)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -11,7 +14,7 @@ PY     := $(VENV)/bin/python
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: setup demo test test-fast slice-check lint clean
+.PHONY: setup demo test test-fast test-install test-floor slice-check lint clean
 
 $(VENV)/.installed: setup.py pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,10 +28,31 @@ demo: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash launch/demo.sh
 
 test: setup
-	$(PYTEST) tests
+	$(PYTEST) -m "not install" tests
 
 test-fast: setup
-	$(PYTEST) -m "not slow and not distributed" tests
+	$(PYTEST) -m "not slow and not distributed and not install" tests
+
+test-install: setup
+	$(PY) -m pytest -q -m install tests/install
+
+# The floor: a bundle of constraints-floor.txt's versions for this machine (glm-grpo wheelhouse), installed
+# with no index into a fresh venv, then the fast suite from it, plus the slow tests that catch what the fast
+# suite misses at old versions (peft 0.19's empty adapter files, DeepSpeed 0.19.2's ZeRO-3 recompute error,
+# bitsandbytes 0.49's missing CPU 8-bit step: the 8-bit LoRA runs at ZeRO-2 and ZeRO-3).
+FLOOR := .venv-floor
+FLOOR_SLOW := tests/integration/test_trainer_deepspeed.py::test_lora_8bit_checkpointing_trains_only_the_adapter
+test-floor: setup
+	rm -rf $(FLOOR) $(FLOOR)-wheels
+	$(VENV)/bin/glm-grpo wheelhouse $(FLOOR)-wheels --constraints constraints-floor.txt --extras dev
+	$(PYTHON) -m venv $(FLOOR)
+	# none of this machine's pip settings (a configured find-links could complete an incomplete bundle)
+	PIP_CONFIG_FILE=/dev/null $(FLOOR)/bin/python -m pip --isolated install -q --no-index \
+		--find-links $(FLOOR)-wheels -c $(FLOOR)-wheels/constraints.txt "glm-grpo-ds[dev]"
+	$(FLOOR)/bin/glm-grpo env | tail -n +3
+	$(FLOOR)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider \
+		-m "not slow and not distributed and not install" tests
+	$(FLOOR)/bin/python -m pytest -q -p no:cacheprovider $(FLOOR_SLOW)
 
 slice-check: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash launch/slice_check.sh
@@ -38,4 +62,4 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) outputs .pytest_cache
+	rm -rf $(VENV) $(FLOOR) $(FLOOR)-wheels outputs .pytest_cache

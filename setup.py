@@ -1,6 +1,59 @@
-"""Install glm-grpo-ds: ``pip install -e .[dev]`` (see README for the tested pins in constraints.txt)."""
+"""Install glm-grpo-ds: ``pip install -e .[dev]`` (README; docs/install.md for GPU containers and offline nodes)."""
+
+import re
+from pathlib import Path
 
 from setuptools import find_packages, setup
+
+HERE = Path(__file__).resolve().parent
+
+
+def pinned(path: str) -> dict[str, str]:
+    """``{canonical name: "name==version"}`` of a constraints file (comments and blank lines skipped)."""
+    pins = {}
+    for line in (HERE / path).read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            pins[re.sub(r"[-_.]+", "-", line.split("==", 1)[0]).lower()] = line
+    return pins
+
+
+def tested(requirements: list[str]) -> list[str]:
+    """The ``tested`` extra: constraints.txt's pin of each dependency in ``requirements`` (the tested top;
+    ``glm-grpo env`` shows it next to the floor)."""
+    pins = pinned("constraints.txt")
+    names = [re.sub(r"[-_.]+", "-", re.split(r"[<>=!~; \[]", req, maxsplit=1)[0]).lower() for req in requirements]
+    return [pins[name] for name in dict.fromkeys(names) if name in pins]
+
+
+REQUIRES = [
+    "torch>=2.11.0",
+    "torchvision>=0.26.0",  # lpips needs it; must match torch's build
+    "transformers>=5.23.0",  # GlmImageForConditionalGeneration
+    "diffusers>=0.40.0",  # GlmImagePipeline
+    # model.path Hub ids (snapshot_download, the `hf download` CLI), model cards (ModelCard), uploads (HfApi)
+    "huggingface_hub>=1.31.0",
+    "accelerate>=1.13.0",
+    "peft>=0.20.0",
+    "deepspeed>=0.19.3",  # 0.19.2 fails LoRA + ZeRO-3 + non-reentrant checkpointing
+    "bitsandbytes>=0.50.0",
+    "lpips>=0.1.4",
+    "safetensors>=0.8.0",
+    "tokenizers>=0.23.1",
+    "pillow>=10.4.0",
+    "numpy>=2.0.2",
+    "pyyaml>=6.0.1",
+    "packaging>=24.2",  # glm-grpo env's ranges, glm-grpo wheelhouse's tags (glm_grpo_ds/install/)
+    "tqdm>=4.66.5",
+    "matplotlib>=3.11.2",  # reward-curve PNG
+    "torchmetrics>=1.9.0",  # ssim reward
+    "requests>=2.32.3",  # the remote reward's client
+    "urllib3>=2.0.7",  # its retries with backoff (urllib3.util.Retry)
+    "datasets>=4.8.0",  # prompt sets: parquet / csv / json, save_to_disk directories, Hub datasets
+    "pyarrow>=21.0.0",  # the memory-mapped tables datasets reads (glm_grpo_ds/data/tables.py)
+    "scipy>=1.14.1",  # rank correlation of glm-grpo decode-agreement (scipy.stats.spearmanr)
+]
+
 
 setup(
     name="glm-grpo-ds",
@@ -12,34 +65,11 @@ setup(
     packages=find_packages(include=["glm_grpo_ds", "glm_grpo_ds.*"]),
     include_package_data=True,
     package_data={"glm_grpo_ds.commands": ["bench_defaults/*.yaml", "bench_defaults/*.json"]},
-    # Lower bounds are the versions the test suite ran with (constraints.txt pins them).
-    install_requires=[
-        "torch>=2.15.0",
-        "torchvision>=0.29.2",  # lpips needs it; must match torch's build
-        "transformers>=5.23.0",  # GlmImageForConditionalGeneration
-        "diffusers>=0.42.1",  # GlmImagePipeline
-        "huggingface_hub>=2.4.0",  # model.path Hub ids: snapshot_download, the `hf download` CLI
-        "accelerate>=1.15.0",
-        "peft>=0.21.2",
-        "huggingface_hub>=2.4.0",  # model cards (ModelCard), uploads (HfApi)
-        "deepspeed>=0.19.8",  # >= 0.19.3 needed for LoRA + ZeRO-3 + non-reentrant checkpointing
-        "bitsandbytes>=0.50.2",
-        "lpips>=0.1.4",
-        "safetensors>=0.8.0",
-        "tokenizers>=0.23.3",
-        "pillow>=10.0",
-        "numpy>=1.26",
-        "pyyaml>=6.0",
-        "tqdm>=4.66",
-        "matplotlib>=3.11.2",  # reward-curve PNG
-        "torchmetrics>=1.9.0",  # ssim reward
-        "requests>=2.32",  # the remote reward's client
-        "urllib3>=2.0",  # its retries with backoff (urllib3.util.Retry)
-        "datasets>=5.2.0",  # prompt sets: parquet / csv / json, save_to_disk directories, Hub datasets
-        "pyarrow>=26.0.1",  # the memory-mapped tables datasets reads (glm_grpo_ds/data/tables.py)
-        "scipy>=1.11",  # rank correlation of glm-grpo decode-agreement (scipy.stats.spearmanr)
-    ],
+    # Floors: the oldest versions CI tests (constraints-floor.txt, `make test-floor`); the tested top is
+    # constraints.txt (the `tested` extra below). docs/install.md says how they were found.
+    install_requires=REQUIRES,
     extras_require={
+        "tested": tested(REQUIRES),  # the tested top of every dependency: exactly constraints.txt's versions
         "flash": ["flash-attn>=2.7"],  # GPU only; sdpa is used without it
         "ocr": ["rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14.6"],
         # logging.report_to: [tensorboard, wandb] (accelerate's trackers); the other trackers accelerate supports

@@ -238,15 +238,33 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     ),
     "env": Subcommand(
         "glm_grpo_ds.commands.env",
-        "versions and hardware for a bug report (paste it into the issue)",
+        "versions and hardware for a bug report, and each dependency against its supported range",
         usage="glm-grpo env",
         doc=(
             "versions and hardware for a bug report, one block to paste: Python, platform, glm-grpo-ds, torch "
             "(+ its CUDA build, next to the NVIDIA driver's version and the CUDA it supports, or `none`), "
             "torchvision, deepspeed, transformers, diffusers, peft, accelerate, bitsandbytes, flash-attn, "
             "huggingface_hub (`not installed` when absent), CUDA available, GPU count / names / memory, NCCL "
-            "version; reads package metadata and imports only torch (~2 s, no model)"
+            "version; reads package metadata and imports only torch (~2 s, no model). Then every dependency "
+            "against its supported range (setup.py's floor .. constraints.txt's tested top): one missing or outside "
+            "gets its `pip install` line, **exit 1** ([install.md](install.md#check-the-install))"
         ),
+    ),
+    "wheelhouse": Subcommand(
+        "glm_grpo_ds.commands.wheelhouse",
+        "every wheel a node without a package index needs, in one folder, checked complete",
+        usage=(
+            "glm-grpo wheelhouse OUT [--python 3.12] [--platform manylinux_2_28_x86_64] [--skip-installed FREEZE] "
+            "[--extras ocr,tracking,server,dev] [--constraints FILE] [--find-links DIR] [--check]"
+        ),
+        doc=(
+            "the offline bundle for a GPU node without a package index: glm-grpo-ds's wheel and every dependency's "
+            "for the target's Python and platform (DeepSpeed built from its source archive), without what the "
+            "target already has (`--skip-installed` its `pip list --format=freeze`), resolved by pip with no "
+            "index before it is kept; prints its size and the one install command; `--check OUT` names a missing "
+            "wheel, exit 2 ([install.md](install.md))"
+        ),
+        code="(`install/bundle.py`, `install/pip_runs.py`)",
     ),
     "tiny-model": Subcommand(
         "glm_grpo_ds.commands.tiny:tiny_model",

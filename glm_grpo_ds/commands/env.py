@@ -7,6 +7,9 @@ the platform, torch's CUDA build next to the NVIDIA driver's version (and the ne
 a driver older than torch's build leaves CUDA unusable), whether CUDA is usable, the GPUs (count, names, memory) and the
 NCCL version. Versions come from the installed packages' metadata, so nothing heavy is imported but
 torch (for the CUDA facts; a torch that cannot be imported is reported, not raised); no model loads.
+
+Then every dependency against its supported range (setup.py's floor .. the tested top, constraints.txt):
+one that is missing or outside gets its ``pip install`` line, and the exit status is 1 (0 when all fit).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import platform
 
 from ..cuda_check import driver_cuda, driver_version
+from ..install.ranges import BUNDLE_HINT, dependency_rows
 from ..versions import framework_versions, package_version
 
 
@@ -76,13 +80,34 @@ def report() -> str:
     return "\n".join(lines)
 
 
+def ranges() -> tuple[str, int]:
+    """The dependencies against their supported range, and how many are missing or outside it."""
+    rows = dependency_rows()
+    width = max(len(row.name) for row in rows)
+    lines = ["", "Dependencies: installed, supported from the floor (setup.py) .. the tested top (constraints.txt):"]
+    for row in rows:
+        flag = f"  OUTSIDE: {row.fix}" if row.problem else ("  newer than tested" if row.note else "")
+        lines.append(f"  {row.name:<{width}}  {row.installed or 'missing':<12} {row.tested_range}{flag}")
+    problems = [row.problem for row in rows if row.problem]
+    if problems:
+        lines.append(f"{len(problems)} outside the supported range: {'; '.join(problems)}.")
+        lines.append(f"Fix with the pip install line(s) above ({BUNDLE_HINT}).")
+    else:
+        lines.append("Every dependency is inside its supported range.")
+    return "\n".join(lines), len(problems)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="glm-grpo env", description="versions and hardware for a bug report (paste the block into the issue)"
+        prog="glm-grpo env",
+        description="versions and hardware for a bug report (paste the block into the issue), and each dependency "
+        "against its supported range (exit 1 when one is missing or outside it)",
     )
     parser.parse_args(argv)
     print(report())
-    return 0
+    text, problems = ranges()
+    print(text)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

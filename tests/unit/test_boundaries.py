@@ -119,7 +119,8 @@ def test_training_path_does_not_import_commands():
 # prefix (a package and every module in it, unless a module is listed by itself).
 FLOORS = [
     # 0 ground floor: no glm_grpo_ds import but each other (logging, seeds, probes, the registry helper)
-    "log run_log seeding memory_probe file_modes threads cuda_check versions registries",
+    # (and install: the dependency ranges, the offline wheel bundle; pip and packaging only)
+    "log run_log seeding memory_probe file_modes threads cuda_check versions registries install",
     # 1 pure torch math: the loss, the advantages, the policy distribution
     "grpo advantages sampling",
     # 2 configuration, and the only DeepSpeed / torch.distributed toucher

@@ -77,3 +77,50 @@ def test_env_is_fast_and_survives_a_torch_that_cannot_be_imported():
     assert proc.returncode == 0, proc.stderr
     assert "- torch import:" in proc.stdout and "failed: ModuleNotFoundError" in proc.stdout
     assert "heavy: []" in proc.stdout and proc.stderr == ""
+
+
+def test_env_names_a_dependency_below_its_floor_with_the_fix(tmp_path):
+    """A peft older than setup.py's floor (its metadata first on the path, as an old install would be):
+    env names it, its supported range and the pip line that fixes it, and exits 1."""
+    from glm_grpo_ds.install.ranges import dependency_rows
+
+    peft = next(row for row in dependency_rows() if row.name == "peft")
+    old = tmp_path / "old-site"
+    (old / "peft-0.0.1.dist-info").mkdir(parents=True)
+    (old / "peft-0.0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: peft\nVersion: 0.0.1\n")
+    env = dict(ENV, PYTHONPATH=f"{old}{os.pathsep}{ROOT}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "glm_grpo_ds", "env"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.strip().startswith("peft "))
+    assert "0.0.1" in line and f'OUTSIDE: pip install "peft>={peft.floor},<={peft.tested}"' in line
+    assert f"peft 0.0.1 is outside the supported range >={peft.floor}" in proc.stdout
+    assert "glm-grpo wheelhouse" in proc.stdout  # the way for a node without a package index
+    # the installed, in-range environment: every row inside, exit 0
+    assert main(["env"]) == 0
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[name.lower().replace("_", "-")] = version
+    return pins
+
+
+def test_the_supported_range_is_the_floor_files_pin_to_constraints_txts_pin():
+    """The rows come from the installed metadata: setup.py's floor is constraints-floor.txt's pin (what
+    `make test-floor` tests), the tested top constraints.txt's (what `make test` tests), for every dependency."""
+    from glm_grpo_ds.install.ranges import dependency_rows
+
+    top, floor = _pins(ROOT / "constraints.txt"), _pins(ROOT / "constraints-floor.txt")
+    rows = {row.name.lower().replace("_", "-"): row for row in dependency_rows()}
+    assert {"torch", "transformers", "diffusers", "peft", "deepspeed", "bitsandbytes"} <= rows.keys()
+    for name, row in rows.items():
+        assert (row.floor, row.tested) == (floor.get(name), top.get(name)), name
+        assert row.specifier.contains(row.tested), name
+        assert row.problem is None and row.installed == importlib.metadata.version(row.name)
+    assert floor.keys() == top.keys()  # the floor job installs the same set of packages

@@ -1,0 +1,108 @@
+"""The dependency ranges glm-grpo-ds declares, the tested top of each, and where the installed versions
+stand against them (``glm-grpo env``).
+
+The floor of each dependency is setup.py's ``>=`` (the oldest version CI tests: constraints-floor.txt,
+``make test-floor``); the tested top is constraints.txt, which setup.py also publishes as the ``tested``
+extra (``pip install "glm-grpo-ds[tested]"`` installs exactly those versions). Both are read from the
+installed package's metadata, so this works from a wheel as well as from a checkout::
+
+    from glm_grpo_ds.install.ranges import dependency_rows
+    [row for row in dependency_rows() if row.problem]   # what is missing or older than its floor
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+DIST = "glm-grpo-ds"
+TESTED_EXTRA = "tested"
+BUNDLE_HINT = "a node without a package index: glm-grpo wheelhouse on a machine with one, docs/install.md"
+
+
+@dataclass(frozen=True)
+class DependencyRow:
+    """One declared dependency: its range, the tested top, the installed version and what is wrong."""
+
+    name: str
+    specifier: SpecifierSet  # setup.py's range, e.g. >=2.11.0
+    tested: str | None  # the tested top (constraints.txt), None when not pinned there
+    installed: str | None  # None when not installed
+
+    @property
+    def floor(self) -> str | None:
+        lows = [spec.version for spec in self.specifier if spec.operator in (">=", "==", "~=")]
+        return lows[0] if lows else None
+
+    @property
+    def tested_range(self) -> str:
+        if self.floor and self.tested and self.floor != self.tested:
+            return f"{self.floor} .. {self.tested}"
+        return self.tested or self.floor or "any"
+
+    @property
+    def problem(self) -> str | None:
+        """Why this row keeps glm-grpo-ds from running as tested, or None."""
+        if self.installed is None:
+            return f"{self.name} is not installed"
+        if not self.specifier.contains(self.installed, prereleases=True):
+            return f"{self.name} {self.installed} is outside the supported range {self.specifier}"
+        return None
+
+    @property
+    def note(self) -> str | None:
+        """A version above the tested top: allowed, but untested."""
+        if self.installed is None or self.tested is None or self.problem:
+            return None
+        try:
+            newer = Version(self.installed).release > Version(self.tested).release
+        except InvalidVersion:
+            return None
+        return f"{self.name} {self.installed} is newer than the tested {self.tested}" if newer else None
+
+    @property
+    def fix(self) -> str:
+        """The install line that brings this dependency into its tested range."""
+        upper = f",<={self.tested}" if self.tested else ""
+        return f'pip install "{self.name}{self.specifier}{upper}"'
+
+
+def _requirements(dist: str = DIST) -> list[Requirement]:
+    return [Requirement(line) for line in importlib.metadata.requires(dist) or []]
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def tested_pins(dist: str = DIST) -> dict[str, str]:
+    """``{canonical name: version}`` of the ``tested`` extra (constraints.txt's pins of the direct dependencies)."""
+    pins = {}
+    for req in _requirements(dist):
+        if req.marker is None or not req.marker.evaluate({"extra": TESTED_EXTRA}):
+            continue
+        exact = [spec.version for spec in req.specifier if spec.operator == "=="]
+        if exact:
+            pins[canonicalize_name(req.name)] = exact[0]
+    return pins
+
+
+def dependency_rows(dist: str = DIST) -> list[DependencyRow]:
+    """One row per dependency that every install needs (no extra), in setup.py's order."""
+    tested = tested_pins(dist)
+    rows: dict[str, DependencyRow] = {}
+    for req in _requirements(dist):
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue  # an extra's dependency (ocr, tracking, tested, ...)
+        key = canonicalize_name(req.name)
+        if key not in rows:
+            rows[key] = DependencyRow(req.name, req.specifier, tested.get(key), _installed(req.name))
+    return list(rows.values())
