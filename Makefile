@@ -39,14 +39,14 @@ test-install: setup
 # The floor: a bundle of constraints-floor.txt's versions for this machine (glm-grpo wheelhouse), installed
 # with no index into a fresh venv, then the fast suite from it, plus the slow tests that catch what the fast
 # suite misses at old versions (peft 0.19's empty adapter files, DeepSpeed 0.19.2's ZeRO-3 recompute error,
-# bitsandbytes 0.49's missing CPU 8-bit step: the 8-bit LoRA runs at ZeRO-2 and ZeRO-3).
+# bitsandbytes 0.49's missing CPU 8-bit step: the 8-bit LoRA runs at ZeRO-2 and ZeRO-3). The install uses none
+# of this machine's pip settings: a configured find-links could complete an incomplete bundle.
 FLOOR := .venv-floor
 FLOOR_SLOW := tests/integration/test_trainer_deepspeed.py::test_lora_8bit_checkpointing_trains_only_the_adapter
 test-floor: setup
 	rm -rf $(FLOOR) $(FLOOR)-wheels
 	$(VENV)/bin/glm-grpo wheelhouse $(FLOOR)-wheels --constraints constraints-floor.txt --extras dev
 	$(PYTHON) -m venv $(FLOOR)
-	# none of this machine's pip settings (a configured find-links could complete an incomplete bundle)
 	PIP_CONFIG_FILE=/dev/null $(FLOOR)/bin/python -m pip --isolated install -q --no-index \
 		--find-links $(FLOOR)-wheels -c $(FLOOR)-wheels/constraints.txt "glm-grpo-ds[dev]"
 	$(FLOOR)/bin/glm-grpo env | tail -n +3
