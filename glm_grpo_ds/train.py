@@ -27,7 +27,6 @@ import json
 import signal
 import sys
 import time
-import uuid
 from functools import partial
 from pathlib import Path
 
@@ -43,21 +42,13 @@ from .data import DataError, PromptSampler, check_source, load_prompts
 from .decoder import ImageDecoder
 from .ds import dist
 from .ds import engine as ds_engine
-from .ds import io as ds_io
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
 from .evaluate import Evaluator, gallery_to_main
 from .experience import ExperienceMaker
 from .lifecycle import checkpoint, resume, storage
 from .lifecycle.background import Background
-from .lifecycle.preempt import (
-    EXIT_NONFINITE,
-    Interrupted,
-    Stopped,
-    StopSignals,
-    exit_code,
-    signal_name,
-    startup_signals,
-)
+from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
+from .lifecycle.run import RunLife, decide_start
 from .model_source import check_local_model, resolve_for_training
 from .observability.metrics import Progress, finite_or_none, measure, step_record, timer
 from .observability.plot import PLOT_NAME, plot_training
@@ -81,7 +72,9 @@ from .versions import framework_versions
 
 
 class Trainer:
-    """setup (in ``__init__``) -> ``train()`` -> outputs; ``step()`` is one GRPO step."""
+    """The entrance hall (in ``__init__``, in named phases: check inputs, open the run, read the inputs, build,
+    resume, announce) -> ``train()`` -> outputs; ``step()`` is one GRPO step. The run's life on disk (start,
+    checkpoints, final weights, stops) is ``self.life`` (glm_grpo_ds/lifecycle/run.py)."""
 
     def __init__(self, cfg, ds_config_path: str):
         self.cfg = cfg
@@ -89,16 +82,23 @@ class Trainer:
         self.status = for_rank(log.env_rank(), cfg.logging)
         self.status.begin("load")
         try:
-            self._load(cfg, ds_config_path)
+            self._check_inputs(ds_config_path)
+            resume_path = self._open_run()
+            rows = self._read_inputs(ds_config_path)
+            self._start_run(resume_path, rows)
+            model = self._build()
+            self._resume()
+            self._announce(model)
         except BaseException:
             self.status.close()  # a terminal's status line goes before the error's line
             raise
 
-    def _load(self, cfg, ds_config_path: str) -> None:
+    def _check_inputs(self, ds_config_path: str) -> None:
+        """What each rank can check alone, before the process group (whose start may first build DeepSpeed's
+        CPU communication op, ~40 s): a mistyped path or reward fails in seconds, on every rank alike. GPUs
+        that torch cannot use first: that refusal explains the rest (init_distributed checks again)."""
+        cfg = self.cfg
         self.status.phase("input checks")
-        # What each rank can check alone, before the process group (whose start may first build DeepSpeed's
-        # CPU communication op, ~40 s): a mistyped path or reward fails in seconds, on every rank alike.
-        # GPUs that torch cannot use first: that refusal explains the rest (init_distributed checks again).
         cuda_check.check_rank()
         check_source(cfg.data.train_file, "data.train_file", cfg.data)
         if cfg.eval.file:
@@ -107,21 +107,29 @@ class Trainer:
         check_init_adapter(cfg.lora)
         self.ds_config_raw = read_ds_config(ds_config_path)
         check_local_model(cfg.model.path, cfg.model.revision)
+
+    def _open_run(self) -> Path | None:
+        """The process group, then ``output_dir``: every rank checks it and all agree what to resume (rank 0's
+        ``latest``), and it must be one storage for all nodes (storage.py). Collective, and nothing before it
+        can raise on one rank alone. The checkpoint to resume from, or None."""
         self.status.phase("process group")
         self.rank, self.world, self.local_rank, self.device = ds_engine.init_distributed(
-            cfg.force_collectives, cfg.dist_timeout_minutes
+            self.cfg.force_collectives, self.cfg.dist_timeout_minutes
         )
         self.is_main = self.rank == 0
         if not self.is_main:  # the launcher's RANK said 0 (or nothing)
             self.status.close()
             self.status = NO_STATUS
         log.set_rank(self.rank)
-        # Inputs are checked first, on every rank alike (each raises the same error, none waits in
-        # a collective for the others), so a bad input fails in seconds, before any model loads.
-        # output_dir first: every rank checks it and all agree what to resume (rank 0's `latest`), and it
-        # must be one storage for all nodes (storage.py). Collective, and nothing before it can raise on
-        # one rank alone.
-        self.out, resume_path = storage.open_output_dir(cfg.output_dir, cfg.resume_from, self.rank)
+        self.out, resume_path = storage.open_output_dir(self.cfg.output_dir, self.cfg.resume_from, self.rank)
+        return resume_path
+
+    def _read_inputs(self, ds_config_path: str) -> list:
+        """Prompts (train and eval), the model's files, sampling / dtype / attention, the processor, every
+        prompt's token ids, the filled DeepSpeed config: all read, and checked, before any model loads.
+        Inputs are checked on every rank alike (each raises the same error, none waits in a collective for
+        the others). The training rows."""
+        cfg = self.cfg
         self.status.phase("prompts")
         at = dict(rank=self.rank, local_rank=self.local_rank)  # a dataset cache to build: rank 0 builds it first
         rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data, **at)
@@ -134,7 +142,6 @@ class Trainer:
             cfg.data.shuffle,
             cfg.data.dead_prompt_skip_prob,
         )
-        # Read before the models load, so a bad eval file fails in seconds.
         ev = cfg.eval
         eval_rows = load_prompts(ev.file, "eval.file", cfg.data, ev.split, ev.revision, **at) if ev.file else None
         self.evaluator = Evaluator(cfg, eval_rows, self.rank, self.world, self.device) if eval_rows else None
@@ -149,9 +156,8 @@ class Trainer:
         # before the processor: importing it imports transformers' flash-attn probe, which a broken
         # flash-attn install crashes; resolve_attn turns that into one line
         on_gpu = self.device.type == "cuda"
-        dtype = resolve_dtype(cfg.model.dtype, on_gpu)
-        attn = resolve_attn(cfg.model.attn_implementation, on_gpu, dtype)
-        self.dtype, self.attn = dtype, attn  # the benchmarks load the plain pipeline alike
+        self.dtype = resolve_dtype(cfg.model.dtype, on_gpu)
+        self.attn = resolve_attn(cfg.model.attn_implementation, on_gpu, self.dtype)  # the benchmarks load alike
         self.status.phase("processor")
         self.processor = load_processor(self.model_source.path)
         # every id a prompt can produce must have an embedding row: else a raw IndexError mid-run
@@ -160,33 +166,30 @@ class Trainer:
         check_token_ids(self.processor, rows_in_ar, self.model_source.path, rows, "data.train_file", **size)
         if eval_rows:
             check_token_ids(self.processor, rows_in_ar, self.model_source.path, eval_rows, "eval.file", **size)
-
         ar_config = json.loads((self.model_source.path / "vision_language_encoder" / "config.json").read_text())
-        self.ds_config = fill_ds_config(
-            self.ds_config_raw, cfg, self.world, ar_config["text_config"]["hidden_size"], dtype, ds_config_path
-        )
-        self.data_fingerprint = resume.data_fingerprint(cfg.data.train_file, rows)
-        if resume_path is not None:
-            state = checkpoint.check_compatible(resume_path, self.world, zero_stage(self.ds_config))
-            done = resume.finished(state, cfg.max_steps)
-            if done:  # before the run's log file, the models, config.json: nothing is touched
-                raise resume.NothingToDo(done)
-            changed = resume.data_changed(state.get("data"), self.data_fingerprint)
-            if changed:
-                log.warning(f"glm-grpo: {changed}")
-            resume_step = int(state["step"])
-        else:
-            checkpoint.start_fresh(self.out, cfg.overwrite_output_dir, self.rank)
-            if cfg.resume_from == "auto":
-                log.info(f"glm-grpo: resume_from=auto: no checkpoint in {self.out}, starting fresh")
+        hidden = ar_config["text_config"]["hidden_size"]
+        self.ds_config = fill_ds_config(self.ds_config_raw, cfg, self.world, hidden, self.dtype, ds_config_path)
+        return rows
+
+    def _start_run(self, resume_path: Path | None, rows: list) -> None:
+        """Resume or start fresh (lifecycle/run.py decides, before any model loads), then the run's log file,
+        rank 0's background worker and the model cards' publisher (hub.repo_id checked now)."""
+        self.data_fingerprint = resume.data_fingerprint(self.cfg.data.train_file, rows)
+        stage = zero_stage(self.ds_config)
+        start = decide_start(self.out, resume_path, self.cfg, self.world, stage, self.data_fingerprint, self.rank)
         run_log.open_file(self.out, self.rank)  # library output: logs/rank_<r>.log (what was held back first)
         # rank 0's pruning and checkpoint uploads, off the collective path (glm_grpo_ds/lifecycle/background.py)
         self.background = Background()
-        self.publisher = Publisher(cfg, self.out, self.rank, self.background)  # model cards; hub.repo_id checked now
-        # Names this run's checkpoints (pruning counts only those); a resumed run keeps its checkpoint's.
-        # Only rank 0 writes trainer_state.json and prunes, so the ranks' ids need not agree.
-        self.run_id = uuid.uuid4().hex
+        self.publisher = Publisher(self.cfg, self.out, self.rank, self.background)
+        later = partial(self.background.submit, "prune")
+        self.life = RunLife(
+            self.cfg, self.out, start, self.rank, self.world, stage, self.data_fingerprint, self.publisher, later
+        )
 
+    def _build(self):
+        """Rewards, the policy (and the reference), the DeepSpeed engines, the decoder, the memory plan, the
+        experience maker. The policy model (before DeepSpeed)."""
+        cfg = self.cfg
         self.status.phase("rewards")
         self.reward_fn = build_rewards(cfg.rewards)
         # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
@@ -200,8 +203,8 @@ class Trainer:
         with ds_engine.zero3_model_loading(self.ds_config):
             model = load_policy(
                 self.model_source.path,
-                dtype,
-                attn,
+                self.dtype,
+                self.attn,
                 cfg.lora,
                 cfg.model.gradient_checkpointing,
                 cfg.model.trust_remote_code,
@@ -210,7 +213,7 @@ class Trainer:
             )
             if cfg.needs_reference_model:
                 self.status.phase("reference model")
-                ref = load_reference(self.model_source.path, dtype, attn, cfg.model.trust_remote_code)
+                ref = load_reference(self.model_source.path, self.dtype, self.attn, cfg.model.trust_remote_code)
         self.status.phase("DeepSpeed engine")
         self.ref_engine = ds_engine.initialize_reference(ref, self.ds_config) if ref is not None else None
         self.engine = ds_engine.initialize(model, self.ds_config, cfg.optimizer, cfg.total_optimizer_steps)
@@ -230,39 +233,39 @@ class Trainer:
         self.experience = ExperienceMaker(
             self.engine, self.processor, decoder, self.reward_fn, cfg, self.device, self.status
         )
-        self.start_step = 0
-        self.skipped_steps = 0  # optimizer updates skipped (non-finite gradients, undefined rewards), whole run
-        self.consecutive_skips = 0
-        if self.is_main:
-            checkpoint.remove_stale(self.out)
-            if resume_path is not None:  # final_*/ of an earlier end would sit beside newer metrics
-                for line in resume.set_aside_final(self.out, resume_step, cfg.max_steps):
-                    log.info(line)
+        return model
+
+    def _resume(self) -> None:
+        """The checkpoint's weights, optimizer, RNG and data position when resuming (collective), then the
+        trackers (a resumed run continues its tracker runs)."""
+        self.life.tidy()
         dist.barrier()
-        if resume_path is not None:
+        if self.life.start.checkpoint is not None:
             self.status.phase("checkpoint")
-            state = checkpoint.load(self.engine, resume_path, self.rank, self.world, zero_stage(self.ds_config))
-            self.start_step = int(state["step"])
-            self.skipped_steps = int(state.get("skipped_steps", 0))
-            self.run_id = state.get("run_id")  # None for checkpoints written before run ids
-            self.sampler.load_state(state["sampler"])
-            log.info(f"glm-grpo: resumed from {resume_path} at step {self.start_step}")
+        self.start_step, self.skipped_steps = self.life.restore(self.engine, self.sampler)
+        self.consecutive_skips = 0  # optimizer updates skipped in a row (non-finite gradients, undefined rewards)
         self.status.phase("trackers")
-        self.tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if resume_path else None)
+        resumed = self.life.start.checkpoint is not None
+        self.tracker = build_tracker(self.cfg, self.is_main, resume_step=self.start_step if resumed else None)
         self.status.idle()  # the startup summary follows
-        if self.is_main:
-            record = {
-                "train": to_dict(cfg),
-                "model_source": self.model_source.record(),
-                "deepspeed": self.ds_config,
-                "data": self.data_fingerprint,  # what the cards name: the source and its number of prompts
-                "versions": framework_versions(),
-            }
-            (self.out / "config.json").write_text(json.dumps(record, indent=2))
-            print_startup_summary(
-                cfg, model, self.ds_config, self.world, self.device, dtype, attn, self.out, self.memory_plan
-            )
-            log.info(f"          model: {self.model_source.describe()}")
+
+    def _announce(self, model) -> None:
+        """Rank 0: ``config.json`` (the config, the model source, the DeepSpeed config, the data, the versions)
+        and the startup summary with the memory plan."""
+        if not self.is_main:
+            return
+        record = {
+            "train": to_dict(self.cfg),
+            "model_source": self.model_source.record(),
+            "deepspeed": self.ds_config,
+            "data": self.data_fingerprint,  # what the cards name: the source and its number of prompts
+            "versions": framework_versions(),
+        }
+        (self.out / "config.json").write_text(json.dumps(record, indent=2))
+        print_startup_summary(
+            self.cfg, model, self.ds_config, self.world, self.device, self.dtype, self.attn, self.out, self.memory_plan
+        )
+        log.info(f"          model: {self.model_source.describe()}")
 
     # ------------------------------------------------------------------ one step
     def step(self, step: int) -> dict:
@@ -382,7 +385,8 @@ class Trainer:
                     saved = None
                     if self.cfg.save_steps and (step + 1) % self.cfg.save_steps == 0:
                         saved = self.save_checkpoint(step + 1)
-                    self._stop_if_asked(step + 1, signals, saved)
+                    save = partial(self.save_checkpoint, step + 1)
+                    self.life.stop_if_asked(step + 1, signals.received, self.consecutive_skips, saved, save)
                     self._last_step_seconds = time.monotonic() - self._step_started
             finally:
                 progress.close()
@@ -391,12 +395,12 @@ class Trainer:
             self._finishing = True
             if self.is_main and lg.plot:  # before save_final: the model card shows it
                 plot_training(self.out / "metrics.jsonl", self.out / PLOT_NAME, self.out / "eval.jsonl")
-            self.save_final()
-        final = "final_adapter" if self.cfg.lora is not None else "final_model"
+            self.life.save_final(self.engine)
+        final = self.life.final_dir
         log.info(f"done: metrics {self.out / 'metrics.jsonl'}")
         if lg.plot:
             log.info(f"      training curves {self.out / PLOT_NAME}")
-        log.info(f"      {final.replace('_', ' ')} {self.out / final}")
+        log.info(f"      {final.name.replace('_', ' ')} {final}")
 
     def _stop_notice(self, signum: int) -> str:
         """What rank 0 prints the moment SIGINT / SIGTERM arrives (from the signal watcher thread, so
@@ -428,62 +432,9 @@ class Trainer:
         if gallery is not None:
             self.tracker.log_image("eval/samples", gallery, step)
 
-    def _stop_if_asked(self, step: int, signals: StopSignals, saved: Path | None) -> None:
-        """After ``step``: if any rank got SIGTERM/SIGINT, or the last ``max_consecutive_skips`` steps
-        were all skipped, save a checkpoint (unless just saved) and raise :class:`Stopped` on every rank."""
-        signum = int(dist.any_rank(signals.received))
-        limit = self.cfg.max_consecutive_skips
-        diverged = limit > 0 and self.consecutive_skips >= limit
-        if not signum and not diverged:
-            return
-        path = saved or self.save_checkpoint(step)
-        if signum:
-            raise Stopped(
-                f"glm-grpo train: preempted by {signal_name(signum)} at step {step}; checkpoint at {path}; "
-                "resume with resume_from=latest",
-                exit_code(signum),
-            )
-        raise Stopped(
-            f"glm-grpo train: stopped at step {step}: the last {limit} steps were skipped for a non-finite loss or "
-            f"gradient or rewards undefined for every sample (max_consecutive_skips={limit}); checkpoint at {path} "
-            "(weights of the last update); lower optimizer.lr or check the rewards, then resume with "
-            "resume_from=latest",
-            EXIT_NONFINITE,
-        )
-
     def save_checkpoint(self, step: int) -> Path:
-        state = {
-            "step": step,
-            "run_id": self.run_id,
-            "skipped_steps": self.skipped_steps,
-            "sampler": self.sampler.state(),
-            "data": self.data_fingerprint,
-            "world_size": self.world,
-            "zero_stage": zero_stage(self.ds_config),
-            "lora": self.cfg.lora is not None,
-            "config": to_dict(self.cfg),
-        }
-        path = checkpoint.save(
-            self.engine,
-            self.out,
-            step,
-            state,
-            self.rank,
-            self.cfg.lora is not None,
-            self.cfg.save_total_limit,
-            later=partial(self.background.submit, "prune"),
-        )
-        return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
-
-    def save_final(self) -> None:
-        final = self.out / ("final_adapter" if self.cfg.lora is not None else "final_model")
-        if self.cfg.lora is not None:
-            ds_io.save_adapter(self.engine, final, self.rank)
-        else:
-            ds_io.save_full_model(self.engine, final, self.rank)
-        if self.is_main:  # which step these weights are: a later resume sets them aside by it
-            resume.write_final_state(final, self.cfg.max_steps)
-        self.publisher.final(final)
+        """Checkpoint ``step`` (collective; lifecycle/run.py)."""
+        return self.life.save_checkpoint(self.engine, self.sampler, step, self.skipped_steps)
 
 
 # Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.

@@ -1,0 +1,148 @@
+"""A run's life on disk, owned in one place: where it starts (a fresh ``output_dir`` or a checkpoint,
+decided once, before any model loads), its checkpoints, its final weights, and stopping when asked (a
+signal on any rank, or too many skipped steps in a row). The trainer (glm_grpo_ds/train.py) holds one
+:class:`RunLife`; the decision (:func:`decide_start`) is tested without DeepSpeed in
+tests/unit/test_run_life.py, the rest by the training runs of tests/integration (resume, preemption).
+
+    start = decide_start(out, resume_path, cfg, world, zero_stage, data_fingerprint, rank)
+    life = RunLife(cfg, out, start, rank, world, zero_stage, data_fingerprint, publisher, later)
+    life.tidy(); dist.barrier(); step, skipped = life.restore(engine, sampler)
+    ... life.save_checkpoint(engine, sampler, step, skipped) ... life.stop_if_asked(...) ... life.save_final(engine)
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .. import log
+from ..config import to_dict
+from ..ds import dist
+from ..ds import io as ds_io
+from . import checkpoint, resume
+from .preempt import EXIT_NONFINITE, Stopped, exit_code, signal_name
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a run starts: ``checkpoint`` None = a fresh run at step 0, else that checkpoint's step."""
+
+    checkpoint: Path | None = None
+    step: int = 0
+
+
+def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stage: int, data: dict, rank: int) -> Start:
+    """Resume or start fresh, before any model loads (every rank alike). Resuming: the checkpoint must fit
+    this launch (CheckpointError), must not be finished already (:class:`resume.NothingToDo`: nothing is
+    touched) and a changed prompt source is a warning. Fresh: ``output_dir`` must hold no earlier run,
+    unless ``overwrite_output_dir`` (checkpoint.start_fresh)."""
+    if resume_path is not None:
+        state = checkpoint.check_compatible(resume_path, world, zero_stage)
+        done = resume.finished(state, cfg.max_steps)
+        if done:  # before the run's log file, the models, config.json: nothing is touched
+            raise resume.NothingToDo(done)
+        changed = resume.data_changed(state.get("data"), data)
+        if changed:
+            log.warning(f"glm-grpo: {changed}")
+        return Start(resume_path, int(state["step"]))
+    checkpoint.start_fresh(out, cfg.overwrite_output_dir, rank)
+    if cfg.resume_from == "auto":
+        log.info(f"glm-grpo: resume_from=auto: no checkpoint in {out}, starting fresh")
+    return Start()
+
+
+class RunLife:
+    """The run's checkpoints, final weights and stops, from the start :func:`decide_start` chose.
+    ``publisher`` writes each saved adapter's model card (and uploads: sharing/hub.py); ``later(name, job)``
+    runs rank 0's pruning off the collective path (lifecycle/background.py)."""
+
+    def __init__(
+        self, cfg, out: Path, start: Start, rank: int, world: int, zero_stage: int, data: dict, publisher, later
+    ):
+        self.cfg, self.out, self.start, self.data = cfg, out, start, data
+        self.rank, self.world, self.zero_stage = rank, world, zero_stage
+        self.publisher, self.later = publisher, later
+        # Names this run's checkpoints (pruning counts only those); a resumed run keeps its checkpoint's.
+        # Only rank 0 writes trainer_state.json and prunes, so the ranks' ids need not agree.
+        self.run_id: str | None = uuid.uuid4().hex
+
+    @property
+    def final_dir(self) -> Path:
+        return self.out / ("final_adapter" if self.cfg.lora is not None else "final_model")
+
+    def tidy(self) -> None:
+        """Rank 0, before the barrier that precedes the restore: interrupted saves removed, and a final
+        adapter / model of an earlier end set aside when more steps are about to outdate it."""
+        if self.rank != 0:
+            return
+        checkpoint.remove_stale(self.out)
+        if self.start.checkpoint is not None:  # final_*/ of an earlier end would sit beside newer metrics
+            for line in resume.set_aside_final(self.out, self.start.step, self.cfg.max_steps):
+                log.info(line)
+
+    def restore(self, engine, sampler) -> tuple[int, int]:
+        """Load the checkpoint chosen at the start into ``engine`` and ``sampler`` (collective): (the step
+        it is at, the optimizer updates skipped so far); (0, 0) for a fresh run."""
+        if self.start.checkpoint is None:
+            return 0, 0
+        state = checkpoint.load(engine, self.start.checkpoint, self.rank, self.world, self.zero_stage)
+        self.run_id = state.get("run_id")  # None for checkpoints written before run ids
+        sampler.load_state(state["sampler"])
+        log.info(f"glm-grpo: resumed from {self.start.checkpoint} at step {int(state['step'])}")
+        return int(state["step"]), int(state.get("skipped_steps", 0))
+
+    def save_checkpoint(self, engine, sampler, step: int, skipped_steps: int) -> Path:
+        """Checkpoint ``step`` (collective), its adapter's model card; its path."""
+        state = {
+            "step": step,
+            "run_id": self.run_id,
+            "skipped_steps": skipped_steps,
+            "sampler": sampler.state(),
+            "data": self.data,
+            "world_size": self.world,
+            "zero_stage": self.zero_stage,
+            "lora": self.cfg.lora is not None,
+            "config": to_dict(self.cfg),
+        }
+        is_lora, limit = self.cfg.lora is not None, self.cfg.save_total_limit
+        path = checkpoint.save(engine, self.out, step, state, self.rank, is_lora, limit, later=self.later)
+        return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
+
+    def save_final(self, engine) -> None:
+        """``final_adapter/`` (LoRA) or ``final_model/`` (collective), with the step it holds and its card."""
+        final = self.final_dir
+        if self.cfg.lora is not None:
+            ds_io.save_adapter(engine, final, self.rank)
+        else:
+            ds_io.save_full_model(engine, final, self.rank)
+        if self.rank == 0:  # which step these weights are: a later resume sets them aside by it
+            resume.write_final_state(final, self.cfg.max_steps)
+        self.publisher.final(final)
+
+    def stop_if_asked(
+        self, step: int, received: int, consecutive_skips: int, saved: Path | None, save: Callable[[], Path]
+    ) -> None:
+        """After ``step`` (collective): if any rank received SIGTERM / SIGINT (``received``: this rank's signal
+        number or 0), or the last ``max_consecutive_skips`` steps were all skipped, save a checkpoint (``save``,
+        unless ``saved`` just now) and raise :class:`Stopped` on every rank."""
+        signum = int(dist.any_rank(received))
+        limit = self.cfg.max_consecutive_skips
+        diverged = limit > 0 and consecutive_skips >= limit
+        if not signum and not diverged:
+            return
+        path = saved or save()
+        if signum:
+            raise Stopped(
+                f"glm-grpo train: preempted by {signal_name(signum)} at step {step}; checkpoint at {path}; "
+                "resume with resume_from=latest",
+                exit_code(signum),
+            )
+        raise Stopped(
+            f"glm-grpo train: stopped at step {step}: the last {limit} steps were skipped for a non-finite loss or "
+            f"gradient or rewards undefined for every sample (max_consecutive_skips={limit}); checkpoint at {path} "
+            "(weights of the last update); lower optimizer.lr or check the rewards, then resume with "
+            "resume_from=latest",
+            EXIT_NONFINITE,
+        )

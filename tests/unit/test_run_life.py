@@ -1,0 +1,81 @@
+"""The resume-or-start decision of glm_grpo_ds/lifecycle/run.py, without DeepSpeed or a model: a fresh
+output_dir starts at step 0, an earlier run is refused (or deleted with overwrite_output_dir), a checkpoint
+is resumed at its step, a finished one leaves everything untouched (NothingToDo), one from another launch
+shape is refused, and a changed prompt source is a warning. The trainer's use of it:
+tests/integration/test_robustness.py (resume_from=auto), tests/integration/test_checkpoint_resume.py."""
+
+import json
+import logging
+
+import pytest
+
+from glm_grpo_ds.config import TrainConfig
+from glm_grpo_ds.lifecycle.checkpoint import CheckpointError, OutputDirError
+from glm_grpo_ds.lifecycle.resume import NothingToDo
+from glm_grpo_ds.lifecycle.run import Start, decide_start
+
+DATA = {"source": "prompts.jsonl", "rows": 8, "sha256": "a"}
+
+
+def _cfg(**fields):
+    cfg = TrainConfig()
+    for key, value in fields.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def _checkpoint(out, step, world=2, stage=3, data=DATA):
+    path = out / "checkpoints" / f"step_{step:06d}"
+    path.mkdir(parents=True)
+    state = {"step": step, "world_size": world, "zero_stage": stage, "data": data, "sampler": {}}
+    (path / "trainer_state.json").write_text(json.dumps(state))
+    (out / "checkpoints" / "latest").write_text(path.name)
+    return path
+
+
+def _tree(root):
+    return sorted((str(p.relative_to(root)), p.stat().st_mtime_ns) for p in root.rglob("*"))
+
+
+def test_a_fresh_output_dir_starts_at_step_0_and_says_so_for_auto(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="glm_grpo_ds"):
+        assert decide_start(tmp_path, None, _cfg(resume_from="auto"), 2, 3, DATA, 0) == Start(None, 0)
+    assert f"resume_from=auto: no checkpoint in {tmp_path}, starting fresh" in caplog.text
+
+
+def test_an_earlier_run_is_refused_unless_overwritten(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(OutputDirError, match="holds an earlier run .*overwrite_output_dir=true"):
+        decide_start(tmp_path, None, _cfg(), 2, 3, DATA, 0)
+    assert (tmp_path / "metrics.jsonl").exists()
+    assert decide_start(tmp_path, None, _cfg(overwrite_output_dir=True), 2, 3, DATA, 0) == Start()
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_a_checkpoint_is_resumed_at_its_step(tmp_path, caplog):
+    path = _checkpoint(tmp_path, 4)
+    with caplog.at_level(logging.WARNING, logger="glm_grpo_ds"):
+        assert decide_start(tmp_path, path, _cfg(max_steps=10), 2, 3, DATA, 0) == Start(path, 4)
+    assert caplog.text == ""  # same data: nothing to say
+
+
+def test_a_finished_run_is_left_untouched(tmp_path):
+    path = _checkpoint(tmp_path, 10)
+    before = _tree(tmp_path)
+    with pytest.raises(NothingToDo, match="finished at step 10 of max_steps=10"):
+        decide_start(tmp_path, path, _cfg(max_steps=10), 2, 3, DATA, 0)
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("world,stage", [(4, 3), (2, 2)])
+def test_a_checkpoint_of_another_launch_shape_is_refused(tmp_path, world, stage):
+    path = _checkpoint(tmp_path, 4)
+    with pytest.raises(CheckpointError, match="world size 2 and ZeRO stage 3"):
+        decide_start(tmp_path, path, _cfg(max_steps=10), world, stage, DATA, 0)
+
+
+def test_a_changed_prompt_source_is_a_warning_not_a_refusal(tmp_path, caplog):
+    path = _checkpoint(tmp_path, 4)
+    with caplog.at_level(logging.WARNING, logger="glm_grpo_ds"):
+        start = decide_start(tmp_path, path, _cfg(max_steps=10), 2, 3, dict(DATA, sha256="b"), 0)
+    assert start == Start(path, 4) and "differs" in caplog.text
