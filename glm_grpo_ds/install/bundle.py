@@ -169,8 +169,9 @@ def build(
         work = Path(tmp)
         built, stand_ins = work / "built", work / "installed"
         built.mkdir()
-        log(f"glm-grpo wheelhouse: building glm-grpo-ds's wheel from {project_root(project)}")
-        own = _build_wheel(str(project_root(project)), built)
+        root = project_root(project)
+        log(f"glm-grpo wheelhouse: building glm-grpo-ds's wheel from {root}")
+        own = _build_wheel(str(root), built)
         # The target's version of a direct dependency outside glm-grpo-ds's range is replaced, and said so.
         for req in _wheel_requirements(own, bundle.extras):
             have = freeze.get(canonicalize_name(req.name))

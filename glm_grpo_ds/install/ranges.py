@@ -20,6 +20,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from ..versions import NOT_INSTALLED, package_version
+
 DIST = "glm-grpo-ds"
 TESTED_EXTRA = "tested"
 BUNDLE_HINT = "a node without a package index: glm-grpo wheelhouse on a machine with one, docs/install.md"
@@ -76,13 +78,6 @@ def _requirements(dist: str = DIST) -> list[Requirement]:
     return [Requirement(line) for line in importlib.metadata.requires(dist) or []]
 
 
-def _installed(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def tested_pins(dist: str = DIST) -> dict[str, str]:
     """``{canonical name: version}`` of the ``tested`` extra (constraints.txt's pins of the direct dependencies)."""
     pins = {}
@@ -104,5 +99,8 @@ def dependency_rows(dist: str = DIST) -> list[DependencyRow]:
             continue  # an extra's dependency (ocr, tracking, tested, ...)
         key = canonicalize_name(req.name)
         if key not in rows:
-            rows[key] = DependencyRow(req.name, req.specifier, tested.get(key), _installed(req.name))
+            installed = package_version(req.name)
+            rows[key] = DependencyRow(
+                req.name, req.specifier, tested.get(key), None if installed == NOT_INSTALLED else installed
+            )
     return list(rows.values())
