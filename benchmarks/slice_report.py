@@ -111,7 +111,8 @@ def load_models(model: str, cfg, parts: tuple[str, ...]):
     """(ar, processor, decoder or None): the AR in bf16 with sdpa, the frozen decoder in bf16."""
     from glm_grpo_ds.config import DecoderConfig
     from glm_grpo_ds.decoder import ImageDecoder
-    from glm_grpo_ds.policy import load_ar, load_processor
+    from glm_grpo_ds.glm_image import load_processor
+    from glm_grpo_ds.policy import load_ar
 
     ar = load_ar(model, dtype="bf16", attn_implementation="sdpa")
     decoder = None
@@ -124,7 +125,7 @@ def load_models(model: str, cfg, parts: tuple[str, ...]):
 
 
 def text_layers(ar):
-    from glm_grpo_ds.policy import ar_parts
+    from glm_grpo_ds.glm_image import ar_parts
 
     return ar_parts(ar)[0].language_model.layers
 
@@ -133,7 +134,7 @@ def text_layers(ar):
 def ar_flops(ar, processor, size: int, sampling, seed: int = 0) -> tuple[dict, object]:
     """FLOPs of one rollout row at ``size``: prefill per prompt token, decode step at batch 1. Also
     returns the rollout's batch (the update and the decoder measure on it)."""
-    from glm_grpo_ds.policy import ar_parts
+    from glm_grpo_ds.glm_image import ar_parts
     from glm_grpo_ds.rollout import rollout
 
     body, lm_head, _ = ar_parts(ar)

@@ -35,7 +35,7 @@ from typing import NamedTuple
 import torch
 
 from .config import DecoderConfig
-from .policy import check_pipeline_dir, resolve_dtype
+from .glm_image import check_pipeline_dir, resolve_dtype
 
 WEIGHTS = ("transformer", "vae", "text_encoder")  # the pipeline components with weights (besides the AR)
 

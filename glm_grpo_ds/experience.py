@@ -12,7 +12,7 @@ evaluated and tested is what trains::
     exp.per_reward       # {label: [N]} this rank's rewards, NaN = undefined
     exp.rows             # the dataset row of each sample
     exp.timings          # seconds of rollout / decode / reward
-    exp.peaks            # peak memory of each (memory/<phase>_peak_mb, glm_grpo_ds/memory_probe.py)
+    exp.peaks            # peak memory of each (memory/<phase>_peak_mb, glm_grpo_ds/runtime/memory_probe.py)
 
 Seeds are the caller's: ``generators`` seed the sampling (one for all rows, or one per row: each row's
 samples drawn from its own stream, all rows in one batched rollout), ``decode_seed(row_index)`` the decoder

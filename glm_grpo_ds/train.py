@@ -32,12 +32,10 @@ from pathlib import Path
 
 import torch
 
-from . import cuda_check, log, memory_probe, run_log
 from .adapters import check_init_adapter
 from .advantages import combine_advantages, signal_free_groups
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
-from .cuda_check import CudaUnusable
 from .data import DataError, PromptSampler, check_source, load_prompts
 from .decoder import ImageDecoder
 from .ds import dist
@@ -45,6 +43,7 @@ from .ds import engine as ds_engine
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
 from .evaluate import Evaluator, gallery_to_main
 from .experience import ExperienceMaker
+from .glm_image import load_processor, resolve_attn, resolve_dtype, resolve_sampling
 from .lifecycle import checkpoint, resume, storage
 from .lifecycle.background import Background
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
@@ -55,20 +54,15 @@ from .observability.plot import PLOT_NAME, plot_training
 from .observability.step_status import NO_STATUS, for_rank
 from .observability.summary import print_startup_summary, resolve_merge_copy, startup_plan
 from .observability.tracking import build_tracker
-from .policy import (
-    load_policy,
-    load_processor,
-    load_reference,
-    resolve_attn,
-    resolve_dtype,
-    resolve_sampling,
-)
+from .policy import load_policy, load_reference
 from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs
+from .runtime import cuda_check, log, memory_probe, run_log
+from .runtime.cuda_check import CudaUnusable
+from .runtime.versions import framework_versions
 from .seeding import decoder_seed, derive_seed, seed_everything
 from .sharing.hub import Publisher
 from .token_ids import check_token_ids, embedding_rows
 from .update import grpo_update, logprobs_before_update, skipped_update
-from .versions import framework_versions
 
 
 class Trainer:

@@ -23,7 +23,7 @@ fail() { echo "glm-grpo launch/train.sh: $*" >&2; exit 2; }
 case "${DS_ACCELERATOR:-}" in
   cpu) mode=cpu ;;
   "") # cuda, cpu (no NVIDIA GPU here and none asked), or one line on stderr and exit 2
-    mode=$(python -m glm_grpo_ds.cuda_check ${NUM_GPUS:+NUM_GPUS=$NUM_GPUS} \
+    mode=$(python -m glm_grpo_ds.runtime.cuda_check ${NUM_GPUS:+NUM_GPUS=$NUM_GPUS} \
       ${CUDA_VISIBLE_DEVICES:+CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES}) || exit 2
     if [ "$mode" = cpu ]; then
       echo "glm-grpo launch/train.sh: no NVIDIA GPU on this node: 1 CPU rank (DS_ACCELERATOR=cpu)" >&2

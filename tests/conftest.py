@@ -17,7 +17,7 @@ if "HF_DATASETS_CACHE" not in os.environ:
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Each worker's share of the cores: one thread per process (torch's pool, its OpenMP, onnxruntime via
-    # glm_grpo_ds/threads.py; the runs it starts inherit it). Two workers each running a process with a
+    # glm_grpo_ds/runtime/threads.py; the runs it starts inherit it). Two workers each running a process with a
     # thread per core would spin against each other; the 2-rank runs already get one core per rank.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 

@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         shutdown()
         return 0
     if os.environ.get("DS_ACCELERATOR") != "cpu":  # a GPU benchmark must not quietly time the CPU
-        from ..cuda_check import refusal
+        from ..runtime.cuda_check import refusal
 
         problem = refusal()
         if problem:

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import torch
 
-from ..memory_probe import current_bytes, peak_bytes, reset_peak
+from ..runtime.memory_probe import current_bytes, peak_bytes, reset_peak
 
 BENCH_PROMPT = "a red cube on a table"  # the one prompt of every rollout measurement
 

@@ -319,7 +319,7 @@ OWN_CONSOLE = {"train", "reward-server", "env"}
 def _log_level(args: list[str]) -> tuple[str | None, list[str]]:
     """``--log-level LEVEL`` (anywhere among a tool's arguments) taken out: (level, the other arguments);
     (None, args) after printing the error for a bad level."""
-    from ..log import LEVELS
+    from ..runtime.log import LEVELS
 
     level, rest, i = "info", [], 0
     while i < len(args):
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         level, rest = _log_level(rest)
         if level is None:
             return 2
-        from .. import run_log
+        from ..runtime import run_log
 
         run_log.setup_tool(level)  # before the command's imports: bitsandbytes warns as it is imported
     module_name, _, function = SUBCOMMANDS[name].target.partition(":")

@@ -119,8 +119,9 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
     from ..advantages import weighted_total
     from ..data import load_prompts
     from ..decoder import ImageDecoder
+    from ..glm_image import load_processor, resolve_attn, resolve_dtype, resolve_sampling
     from ..model_source import resolve_model
-    from ..policy import load_ar, load_processor, resolve_attn, resolve_dtype, resolve_sampling
+    from ..policy import load_ar
     from ..rewards import build_rewards
     from ..rollout import rollout
     from ..seeding import derive_seed

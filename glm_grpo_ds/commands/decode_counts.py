@@ -312,7 +312,7 @@ def count_step(policy, rows, positions, grid, sampling, variant: str, steps: int
 def count_generate(policy, rows, sampling, k: int = 2, steps: int = 128, seed: int = 0) -> dict:
     """transformers' ``generate`` on the plain model (LoRA merged, peft unwrapped): per step = (a run of
     ``k + 1`` new tokens - a run of 1) / ``k`` for every count, and for the seconds (``steps + 1`` - 1)."""
-    from ..policy import unwrap_ar
+    from ..glm_image import unwrap_ar
     from ..rollout.merged_lora import BaseCopy, lora_merged
     from .decode_timing import hf_generate
 

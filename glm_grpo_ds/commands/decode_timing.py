@@ -189,7 +189,7 @@ def hf_generate(ar, rows: dict, sampling, n: int, seed: int) -> None:
 @torch.no_grad()
 def hf_generate_ms(policy, rows, sampling, steps: int, seed: int) -> float:
     """ms per decode step of transformers' ``generate`` on the merged model: (steps+1 tokens - 1 token) / steps."""
-    from ..policy import unwrap_ar
+    from ..glm_image import unwrap_ar
     from ..rollout.merged_lora import BaseCopy, lora_merged
 
     device = rows["input_ids"].device
@@ -206,7 +206,7 @@ def hf_generate_ms(policy, rows, sampling, steps: int, seed: int) -> float:
 def step_bytes(policy, state_rows: int, cache_slots: int) -> int:
     """Bytes one decode step must read at least: every language-model and lm_head weight (merged: the plain
     model's) and the whole static KV cache."""
-    from ..policy import unwrap_ar
+    from ..glm_image import unwrap_ar
 
     ar = unwrap_ar(policy)
     weights = sum(

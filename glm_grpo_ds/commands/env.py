@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import platform
 
-from ..cuda_check import driver_cuda, driver_version
 from ..install.ranges import BUNDLE_HINT, dependency_rows
-from ..versions import framework_versions, package_version
+from ..runtime.cuda_check import driver_cuda, driver_version
+from ..runtime.versions import framework_versions, package_version
 
 
 def version() -> str:

@@ -161,8 +161,9 @@ def run(a) -> dict:
     from ..compare.runner import BASE, evaluate_models, load_compared
     from ..data import load_prompts
     from ..decoder import ImageDecoder, resolve_settings
+    from ..glm_image import load_processor, resolve_attn, resolve_dtype, resolve_sampling
     from ..model_source import resolve_model
-    from ..policy import load_ar, load_processor, resolve_attn, resolve_dtype, resolve_sampling
+    from ..policy import load_ar
     from ..rewards import build_rewards
 
     cfg, prompt_source = load_settings(a)

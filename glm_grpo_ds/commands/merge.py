@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..adapters import find_adapter
-from ..file_modes import follow_umask
+from ..glm_image import AR_DIR, DTYPES
 from ..model_source import resolve_model
-from ..policy import AR_DIR, DTYPES, load_ar
+from ..policy import load_ar
+from ..runtime.file_modes import follow_umask
 from ..sharing.merged_card import write_merged_card
 
 

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     settings.update({k: own_defaults[k] for k in taken})
 
     from ..data.rows import DataError
-    from ..policy import load_processor
+    from ..glm_image import load_processor
     from ..token_ids import check_token_ids, embedding_rows
 
     try:  # before the weights load: a prompt the AR cannot embed is one line, not an IndexError mid-render
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from diffusers import GlmImagePipeline
 
-    from ..policy import resolve_dtype
+    from ..glm_image import resolve_dtype
 
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     pipe = GlmImagePipeline.from_pretrained(model, dtype=resolve_dtype(args.dtype, device.type == "cuda"))

@@ -89,7 +89,8 @@ def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[f
     number of sampled tokens whose teacher-forced log-prob is not finite, and the sampling used."""
     import torch
 
-    from ..policy import load_ar, load_processor, resolve_sampling
+    from ..glm_image import load_processor, resolve_sampling
+    from ..policy import load_ar
 
     device = torch.device(
         "cuda"

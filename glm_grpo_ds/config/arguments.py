@@ -65,7 +65,7 @@ def parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str]) -> ar
 
 def parse_train_args(argv: list[str]) -> argparse.Namespace:
     """The command line of ``glm-grpo train`` / ``python -m glm_grpo_ds.train`` / ``deepspeed --module``."""
-    from ..log import LEVELS
+    from ..runtime.log import LEVELS
 
     p = argparse.ArgumentParser(
         prog="glm-grpo train", description="GRPO training of GLM-Image's AR policy with DeepSpeed"

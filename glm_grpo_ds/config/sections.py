@@ -37,8 +37,8 @@ class SamplingConfig:
         "Temperature of the policy distribution (codebook-masked) the visual tokens are drawn from; > 0. "
         "null = what the model itself samples with: its vision_language_encoder/generation_config.json, and "
         "transformers' generate() defaults for what that leaves unset (temperature 1, top_k 50, top_p 1); released "
-        "GLM-Image: temperature 0.9, top_p 0.75, top_k 50 (policy.resolve_sampling). The resolved values are printed "
-        "at startup and written to config.json.",
+        "GLM-Image: temperature 0.9, top_p 0.75, top_k 50 (glm_image.resolve_sampling). The resolved values are "
+        "printed at startup and written to config.json.",
     )
     top_k: int | None = setting(
         None,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .. import cuda_check, log, run_log, threads
+from ..runtime import cuda_check, log, run_log, threads
 from . import dist
 from .ds_config import zero_stage
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ..file_modes import follow_umask
+from ..runtime.file_modes import follow_umask
 from . import dist
 from .engine import gathered, is_zero3, unwrap
 

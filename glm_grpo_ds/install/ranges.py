@@ -20,7 +20,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ..versions import NOT_INSTALLED, package_version
+from ..runtime.versions import NOT_INSTALLED, package_version
 
 DIST = "glm-grpo-ds"
 TESTED_EXTRA = "tested"

@@ -42,9 +42,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .. import log
 from ..ds import dist
 from ..ds import io as ds_io
+from ..runtime import log
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"

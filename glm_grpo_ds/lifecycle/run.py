@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import log
 from ..config import to_dict
 from ..ds import dist
 from ..ds import io as ds_io
+from ..runtime import log
 from . import checkpoint, resume
 from .preempt import EXIT_NONFINITE, Stopped, exit_code, signal_name
 

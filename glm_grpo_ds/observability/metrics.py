@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..ds import dist
-from ..memory_probe import phase_peak, run_peak_bytes
+from ..runtime.memory_probe import phase_peak, run_peak_bytes
 from .step_status import NAME, NO_STATUS
 
 
@@ -41,7 +41,8 @@ def _sync_cuda() -> None:
 
 @contextlib.contextmanager
 def measure(timings: dict[str, float], peaks: dict[str, float], name: str, device: torch.device):
-    """:func:`timer` and the block's peak memory: ``peaks["memory/<name>_peak_mb"]`` (glm_grpo_ds/memory_probe.py)."""
+    """:func:`timer` and the block's peak memory: ``peaks["memory/<name>_peak_mb"]``
+    (glm_grpo_ds/runtime/memory_probe.py)."""
     with phase_peak(peaks, f"memory/{name}_peak_mb", device), timer(timings, name):
         yield
 

@@ -4,7 +4,7 @@ stage of the load before the first step (process group, policy, DeepSpeed engine
 
 On a terminal it is shown in place: in the step bar's description (``grpo [step 3/10: decode 8/16 images]: 20%|``),
 and during the load on a line of its own, cleared before the startup summary (a log line meanwhile lifts it:
-glm_grpo_ds/log.py ``ConsoleHandler``). When stderr is not a terminal (a
+glm_grpo_ds/runtime/log.py ``ConsoleHandler``). When stderr is not a terminal (a
 log file, SLURM, the ``deepspeed`` launcher) it is a line at most every ``logging.status_interval_s`` seconds,
 the first one that long after the start (a quick run shows none), e.g.::
 

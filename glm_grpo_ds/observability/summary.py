@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from .. import log
 from ..ds.ds_config import zero_stage
 from ..memory.plan import GIB, EstimateConfig, plan
+from ..runtime import log
 
 
 def startup_plan(cfg, ds_config_raw: dict, world: int, device: torch.device) -> dict:

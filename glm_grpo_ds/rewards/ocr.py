@@ -17,7 +17,7 @@ read when it occurs in the OCR's text with the spaces taken out.
 Both approximate the official scorers, which use other OCR models (docs/evaluate.md).
 
 Args: ``case_sensitive`` (default false), ``min_confidence`` (drop OCR boxes below it, default 0.5).
-Its onnxruntime sessions use this rank's share of the node's cores (glm_grpo_ds/threads.py).
+Its onnxruntime sessions use this rank's share of the node's cores (glm_grpo_ds/runtime/threads.py).
 Needs the ``ocr`` extra: ``pip install glm-grpo-ds[ocr]``.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ..threads import cores_per_local_rank
+from ..runtime.threads import cores_per_local_rank
 from .base import TEXT_TO_RENDER, glyph_texts, normalise_text, text_to_render
 
 

@@ -10,8 +10,8 @@ from typing import Callable
 
 import torch
 
-from .. import log, run_log
 from ..registries import Registry
+from ..runtime import log, run_log
 from .base import SampleNeed
 
 

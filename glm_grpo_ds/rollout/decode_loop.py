@@ -43,7 +43,7 @@ from functools import partial
 import torch
 
 from ..config import SamplingConfig
-from ..policy import ar_parts
+from ..glm_image import ar_parts
 from ..sampling import draw_distribution, draw_ids, policy_logits, race_noise
 from .decode_attention import decode_attention
 from .step_graph import ReplayedStep, compiled_layers, replayed_step, report_setup

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ..config import SamplingConfig
-from ..policy import ar_parts, resolve_sampling
+from ..glm_image import ar_parts, resolve_sampling
 from .batch import GridSpec, RolloutBatch
 from .decode_loop import LoopOptions, decode_tokens
 
@@ -129,7 +129,7 @@ def rollout(
     on_tokens=None,
 ) -> RolloutBatch:
     """Sample ``group_size`` grids for every prompt (all rows decoded as one batch). Unset
-    ``sampling`` knobs (None) are the model's own (:func:`glm_grpo_ds.policy.resolve_sampling`).
+    ``sampling`` knobs (None) are the model's own (:func:`glm_grpo_ds.glm_image.resolve_sampling`).
 
     ``generator``: one for all rows, or a list of one per prompt (each prompt's draws come from its own
     stream, as if it were sampled alone). ``compile``: the decode step through ``torch.compile``, or the

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from .. import log
+from ..runtime import log
 
 WARMUP_STEPS = 3  # eager (or compiling) steps before the capture: lazy inits, cuBLAS workspaces, compiled graphs
 

@@ -33,10 +33,10 @@ import contextlib
 import functools
 from pathlib import Path
 
-from .. import log
 from ..config import ConfigError
 from ..ds import dist
 from ..lifecycle.background import Background
+from ..runtime import log
 from .model_card import CHECKPOINT_PREFIX, write_run_card
 
 # Exit status of a run that trained and saved everything but could not upload it (2 = bad input).

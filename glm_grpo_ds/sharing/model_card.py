@@ -33,7 +33,7 @@ from pathlib import Path
 from ..config.fields import is_repo_id
 from ..observability.metrics import read_metrics
 from ..observability.plot import PLOT_NAME, plot_training
-from ..versions import NOT_INSTALLED
+from ..runtime.versions import NOT_INSTALLED
 
 CARD = "README.md"
 TAG = "glm-grpo-ds"  # marks a card this module wrote (a peft or other card is replaced, ours kept)

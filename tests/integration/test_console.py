@@ -1,4 +1,4 @@
-"""A clean console (glm_grpo_ds/run_log.py): a training run shows our lines and our progress only;
+"""A clean console (glm_grpo_ds/runtime/run_log.py): a training run shows our lines and our progress only;
 library chatter (third-party loggers, Python warnings, DeepSpeed's prints, load progress bars) goes
 to output_dir/logs/rank_0.log, and to the console too with --log-level debug; a bad input is one
 stderr line. Real trainer processes on the tiny pipeline, with a reward plugin that behaves like a

@@ -10,8 +10,9 @@ import torch
 from tiny_lora import lora_policy  # tests/tiny_lora.py
 
 from glm_grpo_ds.config import SamplingConfig
+from glm_grpo_ds.glm_image import load_processor
 from glm_grpo_ds.logprobs import completion_logprobs
-from glm_grpo_ds.policy import load_ar, load_processor
+from glm_grpo_ds.policy import load_ar
 from glm_grpo_ds.rollout import rollout
 
 PROMPTS = ["a red cube", "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"]

@@ -22,15 +22,15 @@ import torch
 from tiny_lora import lora_policy  # tests/tiny_lora.py
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from glm_grpo_ds import log
 from glm_grpo_ds.config import SamplingConfig
-from glm_grpo_ds.policy import ar_parts, load_processor
+from glm_grpo_ds.glm_image import ar_parts, load_processor
 from glm_grpo_ds.rollout import rollout
 from glm_grpo_ds.rollout.decode_attention import decode_attention
 from glm_grpo_ds.rollout.decode_loop import LoopOptions, _step, prefill
 from glm_grpo_ds.rollout.merged_lora import BaseCopy, lora_merged
 from glm_grpo_ds.rollout.sampler import prepare_rows
 from glm_grpo_ds.rollout.step_graph import replayed_step
+from glm_grpo_ds.runtime import log
 from glm_grpo_ds.sampling import draw_distribution, draw_ids, policy_logits, race_noise
 
 PROMPTS = ["a red cube", "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"]

@@ -9,7 +9,8 @@ import torch
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 
 from glm_grpo_ds.adapters import lora_target_regex
-from glm_grpo_ds.policy import load_ar, load_processor
+from glm_grpo_ds.glm_image import load_processor
+from glm_grpo_ds.policy import load_ar
 from glm_grpo_ds.rollout import build_prompt_inputs, prompt_position_ids
 
 

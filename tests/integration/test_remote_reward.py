@@ -151,7 +151,7 @@ def test_two_concurrent_requests_share_one_reward_call_and_get_their_own_results
 
 
 def test_slow_server_is_retried_then_the_batch_is_undefined_and_warned_once(capsys):
-    from glm_grpo_ds import log
+    from glm_grpo_ds.runtime import log
 
     log.setup("info", 0)  # the handlers write to this test's captured stderr
     app = build_app(SlowMean(delay_s=1.5), "slow", None, max_batch=8, max_wait_s=0.0, device="cpu", token=None)

@@ -81,7 +81,7 @@ def test_run_card_checkpoint_uploads_failed_final_upload_push_and_merge(tiny_mod
 
         assert all(t.numel() > 0 for t in load_file(adapter / "adapter_model.safetensors").values())
         # readable by teammates as the umask allows (safetensors alone writes 0600; issue #27)
-        from glm_grpo_ds.file_modes import umask
+        from glm_grpo_ds.runtime.file_modes import umask
 
         assert (adapter / "adapter_model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask()
 

@@ -1,4 +1,4 @@
-"""The attention choice (policy.resolve_attn) with a flash-attn that is missing, broken or working:
+"""The attention choice (glm_image.resolve_attn) with a flash-attn that is missing, broken or working:
 a real `flash_attn` package on sys.path whose import raises what an ABI mismatch raises, or works."""
 
 import importlib
@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from glm_grpo_ds import log
-from glm_grpo_ds.policy import AttentionError, probe_flash_attn, resolve_attn
+from glm_grpo_ds.glm_image import AttentionError, probe_flash_attn, resolve_attn
+from glm_grpo_ds.runtime import log
 
 BROKEN = (
     'raise ImportError("/site-packages/flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so: undefined symbol: '

@@ -118,17 +118,18 @@ def test_training_path_does_not_import_commands():
 # functions count too), and the import graph has no circle. A name maps to the floor of its longest listed
 # prefix (a package and every module in it, unless a module is listed by itself).
 FLOORS = [
-    # 0 ground floor: no glm_grpo_ds import but each other (logging, seeds, probes, the registry helper)
-    # (and install: the dependency ranges, the offline wheel bundle; pip and packaging only)
-    "log run_log seeding memory_probe file_modes threads cuda_check versions registries install",
+    # 0 ground floor: no glm_grpo_ds import but each other (runtime: the process plumbing - logging, probes,
+    # threads, versions; seeds, the registry helper; install: the dependency ranges, the offline wheel bundle)
+    "runtime seeding registries install",
     # 1 pure torch math: the loss, the advantages, the policy distribution
     "grpo advantages sampling",
     # 2 configuration, and the only DeepSpeed / torch.distributed toucher
     "config ds",
     # 3 services of a run: prompt data, rewards, what a run shows, its life on disk, sharing it
     "data rewards observability lifecycle sharing",
-    # 4 the model: loading the AR and its adapters, rollouts, log-probs, the decoder, the memory plan
-    "adapters policy model_source rollout logprobs decoder token_ids memory",
+    # 4 the model: GLM-Image's layout and option resolution, loading the AR and its adapters, rollouts, log-probs,
+    # the decoder, the memory plan
+    "glm_image adapters policy model_source rollout logprobs decoder token_ids memory",
     # 5 one step's parts (experience, update, evaluation), the startup summary (it prints the memory plan),
     # test instrumentation
     "experience update evaluate compare observability.summary testing",
@@ -230,7 +231,7 @@ def test_the_checks_see_a_circle_and_an_upward_arrow():
         _floor("glm_grpo_ds.train")
         > _floor("glm_grpo_ds.policy")
         > _floor("glm_grpo_ds.grpo")
-        > _floor("glm_grpo_ds.log")
+        > _floor("glm_grpo_ds.runtime.log")
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from fake_gpu import fake_gpu_bin  # noqa: E402  (tests/unit/fake_gpu.py)
 
-from glm_grpo_ds import cuda_check
+from glm_grpo_ds.runtime import cuda_check
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = str(Path(sys.executable).parent)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from fake_gpu import fake_gpu_bin  # noqa: E402  (tests/unit/fake_gpu.py)
 
-from glm_grpo_ds import cuda_check
 from glm_grpo_ds.commands.cli import main
-from glm_grpo_ds.versions import NOT_INSTALLED, PACKAGES, package_version
+from glm_grpo_ds.runtime import cuda_check
+from glm_grpo_ds.runtime.versions import NOT_INSTALLED, PACKAGES, package_version
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")

@@ -8,7 +8,7 @@ import stat
 import torch
 from safetensors.torch import save_file
 
-from glm_grpo_ds.file_modes import follow_umask, umask
+from glm_grpo_ds.runtime.file_modes import follow_umask, umask
 
 
 def test_umask_is_read_without_changing_it():

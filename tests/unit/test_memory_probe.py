@@ -1,10 +1,10 @@
-"""glm_grpo_ds/memory_probe.py on the CPU: a phase's peak sees a torch allocation made and freed inside it,
+"""glm_grpo_ds/runtime/memory_probe.py on the CPU: a phase's peak sees a torch allocation made and freed inside it,
 a new phase starts from the current resident set, and the run's peak survives the resets."""
 
 import torch
 
-from glm_grpo_ds import memory_probe
 from glm_grpo_ds.observability.metrics import measure
+from glm_grpo_ds.runtime import memory_probe
 
 CPU = torch.device("cpu")
 MIB = 2**20

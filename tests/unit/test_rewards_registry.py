@@ -103,8 +103,8 @@ def test_weights_scale_normalize_then_sum_but_not_group_ranking():
 
 
 def test_reward_that_raises_scores_nan_counts_and_warns_once(capsys):
-    from glm_grpo_ds import log
     from glm_grpo_ds.rewards import RewardSet
+    from glm_grpo_ds.runtime import log
 
     log.setup("info", 0)
     calls = []

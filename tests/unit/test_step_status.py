@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from glm_grpo_ds.config import ConfigError, LoggingConfig, load_config
-from glm_grpo_ds.log import ConsoleHandler
 from glm_grpo_ds.observability.metrics import Progress
 from glm_grpo_ds.observability.step_status import NO_STATUS, StepStatus, for_rank
 from glm_grpo_ds.rewards.registry import RewardSet
+from glm_grpo_ds.runtime.log import ConsoleHandler
 
 
 class Stream(io.StringIO):
@@ -135,7 +135,7 @@ def test_on_a_terminal_the_status_is_the_step_bars_description_in_place():
 def test_a_log_line_on_a_terminal_lifts_the_status_line_and_redraws_it_below():
     stream = Stream(tty=True)
     logger = logging.getLogger("test_step_status")
-    handler = ConsoleHandler(stream)  # the console handlers of glm_grpo_ds/log.py
+    handler = ConsoleHandler(stream)  # the console handlers of glm_grpo_ds/runtime/log.py
     logger.addHandler(handler)
     try:
         status = StepStatus(stream, clock=Clock())

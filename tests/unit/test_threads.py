@@ -1,4 +1,4 @@
-"""Per-rank CPU threads (glm_grpo_ds/threads.py): torch's pool and the OCR reward's onnxruntime sessions
+"""Per-rank CPU threads (glm_grpo_ds/runtime/threads.py): torch's pool and the OCR reward's onnxruntime sessions
 get this rank's share of the node's cores, not one thread per core in every rank."""
 
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from glm_grpo_ds.threads import cores_per_local_rank, limit_torch_threads
+from glm_grpo_ds.runtime.threads import cores_per_local_rank, limit_torch_threads
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ... import log
+from ...runtime import log
 from ..base import TARGET_IMAGE, TEXT_TO_RENDER, SampleNeed
 from ..registry import RewardError
 from .protocol import PROTOCOL, read_token, request_body, rewards_from_json

@@ -1,6 +1,6 @@
 """Throughput of every built-in reward on this machine, as a table of images/s.
 
-    python -m glm_grpo_ds.commands.bench_rewards [--size 256] [--batch 8] [--iters 3] [--device cpu]
+    python benchmarks/bench_rewards.py [--size 256] [--batch 8] [--iters 3] [--device cpu]
 
 Offline: LPIPS runs with a random backbone and the CLIP family with a random ViT-B/32-sized CLIP
 written to a temp dir - the same compute as real weights, so the speeds are representative; OCR
@@ -16,9 +16,7 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m glm_grpo_ds.commands.bench_rewards", description=__doc__.splitlines()[0]
-    )
+    p = argparse.ArgumentParser(prog="python benchmarks/bench_rewards.py", description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=256)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--iters", type=int, default=3)
@@ -28,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from PIL import Image, ImageDraw, ImageFont
 
-    from ..rewards import build_reward
-    from ..testing.tiny_clip import write_aesthetic_head, write_tiny_clip
+    from glm_grpo_ds.rewards import build_reward
+    from glm_grpo_ds.testing.tiny_clip import write_aesthetic_head, write_tiny_clip
 
     device = torch.device(a.device)
     tmp = tempfile.mkdtemp(prefix="glm_grpo_bench_")

@@ -1,7 +1,7 @@
 """What streaming rewards behind the decode (``decoder.stream_rewards``) gains: decode + reward seconds of
 the trainer's own ``experience.decode_and_score``, scored after the decode vs streamed, for two slow rewards.
 
-    python -m glm_grpo_ds.commands.bench_remote [--model DIR] [--size 256] [--prompts 1] [--group-size 16] \
+    python benchmarks/bench_remote.py [--model DIR] [--size 256] [--prompts 1] [--group-size 16] \
         [--decoder-batch 4] [--steps 4] [--delay-s 0.05] [--delay-per-image-s 0.02] [--repeats 3]
 
 The rewards:
@@ -29,7 +29,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m glm_grpo_ds.commands.bench_remote", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python benchmarks/bench_remote.py", description=__doc__.splitlines()[0])
     p.add_argument("--model", help="GLM-Image pipeline directory (default: the tiny one, built in a temp dir)")
     p.add_argument("--size", type=int, default=256)
     p.add_argument("--prompts", type=int, default=1, help="prompts per rank per step")
@@ -44,13 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from ..config import DecoderConfig, RewardSpec
-    from ..decoder import ImageDecoder
-    from ..experience import decode_and_score
-    from ..rewards import build_rewards
-    from ..rewards.registry import RewardSet
-    from ..testing.reward_servers import server_process
-    from ..testing.tiny import CODEBOOK_SIZE, build_tiny_pipeline
+    from glm_grpo_ds.config import DecoderConfig, RewardSpec
+    from glm_grpo_ds.decoder import ImageDecoder
+    from glm_grpo_ds.experience import decode_and_score
+    from glm_grpo_ds.rewards import build_rewards
+    from glm_grpo_ds.rewards.registry import RewardSet
+    from glm_grpo_ds.testing.reward_servers import server_process
+    from glm_grpo_ds.testing.tiny import CODEBOOK_SIZE, build_tiny_pipeline
 
     tmp = Path(tempfile.mkdtemp(prefix="glm_grpo_bench_remote_"))
     model = a.model or str(build_tiny_pipeline(tmp / "tiny", seed=0))

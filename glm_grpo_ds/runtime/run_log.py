@@ -191,7 +191,7 @@ def setup(level: str = "info", rank: int | None = None) -> None:
     root.addHandler(_LibraryConsole(logging.INFO if _debug else logging.ERROR))
     log.add_file_handler(_file)
     logging.captureWarnings(True)
-    # transformers now (~2 s): our input checks import it (policy.resolve_sampling) before the file
+    # transformers now (~2 s): our input checks import it (glm_image.resolve_sampling) before the file
     # opens, and a warning there must not reach the console; diffusers (~6 s) when the file opens.
     _quiet_hf_library("transformers")
     if "diffusers" in sys.modules:

@@ -2,7 +2,7 @@
 installed packages' metadata (nothing is imported): ``glm-grpo env`` prints them, the trainer records them
 in ``output_dir/config.json`` and the model cards list them (as TRL's cards do).
 
-    from glm_grpo_ds.versions import framework_versions
+    from glm_grpo_ds.runtime.versions import framework_versions
     framework_versions()   # {"glm-grpo-ds": "0.1.0", "torch": "2.15.0", ..., "flash-attn": "not installed"}
 """
 
