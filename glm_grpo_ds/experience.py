@@ -1,13 +1,16 @@
 """One experience path: sample token grids -> decode them to images -> score the images.
 
-Training (:meth:`glm_grpo_ds.train.Trainer.step`) and evaluation (glm_grpo_ds/evaluate.py) collect
-through :class:`ExperienceMaker`; the benchmarks (glm_grpo_ds/commands/bench_workers.py) and the
-DeepSpeed test worker sample through :func:`sample`, the same rollout code, so what is measured,
-evaluated and tested is what trains::
+Training (:meth:`glm_grpo_ds.train.Trainer.step`), the in-training evaluation and every tool that samples
+(``glm-grpo evaluate``, ``decode-agreement``: glm_grpo_ds/evaluation/) collect through :class:`ExperienceMaker`,
+so the decode settings, streamed rewards, timings and peaks are the same everywhere; only the sampling backend
+differs (glm_grpo_ds/rollout/backends.py: the engine sampler for training, a plain-model sampler for the
+tools)::
 
-    maker = ExperienceMaker(engine, processor, decoder, reward_fn, cfg, device)
+    maker = ExperienceMaker(EngineSampler(engine, processor, cfg, device), decoder, reward_fn, cfg, device)
     exp = maker.collect(rows, [generator], decode_seed)
     exp.batch            # RolloutBatch: the sampled sequences (group by group) and their log-probs
+    exp.ref_logps        # [N, n] reference log-probs computed while sampling, or None (the update computes them)
+    exp.old_logps        # [N, n] pre-update log-probs computed while sampling, or None
     exp.images           # [N, 3, H, W] in [0, 1]
     exp.per_reward       # {label: [N]} this rank's rewards, NaN = undefined
     exp.rows             # the dataset row of each sample
@@ -21,8 +24,6 @@ noise of a row's samples (the same for all G, so images in a group differ only b
 
 from __future__ import annotations
 
-import contextlib
-import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,14 +31,12 @@ from functools import partial
 
 import torch
 
-from .adapters import adapters_in_base_dtype
 from .data import PromptRow
 from .ds import engine as ds_engine
 from .observability.metrics import measure
 from .observability.step_status import NO_STATUS
-from .rollout import RolloutBatch, rollout
-from .rollout.decode_loop import LoopOptions
-from .rollout.merged_lora import BaseCopy, lora_merged
+from .rollout import RolloutBatch
+from .rollout.backends import SamplingBackend
 
 
 @dataclass
@@ -48,96 +47,17 @@ class Experience:
     rows: list[PromptRow]  # per sample
     timings: dict[str, float]
     peaks: dict[str, float]
-    in_gather: object = None  # what collect(in_gather=...) computed inside the rollout's gather, else None
-
-
-def sample(
-    engine,
-    processor,
-    prompts: list[str],
-    generator: torch.Generator,
-    cfg,
-    device: torch.device,
-    group_size: int | None = None,
-    gather: bool | None = None,
-) -> RolloutBatch:
-    """``group_size`` (default ``grpo.group_size``) sequences per prompt from the engine's policy,
-    without gradients, parameters gathered for the rollout under ZeRO-3 (``rollout.gather_parameters``
-    unless ``gather`` says otherwise)."""
-    return sample_batch(engine, processor, prompts, [generator], cfg, device, group_size, gather)[0]
-
-
-def sample_batch(
-    engine,
-    processor,
-    prompts: list[str],
-    generators: list[torch.Generator],
-    cfg,
-    device: torch.device,
-    group_size: int | None = None,
-    gather: bool | None = None,
-    in_gather: Callable | None = None,
-    on_tokens: Callable[[int, int], None] | None = None,
-) -> tuple[RolloutBatch, object]:
-    """One batched rollout of ``prompts`` inside one parameter gather: ``(batch, result)``. ``generators``: one,
-    or one per prompt (:func:`glm_grpo_ds.rollout.rollout`). ``in_gather(policy, batch)``, if given, runs on the
-    batch inside that same gather (the teacher-forced log-probs the update needs, glm_grpo_ds/update.py
-    ``logprobs_before_update``); ``result`` is what it returned, None without it."""
-    policy = ds_engine.unwrap(engine)
-    policy.eval()
-    gather = cfg.rollout.gather_parameters if gather is None else gather
-    group_size = cfg.grpo.group_size if group_size is None else group_size
-    r = cfg.rollout
-    # a sharded ZeRO-3 rollout fetches parameters in per-module hooks, which torch.compile cannot trace, a CUDA
-    # graph cannot capture and a merge cannot write into
-    whole = gather or not ds_engine.is_zero3(engine)
-    options = LoopOptions(compile=r.compile and whole, compile_scope=r.compile_scope, cuda_graph=r.cuda_graph and whole)
-    generator = generators if len(generators) > 1 else generators[0]
-    with torch.no_grad(), ds_engine.gathered_for_rollout(engine, gather):
-        # the trainer's own passes (in_gather below) run with the adapters it trains: outside the cast and the merge
-        with contextlib.ExitStack() as sampling_weights:
-            if r.adapters_in_model_dtype:
-                sampling_weights.enter_context(adapters_in_base_dtype(policy))
-            if r.merge_lora and whole:
-                restore = not ds_engine.gather_discards_writes(engine, gather)
-                sampling_weights.enter_context(lora_merged(policy, base_copy(policy, r.merge_copy), restore))
-            batch = rollout(
-                policy,
-                processor,
-                prompts,
-                group_size,
-                r.height,
-                r.width,
-                cfg.grpo.sampling,
-                generator,
-                device,
-                options,
-                on_tokens,
-            )
-        if in_gather is None:
-            return batch, None
-        with ds_engine.training_linear():
-            return batch, in_gather(policy, batch)
-
-
-_base_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def base_copy(policy, where: str) -> BaseCopy:
-    """The run's one :class:`BaseCopy` of ``policy`` (``rollout.merge_copy``; ``auto`` unresolved by the trainer's
-    memory plan, e.g. in a benchmark, keeps it on the device)."""
-    if policy not in _base_copies:
-        _base_copies[policy] = BaseCopy("host" if where == "host" else "device")
-    return _base_copies[policy]
+    ref_logps: torch.Tensor | None = None  # [N, n] under the reference, when the sampler computed them
+    old_logps: torch.Tensor | None = None  # [N, n] under the policy before the update, when the sampler did
 
 
 class ExperienceMaker:
-    """A run's experience path: the policy engine (sampling), its processor, the frozen decoder and the
-    rewards, with the run's config and device; ``status`` shows where a collect is (rank 0's step status,
-    glm_grpo_ds/observability/step_status.py)."""
+    """A run's experience path: a sampling backend, the frozen decoder and the rewards, with the run's config
+    (rollout size, default group size, ``decoder.stream_rewards``) and device; ``status`` shows where a collect
+    is (rank 0's step status, glm_grpo_ds/observability/step_status.py)."""
 
-    def __init__(self, engine, processor, decoder, reward_fn, cfg, device: torch.device, status=NO_STATUS):
-        self.engine, self.processor, self.decoder, self.reward_fn = engine, processor, decoder, reward_fn
+    def __init__(self, sampler: SamplingBackend, decoder, reward_fn, cfg, device: torch.device, status=NO_STATUS):
+        self.sampler, self.decoder, self.reward_fn = sampler, decoder, reward_fn
         self.cfg, self.device, self.status = cfg, device, status
 
     def collect(
@@ -147,31 +67,20 @@ class ExperienceMaker:
         decode_seed: Callable[[int], int],
         group_size: int | None = None,
         decode=None,
-        in_gather: Callable | None = None,
     ) -> Experience:
         """Sample ``group_size`` (default ``grpo.group_size``) sequences for each row, decode and score
         them. ``decode_seed(row_index)``: the decoder noise seed of a dataset row's samples; ``decode``: the
-        decode's DecodeSettings (default: the training decode, ``decoder.*``); ``in_gather``: see
-        :func:`sample_batch`, its result in ``Experience.in_gather``. ``generators``: one for all rows, or
-        one per row."""
+        decode's DecodeSettings (default: the training decode, ``decoder.*``). ``generators``: one for all rows,
+        or one per row."""
         cfg = self.cfg
         timings: dict[str, float] = {}
         peaks: dict[str, float] = {}
+        group_size = cfg.grpo.group_size if group_size is None else group_size
         self.status.phase("rollout", unit="tokens")
         with measure(timings, peaks, "rollout", self.device):
-            batch, extra = sample_batch(
-                self.engine,
-                self.processor,
-                [row.prompt for row in rows],
-                generators,
-                cfg,
-                self.device,
-                group_size,
-                in_gather=in_gather,
-                on_tokens=self.status.on_tokens,
-            )
+            got = self.sampler.sample([row.prompt for row in rows], generators, group_size, self.status.on_tokens)
+        batch = got.batch
         sample_rows = [rows[i] for i in batch.prompt_index.tolist()]
-        prior, prompts = batch.prior_token_ids, batch.prompts
         seeds = [decode_seed(row.index) for row in sample_rows]
         samples = [row.reward_sample() for row in sample_rows]
         size = (cfg.rollout.height, cfg.rollout.width)
@@ -179,8 +88,8 @@ class ExperienceMaker:
             images, per_reward = decode_and_score(
                 self.decoder,
                 self.reward_fn,
-                prior,
-                prompts,
+                batch.prior_token_ids,
+                batch.prompts,
                 size,
                 seeds,
                 samples,
@@ -191,7 +100,7 @@ class ExperienceMaker:
                 peaks,
                 self.status,
             )
-        return Experience(batch, images, per_reward, sample_rows, timings, peaks, extra)
+        return Experience(batch, images, per_reward, sample_rows, timings, peaks, got.ref_logps, got.old_logps)
 
 
 def decode_and_score(

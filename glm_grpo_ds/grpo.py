@@ -86,20 +86,38 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1.0
 
 
-IMPORTANCE_LEVELS = ("token", "sequence")
-SAMPLER_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+# name -> fn(log_ratio [N, T], mask) -> the log importance weights at that level; the ``grpo.importance_sampling_level``
+# choices. token: each token's own ratio; sequence (GSPO, arXiv:2507.18071): the mean of the token log-ratios over
+# the sequence's masked tokens [N, 1], so the sequence ratio is their geometric mean and is clipped as one number.
+IMPORTANCE_LEVELS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
+    "importance sampling level"
+)
+IMPORTANCE_LEVELS.register("token", lambda log_ratio, mask: log_ratio)
+IMPORTANCE_LEVELS.register(
+    "sequence", lambda log_ratio, mask: ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+)
 
 
 def log_importance_weights(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
-    """``log pi / pi_old`` per token ``[N, T]`` (``token``), or per sequence ``[N, 1]`` (``sequence``, GSPO,
-    arXiv:2507.18071): the mean of the token log-ratios over the sequence's masked tokens, so the sequence ratio
-    is their geometric mean and is clipped as one number."""
-    log_ratio = logp - old_logp.detach()
-    if level == "token":
-        return log_ratio
-    if level == "sequence":
-        return ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    raise ValueError(f"importance sampling level must be one of {IMPORTANCE_LEVELS}, got {level!r}")
+    """``log pi / pi_old`` per token ``[N, T]`` (``token``), or per sequence ``[N, 1]`` (``sequence``)."""
+    return IMPORTANCE_LEVELS.get(level)(logp - old_logp.detach(), mask)
+
+
+class Correction(NamedTuple):
+    """A sampler correction: the level its weights are taken at (``token``: each token's ratio; ``sequence``: the
+    product over the sequence's masked tokens) and what happens outside ``[cap_min, cap_max]`` (``truncate``:
+    clamped, TIS; ``mask``: set to 0, the token or sequence leaves the loss). ``none``: no weights."""
+
+    level: str | None
+    bound: str | None
+
+
+# name -> Correction; the ``grpo.sampler_correction`` choices
+SAMPLER_CORRECTIONS: Registry[Correction] = Registry("sampler correction")
+SAMPLER_CORRECTIONS.register("none", Correction(None, None))
+for _level in ("token", "sequence"):
+    for _bound in ("truncate", "mask"):
+        SAMPLER_CORRECTIONS.register(f"{_level}_{_bound}", Correction(_level, _bound))
 
 
 def sampler_correction(
@@ -112,19 +130,15 @@ def sampler_correction(
 ) -> torch.Tensor | None:
     """Importance weights ``pi_old / pi_sampler`` that correct for the sampler computing slightly other numbers
     than the trainer (KV-cached bf16 decode vs teacher-forced forward): ``[N, T]`` per token or ``[N, 1]`` per
-    sequence (the product over its masked tokens), detached; None for ``none``.
-
-    ``*_truncate`` clamps the weights into ``[cap_min, cap_max]`` (TIS); ``*_mask`` sets those outside to 0
-    (the token or sequence leaves the loss). Where the two log-probs agree the weight is exactly 1.
+    sequence, detached; None for ``none`` (see :class:`Correction`). Where the two log-probs agree the weight is
+    exactly 1.
     """
-    if mode == "none":
+    correction = SAMPLER_CORRECTIONS.get(mode)
+    if correction.level is None:
         return None
-    if mode not in SAMPLER_CORRECTIONS:
-        raise ValueError(f"sampler correction must be one of {SAMPLER_CORRECTIONS}, got {mode!r}")
     diff = ((old_logp - sampler_logp) * mask).detach()
-    level, how = mode.split("_")
-    weights = torch.exp(diff.sum(-1, keepdim=True) if level == "sequence" else diff)
-    if how == "truncate":
+    weights = torch.exp(diff.sum(-1, keepdim=True) if correction.level == "sequence" else diff)
+    if correction.bound == "truncate":
         return weights.clamp(min=cap_min, max=cap_max)
     low = -math.inf if cap_min is None else cap_min
     high = math.inf if cap_max is None else cap_max

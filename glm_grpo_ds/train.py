@@ -54,15 +54,17 @@ from .observability.plot import PLOT_NAME, plot_training
 from .observability.step_status import NO_STATUS, for_rank
 from .observability.summary import print_startup_summary, resolve_merge_copy, startup_plan
 from .observability.tracking import build_tracker
+from .observability.update_stats import UpdateStats
 from .policy import load_policy, load_reference
 from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs
+from .rollout.backends import EngineSampler
 from .runtime import cuda_check, log, memory_probe, run_log
 from .runtime.cuda_check import CudaUnusable
 from .runtime.versions import framework_versions
 from .seeding import decoder_seed, derive_seed, seed_everything
 from .sharing.hub import Publisher
 from .token_ids import check_token_ids, embedding_rows
-from .update import grpo_update, logprobs_before_update, skipped_update
+from .update import grpo_update, logprobs_before_update
 
 
 class Trainer:
@@ -224,9 +226,13 @@ class Trainer:
         if self.is_main or (cfg.rollout.merge_lora and cfg.rollout.merge_copy == "auto"):
             self.memory_plan = startup_plan(cfg, self.ds_config_raw, self.world, self.device)
             resolve_merge_copy(cfg, self.memory_plan)
-        self.experience = ExperienceMaker(
-            self.engine, self.processor, decoder, self.reward_fn, cfg, self.device, self.status
-        )
+        # training's sampler computes the reference / old log-probs inside the rollout's gather (under ZeRO-3 they
+        # then gather nothing more); the evaluation's samples only
+        before = partial(logprobs_before_update, cfg=cfg) if cfg.logprobs_in_rollout else None
+        sampler = EngineSampler(self.engine, self.processor, cfg, self.device, before_update=before)
+        self.experience = ExperienceMaker(sampler, decoder, self.reward_fn, cfg, self.device, self.status)
+        eval_sampler = EngineSampler(self.engine, self.processor, cfg, self.device)
+        self.eval_experience = ExperienceMaker(eval_sampler, decoder, self.reward_fn, cfg, self.device, self.status)
         return model
 
     def _resume(self) -> None:
@@ -266,11 +272,7 @@ class Trainer:
         """GRPO step ``step`` (0-based; collective): experience -> global advantages -> update -> record."""
         cfg, grpo_cfg = self.cfg, self.cfg.grpo
         generator = torch.Generator(device=self.device).manual_seed(derive_seed(cfg.seed, "rollout", step, self.rank))
-        # the reference / old log-probs inside the rollout's gather: under ZeRO-3 they then gather nothing more
-        in_gather = partial(logprobs_before_update, cfg=cfg) if cfg.logprobs_in_rollout else None
-        exp = self.experience.collect(
-            self.sampler.next(), [generator], partial(decoder_seed, cfg.decoder, step), in_gather=in_gather
-        )
+        exp = self.experience.collect(self.sampler.next(), [generator], partial(decoder_seed, cfg.decoder, step))
         # Advantages over the global batch (identical on every rank), then this rank's share.
         all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
         advantages, all_rewards = combine_advantages(
@@ -295,7 +297,8 @@ class Trainer:
                     advantages[mine],
                     cfg,
                     self.ref_engine,
-                    before=exp.in_gather,
+                    ref_logps=exp.ref_logps,
+                    old_logps=exp.old_logps,
                     status=self.status,
                 )
         return self._record(step + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
@@ -311,7 +314,7 @@ class Trainer:
             f"{self.cfg.max_consecutive_skips or 'no'} such steps in a row stop the run; check the rewards and the "
             "fields they need; further ones are not logged",
         )
-        return skipped_update(self.cfg.grpo.num_iterations)
+        return UpdateStats.not_run(self.cfg.grpo.num_iterations)
 
     def _record(self, step: int, exp, stats: dict, my_rewards, all_rewards, all_per_reward, dead) -> dict:
         """The ``metrics.jsonl`` record after ``step`` steps (collective), and the training gallery when due."""
@@ -330,7 +333,7 @@ class Trainer:
         # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the
         # record's max over ranks makes the agreement explicit.
         self.skipped_steps += record["skipped"]
-        # no update ran (skipped_update: 0 tokens): the engine's norm would be the previous step's
+        # no update ran (UpdateStats.not_run: 0 tokens): the engine's norm would be the previous step's
         grad_norm = finite_or_none(ds_engine.grad_norm(self.engine)) if stats["tokens"] else None
         record.update(skipped_steps=self.skipped_steps, lr=ds_engine.current_lr(self.engine), grad_norm=grad_norm)
         if self.cfg.logging.gallery_steps and step % self.cfg.logging.gallery_steps == 0:
@@ -419,7 +422,7 @@ class Trainer:
     def evaluate(self, step: int) -> None:
         """Fixed-seed evaluation after ``step`` training steps (collective: every rank calls it)."""
         self.status.begin(f"eval at step {step}")
-        record, gallery = self.evaluator.run(step, self.experience, self.out, self.is_main)
+        record, gallery = self.evaluator.run(step, self.eval_experience, self.out, self.is_main)
         self.status.idle()
         if record is not None:
             self.tracker.log("eval", record)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections import defaultdict
 
 import torch
 
@@ -20,11 +19,8 @@ from .ds import engine as ds_engine
 from .grpo import high_entropy_mask, loss_normalizer, mismatch_sums, policy_loss, sampler_correction
 from .logprobs import completion_logprobs
 from .observability.step_status import NO_STATUS
+from .observability.update_stats import UpdateStats
 from .rollout import RolloutBatch
-
-# the loss statistics averaged over tokens (policy_loss's stats), and the first iteration's sampler-vs-trainer ones
-TOKEN_MEANS = ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl", "entropy")
-MISMATCH_KEYS = ("mismatch/logp_abs_mean", "mismatch/logp_abs_max", "mismatch/kl_k3", "mismatch/frac_beyond")
 
 
 def without_preview_loss(batch: RolloutBatch) -> RolloutBatch:
@@ -76,154 +72,105 @@ def reference_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices: lis
 
 
 @torch.no_grad()
-def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> dict[str, torch.Tensor]:
-    """Inside the rollout's parameter gather (experience.sample_batch ``in_gather``), the teacher-forced
-    log-probs the update would otherwise compute with the engine before its first step: ``ref`` (the LoRA
-    policy with its adapters off, ``cfg.reference_in_rollout``) and ``old`` (``grpo.num_iterations > 1``);
-    full fine-tuning's reference is another engine, computed in the update.
+def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Inside the rollout's parameter gather (the engine sampler's ``before_update``, glm_grpo_ds/rollout/
+    backends.py), the teacher-forced log-probs ``(ref, old)`` the update would otherwise compute with the engine
+    before its first step: ``ref`` (the LoRA policy with its adapters off, ``cfg.reference_in_rollout``) and
+    ``old`` (``grpo.num_iterations > 1``); None for what is not needed here (full fine-tuning's reference is
+    another engine, computed in the update).
     Under ZeRO-3 every forward of the engine gathers the AR again, module by module; here the whole AR is
     already gathered for sampling, so these passes gather nothing (docs/memory-and-speed.md). The policy
-    is the one that sampled and the update has not run, and experience.sample_batch runs this with the
+    is the one that sampled and the update has not run, and the engine sampler runs this with the
     training forwards' linear (``ds.engine.training_linear``), so the values are bitwise those of
     :func:`grpo_update`'s own passes through the engine (tests/integration/test_logprobs_in_gather.py)."""
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
-    out = {}
+    ref = old = None
     if cfg.reference_in_rollout:
         with policy.disable_adapter():
-            out["ref"] = batched_logprobs(policy, batch, cfg, slices)
+            ref = batched_logprobs(policy, batch, cfg, slices)
     if cfg.grpo.num_iterations > 1:
-        out["old"] = batched_logprobs(policy, batch, cfg, slices)
-    return out
+        old = batched_logprobs(policy, batch, cfg, slices)
+    return ref, old
+
+
+def missing_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices, ref, old) -> tuple:
+    """``(ref, old)`` with what the rollout did not compute filled in with the engine: the reference when the KL
+    term needs it (``grpo.beta > 0``), the pre-update log-probs when there is more than one iteration. One
+    iteration needs no old log-probs: the policy that sampled is the current one, so old = logp.detach()."""
+    policy = ds_engine.unwrap(engine)
+    policy.eval()  # the no-grad passes need no dropout / checkpointing
+    if ref is None and cfg.grpo.beta > 0:
+        ref = reference_logprobs(engine, ref_engine, batch, cfg, slices)
+    if old is None and cfg.grpo.num_iterations > 1:
+        old = batched_logprobs(engine, batch, cfg, slices)
+    policy.train()
+    return ref, old
+
+
+def loss_weights(micro: RolloutBatch, entropy: torch.Tensor, old_logp: torch.Tensor, grpo_cfg) -> tuple:
+    """``(token_weights, is_weights)`` of one micro-batch for :func:`glm_grpo_ds.grpo.policy_loss`: which tokens
+    the policy term weighs how (:func:`policy_token_weights`; collective with top-entropy selection) and the
+    sampler correction's importance weights (``grpo.sampler_correction``); None where they are all 1."""
+    g = grpo_cfg
+    is_weights = sampler_correction(
+        old_logp,
+        micro.sampler_logps,
+        micro.completion_mask,
+        g.sampler_correction,
+        g.sampler_correction_max,
+        g.sampler_correction_min,
+    )
+    return policy_token_weights(micro, entropy, g), is_weights
+
+
+def loss_options(grpo_cfg) -> dict:
+    """The grpo section's knobs of :func:`glm_grpo_ds.grpo.policy_loss`."""
+    g = grpo_cfg
+    return dict(
+        beta=g.beta,
+        epsilon_low=g.epsilon_low,
+        epsilon_high=g.epsilon_high,
+        aggregation=g.aggregation,
+        importance_sampling_level=g.importance_sampling_level,
+        entropy_coef=g.entropy_coef,
+    )
 
 
 def grpo_update(
-    engine,
-    batch: RolloutBatch,
-    advantages: torch.Tensor,
-    cfg,
-    ref_engine=None,
-    on_boundary=None,
-    before=None,
-    status=NO_STATUS,
+    engine, batch, advantages, cfg, ref_engine=None, on_boundary=None, ref_logps=None, old_logps=None, status=NO_STATUS
 ) -> dict:
-    """Run ``grpo.num_iterations`` optimizer steps on one rollout; return token-weighted stats
-    (averaged over iterations, with the per-iteration ones under ``"iterations"``).
-
-    ``before``: the :func:`logprobs_before_update` of this batch, computed during the rollout; what it
-    lacks is computed here with the engine.
-
-    ``on_boundary(engine)`` runs after the last backward of each step, before the optimizer step
-    (gradients are then complete; tests read them there).
-
-    ``out["skipped"]`` counts the optimizer steps DeepSpeed skipped because the gradients were not
-    finite (see :func:`glm_grpo_ds.ds.engine.step`); their parameters are unchanged.
-
-    ``status``: the step status (glm_grpo_ds/observability/step_status.py), told each micro-batch done.
-    """
-    grpo_cfg = cfg.grpo
-    if not grpo_cfg.preview_in_loss:
-        batch = without_preview_loss(batch)
+    """Run ``grpo.num_iterations`` optimizer steps on one rollout; return its statistics (observability/
+    update_stats.py; ``skipped``: optimizer steps DeepSpeed skipped because the gradients were not finite).
+    ``ref_logps`` / ``old_logps``: computed during the rollout, else here. ``on_boundary(engine)`` runs after the
+    last backward of each step, before the optimizer step (tests read the gradients there); ``status``: the step
+    status (observability/step_status.py), told each micro-batch done."""
+    g = cfg.grpo
+    batch = batch if g.preview_in_loss else without_preview_loss(batch)
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
-    status.phase("update", total=grpo_cfg.num_iterations * len(slices), unit="micro-batches")
-    norm = loss_normalizer(batch.completion_mask, grpo_cfg.aggregation)
-    total_tokens = batch.completion_mask.sum()  # each micro-batch's share of the entropy bonus is its tokens / these
-    policy = ds_engine.unwrap(engine)
-    policy.eval()  # the no-grad passes below need no dropout / checkpointing
-    before = before or {}
-    ref = before.get("ref")
-    if ref is None and grpo_cfg.beta > 0:
-        ref = reference_logprobs(engine, ref_engine, batch, cfg, slices)
-    # One update per rollout: the policy that sampled is the current one, so old = logp.detach()
-    # (ratio exactly 1). More updates need the pre-update log-probs of the trainer's own forward.
-    old = before.get("old")
-    if old is None and grpo_cfg.num_iterations > 1:
-        old = batched_logprobs(engine, batch, cfg, slices)
-    policy.train()
-
-    iterations = []
-    skipped = 0
-    mismatch: dict[str, float] = defaultdict(float)
-    for it in range(grpo_cfg.num_iterations):
-        sums: dict[str, float] = defaultdict(float)
-        ratio_mins, ratio_maxs = [], []
+    status.phase("update", total=g.num_iterations * len(slices), unit="micro-batches")
+    norm = loss_normalizer(batch.completion_mask, g.aggregation)  # the whole rollout's: micro-batch losses add up
+    total_tokens = batch.completion_mask.sum().clamp(min=1.0)  # each micro-batch's share of the entropy bonus
+    ref, old = missing_logprobs(engine, ref_engine, batch, cfg, slices, ref_logps, old_logps)
+    stats = UpdateStats()
+    for it in range(g.num_iterations):
         for j, rows in enumerate(slices):
             micro = batch.select(rows)
-            # through the engine's forward (not the unwrapped model): ZeRO-3 accumulation needs it
-            logp, entropy = completion_logprobs(
-                engine, micro, grpo_cfg.sampling, grpo_cfg.logprob_chunk_size, with_entropy=True
-            )
-            old_logp = logp.detach() if old is None else old[rows]
             mask = micro.completion_mask
+            # through the engine's forward (not the unwrapped model): ZeRO-3 accumulation needs it
+            logp, entropy = completion_logprobs(engine, micro, g.sampling, g.logprob_chunk_size, with_entropy=True)
+            old_logp = logp.detach() if old is None else old[rows]
             if it == 0:  # the sampler's numbers vs the trainer's for the same policy: the ratio should be 1
-                for key, value in mismatch_sums(
-                    old_logp, micro.sampler_logps, mask, grpo_cfg.mismatch_threshold
-                ).items():
-                    mismatch[key] = max(mismatch[key], value.item()) if key == "max" else mismatch[key] + value.item()
+                stats.add_mismatch(mismatch_sums(old_logp, micro.sampler_logps, mask, g.mismatch_threshold))
+            token_weights, is_weights = loss_weights(micro, entropy, old_logp, g)
             loss, loss_stats = policy_loss(
-                logp,
-                old_logp,
-                advantages[rows],
-                mask,
-                ref_logp=None if ref is None else ref[rows],
-                beta=grpo_cfg.beta,
-                epsilon_low=grpo_cfg.epsilon_low,
-                epsilon_high=grpo_cfg.epsilon_high,
-                aggregation=grpo_cfg.aggregation,
-                normalizer=norm,
-                importance_sampling_level=grpo_cfg.importance_sampling_level,
-                token_weights=policy_token_weights(micro, entropy, grpo_cfg),
-                is_weights=sampler_correction(
-                    old_logp,
-                    micro.sampler_logps,
-                    mask,
-                    grpo_cfg.sampler_correction,
-                    grpo_cfg.sampler_correction_max,
-                    grpo_cfg.sampler_correction_min,
-                ),
-                entropy=entropy,
-                entropy_coef=grpo_cfg.entropy_coef,
-                entropy_share=mask.sum() / total_tokens.clamp(min=1.0),
-            )
+                logp, old_logp, advantages[rows], mask, ref_logp=None if ref is None else ref[rows], normalizer=norm,
+                token_weights=token_weights, is_weights=is_weights, entropy=entropy,
+                entropy_share=mask.sum() / total_tokens, **loss_options(g),
+            )  # fmt: skip
             ds_engine.backward(engine, loss)
             if j == len(slices) - 1 and on_boundary is not None:
                 on_boundary(engine)
-            applied = ds_engine.step(engine)
-            skipped += applied is False
-            tokens = loss_stats["num_tokens"].item()
-            sums["loss"] += loss.item()  # micro-batch losses add up to the rollout's loss
-            sums["tokens"] += tokens
-            for key in TOKEN_MEANS:
-                sums[key] += loss_stats[key].item() * tokens
-            ratio_mins.append(loss_stats["ratio_min"].item())
-            ratio_maxs.append(loss_stats["ratio_max"].item())
-            status.advance()  # after the .item()s above: the micro-batch is done on the device too
-        tokens = max(sums["tokens"], 1.0)
-        iteration = {key: sums[key] / tokens for key in TOKEN_MEANS}
-        iteration.update(loss=sums["loss"], ratio_min=min(ratio_mins), ratio_max=max(ratio_maxs), tokens=sums["tokens"])
-        iterations.append(iteration)
-    # Reported: the mean over iterations (ratio extremes over all of them); per-iteration kept.
-    out = {key: sum(it[key] for it in iterations) / len(iterations) for key in iterations[0]}
-    out["ratio_min"] = min(it["ratio_min"] for it in iterations)
-    out["ratio_max"] = max(it["ratio_max"] for it in iterations)
-    out["iterations"] = iterations
-    out["skipped"] = skipped
-    n = max(mismatch["tokens"], 1.0)
-    out.update(
-        {
-            "mismatch/logp_abs_mean": mismatch["abs"] / n,
-            "mismatch/logp_abs_max": mismatch["max"],
-            "mismatch/kl_k3": mismatch["k3"] / n,
-            "mismatch/frac_beyond": mismatch["beyond"] / n,
-        }
-    )
-    return out
-
-
-def skipped_update(num_iterations: int) -> dict:
-    """What :func:`grpo_update` returns for an update not run at all: every optimizer step skipped,
-    no statistic (NaN, written as null)."""
-    nan = float("nan")
-    iteration = dict.fromkeys(("loss", *TOKEN_MEANS, "ratio_min"), nan)
-    iteration.update(ratio_max=nan, tokens=0.0)
-    mismatch = dict.fromkeys(MISMATCH_KEYS, nan)
-    return dict(iteration, iterations=[dict(iteration)] * num_iterations, skipped=num_iterations, **mismatch)
+            stats.add(loss, loss_stats, ds_engine.step(engine))
+            status.advance()  # after stats.add's .item()s: the micro-batch is done on the device too
+        stats.end_iteration()
+    return stats.result()

@@ -38,12 +38,13 @@ def _trainer(a, extra: list[str]):
 
 
 def _rollout(trainer, gather: bool, seed: int, compile: bool = False, cast: bool = False):
-    from ..experience import sample
+    from ..rollout.backends import EngineSampler
 
     cfg = replace(trainer.cfg, rollout=replace(trainer.cfg.rollout, compile=compile, adapters_in_model_dtype=cast))
+    sampler = EngineSampler(trainer.engine, trainer.processor, cfg, trainer.device, gather=gather)
     gen = torch.Generator(device=trainer.device).manual_seed(seed)
     t0 = time.perf_counter()
-    batch = sample(trainer.engine, trainer.processor, [BENCH_PROMPT], gen, cfg, trainer.device, gather=gather)
+    batch = sampler.sample([BENCH_PROMPT], [gen], cfg.grpo.group_size).batch
     return batch, time.perf_counter() - t0
 
 
@@ -198,7 +199,7 @@ def worker_zero3_gathers(a) -> dict:
     gather (``after``: the trainer now), in units of the whole AR (1.0 = every parameter gathered once)."""
     from ..advantages import group_advantages
     from ..ds import engine as ds_engine
-    from ..experience import sample_batch
+    from ..rollout.backends import EngineSampler
     from ..update import grpo_update, logprobs_before_update
 
     trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}", "grpo.beta=0.04"])
@@ -211,13 +212,13 @@ def worker_zero3_gathers(a) -> dict:
     def step(in_rollout: bool) -> dict:
         gen = [torch.Generator(device=trainer.device).manual_seed(0)]
         fn = (lambda policy, batch: logprobs_before_update(policy, batch, cfg)) if in_rollout else None
+        sampler = EngineSampler(engine, trainer.processor, cfg, trainer.device, before_update=fn)
         with ds_engine.counted_comms() as rollout:
-            batch, before = sample_batch(
-                engine, trainer.processor, [BENCH_PROMPT], gen, cfg, trainer.device, in_gather=fn
-            )
+            got = sampler.sample([BENCH_PROMPT], gen, cfg.grpo.group_size)
+        batch = got.batch
         adv = group_advantages(torch.linspace(0, 1, len(batch)), cfg.grpo.group_size)
         with ds_engine.counted_comms() as update:
-            grpo_update(engine, batch, adv, cfg, trainer.ref_engine, before=before)
+            grpo_update(engine, batch, adv, cfg, trainer.ref_engine, ref_logps=got.ref_logps, old_logps=got.old_logps)
         return {"rollout": whole_ars(rollout), "update": whole_ars(update)}
 
     step(False)  # warm-up: optimizer states, the prefetch trace

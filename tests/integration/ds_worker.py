@@ -25,8 +25,8 @@ from glm_grpo_ds.advantages import group_advantages
 from glm_grpo_ds.config import load_config
 from glm_grpo_ds.ds import dist
 from glm_grpo_ds.ds import engine as ds_engine
-from glm_grpo_ds.experience import sample
 from glm_grpo_ds.logprobs import completion_logprobs
+from glm_grpo_ds.rollout.backends import EngineSampler
 from glm_grpo_ds.train import Trainer
 from glm_grpo_ds.update import grpo_update, reference_logprobs
 
@@ -43,7 +43,8 @@ def named_full_params(trainer, predicate) -> dict[str, torch.Tensor]:
 def fixed_rollout(trainer, prompts, seed=1234, gather=True):
     """The same rollout on every rank (same prompts, same generator seed)."""
     gen = torch.Generator(device=trainer.device).manual_seed(seed)
-    return sample(trainer.engine, trainer.processor, prompts, gen, trainer.cfg, trainer.device, gather=gather)
+    sampler = EngineSampler(trainer.engine, trainer.processor, trainer.cfg, trainer.device, gather=gather)
+    return sampler.sample(prompts, [gen], trainer.cfg.grpo.group_size).batch
 
 
 def probe_ref_logps(trainer, batch):
@@ -145,7 +146,6 @@ def main(argv=None) -> int:
     elif a.scenario == "before":
         # the reference / old log-probs inside the rollout's gather vs through the engine in the update,
         # and what each gathers (DeepSpeed's comms logger)
-        from glm_grpo_ds.experience import sample_batch
         from glm_grpo_ds.update import batched_logprobs, logprobs_before_update
 
         trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
@@ -161,12 +161,12 @@ def main(argv=None) -> int:
         def before_fn(policy, batch):
             return logprobs_before_update(policy, batch, cfg)
 
+        g = cfg.grpo.group_size
         with ds_engine.counted_comms() as plain:
-            sample_batch(engine, trainer.processor, prompts, gen(), cfg, trainer.device)
+            EngineSampler(engine, trainer.processor, cfg, trainer.device).sample(prompts, gen(), g)
         with ds_engine.counted_comms() as with_before:
-            batch, before = sample_batch(
-                engine, trainer.processor, prompts, gen(), cfg, trainer.device, in_gather=before_fn
-            )
+            got = EngineSampler(engine, trainer.processor, cfg, trainer.device, before_fn).sample(prompts, gen(), g)
+        batch = got.batch
         slices = [slice(i, i + cfg.batch.micro_batch_size) for i in range(0, len(batch), cfg.batch.micro_batch_size)]
         with ds_engine.counted_comms() as ref_in_update:
             ref = reference_logprobs(engine, trainer.ref_engine, batch, cfg, slices)
@@ -174,10 +174,12 @@ def main(argv=None) -> int:
         old = batched_logprobs(engine, batch, cfg, slices)
         adv = group_advantages(synthetic_rewards(len(batch)), cfg.grpo.group_size)
         with ds_engine.counted_comms() as update:
-            stats = grpo_update(engine, batch, adv, cfg, trainer.ref_engine, before=before)
+            stats = grpo_update(
+                engine, batch, adv, cfg, trainer.ref_engine, ref_logps=got.ref_logps, old_logps=got.old_logps
+            )
         result = {
-            "ref": (before["ref"].cpu(), ref.cpu()),
-            "old": (before["old"].cpu(), old.cpu()),
+            "ref": (got.ref_logps.cpu(), ref.cpu()),
+            "old": (got.old_logps.cpu(), old.cpu()),
             "first_ratio": (stats["iterations"][0]["ratio_min"], stats["iterations"][0]["ratio_max"]),
             "bytes": {
                 "rollout": gathered(plain),

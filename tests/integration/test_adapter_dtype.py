@@ -66,10 +66,10 @@ def test_nothing_is_cast_where_the_adapters_already_have_the_models_dtype(tiny_m
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_training_rollout_casts_for_sampling_only(bf16_policy, tiny_model_dir, enabled):
-    """experience.sample_batch: the rollout samples with bf16 adapters when the option is on, and the trainer's
-    passes inside the same gather (``in_gather``) see the fp32 adapters either way. The engine is a stand-in
-    holding the model (ZeRO-2 shape: no gather); what is tested is the cast around the rollout."""
-    from glm_grpo_ds.experience import sample_batch
+    """The engine sampler (rollout/backends.py): the rollout samples with bf16 adapters when the option is on, and
+    the trainer's passes inside the same gather (``before_update``) see the fp32 adapters either way. The engine is
+    a stand-in holding the model (ZeRO-2 shape: no gather); what is tested is the cast around the rollout."""
+    from glm_grpo_ds.rollout.backends import EngineSampler
 
     processor = load_processor(tiny_model_dir)
     cfg = load_config(
@@ -88,11 +88,13 @@ def test_training_rollout_casts_for_sampling_only(bf16_policy, tiny_model_dir, e
     engine = SimpleNamespace(module=bf16_policy, zero_optimization_stage=lambda: 2)
     seen = {}
 
-    def in_gather(policy, batch):
+    def before_update(policy, batch):
         seen["dtypes"] = {p.dtype for p in lora_params(policy).values()}
+        return None, None
 
     gen = torch.Generator().manual_seed(0)
-    batch, _ = sample_batch(engine, processor, PROMPTS, [gen], cfg, torch.device("cpu"), in_gather=in_gather)
+    sampler = EngineSampler(engine, processor, cfg, torch.device("cpu"), before_update=before_update)
+    batch = sampler.sample(PROMPTS, [gen], cfg.grpo.group_size).batch
     assert seen["dtypes"] == {torch.float32}
     with adapters_in_base_dtype(bf16_policy) if enabled else contextlib.nullcontext():
         expected = sample(bf16_policy, processor)

@@ -1,0 +1,88 @@
+"""The statistics of one GRPO update (glm_grpo_ds/update.py), accumulated micro-batch by micro-batch.
+
+    stats = UpdateStats()
+    for iteration ...:
+        for micro-batch ...:
+            stats.add_mismatch(sums)                 # first iteration: sampler vs trainer (grpo.mismatch_sums)
+            stats.add(loss, loss_stats, applied)     # policy_loss's stats, whether DeepSpeed applied the step
+        stats.end_iteration()
+    stats.result()                                   # the dict the step record reads (observability/metrics.py)
+
+Token statistics are token-weighted over micro-batches, then averaged over iterations (the per-iteration ones kept
+under ``"iterations"``); the ratio extremes are over everything; ``loss`` adds up (micro-batch losses sum to the
+rollout's loss); ``skipped`` counts the optimizer steps DeepSpeed skipped. :meth:`UpdateStats.not_run` is the
+result of an update that did not run at all (every step skipped, no statistic: NaN, written as null).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+# the loss statistics averaged over tokens (policy_loss's stats), and the first iteration's sampler-vs-trainer ones
+TOKEN_MEANS = ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl", "entropy")
+MISMATCH_KEYS = ("mismatch/logp_abs_mean", "mismatch/logp_abs_max", "mismatch/kl_k3", "mismatch/frac_beyond")
+
+
+class UpdateStats:
+    def __init__(self):
+        self.iterations: list[dict] = []
+        self.skipped = 0
+        self.mismatch: dict[str, float] = defaultdict(float)
+        self._new_iteration()
+
+    def _new_iteration(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.ratio_mins: list[float] = []
+        self.ratio_maxs: list[float] = []
+
+    def add_mismatch(self, sums: dict) -> None:
+        """One micro-batch's :func:`glm_grpo_ds.grpo.mismatch_sums` (tensors): summed, ``max`` maximised."""
+        for key, value in sums.items():
+            v = value.item()
+            self.mismatch[key] = max(self.mismatch[key], v) if key == "max" else self.mismatch[key] + v
+
+    def add(self, loss, loss_stats: dict, applied: bool | None) -> None:
+        """One micro-batch's loss and :func:`glm_grpo_ds.grpo.policy_loss` stats; ``applied``: what
+        glm_grpo_ds.ds.engine.step returned (False = the optimizer step was skipped)."""
+        self.skipped += applied is False
+        tokens = loss_stats["num_tokens"].item()
+        self.sums["loss"] += loss.item()
+        self.sums["tokens"] += tokens
+        for key in TOKEN_MEANS:
+            self.sums[key] += loss_stats[key].item() * tokens
+        self.ratio_mins.append(loss_stats["ratio_min"].item())
+        self.ratio_maxs.append(loss_stats["ratio_max"].item())
+
+    def end_iteration(self) -> None:
+        tokens = max(self.sums["tokens"], 1.0)
+        iteration = {key: self.sums[key] / tokens for key in TOKEN_MEANS}
+        iteration.update(
+            loss=self.sums["loss"],
+            ratio_min=min(self.ratio_mins),
+            ratio_max=max(self.ratio_maxs),
+            tokens=self.sums["tokens"],
+        )
+        self.iterations.append(iteration)
+        self._new_iteration()
+
+    def result(self) -> dict:
+        its = self.iterations
+        out = {key: sum(it[key] for it in its) / len(its) for key in its[0]}
+        out["ratio_min"] = min(it["ratio_min"] for it in its)
+        out["ratio_max"] = max(it["ratio_max"] for it in its)
+        out["iterations"] = its
+        out["skipped"] = self.skipped
+        n = max(self.mismatch["tokens"], 1.0)
+        out["mismatch/logp_abs_mean"] = self.mismatch["abs"] / n
+        out["mismatch/logp_abs_max"] = self.mismatch["max"]
+        out["mismatch/kl_k3"] = self.mismatch["k3"] / n
+        out["mismatch/frac_beyond"] = self.mismatch["beyond"] / n
+        return out
+
+    @staticmethod
+    def not_run(num_iterations: int) -> dict:
+        nan = float("nan")
+        iteration = dict.fromkeys(("loss", *TOKEN_MEANS, "ratio_min"), nan)
+        iteration.update(ratio_max=nan, tokens=0.0)
+        mismatch = dict.fromkeys(MISMATCH_KEYS, nan)
+        return dict(iteration, iterations=[dict(iteration)] * num_iterations, skipped=num_iterations, **mismatch)
