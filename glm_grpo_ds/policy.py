@@ -8,11 +8,14 @@ resolve are glm_grpo_ds/glm_image.py's; this module is the one place that calls 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from .adapters import check_init_adapter, load_init_adapter, peft_lora_config
-from .glm_image import AR_DIR, DTYPES, check_pipeline_dir
+from .glm_image import AR_DIR, DTYPES, check_pipeline_dir, load_processor, resolve_attn, resolve_dtype, resolve_sampling
+from .model_source import resolve_model
 
 
 def load_ar(
@@ -95,3 +98,55 @@ def make_trainable(model, lora, gradient_checkpointing: bool, seed: int = 0):
 def load_reference(path, dtype: torch.dtype, attn_implementation: str, trust_remote_code: bool = False):
     """A frozen copy of the AR for the KL term of full fine-tuning (LoRA disables its adapters instead)."""
     return load_ar(path, dtype, attn_implementation, trust_remote_code).requires_grad_(False)
+
+
+def with_adapters(ar, adapters: list[str]):
+    """``(model, names)``: ``ar`` with every adapter directory loaded side by side under its own name
+    (``adapter_0``, ...; the first one active), and the names in order; no adapters: the AR itself."""
+    if not adapters:
+        return ar, []
+    from peft import PeftModel
+
+    names = [f"adapter_{i}" for i in range(len(adapters))]
+    model = PeftModel.from_pretrained(ar, adapters[0], adapter_name=names[0])
+    for name, path in zip(names[1:], adapters[1:]):
+        model.load_adapter(path, adapter_name=name)
+    return model.eval(), names
+
+
+@dataclass
+class ForSampling:
+    """What a tool samples with (:func:`load_for_sampling`)."""
+
+    model: torch.nn.Module  # the AR, or a peft model holding the adapters over it
+    adapter_names: list[str]  # adapter_0, ... in the order given ([] without adapters)
+    processor: object
+    sampling: object  # the SamplingConfig with the model's own values filled in (glm_image.resolve_sampling)
+    model_dir: Path  # the local pipeline directory (a Hub id resolved through the cache)
+    dtype: torch.dtype
+
+
+def load_for_sampling(
+    path: str,
+    revision: str | None,
+    dtype: str,
+    attn_implementation: str,
+    sampling,
+    device: torch.device,
+    adapters: list[str] = (),
+    trust_remote_code: bool = False,
+    flags: tuple[str, str] = ("model.path", "model.revision"),
+) -> ForSampling:
+    """The tools' one loading sequence (``glm-grpo evaluate``, ``decode-agreement``, ``verify-logprobs``): the
+    pipeline directory of ``path`` (a Hub id through the cache, glm_grpo_ds/model_source.py; ``flags`` name the
+    options for its errors), ``dtype`` / ``attn_implementation`` resolved for ``device`` (``auto`` included),
+    the AR with ``adapters`` on ``device`` in eval mode, its processor and ``sampling`` resolved against the
+    model. The trainer loads its policy with :func:`load_policy` instead (LoRA to train, DeepSpeed)."""
+    model_dir = resolve_model(path, revision, flag=flags[0], revision_flag=flags[1]).path
+    on_gpu = device.type == "cuda"
+    torch_dtype = resolve_dtype(dtype, on_gpu)
+    ar = load_ar(model_dir, torch_dtype, resolve_attn(attn_implementation, on_gpu, torch_dtype), trust_remote_code)
+    model, names = with_adapters(ar, list(adapters))
+    model.to(device)
+    sampling = resolve_sampling(sampling, model_dir)
+    return ForSampling(model, names, load_processor(model_dir), sampling, Path(model_dir), torch_dtype)

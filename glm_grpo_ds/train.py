@@ -41,7 +41,7 @@ from .decoder import ImageDecoder
 from .ds import dist
 from .ds import engine as ds_engine
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
-from .evaluate import Evaluator, gallery_to_main
+from .evaluation.in_training import Evaluator, gallery_to_main
 from .experience import ExperienceMaker
 from .glm_image import load_processor, resolve_attn, resolve_dtype, resolve_sampling
 from .lifecycle import checkpoint, resume, storage

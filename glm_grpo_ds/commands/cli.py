@@ -157,14 +157,16 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "did the run help? base vs adapters with paired seeds: differences with 95 % intervals, win rates",
         usage=(
             "glm-grpo evaluate [--config CFG] [--model DIR\\|ID] [--adapter DIR ...] [--prompts FILE] [--rewards NAME "
-            "...] [--num-prompts N] [--samples-per-prompt 4] [--seed 0] [--category-key category] [--batch-prompts 4] "
+            "...] [--num-prompts N] [--samples-per-prompt K] [--seed N] [--category-key category] [--batch-prompts 4] "
             "[--out outputs/evaluate] [--export LAYOUT DIR ...] [--fresh] [key=value ...]"
         ),
         doc=(
             "samples the base and every adapter on the same prompts with the same rollout noise and decode seeds, "
             "scores them with the rewards and prints per reward the means, the paired difference with a bootstrap "
             "95 % interval over prompts, the win rate and whether the adapter's run trained on that reward; writes "
-            "evaluate.json, gallery.png and evaluate.png ([evaluate.md](evaluate.md))"
+            "evaluate.json, gallery.png and evaluate.png; the prompt count, K and seed default to the config's "
+            "eval.*, so with a run's config the adapter's samples are its final evaluation's "
+            "([evaluate.md](evaluate.md))"
         ),
     ),
     "bench": Subcommand(

@@ -29,7 +29,6 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -103,58 +102,48 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parse_with_overrides(p, argv)
 
 
-def decode_timed(decoder, batch, seeds, rollout_cfg, settings) -> tuple[torch.Tensor, float]:
-    """Images of every sample under ``settings``, and the seconds the decode took."""
-    start = time.perf_counter()
-    size = (rollout_cfg.height, rollout_cfg.width)
-    images = decoder.decode(batch.prior_token_ids, batch.prompts, *size, seeds, settings)
-    if images.device.type == "cuda":
-        torch.cuda.synchronize(images.device)
-    return images, time.perf_counter() - start
-
-
 def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch.device) -> dict:
     """Sample, decode each way, score: the result :func:`main` prints (see the module docstring)."""
     from ..adapters import find_adapter
     from ..advantages import weighted_total
     from ..data import load_prompts
     from ..decoder import ImageDecoder
-    from ..glm_image import load_processor, resolve_attn, resolve_dtype, resolve_sampling
-    from ..model_source import resolve_model
-    from ..policy import load_ar
+    from ..experience import decode_and_score
+    from ..policy import load_for_sampling
     from ..rewards import build_rewards
-    from ..rollout import rollout
+    from ..rollout.backends import ModelSampler
     from ..seeding import derive_seed
 
-    model = resolve_model(cfg.model.path, cfg.model.revision, flag="model.path", revision_flag="model.revision").path
     rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data)[:num_prompts]
     reward_fn = build_rewards(cfg.rewards)
-    on_gpu = device.type == "cuda"
-    dtype = resolve_dtype(cfg.model.dtype, on_gpu)
-    ar = load_ar(model, dtype, resolve_attn(cfg.model.attn_implementation, on_gpu, dtype), cfg.model.trust_remote_code)
-    if adapter is not None:
-        ar.load_adapter(str(find_adapter(adapter)))  # LoRA layers on top, unmerged, as render does
-    ar.to(device)
-    processor = load_processor(model)
-    sampling = resolve_sampling(cfg.grpo.sampling, model)
+    m = cfg.model
+    adapters = [] if adapter is None else [str(find_adapter(adapter))]  # LoRA layers on top, unmerged
+    loaded = load_for_sampling(
+        m.path, m.revision, m.dtype, m.attn_implementation, cfg.grpo.sampling, device, adapters, m.trust_remote_code
+    )
     g = cfg.grpo.group_size
     generator = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "decode-agreement"))
-    with torch.no_grad():
-        prompts = [r.prompt for r in rows]
-        batch = rollout(ar, processor, prompts, g, cfg.rollout.height, cfg.rollout.width, sampling, generator, device)
-    del ar
-    decoder = ImageDecoder(model, cfg.decoder, device)
+    sampler = ModelSampler(loaded.model, loaded.processor, cfg.rollout, loaded.sampling, device)
+    batch = sampler.sample([r.prompt for r in rows], [generator], g).batch
+    model_dir = loaded.model_dir
+    del sampler, loaded  # the AR's memory, before the decoder loads
+    decoder = ImageDecoder(model_dir, cfg.decoder, device)
     sample_rows = [rows[i] for i in batch.prompt_index.tolist()]
     seeds = [derive_seed(cfg.decoder.seed, "decode-agreement", row.index) % 2**31 for row in sample_rows]
     targets = [row.reward_sample() for row in sample_rows]
+    size = (cfg.rollout.height, cfg.rollout.width)
 
     def scored(settings):
-        images, seconds = decode_timed(decoder, batch, seeds, cfg.rollout, settings)
-        per_reward = reward_fn(images, batch.prompts, targets)
+        # the experience path's decode and score; not streamed, so the seconds are the decode's alone
+        timings: dict[str, float] = {}
+        prior, prompts = batch.prior_token_ids, batch.prompts
+        _, per_reward = decode_and_score(
+            decoder, reward_fn, prior, prompts, size, seeds, targets, settings, False, device, timings
+        )
         per_reward = {label: values.float().cpu() for label, values in per_reward.items()}
         if len(per_reward) > 1:
             per_reward["total"] = weighted_total(per_reward, reward_fn.weights, g)
-        return per_reward, seconds
+        return per_reward, timings["decode"]
 
     # untimed warm-up (first-call allocations, kernel selection), so the first decode timed is not the slowest
     decoder.decode(batch.prior_token_ids[:1], batch.prompts[:1], cfg.rollout.height, cfg.rollout.width, seeds[:1])

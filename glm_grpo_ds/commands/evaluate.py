@@ -9,11 +9,14 @@ paired seeds, per reward: means, the paired difference with a 95 % bootstrap int
 Everything not given comes from ``--config`` (a training config: model, rewards with their arguments, image
 size, sampling, the evaluation decode ``eval.*``, by default the pipeline's own 50 steps) or from the
 training defaults; ``--model``, ``--prompts`` and ``--rewards NAME ...`` replace the config's. Sampling is
-paired (glm_grpo_ds/compare/runner.py): every model draws prompt i's tokens with the same noise and decodes
+paired (glm_grpo_ds/evaluation/paired.py): every model draws prompt i's tokens with the same noise and decodes
 them with the same seed, so the base against itself differs by exactly 0 and the differences measure the
-adapters, not the seeds. The rewards the adapter's run trained on are marked ``trained on``; the others
-``out of domain`` (docs/evaluate.md says why both matter). ``--category-key`` (default ``category``) breaks
-the results down by that column when the prompts have it.
+adapters, not the seeds. The seeds follow the in-training evaluation's scheme (evaluation/seeds.py) and
+``--seed`` / ``--samples-per-prompt`` / ``--num-prompts`` default to ``eval.seed`` / ``eval.group_size`` /
+``eval.num_prompts``: with the run's config, the adapter's figures are the run's final evaluation's samples.
+The rewards the adapter's run trained on are marked ``trained on``; the others ``out of domain``
+(docs/evaluate.md says why both matter). ``--category-key`` (default ``category``) breaks the results down by
+that column when the prompts have it.
 
 Writes ``OUT/evaluate.json`` (settings and every figure), ``OUT/gallery.png`` (per prompt: base | adapter ...)
 and ``OUT/evaluate.png`` (the differences with their intervals), and prints the table. Resumable: every
@@ -57,9 +60,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--prompts", default=None, help="the prompt file or dataset (default: eval.file of the config)")
     p.add_argument("--rewards", nargs="+", default=None, metavar="NAME", help="reward names (replace the config's)")
-    p.add_argument("--num-prompts", type=int, default=0, help="the first N prompts (0 = all)")
-    p.add_argument("--samples-per-prompt", type=int, default=4, help="K samples per prompt and model")
-    p.add_argument("--seed", type=int, default=0, help="seeds every prompt's rollout noise and decode")
+    p.add_argument(
+        "--num-prompts", type=int, default=None, help="the first N prompts (0 = all; default: eval.num_prompts)"
+    )
+    p.add_argument(
+        "--samples-per-prompt", type=int, default=None, help="K samples per prompt and model (default: eval.group_size)"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seeds every prompt's rollout noise and decode (default: eval.seed, as the run's own evaluation)",
+    )
     p.add_argument("--category-key", default="category", help="break the results down by this prompt column")
     p.add_argument("--batch-prompts", type=int, default=4, help="prompts rolled out together")
     p.add_argument("--gallery-prompts", type=int, default=16, help="prompts in gallery.png")
@@ -72,7 +84,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar=("LAYOUT", "DIR"),
         default=[],
         help="also write every model's images in a benchmark's layout: geneval, dpg, longtext or oneig "
-        "(glm_grpo_ds/compare/exports.py); repeatable",
+        "(glm_grpo_ds/evaluation/exports.py); repeatable",
     )
     p.add_argument(
         "--fresh", action="store_true", help="discard the finished batches OUT/progress/ holds and sample everything"
@@ -97,6 +109,11 @@ def load_settings(a):
     prompts = a.prompts or cfg.eval.file
     if not prompts:
         raise ValueError("give --prompts FILE (or a --config with eval.file)")
+    # unset: the run's own evaluation's (its prompts, K and seed: evaluation/seeds.py)
+    if a.samples_per_prompt is None:
+        a.samples_per_prompt = cfg.eval.group_size
+    if a.num_prompts is None:
+        a.num_prompts = cfg.eval.num_prompts
     for flag, value in (("--samples-per-prompt", a.samples_per_prompt), ("--batch-prompts", a.batch_prompts)):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
@@ -156,21 +173,19 @@ def progress_store(store: Path, settings: dict, fresh: bool) -> Path:
 def run(a) -> dict:
     from ..adapters import find_adapter
     from ..advantages import weighted_total
-    from ..compare.fingerprints import adapter_sha256, rows_sha256
-    from ..compare.report import GALLERY, PLOT, TOTAL, summarise, table, write_gallery, write_plot
-    from ..compare.runner import BASE, evaluate_models, load_compared
     from ..data import load_prompts
     from ..decoder import ImageDecoder, resolve_settings
-    from ..glm_image import load_processor, resolve_attn, resolve_dtype, resolve_sampling
-    from ..model_source import resolve_model
-    from ..policy import load_ar
+    from ..evaluation import seeds
+    from ..evaluation.fingerprints import adapter_sha256, rows_sha256
+    from ..evaluation.paired import BASE, evaluate_models
+    from ..evaluation.report import GALLERY, PLOT, TOTAL, summarise, table, write_gallery, write_plot
+    from ..experience import ExperienceMaker
+    from ..policy import load_for_sampling
     from ..rewards import build_rewards
+    from ..rollout.backends import ModelSampler
 
     cfg, prompt_source = load_settings(a)
     rank, world, local_rank, device = start_ranks(a.device)
-    model_dir = resolve_model(
-        cfg.model.path, cfg.model.revision, flag="model.path", revision_flag="model.revision"
-    ).path
     # Held-out prompts, read as training reads eval.file (eval.split / eval.revision, whether they come from
     # --prompts or the config); a Hub dataset is downloaded (or its Arrow cache built) by rank 0 first.
     ev = cfg.eval
@@ -182,22 +197,21 @@ def run(a) -> dict:
     share = -(-len(rows) // world)  # contiguous shares; the last ranks' may be shorter or empty
     mine = rows[rank * share : (rank + 1) * share]
     adapters = [str(find_adapter(path)) for path in a.adapter]
-    on_gpu = device.type == "cuda"
-    dtype = resolve_dtype(cfg.model.dtype, on_gpu)
-    ar = load_ar(
-        model_dir, dtype, resolve_attn(cfg.model.attn_implementation, on_gpu, dtype), cfg.model.trust_remote_code
+    m = cfg.model
+    loaded = load_for_sampling(
+        m.path, m.revision, m.dtype, m.attn_implementation, cfg.grpo.sampling, device, adapters, m.trust_remote_code
     )
-    model, adapter_names = load_compared(ar, adapters)
-    model.to(device)
+    model, adapter_names, sampling, model_dir = loaded.model, loaded.adapter_names, loaded.sampling, loaded.model_dir
     names = [BASE, *adapter_names]
     reward_fn = build_rewards(cfg.rewards)
     decoder = ImageDecoder(model_dir, cfg.decoder, device)
+    sampler = ModelSampler(model, loaded.processor, cfg.rollout, sampling, device)
+    maker = ExperienceMaker(sampler, decoder, reward_fn, cfg, device)
     decode = resolve_settings(cfg.eval.num_inference_steps, cfg.eval.guidance_scale)
-    sampling = resolve_sampling(cfg.grpo.sampling, model_dir)
     size = (cfg.rollout.height, cfg.rollout.width)
     k = a.samples_per_prompt
-    processor = load_processor(model_dir)
-    # Contents, not only paths (compare/fingerprints.py): a rerun after the prompts or an adapter changed is
+    seed = ev.seed if a.seed is None else a.seed
+    # Contents, not only paths (evaluation/fingerprints.py): a rerun after the prompts or an adapter changed is
     # refused instead of mixing stored batches of the old ones with new ones.
     settings = {
         "model": str(model_dir),
@@ -208,24 +222,25 @@ def run(a) -> dict:
         "prompts_sha256": rows_sha256(rows),
         "num_prompts": len(rows),
         "samples_per_prompt": k,
-        "seed": a.seed,
+        "seed": seed,
+        "seeds": seeds.SCHEME,
         "image": list(size),
         "decode": decode._asdict(),
         "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p},
         "rewards": [dataclasses.asdict(spec) for spec in cfg.rewards],
         "batch_prompts": a.batch_prompts,
-        "dtype": str(dtype),
+        "dtype": str(loaded.dtype),
         "export": a.export,
         "world_size": world,
     }
     on_images = None
     if a.export:
-        from ..compare.exports import EXPORTERS, check_rows
+        from ..evaluation.exports import EXPORTERS, check_rows
 
         for layout, _ in a.export:
             check_rows(layout, rows, k, size)
 
-        def on_images(name, chunk, images):  # -> the files written, recorded with the batch (compare/runner.py)
+        def on_images(name, chunk, images):  # -> the files written, recorded with the batch (evaluation/paired.py)
             return [path for layout, d in a.export for path in EXPORTERS.get(layout)(Path(d), name, chunk, images, k)]
 
     store = progress_store(Path(a.out) / PROGRESS / f"rank_{rank}", settings, a.fresh)
@@ -234,7 +249,7 @@ def run(a) -> dict:
 
     with tqdm(total=len(mine) * len(names), desc="evaluate", unit="prompt", file=sys.stderr, disable=rank != 0) as bar:
         results = evaluate_models(
-            model, names, processor, decoder, reward_fn, mine, k, a.seed, size, sampling, decode, device,
+            model, names, maker, mine, k, seed, decode,
             batch_prompts=a.batch_prompts, progress=bar.update, store=store, on_images=on_images,
         )  # fmt: skip
     results = gather_results(results, names)
@@ -246,7 +261,7 @@ def run(a) -> dict:
             result.rewards[TOTAL] = weighted_total(flat, reward_fn.weights, k).view(len(rows), k)
     categories = [str(row.extra.get(a.category_key)) for row in rows]
     has_categories = any(row.extra.get(a.category_key) is not None for row in rows)
-    summary = summarise(results, dict(zip(adapter_names, adapters)), a.seed, categories if has_categories else None)
+    summary = summarise(results, dict(zip(adapter_names, adapters)), seed, categories if has_categories else None)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     first_label = TOTAL if TOTAL in results[BASE].rewards else next(iter(results[BASE].rewards))
@@ -273,9 +288,9 @@ def run(a) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..compare.report import EVALUATE_JSON
     from ..config import ConfigError
     from ..ds import dist
+    from ..evaluation.report import EVALUATE_JSON
 
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:

@@ -10,7 +10,7 @@ Run it on your install, attention kernel and model before spending GPU hours:
     glm-grpo verify-logprobs --model outputs/tiny --dtype bf16 --top-k 3 --top-p 0.5 --temperature 0.7
 
 ``--model`` is a pipeline directory or a Hub id (glm_grpo_ds/model_source.py; ``--revision`` pins it).
-Sampling defaults to the model's own settings (see glm_grpo_ds/policy.py ``resolve_sampling``). The
+Sampling defaults to the model's own settings (see glm_grpo_ds/glm_image.py ``resolve_sampling``). The
 log-probs compared are under the policy distribution (codebook mask + temperature), also when top-k /
 top-p cut the draw (glm_grpo_ds/sampling.py says why); a sampled token with a non-finite teacher-forced
 log-prob fails the check.
@@ -84,22 +84,23 @@ def parse_args(argv):
     return a.model, a.revision, cfg, SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p)
 
 
-def run(model_path: str, cfg: VerifyConfig, sampling: SamplingConfig) -> tuple[float, float, int, SamplingConfig]:
+def run(
+    model: str, revision: str | None, cfg: VerifyConfig, sampling: SamplingConfig
+) -> tuple[float, float, int, SamplingConfig]:
     """Return (max, mean) absolute difference between sampler and teacher-forced log-probs, the
     number of sampled tokens whose teacher-forced log-prob is not finite, and the sampling used."""
     import torch
 
-    from ..glm_image import load_processor, resolve_sampling
-    from ..policy import load_ar
+    from ..policy import load_for_sampling
 
     device = torch.device(
         "cuda"
         if cfg.device == "auto" and torch.cuda.is_available()
         else ("cpu" if cfg.device == "auto" else cfg.device)
     )
-    sampling = resolve_sampling(sampling, model_path)
-    ar = load_ar(model_path, dtype=cfg.dtype, attn_implementation=cfg.attn).to(device)
-    batch, recomputed = sampler_and_trainer_logprobs(ar, load_processor(model_path), cfg, sampling, device)
+    loaded = load_for_sampling(model, revision, cfg.dtype, cfg.attn, sampling, device, flags=("--model", "--revision"))
+    sampling = loaded.sampling
+    batch, recomputed = sampler_and_trainer_logprobs(loaded.model, loaded.processor, cfg, sampling, device)
     diff = (recomputed - batch.sampler_logps).abs()
     return diff.max().item(), diff.mean().item(), int((~torch.isfinite(recomputed)).sum()), sampling
 
@@ -127,10 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         sampling.validate()
         if cfg.height <= 0 or cfg.width <= 0 or cfg.height % 32 or cfg.width % 32:
             raise ValueError(f"--height/--width must be positive multiples of 32, got {cfg.height}x{cfg.width}")
-        from ..model_source import resolve_model
-
-        model_path = resolve_model(model, revision, flag="--model", revision_flag="--revision").path
-        max_diff, mean_diff, nonfinite, sampling = run(model_path, cfg, sampling)
+        max_diff, mean_diff, nonfinite, sampling = run(model, revision, cfg, sampling)
     except (FileNotFoundError, ValueError) as err:
         print(f"glm-grpo verify-logprobs: {err}", file=sys.stderr)
         return 2

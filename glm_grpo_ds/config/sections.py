@@ -514,7 +514,7 @@ class LoggingConfig:
 
 @dataclass
 class EvalConfig:
-    """Held-out evaluation (glm_grpo_ds/evaluate.py)."""
+    """Held-out evaluation (glm_grpo_ds/evaluation/in_training.py)."""
 
     file: str = setting(
         "",

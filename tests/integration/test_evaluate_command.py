@@ -183,7 +183,7 @@ def test_an_export_refuses_rows_without_its_field_before_sampling(tiny_model_dir
 
 
 def test_grid_2x2_puts_the_samples_in_reading_order():
-    from glm_grpo_ds.compare.exports import grid_2x2
+    from glm_grpo_ds.evaluation.exports import grid_2x2
 
     colours = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0], [1.0, 1.0, 0]])
     grid = grid_2x2(colours[:, :, None, None].expand(4, 3, 8, 8))
@@ -308,3 +308,38 @@ def test_a_hub_dataset_id_is_read_with_eval_split_and_revision(tiny_model_dir, t
     result = json.loads((out / "evaluate.json").read_text())
     assert result["prompts"] == "acme/heldout (split test)" and result["prompts_revision"] == old
     assert result["num_prompts"] == 1  # the old commit's test split (main's has 2 prompts, train 3)
+
+
+def test_evaluate_draws_the_final_in_run_evaluations_samples(tiny_model_dir, data64, prompts, tmp_path):
+    """One seed scheme (glm_grpo_ds/evaluation/seeds.py): a one-step run evaluates its final policy on 4 held-out
+    prompts; `glm-grpo evaluate` of its final adapter with the run's config and its defaults (--seed = eval.seed,
+    --samples-per-prompt = eval.group_size) draws the same samples, so its adapter figures are the run's."""
+    import subprocess
+    import sys
+
+    from launching import CONFIG, ENV, ROOT, common  # noqa: E402  (tests/integration/launching.py)
+    from launching import FAST as TRAIN_FAST
+
+    from glm_grpo_ds.commands.evaluate import main
+
+    run = tmp_path / "run"
+    overrides = common(tiny_model_dir, data64, run, "max_steps=1", *TRAIN_FAST, *FAST)
+    overrides += [
+        f"eval.file={prompts}",
+        "eval.num_prompts=4",
+        "eval.group_size=3",
+        "eval.seed=7",
+        "eval.at_start=false",
+    ]
+    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    proc = subprocess.run([*cmd, *overrides], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    final = json.loads((run / "eval.jsonl").read_text().splitlines()[-1])
+    assert final["step"] == 1 and final["eval/reward_std"] > 0  # rewards that tell samples apart
+
+    out = tmp_path / "evaluate"
+    assert main(["--config", str(CONFIG), *overrides, "--adapter", str(run / "final_adapter"), "--out", str(out)]) == 0
+    result = json.loads((out / "evaluate.json").read_text())
+    assert result["seed"] == 7 and result["samples_per_prompt"] == 3 and result["num_prompts"] == 4
+    means = result["prompt_means"]["adapter_0"]["pixel_mse"]
+    assert sum(means) / len(means) == pytest.approx(final["eval/reward/pixel_mse"], abs=1e-6)

@@ -130,9 +130,9 @@ FLOORS = [
     # 4 the model: GLM-Image's layout and option resolution, loading the AR and its adapters, rollouts, log-probs,
     # the decoder, the memory plan
     "glm_image adapters policy model_source rollout logprobs decoder token_ids memory",
-    # 5 one step's parts (experience, update, evaluation), the startup summary (it prints the memory plan),
+    # 5 one step's parts (experience, update), evaluation, the startup summary (it prints the memory plan),
     # test instrumentation
-    "experience update evaluate compare observability.summary testing",
+    "experience update evaluation observability.summary testing",
     # 6 the trainer
     "train",
     # 7 the command line

@@ -1,11 +1,11 @@
-"""``glm-grpo evaluate``'s statistics (glm_grpo_ds/compare/stats.py) against values computed by hand."""
+"""``glm-grpo evaluate``'s statistics (glm_grpo_ds/evaluation/stats.py) against values computed by hand."""
 
 import math
 
 import pytest
 import torch
 
-from glm_grpo_ds.compare.stats import bootstrap_mean_ci, paired_summary
+from glm_grpo_ds.evaluation.stats import bootstrap_mean_ci, paired_summary
 
 NAN = float("nan")
 

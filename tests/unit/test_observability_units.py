@@ -140,7 +140,7 @@ def test_plot_training_with_eval(tmp_path):
 
 
 def test_eval_shares_are_disjoint_padded_and_cover_every_prompt():
-    from glm_grpo_ds.evaluate import Evaluator
+    from glm_grpo_ds.evaluation.in_training import Evaluator
 
     cfg = load_config(None, BASE + ["eval.file=/e.txt", "eval.num_prompts=5"])
     rows = [PromptRow(index=i, prompt=f"p{i}") for i in range(7)]

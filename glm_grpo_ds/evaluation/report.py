@@ -40,7 +40,7 @@ def trained_rewards(adapter: str) -> list[str] | None:
 
 def summarise(results: dict, adapters: dict[str, str], seed: int, categories: list[str] | None) -> dict:
     """``{adapter name: {"path", "trained_on", "rewards": {label: summary}, "categories": {...}}}``."""
-    from .runner import BASE
+    from .paired import BASE
 
     base = results[BASE]
     out = {}

@@ -16,7 +16,7 @@ settings go to ``DIR/export.json``. The layouts, as the scorers' code reads them
 
 A row without the field a layout needs is one error naming the field. Each exporter returns the files it wrote,
 which the progress store records per batch, so a resumed run re-exports a stored batch whose files are gone
-(glm_grpo_ds/compare/runner.py).
+(glm_grpo_ds/evaluation/paired.py).
 """
 
 from __future__ import annotations

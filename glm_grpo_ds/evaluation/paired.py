@@ -1,15 +1,17 @@
 """Sample and score the base model and each adapter on the same prompts with paired seeds (``glm-grpo evaluate``).
 
-Pairing: prompt row i is rolled out by every model with the generator ``derive_seed(seed, "evaluate-rollout", i)``
-and its images decoded with ``derive_seed(seed, "evaluate-decode", i)``. The rollout draws each token as
+Pairing: prompt row i is rolled out by every model with the same generator and its images decoded with the same
+seed (evaluation/seeds.py: the in-training evaluation's scheme). The rollout draws each token as
 ``argmax(probs / noise)`` with the generator's noise (glm_grpo_ds/sampling.py), so two models see the same noise
 at every position: where their distributions agree they draw the same tokens, and the base against itself (or
 an adapter whose LoRA B is zero) gives identical images and a difference of exactly 0. A rank's prompts are
 rolled out ``batch_prompts`` at a time, each prompt with its own generator, so a prompt's samples do not depend
 on which prompts share its batch.
 
-The adapters are loaded side by side into one peft model over one copy of the base AR; the base is the same
-model with its adapters disabled.
+The adapters are loaded side by side into one peft model over one copy of the base AR
+(glm_grpo_ds/policy.py ``load_for_sampling``); the base is the same model with its adapters disabled. Each batch
+goes through the one experience path (glm_grpo_ds/experience.py ``ExperienceMaker.collect`` with a
+``ModelSampler``), so the decode settings, streamed rewards and the rollout options are training's.
 
 Resuming: with ``store``, each (model, batch of prompts) result is saved as ``store/<model>/batch_<first
 row>.pt`` as soon as it is scored (written to a temporary name, then renamed), and a later call with the same
@@ -24,11 +26,12 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from ..seeding import derive_seed
+from .seeds import decode_seed, rollout_generators
 
 BASE = "base"
 
@@ -42,20 +45,6 @@ class ModelResult:
     thumbs: torch.Tensor | None = None
 
 
-def load_compared(ar, adapters: list[str]):
-    """``(model, names)``: the AR with every adapter loaded under its own name (``adapter_0``, ...), and the
-    names in order; no adapters: the AR itself."""
-    if not adapters:
-        return ar, []
-    from peft import PeftModel
-
-    names = [f"adapter_{i}" for i in range(len(adapters))]
-    model = PeftModel.from_pretrained(ar, adapters[0], adapter_name=names[0])
-    for name, path in zip(names[1:], adapters[1:]):
-        model.load_adapter(path, adapter_name=name)
-    return model.eval(), names
-
-
 def active(model, name: str):
     """Context in which ``model`` computes as model ``name``: the base (adapters disabled) or one adapter."""
     if not hasattr(model, "disable_adapter"):
@@ -66,45 +55,31 @@ def active(model, name: str):
     return contextlib.nullcontext()
 
 
-def rollout_seed(seed: int, row_index: int) -> int:
-    return derive_seed(seed, "evaluate-rollout", row_index)
-
-
-def decode_seed(seed: int, row_index: int) -> int:
-    return derive_seed(seed, "evaluate-decode", row_index) % 2**31
-
-
 def exported(done: dict) -> bool:
     """Whether every file the exports wrote for a stored batch is still there."""
     return "exported" in done and all(Path(path).is_file() for path in done["exported"])
 
 
-@torch.no_grad()
 def evaluate_models(
     model,
     names: list[str],
-    processor,
-    decoder,
-    reward_fn,
+    maker,
     rows,
     samples_per_prompt: int,
     seed: int,
-    size: tuple[int, int],
-    sampling,
     decode_settings,
-    device: torch.device,
     batch_prompts: int = 4,
     thumb_side: int = 128,
     progress=None,
     store: Path | None = None,
     on_images=None,
 ) -> dict[str, ModelResult]:
-    """Every model in ``names`` (``BASE`` and / or adapter names) on every row of ``rows``, K samples each;
-    ``store``: where finished batches are kept and found again (see the module docstring); ``on_images(name,
-    rows, images)``: called with each sampled batch's full images ``[rows * K, 3, H, W]`` (the exports), returns
-    the files it wrote."""
+    """Every model in ``names`` (``BASE`` and / or adapter names of ``model``) on every row of ``rows``, K samples
+    each, collected by ``maker`` (an ExperienceMaker whose sampler samples with ``model``); ``store``: where
+    finished batches are kept and found again (see the module docstring); ``on_images(name, rows, images)``:
+    called with each sampled batch's full images ``[rows * K, 3, H, W]`` (the exports), returns the files it
+    wrote."""
     from ..observability.gallery import thumbnails
-    from ..rollout import rollout
 
     k = samples_per_prompt
     results = {name: ModelResult(name) for name in names}
@@ -112,26 +87,19 @@ def evaluate_models(
     thumbs: dict[str, list[torch.Tensor]] = {name: [] for name in names}
     for start in range(0, len(rows), batch_prompts):
         chunk = list(rows[start : start + batch_prompts])
-        prompts = [row.prompt for row in chunk]
-        seeds = [decode_seed(seed, row.index) for row in chunk for _ in range(k)]
-        samples = [row.reward_sample() for row in chunk for _ in range(k)]
         for name in names:
             saved = None if store is None else store / name / f"batch_{start:06d}.pt"
             done = torch.load(saved, weights_only=True) if saved is not None and saved.is_file() else None
             if done is not None and on_images is not None and not exported(done):
                 done = None  # its export files are gone (or were never recorded): sample it again
             if done is None:
-                generators = [
-                    torch.Generator(device=device).manual_seed(rollout_seed(seed, row.index)) for row in chunk
-                ]
+                generators = rollout_generators(seed, chunk, maker.device)
                 with active(model, name):
-                    batch = rollout(model, processor, prompts, k, *size, sampling, generators, device)
-                images = decoder.decode(batch.prior_token_ids, batch.prompts, *size, seeds, decode_settings)
-                written = None if on_images is None else [str(path) for path in on_images(name, chunk, images)]
-                scored = reward_fn(images, batch.prompts, samples)
+                    exp = maker.collect(chunk, generators, partial(decode_seed, seed), k, decode_settings)
+                written = None if on_images is None else [str(path) for path in on_images(name, chunk, exp.images)]
                 done = {
-                    "rewards": {label: v.double().cpu().view(len(chunk), k) for label, v in scored.items()},
-                    "thumbs": thumbnails(images[::k], thumb_side).cpu(),
+                    "rewards": {label: v.double().cpu().view(len(chunk), k) for label, v in exp.per_reward.items()},
+                    "thumbs": thumbnails(exp.images[::k], thumb_side).cpu(),
                 }
                 if written is not None:
                     done["exported"] = written

@@ -2,13 +2,13 @@
 
 Evaluation (``eval.file``; see :class:`glm_grpo_ds.config.EvalConfig`): before training (step 0,
 ``eval.at_start``), every ``eval.steps`` steps and after the last step, each eval prompt gets
-``eval.group_size`` samples and the run's rewards score them. Seeds are fixed: prompt row i is
-sampled with ``derive_seed(eval.seed, "eval-rollout", i)`` and decoded with
-``derive_seed(eval.seed, "eval-decode", i)``: a rank's prompts are rolled out in one batch, each prompt's
-tokens drawn from its own generator, so a prompt's samples depend on the weights, the prompt and
-``eval.seed`` only - not on the step, the training ``seed``, the rank count or which other prompts share
-the batch (up to floating-point rounding of the batched forward: the padding differs with the batch, and a
-draw within ~1e-7 of a boundary can change). The same weights give the same eval reward.
+``eval.group_size`` samples and the run's rewards score them. Seeds are fixed, by evaluation/seeds.py's scheme
+with ``eval.seed``: a rank's prompts are rolled out in one batch, each prompt's tokens drawn from its own
+generator, so a prompt's samples depend on the weights, the prompt and ``eval.seed`` only - not on the step,
+the training ``seed``, the rank count or which other prompts share the batch (up to floating-point rounding of
+the batched forward: the padding differs with the batch, and a draw within ~1e-7 of a boundary can change). The
+same weights give the same eval reward, and ``glm-grpo evaluate`` of the final adapter with ``--seed eval.seed``
+and ``--samples-per-prompt eval.group_size`` (its defaults) draws the final evaluation's samples.
 The eval decode has its own settings (``eval.num_inference_steps`` / ``eval.guidance_scale``, by default
 the pipeline's own, as ``glm-grpo render``), not the cheaper training decode's; each record names them.
 
@@ -19,7 +19,8 @@ the parameter gather (and, with ``rollout.gather_parameters: false``, in every f
 
 Galleries (:func:`gallery_to_main`): each rank turns at most ceil(max_prompts / world) of its
 prompts into small uint8 thumbnails, ``dist.gather_to_main`` collects them on rank 0, which writes
-the PNG (glm_grpo_ds/observability/gallery.py). Called from ``glm_grpo_ds.train``; no command of its own.
+the PNG (glm_grpo_ds/observability/gallery.py); the trainer's training galleries use it too. Called from
+``glm_grpo_ds.train``; no command of its own.
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ from pathlib import Path
 
 import torch
 
-from .advantages import weighted_total
-from .data import PromptRow
-from .decoder import resolve_settings
-from .ds import dist
-from .observability.gallery import save_gallery, thumbnails
-from .observability.metrics import nan_mean, nan_std
-from .seeding import derive_seed
+from ..advantages import weighted_total
+from ..data import PromptRow
+from ..decoder import resolve_settings
+from ..ds import dist
+from ..observability.gallery import save_gallery, thumbnails
+from ..observability.metrics import nan_mean, nan_std
+from .seeds import decode_seed, rollout_generators
 
 PADDING = -1  # row index of a padding sample (dropped on rank 0)
 
@@ -83,11 +84,6 @@ class Evaluator:
         self.mine = [(self.rows[p % len(self.rows)], p < len(self.rows)) for p in positions]
         self.decode = resolve_settings(ev.num_inference_steps, ev.guidance_scale)
 
-    @staticmethod
-    def decode_seed(eval_seed: int, row_index: int) -> int:
-        """Decoder noise of eval prompt ``row_index``: from (eval.seed, row) only."""
-        return derive_seed(eval_seed, "eval-decode", row_index) % 2**31
-
     def due(self, step: int) -> bool:
         """Evaluate after training step ``step`` (1-based)?"""
         ev = self.cfg.eval
@@ -101,12 +97,9 @@ class Evaluator:
         # one batched rollout, each prompt with its own generator: a prompt's samples do not depend on
         # which prompts share its rank
         rows = [row for row, _ in self.mine]
-        generators = [
-            torch.Generator(device=self.device).manual_seed(derive_seed(ev.seed, "eval-rollout", row.index))
-            for row in rows
-        ]
+        generators = rollout_generators(ev.seed, rows, self.device)
         exp = experience.collect(
-            rows, generators, partial(self.decode_seed, ev.seed), group_size=group_size, decode=self.decode
+            rows, generators, partial(decode_seed, ev.seed), group_size=group_size, decode=self.decode
         )
         reward_fn = experience.reward_fn
         images, per_reward = exp.images, exp.per_reward
