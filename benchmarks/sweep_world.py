@@ -27,7 +27,7 @@ VARIANTS = {
     "g4": ("group size 4", ["grpo.group_size=4", "batch.micro_batch_size=4"]),
     "g16": ("group size 16", ["grpo.group_size=16"]),
     "beta0.04": ("KL beta 0.04", ["grpo.beta=0.04"]),
-    "scale_batch": ("advantage scale: batch std", ["grpo.advantage_scale=batch"]),
+    "scale_batch": ("advantage scale: batch std", ["grpo.advantage_estimator=batch"]),
     "iters2": ("num_iterations 2", ["grpo.num_iterations=2"]),
     "r4": ("LoRA r=4 (alpha 8)", ["lora.r=4", "lora.alpha=8"]),
     "r64": ("LoRA r=64 (alpha 128)", ["lora.r=64", "lora.alpha=128"]),

@@ -4,7 +4,7 @@ Pure torch (plus the standard library and glm_grpo_ds/registries.py), beside the
 are ``[N]``, ordered group by group (``N = num_groups * group_size``); NaN marks a reward that is undefined
 for that sample: it is left out of its group's statistics and gets advantage 0.
 
-Estimators (``grpo.advantage_scale``), whole functions ``fn(rewards, group_size, eps) -> advantages [N]``
+Estimators (``grpo.advantage_estimator``), whole functions ``fn(rewards, group_size, eps) -> advantages [N]``
 registered in :data:`ESTIMATORS` (verl's level: an estimator sees the rewards and the group layout):
 
 * ``group``: (r - group mean) / (group std + eps), the unbiased std (DeepSeekMath's GRPO);
@@ -43,7 +43,7 @@ import torch
 
 from .registries import Registry
 
-# name -> fn(rewards [N], group_size, eps) -> advantages [N]; the one list of valid ``grpo.advantage_scale``
+# name -> fn(rewards [N], group_size, eps) -> advantages [N]; the one list of valid ``grpo.advantage_estimator``
 # values (glm_grpo_ds/config/sections.py takes its choices from it)
 ESTIMATORS: Registry[Callable[[torch.Tensor, int, float], torch.Tensor]] = Registry("advantage scale")
 # name -> fn(per_reward, weights, group_size, total, scale, eps, tie) -> advantages [N]; ``total`` is

@@ -49,7 +49,7 @@ from .lifecycle.background import Background
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
 from .lifecycle.run import RunLife, decide_start
 from .model_source import check_local_model, resolve_for_training
-from .observability.metrics import Progress, finite_or_none, measure, step_record, timer
+from .observability.metrics import Progress, StepFacts, measure, step_record, timer
 from .observability.plot import PLOT_NAME, plot_training
 from .observability.step_status import NO_STATUS, for_rank
 from .observability.summary import print_startup_summary, resolve_merge_copy, startup_plan
@@ -268,11 +268,11 @@ class Trainer:
         log.info(f"          model: {self.model_source.describe()}")
 
     # ------------------------------------------------------------------ one step
-    def step(self, step: int) -> dict:
-        """GRPO step ``step`` (0-based; collective): experience -> global advantages -> update -> record."""
+    def step(self, index: int) -> dict:
+        """GRPO step ``index`` (0-based; collective): experience -> global advantages -> update -> record."""
         cfg, grpo_cfg = self.cfg, self.cfg.grpo
-        generator = torch.Generator(device=self.device).manual_seed(derive_seed(cfg.seed, "rollout", step, self.rank))
-        exp = self.experience.collect(self.sampler.next(), [generator], partial(decoder_seed, cfg.decoder, step))
+        generator = torch.Generator(device=self.device).manual_seed(derive_seed(cfg.seed, "rollout", index, self.rank))
+        exp = self.experience.collect(self.sampler.next(), [generator], partial(decoder_seed, cfg.decoder, index))
         # Advantages over the global batch (identical on every rank), then this rank's share.
         all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
         advantages, all_rewards = combine_advantages(
@@ -280,7 +280,7 @@ class Trainer:
             self.reward_fn.weights,
             grpo_cfg.group_size,
             grpo_cfg.reward_combination,
-            grpo_cfg.advantage_scale,
+            grpo_cfg.advantage_estimator,
             tie=grpo_cfg.rank_tie_tolerance,
         )
         # groups whose rewards are all equal teach nothing: counted every step, and their prompts may be skipped
@@ -289,7 +289,7 @@ class Trainer:
         mine = slice(self.rank * len(exp.batch), (self.rank + 1) * len(exp.batch))
         with measure(exp.timings, exp.peaks, "update", self.device):
             if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
-                stats = self._skip_undefined(step + 1, all_per_reward)
+                stats = self._skip_undefined(index + 1, all_per_reward)
             else:
                 stats = grpo_update(
                     self.engine,
@@ -301,7 +301,7 @@ class Trainer:
                     old_logps=exp.old_logps,
                     status=self.status,
                 )
-        return self._record(step + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
+        return self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
 
     def _skip_undefined(self, step: int, all_per_reward: dict) -> dict:
         """A step whose rewards are all undefined has nothing to learn from: skip its update like a
@@ -318,24 +318,21 @@ class Trainer:
 
     def _record(self, step: int, exp, stats: dict, my_rewards, all_rewards, all_per_reward, dead) -> dict:
         """The ``metrics.jsonl`` record after ``step`` steps (collective), and the training gallery when due."""
-        tokens = exp.batch.completion_ids.numel() * self.world
-        failed = dict(self.reward_fn.failed)
-        iterations = self.cfg.grpo.num_iterations
-        record = step_record(
-            step, stats, all_rewards, all_per_reward, failed, exp.timings, exp.peaks, tokens, iterations, self.device
+        facts = StepFacts(
+            dead_groups=dead,
+            prompts_skipped=self.sampler.last_skipped,
+            dead_prompts=len(self.sampler.dead) if self.cfg.data.dead_prompt_skip_prob > 0 else None,
+            skipped_before=self.skipped_steps,
+            lr=ds_engine.current_lr(self.engine),
+            grad_norm=ds_engine.grad_norm(self.engine) if stats["tokens"] else None,  # 0 tokens: no update ran
+            before_load_mb=self.before_load_mb,
         )
-        if self.before_load_mb is not None:
-            record["memory/before_load_mb"] = self.before_load_mb
-        record["frac_reward_zero_std"] = dead.float().mean().item()  # TRL's name; here: every reward constant
-        record["prompts_skipped"] = self.sampler.last_skipped  # dead prompts passed over to pick this step's
-        if self.cfg.data.dead_prompt_skip_prob > 0:
-            record["dead_prompts"] = len(self.sampler.dead)
-        # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the
-        # record's max over ranks makes the agreement explicit.
-        self.skipped_steps += record["skipped"]
-        # no update ran (UpdateStats.not_run: 0 tokens): the engine's norm would be the previous step's
-        grad_norm = finite_or_none(ds_engine.grad_norm(self.engine)) if stats["tokens"] else None
-        record.update(skipped_steps=self.skipped_steps, lr=ds_engine.current_lr(self.engine), grad_norm=grad_norm)
+        tokens = exp.batch.completion_ids.numel() * self.world
+        record = step_record(
+            step, stats, all_rewards, all_per_reward, dict(self.reward_fn.failed), exp.timings, exp.peaks, tokens,
+            self.cfg.grpo.num_iterations, self.device, facts,
+        )  # fmt: skip
+        self.skipped_steps = record["skipped_steps"]
         if self.cfg.logging.gallery_steps and step % self.cfg.logging.gallery_steps == 0:
             record.update(self._training_gallery(step, exp, my_rewards))
         return record

@@ -2,7 +2,9 @@
 
 Unknown keys fail with a close-match suggestion; values are converted to the annotated type (``X | None``,
 lists, nested sections, ``Literal`` choices) with a one-line error naming the dotted key; a list of
-``Literal`` choices also takes one choice alone (``report_to: wandb``, as transformers does).
+``Literal`` choices also takes one choice alone (``report_to: wandb``, as transformers does). A renamed key
+(:data:`RENAMED`) is still read under its old name, with one warning naming the new one; both names at once
+are an error.
 """
 
 from __future__ import annotations
@@ -14,8 +16,36 @@ import types
 import typing
 from pathlib import Path
 
+from ..runtime import log
 from .fields import ConfigError
 from .train_config import TrainConfig
+
+# old dotted key -> new dotted key (same section): configs and command lines written before a rename still load
+RENAMED = {"grpo.advantage_scale": "grpo.advantage_estimator"}
+
+
+def _new_name(dotted: str) -> str:
+    new = RENAMED.get(dotted)
+    if new is None:
+        return dotted
+    log.warning_once(f"renamed-{dotted}", f"glm-grpo: warning: {dotted} is now {new}; write the new name")
+    return new
+
+
+def _rename_keys(tree: dict) -> None:
+    """Move every old key of :data:`RENAMED` in the YAML ``tree`` to its new name (in place)."""
+    for old, new in RENAMED.items():
+        *sections, old_key = old.split(".")
+        node = tree
+        for section in sections:
+            node = node.get(section) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or old_key not in node:
+            continue
+        new_key = new.rsplit(".", 1)[1]
+        if new_key in node:
+            raise ConfigError(f"{old} and {new} are the same setting ({old} is its old name): give {new} only")
+        node[new_key] = node.pop(old_key)
+        _new_name(old)
 
 
 def _unknown(key: str, known: typing.Iterable[str], where: str) -> ConfigError:
@@ -126,7 +156,7 @@ def parse_scalar(text: str):
 
 def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig) -> None:
     """Set ``tree[a][b][c] = value`` for ``a.b.c``, checking every key against the dataclasses."""
-    keys = dotted.split(".")
+    keys = _new_name(dotted).split(".")
     cls, node = TrainConfig, tree
     for depth, key in enumerate(keys):
         names = {f.name for f in dataclasses.fields(cls)} if cls else set()
@@ -166,6 +196,7 @@ def load_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of config keys")
         tree = loaded or {}
+        _rename_keys(tree)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. grpo.beta=0.0)")

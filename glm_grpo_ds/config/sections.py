@@ -207,12 +207,13 @@ class GRPOConfig:
         "mean, then mean over sequences; dr_grpo = sequences x padded length, a constant (Dr. GRPO).",
         noun="aggregation",
     )
-    advantage_scale: Literal[tuple(ESTIMATORS)] = setting(
+    advantage_estimator: Literal[tuple(ESTIMATORS)] = setting(
         "group",
         "The advantage estimator (glm_grpo_ds/advantages.py): group = (r - group mean) / (group std + eps); "
         "batch = (r - group mean) / (std of all rewards + eps), robust to near-constant groups (Dr. GRPO-style); "
-        "none = r - group mean; rloo = r - mean of the other rewards of its group (leave-one-out, RLOO).",
-        noun="advantage scale",
+        "none = r - group mean; rloo = r - mean of the other rewards of its group (leave-one-out, RLOO). Was "
+        "grpo.advantage_scale (still read, with a warning).",
+        noun="advantage estimator",
     )
     reward_combination: Literal[tuple(COMBINATIONS)] = setting(
         "sum_then_normalize",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..config.sections import DataConfig
 from ..runtime import run_log
 from .cvtg import read_cvtg
 from .hub import hub_snapshot, in_rank_order, looks_like_hub_id
@@ -115,15 +116,9 @@ def check_source(
 
 
 def _data_config(data):
-    if data is None:
-        from ..config.sections import DataConfig  # not at import time: config imports rewards, which import us
-
-        return DataConfig()
-    return data
+    return DataConfig() if data is None else data
 
 
 def _default_keys() -> tuple[str, str, str]:
-    from ..config.sections import DataConfig
-
     d = DataConfig()
     return d.prompt_key, d.target_image_key, d.text_key

@@ -11,6 +11,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -181,6 +182,19 @@ _MEAN_OVER_RANKS = (
 )
 
 
+@dataclass
+class StepFacts:
+    """What the trainer knows of a step besides the update's statistics: the record's run-level fields."""
+
+    dead_groups: torch.Tensor  # [groups] True where every reward of the group is constant (TRL's zero std)
+    prompts_skipped: int  # dead prompts passed over to pick this step's (data.dead_prompt_skip_prob)
+    dead_prompts: int | None  # prompts known dead so far; None when not tracked
+    skipped_before: int  # optimizer steps skipped before this step
+    lr: float
+    grad_norm: float | None  # None when no update ran (the engine's norm would be the previous step's)
+    before_load_mb: float | None  # this rank's memory before the models loaded, when measured
+
+
 def step_record(
     step: int,
     stats: dict,
@@ -192,8 +206,10 @@ def step_record(
     generated_tokens: int,
     num_iterations: int,
     device: torch.device,
+    facts: StepFacts | None = None,
 ) -> dict:
-    """One ``metrics.jsonl`` object for ``step`` (1-based). ``stats``: this rank's
+    """One ``metrics.jsonl`` object for ``step`` (1-based), the one place that builds it (``facts``: the run-level
+    fields, :class:`StepFacts`; left out by the unit tests of the statistics). ``stats``: this rank's
     :func:`glm_grpo_ds.update.grpo_update` result; ``all_rewards`` / ``all_per_reward``: the gathered
     global batch; ``failed``: this rank's count of samples per reward whose reward raised;
     ``timings``: seconds of ``rollout``, ``decode``, ``reward``, ``update``; ``peaks``: this rank's
@@ -239,4 +255,18 @@ def step_record(
         record[f"reward/{label}_undefined"] = int(torch.isnan(values).sum())
         # samples whose reward raised (a subset of _undefined), summed over ranks
         record[f"reward/{label}_failed"] = int(total[f"failed/{label}"])
+    if facts is not None:
+        if facts.before_load_mb is not None:
+            record["memory/before_load_mb"] = facts.before_load_mb
+        record["frac_reward_zero_std"] = facts.dead_groups.float().mean().item()  # TRL's name: every reward constant
+        record["prompts_skipped"] = facts.prompts_skipped
+        if facts.dead_prompts is not None:
+            record["dead_prompts"] = facts.dead_prompts
+        # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the record's max over
+        # ranks makes the agreement explicit
+        record.update(
+            skipped_steps=facts.skipped_before + record["skipped"],
+            lr=facts.lr,
+            grad_norm=finite_or_none(facts.grad_norm),
+        )
     return record

@@ -167,7 +167,10 @@ def _training_section(cfg: dict, ds: dict, labels: list[str]) -> list[str]:
         ("beta (KL)", g["beta"]),
         ("clip epsilon low / high", f"{g['epsilon_low']} / {g['epsilon_high']}"),
         ("updates per rollout", g["num_iterations"]),
-        ("loss aggregation / advantage scale", f"{g['aggregation']} / {g['advantage_scale']}"),
+        (
+            "loss aggregation / advantage estimator",
+            f"{g['aggregation']} / {g.get('advantage_estimator', g.get('advantage_scale'))}",
+        ),
         ("optimizer, learning rate", f"{o['name']}, {o['lr']} ({o['schedule']}, warmup {o['warmup_steps']})"),
         ("steps", cfg["max_steps"]),
         ("prompts per step", None if world is None else world * cfg["batch"]["prompts_per_rank"]),

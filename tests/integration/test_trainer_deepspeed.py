@@ -139,7 +139,7 @@ def test_same_rollouts_same_loss_and_gradients_on_one_and_two_ranks(tiny_model_d
         "grpo.group_size=4",
         "batch.micro_batch_size=2",
         "grpo.beta=0.04",
-        "grpo.advantage_scale=batch",
+        "grpo.advantage_estimator=batch",
         "optimizer.name=adamw",
     )
     one = worker(1, "dp", tmp_path / "w1", "zero3.json", base + ["batch.prompts_per_rank=2"])

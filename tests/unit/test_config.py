@@ -105,8 +105,9 @@ BAD_CHOICES = [
     ),
     ("grpo.aggregation=sum", "grpo.aggregation: unknown aggregation 'sum'; known: token_mean, seq_mean, dr_grpo"),
     (
-        "grpo.advantage_scale=grop",
-        "grpo.advantage_scale: unknown advantage scale 'grop'; did you mean 'group'? known: group, batch, none, rloo",
+        "grpo.advantage_estimator=grop",
+        "grpo.advantage_estimator: unknown advantage estimator 'grop'; did you mean 'group'? known: group, batch, "
+        "none, rloo",
     ),
     (
         "grpo.reward_combination=sum",
@@ -145,7 +146,7 @@ def test_decoder_config_checks_its_choice_outside_the_loader():
 def test_math_variant_choices_are_the_registry_names(monkeypatch):
     hints = typing.get_type_hints(GRPOConfig)
     assert typing.get_args(hints["aggregation"]) == tuple(AGGREGATIONS) == ("token_mean", "seq_mean", "dr_grpo")
-    assert typing.get_args(hints["advantage_scale"]) == tuple(ESTIMATORS) == ("group", "batch", "none", "rloo")
+    assert typing.get_args(hints["advantage_estimator"]) == tuple(ESTIMATORS) == ("group", "batch", "none", "rloo")
     assert (
         typing.get_args(hints["reward_combination"])
         == tuple(COMBINATIONS)
@@ -155,7 +156,30 @@ def test_math_variant_choices_are_the_registry_names(monkeypatch):
     monkeypatch.setitem(AGGREGATIONS, "my_mean", AGGREGATIONS["token_mean"])
     assert load_config(None, BASE + ["grpo.aggregation=my_mean"]).grpo.aggregation == "my_mean"
     # the leave-one-out estimator is selected like the others
-    assert load_config(None, BASE + ["grpo.advantage_scale=rloo"]).grpo.advantage_scale == "rloo"
+    assert load_config(None, BASE + ["grpo.advantage_estimator=rloo"]).grpo.advantage_estimator == "rloo"
+
+
+def test_a_renamed_key_is_read_under_its_old_name_with_one_warning(tmp_path, monkeypatch):
+    """grpo.advantage_scale (until 2026-11-26) is grpo.advantage_estimator: old YAML files and command lines still
+    load, with a warning naming the new key; both names at once are refused."""
+    import logging
+
+    from glm_grpo_ds.runtime import log
+
+    monkeypatch.setattr(log, "_warned", set())
+    seen = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())
+    monkeypatch.setattr(log._LOGGER, "handlers", [*log._LOGGER.handlers, handler])
+    assert load_config(None, BASE + ["grpo.advantage_scale=rloo"]).grpo.advantage_estimator == "rloo"
+    assert seen == ["glm-grpo: warning: grpo.advantage_scale is now grpo.advantage_estimator; write the new name"]
+    old = tmp_path / "old.yaml"
+    old.write_text("grpo:\n  advantage_scale: batch\n")
+    assert load_config(str(old), BASE).grpo.advantage_estimator == "batch"
+    both = tmp_path / "both.yaml"
+    both.write_text("grpo:\n  advantage_scale: batch\n  advantage_estimator: group\n")
+    with pytest.raises(ConfigError, match="give grpo.advantage_estimator only"):
+        load_config(str(both), BASE)
 
 
 # ----------------------------------------------------------------------------- command lines
