@@ -2,12 +2,9 @@
 prompt files with their target images, and one short training run that several modules read instead
 of training their own (:func:`short_run`)."""
 
-import subprocess
-import sys
-
 import pytest
 from built_once import built_once  # noqa: E402  (tests/built_once.py)
-from launching import CONFIG, ENV, FAST, ROOT, common  # noqa: E402  (tests/integration/launching.py)
+from launching import FAST, common, run_train  # noqa: E402  (tests/integration/launching.py)
 
 
 def _dataset(tiny_model_dir, size):
@@ -38,9 +35,7 @@ def short_run(tiny_model_dir, data64, tmp_path_factory):
 
     def train(out):
         progress = [o for o in FAST if not o.startswith("logging.progress_bar")] + ["logging.status_interval_s=0"]
-        cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed"]
-        cmd += ["ds_configs/zero2.json", *common(tiny_model_dir, data64, out, "max_steps=1", "save_steps=1", *progress)]
-        proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        proc = run_train(*common(tiny_model_dir, data64, out, "max_steps=1", "save_steps=1", *progress))
         assert proc.returncode == 0, proc.stderr[-3000:]
         out.with_name("short_run.stderr").write_text(proc.stderr)
 

@@ -1,8 +1,11 @@
 """What the integration tests share to start training processes: paths, the tiny config and its quickest
-step (FAST), `deepspeed --num_gpus N` CPU launches (launch / launch_cmd), the trainer's key=value
-arguments for the tiny model (common) and 2-rank runs of tests/integration/ds_worker.py (worker).
+step (FAST), `deepspeed --num_gpus N` CPU launches (launch / launch_cmd), the trainer's command line
+(train_args for the launcher, train_cmd / run_train for one process), its key=value arguments for the tiny
+model (common) and 2-rank runs of tests/integration/ds_worker.py (worker).
 
-    from launching import CONFIG, FAST, ROOT, common, launch   # a test module in tests/integration/
+    from launching import CONFIG, FAST, ROOT, common, launch, run_train   # a test module in tests/integration/
+    proc = run_train(*common(tiny_model_dir, data64, tmp_path / "run", "max_steps=1", *FAST))
+    launch(2, train_args(*common(...), ds_config="zero3.json"))
 """
 
 import os
@@ -77,3 +80,24 @@ def worker(nprocs, scenario, out, ds_config, overrides, extra=()):
         ],
     )
     return torch.load(out / "result.pt", weights_only=False)
+
+
+def train_args(*overrides, ds_config: str = "zero2.json", config=CONFIG, flags=()) -> list[str]:
+    """What the deepspeed launcher runs for a training run: ``--module glm_grpo_ds.train --config CONFIG
+    --deepspeed ds_configs/DS_CONFIG [FLAGS] OVERRIDES`` (``ds_config``: a file name in ds_configs/ or a path)."""
+    ds = ds_config if "/" in str(ds_config) else f"ds_configs/{ds_config}"
+    return ["--module", "glm_grpo_ds.train", "--config", str(config), "--deepspeed", str(ds), *flags, *overrides]
+
+
+def train_cmd(*overrides, **kwargs) -> list[str]:
+    """One training process without the launcher: ``python -m glm_grpo_ds.train ...`` (:func:`train_args`)."""
+    return [sys.executable, "-m", *train_args(*overrides, **kwargs)[1:]]
+
+
+def run_train(*overrides, env=None, timeout: int = 600, **kwargs) -> subprocess.CompletedProcess:
+    """:func:`train_cmd` run from the checkout with ``env`` (default ENV: one CPU process, offline), output
+    captured as text."""
+    cmd = train_cmd(*overrides, **kwargs)
+    return subprocess.run(
+        cmd, cwd=ROOT, env=ENV if env is None else env, capture_output=True, text=True, timeout=timeout
+    )

@@ -5,10 +5,9 @@ covers its fallback.)"""
 
 import os
 import subprocess
-import sys
 
 import pytest
-from launching import CONFIG, ENV, FAST, ROOT, common  # noqa: E402  (tests/integration/launching.py)
+from launching import ENV, FAST, ROOT, common, train_cmd  # noqa: E402  (tests/integration/launching.py)
 
 pytestmark = [pytest.mark.slow]  # a training process (it stops before loading the models)
 
@@ -24,9 +23,7 @@ def test_explicit_flash_attention_with_a_broken_install_is_one_line_exit_2(tiny_
     reward = "rewards=[{name: 'python:glm_grpo_ds.testing.tiny_data:mean_brightness'}]"
     args = common(tiny_model_dir, tmp_path / "p.txt", tmp_path / "out", "max_steps=1", reward, *FAST)
     proc = subprocess.run(
-        [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
-        + args
-        + ["model.attn_implementation=flash_attention_2"],
+        train_cmd() + args + ["model.attn_implementation=flash_attention_2"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -4,12 +4,11 @@
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 import torch
 from in_process import glm_grpo, train_main  # noqa: E402  (tests/in_process.py)
-from launching import CONFIG, ROOT, common, launch  # noqa: E402  (tests/integration/launching.py)
+from launching import CONFIG, ROOT, common, launch, train_args, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from run_files import assert_no_frozen_parameters, metrics  # noqa: E402  (tests/run_files.py)
 from safetensors.torch import load_file
 
@@ -25,7 +24,7 @@ def _stable(record):
 def train(nprocs, args, timeout=600):
     launch(
         nprocs,
-        ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero3.json", *args],
+        train_args(*args, ds_config="zero3.json"),
         timeout,
     )
 
@@ -112,13 +111,7 @@ def test_full_finetuning_checkpoint_exports_a_pipeline(tiny_model_dir, tmp_path,
     out = tmp_path / "full"
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "glm_grpo_ds.train",
-            "--config",
-            str(CONFIG),
-            "--deepspeed",
-            str(ROOT / "ds_configs/zero2.json"),
+            *train_cmd(),
             f"model.path={tiny_model_dir}",
             f"data.train_file={tmp_path / 'p.txt'}",
             f"output_dir={out}",

@@ -4,12 +4,10 @@ the run is step for step the one from the equivalent .jsonl with image paths; a 
 line, exit 2."""
 
 import math
-import subprocess
-import sys
 
 import pytest
-from launching import CONFIG, ENV, ROOT  # noqa: E402  (tests/integration/launching.py)
 from launching import FAST as ONE_STEP  # noqa: E402
+from launching import run_train  # noqa: E402  (tests/integration/launching.py)
 from run_files import jsonl  # noqa: E402  (tests/run_files.py)
 
 FAST = [
@@ -20,11 +18,6 @@ FAST = [
     "eval.gallery=false",
     "eval.at_start=false",
 ]
-
-
-def run_train(*args):
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
-    return subprocess.run([*cmd, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,9 @@ over in later epochs (no rollout, no decode), and every step records `frac_rewar
 draws, their agreement across ranks and resume: tests/unit/test_dead_prompts.py."""
 
 import subprocess
-import sys
 
 import pytest
-from launching import CONFIG, ENV, FAST, ROOT  # noqa: E402  (tests/integration/launching.py)
+from launching import ENV, FAST, ROOT, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 pytestmark = pytest.mark.slow  # a training run
@@ -24,7 +23,7 @@ def test_dead_prompts_are_skipped_after_their_first_group(tiny_model_dir, tmp_pa
     (tmp_path / "flat.py").write_text(PLUGIN)
     (tmp_path / "p.txt").write_text("a flat square\na flat circle\na red apple\na blue car\n")
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    cmd = train_cmd()
     cmd += [f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={out}", *FAST]
     cmd += ["grpo.group_size=2", "batch.micro_batch_size=2", "data.shuffle=false", "max_steps=8"]
     cmd += ["data.dead_prompt_skip_prob=0.999999", f"rewards=[{{name: '{tmp_path / 'flat.py'}:flat_or_mean'}}]"]

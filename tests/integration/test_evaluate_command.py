@@ -314,10 +314,7 @@ def test_evaluate_draws_the_final_in_run_evaluations_samples(tiny_model_dir, dat
     """One seed scheme (glm_grpo_ds/evaluation/seeds.py): a one-step run evaluates its final policy on 4 held-out
     prompts; `glm-grpo evaluate` of its final adapter with the run's config and its defaults (--seed = eval.seed,
     --samples-per-prompt = eval.group_size) draws the same samples, so its adapter figures are the run's."""
-    import subprocess
-    import sys
-
-    from launching import CONFIG, ENV, ROOT, common  # noqa: E402  (tests/integration/launching.py)
+    from launching import CONFIG, common, run_train  # noqa: E402  (tests/integration/launching.py)
     from launching import FAST as TRAIN_FAST
 
     from glm_grpo_ds.commands.evaluate import main
@@ -331,8 +328,7 @@ def test_evaluate_draws_the_final_in_run_evaluations_samples(tiny_model_dir, dat
         "eval.seed=7",
         "eval.at_start=false",
     ]
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
-    proc = subprocess.run([*cmd, *overrides], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = run_train(*overrides)
     assert proc.returncode == 0, proc.stderr[-3000:]
     final = json.loads((run / "eval.jsonl").read_text().splitlines()[-1])
     assert final["step"] == 1 and final["eval/reward_std"] > 0  # rewards that tell samples apart

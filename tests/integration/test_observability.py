@@ -10,11 +10,10 @@ import importlib.util
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from launching import CONFIG, ROOT, common, launch  # noqa: E402  (tests/integration/launching.py)
+from launching import CONFIG, ROOT, common, launch, train_args, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from PIL import Image
 from run_files import jsonl  # noqa: E402  (tests/run_files.py)
 
@@ -35,13 +34,7 @@ def run_single(tiny_model_dir, data, out_dir, *extra, timeout=300) -> subprocess
     # spinning OpenMP threads when the test machine's cores are busy.
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [
-        sys.executable,
-        "-m",
-        "glm_grpo_ds.train",
-        "--config",
-        str(CONFIG),
-        "--deepspeed",
-        "ds_configs/zero3.json",
+        *train_cmd(ds_config="zero3.json"),
         *common(tiny_model_dir, data, out_dir, f"eval.file={data}", *SMALL, *EVAL, *extra),
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -145,12 +138,7 @@ def test_two_ranks_gather_galleries_and_give_the_same_eval(run1, tiny_model_dir,
     launch(
         2,
         [
-            "--module",
-            "glm_grpo_ds.train",
-            "--config",
-            str(CONFIG),
-            "--deepspeed",
-            "ds_configs/zero3.json",
+            *train_args(ds_config="zero3.json"),
             *common(
                 tiny_model_dir,
                 data64,

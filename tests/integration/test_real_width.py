@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from launching import ENV, launch  # noqa: E402  (tests/integration/launching.py)
+from launching import ENV, launch, train_args  # noqa: E402  (tests/integration/launching.py)
 from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.commands.check_run import phase_comparison
@@ -68,8 +68,14 @@ def test_slice_trains_one_step_on_two_ranks_as_the_real_config(slice_dir, tmp_pa
     run = tmp_path / "run"
     launch(
         2,
-        ["--module", "glm_grpo_ds.train", "--config", CONFIG, "--deepspeed", "ds_configs/zero3.json"]
-        + [f"model.path={slice_dir}", f"data.train_file={data}", f"output_dir={run}", "decoder.num_inference_steps=1"],
+        train_args(
+            f"model.path={slice_dir}",
+            f"data.train_file={data}",
+            f"output_dir={run}",
+            "decoder.num_inference_steps=1",
+            ds_config="zero3.json",
+            config=CONFIG,
+        ),
         timeout=900,
     )
     (row,) = metrics(run)

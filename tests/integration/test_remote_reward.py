@@ -4,10 +4,7 @@ a 2-rank training run. Every server a test starts is stopped by it (testing/rewa
 request has a timeout."""
 
 import math
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,7 +13,7 @@ import pytest
 import requests
 import torch
 from in_process import train_main  # noqa: E402  (tests/in_process.py)
-from launching import CONFIG, FAST, ROOT  # noqa: E402  (tests/integration/launching.py)
+from launching import CONFIG, FAST, run_train, train_args  # noqa: E402  (tests/integration/launching.py)
 from PIL import Image
 from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
@@ -200,12 +197,6 @@ def test_a_server_back_within_the_retries_scores_the_batch():
 
 
 # ----------------------------------------------------------------------------- training
-def run_train(*args, timeout=600):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu")
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
-    return subprocess.run([*cmd, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.mark.slow
 def test_startup_checks_are_one_line_input_errors_before_any_model_loads(tiny_model_dir, data64, tmp_path, capfd):
     (tmp_path / "token").write_text("right\n")
@@ -292,12 +283,7 @@ def test_two_rank_training_with_a_remote_reward(tiny_model_dir, data64, tmp_path
         launch(
             2,
             [
-                "--module",
-                "glm_grpo_ds.train",
-                "--config",
-                str(CONFIG),
-                "--deepspeed",
-                "ds_configs/zero2.json",
+                *train_args(),
                 f"model.path={tiny_model_dir}",
                 f"data.train_file={data64}",
                 f"output_dir={out}",

@@ -4,12 +4,12 @@ the score command, and a custom reward through a short training."""
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
+from launching import train_cmd  # noqa: E402  (tests/integration/launching.py)
 from PIL import Image, ImageDraw, ImageFont
 from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
@@ -131,13 +131,7 @@ def test_custom_python_reward_through_training(tiny_model_dir, tmp_path):
     (tmp_path / "p.txt").write_text("a red apple\na red car\n")
     out = tmp_path / "run"
     cmd = [
-        sys.executable,
-        "-m",
-        "glm_grpo_ds.train",
-        "--config",
-        str(ROOT / "launch/configs/tiny_cpu.yaml"),
-        "--deepspeed",
-        str(ROOT / "ds_configs/zero2.json"),
+        *train_cmd(),
         f"model.path={tiny_model_dir}",
         f"data.train_file={tmp_path / 'p.txt'}",
         f"output_dir={out}",
@@ -176,13 +170,7 @@ def test_every_builtin_in_a_short_training(tiny_model_dir, tmp_path):
     )
     out = tmp_path / "run"
     cmd = [
-        sys.executable,
-        "-m",
-        "glm_grpo_ds.train",
-        "--config",
-        str(ROOT / "launch/configs/tiny_cpu.yaml"),
-        "--deepspeed",
-        str(ROOT / "ds_configs/zero2.json"),
+        *train_cmd(),
         f"model.path={tiny_model_dir}",
         f"data.train_file={tmp_path / 'p.jsonl'}",
         f"output_dir={out}",

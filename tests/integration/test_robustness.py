@@ -15,16 +15,24 @@ from pathlib import Path
 
 import psutil
 import pytest
-from launching import CONFIG, ENV, FAST, ROOT, WORKER, common, free_port, launch, launch_cmd  # noqa: E402  (tests/integration/launching.py)
+from launching import (  # noqa: E402  (tests/integration/launching.py)
+    CONFIG,
+    ENV,
+    FAST,
+    ROOT,
+    WORKER,
+    common,
+    free_port,
+    launch,
+    launch_cmd,
+    run_train,
+    train_args,
+    train_cmd,
+)
 from run_files import assert_no_frozen_parameters, metrics, tree_hash  # noqa: E402  (tests/run_files.py)
 from safetensors.torch import load_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # a training process per case, some through the launcher
-
-
-def run_train(*args, ds_config="ds_configs/zero2.json", flags=(), timeout=300):
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", ds_config, *flags, *args]
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
 def test_lora_zero2_checkpoint_holds_no_frozen_base_parameter(short_run):
@@ -93,12 +101,7 @@ def test_bad_input_under_the_launcher_exits_2_with_one_line(tiny_model_dir, data
     proc = launch(
         2,
         [
-            "--module",
-            "glm_grpo_ds.train",
-            "--config",
-            str(CONFIG),
-            "--deepspeed",
-            "ds_configs/zero2.json",
+            *train_args(),
             *common(tiny_model_dir, data64, tmp_path / "out", *FAST),
             "rewards=[{name: pixel_mes}]",
         ],
@@ -219,12 +222,7 @@ def test_nonfinite_steps_are_skipped_then_the_run_stops_with_a_checkpoint(
 def test_sigterm_saves_a_checkpoint_and_resume_continues(tiny_model_dir, data64, tmp_path):
     out = tmp_path / "run"
     args = [
-        "--module",
-        "glm_grpo_ds.train",
-        "--config",
-        str(CONFIG),
-        "--deepspeed",
-        "ds_configs/zero2.json",
+        *train_args(),
         *common(tiny_model_dir, data64, out, "max_steps=1000", *FAST),
     ]
     cmd, env, _ = launch_cmd(2, args)
@@ -256,12 +254,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tiny_model_dir, data64,
     proc = launch(
         2,
         [
-            "--module",
-            "glm_grpo_ds.train",
-            "--config",
-            str(CONFIG),
-            "--deepspeed",
-            "ds_configs/zero2.json",
+            *train_args(),
             *common(tiny_model_dir, data64, out, f"max_steps={step + 1}", "resume_from=latest", *FAST),
         ],
         timeout=600,
@@ -288,7 +281,7 @@ def sigint_default():
 
 def test_ctrl_c_during_startup_is_one_line(tiny_model_dir, data64, tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    cmd = train_cmd()
     runner = subprocess.Popen(
         [*cmd, *common(tiny_model_dir, data64, out, *FAST)],
         cwd=ROOT,
@@ -334,7 +327,7 @@ def slow(images, prompts, samples):
 def test_ctrl_c_announces_at_once_and_a_second_one_aborts_with_the_checkpoint_intact(tiny_model_dir, data64, tmp_path):
     (tmp_path / "slow.py").write_text(SLOW)
     out, marker = tmp_path / "run", tmp_path / "in_step_2"
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    cmd = train_cmd()
     overrides = common(tiny_model_dir, data64, out, "max_steps=5", "save_steps=1", *FAST)
     log = (tmp_path / "stderr").open("w+")
     runner = subprocess.Popen(

@@ -13,7 +13,7 @@ import sys
 import pytest
 from huggingface_hub import ModelCard
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
-from launching import CONFIG, ROOT, common, launch_cmd  # noqa: E402  (tests/integration/launching.py)
+from launching import ROOT, common, launch_cmd, train_args, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from run_files import jsonl  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.sharing.model_card import write_run_card
@@ -33,7 +33,7 @@ def hub_env(tmp_path, url, token="hf_test"):
 
 
 def train(tiny_model_dir, data, out, env, *extra, timeout=400) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    cmd = train_cmd()
     cmd += common(tiny_model_dir, data, out, "rollout.height=64", "rollout.width=64", f"hub.repo_id={REPO}", *extra)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -191,7 +191,7 @@ def test_a_checkpoint_upload_longer_than_the_timeout_keeps_no_rank_waiting(tiny_
     the collective after the save while rank 0 uploaded); the end waits for the upload, then the final one."""
     out = tmp_path / "run"
     with FakeHub(slow_commits=lambda paths: 45.0 if paths[0].startswith("checkpoints/") else 0.0) as hub:
-        args = ["--module", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+        args = train_args()
         args += common(tiny_model_dir, data64, out, "rollout.height=64", "rollout.width=64", "grpo.group_size=4")
         args += ["max_steps=2", "save_steps=2", f"hub.repo_id={REPO}", "hub.push_checkpoints=true"]
         cmd, _, _ = launch_cmd(2, [*args, "dist_timeout_minutes=0.3", "logging.plot=false"])

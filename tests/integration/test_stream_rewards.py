@@ -2,12 +2,11 @@
 the same rewards in sample order and the same failure accounting as scoring after the whole decode."""
 
 import subprocess
-import sys
 import threading
 
 import pytest
 import torch
-from launching import CONFIG, ENV, FAST, ROOT  # noqa: E402  (tests/integration/launching.py)
+from launching import ENV, FAST, ROOT, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.config import DecoderConfig
@@ -106,7 +105,7 @@ def test_a_run_streams_its_rewards_when_asked(tiny_model_dir, tmp_path, stream, 
     scored after the decode, the one call for both prompts fails (8 samples)."""
     (tmp_path / "r.py").write_text(FAILS_ON_BAD)
     (tmp_path / "p.txt").write_text("a bad cube\na red apple\n")
-    cmd = [sys.executable, "-m", "glm_grpo_ds.train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    cmd = train_cmd()
     cmd += [f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={tmp_path / 'run'}"]
     cmd += [
         *FAST,

@@ -16,7 +16,7 @@ from glm_grpo_ds.rollout import upsample_grid
 from glm_grpo_ds.testing import world
 
 sys.path.insert(0, str(Path(__file__).parent))
-from launching import launch  # noqa: E402  (tests/integration/launching.py)
+from launching import launch, train_args  # noqa: E402  (tests/integration/launching.py)
 from run_files import jsonl  # noqa: E402  (tests/run_files.py)
 
 WORLD_CONFIG = "launch/configs/tiny_world.yaml"
@@ -129,12 +129,7 @@ def _train(world_dir, run_dir, *extra):
     launch(
         2,
         [
-            "--module",
-            "glm_grpo_ds.train",
-            "--config",
-            WORLD_CONFIG,
-            "--deepspeed",
-            "ds_configs/zero3.json",
+            *train_args(config=WORLD_CONFIG, ds_config="zero3.json"),
             f"model.path={world_dir / 'model'}",
             f"data.train_file={train}",
             f"eval.file={held}",
