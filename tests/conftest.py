@@ -37,16 +37,19 @@ def tiny_model_dir(tmp_path_factory):
 # a long module picked up last would leave one xdist worker running it while the other idles.
 LONGEST_FIRST = (
     "test_trainer_deepspeed",
+    "test_multinode",
     "test_robustness",
-    "test_real_width",
     "test_bench",
-    "test_checkpoint_resume",
-    "test_world",
-    "test_sharing",
     "test_gpu_check",
-    "test_memory_plan_deepspeed",
-    "test_logprobs_in_gather",
+    "test_model_source",
+    "test_world",
+    "test_real_width",
+    "test_checkpoint_resume",
+    "test_sharing",
     "test_observability",
+    "test_memory_plan_deepspeed",
+    "test_quiet_tools",
+    "test_logprobs_in_gather",
 )
 
 

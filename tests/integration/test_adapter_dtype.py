@@ -1,7 +1,8 @@
 """``rollout.adapters_in_model_dtype`` (glm_grpo_ds/adapters.py ``adapters_in_base_dtype``) on the tiny GLM-Image in
 bf16 with LoRA: peft's fp32 adapters are cast to bf16 for the rollout only, the rollout then samples exactly what a
 model with bf16 adapters samples, and afterwards the very same fp32 tensors are back, bitwise; the training rollout
-(experience.sample_batch) casts for the rollout and not for the trainer's passes inside its gather."""
+(the engine sampler, glm_grpo_ds/rollout/backends.py) casts for the rollout and not for the trainer's passes inside
+its gather."""
 
 import contextlib
 import copy
