@@ -170,113 +170,99 @@ def progress_store(store: Path, settings: dict, fresh: bool) -> Path:
     return store
 
 
-def run(a) -> dict:
-    from ..adapters import find_adapter
-    from ..advantages import weighted_total
+def read_rows(a, cfg, prompt_source, rank: int, world: int, local_rank: int) -> tuple[list, list, str]:
+    """``(rows, this rank's share, the source's name)``: the held-out prompts, read as training reads eval.file
+    (eval.split / eval.revision, whether they come from --prompts or the config; a Hub dataset is downloaded, or
+    its Arrow cache built, by rank 0 first), the first ``--num-prompts``, in contiguous shares per rank."""
     from ..data import load_prompts
-    from ..decoder import ImageDecoder, resolve_settings
-    from ..evaluation import seeds
-    from ..evaluation.fingerprints import adapter_sha256, rows_sha256
-    from ..evaluation.paired import BASE, evaluate_models
-    from ..evaluation.report import GALLERY, PLOT, TOTAL, summarise, table, write_gallery, write_plot
-    from ..experience import ExperienceMaker
-    from ..policy import load_for_sampling
-    from ..rewards import build_rewards
-    from ..rollout.backends import ModelSampler
 
-    cfg, prompt_source = load_settings(a)
-    rank, world, local_rank, device = start_ranks(a.device)
-    # Held-out prompts, read as training reads eval.file (eval.split / eval.revision, whether they come from
-    # --prompts or the config); a Hub dataset is downloaded (or its Arrow cache built) by rank 0 first.
     ev = cfg.eval
     key = "--prompts" if a.prompts else "eval.file"
     rows = load_prompts(prompt_source, key, cfg.data, ev.split, ev.revision, rank, local_rank, section="eval")
     rows = rows[: a.num_prompts] if a.num_prompts else rows
-    prompts_name = rows.where  # the source, with the split taken from a DatasetDict
+    name = rows.where  # the source, with the split taken from a DatasetDict
     rows = list(rows)
-    share = -(-len(rows) // world)  # contiguous shares; the last ranks' may be shorter or empty
-    mine = rows[rank * share : (rank + 1) * share]
-    adapters = [str(find_adapter(path)) for path in a.adapter]
-    m = cfg.model
-    loaded = load_for_sampling(
-        m.path, m.revision, m.dtype, m.attn_implementation, cfg.grpo.sampling, device, adapters, m.trust_remote_code
-    )
-    model, adapter_names, sampling, model_dir = loaded.model, loaded.adapter_names, loaded.sampling, loaded.model_dir
-    names = [BASE, *adapter_names]
-    reward_fn = build_rewards(cfg.rewards)
-    decoder = ImageDecoder(model_dir, cfg.decoder, device)
-    sampler = ModelSampler(model, loaded.processor, cfg.rollout, sampling, device)
-    maker = ExperienceMaker(sampler, decoder, reward_fn, cfg, device)
-    decode = resolve_settings(cfg.eval.num_inference_steps, cfg.eval.guidance_scale)
-    size = (cfg.rollout.height, cfg.rollout.width)
-    k = a.samples_per_prompt
-    seed = ev.seed if a.seed is None else a.seed
-    # Contents, not only paths (evaluation/fingerprints.py): a rerun after the prompts or an adapter changed is
-    # refused instead of mixing stored batches of the old ones with new ones.
-    settings = {
-        "model": str(model_dir),
+    share = -(-len(rows) // world)  # the last ranks' shares may be shorter or empty
+    return rows, rows[rank * share : (rank + 1) * share], name
+
+
+def run_settings(a, cfg, loaded, adapters, rows, prompts_name, decode, seed, world) -> dict:
+    """What the evaluation's figures depend on, recorded in evaluate.json and checked on resume. Contents, not only
+    paths (evaluation/fingerprints.py): a rerun after the prompts or an adapter changed is refused instead of mixing
+    stored batches of the old ones with new ones."""
+    from ..evaluation import seeds
+    from ..evaluation.fingerprints import adapter_sha256, rows_sha256
+
+    s = loaded.sampling
+    return {
+        "model": str(loaded.model_dir),
         "adapters": adapters,
         "adapters_sha256": [adapter_sha256(path) for path in adapters],
         "prompts": prompts_name,
-        "prompts_revision": ev.revision,
+        "prompts_revision": cfg.eval.revision,
         "prompts_sha256": rows_sha256(rows),
         "num_prompts": len(rows),
-        "samples_per_prompt": k,
+        "samples_per_prompt": a.samples_per_prompt,
         "seed": seed,
         "seeds": seeds.SCHEME,
-        "image": list(size),
+        "image": [cfg.rollout.height, cfg.rollout.width],
         "decode": decode._asdict(),
-        "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p},
+        "sampling": {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p},
         "rewards": [dataclasses.asdict(spec) for spec in cfg.rewards],
         "batch_prompts": a.batch_prompts,
         "dtype": str(loaded.dtype),
         "export": a.export,
         "world_size": world,
     }
-    on_images = None
-    if a.export:
-        from ..evaluation.exports import EXPORTERS, check_rows
 
-        for layout, _ in a.export:
-            check_rows(layout, rows, k, size)
 
-        def on_images(name, chunk, images):  # -> the files written, recorded with the batch (evaluation/paired.py)
-            return [path for layout, d in a.export for path in EXPORTERS.get(layout)(Path(d), name, chunk, images, k)]
+def export_hook(a, rows, size: tuple[int, int]):
+    """``on_images(name, chunk, images)`` writing each batch in every ``--export`` layout (the files it wrote are
+    recorded with the batch: evaluation/paired.py); the rows are checked for each layout's field first."""
+    from ..evaluation.exports import EXPORTERS, check_rows
 
-    store = progress_store(Path(a.out) / PROGRESS / f"rank_{rank}", settings, a.fresh)
+    k = a.samples_per_prompt
+    for layout, _ in a.export:
+        check_rows(layout, rows, k, size)
 
-    from tqdm import tqdm
+    def on_images(name, chunk, images):
+        return [path for layout, d in a.export for path in EXPORTERS.get(layout)(Path(d), name, chunk, images, k)]
 
-    with tqdm(total=len(mine) * len(names), desc="evaluate", unit="prompt", file=sys.stderr, disable=rank != 0) as bar:
-        results = evaluate_models(
-            model, names, maker, mine, k, seed, decode,
-            batch_prompts=a.batch_prompts, progress=bar.update, store=store, on_images=on_images,
-        )  # fmt: skip
-    results = gather_results(results, names)
-    if results is None:  # another rank's: rank 0 reports
-        return None
-    if len(reward_fn.weights) > 1:  # the weighted total, as training combines the rewards
+    return on_images
+
+
+def write_report(a, results, settings, rows, adapter_names, adapters, weights) -> dict:
+    """Rank 0: the weighted total, the summary, gallery.png, evaluate.png, each export's export.json; returns
+    evaluate.json's content."""
+    from ..advantages import weighted_total
+    from ..evaluation.paired import BASE
+    from ..evaluation.report import GALLERY, PLOT, TOTAL, summarise, table, write_gallery, write_plot
+
+    k = a.samples_per_prompt
+    if len(weights) > 1:  # the weighted total, as training combines the rewards
         for result in results.values():
             flat = {label: v.reshape(-1) for label, v in result.rewards.items()}
-            result.rewards[TOTAL] = weighted_total(flat, reward_fn.weights, k).view(len(rows), k)
+            result.rewards[TOTAL] = weighted_total(flat, weights, k).view(len(rows), k)
     categories = [str(row.extra.get(a.category_key)) for row in rows]
     has_categories = any(row.extra.get(a.category_key) is not None for row in rows)
-    summary = summarise(results, dict(zip(adapter_names, adapters)), seed, categories if has_categories else None)
+    named = dict(zip(adapter_names, adapters))
+    summary = summarise(results, named, settings["seed"], categories if has_categories else None)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     first_label = TOTAL if TOTAL in results[BASE].rewards else next(iter(results[BASE].rewards))
+    names = [BASE, *adapter_names]
     write_gallery(out / GALLERY, results, names, [row.prompt for row in rows], first_label, a.gallery_prompts)
     if adapter_names:
         write_plot(out / PLOT, summary)
     for layout, export_dir in a.export:
-        record = {**settings, "layout": layout, "models": {BASE: str(model_dir), **dict(zip(adapter_names, adapters))}}
+        record = {**settings, "layout": layout, "models": {BASE: settings["model"], **named}}
         if layout == "dpg":
-            record["dpg_resolution"] = size[0]  # compute_dpg_bench.py --resolution (one tile's side)
+            record["dpg_resolution"] = settings["image"][0]  # compute_dpg_bench.py --resolution (one tile's side)
         Path(export_dir).mkdir(parents=True, exist_ok=True)
         (Path(export_dir) / "export.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return {
         **settings,
-        "adapters": dict(zip(adapter_names, adapters)),
+        "adapters": named,
         "base": {label: torch.nanmean(v).item() for label, v in results[BASE].rewards.items()},
         "summary": summary,
         "table": table(summary),
@@ -285,6 +271,46 @@ def run(a) -> dict:
             for name, r in results.items()
         },
     }
+
+
+def run(a) -> dict | None:
+    """The evaluation (collective under the launcher): evaluate.json's content on rank 0, None on the others."""
+    from tqdm import tqdm
+
+    from ..adapters import find_adapter
+    from ..decoder import ImageDecoder, resolve_settings
+    from ..evaluation.paired import BASE, evaluate_models
+    from ..experience import ExperienceMaker
+    from ..policy import load_for_sampling
+    from ..rewards import build_rewards
+    from ..rollout.backends import ModelSampler
+
+    cfg, prompt_source = load_settings(a)
+    rank, world, local_rank, device = start_ranks(a.device)
+    rows, mine, prompts_name = read_rows(a, cfg, prompt_source, rank, world, local_rank)
+    adapters = [str(find_adapter(path)) for path in a.adapter]
+    m = cfg.model
+    loaded = load_for_sampling(
+        m.path, m.revision, m.dtype, m.attn_implementation, cfg.grpo.sampling, device, adapters, m.trust_remote_code
+    )
+    names = [BASE, *loaded.adapter_names]
+    reward_fn = build_rewards(cfg.rewards)
+    sampler = ModelSampler(loaded.model, loaded.processor, cfg.rollout, loaded.sampling, device)
+    maker = ExperienceMaker(sampler, ImageDecoder(loaded.model_dir, cfg.decoder, device), reward_fn, cfg, device)
+    decode = resolve_settings(cfg.eval.num_inference_steps, cfg.eval.guidance_scale)
+    seed = cfg.eval.seed if a.seed is None else a.seed
+    settings = run_settings(a, cfg, loaded, adapters, rows, prompts_name, decode, seed, world)
+    on_images = export_hook(a, rows, (cfg.rollout.height, cfg.rollout.width)) if a.export else None
+    store = progress_store(Path(a.out) / PROGRESS / f"rank_{rank}", settings, a.fresh)
+    with tqdm(total=len(mine) * len(names), desc="evaluate", unit="prompt", file=sys.stderr, disable=rank != 0) as bar:
+        results = evaluate_models(
+            loaded.model, names, maker, mine, a.samples_per_prompt, seed, decode,
+            batch_prompts=a.batch_prompts, progress=bar.update, store=store, on_images=on_images,
+        )  # fmt: skip
+    results = gather_results(results, names)
+    if results is None:  # another rank's: rank 0 reports
+        return None
+    return write_report(a, results, settings, rows, loaded.adapter_names, adapters, reward_fn.weights)
 
 
 def main(argv: list[str] | None = None) -> int:
