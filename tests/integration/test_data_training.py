@@ -17,9 +17,6 @@ FAST = [
     "eval.group_size=2",
     "eval.gallery=false",
     "eval.at_start=false",
-    # the eval decode is not what is compared here: one step without guidance, not the pipeline's 50 with it
-    "eval.num_inference_steps=1",
-    "eval.guidance_scale=1.0",
 ]
 
 

@@ -54,8 +54,6 @@ def test_run_card_checkpoint_uploads_failed_final_upload_push_and_merge(tiny_mod
             f"eval.file={data64}",
             "eval.num_prompts=2",
             "eval.group_size=2",
-            "eval.num_inference_steps=1",  # the card reads the eval reward; its decode is not the subject
-            "eval.guidance_scale=1.0",
         )
         assert proc.returncode == 4, proc.stderr[-3000:]
         warnings = [line for line in proc.stderr.splitlines() if "warning: uploading" in line]
