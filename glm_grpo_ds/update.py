@@ -151,6 +151,7 @@ def grpo_update(
     norm = loss_normalizer(batch.completion_mask, g.aggregation)  # the whole rollout's: micro-batch losses add up
     total_tokens = batch.completion_mask.sum().clamp(min=1.0)  # each micro-batch's share of the entropy bonus
     ref, old = missing_logprobs(engine, ref_engine, batch, cfg, slices, ref_logps, old_logps)
+    options = loss_options(g)
     stats = UpdateStats()
     for it in range(g.num_iterations):
         for j, rows in enumerate(slices):
@@ -165,7 +166,7 @@ def grpo_update(
             loss, loss_stats = policy_loss(
                 logp, old_logp, advantages[rows], mask, ref_logp=None if ref is None else ref[rows], normalizer=norm,
                 token_weights=token_weights, is_weights=is_weights, entropy=entropy,
-                entropy_share=mask.sum() / total_tokens, **loss_options(g),
+                entropy_share=mask.sum() / total_tokens, **options,
             )  # fmt: skip
             ds_engine.backward(engine, loss)
             if j == len(slices) - 1 and on_boundary is not None:

@@ -24,12 +24,16 @@ from .train_config import TrainConfig
 RENAMED = {"grpo.advantage_scale": "grpo.advantage_estimator"}
 
 
+def _warn_renamed(old: str) -> None:
+    log.warning_once(f"renamed-{old}", f"glm-grpo: warning: {old} is now {RENAMED[old]}; write the new name")
+
+
 def _new_name(dotted: str) -> str:
-    new = RENAMED.get(dotted)
-    if new is None:
+    """``dotted`` under its current name (an old one of :data:`RENAMED` warned about once)."""
+    if dotted not in RENAMED:
         return dotted
-    log.warning_once(f"renamed-{dotted}", f"glm-grpo: warning: {dotted} is now {new}; write the new name")
-    return new
+    _warn_renamed(dotted)
+    return RENAMED[dotted]
 
 
 def _rename_keys(tree: dict) -> None:
@@ -45,7 +49,7 @@ def _rename_keys(tree: dict) -> None:
         if new_key in node:
             raise ConfigError(f"{old} and {new} are the same setting ({old} is its old name): give {new} only")
         node[new_key] = node.pop(old_key)
-        _new_name(old)
+        _warn_renamed(old)
 
 
 def _unknown(key: str, known: typing.Iterable[str], where: str) -> ConfigError:

@@ -5,7 +5,7 @@ the policy's distribution, glm_grpo_ds/sampling.py) and, when the trainer asked 
 needs from the same weights (reference / old), computed while the weights are gathered for sampling::
 
     sampler = EngineSampler(engine, processor, cfg, device, before_update=logprobs_fn)   # training, in-run eval
-    sampler = ModelSampler(model, processor, cfg.rollout, device)                        # the tools
+    sampler = ModelSampler(model, processor, cfg.rollout, sampling, device)              # the tools
     got = sampler.sample(["a red cube"], [generator], group_size=4)
     got.batch, got.ref_logps, got.old_logps
 
@@ -103,7 +103,6 @@ class EngineSampler:
         # a sharded ZeRO-3 rollout fetches parameters in per-module hooks, which torch.compile cannot trace, a
         # CUDA graph cannot capture and a merge cannot write into
         whole = self.gather or not ds_engine.is_zero3(engine)
-        generator = generators if len(generators) > 1 else generators[0]
         with torch.no_grad(), ds_engine.gathered_for_rollout(engine, self.gather):
             with contextlib.ExitStack() as sampling_weights:
                 if r.adapters_in_model_dtype:
@@ -119,7 +118,7 @@ class EngineSampler:
                     r.height,
                     r.width,
                     self.cfg.grpo.sampling,
-                    generator,
+                    generators,  # one for all rows or one per prompt: rollout() takes either list
                     self.device,
                     loop_options(r, whole),
                     on_tokens,
@@ -148,7 +147,6 @@ class ModelSampler:
 
     def sample(self, prompts, generators, group_size, on_tokens=None) -> Sampled:
         r = self.rollout_cfg
-        generator = generators if len(generators) > 1 else generators[0]
         cast = adapters_in_base_dtype(self.model) if r.adapters_in_model_dtype else contextlib.nullcontext()
         with torch.no_grad(), cast:
             batch = rollout(
@@ -159,7 +157,7 @@ class ModelSampler:
                 r.height,
                 r.width,
                 self.sampling,
-                generator,
+                generators,
                 self.device,
                 loop_options(r),
                 on_tokens,
