@@ -397,12 +397,5 @@ def commands_table() -> str:
     return "\n".join([*lines, TABLE_END]) + "\n"
 
 
-def console_main() -> int:
-    """The `glm-grpo` console script: :func:`main`, then the process exits (runtime/process_exit.py)."""
-    from ..runtime import process_exit
-
-    return process_exit.frozen(main())
-
-
 if __name__ == "__main__":
-    raise SystemExit(console_main())
+    raise SystemExit(main())
