@@ -15,6 +15,7 @@ import contextlib
 import datetime
 import os
 import socket
+import sys
 from pathlib import Path
 
 import torch
@@ -63,7 +64,7 @@ def init_distributed(
     threads.limit_torch_threads()
     if not on_gpu and cpu_comm_op_needs_build():  # else the console says nothing for ~40 s
         log.info("glm-grpo: building DeepSpeed's CPU communication op (deepspeed_shm_comm), once per install: ~40 s")
-    with run_log.prints_to_log("DeepSpeed"):
+    with run_log.prints_to_log("DeepSpeed"), this_environments_ninja():
         deepspeed.init_distributed(
             dist_backend="nccl" if on_gpu else "gloo",
             verbose=False,
@@ -74,6 +75,31 @@ def init_distributed(
     if not on_gpu:
         _unlink_cpu_allreduce_buffer()
     return dist.rank(), dist.world_size(), local_rank, device
+
+
+@contextlib.contextmanager
+def this_environments_ninja():
+    """PATH with this interpreter's bin directory first, while DeepSpeed's CPU op may build, when that directory
+    has a ``ninja`` (the pip package torch's JIT builds use): else torch runs whichever ``ninja`` PATH finds first.
+
+    One extensions directory serves every process of a user, and ninja records each build with a hash of its
+    command whose algorithm changed between versions (ninja 1.11 vs 1.13 here: the log format v7 reads another
+    version's hashes as different commands). A process started with the environment's bin on PATH (an activated
+    virtualenv, launch/train.sh) and one without (``.venv/bin/python -m ...``) then rebuilt the op in turn, ~40 s
+    each: 9 times in one run of the test suite on 2 cores."""
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "ninja").is_file():
+        yield
+        return
+    before = os.environ.get("PATH")
+    os.environ["PATH"] = os.pathsep.join([str(bin_dir), *([before] if before else [])])
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = before
 
 
 def cpu_comm_op_needs_build() -> bool:

@@ -42,3 +42,26 @@ def test_a_library_built_from_these_sources_needs_none_and_another_installs_does
     (build / "build.ninja").write_text("".join(f"build x.o: compile {s}\n" for s in sources))
     (build / f"{name}.so").unlink()
     assert cpu_comm_op_needs_build()
+
+
+def test_the_op_builds_with_this_environments_ninja_whatever_path_says(monkeypatch):
+    """A ninja 1.11 on the system and a 1.13 in the venv hash their build commands differently in the shared
+    extensions directory: processes with and without the venv's bin on PATH rebuilt the op in turn (~40 s each).
+    While the process group starts, PATH puts this interpreter's directory first; after, it is as it was."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from glm_grpo_ds.ds.engine import this_environments_ninja
+
+    venv_ninja = Path(sys.executable).parent / "ninja"
+    if not venv_ninja.is_file():
+        pytest.skip("no ninja next to this interpreter (DeepSpeed requires the ninja package)")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    with this_environments_ninja():
+        assert Path(shutil.which("ninja")) == venv_ninja
+    assert os.environ["PATH"] == "/usr/bin:/bin"
+    monkeypatch.delenv("PATH")
+    with this_environments_ninja():
+        assert os.environ["PATH"] == str(venv_ninja.parent)
+    assert "PATH" not in os.environ
