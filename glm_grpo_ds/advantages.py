@@ -215,3 +215,30 @@ def _win_rate_per_reward(per_reward, weights, group_size, total, scale, eps, tie
         summed = summed + weights[label] * torch.nan_to_num(group_win_rates(values, group_size, tie), nan=0.5)
     # a sample undefined for every reward stays undefined (advantage 0)
     return group_advantages(torch.where(torch.isnan(total), total, summed), group_size, scale, eps)
+
+
+def reward_disagreement(per_reward: dict[str, torch.Tensor], group_size: int, eps: float = 1e-4) -> torch.Tensor | None:
+    """``[N]``: how far a sample's other rewards disagree with the main one (the first configured): the largest
+    ``|z_main - z_k|`` over the others, each reward standardized within its group (:func:`group_zscore`; a group
+    whose reward is constant has z = 0). 0 = every reward ranks the sample alike within its group; two rewards
+    that rank a group of G in opposite order reach ~2 at its ends. NaN where the main reward, or every other, is
+    undefined; None with one reward. GARDO's signal for samples whose reward is uncertain (docs/monitoring.md)."""
+    if len(per_reward) < 2:
+        return None
+    main, *others = per_reward.values()
+    z_main = group_zscore(main, group_size, eps)
+    gaps = []
+    for values in others:
+        gap = (z_main - group_zscore(values, group_size, eps)).abs()
+        gaps.append(torch.where(torch.isnan(values), torch.full_like(gap, float("-inf")), gap))
+    worst = torch.stack(gaps).amax(dim=0)
+    undefined = torch.isnan(main) | torch.isinf(worst)
+    return torch.where(undefined, torch.full_like(worst, float("nan")), worst)
+
+
+def gate_disagreeing(advantages: torch.Tensor, disagreement: torch.Tensor | None, gate: float | None) -> torch.Tensor:
+    """``advantages`` with 0 for the samples whose :func:`reward_disagreement` exceeds ``gate``
+    (``grpo.disagreement_gate``; None = no gate): their rewards disagree, so their sign is not trusted."""
+    if gate is None or disagreement is None:
+        return advantages
+    return torch.where(disagreement > gate, torch.zeros_like(advantages), advantages)

@@ -18,7 +18,8 @@ stopped after ``max_consecutive_skips`` steps skipped in a row for a non-finite 
 undefined for every sample (checkpoint saved); 128 + signal when preempted by
 SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``), or interrupted
 during startup, or aborted by a second Ctrl-C (no new checkpoint; one line each, see lifecycle/preempt.py); 4
-trained and saved, but an upload to the Hub failed (``glm-grpo push OUTPUT_DIR`` retries it).
+trained and saved, but an upload to the Hub failed (``glm-grpo push OUTPUT_DIR`` retries it); 5 stopped by an
+alarm on the image statistics with ``monitor.stop_on_alarm`` (checkpoint saved; observability/alarms.py).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 import torch
 
 from .adapters import check_init_adapter
-from .advantages import combine_advantages, signal_free_groups
+from .advantages import combine_advantages, gate_disagreeing, reward_disagreement, signal_free_groups
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
 from .data import DataError, PromptSampler, check_source, load_prompts
@@ -49,7 +50,17 @@ from .lifecycle.background import Background
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
 from .lifecycle.run import RunLife, decide_start
 from .model_source import check_local_model, resolve_for_training
-from .observability.metrics import Progress, StepFacts, measure, step_record, timer
+from .observability.alarms import Monitor, parse_rules
+from .observability.metrics import (
+    Progress,
+    StepFacts,
+    disagreement_fields,
+    first_record,
+    image_record,
+    measure,
+    step_record,
+    timer,
+)
 from .observability.plot import PLOT_NAME, plot_training
 from .observability.step_status import NO_STATUS, for_rank
 from .observability.summary import print_startup_summary, resolve_merge_copy, startup_plan
@@ -243,11 +254,27 @@ class Trainer:
         if self.life.start.checkpoint is not None:
             self.status.phase("checkpoint")
         self.start_step, self.skipped_steps = self.life.restore(self.engine, self.sampler)
+        self.monitor = self._monitor()
         self.consecutive_skips = 0  # optimizer updates skipped in a row (non-finite gradients, undefined rewards)
         self.status.phase("trackers")
         resumed = self.life.start.checkpoint is not None
         self.tracker = build_tracker(self.cfg, self.is_main, resume_step=self.start_step if resumed else None)
         self.status.idle()  # the startup summary follows
+
+    def _monitor(self) -> Monitor:
+        """The alarms (monitor.alarms) on the evaluations when the run evaluates, else on the training steps; a
+        resumed run's start is the first record of that file."""
+        evals = self.evaluator is not None
+        metrics_file = self.out / ("eval.jsonl" if evals else "metrics.jsonl")
+        start = first_record(metrics_file) if self.start_step > 0 else None
+        return Monitor(parse_rules(self.cfg.monitor.alarms), "eval/images/" if evals else "images/", start)
+
+    def _alarms(self, record: dict) -> None:
+        """The monitor's check of ``record`` (rank 0 prints a line per new alarm); its fields join the record."""
+        fields, lines = self.monitor.check(record)
+        record.update(fields)
+        for line in lines:
+            log.warning(line)
 
     def _announce(self, model) -> None:
         """Rank 0: ``config.json`` (the config, the model source, the DeepSpeed config, the data, the versions)
@@ -283,6 +310,9 @@ class Trainer:
             grpo_cfg.advantage_estimator,
             tie=grpo_cfg.rank_tie_tolerance,
         )
+        # several rewards: where they disagree (logged), optionally gated out of the advantages
+        disagreement = reward_disagreement(all_per_reward, grpo_cfg.group_size)
+        advantages = gate_disagreeing(advantages, disagreement, grpo_cfg.disagreement_gate)
         # groups whose rewards are all equal teach nothing: counted every step, and their prompts may be skipped
         dead = signal_free_groups(all_per_reward, grpo_cfg.group_size)
         self.sampler.observe(dead.tolist())
@@ -301,7 +331,9 @@ class Trainer:
                     old_logps=exp.old_logps,
                     status=self.status,
                 )
-        return self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
+        record = self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
+        record.update(disagreement_fields(disagreement, grpo_cfg.disagreement_gate))
+        return record
 
     def _skip_undefined(self, step: int, all_per_reward: dict) -> dict:
         """A step whose rewards are all undefined has nothing to learn from: skip its update like a
@@ -333,6 +365,9 @@ class Trainer:
             self.cfg.grpo.num_iterations, self.device, facts,
         )  # fmt: skip
         self.skipped_steps = record["skipped_steps"]
+        record.update(image_record(exp.images, self.cfg.grpo.group_size, self.cfg.monitor.statistics))
+        if self.evaluator is None:
+            self._alarms(record)
         if self.cfg.logging.gallery_steps and step % self.cfg.logging.gallery_steps == 0:
             record.update(self._training_gallery(step, exp, my_rewards))
         return record
@@ -380,7 +415,8 @@ class Trainer:
                     if self.cfg.save_steps and (step + 1) % self.cfg.save_steps == 0:
                         saved = self.save_checkpoint(step + 1)
                     save = partial(self.save_checkpoint, step + 1)
-                    self.life.stop_if_asked(step + 1, signals.received, self.consecutive_skips, saved, save)
+                    alarm = self.cfg.monitor.stop_on_alarm and bool(self.monitor.holding)
+                    self.life.stop_if_asked(step + 1, signals.received, self.consecutive_skips, saved, save, alarm)
                     self._last_step_seconds = time.monotonic() - self._step_started
             finally:
                 progress.close()
@@ -422,6 +458,7 @@ class Trainer:
         record, gallery = self.evaluator.run(step, self.eval_experience, self.out, self.is_main)
         self.status.idle()
         if record is not None:
+            self._alarms(record)
             self.tracker.log("eval", record)
         if gallery is not None:
             self.tracker.log_image("eval/samples", gallery, step)

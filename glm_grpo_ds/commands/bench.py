@@ -189,6 +189,10 @@ def format_table(r: dict) -> str:
         ("rollout (ZeRO-3, 1 rank)", f"{p['rollout_tokens_per_s']:,.0f} tokens/s"),
         ("decode (DiT + VAE)", f"{p['decode_images_per_s']:.2f} images/s"),
         ("reward", f"{p['reward_images_per_s']:.1f} images/s"),
+        (
+            "image statistics",
+            f"{p['image_stats_ms']:.1f} ms/step ({100 * p['image_stats_over_decode']:.2f}% of the decode)",
+        ),
         ("update (micro-batch 2)", f"{p['update_tokens_per_s']:,.0f} tokens/s"),
         (
             "step time",

@@ -60,6 +60,9 @@ def worker_phases(a) -> dict:
         "decode_images_per_s": n / med("time/decode"),
         "reward_images_per_s": n / med("time/reward"),
         "update_tokens_per_s": med("update_tokens_per_s"),
+        # the image statistics and diversity of the monitor (observability/image_stats.py), on the step's images
+        "image_stats_ms": 1e3 * med("time/image_stats"),
+        "image_stats_over_decode": med("time/image_stats") / med("time/decode"),
         "step_time_s": med("time/rollout") + med("time/decode") + med("time/reward") + med("time/update"),
         "time_split_s": {k: med(f"time/{k}") for k in ("rollout", "decode", "reward", "update")},
         "peak_memory_mb": max(r[mem_key] for r in records),

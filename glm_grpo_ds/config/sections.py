@@ -8,6 +8,8 @@ from typing import Literal
 
 from ..advantages import COMBINATIONS, ESTIMATORS
 from ..grpo import AGGREGATIONS, IMPORTANCE_LEVELS, SAMPLER_CORRECTIONS
+from ..observability.alarms import RuleError, parse_rules
+from ..observability.image_stats import STATISTICS
 from .fields import Dtype, choice_problems, setting
 
 
@@ -228,6 +230,12 @@ class GRPOConfig:
         0.0,
         "win_rate combinations: rewards this close count as a tie (half a win), so score gaps smaller than the "
         "reward's noise do not order samples (>= 0).",
+    )
+    disagreement_gate: float | None = setting(
+        None,
+        "With several rewards: a sample whose other rewards disagree with the first one by more than this (the "
+        "largest gap of their within-group z-scores, rewards/disagreement in metrics.jsonl; 0 = they agree, ~2 = "
+        "opposite ends of the group) gets advantage 0, as GARDO gates uncertain samples (> 0); null = no gate.",
     )
     num_iterations: int = setting(
         1, "Updates per rollout (mu, >= 1); > 1 stores the old (pre-update) log-probs and reuses each rollout."
@@ -550,6 +558,59 @@ class EvalConfig:
         if self.group_size < 1:
             problems.append(f"{prefix}group_size must be >= 1, got {self.group_size}")
         return problems + decode_problems(self.num_inference_steps, self.guidance_scale, prefix)
+
+
+# The alarm rules a run watches unless told otherwise: the brightness shifts of UniRL's OCR hack (dark-pixel fraction
+# 0.45 -> 0.93). Measured on the tiny world (docs/monitoring.md): a reward paying for dark pixels fires the first
+# at step 10 (0.07 -> 0.47); the demo's 80 steps keep both within 0.06 of the start. The collapse rules (diversity,
+# near-duplicates, colour entropy, edge density) are not defaults: the demo's prompts each have one right image,
+# so its diversity falls to 0.08 x the start by design; docs/monitoring.md gives them for open-ended prompts.
+DEFAULT_ALARMS = ("dark_fraction > start + 0.25", "bright_fraction > start + 0.25")
+
+
+@dataclass
+class MonitorConfig:
+    """What the images become beyond their reward (glm_grpo_ds/observability/image_stats.py, alarms.py)."""
+
+    statistics: list[str] = setting(
+        help="The image statistics logged at every step and evaluation as images/<name> (and images/<name>_spread, "
+        f"their standard deviation over the images): any of {', '.join(STATISTICS)}; [] = none. Computed on the "
+        "images already decoded (docs/monitoring.md: what each means and costs).",
+        factory=lambda: list(STATISTICS),
+        noun="statistic",
+    )
+    alarms: list[str] = setting(
+        help="Rules 'STATISTIC < BOUND' / 'STATISTIC > BOUND' with BOUND = N, N x start, start + N or start - N "
+        "spread, checked at each evaluation (else each step) against the run's start (the step-0 evaluation, else "
+        "the first step); a rule that fires prints one line and sets alarm/<statistic> to 1; [] = none. Default: "
+        + "; ".join(DEFAULT_ALARMS)
+        + ".",
+        factory=lambda: list(DEFAULT_ALARMS),
+    )
+    stop_on_alarm: bool = setting(
+        False,
+        "Stop the run when an alarm fires: save a checkpoint and exit with status 5 (resume_from=latest continues; "
+        "the alarm is checked again).",
+    )
+
+    def problems(self, prefix: str = "monitor.") -> list[str]:
+        """One line per problem, keys written ``<prefix>key``."""
+        problems = [
+            f"{prefix}statistics: unknown statistic {name!r}; known: {', '.join(STATISTICS)}"
+            for name in self.statistics
+            if name not in STATISTICS
+        ]
+        try:
+            rules = parse_rules(self.alarms, f"{prefix}alarms")
+        except RuleError as err:
+            return problems + str(err).splitlines()
+        for i, rule in enumerate(rules):
+            if rule.statistic not in self.statistics:
+                problems.append(
+                    f"{prefix}alarms[{i}]: {rule.text!r} watches {rule.statistic}, which {prefix}statistics does not "
+                    f"compute; add it there or drop the rule"
+                )
+        return problems
 
 
 @dataclass

@@ -18,6 +18,7 @@ from .sections import (
     LoggingConfig,
     LoraConfig,
     ModelConfig,
+    MonitorConfig,
     OptimizerConfig,
     RewardSpec,
     RolloutConfig,
@@ -50,6 +51,10 @@ class TrainConfig:
         help="Held-out evaluation with seeds that do not depend on the training step, rank count or seed: the same "
         "weights always get the same eval reward.",
         factory=EvalConfig,
+    )
+    monitor: MonitorConfig = setting(
+        help="Image statistics, within-group diversity and the alarms on them (docs/monitoring.md).",
+        factory=MonitorConfig,
     )
     hub: HubConfig = setting(
         help="The model card of the final weights and pushing them to the Hugging Face Hub (docs/sharing.md).",
@@ -182,6 +187,13 @@ class TrainConfig:
             f"grpo.sampler_correction_min must be null or in [0, sampler_correction_max), got {low}",
         )
         need(g.mismatch_threshold > 0, f"grpo.mismatch_threshold must be > 0, got {g.mismatch_threshold}")
+        gate = g.disagreement_gate
+        need(gate is None or gate > 0, f"grpo.disagreement_gate must be null or > 0, got {gate}")
+        need(
+            gate is None or len(self.rewards) > 1,
+            f"grpo.disagreement_gate={gate} compares several rewards, but rewards has {len(self.rewards)}: add the "
+            "auxiliary rewards or set it to null",
+        )
         # settings that would do nothing with the others as they are: refused rather than silently ignored
         need(
             g.preview_in_loss or g.preview_weight == 1.0,
@@ -239,6 +251,7 @@ class TrainConfig:
             )
         problems.extend(self.decoder.problems("decoder."))
         problems.extend(self.eval.problems("eval."))
+        problems.extend(self.monitor.problems("monitor."))
         problems.extend(self.data.problems("data."))
         need(len(self.rewards) > 0, "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]")
         for i, r in enumerate(self.rewards):

@@ -37,7 +37,7 @@ from ..data import PromptRow
 from ..decoder import resolve_settings
 from ..ds import dist
 from ..observability.gallery import save_gallery, thumbnails
-from ..observability.metrics import nan_mean, nan_std
+from ..observability.metrics import image_record, nan_mean, nan_std
 from .seeds import decode_seed, rollout_generators
 
 PADDING = -1  # row index of a padding sample (dropped on rank 0)
@@ -106,6 +106,7 @@ class Evaluator:
 
         real = len(self.rows) * group_size  # gathered rows are rank-major; the first `real` are the eval set
         all_per_reward = {label: dist.all_gather(values)[:real].cpu() for label, values in per_reward.items()}
+        statistics = image_record(images, group_size, cfg.monitor.statistics, real)
         path = None
         if ev.gallery:
             total = weighted_total(per_reward, reward_fn.weights, group_size)
@@ -130,6 +131,7 @@ class Evaluator:
         record["eval/num_prompts"] = len(self.rows)
         record["eval/decode_steps"] = self.decode.num_inference_steps
         record["eval/decode_guidance"] = self.decode.guidance_scale
+        record.update({f"eval/{key}": value for key, value in statistics.items()})
         record["eval/time"] = time.perf_counter() - t0
         if path is not None:
             record["gallery"] = str(path.relative_to(out))

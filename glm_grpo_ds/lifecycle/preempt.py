@@ -156,6 +156,8 @@ class Stopped(Exception):
 
 # Exit status of a run stopped after max_consecutive_skips skipped steps (2 = bad input).
 EXIT_NONFINITE = 3
+# Exit status of a run stopped by an alarm with monitor.stop_on_alarm (4 = an upload failed).
+EXIT_ALARM = 5
 
 
 def exit_code(signum: int) -> int:

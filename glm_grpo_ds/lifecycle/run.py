@@ -22,7 +22,7 @@ from ..ds import dist
 from ..ds import io as ds_io
 from ..runtime import log
 from . import checkpoint, resume
-from .preempt import EXIT_NONFINITE, Stopped, exit_code, signal_name
+from .preempt import EXIT_ALARM, EXIT_NONFINITE, Stopped, exit_code, signal_name
 
 
 @dataclass(frozen=True)
@@ -122,17 +122,32 @@ class RunLife:
         self.publisher.final(final)
 
     def stop_if_asked(
-        self, step: int, received: int, consecutive_skips: int, saved: Path | None, save: Callable[[], Path]
+        self,
+        step: int,
+        received: int,
+        consecutive_skips: int,
+        saved: Path | None,
+        save: Callable[[], Path],
+        alarm: bool = False,
     ) -> None:
         """After ``step`` (collective): if any rank received SIGTERM / SIGINT (``received``: this rank's signal
-        number or 0), or the last ``max_consecutive_skips`` steps were all skipped, save a checkpoint (``save``,
-        unless ``saved`` just now) and raise :class:`Stopped` on every rank."""
+        number or 0), or the last ``max_consecutive_skips`` steps were all skipped, or an alarm holds on any rank
+        (``alarm``: monitor.stop_on_alarm), save a checkpoint (``save``, unless ``saved`` just now) and raise
+        :class:`Stopped` on every rank."""
         signum = int(dist.any_rank(received))
         limit = self.cfg.max_consecutive_skips
         diverged = limit > 0 and consecutive_skips >= limit
-        if not signum and not diverged:
+        alarmed = bool(dist.any_rank(float(alarm))) if self.cfg.monitor.stop_on_alarm else False
+        if not signum and not diverged and not alarmed:
             return
         path = saved or save()
+        if alarmed and not signum and not diverged:
+            raise Stopped(
+                f"glm-grpo train: stopped at step {step} on an alarm (monitor.stop_on_alarm; its line is above); "
+                f"checkpoint at {path}; look at samples/ and the images/* metrics, then resume with "
+                "resume_from=latest and monitor.stop_on_alarm=false (or other monitor.alarms) to go on",
+                EXIT_ALARM,
+            )
         if signum:
             raise Stopped(
                 f"glm-grpo train: preempted by {signal_name(signum)} at step {step}; checkpoint at {path}; "

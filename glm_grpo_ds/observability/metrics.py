@@ -154,9 +154,49 @@ def nan_mean(values: torch.Tensor) -> float | None:
     return None if math.isnan(mean) else mean
 
 
+def disagreement_fields(disagreement: torch.Tensor | None, gate: float | None) -> dict:
+    """A step's record of its rewards' disagreement (advantages.reward_disagreement, over the global batch):
+    ``rewards/disagreement`` (mean) and ``rewards/disagreement_max``, with ``grpo.disagreement_gate`` also
+    ``rewards/gated_fraction`` (the share of samples whose advantage it zeroed). ``{}`` with one reward."""
+    if disagreement is None:
+        return {}
+    defined = disagreement[~torch.isnan(disagreement)]
+    fields = {
+        "rewards/disagreement": nan_mean(disagreement),
+        "rewards/disagreement_max": defined.max().item() if defined.numel() else None,
+    }
+    if gate is not None:
+        fields["rewards/gated_fraction"] = (disagreement > gate).float().mean().item()
+    return fields
+
+
 def nan_std(values: torch.Tensor) -> float | None:
     defined = values[~torch.isnan(values)]
     return defined.std().item() if defined.numel() > 1 else None
+
+
+def image_record(images: torch.Tensor, group_size: int, names: list[str], real: int | None = None) -> dict:
+    """Collective: ``images/<statistic>`` and ``images/<statistic>_spread`` over every rank's ``images``
+    (``[n, 3, H, W]``, groups of ``group_size``; image_stats.py), the first ``real`` gathered samples only when
+    given (the evaluation's padding dropped), and ``time/image_stats`` (this rank's computation). ``{}`` when
+    ``names`` is empty (monitor.statistics: [])."""
+    if not names:
+        return {}
+    from .image_stats import sample_table, summarize
+
+    fields: dict = {}
+    with timer(fields, "time/image_stats"):
+        table = sample_table(images, group_size, names)
+    gathered = dist.all_gather(table)
+    return {**summarize(names, gathered if real is None else gathered[:real]), **fields}
+
+
+def first_record(path: Path) -> dict | None:
+    """The first record of a metrics file, None when it has none (or is missing)."""
+    if not path.is_file():
+        return None
+    records = read_metrics(path)
+    return records[0] if records else None
 
 
 def read_metrics(path: str | Path) -> list[dict]:

@@ -38,6 +38,12 @@ def mean_brightness(images, prompts, samples):
     return images.mean(dim=(1, 2, 3))
 
 
+def darkness(images, prompts, samples):
+    """A reward that is hacked by design: it pays for dark pixels whatever the prompt asks (1 - mean pixel value),
+    so a run on it drives the images dark; what the image-statistics alarms must catch (docs/monitoring.md)."""
+    return 1.0 - images.mean(dim=(1, 2, 3))
+
+
 def write_tiny_dataset(
     model_dir, out_dir, height: int, width: int, decoder_cfg: DecoderConfig, num_prompts: int = len(PROMPTS)
 ) -> Path:

@@ -44,6 +44,8 @@ def test_bench_writes_every_phase_and_ratio(tmp_path):
         "rollout_ours_tokens_per_s",
         "rollout_pipeline_tokens_per_s",
         "rollout_compiled_tokens_per_s",
+        "image_stats_ms",
+        "image_stats_over_decode",
     ):
         assert p[key] > 0 and math.isfinite(p[key]), key
     assert r["zero3_rollout_2_ranks"]["world_size"] == 2

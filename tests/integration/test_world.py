@@ -16,7 +16,7 @@ from glm_grpo_ds.rollout import upsample_grid
 from glm_grpo_ds.testing import world
 
 sys.path.insert(0, str(Path(__file__).parent))
-from launching import launch, train_args  # noqa: E402  (tests/integration/launching.py)
+from launching import launch, run_train, train_args  # noqa: E402  (tests/integration/launching.py)
 from run_files import jsonl  # noqa: E402  (tests/run_files.py)
 
 WORLD_CONFIG = "launch/configs/tiny_world.yaml"
@@ -196,3 +196,53 @@ def test_evaluate_finds_the_trained_adapter_better_and_the_control_not(world_dir
     print(f"evaluate: trained {trained['diff']:+.3f} {trained['ci']}, control {control['diff']:+.3f} {control['ci']}")
     assert trained["diff"] > 0 and trained["ci_excludes_0"] and trained["trained_on"] is True
     assert control["ci"][0] <= 0 <= control["ci"][1] and not control["ci_excludes_0"]
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+def test_the_learning_run_fires_no_alarm_at_the_defaults(learned):
+    """The image statistics are in every evaluation's record and the default alarms (monitor.alarms) stay quiet
+    on an ordinary learning run: no alarm line, every alarm/<statistic> 0."""
+    run_dir = learned["learn"][0]
+    rows = jsonl(run_dir / "eval.jsonl")
+    for row in rows:
+        assert 0 <= row["eval/images/dark_fraction"] <= 1 and row["eval/images/diversity"] >= 0
+        assert [k for k, v in row.items() if k.startswith("alarm/") and v] == []
+    first, last = rows[0], rows[-1]
+    print(
+        f"learning run: diversity {first['eval/images/diversity']:.3f} -> {last['eval/images/diversity']:.3f}, "
+        f"dark fraction {first['eval/images/dark_fraction']:.3f} -> {last['eval/images/dark_fraction']:.3f}"
+    )
+    assert "alarm" not in (run_dir / "logs" / "rank_0.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_reward_paying_for_dark_images_fires_the_alarm_and_stops_the_run(world_dir, tmp_path):
+    """A hacked reward (testing.tiny_data.darkness: 1 - mean pixel) drives the world's images dark; the default
+    dark-fraction alarm fires at an evaluation with its line and metric, and monitor.stop_on_alarm stops the run
+    there with a checkpoint (exit 5)."""
+    out = tmp_path / "run"
+    proc = run_train(
+        f"model.path={world_dir / 'model'}",
+        f"data.train_file={world_dir / 'train.jsonl'}",
+        f"eval.file={world_dir / 'heldout.jsonl'}",
+        "rewards=[{name: 'python:glm_grpo_ds.testing.tiny_data:darkness'}]",
+        "eval.steps=5",
+        "max_steps=40",
+        "monitor.stop_on_alarm=true",
+        "logging.gallery_steps=0",
+        "logging.plot=false",
+        "logging.progress_bar=false",
+        f"output_dir={out}",
+        config=WORLD_CONFIG,
+    )
+    assert proc.returncode == 5, proc.stderr[-3000:]
+    rows = jsonl(out / "eval.jsonl")
+    fired = [row for row in rows if row.get("alarm/dark_fraction")]
+    assert len(fired) == 1 and fired[0] is rows[-1]  # it stopped at the first evaluation that fired
+    step, start, now = rows[-1]["step"], rows[0]["eval/images/dark_fraction"], rows[-1]["eval/images/dark_fraction"]
+    assert now > start + 0.25 and step < 40
+    line = f"glm-grpo: alarm at step {step}: dark_fraction is {now:.4g}, was {start:.4g} at step 0"
+    assert line in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"glm-grpo train: stopped at step {step} on an alarm")
+    assert (out / "checkpoints" / "latest").read_text().strip().endswith(f"{step}")

@@ -96,7 +96,7 @@ def test_math_modules_import_only_torch():
     """The loss (grpo.py) and the advantages (advantages.py) import torch, the standard library and the registry
     helper, which itself imports the standard library only."""
     assert _top_level_imports(PACKAGE / "registries.py") <= STDLIB
-    for name in ("grpo.py", "advantages.py"):
+    for name in ("grpo.py", "advantages.py", "observability/image_stats.py"):
         names = _top_level_imports(PACKAGE / name)
         assert names <= STDLIB | {"torch", ".registries"}, (name, names - STDLIB)
 
@@ -121,8 +121,8 @@ FLOORS = [
     # 0 ground floor: no glm_grpo_ds import but each other (runtime: the process plumbing - logging, probes,
     # threads, versions; seeds, the registry helper; install: the dependency ranges, the offline wheel bundle)
     "runtime seeding registries install",
-    # 1 pure torch math: the loss, the advantages, the policy distribution
-    "grpo advantages sampling",
+    # 1 pure torch math: the loss, the advantages, the policy distribution, the image statistics and their alarms
+    "grpo advantages sampling observability.image_stats observability.alarms",
     # 2 configuration, and the only DeepSpeed / torch.distributed toucher
     "config ds",
     # 3 services of a run: prompt data, rewards, what a run shows, its life on disk, sharing it

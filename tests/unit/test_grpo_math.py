@@ -266,3 +266,27 @@ def test_registry_helper_refuses_a_second_registration_and_lists_names():
         reg.get("c")
     del reg["a"]
     assert tuple(reg) == ("b",)
+
+
+def test_reward_disagreement_by_hand_and_the_gate():
+    """Two rewards over one group of 3 and one of 2: z within each group (unbiased std), the gap |z_main - z_aux|,
+    NaN where a reward is undefined, and the gate zeroing only the samples above it."""
+    from glm_grpo_ds.advantages import gate_disagreeing, reward_disagreement
+
+    main = torch.tensor([0.0, 1.0, 2.0, 5.0, 5.0])
+    aux = torch.tensor([2.0, 1.0, 0.0, 1.0, float("nan")])  # group 1 in the opposite order; one undefined
+    d = reward_disagreement({"main": main[:3], "aux": aux[:3]}, group_size=3)
+    # group (0, 1, 2): mean 1, std 1, z = (-1, 0, 1) against (1, 0, -1); eps 1e-4 in the std
+    assert d.tolist() == pytest.approx([2 / 1.0001, 0.0, 2 / 1.0001])
+    d = reward_disagreement({"main": main[3:], "aux": aux[3:]}, group_size=2)
+    assert d[0].item() == 0.0 and math.isnan(d[1].item())  # a constant group has z 0; aux undefined: NaN
+    third = torch.tensor([0.0, 1.0, 2.0])  # agrees with main: the worst gap is the other reward's
+    d = reward_disagreement({"main": main[:3], "agree": third, "aux": aux[:3]}, group_size=3)
+    assert d.tolist() == pytest.approx([2 / 1.0001, 0.0, 2 / 1.0001])
+    assert reward_disagreement({"main": main}, group_size=5) is None
+    adv = torch.tensor([-1.0, 0.0, 1.0])
+    assert gate_disagreeing(adv, d, 1.5).tolist() == [0.0, 0.0, 0.0]
+    assert gate_disagreeing(adv, d, 2.5).tolist() == adv.tolist()
+    assert gate_disagreeing(adv, d, None) is adv
+    gaps = torch.tensor([float("nan"), 3.0, 0.0])
+    assert gate_disagreeing(torch.tensor([-1.0, 0.5, 1.0]), gaps, 1.0).tolist() == [-1.0, 0.0, 1.0]  # NaN: kept
