@@ -91,5 +91,5 @@ setup(
             "trl==1.16.0",  # tests compare loss options with TRL's GRPOTrainer (the package never imports it)
         ],
     },
-    entry_points={"console_scripts": ["glm-grpo=glm_grpo_ds.commands.cli:main"]},
+    entry_points={"console_scripts": ["glm-grpo=glm_grpo_ds.commands.cli:console_main"]},
 )

@@ -69,7 +69,7 @@ from .observability.update_stats import UpdateStats
 from .policy import load_policy, load_reference
 from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs
 from .rollout.backends import EngineSampler
-from .runtime import cuda_check, log, memory_probe, run_log
+from .runtime import cuda_check, log, memory_probe, process_exit, run_log
 from .runtime.cuda_check import CudaUnusable
 from .runtime.versions import framework_versions
 from .seeding import decoder_seed, derive_seed, seed_everything
@@ -524,4 +524,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(process_exit.exit_now(main()))

@@ -397,5 +397,12 @@ def commands_table() -> str:
     return "\n".join([*lines, TABLE_END]) + "\n"
 
 
+def console_main() -> int:
+    """The `glm-grpo` console script: :func:`main`, then the process exits at once (runtime/process_exit.py)."""
+    from ..runtime import process_exit
+
+    return process_exit.exit_now(main())
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(console_main())

@@ -75,6 +75,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--category-key", default="category", help="break the results down by this prompt column")
     p.add_argument("--batch-prompts", type=int, default=4, help="prompts rolled out together")
     p.add_argument("--gallery-prompts", type=int, default=16, help="prompts in gallery.png")
+    p.add_argument(
+        "--thumbnail",
+        type=int,
+        default=None,
+        help="longest side of a gallery.png tile in pixels, never upscaled (default: logging.gallery_thumbnail, 128)",
+    )
     p.add_argument("--device", default="auto", help="auto = cuda when available, else cpu")
     p.add_argument("--out", default="outputs/evaluate", help="output directory")
     p.add_argument(
@@ -114,6 +120,10 @@ def load_settings(a):
         a.samples_per_prompt = cfg.eval.group_size
     if a.num_prompts is None:
         a.num_prompts = cfg.eval.num_prompts
+    if a.thumbnail is None:
+        a.thumbnail = cfg.logging.gallery_thumbnail
+    if a.thumbnail < 16:
+        raise ValueError(f"--thumbnail must be >= 16 pixels, got {a.thumbnail}")
     for flag, value in (("--samples-per-prompt", a.samples_per_prompt), ("--batch-prompts", a.batch_prompts)):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
@@ -210,6 +220,7 @@ def run_settings(a, cfg, loaded, adapters, rows, prompts_name, decode, seed, wor
         "sampling": {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p},
         "rewards": [dataclasses.asdict(spec) for spec in cfg.rewards],
         "batch_prompts": a.batch_prompts,
+        "thumbnail": a.thumbnail,
         "dtype": str(loaded.dtype),
         "export": a.export,
         "world_size": world,
@@ -262,6 +273,8 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights) -
         (Path(export_dir) / "export.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return {
         **settings,
+        # how it was asked for (not part of the resume check: an override that changes no figure is no other run)
+        "invocation": {"config": a.config, "model_flag": a.model, "rewards_flag": a.rewards, "overrides": a.overrides},
         "adapters": named,
         "base": {label: torch.nanmean(v).item() for label, v in results[BASE].rewards.items()},
         "summary": summary,
@@ -305,7 +318,8 @@ def run(a) -> dict | None:
     with tqdm(total=len(mine) * len(names), desc="evaluate", unit="prompt", file=sys.stderr, disable=rank != 0) as bar:
         results = evaluate_models(
             loaded.model, names, maker, mine, a.samples_per_prompt, seed, decode,
-            batch_prompts=a.batch_prompts, progress=bar.update, store=store, on_images=on_images,
+            batch_prompts=a.batch_prompts, thumb_side=a.thumbnail, progress=bar.update, store=store,
+            on_images=on_images,
         )  # fmt: skip
     results = gather_results(results, names)
     if results is None:  # another rank's: rank 0 reports

@@ -97,15 +97,15 @@ def table(summary: dict) -> str:
 
 
 def write_gallery(path: Path, results: dict, names: list[str], prompts: list[str], label: str, max_prompts: int):
-    """One row per prompt (at most ``max_prompts``): the base's first sample, then each adapter's, captioned with
-    that sample's prompt-mean ``label`` reward."""
+    """One row per prompt (at most ``max_prompts``): the base's first sample, then each adapter's (a column each,
+    headed by the model's name), captioned with the prompt's mean ``label`` reward over its samples."""
     from ..observability.gallery import save_gallery
 
     rows = min(len(prompts), max_prompts)
     thumbs = torch.stack([results[n].thumbs[i] for i in range(rows) for n in names])
     means = {n: torch.nanmean(results[n].rewards[label], dim=1) for n in names}
     captions = [float(means[n][i]) for i in range(rows) for n in names]
-    return save_gallery(path, thumbs, prompts[:rows], captions, cols=len(names))
+    return save_gallery(path, thumbs, prompts[:rows], captions, cols=len(names), headers=names)
 
 
 def write_plot(path: Path, summary: dict) -> Path:

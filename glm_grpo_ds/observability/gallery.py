@@ -1,15 +1,19 @@
-"""Sample galleries: one PNG grid per training / eval step, one row per prompt, one column per
-group sample, each tile captioned with its reward and each row headed by its (truncated) prompt.
+"""Sample galleries: one PNG grid per training / eval step (and ``glm-grpo evaluate``'s gallery.png), one row per
+prompt, one column per sample (or per model), each tile captioned with its reward and each row headed by its
+prompt, wrapped.
 
 Pure image code (torch + PIL): the trainer gathers thumbnails to rank 0 (``dist.gather_to_main``)
 and calls :func:`save_gallery` there::
 
     thumbs = thumbnails(images, max_side=128)                   # [N, 3, h, w] uint8, N = rows * cols
     save_gallery("out/samples/step_000010.png", thumbs, prompts, rewards, cols=G)
+    save_gallery("out/gallery.png", thumbs, prompts, rewards, cols=2, headers=["base", "adapter_0"])
 
-Layout (all sizes in pixels, see :func:`grid_size`): every row is a ``HEADER_H`` strip with the
-prompt, then ``cols`` tiles of ``h x w`` side by side, each with a ``CAPTION_H`` strip below it.
-Text uses PIL's default font.
+Layout (all sizes in pixels, see :func:`grid_size`): on a grey background (white and black tiles both show their
+edges), ``GUTTER`` around and between the tiles; with ``headers``, a ``HEADER_H`` strip naming each column; every
+row is the prompt wrapped to the row's width in up to ``PROMPT_LINES`` lines of ``LINE_H`` (as many as the
+gallery's longest prompt needs, the same for every row), then ``cols`` tiles of ``h x w``, each with a
+``CAPTION_H`` strip below it. Text uses PIL's default font.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-HEADER_H = 14  # prompt strip above each row
+HEADER_H = 14  # column names above the first row (headers=...)
+LINE_H = 12  # one line of a row's prompt
+PROMPT_LINES = 4  # a longer prompt is cut after this many lines, with "..."
 CAPTION_H = 14  # reward strip below each tile
-BACKGROUND = (255, 255, 255)
+GUTTER = 4  # around and between tiles
+BACKGROUND = (200, 200, 200)
 TEXT = (0, 0, 0)
 
 
@@ -42,9 +49,11 @@ def thumbnails(images: torch.Tensor, max_side: int) -> torch.Tensor:
     return (small.clamp(0, 1) * 255).round().to(torch.uint8)
 
 
-def grid_size(rows: int, cols: int, tile_h: int, tile_w: int) -> tuple[int, int]:
-    """``(width, height)`` of a gallery PNG."""
-    return cols * tile_w, rows * (HEADER_H + tile_h + CAPTION_H)
+def grid_size(rows: int, cols: int, tile_h: int, tile_w: int, prompt_lines: int = 1, headers: bool = False):
+    """``(width, height)`` of a gallery PNG whose prompts take ``prompt_lines`` lines (:func:`prompt_lines`)."""
+    width = GUTTER + cols * (tile_w + GUTTER)
+    height = GUTTER + (HEADER_H if headers else 0) + rows * (prompt_lines * LINE_H + tile_h + CAPTION_H + GUTTER)
+    return width, height
 
 
 def _fit(draw, text: str, width: int, font) -> str:
@@ -56,9 +65,38 @@ def _fit(draw, text: str, width: int, font) -> str:
     return text + "..." if text else ""
 
 
-def make_grid(thumbs: torch.Tensor, prompts: list[str], captions: list[str], cols: int):
-    """``thumbs`` ``[rows * cols, 3, h, w]`` uint8 (row-major) -> PIL image; ``prompts`` one per
-    row, ``captions`` one per tile."""
+def _wrap(draw, text: str, width: int, font, max_lines: int = PROMPT_LINES) -> list[str]:
+    """``text`` in lines of at most ``width`` pixels, word by word (a word wider than a line is cut), at most
+    ``max_lines``; the last one ends in "..." when text is left over."""
+    lines: list[str] = []
+    words = text.split()
+    while words and len(lines) < max_lines:
+        line = words.pop(0)
+        while words and draw.textlength(f"{line} {words[0]}", font=font) <= width:
+            line = f"{line} {words.pop(0)}"
+        lines.append(_fit(draw, line, width, font))
+    if words:
+        lines[-1] = _fit(draw, lines[-1] + " " + " ".join(words), width, font)
+    return lines or [""]
+
+
+def _text_width(cols: int, tile_w: int) -> int:
+    return cols * tile_w + (cols - 1) * GUTTER
+
+
+def prompt_lines(prompts: list[str], cols: int, tile_w: int) -> int:
+    """The lines the longest of ``prompts`` wraps to over a row of ``cols`` tiles ``tile_w`` wide (at most
+    ``PROMPT_LINES``)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    draw, font = ImageDraw.Draw(Image.new("RGB", (1, 1))), ImageFont.load_default()
+    width = _text_width(cols, tile_w)
+    return max([len(_wrap(draw, f"{r}: {p}", width, font)) for r, p in enumerate(prompts)] or [1])
+
+
+def make_grid(thumbs: torch.Tensor, prompts: list[str], captions: list[str], cols: int, headers=None):
+    """``thumbs`` ``[rows * cols, 3, h, w]`` uint8 (row-major) -> PIL image; ``prompts`` one per row,
+    ``captions`` one per tile, ``headers`` one per column (or None: no header strip)."""
     from PIL import Image, ImageDraw, ImageFont
 
     n, _, h, w = thumbs.shape
@@ -69,18 +107,27 @@ def make_grid(thumbs: torch.Tensor, prompts: list[str], captions: list[str], col
         raise ValueError(
             f"{rows} rows and {n} tiles need as many prompts and captions, got {len(prompts)} and {len(captions)}"
         )
-    canvas = Image.new("RGB", grid_size(rows, cols, h, w), BACKGROUND)
+    if headers is not None and len(headers) != cols:
+        raise ValueError(f"{cols} columns need as many headers, got {len(headers)}")
+    lines = prompt_lines(prompts, cols, w)
+    canvas = Image.new("RGB", grid_size(rows, cols, h, w, lines, headers is not None), BACKGROUND)
     draw = ImageDraw.Draw(canvas)
     font = ImageFont.load_default()
     arr = thumbs.permute(0, 2, 3, 1).cpu().numpy()
-    row_h = HEADER_H + h + CAPTION_H
+    top = GUTTER
+    if headers is not None:
+        for c, name in enumerate(headers):
+            draw.text((GUTTER + c * (w + GUTTER), top), _fit(draw, name, w, font), fill=TEXT, font=font)
+        top += HEADER_H
     for r in range(rows):
-        top = r * row_h
-        draw.text((2, top + 1), _fit(draw, f"{r}: {prompts[r]}", cols * w - 4, font), fill=TEXT, font=font)
+        for k, line in enumerate(_wrap(draw, f"{r}: {prompts[r]}", _text_width(cols, w), font)):
+            draw.text((GUTTER, top + k * LINE_H), line, fill=TEXT, font=font)
+        tile_top = top + lines * LINE_H
         for c in range(cols):
-            i = r * cols + c
-            canvas.paste(Image.fromarray(arr[i]), (c * w, top + HEADER_H))
-            draw.text((c * w + 2, top + HEADER_H + h + 1), _fit(draw, captions[i], w - 4, font), fill=TEXT, font=font)
+            i, left = r * cols + c, GUTTER + c * (w + GUTTER)
+            canvas.paste(Image.fromarray(arr[i]), (left, tile_top))
+            draw.text((left, tile_top + h + 1), _fit(draw, captions[i], w, font), fill=TEXT, font=font)
+        top = tile_top + h + CAPTION_H + GUTTER
     return canvas
 
 
@@ -88,9 +135,11 @@ def reward_caption(value: float) -> str:
     return "r=n/a" if value != value else f"r={value:.4g}"  # NaN: undefined for every reward
 
 
-def save_gallery(path: str | Path, thumbs: torch.Tensor, prompts: list[str], rewards: list[float], cols: int) -> Path:
+def save_gallery(
+    path: str | Path, thumbs: torch.Tensor, prompts: list[str], rewards: list[float], cols: int, headers=None
+) -> Path:
     """Write the grid PNG (parent directories created); returns the path."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    make_grid(thumbs, prompts, [reward_caption(float(v)) for v in rewards], cols).save(out)
+    make_grid(thumbs, prompts, [reward_caption(float(v)) for v in rewards], cols, headers).save(out)
     return out

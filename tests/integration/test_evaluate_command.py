@@ -69,10 +69,28 @@ def test_categories_settings_and_files(evaluated):
     assert set(cats) == {"even", "odd"} and all(cats[c]["ssim"]["prompts"] == 3 for c in cats)
     assert (result["num_prompts"], result["samples_per_prompt"], result["image"]) == (6, 3, [64, 64])
     assert result["decode"] == {"num_inference_steps": 1, "guidance_scale": 1.0}
+    # the protocol travels with the numbers: seeds, the prompts' content, and how the run was asked for
+    assert result["seeds"] == "eval-rollout/eval-decode" and len(result["prompts_sha256"]) == 64
+    assert result["invocation"]["rewards_flag"] == ["pixel_mse", "ssim"]
+    assert result["invocation"]["overrides"] == FAST
     assert result["summary"]["adapter_0"]["trained_on"] is None  # no run config.json beside the adapter
     assert "? (no run config.json" in result["table"] and "weighted sum" in result["table"]
     for name in ("gallery.png", "evaluate.png"):
         assert (out / name).stat().st_size > 1000
+    from PIL import Image
+
+    from glm_grpo_ds.observability.gallery import PROMPT_LINES, grid_size
+
+    # 6 prompts x (base, adapter_0, adapter_1) with their names as column headers; 64-pixel images, never upscaled
+    size, lines = Image.open(out / "gallery.png").size, range(1, PROMPT_LINES + 1)
+    assert result["thumbnail"] == 128 and any(size == grid_size(6, 3, 64, 64, n, headers=True) for n in lines)
+
+
+def test_a_thumbnail_below_16_pixels_is_one_line(prompts, capfd):
+    from glm_grpo_ds.commands.evaluate import main
+
+    assert main(["--model", "m", "--prompts", str(prompts), "--thumbnail", "8"]) == 2
+    assert capfd.readouterr().err.strip().endswith("--thumbnail must be >= 16 pixels, got 8")
 
 
 def test_a_rerun_resumes_from_the_finished_batches_and_other_settings_are_refused(evaluated, tmp_path, capfd):

@@ -33,15 +33,36 @@ def test_thumbnails_are_uint8_and_exact_when_not_resized():
 
 def test_grid_pixel_size_rows_by_cols_by_tile():
     rows, cols, h, w = 3, 4, 40, 56
+    g = gallery
     thumbs = torch.randint(0, 256, (rows * cols, 3, h, w), dtype=torch.uint8)
-    img = gallery.make_grid(thumbs, ["a prompt"] * rows, [f"r={i}" for i in range(rows * cols)], cols)
-    assert (
-        img.size == gallery.grid_size(rows, cols, h, w) == (cols * w, rows * (gallery.HEADER_H + h + gallery.CAPTION_H))
-    )
-    # tile (row 1, col 2) is pasted unchanged below its row's header
-    top, left = 1 * (gallery.HEADER_H + h + gallery.CAPTION_H) + gallery.HEADER_H, 2 * w
+    img = g.make_grid(thumbs, ["a prompt"] * rows, [f"r={i}" for i in range(rows * cols)], cols)
+    row_h = g.LINE_H + h + g.CAPTION_H + g.GUTTER  # a short prompt: one line
+    assert img.size == g.grid_size(rows, cols, h, w) == (g.GUTTER + cols * (w + g.GUTTER), g.GUTTER + rows * row_h)
+    # tile (row 1, col 2) is pasted unchanged below its row's prompt, a gutter from its neighbours
+    top, left = g.GUTTER + 1 * row_h + g.LINE_H, g.GUTTER + 2 * (w + g.GUTTER)
     tile = torch.from_numpy(np.array(img.crop((left, top, left + w, top + h))))
     assert torch.equal(tile.permute(2, 0, 1), thumbs[1 * cols + 2])
+    assert img.getpixel((left - 1, top + h // 2)) == g.BACKGROUND  # the gutter: grey, so a white tile shows
+
+
+def test_grid_headers_and_long_prompts_wrapped_whole():
+    g = gallery
+    words = " ".join(f"word{i}" for i in range(12))  # ~100 characters: several lines over two 64-pixel tiles
+    thumbs = torch.full((4, 3, 32, 64), 255, dtype=torch.uint8)
+    img = g.make_grid(thumbs, [words, "short"], ["r=1"] * 4, 2, headers=["base", "adapter_0"])
+    lines = g.prompt_lines([words, "short"], 2, 64)
+    assert 1 < lines <= g.PROMPT_LINES
+    assert img.size == g.grid_size(2, 2, 32, 64, lines, headers=True)
+    assert img.size[1] == g.GUTTER + g.HEADER_H + 2 * (lines * g.LINE_H + 32 + g.CAPTION_H + g.GUTTER)
+    from PIL import Image, ImageDraw, ImageFont
+
+    draw, font = ImageDraw.Draw(Image.new("RGB", (1, 1))), ImageFont.load_default()
+    wrapped = g._wrap(draw, words, 2 * 64 + g.GUTTER, font)
+    assert " ".join(wrapped) == words  # every word, in order, nothing cut
+    cut = g._wrap(draw, words * 5, 64, font)
+    assert len(cut) == g.PROMPT_LINES and cut[-1].endswith("...")
+    with pytest.raises(ValueError, match="need as many headers"):
+        g.make_grid(thumbs, [words, "short"], ["r=1"] * 4, 2, headers=["base"])
 
 
 def test_grid_rejects_inconsistent_inputs():
