@@ -89,7 +89,7 @@ def test_categories_settings_and_files(evaluated):
 def test_a_thumbnail_below_16_pixels_is_one_line(prompts, capfd):
     from glm_grpo_ds.commands.evaluate import main
 
-    assert main(["--model", "m", "--prompts", str(prompts), "--thumbnail", "8"]) == 2
+    assert main(["--model", "m", "--prompts", str(prompts), "--rewards", "pixel_mse", "--thumbnail", "8"]) == 2
     assert capfd.readouterr().err.strip().endswith("--thumbnail must be >= 16 pixels, got 8")
 
 
