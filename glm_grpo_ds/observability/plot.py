@@ -1,6 +1,8 @@
 """Training curves PNG from a run's ``metrics.jsonl`` (and ``eval.jsonl`` when present): reward mean with
 its std band, each reward's mean and the eval reward; KL (when the run computed it); the policy entropy
-of the generated tokens (when recorded: a collapse shows as a falling curve); clip fractions low / high.
+of the generated tokens (when recorded: a collapse shows as a falling curve); what the images look like (the image
+statistics of docs/monitoring.md, from the evaluations when the run has them, else the steps; colour entropy / 9
+so every curve is in [0, 1]) with a red line where an alarm first fired; clip fractions low / high.
 The trainer writes ``output_dir/reward_curve.png`` at the end of a run (``logging.plot``); ``glm-grpo
 plot OUTPUT_DIR`` (glm_grpo_ds/commands/plot.py) plots a running or finished run at any time.
 """
@@ -19,6 +21,34 @@ def _values(rows: list[dict], key: str) -> list[float]:
     return [nan if r.get(key) is None else r[key] for r in rows]
 
 
+def _image_series(rows: list[dict], evals: list[dict]):
+    """``(records, key prefix)`` of the image statistics the monitor checked (evaluations, else steps), or None."""
+    for records, prefix in ((evals, "eval/images/"), (rows, "images/")):
+        if any(k.startswith(prefix) for r in records for k in r):
+            return records, prefix
+    return None
+
+
+def _plot_images(ax, records: list[dict], prefix: str) -> None:
+    steps = [r["step"] for r in records]
+    names = sorted({k[len(prefix) :] for r in records for k in r if k.startswith(prefix) and not k.endswith("_spread")})
+    for i, name in enumerate(names):
+        scale = 9.0 if name == "colour_entropy" else 1.0  # bits of 512 colours: at most 9
+        values = [v / scale for v in _values(records, prefix + name)]
+        ax.plot(steps, values, label=name + (" / 9" if scale != 1 else ""), color=f"C{i}", linewidth=1)
+    fired: dict[str, int] = {}
+    for r in records:
+        for key, on in r.items():
+            if key.startswith("alarm/") and on and key not in fired:
+                fired[key] = r["step"]
+    for key, step in fired.items():
+        ax.axvline(step, color="red", linewidth=1, linestyle=":")
+        ax.annotate(key, (step, 1.0), rotation=90, fontsize="x-small", color="red", va="top", ha="right")
+    ax.set_ylabel("images" + (" (eval)" if prefix.startswith("eval/") else ""))
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="x-small")
+
+
 def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str | Path | None = None) -> Path:
     """Write the PNG; returns its path."""
     import matplotlib
@@ -31,7 +61,8 @@ def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str 
     steps = [r["step"] for r in rows]
     with_kl = any(r.get("kl") for r in rows)  # beta = 0 runs compute no KL
     with_entropy = any(r.get("entropy") is not None for r in rows)  # runs before the metric existed have none
-    panels = 2 + with_kl + with_entropy
+    images = _image_series(rows, evals)
+    panels = 2 + with_kl + with_entropy + (images is not None)
     fig, axes = plt.subplots(
         panels, 1, figsize=(7, 3 + 1.6 * panels), sharex=True, height_ratios=[3] + [1] * (panels - 1)
     )
@@ -62,6 +93,9 @@ def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str 
     if with_entropy:
         axes[panel].plot(steps, _values(rows, "entropy"), color="C6")
         axes[panel].set_ylabel("entropy (nats)")
+        panel += 1
+    if images is not None:
+        _plot_images(axes[panel], *images)
     ax_clip = axes[-1]
     ax_clip.plot(steps, _values(rows, "clip_frac_low"), label="clip low (ratio < 1-eps)", color="C4")
     ax_clip.plot(steps, _values(rows, "clip_frac_high"), label="clip high (ratio > 1+eps)", color="C5")

@@ -158,6 +158,15 @@ def test_plot_training_with_eval(tmp_path):
     assert Image.open(out).size[0] > 300
     assert main([str(tmp_path)]) == 0 and (tmp_path / "reward_curve.png").is_file()
     assert main([str(tmp_path / "missing")]) == 2
+    # with image statistics in the evaluations (and an alarm): one more panel, from those records
+    stats = [
+        {"step": s, "eval/reward_mean": 0.1, "eval/images/dark_fraction": 0.1 * s, "eval/images/colour_entropy": 4.5}
+        | {"eval/images/dark_fraction_spread": 0.01, "alarm/dark_fraction": int(s >= 3)}
+        for s in range(0, 6)
+    ]
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stats))
+    taller = plot_training(tmp_path / "metrics.jsonl", tmp_path / "q.png", tmp_path / "eval.jsonl")
+    assert Image.open(taller).size[1] > Image.open(out).size[1]
 
 
 def test_eval_shares_are_disjoint_padded_and_cover_every_prompt():
