@@ -415,7 +415,7 @@ class Trainer:
                     if self.cfg.save_steps and (step + 1) % self.cfg.save_steps == 0:
                         saved = self.save_checkpoint(step + 1)
                     save = partial(self.save_checkpoint, step + 1)
-                    alarm = self.cfg.monitor.stop_on_alarm and bool(self.monitor.holding)
+                    alarm = bool(self.monitor.holding)  # acted on with monitor.stop_on_alarm only
                     self.life.stop_if_asked(step + 1, signals.received, self.consecutive_skips, saved, save, alarm)
                     self._last_step_seconds = time.monotonic() - self._step_started
             finally:

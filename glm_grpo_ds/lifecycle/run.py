@@ -141,23 +141,23 @@ class RunLife:
         if not signum and not diverged and not alarmed:
             return
         path = saved or save()
-        if alarmed and not signum and not diverged:
-            raise Stopped(
-                f"glm-grpo train: stopped at step {step} on an alarm (monitor.stop_on_alarm; its line is above); "
-                f"checkpoint at {path}; look at samples/ and the images/* metrics, then resume with "
-                "resume_from=latest and monitor.stop_on_alarm=false (or other monitor.alarms) to go on",
-                EXIT_ALARM,
-            )
         if signum:
             raise Stopped(
                 f"glm-grpo train: preempted by {signal_name(signum)} at step {step}; checkpoint at {path}; "
                 "resume with resume_from=latest",
                 exit_code(signum),
             )
+        if diverged:
+            raise Stopped(
+                f"glm-grpo train: stopped at step {step}: the last {limit} steps were skipped for a non-finite loss or "
+                f"gradient or rewards undefined for every sample (max_consecutive_skips={limit}); checkpoint at {path} "
+                "(weights of the last update); lower optimizer.lr or check the rewards, then resume with "
+                "resume_from=latest",
+                EXIT_NONFINITE,
+            )
         raise Stopped(
-            f"glm-grpo train: stopped at step {step}: the last {limit} steps were skipped for a non-finite loss or "
-            f"gradient or rewards undefined for every sample (max_consecutive_skips={limit}); checkpoint at {path} "
-            "(weights of the last update); lower optimizer.lr or check the rewards, then resume with "
-            "resume_from=latest",
-            EXIT_NONFINITE,
+            f"glm-grpo train: stopped at step {step} on an alarm (monitor.stop_on_alarm; its line is above); "
+            f"checkpoint at {path}; look at samples/ and the images/* metrics, then resume with "
+            "resume_from=latest and monitor.stop_on_alarm=false (or other monitor.alarms) to go on",
+            EXIT_ALARM,
         )

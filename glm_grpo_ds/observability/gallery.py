@@ -84,14 +84,19 @@ def _text_width(cols: int, tile_w: int) -> int:
     return cols * tile_w + (cols - 1) * GUTTER
 
 
+def _wrapped_prompts(prompts: list[str], cols: int, tile_w: int, draw, font) -> list[list[str]]:
+    """Each row's ``"r: prompt"`` heading, wrapped over a row of ``cols`` tiles ``tile_w`` wide."""
+    width = _text_width(cols, tile_w)
+    return [_wrap(draw, f"{r}: {p}", width, font) for r, p in enumerate(prompts)]
+
+
 def prompt_lines(prompts: list[str], cols: int, tile_w: int) -> int:
     """The lines the longest of ``prompts`` wraps to over a row of ``cols`` tiles ``tile_w`` wide (at most
-    ``PROMPT_LINES``)."""
+    ``PROMPT_LINES``): what :func:`make_grid` gives every row."""
     from PIL import Image, ImageDraw, ImageFont
 
     draw, font = ImageDraw.Draw(Image.new("RGB", (1, 1))), ImageFont.load_default()
-    width = _text_width(cols, tile_w)
-    return max([len(_wrap(draw, f"{r}: {p}", width, font)) for r, p in enumerate(prompts)] or [1])
+    return max([len(lines) for lines in _wrapped_prompts(prompts, cols, tile_w, draw, font)] or [1])
 
 
 def make_grid(thumbs: torch.Tensor, prompts: list[str], captions: list[str], cols: int, headers=None):
@@ -109,10 +114,11 @@ def make_grid(thumbs: torch.Tensor, prompts: list[str], captions: list[str], col
         )
     if headers is not None and len(headers) != cols:
         raise ValueError(f"{cols} columns need as many headers, got {len(headers)}")
-    lines = prompt_lines(prompts, cols, w)
+    font = ImageFont.load_default()
+    headings = _wrapped_prompts(prompts, cols, w, ImageDraw.Draw(Image.new("RGB", (1, 1))), font)
+    lines = max(len(heading) for heading in headings)
     canvas = Image.new("RGB", grid_size(rows, cols, h, w, lines, headers is not None), BACKGROUND)
     draw = ImageDraw.Draw(canvas)
-    font = ImageFont.load_default()
     arr = thumbs.permute(0, 2, 3, 1).cpu().numpy()
     top = GUTTER
     if headers is not None:
@@ -120,7 +126,7 @@ def make_grid(thumbs: torch.Tensor, prompts: list[str], captions: list[str], col
             draw.text((GUTTER + c * (w + GUTTER), top), _fit(draw, name, w, font), fill=TEXT, font=font)
         top += HEADER_H
     for r in range(rows):
-        for k, line in enumerate(_wrap(draw, f"{r}: {prompts[r]}", _text_width(cols, w), font)):
+        for k, line in enumerate(headings[r]):
             draw.text((GUTTER, top + k * LINE_H), line, fill=TEXT, font=font)
         tile_top = top + lines * LINE_H
         for c in range(cols):

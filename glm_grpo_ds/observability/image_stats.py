@@ -139,11 +139,11 @@ def group_diversity(images: torch.Tensor, group_size: int, names=None) -> dict[s
 def sample_table(images: torch.Tensor, group_size: int, names: list[str]) -> torch.Tensor:
     """``[N, len(names)]`` float32: each sample's statistics in ``names`` order, a group statistic repeated for
     each sample of its group (so one gather carries them all, and a mean over samples is the mean over groups)."""
+    if not names:
+        return torch.empty(images.shape[0], 0, device=images.device)
     per_image = image_statistics(images, names)
     per_group = {k: v.repeat_interleave(group_size) for k, v in group_diversity(images, group_size, names).items()}
     values = {**per_image, **per_group}
-    if not names:
-        return torch.empty(images.shape[0], 0, device=images.device)
     return torch.stack([values[name].float() for name in names], dim=1)
 
 
