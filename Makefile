@@ -38,9 +38,10 @@ test-install: setup
 
 # The floor: a bundle of constraints-floor.txt's versions for this machine (glm-grpo wheelhouse), installed
 # with no index into a fresh venv, then the fast suite from it, plus the slow tests that catch what the fast
-# suite misses at old versions (peft 0.19's empty adapter files, DeepSpeed 0.19.2's ZeRO-3 recompute error,
-# bitsandbytes 0.49's missing CPU 8-bit step: the 8-bit LoRA runs at ZeRO-2 and ZeRO-3). The install uses none
-# of this machine's pip settings: a configured find-links could complete an incomplete bundle.
+# suite misses at old versions (peft 0.19's empty adapter files, DeepSpeed 0.19.2's ZeRO-3 recompute error and
+# 0.19.3-0.19.7's CPU gather race, bitsandbytes 0.49's missing CPU 8-bit step: the 8-bit LoRA runs at ZeRO-2 and
+# ZeRO-3). The install uses none of this machine's pip settings: a configured find-links could complete an
+# incomplete bundle.
 FLOOR := .venv-floor
 FLOOR_SLOW := tests/integration/test_trainer_deepspeed.py::test_lora_8bit_checkpointing_trains_only_the_adapter
 test-floor: setup

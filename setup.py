@@ -35,7 +35,8 @@ REQUIRES = [
     "huggingface_hub>=1.31.0",
     "accelerate>=1.13.0",
     "peft>=0.20.0",
-    "deepspeed>=0.19.3",  # 0.19.2 fails LoRA + ZeRO-3 + non-reentrant checkpointing
+    # 0.19.3-0.19.7 read ZeRO-3 gathers on CPU (gloo) before they arrive; 0.19.2 fails LoRA + ZeRO-3 + checkpointing
+    "deepspeed>=0.19.8",
     "bitsandbytes>=0.50.0",
     "lpips>=0.1.4",
     "safetensors>=0.8.0",

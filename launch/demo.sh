@@ -9,7 +9,8 @@
 #   bash launch/demo.sh                       # outputs/world, outputs/world_run
 #   NUM_PROCS=1 bash launch/demo.sh max_steps=20
 # Look at: outputs/world_run/reward_curve.png, outputs/world_run/samples/eval_step_*.png (held-out
-# prompts, fixed seeds), samples/step_*.png (training groups) and evaluate/ (gallery.png, evaluate.json).
+# prompts, fixed seeds), samples/step_*.png (training groups) and evaluate/ (report.html, the page to open: its path
+# is the last line printed; gallery.png, evaluate.json).
 set -euo pipefail
 export HF_HUB_OFFLINE=1
 export DS_ACCELERATOR=cpu # a CPU demo, said explicitly: on a GPU node too, and never refused as a CPU fallback

@@ -16,7 +16,9 @@ output of ``glm-grpo verify-logprobs``, and checks:
 * the same per phase (rollout, decode, reward, update): the highest ``memory/<phase>_peak_mb`` of the
   run against the plan's persistent memory + that phase's transient (:func:`phase_comparison`); on a
   CPU the plan is given the resident set before the models loaded (``memory/before_load_mb``: the
-  interpreter, libraries, data), and the ratios are reported only.
+  interpreter, libraries, data), and the ratios are reported only;
+* the image-statistics alarms that fired (reported only; observability/alarms.py), and the reward and image
+  statistics' curves drawn again into ``OUTPUT_DIR/reward_curve.png`` (its path printed last).
 
 Exit status 0 when every check passes, 1 otherwise.
 """
@@ -29,7 +31,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..observability.metrics import read_metrics
+from ..observability.metrics import fired_alarms, read_metrics
 
 DEFAULT_PARITY_TOLERANCE = 5e-2  # bf16 (verify-logprobs' bf16 default; README "GPU check" says why)
 
@@ -110,7 +112,19 @@ def check_run(out: Path, verify_text: str | None, parity_tolerance: float) -> li
                 f"interpreter and libraries) vs planned {planned / 1024:.2f} GiB: reported only",
             )
         )
+    results.append(alarm_result(out))
     return results
+
+
+def alarm_result(out: Path) -> tuple[str, None, str]:
+    """The image-statistics alarms of the run (observability/alarms.py), reported only: a short check run on
+    random weights is no judge of what the images become, a person looking at the samples is."""
+    alarms = fired_alarms(out)
+    if alarms is None:
+        return "image-statistics alarms", None, "no image statistics in the run's records"
+    fired = [f"{a['statistic']} from step {a['first_step']}" for a in alarms["fired"]]
+    rules = "; ".join(alarms["rules"]) or "none"
+    return "image-statistics alarms", None, f"{', '.join(fired) or 'none fired'} (rules: {rules})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for name, passed, detail in results:
         print(f"{'INFO' if passed is None else 'PASS' if passed else 'FAIL'}  {name}: {detail}")
+    out = Path(args.output_dir)
+    if (out / "metrics.jsonl").is_file():  # the reward and the image statistics' curves, drawn again from the records
+        from ..observability.plot import PLOT_NAME, plot_training
+
+        print(f"INFO  curves: {plot_training(out / 'metrics.jsonl', out / PLOT_NAME, out / 'eval.jsonl')}")
     return 0 if all(p is not False for _, p, _ in results) else 1
 
 

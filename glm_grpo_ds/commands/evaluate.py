@@ -18,8 +18,10 @@ The rewards the adapter's run trained on are marked ``trained on``; the others `
 (docs/evaluate.md says why both matter). ``--category-key`` (default ``category``) breaks the results down by
 that column when the prompts have it.
 
-Writes ``OUT/evaluate.json`` (settings and every figure), ``OUT/gallery.png`` (per prompt: base | adapter ...)
-and ``OUT/evaluate.png`` (the differences with their intervals), and prints the table. Resumable: every
+Writes ``OUT/evaluate.json`` (settings and every figure), ``OUT/gallery.png`` (per prompt: base | adapter ...),
+``OUT/evaluate.png`` (the differences with their intervals) and ``OUT/report.html`` (all of it in one page a person
+opens: the protocol, the reward and image-statistics tables, the run's alarms, the images per category;
+evaluation/html_report.py), and prints the table. Resumable: every
 finished batch of prompts is kept in ``OUT/progress/``, and the same command run again (after an
 interruption, or to print the table again) samples only what is missing; other settings with the same
 ``--out`` are refused unless ``--fresh``, and the settings hold the content of the prompt rows and of each
@@ -150,7 +152,7 @@ def gather_results(results: dict, names: list[str]) -> dict | None:
 
     if not dist.active():
         return results
-    mine = {name: (results[name].rewards, results[name].thumbs) for name in names}
+    mine = {name: (results[name].rewards, results[name].thumbs, results[name].stats) for name in names}
     parts = dist.all_gather_object(mine)
     if dist.rank() != 0:
         return None
@@ -158,6 +160,7 @@ def gather_results(results: dict, names: list[str]) -> dict | None:
         shares = [part[name] for part in parts if part[name][1] is not None and part[name][1].shape[0]]
         results[name].rewards = {label: torch.cat([s[0][label] for s in shares]) for label in shares[0][0]}
         results[name].thumbs = torch.cat([s[1] for s in shares])
+        results[name].stats = {stat: torch.cat([s[2][stat] for s in shares]) for stat in shares[0][2]}
     return results
 
 
@@ -243,11 +246,22 @@ def export_hook(a, rows, size: tuple[int, int]):
 
 
 def write_report(a, results, settings, rows, adapter_names, adapters, weights) -> dict:
-    """Rank 0: the weighted total, the summary, gallery.png, evaluate.png, each export's export.json; returns
-    evaluate.json's content."""
+    """Rank 0: the weighted total, the summary, gallery.png, evaluate.png, each export's export.json and
+    report.html; returns evaluate.json's content."""
     from ..advantages import weighted_total
+    from ..evaluation.html_report import REPORT, write_html
     from ..evaluation.paired import BASE
-    from ..evaluation.report import GALLERY, PLOT, TOTAL, summarise, table, write_gallery, write_plot
+    from ..evaluation.report import (
+        GALLERY,
+        PLOT,
+        TOTAL,
+        run_alarms,
+        summarise,
+        summarise_statistics,
+        table,
+        write_gallery,
+        write_plot,
+    )
 
     k = a.samples_per_prompt
     if len(weights) > 1:  # the weighted total, as training combines the rewards
@@ -271,19 +285,27 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights) -
             record["dpg_resolution"] = settings["image"][0]  # compute_dpg_bench.py --resolution (one tile's side)
         Path(export_dir).mkdir(parents=True, exist_ok=True)
         (Path(export_dir) / "export.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    return {
+    record = {
         **settings,
         # how it was asked for (not part of the resume check: an override that changes no figure is no other run)
         "invocation": {"config": a.config, "model_flag": a.model, "rewards_flag": a.rewards, "overrides": a.overrides},
         "adapters": named,
         "base": {label: torch.nanmean(v).item() for label, v in results[BASE].rewards.items()},
         "summary": summary,
+        "image_statistics": summarise_statistics(results, named, settings["seed"]),
         "table": table(summary),
         "prompt_means": {
             name: {label: torch.nanmean(v, dim=1).tolist() for label, v in r.rewards.items()}
             for name, r in results.items()
         },
     }
+    alarms = {name: run_alarms(path) for name, path in named.items()}
+    prompts = [row.prompt for row in rows]
+    write_html(
+        out / REPORT, record, results, prompts, categories if has_categories else None, alarms, first_label,
+        a.gallery_prompts, out / PLOT,
+    )  # fmt: skip
+    return record
 
 
 def run(a) -> dict | None:
@@ -330,6 +352,7 @@ def run(a) -> dict | None:
 def main(argv: list[str] | None = None) -> int:
     from ..config import ConfigError
     from ..ds import dist
+    from ..evaluation.html_report import REPORT
     from ..evaluation.report import EVALUATE_JSON
 
     a = parse_args(sys.argv[1:] if argv is None else argv)
@@ -345,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     (Path(a.out) / EVALUATE_JSON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(result["table"] or f"base only: {result['base']}")
     print(f"wrote {Path(a.out) / EVALUATE_JSON}")
+    print(f"report: {Path(a.out) / REPORT}")
     return 0
 
 

@@ -38,11 +38,24 @@ BASE = "base"
 
 @dataclass
 class ModelResult:
-    """One model's rewards ``{label: [P, K]}`` and each prompt's first image as a thumbnail ``[P, 3, h, w]``."""
+    """One model's rewards ``{label: [P, K]}``, image statistics ``{name: [P, K]}`` (observability/image_stats.py;
+    a group statistic such as diversity is ``[P, 1]``: one value per prompt's K samples) and each prompt's first
+    image as a thumbnail ``[P, 3, h, w]``."""
 
     name: str
     rewards: dict[str, torch.Tensor] = field(default_factory=dict)
     thumbs: torch.Tensor | None = None
+    stats: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def prompt_statistics(images: torch.Tensor, prompts: int, k: int) -> dict[str, torch.Tensor]:
+    """Every image statistic of ``images`` ``[prompts * K, 3, H, W]`` (a prompt's K samples in a row) as
+    ``{name: [prompts, K]}``, the group statistics as ``[prompts, 1]``, float64 on the CPU."""
+    from ..observability.image_stats import group_diversity, image_statistics
+
+    per_image = {name: v.view(prompts, k) for name, v in image_statistics(images).items()}
+    per_group = {name: v.view(prompts, 1) for name, v in group_diversity(images, k).items()}
+    return {name: v.double().cpu() for name, v in {**per_image, **per_group}.items()}
 
 
 def active(model, name: str):
@@ -78,13 +91,14 @@ def evaluate_models(
     each, collected by ``maker`` (an ExperienceMaker whose sampler samples with ``model``); ``store``: where
     finished batches are kept and found again (see the module docstring); ``on_images(name, rows, images)``:
     called with each sampled batch's full images ``[rows * K, 3, H, W]`` (the exports), returns the files it
-    wrote."""
+    wrote. A stored batch from before the image statistics were kept is sampled again (same seeds, same images)."""
     from ..observability.gallery import thumbnails
 
     k = samples_per_prompt
     results = {name: ModelResult(name) for name in names}
     parts: dict[str, list[dict[str, torch.Tensor]]] = {name: [] for name in names}
     thumbs: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+    stats: dict[str, list[dict[str, torch.Tensor]]] = {name: [] for name in names}
     for start in range(0, len(rows), batch_prompts):
         chunk = list(rows[start : start + batch_prompts])
         for name in names:
@@ -92,6 +106,8 @@ def evaluate_models(
             done = torch.load(saved, weights_only=True) if saved is not None and saved.is_file() else None
             if done is not None and on_images is not None and not exported(done):
                 done = None  # its export files are gone (or were never recorded): sample it again
+            if done is not None and "stats" not in done:
+                done = None  # stored before the image statistics were kept
             if done is None:
                 generators = rollout_generators(seed, chunk, maker.device)
                 with active(model, name):
@@ -100,6 +116,7 @@ def evaluate_models(
                 done = {
                     "rewards": {label: v.double().cpu().view(len(chunk), k) for label, v in exp.per_reward.items()},
                     "thumbs": thumbnails(exp.images[::k], thumb_side).cpu(),
+                    "stats": prompt_statistics(exp.images, len(chunk), k),
                 }
                 if written is not None:
                     done["exported"] = written
@@ -109,6 +126,7 @@ def evaluate_models(
                     os.replace(saved.with_suffix(".tmp"), saved)
             parts[name].append(done["rewards"])
             thumbs[name].append(done["thumbs"])
+            stats[name].append(done["stats"])
             if progress is not None:
                 progress(len(chunk))
     for name in names:
@@ -117,4 +135,5 @@ def evaluate_models(
         labels = parts[name][0].keys()
         results[name].rewards = {label: torch.cat([p[label] for p in parts[name]]) for label in labels}
         results[name].thumbs = torch.cat(thumbs[name])
+        results[name].stats = {stat: torch.cat([p[stat] for p in stats[name]]) for stat in stats[name][0]}
     return results

@@ -24,18 +24,36 @@ TOTAL = "total"  # the weighted sum of the rewards, when there are several
 DOMAIN = {True: "trained on", False: "out of domain", None: "? (no run config.json beside the adapter)"}
 
 
-def trained_rewards(adapter: str) -> list[str] | None:
-    """The reward names the run that wrote ``adapter`` trained on, from that run's ``config.json`` (an adapter
-    is ``<run>/final_adapter`` or ``<run>/checkpoints/step_N/adapter``); None when no run config is found."""
+def run_config(adapter: str) -> tuple[Path, dict] | None:
+    """``(run directory, its training config)`` of the run that wrote ``adapter`` (``<run>/final_adapter`` or
+    ``<run>/checkpoints/step_N/adapter``): the nearest parent with the trainer's ``config.json``; None when none."""
     path = Path(adapter).resolve()
     for parent in (path.parent, *path.parents[:3]):
         config = parent / "config.json"
         if config.is_file():
-            record = json.loads(config.read_text())
-            rewards = record.get("train", {}).get("rewards")  # the trainer's config.json: {"train": config, ...}
-            if isinstance(rewards, list):
-                return [r["name"] if isinstance(r, dict) else str(r) for r in rewards]
+            train = json.loads(config.read_text()).get("train")  # the trainer's config.json: {"train": config, ...}
+            if isinstance(train, dict):
+                return parent, train
     return None
+
+
+def trained_rewards(adapter: str) -> list[str] | None:
+    """The reward names the run that wrote ``adapter`` trained on, from that run's ``config.json``; None when no
+    run config is found."""
+    found = run_config(adapter)
+    rewards = None if found is None else found[1].get("rewards")
+    if not isinstance(rewards, list):
+        return None
+    return [r["name"] if isinstance(r, dict) else str(r) for r in rewards]
+
+
+def run_alarms(adapter: str) -> dict | None:
+    """What the image-statistics alarms did during the run that wrote ``adapter``
+    (observability/metrics.py ``fired_alarms``); None when the run or its records are not found."""
+    from ..observability.metrics import fired_alarms
+
+    found = run_config(adapter)
+    return None if found is None else fired_alarms(found[0])
 
 
 def summarise(results: dict, adapters: dict[str, str], seed: int, categories: list[str] | None) -> dict:
@@ -64,6 +82,18 @@ def summarise(results: dict, adapters: dict[str, str], seed: int, categories: li
                 }
         out[name] = {"path": path, "trained_on": trained, "rewards": per_label, "categories": by_category}
     return out
+
+
+def summarise_statistics(results: dict, adapters: dict[str, str], seed: int) -> dict:
+    """``{adapter name: {statistic: paired summary}}``: each image statistic (observability/image_stats.py) of the
+    adapter's images against the base's on the same prompts and seeds, with the rewards' interval over prompts."""
+    from .paired import BASE
+
+    base = results[BASE]
+    return {
+        name: {stat: paired_summary(base.stats[stat], results[name].stats[stat], seed) for stat in base.stats}
+        for name in adapters
+    }
 
 
 def _num(x: float, spec: str = "+.4f") -> str:

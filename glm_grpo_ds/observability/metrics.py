@@ -203,6 +203,38 @@ def read_metrics(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def fired_alarms(run: Path) -> dict | None:
+    """What the image-statistics alarms (observability/alarms.py) did in the run in directory ``run``, from its
+    ``eval.jsonl`` when it evaluated with image statistics, else its ``metrics.jsonl`` (the records the monitor
+    checked): ``{"file", "rules" (config.json's monitor.alarms), "fired": [{"statistic", "first_step",
+    "holding_at_end"}]}``; None when neither file holds image statistics."""
+    monitored = [
+        (path, records)
+        for path in (run / "eval.jsonl", run / "metrics.jsonl")
+        if path.is_file()
+        for records in [read_metrics(path)]
+        if any(key.startswith(("images/", "eval/images/")) for r in records for key in r)
+    ]
+    if not monitored:
+        return None
+    path, records = monitored[0]
+    config = run / "config.json"
+    train = json.loads(config.read_text(encoding="utf-8")).get("train", {}) if config.is_file() else {}
+    first: dict[str, int] = {}
+    for record in records:
+        for key, value in record.items():
+            if key.startswith("alarm/") and value and key not in first:
+                first[key] = record.get("step")
+    return {
+        "file": str(path),
+        "rules": list(train.get("monitor", {}).get("alarms", [])),
+        "fired": [
+            {"statistic": key.removeprefix("alarm/"), "first_step": step, "holding_at_end": bool(records[-1].get(key))}
+            for key, step in first.items()
+        ],
+    }
+
+
 def finite_or_none(x: float | None) -> float | None:
     """JSON has no NaN / inf: a non-finite statistic is written as null."""
     return x if x is not None and math.isfinite(x) else None

@@ -30,6 +30,7 @@ from glm_grpo_ds.rollout.backends import EngineSampler
 from glm_grpo_ds.train import Trainer
 from glm_grpo_ds.update import grpo_update, reference_logprobs
 
+GATHER_REPEATS = 50
 PROBE_PROMPTS = ["a red cube on a wooden table", "a much longer probe prompt about a lighthouse that says 'HI'"]
 
 
@@ -38,6 +39,10 @@ def named_full_params(trainer, predicate) -> dict[str, torch.Tensor]:
     named = [(n, p) for n, p in model.named_parameters() if predicate(n, p)]
     with ds_engine.gathered([p for _, p in named], ds_engine.is_zero3(trainer.engine)):
         return {n: p.detach().clone().cpu() for n, p in named}
+
+
+def frozen(name, param) -> bool:
+    return not param.requires_grad
 
 
 def fixed_rollout(trainer, prompts, seed=1234, gather=True):
@@ -112,7 +117,13 @@ def main(argv=None) -> int:
         probe = fixed_rollout(trainer, PROBE_PROMPTS)
         is_lora = trainer.cfg.lora is not None
         result["trainable_before"] = named_full_params(trainer, lambda n, p: p.requires_grad)
-        result["base_before"] = named_full_params(trainer, lambda n, p: not p.requires_grad)
+        result["base_before"] = named_full_params(trainer, frozen)
+        # DeepSpeed 0.19.3-0.19.7 on gloo read a coalesced ZeRO-3 gather before all of it arrived: repeated
+        # gathers of unchanged weights then disagree (50 gathers caught it in 3 runs of 3; one gather, in ~1 run of 4)
+        result["regather_disagrees"] = sorted(
+            {n for _ in range(GATHER_REPEATS) for n, t in named_full_params(trainer, frozen).items()
+             if not torch.equal(t, result["base_before"][n])}
+        )  # fmt: skip
         if trainer.cfg.grpo.beta > 0 or is_lora:
             result["ref_before"] = probe_ref_logps(trainer, probe)
         trainer.train()

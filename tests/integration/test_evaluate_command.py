@@ -3,9 +3,15 @@ computes the base function, so every difference is exactly 0 and its interval ho
 does differ, categories, the files it writes, and bad input. The trained adapter's positive, significant gain
 is tested on the tiny world (tests/integration/test_world.py)."""
 
+import base64
+import io
 import json
+import shutil
+import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
@@ -84,6 +90,80 @@ def test_categories_settings_and_files(evaluated):
     # 6 prompts x (base, adapter_0, adapter_1) with their names as column headers; 64-pixel images, never upscaled
     size, lines = Image.open(out / "gallery.png").size, range(1, PROMPT_LINES + 1)
     assert result["thumbnail"] == 128 and any(size == grid_size(6, 3, 64, 64, n, headers=True) for n in lines)
+
+
+class Page(HTMLParser):
+    """What report.html holds: every image's decoded pixels (by alt text), the tables' text, what would load."""
+
+    def __init__(self):
+        super().__init__()
+        self.images, self.text, self.external, self.scripts = {}, [], [], 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.scripts += tag == "script"
+        for key in ("src", "href"):
+            if a.get(key) and not a[key].startswith("data:"):
+                self.external.append(a[key])
+        if tag == "img":
+            from PIL import Image
+
+            header, data = a["src"].split(",", 1)
+            assert header == "data:image/png;base64"
+            self.images[a["alt"]] = torch.from_numpy(np.array(Image.open(io.BytesIO(base64.b64decode(data)))))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_the_report_shows_the_protocol_both_tables_and_same_seed_images(evaluated):
+    """report.html, self-contained: the protocol, the reward and image-statistics tables per adapter, and per
+    category each model's first image of every prompt with the same seeds: the zero adapter's are the base's
+    pixel for pixel, the noisy adapter's are not all equal to them."""
+    from glm_grpo_ds.observability.image_stats import STATISTICS
+
+    result, out, _ = evaluated
+    page = Page()
+    page.feed((out / "report.html").read_text(encoding="utf-8"))
+    text = " ".join(page.text)
+    assert page.external == [] and page.scripts == 0
+    assert result["prompts_sha256"][:16] in text and "eval-rollout/eval-decode" in text
+    for name in ("adapter_0", "adapter_1"):
+        assert f"{name}: rewards" in text and f"{name}: image statistics" in text
+    assert all(stat in text for stat in STATISTICS) and "pixel_mse" in text and "ssim" in text
+    assert text.count("No run records found beside the adapter") == 2  # adapters saved outside a run
+    assert "even" in text and "odd" in text
+    tiles = {alt: image for alt, image in page.images.items() if ", prompt " in alt}
+    assert len(tiles) == 6 * 3  # 6 prompts x (base, adapter_0, adapter_1)
+    assert all(t.shape == (64, 64, 3) and t.float().std() > 0 for t in tiles.values())  # decoded, not blank
+    for i in range(6):
+        assert torch.equal(tiles[f"base, prompt {i}"], tiles[f"adapter_0, prompt {i}"])
+    assert any(not torch.equal(tiles[f"base, prompt {i}"], tiles[f"adapter_1, prompt {i}"]) for i in range(6))
+    assert "differences with their intervals" in page.images
+    # the statistics' paired differences: exactly 0 for the zero adapter, as for the rewards
+    stats = result["image_statistics"]["adapter_0"]
+    assert set(stats) == set(STATISTICS) and all(s["diff"] == 0.0 for s in stats.values())
+    assert stats["brightness"]["prompts"] == 6 and stats["diversity"]["prompts"] == 6
+
+
+BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium here (apt-get install chromium); the HTML test above runs")
+def test_the_report_renders_in_a_headless_browser(evaluated, tmp_path):
+    """The report in a real browser: Chromium loads it with no console message (--enable-logging prints every
+    CONSOLE line) and its screenshot shows the page with the images drawn (many colours, not a blank page)."""
+    from PIL import Image
+
+    _, out, _ = evaluated
+    shot = tmp_path / "shot.png"
+    cmd = [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]
+    cmd += ["--window-size=1200,2400", f"--screenshot={shot}", (out / "report.html").as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
+    assert "CONSOLE" not in proc.stderr, proc.stderr[-2000:]
+    pixels = np.array(Image.open(shot).convert("RGB"))
+    assert pixels.std() > 10 and len(np.unique(pixels.reshape(-1, 3), axis=0)) > 200
 
 
 def test_a_thumbnail_below_16_pixels_is_one_line(prompts, capfd):

@@ -29,6 +29,7 @@ def test_lora_8bit_checkpointing_trains_only_the_adapter(ds_config, tiny_model_d
     changed = [n for n in r["trainable_before"] if not torch.equal(r["trainable_before"][n], r["trainable_after"][n])]
     assert changed and all("lora_" in n for n in r["trainable_before"])
     assert any("lora_B" in n for n in changed)
+    assert r["regather_disagrees"] == [], "gathers of unchanged frozen weights disagree (DeepSpeed < 0.19.8 on gloo)"
     for name, before in r["base_before"].items():
         assert before.numel() > 0, f"{name} was not gathered"
         assert torch.equal(before, r["base_after"][name]), f"base parameter {name} changed"
