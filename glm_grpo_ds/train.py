@@ -365,7 +365,8 @@ class Trainer:
             self.cfg.grpo.num_iterations, self.device, facts,
         )  # fmt: skip
         self.skipped_steps = record["skipped_steps"]
-        record.update(image_record(exp.images, self.cfg.grpo.group_size, self.cfg.monitor.statistics))
+        distance = self.reward_fn.pair_distance()
+        record.update(image_record(exp.images, self.cfg.grpo.group_size, self.cfg.monitor.statistics, None, distance))
         if self.evaluator is None:
             self._alarms(record)
         if self.cfg.logging.gallery_steps and step % self.cfg.logging.gallery_steps == 0:

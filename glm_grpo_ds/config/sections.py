@@ -9,7 +9,7 @@ from typing import Literal
 from ..advantages import COMBINATIONS, ESTIMATORS
 from ..grpo import AGGREGATIONS, IMPORTANCE_LEVELS, SAMPLER_CORRECTIONS
 from ..observability.alarms import RuleError, parse_rules
-from ..observability.image_stats import STATISTICS
+from ..observability.image_stats import NEEDS_DISTANCE, STATISTICS
 from .fields import Dtype, choice_problems, setting
 
 
@@ -593,8 +593,9 @@ class MonitorConfig:
         "the alarm is checked again).",
     )
 
-    def problems(self, prefix: str = "monitor.") -> list[str]:
-        """One line per problem, keys written ``<prefix>key``."""
+    def problems(self, prefix: str = "monitor.", rewards: list[str] | None = None) -> list[str]:
+        """One line per problem, keys written ``<prefix>key``; ``rewards``: the run's reward names (a rule on
+        lpips_diversity needs an lpips reward, whose network measures it)."""
         problems = [
             f"{prefix}statistics: unknown statistic {name!r}; known: {', '.join(STATISTICS)}"
             for name in self.statistics
@@ -609,6 +610,11 @@ class MonitorConfig:
                 problems.append(
                     f"{prefix}alarms[{i}]: {rule.text!r} watches {rule.statistic}, which {prefix}statistics does not "
                     f"compute; add it there or drop the rule"
+                )
+            elif rule.statistic in NEEDS_DISTANCE and rewards is not None and "lpips" not in rewards:
+                problems.append(
+                    f"{prefix}alarms[{i}]: {rule.text!r} watches {rule.statistic}, which needs an lpips reward (its "
+                    "network measures the distances); add {name: lpips} to rewards or watch diversity instead"
                 )
         return problems
 

@@ -251,7 +251,7 @@ class TrainConfig:
             )
         problems.extend(self.decoder.problems("decoder."))
         problems.extend(self.eval.problems("eval."))
-        problems.extend(self.monitor.problems("monitor."))
+        problems.extend(self.monitor.problems("monitor.", [r.name for r in self.rewards]))
         problems.extend(self.data.problems("data."))
         need(len(self.rewards) > 0, "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]")
         for i, r in enumerate(self.rewards):

@@ -106,7 +106,7 @@ class Evaluator:
 
         real = len(self.rows) * group_size  # gathered rows are rank-major; the first `real` are the eval set
         all_per_reward = {label: dist.all_gather(values)[:real].cpu() for label, values in per_reward.items()}
-        statistics = image_record(images, group_size, cfg.monitor.statistics, real)
+        statistics = image_record(images, group_size, cfg.monitor.statistics, real, reward_fn.pair_distance())
         path = None
         if ev.gallery:
             total = weighted_total(per_reward, reward_fn.weights, group_size)

@@ -48,13 +48,14 @@ class ModelResult:
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def prompt_statistics(images: torch.Tensor, prompts: int, k: int) -> dict[str, torch.Tensor]:
+def prompt_statistics(images: torch.Tensor, prompts: int, k: int, distance=None) -> dict[str, torch.Tensor]:
     """Every image statistic of ``images`` ``[prompts * K, 3, H, W]`` (a prompt's K samples in a row) as
-    ``{name: [prompts, K]}``, the group statistics as ``[prompts, 1]``, float64 on the CPU."""
+    ``{name: [prompts, K]}``, the group statistics as ``[prompts, 1]``, float64 on the CPU; ``lpips_diversity``
+    with a ``distance`` (the lpips reward's, ``RewardSet.pair_distance``)."""
     from ..observability.image_stats import group_diversity, image_statistics
 
     per_image = {name: v.view(prompts, k) for name, v in image_statistics(images).items()}
-    per_group = {name: v.view(prompts, 1) for name, v in group_diversity(images, k).items()}
+    per_group = {name: v.view(prompts, 1) for name, v in group_diversity(images, k, None, distance).items()}
     return {name: v.double().cpu() for name, v in {**per_image, **per_group}.items()}
 
 
@@ -116,7 +117,7 @@ def evaluate_models(
                 done = {
                     "rewards": {label: v.double().cpu().view(len(chunk), k) for label, v in exp.per_reward.items()},
                     "thumbs": thumbnails(exp.images[::k], thumb_side).cpu(),
-                    "stats": prompt_statistics(exp.images, len(chunk), k),
+                    "stats": prompt_statistics(exp.images, len(chunk), k, maker.reward_fn.pair_distance()),
                 }
                 if written is not None:
                     done["exported"] = written

@@ -28,6 +28,7 @@ COLOUR_BINS = 8  # colour entropy: 8 levels per channel, 512 colours, so at most
 EDGE_THRESHOLD = 0.1  # an edge pixel: Sobel gradient of luma above this (a full 0 -> 1 step reads 1)
 HIGH_FREQUENCY = 0.25  # high-frequency share: spectral energy above this fraction of the sampling rate
 DIVERSITY_SIDE = 128
+LPIPS_SIDE = 256  # lpips_diversity compares copies at most this big: 28 pairs of G = 8 at 1024^2 would cost 16x
 NEAR_DUPLICATE = 0.02  # two images whose RMS pixel distance (downsampled, in [0, 1]) is below this are copies
 
 # name -> what it measures, in the order they are logged (the names monitor.statistics takes)
@@ -45,7 +46,10 @@ PER_IMAGE = {
 PER_GROUP = {
     "diversity": "mean RMS pixel distance between the G images of a prompt, pairwise (0 = identical copies)",
     "near_duplicates": f"share of a group's image pairs closer than {NEAR_DUPLICATE} RMS: copies of each other",
+    "lpips_diversity": "mean LPIPS distance between the G images of a prompt, pairwise, with the network of the "
+    "run's lpips reward (computed only when one is configured)",
 }
+NEEDS_DISTANCE = ("lpips_diversity",)  # group statistics computed only with a perceptual distance function
 STATISTICS = {**PER_IMAGE, **PER_GROUP}
 
 
@@ -112,19 +116,23 @@ def _high_frequency_share(y: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, share, torch.zeros_like(share))
 
 
-def group_diversity(images: torch.Tensor, group_size: int, names=None) -> dict[str, torch.Tensor]:
+def computable(names, distance=None) -> list[str]:
+    """``names`` without the statistics that need a ``distance`` when there is none."""
+    return [n for n in names if distance is not None or n not in NEEDS_DISTANCE]
+
+
+def group_diversity(images: torch.Tensor, group_size: int, names=None, distance=None) -> dict[str, torch.Tensor]:
     """``{name: [N / G] float32}`` of :data:`PER_GROUP` (or the ``names`` among them): ``images`` ``[N, 3, H, W]``
-    hold N / G groups of ``group_size`` consecutive samples. A group of one has no pairs: NaN."""
+    hold N / G groups of ``group_size`` consecutive samples. A group of one has no pairs: NaN. ``distance(a, b)``:
+    ``[P]`` perceptual distances of ``P`` image pairs (the lpips reward's ``distance``), for ``lpips_diversity``,
+    which is left out without it; it sees copies at most :data:`LPIPS_SIDE` pixels a side."""
     names = list(PER_GROUP) if names is None else [n for n in names if n in PER_GROUP]
+    names = computable(names, distance)
     if not names:
         return {}
     n, _, h, w = images.shape
     groups = n // group_size
-    small = images.detach().float().clamp(0, 1)
-    if max(h, w) > DIVERSITY_SIDE:  # box filter: the mean of each block, what the eye sees from afar
-        scale = DIVERSITY_SIDE / max(h, w)
-        small = F.adaptive_avg_pool2d(small, (max(1, round(h * scale)), max(1, round(w * scale))))
-    flat = small.reshape(groups, group_size, -1)
+    flat = _downsampled(images, DIVERSITY_SIDE).reshape(groups, group_size, -1)
     pairs = torch.triu_indices(group_size, group_size, offset=1, device=images.device)
     # RMS distance of every pair, from the differences themselves (a Gram-matrix shortcut would read ~1e-4 for
     # two identical images through cancellation); G = 8 at 128 x 128: 28 pairs of 49k values a group
@@ -132,17 +140,47 @@ def group_diversity(images: torch.Tensor, group_size: int, names=None) -> dict[s
     if distances.shape[1] == 0:
         nan = torch.full((groups,), float("nan"), device=images.device)
         return {name: nan.clone() for name in names}
-    values = {"diversity": distances.mean(dim=1), "near_duplicates": (distances < NEAR_DUPLICATE).float().mean(dim=1)}
-    return {name: values[name] for name in names}
+    values = {
+        "diversity": lambda: distances.mean(dim=1),
+        "near_duplicates": lambda: (distances < NEAR_DUPLICATE).float().mean(dim=1),
+        "lpips_diversity": lambda: _pair_distances(images, group_size, pairs, distance),
+    }
+    return {name: values[name]() for name in names}
 
 
-def sample_table(images: torch.Tensor, group_size: int, names: list[str]) -> torch.Tensor:
+def _downsampled(images: torch.Tensor, side: int) -> torch.Tensor:
+    """``images`` box-filtered to at most ``side`` pixels a side (the mean of each block: what the eye sees from
+    afar), as float in [0, 1]."""
+    small = images.detach().float().clamp(0, 1)
+    h, w = small.shape[-2:]
+    if max(h, w) > side:
+        scale = side / max(h, w)
+        small = F.adaptive_avg_pool2d(small, (max(1, round(h * scale)), max(1, round(w * scale))))
+    return small
+
+
+def _pair_distances(images: torch.Tensor, group_size: int, pairs: torch.Tensor, distance) -> torch.Tensor:
+    """``[groups]``: the mean of ``distance`` over every pair of each group's images (at most :data:`LPIPS_SIDE`
+    pixels a side), in one call."""
+    small = _downsampled(images, LPIPS_SIDE)
+    grouped = small.reshape(-1, group_size, *small.shape[1:])
+    a = grouped[:, pairs[0]].reshape(-1, *small.shape[1:])
+    b = grouped[:, pairs[1]].reshape(-1, *small.shape[1:])
+    with torch.no_grad():
+        d = distance(a, b).float().reshape(grouped.shape[0], -1)
+    return d.mean(dim=1)
+
+
+def sample_table(images: torch.Tensor, group_size: int, names: list[str], distance=None) -> torch.Tensor:
     """``[N, len(names)]`` float32: each sample's statistics in ``names`` order, a group statistic repeated for
-    each sample of its group (so one gather carries them all, and a mean over samples is the mean over groups)."""
+    each sample of its group (so one gather carries them all, and a mean over samples is the mean over groups).
+    ``names`` must be :func:`computable` with ``distance``."""
     if not names:
         return torch.empty(images.shape[0], 0, device=images.device)
     per_image = image_statistics(images, names)
-    per_group = {k: v.repeat_interleave(group_size) for k, v in group_diversity(images, group_size, names).items()}
+    per_group = {
+        k: v.repeat_interleave(group_size) for k, v in group_diversity(images, group_size, names, distance).items()
+    }
     values = {**per_image, **per_group}
     return torch.stack([values[name].float() for name in names], dim=1)
 

@@ -175,18 +175,22 @@ def nan_std(values: torch.Tensor) -> float | None:
     return defined.std().item() if defined.numel() > 1 else None
 
 
-def image_record(images: torch.Tensor, group_size: int, names: list[str], real: int | None = None) -> dict:
+def image_record(
+    images: torch.Tensor, group_size: int, names: list[str], real: int | None = None, distance=None
+) -> dict:
     """Collective: ``images/<statistic>`` and ``images/<statistic>_spread`` over every rank's ``images``
     (``[n, 3, H, W]``, groups of ``group_size``; image_stats.py), the first ``real`` gathered samples only when
-    given (the evaluation's padding dropped), and ``time/image_stats`` (this rank's computation). ``{}`` when
+    given (the evaluation's padding dropped), and ``time/image_stats`` (this rank's computation). ``distance``:
+    the lpips reward's (``RewardSet.pair_distance``), for ``lpips_diversity``, left out without one. ``{}`` when
     ``names`` is empty (monitor.statistics: [])."""
+    from .image_stats import computable, sample_table, summarize
+
+    names = computable(names, distance)
     if not names:
         return {}
-    from .image_stats import sample_table, summarize
-
     fields: dict = {}
     with timer(fields, "time/image_stats"):
-        table = sample_table(images, group_size, names)
+        table = sample_table(images, group_size, names, distance)
     gathered = dist.all_gather(table)
     return {**summarize(names, gathered if real is None else gathered[:real]), **fields}
 

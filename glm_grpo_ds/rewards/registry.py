@@ -162,6 +162,11 @@ class RewardSet:
             values = torch.where(bad, torch.full_like(values, float("nan")), values)
         return values
 
+    def pair_distance(self) -> Callable | None:
+        """The perceptual ``distance(a, b) -> [P]`` of the first reward that has one (lpips), for the image
+        statistics' ``lpips_diversity`` (observability/image_stats.py); None without such a reward."""
+        return next((fn.distance for fn in self.fns.values() if callable(getattr(fn, "distance", None))), None)
+
     def reset(self) -> None:
         """Start a step's failure counts (``failed``) at 0."""
         self.failed = {label: 0 for label in self.labels}

@@ -65,6 +65,29 @@ def test_diversity_compares_downsampled_images_and_a_group_of_one_has_none():
     assert math.isnan(st.group_diversity(big, group_size=1)["diversity"][0].item())
 
 
+def test_lpips_diversity_is_the_mean_lpips_distance_over_each_groups_pairs():
+    """With the lpips reward's network (offline: the heads from the wheel, a random backbone): copies are 0 apart,
+    and a group's value is the mean of the network's distance over its 6 pairs, each computed alone; without a
+    distance function the statistic is left out, not faked."""
+    from glm_grpo_ds.rewards.lpips_reward import LPIPSReward
+    from glm_grpo_ds.rewards.registry import RewardSet
+
+    torch.manual_seed(0)
+    reward = LPIPSReward(pretrained_backbone=False)
+    distance = RewardSet([("lpips", 1.0, reward)]).pair_distance()
+    assert distance == reward.distance and RewardSet([("mse", 1.0, lambda *a: 0)]).pair_distance() is None
+    copies = torch.rand(1, 3, 64, 64).repeat(4, 1, 1, 1)
+    different = torch.rand(4, 3, 64, 64)
+    d = st.group_diversity(torch.cat([copies, different]), 4, ["lpips_diversity", "diversity"], distance)
+    assert d["lpips_diversity"][0].item() == pytest.approx(0.0, abs=1e-6)
+    by_hand = [
+        reward.distance(different[i : i + 1], different[j : j + 1]).item() for i in range(4) for j in range(i + 1, 4)
+    ]
+    assert d["lpips_diversity"][1].item() == pytest.approx(sum(by_hand) / 6, rel=1e-5) and min(by_hand) > 0
+    assert set(st.group_diversity(different, 4, ["lpips_diversity", "diversity"])) == {"diversity"}
+    assert st.computable(["lpips_diversity", "brightness"]) == ["brightness"]
+
+
 def test_sample_table_and_summary_repeat_group_values_and_skip_nan():
     images = torch.cat([_half_black_half_white(2), torch.zeros(2, 3, 32, 64)])
     names = ["brightness", "diversity"]
@@ -130,6 +153,8 @@ def test_the_config_refuses_bad_monitor_settings_with_one_line_each(tmp_path):
     assert any(line.startswith("monitor.alarms[1]: 'x' is not an alarm rule") for line in lines)
     with pytest.raises(ConfigError, match=r"monitor.alarms\[0\]: 'diversity < 0.5 x start' watches diversity"):
         load_config(str(config), ["monitor.statistics=[brightness]", "monitor.alarms=[diversity < 0.5 x start]"])
+    with pytest.raises(ConfigError, match=r"monitor.alarms\[0\]: .* watches lpips_diversity, which needs an lpips"):
+        load_config(str(config), ["monitor.alarms=[lpips_diversity < 0.5 x start]"])
     cfg = load_config(str(config), [])
     assert cfg.monitor.statistics == list(st.STATISTICS) and cfg.monitor.alarms == list(DEFAULT_ALARMS)
     assert parse_rules(cfg.monitor.alarms)  # the defaults parse
