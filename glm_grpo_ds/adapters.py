@@ -117,6 +117,84 @@ def check_init_adapter(lora) -> Path | None:
     return adapter
 
 
+PEFT_PREFIX = "base_model.model."  # peft's key prefix in adapter_model.safetensors
+
+
+def check_fits(adapter: Path, ar, where: str) -> None:
+    """One line (ValueError) when a weight of ``adapter`` does not fit the AR ``ar`` (the model without adapters):
+    a module the AR lacks, or a LoRA A / B whose shape is not the module's ``in`` / ``out`` features. Reads the
+    shapes from the safetensors header only; call it before peft loads the adapter (whose own error is a
+    25-35 line traceback)."""
+    from safetensors import safe_open
+
+    weights = adapter / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        raise FileNotFoundError(f"{where} {adapter} has no {ADAPTER_WEIGHTS}; give an adapter saved by peft")
+    with safe_open(str(weights), framework="pt") as f:
+        shapes = {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+    for key, shape in sorted(shapes.items()):
+        found = re.fullmatch(rf"{re.escape(PEFT_PREFIX)}(.+)\.lora_([AB])(?:\.[\w]+)?\.weight", key)
+        if found is None:
+            continue
+        path, kind = found.groups()
+        try:
+            module = ar.get_submodule(path)
+        except AttributeError:
+            raise ValueError(
+                f"{where} {adapter} does not fit the model: it has {key}, but the model has no module {path}; "
+                "use an adapter trained on this base model"
+            ) from None
+        features = getattr(module, "in_features" if kind == "A" else "out_features", None)
+        axis = 1 if kind == "A" else 0
+        if features is not None and (len(shape) != 2 or shape[axis] != features):
+            want = f"[r, {features}]" if kind == "A" else f"[{features}, r]"
+            raise ValueError(
+                f"{where} {adapter} does not fit the model: {key} has shape {list(shape)}, the model's "
+                f"{path} needs {want}; use an adapter trained on this base model"
+            )
+
+
+def recorded_base(adapter: Path) -> tuple[str | None, str | None]:
+    """``(base_model_name_or_path, revision)`` that ``adapter``'s adapter_config.json records."""
+    saved = json.loads((adapter / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    return saved.get("base_model_name_or_path"), saved.get("revision")
+
+
+def other_base(adapter: Path, base: tuple[str, str | None]) -> str | None:
+    """A one-line warning when ``adapter`` records another base model than ``base`` (``ModelSource.adapter_base()``
+    of the model given: a Hub id and its commit, or the absolute AR directory), else None. A local path compares
+    resolved; a Hub id compares with its commit when both record one."""
+    name, revision = recorded_base(adapter)
+    if not name:
+        return None
+    want_name, want_revision = base
+    if Path(name).is_absolute() or Path(want_name).is_absolute():
+        same = Path(name).resolve() == Path(want_name).resolve()
+    else:
+        same = name == want_name and (revision is None or want_revision is None or revision == want_revision)
+    if same:
+        return None
+
+    def at(n, r):
+        return n + (f" @ {r}" if r else "")
+
+    return (
+        f"glm-grpo: warning: adapter {adapter} was trained on {at(name, revision)}, not on the model given "
+        f"({at(want_name, want_revision)}); its figures describe it on another base"
+    )
+
+
+def check_adapters(adapters: list[str], ar, base: tuple[str, str | None], where: str = "--adapter") -> list[str]:
+    """Every adapter against the AR it is about to be loaded onto: a shape that does not fit is one line
+    (:func:`check_fits`); a recorded base other than ``base`` is a warning line, returned (one per adapter,
+    None where it matches) for the caller to print and to mark its results."""
+    warnings = []
+    for path in adapters:
+        check_fits(Path(path), ar, where)
+        warnings.append(other_base(Path(path), base))
+    return warnings
+
+
 def load_init_adapter(model, adapter: Path) -> None:
     """Copy the weights of ``adapter`` into the peft ``model``'s LoRA parameters (before DeepSpeed takes
     it: the LoRA tensors are still whole on every rank). Every LoRA parameter must come from the file."""

@@ -136,13 +136,58 @@ def sampler_correction(
     correction = SAMPLER_CORRECTIONS.get(mode)
     if correction.level is None:
         return None
-    diff = ((old_logp - sampler_logp) * mask).detach()
-    weights = torch.exp(diff.sum(-1, keepdim=True) if correction.level == "sequence" else diff)
+    weights = _raw_correction(old_logp, sampler_logp, mask, correction.level)
     if correction.bound == "truncate":
         return weights.clamp(min=cap_min, max=cap_max)
+    return weights.masked_fill(_outside(weights, cap_min, cap_max), 0.0)
+
+
+def _outside(weights: torch.Tensor, cap_min: float | None, cap_max: float | None) -> torch.Tensor:
+    """Where ``weights`` lie outside [cap_min, cap_max] (None: no bound on that side)."""
     low = -math.inf if cap_min is None else cap_min
     high = math.inf if cap_max is None else cap_max
-    return weights.masked_fill((weights < low) | (weights > high), 0.0)
+    return (weights < low) | (weights > high)
+
+
+def _raw_correction(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, level: str):
+    """``pi_old / pi_sampler`` per token ``[N, T]`` or per sequence ``[N, 1]``, before any bound, detached."""
+    diff = ((old_logp - sampler_logp) * mask).detach()
+    return torch.exp(diff.sum(-1, keepdim=True) if level == "sequence" else diff)
+
+
+def correction_sums(
+    old_logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    cap_max: float | None = 3.0,
+    cap_min: float | None = None,
+) -> dict[str, torch.Tensor] | None:
+    """What the sampler correction does to one micro-batch, as sums over its units (masked tokens, or sequences
+    with a masked token at the sequence level) to add up over micro-batches (TRL logs the same as
+    ``sampling/importance_sampling_ratio/*``): ``sum`` / ``min`` / ``max`` of the raw weights pi_old / pi_sampler
+    (before the bound), ``outside`` = units outside [cap_min, cap_max] (clipped by a truncate mode, zeroed by a
+    mask mode), ``units``. None for ``none``."""
+    correction = SAMPLER_CORRECTIONS.get(mode)
+    if correction.level is None:
+        return None
+    weights = _raw_correction(old_logp, sampler_logp, mask, correction.level)
+    valid = (mask.sum(-1, keepdim=True) > 0) if correction.level == "sequence" else mask.bool()
+    w = weights.double()[valid.expand_as(weights)]
+    empty = w.numel() == 0
+    return {
+        "sum": w.sum(),
+        "min": w.new_full((), math.inf) if empty else w.min(),
+        "max": w.new_full((), -math.inf) if empty else w.max(),
+        "outside": _outside(w, cap_min, cap_max).double().sum(),
+        "units": w.new_tensor(float(w.numel())),
+    }
+
+
+def high_entropy_threshold(pool: torch.Tensor, quantile: float) -> torch.Tensor:
+    """The entropy at or above which a token is kept by :func:`high_entropy_mask`: the ``1 - quantile`` quantile
+    of ``pool`` (linear interpolation)."""
+    return torch.quantile(pool.detach().float(), 1.0 - quantile)
 
 
 def high_entropy_mask(
@@ -156,8 +201,7 @@ def high_entropy_mask(
     if quantile >= 1.0 or not valid.any():
         return valid
     pool = entropy.detach()[valid] if pool is None else pool.detach()
-    threshold = torch.quantile(pool.float(), 1.0 - quantile)
-    return (entropy.detach() >= threshold) & valid
+    return (entropy.detach() >= high_entropy_threshold(pool, quantile)) & valid
 
 
 def mismatch_sums(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, threshold: float) -> dict:

@@ -8,14 +8,15 @@ resolve are glm_grpo_ds/glm_image.py's; this module is the one place that calls 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from .adapters import check_init_adapter, load_init_adapter, peft_lora_config
+from .adapters import check_adapters, check_init_adapter, load_init_adapter, other_base, peft_lora_config
 from .glm_image import AR_DIR, DTYPES, check_pipeline_dir, load_processor, resolve_attn, resolve_dtype, resolve_sampling
 from .model_source import resolve_model
+from .runtime import log
 
 
 def load_ar(
@@ -67,7 +68,11 @@ def load_policy(
     )
     if lora is not None:
         if lora.init_from:
-            load_init_adapter(model, check_init_adapter(lora))
+            adapter = check_init_adapter(lora)
+            warning = None if adapter_base is None else other_base(adapter, adapter_base)
+            if warning:  # same shapes (load_init_adapter checks those), another recorded base: said, not refused
+                log.warning(warning.replace("adapter ", "lora.init_from ", 1))
+            load_init_adapter(model, adapter)
         if adapter_base is not None:
             for peft_config in model.peft_config.values():
                 peft_config.base_model_name_or_path, peft_config.revision = adapter_base
@@ -124,6 +129,8 @@ class ForSampling:
     sampling: object  # the SamplingConfig with the model's own values filled in (glm_image.resolve_sampling)
     model_dir: Path  # the local pipeline directory (a Hub id resolved through the cache)
     dtype: torch.dtype
+    # per adapter: the one-line warning when it records another base model than this one, else None
+    adapter_warnings: list[str | None] = field(default_factory=list)
 
 
 def load_for_sampling(
@@ -142,11 +149,15 @@ def load_for_sampling(
     options for its errors), ``dtype`` / ``attn_implementation`` resolved for ``device`` (``auto`` included),
     the AR with ``adapters`` on ``device`` in eval mode, its processor and ``sampling`` resolved against the
     model. The trainer loads its policy with :func:`load_policy` instead (LoRA to train, DeepSpeed)."""
-    model_dir = resolve_model(path, revision, flag=flags[0], revision_flag=flags[1]).path
+    source = resolve_model(path, revision, flag=flags[0], revision_flag=flags[1])
+    model_dir = source.path
     on_gpu = device.type == "cuda"
     torch_dtype = resolve_dtype(dtype, on_gpu)
     ar = load_ar(model_dir, torch_dtype, resolve_attn(attn_implementation, on_gpu, torch_dtype), trust_remote_code)
+    warnings = check_adapters(list(adapters), ar, source.adapter_base())  # a shape that does not fit: one line
+    for warning in filter(None, warnings):
+        log.warning(warning)
     model, names = with_adapters(ar, list(adapters))
     model.to(device)
     sampling = resolve_sampling(sampling, model_dir)
-    return ForSampling(model, names, load_processor(model_dir), sampling, Path(model_dir), torch_dtype)
+    return ForSampling(model, names, load_processor(model_dir), sampling, Path(model_dir), torch_dtype, warnings)

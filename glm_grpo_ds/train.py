@@ -42,7 +42,7 @@ from .decoder import ImageDecoder
 from .ds import dist
 from .ds import engine as ds_engine
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
-from .evaluation.in_training import Evaluator, gallery_to_main
+from .evaluation.in_training import Evaluator, eval_line, eval_summary, gallery_to_main
 from .experience import ExperienceMaker
 from .glm_image import load_processor, resolve_attn, resolve_dtype, resolve_sampling
 from .lifecycle import checkpoint, resume, storage
@@ -281,8 +281,12 @@ class Trainer:
         and the startup summary with the memory plan."""
         if not self.is_main:
             return
+        previous = self.out / "config.json"
+        previous = json.loads(previous.read_text()) if previous.is_file() and self.start_step else None
         record = {
             "train": to_dict(self.cfg),
+            # the history: from which step which settings changed (resumes with other settings; lifecycle/resume.py)
+            "segments": resume.segments(previous, self.start_step, self.life.start.changes),
             "model_source": self.model_source.record(),
             "deepspeed": self.ds_config,
             "data": self.data_fingerprint,  # what the cards name: the source and its number of prompts
@@ -431,6 +435,10 @@ class Trainer:
         log.info(f"done: metrics {self.out / 'metrics.jsonl'}")
         if lg.plot:
             log.info(f"      training curves {self.out / PLOT_NAME}")
+        evals = eval_summary(self.out / "eval.jsonl")
+        if evals is not None:
+            log.info(f"      evaluations {self.out / 'eval.jsonl'}: {evals}")
+            log.info(f"      samples {self.out / 'samples'}/ (eval_step_*.png: the held-out prompts, fixed seeds)")
         log.info(f"      {final.name.replace('_', ' ')} {final}")
 
     def _stop_notice(self, signum: int) -> str:
@@ -459,6 +467,7 @@ class Trainer:
         record, gallery = self.evaluator.run(step, self.eval_experience, self.out, self.is_main)
         self.status.idle()
         if record is not None:
+            log.info(eval_line(record, self.cfg.eval.group_size))
             self._alarms(record)
             self.tracker.log("eval", record)
         if gallery is not None:

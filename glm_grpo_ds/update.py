@@ -16,7 +16,15 @@ import torch
 
 from .ds import dist as ds_dist
 from .ds import engine as ds_engine
-from .grpo import high_entropy_mask, loss_normalizer, mismatch_sums, policy_loss, sampler_correction
+from .grpo import (
+    correction_sums,
+    high_entropy_mask,
+    high_entropy_threshold,
+    loss_normalizer,
+    mismatch_sums,
+    policy_loss,
+    sampler_correction,
+)
 from .logprobs import completion_logprobs
 from .observability.step_status import NO_STATUS
 from .observability.update_stats import UpdateStats
@@ -30,10 +38,13 @@ def without_preview_loss(batch: RolloutBatch) -> RolloutBatch:
     return dataclasses.replace(batch, completion_mask=mask)
 
 
-def policy_token_weights(batch: RolloutBatch, entropy: torch.Tensor, grpo_cfg) -> torch.Tensor | None:
+def policy_token_weights(
+    batch: RolloutBatch, entropy: torch.Tensor, grpo_cfg, selection: dict | None = None
+) -> torch.Tensor | None:
     """``[N, n]`` weights of the policy term per token, None when all are 1: the top-entropy selection
     (``grpo.top_entropy_quantile``, over every rank's tokens of this micro-batch: collective, each rank calls it
-    once per micro-batch) times the preview grid's weight (``grpo.preview_weight``)."""
+    once per micro-batch) times the preview grid's weight (``grpo.preview_weight``). ``selection``: a dict that
+    receives the top-entropy ``threshold`` and this rank's ``kept`` / ``tokens`` counts (the metrics)."""
     weights = None
     if grpo_cfg.top_entropy_quantile < 1:
         mask = batch.completion_mask.bool()
@@ -41,7 +52,11 @@ def policy_token_weights(batch: RolloutBatch, entropy: torch.Tensor, grpo_cfg) -
         # micro-batches (fixed grids), so padding with -1 (entropies are >= 0) marks the masked-out ones
         gathered = ds_dist.all_gather(torch.where(mask, entropy.detach(), -1.0))
         pool = gathered[gathered >= 0]
-        weights = high_entropy_mask(entropy, mask, grpo_cfg.top_entropy_quantile, pool).to(entropy.dtype)
+        kept = high_entropy_mask(entropy, mask, grpo_cfg.top_entropy_quantile, pool)
+        if selection is not None and pool.numel():
+            threshold = high_entropy_threshold(pool, grpo_cfg.top_entropy_quantile)
+            selection.update(threshold=threshold, kept=kept.sum(), tokens=mask.sum())
+        weights = kept.to(entropy.dtype)
     if grpo_cfg.preview_weight != 1.0:
         position = torch.ones_like(entropy, requires_grad=False)
         position[:, : batch.grid.num_preview] = grpo_cfg.preview_weight
@@ -107,10 +122,13 @@ def missing_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices, ref, 
     return ref, old
 
 
-def loss_weights(micro: RolloutBatch, entropy: torch.Tensor, old_logp: torch.Tensor, grpo_cfg) -> tuple:
+def loss_weights(
+    micro: RolloutBatch, entropy: torch.Tensor, old_logp: torch.Tensor, grpo_cfg, selection: dict | None = None
+) -> tuple:
     """``(token_weights, is_weights)`` of one micro-batch for :func:`glm_grpo_ds.grpo.policy_loss`: which tokens
     the policy term weighs how (:func:`policy_token_weights`; collective with top-entropy selection) and the
-    sampler correction's importance weights (``grpo.sampler_correction``); None where they are all 1."""
+    sampler correction's importance weights (``grpo.sampler_correction``); None where they are all 1.
+    ``selection``: receives the top-entropy selection's numbers (:func:`policy_token_weights`)."""
     g = grpo_cfg
     is_weights = sampler_correction(
         old_logp,
@@ -120,7 +138,7 @@ def loss_weights(micro: RolloutBatch, entropy: torch.Tensor, old_logp: torch.Ten
         g.sampler_correction_max,
         g.sampler_correction_min,
     )
-    return policy_token_weights(micro, entropy, g), is_weights
+    return policy_token_weights(micro, entropy, g, selection), is_weights
 
 
 def loss_options(grpo_cfg) -> dict:
@@ -162,7 +180,15 @@ def grpo_update(
             old_logp = logp.detach() if old is None else old[rows]
             if it == 0:  # the sampler's numbers vs the trainer's for the same policy: the ratio should be 1
                 stats.add_mismatch(mismatch_sums(old_logp, micro.sampler_logps, mask, g.mismatch_threshold))
-            token_weights, is_weights = loss_weights(micro, entropy, old_logp, g)
+                stats.add_correction(
+                    correction_sums(
+                        old_logp, micro.sampler_logps, mask, g.sampler_correction, g.sampler_correction_max,
+                        g.sampler_correction_min,
+                    )
+                )  # fmt: skip
+            selection: dict = {}
+            token_weights, is_weights = loss_weights(micro, entropy, old_logp, g, selection)
+            stats.add_selection(selection)
             loss, loss_stats = policy_loss(
                 logp, old_logp, advantages[rows], mask, ref_logp=None if ref is None else ref[rows], normalizer=norm,
                 token_weights=token_weights, is_weights=is_weights, entropy=entropy,

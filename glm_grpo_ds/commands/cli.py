@@ -83,15 +83,15 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         usage=(
             "glm-grpo render --model DIR\\|ID [--revision R] [--adapter DIR] --prompt TEXT [--prompt ...] "
             "[--height H --width W --steps S --guidance G --seed N --dtype auto\\|bf16\\|fp32\\|fp16 --device "
-            "D --out DIR]"
+            "D --out DIR] [--overwrite]"
         ),
         doc=(
             "render prompts to PNG with a GLM-Image pipeline; `--adapter`: a LoRA adapter (a run's "
             "`final_adapter/`) loaded onto the AR unmerged, giving the images of the merged pipeline; size, "
             "steps and guidance not given are the model's own (its DiT's `sample_size` x the VAE's scale and "
             "the pipeline's defaults: 1024x1024, 50 steps, guidance 1.5 for GLM-Image; named on stderr); "
-            "writes `OUT/000.png`, ... and `OUT/index.jsonl` (file, prompt, seed, settings per image); dtype "
-            "auto = bf16 on a GPU"
+            "writes `OUT/000.png`, ... and `OUT/index.jsonl` (file, prompt, seed, settings per image); an OUT "
+            "holding an earlier render is refused unless `--overwrite` (which replaces it); dtype auto = bf16 on a GPU"
         ),
     ),
     "score": Subcommand(
@@ -162,9 +162,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         ),
         doc=(
             "samples the base and every adapter on the same prompts with the same rollout noise and decode seeds, "
-            "scores them with the rewards and prints per reward the means, the paired difference with a bootstrap "
-            "95 % interval over prompts, the win rate and whether the adapter's run trained on that reward; writes "
-            "evaluate.json, gallery.png and evaluate.png; the prompt count, K and seed default to the config's "
+            "scores them with the rewards and prints per reward the means, the paired difference with a 95 % "
+            "Student-t interval over prompts (none below 3 prompts), the win rate and whether the adapter's run "
+            "trained on that reward; writes evaluate.json, gallery.png, evaluate.png and report.html; the prompt "
+            "count, K and seed default to the config's "
             "eval.*, so with a run's config the adapter's samples are its final evaluation's "
             "([evaluate.md](evaluate.md))"
         ),

@@ -1,5 +1,5 @@
 """``glm-grpo evaluate``: did the run help? The base model against one or more adapters on the same prompts with
-paired seeds, per reward: means, the paired difference with a 95 % bootstrap interval over prompts, the win rate.
+paired seeds, per reward: means, the paired difference with a 95 % interval over prompts, the win rate.
 
     glm-grpo evaluate --config launch/configs/tiny_world.yaml model.path=outputs/world/model \\
         --adapter outputs/world_run/final_adapter --prompts outputs/world/heldout.jsonl --samples-per-prompt 4
@@ -245,7 +245,7 @@ def export_hook(a, rows, size: tuple[int, int]):
     return on_images
 
 
-def write_report(a, results, settings, rows, adapter_names, adapters, weights) -> dict:
+def write_report(a, results, settings, rows, adapter_names, adapters, weights, base_warnings=None) -> dict:
     """Rank 0: the weighted total, the summary, gallery.png, evaluate.png, each export's export.json and
     report.html; returns evaluate.json's content."""
     from ..advantages import weighted_total
@@ -262,6 +262,7 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights) -
         write_gallery,
         write_plot,
     )
+    from ..evaluation.stats import CAVEAT_BELOW, LEVEL, METHOD, MIN_PROMPTS
 
     k = a.samples_per_prompt
     if len(weights) > 1:  # the weighted total, as training combines the rewards
@@ -271,7 +272,9 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights) -
     categories = [str(row.extra.get(a.category_key)) for row in rows]
     has_categories = any(row.extra.get(a.category_key) is not None for row in rows)
     named = dict(zip(adapter_names, adapters))
-    summary = summarise(results, named, settings["seed"], categories if has_categories else None)
+    summary = summarise(results, named, categories if has_categories else None)
+    for name, warning in (base_warnings or {}).items():
+        summary[name]["base_warning"] = warning  # trained on another base model (adapters.other_base), or None
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     first_label = TOTAL if TOTAL in results[BASE].rewards else next(iter(results[BASE].rewards))
@@ -292,7 +295,8 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights) -
         "adapters": named,
         "base": {label: torch.nanmean(v).item() for label, v in results[BASE].rewards.items()},
         "summary": summary,
-        "image_statistics": summarise_statistics(results, named, settings["seed"]),
+        "image_statistics": summarise_statistics(results, named),
+        "interval": {"method": METHOD, "level": LEVEL, "min_prompts": MIN_PROMPTS, "caveat_below": CAVEAT_BELOW},
         "table": table(summary),
         "prompt_means": {
             name: {label: torch.nanmean(v, dim=1).tolist() for label, v in r.rewards.items()}
@@ -346,7 +350,8 @@ def run(a) -> dict | None:
     results = gather_results(results, names)
     if results is None:  # another rank's: rank 0 reports
         return None
-    return write_report(a, results, settings, rows, loaded.adapter_names, adapters, reward_fn.weights)
+    warnings = dict(zip(loaded.adapter_names, loaded.adapter_warnings))
+    return write_report(a, results, settings, rows, loaded.adapter_names, adapters, reward_fn.weights, warnings)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..adapters import find_adapter
+from ..adapters import check_adapters, find_adapter
 from ..glm_image import AR_DIR, DTYPES
 from ..model_source import resolve_model
 from ..policy import load_ar
@@ -75,7 +75,8 @@ def merge_adapter(
 ) -> Path:
     from peft import PeftModel
 
-    base = resolve_model(str(base), revision, flag="--base", revision_flag="--revision").path
+    source = resolve_model(str(base), revision, flag="--base", revision_flag="--revision")
+    base = source.path
     src = Path(adapter)
     is_checkpoint = (src / "trainer_state.json").is_file() and (src / "ds").is_dir()
     adapter_dir = (
@@ -90,6 +91,11 @@ def merge_adapter(
     # consolidate / merge in fp32, then cast: merging in bf16 would round the base weights twice
     model = load_ar(base, DTYPES["fp32"])
     if adapter_dir is not None:
+        # a shape that does not fit: one line before peft's traceback; another base: a warning (merging an
+        # adapter into the wrong base of the same shapes is allowed, but said)
+        warning = check_adapters([str(adapter_dir)], model, source.adapter_base(), "the adapter")[0]
+        if warning:
+            print(warning, file=sys.stderr)
         merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
     else:
         merged = _from_checkpoint(model, src)

@@ -9,7 +9,9 @@ Useful to look at a base model, a trained adapter (``--adapter``: loaded into th
 ``glm-grpo merge`` output for the same seeds), a merged model, or the embedded tiny model. ``--model``
 is a pipeline directory or a Hub id (glm_grpo_ds/model_source.py). Writes ``<out>/000.png``, ``001.png``,
 ... (prompt i with seed ``--seed`` + i) and ``<out>/index.jsonl`` (one line per image: file, prompt, seed,
-size, steps, guidance, model, adapter), and prints the paths. Size, steps and guidance not given are the
+size, steps, guidance, model, adapter), and prints the paths. An ``--out`` holding an earlier render's images is
+refused (one line) unless ``--overwrite``, which deletes them first, so ``index.jsonl`` always describes the
+images present. Size, steps and guidance not given are the
 model's own (:func:`model_defaults`: 1024x1024, 50 steps, guidance 1.5 for GLM-Image), named on stderr.
 """
 
@@ -54,6 +56,14 @@ def model_defaults(model_dir: Path) -> dict:
     return {"height": size, "width": size, **pipeline_call_defaults()._asdict()}
 
 
+def earlier_render(out: Path) -> list[Path]:
+    """What an earlier render left in ``out``: its ``NNN.png`` images and :data:`INDEX` (other files are not
+    render's and stay)."""
+    if not out.is_dir():
+        return []
+    return sorted(p for p in out.iterdir() if p.name == INDEX or (p.suffix == ".png" and p.stem.isdigit()))
+
+
 def main(argv: list[str] | None = None) -> int:
     d = RenderConfig()
     parser = argparse.ArgumentParser(prog="glm-grpo render", description=__doc__.splitlines()[0])
@@ -88,8 +98,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", default=d.out, help=f"output directory: 000.png, 001.png, ... and {INDEX} (default: %(default)s)"
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace the images and {INDEX} an earlier render left in --out (without it such an --out is refused)",
+    )
     args = parser.parse_args(argv)
 
+    earlier = earlier_render(Path(args.out))
+    if earlier and not args.overwrite:  # before any model loads: nothing is touched
+        print(
+            f"glm-grpo render: --out {args.out} already holds {len(earlier)} file(s) of an earlier render "
+            f"({', '.join(p.name for p in earlier[:3])}{', ...' if len(earlier) > 3 else ''}); give another --out, "
+            "or --overwrite to replace them",
+            file=sys.stderr,
+        )
+        return 2
     for name, value in (("--height", args.height), ("--width", args.width)):
         if value is not None and (value <= 0 or value % 32):
             print(f"glm-grpo render: {name} {value} must be a positive multiple of 32", file=sys.stderr)
@@ -98,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     from ..model_source import resolve_model
 
     try:
-        model = resolve_model(args.model, args.revision, flag="--model", revision_flag="--revision").path
+        source = resolve_model(args.model, args.revision, flag="--model", revision_flag="--revision")
+        model = source.path
         adapter = find_adapter(args.adapter) if args.adapter else None
     except FileNotFoundError as err:
         print(f"glm-grpo render: {err}", file=sys.stderr)
@@ -141,10 +166,21 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     pipe = GlmImagePipeline.from_pretrained(model, dtype=resolve_dtype(args.dtype, device.type == "cuda"))
     if adapter is not None:
+        from ..adapters import check_adapters
+
+        try:  # a shape that does not fit: one line, before peft's traceback; another base: a warning
+            warning = check_adapters([str(adapter)], pipe.vision_language_encoder, source.adapter_base())[0]
+        except ValueError as err:
+            print(f"glm-grpo render: {err}", file=sys.stderr)
+            return 2
+        if warning:
+            print(warning, file=sys.stderr)
         pipe.vision_language_encoder.load_adapter(str(adapter))  # LoRA layers on top, base weights untouched
     pipe.to(device)
     pipe.set_progress_bar_config(disable=True)
     out = Path(args.out)
+    for path in earlier:  # --overwrite: the earlier render goes, so index.jsonl describes the files present
+        path.unlink()
     out.mkdir(parents=True, exist_ok=True)
     index = []
     for i, prompt in enumerate(args.prompt):

@@ -51,9 +51,15 @@ def literal_choices(tp) -> tuple | None:
 
 def choice_error(value, choices: tuple, where: str, noun: str) -> str:
     """One line: the key, the bad value, a close match if any, the valid values."""
+    from .trl_names import trl_value_hint
+
     known = [str(c) for c in choices]
+    trl = trl_value_hint(where, value)  # TRL's word for one of ours: say which, not the closest-looking name
     close = difflib.get_close_matches(str(value), known, n=1, cutoff=0.5)
-    hint = f"did you mean {', '.join(repr(c) for c in close)}? known: " if close else "known: "
+    if trl is not None:
+        hint = f"{trl}; known: "
+    else:
+        hint = f"did you mean {', '.join(repr(c) for c in close)}? known: " if close else "known: "
     return f"{where}: unknown {noun} {value!r}; {hint}{', '.join(known)}"
 
 

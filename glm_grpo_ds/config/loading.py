@@ -19,6 +19,7 @@ from pathlib import Path
 from ..runtime import log
 from .fields import ConfigError
 from .train_config import TrainConfig
+from .trl_names import trl_key_hint
 
 # old dotted key -> new dotted key (same section): configs and command lines written before a rename still load
 RENAMED = {"grpo.advantage_scale": "grpo.advantage_estimator"}
@@ -53,6 +54,9 @@ def _rename_keys(tree: dict) -> None:
 
 
 def _unknown(key: str, known: typing.Iterable[str], where: str) -> ConfigError:
+    trl = trl_key_hint(key)  # a TRL name: its close matches here would mislead (num_generations -> num_iterations)
+    if trl is not None:
+        return ConfigError(f"unknown config key {where + key!r}; {trl}")
     close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.5)
     hint = (
         f"did you mean {', '.join(repr(where + c) for c in close)}?"

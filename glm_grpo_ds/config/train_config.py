@@ -177,6 +177,16 @@ class TrainConfig:
             0 <= g.top_entropy_quantile <= 1,
             f"grpo.top_entropy_quantile must be in [0, 1], got {g.top_entropy_quantile}",
         )
+        # a fraction that keeps under one token of a sequence trains (almost) nothing: 0 keeps the single
+        # highest-entropy token of a micro-batch (TRL's meaning), and grad_norm reads ~0
+        grid = (self.rollout.height // 32) * (self.rollout.width // 32)  # the target grid's tokens
+        if 0 <= g.top_entropy_quantile < 1 and grid > 0:
+            need(
+                g.top_entropy_quantile * grid >= 1,
+                f"grpo.top_entropy_quantile={g.top_entropy_quantile} keeps {g.top_entropy_quantile * grid:.3g} of the "
+                f"{grid} target-grid tokens of a sequence at {self.rollout.height}x{self.rollout.width}: (almost) "
+                f"nothing to train on; use >= {1 / grid:.3g} (the paper's 0.2, or 1 = every token)",
+            )
         need(g.entropy_coef >= 0, f"grpo.entropy_coef must be >= 0, got {g.entropy_coef}")
         need(0 <= g.preview_weight <= 1, f"grpo.preview_weight must be in [0, 1], got {g.preview_weight}")
         need(g.rank_tie_tolerance >= 0, f"grpo.rank_tie_tolerance must be >= 0, got {g.rank_tie_tolerance}")

@@ -74,6 +74,8 @@ def _diff_cell(r: dict, signed: bool = True) -> tuple[str, str]:
 
 
 def _ci(r: dict) -> str:
+    if r.get("verdict") == "too few prompts":
+        return "too few prompts"
     return f"[{_num(r['ci'][0], '+.4f')}, {_num(r['ci'][1], '+.4f')}]"
 
 
@@ -201,7 +203,8 @@ def write_html(
     body = [
         "<h1>glm-grpo evaluate: base vs adapter</h1>",
         '<p class="note">Paired: every model draws each prompt\'s tokens with the same noise and decodes them with '
-        "the same seed, so a difference measures the adapter, not the seeds. Intervals are over prompts; a reward "
+        "the same seed, so a difference measures the adapter, not the seeds. Intervals: Student's t over prompts "
+        "(docs/evaluate.md, with their simulated coverage; none below 3 prompts); a reward "
         "difference whose interval excludes 0 is green (up) or red (down), an image statistic's amber.</p>",
         "<h2>Protocol</h2>",
         _table(["setting", "value"], protocol_rows(record)),
@@ -210,8 +213,10 @@ def write_html(
         body.append("<p>No adapter: the base alone.</p>")
     for name in record["adapters"]:
         s = record["summary"][name]
+        warning = s.get("base_warning")
         body += [
             f"<h2>{html.escape(name)}: rewards</h2>",
+            f'<p class="alarm">{html.escape(warning)}</p>' if warning else "",
             reward_section(name, s),
             f"<h2>{html.escape(name)}: image statistics</h2>",
             '<p class="note">Per prompt, the mean over its samples (diversity and near-duplicates: over its '

@@ -136,3 +136,36 @@ class Evaluator:
         if path is not None:
             record["gallery"] = str(path.relative_to(out))
         return record, path
+
+
+def eval_line(record: dict, group_size: int) -> str:
+    """The console line of one evaluation: the reward (each reward's mean when there are several), the prompts x
+    samples it rests on, its seconds and its gallery."""
+    labels = {k.removeprefix("eval/reward/"): v for k, v in record.items() if k.startswith("eval/reward/")}
+    each = f" ({', '.join(f'{k} {_fmt(v)}' for k, v in labels.items())})" if len(labels) > 1 else ""
+    gallery = f"; {record['gallery']}" if record.get("gallery") else ""
+    return (
+        f"eval at step {record['step']}: reward {_fmt(record['eval/reward_mean'])}{each}, "
+        f"{record['eval/num_prompts']} prompts x {group_size} samples, {record['eval/time']:.1f} s{gallery}"
+    )
+
+
+def _fmt(value) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def eval_summary(path) -> str | None:
+    """The closing line's part on the run's evaluations (``eval.jsonl``): how many, the reward at the first and
+    the last; None when the run wrote none."""
+    from ..observability.metrics import read_metrics
+
+    if not Path(path).is_file():
+        return None
+    rows = read_metrics(path)
+    if not rows:
+        return None
+    first, last = rows[0], rows[-1]
+    return (
+        f"{len(rows)} evaluation(s), reward {_fmt(first.get('eval/reward_mean'))} at step {first['step']} -> "
+        f"{_fmt(last.get('eval/reward_mean'))} at step {last['step']}"
+    )

@@ -1,7 +1,7 @@
 """What ``glm-grpo evaluate`` writes: the console table, ``evaluate.json``, the side-by-side gallery and the plot.
 
 Per reward (and the weighted total when there are several) and per adapter: the base's and the adapter's
-mean, the paired difference with its 95 % bootstrap interval over prompts, the adapter's win rate over
+mean, the paired difference with its 95 % interval over prompts (evaluation/stats.py), the adapter's win rate over
 prompts, and whether the adapter's run trained on that reward (in-domain) or not (out-of-domain: a gain
 there is evidence the adapter generalises; a loss is what reward hacking looks like). The same broken down
 by category when the prompts have one.
@@ -56,7 +56,7 @@ def run_alarms(adapter: str) -> dict | None:
     return None if found is None else fired_alarms(found[0])
 
 
-def summarise(results: dict, adapters: dict[str, str], seed: int, categories: list[str] | None) -> dict:
+def summarise(results: dict, adapters: dict[str, str], categories: list[str] | None) -> dict:
     """``{adapter name: {"path", "trained_on", "rewards": {label: summary}, "categories": {...}}}``."""
     from .paired import BASE
 
@@ -67,7 +67,7 @@ def summarise(results: dict, adapters: dict[str, str], seed: int, categories: li
         trained = trained_rewards(path)
         per_label = {
             label: {
-                **paired_summary(base.rewards[label], model.rewards[label], seed),
+                **paired_summary(base.rewards[label], model.rewards[label]),
                 "trained_on": None if trained is None or label == TOTAL else label in trained,
             }
             for label in base.rewards
@@ -77,21 +77,21 @@ def summarise(results: dict, adapters: dict[str, str], seed: int, categories: li
             for cat in sorted(set(categories)):
                 rows = torch.tensor([c == cat for c in categories])
                 by_category[cat] = {
-                    label: paired_summary(base.rewards[label][rows], model.rewards[label][rows], seed)
+                    label: paired_summary(base.rewards[label][rows], model.rewards[label][rows])
                     for label in base.rewards
                 }
         out[name] = {"path": path, "trained_on": trained, "rewards": per_label, "categories": by_category}
     return out
 
 
-def summarise_statistics(results: dict, adapters: dict[str, str], seed: int) -> dict:
+def summarise_statistics(results: dict, adapters: dict[str, str]) -> dict:
     """``{adapter name: {statistic: paired summary}}``: each image statistic (observability/image_stats.py) of the
     adapter's images against the base's on the same prompts and seeds, with the rewards' interval over prompts."""
     from .paired import BASE
 
     base = results[BASE]
     return {
-        name: {stat: paired_summary(base.stats[stat], results[name].stats[stat], seed) for stat in base.stats}
+        name: {stat: paired_summary(base.stats[stat], results[name].stats[stat]) for stat in base.stats}
         for name in adapters
     }
 
@@ -100,29 +100,49 @@ def _num(x: float, spec: str = "+.4f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def interval_text(r: dict) -> str:
+    """``[low, high]``, or ``too few prompts`` where there is no interval (evaluation/stats.py)."""
+    if r.get("verdict") == "too few prompts":
+        return "too few prompts"
+    return f"[{_num(r['ci'][0])}, {_num(r['ci'][1])}]"
+
+
 def table(summary: dict) -> str:
-    """The console table (one block per adapter; categories indented under it)."""
+    """The console table (one block per adapter; categories indented under it), and a caveat line when an
+    interval rests on fewer than :data:`~glm_grpo_ds.evaluation.stats.CAVEAT_BELOW` prompts."""
+    from .stats import CAVEAT_BELOW, METHOD, MIN_PROMPTS
+
     lines = []
     head = (
         f"{'reward':<24} {'base':>9} {'adapter':>9} {'diff':>9} {'95% CI':>21} {'win rate':>8} {'prompts':>7}  domain"
     )
+    caveat = few = False
     for name, s in summary.items():
-        lines.append(f"{name}: {s['path']}")
+        other = "  (trained on another base model: see its warning)" if s.get("base_warning") else ""
+        lines.append(f"{name}: {s['path']}{other}")
         lines.append(head)
         for label, r in s["rewards"].items():
             domain = "weighted sum" if label == TOTAL else DOMAIN[r["trained_on"]]
-            ci = f"[{_num(r['ci'][0])}, {_num(r['ci'][1])}]"
             lines.append(
                 f"{label:<24} {_num(r['base'], '.4f'):>9} {_num(r['model'], '.4f'):>9} {_num(r['diff']):>9} "
-                f"{ci:>21} {_num(r['win_rate'], '.2f'):>8} {r['prompts']:>7}  {domain}"
+                f"{interval_text(r):>21} {_num(r['win_rate'], '.2f'):>8} {r['prompts']:>7}  {domain}"
             )
         for cat, per_label in s["categories"].items():
             for label, r in per_label.items():
-                ci = f"[{_num(r['ci'][0])}, {_num(r['ci'][1])}]"
                 lines.append(
                     f"  {cat + ': ' + label:<22} {_num(r['base'], '.4f'):>9} {_num(r['model'], '.4f'):>9} "
-                    f"{_num(r['diff']):>9} {ci:>21} {_num(r['win_rate'], '.2f'):>8} {r['prompts']:>7}"
+                    f"{_num(r['diff']):>9} {interval_text(r):>21} {_num(r['win_rate'], '.2f'):>8} {r['prompts']:>7}"
                 )
+        rows = [*s["rewards"].values(), *(r for per in s["categories"].values() for r in per.values())]
+        caveat |= any(r.get("caveat") for r in rows)
+        few |= any(r.get("verdict") == "too few prompts" for r in rows)
+    if caveat:
+        lines.append(
+            f"95% CI: {METHOD}; with fewer than {CAVEAT_BELOW} prompts its level rests on the differences being "
+            "roughly symmetric (docs/evaluate.md#intervals)"
+        )
+    if few:
+        lines.append(f"too few prompts: no interval below {MIN_PROMPTS} prompts; evaluate more prompts")
     return "\n".join(lines)
 
 

@@ -9,6 +9,9 @@ the checkpoint is reported. Used by glm_grpo_ds/train.py; tested in tests/unit/t
   step it holds), so ``final_*`` always matches the last line of ``metrics.jsonl``; nothing is deleted.
 * ``data_fingerprint(source, rows)`` / ``data_changed(...)``: a cheap fingerprint of the prompt source,
   kept in each checkpoint and compared on resume (a warning: the resume is exact only for the same data).
+* ``config_changes(saved, now)`` / ``changes_line(...)`` / ``segments(...)``: the settings a resumed run
+  changed against its checkpoint's config (one warning listing each key, old -> new), and the history kept in
+  ``config.json`` (``segments``: from which step which settings changed), which the model card reports.
 """
 
 from __future__ import annotations
@@ -97,3 +100,49 @@ def data_changed(saved: dict | None, now: dict) -> str | None:
         f"({saved['source']}, {saved['rows']} rows; now {now['rows']} rows, other contents): the resumed run "
         "samples other prompts than an uninterrupted run would (the resume is exact only for the same data)"
     )
+
+
+# keys that say how a launch starts, not how the model is trained: not reported as changes
+START_KEYS = ("resume_from", "overwrite_output_dir")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_changes(saved: dict | None, now: dict) -> dict[str, list]:
+    """``{dotted key: [old, new]}`` between the checkpoint's config (``to_dict`` form; None for checkpoints from
+    before it was kept) and this launch's, :data:`START_KEYS` left out."""
+    if not saved:
+        return {}
+    before, after = _flat(saved), _flat(now)
+    keys = sorted((before.keys() | after.keys()) - set(START_KEYS))
+    return {key: [before.get(key), after.get(key)] for key in keys if before.get(key) != after.get(key)}
+
+
+def changes_line(changes: dict[str, list], step: int) -> str:
+    """The warning a resume with other settings prints: each changed key, old -> new."""
+    listed = "; ".join(f"{key} {json.dumps(old)} -> {json.dumps(new)}" for key, (old, new) in changes.items())
+    return (
+        f"glm-grpo: warning: resuming at step {step} with {len(changes)} changed setting(s): {listed}. Steps "
+        f"1-{step} ran with the old values (config.json's segments and the model card say so)"
+    )
+
+
+def segments(previous: dict | None, step: int, changes: dict[str, list]) -> list[dict]:
+    """``config.json``'s history: ``[{"from_step": 0, "changed": {}}, {"from_step": S, "changed": {key: [old,
+    new]}}, ...]``, the earlier segments from the ``previous`` config.json of the run (when it has them) and a new
+    one at ``step`` when this launch changed settings. A fresh run: one segment."""
+    before = list((previous or {}).get("segments") or [{"from_step": 0, "changed": {}}]) if step else []
+    before = [seg for seg in before if seg["from_step"] < step]  # a resume from an earlier checkpoint drops later ones
+    if not before:
+        before = [{"from_step": 0, "changed": {}}]
+    if changes:
+        before.append({"from_step": step, "changed": changes})
+    return before

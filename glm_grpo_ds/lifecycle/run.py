@@ -13,7 +13,7 @@ tests/unit/test_run_life.py, the rest by the training runs of tests/integration 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -31,12 +31,13 @@ class Start:
 
     checkpoint: Path | None = None
     step: int = 0
+    changes: dict = field(default_factory=dict)  # {key: [old, new]} against the checkpoint's config (resume.py)
 
 
 def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stage: int, data: dict, rank: int) -> Start:
     """Resume or start fresh, before any model loads (every rank alike). Resuming: the checkpoint must fit
     this launch (CheckpointError), must not be finished already (:class:`resume.NothingToDo`: nothing is
-    touched) and a changed prompt source is a warning. Fresh: ``output_dir`` must hold no earlier run,
+    touched); a changed prompt source and changed settings are warnings. Fresh: ``output_dir`` must hold no earlier run,
     unless ``overwrite_output_dir`` (checkpoint.start_fresh)."""
     if resume_path is not None:
         state = checkpoint.check_compatible(resume_path, world, zero_stage)
@@ -46,7 +47,10 @@ def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stag
         changed = resume.data_changed(state.get("data"), data)
         if changed:
             log.warning(f"glm-grpo: {changed}")
-        return Start(resume_path, int(state["step"]))
+        changes = resume.config_changes(state.get("config"), to_dict(cfg))
+        if changes:
+            log.warning(resume.changes_line(changes, int(state["step"])))
+        return Start(resume_path, int(state["step"]), changes)
     checkpoint.start_fresh(out, cfg.overwrite_output_dir, rank)
     if cfg.resume_from == "auto":
         log.info(f"glm-grpo: resume_from=auto: no checkpoint in {out}, starting fresh")

@@ -245,6 +245,13 @@ def finite_or_none(x: float | None) -> float | None:
 
 
 # update statistics averaged over ranks (each rank's value is already a mean over its tokens)
+# written when the run uses them: the sampler correction's raw weights, the top-entropy selection (update_stats.py)
+_OPTIONAL_MEANS = (
+    "correction/weight_mean",
+    "correction/outside_fraction",
+    "top_entropy/threshold",
+    "top_entropy/kept_fraction",
+)
 _MEAN_OVER_RANKS = (
     "loss",
     "kl",
@@ -294,6 +301,9 @@ def step_record(
     all ranks. Collective: every rank calls it, and gets the same record."""
     memory_key = "peak_gpu_memory_mb" if device.type == "cuda" else "peak_rss_mb"
     sums = {key: float(stats[key]) for key in _MEAN_OVER_RANKS}
+    # present on every rank alike (grpo.sampler_correction / grpo.top_entropy_quantile are run-wide settings)
+    optional = [key for key in _OPTIONAL_MEANS if key in stats]
+    sums.update({key: float(stats[key]) for key in optional})
     sums.update({f"failed/{label}": float(n) for label, n in failed.items()})
     first = stats.get("iterations", [stats])[0]  # ratio must be exactly 1 there (old log-probs = these)
     maxima = {
@@ -306,6 +316,13 @@ def step_record(
         memory_key: peak_memory_mb(device),
         **peaks,
     }
+    if "correction/weight_max" in stats:
+        maxima.update(
+            {
+                "correction/weight_max": stats["correction/weight_max"],
+                "-correction/weight_min": -stats["correction/weight_min"],
+            }
+        )
     total, top = dist.reduce_stats(sums, maxima)
     world = dist.world_size()
     record = {
@@ -320,6 +337,10 @@ def step_record(
     record["first_iteration_ratio_min"] = finite_or_none(-top["-first_ratio_min"])
     record["first_iteration_ratio_max"] = finite_or_none(top["first_ratio_max"])
     record["mismatch/logp_abs_max"] = finite_or_none(top["mismatch/logp_abs_max"])
+    record.update({key: finite_or_none(total[key] / world) for key in optional})
+    if "correction/weight_max" in top:
+        record["correction/weight_min"] = finite_or_none(-top["-correction/weight_min"])
+        record["correction/weight_max"] = finite_or_none(top["correction/weight_max"])
     record.update({f"time/{phase}": seconds for phase, seconds in timings.items()})
     record["rollout_tokens_per_s"] = generated_tokens / max(timings["rollout"], 1e-9)
     record["update_tokens_per_s"] = generated_tokens * num_iterations / max(timings["update"], 1e-9)

@@ -46,6 +46,15 @@ def merge_copy_line(cfg, planned: dict, on_gpu: bool) -> str | None:
     return f"rollout: LoRA merged for sampling, {where[m['placement']]}"
 
 
+def grpo_options_line(grpo) -> str | None:
+    """The ``grpo.*`` settings that differ from their defaults (the ones echoed above excepted), one line: the loss
+    a run trains with is visible in its log, not only in config.json. None when every one is the default."""
+    skip = {"group_size", "sampling"}  # in the lines above
+    default, now = dataclasses.asdict(type(grpo)()), dataclasses.asdict(grpo)
+    changed = [f"{key}={json.dumps(now[key])}" for key in now if key not in skip and now[key] != default.get(key)]
+    return "grpo options (not the defaults): " + ", ".join(changed) if changed else None
+
+
 def print_startup_summary(cfg, model, ds_config, world, device, dtype, attn, out: Path, planned: dict) -> None:
     """``planned``: :func:`startup_plan` of this run, written to ``out/memory_plan.json``."""
     total = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
@@ -74,3 +83,6 @@ def print_startup_summary(cfg, model, ds_config, world, device, dtype, attn, out
     merge = merge_copy_line(cfg, planned, device.type == "cuda")
     if merge:
         log.info(f"          {merge}")
+    options = grpo_options_line(cfg.grpo)
+    if options:
+        log.info(f"          {options}")

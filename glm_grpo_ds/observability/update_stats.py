@@ -4,6 +4,8 @@
     for iteration ...:
         for micro-batch ...:
             stats.add_mismatch(sums)                 # first iteration: sampler vs trainer (grpo.mismatch_sums)
+            stats.add_correction(sums)               # first iteration: grpo.correction_sums (None: no correction)
+            stats.add_selection(selection)           # the top-entropy selection of update.policy_token_weights
             stats.add(loss, loss_stats, applied)     # policy_loss's stats, whether DeepSpeed applied the step
         stats.end_iteration()
     stats.result()                                   # the dict the step record reads (observability/metrics.py)
@@ -16,6 +18,7 @@ result of an update that did not run at all (every step skipped, no statistic: N
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 # the loss statistics averaged over tokens (policy_loss's stats), and the first iteration's sampler-vs-trainer ones
@@ -28,6 +31,8 @@ class UpdateStats:
         self.iterations: list[dict] = []
         self.skipped = 0
         self.mismatch: dict[str, float] = defaultdict(float)
+        self.correction: dict[str, float] = defaultdict(float)
+        self.selection: dict[str, float] = defaultdict(float)
         self._new_iteration()
 
     def _new_iteration(self) -> None:
@@ -40,6 +45,27 @@ class UpdateStats:
         for key, value in sums.items():
             v = value.item()
             self.mismatch[key] = max(self.mismatch[key], v) if key == "max" else self.mismatch[key] + v
+
+    def add_correction(self, sums: dict | None) -> None:
+        """One micro-batch's :func:`glm_grpo_ds.grpo.correction_sums` (None: no sampler correction)."""
+        if sums is None:
+            return
+        c = self.correction
+        c["sum"] += sums["sum"].item()
+        c["outside"] += sums["outside"].item()
+        c["units"] += sums["units"].item()
+        c["min"] = min(c.get("min", math.inf), sums["min"].item())
+        c["max"] = max(c.get("max", -math.inf), sums["max"].item())
+
+    def add_selection(self, selection: dict) -> None:
+        """One micro-batch's top-entropy selection (update.policy_token_weights; empty: none)."""
+        if not selection:
+            return
+        s = self.selection
+        s["threshold"] += selection["threshold"].item()
+        s["calls"] += 1
+        s["kept"] += selection["kept"].item()
+        s["tokens"] += selection["tokens"].item()
 
     def add(self, loss, loss_stats: dict, applied: bool | None) -> None:
         """One micro-batch's loss and :func:`glm_grpo_ds.grpo.policy_loss` stats; ``applied``: what
@@ -77,6 +103,15 @@ class UpdateStats:
         out["mismatch/logp_abs_max"] = self.mismatch["max"]
         out["mismatch/kl_k3"] = self.mismatch["k3"] / n
         out["mismatch/frac_beyond"] = self.mismatch["beyond"] / n
+        c = self.correction
+        if c["units"]:  # grpo.sampler_correction: the raw weights pi_old / pi_sampler of the first iteration
+            out["correction/weight_mean"] = c["sum"] / c["units"]
+            out["correction/weight_min"], out["correction/weight_max"] = c["min"], c["max"]
+            out["correction/outside_fraction"] = c["outside"] / c["units"]  # clipped (truncate) or zeroed (mask)
+        sel = self.selection
+        if sel["calls"]:  # grpo.top_entropy_quantile < 1: over every iteration's micro-batches
+            out["top_entropy/threshold"] = sel["threshold"] / sel["calls"]
+            out["top_entropy/kept_fraction"] = sel["kept"] / max(sel["tokens"], 1.0)
         return out
 
     @staticmethod

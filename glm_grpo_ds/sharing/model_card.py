@@ -307,6 +307,20 @@ def _curve(run: Path, weights_dir: Path) -> bool:
     return True
 
 
+def segments_lines(saved: dict) -> list[str]:
+    """Which steps ran with what, when a resume changed settings (config.json's ``segments``,
+    glm_grpo_ds/lifecycle/resume.py); nothing for a run trained with one set of settings. The training section
+    above gives the last segment's settings."""
+    later = [seg for seg in saved.get("segments") or [] if seg.get("changed")]
+    if not later:
+        return []
+    lines = ["Settings changed during training (the values above are the last ones):", ""]
+    for seg in later:
+        changed = ", ".join(f"`{key}` {old!r} -> {new!r}" for key, (old, new) in seg["changed"].items())
+        lines.append(f"- from step {seg['from_step'] + 1}: {changed}")
+    return [*lines, ""]
+
+
 def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: int | None = None, curve=True):
     """The ``ModelCard`` of ``weights_dir`` (an adapter or a full model) written by the run in
     ``run_dir``; ``step``: a checkpoint's card (results up to that step)."""
@@ -344,6 +358,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     if curve and _curve(run, weights):
         body += [f"![reward curve]({PLOT_NAME})", ""]
     body += _training_section(cfg, ds, labels)
+    body += segments_lines(saved)
     # where readers of this card get the weights: the Hub repo when the run uploads them there, else this directory
     uploaded = hub.get("repo_id") and (step is None or hub.get("push_checkpoints"))
     extra = f', subfolder="{CHECKPOINT_PREFIX}/{run_step_dir(step)}"' if uploaded and step is not None else ""

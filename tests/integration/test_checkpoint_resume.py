@@ -54,6 +54,18 @@ def test_resume_is_exact(runs):
         assert _stable(x) == _stable(y), x["step"]
 
 
+def test_a_resume_with_other_settings_says_so_and_keeps_the_history(runs):
+    """The resumed launch ran with max_steps=4 where its checkpoint's had 2: one warning lists the change, and
+    config.json's segments and the final model card say from which step it held; an unresumed run has one segment."""
+    log = (runs["resumed"] / "logs" / "rank_0.log").read_text()
+    assert "glm-grpo: warning: resuming at step 2 with 1 changed setting(s): max_steps 2 -> 4. Steps 1-2 ran" in log
+    saved = json.loads((runs["resumed"] / "config.json").read_text())
+    assert saved["segments"] == [{"from_step": 0, "changed": {}}, {"from_step": 2, "changed": {"max_steps": [2, 4]}}]
+    assert "- from step 3: `max_steps` 2 -> 4" in (runs["resumed"] / "final_adapter" / "README.md").read_text()
+    assert json.loads((runs["straight"] / "config.json").read_text())["segments"] == [{"from_step": 0, "changed": {}}]
+    assert "Settings changed during training" not in (runs["straight"] / "final_adapter" / "README.md").read_text()
+
+
 def test_checkpoint_layout_and_atomicity(runs):
     ckpts = runs["resumed"] / "checkpoints"
     assert (ckpts / "latest").read_text() == "step_000004"

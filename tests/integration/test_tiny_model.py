@@ -128,6 +128,17 @@ def test_cli_render_writes_pngs_and_rejects_bad_size(tiny_model_dir, tmp_path, c
     assert [(r["file"], r["prompt"], r["seed"]) for r in index] == [("000.png", "a", 0), ("001.png", "b", 1)]
     assert index[0]["num_inference_steps"] == 2 and (index[0]["height"], index[0]["width"]) == (64, 96)
 
+    # an --out holding that render is refused (nothing touched); --overwrite replaces it, and the index follows
+    before = {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()}
+    code, _, err = glm_grpo(cmd + ["--prompt", "c", *sizes], capfd)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"--out {tmp_path / 'r'} already holds 3 file(s) of an earlier render (000.png, 001.png, index.jsonl)" in err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()} == before
+    code, _, err = glm_grpo(cmd + ["--prompt", "c", *sizes, "--overwrite"], capfd)
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["000.png", "index.jsonl"]
+    assert [json.loads(line)["prompt"] for line in (tmp_path / "r" / "index.jsonl").read_text().splitlines()] == ["c"]
+
     code, _, err = glm_grpo(cmd + ["--prompt", "a", "--height", "50"], capfd)
     assert code == 2 and "--height 50 must be a positive multiple of 32" in err
 

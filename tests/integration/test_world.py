@@ -126,7 +126,7 @@ def _train(world_dir, run_dir, *extra):
     train, held = run_dir.parent / f"{run_dir.name}_train.jsonl", run_dir.parent / f"{run_dir.name}_held.jsonl"
     train.write_text("".join(json.dumps({"prompt": f"{c} image"}) + "\n" for c in LEARN_COLOURS))
     held.write_text("".join(json.dumps({"prompt": f"{c} on top, {c} at the bottom"}) + "\n" for c in LEARN_COLOURS))
-    launch(
+    proc = launch(
         2,
         [
             *train_args(config=WORLD_CONFIG, ds_config="zero3.json"),
@@ -146,6 +146,7 @@ def _train(world_dir, run_dir, *extra):
         ],
         timeout=600,
     )
+    run_dir.with_name(f"{run_dir.name}.stdout").write_text(proc.stdout)  # the console, beside the run
     return _eval_fraction(run_dir)
 
 
@@ -214,6 +215,16 @@ def test_the_learning_run_fires_no_alarm_at_the_defaults(learned):
         f"dark fraction {first['eval/images/dark_fraction']:.3f} -> {last['eval/images/dark_fraction']:.3f}"
     )
     assert "alarm" not in (run_dir / "logs" / "rank_0.log").read_text()
+    # each evaluation is a console line; the closing lines name eval.jsonl with the first and last eval reward
+    log = run_dir.with_name(f"{run_dir.name}.stdout").read_text()
+    assert "alarm" not in log
+    for row in rows:
+        assert f"eval at step {row['step']}: reward {row['eval/reward_mean']:.4f}, 4 prompts x 8 samples, " in log
+    assert (
+        f"evaluations {run_dir / 'eval.jsonl'}: {len(rows)} evaluation(s), reward {first['eval/reward_mean']:.4f} at "
+        f"step 0 -> {last['eval/reward_mean']:.4f} at step {last['step']}"
+    ) in log
+    assert f"samples {run_dir / 'samples'}/ (eval_step_*.png" in log
 
 
 @pytest.mark.slow

@@ -1,11 +1,14 @@
-"""``glm-grpo evaluate``'s statistics (glm_grpo_ds/evaluation/stats.py) against values computed by hand."""
+"""``glm-grpo evaluate``'s statistics (glm_grpo_ds/evaluation/stats.py) against values computed by hand, and the
+interval's coverage on simulated evaluations (the full table: benchmarks/interval_coverage.py, docs/evaluate.md)."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from glm_grpo_ds.evaluation.stats import bootstrap_mean_ci, paired_summary
+from glm_grpo_ds.evaluation.report import table
+from glm_grpo_ds.evaluation.stats import mean_interval, paired_summary
 
 NAN = float("nan")
 
@@ -13,35 +16,57 @@ NAN = float("nan")
 def test_paired_summary_by_hand():
     base = torch.tensor([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0], [NAN, NAN]])
     model = torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [1.0, 1.0]])
-    s = paired_summary(base, model, seed=0)
+    s = paired_summary(base, model)
     # prompt means: base 0.5 1 0 (the 4th undefined: left out), model 1 1 0.5; differences 0.5 0 0.5
     assert s["prompts"] == 3
     assert (
         s["base"] == pytest.approx(0.5) and s["model"] == pytest.approx(2.5 / 3) and s["diff"] == pytest.approx(1 / 3)
     )
     assert s["win_rate"] == pytest.approx((1 + 0.5 + 1) / 3)  # the tie counts half
-    low, high = s["ci"]
-    assert 0 <= low <= 1 / 3 <= high <= 0.5  # resampled means of {0.5, 0, 0.5} lie in [0, 0.5]
+    # sd of (0.5, 0, 0.5) = sqrt(1/12); t(0.975, 2 degrees of freedom) = 4.302653; half-width t sd / sqrt(3)
+    half = 4.302653 * math.sqrt(1 / 12) / math.sqrt(3)
+    assert s["ci"] == pytest.approx([1 / 3 - half, 1 / 3 + half], abs=1e-6)
+    assert s["verdict"] == "holds 0" and not s["ci_excludes_0"] and s["caveat"]
 
 
 def test_the_same_rewards_give_exactly_zero_and_an_interval_that_holds_it():
     r = torch.rand(6, 4, generator=torch.Generator().manual_seed(0))
-    s = paired_summary(r, r.clone(), seed=0)
+    s = paired_summary(r, r.clone())
     assert s["diff"] == 0.0 and s["ci"] == [0.0, 0.0] and not s["ci_excludes_0"] and s["win_rate"] == 0.5
 
 
 def test_a_clear_gain_excludes_zero_and_noise_does_not():
     g = torch.Generator().manual_seed(1)
     base = torch.rand(40, 4, generator=g)
-    assert paired_summary(base, base + 0.3, seed=0)["ci_excludes_0"]
+    gain = paired_summary(base, base + 0.3)
+    assert gain["ci_excludes_0"] and gain["verdict"] == "up" and not gain["caveat"]  # 40 prompts: no caveat
     noise = base + 0.05 * torch.randn(40, 4, generator=g)
-    s = paired_summary(base, noise, seed=0)
+    s = paired_summary(base, noise)
     assert s["ci"][0] < 0 < s["ci"][1] and not s["ci_excludes_0"]
+    assert paired_summary(base, base - 0.3)["verdict"] == "down"
 
 
-def test_bootstrap_is_seeded_and_needs_two_values():
-    x = torch.tensor([0.1, 0.5, 0.2, 0.9, 0.4])
-    assert bootstrap_mean_ci(x, seed=3) == bootstrap_mean_ci(x, seed=3)
-    assert all(math.isnan(v) for v in bootstrap_mean_ci(torch.tensor([0.3]), seed=0))
+def test_two_prompts_get_no_interval_and_the_table_says_so():
+    """Below 3 prompts there is no interval: a clear-looking gain on 2 prompts is "too few prompts", not green."""
+    s = paired_summary(torch.zeros(2, 4), torch.tensor([[0.5] * 4, [0.6] * 4]))
+    assert all(math.isnan(v) for v in s["ci"]) and s["verdict"] == "too few prompts" and not s["ci_excludes_0"]
+    text = table({"adapter_0": {"path": "a", "rewards": {"r": {**s, "trained_on": True}}, "categories": {}}})
+    assert "too few prompts" in text.splitlines()[2] and "no interval below 3 prompts" in text
+    eight = paired_summary(torch.zeros(8, 2), torch.rand(8, 2, generator=torch.Generator().manual_seed(0)))
+    assert "with fewer than 20 prompts" in table(
+        {"a": {"path": "a", "rewards": {"r": {**eight, "trained_on": None}}, "categories": {}}}
+    )
     with pytest.raises(ValueError, match="differ in shape"):
         paired_summary(torch.zeros(2, 3), torch.zeros(3, 2))
+
+
+def test_the_95_interval_holds_the_true_difference_95_percent_of_the_time_at_8_prompts():
+    """4 000 simulated evaluations of 8 prompts: normal differences, and reward-like ones (means of 4 Bernoulli
+    draws per prompt and model); the percentile bootstrap used before held ~88 % on both."""
+    rng = np.random.default_rng(0)
+    normal = rng.normal(0.1, 0.2, (4000, 8))
+    p = rng.uniform(0.2, 1.0, (4000, 8))
+    rewardlike = rng.binomial(4, p) / 4 - rng.binomial(4, p - 0.1) / 4
+    for x in (normal, rewardlike):
+        held = np.mean([lo <= 0.1 <= hi for lo, hi in (mean_interval(torch.from_numpy(row)) for row in x)])
+        assert abs(held - 0.95) < 0.015, held

@@ -146,6 +146,14 @@ def test_step_record_by_hand():
     assert rec["reward/r_undefined"] == 1 and rec["reward/r_failed"] == 1 and rec["peak_rss_mb"] > 0
     assert (rec["memory/rollout_peak_mb"], rec["memory/update_peak_mb"]) == (10.0, 20.0)  # max over the 1 rank
     assert (rec["entropy"], rec["mismatch/logp_abs_mean"], rec["mismatch/logp_abs_max"]) == (2.5, 1e-3, 0.02)
+    assert not any(key.startswith(("correction/", "top_entropy/")) for key in rec)  # options off: no such metric
+    options = {
+        "correction/weight_mean": 1.01, "correction/weight_min": 0.5, "correction/weight_max": 2.5,
+        "correction/outside_fraction": 0.1, "top_entropy/threshold": 3.2, "top_entropy/kept_fraction": 0.2,
+    }  # fmt: skip
+    rec3 = step_record(5, dict(stats, **options), rewards, {}, {}, {"rollout": 1.0, "update": 1.0}, {}, 1, 1,
+                       torch.device("cpu"))  # fmt: skip
+    assert {key: rec3[key] for key in options} == options  # one rank: the means, the min and the max are its own
     nan_stats = dict(stats, loss=float("nan"))
     assert (
         step_record(1, nan_stats, rewards, {}, {}, {"rollout": 1.0, "update": 1.0}, {}, 1, 1, torch.device("cpu"))[

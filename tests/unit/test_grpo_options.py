@@ -179,3 +179,84 @@ def test_top_entropy_threshold_is_taken_over_every_ranks_tokens(tmp_path):
     alone = high_entropy_mask(entropy, torch.ones_like(entropy), 0.25).float()
     assert torch.equal(ranks, alone)
     assert ranks[2:].sum() == 0 and ranks[:2].sum() == 4  # the 4 highest of 16
+
+
+def test_the_top_entropy_selection_reports_its_threshold_and_kept_tokens(preview_batch):
+    """update.policy_token_weights fills ``selection`` (the metrics top_entropy/threshold and kept_fraction):
+    the median 0.45 of the 10 entropies by hand, 5 of 10 tokens kept."""
+    from types import SimpleNamespace
+
+    from glm_grpo_ds.observability.update_stats import UpdateStats
+    from glm_grpo_ds.update import policy_token_weights
+
+    entropy = torch.tensor([[0.1, 0.9, 0.2, 0.8, 0.3], [0.4, 0.5, 0.6, 0.7, 0.05]])
+    selection = {}
+    policy_token_weights(
+        preview_batch, entropy, SimpleNamespace(top_entropy_quantile=0.5, preview_weight=1.0), selection
+    )
+    assert selection["threshold"].item() == pytest.approx(0.45) and selection["kept"] == 5 and selection["tokens"] == 10
+    stats = UpdateStats()
+    stats.add_selection(selection)
+    stats.add(torch.tensor(0.0), _loss_stats(), True)
+    stats.end_iteration()
+    out = stats.result()
+    assert out["top_entropy/threshold"] == pytest.approx(0.45) and out["top_entropy/kept_fraction"] == 0.5
+    assert "correction/weight_mean" not in out  # no sampler correction: no such metric
+
+
+def _loss_stats():
+    one = torch.tensor(1.0)
+    return {**dict.fromkeys(("clip_frac_low", "clip_frac_high", "kl", "entropy"), torch.tensor(0.0)),
+            "ratio_mean": one, "ratio_min": one, "ratio_max": one, "num_tokens": torch.tensor(10.0)}  # fmt: skip
+
+
+def test_correction_sums_by_hand_and_the_metrics_they_give():
+    """grpo.correction_sums: the raw weights exp(old - sampler) of the masked tokens (e^1, 1, e^-2; the masked-out
+    one ignored), their min / max / mean and the share outside [min, max] = [0.5, 2]: clipped by a truncate mode,
+    zeroed by a mask mode."""
+    import math
+
+    from glm_grpo_ds.grpo import correction_sums
+    from glm_grpo_ds.observability.update_stats import UpdateStats
+
+    old = torch.tensor([[1.0, 0.0, -2.0, 5.0]])
+    sampler = torch.zeros(1, 4)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    assert correction_sums(old, sampler, mask, "none") is None
+    sums = correction_sums(old, sampler, mask, "token_truncate", 2.0, 0.5)
+    w = [math.e, 1.0, math.exp(-2)]
+    assert sums["units"] == 3 and sums["outside"] == 2 and sums["sum"].item() == pytest.approx(sum(w))
+    assert (sums["min"].item(), sums["max"].item()) == pytest.approx((math.exp(-2), math.e))
+    seq = correction_sums(old, sampler, mask, "sequence_mask", 2.0, 0.5)  # one sequence: exp(1 + 0 - 2)
+    assert seq["units"] == 1 and seq["sum"].item() == pytest.approx(math.exp(-1)) and seq["outside"] == 1
+    stats = UpdateStats()
+    stats.add_correction(sums)
+    stats.add(torch.tensor(0.0), _loss_stats(), True)
+    stats.end_iteration()
+    out = stats.result()
+    assert out["correction/weight_mean"] == pytest.approx(sum(w) / 3)
+    assert out["correction/weight_min"] == pytest.approx(math.exp(-2)) and out[
+        "correction/weight_max"
+    ] == pytest.approx(math.e)
+    assert out["correction/outside_fraction"] == pytest.approx(2 / 3)
+
+
+def test_a_top_entropy_quantile_that_keeps_under_a_token_a_sequence_is_refused():
+    from glm_grpo_ds.config import ConfigError, load_config
+
+    config = "launch/configs/tiny_cpu.yaml"
+    with pytest.raises(ConfigError, match=r"grpo.top_entropy_quantile=0.0 keeps 0 of the 4 target-grid tokens"):
+        load_config(config, ["rollout.height=64", "rollout.width=64", "grpo.top_entropy_quantile=0"])
+    load_config(config, ["rollout.height=64", "rollout.width=64", "grpo.top_entropy_quantile=0.25"])  # one token
+    load_config(config, ["rollout.height=1024", "rollout.width=1024", "grpo.top_entropy_quantile=0.001"])
+
+
+def test_the_startup_summary_echoes_the_grpo_options_that_are_not_the_defaults():
+    from glm_grpo_ds.config import GRPOConfig
+    from glm_grpo_ds.observability.summary import grpo_options_line
+
+    assert grpo_options_line(GRPOConfig()) is None
+    changed = GRPOConfig(aggregation="seq_mean", sampler_correction="token_truncate", group_size=4)
+    assert grpo_options_line(changed) == (
+        'grpo options (not the defaults): aggregation="seq_mean", sampler_correction="token_truncate"'
+    )

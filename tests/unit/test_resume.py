@@ -41,3 +41,22 @@ def test_fingerprint_of_a_file_and_of_rows(tmp_path):
     rows[-1] = PromptRow(199, "edited")
     assert data_fingerprint("org/dataset", rows) != ds
     assert json.dumps(ds)  # stored in trainer_state.json
+
+
+def test_config_changes_list_each_changed_key_and_the_history_grows_by_segment():
+    from glm_grpo_ds.lifecycle.resume import changes_line, config_changes, segments
+
+    saved = {"optimizer": {"lr": 1e-5, "name": "adamw"}, "grpo": {"sampler_correction": None}, "resume_from": None}
+    now = {"optimizer": {"lr": 2e-5, "name": "adamw"}, "grpo": {"sampler_correction": "tis"}, "resume_from": "latest"}
+    changes = config_changes(saved, now)  # resume_from says how the launch starts: not a change
+    assert changes == {"grpo.sampler_correction": [None, "tis"], "optimizer.lr": [1e-5, 2e-5]}
+    assert config_changes(None, now) == {} and config_changes(saved, saved) == {}
+    line = changes_line(changes, 40)
+    assert line.startswith("glm-grpo: warning: resuming at step 40 with 2 changed setting(s): ")
+    assert 'grpo.sampler_correction null -> "tis"; optimizer.lr 1e-05 -> 2e-05. Steps 1-40 ran' in line
+    first = segments(None, 0, {})
+    assert first == [{"from_step": 0, "changed": {}}]
+    second = segments({"segments": first}, 40, changes)
+    assert second == [{"from_step": 0, "changed": {}}, {"from_step": 40, "changed": changes}]
+    assert segments({"segments": second}, 60, {}) == second  # resumed again without changes
+    assert segments({"segments": second}, 20, {}) == first  # resumed from a checkpoint before the change

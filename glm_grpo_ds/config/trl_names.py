@@ -1,0 +1,94 @@
+"""TRL's GRPOConfig names and what they are here, so a config written with TRL's words gets an error that names
+our key (and maps the value) instead of a list of close-looking keys that mean something else
+(``num_generations`` is ``grpo.group_size``, not ``grpo.num_iterations``; TRL's ``loss_type: dapo`` is our
+``aggregation: token_mean``, not ``dr_grpo``). docs/configuration.md carries the same table; a test checks every
+TRL name here against trl.GRPOConfig's fields and every key against our config.
+
+    hint = trl_key_hint("num_generations")          # "TRL's num_generations is grpo.group_size here: ..."
+    hint = trl_value_hint("grpo.aggregation", "dapo")  # "TRL's loss_type 'dapo' is aggregation 'token_mean' here"
+"""
+
+from __future__ import annotations
+
+# TRL GRPOConfig field -> (our dotted key, what to know)
+TRL_KEYS: dict[str, tuple[str, str]] = {
+    "num_generations": ("grpo.group_size", "G completions per prompt"),
+    "loss_type": (
+        "grpo.aggregation",
+        "the loss normaliser: TRL's dapo / bnpo = token_mean, grpo = seq_mean, dr_grpo = dr_grpo; cispo, sapo, "
+        "luspo and vespo have no counterpart",
+    ),
+    "scale_rewards": ("grpo.advantage_estimator", "TRL's group / true = group, batch = batch, none / false = none"),
+    "epsilon": ("grpo.epsilon_low", "the lower clip; grpo.epsilon_high is the upper one, as in TRL"),
+    "vllm_importance_sampling_correction": (
+        "grpo.sampler_correction",
+        "false = none; true = one of token_truncate, token_mask, sequence_truncate, sequence_mask (TRL's "
+        "vllm_importance_sampling_mode, the same names)",
+    ),
+    "vllm_importance_sampling_mode": ("grpo.sampler_correction", "the same names: token_truncate, ..."),
+    "vllm_importance_sampling_cap": ("grpo.sampler_correction_max", "the upper cap of the correction weights"),
+    "vllm_importance_sampling_clip_max": ("grpo.sampler_correction_max", "the upper cap of the correction weights"),
+    "vllm_importance_sampling_clip_min": ("grpo.sampler_correction_min", "the lower cap of the correction weights"),
+    "learning_rate": ("optimizer.lr", "the peak learning rate"),
+    "lr_scheduler_type": ("optimizer.schedule", "constant, linear or cosine"),
+    "per_device_train_batch_size": (
+        "batch.micro_batch_size",
+        "sequences per backward pass; the sequences a rank samples per step are batch.prompts_per_rank x "
+        "grpo.group_size",
+    ),
+    "gradient_accumulation_steps": (
+        "batch.micro_batch_size",
+        "a step's sequences are applied as one update in micro-batches of this size: there is no separate "
+        "accumulation count",
+    ),
+    "max_completion_length": (
+        "rollout.height",
+        "the completion is an image's tokens: rollout.height x rollout.width / 32^2 of them, plus the preview grid",
+    ),
+    "reward_weights": ("rewards", "each reward's weight: rewards: [{name: ..., weight: ...}]"),
+    "temperature": ("grpo.sampling.temperature", "the rollout's sampling temperature"),
+    "top_k": ("grpo.sampling.top_k", "the rollout's top-k"),
+    "top_p": ("grpo.sampling.top_p", "the rollout's top-p"),
+    "logging_steps": ("logging.log_every", "console lines every N steps (metrics.jsonl has every step)"),
+    "gradient_checkpointing": ("model.gradient_checkpointing", "the policy's activation checkpointing"),
+    "bf16": ("model.dtype", "bf16, fp32, fp16 or auto"),
+    "beta": ("grpo.beta", "the KL coefficient (TRL's default 0.0, ours 0.04)"),
+    "num_iterations": ("grpo.num_iterations", "updates per rollout (mu)"),
+    "importance_sampling_level": ("grpo.importance_sampling_level", "token or sequence (GSPO)"),
+    "top_entropy_quantile": ("grpo.top_entropy_quantile", "the top-entropy token fraction"),
+    "entropy_coef": ("grpo.entropy_coef", "the entropy bonus"),
+}
+
+# (our dotted key, a value TRL writes for the matching field) -> our value
+TRL_VALUES: dict[tuple[str, str], tuple[str, str]] = {
+    ("grpo.aggregation", "dapo"): ("loss_type", "token_mean"),
+    ("grpo.aggregation", "bnpo"): ("loss_type", "token_mean"),
+    ("grpo.aggregation", "grpo"): ("loss_type", "seq_mean"),
+    ("grpo.advantage_estimator", "true"): ("scale_rewards", "group"),
+    ("grpo.advantage_estimator", "false"): ("scale_rewards", "none"),
+}
+
+
+def trl_key_hint(key: str) -> str | None:
+    """``"TRL's KEY is OURS here: NOTE"`` when ``key`` (the last part of an unknown dotted key) is a TRL
+    GRPOConfig name this config spells differently or places elsewhere; else None."""
+    if key not in TRL_KEYS:
+        return None
+    ours, note = TRL_KEYS[key]
+    return f"TRL's {key} is {ours} here: {note}"
+
+
+def trl_value_hint(where: str, value) -> str | None:
+    """``"TRL's FIELD 'VALUE' is KEY 'OURS' here"`` for a TRL value of one of our choice keys, else None."""
+    found = TRL_VALUES.get((where, str(value).lower()))
+    if found is None:
+        return None
+    field, ours = found
+    shown = str(value).lower() if str(value).lower() in ("true", "false") else value  # YAML's false reads False
+    return f"TRL's {field} {shown!r} is {where.rsplit('.', 1)[-1]} {ours!r} here"
+
+
+def trl_table() -> str:
+    """The Markdown table docs/configuration.md carries (a test keeps the two equal)."""
+    rows = [f"| `{trl}` | `{ours}` | {note} |" for trl, (ours, note) in TRL_KEYS.items()]
+    return "\n".join(["| TRL GRPOConfig | here | what to know |", "|---|---|---|", *rows])
