@@ -10,9 +10,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# pytest-xdist workers: one per core of the 2-core CI machine; a test module stays on one worker
+# pytest-xdist workers: one per core of the 2-core CI machine; a test module stays on one worker, and the modules
+# start in tests/conftest.py's order (LONGEST_FIRST), not re-sorted by their number of tests
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: setup demo test test-fast test-install test-floor slice-check lint clean
 
@@ -51,7 +52,7 @@ test-floor: setup
 	PIP_CONFIG_FILE=/dev/null $(FLOOR)/bin/python -m pip --isolated install -q --no-index \
 		--find-links $(FLOOR)-wheels -c $(FLOOR)-wheels/constraints.txt "glm-grpo-ds[dev]"
 	$(FLOOR)/bin/glm-grpo env | tail -n +3
-	$(FLOOR)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider \
+	$(FLOOR)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -p no:cacheprovider \
 		-m "not slow and not distributed and not install" tests
 	$(FLOOR)/bin/python -m pytest -q -p no:cacheprovider $(FLOOR_SLOW)
 

@@ -33,23 +33,36 @@ def tiny_model_dir(tmp_path_factory):
     return built_once(tmp_path_factory, "tiny_model", lambda path: build_tiny_pipeline(path, seed=0))
 
 
-# The modules that take longest (minutes each on 2 cores; `--durations` lists their tests), started first:
-# a long module picked up last would leave one xdist worker running it while the other idles.
+# The modules that take longest, longest first (seconds of the two workers' time, summed over each module's tests
+# in a suite run of 2026-11-27 on 2 cores; `--durations` lists the tests): a long module picked up last would
+# leave one xdist worker running it while the other idles. The Makefile runs pytest-xdist with
+# --no-loadscope-reorder: by default xdist re-sorts the modules by their number of tests, which ignored this order
+# and started the few-test, minutes-long modules (bench, gpu_check, quiet_tools) last: 24.5 min instead of ~20.
 LONGEST_FIRST = (
-    "test_trainer_deepspeed",
-    "test_multinode",
-    "test_robustness",
-    "test_bench",
-    "test_gpu_check",
-    "test_model_source",
-    "test_world",
-    "test_real_width",
-    "test_checkpoint_resume",
-    "test_sharing",
-    "test_observability",
-    "test_memory_plan_deepspeed",
-    "test_quiet_tools",
-    "test_logprobs_in_gather",
+    "test_trainer_deepspeed",  # 288
+    "test_robustness",  # 243
+    "test_bench",  # 218
+    "test_sharing",  # 172
+    "test_real_width",  # 170
+    "test_world",  # 145
+    "test_memory_plan_deepspeed",  # 94
+    "test_checkpoint_resume",  # 93
+    "test_gpu_check",  # 91
+    "test_observability",  # 86
+    "test_multinode",  # 76
+    "test_evaluate_command",  # 75
+    "test_remote_reward",  # 59
+    "test_bad_inputs",  # 54
+    "test_logprobs_in_gather",  # 51
+    "test_quiet_tools",  # 50
+    "test_model_source",  # 50
+    "test_adapter_base",  # ~45
+    "test_rewards",  # 34
+    "test_fast_rollout",  # 33
+    "test_console",  # 29
+    "test_data_training",  # 28
+    "test_decode_loop",  # 25
+    "test_loss_option_metrics",  # ~20
 )
 
 

@@ -187,10 +187,10 @@ def test_no_token_fails_at_startup(tiny_model_dir, data64, tmp_path):
 @pytest.mark.distributed
 def test_a_checkpoint_upload_longer_than_the_timeout_keeps_no_rank_waiting(tiny_model_dir, data64, tmp_path):
     """2 ranks with an 18 s process-group timeout (dist_timeout_minutes=0.3) and a checkpoint upload that
-    takes 45 s: rank 0 uploads on its worker thread while both ranks go on (before, rank 1 timed out in
+    takes 30 s: rank 0 uploads on its worker thread while both ranks go on (before, rank 1 timed out in
     the collective after the save while rank 0 uploaded); the end waits for the upload, then the final one."""
     out = tmp_path / "run"
-    with FakeHub(slow_commits=lambda paths: 45.0 if paths[0].startswith("checkpoints/") else 0.0) as hub:
+    with FakeHub(slow_commits=lambda paths: 30.0 if paths[0].startswith("checkpoints/") else 0.0) as hub:
         args = train_args()
         args += common(tiny_model_dir, data64, out, "rollout.height=64", "rollout.width=64", "grpo.group_size=4")
         args += ["max_steps=2", "save_steps=2", f"hub.repo_id={REPO}", "hub.push_checkpoints=true"]

@@ -197,6 +197,13 @@ def test_evaluate_finds_the_trained_adapter_better_and_the_control_not(world_dir
     print(f"evaluate: trained {trained['diff']:+.3f} {trained['ci']}, control {control['diff']:+.3f} {control['ci']}")
     assert trained["diff"] > 0 and trained["ci_excludes_0"] and trained["trained_on"] is True
     assert control["ci"][0] <= 0 <= control["ci"][1] and not control["ci_excludes_0"]
+    # the report a person opens: both adapters' tables, each run's alarms (none fired), every prompt's images
+    report = (tmp_path / "report.html").read_text()
+    for name in ("adapter_0", "adapter_1"):
+        assert f"{name}: rewards" in report and f"{name}: image statistics" in report
+    assert report.count("No alarm fired during training.") == 2
+    assert str(learned["learn"][0] / "eval.jsonl") in report and str(learned["control"][0] / "eval.jsonl") in report
+    assert report.count('<img src="data:image/png;base64,') == 4 * 3 + 1  # 4 prompts x 3 models, and the plot
 
 
 @pytest.mark.slow
