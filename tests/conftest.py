@@ -25,6 +25,15 @@ import pytest  # noqa: E402
 from built_once import built_once  # noqa: E402  (tests/built_once.py)
 
 
+@pytest.fixture(autouse=True)
+def fresh_warn_once(monkeypatch):
+    """Each test starts with no one-time warning given (runtime/log.warning_once keeps a per-process set): else a
+    test asserting a warning fails or passes by which tests its xdist worker ran before it."""
+    from glm_grpo_ds.runtime import log
+
+    monkeypatch.setattr(log, "_warned", set())
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny GLM-Image pipeline directory (seed 0), built once per test session."""

@@ -231,11 +231,12 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "check-run": Subcommand(
         "glm_grpo_ds.commands.check_run",
         "PASS/FAIL: finite steps, first-iteration ratio 1, log-prob parity, peak vs plan",
-        usage="glm-grpo check-run OUTPUT_DIR [--verify FILE] [--parity-tolerance 5e-2]",
+        usage="glm-grpo check-run OUTPUT_DIR [--verify FILE] [--parity-tolerance TOL]",
         doc=(
             "PASS/FAIL: no non-finite step, first-iteration ratio exactly 1, verify-logprobs parity "
-            "(`--verify`: a file holding `glm-grpo verify-logprobs` output), measured peak vs "
-            "`memory_plan.json` (GPU); exit 1 on a FAIL "
+            "(`--verify`: a file holding `glm-grpo verify-logprobs` output; the tolerance is verify-logprobs' own "
+            "for the dtype it names, 1e-4 in fp32, 5e-2 in bf16), measured peak vs `memory_plan.json` (GPU; on a "
+            "CPU reported, WARN when over the plan), the image-statistics alarms; exit 1 on a FAIL "
             "([memory-and-speed.md](memory-and-speed.md#one-gpu-check-of-the-multi-gpu--bf16-paths))"
         ),
     ),
