@@ -160,10 +160,11 @@ def recorded_base(adapter: Path) -> tuple[str | None, str | None]:
     return saved.get("base_model_name_or_path"), saved.get("revision")
 
 
-def other_base(adapter: Path, base: tuple[str, str | None]) -> str | None:
+def other_base(adapter: Path, base: tuple[str, str | None], what: str = "adapter") -> str | None:
     """A one-line warning when ``adapter`` records another base model than ``base`` (``ModelSource.adapter_base()``
-    of the model given: a Hub id and its commit, or the absolute AR directory), else None. A local path compares
-    resolved; a Hub id compares with its commit when both record one."""
+    of the model given: a Hub id and its commit, or the absolute AR directory), else None; ``what`` names the
+    adapter in it (``lora.init_from``). A local path compares resolved; a Hub id compares with its commit when both
+    record one."""
     name, revision = recorded_base(adapter)
     if not name:
         return None
@@ -179,7 +180,7 @@ def other_base(adapter: Path, base: tuple[str, str | None]) -> str | None:
         return n + (f" @ {r}" if r else "")
 
     return (
-        f"glm-grpo: warning: adapter {adapter} was trained on {at(name, revision)}, not on the model given "
+        f"glm-grpo: warning: {what} {adapter} was trained on {at(name, revision)}, not on the model given "
         f"({at(want_name, want_revision)}); its figures describe it on another base"
     )
 

@@ -191,17 +191,23 @@ def high_entropy_threshold(pool: torch.Tensor, quantile: float) -> torch.Tensor:
 
 
 def high_entropy_mask(
-    entropy: torch.Tensor, mask: torch.Tensor, quantile: float, pool: torch.Tensor | None = None
+    entropy: torch.Tensor,
+    mask: torch.Tensor,
+    quantile: float,
+    pool: torch.Tensor | None = None,
+    threshold: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[N, T]`` bool: the masked tokens whose entropy is in the top ``quantile`` fraction of this call's masked
     tokens (``entropy >= `` their ``1 - quantile`` quantile, linear interpolation; arXiv:2506.01939). 1 keeps
     every masked token; 0 keeps the highest-entropy ones only. ``pool``: the 1-D entropies the quantile is taken
-    over instead (every rank's masked tokens of this micro-batch, as TRL gathers them across processes)."""
+    over instead (every rank's masked tokens of this micro-batch, as TRL gathers them across processes);
+    ``threshold``: :func:`high_entropy_threshold` of that pool when the caller has it already."""
     valid = mask.bool()
     if quantile >= 1.0 or not valid.any():
         return valid
-    pool = entropy.detach()[valid] if pool is None else pool.detach()
-    return (entropy.detach() >= high_entropy_threshold(pool, quantile)) & valid
+    if threshold is None:
+        threshold = high_entropy_threshold(entropy.detach()[valid] if pool is None else pool, quantile)
+    return (entropy.detach() >= threshold) & valid
 
 
 def mismatch_sums(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, threshold: float) -> dict:

@@ -69,9 +69,9 @@ def load_policy(
     if lora is not None:
         if lora.init_from:
             adapter = check_init_adapter(lora)
-            warning = None if adapter_base is None else other_base(adapter, adapter_base)
+            warning = None if adapter_base is None else other_base(adapter, adapter_base, "lora.init_from")
             if warning:  # same shapes (load_init_adapter checks those), another recorded base: said, not refused
-                log.warning(warning.replace("adapter ", "lora.init_from ", 1))
+                log.warning(warning)
             load_init_adapter(model, adapter)
         if adapter_base is not None:
             for peft_config in model.peft_config.values():

@@ -52,9 +52,9 @@ def policy_token_weights(
         # micro-batches (fixed grids), so padding with -1 (entropies are >= 0) marks the masked-out ones
         gathered = ds_dist.all_gather(torch.where(mask, entropy.detach(), -1.0))
         pool = gathered[gathered >= 0]
-        kept = high_entropy_mask(entropy, mask, grpo_cfg.top_entropy_quantile, pool)
-        if selection is not None and pool.numel():
-            threshold = high_entropy_threshold(pool, grpo_cfg.top_entropy_quantile)
+        threshold = high_entropy_threshold(pool, grpo_cfg.top_entropy_quantile) if pool.numel() else None
+        kept = high_entropy_mask(entropy, mask, grpo_cfg.top_entropy_quantile, pool, threshold)
+        if selection is not None and threshold is not None:
             selection.update(threshold=threshold, kept=kept.sum(), tokens=mask.sum())
         weights = kept.to(entropy.dtype)
     if grpo_cfg.preview_weight != 1.0:

@@ -179,11 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for name, passed, detail in results:
         print(f"{ {None: 'INFO', WARN: 'WARN', True: 'PASS', False: 'FAIL'}[passed] }  {name}: {detail}")
-    out = Path(args.output_dir)
-    if (out / "metrics.jsonl").is_file():  # the reward and the image statistics' curves, drawn again from the records
-        from ..observability.plot import PLOT_NAME, plot_training
+    from ..observability.plot import PLOT_NAME, plot_training
 
-        print(f"INFO  curves: {plot_training(out / 'metrics.jsonl', out / PLOT_NAME, out / 'eval.jsonl')}")
+    out = Path(args.output_dir)  # check_run found its metrics.jsonl: the reward and statistics' curves, drawn again
+    print(f"INFO  curves: {plot_training(out / 'metrics.jsonl', out / PLOT_NAME, out / 'eval.jsonl')}")
     return 0 if all(p is not False for _, p, _ in results) else 1
 
 

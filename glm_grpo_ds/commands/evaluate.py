@@ -269,10 +269,10 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
         for result in results.values():
             flat = {label: v.reshape(-1) for label, v in result.rewards.items()}
             result.rewards[TOTAL] = weighted_total(flat, weights, k).view(len(rows), k)
-    categories = [str(row.extra.get(a.category_key)) for row in rows]
     has_categories = any(row.extra.get(a.category_key) is not None for row in rows)
+    categories = [str(row.extra.get(a.category_key)) for row in rows] if has_categories else None
     named = dict(zip(adapter_names, adapters))
-    summary = summarise(results, named, categories if has_categories else None)
+    summary = summarise(results, named, categories)
     for name, warning in (base_warnings or {}).items():
         summary[name]["base_warning"] = warning  # trained on another base model (adapters.other_base), or None
     out = Path(a.out)
@@ -306,7 +306,7 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
     alarms = {name: run_alarms(path) for name, path in named.items()}
     prompts = [row.prompt for row in rows]
     write_html(
-        out / REPORT, record, results, prompts, categories if has_categories else None, alarms, first_label,
+        out / REPORT, record, results, prompts, categories, alarms, first_label,
         a.gallery_prompts, out / PLOT,
     )  # fmt: skip
     return record

@@ -139,10 +139,7 @@ def segments(previous: dict | None, step: int, changes: dict[str, list]) -> list
     """``config.json``'s history: ``[{"from_step": 0, "changed": {}}, {"from_step": S, "changed": {key: [old,
     new]}}, ...]``, the earlier segments from the ``previous`` config.json of the run (when it has them) and a new
     one at ``step`` when this launch changed settings. A fresh run: one segment."""
-    before = list((previous or {}).get("segments") or [{"from_step": 0, "changed": {}}]) if step else []
-    before = [seg for seg in before if seg["from_step"] < step]  # a resume from an earlier checkpoint drops later ones
-    if not before:
-        before = [{"from_step": 0, "changed": {}}]
-    if changes:
-        before.append({"from_step": step, "changed": changes})
-    return before
+    earlier = (previous or {}).get("segments") or []
+    # a resume from a checkpoint before a change drops the later segments; a fresh run (step 0) keeps none
+    kept = [seg for seg in earlier if seg["from_step"] < step] or [{"from_step": 0, "changed": {}}]
+    return kept + ([{"from_step": step, "changed": changes}] if changes else [])
