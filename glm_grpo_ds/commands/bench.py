@@ -46,6 +46,7 @@ import torch
 
 from ..config import parse_with_overrides
 from .bench_workers import WORKERS
+from .cli import parser_for
 from .decode_counts import VARIANTS as COUNT_VARIANTS
 
 # package data (setup.py), so `glm-grpo bench` runs from an installed wheel: the settings of
@@ -252,19 +253,19 @@ def format_table(r: dict) -> str:
 
 def parse_args(argv):
     d = BenchConfig()
-    p = argparse.ArgumentParser(prog="glm-grpo bench", description=__doc__.splitlines()[0])
+    p = parser_for("bench")
     p.add_argument(
         "--model", default=None, help="GLM-Image pipeline: a directory or a Hub id (default: build the tiny one)"
     )
     p.add_argument("--revision", default=None, help="Hub revision of --model (commit, branch or tag; default main)")
     p.add_argument("--data", default=None, help="prompt file (default: the tiny learnable set)")
     p.add_argument("--config", default=str(CONFIG), help="training YAML the runs start from")
-    p.add_argument("--deepspeed", default=str(ZERO3))
-    p.add_argument("--size", type=int, default=d.size)
-    p.add_argument("--group-size", type=int, default=d.group_size)
+    p.add_argument("--deepspeed", default=str(ZERO3), help="DeepSpeed config of the update runs")
+    p.add_argument("--size", type=int, default=d.size, help="image height = width in pixels")
+    p.add_argument("--group-size", type=int, default=d.group_size, help="samples per prompt")
     p.add_argument("--steps", type=int, default=d.steps, help="timed steps after one warm-up step")
     p.add_argument("--repeats", type=int, default=d.repeats, help="repeats of each side-by-side comparison")
-    p.add_argument("--out", default=d.out)
+    p.add_argument("--out", default=d.out, help="directory for bench.json")
     p.add_argument(
         "--hbm-gbps", type=float, default=None, help="GPU memory bandwidth for the roofline (default: by device name)"
     )

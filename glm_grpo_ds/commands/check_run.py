@@ -25,13 +25,13 @@ Exit status 0 when every check passes, 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from pathlib import Path
 
 from ..observability.metrics import fired_alarms, read_metrics
+from .cli import parser_for
 
 DEFAULT_PARITY_TOLERANCE = 5e-2  # when the verify output names no dtype: bf16's (README "GPU check" says why)
 WARN = "warn"  # a verdict that is reported, not failed: a CPU peak over the plan (the plan is a GPU's)
@@ -160,8 +160,8 @@ def alarm_result(out: Path) -> tuple[str, None, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="glm-grpo check-run", description=__doc__.splitlines()[0])
-    parser.add_argument("output_dir")
+    parser = parser_for("check-run")
+    parser.add_argument("output_dir", help="the run's output_dir (holds metrics.jsonl and memory_plan.json)")
     parser.add_argument("--verify", help="a file holding `glm-grpo verify-logprobs` output")
     parser.add_argument(
         "--parity-tolerance",

@@ -20,7 +20,8 @@ class Subcommand(NamedTuple):
     target: str  # "module" or "module:function" taking argv and returning the exit status
     help: str  # one line, for `glm-grpo --help`
     usage: str  # the synopsis of docs/commands.md's table
-    doc: str  # what it does (Markdown), docs/commands.md
+    doc: str  # what it does (Markdown), docs/commands.md, and the description of `glm-grpo NAME --help`
+    example: str  # one command line (or a few) shown by `--help`; tests/unit/test_command_help.py parses each
     code: str = ""  # where else its code lives (Markdown), after its module in docs/commands.md
 
 
@@ -32,6 +33,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         doc=(
             "one-process training (same as `python -m glm_grpo_ds.train`; several processes: `deepspeed "
             "--module glm_grpo_ds.train`, see [training.md](training.md))"
+        ),
+        example=(
+            "glm-grpo train --config launch/configs/tiny_cpu.yaml --deepspeed ds_configs/zero2.json "
+            "model.path=outputs/tiny"
         ),
     ),
     "estimate-memory": Subcommand(
@@ -51,6 +56,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "exits 0), 2 on a bad config ([memory-and-speed.md](memory-and-speed.md), "
             "[configuration.md](configuration.md#deepspeed-configs-and-auto))"
         ),
+        example=(
+            "glm-grpo estimate-memory --config launch/configs/glm_image_lora_zero3.yaml --deepspeed "
+            "ds_configs/zero3.json --num-gpus 8"
+        ),
         code="(math: `memory/plan.py`, `memory/reward_models.py`, `memory/host.py`)",
     ),
     "merge": Subcommand(
@@ -62,6 +71,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "in bf16 unless `--dtype` says otherwise with a model card "
             "([checkpoints.md](checkpoints.md#merging-and-shipping))"
         ),
+        example="glm-grpo merge --base zai-org/GLM-Image --adapter outputs/run/final_adapter --out outputs/run/merged",
     ),
     "push": Subcommand(
         "glm_grpo_ds.commands.push",
@@ -75,6 +85,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "the Hugging Face Hub; defaults from the run's `hub` section, so it retries a run that exited 4 "
             "([sharing.md](sharing.md#glm-grpo-push))"
         ),
+        example="glm-grpo push outputs/run --repo-id my-org/glm-image-grpo --private",
         code="(cards: `sharing/model_card.py`, uploads: `sharing/hub.py`)",
     ),
     "render": Subcommand(
@@ -93,6 +104,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "writes `OUT/000.png`, ... and `OUT/index.jsonl` (file, prompt, seed, settings per image); an OUT "
             "holding an earlier render is refused unless `--overwrite` (which replaces it); dtype auto = bf16 on a GPU"
         ),
+        example=(
+            'glm-grpo render --model outputs/tiny --adapter outputs/run/final_adapter --prompt "a red cube" '
+            "--seed 0 --out outputs/render"
+        ),
     ),
     "score": Subcommand(
         "glm_grpo_ds.commands.score",
@@ -105,6 +120,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "score images with a reward, one number per line "
             "([rewards.md](rewards.md#checking-a-reward-before-training))"
         ),
+        example="glm-grpo score --reward ocr --prompt \"a sign that says 'OPEN'\" --image a.png b.png",
     ),
     "reward-server": Subcommand(
         "glm_grpo_ds.commands.reward_server",
@@ -120,6 +136,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "NAME on http://HOST:PORT`; exit 2 on a bad reward, argument, token file or port; needs `pip "
             "install 'glm-grpo-ds[server]'` ([rewards.md](rewards.md#remote-rewards))"
         ),
+        example="glm-grpo reward-server --reward clip --reward-arg model=/models/clip-vit-large-patch14 --port 8123",
         code="(app and batcher: `rewards/remote/serving.py`)",
     ),
     "verify-logprobs": Subcommand(
@@ -136,6 +153,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "teacher-forced log-prob is not finite; sampling defaults to the model's own "
             "([training.md](training.md#teacher-forced-log-probs))"
         ),
+        example="glm-grpo verify-logprobs --model zai-org/GLM-Image --dtype bf16 --height 1024 --width 1024",
     ),
     "decode-agreement": Subcommand(
         "glm_grpo_ds.commands.decode_agreement",
@@ -150,6 +168,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "guidance 1.5), scores both with the config's rewards and prints per reward the within-group Spearman "
             "correlation, the fraction of groups with the same best sample and the time ratio; run it before a "
             "long job to choose the training decode ([training.md](training.md#the-training-decode))"
+        ),
+        example=(
+            "glm-grpo decode-agreement --config my_job.yaml --candidate 8:1.0 --candidate 16:1.0 "
+            "--num-prompts 16 --out agreement.json"
         ),
     ),
     "evaluate": Subcommand(
@@ -169,6 +191,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "eval.*, so with a run's config the adapter's samples are its final evaluation's "
             "([evaluate.md](evaluate.md))"
         ),
+        example=(
+            "glm-grpo evaluate --config launch/configs/tiny_world.yaml model.path=outputs/world/model "
+            "--adapter outputs/world_run/final_adapter --prompts outputs/world/heldout.jsonl"
+        ),
     ),
     "bench": Subcommand(
         "glm_grpo_ds.commands.bench",
@@ -187,6 +213,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "gathers under ZeRO-3 on 2 ranks per micro-batch size, `OUT/bench_gathers.json` "
             "([memory-and-speed.md](memory-and-speed.md#what-a-step-gathers-under-zero-3))"
         ),
+        example=(
+            "glm-grpo bench --model /tmp/glm_full --data prompts.jsonl --size 1024 --group-size 16 lora.r=64 "
+            "model.dtype=bf16"
+        ),
     ),
     "decode-timing": Subcommand(
         "glm_grpo_ds.commands.decode_timing",
@@ -201,12 +231,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "prints ms per step, tokens/s, x eager and the HBM roofline fraction; `launch/gpu_timing.sh` adds one "
             "training step ([memory-and-speed.md](memory-and-speed.md#the-decode-step-on-a-gpu))"
         ),
+        example="glm-grpo decode-timing --layers 8 --steps 64",
     ),
     "plot": Subcommand(
         "glm_grpo_ds.commands.plot",
         "plot reward, KL and clip fractions of a run (OUTPUT_DIR/reward_curve.png)",
         usage="glm-grpo plot OUTPUT_DIR [--out PNG]",
         doc="reward / KL / clip-fraction curves (+ eval reward) of a run, default `OUTPUT_DIR/reward_curve.png`",
+        example="glm-grpo plot outputs/run --out curves.png",
         code="(drawing: `observability/plot.py`)",
     ),
     "progress": Subcommand(
@@ -217,6 +249,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "fraction of the way from the start reward to the best: fixed-seed eval (first vs last) and "
             "training reward (first vs last `--window` steps); exit 1 below `--min-fraction`"
         ),
+        example="glm-grpo progress outputs/world_run --best outputs/world/best.json --min-fraction 0.6",
     ),
     "config-docs": Subcommand(
         "glm_grpo_ds.commands.config_docs",
@@ -227,6 +260,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "is stale ([configuration.md](configuration.md)); `--commands FILE` writes this table of subcommands "
             "(from `commands/cli.py`) into FILE, `--check-commands FILE` exits 1 when it is stale"
         ),
+        example="glm-grpo config-docs --check docs/config_reference.md",
     ),
     "check-run": Subcommand(
         "glm_grpo_ds.commands.check_run",
@@ -239,6 +273,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "CPU reported, WARN when over the plan), the image-statistics alarms; exit 1 on a FAIL "
             "([memory-and-speed.md](memory-and-speed.md#one-gpu-check-of-the-multi-gpu--bf16-paths))"
         ),
+        example="glm-grpo check-run outputs/gpu_check --verify outputs/gpu_check/verify.txt",
     ),
     "env": Subcommand(
         "glm_grpo_ds.commands.env",
@@ -253,6 +288,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "against its supported range (setup.py's floor .. constraints.txt's tested top): one missing or outside "
             "gets its `pip install` line, **exit 1** ([install.md](install.md#check-the-install))"
         ),
+        example="glm-grpo env",
     ),
     "wheelhouse": Subcommand(
         "glm_grpo_ds.commands.wheelhouse",
@@ -267,6 +303,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "target already has (`--skip-installed` its `pip list --format=freeze`), resolved by pip with no "
             "index before it is kept; prints its size and the one install command; `--check OUT` names a missing "
             "wheel, exit 2 ([install.md](install.md))"
+        ),
+        example=(
+            "glm-grpo wheelhouse wheels/ --python 3.12 --platform manylinux_2_28_x86_64 --skip-installed "
+            "node-freeze.txt"
         ),
         code="(`install/bundle.py`, `install/pip_runs.py`)",
     ),
@@ -284,6 +324,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "real widths with N AR / M DiT layers, bf16, from the built-in GLM-Image configs or "
             "`--configs-from DIR\\|ID` ([real-width.md](real-width.md))"
         ),
+        example="glm-grpo tiny-model outputs/tiny --seed 0",
         code="(builder: `testing/tiny.py`)",
     ),
     "tiny-data": Subcommand(
@@ -291,16 +332,19 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "write a learnable prompt set with target images for the tiny model",
         usage="glm-grpo tiny-data --config CFG [key=value ...]",
         doc="write the learnable prompt set + target images to the config's `data.train_file`",
+        example="glm-grpo tiny-data --config launch/configs/tiny_cpu.yaml",
         code="(builder: `testing/tiny_data.py`)",
     ),
     "text-prompts": Subcommand(
-        "glm_grpo_ds.data.text_prompts",
+        "glm_grpo_ds.commands.text_prompts",
         "write a small generated set of text-rendering prompts with their target strings (jsonl)",
         usage="glm-grpo text-prompts OUT.jsonl [--num 32] [--seed 0]",
         doc=(
             "prompts with quoted texts, a `text` list of the regions and a `category`, for "
             "`glm-grpo evaluate --rewards ocr_word_accuracy ocr_region_ned` ([evaluate.md](evaluate.md#text-rendering))"
         ),
+        example="glm-grpo text-prompts outputs/text_prompts.jsonl --num 64",
+        code="(the prompts: `data/text_prompts.py`)",
     ),
     "tiny-world": Subcommand(
         "glm_grpo_ds.commands.tiny:tiny_world",
@@ -310,9 +354,20 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "write the learnable tiny world: colour-block decoder pipeline (`OUT/model`), `train.jsonl`, "
             "`heldout.jsonl`, `layouts.jsonl`, `best.json`"
         ),
+        example="glm-grpo tiny-world outputs/world",
         code="(builder: `testing/world.py`)",
     ),
 }
+
+
+def parser_for(name: str, **kwargs):
+    """The ``argparse`` parser of ``glm-grpo NAME``: its :data:`SUBCOMMANDS` entry's ``doc`` as the description
+    (plain text) and its ``example``, every option's default shown (runtime/cli_help.py)."""
+    from ..runtime.cli_help import command_parser, plain
+
+    sub = SUBCOMMANDS[name]
+    text = plain(sub.doc).removesuffix(".")
+    return command_parser(f"glm-grpo {name}", f"{text[:1].upper()}{text[1:]}.", sub.example, **kwargs)
 
 
 # commands that set up their console themselves: train (run_log.setup, per rank) and reward-server (uvicorn's
@@ -358,9 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0
     if argv[0] in ("-V", "--version"):
-        from .env import version
+        from ..runtime.versions import package_version
 
-        print(f"glm-grpo-ds {version()}")
+        print(f"glm-grpo-ds {package_version('glm-grpo-ds')}")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:

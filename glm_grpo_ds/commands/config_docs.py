@@ -9,7 +9,6 @@ One markdown table per section (key | type / choices | default | help); the choi
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from ..config import TrainConfig
 from ..config.fields import literal_choices
+from .cli import parser_for
 
 HEADER = """# Config reference
 
@@ -120,10 +120,7 @@ def _commands_table(path: Path, check: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="glm-grpo config-docs",
-        description="Print the config reference (markdown) generated from glm_grpo_ds/config/sections.py.",
-    )
+    parser = parser_for("config-docs")
     parser.add_argument("--check", metavar="FILE", help="exit 1 when FILE differs from the generated reference")
     parser.add_argument(
         "--commands",

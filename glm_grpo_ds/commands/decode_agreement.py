@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from .cli import parser_for
+
 GROUP_NOTE = "groups ranked: groups whose rewards vary under both decodes (others have no ranking to agree on)"
 
 
@@ -77,7 +79,7 @@ def parse_settings(text: str, flag: str):
 def parse_args(argv: list[str]) -> argparse.Namespace:
     from ..config.arguments import parse_with_overrides
 
-    p = argparse.ArgumentParser(prog="glm-grpo decode-agreement", description=__doc__.splitlines()[0])
+    p = parser_for("decode-agreement")
     p.add_argument("--config", required=True, help="the training config (YAML) whose decode, rewards and data to use")
     p.add_argument(
         "--candidate",
@@ -162,29 +164,41 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
                 **settings._asdict(),
                 "seconds": seconds,
                 "time_ratio": seconds / ref_seconds,
+                "saves_time": seconds < ref_seconds,
                 "rewards": {label: group_rank_agreement(ref_rewards[label], rewards[label], g) for label in rewards},
             }
         )
     return result
 
 
+def decode_name(steps: int, guidance: float) -> str:
+    """``8 steps, guidance 1`` (``1 step, ...``)."""
+    return f"{steps} step{'s' * (steps != 1)}, guidance {guidance:g}"
+
+
 def report(result: dict) -> str:
-    """The result as lines of text."""
+    """The result as lines of text; a candidate whose decode took at least the reference's time is named after
+    the table (it saves nothing, whatever its agreement)."""
     ref = result["reference"]
     lines = [
         f"{result['groups']} groups of {result['group_size']}, {result['image'][0]}x{result['image'][1]}; reference: "
-        f"{ref['num_inference_steps']} steps, guidance {ref['guidance_scale']:g}, {ref['seconds']:.2f} s",
-        f"{'candidate':<16} {'time':>6} {'reward':<20} {'spearman':>8} {'best_same':>9} {'groups ranked':>13}",
+        f"{decode_name(ref['num_inference_steps'], ref['guidance_scale'])}, {ref['seconds']:.2f} s",
+        f"{'candidate':<24} {'time':>6} {'reward':<20} {'spearman':>8} {'best_same':>9} {'groups ranked':>13}",
     ]
+    slower = []
     for c in result["candidates"]:
-        name = f"{c['num_inference_steps']} steps, {c['guidance_scale']:g}"
+        name = decode_name(c["num_inference_steps"], c["guidance_scale"])
+        if c["time_ratio"] >= 1:
+            slower.append(f"{name} ({c['time_ratio']:.2f}x)")
         for i, (label, a) in enumerate(c["rewards"].items()):
             head = (name, f"{c['time_ratio']:.2f}x") if i == 0 else ("", "")
             lines.append(
-                f"{head[0]:<16} {head[1]:>6} {label:<20} {a['spearman']:>8.3f} {a['best_same']:>9.2f} "
+                f"{head[0]:<24} {head[1]:>6} {label:<20} {a['spearman']:>8.3f} {a['best_same']:>9.2f} "
                 f"{a['groups_ranked']:>6}/{a['groups']}"
             )
-    lines.append(GROUP_NOTE)
+    lines.append("time: the candidate's decode time / the reference's; " + GROUP_NOTE)
+    if slower:
+        lines.append(f"not cheaper than the reference (saves no time): {'; '.join(slower)}")
     return "\n".join(lines)
 
 

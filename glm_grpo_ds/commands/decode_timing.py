@@ -28,7 +28,6 @@ the warm-up + capture seconds. Exit 1 when a variant that must reproduce its ref
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import time
@@ -36,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from .cli import parser_for
 
 HBM_BYTES_PER_S = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.04e12, "B200": 8.0e12}  # peak, by device name
 FULL_LAYERS = 40  # GLM-Image's AR
@@ -323,24 +324,24 @@ def format_report(m: dict) -> str:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="glm-grpo decode-timing", description=__doc__.split("\n")[0])
+    p = parser_for("decode-timing")
     p.add_argument("--tiny", action="store_true", help="the tiny test model in fp32 (the CPU form)")
     p.add_argument("--layers", type=int, default=None, help="decoder layers (default: the model's, 40 full size)")
-    p.add_argument("--group-size", type=int, default=16)
-    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--group-size", type=int, default=16, help="rows decoded together (G samples of one prompt)")
+    p.add_argument("--size", type=int, default=1024, help="image height = width in pixels")
     p.add_argument("--steps", type=int, default=64, help="timed decode steps per variant")
-    p.add_argument("--lora-r", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--lora-r", type=int, default=64, help="LoRA rank of the adapters on the AR")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    p.add_argument("--top-k", type=int, default=0, help="draw from the top k (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="draw from the top-p nucleus (1 = off)")
     p.add_argument(
         "--variants",
         default=",".join(DEFAULT_VARIANTS),
         help=f"comma-separated, of {', '.join([*VARIANTS, 'hf_generate'])}",
     )
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     p.add_argument("--hbm-gbps", type=float, default=None, help="memory bandwidth for the roofline (default: by name)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seeds the weights and the sampling noise")
     p.add_argument("--out", default=None, help="write the report as JSON here")
     a = p.parse_args(argv)
     a.variants = [v for v in a.variants.split(",") if v]

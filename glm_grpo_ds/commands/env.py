@@ -14,17 +14,12 @@ one that is missing or outside gets its ``pip install`` line, and the exit statu
 
 from __future__ import annotations
 
-import argparse
 import platform
 
 from ..install.ranges import BUNDLE_HINT, dependency_rows
 from ..runtime.cuda_check import driver_cuda, driver_version
-from ..runtime.versions import framework_versions, package_version
-
-
-def version() -> str:
-    """glm-grpo-ds's version (``glm-grpo --version``)."""
-    return package_version("glm-grpo-ds")
+from ..runtime.versions import framework_versions
+from .cli import parser_for
 
 
 def _torch_facts() -> list[tuple[str, str]]:
@@ -98,11 +93,7 @@ def ranges() -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="glm-grpo env",
-        description="versions and hardware for a bug report (paste the block into the issue), and each dependency "
-        "against its supported range (exit 1 when one is missing or outside it)",
-    )
+    parser = parser_for("env")
     parser.parse_args(argv)
     print(report())
     text, problems = ranges()

@@ -23,6 +23,7 @@ from ..config import ConfigError, load_config, parse_with_overrides
 from ..ds.ds_config import DeepSpeedConfigError, read_ds_config
 from ..memory.plan import GIB, EstimateConfig, plan
 from ..memory.sizes import model_sizes
+from .cli import parser_for
 
 OVER_BUDGET = 3  # exit status when the plan does not fit (2 is a bad config)
 SHIPPED = Path(__file__).resolve().parents[2] / "ds_configs"  # the checkout's DeepSpeed configs
@@ -37,10 +38,7 @@ MEASURED = (
 
 def build_parser() -> argparse.ArgumentParser:
     d = EstimateConfig()
-    ap = argparse.ArgumentParser(
-        prog="glm-grpo estimate-memory",
-        description="per-GPU memory plan of a GRPO run (no weights needed); exit 3 when it does not fit",
-    )
+    ap = parser_for("estimate-memory")
     ap.add_argument("--config", required=True, help="training YAML (the one you will launch)")
     ap.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
     ap.add_argument("--num-gpus", type=int, default=d.num_gpus, help="GPUs per node (default: %(default)s)")

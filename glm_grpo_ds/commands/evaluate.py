@@ -50,11 +50,13 @@ from pathlib import Path
 
 import torch
 
+from .cli import parser_for
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     from ..config.arguments import parse_with_overrides
 
-    p = argparse.ArgumentParser(prog="glm-grpo evaluate", description=__doc__.splitlines()[0])
+    p = parser_for("evaluate")
     p.add_argument("--config", default=None, help="a training config (YAML): model, rewards, size, sampling, eval.*")
     p.add_argument("--model", default=None, help="pipeline directory or Hub id (replaces model.path)")
     p.add_argument(
@@ -102,6 +104,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parse_with_overrides(p, argv)
 
 
+def _absolute(source: str) -> str:
+    """A local path made absolute (evaluate.json names every file the same way); a Hub id as it is."""
+    path = Path(source)
+    return str(path.resolve()) if path.exists() else source
+
+
 def load_settings(a):
     """The config with ``--model`` / ``--prompts`` / ``--rewards`` applied, and the prompt source."""
     from ..config import load_config
@@ -117,6 +125,7 @@ def load_settings(a):
     prompts = a.prompts or cfg.eval.file
     if not prompts:
         raise ValueError("give --prompts FILE (or a --config with eval.file)")
+    prompts = _absolute(prompts)
     # unset: the run's own evaluation's (its prompts, K and seed: evaluation/seeds.py)
     if a.samples_per_prompt is None:
         a.samples_per_prompt = cfg.eval.group_size
@@ -255,6 +264,7 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
         GALLERY,
         PLOT,
         TOTAL,
+        base_table,
         run_alarms,
         summarise,
         summarise_statistics,
@@ -297,7 +307,7 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
         "summary": summary,
         "image_statistics": summarise_statistics(results, named),
         "interval": {"method": METHOD, "level": LEVEL, "min_prompts": MIN_PROMPTS, "caveat_below": CAVEAT_BELOW},
-        "table": table(summary),
+        "table": table(summary) if adapter_names else base_table(results[BASE].rewards),
         "prompt_means": {
             name: {label: torch.nanmean(v, dim=1).tolist() for label, v in r.rewards.items()}
             for name, r in results.items()
@@ -314,8 +324,6 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
 
 def run(a) -> dict | None:
     """The evaluation (collective under the launcher): evaluate.json's content on rank 0, None on the others."""
-    from tqdm import tqdm
-
     from ..adapters import find_adapter
     from ..decoder import ImageDecoder, resolve_settings
     from ..evaluation.paired import BASE, evaluate_models
@@ -323,11 +331,12 @@ def run(a) -> dict | None:
     from ..policy import load_for_sampling
     from ..rewards import build_rewards
     from ..rollout.backends import ModelSampler
+    from ..runtime.progress_count import Count
 
     cfg, prompt_source = load_settings(a)
     rank, world, local_rank, device = start_ranks(a.device)
     rows, mine, prompts_name = read_rows(a, cfg, prompt_source, rank, world, local_rank)
-    adapters = [str(find_adapter(path)) for path in a.adapter]
+    adapters = [str(find_adapter(path).resolve()) for path in a.adapter]
     m = cfg.model
     loaded = load_for_sampling(
         m.path, m.revision, m.dtype, m.attn_implementation, cfg.grpo.sampling, device, adapters, m.trust_remote_code
@@ -341,7 +350,8 @@ def run(a) -> dict | None:
     settings = run_settings(a, cfg, loaded, adapters, rows, prompts_name, decode, seed, world)
     on_images = export_hook(a, rows, (cfg.rollout.height, cfg.rollout.width)) if a.export else None
     store = progress_store(Path(a.out) / PROGRESS / f"rank_{rank}", settings, a.fresh)
-    with tqdm(total=len(mine) * len(names), desc="evaluate", unit="prompt", file=sys.stderr, disable=rank != 0) as bar:
+    desc = f"evaluate ({len(names)} model{'s' * (len(names) > 1)} x {a.samples_per_prompt} samples)"
+    with Count(len(mine), desc, "prompts", enabled=rank == 0) as bar:
         results = evaluate_models(
             loaded.model, names, maker, mine, a.samples_per_prompt, seed, decode,
             batch_prompts=a.batch_prompts, thumb_side=a.thumbnail, progress=bar.update, store=store,
@@ -371,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     if result is None:  # not rank 0
         return 0
     (Path(a.out) / EVALUATE_JSON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(result["table"] or f"base only: {result['base']}")
+    print(result["table"])
     print(f"wrote {Path(a.out) / EVALUATE_JSON}")
     print(f"report: {Path(a.out) / REPORT}")
     return 0

@@ -21,7 +21,6 @@ merge never leaves a half-written pipeline at ``OUT``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -35,6 +34,7 @@ from ..model_source import resolve_model
 from ..policy import load_ar
 from ..runtime.file_modes import follow_umask
 from ..sharing.merged_card import write_merged_card
+from .cli import parser_for
 
 
 @dataclass
@@ -109,7 +109,7 @@ def merge_adapter(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="glm-grpo merge", description=__doc__.splitlines()[0])
+    p = parser_for("merge")
     p.add_argument("--base", required=True, help="the base GlmImagePipeline: a directory or a Hub id (org/name)")
     p.add_argument("--revision", default=None, help="Hub revision of --base (commit, branch or tag; default main)")
     p.add_argument("--adapter", required=True, help="peft adapter directory (a run's final_adapter/)")

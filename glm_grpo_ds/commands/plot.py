@@ -4,15 +4,15 @@ Exit 2 when the run has no finished step yet."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from ..observability.plot import PLOT_NAME, plot_training
+from .cli import parser_for
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="glm-grpo plot", description="plot reward, KL and clip fractions of a run")
+    p = parser_for("plot")
     p.add_argument("output_dir", help="a run's output_dir (holds metrics.jsonl)")
     p.add_argument("--out", help=f"PNG to write (default OUTPUT_DIR/{PLOT_NAME})")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)

@@ -14,13 +14,13 @@ draws other prompts). ``--min-fraction`` makes the command exit 1 when the eval 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from ..data import load_prompts
 from ..observability.metrics import read_metrics
+from .cli import parser_for
 
 
 def fraction_of_way(start: float, end: float, best: float) -> float:
@@ -66,8 +66,8 @@ def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="glm-grpo progress", description=__doc__.splitlines()[0])
-    parser.add_argument("output_dir")
+    parser = parser_for("progress")
+    parser.add_argument("output_dir", help="a run's output_dir (holds eval.jsonl and metrics.jsonl)")
     parser.add_argument(
         "--best", required=True, help="JSON with {'best': {prompt: best reward}} (tiny-world's best.json)"
     )

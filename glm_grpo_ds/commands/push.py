@@ -25,6 +25,7 @@ from pathlib import Path
 from ..config import ConfigError
 from ..sharing.hub import prepare_repo, upload
 from ..sharing.model_card import CARD, CHECKPOINT_PREFIX, is_ours, is_repo_id, write_run_card
+from .cli import parser_for
 
 
 def _final_weights(out: Path) -> Path:
@@ -98,7 +99,7 @@ def push_run(output_dir, repo_id=None, private=None, revision=None, checkpoints=
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="glm-grpo push", description=__doc__.splitlines()[0])
+    p = parser_for("push")
     p.add_argument("output_dir", help="the run's output_dir (holds config.json and final_adapter/ or final_model/)")
     p.add_argument("--repo-id", help="NAMESPACE/NAME (default: the run's hub.repo_id)")
     p.add_argument(

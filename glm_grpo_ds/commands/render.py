@@ -17,11 +17,12 @@ model's own (:func:`model_defaults`: 1024x1024, 50 steps, guidance 1.5 for GLM-I
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from .cli import parser_for
 
 
 @dataclass
@@ -66,7 +67,7 @@ def earlier_render(out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     d = RenderConfig()
-    parser = argparse.ArgumentParser(prog="glm-grpo render", description=__doc__.splitlines()[0])
+    parser = parser_for("render")
     own = "default: the model's own, its DiT's sample_size x the VAE's scale: 1024 for GLM-Image"
     parser.add_argument("--model", required=True, help="GlmImagePipeline: a directory or a Hub id (org/name)")
     parser.add_argument(

@@ -16,10 +16,11 @@ Ctrl-C / SIGTERM stop it. Exit status 2: a bad reward, argument, token file or p
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from dataclasses import dataclass
+
+from .cli import parser_for
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -38,7 +39,7 @@ class ServerConfig:
 
 def main(argv: list[str] | None = None) -> int:
     d = ServerConfig()
-    p = argparse.ArgumentParser(prog="glm-grpo reward-server", description=__doc__.splitlines()[0])
+    p = parser_for("reward-server")
     p.add_argument("--reward", required=True, help="built-in name or python:module:function / file.py:function")
     p.add_argument("--reward-arg", action="append", default=[], help="key=value argument of the reward (repeatable)")
     p.add_argument("--host", default=d.host, help=f"address to listen on (default {d.host}: this machine only)")
@@ -52,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"wait for concurrent requests to join a call (default {d.max_wait_ms})",
     )
     p.add_argument("--device", default=d.device, help="cpu, cuda, cuda:1, ... (default: cuda when available)")
-    p.add_argument("--log-level", default=d.log_level, choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--log-level", default=d.log_level, choices=("debug", "info", "warning", "error"), help="uvicorn's log level"
+    )
     a = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:

@@ -12,9 +12,10 @@ the prompt for ocr) is a one-line error, exit 2.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+
+from .cli import parser_for
 
 # a sample field a reward needs (rewards/base.py SampleNeed) -> how to give it on this command line
 SUPPLY = {
@@ -34,11 +35,11 @@ def parse_reward_arg(item: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="glm-grpo score", description=__doc__.splitlines()[0])
+    p = parser_for("score")
     p.add_argument("--reward", required=True, help="built-in name or python:module:function / file.py:function")
     p.add_argument("--reward-arg", action="append", default=[], help="key=value argument of the reward (repeatable)")
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--image", nargs="+", required=True)
+    p.add_argument("--prompt", required=True, help="the prompt the images were made for")
+    p.add_argument("--image", nargs="+", required=True, help="image files to score (one number each, in order)")
     p.add_argument("--target", help="target image for likeness rewards (lpips, ssim, pixel_mse)")
     p.add_argument("--text", help="text to render (ocr); default: the prompt's quoted spans")
     a = p.parse_args(argv)

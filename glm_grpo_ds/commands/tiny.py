@@ -10,7 +10,6 @@ that the tests and ``make demo`` use (the builders are in glm_grpo_ds/testing/):
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -20,14 +19,13 @@ from ..testing.slice import build_slice_pipeline, source_configs
 from ..testing.tiny import build_tiny_pipeline
 from ..testing.tiny_data import PROMPTS, write_tiny_dataset
 from ..testing.world import write_world
+from .cli import parser_for
 
 
 def tiny_model(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="glm-grpo tiny-model", description="write a random-weight tiny GLM-Image pipeline directory (offline)"
-    )
-    parser.add_argument("out_dir")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = parser_for("tiny-model")
+    parser.add_argument("out_dir", help="the pipeline directory to write")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the random weights (byte-identical per seed)")
     parser.add_argument(
         "--full-size-ar",
         action="store_true",
@@ -77,11 +75,9 @@ def tiny_model(argv: list[str] | None = None) -> int:
 
 
 def tiny_data(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="glm-grpo tiny-data", description="write a learnable prompt set with target images for the tiny model"
-    )
+    p = parser_for("tiny-data")
     p.add_argument("--config", required=True, help="the training config the data is for")
-    p.add_argument("--num-prompts", type=int, default=len(PROMPTS))
+    p.add_argument("--num-prompts", type=int, default=len(PROMPTS), help="prompts to write")
     p.add_argument("overrides", nargs="*", help="key=value overrides, as for training")
     a = parse_with_overrides(p, argv)
     cfg = load_config(a.config, a.overrides)
@@ -98,12 +94,11 @@ def tiny_data(argv: list[str] | None = None) -> int:
 
 
 def tiny_world(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="glm-grpo tiny-world",
-        description="write the learnable tiny world: colour-block decoder, colour prompts, best rewards",
+    parser = parser_for("tiny-world")
+    parser.add_argument("out_dir", help="the directory to write (model/, train.jsonl, heldout.jsonl, ...)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seeds the random weights of the model (byte-identical per seed)"
     )
-    parser.add_argument("out_dir")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     summary = write_world(args.out_dir, args.seed)
     best = list(summary["best"].values())

@@ -18,11 +18,11 @@ log-prob fails the check.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 
 from ..config import SamplingConfig
+from .cli import parser_for
 
 # Prompts of clearly different token lengths, so batched rows are left padded differently.
 PROMPTS = [
@@ -57,27 +57,33 @@ class VerifyConfig:
 
 def parse_args(argv):
     d = VerifyConfig()
-    p = argparse.ArgumentParser(prog="glm-grpo verify-logprobs", description=__doc__.splitlines()[0])
+    p = parser_for("verify-logprobs")
     p.add_argument("--model", required=True, help="GLM-Image pipeline: a directory or a Hub id (org/name)")
     p.add_argument("--revision", default=None, help="Hub revision of --model (commit, branch or tag; default main)")
-    p.add_argument("--height", type=int, default=d.height)
-    p.add_argument("--width", type=int, default=d.width)
-    p.add_argument("--group-size", type=int, default=d.group_size)
-    p.add_argument("--num-prompts", type=int, default=d.num_prompts)
-    p.add_argument("--dtype", choices=sorted(VerifyConfig.DEFAULT_TOLERANCE), default=d.dtype)
-    p.add_argument("--attn", choices=["sdpa", "eager", "flash_attention_2"], default=d.attn)
+    p.add_argument("--height", type=int, default=d.height, help="image height in pixels")
+    p.add_argument("--width", type=int, default=d.width, help="image width in pixels")
+    p.add_argument("--group-size", type=int, default=d.group_size, help="samples per prompt")
+    p.add_argument("--num-prompts", type=int, default=d.num_prompts, help="prompts sampled")
+    p.add_argument(
+        "--dtype", choices=sorted(VerifyConfig.DEFAULT_TOLERANCE), default=d.dtype, help="the AR's weights and compute"
+    )
+    p.add_argument(
+        "--attn", choices=["sdpa", "eager", "flash_attention_2"], default=d.attn, help="attention implementation"
+    )
     p.add_argument(
         "--tolerance",
         type=float,
         default=d.tolerance,
-        help=f"max accepted |diff| (default per dtype: {VerifyConfig.DEFAULT_TOLERANCE})",
+        help="max accepted |diff| (default per dtype: "
+        + ", ".join(f"{k} {v:g}" for k, v in VerifyConfig.DEFAULT_TOLERANCE.items())
+        + ")",
     )
     p.add_argument("--temperature", type=float, default=None, help="default: the model's own (generation_config.json)")
     p.add_argument("--top-k", type=int, default=None, help="draw from the top k (0 = off; default: the model's own)")
     p.add_argument(
         "--top-p", type=float, default=None, help="draw from the top-p nucleus (1 = off; default: the model's own)"
     )
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seed", type=int, default=d.seed, help="seeds the sampling")
     p.add_argument("--device", default=d.device)
     a = p.parse_args(argv)
     cfg = VerifyConfig(a.height, a.width, a.group_size, a.num_prompts, a.dtype, a.attn, a.tolerance, a.seed, a.device)

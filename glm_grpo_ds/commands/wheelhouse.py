@@ -19,18 +19,13 @@ from pathlib import Path
 
 from ..install import bundle as wheels
 from ..install.pip_runs import BundleError, Target
+from .cli import parser_for
 
 EXTRAS = ("ocr", "tracking", "server", "dev")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="glm-grpo wheelhouse",
-        description="every wheel glm-grpo-ds needs on a node without a package index, checked complete",
-        epilog="example: glm-grpo wheelhouse wheels/ --python 3.12 --platform manylinux_2_28_x86_64 "
-        "--skip-installed node-freeze.txt   (docs/install.md)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = parser_for("wheelhouse")
     parser.add_argument("out", type=Path, help="the bundle folder (new or empty)")
     parser.add_argument("--python", default=None, help="the target's Python X.Y (default: this interpreter's)")
     parser.add_argument(

@@ -63,14 +63,33 @@ def parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str]) -> ar
     return args
 
 
+TRAIN_DESCRIPTION = (
+    "GRPO training of GLM-Image's AR policy with DeepSpeed: samples groups of images per prompt, scores them with "
+    "the config's rewards and updates the AR (LoRA or full) with the group-relative advantages; the DiT decoder is "
+    "frozen. One process as written; several GPUs or nodes: deepspeed --module glm_grpo_ds.train ... "
+    "(docs/training.md). "
+    "The run's files (config.json, metrics.jsonl, checkpoints, final_adapter/) go to output_dir; the same command "
+    "with resume_from=auto continues from its last checkpoint (docs/checkpoints.md).\n\n"
+    "Every config key can be set on the command line as key=value (docs/config_reference.md lists them with "
+    "their defaults)."
+)
+TRAIN_EXAMPLE = """\
+glm-grpo train --config launch/configs/tiny_cpu.yaml --deepspeed ds_configs/zero2.json model.path=outputs/tiny
+deepspeed --num_gpus 8 --module glm_grpo_ds.train --config launch/configs/glm_image_lora_zero3.yaml \\
+    --deepspeed ds_configs/zero3.json grpo.beta=0.0"""
+
+
 def parse_train_args(argv: list[str]) -> argparse.Namespace:
     """The command line of ``glm-grpo train`` / ``python -m glm_grpo_ds.train`` / ``deepspeed --module``."""
+    from ..runtime.cli_help import command_parser
     from ..runtime.log import LEVELS
 
-    p = argparse.ArgumentParser(
-        prog="glm-grpo train", description="GRPO training of GLM-Image's AR policy with DeepSpeed"
+    p = command_parser("glm-grpo train", TRAIN_DESCRIPTION, TRAIN_EXAMPLE)
+    p.add_argument(
+        "--config",
+        help="YAML config file (optional: without it the run is the defaults of docs/config_reference.md plus the "
+        "key=value overrides)",
     )
-    p.add_argument("--config", help="YAML config file")
     p.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
     p.add_argument("--debug", action="store_true", help="show the full traceback of input errors")
     p.add_argument(

@@ -1,7 +1,7 @@
 """A small generated set of text-rendering prompts with their target strings, for the offline text-rendering
 benchmark (``glm-grpo evaluate --rewards ocr_word_accuracy ocr_region_ned``) and its tests.
 
-    glm-grpo text-prompts outputs/text_prompts.jsonl [--num 32] [--seed 0]
+    glm-grpo text-prompts outputs/text_prompts.jsonl [--num 32] [--seed 0]   # glm_grpo_ds/commands/text_prompts.py
 
 Each row: ``prompt`` (the texts quoted, as GLM-Image reads glyphs), ``text`` (the list of regions, in order)
 and ``category`` (``one_region`` / ``two_regions``). Deterministic in ``seed``. CVTG-2K or LongText-Bench
@@ -35,26 +35,3 @@ def text_prompts(num: int = 32, seed: int = 0) -> list[dict]:
         else:
             rows.append({"prompt": f'A {surface} that says "{first}"', "text": [first], "category": "one_region"})
     return rows
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import json
-    import sys
-    from pathlib import Path
-
-    p = argparse.ArgumentParser(prog="glm-grpo text-prompts", description=__doc__.splitlines()[0])
-    p.add_argument("out", help="the .jsonl file to write")
-    p.add_argument("--num", type=int, default=32)
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        rows = text_prompts(a.num, a.seed)
-    except ValueError as err:
-        print(f"glm-grpo text-prompts: {err}", file=sys.stderr)
-        return 2
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    print(f"wrote {len(rows)} prompts to {out}")
-    return 0

@@ -128,8 +128,8 @@ def evaluate_models(
             parts[name].append(done["rewards"])
             thumbs[name].append(done["thumbs"])
             stats[name].append(done["stats"])
-            if progress is not None:
-                progress(len(chunk))
+        if progress is not None:  # a prompt is done when every model has it
+            progress(len(chunk))
     for name in names:
         if not parts[name]:  # no rows (a rank whose share is empty)
             continue

@@ -96,6 +96,12 @@ def summarise_statistics(results: dict, adapters: dict[str, str]) -> dict:
     }
 
 
+def _shown_path(path: str) -> str:
+    """A path under the working directory relative to it (the console); evaluate.json keeps it absolute."""
+    p = Path(path)
+    return str(p.relative_to(Path.cwd())) if p.is_absolute() and p.is_relative_to(Path.cwd()) else path
+
+
 def _num(x: float, spec: str = "+.4f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
@@ -119,7 +125,7 @@ def table(summary: dict) -> str:
     caveat = few = False
     for name, s in summary.items():
         other = "  (trained on another base model: see its warning)" if s.get("base_warning") else ""
-        lines.append(f"{name}: {s['path']}{other}")
+        lines.append(f"{name}: {_shown_path(s['path'])}{other}")
         lines.append(head)
         for label, r in s["rewards"].items():
             domain = "weighted sum" if label == TOTAL else DOMAIN[r["trained_on"]]
@@ -143,6 +149,21 @@ def table(summary: dict) -> str:
         )
     if few:
         lines.append(f"too few prompts: no interval below {MIN_PROMPTS} prompts; evaluate more prompts")
+    return "\n".join(lines)
+
+
+def base_table(rewards: dict[str, torch.Tensor]) -> str:
+    """The console table of a base-only evaluation (no adapter): per reward the mean with its 95 % interval over
+    prompts (evaluation/stats.py's, none below its minimum prompt count)."""
+    from .stats import MIN_PROMPTS, mean_interval, prompt_means
+
+    lines = ["base model only (no --adapter)", f"{'reward':<24} {'mean':>9} {'95% CI':>21} {'prompts':>7}"]
+    for label, values in rewards.items():
+        means = prompt_means(values)
+        prompts = int((~torch.isnan(means)).sum())
+        low, high = mean_interval(means)
+        ci = "too few prompts" if prompts < MIN_PROMPTS else f"[{_num(low, '.4f')}, {_num(high, '.4f')}]"
+        lines.append(f"{label:<24} {_num(torch.nanmean(means).item(), '.4f'):>9} {ci:>21} {prompts:>7}")
     return "\n".join(lines)
 
 

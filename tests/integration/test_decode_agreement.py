@@ -35,7 +35,8 @@ def test_reference_against_itself_agrees_fully_and_a_cheap_decode_is_rated(
     for label, a in cheap["rewards"].items():
         assert -1 <= a["spearman"] <= 1 and 0 <= a["best_same"] <= 1 and a["groups_ranked"] >= 1, label
     assert all(c["time_ratio"] > 0 and math.isfinite(c["time_ratio"]) for c in (same, cheap))
-    assert "reference: 50 steps, guidance 1.5" in stdout and "1 steps, 1" in stdout
+    assert "reference: 50 steps, guidance 1.5" in stdout and "1 step, guidance 1 " in stdout
+    assert cheap["saves_time"] == (cheap["time_ratio"] < 1)
 
 
 def test_bad_decode_settings_are_one_line_exit_2(tiny_model_dir, data64, tmp_path, capfd):

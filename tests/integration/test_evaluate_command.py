@@ -6,6 +6,7 @@ is tested on the tiny world (tests/integration/test_world.py)."""
 import base64
 import io
 import json
+import os
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
+from in_process import ROOT, glm_grpo  # noqa: E402  (tests/in_process.py)
 from tiny_lora import lora_policy  # tests/tiny_lora.py
 
 FAST = [
@@ -212,6 +213,36 @@ def test_bad_input_is_one_line_and_exit_2(tiny_model_dir, prompts, tmp_path, cap
     args = ["evaluate", "--model", str(tiny_model_dir), "--prompts", str(prompts), "--rewards", "pixel_mse"]
     code, _, err = glm_grpo([*args, "--out", str(tmp_path), *extra, *FAST], capfd)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_base_only_prints_a_table_logs_plain_progress_and_records_absolute_paths(
+    tiny_model_dir, prompts, tmp_path, capfd
+):
+    """No adapter: a table of the base's means with their intervals (not a Python dict); stderr is not a
+    terminal here, so the progress is plain lines counting prompts (not tqdm's carriage returns counting prompts
+    times models); relative paths are recorded absolute in evaluate.json."""
+    shutil.copy(prompts, tmp_path / "p.jsonl")
+    relative = os.path.relpath(tmp_path / "p.jsonl", ROOT)  # glm_grpo runs in the checkout
+    args = ["evaluate", "--model", str(tiny_model_dir), "--prompts", relative, "--rewards", "pixel_mse", "ssim"]
+    args += ["--samples-per-prompt", "2", "--num-prompts", "4", "--out", str(tmp_path / "ev")]
+    code, out, err = glm_grpo([*args, *FAST], capfd)
+    assert code == 0, err
+    assert "\r" not in err and "evaluate (1 model x 2 samples): 4/4 prompts" in err, err
+    lines = out.splitlines()
+    assert lines[0] == "base model only (no --adapter)" and lines[1].split() == [
+        "reward",
+        "mean",
+        "95%",
+        "CI",
+        "prompts",
+    ]
+    rows = {line.split()[0]: line.split() for line in lines[2:5]}
+    assert set(rows) == {"pixel_mse", "ssim", "total"} and all(r[-1] == "4" for r in rows.values())
+    result = json.loads((tmp_path / "ev" / "evaluate.json").read_text())
+    assert result["prompts"] == str(tmp_path / "p.jsonl") and result["model"] == str(Path(tiny_model_dir).resolve())
+    assert result["table"] in out
+    low, high = (float(x.strip("[],")) for x in rows["ssim"][2:4])
+    assert low <= float(rows["ssim"][1]) <= high
 
 
 @pytest.fixture(scope="module")

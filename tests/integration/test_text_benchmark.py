@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from glm_grpo_ds.data.text_prompts import main as text_prompts_main
+from glm_grpo_ds.commands.text_prompts import main as text_prompts_main
 from glm_grpo_ds.data.text_prompts import text_prompts
 from glm_grpo_ds.rewards import build_reward
 from glm_grpo_ds.rewards.ocr import text_regions

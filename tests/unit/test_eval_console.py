@@ -1,5 +1,5 @@
 """The console lines of the in-training evaluation (glm_grpo_ds/evaluation/in_training.py): one per evaluation,
-and the closing line's summary of eval.jsonl."""
+and the closing line's summary of eval.jsonl; and `glm-grpo evaluate`'s progress count (runtime/progress_count.py)."""
 
 import json
 
@@ -25,3 +25,33 @@ def test_the_closing_summary_names_the_first_and_last_eval_reward(tmp_path):
     rows = [{"step": 0, "eval/reward_mean": 0.5}, {"step": 40, "eval/reward_mean": 0.9}, {"step": 80}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert eval_summary(path) == "3 evaluation(s), reward 0.5000 at step 0 -> n/a at step 80"
+
+
+def test_a_count_in_a_log_is_plain_lines_and_on_a_terminal_a_bar():
+    import io
+
+    from glm_grpo_ds.runtime.progress_count import Count
+
+    log = io.StringIO()  # not a terminal
+    with Count(6, "evaluate (2 models x 4 samples)", "prompts", stream=log, every_s=3600) as count:
+        for _ in range(3):
+            count.update(2)
+    assert "\r" not in log.getvalue()
+    assert log.getvalue().splitlines() == ["evaluate (2 models x 4 samples): 6/6 prompts, 0s, eta 0s"]  # only the end
+    log = io.StringIO()
+    with Count(4, "x", "prompts", stream=log, every_s=0) as count:
+        count.update(1)
+        count.update(3)
+    assert [line.split(",")[0] for line in log.getvalue().splitlines()] == ["x: 1/4 prompts", "x: 4/4 prompts"]
+    with Count(4, "x", "prompts", stream=io.StringIO(), enabled=False) as count:  # other ranks: nothing
+        count.update(4)
+        assert count.bar is None and not count.lines
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term = Terminal()
+    with Count(4, "x", "prompts", stream=term) as count:
+        count.update(4)
+    assert "\r" in term.getvalue() and "4/4" in term.getvalue()  # tqdm's bar

@@ -33,3 +33,27 @@ def test_reversed_order_is_minus_one_and_ties_rank_by_average():
 def test_no_ranked_group_is_nan_not_zero():
     a = group_rank_agreement(torch.ones(4), torch.arange(4.0), 2)
     assert a["groups_ranked"] == 0 and math.isnan(a["spearman"]) and math.isnan(a["best_same"])
+
+
+def test_report_labels_guidance_and_names_a_candidate_that_saves_no_time():
+    from glm_grpo_ds.commands.decode_agreement import report
+
+    agreement = {"spearman": 0.5, "best_same": 0.75, "groups_ranked": 4, "groups": 4}
+    result = {
+        "reference": {"num_inference_steps": 50, "guidance_scale": 1.5, "seconds": 10.0},
+        "groups": 4,
+        "group_size": 4,
+        "image": [64, 64],
+        "candidates": [
+            {"num_inference_steps": 1, "guidance_scale": 1.0, "time_ratio": 0.1, "rewards": {"ssim": agreement}},
+            {"num_inference_steps": 50, "guidance_scale": 1.5, "time_ratio": 1.08, "rewards": {"ssim": agreement}},
+        ],
+    }
+    text = report(result)
+    assert "reference: 50 steps, guidance 1.5, 10.00 s" in text
+    rows = text.splitlines()[2:4]
+    assert rows[0].startswith("1 step, guidance 1 ") and "0.10x" in rows[0]
+    assert rows[1].startswith("50 steps, guidance 1.5 ") and "1.08x" in rows[1]
+    assert text.splitlines()[-1] == "not cheaper than the reference (saves no time): 50 steps, guidance 1.5 (1.08x)"
+    result["candidates"].pop()
+    assert "not cheaper" not in report(result)
