@@ -43,35 +43,30 @@ def tiny_model_dir(tmp_path_factory):
 
 
 # The modules that take longest, longest first (seconds of the two workers' time, summed over each module's tests
-# in a suite run of 2026-11-27 on 2 cores; `--durations` lists the tests): a long module picked up last would
-# leave one xdist worker running it while the other idles. The Makefile runs pytest-xdist with
+# in a suite run of 2026-11-27 on 2 cores, with tests/forkserver.py; `--durations` lists the tests): a long module
+# picked up last would leave one xdist worker running it while the other idles. The Makefile runs pytest-xdist with
 # --no-loadscope-reorder: by default xdist re-sorts the modules by their number of tests, which ignored this order
 # and started the few-test, minutes-long modules (bench, gpu_check, quiet_tools) last: 24.5 min instead of ~20.
 LONGEST_FIRST = (
-    "test_trainer_deepspeed",  # 288
-    "test_robustness",  # 243
-    "test_bench",  # 218
-    "test_sharing",  # 172
-    "test_real_width",  # 170
-    "test_world",  # 145
-    "test_memory_plan_deepspeed",  # 94
-    "test_checkpoint_resume",  # 93
-    "test_gpu_check",  # 91
-    "test_observability",  # 86
-    "test_multinode",  # 76
-    "test_evaluate_command",  # 75
-    "test_remote_reward",  # 59
-    "test_bad_inputs",  # 54
-    "test_logprobs_in_gather",  # 51
-    "test_quiet_tools",  # 50
-    "test_model_source",  # 50
-    "test_adapter_base",  # ~45
-    "test_rewards",  # 34
-    "test_fast_rollout",  # 33
-    "test_console",  # 29
-    "test_data_training",  # 28
-    "test_decode_loop",  # 25
-    "test_loss_option_metrics",  # ~20
+    "test_bench",  # 248
+    "test_robustness",  # 237
+    "test_world",  # 173
+    "test_real_width",  # 171
+    "test_trainer_deepspeed",  # 160
+    "test_sharing",  # 154
+    "test_gpu_check",  # 105
+    "test_evaluate_command",  # 80
+    "test_multinode",  # 73
+    "test_model_source",  # 61
+    "test_observability",  # 59
+    "test_quiet_tools",  # 48
+    "test_fast_rollout",  # 39
+    "test_checkpoint_resume",  # 37
+    "test_console",  # 35
+    "test_remote_reward",  # 32
+    "test_data_formats",  # 25
+    "test_memory_plan_deepspeed",  # 25
+    "test_launch_env",  # 21
 )
 
 

@@ -5,10 +5,10 @@ README's diffusers snippet - on the tiny GLM-Image, real peft / diffusers / Deep
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
+import forkserver  # tests/forkserver.py
 import numpy as np
 import pytest
 import torch
@@ -91,18 +91,16 @@ def test_training_with_init_from_starts_from_those_weights(tiny_model_dir, adapt
     )
     os.symlink(tiny_model_dir, tmp_path / "tiny")
     out = tmp_path / "run"
-    proc = subprocess.run(
+    proc = forkserver.run(
         [sys.executable, "-m", "glm_grpo_ds", "train", "--config", str(CONFIG)]
         + ["--deepspeed", str(ROOT / "ds_configs" / "zero3.json"), "model.path=tiny", "data.train_file=p.txt"]
         + [f"output_dir={out}", f"lora.init_from={adapter}", "lora.r=4", "lora.alpha=8", "max_steps=1"]
         + ["rollout.height=64", "rollout.width=64", "grpo.group_size=4", "optimizer.name=adamw"]
         + ["optimizer.weight_decay=0", "logging.progress_bar=false", "logging.plot=false"]
         + ["rewards=[{name: 'constant.py:reward'}]"],
-        cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu"),
-        capture_output=True,
-        text=True,
-        timeout=600,
+        dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu"),
+        tmp_path,
+        600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])

@@ -3,12 +3,11 @@
 
 import json
 import shutil
-import subprocess
 
 import pytest
 import torch
 from in_process import glm_grpo, train_main  # noqa: E402  (tests/in_process.py)
-from launching import CONFIG, ROOT, common, launch, train_args, train_cmd  # noqa: E402  (tests/integration/launching.py)
+from launching import CONFIG, ROOT, common, launch, run_cmd, train_args, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from run_files import assert_no_frozen_parameters, metrics  # noqa: E402  (tests/run_files.py)
 from safetensors.torch import load_file
 
@@ -26,6 +25,7 @@ def train(nprocs, args, timeout=600):
         nprocs,
         train_args(*args, ds_config="zero3.json"),
         timeout,
+        launcher=False,  # the ranks the launcher starts, without it (launching.spawn_ranks)
     )
 
 
@@ -121,7 +121,7 @@ def test_full_finetuning_checkpoint_exports_a_pipeline(tiny_model_dir, tmp_path,
 
     (tmp_path / "p.txt").write_text("a red cube\na blue ball\n")
     out = tmp_path / "full"
-    proc = subprocess.run(
+    proc = run_cmd(
         [
             *train_cmd(),
             f"model.path={tiny_model_dir}",
@@ -138,11 +138,7 @@ def test_full_finetuning_checkpoint_exports_a_pipeline(tiny_model_dir, tmp_path,
             "grpo.group_size=4",
             "logging.progress_bar=false",
             "rewards=[{name: 'python:glm_grpo_ds.testing.tiny_data:mean_brightness'}]",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        ]
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_no_frozen_parameters(out / "checkpoints" / "step_000001" / "ds")  # vision tower and VQ model stay out

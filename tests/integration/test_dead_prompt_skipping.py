@@ -2,10 +2,8 @@
 over in later epochs (no rollout, no decode), and every step records `frac_reward_zero_std`. The sampler's
 draws, their agreement across ranks and resume: tests/unit/test_dead_prompts.py."""
 
-import subprocess
-
 import pytest
-from launching import ENV, FAST, ROOT, train_cmd  # noqa: E402  (tests/integration/launching.py)
+from launching import FAST, run_cmd, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 pytestmark = pytest.mark.slow  # a training run
@@ -27,7 +25,7 @@ def test_dead_prompts_are_skipped_after_their_first_group(tiny_model_dir, tmp_pa
     cmd += [f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={out}", *FAST]
     cmd += ["grpo.group_size=2", "batch.micro_batch_size=2", "data.shuffle=false", "max_steps=8"]
     cmd += ["data.dead_prompt_skip_prob=0.999999", f"rewards=[{{name: '{tmp_path / 'flat.py'}:flat_or_mean'}}]"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = run_cmd(cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = metrics(out)
     # epoch 0 in file order: the two flat prompts are dead groups; afterwards they are passed over (one

@@ -1,12 +1,12 @@
 """`glm-grpo merge`: merged AR == base + adapter, the merged pipeline loads and renders, the rest is untouched."""
 
 import hashlib
-import subprocess
 import sys
 
 import pytest
 import torch
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
+from launching import run_cmd  # noqa: E402  (tests/integration/launching.py)
 
 from glm_grpo_ds.adapters import lora_target_regex
 from glm_grpo_ds.glm_image import load_processor
@@ -49,7 +49,7 @@ def test_merge_equals_base_plus_adapter_and_renders(tiny_model_dir, adapter, tmp
     from peft import PeftModel
 
     out = tmp_path / "merged"
-    proc = subprocess.run(
+    proc = run_cmd(
         [
             sys.executable,
             "-m",
@@ -64,8 +64,6 @@ def test_merge_equals_base_plus_adapter_and_renders(tiny_model_dir, adapter, tmp
             "--dtype",
             "fp32",  # exact comparison below; the bf16 default: tests/integration/test_adapters.py
         ],
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr

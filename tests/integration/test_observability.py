@@ -8,12 +8,11 @@ Single-process runs (`python -m glm_grpo_ds.train`, ZeRO-3, world size 1) plus o
 
 import importlib.util
 import math
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from launching import CONFIG, ROOT, common, launch, train_args, train_cmd  # noqa: E402  (tests/integration/launching.py)
+from launching import CONFIG, ENV, common, launch, run_cmd, train_args, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from PIL import Image
 from run_files import jsonl  # noqa: E402  (tests/run_files.py)
 
@@ -32,12 +31,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # training runs, one o
 def run_single(tiny_model_dir, data, out_dir, *extra, timeout=300) -> subprocess.CompletedProcess:
     # One thread, like each of the 2 deepspeed ranks: numerics comparable across the runs, and no
     # spinning OpenMP threads when the test machine's cores are busy.
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = dict(ENV, OMP_NUM_THREADS="1")
     cmd = [
         *train_cmd(ds_config="zero3.json"),
         *common(tiny_model_dir, data, out_dir, f"eval.file={data}", *SMALL, *EVAL, *extra),
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = run_cmd(cmd, env, timeout)
     if proc.returncode != 0:
         pytest.fail("training failed:\n" + "\n".join((proc.stdout + proc.stderr).splitlines()[-40:]))
     return proc
@@ -160,6 +159,7 @@ def test_two_ranks_gather_galleries_and_give_the_same_eval(run1, tiny_model_dir,
             ),
         ],
         timeout=300,
+        launcher=False,
     )
     if TRACKING:  # rank 0 alone logs: one TensorBoard event file, one W&B run, each step once
         from glm_grpo_ds.testing import wandb_offline

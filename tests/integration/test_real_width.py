@@ -77,6 +77,7 @@ def test_slice_trains_one_step_on_two_ranks_as_the_real_config(slice_dir, tmp_pa
             config=CONFIG,
         ),
         timeout=900,
+        launcher=False,  # the ranks the launcher starts, without it (launching.spawn_ranks)
     )
     (row,) = metrics(run)
     assert torch.isfinite(torch.tensor(row["loss"])) and row["skipped"] == 0

@@ -292,6 +292,7 @@ def test_two_rank_training_with_a_remote_reward(tiny_model_dir, data64, tmp_path
                 f"rewards=[{{name: remote, args: {{url: '{url}', timeout_s: 60}}}}]",
             ],
             timeout=600,
+            launcher=False,
         )
     rows = metrics(out)
     assert [r["step"] for r in rows] == [1, 2]

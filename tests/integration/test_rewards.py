@@ -3,13 +3,12 @@ the score command, and a custom reward through a short training."""
 
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
-from launching import train_cmd  # noqa: E402  (tests/integration/launching.py)
+from launching import run_cmd, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from PIL import Image, ImageDraw, ImageFont
 from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
@@ -143,7 +142,7 @@ def test_custom_python_reward_through_training(tiny_model_dir, tmp_path):
         "logging.progress_bar=false",
         f"rewards=[{{name: '{plugin}:redness', weight: 1.0}}, {{name: '{plugin}:sometimes', weight: 0.5}}]",
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = run_cmd(cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = metrics(out)
     assert len(rows) == 2
@@ -182,7 +181,7 @@ def test_every_builtin_in_a_short_training(tiny_model_dir, tmp_path):
         "logging.progress_bar=false",
         f"rewards={rewards}",
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = run_cmd(cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = metrics(out)
     for name in ("pixel_mse", "ssim", "lpips", "ocr", "clip", "preference", "aesthetic"):

@@ -1,12 +1,11 @@
 """`decoder.stream_rewards`: each DiT batch is scored while the next one decodes, with the same images,
 the same rewards in sample order and the same failure accounting as scoring after the whole decode."""
 
-import subprocess
 import threading
 
 import pytest
 import torch
-from launching import ENV, FAST, ROOT, train_cmd  # noqa: E402  (tests/integration/launching.py)
+from launching import FAST, run_cmd, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.config import DecoderConfig
@@ -115,7 +114,7 @@ def test_a_run_streams_its_rewards_when_asked(tiny_model_dir, tmp_path, stream, 
         f"decoder.stream_rewards={stream}",
     ]
     cmd += [f"rewards=[{{name: '{tmp_path / 'r.py'}:fails_on_bad'}}]"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    proc = run_cmd(cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = metrics(tmp_path / "run")
     assert row[f"reward/{tmp_path / 'r.py'}:fails_on_bad_failed"] == failed
