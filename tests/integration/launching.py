@@ -60,7 +60,10 @@ def spawn_ranks(nprocs: int, args: list[str], timeout: int) -> tuple[subprocess.
     CUDA_VISIBLE_DEVICES) and its ``--local_rank=N`` argument, both ranks' output on one stdout and one stderr,
     and, as the launcher does, the other ranks stopped when one fails (its status is the run's). The tests of
     the launcher itself (a bad input or SIGTERM under it, hostfiles, launch/*.sh) start the real one."""
-    _, env, port = launch_cmd(nprocs, args)
+    # ENV as the test modules were collected, not os.environ now: libraries a test ran in this process add
+    # variables to it (cv2's QT_*, torch's inductor and profiler settings), and a run whose environment differs
+    # from the fork server's starts as a new `python` (tests/forkserver.py)
+    env, port = dict(ENV), free_port()
     module = args[0] == "--module"
     script, rest = (["-m", args[1]], args[2:]) if module else ([args[0]], args[1:])
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(nprocs), LOCAL_SIZE=str(nprocs))

@@ -98,7 +98,7 @@ def test_training_with_init_from_starts_from_those_weights(tiny_model_dir, adapt
         + ["rollout.height=64", "rollout.width=64", "grpo.group_size=4", "optimizer.name=adamw"]
         + ["optimizer.weight_decay=0", "logging.progress_bar=false", "logging.plot=false"]
         + ["rewards=[{name: 'constant.py:reward'}]"],
-        dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu"),
+        forkserver.BASE_ENV,  # the suite's environment (PYTHONPATH, offline, CPU accelerator)
         tmp_path,
         600,
     )
