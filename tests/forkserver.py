@@ -104,16 +104,14 @@ def _split(cmd: list[str]) -> tuple[bool, list[str]] | None:
     return unbuffered, rest
 
 
-def _fresh_needed(env: dict) -> bool:
-    if os.environ.get("GLM_GRPO_TESTS_FRESH") == "1":
-        return True
-    keys = (env.keys() | BASE_ENV.keys()) - PER_RUN_KEYS
-    return any(env.get(k) != BASE_ENV.get(k) for k in keys)
+def _differing(env: dict) -> list[str]:
+    """The variables in which ``env`` differs from the server's, but for :data:`PER_RUN_KEYS`."""
+    return sorted(k for k in (env.keys() | BASE_ENV.keys()) - PER_RUN_KEYS if env.get(k) != BASE_ENV.get(k))
 
 
 def _base_env() -> dict:
-    """The environment of the server, and of every run it forks: tests/integration/launching.ENV's, taken as the
-    test modules are collected (as ENV is), so what a test changes in os.environ later does not move it."""
+    """The environment of the server, and of every run it forks (tests/integration/launching.ENV), taken as the
+    test modules are collected, so what a test changes in os.environ later does not move it."""
     root = Path(__file__).resolve().parents[1]
     return dict(os.environ, PYTHONPATH=str(root), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu")
 
@@ -147,12 +145,11 @@ def _connect() -> socket.socket:
 def popen(cmd: list[str], env: dict, cwd, stdout, stderr):
     """``subprocess.Popen(cmd, env=env, cwd=cwd, stdin=DEVNULL, stdout=stdout, stderr=stderr)``, forked from the
     server when it can be (module docstring); ``stdout`` / ``stderr``: open files."""
-    split = _split([str(c) for c in cmd])
+    split, diff = _split([str(c) for c in cmd]), _differing(env)
     if os.environ.get("FORKSERVER_DEBUG"):
-        diff = sorted(k for k in (env.keys() | BASE_ENV.keys()) - PER_RUN_KEYS if env.get(k) != BASE_ENV.get(k))
         with open(os.environ["FORKSERVER_DEBUG"], "a") as f:
             f.write(f"{os.getpid()} split={split is not None} diff={diff} cmd={' '.join(map(str, cmd))[:150]}\n")
-    if split is None or _fresh_needed(env):
+    if split is None or diff or os.environ.get("GLM_GRPO_TESTS_FRESH") == "1":
         return subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
     unbuffered, rest = split
     conn = _connect()

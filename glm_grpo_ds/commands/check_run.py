@@ -35,6 +35,7 @@ from .cli import parser_for
 
 DEFAULT_PARITY_TOLERANCE = 5e-2  # when the verify output names no dtype: bf16's (README "GPU check" says why)
 WARN = "warn"  # a verdict that is reported, not failed: a CPU peak over the plan (the plan is a GPU's)
+VERDICT = {None: "INFO", WARN: "WARN", True: "PASS", False: "FAIL"}  # a check's result -> its printed word
 
 
 # measured phase (metrics.jsonl memory/<phase>_peak_mb) -> the plan's transient phases it contains
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"glm-grpo check-run: {err}", file=sys.stderr)
         return 2
     for name, passed, detail in results:
-        print(f"{ {None: 'INFO', WARN: 'WARN', True: 'PASS', False: 'FAIL'}[passed] }  {name}: {detail}")
+        print(f"{VERDICT[passed]}  {name}: {detail}")
     from ..observability.plot import PLOT_NAME, plot_training
 
     out = Path(args.output_dir)  # check_run found its metrics.jsonl: the reward and statistics' curves, drawn again

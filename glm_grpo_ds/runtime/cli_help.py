@@ -40,10 +40,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """The description and the example as written (they are wrapped by :func:`command_parser`), and each
     option's default after its help."""
 
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
+    def _get_help_string(self, action: argparse.Action) -> str:  # argparse calls it for an action with a help
+        text = action.help
         if action.option_strings and _shown(action.default) and "default" not in text:
-            text = f"{text} (default: %(default)s)" if text else "default: %(default)s"
+            text += " (default: %(default)s)"
         return text
 
     def _format_action(self, action: argparse.Action) -> str:

@@ -2,18 +2,14 @@
 
 On a terminal: a tqdm bar. Elsewhere (a log file, SLURM, a pipe) tqdm's carriage-return redraws would be one
 garbled line, so :class:`Count` prints a plain line at most every ``every_s`` seconds and when the count is done:
-``evaluate: 8/16 prompts, 12s, eta 12s``. Training's step progress is observability/metrics.py's ``Progress``.
+``evaluate: 8/16 prompts, 00:12, eta 00:12`` (tqdm's clock, as training's progress lines). Training's step
+progress is observability/metrics.py's ``Progress``.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-
-
-def _clock(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 class Count:
@@ -38,11 +34,14 @@ class Count:
             return
         now = time.perf_counter()
         if self.lines and (self.done >= self.total or now - self.last >= self.every_s):
+            from tqdm import tqdm
+
             self.last = now
             elapsed = now - self.t0
             eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+            clock = tqdm.format_interval
             print(
-                f"{self.desc}: {self.done}/{self.total} {self.unit}, {_clock(elapsed)}, eta {_clock(eta)}",
+                f"{self.desc}: {self.done}/{self.total} {self.unit}, {clock(elapsed)}, eta {clock(eta)}",
                 file=self.stream,
                 flush=True,
             )

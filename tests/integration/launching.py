@@ -26,7 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "integration" / "ds_worker.py"
 CONFIG = ROOT / "launch" / "configs" / "tiny_cpu.yaml"
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", DS_ACCELERATOR="cpu")  # a one-process CPU run
+ENV = forkserver.BASE_ENV  # a one-process CPU run: PYTHONPATH, offline, the CPU accelerator (tests/forkserver.py)
 # the quickest meaningful step of the tiny model (other test files add their own options)
 FAST = [
     "rollout.height=64",

@@ -37,7 +37,9 @@ def test_a_count_in_a_log_is_plain_lines_and_on_a_terminal_a_bar():
         for _ in range(3):
             count.update(2)
     assert "\r" not in log.getvalue()
-    assert log.getvalue().splitlines() == ["evaluate (2 models x 4 samples): 6/6 prompts, 0s, eta 0s"]  # only the end
+    assert log.getvalue().splitlines() == [
+        "evaluate (2 models x 4 samples): 6/6 prompts, 00:00, eta 00:00"
+    ]  # only the end
     log = io.StringIO()
     with Count(4, "x", "prompts", stream=log, every_s=0) as count:
         count.update(1)
