@@ -5,6 +5,7 @@ at 256x256 with 1 decoder step: ~2.2 min, ~2 x 8 GiB of RAM), every phase's peak
 planner's. The 1024x1024 LoRA and full fine-tuning runs are launch/slice_check.sh (`make slice-check`)."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -28,7 +29,10 @@ def slice_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("slice") / "model"
     cmd = [sys.executable, "-m", "glm_grpo_ds", "tiny-model", str(out), "--real-width", "--ar-layers", "1"]
     subprocess.run(cmd + ["--dit-layers", "1"], check=True, env=ENV, capture_output=True, timeout=600)
-    return out
+    yield out
+    # 3.2 GB: gone when the module ends, not when pytest prunes its base directory (CI's disk also holds two
+    # venvs and a wheelhouse: the slice left in place ran the floor job out of space)
+    shutil.rmtree(out.parent)
 
 
 def test_slice_has_the_real_widths_ids_and_loads_like_the_real_model(slice_dir):
