@@ -27,6 +27,7 @@ import atexit
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -119,6 +120,14 @@ def _base_env() -> dict:
 BASE_ENV = _base_env()
 
 
+def _stop(proc: subprocess.Popen, directory: str) -> None:
+    """At the pytest worker's exit: the server ends, its socket and log go (a failure's log is in the test's
+    own output: a run's stderr is its own)."""
+    proc.kill()
+    proc.wait()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def _connect() -> socket.socket:
     if not _server or _server["proc"].poll() is not None:
         directory = tempfile.mkdtemp(prefix="glm-grpo-forkserver-")
@@ -130,7 +139,7 @@ def _connect() -> socket.socket:
                 [sys.executable, __file__, path], env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink
             )
         _server.update(proc=proc, path=path)
-        atexit.register(proc.kill)
+        atexit.register(_stop, proc, directory)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not os.path.exists(path):
             if proc.poll() is not None or time.monotonic() > deadline:
