@@ -127,7 +127,7 @@ def common(tiny_model_dir, tiny_data, out_dir, *extra):
 
 def worker(nprocs, scenario, out, ds_config, overrides, extra=()):
     """A tests/integration/ds_worker.py SCENARIO on ``nprocs`` CPU ranks (started by :func:`spawn_ranks`); rank
-    0's result.pt."""
+    0's result.pt. ``ds_config``: a file name in ds_configs/ or a path."""
     launch(
         nprocs,
         [
@@ -135,7 +135,7 @@ def worker(nprocs, scenario, out, ds_config, overrides, extra=()):
             scenario,
             str(out),
             "--deepspeed",
-            f"ds_configs/{ds_config}",
+            ds_config if "/" in str(ds_config) else f"ds_configs/{ds_config}",
             "--config",
             str(CONFIG),
             *extra,

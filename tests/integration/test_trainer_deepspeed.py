@@ -182,3 +182,33 @@ def test_num_iterations_two_first_ratio_is_one(tiny_model_dir, tiny_data, tmp_pa
     first, second = r[4]["iterations"]
     assert first["ratio_min"] == first["ratio_max"] == 1.0
     assert second["ratio_max"] != 1.0 or second["ratio_min"] != 1.0  # the update moved the policy
+
+
+@pytest.mark.parametrize("ds_config", ["zero2.json", "zero3.json"])
+def test_merged_lora_rollout_leaves_the_base_bitwise_and_samples_the_trained_adapter(
+    ds_config, tiny_model_dir, tiny_data, tmp_path
+):
+    """rollout.merge_lora in training, 2 ranks: ZeRO-2 restores the base from its copy, ZeRO-3's gathered weights
+    are discarded with the gather (glm_grpo_ds/ds/engine.py gather_discards_writes). Either way the base is bitwise
+    what it was, and step 2's rollout (adapter B != 0 after step 1) samples the trained policy: its sampler
+    log-probs equal the trainer's unmerged ones to fp32 rounding (a merge that left the adapters out: ~1e-2)."""
+    run_dir = tmp_path / "run"
+    overrides = common(
+        tiny_model_dir,
+        tiny_data,
+        run_dir,
+        "max_steps=2",
+        "rollout.height=64",
+        "rollout.width=64",
+        "rollout.merge_lora=true",
+        "optimizer.name=adamw",
+        "optimizer.lr=1e-2",
+        "grpo.beta=0.04",
+    )
+    r = worker(2, "train", tmp_path / "w", ds_config, overrides)
+    assert any(not torch.equal(b, r["trainable_after"][n]) for n, b in r["trainable_before"].items())
+    for name, before in r["base_before"].items():
+        assert torch.equal(before, r["base_after"][name]), f"base parameter {name} changed"
+    rows = metrics(run_dir)
+    assert [row["ratio_min"] == row["ratio_max"] == 1.0 for row in rows] == [True, True]
+    assert rows[1]["mismatch/logp_abs_max"] < 1e-4
