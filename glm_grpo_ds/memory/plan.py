@@ -17,6 +17,8 @@ b = bytes per model-dtype element (2 for bf16):
     gradients   b·Ψt (ZeRO-1)   |  b·Ψt/N (ZeRO-3)          (DeepSpeed accumulates in the model dtype)
                 ZeRO-2: b·Ψt/N + b·(largest trainable tensor): DeepSpeed keeps the whole gradient of a
                 tensor that straddles a partition edge (the worst rank holds one)
+                ZeRO-3 with offload_param: the partitions on the host, only the tensors below the threshold
+                (partition and whole) on the GPU; the gradient partitions on the host with offload_optimizer
     fp32 master 4·Ψt/N                                     (0 on the GPU with offload_optimizer)
     fp32 grads  4·Ψt/N at optimizer.step (ZeRO-1/2), 4·(one sub-group: sub_group_size, or the largest
                 tensor's partition when larger) (ZeRO-3, one sub-group at a time): a phase of its own,
@@ -30,7 +32,8 @@ b = bytes per model-dtype element (2 for bf16):
                 plan with it fits, :func:`merge_copy_placement`); none under ZeRO-3 at N > 1
 
 Everything else is an activation-type estimate, labelled as such in the output: rollout KV cache
-(B·T·layers·2·kv_heads·head_dim·b), the transient full gather of the AR during ZeRO-3 rollouts,
+(B·T·layers·2·kv_heads·head_dim·b), the transient full gather of the AR during ZeRO-3 rollouts (at N = 1
+too with offload_param: the gathered weights are then device copies of host partitions),
 the model-dtype logits kept for backward plus one fp32 chunk, per-micro-batch activations
 (with checkpointing: each layer's input + one layer recomputed; without: every layer's saved
 tensors, 8h + 2·kv + 4·I elements per token for a GLM decoder layer), the frozen decoder (DiT + VAE
@@ -44,10 +47,10 @@ preference, aesthetic, LPIPS) sit whole on every GPU after their first score, or
 with ``offload: true``; OCR runs on the CPU, ``remote`` on its server; plugins are not counted.
 
 Host RAM per node (glm_grpo_ds/memory/host.py): every rank's process, CPU-side reward state, ZeRO-offloaded
-optimizer state, an offloaded decoder and offloaded reward models, a merge_lora copy kept there, plus at
-startup the reward models built on the host first (a CLIP checkpoint as shared page cache), the whole AR under
-ZeRO-0/1/2 when cast, one decoder tensor per rank and rank 0's AR tensor under ZeRO-3; ``launch/slurm.sbatch``
-asks for the default LoRA config's figure.
+optimizer state, parameter and gradient partitions, an offloaded decoder and offloaded reward models, a merge_lora
+copy kept there, plus at startup the reward models built on the host first (a CLIP checkpoint as shared page
+cache), the whole AR under ZeRO-0/1/2 when cast, one decoder tensor per rank and rank 0's AR tensor under ZeRO-3;
+``launch/slurm.sbatch`` asks for the default LoRA config's figure.
 """
 
 from __future__ import annotations
@@ -90,6 +93,17 @@ def _zero3_bytes(numels: list[int], n: int, persist_below: int, b: int) -> int:
     """Per-rank bytes of ZeRO-3 parameters: each tensor's partition, plus the whole of tensors below
     the persistence threshold (DeepSpeed keeps those gathered after their first use)."""
     return sum(math.ceil(k / n) * b + (k * b if k < persist_below else 0) for k in numels)
+
+
+def _zero3_placed(numels: list[int], n: int, persist_below: int, b: int, offload_param: bool) -> tuple[int, int]:
+    """``(device, host)`` bytes of ZeRO-3 parameters. With ``offload_param`` DeepSpeed puts a partition on its
+    remote device, the host, unless the tensor is persistent (below the threshold: zero/partition_parameters.py
+    ``_partition_param``, ``device = self.local_device if param.ds_persist else self.remote_device``), so only the
+    persistent tensors (partition and whole) stay on the device."""
+    if not offload_param:
+        return _zero3_bytes(numels, n, persist_below, b), 0
+    kept = [k for k in numels if k < persist_below]
+    return _zero3_bytes(kept, n, persist_below, b), _zero3_bytes([k for k in numels if k >= persist_below], n, 0, b)
 
 
 def lora_bytes(stage: int, b: int) -> int:
@@ -155,20 +169,35 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     if dcfg.get("data_types", {}).get("grad_accum_dtype") == "fp32":
         grad_b = 4
     offload_opt = zero.get("offload_optimizer", {}).get("device", "none") not in ("none", None)
+    # offload_param is a ZeRO-3 setting (DeepSpeed reads it at stage 3 only); cpu and nvme alike leave the GPU
+    offload_param = stage == 3 and zero.get("offload_param", {}).get("device", "none") not in ("none", None)
     persist = int(zero.get("stage3_param_persistence_threshold", 0)) if stage == 3 else 0
     psi_t = sizes.trainable
     lora_b = lora_bytes(stage, b)
     trainable_b = lora_b if sizes.lora else b  # autograd's gradient has the parameter's dtype
     shard = lambda k: math.ceil(k / world)  # noqa: E731 - ZeRO partition of k elements
 
-    def weights(numels, nbytes=b):
-        return _zero3_bytes(numels, world, persist, nbytes) if stage == 3 else sum(numels) * nbytes
+    host: dict[str, int] = {}  # what ZeRO offloads to the host, per rank
+
+    def weights(numels, nbytes=b, kind="parameters"):
+        if stage != 3:
+            return sum(numels) * nbytes
+        device, on_host = _zero3_placed(numels, world, persist, nbytes, offload_param)
+        if on_host:
+            host[kind] = host.get(kind, 0) + on_host
+        return device
 
     comp: dict[str, int] = {}
     notes: dict[str, str] = {}
     comp["ar_weights"] = weights(sizes.ar_base)
     notes["ar_weights"] = f"{sum(sizes.ar_base) / 1e9:.2f}B params, {dtype}".replace("torch.", "") + (
-        f", ZeRO-3 sharded /{world}" if stage == 3 else ", whole on every GPU"
+        (
+            f", ZeRO-3 partitions /{world} on the host (offload_param); here the tensors below the threshold"
+            if offload_param
+            else f", ZeRO-3 sharded /{world}"
+        )
+        if stage == 3
+        else ", whole on every GPU"
     )
     comp["lora_weights"] = weights(sizes.lora, lora_b)
     notes["lora_weights"] = (
@@ -185,6 +214,11 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     )
     comp["gradients"] = (shard(psi_t) if stage >= 2 else psi_t) * grad_b
     notes["gradients"] = f"{psi_t / 1e6:.1f}M trainable" + (f" /{world}" if stage >= 2 else "")
+    if stage == 3 and offload_opt:
+        # stage3.py: the gradient partitions live on ``self.device``, the host when the optimizer is offloaded
+        host["gradients"] = comp["gradients"]
+        comp["gradients"] = 0
+        notes["gradients"] += " (on the host: offload_optimizer)"
     grad_partition = comp["gradients"]
     if stage == 2 and world > 1:
         # ZeRO-2 keeps the whole gradient of a tensor that straddles a partition edge: worst rank
@@ -197,9 +231,10 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     else:
         states = 2 * shard(psi_t) + 2 * 4 * math.ceil(shard(psi_t) / BNB_BLOCK) + BNB_QMAPS
         notes["optimizer_states"] = "8-bit AdamW, ~2 bytes/param"
-    host = {}
     if offload_opt:
-        host = {"master_weights": master, "optimizer_states": states}
+        # + the fp32 gradient partition that DeepSpeed's CPU Adam steps on, allocated once and kept (pinned):
+        # stage_1_and_2.py / stage3.py initialize_optimizer_states
+        host |= {"master_weights": master, "optimizer_states": states, "fp32_gradients": 4 * shard(psi_t)}
         master = states = 0
         notes["optimizer_states"] += " (offloaded to host)"
     comp["master_weights"] = master
@@ -234,9 +269,9 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         else "the optimizer updates in place"
     )
     needs_ref = cfg.needs_reference_model
-    comp["reference"] = weights(sizes.ar_base) if needs_ref else 0
+    comp["reference"] = weights(sizes.ar_base, kind="reference") if needs_ref else 0
     notes["reference"] = (
-        "frozen copy (full fine-tuning, beta > 0)"
+        "frozen copy (full fine-tuning, beta > 0)" + (", its partitions on the host" if offload_param else "")
         if needs_ref
         else ("LoRA: adapters disabled, no copy" if cfg.lora is not None else "beta = 0: no reference")
     )
@@ -272,8 +307,10 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     comp["rollout_kv_cache"] = rows * seq * t["layers"] * 2 * t["kv_heads"] * t["head_dim"] * b
     notes["rollout_kv_cache"] = f"{rows} sequences x {seq} tokens ({est.prompt_tokens} prompt + {n_gen} generated)"
     full_ar = sum(sizes.ar_base) * b + sum(sizes.lora) * lora_b
-    # one ZeRO-3 rank holds whole tensors already: DeepSpeed's gather then only points at them
-    gather = stage == 3 and world > 1 and cfg.rollout.gather_parameters
+    # one ZeRO-3 rank holds whole tensors already: DeepSpeed's gather then only points at them, unless they are
+    # offloaded (partition_parameters.py NoGatherHandle: ``ds_tensor.to(device)``, a copy of the host partition)
+    copies = world > 1 or offload_param
+    gather = stage == 3 and copies and cfg.rollout.gather_parameters
     comp["rollout_gather"] = full_ar if gather else 0
     notes["rollout_gather"] = "ZeRO-3: whole AR gathered once per rollout" if gather else "no full gather"
     # The merge (merged_lora.py) writes W + s·B·A one linear at a time, before the KV cache exists: the fp32
@@ -310,7 +347,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     # soon, so they are not released early) plus one prefetch bucket.
     live = min(int(zero.get("stage3_max_live_parameters", 1e9)), sum(sizes.ar_base) + sum(sizes.lora))
     gathered = (live + int(zero.get("stage3_prefetch_bucket_size", 0))) * b
-    gathered = gathered if world > 1 else 0  # one rank: the gathered parameters are the weights themselves
+    gathered = gathered if copies else 0  # one rank: the gathered parameters are the weights themselves
     # Plus the whole gradient of the largest trainable tensor, which exists before its reduce-scatter.
     comp["zero3_update_gather"] = gathered + sizes.largest_trainable * max(grad_b, trainable_b) if stage == 3 else 0
     notes["zero3_update_gather"] = (
@@ -421,6 +458,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
             lora=cfg.lora is not None,
             optimizer=cfg.optimizer.name,
             offload_optimizer=offload_opt,
+            offload_param=offload_param,
             sequences_per_gpu=rows,
             micro_batch=mb,
             size=f"{cfg.rollout.height}x{cfg.rollout.width}",

@@ -100,10 +100,17 @@ def test_names_the_fastest_zero_stage_that_fits(capsys, monkeypatch):
     code, f = _fastest(capsys, "glm_image_full_zero3.yaml", "zero2.json", 8)
     assert code == 3 and f["deepspeed"].endswith("ds_configs/zero3.json")
     assert "(ZeRO-3, 54.4 GiB of 80); this one does not fit; nothing faster fits: " in f["line"]
-    # ... and on one 80 GiB GPU nothing does (ZeRO-3 with offload plans 81.8 GiB)
+    # ... and on one 80 GiB GPU only with offload: offload_param puts the weights', the reference's and (with
+    # offload_optimizer) the gradients' partitions on the host (81.8 GiB planned before the planner read it)
     code, f = _fastest(capsys, "glm_image_full_zero3.yaml", "zero3.json", 1, "--allow-over-budget")
+    assert code == 0 and f["deepspeed"].endswith("ds_configs/zero3_offload.json") and not f["given_is_fastest"]
+    assert f["line"].startswith("fastest that fits: ds_configs/zero3_offload.json (ZeRO-3 + offload, 35.2 GiB of 80);")
+    # ... and on one 32 GiB GPU nothing does
+    code, f = _fastest(
+        capsys, "glm_image_full_zero3.yaml", "zero3.json", 1, "--allow-over-budget", "--gpu-memory-gb", "32"
+    )
     assert code == 0 and f["deepspeed"] is None and not f["given_is_fastest"]
     assert f["line"] == (
-        "fastest that fits: none at 80 GiB per GPU (the smallest plan: ds_configs/zero3_offload.json, "
-        "ZeRO-3 + offload, 81.8 GiB)"
+        "fastest that fits: none at 32 GiB per GPU (the smallest plan: ds_configs/zero3_offload.json, "
+        "ZeRO-3 + offload, 35.2 GiB)"
     )

@@ -76,7 +76,42 @@ def test_stages_lora_8bit_reference_and_offload():
     off = json.loads((ROOT / "ds_configs" / "zero3_offload.json").read_text())
     po = plan(cfg("lora=null", "grpo.beta=0", "optimizer.name=adamw"), off, EstimateConfig(num_gpus=2), sizes(5010))
     assert po["components"]["optimizer_states"] == 0 and po["components"]["master_weights"] == 0
-    assert po["host_bytes"] == {"master_weights": 4 * 2505, "optimizer_states": 8 * 2505 + 4}
+    # offload_param: the partitions of the 1000- and 4000-element tensors (500 + 2000, bf16) on the host; the
+    # 10-element tensor below the threshold stays on the GPU, its partition (5) and its whole (10); with the
+    # optimizer offloaded the gradient partition (2505, bf16) is on the host too
+    assert po["components"]["ar_weights"] == 2 * (5 + 10) and po["components"]["gradients"] == 0
+    assert po["host_bytes"] == {
+        "parameters": 2 * (500 + 2000),
+        "gradients": 2 * 2505,
+        "master_weights": 4 * 2505,
+        "optimizer_states": 8 * 2505 + 4,
+        "fp32_gradients": 4 * 2505,
+    }
+    # a frozen reference (beta > 0) is partitioned like the policy: on the host too
+    ref = plan(cfg("lora=null", "grpo.beta=0.04", "optimizer.name=adamw"), off, EstimateConfig(num_gpus=2), sizes(5010))
+    assert ref["components"]["reference"] == 2 * (5 + 10) and ref["host_bytes"]["reference"] == 2 * (500 + 2000)
+
+
+def test_offloaded_parameters_are_gathered_into_device_copies_even_on_one_rank():
+    """At world size 1 a ZeRO-3 gather points at the stored partition and costs nothing; with offload_param it
+    copies the host partition to the GPU (DeepSpeed's NoGatherHandle: ``ds_tensor.to(device)``), so the rollout's
+    full gather and the update's live parameters count again, while the weights leave the GPU."""
+    off = json.loads((ROOT / "ds_configs" / "zero3_offload.json").read_text())
+    c = cfg("optimizer.name=adamw", "lora.r=8")
+    s = sizes(1280, [640, 640])
+    plain = plan(c, ZERO[3], EstimateConfig(num_gpus=1), s)
+    offloaded = plan(c, off, EstimateConfig(num_gpus=1), s)
+    p, o = plain["components"], offloaded["components"]
+    full_ar = 5010 * 2 + 1280 * 4  # bf16 base, peft's fp32 adapters (ZeRO-3 keeps them)
+    largest_gradient = 640 * 4
+    assert p["rollout_gather"] == 0 and p["zero3_update_gather"] == largest_gradient
+    assert o["rollout_gather"] == full_ar
+    # live parameters: all 6290 (under stage3_max_live_parameters) + the prefetch bucket, 0.9 x 64^2, in bf16
+    assert o["zero3_update_gather"] == (6290 + int(0.9 * 64 * 64)) * 2 + largest_gradient
+    # on the GPU only the 10-element tensor (below 10 x 64) as partition and whole; the rest on the host
+    assert p["ar_weights"] == 2 * (5010 + 10) and o["ar_weights"] == 2 * (10 + 10)
+    assert o["lora_weights"] == 0 and offloaded["host_bytes"]["parameters"] == 2 * 5000 + 4 * 1280
+    assert offloaded["setup"]["offload_param"] and not plain["setup"]["offload_param"]
 
 
 def test_activations_checkpointing_and_total():
@@ -147,7 +182,11 @@ def test_host_ram_per_node_by_hand():
     s = dataclasses.replace(sizes(2000, lora=[1000, 1000]), largest_decoder_tensor=300)
     p = plan(c, offload, EstimateConfig(num_gpus=4), s)
     h = p["host_node"]
-    rank = 3 * GIB + 1 * GIB + p["host_bytes"]["master_weights"] + p["host_bytes"]["optimizer_states"] + 500 * 2
+    # offload_param: the partitions of the 1000- and 4000-element AR tensors (250 + 1000, bf16) and of the two
+    # 1000-element adapters (250 each, fp32); offload_optimizer: the gradient partition (2000 / 4, bf16)
+    assert p["host_bytes"]["parameters"] == 2 * 1250 + 4 * 500 and p["host_bytes"]["gradients"] == 2 * 500
+    assert p["host_bytes"]["fp32_gradients"] == 4 * 500  # the fp32 partition CPU Adam steps on
+    rank = 3 * GIB + 1 * GIB + sum(p["host_bytes"].values()) + 500 * 2
     assert h["ranks"] == 4 and h["per_rank"]["decoder_offloaded"] == 500 * 2 and sum(h["per_rank"].values()) == rank
     # loading, ZeRO-3: one tensor per rank (the larger of the decoder's 300 and the adapters' 1000, fp32),
     # and rank 0's largest AR tensor (4000, fp32) on its way to the gathered parameter; no reward model

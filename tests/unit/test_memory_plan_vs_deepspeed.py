@@ -128,3 +128,40 @@ def test_zero3_matches_deepspeed_up_to_itemised_terms(sizes_all_trained):
     # their largest-layer gather is transient: ours counts it (and more) in the update phase
     assert c["zero3_update_gather"] >= ds_largest
     assert p["phases"]["update"] >= c["zero3_update_gather"]
+
+
+def test_zero3_offload_matches_deepspeed_up_to_itemised_terms(sizes_all_trained):
+    """ds_configs/zero3_offload.json (offload_optimizer + offload_param) against DeepSpeed's estimator with
+    cpu_offload and cpu_offload_params, its buffer factor set to 1: its host RAM is 18 bytes per parameter per
+    node (bf16 weights, fp32 gradients, fp32 master, two moments), its GPU the largest layer alone."""
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+
+    psi = sizes_all_trained.trainable
+    ds_cpu, ds_gpu, ds_largest = estimate_zero3_model_states_mem_needs(
+        psi, _largest_layer(), N, 1, cpu_offload=True, cpu_offload_params=True, additional_buffer_factor=1.0
+    )
+    p = _plan(sizes_all_trained, "3_offload")
+    c, host = p["components"], p["host_bytes"]
+    ours_host = N * sum(host[k] for k in ("parameters", "gradients", "fp32_gradients", "master_weights"))
+    ours_host += N * host["optimizer_states"]
+    ours_gpu = c["ar_weights"] + c["gradients"] + c["master_weights"] + c["optimizer_states"] + c["fp32_grad_step"]
+    # Itemised differences (DeepSpeed minus ours):
+    bf16_grads = -N * host["gradients"]  # ours only: the bf16 gradient partitions, on the host with the optimizer
+    step_counter = -4 * N  # torch AdamW's fp32 step tensor of each rank's flat group
+    small_on_gpu = ours_gpu  # tensors below the persistence threshold stay on the GPU (partition and whole)
+    _table(
+        "ZeRO-3 + offload (optimizer and parameters), full fine-tuning, AdamW, bf16, 8 GPUs",
+        [
+            ("DeepSpeed estimate_zero3 host RAM per node (buffer factor 1)", ds_cpu),
+            ("ours: host RAM per node, the offloaded model states", ours_host),
+            ("difference: bf16 gradient partitions (ours only)", -bf16_grads),
+            ("DeepSpeed estimate_zero3 GPU: the largest layer", ds_gpu),
+            ("ours, GPU: the small tensors kept there", small_on_gpu),
+            ("ours, transient (update phase): zero3_update_gather", c["zero3_update_gather"]),
+        ],
+    )
+    assert c["gradients"] == c["master_weights"] == c["optimizer_states"] == c["fp32_grad_step"] == 0
+    assert 0 <= small_on_gpu < 64 * 2**20  # norms and biases
+    # the host side balances up to the small tensors' partitions (on the GPU in ours) and per-tensor rounding
+    assert abs(ds_cpu - (ours_host + bf16_grads + step_counter)) <= small_on_gpu + 18 * N * 2
+    assert ds_gpu == ds_largest and c["zero3_update_gather"] >= ds_largest and p["phases"]["update"] >= ds_largest
