@@ -61,10 +61,12 @@ def test_bench_writes_every_phase_and_ratio(tmp_path):
     assert "ZeRO-3 2 ranks: gathered / sharded" in proc.stdout
 
 
-def test_bench_gathers_counts_fewer_gathers_with_the_reference_in_the_rollout(tmp_path):
+def test_bench_gathers_counts_fewer_gathers_with_the_reference_in_the_rollout(tiny_model_dir, data64, tmp_path):
     """`glm-grpo bench --gathers`: DeepSpeed's comms logger on 2 ZeRO-3 ranks; the reference log-probs in
-    the rollout's gather take gathers out of the update, and larger micro-batches gather less."""
+    the rollout's gather take gathers out of the update, and larger micro-batches gather less. On the session's
+    tiny model and 64x64 data (--model / --data; the test above covers the bench building its own)."""
     cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "bench", "--gathers", "--size", "64"]
+    cmd += ["--model", str(tiny_model_dir), "--data", str(data64)]
     cmd += ["--group-size", "4", "--gathers-micro-batches", "2,4", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
