@@ -22,7 +22,9 @@ OUT=${OUT:-outputs/world_run}
 glm-grpo tiny-world outputs/world --seed 0
 # overwrite_output_dir=true: every `make demo` starts the demo run over (a real run would be refused
 # in an output_dir holding an earlier run; see docs/checkpoints.md)
-deepspeed --num_gpus "$NUM_PROCS" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" \
+# the launcher's port 29500, or a free one when another run holds it (a second demo on this machine)
+MASTER_PORT=${MASTER_PORT:-$(python -m glm_grpo_ds.runtime.ports 29500 --for launch/demo.sh)}
+deepspeed --num_gpus "$NUM_PROCS" --master_port "$MASTER_PORT" --module glm_grpo_ds.train --config "$CONFIG" --deepspeed "$DS_CONFIG" \
   output_dir="$OUT" overwrite_output_dir=true "$@"
 glm-grpo progress "$OUT" --best outputs/world/best.json
 # --fresh: every demo trains a new adapter, which the progress store of the last demo's evaluation would refuse;

@@ -31,8 +31,9 @@ OUT=${OUT:-outputs/gpu_check}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
 VERIFY_SIZE=${VERIFY_SIZE:-1024}
 ATTN=$(python -c "import importlib.util, torch; print('flash_attention_2' if torch.cuda.is_available() and importlib.util.find_spec('flash_attn') else 'sdpa')")
+MASTER_PORT=${MASTER_PORT:-$(python -m glm_grpo_ds.runtime.ports 29500 --for launch/gpu_check.sh)}  # 29500 unless taken
 
-deepspeed --num_gpus "$NUM_GPUS" --master_port "${MASTER_PORT:-29500}" --module glm_grpo_ds.train --config launch/configs/gpu_check.yaml --deepspeed "$DS_CONFIG" \
+deepspeed --num_gpus "$NUM_GPUS" --master_port "$MASTER_PORT" --module glm_grpo_ds.train --config launch/configs/gpu_check.yaml --deepspeed "$DS_CONFIG" \
   model.path="$MODEL" output_dir="$OUT" overwrite_output_dir=true ${FORCE[@]+"${FORCE[@]}"} "$@"  # each check starts over
 glm-grpo verify-logprobs --model "$MODEL" --dtype bf16 --attn "$ATTN" --temperature 0.9 --top-k 8 --top-p 0.75 \
   --height "$VERIFY_SIZE" --width "$VERIFY_SIZE" --group-size 2 --num-prompts 2 --tolerance 1 | tee "$OUT/verify.txt" || true

@@ -20,7 +20,8 @@ mkdir -p "$OUT"
 [ "${TRAIN_STEP:-1}" = 1 ] || exit 0
 MODEL=${MODEL:-$OUT/model}
 [ -f "$MODEL/model_index.json" ] || { echo "glm-grpo: building the full-size AR pipeline in $MODEL"; glm-grpo tiny-model "$MODEL" --full-size-ar; }
-deepspeed --num_gpus 1 --master_port "${MASTER_PORT:-29500}" --module glm_grpo_ds.train --config launch/configs/gpu_check.yaml \
+MASTER_PORT=${MASTER_PORT:-$(python -m glm_grpo_ds.runtime.ports 29500 --for launch/gpu_timing.sh)}  # 29500 unless taken
+deepspeed --num_gpus 1 --master_port "$MASTER_PORT" --module glm_grpo_ds.train --config launch/configs/gpu_check.yaml \
   --deepspeed "${DS_CONFIG:-ds_configs/zero2.json}" model.path="$MODEL" output_dir="$OUT/train" overwrite_output_dir=true \
   max_steps=1 grpo.group_size=16 rollout.merge_lora=true rollout.cuda_graph=true ${TRAIN_OVERRIDES:-}
 python - "$OUT/train/metrics.jsonl" <<'PY'

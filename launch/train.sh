@@ -8,7 +8,8 @@
 # Environment: NUM_GPUS (ranks; default: the entries of CUDA_VISIBLE_DEVICES when set, else every GPU
 # nvidia-smi lists), CUDA_VISIBLE_DEVICES (honoured: those GPU ids, never others), DS_ACCELERATOR=cpu
 # (CPU ranks on purpose, NUM_GPUS of them, default 1), CONFIG, DS_CONFIG (default ds_configs/zero3.json),
-# MASTER_PORT (default 29500); .deepspeed_env is exported (launch/env.sh). Arguments are key=value
+# MASTER_PORT (default 29500, or a free port when another run on this node holds it:
+# glm_grpo_ds/runtime/ports.py); .deepspeed_env is exported (launch/env.sh). Arguments are key=value
 # config overrides.
 # GPUs that torch cannot use (a torch CUDA build newer than the driver) stop the launch with one line
 # (exit 2) instead of a silent run on the CPU; a node without NVIDIA GPUs runs 1 CPU rank and says so.
@@ -57,7 +58,7 @@ DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
 # cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model_source.py).
 # SIGTERM / SIGINT to this script go to the training ranks, not the launcher (launch/signals.sh): they
 # finish the step, save a checkpoint and exit 143 / 130, however long that takes.
-MASTER_PORT=${MASTER_PORT:-29500}
+MASTER_PORT=${MASTER_PORT:-$(python -m glm_grpo_ds.runtime.ports 29500 --for launch/train.sh)}
 # shellcheck source=launch/signals.sh
 source "$(dirname "${BASH_SOURCE[0]}")/signals.sh"
 run_deepspeed "${where[@]}" --master_port "$MASTER_PORT" \

@@ -108,7 +108,7 @@ def _run_worker(a, name: str, nprocs: int = 1, extra: tuple = ()) -> dict:
         env["MALLOC_MMAP_THRESHOLD_"] = "16384"
     if nprocs > 1:
         launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
-        from ..ds.engine import free_port
+        from ..runtime.ports import free_port
 
         cmd = [
             launcher,

@@ -14,22 +14,15 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import socket
 import sys
 from pathlib import Path
 
 import torch
 
 from ..runtime import cuda_check, log, run_log, threads
+from ..runtime.ports import free_port
 from . import dist
 from .ds_config import zero_stage
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback interface (for a process group's rendezvous)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def init_distributed(

@@ -12,7 +12,6 @@ ranks of launcher-less launches (spawn_ranks) are forked from a parent that impo
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,8 @@ from pathlib import Path
 import forkserver  # tests/forkserver.py: runs forked from a parent that imported the libraries once
 import pytest
 import torch
+
+from glm_grpo_ds.runtime.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "integration" / "ds_worker.py"
@@ -37,12 +38,6 @@ FAST = [
     "logging.progress_bar=false",
     "logging.plot=false",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch_cmd(nprocs: int, args: list[str]) -> tuple[list[str], dict, int]:

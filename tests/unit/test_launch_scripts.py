@@ -7,7 +7,9 @@ records its arguments and environment; ``nvidia-smi``; SLURM's ``srun`` and ``sc
 * launch/env.sh exports `.deepspeed_env` as DeepSpeed's ssh path would, and launch/slurm.sbatch hands
   it to the srun tasks (the real launcher on a rank: tests/integration/test_multinode.py)."""
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +164,34 @@ def test_gpu_check_refuses_a_bad_num_gpus(tmp_path):
     proc, seen = run("launch/gpu_check.sh", tmp_path, (), _args=("--num-gpus", "two", "model"))
     assert proc.returncode == 2 and not seen
     assert proc.stderr.startswith("glm-grpo launch/gpu_check.sh: --num-gpus takes a positive number; usage: ")
+
+
+def test_the_rendezvous_port_is_the_preferred_one_unless_it_is_taken():
+    from glm_grpo_ds.runtime.ports import is_free, rendezvous_port
+
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        assert not is_free(taken)
+        other = rendezvous_port(taken)
+        assert other != taken and is_free(other)
+    assert rendezvous_port(taken) == taken  # given back
+
+
+def test_train_sh_moves_off_a_taken_29500_and_keeps_a_given_master_port(tmp_path):
+    """A second run on a shared node (other GPUs of CUDA_VISIBLE_DEVICES) found 29500 held by the first and died at
+    its first collective (torch's EADDRINUSE); now it rendezvous on a free port and says so in one line."""
+    with socket.socket() as held:
+        with contextlib.suppress(OSError):  # already held by something else: the same case
+            held.bind(("", 29500))
+            held.listen()
+        proc, seen = run("launch/train.sh", tmp_path, (), DS_ACCELERATOR="cpu")
+    assert proc.returncode == 0, proc.stderr
+    port = seen["argv"][seen["argv"].index("--master_port") + 1]
+    assert port != "29500"
+    assert f"launch/train.sh: port 29500 is taken (another run on this node?): rendezvous on port {port}" in proc.stderr
+    given = tmp_path / "given"
+    given.mkdir()
+    proc, seen = run("launch/train.sh", given, (), DS_ACCELERATOR="cpu", MASTER_PORT="31234")
+    assert seen["argv"][seen["argv"].index("--master_port") + 1] == "31234" and "rendezvous" not in proc.stderr
