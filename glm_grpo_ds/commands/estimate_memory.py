@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from ..config import ConfigError, load_config, parse_with_overrides
-from ..ds.ds_config import DeepSpeedConfigError, read_ds_config
+from ..ds.ds_config import DeepSpeedConfigError, offloads, read_ds_config
 from ..memory.plan import GIB, EstimateConfig, plan
 from ..memory.sizes import model_sizes
 from .cli import parser_for
@@ -133,9 +133,7 @@ def _row(path, ds_raw: dict, planned: dict | None, given: bool, refused: str | N
     """One DeepSpeed config's line in :func:`fastest_that_fits`."""
     zero = ds_raw.get("zero_optimization", {})
     stage = int(zero.get("stage", 0))
-    offload = any(
-        zero.get(k, {}).get("device", "none") not in ("none", None) for k in ("offload_optimizer", "offload_param")
-    )
+    offload = offloads(zero, "offload_optimizer") or offloads(zero, "offload_param")
     try:
         shown = str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:

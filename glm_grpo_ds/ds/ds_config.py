@@ -185,7 +185,7 @@ def fill_ds_config(
         "zero_optimization.stage3_param_persistence_threshold": 10 * hidden_size,
     }
     zero = filled.get("zero_optimization", {})
-    offload_opt = zero.get("offload_optimizer", {}).get("device", "none") not in ("none", None)
+    offload_opt = offloads(zero, "offload_optimizer")
     if offload_opt and cfg.optimizer.name != "adamw":
         raise DeepSpeedConfigError(
             f"{source}: optimizer.name={cfg.optimizer.name} with zero_optimization.offload_optimizer: DeepSpeed would "
@@ -251,3 +251,9 @@ def fill_ds_config(
 
 def zero_stage(ds_config: dict) -> int:
     return int(ds_config.get("zero_optimization", {}).get("stage", 0))
+
+
+def offloads(zero: dict, what: str) -> bool:
+    """True when the ``zero_optimization`` section ``zero`` offloads ``what`` (``offload_optimizer`` /
+    ``offload_param``) to a device, cpu or nvme."""
+    return zero.get(what, {}).get("device", "none") not in ("none", None)

@@ -154,7 +154,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
 
     ``cfg`` = TrainConfig, ``ds_raw`` = the ds_configs JSON as read, ``est`` = EstimateConfig.
     """
-    from ..ds.ds_config import fill_ds_config
+    from ..ds.ds_config import fill_ds_config, offloads
     from ..glm_image import resolve_dtype
 
     sizes = sizes or model_sizes(cfg)
@@ -168,9 +168,9 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     grad_b = b  # DeepSpeed accumulates gradients in the model dtype unless data_types says otherwise
     if dcfg.get("data_types", {}).get("grad_accum_dtype") == "fp32":
         grad_b = 4
-    offload_opt = zero.get("offload_optimizer", {}).get("device", "none") not in ("none", None)
+    offload_opt = offloads(zero, "offload_optimizer")
     # offload_param is a ZeRO-3 setting (DeepSpeed reads it at stage 3 only); cpu and nvme alike leave the GPU
-    offload_param = stage == 3 and zero.get("offload_param", {}).get("device", "none") not in ("none", None)
+    offload_param = stage == 3 and offloads(zero, "offload_param")
     persist = int(zero.get("stage3_param_persistence_threshold", 0)) if stage == 3 else 0
     psi_t = sizes.trainable
     lora_b = lora_bytes(stage, b)
@@ -347,7 +347,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     # soon, so they are not released early) plus one prefetch bucket.
     live = min(int(zero.get("stage3_max_live_parameters", 1e9)), sum(sizes.ar_base) + sum(sizes.lora))
     gathered = (live + int(zero.get("stage3_prefetch_bucket_size", 0))) * b
-    gathered = gathered if copies else 0  # one rank: the gathered parameters are the weights themselves
+    gathered = gathered if copies else 0  # one rank, nothing offloaded: the gathered parameters are the weights
     # Plus the whole gradient of the largest trainable tensor, which exists before its reduce-scatter.
     comp["zero3_update_gather"] = gathered + sizes.largest_trainable * max(grad_b, trainable_b) if stage == 3 else 0
     notes["zero3_update_gather"] = (
