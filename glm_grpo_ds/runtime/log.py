@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 
 LEVELS = ("debug", "info", "warning", "error")
 _LOGGER = logging.getLogger("glm_grpo")
@@ -125,8 +126,17 @@ if not _LOGGER.handlers:  # importing code (tests, tools) gets rank-0 info loggi
     setup("info", env_rank())
 
 
+# The deepspeed launcher polls its ranks about once a second and terminates the others at the first non-zero exit:
+# a rank other than 0 that failed and left at once could take rank 0's line with it (seen in a loaded suite run:
+# exit 2 and no line). Those ranks wait this long after the line before they exit.
+FATAL_GRACE_S = 3.0
+
+
 def fatal(msg: str) -> None:
-    """The run's final error line: rank 0 only (every rank fails alike), on stderr, at any level."""
+    """The run's final error line: rank 0 only (every rank fails alike), on stderr, at any level. The other ranks
+    then wait :data:`FATAL_GRACE_S`, so that rank 0 prints it before the launcher ends the job."""
     if _rank == 0:
         print(msg, file=sys.stderr, flush=True)
     _FATAL.error(msg)
+    if _rank != 0:
+        time.sleep(FATAL_GRACE_S)

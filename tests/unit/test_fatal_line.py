@@ -1,0 +1,16 @@
+"""``log.fatal``, the run's final error line: rank 0 prints it; the other ranks print nothing and wait
+``FATAL_GRACE_S`` before they exit, so the deepspeed launcher, which ends the job at the first non-zero exit it
+sees, cannot take rank 0's line with it (tests/integration/test_robustness.py runs it under the launcher)."""
+
+from glm_grpo_ds.runtime import log
+
+
+def test_rank_0_prints_the_line_and_the_other_ranks_wait_silently(monkeypatch, capsys):
+    slept = []
+    monkeypatch.setattr(log.time, "sleep", slept.append)
+    monkeypatch.setattr(log, "_rank", 0)
+    log.fatal("glm-grpo train: rewards[0].name: unknown reward 'pixel_mes'")
+    assert capsys.readouterr().err == "glm-grpo train: rewards[0].name: unknown reward 'pixel_mes'\n" and slept == []
+    monkeypatch.setattr(log, "_rank", 1)
+    log.fatal("glm-grpo train: rewards[0].name: unknown reward 'pixel_mes'")
+    assert capsys.readouterr().err == "" and slept == [log.FATAL_GRACE_S] and log.FATAL_GRACE_S >= 2
