@@ -10,15 +10,19 @@ torch (for the CUDA facts; a torch that cannot be imported is reported, not rais
 
 Then every dependency against its supported range (setup.py's floor .. the tested top, constraints.txt):
 one that is missing or outside gets its ``pip install`` line, and the exit status is 1 (0 when all fit).
+From a checkout that is not pip-installed (``PYTHONPATH=. python -m glm_grpo_ds env``) there is no package
+metadata: one line says so, glm-grpo-ds's row shows setup.py's version, and the ranges are read from setup.py
+(install/ranges.py).
 """
 
 from __future__ import annotations
 
 import platform
+import sys
 
-from ..install.ranges import BUNDLE_HINT, dependency_rows
+from ..install.ranges import BUNDLE_HINT, DIST, checkout_version, declared, dependency_rows
 from ..runtime.cuda_check import driver_cuda, driver_version
-from ..runtime.versions import framework_versions
+from ..runtime.versions import NOT_INSTALLED, framework_versions
 from .cli import parser_for
 
 
@@ -64,7 +68,10 @@ def _driver() -> str:
 def report() -> str:
     """The paste-able block."""
     rows = [("Python", platform.python_version()), ("Platform", platform.platform())]
-    rows += list(framework_versions().items())
+    versions = framework_versions()
+    if versions[DIST] == NOT_INSTALLED and checkout_version() is not None:
+        versions[DIST] = f"{NOT_INSTALLED} (a checkout: setup.py says {checkout_version()})"
+    rows += list(versions.items())
     facts = _torch_facts()
     at = next((i + 1 for i, (name, _) in enumerate(facts) if name == "torch CUDA build"), len(facts))
     facts.insert(at, ("NVIDIA driver", _driver()))  # next to torch's build: the pair decides if CUDA works
@@ -77,9 +84,16 @@ def report() -> str:
 
 def ranges() -> tuple[str, int]:
     """The dependencies against their supported range, and how many are missing or outside it."""
+    source = declared().setup_py
     rows = dependency_rows()
     width = max(len(row.name) for row in rows)
-    lines = ["", "Dependencies: installed, supported from the floor (setup.py) .. the tested top (constraints.txt):"]
+    lines = [""]
+    if source is not None:
+        lines.append(
+            f"{DIST} is not installed (running from the checkout {source.parent}): the ranges below are read "
+            f"from {source} and constraints.txt"
+        )
+    lines.append("Dependencies: installed, supported from the floor (setup.py) .. the tested top (constraints.txt):")
     for row in rows:
         flag = f"  OUTSIDE: {row.fix}" if row.problem else ("  newer than tested" if row.note else "")
         lines.append(f"  {row.name:<{width}}  {row.installed or 'missing':<12} {row.tested_range}{flag}")
@@ -96,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = parser_for("env")
     parser.parse_args(argv)
     print(report())
-    text, problems = ranges()
+    try:
+        text, problems = ranges()
+    except FileNotFoundError as err:  # neither installed nor a checkout: the block above still stands
+        print(f"glm-grpo env: {err}", file=sys.stderr)
+        return 2
     print(text)
     return 1 if problems else 0
 

@@ -124,3 +124,50 @@ def test_the_supported_range_is_the_floor_files_pin_to_constraints_txts_pin():
         assert row.specifier.contains(row.tested), name
         assert row.problem is None and row.installed == importlib.metadata.version(row.name)
     assert floor.keys() == top.keys()  # the floor job installs the same set of packages
+
+
+def test_a_checkout_that_is_not_installed_reads_the_same_ranges_from_setup_py():
+    """No metadata for the distribution (a name nothing installed): the ranges come from setup.py's REQUIRES (read
+    with ast, setup() not run) and constraints.txt, and they are the ones the installed metadata declares."""
+    from glm_grpo_ds.install.ranges import declared
+
+    checkout = declared("glm-grpo-ds-not-installed-anywhere", ROOT / "setup.py")
+    assert checkout.setup_py == ROOT / "setup.py"
+    installed = declared()
+    assert installed.setup_py is None
+    assert [str(r) for r in checkout.requirements] == [str(r) for r in installed.requirements if not r.marker] + [
+        str(r) for r in installed.requirements if r.marker and r.marker.evaluate({"extra": "tested"})
+    ]
+
+
+def test_env_runs_from_a_checkout_that_is_not_pip_installed(tmp_path):
+    """`python -m glm_grpo_ds env` from a copy of the checkout that pip never installed: site-packages without
+    glm-grpo-ds's dist-info (and its editable finder), so importlib.metadata has no glm-grpo-ds. One line says so,
+    glm-grpo-ds's row shows setup.py's version, and the ranges are setup.py's (the installed ones)."""
+    import shutil
+    import sysconfig
+
+    from glm_grpo_ds.install.ranges import dependency_rows
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "glm_grpo_ds", checkout / "glm_grpo_ds", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.py", "constraints.txt"):
+        shutil.copy(ROOT / name, checkout / name)
+    site = tmp_path / "site"  # the environment's packages, less glm-grpo-ds's install
+    site.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(("glm_grpo_ds", "glm-grpo-ds", "__editable__")):
+            (site / entry.name).symlink_to(entry)
+    env = dict(ENV, PYTHONPATH=f"{checkout}{os.pathsep}{site}")
+    proc = subprocess.run(  # -S: no site-packages (nor its .pth files) but those on PYTHONPATH
+        [sys.executable, "-S", "-m", "glm_grpo_ds", "env"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stderr == "", proc.stdout + proc.stderr
+    version = importlib.metadata.version("glm-grpo-ds")  # the same setup.py's
+    assert f"- glm-grpo-ds:      not installed (a checkout: setup.py says {version})" in proc.stdout
+    note = f"glm-grpo-ds is not installed (running from the checkout {checkout}): the ranges below are read from"
+    assert note in proc.stdout
+    shown = [line.split() for line in proc.stdout.split("(constraints.txt):\n", 1)[1].splitlines()[:-1]]
+    assert [row[0] for row in shown] == [row.name for row in dependency_rows()]
+    assert [" ".join(row[2:]) for row in shown] == [row.tested_range for row in dependency_rows()]
