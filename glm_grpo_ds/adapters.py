@@ -60,6 +60,10 @@ def peft_lora_config(lora):
 def find_adapter(path: str | os.PathLike, flag: str = "--adapter") -> Path:
     """An adapter directory, given it or a directory that holds one (``adapter`` / ``final_adapter``)."""
     p = Path(path)
+    if not p.exists():  # a typo or a run that never finished: say that, not that the path lacks a file
+        raise FileNotFoundError(
+            f"{flag} {p} does not exist; give a run's final_adapter/ (or checkpoints/step_N/adapter/) directory"
+        )
     for candidate in (p, p / "adapter", p / "final_adapter"):
         if (candidate / ADAPTER_CONFIG).is_file():
             return candidate

@@ -64,6 +64,11 @@ def check_output_dir(output_dir, rank: int) -> Path:
     (each writes its own checkpoint files), before any model is loaded."""
     out = Path(output_dir)
     fix = "pick another output_dir= or fix its permissions"
+    # the nearest part already there (os.path: an unreadable parent is False, not a PermissionError)
+    blocking = next((p for p in (out, *out.parents) if os.path.exists(p)), None)
+    if blocking is not None and not os.path.isdir(blocking):  # mkdir's "File exists" reads as a permission problem
+        what = f"output_dir {out}" if blocking == out else f"output_dir {out}: {blocking}"
+        raise OutputDirError(f"{what} is a file, not a directory; pick another output_dir= or move the file away")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:

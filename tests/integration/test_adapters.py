@@ -50,8 +50,10 @@ def test_init_from_must_match_the_lora_section(adapter, tmp_path):
     (dora / "adapter_model.safetensors").write_bytes((adapter / "adapter_model.safetensors").read_bytes())
     with pytest.raises(ConfigError, match=r"has use_dora=True; this trainer continues plain LoRA adapters only"):
         check_init_adapter(LoraConfig(r=4, alpha=8, init_from=str(dora)))
-    with pytest.raises(FileNotFoundError, match=r"^lora.init_from .*nope holds no peft adapter"):
+    with pytest.raises(FileNotFoundError, match=r"^lora.init_from .*nope does not exist; give a run's final_adapter/"):
         check_init_adapter(LoraConfig(init_from=str(tmp_path / "nope")))
+    with pytest.raises(FileNotFoundError, match=r"^lora.init_from .* holds no peft adapter \(adapter_config.json\)"):
+        check_init_adapter(LoraConfig(init_from=str(tmp_path)))  # there, but no adapter in it
 
 
 def test_load_policy_starts_from_the_adapter_and_records_an_absolute_base(

@@ -102,6 +102,6 @@ def test_merge_errors(tiny_model_dir, adapter, tmp_path, capfd):
     code, _, err = glm_grpo([*merge, "--adapter", adapter, "--out", tmp_path], capfd)
     assert code == 2 and "already exists" in err
     code, _, err = glm_grpo([*merge, "--adapter", tmp_path / "nope", "--out", tmp_path / "o"], capfd)
-    assert code == 2 and "holds no peft adapter" in err
+    assert code == 2 and f"--adapter {tmp_path / 'nope'} does not exist; give a run's final_adapter/" in err
     code, _, err = glm_grpo(["merge", "--base", adapter, "--adapter", adapter, "--out", tmp_path / "o2"], capfd)
     assert code == 2 and "is not a GLM-Image pipeline directory" in err

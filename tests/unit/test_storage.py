@@ -72,8 +72,14 @@ def test_one_process_checks_its_output_dir_and_resolves_auto(tmp_path):
     (step / "trainer_state.json").write_text(json.dumps({"step": 1}))
     (step.parent / checkpoint.LATEST).write_text(step.name)
     assert storage.open_output_dir(out, "auto", 0) == (out, step)
-    with pytest.raises(OutputDirError, match="cannot be created"):
-        storage.open_output_dir(step.parent / checkpoint.LATEST / "sub", None, 0)
+    latest = step.parent / checkpoint.LATEST  # a file
+    with pytest.raises(OutputDirError) as err:
+        storage.open_output_dir(latest / "sub", None, 0)
+    fix = "is a file, not a directory; pick another output_dir= or move the file away"
+    assert str(err.value) == f"output_dir {latest / 'sub'}: {latest} {fix}"  # not "fix its permissions"
+    with pytest.raises(OutputDirError) as err:
+        storage.open_output_dir(latest, None, 0)
+    assert str(err.value) == f"output_dir {latest} {fix}"
     assert not list(out.glob(storage.PROBE_PREFIX + "*"))
 
 
