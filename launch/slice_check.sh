@@ -14,6 +14,9 @@
 #    when the planner's CPU plan for it fits in this machine's available RAM (~32 GiB: the slice trains the
 #    real 0.69 B-parameter embedding, and CPU optimizer steps need fp32 temporaries); else it says SKIP and why.
 # Each run ends with finite loss and a first-iteration ratio of exactly 1, or check-run exits 1.
+# 3. The plan against the per-phase peaks measured on a GPU (glm_grpo_ds/testing/gpu_measurements.py: full
+#    fine-tuning of this slice and LoRA at full size, one H200), printed last: the full fine-tuning comparison where
+#    this machine cannot run it.
 # The LoRA run needs ~2 x 7 GiB of RAM; times are in docs/real-width.md.
 set -euo pipefail
 export HF_HUB_OFFLINE=1
@@ -62,4 +65,8 @@ echo "== full fine-tuning, 2 ranks, ${SIZE}x${SIZE}: ${full_s}"
 if [ -f "$OUT/full/metrics.jsonl" ]; then
   glm-grpo check-run "$OUT/full" || status=1
 fi
+# full fine-tuning and LoRA at full size, as measured on a GPU: each phase's plan at or above it (the unit test
+# tests/unit/test_memory_plan_measured.py holds the same figures)
+echo "== the plan against per-phase peaks measured on a GPU"
+python -m glm_grpo_ds.testing.gpu_measurements || status=1
 exit $status

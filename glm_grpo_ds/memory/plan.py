@@ -256,17 +256,36 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         comp["fp32_grad_step"] = 4 * shard(psi_t)
         notes["fp32_grad_step"] = "fp32 copy of the gradient partition at optimizer.step"
     comp["optimizer_states"] = states
-    # Measured on a CPU (docs/real-width.md): bitsandbytes has no in-place CPU kernel for its 8-bit AdamW;
-    # the step dequantizes both moments and computes in fp32 temporaries, 5 x the fp32 elements it steps
-    # (bitsandbytes 0.50.2); torch's AdamW (foreach) 2 x. On a GPU both update in place, and so does
-    # DeepSpeed's CPU Adam of an offloaded optimizer. ZeRO-3 steps one sub-group at a time.
+    # What the step allocates beside the fp32 gradients. Measured on a CPU (docs/real-width.md): bitsandbytes
+    # has no in-place CPU kernel for its 8-bit AdamW; the step dequantizes both moments and computes in fp32
+    # temporaries, 5 x the fp32 elements it steps (bitsandbytes 0.50.2); torch's AdamW (one tensor at a time
+    # on a CPU) 2 x. On a GPU torch's AdamW runs its foreach path (torch/optim/adam.py defaults to foreach for
+    # CUDA tensors), which allocates one fp32 temporary of the stepped elements (``_foreach_sqrt`` of the second
+    # moment): the full fine-tuning slice's step on an H200 (memory/measured.py) needs it. bitsandbytes' GPU
+    # kernel and DeepSpeed's CPU Adam of an offloaded optimizer update in place. ZeRO-3 steps one sub-group
+    # at a time.
     stepped = sub_group if stage == 3 else shard(psi_t)
-    cpu_step = not on_gpu and not offload_opt
-    comp["optimizer_step_temporaries"] = (2 if cfg.optimizer.name == "adamw" else 5) * 4 * stepped if cpu_step else 0
-    notes["optimizer_step_temporaries"] = (
-        f"CPU: {'torch AdamW' if cfg.optimizer.name == 'adamw' else 'bitsandbytes 8-bit AdamW'}'s fp32 temporaries"
-        if cpu_step
-        else "the optimizer updates in place"
+    torch_adamw = cfg.optimizer.name == "adamw"
+    if offload_opt or (on_gpu and not torch_adamw):
+        comp["optimizer_step_temporaries"] = 0
+        notes["optimizer_step_temporaries"] = "the optimizer updates in place"
+    elif on_gpu:
+        comp["optimizer_step_temporaries"] = 4 * stepped
+        notes["optimizer_step_temporaries"] = "GPU: torch AdamW's foreach step, one fp32 temporary"
+    else:
+        comp["optimizer_step_temporaries"] = (2 if torch_adamw else 5) * 4 * stepped
+        notes["optimizer_step_temporaries"] = (
+            f"CPU: {'torch AdamW' if torch_adamw else 'bitsandbytes 8-bit AdamW'}'s fp32 temporaries"
+        )
+    # DeepSpeed makes the fp32 gradient by flattening the model-dtype gradient partition into a new tensor and
+    # converting that (stage3.py _prepare_fp32_grad_for_sub_group, stage_1_and_2.py step: ``flatten(...).to(fp32)``):
+    # for a moment the flat model-dtype copy and the fp32 result exist together, before the optimizer runs.
+    flattens = stage >= 1 and not offload_opt and grad_b < 4
+    comp["grad_flatten"] = grad_b * stepped if flattens else 0
+    notes["grad_flatten"] = (
+        "the flat model-dtype gradient DeepSpeed converts to fp32 (beside it, before the optimizer step)"
+        if flattens
+        else "no flat copy"
     )
     needs_ref = cfg.needs_reference_model
     comp["reference"] = weights(sizes.ar_base, kind="reference") if needs_ref else 0
@@ -364,11 +383,14 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     # One DiT batch holds the rows of one prompt (decoder.py); GlmImagePipeline runs the CFG pass as a
     # second forward, not a doubled batch. The DiT's and the VAE's activations are never alive together.
     # VAE: its last up block holds its input, the norm and the activation of it: 3 full-resolution maps
-    # of vae_full_res_channels (measured on the real-width slice at 1024x1024: 3.0 GiB for 2 bf16 images).
+    # of vae_full_res_channels on a CPU (measured on the real-width slice at 1024x1024: 3.0 GiB for 2 bf16
+    # images), 4 on a GPU (measured on an H200, memory/measured.py: 4.03 GiB for the same 2 images; GLM-Image at
+    # full size, 8 images: the decode peak 3.9 GiB above the 3-map plan), the convolution's extra output map.
     images = min(cfg.decoder.batch_size, cfg.grpo.group_size)
     latent_tokens = (cfg.rollout.height // 16) * (cfg.rollout.width // 16)
     dit = images * latent_tokens * sizes.dit_hidden * dec_b * 12
-    vae = images * sizes.vae_full_res_channels * cfg.rollout.height * cfg.rollout.width * dec_b * 3
+    vae_maps = 4 if on_gpu else 3
+    vae = images * sizes.vae_full_res_channels * cfg.rollout.height * cfg.rollout.width * dec_b * vae_maps
     comp["decode_activations"] = max(dit, vae) + (decoder if cfg.decoder.offload else 0)
     notes["decode_activations"] = f"{images} images per DiT forward and VAE decode, the larger of the two"
     # an offloaded reward model visits the GPU for its own call only (FrozenModel.on), one at a time;
@@ -400,7 +422,8 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         + comp["gather_staging"],
         "decode": comp["decode_activations"],
         "update": comp["logits"] + comp["activations"] + comp["zero3_update_gather"] + comp["gather_staging"],
-        "step": comp["fp32_grad_step"] + comp["optimizer_step_temporaries"],  # activations are freed by then
+        # activations are freed by then; the flat copy is gone before the optimizer allocates its temporaries
+        "step": comp["fp32_grad_step"] + max(comp["grad_flatten"], comp["optimizer_step_temporaries"]),
         "reward": comp["reward_offloaded"],
     }
     gpu = int(est.gpu_memory_gb * GIB)
@@ -442,6 +465,10 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         "rewards": [dataclasses.asdict(r) for r in rewards],
         # rollout.merge_lora's copy: "device" (counted above), "host" (pinned host RAM, in host_node) or None
         "merge_copy": {"placement": placement, "bytes": merge_bytes, "requested": cfg.rollout.merge_copy, "why": why},
+        # optimizer state that torch's AdamW and bitsandbytes create at their first step (DeepSpeed's
+        # initialize_optimizer_states makes none): the phases of a run's first step before its optimizer step
+        # do not hold it (:func:`phase_totals` with ``first_step=True``)
+        "created_at_first_step": comp["optimizer_states"],
         "model_states": {  # what glm_grpo_ds.testing.model_state.model_state_bytes measures
             "parameters": comp["ar_weights"] + comp["lora_weights"],
             "gradients": comp["gradients"],
@@ -464,4 +491,20 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
             size=f"{cfg.rollout.height}x{cfg.rollout.width}",
             sizes_from=sizes.source,
         ),
+    }
+
+
+# measured phase (metrics.jsonl ``memory/<phase>_peak_mb``) -> the plan's transient phases it contains
+MEASURED_PHASES = {"rollout": ("rollout",), "decode": ("decode",), "reward": ("reward",), "update": ("update", "step")}
+
+
+def phase_totals(planned: dict, first_step: bool = False) -> dict[str, int]:
+    """Bytes per measured phase (:data:`MEASURED_PHASES`): the persistent components + the largest transient
+    the phase contains. ``first_step``: the phases of a run's first step, whose rollout, decode and reward come
+    before the optimizer's first step has created its state (``created_at_first_step``); its update makes it."""
+    persistent = sum(planned["components"][k] for k in planned["persistent"])
+    lazy = planned.get("created_at_first_step", 0) if first_step else 0
+    return {
+        name: persistent + max(planned["phases"][p] for p in inner) - (0 if name == "update" else lazy)
+        for name, inner in MEASURED_PHASES.items()
     }

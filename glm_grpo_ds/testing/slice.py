@@ -243,6 +243,26 @@ def build_slice_components(ar_layers: int = 1, dit_layers: int = 1, seed: int = 
     }
 
 
+def write_slice_configs(out_dir: str | os.PathLike, ar_layers: int = 1, dit_layers: int = 1) -> Path:
+    """The slice's component configs alone (no weights, built on the ``meta`` device) in a directory the memory
+    planner reads like a pipeline (glm_grpo_ds/memory/sizes.py): its plan at any layer count in seconds."""
+    from diffusers import AutoencoderKL, GlmImageTransformer2DModel
+    from transformers import T5Config
+
+    out = Path(out_dir)
+    slice_ar_config(ar_layers).save_pretrained(out / "vision_language_encoder")
+    with torch.device("meta"):
+        GlmImageTransformer2DModel(**{**BUILTIN_DIT, "num_layers": dit_layers}).save_config(out / "transformer")
+        vae = AutoencoderKL(
+            **BUILTIN_VAE, in_channels=3, out_channels=3, latents_mean=[0.0] * 16, latents_std=[1.0] * 16
+        )
+        vae.save_config(out / "vae")
+    T5Config(**BUILTIN_GLYPH, decoder_start_token_id=0).save_pretrained(out / "text_encoder")
+    (out / "processor").mkdir(exist_ok=True)
+    (out / "model_index.json").write_text("{}\n", encoding="utf-8")  # configs only: not loadable as a pipeline
+    return out
+
+
 def build_slice_pipeline(
     out_dir: str | os.PathLike, ar_layers: int = 1, dit_layers: int = 1, seed: int = 0, configs: dict | None = None
 ) -> Path:

@@ -49,8 +49,14 @@ def test_fits_exit_0_and_names_the_reward_models(capsys, monkeypatch):
     # the LoRA config's rewards: ocr on the CPU, aesthetic's CLIP ViT-L/14 + head on every GPU
     assert "reward models (the config's rewards" in out and "cpu: RapidOCR" in out
     assert "aesthetic" in out and "CLIP 427.6M fp32" in out and "whole on every GPU: aesthetic" in out
-    # the plan's last line: the fastest shipped DeepSpeed config that fits (ZeRO-2 at 8 x 80 GiB)
-    assert out.splitlines()[-1].startswith("fastest that fits: ds_configs/zero2.json (ZeRO-2, 42.5 GiB of 80)")
+    # the plan's last line: the fastest shipped DeepSpeed config that fits (ZeRO-2 at 8 x 80 GiB), the README's
+    # recommended stage; the line before it: the step's planned time, the image decode included
+    assert out.splitlines()[-1].startswith("fastest that fits: ds_configs/zero2.json (ZeRO-2, 44.5 GiB of 80)")
+    timed = out.splitlines()[-2]
+    assert timed.startswith("planned time per step on one H200: ~184 s = rollout 24.7 s + image decode 138.7 s")
+    assert "16 images x 30 steps x 0.289 s (guided)" in timed and "not counted: rewards" in timed
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "--deepspeed ds_configs/zero2.json data.train_file=/data/prompts.jsonl" in readme
 
 
 def test_over_budget_exits_3_unless_allowed(capsys):
@@ -87,14 +93,15 @@ def test_names_the_fastest_zero_stage_that_fits(capsys, monkeypatch):
     """The same run planned at every ds_configs/*.json: ZeRO-0/1/2 before ZeRO-3, no offload before offload, the
     smaller plan within a class; the exit status is still the given config's."""
     monkeypatch.chdir(ROOT)  # paths are shown relative to the working directory
-    # the LoRA config on one 80 GiB GPU: ZeRO-2 fits (43.7 GiB), so ZeRO-3 is not the fastest; 8-bit AdamW
+    # the LoRA config on one 80 GiB GPU: ZeRO-2 fits (45.7 GiB), so ZeRO-3 is not the fastest; 8-bit AdamW
     # refuses the offloaded optimizer of zero3_offload.json
     code, f = _fastest(capsys, "glm_image_lora_zero3.yaml", "zero3.json", 1)
     assert code == 0 and f["deepspeed"].endswith("ds_configs/zero2.json") and not f["given_is_fastest"]
-    assert f["line"].startswith("fastest that fits: ds_configs/zero2.json (ZeRO-2, 43.7 GiB of 80); measured on")
+    assert f["line"].startswith("fastest that fits: ds_configs/zero2.json (ZeRO-2, 45.7 GiB of 80); ZeRO-3 gathers")
+    assert "the update 4.85 s at ZeRO-2 against 20.2 s at ZeRO-3" in f["line"]
     assert "8-bit" in next(r for r in f["candidates"] if r["deepspeed"].endswith("zero3_offload.json"))["refused"]
     code, f = _fastest(capsys, "glm_image_lora_zero3.yaml", "zero1.json", 1)  # ZeRO-1: ZeRO-2's speed class
-    assert code == 0 and f["given_is_fastest"] and f["line"] == "fastest that fits: this one (ZeRO-1, 44.6 GiB of 80)"
+    assert code == 0 and f["given_is_fastest"] and f["line"] == "fastest that fits: this one (ZeRO-1, 46.6 GiB of 80)"
     # full fine-tuning of the 10B AR on 8 GPUs: ZeRO-2 needs 81.0 GiB, so ZeRO-3 is the one; a given ZeRO-2
     # does not fit (exit 3) and the line names ZeRO-3
     code, f = _fastest(capsys, "glm_image_full_zero3.yaml", "zero2.json", 8)

@@ -326,8 +326,9 @@ def test_zero3_on_one_rank_gathers_nothing_and_gloo_stages_the_largest_tensor():
 
 def test_decode_activations_are_the_larger_of_dit_and_vae_and_cfg_does_not_double_them():
     # 2 images (G=2 < decoder.batch_size 4) per DiT forward and VAE decode, bf16, 64x64: the DiT's
-    # 2 x 16 latent tokens x hidden 32 x 2 bytes x 12 = 24 576 bytes, the VAE's 3 full-resolution maps of
-    # 256 channels 2 x 256 x 64 x 64 x 2 bytes x 3 = 12 582 912 bytes; guidance runs a second DiT forward
+    # 2 x 16 latent tokens x hidden 32 x 2 bytes x 12 = 24 576 bytes, the VAE's full-resolution maps of
+    # 256 channels 2 x 256 x 64 x 64 x 2 bytes = 4 194 304 bytes each: 4 on a GPU, 3 on a CPU (both measured);
+    # guidance runs a second DiT forward
     common = (
         "grpo.group_size=2",
         "batch.micro_batch_size=2",
@@ -338,24 +339,32 @@ def test_decode_activations_are_the_larger_of_dit_and_vae_and_cfg_does_not_doubl
     )
     for guidance in ("1.0", "1.5"):
         p = plan(cfg(*common, f"decoder.guidance_scale={guidance}"), ZERO[3], EstimateConfig(num_gpus=1), sizes(1280))
-        assert p["components"]["decode_activations"] == max(2 * 16 * 32 * 2 * 12, 2 * 256 * 64 * 64 * 2 * 3)
+        assert p["components"]["decode_activations"] == max(2 * 16 * 32 * 2 * 12, 2 * 256 * 64 * 64 * 2 * 4)
+    on_cpu = plan(cfg(*common), ZERO[3], EstimateConfig(num_gpus=1, device="cpu"), sizes(1280))
+    assert on_cpu["components"]["decode_activations"] == 2 * 256 * 64 * 64 * 2 * 3
     narrow = dataclasses.replace(sizes(1280), vae_full_res_channels=1, dit_hidden=4096)
     p = plan(cfg(*common), ZERO[3], EstimateConfig(num_gpus=1), narrow)
     assert p["components"]["decode_activations"] == 2 * 16 * 4096 * 2 * 12  # the DiT's, now the larger
 
 
-def test_cpu_optimizer_steps_count_their_fp32_temporaries_per_zero3_sub_group():
+def test_optimizer_steps_count_their_fp32_temporaries_per_zero3_sub_group():
     # measured: bitsandbytes 8-bit AdamW on a CPU peaks at 5 x the fp32 bytes it steps, torch AdamW at 2 x;
-    # ZeRO-3 steps sub_group_size elements at a time; on a GPU both update in place
+    # on a GPU torch AdamW's foreach step holds one fp32 temporary, bitsandbytes' kernel none; ZeRO-3 steps
+    # sub_group_size elements at a time. Before the optimizer runs, DeepSpeed's flat bf16 copy of the
+    # sub-group's gradients sits beside their fp32 conversion (2 bytes per element, the model dtype).
     ds = json.loads(json.dumps(ZERO[3]))
     ds["zero_optimization"]["sub_group_size"] = 2200
-    for name, factor in (("adamw_8bit", 5), ("adamw", 2)):
+    for name, cpu_factor, gpu_factor in (("adamw_8bit", 5, 0), ("adamw", 2, 1)):
         c = cfg("lora=null", f"optimizer.name={name}")
         cpu = plan(c, ds, EstimateConfig(num_gpus=2, device="cpu"), sizes(trainable=5010))
-        assert cpu["components"]["optimizer_step_temporaries"] == factor * 4 * 2200  # min(ceil(5010 / 2), 2200)
-        assert cpu["phases"]["step"] == 4 * 2200 + factor * 4 * 2200  # + the sub-group's fp32 gradients
+        # the flat copy is smaller than the CPU optimizers' temporaries: the CPU step is as measured
+        assert cpu["components"]["grad_flatten"] == 2 * 2200
+        assert cpu["components"]["optimizer_step_temporaries"] == cpu_factor * 4 * 2200  # min(ceil(5010 / 2), 2200)
+        assert cpu["phases"]["step"] == 4 * 2200 + cpu_factor * 4 * 2200  # + the sub-group's fp32 gradients
         gpu = plan(c, ds, EstimateConfig(num_gpus=2), sizes(trainable=5010))
-        assert gpu["components"]["optimizer_step_temporaries"] == 0
+        assert gpu["components"]["optimizer_step_temporaries"] == gpu_factor * 4 * 2200
+        assert gpu["components"]["grad_flatten"] == 2 * 2200
+        assert gpu["phases"]["step"] == 4 * 2200 + max(2 * 2200, gpu_factor * 4 * 2200)
 
 
 def test_a_zero3_sub_group_never_splits_a_tensor():

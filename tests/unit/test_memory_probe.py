@@ -38,12 +38,34 @@ def test_check_run_phase_comparison_by_hand():
         "phases": {"rollout": 2 * MIB, "decode": 0, "update": 1 * MIB, "step": 3 * MIB, "reward": 0},
     }
     rows = [
-        {"memory/rollout_peak_mb": 7.0, "memory/update_peak_mb": 8.0, "memory/before_load_mb": 1.0},
-        {"memory/rollout_peak_mb": 6.0, "memory/update_peak_mb": 9.0, "memory/before_load_mb": 1.0},
+        {"step": 2, "memory/rollout_peak_mb": 7.0, "memory/update_peak_mb": 8.0, "memory/before_load_mb": 1.0},
+        {"step": 3, "memory/rollout_peak_mb": 6.0, "memory/update_peak_mb": 9.0, "memory/before_load_mb": 1.0},
     ]
     c = phase_comparison(rows, plan)
     assert set(c) == {"rollout", "update"}  # phases without a measurement are left out
     # rollout: 4 persistent + 2 transient + 1 before the models loaded; the highest of the two steps
-    assert c["rollout"] == {"measured_mb": 7.0, "planned_mb": 7.0, "ratio": 1.0}
+    assert c["rollout"] == {"measured_mb": 7.0, "planned_mb": 7.0, "ratio": 1.0, "step": 2}
     # update: the larger of the plan's update (1) and optimizer step (3) phases
-    assert c["update"]["planned_mb"] == 8.0 and c["update"]["ratio"] == 9.0 / 8.0
+    assert c["update"]["planned_mb"] == 8.0 and c["update"]["ratio"] == 9.0 / 8.0 and c["update"]["step"] == 3
+
+
+def test_first_step_phases_are_planned_without_the_optimizer_state_its_step_creates():
+    """A one-step run (the GPU checks) measures rollout, decode and reward before torch's AdamW or bitsandbytes
+    has created its moments: step 1 is compared with the plan less ``created_at_first_step``; its update, which
+    creates them, and every later step with the whole plan."""
+    from glm_grpo_ds.commands.check_run import phase_comparison
+
+    plan = {
+        "components": {"weights": 3 * MIB, "optimizer_states": 2 * MIB},
+        "persistent": ["weights", "optimizer_states"],
+        "phases": {"rollout": 1 * MIB, "decode": 0, "update": 1 * MIB, "step": 0, "reward": 0},
+        "created_at_first_step": 2 * MIB,
+    }
+    first = {"step": 1, "memory/rollout_peak_mb": 4.0, "memory/update_peak_mb": 6.0}
+    c = phase_comparison([first], plan)
+    assert c["rollout"]["planned_mb"] == 4.0  # 5 persistent - 2 not yet created + 1 transient
+    assert c["update"]["planned_mb"] == 6.0  # the whole plan: the step creates the state
+    later = {"step": 2, "memory/rollout_peak_mb": 4.0}
+    assert phase_comparison([later], plan)["rollout"]["planned_mb"] == 6.0
+    # the worse of the two steps against its own plan is the one reported
+    assert phase_comparison([first, later], plan)["rollout"]["step"] == 1
