@@ -19,7 +19,9 @@ undefined for every sample (checkpoint saved); 128 + signal when preempted by
 SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``), or interrupted
 during startup, or aborted by a second Ctrl-C (no new checkpoint; one line each, see lifecycle/preempt.py); 4
 trained and saved, but an upload to the Hub failed (``glm-grpo push OUTPUT_DIR`` retries it); 5 stopped by an
-alarm on the image statistics with ``monitor.stop_on_alarm`` (checkpoint saved; observability/alarms.py).
+alarm on the image statistics with ``monitor.stop_on_alarm`` (checkpoint saved; observability/alarms.py); 6
+trained and saved (final weights, logs, uploads), but an alarm fired during the run and ``monitor.fail_on_alarm``
+is true (4 comes first when an upload failed too). The alarms that fired are listed in the closing lines.
 """
 
 from __future__ import annotations
@@ -50,11 +52,12 @@ from .lifecycle.background import Background
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
 from .lifecycle.run import RunLife, decide_start
 from .model_source import check_local_model, resolve_for_training
-from .observability.alarms import Monitor, parse_rules
+from .observability.alarms import EXIT_ALARMS_FIRED, Monitor, alarm_failure, describe, parse_rules
 from .observability.metrics import (
     Progress,
     StepFacts,
     disagreement_fields,
+    fired_alarms,
     first_record,
     image_record,
     measure,
@@ -412,10 +415,11 @@ class Trainer:
                     self.status.begin(f"step {step + 1}/{self.cfg.max_steps}")
                     record = self.step(step)
                     self.consecutive_skips = self.consecutive_skips + 1 if record["skipped"] else 0
-                    self.log_step(record)
                     progress.update(record)
                     if self.evaluator is not None and self.evaluator.due(step + 1):
-                        self.evaluate(step + 1)
+                        # the alarms it checked join the step's record too: metrics.jsonl holds them
+                        record.update(self.evaluate(step + 1))
+                    self.log_step(record)
                     saved = None
                     if self.cfg.save_steps and (step + 1) % self.cfg.save_steps == 0:
                         saved = self.save_checkpoint(step + 1)
@@ -440,6 +444,35 @@ class Trainer:
             log.info(f"      evaluations {self.out / 'eval.jsonl'}: {evals}")
             log.info(f"      samples {self.out / 'samples'}/ (eval_step_*.png: the held-out prompts, fixed seeds)")
         log.info(f"      {final.name.replace('_', ' ')} {final}")
+        self.fired = self._alarm_summary()
+
+    def _alarm_summary(self) -> list[dict]:
+        """Rank 0: the alarms that fired in the whole run (its records on disk, before any resume too), one line
+        each in the closing lines; the same list decides the exit status with monitor.fail_on_alarm."""
+        if not self.is_main:
+            return []
+        alarms = fired_alarms(self.out)
+        if alarms is None or not alarms["fired"]:
+            return []
+        log.warning(
+            f"      alarms that fired ({len(alarms['fired'])}; {Path(alarms['file']).name}): look at the samples "
+            "(samples/) before trusting the reward or the adapter"
+        )
+        for alarm in alarms["fired"]:
+            log.warning(f"        {describe(alarm)}")
+        return alarms["fired"]
+
+    def exit_status(self) -> int:
+        """Rank 0's status for a run that finished and saved everything: :data:`EXIT_ALARMS_FIRED`, with its line,
+        when alarms fired and monitor.fail_on_alarm is set, else 0."""
+        if not alarm_failure(self.fired, self.cfg.monitor.fail_on_alarm):
+            return 0
+        log.fatal(
+            f"glm-grpo train: training finished and everything is saved in {self.out}, but {len(self.fired)} "
+            f"alarm(s) fired ({', '.join(a['rule'] for a in self.fired)}; listed above) and monitor.fail_on_alarm "
+            f"is true: exit {EXIT_ALARMS_FIRED}"
+        )
+        return EXIT_ALARMS_FIRED
 
     def _stop_notice(self, signum: int) -> str:
         """What rank 0 prints the moment SIGINT / SIGTERM arrives (from the signal watcher thread, so
@@ -461,17 +494,21 @@ class Trainer:
         if record.get("gallery"):
             self.tracker.log_image("samples", self.out / record["gallery"], record["step"])
 
-    def evaluate(self, step: int) -> None:
-        """Fixed-seed evaluation after ``step`` training steps (collective: every rank calls it)."""
+    def evaluate(self, step: int) -> dict:
+        """Fixed-seed evaluation after ``step`` training steps (collective: every rank calls it); the alarm fields
+        the monitor set on its record (rank 0; ``{}`` elsewhere)."""
         self.status.begin(f"eval at step {step}")
         record, gallery = self.evaluator.run(step, self.eval_experience, self.out, self.is_main)
         self.status.idle()
+        alarms = {}
         if record is not None:
             log.info(eval_line(record, self.cfg.eval.group_size))
             self._alarms(record)
+            alarms = {k: v for k, v in record.items() if k.startswith("alarm/")}
             self.tracker.log("eval", record)
         if gallery is not None:
             self.tracker.log_image("eval/samples", gallery, step)
+        return alarms
 
     def save_checkpoint(self, step: int) -> Path:
         """Checkpoint ``step`` (collective; lifecycle/run.py)."""
@@ -530,7 +567,9 @@ def main(argv: list[str] | None = None) -> int:
         dist.shutdown(agreed=False)
         return 2
     dist.shutdown()
-    return trainer.publisher.finish()  # rank 0 uploads now, no peer waiting on it: 0, or 4 if an upload failed
+    # rank 0 uploads now, no peer waiting on it: 0, or 4 if an upload failed (its line says how to retry; it comes
+    # before the alarms' 6, whose lines are printed above either way)
+    return trainer.publisher.finish() or trainer.exit_status()
 
 
 if __name__ == "__main__":

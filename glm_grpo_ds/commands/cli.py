@@ -269,8 +269,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         doc=(
             "PASS/FAIL: no non-finite step, first-iteration ratio exactly 1, verify-logprobs parity "
             "(`--verify`: a file holding `glm-grpo verify-logprobs` output; the tolerance is verify-logprobs' own "
-            "for the dtype it names, 1e-4 in fp32, 5e-2 in bf16), measured peak vs `memory_plan.json` (GPU; on a "
-            "CPU reported, WARN when over the plan), the image-statistics alarms; exit 1 on a FAIL "
+            "for the dtype it names, 1e-4 in fp32, 5e-2 in bf16), measured peak vs `memory_plan.json`, per phase and "
+            "whole run (GPU; on a CPU all of it in one INFO line, reported, not judged), a WARN per image-statistics "
+            "alarm that fired (with its step, value and bound); exit 1 on a FAIL (WARN and INFO: 0) "
             "([memory-and-speed.md](memory-and-speed.md#one-gpu-check-of-the-multi-gpu--bf16-paths))"
         ),
         example="glm-grpo check-run outputs/gpu_check --verify outputs/gpu_check/verify.txt",

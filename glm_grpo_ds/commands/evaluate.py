@@ -314,6 +314,7 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
         },
     }
     alarms = {name: run_alarms(path) for name, path in named.items()}
+    record["alarms"] = alarms  # what the console prints under the table, as the report shows them
     prompts = [row.prompt for row in rows]
     write_html(
         out / REPORT, record, results, prompts, categories, alarms, first_label,
@@ -368,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..config import ConfigError
     from ..ds import dist
     from ..evaluation.html_report import REPORT
-    from ..evaluation.report import EVALUATE_JSON
+    from ..evaluation.report import EVALUATE_JSON, alarm_lines
 
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -382,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     (Path(a.out) / EVALUATE_JSON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(result["table"])
+    for line in alarm_lines(result["alarms"]):  # the adapters' runs: one line per alarm that fired, or none
+        print(line)
     print(f"wrote {Path(a.out) / EVALUATE_JSON}")
     print(f"report: {Path(a.out) / REPORT}")
     return 0

@@ -582,15 +582,21 @@ class MonitorConfig:
     alarms: list[str] = setting(
         help="Rules 'STATISTIC < BOUND' / 'STATISTIC > BOUND' with BOUND = N, N x start, start + N or start - N "
         "spread, checked at each evaluation (else each step) against the run's start (the step-0 evaluation, else "
-        "the first step); a rule that fires prints one line and sets alarm/<statistic> to 1; [] = none. Default: "
-        + "; ".join(DEFAULT_ALARMS)
-        + ".",
+        "the first step); a rule that fires prints one line, sets alarm/<statistic> to 1 (eval.jsonl and "
+        "metrics.jsonl) and is listed in the run's closing lines, check-run, evaluate and the model card; [] = none. "
+        "Default: " + "; ".join(DEFAULT_ALARMS) + ".",
         factory=lambda: list(DEFAULT_ALARMS),
     )
     stop_on_alarm: bool = setting(
         False,
         "Stop the run when an alarm fires: save a checkpoint and exit with status 5 (resume_from=latest continues; "
         "the alarm is checked again).",
+    )
+    fail_on_alarm: bool = setting(
+        False,
+        "Let the run finish, then exit with status 6 when any alarm fired during it (at any step; the closing lines "
+        "list each with its step, value and bound): the final weights, logs and uploads are saved first, and a job "
+        "script or CI sees a non-zero status. An upload failure's status 4 comes first.",
     )
 
     def problems(self, prefix: str = "monitor.", rewards: list[str] | None = None) -> list[str]:

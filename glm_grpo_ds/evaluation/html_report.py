@@ -150,11 +150,13 @@ def alarms_section(alarms: dict | None) -> str:
     if not alarms["fired"]:
         return source + "<p>No alarm fired during training.</p>"
     rows = [
-        [f'<span class="alarm">{html.escape(a["statistic"])}</span>', (str(a["first_step"]), "num"),
+        [f'<span class="alarm">{html.escape(a["rule"])}</span>', (str(a["first_step"]), "num"),
+         (f"{a['value']:.4g}", "num"), (f"{a['bound']:.4g}", "num"), html.escape(", ".join(map(str, a["steps"]))),
          "yes" if a["holding_at_end"] else "no"]
         for a in alarms["fired"]
     ]  # fmt: skip
-    return source + _table(["statistic", "first fired at step", "still holding at the end"], rows)
+    head = ["rule", "first fired at step", "value then", "bound", "held at steps", "still holding at the end"]
+    return source + _table(head, rows)
 
 
 def gallery_section(results: dict, names: list[str], prompts: list[str], categories, label: str, per_category: int):

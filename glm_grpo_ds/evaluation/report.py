@@ -56,6 +56,23 @@ def run_alarms(adapter: str) -> dict | None:
     return None if found is None else fired_alarms(found[0])
 
 
+def alarm_lines(alarms: dict[str, dict | None]) -> list[str]:
+    """The console's lines under the table: per adapter (``alarms``: its name -> :func:`run_alarms`) one line per
+    alarm that fired during its run, or one saying none did or that its run's records were not found."""
+    lines = []
+    for name, found in alarms.items():
+        head = "alarms" if len(alarms) == 1 else f"alarms ({name})"
+        if found is None:
+            lines.append(f"{head}: unknown, no run records beside the adapter (config.json, eval.jsonl, metrics.jsonl)")
+        elif not found["fired"]:
+            lines.append(f"{head}: none fired during training (rules: {'; '.join(found['rules']) or 'none'})")
+        else:
+            from ..observability.alarms import describe
+
+            lines += [f"{head}: {describe(a)} ({found['file']})" for a in found["fired"]]
+    return lines
+
+
 def summarise(results: dict, adapters: dict[str, str], categories: list[str] | None) -> dict:
     """``{adapter name: {"path", "trained_on", "rewards": {label: summary}, "categories": {...}}}``."""
     from .paired import BASE

@@ -16,6 +16,11 @@ checked record while it holds, 0 otherwise. Imports nothing of this package but 
 
     monitor = Monitor(parse_rules(cfg.monitor.alarms), prefix="images/")
     fields, lines = monitor.check(record)   # record: {"step": ..., "images/<statistic>": ..., ...}
+
+After the run, :func:`replay` checks the records written to disk again, with the same code and the same start,
+and says per rule that fired when, at which value against which bound, and whether it still held at the end;
+:func:`describe` is its one line (the end-of-run summary, ``glm-grpo check-run``, ``glm-grpo evaluate``'s
+console and the model card print it).
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ _ABSOLUTE = re.compile(rf"^(?P<sign>-?)(?P<value>{_NUMBER})$")
 _RATIO = re.compile(rf"^(?P<value>{_NUMBER})\s*x\s*start$")
 _OFFSET = re.compile(rf"^start\s*(?P<sign>[-+])\s*(?P<value>{_NUMBER})(?:\s*(?P<spread>spread))?$")
 SYNTAX = "STATISTIC < BOUND or STATISTIC > BOUND, BOUND = N, N x start, start + N, start - N spread"
+# Exit status of a run that finished and saved everything while alarms fired, with monitor.fail_on_alarm (3: non-
+# finite steps, 4: an upload failed, 5: stopped by monitor.stop_on_alarm; glm_grpo_ds/train.py lists them all).
+EXIT_ALARMS_FIRED = 6
 
 
 class RuleError(ValueError):
@@ -104,15 +112,12 @@ class Monitor:
         self.fired: dict[str, int] = {}  # rule text -> the step it first fired at
         self.holding: set[str] = set()
 
-    def check(self, record: dict) -> tuple[dict, list[str]]:
-        """``(fields, lines)``: ``alarm/<statistic>`` 0/1 for the record, and a console line for each rule
-        that fires now for the first time."""
-        if not self.rules:
-            return {}, []
+    def verdicts(self, record: dict) -> list[tuple[Rule, float, float, float, bool]]:
+        """``(rule, now, start, spread, fires)`` for each rule whose statistic ``record`` and the start both hold
+        (the first record checked is the start when none is known yet)."""
         if self.start is None:
             self.start = record
-        fields, lines = {}, []
-        self.holding = set()
+        out = []
         for rule in self.rules:
             key = self.prefix + rule.statistic
             now, start = record.get(key), self.start.get(key)
@@ -120,7 +125,17 @@ class Monitor:
                 continue
             spread = self.start.get(key + SPREAD)
             spread = float("nan") if spread is None else spread
-            fires = rule.fires(now, start, spread)
+            out.append((rule, now, start, spread, rule.fires(now, start, spread)))
+        return out
+
+    def check(self, record: dict) -> tuple[dict, list[str]]:
+        """``(fields, lines)``: ``alarm/<statistic>`` 0/1 for the record, and a console line for each rule
+        that fires now for the first time."""
+        if not self.rules:
+            return {}, []
+        fields, lines = {}, []
+        self.holding = set()
+        for rule, now, start, spread, fires in self.verdicts(record):
             fields[f"alarm/{rule.statistic}"] = max(fields.get(f"alarm/{rule.statistic}", 0), int(fires))
             if fires:
                 self.holding.add(rule.text)
@@ -137,3 +152,61 @@ class Monitor:
             f"(rule '{rule.text}', bound {rule.bound(start, spread):.4g}); look at the samples (samples/) before "
             "trusting the reward"
         )
+
+
+def replay(rules: list[Rule], records: list[dict], prefix: str = PREFIX) -> list[dict]:
+    """What the monitor saw in ``records`` (the checked records in order, the first being the start, as the
+    trainer's monitor takes it, also after a resume): per rule that fired, in the order of ``rules``,
+    ``{"statistic", "rule", "first_step", "value" and "bound" (at that step), "start", "start_step", "steps"
+    (every checked step it held at), "holding_at_end"}``."""
+    monitor = Monitor(rules, prefix, records[0] if records else None)
+    fired: dict[str, dict] = {}
+    for record in records:
+        for rule, now, start, spread, fires in monitor.verdicts(record):
+            if not fires:
+                continue
+            entry = fired.setdefault(
+                rule.text,
+                {
+                    "statistic": rule.statistic,
+                    "rule": rule.text,
+                    "first_step": record["step"],
+                    "value": now,
+                    "bound": rule.bound(start, spread),
+                    "start": start,
+                    "start_step": monitor.start["step"],
+                    "steps": [],
+                },
+            )
+            entry["steps"].append(record["step"])
+    last = records[-1]["step"] if records else None
+    return [
+        {**fired[rule.text], "holding_at_end": fired[rule.text]["steps"][-1] == last}
+        for rule in rules
+        if rule.text in fired
+    ]
+
+
+def _steps(steps: list[int]) -> str:
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if len(steps) <= 6:
+        return "steps " + ", ".join(map(str, steps))
+    return f"steps {steps[0]}, {steps[1]}, ..., {steps[-2]}, {steps[-1]} ({len(steps)} checks)"
+
+
+def describe(alarm: dict) -> str:
+    """One line for one entry of :func:`replay`: the rule, where it first fired with the value against the bound
+    and the start, the steps it held at, and whether it still held at the end."""
+    end = "still holding at the end" if alarm["holding_at_end"] else "cleared by the end"
+    return (
+        f"'{alarm['rule']}' fired at step {alarm['first_step']}: {alarm['statistic']} {alarm['value']:.4g} vs bound "
+        f"{alarm['bound']:.4g} (start {alarm['start']:.4g} at step {alarm['start_step']}); held at "
+        f"{_steps(alarm['steps'])}, {end}"
+    )
+
+
+def alarm_failure(fired: list[dict], fail_on_alarm: bool) -> bool:
+    """Whether a finished run ends with :data:`EXIT_ALARMS_FIRED`: ``fail_on_alarm`` (monitor.fail_on_alarm) and
+    any rule fired (``fired``: :func:`replay`'s list), at any step, whether or not it still held at the end."""
+    return fail_on_alarm and bool(fired)

@@ -207,36 +207,33 @@ def read_metrics(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def fired_alarms(run: Path) -> dict | None:
+def fired_alarms(run: Path, step: int | None = None) -> dict | None:
     """What the image-statistics alarms (observability/alarms.py) did in the run in directory ``run``, from its
     ``eval.jsonl`` when it evaluated with image statistics, else its ``metrics.jsonl`` (the records the monitor
-    checked): ``{"file", "rules" (config.json's monitor.alarms), "fired": [{"statistic", "first_step",
-    "holding_at_end"}]}``; None when neither file holds image statistics."""
+    checked; up to ``step`` when given): ``{"file", "rules" (config.json's monitor.alarms), "fired": [...]}``,
+    ``fired`` being :func:`alarms.replay` of those rules over those records (per rule that fired: the statistic,
+    the first step with its value and bound, the steps it held at, whether it held at the end); None when neither
+    file holds image statistics."""
+    from .alarms import RuleError, parse_rules, replay
+
     monitored = [
-        (path, records)
-        for path in (run / "eval.jsonl", run / "metrics.jsonl")
+        (path, prefix, records)
+        for path, prefix in ((run / "eval.jsonl", "eval/images/"), (run / "metrics.jsonl", "images/"))
         if path.is_file()
-        for records in [read_metrics(path)]
-        if any(key.startswith(("images/", "eval/images/")) for r in records for key in r)
+        for records in [[r for r in read_metrics(path) if step is None or r["step"] <= step]]
+        if any(key.startswith(prefix) for r in records for key in r)
     ]
     if not monitored:
         return None
-    path, records = monitored[0]
+    path, prefix, records = monitored[0]
     config = run / "config.json"
     train = json.loads(config.read_text(encoding="utf-8")).get("train", {}) if config.is_file() else {}
-    first: dict[str, int] = {}
-    for record in records:
-        for key, value in record.items():
-            if key.startswith("alarm/") and value and key not in first:
-                first[key] = record.get("step")
-    return {
-        "file": str(path),
-        "rules": list(train.get("monitor", {}).get("alarms", [])),
-        "fired": [
-            {"statistic": key.removeprefix("alarm/"), "first_step": step, "holding_at_end": bool(records[-1].get(key))}
-            for key, step in first.items()
-        ],
-    }
+    texts = list(train.get("monitor", {}).get("alarms", []))
+    try:
+        rules = parse_rules(texts)
+    except RuleError as err:  # a run of another version: its rules are not this version's
+        raise RuleError(f"{config}: {err}") from err
+    return {"file": str(path), "rules": texts, "fired": replay(rules, records, prefix)}
 
 
 def finite_or_none(x: float | None) -> float | None:

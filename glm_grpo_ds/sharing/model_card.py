@@ -13,7 +13,8 @@ The YAML metadata: ``base_model``, ``library_name`` (peft / transformers / diffu
 ``pipeline_tag: text-to-image``, ``tags`` (glm-image, grpo, text-to-image, lora, glm-grpo-ds) and the
 base card's ``license`` when the base directory has a README.md. The text: the base model and its
 revision, the results (steps done, the final training reward from ``metrics.jsonl``, the first and
-last eval reward from ``eval.jsonl``, the reward curve), the training settings from ``config.json``
+last eval reward from ``eval.jsonl``, the reward curve), the image-statistics alarms that fired during
+training (each with its step, value and bound; observability/alarms.py), the training settings from ``config.json``
 (GRPO group size, beta, learning rate, LoRA r / alpha, ZeRO stage, world size, ...), the rewards with
 their weights, and how to load the weights.
 
@@ -31,7 +32,8 @@ import shutil
 from pathlib import Path
 
 from ..config.fields import is_repo_id
-from ..observability.metrics import read_metrics
+from ..observability.alarms import describe
+from ..observability.metrics import fired_alarms, read_metrics
 from ..observability.plot import PLOT_NAME, plot_training
 from ..runtime.versions import NOT_INSTALLED
 
@@ -156,6 +158,26 @@ def _results_section(res: dict, cfg: dict, labels: list[str]) -> list[str]:
     else:
         rows.append(("eval reward", "no evaluation (eval.file unset)"))
     return ["## Results", "", _table(rows), ""]
+
+
+def alarms_section(run: Path, step: int | None) -> list[str]:
+    """The image-statistics alarms of the run (up to ``step``): one item per rule that fired, or a line saying
+    none did; nothing when its records hold no image statistics (monitor.statistics: [])."""
+    alarms = fired_alarms(run, step)
+    if alarms is None:
+        return []
+    rules = "; ".join(f"`{rule}`" for rule in alarms["rules"]) or "none"
+    if not alarms["fired"]:
+        return ["## Alarms", "", f"No image-statistics alarm fired during training (rules: {rules}).", ""]
+    return [
+        "## Alarms",
+        "",
+        f"Image-statistics alarms that fired during training (rules: {rules}): a sign the images changed in a way "
+        "the reward may not see (reward hacking, collapse); look at the samples before trusting the reward.",
+        "",
+        *(f"- {describe(a)}" for a in alarms["fired"]),
+        "",
+    ]
 
 
 def _training_section(cfg: dict, ds: dict, labels: list[str]) -> list[str]:
@@ -357,6 +379,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     ]
     if curve and _curve(run, weights):
         body += [f"![reward curve]({PLOT_NAME})", ""]
+    body += alarms_section(run, step)
     body += _training_section(cfg, ds, labels)
     body += segments_lines(saved)
     # where readers of this card get the weights: the Hub repo when the run uploads them there, else this directory

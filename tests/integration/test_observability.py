@@ -3,7 +3,9 @@ training-curve plots, non-terminal progress lines, TensorBoard / W&B through acc
 installed; read back from their files), logged by rank 0 only.
 
 Single-process runs (`python -m glm_grpo_ds.train`, ZeRO-3, world size 1) plus one 2-rank
-`deepspeed` run for the gathering of galleries and eval results across ranks. ~2.5 min on 2 idle cores.
+`deepspeed` run for the gathering of galleries and eval results across ranks; and one step whose alarm must fire,
+followed everywhere it is shown (closing lines, exit status, metrics.jsonl, check-run, the card, evaluate's
+console). ~3 min on 2 idle cores.
 """
 
 import importlib.util
@@ -12,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from launching import CONFIG, ENV, common, launch, run_cmd, train_args, train_cmd  # noqa: E402  (tests/integration/launching.py)
+from launching import CONFIG, ENV, FAST, common, launch, run_cmd, run_train, train_args, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from PIL import Image
 from run_files import jsonl  # noqa: E402  (tests/run_files.py)
 
@@ -269,3 +271,58 @@ def test_eval_and_galleries_do_not_change_training(run1, tiny_model_dir, data64,
         load_file(out / "final_adapter" / "adapter_model.safetensors"),
     )
     assert w1.keys() == w2.keys() and all((w1[k] == w2[k]).all() for k in w1)
+
+
+def test_an_alarm_stays_visible_and_fail_on_alarm_exits_6_after_saving_everything(
+    tiny_model_dir, data64, tmp_path, capsys
+):
+    """One step with an alarm rule that holds for every image ('brightness > -1', checked at the evaluations of
+    steps 0 and 1) beside one that cannot fire, and monitor.fail_on_alarm: the run saves its adapter, card and
+    logs, lists the alarm in its closing lines and exits 6 with one line saying why; metrics.jsonl holds the
+    alarm fields of the evaluation at its step; check-run prints it as a WARN (and its CPU memory lines as one
+    INFO), the card lists it, and `glm-grpo evaluate` of the adapter prints it under its table."""
+    out = tmp_path / "alarmed"
+    decode = ["eval.num_inference_steps=1", "eval.guidance_scale=1.0", "decoder.num_inference_steps=1"]
+    evals = [f"eval.file={data64}", "eval.num_prompts=2", "eval.group_size=2", *decode]
+    alarms = ["monitor.alarms=[brightness > -1, dark_fraction > 2]", "monitor.fail_on_alarm=true"]
+    env = dict(ENV, OMP_NUM_THREADS="1")  # as run_single: no spinning OpenMP threads on busy cores (30 s -> 4 s)
+    proc = run_train(*common(tiny_model_dir, data64, out, "max_steps=1", *FAST, *evals, *alarms), env=env)
+    assert proc.returncode == 6, proc.stderr[-3000:]
+    assert (out / "final_adapter" / "adapter_model.safetensors").is_file() and (out / "logs" / "rank_0.log").is_file()
+    first, last = jsonl(out / "eval.jsonl")
+    brightness = first["eval/images/brightness"]
+    line = (
+        f"'brightness > -1' fired at step 0: brightness {brightness:.4g} vs bound -1 (start {brightness:.4g} at step "
+        "0); held at steps 0, 1, still holding at the end"
+    )
+    stderr = proc.stderr.strip().splitlines()
+    assert stderr[-1] == (
+        f"glm-grpo train: training finished and everything is saved in {out}, but 1 alarm(s) fired (brightness > -1; "
+        "listed above) and monitor.fail_on_alarm is true: exit 6"
+    )
+    assert stderr[-3:-1] == [
+        "      alarms that fired (1; eval.jsonl): look at the samples (samples/) before trusting the reward or the "
+        "adapter",
+        f"        {line}",
+    ]
+    # the step's record carries what the evaluation at that step checked
+    (row,) = jsonl(out / "metrics.jsonl")
+    assert row["alarm/brightness"] == last["alarm/brightness"] == 1 and row["alarm/dark_fraction"] == 0
+    assert f"- {line}" in (out / "final_adapter" / "README.md").read_text()
+
+    from glm_grpo_ds.commands.check_run import main as check_run_main
+    from glm_grpo_ds.commands.evaluate import main as evaluate_main
+
+    capsys.readouterr()
+    assert check_run_main([str(out)]) == 0  # a WARN is for a person to look, not a failure
+    verdicts = capsys.readouterr().out.splitlines()
+    assert [v for v in verdicts if v.startswith("WARN")] == [
+        f"WARN  image-statistics alarm: {line}; look at {out / 'samples'}/"
+    ]
+    assert len([v for v in verdicts if v.startswith("INFO  not judged on a CPU: ")]) == 1
+
+    args = ["--model", str(tiny_model_dir), "--prompts", str(data64), "--rewards", "pixel_mse", "--num-prompts", "1"]
+    args += ["--samples-per-prompt", "1", "--adapter", str(out / "final_adapter"), "--out", str(tmp_path / "ev")]
+    assert evaluate_main([*args, "rollout.height=64", "rollout.width=64", *decode]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert f"alarms: {line} ({out / 'eval.jsonl'})" in printed

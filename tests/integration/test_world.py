@@ -264,10 +264,14 @@ def test_a_reward_paying_for_dark_images_fires_the_alarm_and_stops_the_run(world
     assert line in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(f"glm-grpo train: stopped at step {step} on an alarm")
     assert (out / "checkpoints" / "latest").read_text().strip().endswith(f"{step}")
+    assert jsonl(out / "metrics.jsonl")[-1]["alarm/dark_fraction"] == 1  # the step's record, as its evaluation's
     # what `glm-grpo evaluate`'s report reads of the run that wrote an adapter: this alarm, its step, still holding
     from glm_grpo_ds.evaluation.report import run_alarms
 
     adapter = out / "checkpoints" / (out / "checkpoints" / "latest").read_text().strip() / "adapter"
     alarms = run_alarms(str(adapter))
     assert alarms["file"] == str(out / "eval.jsonl") and "dark_fraction > start + 0.25" in alarms["rules"]
-    assert alarms["fired"] == [{"statistic": "dark_fraction", "first_step": step, "holding_at_end": True}]
+    (fired,) = alarms["fired"]
+    rule = "dark_fraction > start + 0.25"
+    assert (fired["rule"], fired["first_step"], fired["value"], fired["holding_at_end"]) == (rule, step, now, True)
+    assert fired["bound"] == pytest.approx(start + 0.25) and fired["steps"] == [step]

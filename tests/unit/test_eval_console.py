@@ -1,5 +1,6 @@
 """The console lines of the in-training evaluation (glm_grpo_ds/evaluation/in_training.py): one per evaluation,
-and the closing line's summary of eval.jsonl; and `glm-grpo evaluate`'s progress count (runtime/progress_count.py)."""
+and the closing line's summary of eval.jsonl; `glm-grpo evaluate`'s progress count (runtime/progress_count.py) and
+the lines under its table naming the alarms of each adapter's run (evaluation/report.py ``alarm_lines``)."""
 
 import json
 
@@ -57,3 +58,31 @@ def test_a_count_in_a_log_is_plain_lines_and_on_a_terminal_a_bar():
     with Count(4, "x", "prompts", stream=term) as count:
         count.update(4)
     assert "\r" in term.getvalue() and "4/4" in term.getvalue()  # tqdm's bar
+
+
+def test_under_the_table_each_adapters_run_alarms_one_line_each_or_none(tmp_path):
+    """A run directory written by hand, read as the HTML report reads it (``run_alarms``): its alarm that fired is
+    one line with the step, the value and the bound; a clean run says none fired; an adapter with no run beside it
+    says so; several adapters are named."""
+    from glm_grpo_ds.evaluation.report import alarm_lines, run_alarms
+
+    run = tmp_path / "run"
+    (run / "final_adapter").mkdir(parents=True)
+    rules = ["dark_fraction > start + 0.25"]
+    (run / "config.json").write_text(json.dumps({"train": {"monitor": {"alarms": rules}}}))
+    evals = [{"step": s, "eval/images/dark_fraction": d} for s, d in [(0, 0.1), (20, 0.45), (40, 0.2)]]
+    (run / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    adapter = str(run / "final_adapter")
+    assert alarm_lines({"adapter_0": run_alarms(adapter)}) == [
+        "alarms: 'dark_fraction > start + 0.25' fired at step 20: dark_fraction 0.45 vs bound 0.35 (start 0.1 at "
+        f"step 0); held at step 20, cleared by the end ({run / 'eval.jsonl'})"
+    ]
+    evals[1]["eval/images/dark_fraction"] = 0.3
+    (run / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    lone = tmp_path / "lone_adapter"
+    lone.mkdir()
+    assert alarm_lines({"adapter_0": run_alarms(adapter), "lone": run_alarms(str(lone))}) == [
+        "alarms (adapter_0): none fired during training (rules: dark_fraction > start + 0.25)",
+        "alarms (lone): unknown, no run records beside the adapter (config.json, eval.jsonl, metrics.jsonl)",
+    ]
+    assert alarm_lines({}) == []  # the base alone: no line

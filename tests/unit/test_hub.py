@@ -102,6 +102,30 @@ def test_run_card_numbers_metadata_and_curve(tmp_path):
     assert "eval reward (fixed seeds) at step 0 | 0.5 |" in ckpt_card.text  # the step-25 eval came later
 
 
+def test_the_cards_list_the_alarms_that_fired_with_step_value_and_bound(tmp_path):
+    """The run's image statistics (eval.jsonl) against its rules (config.json's monitor.alarms, the defaults): the
+    final adapter's card lists the alarm that fired, a checkpoint's card the alarms up to its step (none), a merged
+    pipeline's card carries the adapter's; a run without image statistics gets no Alarms section."""
+    from glm_grpo_ds.sharing.merged_card import merged_card
+
+    out, _ = make_run(tmp_path)
+    assert "## Alarms" not in ModelCard.load(write_run_card(out, out / "final_adapter")).text
+    evals = [{"step": s, "eval/images/dark_fraction": d, "eval/images/bright_fraction": 0.2} for s, d in
+             [(0, 0.1), (5, 0.2), (20, 0.5), (25, 0.6)]]  # fmt: skip
+    (out / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    text = ModelCard.load(write_run_card(out, out / "final_adapter")).text
+    line = (
+        "- 'dark_fraction > start + 0.25' fired at step 20: dark_fraction 0.5 vs bound 0.35 (start 0.1 at step 0); "
+        "held at steps 20, 25, still holding at the end"
+    )
+    assert "## Alarms" in text and line in text and "bright_fraction > start + 0.25' fired" not in text
+    ckpt = ModelCard.load(write_run_card(out, out / "checkpoints" / "step_000010" / "adapter", step=10)).text
+    rules = "`dark_fraction > start + 0.25`; `bright_fraction > start + 0.25`"
+    assert f"No image-statistics alarm fired during training (rules: {rules})." in ckpt and line not in ckpt
+    merged = merged_card(tmp_path / "base", out / "final_adapter", out / "final_adapter" / "README.md", "fp32", out)
+    assert "## Alarms (of the adapter)" in merged.text and line in merged.text
+
+
 def test_base_model_ids(tmp_path):
     snapshot = tmp_path / "hub" / "models--zai-org--GLM-Image" / "snapshots" / ("a" * 40)
     snapshot.mkdir(parents=True)

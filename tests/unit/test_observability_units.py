@@ -238,3 +238,82 @@ def test_phase_timer_waits_for_cuda_work_before_reading_the_clock(monkeypatch):
     with timer(timings, "update"):
         calls.append("work")
     assert calls == ["sync", "work", "sync"] and timings["update"] >= 0
+
+
+def _alarm_records(values, prefix="eval/images/"):
+    """Checked records: (step, dark fraction), each with the start's spread and a brightness that never moves."""
+    return [
+        {"step": s, prefix + "dark_fraction": v, prefix + "dark_fraction_spread": 0.01, prefix + "brightness": 0.5}
+        for s, v in values
+    ]
+
+
+def test_replay_says_when_where_and_by_how_much_each_rule_fired_as_the_monitor_flagged_it():
+    """The alarms' history after the run (observability/alarms.py ``replay``) is what the monitor flagged during
+    it, record by record, with the value and the bound at the first firing, every step it held at and whether it
+    held at the end; a rule that never fired is not listed; ``describe`` is its one line."""
+    from glm_grpo_ds.observability.alarms import Monitor, describe, parse_rules, replay
+
+    rules = parse_rules(["brightness < 0.1", "dark_fraction > start + 0.25", "dark_fraction > 0.45"])
+    records = _alarm_records([(0, 0.1), (5, 0.2), (10, 0.4), (15, 0.3), (20, 0.5)])
+    fired = replay(rules, records, "eval/images/")
+    monitor = Monitor(rules, "eval/images/")
+    flagged = [r["step"] for r in records if monitor.check(r)[0]["alarm/dark_fraction"]]
+    assert flagged == [10, 20] and fired[0]["steps"] == [10, 20]
+    assert fired == [
+        {
+            "statistic": "dark_fraction", "rule": "dark_fraction > start + 0.25", "first_step": 10, "value": 0.4,
+            "bound": pytest.approx(0.35), "start": 0.1, "start_step": 0, "steps": [10, 20], "holding_at_end": True,
+        },
+        {
+            "statistic": "dark_fraction", "rule": "dark_fraction > 0.45", "first_step": 20, "value": 0.5,
+            "bound": 0.45, "start": 0.1, "start_step": 0, "steps": [20], "holding_at_end": True,
+        },
+    ]  # fmt: skip
+    assert describe(fired[0]) == (
+        "'dark_fraction > start + 0.25' fired at step 10: dark_fraction 0.4 vs bound 0.35 (start 0.1 at step 0); "
+        "held at steps 10, 20, still holding at the end"
+    )
+    # one that cleared; a long list of steps is shortened; no records, no rules: nothing fired
+    back = [(0, 0.1), *((s, 0.9) for s in range(1, 9)), (9, 0.1)]
+    assert replay(rules[1:2], _alarm_records(back)) == []  # the evaluations' fields: the steps' prefix sees none
+    cleared = replay(rules[1:2], _alarm_records(back), "eval/images/")
+    assert describe(cleared[0]).endswith("held at steps 1, 2, ..., 7, 8 (8 checks), cleared by the end")
+    assert replay(rules, [], "eval/images/") == [] and replay([], records, "eval/images/") == []
+
+
+def test_fired_alarms_reads_the_checked_file_with_the_runs_rules_up_to_a_step(tmp_path):
+    """A run directory written by hand: the evaluations' records are the checked ones when the run evaluated (the
+    training steps' image statistics are not), the rules come from config.json, ``step`` cuts the history (a
+    checkpoint's card), and a run without image statistics has no alarm record."""
+    from glm_grpo_ds.observability.metrics import fired_alarms
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rules = ["dark_fraction > start + 0.25", "brightness < 0.1"]
+    (run / "config.json").write_text(json.dumps({"train": {"monitor": {"alarms": rules}}}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _alarm_records([(1, 0.9)], "images/")))
+    assert fired_alarms(run)["file"] == str(run / "metrics.jsonl")  # no evaluations: the steps were checked
+    (run / "eval.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in _alarm_records([(0, 0.1), (5, 0.2), (10, 0.4)]))
+    )
+    alarms = fired_alarms(run)
+    assert alarms["file"] == str(run / "eval.jsonl") and alarms["rules"] == rules
+    assert [(a["rule"], a["first_step"], a["value"]) for a in alarms["fired"]] == [(rules[0], 10, 0.4)]
+    assert fired_alarms(run, step=5)["fired"] == []
+    (run / "eval.jsonl").write_text(json.dumps({"step": 0, "eval/reward_mean": 0.5}) + "\n")
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n")
+    assert fired_alarms(run) is None
+
+
+def test_only_fail_on_alarm_with_a_fired_alarm_makes_a_finished_run_exit_6():
+    """monitor.fail_on_alarm's decision (glm_grpo_ds/train.py ``Trainer.exit_status``): any rule that fired, held at
+    the end or not; off by default; its status is none of the trainer's others (2 bad input, 3 non-finite, 4 upload,
+    5 stop_on_alarm, 128 + signal)."""
+    from glm_grpo_ds.config import TrainConfig
+    from glm_grpo_ds.observability.alarms import EXIT_ALARMS_FIRED, alarm_failure
+
+    fired = [{"rule": "dark_fraction > 0.45", "holding_at_end": False}]
+    assert alarm_failure(fired, True) and not alarm_failure([], True) and not alarm_failure(fired, False)
+    assert TrainConfig().monitor.fail_on_alarm is False
+    assert EXIT_ALARMS_FIRED == 6
