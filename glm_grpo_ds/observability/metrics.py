@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ..ds import dist
+from ..runtime import log
 from ..runtime.memory_probe import phase_peak, run_peak_bytes
 from .step_status import NAME, NO_STATUS
 
@@ -89,7 +90,9 @@ class Progress:
     On a terminal: a tqdm bar (its ``[elapsed<remaining]`` is the ETA). When stderr is not a
     terminal (log files, SLURM, the ``deepspeed`` launcher piping output) tqdm's carriage-return
     redraws would become one log line per refresh, so instead one compact line is printed at the
-    first step, every ``every`` steps and at the last step.
+    first step, every ``every`` steps and at the last step. The run's log file (``logs/rank_<r>.log``,
+    runtime/run_log.py) gets that line at every step, on every rank, bar or not: the record of when each
+    step ended, for the post-mortem of a slow or stuck run.
 
     ``status`` (glm_grpo_ds/observability/step_status.py): where the running step is, shown in the bar's
     description, or as lines between the step lines (the interval counts from the last step line).
@@ -99,6 +102,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.total, self.initial, self.every = total, initial, every
         self.bar, self.lines, self.status = None, False, status
+        self.t0 = time.perf_counter()
         if enabled and self.stream.isatty():
             from tqdm import tqdm
 
@@ -107,7 +111,6 @@ class Progress:
             status.show_in(self.bar)
         elif enabled:
             self.lines = True
-            self.t0 = time.perf_counter()
 
     def update(self, record: dict) -> None:
         def fmt(key: str, spec: str) -> str:  # None: undefined reward / skipped non-finite step
@@ -119,26 +122,26 @@ class Progress:
             loss=fmt("loss", ".3g"),
             entropy=fmt("entropy", ".3g"),
         )
+        from tqdm import tqdm
+
+        step = record["step"]
+        elapsed = time.perf_counter() - self.t0
+        per_step = elapsed / max(1, step - self.initial)
+        line = (
+            f"grpo step {step}/{self.total} "
+            + " ".join(f"{k} {v}" for k, v in stats.items())
+            + f" | {per_step:.2f} s/step, elapsed {tqdm.format_interval(elapsed)}, "
+            f"eta {tqdm.format_interval(per_step * (self.total - step))}"
+        )
+        log.to_file(line)
         self.status.idle()
         if self.bar is not None:
             self.bar.set_postfix(**stats)
             self.bar.update(1)
         elif self.lines:
-            step = record["step"]
             if step % self.every and step != self.total and step != self.initial + 1:
                 return
-            from tqdm import tqdm
-
-            elapsed = time.perf_counter() - self.t0
-            per_step = elapsed / max(1, step - self.initial)
-            print(
-                f"grpo step {step}/{self.total} "
-                + " ".join(f"{k} {v}" for k, v in stats.items())
-                + f" | {per_step:.2f} s/step, elapsed {tqdm.format_interval(elapsed)}, "
-                f"eta {tqdm.format_interval(per_step * (self.total - step))}",
-                file=self.stream,
-                flush=True,
-            )
+            print(line, file=self.stream, flush=True)
             self.status.printed()
 
     def close(self) -> None:

@@ -23,6 +23,10 @@ _LOGGER = logging.getLogger("glm_grpo")
 _FATAL = logging.getLogger("glm_grpo.fatal")  # fatal() lines, for the run's log file only (run_log.py)
 _FATAL.propagate = False
 _FATAL.addHandler(logging.NullHandler())  # without a file: nothing (not logging's last-resort stderr print)
+_FILE_ONLY = logging.getLogger("glm_grpo.progress")  # to_file() lines: the run's log file, never the console
+_FILE_ONLY.propagate = False
+_FILE_ONLY.setLevel(logging.INFO)  # whatever --log-level the console has
+_FILE_ONLY.addHandler(logging.NullHandler())
 _warned: set[str] = set()
 _rank = 0
 
@@ -68,6 +72,7 @@ def setup(level: str = "info", rank: int | None = None) -> None:
     _rank = env_rank() if rank is None else rank
     _LOGGER.handlers.clear()
     _FATAL.handlers[1:] = []  # the NullHandler stays
+    _FILE_ONLY.handlers[1:] = []
     _LOGGER.propagate = False
     _LOGGER.setLevel(getattr(logging, level.upper()))
     out = ConsoleHandler(sys.stdout)
@@ -86,8 +91,9 @@ def rank_filter() -> logging.Filter:
 
 
 def add_file_handler(handler: logging.Handler) -> None:
-    """Also send our records (and :func:`fatal` lines) to ``handler`` (the run's log file), every rank."""
-    for logger in (_LOGGER, _FATAL):
+    """Also send our records (and :func:`fatal` and :func:`to_file` lines) to ``handler`` (the run's log file),
+    every rank."""
+    for logger in (_LOGGER, _FATAL, _FILE_ONLY):
         if handler not in logger.handlers:
             logger.addHandler(handler)
 
@@ -130,6 +136,13 @@ if not _LOGGER.handlers:  # importing code (tests, tools) gets rank-0 info loggi
 # a rank other than 0 that failed and left at once could take rank 0's line with it (seen in a loaded suite run:
 # exit 2 and no line). Those ranks wait this long after the line before they exit.
 FATAL_GRACE_S = 3.0
+
+
+def to_file(msg: str) -> None:
+    """A line for the run's log file only (``logs/rank_<r>.log``; nothing without one): what the console shows
+    another way, e.g. each step's progress line, which the console prints every ``logging.log_every`` steps or
+    draws as a bar."""
+    _FILE_ONLY.info(msg)
 
 
 def fatal(msg: str) -> None:

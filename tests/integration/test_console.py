@@ -127,6 +127,17 @@ def test_the_load_and_a_running_step_say_where_they_are(short_run_stderr):
     assert lines[-1].startswith("grpo step 1/1 reward ")
 
 
+@pytest.mark.slow  # reads the shared short training run
+def test_the_run_log_holds_each_steps_progress_line(short_run, short_run_stderr):
+    """logs/rank_0.log has the step's progress line the console printed, timestamped (observability/metrics.py
+    Progress writes it there at every step, whatever the console shows: a bar, or a line every log_every)."""
+    console = [line for line in short_run_stderr.splitlines() if line.startswith("grpo step ")]
+    logged = [line for line in (short_run / "logs" / "rank_0.log").read_text().splitlines() if "grpo step " in line]
+    assert len(console) == len(logged) == 1, logged
+    stamp, text = logged[0].split(" INFO glm_grpo.progress: ")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+", stamp) and text == console[0]
+
+
 def test_missing_data_file_is_exactly_one_stderr_line(tiny_model_dir, tmp_path):
     """An input error before output_dir is used: the library output held back is dropped, nothing else
     is printed and no log is written."""
