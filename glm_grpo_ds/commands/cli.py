@@ -188,8 +188,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "Student-t interval over prompts (none below 3 prompts), the win rate and whether the adapter's run "
             "trained on that reward; writes evaluate.json, gallery.png, evaluate.png and report.html; the prompt "
             "count, K and seed default to the config's "
-            "eval.*, so with a run's config the adapter's samples are its final evaluation's "
-            "([evaluate.md](evaluate.md))"
+            "eval.*, so with a run's config the adapter's samples are its final evaluation's; without --config the "
+            "adapter's own run (its config.json) gives the model, size, sampling, eval decode, seed, K and rewards, "
+            "in one line naming them ([evaluate.md](evaluate.md))"
         ),
         example=(
             "glm-grpo evaluate --config launch/configs/tiny_world.yaml model.path=outputs/world/model "

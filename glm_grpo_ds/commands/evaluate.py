@@ -8,7 +8,13 @@ paired seeds, per reward: means, the paired difference with a 95 % interval over
 
 Everything not given comes from ``--config`` (a training config: model, rewards with their arguments, image
 size, sampling, the evaluation decode ``eval.*``, by default the pipeline's own 50 steps) or from the
-training defaults; ``--model``, ``--prompts`` and ``--rewards NAME ...`` replace the config's. Sampling is
+training defaults; ``--model``, ``--prompts`` and ``--rewards NAME ...`` replace the config's. Without
+``--config``, the run that wrote the first ``--adapter`` (its ``config.json`` beside ``final_adapter/`` or above
+``checkpoints/step_N/adapter/``) gives what its own evaluation used (:data:`RUN_KEYS`: model, image size,
+sampling, the ``eval.*`` decode, seed and K, rewards), one line naming the file and the keys; a flag or a
+``key=value`` given here wins. Without either and without ``--rewards``, one line says to give ``--rewards``.
+Before sampling, a line says what is coming (models x prompts x samples, size, decode); the count of prompts
+follows, at least every 30 s in a log (runtime/progress_count.py). Sampling is
 paired (glm_grpo_ds/evaluation/paired.py): every model draws prompt i's tokens with the same noise and decodes
 them with the same seed, so the base against itself differs by exactly 0 and the differences measure the
 adapters, not the seeds. The seeds follow the in-training evaluation's scheme (evaluation/seeds.py) and
@@ -57,13 +63,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     from ..config.arguments import parse_with_overrides
 
     p = parser_for("evaluate")
-    p.add_argument("--config", default=None, help="a training config (YAML): model, rewards, size, sampling, eval.*")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="a training config (YAML): model, rewards, size, sampling, eval.* (default: the adapter's run's)",
+    )
     p.add_argument("--model", default=None, help="pipeline directory or Hub id (replaces model.path)")
     p.add_argument(
         "--adapter", action="append", default=[], help="a LoRA adapter to compare with the base (repeatable)"
     )
     p.add_argument("--prompts", default=None, help="the prompt file or dataset (default: eval.file of the config)")
-    p.add_argument("--rewards", nargs="+", default=None, metavar="NAME", help="reward names (replace the config's)")
+    p.add_argument(
+        "--rewards",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="reward names, e.g. --rewards pixel_mse ssim (replace the config's or the adapter's run's)",
+    )
     p.add_argument(
         "--num-prompts", type=int, default=None, help="the first N prompts (0 = all; default: eval.num_prompts)"
     )
@@ -110,11 +126,100 @@ def _absolute(source: str) -> str:
     return str(path.resolve()) if path.exists() else source
 
 
-def load_settings(a):
-    """The config with ``--model`` / ``--prompts`` / ``--rewards`` applied, and the prompt source."""
+# What evaluate takes, without --config, from the run that wrote the adapter: what that run's own evaluation
+# sampled, decoded and scored with (an adapter trained at 64x64 is not judged at the default 1024x1024).
+RUN_KEYS = (
+    "model.path",
+    "model.revision",
+    "rollout.height",
+    "rollout.width",
+    "grpo.sampling.temperature",
+    "grpo.sampling.top_k",
+    "grpo.sampling.top_p",
+    "eval.num_inference_steps",
+    "eval.guidance_scale",
+    "eval.seed",
+    "eval.group_size",
+    "rewards",
+)
+REWARDS_HINT = "give --rewards NAME [NAME ...] (e.g. --rewards pixel_mse ssim) or --config with a rewards list"
+
+
+def _given(a, key: str) -> bool:
+    """Whether this command line sets ``key`` itself: a ``key=value`` on it or above it (a section), or its flag."""
+    if (key.startswith("model.") and a.model) or (key == "rewards" and a.rewards):
+        return True
+    for item in a.overrides:
+        set_key = item.split("=", 1)[0].strip()
+        if set_key == key or key.startswith(set_key + ".") or set_key.startswith(key + "."):
+            return True
+    return False
+
+
+def _lookup(tree: dict, key: str):
+    """``tree``'s value at the dotted ``key``; KeyError when a run of another version has no such key."""
+    node = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(key)
+        node = node[part]
+    return node
+
+
+def _shown(key: str, value) -> str:
+    if key == "rewards":
+        return "rewards=[" + ", ".join(str(r.get("name")) if isinstance(r, dict) else str(r) for r in value) + "]"
+    return f"{key}={json.dumps(value)}"
+
+
+def run_overrides(a, adapters: list[str]) -> tuple[list[str], list[str]]:
+    """Without ``--config``: ``(overrides, lines)``, the :data:`RUN_KEYS` of the first adapter's run that this
+    command line does not set, as ``key=value`` overrides, and the lines saying so (the file, the keys; one more
+    per other adapter whose run differs). ``([], [])`` with ``--config`` or without a run config."""
+    from ..evaluation.report import run_config
+
+    if a.config is not None:
+        return [], []
+    runs = [(i, found) for i, path in enumerate(adapters) for found in [run_config(path)] if found is not None]
+    if not runs:
+        return [], []
+    taken = {}
+    for i, (run, train) in runs:
+        values = {}
+        for key in RUN_KEYS:
+            try:
+                values[key] = _lookup(train, key)
+            except KeyError:
+                continue
+        taken[i] = (run, {key: value for key, value in values.items() if not _given(a, key)})
+    first, (run, values) = runs[0][0], taken[runs[0][0]]
+    if not values:
+        return [], []
+    overrides = [f"{key}={json.dumps(value)}" for key, value in values.items()]
+    lines = [
+        f"glm-grpo evaluate: settings of adapter_{first}'s run, from {run / 'config.json'}: "
+        + ", ".join(_shown(key, value) for key, value in values.items())
+        + " (a flag, --config or key=value given here wins)"
+    ]
+    for i, (other, other_values) in taken.items():
+        differ = [_shown(key, v) for key, v in other_values.items() if key in values and v != values[key]]
+        if i != first and differ:
+            lines.append(
+                f"glm-grpo evaluate: warning: adapter_{i}'s run ({other / 'config.json'}) had {', '.join(differ)}; "
+                f"every model is evaluated with adapter_{first}'s (give key=value to choose)"
+            )
+    return overrides, lines
+
+
+def load_settings(a, adapters: list[str] = ()):
+    """``(config, prompt source, lines)``: the config with ``--model`` / ``--prompts`` / ``--rewards`` applied (and,
+    without ``--config``, the settings of ``adapters``' run: :func:`run_overrides`, with its lines to print)."""
     from ..config import load_config
 
-    overrides = list(a.overrides)
+    from_run, lines = run_overrides(a, list(adapters))
+    if a.config is None and not _given(a, "rewards") and not any(o.startswith("rewards=") for o in from_run):
+        raise ValueError(f"no rewards to score the images with: {REWARDS_HINT}")
+    overrides = [*from_run, *a.overrides]
     if a.model:
         overrides.append(f"model.path={a.model}")
     if a.rewards:
@@ -138,7 +243,7 @@ def load_settings(a):
     for flag, value in (("--samples-per-prompt", a.samples_per_prompt), ("--batch-prompts", a.batch_prompts)):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
-    return cfg, prompts
+    return cfg, prompts, lines
 
 
 PROGRESS = "progress"  # OUT/progress/rank_<r>/: settings.json and each finished (model, batch of prompts)
@@ -323,6 +428,16 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
     return record
 
 
+def start_line(models: int, prompts: int, k: int, cfg, decode) -> str:
+    """What the evaluation is about to sample: models x prompts x samples, the size, the decode and the rewards."""
+    steps, guidance = decode.num_inference_steps, decode.guidance_scale
+    return (
+        f"evaluate: {models} model{'s' * (models > 1)} x {prompts} prompts x {k} samples = {models * prompts * k} "
+        f"images at {cfg.rollout.height}x{cfg.rollout.width}, decoded with {steps} DiT step{'s' * (steps != 1)} "
+        f"(guidance {guidance:g}), rewards {', '.join(r.name for r in cfg.rewards)}"
+    )
+
+
 def run(a) -> dict | None:
     """The evaluation (collective under the launcher): evaluate.json's content on rank 0, None on the others."""
     from ..adapters import find_adapter
@@ -334,10 +449,10 @@ def run(a) -> dict | None:
     from ..rollout.backends import ModelSampler
     from ..runtime.progress_count import Count
 
-    cfg, prompt_source = load_settings(a)
+    adapters = [str(find_adapter(path).resolve()) for path in a.adapter]
+    cfg, prompt_source, lines = load_settings(a, adapters)
     rank, world, local_rank, device = start_ranks(a.device)
     rows, mine, prompts_name = read_rows(a, cfg, prompt_source, rank, world, local_rank)
-    adapters = [str(find_adapter(path).resolve()) for path in a.adapter]
     m = cfg.model
     loaded = load_for_sampling(
         m.path, m.revision, m.dtype, m.attn_implementation, cfg.grpo.sampling, device, adapters, m.trust_remote_code
@@ -351,6 +466,9 @@ def run(a) -> dict | None:
     settings = run_settings(a, cfg, loaded, adapters, rows, prompts_name, decode, seed, world)
     on_images = export_hook(a, rows, (cfg.rollout.height, cfg.rollout.width)) if a.export else None
     store = progress_store(Path(a.out) / PROGRESS / f"rank_{rank}", settings, a.fresh)
+    if rank == 0:  # every input checked (an error stays one line): where the settings came from, what is coming
+        for line in [*lines, start_line(len(names), len(rows), a.samples_per_prompt, cfg, decode)]:
+            print(line, file=sys.stderr, flush=True)
     desc = f"evaluate ({len(names)} model{'s' * (len(names) > 1)} x {a.samples_per_prompt} samples)"
     with Count(len(mine), desc, "prompts", enabled=rank == 0) as bar:
         results = evaluate_models(

@@ -161,11 +161,13 @@ def alarms_section(alarms: dict | None) -> str:
 
 def gallery_section(results: dict, names: list[str], prompts: list[str], categories, label: str, per_category: int):
     """Per category (one section when there are none): a row per prompt, the prompt then each model's first
-    image (same seeds) with that prompt's mean ``label`` over its samples."""
+    image (same seeds), captioned with that image's own ``label`` reward and, apart, the prompt's mean over its
+    K samples (the tables' unit)."""
     groups: dict[str, list[int]] = {}
     for i, cat in enumerate(categories if categories is not None else ["all prompts"] * len(prompts)):
         groups.setdefault(cat, []).append(i)
     means = {n: torch.nanmean(results[n].rewards[label], dim=1) for n in names}
+    k = results[names[0]].rewards[label].shape[1]
     parts = []
     for cat, indices in sorted(groups.items()):
         shown = indices[:per_category]
@@ -177,7 +179,8 @@ def gallery_section(results: dict, names: list[str], prompts: list[str], categor
                 width = max(TILE_PX, thumb.shape[-1])
                 row.append(
                     f'<img src="{png_data_uri(thumb)}" width="{width}" alt="{html.escape(n)}, prompt {i}">'
-                    f'<div class="caption">{html.escape(label)} {_num(float(means[n][i]), ".3f")}</div>'
+                    f'<div class="caption">{html.escape(label)} {_num(float(results[n].rewards[label][i, 0]), ".3f")}'
+                    f" (this image); prompt mean {_num(float(means[n][i]), '.3f')} over {k} samples</div>"
                 )
             rows.append(row)
         more = f" (the first {len(shown)} of {len(indices)})" if len(shown) < len(indices) else ""

@@ -184,15 +184,21 @@ def base_table(rewards: dict[str, torch.Tensor]) -> str:
     return "\n".join(lines)
 
 
+def shown_sample_rewards(results: dict, names: list[str], rows: int, label: str) -> list[float]:
+    """The ``label`` reward of each image the galleries show (row-major: prompt ``i``, then each model of
+    ``names``): the prompt's first sample's own reward, the one drawn in the tile (``ModelResult.thumbs``), not
+    the mean over its K samples, which a tile of one sample would misattribute."""
+    return [float(results[n].rewards[label][i, 0]) for i in range(rows) for n in names]
+
+
 def write_gallery(path: Path, results: dict, names: list[str], prompts: list[str], label: str, max_prompts: int):
     """One row per prompt (at most ``max_prompts``): the base's first sample, then each adapter's (a column each,
-    headed by the model's name), captioned with the prompt's mean ``label`` reward over its samples."""
+    headed by the model's name), each captioned with its own ``label`` reward (:func:`shown_sample_rewards`)."""
     from ..observability.gallery import save_gallery
 
     rows = min(len(prompts), max_prompts)
     thumbs = torch.stack([results[n].thumbs[i] for i in range(rows) for n in names])
-    means = {n: torch.nanmean(results[n].rewards[label], dim=1) for n in names}
-    captions = [float(means[n][i]) for i in range(rows) for n in names]
+    captions = shown_sample_rewards(results, names, rows, label)
     return save_gallery(path, thumbs, prompts[:rows], captions, cols=len(names), headers=names)
 
 

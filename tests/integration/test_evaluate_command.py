@@ -469,3 +469,49 @@ def test_evaluate_draws_the_final_in_run_evaluations_samples(tiny_model_dir, dat
     assert result["seed"] == 7 and result["samples_per_prompt"] == 3 and result["num_prompts"] == 4
     means = result["prompt_means"]["adapter_0"]["pixel_mse"]
     assert sum(means) / len(means) == pytest.approx(final["eval/reward/pixel_mse"], abs=1e-6)
+
+
+def test_the_reports_captions_give_each_images_own_reward_and_the_prompts_mean_apart(evaluated):
+    """Each image of report.html is the prompt's first sample: its caption is that sample's reward (the weighted
+    total of the stored per-sample rewards, sample 0), and the prompt's mean over its K samples is labelled so."""
+    import re
+
+    result, out, _ = evaluated
+    page = (out / "report.html").read_text(encoding="utf-8")
+    captions = re.findall(
+        r'alt="(\w+), prompt (\d+)"><div class="caption">total (\S+) \(this image\); prompt mean (\S+) over 3 samples',
+        page,
+    )
+    assert len(captions) == 6 * 3
+    for name, i, own, mean in captions:
+        i = int(i)
+        batch = torch.load(out / "progress" / "rank_0" / name / f"batch_{i - i % 4:06d}.pt", weights_only=True)
+        sample0 = batch["rewards"]["pixel_mse"][i % 4, 0] + batch["rewards"]["ssim"][i % 4, 0]  # weights 1 and 1
+        assert float(own) == pytest.approx(float(sample0), abs=6e-4)
+        assert float(mean) == pytest.approx(result["prompt_means"][name]["total"][i], abs=6e-4)
+    assert any(own != mean for _, _, own, mean in captions)  # the image's reward is not the prompt's mean
+
+
+def test_without_config_evaluate_takes_the_adapters_run_settings_and_says_so(short_run, prompts, tmp_path, capfd):
+    """No --config, --model or --rewards: the run that wrote the adapter (tests' short_run: 64x64, pixel_mse, the
+    tiny model) gives the model, size, sampling, eval decode, seed, K and rewards, in one stderr line naming its
+    config.json; an override given here wins (eval.num_inference_steps=1; the run's was the pipeline's 50). A line
+    before the models load says what is coming; the count follows."""
+    from glm_grpo_ds.commands.evaluate import main
+
+    run = json.loads((short_run / "config.json").read_text())["train"]
+    out = tmp_path / "ev"
+    args = ["--adapter", str(short_run / "final_adapter"), "--prompts", str(prompts), "--num-prompts", "2"]
+    assert main([*args, "--samples-per-prompt", "1", "--out", str(out), "eval.num_inference_steps=1"]) == 0
+    result = json.loads((out / "evaluate.json").read_text())
+    assert result["image"] == [64, 64] and result["model"] == str(Path(run["model"]["path"]).resolve())
+    assert [r["name"] for r in result["rewards"]] == ["pixel_mse"] and result["seed"] == run["eval"]["seed"]
+    assert result["decode"] == {"num_inference_steps": 1, "guidance_scale": 1.5}  # the run's eval guidance: null
+    err = capfd.readouterr().err.splitlines()
+    said = [line for line in err if line.startswith("glm-grpo evaluate: settings of adapter_0's run, from ")]
+    assert len(said) == 1 and str(short_run / "config.json") in said[0], err
+    assert "rollout.height=64" in said[0] and "rewards=[pixel_mse]" in said[0]
+    assert "eval.num_inference_steps" not in said[0]  # given here
+    start = err.index("evaluate: 2 models x 2 prompts x 1 samples = 4 images at 64x64, decoded with 1 DiT step "
+                      "(guidance 1.5), rewards pixel_mse")  # fmt: skip
+    assert start < next(i for i, line in enumerate(err) if line.startswith("evaluate (2 models x 1 samples): "))

@@ -1,0 +1,160 @@
+"""`glm-grpo evaluate`'s pieces that need no model: the settings it takes from the adapter's own run when no
+--config is given (glm_grpo_ds/commands/evaluate.py ``run_overrides``), the one-line refusal without rewards, the
+progress count that is never silent for long (runtime/progress_count.py), and the gallery's captions (each tile's
+own reward: evaluation/report.py ``shown_sample_rewards``)."""
+
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from glm_grpo_ds.commands import evaluate
+from glm_grpo_ds.config import load_config
+from glm_grpo_ds.config.loading import to_dict
+
+
+def make_run(root: Path, *overrides: str, checkpoint: bool = False) -> Path:
+    """A run directory as the trainer leaves it: config.json ({"train": the whole config, ...}) and an adapter
+    directory (final_adapter/, or checkpoints/step_000002/adapter/) with its adapter_config.json; the adapter path."""
+    cfg = load_config(None, ["data.train_file=train.jsonl", *overrides])
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({"train": to_dict(cfg), "segments": []}))
+    adapter = root / ("checkpoints/step_000002/adapter" if checkpoint else "final_adapter")
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    return adapter
+
+
+RUN = (
+    "model.path=/models/tiny",
+    "rollout.height=64",
+    "rollout.width=96",
+    "grpo.sampling.temperature=0.8",
+    "eval.num_inference_steps=3",
+    "eval.guidance_scale=1.0",
+    "eval.seed=7",
+    "eval.group_size=3",
+    "rewards=[{name: ssim, weight: 2.0}, {name: pixel_mse}]",
+)
+
+
+def settings(argv, adapters):
+    a = evaluate.parse_args(["--prompts", "p.jsonl", *argv])
+    cfg, _, lines = evaluate.load_settings(a, [str(p) for p in adapters])
+    return a, cfg, lines
+
+
+def test_without_config_the_adapters_run_gives_size_decode_sampling_and_rewards_saying_so(tmp_path):
+    adapter = make_run(tmp_path / "run", *RUN)
+    a, cfg, err = settings(["--adapter", str(adapter)], [adapter])
+    assert (cfg.model.path, cfg.rollout.height, cfg.rollout.width) == ("/models/tiny", 64, 96)
+    assert (cfg.eval.num_inference_steps, cfg.eval.guidance_scale, cfg.grpo.sampling.temperature) == (3, 1.0, 0.8)
+    assert [(r.name, r.weight) for r in cfg.rewards] == [("ssim", 2.0), ("pixel_mse", 1.0)]
+    assert (a.samples_per_prompt, cfg.eval.seed) == (3, 7)  # the run's own evaluation's K and seeds
+    assert len(err) == 1, err
+    assert err[0].startswith(
+        f"glm-grpo evaluate: settings of adapter_0's run, from {tmp_path / 'run' / 'config.json'}: "
+    )
+    for shown in ("rollout.height=64", "rollout.width=96", "eval.num_inference_steps=3", "eval.guidance_scale=1.0"):
+        assert shown in err[0]
+    assert "rewards=[ssim, pixel_mse]" in err[0] and err[0].endswith("(a flag, --config or key=value given here wins)")
+    # a checkpoint's adapter finds its run above checkpoints/step_N/
+    checkpoint = make_run(tmp_path / "run2", *RUN, checkpoint=True)
+    _, cfg, err = settings(["--adapter", str(checkpoint)], [checkpoint])
+    assert cfg.rollout.width == 96 and str(tmp_path / "run2" / "config.json") in err[0]
+
+
+def test_flags_and_overrides_given_here_win_over_the_run(tmp_path):
+    adapter = make_run(tmp_path / "run", *RUN)
+    argv = ["rollout.height=128", "grpo.sampling={temperature: 1.0}", "--adapter", str(adapter), "--model", "/models/o"]
+    a, cfg, err = settings([*argv, "--samples-per-prompt", "2", "--rewards", "pixel_mse"], [adapter])
+    assert (cfg.model.path, cfg.rollout.height, cfg.rollout.width) == ("/models/o", 128, 96)
+    assert [r.name for r in cfg.rewards] == ["pixel_mse"] and cfg.grpo.sampling.temperature == 1.0
+    assert a.samples_per_prompt == 2
+    for taken_here in ("model.path", "rollout.height", "rewards=", "grpo.sampling"):
+        assert taken_here not in err[0], err
+    assert "rollout.width=96" in err[0]
+    # --config: the run is not read
+    config = tmp_path / "c.yaml"
+    config.write_text("model: {path: /models/c}\ndata: {train_file: t.jsonl}\nrewards: [{name: pixel_mse}]\n")
+    _, cfg, err = settings(["--config", str(config), "--adapter", str(adapter)], [adapter])
+    assert cfg.rollout.height == 1024 and err == []
+
+
+def test_adapters_of_runs_that_differ_are_named_in_a_warning(tmp_path):
+    first = make_run(tmp_path / "a", *RUN)
+    second = make_run(tmp_path / "b", *RUN[:-1], "rollout.width=128", "rewards=[{name: pixel_mse}]")
+    _, cfg, err = settings(["--adapter", str(first), "--adapter", str(second)], [first, second])
+    assert cfg.rollout.width == 96 and len(err) == 2
+    assert err[1] == (
+        f"glm-grpo evaluate: warning: adapter_1's run ({tmp_path / 'b' / 'config.json'}) had rollout.width=128, "
+        "rewards=[pixel_mse]; every model is evaluated with adapter_0's (give key=value to choose)"
+    )
+
+
+def test_no_rewards_anywhere_is_one_line_pointing_to_the_rewards_flag(tmp_path, capfd):
+    bare = tmp_path / "adapter"  # saved outside a run: no config.json above it
+    bare.mkdir()
+    (bare / "adapter_config.json").write_text("{}")
+    for extra in (["--adapter", str(bare)], []):
+        assert evaluate.main(["--model", "m", "--prompts", "p.jsonl", *extra, "--out", str(tmp_path / "o")]) == 2
+        err = capfd.readouterr().err
+        assert err == (
+            "glm-grpo evaluate: no rewards to score the images with: give --rewards NAME [NAME ...] "
+            "(e.g. --rewards pixel_mse ssim) or --config with a rewards list\n"
+        )
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_missing_adapter_is_one_line_saying_it_does_not_exist(tmp_path, capfd):
+    missing = tmp_path / "run" / "final_adapter"
+    assert evaluate.main(["--model", "m", "--prompts", "p.jsonl", "--adapter", str(missing), "--rewards", "ssim"]) == 2
+    assert capfd.readouterr().err == (
+        f"glm-grpo evaluate: --adapter {missing} does not exist; give a run's final_adapter/ (or "
+        "checkpoints/step_N/adapter/) directory\n"
+    )
+
+
+def test_the_start_line_says_what_is_coming():
+    cfg = load_config(
+        None, ["model.path=m", "data.train_file=t", "rewards=[{name: ssim}, {name: ocr}]", "rollout.height=512"]
+    )
+    from glm_grpo_ds.decoder import DecodeSettings
+
+    line = evaluate.start_line(3, 8, 4, cfg, DecodeSettings(50, 1.5))
+    assert line == (
+        "evaluate: 3 models x 8 prompts x 4 samples = 96 images at 512x1024, decoded with 50 DiT steps "
+        "(guidance 1.5), rewards ssim, ocr"
+    )
+
+
+def test_a_count_that_does_not_move_still_prints_every_interval():
+    """A batch that takes minutes (1024x1024, 50 DiT steps) is not minutes of silence in a log: the line comes
+    every ``every_s`` even when no prompt finished, with no ETA before the first."""
+    from glm_grpo_ds.runtime.progress_count import Count
+
+    log = io.StringIO()
+    with Count(4, "x", "prompts", stream=log, every_s=0.2) as count:
+        time.sleep(0.7)
+        count.update(4)
+    lines = log.getvalue().splitlines()
+    assert len(lines) >= 3 and all(line.startswith("x: 0/4 prompts, 00:00, eta ?") for line in lines[:-1]), lines
+    assert lines[-1].startswith("x: 4/4 prompts")
+    time.sleep(0.3)
+    assert log.getvalue().splitlines() == lines  # the clock stopped with the count
+
+
+def test_each_gallery_tile_is_captioned_with_its_own_samples_reward():
+    """The tile is the prompt's first sample; its caption is that sample's reward, not the mean of the K (a black
+    first sample under a mean of 0.875 told the user the black image scored 0.875)."""
+    from glm_grpo_ds.evaluation.paired import BASE, ModelResult
+    from glm_grpo_ds.evaluation.report import shown_sample_rewards
+
+    rewards = {"r": torch.tensor([[0.0, 1.0, 1.0, 1.0], [0.5, 0.25, 0.25, 0.25]], dtype=torch.float64)}
+    results = {BASE: ModelResult(BASE, rewards), "adapter_0": ModelResult("adapter_0", {"r": rewards["r"].flip(1)})}
+    assert shown_sample_rewards(results, [BASE, "adapter_0"], 2, "r") == [0.0, 1.0, 0.5, 0.25]
+    with pytest.raises(IndexError):
+        shown_sample_rewards(results, [BASE], 3, "r")
