@@ -117,7 +117,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # the launcher's
     p.add_argument("overrides", nargs="*", help="config overrides, key=value (as for glm-grpo train)")
-    return parse_with_overrides(p, argv)
+    args = parse_with_overrides(p, argv)
+    # --rewards takes every word after it, overrides too (`--rewards pixel_mse rollout.height=128`); a reward name
+    # never holds "=", a config override always does: those go back to the overrides
+    if args.rewards:
+        args.overrides += [word for word in args.rewards if "=" in word]
+        args.rewards = [word for word in args.rewards if "=" not in word] or None
+    return args
 
 
 def _absolute(source: str) -> str:

@@ -158,3 +158,9 @@ def test_each_gallery_tile_is_captioned_with_its_own_samples_reward():
     assert shown_sample_rewards(results, [BASE, "adapter_0"], 2, "r") == [0.0, 1.0, 0.5, 0.25]
     with pytest.raises(IndexError):
         shown_sample_rewards(results, [BASE], 3, "r")
+
+
+def test_overrides_after_the_rewards_flag_stay_overrides():
+    # --rewards takes every word after it; a word with "=" is a config key, never a reward name
+    a = evaluate.parse_args(["--rewards", "pixel_mse", "rollout.height=128", "ssim", "--prompts", "p.jsonl"])
+    assert a.rewards == ["pixel_mse", "ssim"] and a.overrides == ["rollout.height=128"]
