@@ -10,7 +10,8 @@
 #   NUM_PROCS=1 bash launch/demo.sh max_steps=20
 # Look at: outputs/world_run/reward_curve.png, outputs/world_run/samples/eval_step_*.png (held-out
 # prompts, fixed seeds), samples/step_*.png (training groups) and evaluate/ (report.html, the page to open: its path
-# is the last line printed; gallery.png, evaluate.json).
+# is the last line printed; gallery.png, evaluate.json); checkpoints/ (steps 60 and 80) to try resuming on
+# (docs/checkpoints.md#resume-the-demo).
 set -euo pipefail
 export HF_HUB_OFFLINE=1
 export DS_ACCELERATOR=cpu # a CPU demo, said explicitly: on a GPU node too, and never refused as a CPU fallback

@@ -181,6 +181,48 @@ def build_scheduler(optimizer, opt_cfg, total_optimizer_steps: int):
     )
 
 
+def apply_optimizer_settings(param_groups: list[dict], scheduler, opt_cfg) -> float:
+    """Put the config's optimizer settings over what a checkpoint's load restored; the lr the next optimizer step
+    takes.
+
+    DeepSpeed's ``load_checkpoint`` restores the optimizer's param groups (``lr``, ``betas``, ``eps``,
+    ``weight_decay``, ``initial_lr``: torch's ``Optimizer.load_state_dict`` takes them from the checkpoint) and the
+    scheduler's state (``base_lrs``, ``last_epoch``, ``_last_lr``), so a resume with another ``optimizer.lr`` kept
+    the old one. The schedule's shape is already this launch's (``build_scheduler``'s ``functools.partial`` lambdas
+    hold no state to restore: ``optimizer.schedule``, ``warmup_steps`` and the total of optimizer steps are the
+    config's); its position, ``last_epoch`` (the optimizer updates applied, skipped ones not counted), is the
+    checkpoint's and is kept. Here: betas, eps and weight decay set on every group; ``base_lrs`` and each group's
+    ``initial_lr`` = ``optimizer.lr``; each group's lr recomputed as ``LambdaLR`` does, ``base_lr *
+    lambda(last_epoch)``, so the first resumed step already runs with it (an unchanged config sets every value to
+    the one it had: the resume stays bitwise exact)."""
+    base = float(opt_cfg.lr)
+    for group in param_groups:
+        group.update(betas=tuple(opt_cfg.betas), eps=opt_cfg.eps, weight_decay=opt_cfg.weight_decay, initial_lr=base)
+    scheduler.base_lrs = [base] * len(param_groups)
+    lrs = [b * fn(scheduler.last_epoch) for fn, b in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)]
+    for group, lr in zip(param_groups, lrs, strict=True):
+        group["lr"] = lr
+    scheduler._last_lr = list(lrs)  # what get_last_lr() reports until the next step
+    return lrs[0]
+
+
+def apply_optimizer_config(engine, opt_cfg) -> float:
+    """:func:`apply_optimizer_settings` on the param groups DeepSpeed steps with (under ZeRO and bf16 its wrapper's
+    ``param_groups`` are the client optimizer's, which the lr scheduler writes to), and ``optimizer.max_grad_norm``
+    as the wrapper's clipping: ZeRO-1/2's and the bf16 / fp16 optimizers' ``load_state_dict`` restore the
+    checkpoint's ``clip_grad`` (ZeRO-3 and stage 0 clip with the config's). The lr of the next step."""
+    groups, scheduler = engine.optimizer.param_groups, engine.lr_scheduler
+    if scheduler is None or scheduler.optimizer.param_groups is not groups:
+        # a DeepSpeed whose wrapper copies the groups: setting one list would leave the other's lr in force
+        raise RuntimeError(
+            "DeepSpeed's optimizer and the lr scheduler hold different param groups; the config's optimizer "
+            "settings cannot be applied after the checkpoint load (glm_grpo_ds/ds/engine.py)"
+        )
+    if hasattr(engine.optimizer, "clip_grad"):
+        engine.optimizer.clip_grad = opt_cfg.max_grad_norm
+    return apply_optimizer_settings(groups, scheduler, opt_cfg)
+
+
 def initialize(model, ds_config: dict, opt_cfg, total_optimizer_steps: int):
     """Wrap the policy in a DeepSpeed training engine; returns the engine. The optimizer is ours
     (torch / bitsandbytes) unless the ds_config names one (CPU offload: DeepSpeed's CPU Adam)."""

@@ -11,7 +11,7 @@ import os
 
 from ..runtime.file_modes import follow_umask
 from . import dist
-from .engine import gathered, is_zero3, unwrap
+from .engine import apply_optimizer_config, gathered, is_zero3, unwrap
 
 
 def save_adapter(engine, out_dir: str | os.PathLike, rank: int) -> None:
@@ -68,7 +68,11 @@ def _load_module(src: dict, dst) -> None:
         )
 
 
-def load_ds_checkpoint(engine, directory: str | os.PathLike) -> None:
+def load_ds_checkpoint(engine, directory: str | os.PathLike, opt_cfg) -> float:
+    """Restore the model, optimizer and scheduler state of ``directory`` (collective), then put ``opt_cfg`` (this
+    launch's ``optimizer`` section) over the optimizer hyper-parameters and base lr the load brought back
+    (engine.apply_optimizer_config): a resume with another lr, betas, weight decay or schedule runs with them
+    from its first step. The lr of that step."""
     path, _ = engine.load_checkpoint(
         str(directory),
         tag=DS_TAG,
@@ -78,6 +82,7 @@ def load_ds_checkpoint(engine, directory: str | os.PathLike) -> None:
     )
     if path is None:
         raise FileNotFoundError(f"no DeepSpeed state in {directory}/{DS_TAG}")
+    return apply_optimizer_config(engine, opt_cfg)
 
 
 def consolidated_state_dict(directory: str | os.PathLike) -> dict:

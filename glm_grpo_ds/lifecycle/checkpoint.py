@@ -118,15 +118,15 @@ def start_fresh(output_dir: Path, overwrite: bool, rank: int) -> None:
     if not overwrite:
         what = ", ".join(found) if found else "files on another rank's storage"
         # without a `latest` there is nothing to resume (resume_from=auto came here for that reason)
-        resume = (
-            "continue it with resume_from=auto (or latest), or "
-            if (output_dir / CHECKPOINTS / LATEST).is_file() or not found
-            else "it has no checkpoint to resume from; "
-        )
-        raise OutputDirError(
-            f"output_dir {output_dir} holds an earlier run ({what}); {resume}start over with "
-            "overwrite_output_dir=true (deletes it), or pick another output_dir="
-        )
+        over = "start over with overwrite_output_dir=true (deletes it)"
+        go_on = going_on(output_dir)
+        if (output_dir / CHECKPOINTS / LATEST).is_file() or not found:
+            ways = f"continue it with resume_from=auto (or latest), or {over}, or pick another output_dir="
+        elif go_on:
+            ways = f"it has no checkpoint to resume from {go_on}, or {over}"
+        else:
+            ways = f"it has no checkpoint to resume from (save_steps writes them); {over}, or pick another output_dir="
+        raise OutputDirError(f"output_dir {output_dir} holds an earlier run ({what}); {ways}")
     if rank == 0:
         for name in OVERWRITTEN_OUTPUTS:
             path = output_dir / name
@@ -135,6 +135,15 @@ def start_fresh(output_dir: Path, overwrite: bool, rank: int) -> None:
             elif path.exists():
                 path.unlink()
     dist.barrier()
+
+
+def going_on(output_dir: Path) -> str | None:
+    """How to go on from a run without checkpoints, said where its resume is refused: from its final adapter with
+    ``lora.init_from`` (a new run from those weights, with fresh optimizer state), when it has one."""
+    final = output_dir / "final_adapter"
+    if not final.is_dir():
+        return None
+    return f"(save_steps writes them); go on from its final adapter with lora.init_from={final} and another output_dir="
 
 
 def step_dir_name(step: int) -> str:
@@ -283,8 +292,9 @@ def resolve(output_dir, resume_from: str) -> Path:
     if resume_from == "latest":
         pointer = Path(output_dir) / CHECKPOINTS / LATEST
         if not pointer.is_file():
+            go_on = going_on(Path(output_dir)) or "(save_steps writes them)"
             raise CheckpointError(
-                f"resume_from=latest but {pointer} does not exist: no checkpoint was completed in {output_dir}"
+                f"resume_from=latest but {pointer} does not exist: no checkpoint was completed in {output_dir} {go_on}"
             )
         path = pointer.parent / pointer.read_text(encoding="utf-8").strip()
     else:
@@ -317,11 +327,13 @@ def check_compatible(path: Path, world_size: int, zero_stage: int) -> dict:
     return state
 
 
-def load(engine, path: Path, rank: int, world_size: int, zero_stage: int) -> dict:
-    """Restore DeepSpeed and RNG state from ``path``; return its trainer state."""
+def load(engine, path: Path, rank: int, world_size: int, zero_stage: int, opt_cfg) -> tuple[dict, float]:
+    """Restore DeepSpeed and RNG state from ``path``, with ``opt_cfg`` (this launch's ``optimizer`` section) over
+    the optimizer settings the checkpoint held (ds/io.load_ds_checkpoint); (its trainer state, the lr of the
+    next step)."""
     state = check_compatible(path, world_size, zero_stage)
-    ds_io.load_ds_checkpoint(engine, path)
+    lr = ds_io.load_ds_checkpoint(engine, path, opt_cfg)
     rng = path / "rng" / f"rank_{rank}.pt"
     if rng.is_file():
         _set_rng_state(torch.load(rng, weights_only=True))
-    return state
+    return state, lr

@@ -11,7 +11,11 @@ the checkpoint is reported. Used by glm_grpo_ds/train.py; tested in tests/unit/t
   kept in each checkpoint and compared on resume (a warning: the resume is exact only for the same data).
 * ``config_changes(saved, now)`` / ``changes_line(...)`` / ``segments(...)``: the settings a resumed run
   changed against its checkpoint's config (one warning listing each key, old -> new), and the history kept in
-  ``config.json`` (``segments``: from which step which settings changed), which the model card reports.
+  ``config.json`` (``segments``: from which step which settings changed), which the model card reports. Changed
+  optimizer settings (lr, betas, eps, weight decay, clipping, schedule, warmup) apply from the first resumed step: the
+  checkpoint load puts them over the restored optimizer and scheduler state (ds/engine.apply_optimizer_config).
+* ``refused_change(changes, path, lora)``: the one line refusing a change that cannot be applied after the load
+  (``optimizer.name``: the checkpoint's optimizer state is that optimizer's), before any model loads.
 """
 
 from __future__ import annotations
@@ -133,6 +137,34 @@ def changes_line(changes: dict[str, list], step: int) -> str:
         f"glm-grpo: warning: resuming at step {step} with {len(changes)} changed setting(s): {listed}. Steps "
         f"1-{step} ran with the old values (config.json's segments and the model card say so)"
     )
+
+
+# changes a resume cannot apply over its checkpoint: {key: why}
+NOT_ON_RESUME = {
+    "optimizer.name": "the optimizer state it holds is that optimizer's (adamw: fp32 moments; adamw_8bit, "
+    "paged_adamw_8bit: bitsandbytes' 8-bit blocks and scales)",
+}
+
+
+def refused_change(changes: dict[str, list], path: Path, lora: bool) -> str | None:
+    """The one line refusing a resume whose ``changes`` include a :data:`NOT_ON_RESUME` key (None: every change
+    applies): the key, old -> new, why, and the ways on (the old value, or a new run from the checkpoint's
+    weights)."""
+    for key, why in NOT_ON_RESUME.items():
+        if key not in changes:
+            continue
+        old, new = changes[key]
+        fresh = (
+            f"lora.init_from={path}"
+            if lora
+            else f"model.path=DIR after glm-grpo merge --base MODEL --adapter {path} --out DIR"
+        )
+        return (
+            f"{key} {json.dumps(old)} -> {json.dumps(new)} cannot change on resume: {path} was trained with "
+            f"{key}={old}, and {why}; resume with {key}={old}, or start a new run from its weights with {fresh} in "
+            "another output_dir (fresh optimizer state); nothing was changed"
+        )
+    return None
 
 
 def segments(previous: dict | None, step: int, changes: dict[str, list]) -> list[dict]:

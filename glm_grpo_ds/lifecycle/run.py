@@ -48,6 +48,9 @@ def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stag
         if changed:
             log.warning(f"glm-grpo: {changed}")
         changes = resume.config_changes(state.get("config"), to_dict(cfg))
+        refused = resume.refused_change(changes, resume_path, cfg.lora is not None)
+        if refused:
+            raise checkpoint.CheckpointError(refused)
         if changes:
             log.warning(resume.changes_line(changes, int(state["step"])))
         return Start(resume_path, int(state["step"]), changes)
@@ -91,10 +94,17 @@ class RunLife:
         it is at, the optimizer updates skipped so far); (0, 0) for a fresh run."""
         if self.start.checkpoint is None:
             return 0, 0
-        state = checkpoint.load(engine, self.start.checkpoint, self.rank, self.world, self.zero_stage)
+        path, cfg = self.start.checkpoint, self.cfg
+        state, lr = checkpoint.load(engine, path, self.rank, self.world, self.zero_stage, cfg.optimizer)
         self.run_id = state.get("run_id")  # None for checkpoints written before run ids
         sampler.load_state(state["sampler"])
-        log.info(f"glm-grpo: resumed from {self.start.checkpoint} at step {int(state['step'])}")
+        log.info(f"glm-grpo: resumed from {path} at step {int(state['step'])}")
+        if any(key.startswith("optimizer.") or key == "max_steps" for key in self.start.changes):
+            log.info(
+                f"glm-grpo: the optimizer runs with this launch's settings from step {int(state['step']) + 1}: lr "
+                f"{lr:.6g} (optimizer.lr={cfg.optimizer.lr:g}, schedule {cfg.optimizer.schedule} with "
+                f"warmup_steps={cfg.optimizer.warmup_steps}, at the checkpoint's position in it)"
+            )
         return int(state["step"]), int(state.get("skipped_steps", 0))
 
     def save_checkpoint(self, engine, sampler, step: int, skipped_steps: int) -> Path:

@@ -1,14 +1,15 @@
-"""Checkpoints under real DeepSpeed: exact resume, atomic writes, refused world-size changes, and
-`glm-grpo merge` from checkpoint directories (LoRA and full fine-tuning)."""
+"""Checkpoints under real DeepSpeed: exact resume, a resume with another lr that runs with it, atomic writes, refused
+world-size and optimizer changes, and `glm-grpo merge` from checkpoint directories (LoRA and full fine-tuning)."""
 
 import json
 import shutil
+import sys
 
 import pytest
 import torch
 from in_process import glm_grpo, train_main  # noqa: E402  (tests/in_process.py)
-from launching import CONFIG, ROOT, common, launch, run_cmd, train_args, train_cmd  # noqa: E402  (tests/integration/launching.py)
-from run_files import assert_no_frozen_parameters, metrics  # noqa: E402  (tests/run_files.py)
+from launching import CONFIG, FAST, ROOT, common, launch, run_cmd, run_train, train_args, train_cmd  # noqa: E402  (tests/integration/launching.py)
+from run_files import assert_no_frozen_parameters, metrics, tree_hash  # noqa: E402  (tests/run_files.py)
 from safetensors.torch import load_file
 
 VOLATILE = ("time/", "_per_s", "peak_", "memory/")  # wall-clock and memory differ between runs
@@ -96,6 +97,87 @@ def test_resume_with_other_world_size_is_refused(runs, tiny_model_dir, tmp_path,
     code, err = train_main(args, capfd)  # one process: world size 1
     assert code == 2
     assert "was written with world size 2 and ZeRO stage 3; this run has world size 1" in "\n".join(err)
+
+
+def test_a_resume_with_another_lr_runs_with_it(short_run, tiny_model_dir, data64, tmp_path):
+    """Issue #50: one checkpoint (short_run's step 1, trained at the config's lr 1e-2; ZeRO-2, torch AdamW) resumed
+    once at lr 1e-12 and once at 3e-2. DeepSpeed's load restored the old lr over both, and the two adapters came
+    out bitwise identical; now each step 2 runs at its own lr: the logged lr is it, the 1e-12 adapter stays where
+    the checkpoint left it, the 3e-2 one moves."""
+    saved = load_file(short_run / "checkpoints" / "step_000001" / "adapter" / "adapter_model.safetensors")
+    adapters = {}
+    for lr in (1e-12, 3e-2):
+        out = tmp_path / f"lr{lr:g}"
+        shutil.copytree(short_run, out)
+        args = common(tiny_model_dir, data64, out, "max_steps=2", "resume_from=latest", f"optimizer.lr={lr}", *FAST)
+        proc = run_train(*args)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert [(r["step"], r["lr"]) for r in metrics(out)] == [(1, 1e-2), (2, lr)]
+        assert "optimizer.lr 0.01 -> " in proc.stdout + proc.stderr  # the warning that names the change
+        assert f"runs with this launch's settings from step 2: lr {lr:.6g} (optimizer.lr={lr:g}," in proc.stdout
+        adapters[lr] = load_file(out / "final_adapter" / "adapter_model.safetensors")
+    moved = {lr: max((a[k] - saved[k]).abs().max().item() for k in saved) for lr, a in adapters.items()}
+    assert moved[1e-12] < 1e-9 < 1e-4 < moved[3e-2], moved
+
+
+def test_zero_engines_step_with_the_resumed_launchs_optimizer_settings(tmp_path):
+    """Real ZeRO-2 / ZeRO-3 engines, torch AdamW and bitsandbytes AdamW8bit wrapped by ZeRO
+    (tests/integration/optimizer_resume_worker.py): trained 2 steps at lr 3e-3 (warmup 4, clipping 1.0), loaded into
+    an engine built with lr 1e-3, betas (0.8, 0.99), eps 1e-6, weight decay 0.1, clipping 0.5. DeepSpeed's load
+    alone puts the checkpoint's values back over the config (ZeRO-2 its clipping too); ds/io.load_ds_checkpoint
+    leaves the new ones in force, with the warmup at its position (2 of 4 steps: half of the new lr)."""
+    worker = ROOT / "tests" / "integration" / "optimizer_resume_worker.py"
+    proc = run_cmd([sys.executable, worker, tmp_path])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(report) == ["zero2_adamw", "zero2_adamw_8bit", "zero3_adamw", "zero3_adamw_8bit"]
+    for case, seen in report.items():
+        restored, applied = seen["restored"], seen["applied"]
+        assert (restored["lr"], restored["base_lrs"], restored["betas"]) == (1.5e-3, [3e-3], [0.9, 0.999]), case
+        assert restored["clip_grad"] == (1.0 if case.startswith("zero2") else 0.5), case
+        assert applied == {
+            "lr": 5e-4,
+            "betas": [0.8, 0.99],
+            "eps": 1e-6,
+            "weight_decay": 0.1,
+            "base_lrs": [1e-3],
+            "last_epoch": 2,
+            "clip_grad": 0.5,
+        }, case
+
+
+def test_a_resume_that_cannot_apply_its_settings_or_has_no_checkpoint_is_refused_in_one_line(
+    short_run, tiny_model_dir, data64, tmp_path, capfd
+):
+    """Before any model loads, exit 2, one line, nothing touched: optimizer.name changed against the checkpoint
+    (its state would not load into the other optimizer), and resume_from=auto on a run without checkpoints (a
+    save_steps=0 run such as the demo before issue #50), which names lora.init_from on its final adapter."""
+    out = tmp_path / "run"
+    shutil.copytree(short_run, out)
+    base = ["--config", CONFIG, "--deepspeed", ROOT / "ds_configs/zero2.json"]
+    base += common(tiny_model_dir, data64, out, "max_steps=2", *FAST)
+    before = tree_hash(out)
+    code, err = train_main([*base, "resume_from=latest", "optimizer.name=adamw_8bit"], capfd)
+    assert code == 2
+    assert [line for line in err if line.startswith("glm-grpo")] == [
+        f'glm-grpo train: optimizer.name "adamw" -> "adamw_8bit" cannot change on resume: {out}/checkpoints/'
+        "step_000001 was trained with optimizer.name=adamw, and the optimizer state it holds is that optimizer's "
+        "(adamw: fp32 moments; adamw_8bit, paged_adamw_8bit: bitsandbytes' 8-bit blocks and scales); resume with "
+        "optimizer.name=adamw, or start a new run from its weights with "
+        f"lora.init_from={out}/checkpoints/step_000001 in another output_dir (fresh optimizer state); nothing was "
+        "changed"
+    ]
+    assert tree_hash(out) == before
+    shutil.rmtree(out / "checkpoints")
+    before = tree_hash(out)
+    code, err = train_main([*base, "resume_from=auto"], capfd)
+    assert code == 2
+    assert [line for line in err if line.startswith("glm-grpo")] == [
+        f"glm-grpo train: output_dir {out} holds an earlier run (metrics.jsonl, final_adapter/); it has no checkpoint "
+        f"to resume from (save_steps writes them); go on from its final adapter with lora.init_from="
+        f"{out}/final_adapter and another output_dir=, or start over with overwrite_output_dir=true (deletes it)"
+    ]
+    assert tree_hash(out) == before
 
 
 def _merge(base, src, out, capfd):

@@ -54,10 +54,35 @@ def test_without_a_checkpoint_the_error_offers_no_resume(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     (out / "metrics.jsonl").write_text('{"step": 1}\n')  # died before its first checkpoint
-    with pytest.raises(
-        checkpoint.OutputDirError, match=r"\(metrics.jsonl\); it has no checkpoint to resume from; start"
-    ):
+    with pytest.raises(checkpoint.OutputDirError) as err:
         checkpoint.start_fresh(out, overwrite=False, rank=0)
+    assert str(err.value).endswith(
+        "(metrics.jsonl); it has no checkpoint to resume from (save_steps writes them); start over with "
+        "overwrite_output_dir=true (deletes it), or pick another output_dir="
+    )
+
+
+def test_a_finished_run_without_a_checkpoint_is_refused_with_lora_init_from(tmp_path):
+    """A run that ended with save_steps=0 (issue #50: the demo did) has its final adapter and nothing to resume:
+    resume_from=auto (a fresh start into it) and resume_from=latest both say, in one line, how to go on from that
+    adapter (lora.init_from, in another output_dir)."""
+    out = tmp_path / "run"
+    (out / "final_adapter").mkdir(parents=True)
+    (out / "metrics.jsonl").write_text('{"step": 80}\n')
+    go_on = f"go on from its final adapter with lora.init_from={out / 'final_adapter'} and another output_dir="
+    assert checkpoint.resume_path(out, "auto") is None  # auto: a fresh start, which start_fresh refuses
+    with pytest.raises(checkpoint.OutputDirError) as err:
+        checkpoint.start_fresh(out, overwrite=False, rank=0)
+    assert "\n" not in str(err.value)
+    assert str(err.value) == (
+        f"output_dir {out} holds an earlier run (metrics.jsonl, final_adapter/); it has no checkpoint to resume from "
+        f"(save_steps writes them); {go_on}, or start over with overwrite_output_dir=true (deletes it)"
+    )
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.resume_path(out, "latest")
+    assert "\n" not in str(err.value) and str(err.value).endswith(
+        f"no checkpoint was completed in {out} (save_steps writes them); {go_on}"
+    )
 
 
 def test_resume_from_auto_resumes_from_latest_when_there_is_one(tmp_path):

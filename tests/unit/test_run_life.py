@@ -79,3 +79,36 @@ def test_a_changed_prompt_source_is_a_warning_not_a_refusal(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="glm_grpo_ds"):
         start = decide_start(tmp_path, path, _cfg(max_steps=10), 2, 3, dict(DATA, sha256="b"), 0)
     assert start == Start(path, 4) and "differs" in caplog.text
+
+
+def test_a_changed_optimizer_is_refused_in_one_line_and_other_optimizer_settings_are_changes(tmp_path, caplog):
+    """optimizer.name cannot change on resume (the checkpoint's optimizer state is that optimizer's: torch AdamW's
+    and bitsandbytes' 8-bit states each fail to load into the other, with a KeyError at the first step); lr, betas,
+    weight decay, schedule and warmup are changes that apply (ds/engine.apply_optimizer_settings)."""
+    from glm_grpo_ds.config import to_dict
+
+    path = _checkpoint(tmp_path, 4)
+    state = json.loads((path / "trainer_state.json").read_text())
+    state["config"] = to_dict(_cfg(max_steps=10))
+    (path / "trainer_state.json").write_text(json.dumps(state))
+    before = _tree(tmp_path)
+    cfg = _cfg(max_steps=10)
+    cfg.optimizer.name = "adamw"
+    with pytest.raises(CheckpointError) as refused:
+        decide_start(tmp_path, path, cfg, 2, 3, DATA, 0)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith('optimizer.name "adamw_8bit" -> "adamw" cannot change on resume: ')
+    assert (
+        f"resume with optimizer.name=adamw_8bit, or start a new run from its weights with lora.init_from={path}" in line
+    )
+    assert _tree(tmp_path) == before
+    cfg = _cfg(max_steps=10)
+    cfg.optimizer.lr, cfg.optimizer.warmup_steps, cfg.optimizer.schedule = 1e-3, 5, "cosine"
+    with caplog.at_level(logging.WARNING, logger="glm_grpo_ds"):
+        start = decide_start(tmp_path, path, cfg, 2, 3, DATA, 0)
+    assert start.changes == {
+        "optimizer.lr": [1e-5, 1e-3],
+        "optimizer.schedule": ["constant", "cosine"],
+        "optimizer.warmup_steps": [0, 5],
+    }
+    assert "resuming at step 4 with 3 changed setting(s)" in caplog.text
