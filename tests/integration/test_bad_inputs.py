@@ -66,7 +66,7 @@ def _not_a_pipeline(tmp):
 
 def _unwritable_out(tmp):
     # root ignores permission bits, so use a path below a regular file (the checkpoint's `latest`)
-    return ["output_dir={out}/checkpoints/latest/sub"], r"output_dir .*latest/sub cannot be created \(Not a directory\)"
+    return ["output_dir={out}/checkpoints/latest/sub"], r"output_dir .*latest/sub: .*latest is a file, not a directory"
 
 
 def _other_stage(tmp):

@@ -70,7 +70,7 @@ def test_output_dir_must_be_creatable_and_writable(tmp_path):
     assert not list((tmp_path / "a" / "b").iterdir())  # the probe file is gone
     (tmp_path / "file").write_text("x")
     with pytest.raises(
-        OutputDirError, match=r"output_dir .*file/sub cannot be created \(Not a directory\); pick another"
+        OutputDirError, match=r"output_dir .*file/sub: .*file is a file, not a directory; pick another output_dir="
     ):
         check_output_dir(tmp_path / "file" / "sub", rank=0)
 
