@@ -69,8 +69,8 @@ def report() -> str:
     """The paste-able block."""
     rows = [("Python", platform.python_version()), ("Platform", platform.platform())]
     versions = framework_versions()
-    if versions[DIST] == NOT_INSTALLED and checkout_version() is not None:
-        versions[DIST] = f"{NOT_INSTALLED} (a checkout: setup.py says {checkout_version()})"
+    if versions[DIST] == NOT_INSTALLED and (version := checkout_version()) is not None:
+        versions[DIST] = f"{NOT_INSTALLED} (a checkout: setup.py says {version})"
     rows += list(versions.items())
     facts = _torch_facts()
     at = next((i + 1 for i, (name, _) in enumerate(facts) if name == "torch CUDA build"), len(facts))

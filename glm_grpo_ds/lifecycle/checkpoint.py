@@ -123,9 +123,9 @@ def start_fresh(output_dir: Path, overwrite: bool, rank: int) -> None:
         if (output_dir / CHECKPOINTS / LATEST).is_file() or not found:
             ways = f"continue it with resume_from=auto (or latest), or {over}, or pick another output_dir="
         elif go_on:
-            ways = f"it has no checkpoint to resume from {go_on}, or {over}"
+            ways = f"it has no checkpoint to resume from {NO_CHECKPOINT}; {go_on}, or {over}"
         else:
-            ways = f"it has no checkpoint to resume from (save_steps writes them); {over}, or pick another output_dir="
+            ways = f"it has no checkpoint to resume from {NO_CHECKPOINT}; {over}, or pick another output_dir="
         raise OutputDirError(f"output_dir {output_dir} holds an earlier run ({what}); {ways}")
     if rank == 0:
         for name in OVERWRITTEN_OUTPUTS:
@@ -137,13 +137,16 @@ def start_fresh(output_dir: Path, overwrite: bool, rank: int) -> None:
     dist.barrier()
 
 
+NO_CHECKPOINT = "(save_steps writes them)"  # said wherever a run without checkpoints is refused a resume
+
+
 def going_on(output_dir: Path) -> str | None:
     """How to go on from a run without checkpoints, said where its resume is refused: from its final adapter with
     ``lora.init_from`` (a new run from those weights, with fresh optimizer state), when it has one."""
     final = output_dir / "final_adapter"
     if not final.is_dir():
         return None
-    return f"(save_steps writes them); go on from its final adapter with lora.init_from={final} and another output_dir="
+    return f"go on from its final adapter with lora.init_from={final} and another output_dir="
 
 
 def step_dir_name(step: int) -> str:
@@ -292,9 +295,11 @@ def resolve(output_dir, resume_from: str) -> Path:
     if resume_from == "latest":
         pointer = Path(output_dir) / CHECKPOINTS / LATEST
         if not pointer.is_file():
-            go_on = going_on(Path(output_dir)) or "(save_steps writes them)"
+            go_on = going_on(Path(output_dir))
             raise CheckpointError(
-                f"resume_from=latest but {pointer} does not exist: no checkpoint was completed in {output_dir} {go_on}"
+                f"resume_from=latest but {pointer} does not exist: no checkpoint was completed in {output_dir} "
+                + NO_CHECKPOINT
+                + (f"; {go_on}" if go_on else "")
             )
         path = pointer.parent / pointer.read_text(encoding="utf-8").strip()
     else:

@@ -15,7 +15,7 @@ created its state (``first_step``).
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,6 @@ class Measured:
     world_size: int = 1
     notes: str = ""
     first_step: bool = True
-    extra: dict = field(default_factory=dict)
 
 
 MEASURED = (
