@@ -6,11 +6,28 @@ Every anchor was measured on one H200 (torch 2.11 cu130, sdpa, random weights at
 G=16 at 1024x1024; docs/memory-and-speed.md): the decode step of each rollout variant, the DiT decode per guided
 image-step, the update at ZeRO-2 and ZeRO-3. What this module does with them is arithmetic, not measurement:
 
-    rollout = generated tokens x ms per decode step of the config's variant (measured at 16 rows; a decode step is
-              launch-bound, so fewer rows cost the same and more cost more)
+    rollout = generated tokens x ms per decode step of the config's variant at its rows (:func:`decode_step_ms`:
+              the 16-row measurement, moved to other rows and cache lengths by a computed roofline model)
     decode  = images x DiT steps x seconds per image-step (0.289 s guided, half without guidance: one DiT
               forward instead of two), x latent tokens / 4 096 (1024x1024; the VAE rides along, inside the figure)
     update  = the measured update x (sequences x tokens) / (16 x 1 280) (LoRA; ZeRO-2 or ZeRO-3 at world size 1)
+
+Rows per decode step (``batch.prompts_per_rank`` x G, all decoded as one batch) are **computed, not measured**
+(until ``launch/gpu_timing.sh`` measures 16 / 32 / 64 / 128 rows; docs/memory-and-speed.md "More rows per decode
+step"). A decode step reads all of the AR's weights whatever its rows and each row's whole static KV cache, and
+does each row's matmuls, so its time is taken as
+
+    ms(rows, slots) = overhead + max(bytes / bandwidth, FLOPs / peak)
+    bytes = 17.83 GB of weights + rows x slots x 40 960 B of KV cache (40 layers x K,V x 2 KV heads x 128 x bf16)
+    FLOPs = rows x (2 x 8.23 G matmul parameters + slots x 655 360 of attention)
+    overhead = the measured 16-row ms - the same max at 16 rows and 1 408 slots (kernel latencies and gaps, and on
+               the eager loops the host's launches: taken as the same at any rows)
+
+at the H200's 4.8 TB/s and 989 TFLOP/s (dense bf16). So 16 -> 64 rows adds only 48 rows' KV reads (~0.6 ms on
+9.4) and the per-image cost falls almost 4x, until compute binds (~670 rows at 1024x1024, where a row's matmuls
+take longer than its share of the reads: 17.6 us against 12.0 us); from there each row adds 17.6 us. The model
+ignores that small-M GEMMs reach less than peak and that more rows make the per-row kernels (sampling over the
+16 512-token vocabulary, norms) longer: the measurement replaces it.
 
 Not counted: the rewards (a CPU OCR or a CLIP: seconds), evaluation, checkpoints, ZeRO-3's gathers across GPUs at
 world size > 1, full fine-tuning's update (not measured), another GPU (an H100: the rollout 1.16x, launch-bound,
@@ -22,8 +39,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CARD = "one H200"
+CARD_BYTES_PER_S = 4.8e12  # the H200's HBM bandwidth (peak)
+CARD_FLOPS = 989e12  # the H200's dense bf16 peak (an H100 SXM's too)
 MEASURED_ROWS = 16  # rows per decode step of the rollout measurements
 MEASURED_TOKENS = 1280  # generated tokens per image at 1024x1024 (1 024 + 256 preview)
+MEASURED_SLOTS = 1408  # static KV cache slots of those measurements: prompt + 1 280 tokens, 11 buckets of 128
+# The full-size AR (transformers' GlmImageConfig, counted on the meta device): what one decode step reads and computes
+AR_WEIGHT_BYTES = 17_829_576_704  # language model + lm_head in bf16 (decode-timing's roofline counts the same)
+AR_MATMUL_PARAMS = 8_226_398_208  # the same less the 688 M-parameter embedding table (a lookup, not a matmul)
+KV_BYTES_PER_SLOT = 2 * 40 * 2 * 128 * 2  # per row and cache slot: K and V x 40 layers x 2 KV heads x 128 x bf16
+ATTENTION_FLOPS_PER_SLOT = 4 * 32 * 128 * 40  # per row and cache slot: QK^T and PV, 32 query heads x 128, 40 layers
 # ms per decode step of the full-size AR at G=16, 1024x1024, LoRA r=64 (glm-grpo decode-timing, issue #51's table)
 DECODE_STEP_MS = {
     ("eager", False): 75.7,  # the eager loop, LoRA unmerged
@@ -58,11 +83,36 @@ def rollout_variant(rollout) -> tuple[str, bool]:
     return "graph", rollout.merge_lora
 
 
-def step_time(cfg, zero_stage: int, tokens: int) -> StepTime:
-    """The planned time of one step of ``cfg`` at ``zero_stage``; ``tokens``: generated tokens per image."""
+def roofline_ms(rows: int, slots: int) -> float:
+    """The computed floor of one decode step of the full-size AR on :data:`CARD`, ms: ``rows`` rows over a static
+    KV cache of ``slots`` slots, bound by reading the weights and the cache or by the rows' FLOPs, whichever is
+    longer (module docstring)."""
+    read = (AR_WEIGHT_BYTES + rows * slots * KV_BYTES_PER_SLOT) / CARD_BYTES_PER_S
+    compute = rows * (2 * AR_MATMUL_PARAMS + slots * ATTENTION_FLOPS_PER_SLOT) / CARD_FLOPS
+    return 1e3 * max(read, compute)
+
+
+def compute_bound_rows(slots: int) -> float:
+    """The rows from which a decode step over ``slots`` cache slots is compute-bound on :data:`CARD` (computed)."""
+    per_row_compute = (2 * AR_MATMUL_PARAMS + slots * ATTENTION_FLOPS_PER_SLOT) / CARD_FLOPS
+    per_row_read = slots * KV_BYTES_PER_SLOT / CARD_BYTES_PER_S
+    return AR_WEIGHT_BYTES / CARD_BYTES_PER_S / (per_row_compute - per_row_read)
+
+
+def decode_step_ms(variant: tuple[str, bool], rows: int, slots: int = MEASURED_SLOTS) -> float:
+    """ms per decode step of ``variant`` (a :data:`DECODE_STEP_MS` key) at ``rows`` rows and ``slots`` cache slots:
+    the measured 16-row, 1 408-slot figure with its overhead above :func:`roofline_ms` kept and the roofline
+    moved. Computed, not measured, wherever rows or slots differ from the measurement's."""
+    measured = DECODE_STEP_MS[variant]
+    return measured - roofline_ms(MEASURED_ROWS, MEASURED_SLOTS) + roofline_ms(rows, slots)
+
+
+def step_time(cfg, zero_stage: int, tokens: int, prompt_tokens: int = 128) -> StepTime:
+    """The planned time of one step of ``cfg`` at ``zero_stage``; ``tokens``: generated tokens per image;
+    ``prompt_tokens``: the longest prompt, as the memory plan's KV cache counts it (its default, 128)."""
     rows = cfg.sequences_per_rank
     variant = rollout_variant(cfg.rollout)
-    ms = DECODE_STEP_MS[variant] * max(1.0, rows / MEASURED_ROWS)
+    ms = decode_step_ms(variant, rows, prompt_tokens + tokens)
     rollout_s = tokens * ms / 1000
     guided = cfg.decoder.guidance_scale > 1
     per_image_step = GUIDED_IMAGE_STEP_S * (1 if guided else 0.5)
@@ -70,7 +120,8 @@ def step_time(cfg, zero_stage: int, tokens: int) -> StepTime:
     steps = cfg.decoder.num_inference_steps
     decode_s = rows * steps * per_image_step * latent
     parts = {
-        "rollout": f"{tokens} tokens x {ms:.1f} ms ({variant[0]}, LoRA {'merged' if variant[1] else 'unmerged'})",
+        "rollout": f"{tokens} tokens x {ms:.1f} ms ({variant[0]}, LoRA {'merged' if variant[1] else 'unmerged'})"
+        + ("" if rows == MEASURED_ROWS else f" at {rows} rows (computed from the {MEASURED_ROWS}-row measurement)"),
         "decode": f"{rows} images x {steps} steps x {per_image_step * latent:.3f} s"
         + (" (guided)" if guided else " (no guidance)"),
     }

@@ -1,14 +1,18 @@
 """The planned time of a step (glm_grpo_ds/memory/step_time.py) by hand from its H200 anchors: the image decode
-counted at the config's size, steps and guidance, the rollout at the config's decode-step variant, the update at
-its ZeRO stage; and the measured full-size step it must reproduce."""
+counted at the config's size, steps and guidance, the rollout at the config's decode-step variant and rows (the
+computed roofline model: the KV reads grow with rows, the weight read does not, until compute binds), the update at
+its ZeRO stage; the measured full-size step it must reproduce; and the memory plan's KV cache of every row."""
 
+import json
 from pathlib import Path
 
 import pytest
 
 from glm_grpo_ds.config import load_config
-from glm_grpo_ds.memory.plan import grid_tokens
-from glm_grpo_ds.memory.step_time import describe, step_time
+from glm_grpo_ds.memory import step_time as st
+from glm_grpo_ds.memory.plan import EstimateConfig, grid_tokens, plan
+from glm_grpo_ds.memory.sizes import Sizes
+from glm_grpo_ds.memory.step_time import decode_step_ms, describe, step_time
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +30,8 @@ def test_decode_is_images_x_steps_x_the_guided_image_step_scaled_by_latent_token
         cfg("launch/configs/glm_image_lora_zero3.yaml", "rollout.height=512", "rollout.width=512"), 2, 320
     )
     assert small.decode_s == pytest.approx(16 * 30 * 0.289 / 4)  # a quarter of the latent tokens
-    assert small.rollout_s == pytest.approx(320 * 19.3 / 1000)
+    # 16 rows over 128 + 320 cache slots instead of the measured 1 408: 16 x 960 slots x 40 960 B less KV to read
+    assert small.rollout_s == pytest.approx(320 * (19.3 - 16 * 960 * 40960 / 4.8e9) / 1000)
 
 
 def test_rollout_follows_the_variant_and_update_the_stage():
@@ -59,3 +64,78 @@ def test_the_measured_full_size_step_is_reproduced():
     assert t.decode_s == pytest.approx(37.0, abs=0.1)
     assert 0.75 * 58.2 <= t.total_s <= 58.2
     assert "image decode 37.0 s" in describe(t) and "not counted: rewards" in describe(t)
+
+
+def test_the_full_size_ar_constants_are_glm_images():
+    """What a decode step reads and computes, from transformers' GlmImageConfig sizes by hand: per layer q, k, v
+    (2 KV heads x 128) with biases, o, the fused gate/up and down projections, 4 norms; the embedding, final norm
+    and lm_head (16 512 x 4096)."""
+    h, kv, inter = 4096, 2 * 128, 13696
+    layer = (h * h + h) + 2 * (kv * h + kv) + h * h + 2 * inter * h + h * inter + 4 * h
+    embedding = 168064 * h
+    assert st.AR_WEIGHT_BYTES == 2 * (40 * layer + embedding + h + 16512 * h)  # 17.83 GB in bf16
+    assert st.AR_MATMUL_PARAMS == 40 * layer + h + 16512 * h
+    # 18.75 GB a step at 16 rows: the issue's roofline, 3.91 ms at 4.8 TB/s
+    assert st.roofline_ms(16, 1408) == pytest.approx((st.AR_WEIGHT_BYTES + 16 * 1408 * 40960) / 4.8e9)
+    assert st.roofline_ms(16, 1408) == pytest.approx(3.9067, abs=1e-4)
+
+
+def test_more_rows_cost_their_kv_reads_until_compute_binds():
+    merged = ("compiled", True)  # graph + compiled layers, LoRA merged: 9.4 ms measured at 16 rows
+    assert decode_step_ms(merged, 16) == pytest.approx(9.4)  # the anchor itself
+    # 16 -> 64 rows: the weights are read once either way; 48 more rows' KV caches (1 408 slots x 40 960 B each)
+    at64 = 9.4 + 48 * 1408 * 40960 / 4.8e9
+    assert decode_step_ms(merged, 64) == pytest.approx(at64) == pytest.approx(9.977, abs=1e-3)
+    assert decode_step_ms(merged, 64) < 1.1 * 9.4  # far less than 4x the 16-row step
+    per_image = {rows: decode_step_ms(merged, rows) * 1280 / rows / 1000 for rows in (16, 64)}
+    assert per_image[16] == pytest.approx(0.752) and per_image[64] == pytest.approx(0.1996, abs=1e-4)  # < 0.3 s
+    # fewer rows read less KV; the rows' FLOPs (17.4 GFLOP a row: 2 x 8.23 G parameters + 1 408 x 655 360 of
+    # attention; 17.6 us at 989 TFLOP/s) stay under the reads' time until ~669 rows
+    flops_per_row = 2 * 8_226_398_208 + 1408 * 4 * 32 * 128 * 40
+    per_row_compute, per_row_read = flops_per_row / 989e12, 1408 * 40960 / 4.8e12
+    bound = 17_829_576_704 / 4.8e12 / (per_row_compute - per_row_read)
+    assert st.compute_bound_rows(1408) == pytest.approx(bound) == pytest.approx(668.8, abs=0.1)
+    assert decode_step_ms(merged, 600) == pytest.approx(9.4 + 584 * per_row_read * 1e3)  # still reads only
+    # beyond the bound each row costs its compute: linear in rows from there
+    assert decode_step_ms(merged, 2000) - decode_step_ms(merged, 1000) == pytest.approx(1000 * per_row_compute * 1e3)
+    overhead = 9.4 - (17_829_576_704 + 16 * 1408 * 40960) / 4.8e9  # the measured step above its 16-row roofline
+    assert decode_step_ms(merged, 1000) == pytest.approx(overhead + 1000 * per_row_compute * 1e3)
+
+
+def test_prompts_per_rank_puts_more_rows_in_one_decode_step():
+    """batch.prompts_per_rank x G rows decode as one batch: 4 prompts' groups at G=16 cost one 64-row step per token,
+    not four 16-row ones; the image decode and the update scale with the images."""
+    one = step_time(cfg("launch/configs/gpu_check.yaml", "grpo.group_size=16", "rollout.merge_lora=true"), 2, 1280)
+    four = step_time(
+        cfg(
+            "launch/configs/gpu_check.yaml",
+            "grpo.group_size=16",
+            "rollout.merge_lora=true",
+            "batch.prompts_per_rank=4",
+        ),
+        2,
+        1280,
+    )
+    assert one.rollout_s == pytest.approx(1280 * 13.0 / 1000)  # graph, merged, 16 rows: as measured
+    assert four.rollout_s == pytest.approx(1280 * (13.0 + 48 * 1408 * 40960 / 4.8e9) / 1000)
+    assert four.decode_s == pytest.approx(4 * one.decode_s) and four.update_s == pytest.approx(4 * one.update_s)
+    assert "at 64 rows (computed from the 16-row measurement)" in describe(four)
+    assert "rows" not in describe(one).split("rollout: ")[1].split(";")[0]
+
+
+def test_the_memory_plan_counts_the_kv_cache_of_every_row():
+    """The plan's rollout KV cache is prompts_per_rank x G rows of (prompt + generated) slots at GLM-Image's KV
+    width: the bytes the step-time model reads per row and slot."""
+    text = dict(layers=40, hidden=4096, intermediate=13696, heads=32, kv_heads=2, head_dim=128, vision_vocab=16512)
+    sizes = Sizes(
+        ar_base=[1000], lora=[64], trainable=64, largest_trainable=64, decoder=500, dit_hidden=32, text=text, source="t"
+    )
+    zero2 = json.loads((ROOT / "ds_configs" / "zero2.json").read_text())
+
+    def kv(prompts_per_rank):
+        overrides = [f"batch.prompts_per_rank={prompts_per_rank}", "rewards=[{name: pixel_mse}]"]  # no model to size
+        c = cfg("launch/configs/glm_image_lora_zero3.yaml", *overrides)
+        return plan(c, zero2, EstimateConfig(num_gpus=1), sizes)["components"]["rollout_kv_cache"]
+
+    assert kv(1) == 16 * (128 + 1280) * st.KV_BYTES_PER_SLOT == 16 * 57_671_680  # 0.92 GB at G=16, 1024x1024
+    assert kv(4) == 4 * kv(1) and kv(8) == 128 * 1408 * 40960  # 7.4 GB at 128 rows
