@@ -1,29 +1,65 @@
 #!/usr/bin/env bash
-# What the rollout costs on this GPU, in under 8 minutes on one H100 (issue #39): the decode step timed variant
+# What the rollout costs on this GPU, in under 8 minutes on one H100 (issues #39, #51): the decode step timed variant
 # by variant on the full-size AR with random weights (glm-grpo decode-timing: eager LoRA, LoRA merged, CUDA graph,
-# graph + compiled layers, HF generate; ms per step against the HBM roofline, tokens checked against the eager
-# loop), then one training step of that AR with the fast rollout settings and its per-phase times.
+# graph + compiled layers, the fused exact sampler, HF generate; ms per step against the HBM roofline, tokens checked
+# against the eager loop), then the fast variants' decode step at 16 / 32 / 64 / 128 rows (several prompts' groups in
+# one captured batch: ms per step and rollout seconds per image), then one training step of that AR with the exact
+# fast rollout (LoRA unmerged, fused, layers compiled, captured) and its per-phase times.
 #
-#   bash launch/gpu_timing.sh                      # everything: decode timing + one training step (ZeRO-2)
-#   TRAIN_STEP=0 bash launch/gpu_timing.sh         # the decode timing only (~2 minutes)
-#   DECODE_TIMING=0 bash launch/gpu_timing.sh      # the training step only
+#   bash launch/gpu_timing.sh                      # everything: decode timing + rows + one training step (ZeRO-2)
+#   TRAIN_STEP=0 bash launch/gpu_timing.sh         # the decode timing and the rows only
+#   ROWS= bash launch/gpu_timing.sh                # no rows loop (ROWS=16,64: those rows only)
+#   ROW_VARIANTS=graph bash launch/gpu_timing.sh   # the rows loop's variants (default graph_compiled,graph_fused_compiled)
+#   MERGED=1 bash launch/gpu_timing.sh             # the training step samples merged (rollout.merge_lora) instead
+#   DECODE_TIMING=0 bash launch/gpu_timing.sh      # the training step only (no decode timing, no rows)
 #   bash launch/gpu_timing.sh --layers 8           # an 8-layer real-width slice (ms scaled to 40 layers shown)
 #   MODEL=outputs/glm_full bash launch/gpu_timing.sh   # reuse a `glm-grpo tiny-model DIR --full-size-ar` directory
-# Arguments go to glm-grpo decode-timing. Writes OUT (default outputs/gpu_timing): decode_timing.json, train/.
-# Also runs on a CPU in its reduced form (the tests do: tests/integration/test_decode_timing.py):
-#   TRAIN_STEP=0 bash launch/gpu_timing.sh --tiny --steps 8 --group-size 4 --size 256
+# Arguments go to every glm-grpo decode-timing run (the rows loop sets its own --group-size and --variants).
+# Writes OUT (default outputs/gpu_timing): decode_timing.json, decode_timing_rows_N.json, train/.
+# Also runs on a CPU in its reduced form (the tests do: tests/integration/test_fast_rollout.py):
+#   TRAIN_STEP=0 ROWS=2,4 ROW_VARIANTS=graph bash launch/gpu_timing.sh --tiny --steps 8 --group-size 4 --size 256
 set -euo pipefail
 export HF_HUB_OFFLINE=1
 OUT=${OUT:-outputs/gpu_timing}
+ROWS=${ROWS-16,32,64,128}
+ROW_VARIANTS=${ROW_VARIANTS:-graph_compiled,graph_fused_compiled}  # merged / exact, both captured with layers compiled
 mkdir -p "$OUT"
 [ "${DECODE_TIMING:-1}" = 0 ] || glm-grpo decode-timing --out "$OUT/decode_timing.json" "$@"
+if [ "${DECODE_TIMING:-1}" != 0 ] && [ -n "$ROWS" ]; then
+  row_files=()
+  for n in ${ROWS//,/ }; do
+    echo "glm-grpo: the decode step at $n rows ($ROW_VARIANTS)"
+    glm-grpo decode-timing "$@" --group-size "$n" --variants "$ROW_VARIANTS" --out "$OUT/decode_timing_rows_$n.json"
+    row_files+=("$OUT/decode_timing_rows_$n.json")
+  done
+  python - "${row_files[@]}" <<'PY'
+import json, sys
+# rollout s per image = ms per decode step x generated tokens per image / rows (all rows decode in one step)
+reports = [json.load(open(path)) for path in sys.argv[1:]]
+first = reports[0]
+print(f"rows per decode step on {first['device']}: {first['layers']} layers, {first['size']}², "
+      f"{first['decode_tokens']} tokens per image, {first['steps_timed']} steps timed")
+print(f"{'rows':>5}  {'variant':<22}{'ms/step':>9}{'floor ms':>9}{'rollout s/image':>16}")
+for m in reports:
+    floor = f"{m['floor_ms_per_step']:.2f}" if m["floor_ms_per_step"] else "-"
+    for name, r in m["variants"].items():
+        per_image = r["ms_per_step"] / 1e3 * m["decode_tokens"] / m["group_size"]
+        print(f"{m['group_size']:>5}  {name:<22}{r['ms_per_step']:>9.2f}{floor:>9}{per_image:>16.3f}")
+PY
+fi
 [ "${TRAIN_STEP:-1}" = 1 ] || exit 0
 MODEL=${MODEL:-$OUT/model}
 [ -f "$MODEL/model_index.json" ] || { echo "glm-grpo: building the full-size AR pipeline in $MODEL"; glm-grpo tiny-model "$MODEL" --full-size-ar; }
+if [ "${MERGED:-0}" = 1 ]; then
+  SAMPLER="rollout.merge_lora=true rollout.cuda_graph=true"  # merged: fast, not exactly the trained policy
+else  # the exact fast path: the adapter unmerged through the fused low-rank path, layers compiled, captured
+  SAMPLER="rollout.fuse_lora=true rollout.compile=true rollout.compile_scope=layers rollout.cuda_graph=true"
+fi
 MASTER_PORT=${MASTER_PORT:-$(python -m glm_grpo_ds.runtime.ports 29500 --for launch/gpu_timing.sh)}  # 29500 unless taken
+# shellcheck disable=SC2086  # SAMPLER and TRAIN_OVERRIDES are lists of key=value overrides
 deepspeed --num_gpus 1 --master_port "$MASTER_PORT" --module glm_grpo_ds.train --config launch/configs/gpu_check.yaml \
   --deepspeed "${DS_CONFIG:-ds_configs/zero2.json}" model.path="$MODEL" output_dir="$OUT/train" overwrite_output_dir=true \
-  max_steps=1 grpo.group_size=16 rollout.merge_lora=true rollout.cuda_graph=true ${TRAIN_OVERRIDES:-}
+  max_steps=1 grpo.group_size=16 $SAMPLER ${TRAIN_OVERRIDES:-}
 python - "$OUT/train/metrics.jsonl" <<'PY'
 import json, sys
 record = [json.loads(line) for line in open(sys.argv[1])][-1]
