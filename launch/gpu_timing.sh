@@ -9,7 +9,7 @@
 #   bash launch/gpu_timing.sh                      # everything: decode timing + rows + one training step (ZeRO-2)
 #   TRAIN_STEP=0 bash launch/gpu_timing.sh         # the decode timing and the rows only
 #   ROWS= bash launch/gpu_timing.sh                # no rows loop (ROWS=16,64: those rows only)
-#   ROW_VARIANTS=graph bash launch/gpu_timing.sh   # the rows loop's variants (default graph_compiled,graph_fused_compiled)
+#   ROW_VARIANTS=graph bash launch/gpu_timing.sh   # the rows' variants (default graph_compiled,graph_fused_compiled)
 #   MERGED=1 bash launch/gpu_timing.sh             # the training step samples merged (rollout.merge_lora) instead
 #   DECODE_TIMING=0 bash launch/gpu_timing.sh      # the training step only (no decode timing, no rows)
 #   bash launch/gpu_timing.sh --layers 8           # an 8-layer real-width slice (ms scaled to 40 layers shown)
@@ -23,14 +23,38 @@ export HF_HUB_OFFLINE=1
 OUT=${OUT:-outputs/gpu_timing}
 ROWS=${ROWS-16,32,64,128}
 ROW_VARIANTS=${ROW_VARIANTS:-graph_compiled,graph_fused_compiled}  # merged / exact, both captured with layers compiled
+for n in ${ROWS//,/ }; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || {
+    echo "gpu_timing.sh: ROWS=$ROWS: $n is not a number of rows; give e.g. ROWS=16,64 (or ROWS= for none)" >&2
+    exit 2
+  }
+done
 mkdir -p "$OUT"
 [ "${DECODE_TIMING:-1}" = 0 ] || glm-grpo decode-timing --out "$OUT/decode_timing.json" "$@"
 if [ "${DECODE_TIMING:-1}" != 0 ] && [ -n "$ROWS" ]; then
   row_files=()
   for n in ${ROWS//,/ }; do
-    echo "glm-grpo: the decode step at $n rows ($ROW_VARIANTS)"
-    glm-grpo decode-timing "$@" --group-size "$n" --variants "$ROW_VARIANTS" --out "$OUT/decode_timing_rows_$n.json"
-    row_files+=("$OUT/decode_timing_rows_$n.json")
+    rows_json="$OUT/decode_timing_rows_$n.json"
+    # where the default run already timed these variants at these rows, its figures are copied (one build of the
+    # full-size AR and its compiles less: ~1 minute of the 8)
+    copied=$(python - "$OUT/decode_timing.json" "$n" "$ROW_VARIANTS" "$rows_json" <<'PY'
+import json, sys
+path, rows, names, out = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4]
+m = json.load(open(path))
+if m["group_size"] == rows and all(v in m["variants"] for v in names):
+    m["variants"] = {v: m["variants"][v] for v in names}
+    m["failures"] = [f for f in m["failures"] if f.split(":")[0] in names]
+    json.dump(m, open(out, "w"), indent=1)
+    print("yes")
+PY
+)
+    if [ "$copied" = yes ]; then
+      echo "glm-grpo: the decode step at $n rows ($ROW_VARIANTS): the default run's, copied to $rows_json"
+    else
+      echo "glm-grpo: the decode step at $n rows ($ROW_VARIANTS)"
+      glm-grpo decode-timing "$@" --group-size "$n" --variants "$ROW_VARIANTS" --out "$rows_json"
+    fi
+    row_files+=("$rows_json")
   done
   python - "${row_files[@]}" <<'PY'
 import json, sys

@@ -247,7 +247,7 @@ def test_cuda_graph_on_a_cpu_says_it_runs_uncaptured(caplog):
 @pytest.mark.slow
 def test_the_gpu_timing_script_in_its_cpu_form(tmp_path):
     """launch/gpu_timing.sh as documented, reduced: every variant but the compiled ones, tokens checked; its rows
-    loop at 2 and 4 rows with one variant (issue #51 item 5)."""
+    loop at 2 and 4 rows with one variant (issue #51 item 5), the 2 rows copied from the default run's."""
     env = dict(
         os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", OUT=str(tmp_path), TRAIN_STEP="0"
     )
@@ -266,12 +266,14 @@ def test_the_gpu_timing_script_in_its_cpu_form(tmp_path):
     assert v["merged"]["vs_eager_max_logp_diff"] <= 1e-6 and report["failures"] == []
     assert all(r["ms_per_step"] > 0 for r in v.values())
     assert "graph" in proc.stdout and "x eager" in proc.stdout
-    for n in (2, 4):  # the rows loop: each run at its own rows, the table's rollout s per image = ms x tokens / rows
+    for n in (2, 4):  # the rows loop: a report per rows, the table's rollout s per image = ms x tokens / rows
         rows = json.loads((tmp_path / f"decode_timing_rows_{n}.json").read_text())
         assert rows["group_size"] == n and list(rows["variants"]) == ["graph"] and rows["failures"] == []
         per_image = rows["variants"]["graph"]["ms_per_step"] / 1e3 * rows["decode_tokens"] / n
         assert f"{n:>5}  {'graph':<22}{rows['variants']['graph']['ms_per_step']:>9.2f}" in proc.stdout
         assert f"{per_image:>16.3f}" in proc.stdout
+    assert "at 2 rows (graph): the default run's" in proc.stdout and "at 4 rows (graph)\n" in proc.stdout
+    assert json.loads((tmp_path / "decode_timing_rows_2.json").read_text())["variants"]["graph"] == v["graph"]
 
 
 def test_layers_compile_one_graph_per_region_type_for_all_layers(policy, processor):
