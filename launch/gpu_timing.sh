@@ -23,7 +23,8 @@ export HF_HUB_OFFLINE=1
 OUT=${OUT:-outputs/gpu_timing}
 ROWS=${ROWS-16,32,64,128}
 ROW_VARIANTS=${ROW_VARIANTS:-graph_compiled,graph_fused_compiled}  # merged / exact, both captured with layers compiled
-for n in ${ROWS//,/ }; do
+read -r -a row_list <<< "${ROWS//,/ }"
+for n in "${row_list[@]}"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || {
     echo "gpu_timing.sh: ROWS=$ROWS: $n is not a number of rows; give e.g. ROWS=16,64 (or ROWS= for none)" >&2
     exit 2
@@ -31,9 +32,9 @@ for n in ${ROWS//,/ }; do
 done
 mkdir -p "$OUT"
 [ "${DECODE_TIMING:-1}" = 0 ] || glm-grpo decode-timing --out "$OUT/decode_timing.json" "$@"
-if [ "${DECODE_TIMING:-1}" != 0 ] && [ -n "$ROWS" ]; then
+if [ "${DECODE_TIMING:-1}" != 0 ] && [ "${#row_list[@]}" -gt 0 ]; then
   row_files=()
-  for n in ${ROWS//,/ }; do
+  for n in "${row_list[@]}"; do
     rows_json="$OUT/decode_timing_rows_$n.json"
     # where the default run already timed these variants at these rows, its figures are copied (one build of the
     # full-size AR and its compiles less: ~1 minute of the 8)
