@@ -11,6 +11,7 @@ its first call):
   pipeline samples with. Per step = (a run of ``k + 1`` new tokens - a run of 1) / ``k``;
 * ``eager``: the rollout's decode loop (glm_grpo_ds/rollout/decode_loop.py) with peft's LoRA wrappers;
 * ``merged``: the same loop with LoRA merged into the base weights (rollout.merge_lora);
+* ``fused``: the same loop with LoRA unmerged through the fused low-rank path (rollout.fuse_lora: the exact one);
 * ``compiled_step``: merged, the whole step through ``torch.compile`` (rollout.compile, compile_scope=step):
   the capture-ready step a GPU replays as one CUDA graph (not captured here);
 * ``plain``: the merged loop's reference, the same AR built without peft (random weights, same seed).
@@ -57,7 +58,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 FULL_LAYERS = 40  # GLM-Image's AR
-LOOPS = ("eager", "merged", "compiled_step")  # the decode loop's variants (decode_timing.VARIANTS' names)
+LOOPS = ("eager", "merged", "fused", "compiled_step")  # the decode loop's variants (decode_timing.VARIANTS' names)
 VARIANTS = ("hf_generate", *LOOPS, "plain")
 COUNTS = ("kernels", "module_calls", "python_calls", "host_syncs")
 WARMUP = 2  # steps before the counted ones (lazy inits; the compiled step compiles on its first)
@@ -257,7 +258,7 @@ def kernel_profiled_step(device: torch.device):
 
 @torch.no_grad()
 def count_step(policy, rows, positions, grid, sampling, variant: str, steps: int = 128, seed: int = 0) -> dict:
-    """One decode step of ``variant`` (``eager``, ``merged``, ``compiled_step``; ``plain``: the ``eager`` loop on
+    """One decode step of ``variant`` (``eager``, ``merged``, ``fused``, ``compiled_step``; ``plain``: the ``eager`` loop on
     a model without peft) from a prefill of ``rows``: :data:`WARMUP` steps, one counted step per counter, then
     ``steps`` timed steps (at most what the grid has left; 0: none, ``ms_per_step`` None). Returns the counts of
     :data:`COUNTS`, ``ops`` (kernels by operator) and ``ms_per_step``.
@@ -267,6 +268,7 @@ def count_step(policy, rows, positions, grid, sampling, variant: str, steps: int
     skipped after the first step, except under ``sys.setprofile``, where that stance fails as if the graph had to
     be recompiled: the guards are evaluated in C++, no Python calls of their own)."""
     from ..rollout.decode_loop import compiled_step, prefill, token_steps, unchecked_guards
+    from ..rollout.fused_lora import lora_fused
     from ..rollout.merged_lora import BaseCopy, lora_merged
 
     if variant not in (*LOOPS, "plain"):
@@ -278,6 +280,8 @@ def count_step(policy, rows, positions, grid, sampling, variant: str, steps: int
     with contextlib.ExitStack() as ctx:
         if variant in ("merged", "compiled_step"):
             ctx.enter_context(lora_merged(policy, BaseCopy("device")))
+        if variant == "fused":
+            ctx.enter_context(lora_fused(policy))
         state = prefill(policy, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling)
 
         def runner(step=None):  # a token as the loop takes it; step: a compiled form of the loop's step

@@ -18,12 +18,17 @@ with CUDA events (perf_counter on a CPU). Variants:
 * ``graph``: merged and captured (merge_lora + cuda_graph);
 * ``graph_compiled``: merged, each layer's norms and MLP compiled, captured (+ compile, compile_scope=layers);
 * ``compiled_step``: merged, the whole step compiled (compile_scope=step), captured on a GPU; slow to compile;
+* ``fused``: LoRA unmerged through the fused low-rank path (rollout.fuse_lora): the exact sampler, fewer kernels;
+* ``graph_fused``: fused and captured (fuse_lora + cuda_graph);
+* ``graph_fused_compiled``: fused, each layer's norms and MLP (its adapted projections inside) compiled, captured
+  (+ compile, compile_scope=layers): the exact fast sampler of the shipped GPU configs;
 * ``hf_generate``: transformers' ``generate`` on the merged model (what diffusers' pipeline samples with).
 
 For each: ms per decode step, tokens/s, the speed-up over ``eager``, the fraction of the HBM roofline (the step
 reads every language-model weight and the whole KV cache once), whether its tokens equal the reference's (the
-merged variants against ``merged``, the LoRA ones against ``eager``) and the largest log-prob difference, and
-the warm-up + capture seconds. Exit 1 when a variant that must reproduce its reference bitwise does not.
+merged variants against ``merged``, the LoRA ones against ``eager``, the graphed fused ones against ``fused``) and
+the largest log-prob difference, the decode seconds per image (ms/step x tokens per image / rows: what ``--group-size``
+rows buy) and the warm-up + capture seconds. Exit 1 when a variant that must reproduce its reference bitwise does not.
 """
 
 from __future__ import annotations
@@ -40,12 +45,13 @@ from .cli import parser_for
 
 HBM_BYTES_PER_S = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.04e12, "B200": 8.0e12}  # peak, by device name
 FULL_LAYERS = 40  # GLM-Image's AR
+FUSED_FP32_TOLERANCE = 1e-4  # |dlogp| of the fused path against peft's in fp32 (verify-logprobs' fp32 tolerance)
 PROMPT = "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"
 
 
 @dataclass(frozen=True)
 class Variant:
-    merged: bool
+    lora: str  # "peft" (peft's wrappers), "merged" (rollout.merge_lora) or "fused" (rollout.fuse_lora)
     graph: bool
     compile: str | None  # None, "layers" or "step"
     reference: str  # the variant whose tokens it must reproduce
@@ -53,14 +59,28 @@ class Variant:
 
 
 VARIANTS = {
-    "eager": Variant(False, False, None, "eager", True),
-    "merged": Variant(True, False, None, "merged", True),
-    "graph_lora": Variant(False, True, None, "eager", True),
-    "graph": Variant(True, True, None, "merged", True),
-    "graph_compiled": Variant(True, True, "layers", "merged", False),
-    "compiled_step": Variant(True, True, "step", "merged", False),
+    "eager": Variant("peft", False, None, "eager", True),
+    "merged": Variant("merged", False, None, "merged", True),
+    "graph_lora": Variant("peft", True, None, "eager", True),
+    "graph": Variant("merged", True, None, "merged", True),
+    "graph_compiled": Variant("merged", True, "layers", "merged", False),
+    "compiled_step": Variant("merged", True, "step", "merged", False),
+    # the exact sampler: peft's math in other kernels, so the same tokens as the eager loop, not its bits
+    "fused": Variant("fused", False, None, "eager", False),
+    "graph_fused": Variant("fused", True, None, "fused", True),
+    "graph_fused_compiled": Variant("fused", True, "layers", "fused", False),
 }
-DEFAULT_VARIANTS = ("eager", "merged", "graph_lora", "graph", "graph_compiled", "hf_generate")
+DEFAULT_VARIANTS = (
+    "eager",
+    "merged",
+    "graph_lora",
+    "graph",
+    "graph_compiled",
+    "fused",
+    "graph_fused",
+    "graph_fused_compiled",
+    "hf_generate",
+)
 
 
 def build_ar(tiny: bool, layers: int | None, device: torch.device, seed: int = 0):
@@ -123,6 +143,7 @@ def _timer(device: torch.device):
 def run_variant(policy, rows, positions, grid, sampling, v: Variant, steps: int, seed: int) -> dict:
     """The decode loop's step under variant ``v``: warm-up (and capture), then ``steps`` timed steps."""
     from ..rollout.decode_loop import LoopOptions, prefill, token_steps
+    from ..rollout.fused_lora import lora_fused
     from ..rollout.merged_lora import BaseCopy, _lora_layers, lora_merged
     from ..rollout.step_graph import WARMUP_STEPS
 
@@ -132,7 +153,8 @@ def run_variant(policy, rows, positions, grid, sampling, v: Variant, steps: int,
     gen = torch.Generator(device=device).manual_seed(seed)
     t_setup = time.perf_counter()
     keep = BaseCopy("device")
-    with lora_merged(policy, keep) if v.merged else contextlib.nullcontext():
+    adapters = {"merged": lambda: lora_merged(policy, keep), "fused": lambda: lora_fused(policy)}
+    with adapters.get(v.lora, contextlib.nullcontext)():
         state = prefill(policy, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling)
         with token_steps(policy, state, sampling, [gen], options) as advance:
             start, stop = _timer(device)
@@ -148,7 +170,7 @@ def run_variant(policy, rows, positions, grid, sampling, v: Variant, steps: int,
     weights = {name: w for name, _, w in _lora_layers(policy)}
     restored = all(torch.equal(weights[name], saved) for name, saved in keep.saved.items())
     return {
-        "restored_bitwise": restored if v.merged else None,
+        "restored_bitwise": restored if v.lora == "merged" else None,
         "ms_per_step": 1e3 * seconds / steps,
         "setup_s": setup_s,
         "ids": state.ids[:, :n].cpu(),
@@ -233,6 +255,7 @@ def measure(a) -> dict:
     sampling = SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p)
     rows, positions, grid = prepare_rows(policy, processor, [PROMPT], a.group_size, a.size, a.size, device)
     layers = policy.base_model.model.config.text_config.num_hidden_layers
+    fp32 = policy.base_model.model.dtype == torch.float32  # the tiny form: the fused path must give peft's tokens
     results, failures = {}, []
     for name in a.variants:
         if name == "hf_generate":
@@ -245,6 +268,8 @@ def measure(a) -> dict:
             r.update(agreement(r, ref), reference=v.reference)
             if v.exact and (r["same_tokens"] < 1 or r["max_logp_diff"] > 0):
                 failures.append(f"{name}: not bitwise the {v.reference} loop's tokens and log-probs")
+            if v.lora == "fused" and fp32 and (r["same_tokens"] < 1 or r["max_logp_diff"] > FUSED_FP32_TOLERANCE):
+                failures.append(f"{name}: in fp32 not the {v.reference} loop's tokens and log-probs")
         if r["restored_bitwise"] is False:
             failures.append(f"{name}: the base weights were not restored bitwise after the merged rollout")
         results[name] = r
@@ -260,6 +285,7 @@ def measure(a) -> dict:
     for r in results.values():
         r.pop("ids", None), r.pop("logps", None)
         r["tokens_per_s"] = a.group_size * 1e3 / r["ms_per_step"]
+        r["decode_s_per_image"] = r["ms_per_step"] / 1e3 * grid.num_tokens / a.group_size
         r["ms_per_step_at_40_layers"] = r["ms_per_step"] * scale
         if "eager" in results:
             r["speedup_vs_eager"] = results["eager"]["ms_per_step"] / r["ms_per_step"]
@@ -293,8 +319,8 @@ def format_report(m: dict) -> str:
         f"decode step on {m['device']} (torch {m['torch']}): {m['layers']} layers, G={m['group_size']}, "
         f"{m['size']}², LoRA r={m['lora_r']}, {m['steps_timed']} steps timed; "
         f"reads {m['bytes_per_step'] / 1e9:.2f} GB/step" + floor,
-        f"{'variant':<16}{'ms/step':>9}{'@40 layers':>11}{'tok/s':>9}{'x eager':>8}{'roofline':>9}{'same tokens':>12}"
-        f"{'max |dlogp|':>12}{'setup s':>9}",
+        f"{'variant':<22}{'ms/step':>9}{'@40 layers':>11}{'tok/s':>9}{'x eager':>8}{'roofline':>9}{'same tokens':>12}"
+        f"{'max |dlogp|':>12}{'s/image':>9}{'setup s':>9}",
     ]
     for name, r in m["variants"].items():
 
@@ -302,9 +328,10 @@ def format_report(m: dict) -> str:
             return format(r[key], fmt).rjust(width) if r.get(key) is not None else "-".rjust(width)
 
         lines.append(
-            f"{name:<16}{cell('ms_per_step', '.2f', 9)}{cell('ms_per_step_at_40_layers', '.2f', 11)}"
+            f"{name:<22}{cell('ms_per_step', '.2f', 9)}{cell('ms_per_step_at_40_layers', '.2f', 11)}"
             f"{cell('tokens_per_s', '.0f', 9)}{cell('speedup_vs_eager', '.2f', 8)}{cell('roofline_fraction', '.1%', 9)}"
-            f"{cell('same_tokens', '.2%', 12)}{cell('max_logp_diff', '.1e', 12)}{cell('setup_s', '.1f', 9)}"
+            f"{cell('same_tokens', '.2%', 12)}{cell('max_logp_diff', '.1e', 12)}{cell('decode_s_per_image', '.3f', 9)}"
+            f"{cell('setup_s', '.1f', 9)}"
         )
     merged = m["variants"].get("merged", {})
     if "vs_eager_same_tokens" in merged:
@@ -318,7 +345,10 @@ def format_report(m: dict) -> str:
             + f"), max |dlogp| {merged['vs_eager_max_logp_diff']:.1e} before it "
             "(the merge's rounding; the trainer's log-probs stay unmerged)"
         )
-    lines.append("max |dlogp|: over the tokens before a row's first differing token; restored: base weights bitwise")
+    lines.append(
+        "max |dlogp|: over the tokens before a row's first differing token; s/image: ms/step x "
+        f"{m['decode_tokens']} tokens / {m['group_size']} rows"
+    )
     lines += [f"FAIL {f}" for f in m["failures"]]
     return "\n".join(lines)
 

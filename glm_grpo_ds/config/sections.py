@@ -368,6 +368,15 @@ class RolloutConfig:
         "weights rounded once more (mismatch/* shows it; grpo.sampler_correction corrects it). Under ZeRO-3 needs "
         "gather_parameters: true.",
     )
+    fuse_lora: bool = setting(
+        False,
+        "LoRA: in the decode step, each layer's adapted projections run one fused low-rank path instead of peft's "
+        "wrappers (glm_grpo_ds/rollout/fused_lora.py): one shrink GEMM for the concatenated A's of the "
+        "projections that share an input (q/k/v), one expand GEMM with the scale folded in, the delta added in "
+        "fp32 and rounded once, as peft does. The adapter stays unmerged, so the sampler samples the trainer's "
+        "policy (tokens equal the peft loop's in fp32); fewer kernels per step, which a cuda_graph replay and "
+        "compile make the speed-up. Excludes merge_lora. Under ZeRO-3 needs gather_parameters: true.",
+    )
     merge_copy: Literal["auto", "device", "host"] = setting(
         "auto",
         "merge_lora: where the copy of the adapted base weights lives (~16 GB at GLM-Image's size with every "

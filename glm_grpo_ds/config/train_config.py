@@ -231,6 +231,16 @@ class TrainConfig:
             "whose rollout already runs the plain model: drop the setting",
         )
         need(
+            not self.rollout.fuse_lora or self.lora is not None,
+            "rollout.fuse_lora fuses LoRA adapters, but this config fine-tunes the whole model (lora: null), "
+            "whose rollout already runs the plain model: drop the setting",
+        )
+        need(
+            not (self.rollout.fuse_lora and self.rollout.merge_lora),
+            "rollout.fuse_lora samples the adapters unmerged, rollout.merge_lora merged: choose one (fuse_lora is "
+            "exact, merge_lora rounds the adapter into bf16 weights)",
+        )
+        need(
             self.rollout.compile or self.rollout.compile_scope == "step",
             f"rollout.compile_scope={self.rollout.compile_scope} chooses what rollout.compile=false never compiles: "
             "set rollout.compile=true or drop compile_scope",

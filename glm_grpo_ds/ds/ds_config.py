@@ -197,6 +197,7 @@ def fill_ds_config(
         "compile": "fetches each module's parameters in hooks that torch.compile cannot trace",
         "cuda_graph": "fetches each module's parameters in hooks, with host work a CUDA graph cannot capture",
         "merge_lora": "holds only this rank's shard of each base weight, with nothing to merge into",
+        "fuse_lora": "holds only this rank's shard of each adapter, with nothing to concatenate",
     }
     for key, reason in why.items():
         if sharded_rollout and getattr(cfg.rollout, key):

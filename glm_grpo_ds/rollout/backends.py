@@ -31,6 +31,7 @@ from ..adapters import adapters_in_base_dtype
 from ..ds import engine as ds_engine
 from .batch import RolloutBatch
 from .decode_loop import LoopOptions
+from .fused_lora import lora_fused
 from .merged_lora import BaseCopy, lora_merged
 from .sampler import rollout
 
@@ -110,6 +111,8 @@ class EngineSampler:
                 if r.merge_lora and whole:
                     restore = not ds_engine.gather_discards_writes(engine, self.gather)
                     sampling_weights.enter_context(lora_merged(policy, base_copy(policy, r.merge_copy), restore))
+                if r.fuse_lora and whole:
+                    sampling_weights.enter_context(lora_fused(policy))
                 batch = rollout(
                     policy,
                     self.processor,
@@ -132,9 +135,9 @@ class EngineSampler:
 
 class ModelSampler:
     """The tools' backend: a model on this process's device outside DeepSpeed (a plain AR, or a peft model with
-    the adapter it computes as set active: glm_grpo_ds/evaluation/paired.py). The rollout section's loop options
-    and ``adapters_in_model_dtype`` apply as in training; ``merge_lora`` does not (a peft model holding several
-    adapters shares one base: the tools sample the unmerged policy, the exact one)."""
+    the adapter it computes as set active: glm_grpo_ds/evaluation/paired.py). The rollout section's loop options,
+    ``adapters_in_model_dtype`` and ``fuse_lora`` apply as in training; ``merge_lora`` does not (a peft model
+    holding several adapters shares one base: the tools sample the unmerged policy, the exact one)."""
 
     def __init__(self, model, processor, rollout_cfg, sampling, device: torch.device):
         self.model, self.processor, self.rollout_cfg, self.sampling, self.device = (
@@ -147,8 +150,11 @@ class ModelSampler:
 
     def sample(self, prompts, generators, group_size, on_tokens=None) -> Sampled:
         r = self.rollout_cfg
-        cast = adapters_in_base_dtype(self.model) if r.adapters_in_model_dtype else contextlib.nullcontext()
-        with torch.no_grad(), cast:
+        with torch.no_grad(), contextlib.ExitStack() as sampling_weights:
+            if r.adapters_in_model_dtype:
+                sampling_weights.enter_context(adapters_in_base_dtype(self.model))
+            if r.fuse_lora:
+                sampling_weights.enter_context(lora_fused(self.model))
             batch = rollout(
                 self.model,
                 self.processor,

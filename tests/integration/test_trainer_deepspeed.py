@@ -184,15 +184,17 @@ def test_num_iterations_two_first_ratio_is_one(tiny_model_dir, tiny_data, tmp_pa
     assert second["ratio_max"] != 1.0 or second["ratio_min"] != 1.0  # the update moved the policy
 
 
-@pytest.mark.parametrize("ds_config", ["zero2.json", "zero3.json"])
-def test_merged_lora_rollout_leaves_the_base_bitwise_and_samples_the_trained_adapter(
-    ds_config, tiny_model_dir, tiny_data, tmp_path
+@pytest.mark.parametrize(
+    "ds_config,option", [("zero2.json", "merge_lora"), ("zero3.json", "merge_lora"), ("zero3.json", "fuse_lora")]
+)
+def test_merged_or_fused_lora_rollout_leaves_the_base_bitwise_and_samples_the_trained_adapter(
+    ds_config, option, tiny_model_dir, tiny_data, tmp_path
 ):
     """rollout.merge_lora in training, 2 ranks: ZeRO-2 restores the base from its copy, ZeRO-3's gathered weights
     are discarded with the gather (glm_grpo_ds/ds/engine.py gather_discards_writes). Either way the base is bitwise
     what it was, and step 2's rollout (adapter B != 0 after step 1) samples the trained policy: its sampler
     log-probs equal the trainer's unmerged ones to fp32 rounding (4.8e-7 measured; a merge that left the adapters
-    out: 0.82)."""
+    out: 0.82). rollout.fuse_lora under ZeRO-3: the fused path reads the adapters inside the rollout's gather."""
     run_dir = tmp_path / "run"
     overrides = common(
         tiny_model_dir,
@@ -201,7 +203,7 @@ def test_merged_lora_rollout_leaves_the_base_bitwise_and_samples_the_trained_ada
         "max_steps=2",
         "rollout.height=64",
         "rollout.width=64",
-        "rollout.merge_lora=true",
+        f"rollout.{option}=true",
         "optimizer.name=adamw",
         "optimizer.lr=1e-2",
         "grpo.beta=0.04",

@@ -262,6 +262,7 @@ def test_sections_report_every_problem_one_line_each():
         (["grpo.sampler_correction_min=0.5"], "grpo.sampler_correction_min=0.5 caps weights"),
         (["lora=null", "rollout.adapters_in_model_dtype=true"], "rollout.adapters_in_model_dtype casts LoRA adapters"),
         (["lora=null", "rollout.merge_lora=true"], "rollout.merge_lora merges LoRA adapters"),
+        (["lora=null", "rollout.fuse_lora=true"], "rollout.fuse_lora fuses LoRA adapters"),
         (["rollout.compile_scope=layers"], "rollout.compile_scope=layers chooses what rollout.compile=false"),
         (["rollout.merge_copy=host"], "rollout.merge_copy=host places a copy"),
     ],
@@ -277,8 +278,18 @@ def test_a_setting_the_others_make_ineffective_is_refused_in_one_line(overrides,
         "grpo.sampler_correction_min=0.5": "grpo.sampler_correction=token_truncate",
         "rollout.adapters_in_model_dtype=true": "lora.r=8",
         "rollout.merge_lora=true": "lora.r=8",
+        "rollout.fuse_lora=true": "lora.r=8",
         "rollout.compile_scope=layers": "rollout.compile=true",
         "rollout.merge_copy=host": "rollout.merge_lora=true",
     }
     kept = [o for o in overrides if o != "lora=null" and o not in fixes.values()]
     load_config(None, BASE + kept + [fixes[o] for o in kept if o in fixes])
+
+
+def test_fused_and_merged_sampling_together_are_refused_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, BASE + ["lora.r=8", "rollout.fuse_lora=true", "rollout.merge_lora=true"])
+    assert str(err.value).startswith("rollout.fuse_lora samples the adapters unmerged, rollout.merge_lora merged")
+    assert "\n" not in str(err.value)
+    for one in ("rollout.fuse_lora=true", "rollout.merge_lora=true"):
+        load_config(None, BASE + ["lora.r=8", one])

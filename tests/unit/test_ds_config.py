@@ -137,7 +137,7 @@ def test_8bit_optimizer_with_offload_is_a_clear_error():
     assert ds["optimizer"]["type"] == "AdamW"  # DeepSpeed's CPU Adam runs the offloaded optimizer
 
 
-@pytest.mark.parametrize("option", ["compile", "cuda_graph", "merge_lora"])
+@pytest.mark.parametrize("option", ["compile", "cuda_graph", "merge_lora", "fuse_lora"])
 def test_compiled_captured_or_merged_rollout_needs_the_gathered_rollout_under_zero3(option):
     base = ["model.path=/m", "data.train_file=/d.txt", "rewards=[{name: pixel_mse}]", f"rollout.{option}=true"]
     sharded = load_config(None, [*base, "rollout.gather_parameters=false"])
