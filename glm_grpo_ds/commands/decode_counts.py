@@ -258,10 +258,10 @@ def kernel_profiled_step(device: torch.device):
 
 @torch.no_grad()
 def count_step(policy, rows, positions, grid, sampling, variant: str, steps: int = 128, seed: int = 0) -> dict:
-    """One decode step of ``variant`` (``eager``, ``merged``, ``fused``, ``compiled_step``; ``plain``: the ``eager`` loop on
-    a model without peft) from a prefill of ``rows``: :data:`WARMUP` steps, one counted step per counter, then
-    ``steps`` timed steps (at most what the grid has left; 0: none, ``ms_per_step`` None). Returns the counts of
-    :data:`COUNTS`, ``ops`` (kernels by operator) and ``ms_per_step``.
+    """One decode step of ``variant`` (``eager``, ``merged``, ``fused``, ``compiled_step``; ``plain``: the
+    ``eager`` loop on a model without peft) from a prefill of ``rows``: :data:`WARMUP` steps, one counted step per
+    counter, then ``steps`` timed steps (at most what the grid has left; 0: none, ``ms_per_step`` None). Returns
+    the counts of :data:`COUNTS`, ``ops`` (kernels by operator) and ``ms_per_step``.
 
     ``compiled_step``: its kernels, module calls and host syncs are counted on :func:`kernel_profiled_step`'s
     compile; its Python calls and time on the loop's own ``compiled_step``, as the loop runs it (dynamo's guards

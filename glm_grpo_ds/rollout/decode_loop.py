@@ -62,13 +62,16 @@ class DecodeState:
     """Every tensor a decode step reads or writes, allocated once per rollout: no step changes an address, so a
     step can be captured as a CUDA graph (glm_grpo_ds/rollout/step_graph.py). ``logp`` / ``probs`` ``[B, V]``:
     the next token's policy log-probs and draw probabilities; ``noise`` ``[B, V]``: its race noise, written by
-    the caller before each step; ``slot``: the 0-d cache slot it goes to (advanced in place); ``ids`` /
+    the caller before each step; ``slot``: the 0-d cache slot it goes to (advanced in place); ``start``: the 0-d
+    slot of the first generated token (a tensor, not ``prompt_len``: a compiled step would hold an int as a
+    constant and compile again for every prompt length, failing at dynamo's recompile limit); ``ids`` /
     ``logps`` ``[B, n]``: the output; ``positions`` ``[3, B, S]`` / ``valid`` ``[B, S]``: every slot's."""
 
     logp: torch.Tensor
     probs: torch.Tensor
     noise: torch.Tensor
     slot: torch.Tensor
+    start: torch.Tensor
     ids: torch.Tensor
     logps: torch.Tensor
     positions: torch.Tensor
@@ -91,7 +94,7 @@ def _step(lm, lm_head, codebook: int, sampling: tuple, s: DecodeState) -> None:
     ``s.logp`` / ``s.probs`` and advance ``s.slot``. Reads nothing back to the host."""
     temperature, top_k, top_p = sampling
     token, logp = draw_ids(s.logp, s.probs, s.noise)
-    column = (s.slot - s.prompt_len).view(1)
+    column = (s.slot - s.start).view(1)
     s.ids.index_copy_(1, column, token[:, None])
     s.logps.index_copy_(1, column, logp[:, None])
     keys = torch.arange(s.valid.shape[1], device=s.valid.device) <= s.slot
@@ -265,6 +268,7 @@ def prefill(
         probs=probs.contiguous(),
         noise=torch.empty_like(probs),
         slot=torch.tensor(plen, device=device),
+        start=torch.tensor(plen, device=device),
         ids=prompt_ids.new_empty(bsz, num_tokens),
         logps=torch.empty(bsz, num_tokens, dtype=torch.float32, device=device),
         positions=positions,

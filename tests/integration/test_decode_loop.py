@@ -72,6 +72,20 @@ def test_compiled_step_sees_new_weights_and_new_settings(policy, processor):
                 p.copy_(value)
 
 
+def test_prompts_of_other_lengths_in_one_cache_bucket_reuse_the_compiled_step(policy, processor):
+    """One graph per (rows, cache slots), not per prompt length: a step that read the prompt length as a Python
+    int compiled again for every length and stopped a run at dynamo's recompile limit (8) after 9 lengths."""
+    from torch._dynamo.utils import counters
+
+    sample(policy, processor, True)
+    other = ["a blue sphere", "a small wooden boat on a calm lake"]  # another padded length, the same bucket
+    graphs = counters["stats"]["unique_graphs"]
+    batch = sample(policy, processor, True, prompts=other)
+    assert batch.prompt_ids.shape[1] != sample(policy, processor, False).prompt_ids.shape[1]
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert torch.equal(batch.completion_ids, sample(policy, processor, False, prompts=other).completion_ids)
+
+
 def test_each_prompt_draws_from_its_own_generator(policy, processor):
     """Eval batches its prompts: with one generator per prompt, a prompt's grids are the ones it gets alone."""
     seeds = [11, 12]
