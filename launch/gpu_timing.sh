@@ -76,7 +76,7 @@ fi
 MODEL=${MODEL:-$OUT/model}
 [ -f "$MODEL/model_index.json" ] || { echo "glm-grpo: building the full-size AR pipeline in $MODEL"; glm-grpo tiny-model "$MODEL" --full-size-ar; }
 if [ "${MERGED:-0}" = 1 ]; then
-  SAMPLER="rollout.merge_lora=true rollout.cuda_graph=true"  # merged: fast, not exactly the trained policy
+  SAMPLER="rollout.fuse_lora=false rollout.merge_lora=true rollout.cuda_graph=true"  # merged: not exactly the policy
 else  # the exact fast path: the adapter unmerged through the fused low-rank path, layers compiled, captured
   SAMPLER="rollout.fuse_lora=true rollout.compile=true rollout.compile_scope=layers rollout.cuda_graph=true"
 fi

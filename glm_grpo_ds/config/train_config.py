@@ -238,7 +238,8 @@ class TrainConfig:
         need(
             not (self.rollout.fuse_lora and self.rollout.merge_lora),
             "rollout.fuse_lora samples the adapters unmerged, rollout.merge_lora merged: choose one (fuse_lora is "
-            "exact, merge_lora rounds the adapter into bf16 weights)",
+            "exact, merge_lora rounds the adapter into the weights' dtype); to sample merged set "
+            "rollout.fuse_lora=false",
         )
         need(
             self.rollout.compile or self.rollout.compile_scope == "step",

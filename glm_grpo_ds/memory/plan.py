@@ -339,6 +339,20 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     notes["rollout_merge"] = (
         "rollout.merge_lora: fp32 temporaries of merging the largest adapted linear" if merging else "no merge"
     )
+    # rollout.fuse_lora (fused_lora.py): per layer, the q/k/v adapters' A's concatenated and their s*B as a
+    # block-diagonal matrix, made for the rollout (alongside the KV cache), in the adapters' dtype
+    shared = [m for m in ("q_proj", "k_proj", "v_proj") if cfg.lora is not None and m in cfg.lora.target_modules]
+    fusing = cfg.rollout.fuse_lora and len(shared) > 1
+    qkv_out = {"q_proj": t["heads"] * t["head_dim"], "k_proj": t["kv_heads"] * t["head_dim"]}
+    qkv_out["v_proj"] = qkv_out["k_proj"]
+    r = cfg.lora.r if cfg.lora is not None else 0
+    per_layer_fused = len(shared) * r * (t["hidden"] + sum(qkv_out[m] for m in shared))
+    comp["rollout_fused_lora"] = t["layers"] * per_layer_fused * lora_b if fusing else 0
+    notes["rollout_fused_lora"] = (
+        f"rollout.fuse_lora: {'/'.join(m[0] for m in shared)} A's concatenated and block-diagonal s*B, per layer"
+        if fusing
+        else "no fused LoRA copies"
+    )
     comp["logits"] = (
         mb * n_gen * t["vision_vocab"] * b + 3 * mb * min(cfg.grpo.logprob_chunk_size, n_gen) * t["vision_vocab"] * 4
     )
@@ -419,6 +433,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     phases = {
         "rollout": max(comp["rollout_kv_cache"], comp["rollout_logprobs"], comp["rollout_merge"])
         + comp["rollout_gather"]
+        + comp["rollout_fused_lora"]
         + comp["gather_staging"],
         "decode": comp["decode_activations"],
         "update": comp["logits"] + comp["activations"] + comp["zero3_update_gather"] + comp["gather_staging"],

@@ -75,7 +75,8 @@ class StepTime:
 
 
 def rollout_variant(rollout) -> tuple[str, bool]:
-    """The measured decode-step variant a ``rollout`` config section runs (the closest measured one)."""
+    """The measured decode-step variant a ``rollout`` config section runs (the closest measured one; rollout.fuse_lora
+    runs fewer kernels than the unmerged loop it is counted as, so that figure is its upper bound)."""
     if not rollout.cuda_graph:
         return "eager", rollout.merge_lora
     if rollout.compile and rollout.merge_lora:
@@ -121,6 +122,7 @@ def step_time(cfg, zero_stage: int, tokens: int, prompt_tokens: int = 128) -> St
     decode_s = rows * steps * per_image_step * latent
     parts = {
         "rollout": f"{tokens} tokens x {ms:.1f} ms ({variant[0]}, LoRA {'merged' if variant[1] else 'unmerged'})"
+        + (", fused: not yet measured, at most this" if cfg.rollout.fuse_lora and not variant[1] else "")
         + ("" if rows == MEASURED_ROWS else f" at {rows} rows (computed from the {MEASURED_ROWS}-row measurement)"),
         "decode": f"{rows} images x {steps} steps x {per_image_step * latent:.3f} s"
         + (" (guided)" if guided else " (no guidance)"),

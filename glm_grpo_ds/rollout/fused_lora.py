@@ -19,7 +19,7 @@ decode step. Here, per decoder layer:
 * each member adds its delta into the base output in place (one kernel).
 
 Counted per decode step (``python -m glm_grpo_ds.commands.decode_counts``, fp32): peft adds 24 kernels per layer
-over the merged step, this path 12 (8 GEMMs, 6 adds... see docs/memory-and-speed.md); under a CUDA graph
+over the merged step (12 GEMMs, 6 scales, 6 adds), this path 14 (8 GEMMs, 6 adds); under a CUDA graph
 (rollout.cuda_graph) kernels are what a replay costs. The math is peft's: ``x`` cast to the adapters' dtype,
 ``(x A^T) B^T`` in that dtype, the scaled delta added to the base result in the promoted dtype and rounded once
 to the output's (``bf16_out.add_(fp32_delta)`` computes ``float(out) + delta`` and rounds to bf16, as peft's

@@ -62,6 +62,7 @@ MEASURED = (
             "decoder.batch_size=8",
             "decoder.num_inference_steps=8",
             "decoder.guidance_scale=1.5",
+            "rollout.fuse_lora=false",  # gpu_check.yaml samples fused since; this run sampled merged
             "rollout.merge_lora=true",
             "rollout.cuda_graph=true",
         ),

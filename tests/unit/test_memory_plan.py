@@ -431,7 +431,7 @@ def test_merge_copy_of_the_real_glm_image_lora():
     43.7 GiB)."""
     from glm_grpo_ds.memory.sizes import model_sizes
 
-    c = load_config(ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml", ["rollout.merge_lora=true"])
+    c = load_config(ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml", ["rollout.fuse_lora=false", "rollout.merge_lora=true"])
     s = model_sizes(c)
     assert sum(s.adapted_base) == GLM_ADAPTED == 8_157_921_280 and len(s.adapted_base) == 40 * 6
     p = plan(c, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=80), s)
@@ -477,3 +477,25 @@ def test_the_trainer_resolves_merge_copy_auto_from_the_plan():
     resolve_merge_copy(z3, planned)
     assert z3.rollout.merge_copy == "auto" and "no base copy (ZeRO-3 on 2 ranks" in merge_copy_line(z3, planned, True)
     assert merge_copy_line(cfg(), planned, True) is None
+
+
+def test_fused_lora_copies_counted_in_the_rollout():
+    """rollout.fuse_lora: per layer the q/k/v adapters' A's concatenated (3 r x hidden) and their block-diagonal
+    s*B ((q + k + v outputs) x 3 r), in the adapters' dtype, held beside the KV cache for the rollout."""
+    s = sizes(1280, [640, 640])
+    base = plan(cfg("lora.r=8"), ZERO[2], EstimateConfig(num_gpus=1), s)
+    fused = plan(cfg("lora.r=8", "rollout.fuse_lora=true"), ZERO[2], EstimateConfig(num_gpus=1), s)
+    r, hidden, q, kv = 8, 64, 4 * 16, 2 * 16  # TEXT: hidden 64, 4 query heads and 2 kv heads of 16
+    lora_bytes = fused["components"]["lora_weights"] // sum(s.lora)
+    per_layer = 3 * r * hidden + (q + 2 * kv) * 3 * r
+    assert fused["components"]["rollout_fused_lora"] == 4 * per_layer * lora_bytes  # TEXT: 4 layers
+    assert fused["phases"]["rollout"] == base["phases"]["rollout"] + 4 * per_layer * lora_bytes
+    assert base["components"]["rollout_fused_lora"] == 0
+    # only the grouped projections are copied: without q/k/v among the targets, nothing
+    mlp = plan(
+        cfg("lora.r=8", "rollout.fuse_lora=true", "lora.target_modules=[gate_up_proj, down_proj]"),
+        ZERO[2],
+        EstimateConfig(num_gpus=1),
+        s,
+    )
+    assert mlp["components"]["rollout_fused_lora"] == 0

@@ -38,7 +38,14 @@ def test_rollout_follows_the_variant_and_update_the_stage():
     plain = step_time(cfg("launch/configs/glm_image_lora_zero3.yaml", "rollout.cuda_graph=false"), 3, 1280)
     assert plain.rollout_s == pytest.approx(1280 * 75.7 / 1000)  # the eager loop, LoRA unmerged
     fast = step_time(
-        cfg("launch/configs/glm_image_lora_zero3.yaml", "rollout.merge_lora=true", "rollout.compile=true"), 3, 1280
+        cfg(
+            "launch/configs/glm_image_lora_zero3.yaml",
+            "rollout.fuse_lora=false",
+            "rollout.merge_lora=true",
+            "rollout.compile=true",
+        ),
+        3,
+        1280,
     )
     assert fast.rollout_s == pytest.approx(1280 * 9.4 / 1000)
     assert plain.update_s == pytest.approx(20.2) and step_time(cfg(), 2, 1280).update_s == pytest.approx(4.85)
@@ -55,6 +62,7 @@ def test_the_measured_full_size_step_is_reproduced():
             "grpo.group_size=16",
             "decoder.num_inference_steps=8",
             "decoder.guidance_scale=1.5",
+            "rollout.fuse_lora=false",
             "rollout.merge_lora=true",
             "rollout.compile=true",
         ),
@@ -105,11 +113,18 @@ def test_more_rows_cost_their_kv_reads_until_compute_binds():
 def test_prompts_per_rank_puts_more_rows_in_one_decode_step():
     """batch.prompts_per_rank x G rows decode as one batch: 4 prompts' groups at G=16 cost one 64-row step per token,
     not four 16-row ones; the image decode and the update scale with the images."""
-    one = step_time(cfg("launch/configs/gpu_check.yaml", "grpo.group_size=16", "rollout.merge_lora=true"), 2, 1280)
+    one = step_time(
+        cfg(
+            "launch/configs/gpu_check.yaml", "grpo.group_size=16", "rollout.fuse_lora=false", "rollout.merge_lora=true"
+        ),
+        2,
+        1280,
+    )
     four = step_time(
         cfg(
             "launch/configs/gpu_check.yaml",
             "grpo.group_size=16",
+            "rollout.fuse_lora=false",
             "rollout.merge_lora=true",
             "batch.prompts_per_rank=4",
         ),
