@@ -431,7 +431,10 @@ def test_merge_copy_of_the_real_glm_image_lora():
     43.7 GiB)."""
     from glm_grpo_ds.memory.sizes import model_sizes
 
-    c = load_config(ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml", ["rollout.fuse_lora=false", "rollout.merge_lora=true"])
+    c = load_config(
+        ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml",
+        ["rollout.fuse_lora=false", "rollout.merge_lora=true"],
+    )
     s = model_sizes(c)
     assert sum(s.adapted_base) == GLM_ADAPTED == 8_157_921_280 and len(s.adapted_base) == 40 * 6
     p = plan(c, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=80), s)
