@@ -1,6 +1,6 @@
 """Fixtures of the integration tests (the session-wide tiny model is in tests/conftest.py): the tiny
-prompt files with their target images, and one short training run that several modules read instead
-of training their own (:func:`short_run`)."""
+prompt files with their target images, the learnable tiny world, and one short training run that several
+modules read instead of training their own (:func:`short_run`)."""
 
 import pytest
 from built_once import built_once  # noqa: E402  (tests/built_once.py)
@@ -24,6 +24,15 @@ def tiny_data(tiny_model_dir, tmp_path_factory):
 def data64(tiny_model_dir, tmp_path_factory):
     """The tiny prompts with 64x64 targets: what the quickest runs (launching.FAST) train on."""
     return built_once(tmp_path_factory, "data64", _dataset(tiny_model_dir, 64)) / "prompts.jsonl"
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory):
+    """The learnable tiny world (glm_grpo_ds/testing/world.py write_world, seed 0: model, prompt files, best.json),
+    built once for the learning tests (test_world) and the sweep's smoke (test_sweep_seeds): ~12 s. Read-only."""
+    from glm_grpo_ds.testing import world
+
+    return built_once(tmp_path_factory, "tiny_world", world.write_world)
 
 
 @pytest.fixture(scope="session")

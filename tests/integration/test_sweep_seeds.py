@@ -1,9 +1,9 @@
 """benchmarks/sweep_world.py over seeds (issue #51 item 4b): the interval and paired-difference math against
 hand-computed values (no launches), its bad inputs, and a smoke of the real thing: one variant of the tiny world
-at 2 seeds x 2 steps (2 real training runs under DeepSpeed ZeRO-3, 2 CPU ranks each, started as the launcher
-would by tests/integration/launching.py's spawn_ranks), whose report's per-seed fractions are the runs' own
-eval.jsonl and whose interval is recomputed here by hand. The evidence itself (5 seeds x 60 steps) is a
-benchmark: docs/sweep.md."""
+at 2 seeds x 2 steps (2 real training runs under DeepSpeed ZeRO-3, one CPU rank each, started as the launcher
+would by tests/integration/launching.py's spawn_ranks; what 2 ranks compute is tested in test_trainer_deepspeed
+and test_world), whose report's per-seed fractions are the runs' own eval.jsonl and whose interval is recomputed
+here by hand. The evidence itself (5 seeds x 60 steps) is a benchmark: docs/sweep.md."""
 
 import importlib.util
 import json
@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from built_once import built_once  # noqa: E402  (tests/built_once.py)
 from launching import spawn_ranks  # noqa: E402  (tests/integration/launching.py)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,13 +129,6 @@ def test_bad_inputs_one_line_exit_2_nothing_written(tmp_path, capsys, args, word
     assert not out.exists()
 
 
-@pytest.fixture(scope="module")
-def world_dir(tmp_path_factory):
-    from glm_grpo_ds.testing import world
-
-    return built_once(tmp_path_factory, "tiny_world_sweep", world.write_world)
-
-
 def _forked(args, procs, log):
     """The sweep's runs started without the deepspeed launcher's two Python processes, forked from the parent
     that imported the libraries once (what the script's default launch costs more is not what is tested here)."""
@@ -145,12 +137,12 @@ def _forked(args, procs, log):
     return proc.returncode
 
 
-def test_smoke_two_seeds(world_dir, tmp_path):
+def test_smoke_two_seeds(tiny_world, tmp_path):
     """2 real runs: the report's fractions per seed are the runs' own (end - start) / (best - start) of
     eval.jsonl, and its interval the t interval of those two values."""
     out = tmp_path / "sweep"
     quick = ["eval.num_prompts=2", "grpo.group_size=4", "batch.micro_batch_size=4", "logging.plot=false"]
-    argv = ["--world", str(world_dir), "--out", str(out), "--steps", "2", "--procs", "2", "--only", "base"]
+    argv = ["--world", str(tiny_world), "--out", str(out), "--steps", "2", "--procs", "1", "--only", "base"]
     assert sw.main([*argv, "--seeds", "0,1", "--set", *quick], launch=_forked) == 0
     summary = json.loads((out / "sweep_seeds.json").read_text())
     [config] = summary["configurations"]

@@ -23,10 +23,8 @@ WORLD_CONFIG = "launch/configs/tiny_world.yaml"
 
 
 @pytest.fixture(scope="module")
-def world_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("world")
-    world.write_world(out)
-    return out
+def world_dir(tiny_world):
+    return tiny_world  # built once per session (tests/integration/conftest.py), read-only
 
 
 @pytest.mark.parametrize("steps,guidance", [(1, 1.0), (3, 1.5), (8, 4.0)])
