@@ -260,6 +260,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tiny_model_dir, data64,
             *common(tiny_model_dir, data64, out, f"max_steps={step + 1}", "resume_from=latest", *FAST),
         ],
         timeout=600,
+        launcher=False,  # the resume is tested here, not the launcher (it took the SIGTERM above)
     )
     assert f"resumed from {out / 'checkpoints' / f'step_{step:06d}'} at step {step}" in proc.stdout
     assert [r["step"] for r in metrics(out)] == list(range(1, step + 2))
