@@ -6,12 +6,11 @@ planner's. The 1024x1024 LoRA and full fine-tuning runs are launch/slice_check.s
 
 import json
 import shutil
-import subprocess
 import sys
 
 import pytest
 import torch
-from launching import ENV, launch, train_args  # noqa: E402  (tests/integration/launching.py)
+from launching import launch, run_cmd, train_args  # noqa: E402  (tests/integration/launching.py)
 from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.commands.check_run import phase_comparison
@@ -24,11 +23,12 @@ PLAN_TOLERANCE = 0.15  # measured / planned peak per phase (issue #26; docs/real
 
 @pytest.fixture(scope="module")
 def slice_dir(tmp_path_factory):
-    # built by the command users run, in its own process: the builder's ~4 GiB peak is not kept resident in
-    # pytest while two 8 GiB ranks train
+    # built by the command users run, in its own process (forked from the preloaded parent, tests/forkserver.py):
+    # the builder's ~4 GiB peak is not kept resident in pytest while two 8 GiB ranks train
     out = tmp_path_factory.mktemp("slice") / "model"
     cmd = [sys.executable, "-m", "glm_grpo_ds", "tiny-model", str(out), "--real-width", "--ar-layers", "1"]
-    subprocess.run(cmd + ["--dit-layers", "1"], check=True, env=ENV, capture_output=True, timeout=600)
+    proc = run_cmd(cmd + ["--dit-layers", "1"], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     yield out
     # 3.2 GB: gone when the module ends, not when pytest prunes its base directory (CI's disk also holds two
     # venvs and a wheelhouse: the slice left in place ran the floor job out of space)
