@@ -3,10 +3,10 @@ side-by-side comparison is measured and written to bench.json."""
 
 import json
 import math
-import subprocess
 import sys
 
 import pytest
+from launching import run_cmd  # noqa: E402  (tests/integration/launching.py)
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # every benchmark, one on 2 ranks
 
@@ -30,7 +30,7 @@ def test_bench_writes_every_phase_and_ratio(tmp_path):
         "--count-variants",  # the decode_step_counts section: tests/integration/test_decode_counts.py
         "none",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    proc = run_cmd(cmd, timeout=900)  # forked from the preloaded parent (tests/forkserver.py)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((tmp_path / "bench.json").read_text())
     assert "decode_step_counts" not in r
@@ -68,7 +68,7 @@ def test_bench_gathers_counts_fewer_gathers_with_the_reference_in_the_rollout(ti
     cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "bench", "--gathers", "--size", "64"]
     cmd += ["--model", str(tiny_model_dir), "--data", str(data64)]
     cmd += ["--group-size", "4", "--gathers-micro-batches", "2,4", "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    proc = run_cmd(cmd, timeout=900)  # forked from the preloaded parent (tests/forkserver.py)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((tmp_path / "bench_gathers.json").read_text())["micro_batches"]
     for m in ("2", "4"):
