@@ -55,3 +55,19 @@ def short_run(tiny_model_dir, data64, tmp_path_factory):
 def short_run_stderr(short_run):
     """What :func:`short_run` wrote to stderr (kept beside the run, not in it)."""
     return short_run.with_name("short_run.stderr").read_text()
+
+
+# The rollout tests' tiny LoRA policy (tests/tiny_lora.py: r=4, random lora_B) and processor, one per module: a test
+# that changes the policy's weights restores them, a module that needs another policy defines its own fixture.
+@pytest.fixture(scope="module")
+def processor(tiny_model_dir):
+    from glm_grpo_ds.glm_image import load_processor
+
+    return load_processor(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_dir):
+    from tiny_lora import lora_policy  # tests/tiny_lora.py
+
+    return lora_policy(tiny_model_dir).eval()

@@ -7,10 +7,8 @@ The compiled rollouts share one graph (16 rows, one cache bucket): ~20 s of comp
 
 import pytest
 import torch
-from tiny_lora import lora_policy  # tests/tiny_lora.py
 
 from glm_grpo_ds.config import SamplingConfig
-from glm_grpo_ds.glm_image import load_processor
 from glm_grpo_ds.logprobs import completion_logprobs
 from glm_grpo_ds.policy import load_ar
 from glm_grpo_ds.rollout import rollout
@@ -18,16 +16,6 @@ from glm_grpo_ds.rollout import rollout
 PROMPTS = ["a red cube", "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"]
 SAMPLING = SamplingConfig(temperature=0.9, top_k=12, top_p=0.9)  # the cut bites on the 16-id codebook
 G = 8  # 2 prompts x 8 = 16 rows
-
-
-@pytest.fixture(scope="module")
-def policy(tiny_model_dir):
-    return lora_policy(tiny_model_dir).eval()
-
-
-@pytest.fixture(scope="module")
-def processor(tiny_model_dir):
-    return load_processor(tiny_model_dir)
 
 
 def sample(policy, processor, compile, seed=0, prompts=PROMPTS, sampling=SAMPLING, generator=None):

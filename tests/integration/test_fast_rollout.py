@@ -23,7 +23,7 @@ from tiny_lora import lora_policy  # tests/tiny_lora.py
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from glm_grpo_ds.config import SamplingConfig
-from glm_grpo_ds.glm_image import ar_parts, load_processor
+from glm_grpo_ds.glm_image import ar_parts
 from glm_grpo_ds.rollout import rollout
 from glm_grpo_ds.rollout.decode_attention import decode_attention
 from glm_grpo_ds.rollout.decode_loop import LoopOptions, _step, prefill
@@ -37,16 +37,6 @@ PROMPTS = ["a red cube", "a lighthouse on a cliff at sunset with a sign that say
 SAMPLING = SamplingConfig(temperature=0.9, top_k=12, top_p=0.9)
 G = 4
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def processor(tiny_model_dir):
-    return load_processor(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
-def policy(tiny_model_dir):
-    return lora_policy(tiny_model_dir).eval()
 
 
 def base_weights(policy) -> dict[str, torch.Tensor]:

@@ -17,7 +17,6 @@ from tiny_lora import lora_policy  # tests/tiny_lora.py
 
 from glm_grpo_ds.commands import decode_counts as dc
 from glm_grpo_ds.config import SamplingConfig
-from glm_grpo_ds.glm_image import load_processor
 from glm_grpo_ds.policy import load_policy
 from glm_grpo_ds.rollout import rollout
 from glm_grpo_ds.rollout.decode_loop import LoopOptions
@@ -29,16 +28,6 @@ SAMPLING = SamplingConfig(temperature=0.9, top_k=12, top_p=0.9)
 G = 2
 FP32_TOLERANCE = 1e-5  # |dlogp| fused vs peft in fp32: GEMM blocking only (4.8e-7 measured)
 BF16_FUSED_BOUND = 0.01  # fused vs peft in bf16, before a row's first differing token (3.7e-3 measured)
-
-
-@pytest.fixture(scope="module")
-def processor(tiny_model_dir):
-    return load_processor(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
-def policy(tiny_model_dir):
-    return lora_policy(tiny_model_dir).eval()
 
 
 BLOCKS = ("peft", "fused", "merged")

@@ -11,7 +11,6 @@ import torch
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 
 from glm_grpo_ds.config import SamplingConfig
-from glm_grpo_ds.glm_image import load_processor
 from glm_grpo_ds.logprobs import completion_logprobs
 from glm_grpo_ds.policy import load_ar
 from glm_grpo_ds.rollout import build_prompt_inputs, decode_position_ids, grid_spec_from_inputs, rollout
@@ -23,11 +22,6 @@ PROMPTS = ["a red cube", "a lighthouse on a cliff at sunset with a sign that say
 @pytest.fixture(scope="module")
 def ar(tiny_model_dir):
     return load_ar(tiny_model_dir, dtype="fp32")
-
-
-@pytest.fixture(scope="module")
-def processor(tiny_model_dir):
-    return load_processor(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")

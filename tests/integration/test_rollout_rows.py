@@ -10,11 +10,9 @@ alone ~4 s, the batched eager one ~2 s, the compiled one ~20 s, nearly all of it
 
 import pytest
 import torch
-from tiny_lora import lora_policy  # tests/tiny_lora.py
 
 from glm_grpo_ds.commands.verify_logprobs import VerifyConfig
 from glm_grpo_ds.config import SamplingConfig
-from glm_grpo_ds.glm_image import load_processor
 from glm_grpo_ds.rollout import rollout
 from glm_grpo_ds.rollout.decode_loop import LoopOptions
 
@@ -29,16 +27,6 @@ SAMPLING = SamplingConfig(temperature=0.9, top_k=12, top_p=0.9)
 G = 4  # 4 prompts x 4 = 16 rows in one decode batch
 SEEDS = [21, 22, 23, 24]
 TOLERANCE = VerifyConfig.DEFAULT_TOLERANCE["fp32"]  # what glm-grpo verify-logprobs accepts in fp32
-
-
-@pytest.fixture(scope="module")
-def policy(tiny_model_dir):
-    return lora_policy(tiny_model_dir).eval()
-
-
-@pytest.fixture(scope="module")
-def processor(tiny_model_dir):
-    return load_processor(tiny_model_dir)
 
 
 def generators():
