@@ -58,6 +58,7 @@ LONGEST_FIRST = (
     "test_evaluate_command",  # 80
     "test_multinode",  # 73
     "test_model_source",  # 61
+    "test_sweep_seeds",  # ~60 (new in #51: 2 one-rank training runs; estimated, not from an idle suite run)
     "test_observability",  # 59
     "test_quiet_tools",  # 48
     "test_fast_rollout",  # 39
@@ -66,6 +67,8 @@ LONGEST_FIRST = (
     "test_remote_reward",  # 32
     "test_data_formats",  # 25
     "test_memory_plan_deepspeed",  # 25
+    "test_rollout_rows",  # ~26 (new in #51, estimated)
+    "test_fused_lora",  # ~22 (new in #51, estimated)
     "test_launch_env",  # 21
 )
 
