@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     fits = p["headroom_bytes"] >= 0
     fastest = fastest_that_fits(cfg, a.deepspeed, p, est, sizes)
-    timed = step_time(cfg, p["setup"]["zero_stage"], grid_tokens(cfg.rollout.height, cfg.rollout.width))
+    timed = step_time(
+        cfg, p["setup"]["zero_stage"], grid_tokens(cfg.rollout.height, cfg.rollout.width), est.prompt_tokens
+    )
     if a.json:
         print(
             json.dumps(

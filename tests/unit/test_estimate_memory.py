@@ -121,3 +121,14 @@ def test_names_the_fastest_zero_stage_that_fits(capsys, monkeypatch):
         "fastest that fits: none at 32 GiB per GPU (the smallest plan: ds_configs/zero3_offload.json, "
         "ZeRO-3 + offload, 35.2 GiB)"
     )
+
+
+def test_the_planned_rollout_reads_the_prompt_tokens_of_the_kv_cache(capsys):
+    """--prompt-tokens sizes the KV cache the planned decode step reads: longer prompts, a slower planned rollout."""
+    times = []
+    for tokens in ("128", "4096"):
+        argv = ["--config", str(ROOT / "launch/configs/glm_image_lora_zero3.yaml"), "--deepspeed"]
+        argv += [str(ROOT / "ds_configs/zero2.json"), "--num-gpus", "8", "--json", "--prompt-tokens", tokens]
+        assert estimate_memory.main(argv) == 0
+        times.append(json.loads(capsys.readouterr().out)["step_time"]["rollout_s"])
+    assert times[1] > times[0]
