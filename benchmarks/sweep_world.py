@@ -89,6 +89,13 @@ VARIANTS = {
         "+ compile)",
         ["model.dtype=bf16", "rollout.fuse_lora=true", "rollout.compile=true"],
     ),
+    # what the GPU configs sample: a CUDA graph replays the eager fused step bitwise; on a CPU the step runs eager
+    # (the compiled one above adds inductor's bf16 rounding: benchmarks/sampler_gap.py)
+    "bf16_fused_eager": (
+        "bf16, the rollout samples with LoRA unmerged through the fused low-rank path, eager (rollout.fuse_lora "
+        "+ cuda_graph, uncaptured on a CPU)",
+        ["model.dtype=bf16", "rollout.fuse_lora=true", "rollout.cuda_graph=true"],
+    ),
 }
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "launch" / "configs" / "tiny_world.yaml"
