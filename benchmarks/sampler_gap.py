@@ -6,8 +6,9 @@
 For each sampler (peft's wrappers, rollout.fuse_lora, rollout.merge_lora, each eager or with the whole decode
 step compiled) it samples 2 prompts x 4 rows at 64² from the same noise, recomputes the drawn tokens' log-probs
 the way the trainer does (teacher-forced, peft, eager: glm_grpo_ds/logprobs.py) and prints the mean and max
-|dlogp| and the k3 estimate of KL(sampler, trainer): what the ``mismatch/*`` metrics of a run report. The LoRA
-adapters are r=4 with lora_B drawn from N(0, 0.05), so the adapter moves the logits (peft starts B at zero).
+|dlogp| and the k3 estimate of KL(sampler, trainer): what the ``mismatch/*`` metrics of a run report. The policy
+is the rollout tests' (glm_grpo_ds.testing.tiny.lora_policy: r=4, lora_B from N(0, 0.05), so the adapter moves
+the logits).
 The table in docs/memory-and-speed.md#the-exact-fast-sampler-rolloutfuse_lora comes from this script.
 """
 
@@ -31,25 +32,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="the sampling noise's seed")
     a = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from glm_grpo_ds.config import LoraConfig, SamplingConfig
+    from glm_grpo_ds.config import SamplingConfig
     from glm_grpo_ds.glm_image import load_processor
     from glm_grpo_ds.logprobs import completion_logprobs
-    from glm_grpo_ds.policy import load_policy
     from glm_grpo_ds.rollout import rollout
     from glm_grpo_ds.rollout.decode_loop import LoopOptions
     from glm_grpo_ds.rollout.fused_lora import lora_fused
     from glm_grpo_ds.rollout.merged_lora import BaseCopy, lora_merged
-    from glm_grpo_ds.testing.tiny import build_tiny_pipeline
+    from glm_grpo_ds.testing.tiny import build_tiny_pipeline, lora_policy
 
     model = Path(a.model)
     if not (model / "model_index.json").is_file():
         build_tiny_pipeline(model, seed=0)
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
-    policy = load_policy(model, dtype, "sdpa", LoraConfig(r=4, alpha=8), False).eval()
-    with torch.no_grad():
-        for name, weight in policy.named_parameters():
-            if "lora_B" in name:
-                weight.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    policy = lora_policy(model, dtype).eval()  # the rollout tests' policy
     processor = load_processor(model)
     sampling = SamplingConfig(temperature=1.0)
     blocks = {"peft": contextlib.nullcontext, "fused": lambda: lora_fused(policy)}

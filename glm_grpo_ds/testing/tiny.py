@@ -265,3 +265,19 @@ def build_tiny_pipeline(out_dir: str | os.PathLike, seed: int = 0, full_size_ar:
     pipe = GlmImagePipeline(**build_tiny_components(seed, full_size_ar))
     pipe.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def lora_policy(model_dir, dtype: torch.dtype = torch.float32, b_std: float = 0.05):
+    """The tiny AR of ``model_dir`` with r=4 adapters whose lora_B are drawn from N(0, b_std), each with a seed of
+    its own (its name's length), so the adapters change the logits (peft starts B at zero; ``b_std`` 0 keeps
+    that): the policy of the rollout, adapter-dtype and evaluate tests and of benchmarks/sampler_gap.py."""
+    from ..config import LoraConfig
+    from ..policy import load_policy
+
+    model = load_policy(model_dir, dtype, "sdpa", LoraConfig(r=4, alpha=8), False)
+    if b_std:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, b_std, generator=torch.Generator().manual_seed(len(name)))
+    return model

@@ -57,8 +57,9 @@ def short_run_stderr(short_run):
     return short_run.with_name("short_run.stderr").read_text()
 
 
-# The rollout tests' tiny LoRA policy (tests/tiny_lora.py: r=4, random lora_B) and processor, one per module: a test
-# that changes the policy's weights restores them, a module that needs another policy defines its own fixture.
+# The rollout tests' tiny LoRA policy (glm_grpo_ds.testing.tiny.lora_policy: r=4, random lora_B) and processor, one
+# per module: a test that changes the policy's weights restores them, a module that needs another policy defines its
+# own fixture.
 @pytest.fixture(scope="module")
 def processor(tiny_model_dir):
     from glm_grpo_ds.glm_image import load_processor
@@ -68,6 +69,6 @@ def processor(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def policy(tiny_model_dir):
-    from tiny_lora import lora_policy  # tests/tiny_lora.py
+    from glm_grpo_ds.testing.tiny import lora_policy
 
     return lora_policy(tiny_model_dir).eval()

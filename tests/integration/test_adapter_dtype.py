@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tiny_lora import lora_policy  # tests/tiny_lora.py
 
 from glm_grpo_ds.adapters import adapters_in_base_dtype
 from glm_grpo_ds.config import SamplingConfig, load_config
 from glm_grpo_ds.glm_image import load_processor
 from glm_grpo_ds.rollout import rollout
+from glm_grpo_ds.testing.tiny import lora_policy
 
 PROMPTS = ["a red cube", "a sign that says 'OPEN'"]
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 from in_process import ROOT, glm_grpo  # noqa: E402  (tests/in_process.py)
-from tiny_lora import lora_policy  # tests/tiny_lora.py
+
+from glm_grpo_ds.testing.tiny import lora_policy
 
 FAST = [
     "rollout.height=64",

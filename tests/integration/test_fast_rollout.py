@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_lora import lora_policy  # tests/tiny_lora.py
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from glm_grpo_ds.config import SamplingConfig
@@ -32,6 +31,7 @@ from glm_grpo_ds.rollout.sampler import prepare_rows
 from glm_grpo_ds.rollout.step_graph import replayed_step
 from glm_grpo_ds.runtime import log
 from glm_grpo_ds.sampling import draw_distribution, draw_ids, policy_logits, race_noise
+from glm_grpo_ds.testing.tiny import lora_policy
 
 PROMPTS = ["a red cube", "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"]
 SAMPLING = SamplingConfig(temperature=0.9, top_k=12, top_p=0.9)

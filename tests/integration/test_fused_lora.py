@@ -13,7 +13,6 @@
 import pytest
 import torch
 from peft.tuners.lora import Linear as LoraLinear
-from tiny_lora import lora_policy  # tests/tiny_lora.py
 
 from glm_grpo_ds.commands import decode_counts as dc
 from glm_grpo_ds.config import SamplingConfig
@@ -22,6 +21,7 @@ from glm_grpo_ds.rollout import rollout
 from glm_grpo_ds.rollout.decode_loop import LoopOptions
 from glm_grpo_ds.rollout.fused_lora import FusedLoraLinear, lora_fused
 from glm_grpo_ds.rollout.merged_lora import BaseCopy, lora_merged
+from glm_grpo_ds.testing.tiny import lora_policy
 
 PROMPTS = ["a red cube", "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"]
 SAMPLING = SamplingConfig(temperature=0.9, top_k=12, top_p=0.9)

@@ -449,10 +449,9 @@ def test_merge_copy_of_the_real_glm_image_lora():
 
 def test_planned_merge_copy_is_what_the_merge_copies(tiny_model_dir):
     """The planner's adapted base weights are the ones merged_lora's BaseCopy holds (the tiny model, fp32)."""
-    from tiny_lora import lora_policy
-
     from glm_grpo_ds.memory.sizes import model_sizes
     from glm_grpo_ds.rollout.merged_lora import adapted_linear_bytes
+    from glm_grpo_ds.testing.tiny import lora_policy
 
     planned = model_sizes(cfg(f"model.path={tiny_model_dir}", "lora.r=4")).adapted_base
     assert planned and 4 * sum(planned) == adapted_linear_bytes(lora_policy(tiny_model_dir, b_std=0))
