@@ -45,7 +45,6 @@ from .cli import parser_for
 
 HBM_BYTES_PER_S = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.04e12, "B200": 8.0e12}  # peak, by device name
 FULL_LAYERS = 40  # GLM-Image's AR
-FUSED_FP32_TOLERANCE = 1e-4  # |dlogp| of the fused path against peft's in fp32 (verify-logprobs' fp32 tolerance)
 PROMPT = "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"
 
 
@@ -247,6 +246,7 @@ def measure(a) -> dict:
     from ..config import SamplingConfig
     from ..rollout.decode_loop import cache_slots
     from ..rollout.sampler import prepare_rows
+    from .verify_logprobs import VerifyConfig
 
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     t0 = time.perf_counter()
@@ -256,6 +256,7 @@ def measure(a) -> dict:
     rows, positions, grid = prepare_rows(policy, processor, [PROMPT], a.group_size, a.size, a.size, device)
     layers = policy.base_model.model.config.text_config.num_hidden_layers
     fp32 = policy.base_model.model.dtype == torch.float32  # the tiny form: the fused path must give peft's tokens
+    fp32_tolerance = VerifyConfig.DEFAULT_TOLERANCE["fp32"]  # and its log-probs to verify-logprobs' fp32 tolerance
     results, failures = {}, []
     for name in a.variants:
         if name == "hf_generate":
@@ -268,7 +269,7 @@ def measure(a) -> dict:
             r.update(agreement(r, ref), reference=v.reference)
             if v.exact and (r["same_tokens"] < 1 or r["max_logp_diff"] > 0):
                 failures.append(f"{name}: not bitwise the {v.reference} loop's tokens and log-probs")
-            if v.lora == "fused" and fp32 and (r["same_tokens"] < 1 or r["max_logp_diff"] > FUSED_FP32_TOLERANCE):
+            if v.lora == "fused" and fp32 and (r["same_tokens"] < 1 or r["max_logp_diff"] > fp32_tolerance):
                 failures.append(f"{name}: in fp32 not the {v.reference} loop's tokens and log-probs")
         if r["restored_bitwise"] is False:
             failures.append(f"{name}: the base weights were not restored bitwise after the merged rollout")
