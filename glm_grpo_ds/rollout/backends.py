@@ -23,6 +23,7 @@ import contextlib
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 import torch
@@ -67,6 +68,22 @@ def loop_options(rollout_cfg, whole: bool = True) -> LoopOptions:
     return LoopOptions(compile=r.compile and whole, compile_scope=r.compile_scope, cuda_graph=r.cuda_graph and whole)
 
 
+@contextlib.contextmanager
+def sampling_adapters(model, rollout_cfg, whole: bool = True, merge: Callable | None = None):
+    """Inside the block ``model``'s adapters sample as the rollout section asks: cast to the model dtype
+    (``adapters_in_model_dtype``), then merged (``merge``: the merge's context, made by the trainer's backend) or
+    fused (``fuse_lora``); ``whole``: the weights are materialised (a fusion needs them, as a merge does)."""
+    r = rollout_cfg
+    with contextlib.ExitStack() as stack:
+        if r.adapters_in_model_dtype:
+            stack.enter_context(adapters_in_base_dtype(model))
+        if merge is not None:
+            stack.enter_context(merge())
+        if r.fuse_lora and whole:
+            stack.enter_context(lora_fused(model))
+        yield
+
+
 _base_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -105,14 +122,11 @@ class EngineSampler:
         # CUDA graph cannot capture and a merge cannot write into
         whole = self.gather or not ds_engine.is_zero3(engine)
         with torch.no_grad(), ds_engine.gathered_for_rollout(engine, self.gather):
-            with contextlib.ExitStack() as sampling_weights:
-                if r.adapters_in_model_dtype:
-                    sampling_weights.enter_context(adapters_in_base_dtype(policy))
-                if r.merge_lora and whole:
-                    restore = not ds_engine.gather_discards_writes(engine, self.gather)
-                    sampling_weights.enter_context(lora_merged(policy, base_copy(policy, r.merge_copy), restore))
-                if r.fuse_lora and whole:
-                    sampling_weights.enter_context(lora_fused(policy))
+            merge = None
+            if r.merge_lora and whole:
+                restore = not ds_engine.gather_discards_writes(engine, self.gather)
+                merge = partial(lora_merged, policy, base_copy(policy, r.merge_copy), restore)
+            with sampling_adapters(policy, r, whole, merge):
                 batch = rollout(
                     policy,
                     self.processor,
@@ -150,11 +164,7 @@ class ModelSampler:
 
     def sample(self, prompts, generators, group_size, on_tokens=None) -> Sampled:
         r = self.rollout_cfg
-        with torch.no_grad(), contextlib.ExitStack() as sampling_weights:
-            if r.adapters_in_model_dtype:
-                sampling_weights.enter_context(adapters_in_base_dtype(self.model))
-            if r.fuse_lora:
-                sampling_weights.enter_context(lora_fused(self.model))
+        with torch.no_grad(), sampling_adapters(self.model, r):
             batch = rollout(
                 self.model,
                 self.processor,

@@ -56,18 +56,24 @@ class _Group:
         self.last_input: torch.Tensor | None = None
         self.last_delta: torch.Tensor | None = None
         if self.shared:
-            adapters = [ab for m in members for ab in m]
-            self.a = torch.cat([a for a, _, _ in adapters])  # [sum r, in]
-            outs = [m[0][1].shape[0] if m else 0 for m in members]
-            self.b = adapters[0][1].new_zeros(sum(outs), self.a.shape[0])  # [sum out, sum r], s B on the diagonal
-            self.columns, row, col = [], 0, 0
-            for m, out in zip(members, outs):
-                for _, b, scale in m:
-                    self.b[row : row + out, col : col + b.shape[1]] = b * scale
-                    col += b.shape[1]
-                self.columns.append((row, row + out))
-                row += out
+            self._copy(members)
             self.last = max(i for i, m in enumerate(members) if m)
+
+    @torch.no_grad()  # copies of the adapters' values, outside autograd whatever the caller's mode
+    def _copy(self, members) -> None:
+        """The grouped members' A's concatenated (``a``) and their ``s B`` on the diagonal of ``b``; ``columns``:
+        each member's output columns in the expand."""
+        adapters = [ab for m in members for ab in m]
+        self.a = torch.cat([a for a, _, _ in adapters])  # [sum r, in]
+        outs = [m[0][1].shape[0] if m else 0 for m in members]
+        self.b = adapters[0][1].new_zeros(sum(outs), self.a.shape[0])  # [sum out, sum r], s B on the diagonal
+        self.columns, row, col = [], 0, 0
+        for m, out in zip(members, outs):
+            for _, b, scale in m:
+                self.b[row : row + out, col : col + b.shape[1]] = b * scale
+                col += b.shape[1]
+            self.columns.append((row, row + out))
+            row += out
 
     def delta(self, x: torch.Tensor, index: int) -> tuple[torch.Tensor, float]:
         """Member ``index``'s ``(delta, alpha)``: ``alpha * delta`` = ``s B A x`` ``[..., out]``, in the adapters'
