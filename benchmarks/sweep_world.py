@@ -29,11 +29,12 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from glm_grpo_ds.runtime.ports import free_port
 
 # name -> (what changes, config overrides); "base" is launch/configs/tiny_world.yaml as it is
 VARIANTS = {
@@ -188,9 +189,7 @@ def seed_summary(results: list[dict], baseline: str | None, level: float = LEVEL
 
 def deepspeed_launch(args: list[str], procs: int, log) -> int:
     """``deepspeed --num_gpus PROCS --master_port FREE ARGS``, its output to ``log``; the exit status."""
-    with socket.socket() as s:  # a free port: the launcher's default 29500 may be another job's
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # the launcher's default 29500 may be another job's
     # the launcher beside this interpreter (a virtual environment's bin/ need not be on PATH)
     launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
     cmd = [launcher, "--num_gpus", str(procs), "--master_port", str(port), *args]

@@ -9,15 +9,42 @@ launch/train_multinode.sh and launch/slurm.sbatch keep a fixed one.
 from __future__ import annotations
 
 import argparse
+import random
 import socket
 import sys
+from pathlib import Path
+
+# Linux's default ephemeral range, for where /proc is not readable (macOS uses 49152-65535, also above it)
+_EPHEMERAL_DEFAULT = (32768, 60999)
+_LOWEST = 20000  # below: well-known services' ports (8080, 9090, ...) that may start later on the node
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out to outgoing connections and ``bind(0)`` (``ip_local_port_range``)."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return _EPHEMERAL_DEFAULT
 
 
 def free_port() -> int:
-    """A free TCP port on the loopback interface (for a process group's rendezvous)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port for a process group's rendezvous, below the kernel's ephemeral range.
+
+    A port from ``bind(0)`` is ephemeral: between this call and the launcher's rank 0 listening on it (seconds:
+    the launcher imports torch first) any process's outgoing connection may take it, and gloo's ranks open
+    many (CI lost a bench run that way: EADDRINUSE on an ephemeral port). Below the range only another
+    listener can take it, so pick one at random there (os entropy: forked test workers share ``random``'s
+    state) that is free now.
+    """
+    eph_lo, _ = ephemeral_range()
+    top = eph_lo - 1 if eph_lo - 1 > _LOWEST + 1000 else 32767
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randint(_LOWEST, top)
+        if is_free(port):
+            return port
+    raise RuntimeError(f"no free TCP port in {_LOWEST}-{top} after 200 tries; set MASTER_PORT to choose one")
 
 
 def is_free(port: int) -> bool:

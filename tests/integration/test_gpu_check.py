@@ -4,7 +4,6 @@ every verdict passes, and `glm-grpo check-run` fails a run with a non-finite ste
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,16 +12,11 @@ import pytest
 from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.commands.check_run import main as check_run_main
+from glm_grpo_ds.runtime.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.slow]  # a short training run + verify-logprobs
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_gpu_check(out: Path, *args: str, **env_extra: str) -> str:
@@ -33,7 +27,7 @@ def run_gpu_check(out: Path, *args: str, **env_extra: str) -> str:
         DS_ACCELERATOR="cpu",
         OUT=str(out),
         VERIFY_SIZE="64",
-        MASTER_PORT=str(_port()),
+        MASTER_PORT=str(free_port()),
         PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         **env_extra,
     )

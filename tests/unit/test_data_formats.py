@@ -420,12 +420,10 @@ torch.distributed.destroy_process_group()
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_rank_zero_prepares_first_then_each_node_while_the_others_wait_patiently(tmp_path):
-    import socket
+    from glm_grpo_ds.runtime.ports import free_port
 
     datasets.Dataset.from_dict({"prompt": [f"p{i}" for i in range(50)]}).to_parquet(tmp_path / "p.parquet")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), HF_DATASETS_CACHE=str(tmp_path / "arrow"))
     cmd = [sys.executable, "-c", RANK_SNIPPET, str(tmp_path)]
     procs = [

@@ -3,7 +3,6 @@ communication device; the step's statistics take two collectives; collectives ca
 world size 1 (so a single GPU with NCCL runs every one of them)."""
 
 import ast
-import socket
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import torch
 
 from glm_grpo_ds.ds import dist
 from glm_grpo_ds.observability.metrics import step_record
+from glm_grpo_ds.runtime.ports import free_port
 
 PACKAGE = Path(__file__).resolve().parents[2] / "glm_grpo_ds"
 
@@ -65,9 +65,7 @@ def test_tensors_go_to_the_communication_device_not_their_own():
 
 @pytest.fixture
 def one_rank_gloo():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # below the ephemeral range: no gloo connection takes it meanwhile
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
         yield

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from glm_grpo_ds.grpo import high_entropy_mask, mismatch_sums, policy_loss, sampler_correction
+from glm_grpo_ds.runtime.ports import free_port
 
 
 def test_gspo_clips_the_geometric_mean_ratio_of_the_sequence():
@@ -166,14 +167,11 @@ def _top_entropy_rank(rank: int, port: int, entropy: torch.Tensor, out_dir: str)
 def test_top_entropy_threshold_is_taken_over_every_ranks_tokens(tmp_path):
     """As TRL gathers the entropies of all processes: two ranks select what one process selects from their
     union, not each the top quarter of its own tokens (rank 1's tokens are all lower here: it keeps none)."""
-    import socket
 
     import torch.multiprocessing as mp
 
     entropy = torch.tensor([[2.0, 1.9, 1.8, 1.7], [1.6, 1.5, 1.4, 1.3], [0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # below the ephemeral range: no gloo connection takes it meanwhile
     mp.spawn(_top_entropy_rank, args=(port, entropy, str(tmp_path)), nprocs=2)
     ranks = torch.cat([torch.load(tmp_path / f"{r}.pt") for r in (0, 1)])
     alone = high_entropy_mask(entropy, torch.ones_like(entropy), 0.25).float()

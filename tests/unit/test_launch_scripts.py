@@ -179,6 +179,18 @@ def test_the_rendezvous_port_is_the_preferred_one_unless_it_is_taken():
     assert rendezvous_port(taken) == taken  # given back
 
 
+def test_a_free_port_lies_below_the_ephemeral_range_where_no_outgoing_connection_can_take_it():
+    """CI lost a bench run to EADDRINUSE: free_port() handed out an ephemeral port (bind(0)) that another test's
+    gloo connection took before the launcher's rank 0 listened on it."""
+    from glm_grpo_ds.runtime.ports import ephemeral_range, free_port, is_free
+
+    lo, hi = ephemeral_range()
+    assert 1024 < lo < hi
+    ports = {free_port() for _ in range(50)}
+    assert all(20000 <= p < lo and is_free(p) for p in ports), sorted(ports)
+    assert len(ports) > 40  # drawn at random, not one fixed port that two concurrent launches would share
+
+
 def test_train_sh_moves_off_a_taken_29500_and_keeps_a_given_master_port(tmp_path):
     """A second run on a shared node (other GPUs of CUDA_VISIBLE_DEVICES) found 29500 held by the first and died at
     its first collective (torch's EADDRINUSE); now it rendezvous on a free port and says so in one line."""

@@ -4,7 +4,6 @@ two gloo processes whose output_dirs are two different directories (two "nodes" 
 
 import json
 import os
-import socket
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ import torch.multiprocessing as mp
 
 from glm_grpo_ds.lifecycle import checkpoint, storage
 from glm_grpo_ds.lifecycle.checkpoint import CheckpointError, OutputDirError
+from glm_grpo_ds.runtime.ports import free_port
 
 OUT = storage.Path("run")
 
@@ -101,9 +101,7 @@ def _two_ranks(scenarios):
     """open_output_dir on two real gloo ranks, for each scenario ``(cwds, output_dir, resume_from)`` with
     rank r in working directory ``cwds[r]`` (a relative output_dir launched from two directories is two
     disks); per scenario, each rank's error or None."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # below the ephemeral range: no gloo connection takes it meanwhile
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     procs = [ctx.Process(target=_rank, args=(r, port, scenarios, results)) for r in (0, 1)]
