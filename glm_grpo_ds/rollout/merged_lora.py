@@ -68,6 +68,11 @@ def _lora_layers(model):
             yield name, module, module.get_base_layer().weight
 
 
+def merged_weight(weight: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """``W + D`` as a merge writes it: summed in fp32, rounded once to the weight's dtype."""
+    return (weight.float() + delta).to(weight.dtype)
+
+
 def _delta(module) -> torch.Tensor:
     """``scale * B @ A`` of the module's active adapters, in fp32 (peft's own ``get_delta_weight``)."""
     total = None
@@ -101,7 +106,7 @@ def lora_merged(model, keep: BaseCopy | None, restore: bool = True):
                 parent = model.get_submodule(parent_name)
                 merged.append((parent, child, module, name, weight))
                 if delta is not None:
-                    weight.copy_((weight.float() + delta).to(weight.dtype))
+                    weight.copy_(merged_weight(weight, delta))
                 setattr(parent, child, module.get_base_layer())
         yield len(merged)
     finally:
