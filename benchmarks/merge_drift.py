@@ -24,6 +24,7 @@ Writes OUT/merge_drift.json; docs/memory-and-speed.md's table "Merged sampling a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -43,6 +44,7 @@ VARIANTS = {
     "exact": ["rollout.fuse_lora=true", "rollout.merge_lora=false"],
     "merged": ["rollout.fuse_lora=false", "rollout.merge_lora=true"],
 }
+PROMPT = "a red cube on a wooden table"
 SHOW_STEPS = (1, 2, 3, 5, 10, 20, 30, 40, 50, 75, 100)
 
 
@@ -110,12 +112,72 @@ def kept_fraction(base: dict[str, torch.Tensor], deltas: dict[str, torch.Tensor]
     return (dot / dd, (err / dd) ** 0.5) if dd > 0 else (float("nan"), float("nan"))
 
 
+@contextlib.contextmanager
+def merged_in_bf16(policy):
+    """Inside: ``policy``'s adapted weights hold the bf16 merge ``bf16(W + D)`` (as fp32 values) and its adapters
+    are off, so fp32 arithmetic on them shows the merge's rounding alone; restored on exit."""
+    from glm_grpo_ds.rollout.merged_lora import _delta, _lora_layers, merged_weight
+
+    saved = []
+    with torch.no_grad():
+        for _, module, w in _lora_layers(policy):
+            saved.append((w, w.clone()))
+            w.copy_(merged_weight(w.to(torch.bfloat16), _delta(module)).float())
+    try:
+        with policy.disable_adapter():
+            yield
+    finally:
+        with torch.no_grad():
+            for w, copy in saved:
+                w.copy_(copy)
+
+
+def merge_logprob_gap(model: Path, run: Path, steps: list[int], seed: int = 0) -> dict[int, dict]:
+    """``{step: mean / max |dlogp|, k3}`` of a sampler whose weights are the bf16 merge against the trainer's
+    unmerged adapter, both in fp32 arithmetic on the same tokens: 2 rows the exact policy samples at the last step
+    (64x64). What the merge's rounding alone costs the sampler; the bf16 arithmetic both sides add is not in it
+    (the two bf16 runs' mismatch/* give that, where bf16 is fast)."""
+    from glm_grpo_ds.adapters import load_init_adapter
+    from glm_grpo_ds.config import LoraConfig, SamplingConfig
+    from glm_grpo_ds.glm_image import load_processor
+    from glm_grpo_ds.logprobs import completion_logprobs
+    from glm_grpo_ds.policy import load_policy
+    from glm_grpo_ds.rollout import rollout
+
+    dirs = step_dirs(run)
+    cfg = json.loads((dirs[max(dirs)] / "adapter" / "adapter_config.json").read_text())
+    policy = load_policy(model, torch.float32, "sdpa", LoraConfig(r=cfg["r"], alpha=cfg["lora_alpha"]), False).eval()
+    sampling = SamplingConfig()
+    load_init_adapter(policy, dirs[max(dirs)] / "adapter")
+    with torch.no_grad():
+        batch = rollout(
+            policy, load_processor(model), [PROMPT], 2, 64, 64, sampling, torch.Generator().manual_seed(seed)
+        )
+    gaps = {}
+    for step in steps:
+        load_init_adapter(policy, dirs[step] / "adapter")
+        with torch.no_grad():
+            trainer = completion_logprobs(policy, batch, sampling)
+            with merged_in_bf16(policy):
+                sampler = completion_logprobs(policy, batch, sampling)
+        d = sampler - trainer
+        gaps[step] = {
+            "abs_mean": float(d.abs().mean()),
+            "abs_max": float(d.abs().max()),
+            "k3": float((d.exp() - d - 1).mean()),
+        }
+        print(f"merge_drift: step {step}: merged-in-bf16 sampler vs trainer {gaps[step]}", flush=True)
+    return gaps
+
+
 def step_dirs(run: Path) -> dict[int, Path]:
     ckpt = run / "checkpoints"
     return {int(p.name.split("_")[-1]): p for p in ckpt.glob("step_*") if (p / "adapter").is_dir()}
 
 
-def report(out: Path, model: Path) -> dict:
+def report(out: Path, model: Path, gap_steps: bool = True) -> dict:
+    """The per-step table of OUT's runs (printed, and written to OUT/merge_drift.json); with ``gap_steps`` also
+    :func:`merge_logprob_gap` at the SHOW_STEPS the exact run saved (kept from an earlier report when it has them)."""
     runs = {v: out / v for v in VARIANTS if (out / v / "metrics.jsonl").is_file()}
     if "exact" not in runs:
         raise SystemExit(f"merge_drift: {out} holds no exact run (its adapters give the merge's kept fraction)")
@@ -124,6 +186,15 @@ def report(out: Path, model: Path) -> dict:
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
         metrics[v] = {int(r["step"]): r for r in rows}
     steps = step_dirs(runs["exact"])
+    shown = [k for k in sorted(steps) if k in SHOW_STEPS or k == max(steps)]
+    earlier = out / "merge_drift.json"
+    gaps = (
+        {int(k): v for k, v in json.loads(earlier.read_text()).get("merge_gap", {}).items()}
+        if earlier.is_file()
+        else {}
+    )
+    if gap_steps and any(k not in gaps for k in shown):
+        gaps = merge_logprob_gap(model, runs["exact"], shown)
     base = None
     table = []
     for step in sorted(steps):
@@ -131,30 +202,32 @@ def report(out: Path, model: Path) -> dict:
         if base is None:
             base = base_weights(model, set(deltas))
         kept, error = kept_fraction(base, deltas)
-        row = {"step": step, "kept": kept, "error": error}
+        row = {"step": step, "kept": kept, "error": error, "merge_gap": gaps.get(step)}
         for v in VARIANTS:
             m = metrics.get(v, {}).get(step, {})
             for key in ("mismatch/logp_abs_mean", "mismatch/logp_abs_max", "mismatch/kl_k3", "reward_mean"):
                 row[f"{v}/{key}"] = m.get(key)
         table.append(row)
-    result = {"model": str(model), "config": CONFIG, "variants": VARIANTS, "steps": table}
-    (out / "merge_drift.json").write_text(json.dumps(result, indent=1))
-    head = "| step | merge keeps of D | merge error / abs D | exact: mean abs dlogp | exact: k3 "
-    print(head + "| merged: mean abs dlogp | merged: k3 | reward exact / merged |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---|")
+    result = {"model": str(model), "config": CONFIG, "variants": VARIANTS, "steps": table, "merge_gap": gaps}
+    earlier.write_text(json.dumps(result, indent=1))
+
+    def f(x, spec=".2e"):
+        return "-" if x is None else format(x, spec)
+
+    cols = ["step", "merge keeps of D", "merge error / abs D", "merge alone: mean abs dlogp", "max", "k3"]
+    cols += [f"{v} run: mean abs dlogp" for v in runs] + [f"{v} run: k3" for v in runs]
+    cols += [f"{v} run: reward" for v in runs]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---:|" * len(cols))
     for row in table:
-        if row["step"] not in SHOW_STEPS and row is not table[-1]:
+        if row["step"] not in shown:
             continue
-
-        def f(x, spec=".2e"):
-            return "-" if x is None else format(x, spec)
-
-        print(
-            f"| {row['step']} | {row['kept']:.3f} | {row['error']:.3f} | {f(row['exact/mismatch/logp_abs_mean'])} | "
-            f"{f(row['exact/mismatch/kl_k3'])} | {f(row['merged/mismatch/logp_abs_mean'])} | "
-            f"{f(row['merged/mismatch/kl_k3'])} | {f(row['exact/reward_mean'], '.3f')} / "
-            f"{f(row['merged/reward_mean'], '.3f')} |"
-        )
+        gap = row["merge_gap"] or {}
+        cells = [str(row["step"]), f"{row['kept']:.3f}", f"{row['error']:.3f}"]
+        cells += [f(gap.get("abs_mean")), f(gap.get("abs_max")), f(gap.get("k3"))]
+        cells += [f(row[f"{v}/mismatch/logp_abs_mean"]) for v in runs] + [f(row[f"{v}/mismatch/kl_k3"]) for v in runs]
+        cells += [f(row[f"{v}/reward_mean"], ".3f") for v in runs]
+        print("| " + " | ".join(cells) + " |")
     return result
 
 
@@ -166,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--procs", type=int, default=2, help="ranks (GPUs, or CPU processes)")
     p.add_argument("--only", default="exact,merged", help="the runs to train (comma-separated)")
     p.add_argument("--report-only", action="store_true", help="print the table of the runs already in --out")
+    p.add_argument(
+        "--no-gap", action="store_true", help="skip the merge-alone log-prob gap (a rollout + 2 passes a step)"
+    )
     p.add_argument("overrides", nargs="*", help="more key=value settings for both runs")
     a = p.parse_args(argv)
     model, out = Path(a.model).resolve(), Path(a.out).resolve()
@@ -177,12 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     if not a.report_only:
         out.mkdir(parents=True, exist_ok=True)
         prompts = out / "prompts.jsonl"
-        prompts.write_text('{"prompt": "a red cube on a wooden table"}\n{"prompt": "a sign that says OPEN"}\n')
+        prompts.write_text(
+            json.dumps({"prompt": PROMPT}) + "\n" + json.dumps({"prompt": "a sign that says OPEN"}) + "\n"
+        )
         for variant in a.only.split(","):
             if variant not in VARIANTS:
                 raise SystemExit(f"merge_drift: --only names {variant!r}; choose from {', '.join(VARIANTS)}")
             train(model, prompts, out / variant, a.steps, variant, a.procs, a.overrides)
-    report(out, model)
+    report(out, model, gap_steps=not a.no_gap)
     return 0
 
 
