@@ -43,33 +43,38 @@ def tiny_model_dir(tmp_path_factory):
 
 
 # The modules that take longest, longest first (seconds of the two workers' time, summed over each module's tests
-# in a suite run of 2026-11-27 on 2 cores, with tests/forkserver.py; `--durations` lists the tests): a long module
-# picked up last would leave one xdist worker running it while the other idles. The Makefile runs pytest-xdist with
-# --no-loadscope-reorder: by default xdist re-sorts the modules by their number of tests, which ignored this order
+# in a fresh-clone suite run of 2026-11-28 on 2 cores, read from --junitxml; `--durations` lists the tests): a long
+# module picked up last would leave one xdist worker running it while the other idles. The Makefile runs pytest-xdist
+# with --no-loadscope-reorder: by default xdist re-sorts the modules by their number of tests, which ignored this order
 # and started the few-test, minutes-long modules (bench, gpu_check, quiet_tools) last: 24.5 min instead of ~20.
 LONGEST_FIRST = (
-    "test_bench",  # 248
-    "test_robustness",  # 237
-    "test_world",  # 173
-    "test_real_width",  # 171
-    "test_trainer_deepspeed",  # 160
-    "test_sharing",  # 154
-    "test_gpu_check",  # 105
-    "test_evaluate_command",  # 80
-    "test_multinode",  # 73
-    "test_model_source",  # 61
-    "test_sweep_seeds",  # ~60 (new in #51: 2 one-rank training runs; estimated, not from an idle suite run)
-    "test_observability",  # 59
-    "test_quiet_tools",  # 48
-    "test_fast_rollout",  # 39
-    "test_checkpoint_resume",  # 37
-    "test_console",  # 35
-    "test_remote_reward",  # 32
-    "test_data_formats",  # 25
-    "test_memory_plan_deepspeed",  # 25
-    "test_rollout_rows",  # ~26 (new in #51, estimated)
-    "test_fused_lora",  # ~22 (new in #51, estimated)
-    "test_launch_env",  # 21
+    "test_bench",  # 448
+    "test_world",  # 398
+    "test_trainer_deepspeed",  # 350
+    "test_robustness",  # 338
+    "test_sharing",  # 166
+    "test_gpu_check",  # 147
+    "test_multinode",  # 130
+    "test_model_source",  # 128
+    "test_evaluate_command",  # 108
+    "test_observability",  # 97
+    "test_fast_rollout",  # 86
+    "test_quiet_tools",  # 83
+    "test_checkpoint_resume",  # 80
+    "test_real_width",  # 65
+    "test_console",  # 53
+    "test_remote_reward",  # 46
+    "test_decode_loop",  # 43
+    "test_data_formats",  # 38
+    "test_memory_plan_deepspeed",  # 37
+    "test_sweep_seeds",  # 29
+    "test_rewards",  # 29
+    "test_launch_env",  # 28
+    "test_logprobs_in_gather",  # 27
+    "test_data_training",  # 22
+    "test_rollout_rows",  # 21
+    "test_decoder",  # 21
+    "test_fused_lora",  # 19
 )
 
 
