@@ -7,28 +7,15 @@ attention 4·heads·head_dim·(queries)·(keys) (torch counts the full square, c
 of rank r on a linear in -> out adds 2·T·r·(in + out).
 """
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from benchmark_scripts import load_benchmark  # noqa: E402  (tests/benchmark_scripts.py)
 
 from glm_grpo_ds.rollout.decode_loop import cache_slots
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("slice_report", ROOT / "benchmarks" / "slice_report.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-sr = _load_script()
+sr = load_benchmark("slice_report")
 SIZE = 64  # 2x2 target grid + the 16x16 preview grid
 
 

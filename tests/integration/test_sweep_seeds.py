@@ -5,28 +5,17 @@ would by tests/integration/launching.py's spawn_ranks; what 2 ranks compute is t
 and test_world), whose report's per-seed fractions are the runs' own eval.jsonl and whose interval is recomputed
 here by hand. The evidence itself (5 seeds x 60 steps) is a benchmark: docs/sweep.md."""
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark  # noqa: E402  (tests/benchmark_scripts.py)
 from launching import spawn_ranks  # noqa: E402  (tests/integration/launching.py)
 
-ROOT = Path(__file__).resolve().parents[2]
 T975 = {1: 12.706204736174698, 2: 4.302652729749464, 4: 2.7764451051977934}  # t(0.975, df), from tables
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("sweep_world", ROOT / "benchmarks" / "sweep_world.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sw = _load_script()
+sw = load_benchmark("sweep_world")
 
 
 def test_t_interval_five_values():

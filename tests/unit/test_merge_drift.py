@@ -2,27 +2,14 @@
 reads from a peft adapter directory, and the part of that delta a bf16 merge keeps. The runs themselves are a
 benchmark (docs/memory-and-speed.md#merged-sampling-at-the-real-widths)."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from benchmark_scripts import load_benchmark  # noqa: E402  (tests/benchmark_scripts.py)
 from safetensors.torch import save_file
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("merge_drift", ROOT / "benchmarks" / "merge_drift.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-md = _load_script()
+md = load_benchmark("merge_drift")
 NAME = "model.language_model.layers.0.self_attn.q_proj.weight"
 
 
