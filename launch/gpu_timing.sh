@@ -14,6 +14,8 @@
 #   DECODE_TIMING=0 bash launch/gpu_timing.sh      # the training step only (no decode timing, no rows)
 #   bash launch/gpu_timing.sh --layers 8           # an 8-layer real-width slice (ms scaled to 40 layers shown)
 #   MODEL=outputs/glm_full bash launch/gpu_timing.sh   # reuse a `glm-grpo tiny-model DIR --full-size-ar` directory
+#   MERGE_DRIFT_STEPS=50 bash launch/gpu_timing.sh     # then also merged vs exact sampling on the real-width slice,
+#                                                      # bf16, N steps each (benchmarks/merge_drift.py; ~5-8 min more)
 # Arguments go to every glm-grpo decode-timing run (the rows loop sets its own --group-size and --variants).
 # Writes OUT (default outputs/gpu_timing): decode_timing.json, decode_timing_rows_N.json, train/.
 # Also runs on a CPU in its reduced form (the tests do: tests/integration/test_fast_rollout.py):
@@ -30,6 +32,11 @@ for n in "${row_list[@]}"; do
     exit 2
   }
 done
+MERGE_DRIFT_STEPS=${MERGE_DRIFT_STEPS:-0}
+[[ "$MERGE_DRIFT_STEPS" =~ ^[0-9]+$ ]] || {
+  echo "gpu_timing.sh: MERGE_DRIFT_STEPS=$MERGE_DRIFT_STEPS is not a number of steps; give e.g. MERGE_DRIFT_STEPS=50" >&2
+  exit 2
+}
 mkdir -p "$OUT"
 [ "${DECODE_TIMING:-1}" = 0 ] || glm-grpo decode-timing --out "$OUT/decode_timing.json" "$@"
 if [ "${DECODE_TIMING:-1}" != 0 ] && [ "${#row_list[@]}" -gt 0 ]; then
@@ -71,6 +78,11 @@ for m in reports:
         per_image = r["ms_per_step"] / 1e3 * m["decode_tokens"] / m["group_size"]
         print(f"{m['group_size']:>5}  {name:<22}{r['ms_per_step']:>9.2f}{floor:>9}{per_image:>16.3f}")
 PY
+fi
+if [ "$MERGE_DRIFT_STEPS" != 0 ]; then
+  SLICE=${SLICE:-$OUT/slice}
+  [ -f "$SLICE/model_index.json" ] || glm-grpo tiny-model "$SLICE" --real-width --ar-layers 1 --dit-layers 1
+  python benchmarks/merge_drift.py --model "$SLICE" --out "$OUT/merge_drift" --steps "$MERGE_DRIFT_STEPS" --procs 1
 fi
 [ "${TRAIN_STEP:-1}" = 1 ] || exit 0
 MODEL=${MODEL:-$OUT/model}

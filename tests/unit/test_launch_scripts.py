@@ -166,6 +166,20 @@ def test_gpu_check_refuses_a_bad_num_gpus(tmp_path):
     assert proc.stderr.startswith("glm-grpo launch/gpu_check.sh: --num-gpus takes a positive number; usage: ")
 
 
+@pytest.mark.parametrize(
+    "env, line",
+    [
+        ({"ROWS": "16,many"}, "gpu_timing.sh: ROWS=16,many: many is not a number of rows; give e.g. ROWS=16,64"),
+        ({"MERGE_DRIFT_STEPS": "fifty"}, "gpu_timing.sh: MERGE_DRIFT_STEPS=fifty is not a number of steps; give e.g."),
+    ],
+)
+def test_gpu_timing_refuses_a_bad_setting_before_it_runs_or_writes_anything(tmp_path, env, line):
+    out = tmp_path / "out"
+    proc, seen = run("launch/gpu_timing.sh", tmp_path, (), OUT=str(out), **env)
+    assert proc.returncode == 2 and proc.stderr.startswith(line) and len(proc.stderr.splitlines()) == 1
+    assert not out.exists() and not seen
+
+
 def test_the_rendezvous_port_is_the_preferred_one_unless_it_is_taken():
     from glm_grpo_ds.runtime.ports import is_free, rendezvous_port
 
