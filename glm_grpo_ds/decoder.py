@@ -35,19 +35,35 @@ from typing import NamedTuple
 import torch
 
 from .config import DecoderConfig
+from .config.sections import guided_steps
 from .glm_image import check_pipeline_dir, resolve_dtype
 
 WEIGHTS = ("transformer", "vae", "text_encoder")  # the pipeline components with weights (besides the AR)
 
 
 class DecodeSettings(NamedTuple):
-    """How a decode denoises: DiT steps and classifier-free guidance (<= 1: no unconditional pass)."""
+    """How a decode denoises: DiT steps and classifier-free guidance (<= 1: no unconditional pass), applied on
+    the first ``guidance_steps`` steps only (None: on every step)."""
 
     num_inference_steps: int
     guidance_scale: float
+    guidance_steps: int | None = None
+
+    @property
+    def guided_steps(self) -> int:
+        """Steps that run the DiT's unconditional pass as well as its conditional one."""
+        return guided_steps(*self)
+
+    @property
+    def forwards(self) -> int:
+        """DiT forwards per image: one per step plus one per guided step (the decode's cost in forwards)."""
+        return self.num_inference_steps + self.guided_steps
 
     def describe(self) -> str:
-        return f"{self.num_inference_steps} DiT steps, guidance {self.guidance_scale:g}"
+        text = f"{self.num_inference_steps} DiT steps, guidance {self.guidance_scale:g}"
+        if 0 < self.guided_steps < self.num_inference_steps:
+            text += f" on the first {self.guided_steps}"
+        return text
 
 
 def pipeline_call_defaults() -> DecodeSettings:
@@ -93,6 +109,23 @@ def _own_memory(module: torch.nn.Module) -> None:
             tensor.data = tensor.data.clone()
 
 
+def _guidance_stop(settings: DecodeSettings) -> Callable | None:
+    """The pipeline's step callback that ends classifier-free guidance after ``settings.guided_steps`` steps,
+    None when every step is guided (or none). The pipeline reads ``_guidance_scale`` afresh each step (its
+    ``do_classifier_free_guidance``); setting it from ``callback_on_step_end`` is diffusers' documented way to
+    turn guidance off mid-run. Each call of the pipeline sets it again from its ``guidance_scale``."""
+    guided = settings.guided_steps
+    if guided in (0, settings.num_inference_steps):
+        return None
+
+    def stop(pipe, step: int, timestep, kwargs: dict) -> dict:
+        if step + 1 == guided:
+            pipe._guidance_scale = 1.0
+        return kwargs
+
+    return stop
+
+
 class ImageDecoder:
     """The DiT, VAE and glyph encoder of a GLM-Image pipeline directory, frozen."""
 
@@ -119,7 +152,10 @@ class ImageDecoder:
             if self.home.type == "cpu":
                 _own_memory(module)
         self.pipe = pipe
-        self.training = DecodeSettings(cfg.num_inference_steps, cfg.guidance_scale)
+        if cfg.compile:
+            # regional: every block shares one compiled graph (diffusers' _repeated_blocks), cold start in seconds
+            pipe.transformer.compile_repeated_blocks()
+        self.training = DecodeSettings(cfg.num_inference_steps, cfg.guidance_scale, cfg.guidance_steps)
 
     def _latents(self, seeds: list[int], height: int, width: int) -> torch.Tensor:
         vsf = self.pipe.vae_scale_factor
@@ -180,6 +216,7 @@ class ImageDecoder:
                     idx = rows[start : start + self.cfg.batch_size]
                     with torch.no_grad():
                         out = self.pipe(
+                            callback_on_step_end=_guidance_stop(settings),
                             prompt=[prompt] * len(idx),
                             prior_token_ids=prior_token_ids[idx].to(self.device),
                             height=height,

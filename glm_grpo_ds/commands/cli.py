@@ -159,18 +159,19 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "glm_grpo_ds.commands.decode_agreement",
         "does a cheap training decode rank each group's samples like the full decode? (rank agreement, time)",
         usage=(
-            "glm-grpo decode-agreement --config CFG [--candidate STEPS:GUIDANCE ...] [--reference STEPS:GUIDANCE] "
+            "glm-grpo decode-agreement --config CFG [--candidate STEPS:GUIDANCE[:N] ...] [--reference STEPS:GUIDANCE] "
             "[--num-prompts 8] [--adapter DIR] [--device D] [--out FILE.json] [key=value ...]"
         ),
         doc=(
             "samples the config's groups, decodes the same token grids with each candidate decode (default: the "
-            "config's `decoder.*`) and the reference (default: `eval.*`, null = the pipeline's own 50 steps, "
+            "config's `decoder.*`; `:N` guides the first N steps only) and the reference (default: `eval.*`, null = "
+            "the pipeline's own 50 steps, "
             "guidance 1.5), scores both with the config's rewards and prints per reward the within-group Spearman "
             "correlation, the fraction of groups with the same best sample and the time ratio; run it before a "
             "long job to choose the training decode ([training.md](training.md#the-training-decode))"
         ),
         example=(
-            "glm-grpo decode-agreement --config my_job.yaml --candidate 8:1.0 --candidate 16:1.0 "
+            "glm-grpo decode-agreement --config my_job.yaml --candidate 8:1.0 --candidate 8:1.5:3 "
             "--num-prompts 16 --out agreement.json"
         ),
     ),

@@ -14,10 +14,11 @@ both ways, scores both with the config's rewards and prints, per reward and for 
 Run it before a long job, on the job's config, and choose the cheapest candidate that keeps both near 1::
 
     glm-grpo decode-agreement --config launch/configs/glm_image_lora_zero3.yaml \\
-        --candidate 8:1.0 --candidate 16:1.0 --candidate 30:1.5 --num-prompts 16 --out agreement.json
+        --candidate 8:1.0 --candidate 8:1.5:3 --candidate 30:1.5 --num-prompts 16 --out agreement.json
     glm-grpo decode-agreement --config launch/configs/tiny_cpu.yaml model.path=outputs/tiny   # the tiny model
 
-Candidates are ``STEPS:GUIDANCE`` (default: the config's training decode); the reference is
+Candidates are ``STEPS:GUIDANCE``, or ``STEPS:GUIDANCE:N`` for guidance on the first N steps only
+(``decoder.guidance_steps``; default: the config's training decode); the reference is
 ``--reference STEPS:GUIDANCE``, else ``eval.*``, else the pipeline's own (50 steps, guidance 1.5 for
 GLM-Image). ``key=value`` arguments override the config as for ``glm-grpo train``. One process, no
 DeepSpeed: the AR, the decoder and the rewards must fit one device.
@@ -61,16 +62,21 @@ def group_rank_agreement(reference: torch.Tensor, candidate: torch.Tensor, group
 
 
 def parse_settings(text: str, flag: str):
-    """``STEPS:GUIDANCE`` -> DecodeSettings, or ValueError naming ``flag``."""
+    """``STEPS:GUIDANCE[:GUIDED_STEPS]`` -> DecodeSettings, or ValueError naming ``flag``."""
     from ..config.sections import decode_problems
     from ..decoder import DecodeSettings
 
     try:
-        steps, guidance = text.split(":")
-        settings = DecodeSettings(int(steps), float(guidance))
+        steps, guidance, *guided = text.split(":")
+        if len(guided) > 1:
+            raise ValueError
+        settings = DecodeSettings(int(steps), float(guidance), int(guided[0]) if guided else None)
     except ValueError:
-        raise ValueError(f"{flag} {text!r} must be STEPS:GUIDANCE, e.g. 8:1.0") from None
-    problems = decode_problems(*settings, f"{flag} {text}: ")
+        raise ValueError(
+            f"{flag} {text!r} must be STEPS:GUIDANCE or STEPS:GUIDANCE:GUIDED_STEPS, e.g. 8:1.0 or 8:1.5:3"
+        ) from None
+    steps, guidance, guided_steps = settings
+    problems = decode_problems(steps, guidance, f"{flag} {text}: ", guided_steps)
     if problems:
         raise ValueError(problems[0])
     return settings
@@ -85,8 +91,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--candidate",
         action="append",
         default=[],
-        metavar="STEPS:GUIDANCE",
-        help="a cheap decode to rate (repeatable; default: the config's decoder.num_inference_steps:guidance_scale)",
+        metavar="STEPS:GUIDANCE[:N]",
+        help="a cheap decode to rate, guided on its first N steps when N is given (repeatable; default: the "
+        "config's decoder.num_inference_steps:guidance_scale[:guidance_steps])",
     )
     p.add_argument(
         "--reference",
@@ -171,23 +178,25 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
     return result
 
 
-def decode_name(steps: int, guidance: float) -> str:
-    """``8 steps, guidance 1`` (``1 step, ...``)."""
-    return f"{steps} step{'s' * (steps != 1)}, guidance {guidance:g}"
+def decode_name(steps: int, guidance: float, guidance_steps: int | None = None) -> str:
+    """``8 steps, guidance 1`` (``1 step, ...``; ``8 steps, guidance 1.5 x3``: guided on the first 3)."""
+    guided = f" x{guidance_steps}" if guidance_steps is not None and guidance_steps < steps and guidance > 1 else ""
+    return f"{steps} step{'s' * (steps != 1)}, guidance {guidance:g}{guided}"
 
 
 def report(result: dict) -> str:
     """The result as lines of text; a candidate whose decode took at least the reference's time is named after
     the table (it saves nothing, whatever its agreement)."""
     ref = result["reference"]
+    ref_name = decode_name(ref["num_inference_steps"], ref["guidance_scale"], ref.get("guidance_steps"))
     lines = [
         f"{result['groups']} groups of {result['group_size']}, {result['image'][0]}x{result['image'][1]}; reference: "
-        f"{decode_name(ref['num_inference_steps'], ref['guidance_scale'])}, {ref['seconds']:.2f} s",
+        f"{ref_name}, {ref['seconds']:.2f} s",
         f"{'candidate':<24} {'time':>6} {'reward':<20} {'spearman':>8} {'best_same':>9} {'groups ranked':>13}",
     ]
     slower = []
     for c in result["candidates"]:
-        name = decode_name(c["num_inference_steps"], c["guidance_scale"])
+        name = decode_name(c["num_inference_steps"], c["guidance_scale"], c.get("guidance_steps"))
         if c["time_ratio"] >= 1:
             slower.append(f"{name} ({c['time_ratio']:.2f}x)")
         for i, (label, a) in enumerate(c["rewards"].items()):
@@ -196,7 +205,7 @@ def report(result: dict) -> str:
                 f"{head[0]:<24} {head[1]:>6} {label:<20} {a['spearman']:>8.3f} {a['best_same']:>9.2f} "
                 f"{a['groups_ranked']:>6}/{a['groups']}"
             )
-    lines.append("time: the candidate's decode time / the reference's; " + GROUP_NOTE)
+    lines.append("time: the candidate's decode time / the reference's; xN: guided on the first N steps; " + GROUP_NOTE)
     if slower:
         lines.append(f"not cheaper than the reference (saves no time): {'; '.join(slower)}")
     return "\n".join(lines)
@@ -212,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.num_prompts < 1:
             raise ValueError(f"--num-prompts must be >= 1, got {a.num_prompts}")
         candidates = [parse_settings(c, "--candidate") for c in a.candidate] or [
-            DecodeSettings(cfg.decoder.num_inference_steps, cfg.decoder.guidance_scale)
+            DecodeSettings(cfg.decoder.num_inference_steps, cfg.decoder.guidance_scale, cfg.decoder.guidance_steps)
         ]
         reference = (
             parse_settings(a.reference, "--reference")

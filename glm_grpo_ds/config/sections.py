@@ -20,13 +20,35 @@ def raise_problems(problems: list[str]) -> None:
         raise ValueError("\n".join(problems))
 
 
-def decode_problems(num_inference_steps: int | None, guidance_scale: float | None, prefix: str) -> list[str]:
+def guided_steps(num_inference_steps: int, guidance_scale: float, guidance_steps: int | None) -> int:
+    """The DiT steps of a decode that run the unconditional pass too: none at guidance <= 1, else the first
+    ``guidance_steps`` (None: all). A decode runs steps + guided steps DiT forwards per image."""
+    if guidance_scale <= 1:
+        return 0
+    return num_inference_steps if guidance_steps is None else guidance_steps
+
+
+def decode_problems(
+    num_inference_steps: int | None, guidance_scale: float | None, prefix: str, guidance_steps: int | None = None
+) -> list[str]:
     """The problems of a decode's settings (decoder.*, eval.*; None = the pipeline's own, fine)."""
     problems = []
     if num_inference_steps is not None and num_inference_steps < 1:
         problems.append(f"{prefix}num_inference_steps must be >= 1, got {num_inference_steps}")
     if guidance_scale is not None and not guidance_scale > 0:
         problems.append(f"{prefix}guidance_scale must be > 0 (<= 1: no guidance pass), got {guidance_scale}")
+    if guidance_steps is not None:
+        steps = num_inference_steps
+        if guidance_steps < 1 or (steps is not None and guidance_steps > steps):
+            problems.append(
+                f"{prefix}guidance_steps must be between 1 and num_inference_steps ({steps}), got {guidance_steps} "
+                "(null = guidance on every step; guidance_scale 1 = on none)"
+            )
+        elif guidance_scale is not None and guidance_scale <= 1:
+            problems.append(
+                f"{prefix}guidance_steps={guidance_steps} limits a guidance that guidance_scale={guidance_scale:g} "
+                "turns off: set guidance_scale > 1 or drop guidance_steps"
+            )
     return problems
 
 
@@ -89,8 +111,23 @@ class DecoderConfig:
         "Classifier-free guidance of the training decode (> 0); <= 1 skips the DiT's unconditional pass (about "
         "half the decode time). Evaluation uses eval.guidance_scale.",
     )
+    guidance_steps: int | None = setting(
+        None,
+        "Guide only the first N of the num_inference_steps (1..num_inference_steps; null = every step): the later "
+        "steps skip the DiT's unconditional pass, so the decode runs steps + N forwards instead of 2 x steps. "
+        "Changes the images: check with `glm-grpo decode-agreement --candidate STEPS:GUIDANCE:N` that it still "
+        "ranks a group's samples like the evaluation decode.",
+    )
     batch_size: int = setting(
         8, "Images per DiT forward (>= 1); bounds decode memory: smaller = less memory, more forwards."
+    )
+    compile: bool = setting(
+        False,
+        "Compile the DiT's transformer blocks with torch.compile (regional: one graph for the block type that "
+        "every layer shares, diffusers' compile_repeated_blocks): the same images to float rounding, fewer "
+        "kernels per block. Costs a compile at the first decode and one more when the glyph text's length first "
+        "changes (~1 min each on a CPU, cached on disk across runs). Needs a C++ compiler on a CPU. Off until "
+        "measured on a GPU.",
     )
     stream_rewards: bool = setting(
         False,
@@ -118,7 +155,7 @@ class DecoderConfig:
     def problems(self, prefix: str = "decoder.") -> list[str]:
         """One line per problem, keys written ``<prefix>key``."""
         problems = []
-        problems += decode_problems(self.num_inference_steps, self.guidance_scale, prefix)
+        problems += decode_problems(self.num_inference_steps, self.guidance_scale, prefix, self.guidance_steps)
         if self.batch_size < 1:
             problems.append(f"{prefix}batch_size must be >= 1, got {self.batch_size}")
         return problems + choice_problems(self, prefix)

@@ -8,8 +8,9 @@ image-step, the update at ZeRO-2 and ZeRO-3. What this module does with them is 
 
     rollout = generated tokens x ms per decode step of the config's variant at its rows (:func:`decode_step_ms`:
               the 16-row measurement, moved to other rows and cache lengths by a computed roofline model)
-    decode  = images x DiT steps x seconds per image-step (0.289 s guided, half without guidance: one DiT
-              forward instead of two), x latent tokens / 4 096 (1024x1024; the VAE rides along, inside the figure)
+    decode  = images x DiT forwards x seconds per forward (half the 0.289 s of a guided image-step: a guided step
+              runs two forwards, an unguided one, decoder.guidance_steps' later steps too), x latent tokens / 4 096
+              (1024x1024; the VAE rides along, inside the figure)
     update  = the measured update x (sequences x tokens) / (16 x 1 280) (LoRA; ZeRO-2 or ZeRO-3 at world size 1)
 
 Rows per decode step (``batch.prompts_per_rank`` x G, all decoded as one batch) are **computed, not measured**
@@ -37,6 +38,8 @@ docs/memory-and-speed.md; the DiT by its bf16 peak).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ..config.sections import guided_steps
 
 CARD = "one H200"
 CARD_BYTES_PER_S = 4.8e12  # the H200's HBM bandwidth (peak)
@@ -115,17 +118,17 @@ def step_time(cfg, zero_stage: int, tokens: int, prompt_tokens: int = 128) -> St
     variant = rollout_variant(cfg.rollout)
     ms = decode_step_ms(variant, rows, prompt_tokens + tokens)
     rollout_s = tokens * ms / 1000
-    guided = cfg.decoder.guidance_scale > 1
-    per_image_step = GUIDED_IMAGE_STEP_S * (1 if guided else 0.5)
-    latent = (cfg.rollout.height // 16) * (cfg.rollout.width // 16) / MEASURED_LATENT_TOKENS
-    steps = cfg.decoder.num_inference_steps
-    decode_s = rows * steps * per_image_step * latent
+    d = cfg.decoder
+    steps, guided = d.num_inference_steps, guided_steps(d.num_inference_steps, d.guidance_scale, d.guidance_steps)
+    per_forward = GUIDED_IMAGE_STEP_S / 2 * (cfg.rollout.height // 16) * (cfg.rollout.width // 16)
+    per_forward /= MEASURED_LATENT_TOKENS
+    decode_s = rows * (steps + guided) * per_forward
     parts = {
         "rollout": f"{tokens} tokens x {ms:.1f} ms ({variant[0]}, LoRA {'merged' if variant[1] else 'unmerged'})"
         + (", fused: not yet measured, at most this" if cfg.rollout.fuse_lora and not variant[1] else "")
         + ("" if rows == MEASURED_ROWS else f" at {rows} rows (computed from the {MEASURED_ROWS}-row measurement)"),
-        "decode": f"{rows} images x {steps} steps x {per_image_step * latent:.3f} s"
-        + (" (guided)" if guided else " (no guidance)"),
+        "decode": f"{rows} images x {steps + guided} DiT forwards ({steps} steps, {guided} guided) x "
+        f"{per_forward:.4f} s",
     }
     update_s = None
     if cfg.lora is not None:

@@ -87,15 +87,59 @@ def test_a_decode_with_other_settings_equals_a_decoder_made_with_them(tiny_model
     assert not torch.equal(decoder.decode(grids, prompts, 64, 96, seeds), theirs)
 
 
-@pytest.mark.parametrize("guidance,forwards_per_step", [(1.0, 1), (0.5, 1), (1.5, 2)])
-def test_guidance_at_most_1_skips_the_unconditional_pass(decoder, guidance, forwards_per_step):
+def _passes(decoder, settings: DecodeSettings) -> str:
+    """The DiT forwards of one image's decode in order: c = conditional, u = unconditional (tokens dropped)."""
     calls = []
-    hook = decoder.pipe.transformer.register_forward_hook(lambda *_: calls.append(1))
+
+    def record(module, args, kwargs):
+        calls.append("u" if bool(kwargs["prior_token_drop"].all()) else "c")
+
+    hook = decoder.pipe.transformer.register_forward_pre_hook(record, with_kwargs=True)
     try:
-        decoder.decode(_grids(1), ["a"], 64, 96, [0], DecodeSettings(4, guidance))
+        decoder.decode(_grids(1), ["a"], 64, 96, [0], settings)
     finally:
         hook.remove()
-    assert len(calls) == 4 * forwards_per_step
+    return "".join(calls)
+
+
+@pytest.mark.parametrize(
+    "settings,passes",
+    [
+        (DecodeSettings(4, 1.0), "cccc"),  # guidance <= 1: no unconditional pass
+        (DecodeSettings(4, 0.5), "cccc"),
+        (DecodeSettings(4, 1.5), "cucucucu"),
+        (DecodeSettings(4, 1.5, 4), "cucucucu"),  # guided on all 4 = guided on every step
+        (DecodeSettings(4, 1.5, 2), "cucucc"),  # guidance_steps: the first 2 steps only
+        (DecodeSettings(4, 1.5, 1), "cuccc"),
+    ],
+)
+def test_the_dit_forwards_of_a_decode(decoder, settings, passes):
+    assert _passes(decoder, settings) == passes and settings.forwards == len(passes)
+
+
+def test_guidance_on_the_first_steps_only(decoder):
+    grids, prompts, seeds = _grids(2, seed=3), ["a", "a"], [5, 6]
+    every = decoder.decode(grids, prompts, 64, 96, seeds, DecodeSettings(4, 1.5))
+    assert torch.equal(decoder.decode(grids, prompts, 64, 96, seeds, DecodeSettings(4, 1.5, 4)), every)
+    first2 = decoder.decode(grids, prompts, 64, 96, seeds, DecodeSettings(4, 1.5, 2))
+    unguided = decoder.decode(grids, prompts, 64, 96, seeds, DecodeSettings(4, 1.0))
+    assert (first2 - every).abs().max() > 1e-3 and (first2 - unguided).abs().max() > 1e-3
+    # the pipeline's guidance is back at the next call's own setting
+    assert torch.equal(decoder.decode(grids, prompts, 64, 96, seeds, DecodeSettings(4, 1.5)), every)
+    assert DecodeSettings(4, 1.5, 2).describe() == "4 DiT steps, guidance 1.5 on the first 2"
+    assert DecodeSettings(4, 1.5, 4).describe() == DecodeSettings(4, 1.5).describe() == "4 DiT steps, guidance 1.5"
+
+
+@pytest.mark.slow  # one inductor compile of the DiT block (~40 s on 2 cores)
+def test_compiled_blocks_decode_the_eager_images(tiny_model_dir, decoder):
+    """decoder.compile: the DiT's blocks through torch.compile (inductor on the CPU) render the eager decoder's
+    images to fp32 rounding."""
+    grids, prompts, seeds = _grids(2, seed=7), ["p 'AB'", "p 'AB'"], [1, 2]
+    compiled = ImageDecoder(tiny_model_dir, DecoderConfig(num_inference_steps=3, batch_size=4, compile=True))
+    blocks = compiled.pipe.transformer.transformer_blocks
+    assert all(b._compiled_call_impl is not None for b in blocks)
+    eager = decoder.decode(grids, prompts, 64, 96, seeds)
+    torch.testing.assert_close(compiled.decode(grids, prompts, 64, 96, seeds), eager, rtol=0, atol=1e-5)
 
 
 def test_eval_decode_defaults_are_the_pipelines_own():
@@ -105,9 +149,9 @@ def test_eval_decode_defaults_are_the_pipelines_own():
 
     call = inspect.signature(GlmImagePipeline.__call__).parameters
     own = (call["num_inference_steps"].default, call["guidance_scale"].default)
-    assert pipeline_call_defaults() == own == (50, 1.5)  # GLM-Image's documented defaults
-    assert resolve_settings(None, None) == own
-    assert resolve_settings(4, None) == (4, 1.5) and resolve_settings(None, 1.0) == (50, 1.0)
+    assert own == (50, 1.5) and pipeline_call_defaults() == DecodeSettings(*own)  # GLM-Image's documented defaults
+    assert resolve_settings(None, None) == DecodeSettings(*own)
+    assert resolve_settings(4, None) == DecodeSettings(4, 1.5) and resolve_settings(None, 1.0) == DecodeSettings(50, 1)
 
 
 # Run in a fresh process: memory a process has freed earlier stays mapped and would hide the peak.

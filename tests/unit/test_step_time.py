@@ -30,6 +30,12 @@ def test_decode_is_images_x_steps_x_the_guided_image_step_scaled_by_latent_token
         cfg("launch/configs/glm_image_lora_zero3.yaml", "rollout.height=512", "rollout.width=512"), 2, 320
     )
     assert small.decode_s == pytest.approx(16 * 30 * 0.289 / 4)  # a quarter of the latent tokens
+    # guidance on the first 10 of 30 steps: 30 conditional + 10 unconditional forwards of 0.289 / 2 s
+    early = step_time(cfg("launch/configs/glm_image_lora_zero3.yaml", "decoder.guidance_steps=10"), 2, 1280)
+    assert (
+        early.decode_s == pytest.approx(16 * 40 * 0.289 / 2)
+        and "40 DiT forwards (30 steps, 10 guided)" in (early.parts["decode"])
+    )
     # 16 rows over 128 + 320 cache slots instead of the measured 1 408: 16 x 960 slots x 40 960 B less KV to read
     assert small.rollout_s == pytest.approx(320 * (19.3 - 16 * 960 * 40960 / 4.8e9) / 1000)
 
