@@ -3,21 +3,27 @@
 # by variant on the full-size AR with random weights (glm-grpo decode-timing: eager LoRA, LoRA merged, CUDA graph,
 # graph + compiled layers, the fused exact sampler, HF generate; ms per step against the HBM roofline, tokens checked
 # against the eager loop), then the fast variants' decode step at 16 / 32 / 64 / 128 rows (several prompts' groups in
-# one captured batch: ms per step and rollout seconds per image), then one training step of that AR with the exact
-# fast rollout (LoRA unmerged, fused, layers compiled, captured) and its per-phase times.
+# one captured batch: ms per step and rollout seconds per image), then two training steps of GLM-Image at its full
+# real size (AR 40 + DiT 30 layers, built on the GPU; ZeRO-2, G=16, 1024², 8 guided DiT steps) with the exact fast
+# rollout (LoRA unmerged, fused, layers compiled, captured): per phase, per image and images per GPU-second, with the
+# planned times beside (issue #52).
 #
-#   bash launch/gpu_timing.sh                      # everything: decode timing + rows + one training step (ZeRO-2)
+#   bash launch/gpu_timing.sh                      # everything: decode timing + rows + two training steps (ZeRO-2)
 #   TRAIN_STEP=0 bash launch/gpu_timing.sh         # the decode timing and the rows only
 #   ROWS= bash launch/gpu_timing.sh                # no rows loop (ROWS=16,64: those rows only)
 #   ROW_VARIANTS=graph bash launch/gpu_timing.sh   # the rows' variants (default graph_compiled,graph_fused_compiled)
 #   MERGED=1 bash launch/gpu_timing.sh             # the training step samples merged (rollout.merge_lora) instead
 #   DECODE_TIMING=0 bash launch/gpu_timing.sh      # the training step only (no decode timing, no rows)
 #   bash launch/gpu_timing.sh --layers 8           # an 8-layer real-width slice (ms scaled to 40 layers shown)
-#   MODEL=outputs/glm_full bash launch/gpu_timing.sh   # reuse a `glm-grpo tiny-model DIR --full-size-ar` directory
+#   MODEL=outputs/glm_image bash launch/gpu_timing.sh  # reuse a full-size model directory (built on the first run)
+#   FULL_SIZE=0 bash launch/gpu_timing.sh          # the training step on the full-size AR with the tiny DiT
+#   DIT_COMPILE=1 bash launch/gpu_timing.sh        # the training steps with the DiT's blocks compiled (decoder.compile)
+#   TRAIN_STEPS=3 bash launch/gpu_timing.sh        # training steps to time (default 2: the first compiles and captures)
 #   MERGE_DRIFT_STEPS=50 bash launch/gpu_timing.sh     # then also merged vs exact sampling on the real-width slice,
 #                                                      # bf16, N steps each (benchmarks/merge_drift.py; ~5-8 min more)
 # Arguments go to every glm-grpo decode-timing run (the rows loop sets its own --group-size and --variants).
-# Writes OUT (default outputs/gpu_timing): decode_timing.json, decode_timing_rows_N.json, train/.
+# Writes OUT (default outputs/gpu_timing): decode_timing.json, decode_timing_rows_N.json, estimate.json, train/,
+# glm_image/ (the full-size model, 34 GB: delete it after, or keep it for MODEL=).
 # Also runs on a CPU in its reduced form (the tests do: tests/integration/test_fast_rollout.py):
 #   TRAIN_STEP=0 ROWS=2,4 ROW_VARIANTS=graph bash launch/gpu_timing.sh --tiny --steps 8 --group-size 4 --size 256
 set -euo pipefail
@@ -85,21 +91,30 @@ if [ "$MERGE_DRIFT_STEPS" != 0 ]; then
   python benchmarks/merge_drift.py --model "$SLICE" --out "$OUT/merge_drift" --steps "$MERGE_DRIFT_STEPS" --procs 1
 fi
 [ "${TRAIN_STEP:-1}" = 1 ] || exit 0
-MODEL=${MODEL:-$OUT/model}
-[ -f "$MODEL/model_index.json" ] || { echo "glm-grpo: building the full-size AR pipeline in $MODEL"; glm-grpo tiny-model "$MODEL" --full-size-ar; }
+if [ "${FULL_SIZE:-1}" = 1 ]; then  # GLM-Image at its real size: AR 40 layers + DiT 30 layers, random weights
+  MODEL=${MODEL:-$OUT/glm_image}
+  [ -f "$MODEL/model_index.json" ] || {
+    echo "glm-grpo: building GLM-Image at its full size on the GPU in $MODEL (~1 s, saved in ~1 min, 34 GB)"
+    glm-grpo tiny-model "$MODEL" --real-width --ar-layers 40 --dit-layers 30 --device cuda
+  }
+  DECODE="decoder.num_inference_steps=8 decoder.guidance_scale=1.5 decoder.batch_size=8"
+else  # the full-size AR with the tiny DiT (the rollout and update at size; the decode is not)
+  MODEL=${MODEL:-$OUT/model}
+  [ -f "$MODEL/model_index.json" ] || { echo "glm-grpo: building the full-size AR pipeline in $MODEL"; glm-grpo tiny-model "$MODEL" --full-size-ar; }
+  DECODE=""
+fi
 if [ "${MERGED:-0}" = 1 ]; then
   SAMPLER="rollout.fuse_lora=false rollout.merge_lora=true rollout.cuda_graph=true"  # merged: not exactly the policy
 else  # the exact fast path: the adapter unmerged through the fused low-rank path, layers compiled, captured
   SAMPLER="rollout.fuse_lora=true rollout.compile=true rollout.compile_scope=layers rollout.cuda_graph=true"
 fi
+[ "${DIT_COMPILE:-0}" = 1 ] && DECODE="$DECODE decoder.compile=true"
+DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
+SETTINGS="model.path=$MODEL max_steps=${TRAIN_STEPS:-2} grpo.group_size=16 $SAMPLER $DECODE ${TRAIN_OVERRIDES:-}"
+glm-grpo estimate-memory --config launch/configs/gpu_check.yaml --deepspeed "$DS_CONFIG" --num-gpus 1 --json \
+  --allow-over-budget $SETTINGS > "$OUT/estimate.json"
 MASTER_PORT=${MASTER_PORT:-$(python -m glm_grpo_ds.runtime.ports 29500 --for launch/gpu_timing.sh)}  # 29500 unless taken
-# shellcheck disable=SC2086  # SAMPLER and TRAIN_OVERRIDES are lists of key=value overrides
 deepspeed --num_gpus 1 --master_port "$MASTER_PORT" --module glm_grpo_ds.train --config launch/configs/gpu_check.yaml \
-  --deepspeed "${DS_CONFIG:-ds_configs/zero2.json}" model.path="$MODEL" output_dir="$OUT/train" overwrite_output_dir=true \
-  max_steps=1 grpo.group_size=16 $SAMPLER ${TRAIN_OVERRIDES:-}
-python - "$OUT/train/metrics.jsonl" <<'PY'
-import json, sys
-record = [json.loads(line) for line in open(sys.argv[1])][-1]
-times = {k: v for k, v in record.items() if k.startswith("time/")}
-print("one training step: " + ", ".join(f"{k[5:]} {v:.2f} s" for k, v in times.items()))
-PY
+  --deepspeed "$DS_CONFIG" output_dir="$OUT/train" overwrite_output_dir=true $SETTINGS
+echo "training steps on this GPU (the first one compiles and captures; the plan: glm-grpo estimate-memory):"
+python -m glm_grpo_ds.memory.step_time "$OUT/train" "$OUT/estimate.json"

@@ -318,14 +318,15 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "write a random-weight tiny GLM-Image pipeline directory",
         usage=(
             "glm-grpo tiny-model OUT_DIR [--seed N] [--full-size-ar \\| --real-width --ar-layers N "
-            "--dit-layers M [--configs-from DIR\\|ID [--revision R]]]"
+            "--dit-layers M [--device cpu\\|cuda] [--configs-from DIR\\|ID [--revision R]]]"
         ),
         doc=(
             "write a complete random-weight tiny `GlmImagePipeline` directory (~1.1 MB, offline, "
             "byte-identical per seed); `--full-size-ar`: the AR at GLM-Image's real size (10 B params, ~20 GB "
             "bf16) for GPU benchmarks ([tiny-models.md](tiny-models.md)); `--real-width`: every component at "
             "real widths with N AR / M DiT layers, bf16, from the built-in GLM-Image configs or "
-            "`--configs-from DIR\\|ID` ([real-width.md](real-width.md))"
+            "`--configs-from DIR\\|ID` ([real-width.md](real-width.md)); `--device cuda` creates the weights on the "
+            "GPU (GLM-Image at full size, 40 + 30 layers, in seconds: `launch/gpu_timing.sh`)"
         ),
         example="glm-grpo tiny-model outputs/tiny --seed 0",
         code="(builder: `testing/tiny.py`)",

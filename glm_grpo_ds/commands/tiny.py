@@ -2,7 +2,7 @@
 that the tests and ``make demo`` use (the builders are in glm_grpo_ds/testing/)::
 
     glm-grpo tiny-model OUT_DIR [--seed N] [--full-size-ar]
-    glm-grpo tiny-model OUT_DIR --real-width --ar-layers N --dit-layers M [--seed N]
+    glm-grpo tiny-model OUT_DIR --real-width --ar-layers N --dit-layers M [--seed N] [--device cpu|cuda]
         [--configs-from DIR|ID [--revision R]]
     glm-grpo tiny-data --config CFG [--num-prompts N] [key=value ...]
     glm-grpo tiny-world OUT_DIR [--seed N]
@@ -20,6 +20,25 @@ from ..testing.tiny import build_tiny_pipeline
 from ..testing.tiny_data import PROMPTS, write_tiny_dataset
 from ..testing.world import write_world
 from .cli import parser_for
+
+
+def device_problem(name: str) -> str | None:
+    """Why weights cannot be created on ``name`` (not a device, no such accelerator here), or None."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        return "not a device name; give cpu or cuda (cuda:N)"
+    if device.type == "cpu":
+        return None
+    if device.type != "cuda":
+        return f"{device.type} weights cannot be saved; give cpu or cuda"
+    if not torch.cuda.is_available():
+        return "no CUDA device on this machine; build with --device cpu (minutes at full size) or on a GPU node"
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        return f"this machine has {torch.cuda.device_count()} CUDA device(s)"
+    return None
 
 
 def tiny_model(argv: list[str] | None = None) -> int:
@@ -45,6 +64,12 @@ def tiny_model(argv: list[str] | None = None) -> int:
         "(default: the built-in GLM-Image configs)",
     )
     parser.add_argument("--revision", default=None, help="with --configs-from a Hub id: its revision (default: main)")
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="with --real-width: where to create the weights (default: cpu); cuda builds GLM-Image at its full size "
+        "(--ar-layers 40 --dit-layers 30) in seconds, saved in ~1 min (34 GB)",
+    )
     args = parser.parse_args(argv)
     if args.full_size_ar and args.real_width:
         parser.error("--full-size-ar and --real-width exclude each other")
@@ -54,6 +79,12 @@ def tiny_model(argv: list[str] | None = None) -> int:
         parser.error("--ar-layers and --dit-layers must be >= 1")
     if args.configs_from and not args.real_width:
         parser.error("--configs-from needs --real-width")
+    if args.device is not None and not args.real_width:
+        parser.error("--device needs --real-width (--full-size-ar builds on the GPU when there is one)")
+    problem = args.device and device_problem(args.device)
+    if problem:
+        print(f"glm-grpo tiny-model: --device {args.device}: {problem}", file=sys.stderr)
+        return 2
     start = time.monotonic()
     if args.real_width:
         configs = None
@@ -63,7 +94,9 @@ def tiny_model(argv: list[str] | None = None) -> int:
             except (FileNotFoundError, ValueError) as err:
                 print(f"glm-grpo tiny-model: {err}", file=sys.stderr)
                 return 2
-        path = build_slice_pipeline(args.out_dir, args.ar_layers, args.dit_layers, seed=args.seed, configs=configs)
+        path = build_slice_pipeline(
+            args.out_dir, args.ar_layers, args.dit_layers, seed=args.seed, configs=configs, device=args.device
+        )
         origin = f"configs of {configs['root']}" if configs else "built-in configs"
         kind = f"real-width GLM-Image slice (AR {args.ar_layers} layers, DiT {args.dit_layers} layers, bf16, {origin})"
     else:

@@ -148,3 +148,57 @@ def describe(t: StepTime) -> str:
         + "; ".join(f"{k}: {v}" for k, v in t.parts.items())
         + "); not counted: rewards, evaluation, checkpoints, ZeRO-3 gathers across GPUs"
     )
+
+
+PHASES = ("rollout", "decode", "reward", "update")  # the step's phases in metrics.jsonl's time/*, in order
+
+
+def measured_lines(records: list[dict], images: int, planned: dict | None = None) -> list[str]:
+    """A run's measured steps as a table: per step the seconds of each phase (``time/<phase>`` of metrics.jsonl),
+    the step (their sum), per image, and images per GPU-second (``images`` per rank and step over the step's
+    seconds: one GPU per rank); ``planned``: estimate-memory's ``step_time`` (``--json``), printed beside."""
+    head = (
+        f"{'step':>5}" + "".join(f"{p + ' s':>11}" for p in PHASES) + f"{'step s':>9}{'s/image':>9}{'images/GPU-s':>14}"
+    )
+    lines = [head]
+    for r in records:
+        seconds = [float(r.get(f"time/{p}", 0.0)) for p in PHASES]
+        total = sum(seconds)
+        row = f"{r['step']:>5}" + "".join(f"{s:>11.2f}" for s in seconds)
+        lines.append(row + f"{total:>9.2f}{total / images:>9.3f}{images / total:>14.3f}")
+    if planned:
+        spent = [planned.get(f"{p}_s") for p in PHASES]
+        total = planned["total_s"]
+        row = f"{'plan':>5}" + "".join("          -" if s is None else f"{s:>11.2f}" for s in spent)
+        lines.append(row + f"{total:>9.2f}{total / images:>9.3f}{images / total:>14.3f}")
+        lines.append(f"plan: glm-grpo estimate-memory's planned time on {CARD} (no reward counted)")
+    lines.append(f"{images} images per step and GPU")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m glm_grpo_ds.memory.step_time RUN_DIR [PLAN.json]``: the run's steps measured (and planned)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) not in (1, 2):
+        print("usage: python -m glm_grpo_ds.memory.step_time RUN_DIR [ESTIMATE.json]", file=sys.stderr)
+        return 2
+    run = Path(args[0])
+    try:
+        cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))["train"]
+        lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        planned = json.loads(Path(args[1]).read_text(encoding="utf-8"))["step_time"] if len(args) == 2 else None
+    except (OSError, KeyError, ValueError) as err:
+        print(f"step_time: {run}: {err}", file=sys.stderr)
+        return 2
+    records = [r for r in map(json.loads, lines) if "time/rollout" in r]
+    images = cfg["grpo"]["group_size"] * cfg["batch"]["prompts_per_rank"]
+    print("\n".join(measured_lines(records, images, planned)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

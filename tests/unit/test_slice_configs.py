@@ -72,3 +72,22 @@ def test_a_pipeline_with_other_token_ids_or_none_at_all_is_one_line(tiny_model_d
     assert err.startswith("glm-grpo tiny-model: --configs-from") and "\n" not in err
     with pytest.raises(SystemExit):
         tiny_model([out, "--configs-from", str(tiny_model_dir)])  # needs --real-width
+
+
+def test_the_weights_are_made_on_the_device_asked_for(tmp_path, capsys):
+    """--device cuda builds GLM-Image at full size on the GPU (launch/gpu_timing.sh): the components are created
+    under that device. `meta` stands in here; a device this machine lacks or cannot save from is one line, exit 2,
+    nothing written."""
+    parts = real.build_slice_components(ar_layers=1, dit_layers=1, device="meta")
+    for name in ("vision_language_encoder", "transformer", "vae", "text_encoder"):
+        assert {p.device.type for p in parts[name].parameters()} == {"meta"}, name
+    out = tmp_path / "full"
+    cases = [("cuda", "no CUDA device on this machine")] if not torch.cuda.is_available() else []
+    cases += [("meta", "meta weights cannot be saved"), ("banana", "not a device name")]
+    for device, message in cases:
+        assert tiny_model([str(out), "--real-width", "--device", device]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"glm-grpo tiny-model: --device {device}: {message}") and "\n" not in err, err
+        assert not out.exists()
+    with pytest.raises(SystemExit):
+        tiny_model([str(out), "--device", "cpu"])  # needs --real-width

@@ -160,3 +160,37 @@ def test_the_memory_plan_counts_the_kv_cache_of_every_row():
 
     assert kv(1) == 16 * (128 + 1280) * st.KV_BYTES_PER_SLOT == 16 * 57_671_680  # 0.92 GB at G=16, 1024x1024
     assert kv(4) == 4 * kv(1) and kv(8) == 128 * 1408 * 40960  # 7.4 GB at 128 rows
+
+
+def test_a_runs_measured_steps_per_phase_per_image_and_per_gpu_second(tmp_path, capsys):
+    """launch/gpu_timing.sh's report of its training steps: the phases of metrics.jsonl, their sum, per image and
+    images per GPU-second (16 images a step here), the plan beside; records without times (eval) left out."""
+    import json
+
+    from glm_grpo_ds.memory.step_time import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(
+        json.dumps({"train": {"grpo": {"group_size": 8}, "batch": {"prompts_per_rank": 2}}})
+    )
+    steps = [
+        {"step": 1, "time/rollout": 20.0, "time/decode": 37.0, "time/reward": 0.4, "time/update": 6.6},
+        {"step": 2, "time/rollout": 15.4, "time/decode": 37.0, "time/reward": 0.4, "time/update": 5.6},
+        {"step": 2, "eval/reward": 0.5},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"step_time": {"total_s": 52.0, "rollout_s": 10.0, "decode_s": 37.0, "update_s": 5.0}}))
+    assert main([str(run), str(plan)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["step", "rollout", "s", "decode", "s", "reward", "s", "update", "s", "step", "s"] + [
+        "s/image",
+        "images/GPU-s",
+    ]
+    # 64.0 s / 16 images = 4.000 s an image, 0.250 images a second; 58.4 s: 3.650, 0.274
+    assert out[1].split() == ["1", "20.00", "37.00", "0.40", "6.60", "64.00", "4.000", "0.250"]
+    assert out[2].split() == ["2", "15.40", "37.00", "0.40", "5.60", "58.40", "3.650", "0.274"]
+    assert out[3].split() == ["plan", "10.00", "37.00", "-", "5.00", "52.00", "3.250", "0.308"]
+    assert out[-1] == "16 images per step and GPU" and len(out) == 6
+    assert main([str(tmp_path / "nowhere")]) == 2 and "config.json" in capsys.readouterr().err
