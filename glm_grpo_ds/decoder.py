@@ -59,6 +59,10 @@ class DecodeSettings(NamedTuple):
         """DiT forwards per image: one per step plus one per guided step (the decode's cost in forwards)."""
         return self.num_inference_steps + self.guided_steps
 
+    def record(self) -> dict:
+        """The settings as a JSON record; ``guidance_steps`` only when set (older records stay as they were)."""
+        return {k: v for k, v in self._asdict().items() if k != "guidance_steps" or v is not None}
+
     def describe(self) -> str:
         text = f"{self.num_inference_steps} DiT steps, guidance {self.guidance_scale:g}"
         if 0 < self.guided_steps < self.num_inference_steps:

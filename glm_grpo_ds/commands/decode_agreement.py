@@ -158,7 +158,7 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
     decoder.decode(batch.prior_token_ids[:1], batch.prompts[:1], cfg.rollout.height, cfg.rollout.width, seeds[:1])
     ref_rewards, ref_seconds = scored(reference)
     result = {
-        "reference": {**reference._asdict(), "seconds": ref_seconds},
+        "reference": {**reference.record(), "seconds": ref_seconds},
         "groups": len(rows),
         "group_size": g,
         "image": [cfg.rollout.height, cfg.rollout.width],
@@ -168,7 +168,7 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
         rewards, seconds = scored(settings)
         result["candidates"].append(
             {
-                **settings._asdict(),
+                **settings.record(),
                 "seconds": seconds,
                 "time_ratio": seconds / ref_seconds,
                 "saves_time": seconds < ref_seconds,

@@ -339,7 +339,7 @@ def run_settings(a, cfg, loaded, adapters, rows, prompts_name, decode, seed, wor
         "seed": seed,
         "seeds": seeds.SCHEME,
         "image": [cfg.rollout.height, cfg.rollout.width],
-        "decode": decode._asdict(),
+        "decode": decode.record(),
         "sampling": {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p},
         "rewards": [dataclasses.asdict(spec) for spec in cfg.rewards],
         "batch_prompts": a.batch_prompts,

@@ -54,7 +54,7 @@ def model_defaults(model_dir: Path) -> dict:
     transformer = json.loads((model_dir / "transformer" / "config.json").read_text())
     vae = json.loads((model_dir / "vae" / "config.json").read_text())
     size = transformer.get("sample_size", 128) * 2 ** (len(vae["block_out_channels"]) - 1)
-    return {"height": size, "width": size, **pipeline_call_defaults()._asdict()}
+    return {"height": size, "width": size, **pipeline_call_defaults().record()}
 
 
 def earlier_render(out: Path) -> list[Path]:
