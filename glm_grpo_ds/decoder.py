@@ -54,11 +54,6 @@ class DecodeSettings(NamedTuple):
         """Steps that run the DiT's unconditional pass as well as its conditional one."""
         return guided_steps(*self)
 
-    @property
-    def forwards(self) -> int:
-        """DiT forwards per image: one per step plus one per guided step (the decode's cost in forwards)."""
-        return self.num_inference_steps + self.guided_steps
-
     def record(self) -> dict:
         """The settings as a JSON record; ``guidance_steps`` only when set (older records stay as they were)."""
         return {k: v for k, v in self._asdict().items() if k != "guidance_steps" or v is not None}

@@ -180,8 +180,10 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
 
 def decode_name(steps: int, guidance: float, guidance_steps: int | None = None) -> str:
     """``8 steps, guidance 1`` (``1 step, ...``; ``8 steps, guidance 1.5 x3``: guided on the first 3)."""
-    guided = f" x{guidance_steps}" if guidance_steps is not None and guidance_steps < steps and guidance > 1 else ""
-    return f"{steps} step{'s' * (steps != 1)}, guidance {guidance:g}{guided}"
+    from ..config.sections import guided_steps
+
+    guided = guided_steps(steps, guidance, guidance_steps)
+    return f"{steps} step{'s' * (steps != 1)}, guidance {guidance:g}" + (f" x{guided}" if 0 < guided < steps else "")
 
 
 def report(result: dict) -> str:

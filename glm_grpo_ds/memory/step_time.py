@@ -160,17 +160,17 @@ def measured_lines(records: list[dict], images: int, planned: dict | None = None
     head = (
         f"{'step':>5}" + "".join(f"{p + ' s':>11}" for p in PHASES) + f"{'step s':>9}{'s/image':>9}{'images/GPU-s':>14}"
     )
+
+    def row(label, seconds: list[float | None], total: float) -> str:
+        phases = "".join(f"{'-':>11}" if s is None else f"{s:>11.2f}" for s in seconds)
+        return f"{label:>5}{phases}{total:>9.2f}{total / images:>9.3f}{images / total:>14.3f}"
+
     lines = [head]
     for r in records:
         seconds = [float(r.get(f"time/{p}", 0.0)) for p in PHASES]
-        total = sum(seconds)
-        row = f"{r['step']:>5}" + "".join(f"{s:>11.2f}" for s in seconds)
-        lines.append(row + f"{total:>9.2f}{total / images:>9.3f}{images / total:>14.3f}")
+        lines.append(row(r["step"], seconds, sum(seconds)))
     if planned:
-        spent = [planned.get(f"{p}_s") for p in PHASES]
-        total = planned["total_s"]
-        row = f"{'plan':>5}" + "".join("          -" if s is None else f"{s:>11.2f}" for s in spent)
-        lines.append(row + f"{total:>9.2f}{total / images:>9.3f}{images / total:>14.3f}")
+        lines.append(row("plan", [planned.get(f"{p}_s") for p in PHASES], planned["total_s"]))
         lines.append(f"plan: glm-grpo estimate-memory's planned time on {CARD} (no reward counted)")
     lines.append(f"{images} images per step and GPU")
     return lines

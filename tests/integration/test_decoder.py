@@ -114,7 +114,7 @@ def _passes(decoder, settings: DecodeSettings) -> str:
     ],
 )
 def test_the_dit_forwards_of_a_decode(decoder, settings, passes):
-    assert _passes(decoder, settings) == passes and settings.forwards == len(passes)
+    assert _passes(decoder, settings) == passes and settings.num_inference_steps + settings.guided_steps == len(passes)
 
 
 def test_guidance_on_the_first_steps_only(decoder):
