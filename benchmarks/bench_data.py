@@ -62,13 +62,13 @@ def child(path: str, steps: int, world: int, per_rank: int) -> None:
 
     import glm_grpo_ds.config.sections  # noqa: F401
     import glm_grpo_ds.ds.dist  # noqa: F401
-    from glm_grpo_ds.data import PromptSampler, load_prompts
+    from glm_grpo_ds.data import PromptOrder, load_prompts
 
     out = {"baseline": rss()}
     t0 = time.perf_counter()
     rows = load_prompts(path)
     out["load_s"], out["loaded"] = time.perf_counter() - t0, rss()
-    sampler = PromptSampler(rows, world, 0, per_rank, seed=0)
+    sampler = PromptOrder(rows, world, 0, per_rank, seed=0)
     out["sampler"] = rss()
     t0 = time.perf_counter()
     for _ in range(steps):

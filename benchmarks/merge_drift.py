@@ -137,11 +137,11 @@ def merge_logprob_gap(model: Path, run: Path, steps: list[int], seed: int = 0) -
     unmerged adapter, both in fp32 arithmetic on the same tokens: 2 rows the exact policy samples at the last step
     (64x64). What the merge's rounding alone costs the sampler; the bf16 arithmetic both sides add is not in it
     (the two bf16 runs' mismatch/* give that, where bf16 is fast)."""
-    from glm_grpo_ds.adapters import load_init_adapter
     from glm_grpo_ds.config import LoraConfig, SamplingConfig
-    from glm_grpo_ds.glm_image import load_processor
     from glm_grpo_ds.logprobs import completion_logprobs
-    from glm_grpo_ds.policy import load_policy
+    from glm_grpo_ds.model.adapters import load_init_adapter
+    from glm_grpo_ds.model.glm_image import load_processor
+    from glm_grpo_ds.model.policy import load_policy
     from glm_grpo_ds.rollout import rollout
 
     dirs = step_dirs(run)

@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from glm_grpo_ds.config import SamplingConfig
-    from glm_grpo_ds.glm_image import load_processor
     from glm_grpo_ds.logprobs import completion_logprobs
+    from glm_grpo_ds.model.glm_image import load_processor
     from glm_grpo_ds.rollout import rollout
     from glm_grpo_ds.rollout.decode_loop import LoopOptions
     from glm_grpo_ds.rollout.fused_lora import lora_fused
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                     64,
                     sampling,
                     torch.Generator().manual_seed(a.seed),
-                    compile=LoopOptions(compile=bool(compiled)),
+                    loop=LoopOptions(compile=bool(compiled)),
                 )
             trainer = completion_logprobs(policy, batch, sampling)
         d = batch.sampler_logps - trainer

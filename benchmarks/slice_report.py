@@ -12,7 +12,7 @@ Runs on the CPU, in bf16, through the project's own code paths, so the shapes ar
   ops are not counted). Every figure is the difference of the counter's running total across the forward
   calls of one module (:class:`CallFlops`), so each phase is attributed without relying on module names.
 
-  - AR: one rollout (glm_grpo_ds/rollout/sampler.py) of one row at ``--size``: the prefill per prompt token and the
+  - AR: one rollout (glm_grpo_ds/rollout/generate.py) of one row at ``--size``: the prefill per prompt token and the
     KV-cached decode step at batch 1 (language model + ``lm_head``; first step and mean over the rollout).
   - update, per sequence, of that rollout's sequence (glm_grpo_ds/logprobs.py ``completion_logprobs``):
     the policy with the config's LoRA and gradient checkpointing, in training mode: forward, then backward
@@ -111,8 +111,8 @@ def load_models(model: str, cfg, parts: tuple[str, ...]):
     """(ar, processor, decoder or None): the AR in bf16 with sdpa, the frozen decoder in bf16."""
     from glm_grpo_ds.config import DecoderConfig
     from glm_grpo_ds.decoder import ImageDecoder
-    from glm_grpo_ds.glm_image import load_processor
-    from glm_grpo_ds.policy import load_ar
+    from glm_grpo_ds.model.glm_image import load_processor
+    from glm_grpo_ds.model.policy import load_ar
 
     ar = load_ar(model, dtype="bf16", attn_implementation="sdpa")
     decoder = None
@@ -125,7 +125,7 @@ def load_models(model: str, cfg, parts: tuple[str, ...]):
 
 
 def text_layers(ar):
-    from glm_grpo_ds.glm_image import ar_parts
+    from glm_grpo_ds.model.glm_image import ar_parts
 
     return ar_parts(ar)[0].language_model.layers
 
@@ -134,7 +134,7 @@ def text_layers(ar):
 def ar_flops(ar, processor, size: int, sampling, seed: int = 0) -> tuple[dict, object]:
     """FLOPs of one rollout row at ``size``: prefill per prompt token, decode step at batch 1. Also
     returns the rollout's batch (the update and the decoder measure on it)."""
-    from glm_grpo_ds.glm_image import ar_parts
+    from glm_grpo_ds.model.glm_image import ar_parts
     from glm_grpo_ds.rollout import rollout
 
     body, lm_head, _ = ar_parts(ar)
@@ -171,7 +171,7 @@ def update_flops(ar, batch, cfg) -> dict:
     """FLOPs of the teacher-forced update of ``batch`` (one sequence) as the trainer runs it: LoRA policy
     forward (training mode, checkpointing on), backward (recompute + gradients), reference forward."""
     from glm_grpo_ds.logprobs import completion_logprobs
-    from glm_grpo_ds.policy import make_trainable
+    from glm_grpo_ds.model.policy import make_trainable
 
     policy = make_trainable(ar, cfg.lora, cfg.model.gradient_checkpointing, cfg.seed)
     layer0 = text_layers(policy)[0]

@@ -1,6 +1,6 @@
 """Advantages: rewards of a batch -> one advantage per completion, and the combination of several rewards.
 
-Pure torch (plus the standard library and glm_grpo_ds/registries.py), beside the loss (grpo.py). Rewards
+Pure torch (plus the standard library and glm_grpo_ds/runtime/registries.py), beside the loss (grpo.py). Rewards
 are ``[N]``, ordered group by group (``N = num_groups * group_size``); NaN marks a reward that is undefined
 for that sample: it is left out of its group's statistics and gets advantage 0.
 
@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .registries import Registry
+from .runtime.registries import Registry
 
 # name -> fn(rewards [N], group_size, eps) -> advantages [N]; the one list of valid ``grpo.advantage_estimator``
 # values (glm_grpo_ds/config/sections.py takes its choices from it)

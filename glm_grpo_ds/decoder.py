@@ -36,7 +36,7 @@ import torch
 
 from .config import DecoderConfig
 from .config.sections import guided_steps
-from .glm_image import check_pipeline_dir, resolve_dtype
+from .model.glm_image import check_pipeline_dir, resolve_dtype
 
 WEIGHTS = ("transformer", "vae", "text_encoder")  # the pipeline components with weights (besides the AR)
 

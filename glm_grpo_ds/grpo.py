@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .registries import Registry
+from .runtime.registries import Registry
 
 
 class Aggregation(NamedTuple):

@@ -21,7 +21,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from .config import SamplingConfig
-from .glm_image import ar_parts, resolve_sampling
+from .model.glm_image import ar_parts, resolve_sampling
 from .rollout import RolloutBatch
 from .sampling import entropy_of, logprobs_of, policy_logits
 

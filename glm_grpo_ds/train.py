@@ -35,24 +35,27 @@ from pathlib import Path
 
 import torch
 
-from .adapters import check_init_adapter
 from .advantages import combine_advantages, gate_disagreeing, reward_disagreement, signal_free_groups
 from .config import ConfigError, load_config, to_dict
 from .config.arguments import parse_train_args
-from .data import DataError, PromptSampler, check_source, load_prompts
+from .data import DataError, PromptOrder, check_source, load_prompts
 from .decoder import ImageDecoder
 from .ds import dist
 from .ds import engine as ds_engine
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
 from .evaluation.in_training import Evaluator, eval_line, eval_summary, gallery_to_main
 from .experience import ExperienceMaker
-from .glm_image import load_processor, resolve_attn, resolve_dtype, resolve_sampling
 from .lifecycle import checkpoint, resume, storage
 from .lifecycle.background import Background
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
 from .lifecycle.run import RunLife, decide_start
-from .model_source import check_local_model, resolve_for_training
-from .observability.alarms import EXIT_ALARMS_FIRED, Monitor, alarm_failure, describe, parse_rules
+from .memory.startup import resolve_merge_copy, startup_plan
+from .model.adapters import check_init_adapter
+from .model.glm_image import load_processor, read_ar_config, resolve_attn, resolve_dtype, resolve_sampling
+from .model.policy import load_policy, load_reference
+from .model.source import check_local_model, resolve_for_training
+from .model.token_ids import check_token_ids, embedding_rows
+from .monitoring.alarms import EXIT_ALARMS_FIRED, Monitor, alarm_failure, describe, parse_rules
 from .observability.metrics import (
     Progress,
     StepFacts,
@@ -66,18 +69,16 @@ from .observability.metrics import (
 )
 from .observability.plot import PLOT_NAME, plot_training
 from .observability.step_status import NO_STATUS, for_rank
-from .observability.summary import print_startup_summary, resolve_merge_copy, startup_plan
+from .observability.summary import print_startup_summary
 from .observability.tracking import build_tracker
 from .observability.update_stats import UpdateStats
-from .policy import load_policy, load_reference
 from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs
 from .rollout.backends import EngineSampler
 from .runtime import cuda_check, log, memory_probe, process_exit, run_log
 from .runtime.cuda_check import CudaUnusable
+from .runtime.seeding import decoder_seed, derive_seed, seed_everything
 from .runtime.versions import framework_versions
-from .seeding import decoder_seed, derive_seed, seed_everything
 from .sharing.hub import Publisher
-from .token_ids import check_token_ids, embedding_rows
 from .update import grpo_update, logprobs_before_update
 
 
@@ -143,7 +144,7 @@ class Trainer:
         self.status.phase("prompts")
         at = dict(rank=self.rank, local_rank=self.local_rank)  # a dataset cache to build: rank 0 builds it first
         rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data, **at)
-        self.sampler = PromptSampler(
+        self.prompt_order = PromptOrder(
             rows,
             self.world,
             self.rank,
@@ -176,8 +177,7 @@ class Trainer:
         check_token_ids(self.processor, rows_in_ar, self.model_source.path, rows, "data.train_file", **size)
         if eval_rows:
             check_token_ids(self.processor, rows_in_ar, self.model_source.path, eval_rows, "eval.file", **size)
-        ar_config = json.loads((self.model_source.path / "vision_language_encoder" / "config.json").read_text())
-        hidden = ar_config["text_config"]["hidden_size"]
+        hidden = read_ar_config(self.model_source.path)["text_config"]["hidden_size"]
         self.ds_config = fill_ds_config(self.ds_config_raw, cfg, self.world, hidden, self.dtype, ds_config_path)
         return rows
 
@@ -256,7 +256,7 @@ class Trainer:
         dist.barrier()
         if self.life.start.checkpoint is not None:
             self.status.phase("checkpoint")
-        self.start_step, self.skipped_steps = self.life.restore(self.engine, self.sampler)
+        self.start_step, self.skipped_steps = self.life.restore(self.engine, self.prompt_order)
         self.monitor = self._monitor()
         self.consecutive_skips = 0  # optimizer updates skipped in a row (non-finite gradients, undefined rewards)
         self.status.phase("trackers")
@@ -306,7 +306,7 @@ class Trainer:
         """GRPO step ``index`` (0-based; collective): experience -> global advantages -> update -> record."""
         cfg, grpo_cfg = self.cfg, self.cfg.grpo
         generator = torch.Generator(device=self.device).manual_seed(derive_seed(cfg.seed, "rollout", index, self.rank))
-        exp = self.experience.collect(self.sampler.next(), [generator], partial(decoder_seed, cfg.decoder, index))
+        exp = self.experience.collect(self.prompt_order.next(), [generator], partial(decoder_seed, cfg.decoder, index))
         # Advantages over the global batch (identical on every rank), then this rank's share.
         all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
         advantages, all_rewards = combine_advantages(
@@ -322,7 +322,7 @@ class Trainer:
         advantages = gate_disagreeing(advantages, disagreement, grpo_cfg.disagreement_gate)
         # groups whose rewards are all equal teach nothing: counted every step, and their prompts may be skipped
         dead = signal_free_groups(all_per_reward, grpo_cfg.group_size)
-        self.sampler.observe(dead.tolist())
+        self.prompt_order.observe(dead.tolist())
         mine = slice(self.rank * len(exp.batch), (self.rank + 1) * len(exp.batch))
         with measure(exp.timings, exp.peaks, "update", self.device):
             if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
@@ -359,8 +359,8 @@ class Trainer:
         """The ``metrics.jsonl`` record after ``step`` steps (collective), and the training gallery when due."""
         facts = StepFacts(
             dead_groups=dead,
-            prompts_skipped=self.sampler.last_skipped,
-            dead_prompts=len(self.sampler.dead) if self.cfg.data.dead_prompt_skip_prob > 0 else None,
+            prompts_skipped=self.prompt_order.last_skipped,
+            dead_prompts=len(self.prompt_order.dead) if self.cfg.data.dead_prompt_skip_prob > 0 else None,
             skipped_before=self.skipped_steps,
             lr=ds_engine.current_lr(self.engine),
             grad_norm=ds_engine.grad_norm(self.engine) if stats["tokens"] else None,  # 0 tokens: no update ran
@@ -389,7 +389,7 @@ class Trainer:
                 exp.images,
                 rewards,
                 torch.tensor([r.index for r in exp.rows]),
-                self.sampler.rows,
+                self.prompt_order.rows,
                 self.cfg.grpo.group_size,
                 self.cfg.logging,
                 self.world,
@@ -512,7 +512,7 @@ class Trainer:
 
     def save_checkpoint(self, step: int) -> Path:
         """Checkpoint ``step`` (collective; lifecycle/run.py)."""
-        return self.life.save_checkpoint(self.engine, self.sampler, step, self.skipped_steps)
+        return self.life.save_checkpoint(self.engine, self.prompt_order, step, self.skipped_steps)
 
 
 # Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.

@@ -55,7 +55,7 @@ fi
 CONFIG=${CONFIG:-launch/configs/glm_image_lora_zero3.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
 # HF_HUB_OFFLINE and HF_HOME are yours: model.path=zai-org/GLM-Image downloads once into the Hugging Face
-# cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model_source.py).
+# cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model/source.py).
 # SIGTERM / SIGINT to this script go to the training ranks, not the launcher (launch/signals.sh): they
 # finish the step, save a checkpoint and exit 143 / 130, however long that takes.
 MASTER_PORT=${MASTER_PORT:-$(python -m glm_grpo_ds.runtime.ports 29500 --for launch/train.sh)}

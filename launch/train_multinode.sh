@@ -31,7 +31,7 @@ NUM_NODES=${NUM_NODES:-$(grep -cvE '^\s*(#|$)' "$HOSTFILE")}
 CONFIG=${CONFIG:-launch/configs/glm_image_lora_zero3.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
 # HF_HUB_OFFLINE and HF_HOME are yours: model.path=zai-org/GLM-Image downloads once into the Hugging Face
-# cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model_source.py).
+# cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model/source.py).
 MASTER_PORT=${MASTER_PORT:-29500}
 args=(--hostfile "$HOSTFILE" --num_nodes "$NUM_NODES" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT")
 if [ -n "${NODE_RANK:-}" ]; then

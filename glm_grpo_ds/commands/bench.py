@@ -8,7 +8,7 @@
     glm-grpo tiny-model /tmp/glm_full --full-size-ar
     glm-grpo bench --model /tmp/glm_full --size 1024 --group-size 16 lora.r=64 lora.alpha=128 model.dtype=bf16
 
-``--model`` is a pipeline directory or a Hub id (glm_grpo_ds/model_source.py; ``--revision`` pins it),
+``--model`` is a pipeline directory or a Hub id (glm_grpo_ds/model/source.py; ``--revision`` pins it),
 resolved once here; the measurement processes read the local directory with HF_HUB_OFFLINE=1.
 Without ``--model`` it builds the tiny GLM-Image and its learnable dataset in a temp dir (CPU).
 Prints a table and writes ``OUT/bench.json``. Measured:
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"glm-grpo bench: {problem}", file=sys.stderr)
             return 2
     if a.model is not None:
-        from ..model_source import resolve_model
+        from ..model.source import resolve_model
 
         try:
             a.model = str(resolve_model(a.model, a.revision, flag="--model", revision_flag="--revision").path)

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 from ..memory.plan import MEASURED_PHASES, phase_totals
-from ..observability.alarms import describe
+from ..monitoring.alarms import describe
 from ..observability.metrics import fired_alarms, read_metrics
 from .cli import parser_for
 

@@ -113,15 +113,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch.device) -> dict:
     """Sample, decode each way, score: the result :func:`main` prints (see the module docstring)."""
-    from ..adapters import find_adapter
     from ..advantages import weighted_total
     from ..data import load_prompts
     from ..decoder import ImageDecoder
     from ..experience import decode_and_score
-    from ..policy import load_for_sampling
+    from ..model.adapters import find_adapter
+    from ..model.policy import load_for_sampling
     from ..rewards import build_rewards
     from ..rollout.backends import ModelSampler
-    from ..seeding import derive_seed
+    from ..runtime.seeding import derive_seed
 
     rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data)[:num_prompts]
     reward_fn = build_rewards(cfg.rewards)

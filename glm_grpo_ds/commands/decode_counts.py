@@ -316,7 +316,7 @@ def count_step(policy, rows, positions, grid, sampling, variant: str, steps: int
 def count_generate(policy, rows, sampling, k: int = 2, steps: int = 128, seed: int = 0) -> dict:
     """transformers' ``generate`` on the plain model (LoRA merged, peft unwrapped): per step = (a run of
     ``k + 1`` new tokens - a run of 1) / ``k`` for every count, and for the seconds (``steps + 1`` - 1)."""
-    from ..glm_image import unwrap_ar
+    from ..model.glm_image import unwrap_ar
     from ..rollout.merged_lora import BaseCopy, lora_merged
     from .decode_timing import hf_generate
 
@@ -354,7 +354,7 @@ def setup(layers: int, group_size: int, size: int, lora_r: int = 16, seed: int =
     LoRA of rank ``r`` (glm_grpo_ds/commands/decode_timing.py's ``build_policy``: random weights, ``lora_B``
     random), ``group_size`` rows of one prompt at ``size``², the policy distribution uncut."""
     from ..config import SamplingConfig
-    from ..rollout.sampler import prepare_rows
+    from ..rollout.generate import prepare_rows
     from .decode_timing import PROMPT, build_policy
 
     device = device or torch.device("cpu")

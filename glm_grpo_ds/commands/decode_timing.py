@@ -106,8 +106,8 @@ def build_policy(tiny: bool, layers: int | None, r: int, device: torch.device, s
     ``lora_B`` random (peft starts it at zero, which would make merging a no-op)."""
     from peft import get_peft_model
 
-    from ..adapters import peft_lora_config
     from ..config.sections import LoraConfig
+    from ..model.adapters import peft_lora_config
     from ..testing.tiny import build_processor
 
     policy = get_peft_model(build_ar(tiny, layers, device, seed), peft_lora_config(LoraConfig(r=r, alpha=2 * r)))
@@ -213,7 +213,7 @@ def hf_generate_ms(policy, rows, sampling, steps: int, seed: int) -> float:
     """ms per decode step of transformers' ``generate`` on the merged model: (steps+1 tokens - 1 token) / steps,
     each the fastest of 3 calls after a warm-up call: a difference of two single timings went negative on a loaded
     CPU with the tiny model (4 steps of ~5 ms against the scheduler's noise)."""
-    from ..glm_image import unwrap_ar
+    from ..model.glm_image import unwrap_ar
     from ..rollout.merged_lora import BaseCopy, lora_merged
 
     device = rows["input_ids"].device
@@ -233,7 +233,7 @@ def hf_generate_ms(policy, rows, sampling, steps: int, seed: int) -> float:
 def step_bytes(policy, state_rows: int, cache_slots: int) -> int:
     """Bytes one decode step must read at least: every language-model and lm_head weight (merged: the plain
     model's) and the whole static KV cache."""
-    from ..glm_image import unwrap_ar
+    from ..model.glm_image import unwrap_ar
 
     ar = unwrap_ar(policy)
     weights = sum(
@@ -250,7 +250,7 @@ def step_bytes(policy, state_rows: int, cache_slots: int) -> int:
 def measure(a) -> dict:
     from ..config import SamplingConfig
     from ..rollout.decode_loop import cache_slots
-    from ..rollout.sampler import prepare_rows
+    from ..rollout.generate import prepare_rows
     from .verify_logprobs import VerifyConfig
 
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))

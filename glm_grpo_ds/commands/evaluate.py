@@ -446,11 +446,11 @@ def start_line(models: int, prompts: int, k: int, cfg, decode) -> str:
 
 def run(a) -> dict | None:
     """The evaluation (collective under the launcher): evaluate.json's content on rank 0, None on the others."""
-    from ..adapters import find_adapter
     from ..decoder import ImageDecoder, resolve_settings
     from ..evaluation.paired import BASE, evaluate_models
     from ..experience import ExperienceMaker
-    from ..policy import load_for_sampling
+    from ..model.adapters import find_adapter
+    from ..model.policy import load_for_sampling
     from ..rewards import build_rewards
     from ..rollout.backends import ModelSampler
     from ..runtime.progress_count import Count

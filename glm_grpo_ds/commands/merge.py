@@ -10,7 +10,7 @@ checkpoint's ZeRO shards - which is also how full fine-tuning checkpoints become
 output is a complete ``GlmImagePipeline`` directory: the AR (``vision_language_encoder/``) with the
 adapter merged into its weights, every other component copied unchanged, so
 ``GlmImagePipeline.from_pretrained(OUT)`` works as for the base model. ``--base`` is a pipeline
-directory or a Hub id (glm_grpo_ds/model_source.py: read from the Hugging Face cache, downloaded once
+directory or a Hub id (glm_grpo_ds/model/source.py: read from the Hugging Face cache, downloaded once
 unless HF_HUB_OFFLINE=1). The merged AR is written in bf16 by default, the dtype GLM-Image is released
 and trained in (fp32 doubles its size; the merge itself is computed in fp32 either way).
 
@@ -28,10 +28,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..adapters import check_adapters, find_adapter
-from ..glm_image import AR_DIR, DTYPES
-from ..model_source import resolve_model
-from ..policy import load_ar
+from ..model.adapters import check_adapters, find_adapter
+from ..model.glm_image import AR_DIR, DTYPES
+from ..model.policy import load_ar
+from ..model.source import resolve_model
 from ..runtime.file_modes import follow_umask
 from ..sharing.merged_card import write_merged_card
 from .cli import parser_for
@@ -53,8 +53,8 @@ def _from_checkpoint(model, ckpt: Path):
     if state["lora"]:
         from peft import get_peft_model
 
-        from ..adapters import peft_lora_config
         from ..config import LoraConfig
+        from ..model.adapters import peft_lora_config
 
         model = get_peft_model(model, peft_lora_config(LoraConfig(**state["config"]["lora"])))
     missing = [k for k in weights if k not in dict(model.named_parameters())]

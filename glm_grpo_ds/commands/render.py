@@ -7,7 +7,7 @@
 Useful to look at a base model, a trained adapter (``--adapter``: loaded into the pipeline's
 ``vision_language_encoder`` with ``load_adapter``, not merged; the images equal those of the
 ``glm-grpo merge`` output for the same seeds), a merged model, or the embedded tiny model. ``--model``
-is a pipeline directory or a Hub id (glm_grpo_ds/model_source.py). Writes ``<out>/000.png``, ``001.png``,
+is a pipeline directory or a Hub id (glm_grpo_ds/model/source.py). Writes ``<out>/000.png``, ``001.png``,
 ... (prompt i with seed ``--seed`` + i) and ``<out>/index.jsonl`` (one line per image: file, prompt, seed,
 size, steps, guidance, model, adapter), and prints the paths. An ``--out`` holding an earlier render's images is
 refused (one line) unless ``--overwrite``, which deletes them first, so ``index.jsonl`` always describes the
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and (value <= 0 or value % 32):
             print(f"glm-grpo render: {name} {value} must be a positive multiple of 32", file=sys.stderr)
             return 2
-    from ..adapters import find_adapter
-    from ..model_source import resolve_model
+    from ..model.adapters import find_adapter
+    from ..model.source import resolve_model
 
     try:
         source = resolve_model(args.model, args.revision, flag="--model", revision_flag="--revision")
@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     settings.update({k: own_defaults[k] for k in taken})
 
     from ..data.rows import DataError
-    from ..glm_image import load_processor
-    from ..token_ids import check_token_ids, embedding_rows
+    from ..model.glm_image import load_processor
+    from ..model.token_ids import check_token_ids, embedding_rows
 
     try:  # before the weights load: a prompt the AR cannot embed is one line, not an IndexError mid-render
         rows = embedding_rows(model)
@@ -162,12 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from diffusers import GlmImagePipeline
 
-    from ..glm_image import resolve_dtype
+    from ..model.glm_image import resolve_dtype
 
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     pipe = GlmImagePipeline.from_pretrained(model, dtype=resolve_dtype(args.dtype, device.type == "cuda"))
     if adapter is not None:
-        from ..adapters import check_adapters
+        from ..model.adapters import check_adapters
 
         try:  # a shape that does not fit: one line, before peft's traceback; another base: a warning
             warning = check_adapters([str(adapter)], pipe.vision_language_encoder, source.adapter_base())[0]

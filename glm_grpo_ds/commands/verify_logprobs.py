@@ -9,8 +9,8 @@ Run it on your install, attention kernel and model before spending GPU hours:
     glm-grpo verify-logprobs --model zai-org/GLM-Image --dtype bf16 --attn flash_attention_2 --height 1024 --width 1024
     glm-grpo verify-logprobs --model outputs/tiny --dtype bf16 --top-k 3 --top-p 0.5 --temperature 0.7
 
-``--model`` is a pipeline directory or a Hub id (glm_grpo_ds/model_source.py; ``--revision`` pins it).
-Sampling defaults to the model's own settings (see glm_grpo_ds/glm_image.py ``resolve_sampling``). The
+``--model`` is a pipeline directory or a Hub id (glm_grpo_ds/model/source.py; ``--revision`` pins it).
+Sampling defaults to the model's own settings (see glm_grpo_ds/model/glm_image.py ``resolve_sampling``). The
 log-probs compared are under the policy distribution (codebook mask + temperature), also when top-k /
 top-p cut the draw (glm_grpo_ds/sampling.py says why); a sampled token with a non-finite teacher-forced
 log-prob fails the check.
@@ -97,7 +97,7 @@ def run(
     number of sampled tokens whose teacher-forced log-prob is not finite, and the sampling used."""
     import torch
 
-    from ..policy import load_for_sampling
+    from ..model.policy import load_for_sampling
 
     device = torch.device(
         "cuda"

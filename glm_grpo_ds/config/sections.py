@@ -8,8 +8,8 @@ from typing import Literal
 
 from ..advantages import COMBINATIONS, ESTIMATORS
 from ..grpo import AGGREGATIONS, IMPORTANCE_LEVELS, SAMPLER_CORRECTIONS
-from ..observability.alarms import RuleError, parse_rules
-from ..observability.image_stats import NEEDS_DISTANCE, STATISTICS
+from ..monitoring.alarms import RuleError, parse_rules
+from ..monitoring.image_stats import NEEDS_DISTANCE, STATISTICS
 from .fields import Dtype, choice_problems, setting
 
 
@@ -174,7 +174,7 @@ class ModelConfig:
         "The GlmImagePipeline (required): a local directory (AR in vision_language_encoder/, processor, DiT, VAE, "
         "glyph encoder), used as is, or a Hugging Face Hub id such as zai-org/GLM-Image, downloaded once into the "
         "Hugging Face cache (HF_HOME / HF_HUB_CACHE; rank 0 downloads, the other ranks wait) and read from it after; "
-        "with HF_HUB_OFFLINE=1 the cache only (glm_grpo_ds/model_source.py).",
+        "with HF_HUB_OFFLINE=1 the cache only (glm_grpo_ds/model/source.py).",
     )
     revision: str | None = setting(
         None,
@@ -428,7 +428,7 @@ class RolloutConfig:
     adapters_in_model_dtype: bool = setting(
         False,
         "LoRA: sample with the adapters cast to the model dtype (bf16) for the rollout; the trainer's passes keep "
-        "peft's fp32 adapters, restored bitwise after each rollout (glm_grpo_ds/adapters.py "
+        "peft's fp32 adapters, restored bitwise after each rollout (glm_grpo_ds/model/adapters.py "
         "adapters_in_base_dtype). Saves each adapted linear's fp32 casts and matmuls per token; the sampler then "
         "draws from adapters rounded to bf16 (the mismatch/* metrics show it; grpo.sampler_correction corrects "
         "it). No effect in fp32, under ZeRO-1/2 (DeepSpeed casts the adapters itself) or with "
@@ -620,7 +620,7 @@ DEFAULT_ALARMS = ("dark_fraction > start + 0.25", "bright_fraction > start + 0.2
 
 @dataclass
 class MonitorConfig:
-    """What the images become beyond their reward (glm_grpo_ds/observability/image_stats.py, alarms.py)."""
+    """What the images become beyond their reward (glm_grpo_ds/monitoring/image_stats.py, alarms.py)."""
 
     statistics: list[str] = setting(
         help="The image statistics logged at every step and evaluation as images/<name> (and images/<name>_spread, "

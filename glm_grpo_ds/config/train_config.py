@@ -64,8 +64,8 @@ class TrainConfig:
     max_steps: int = setting(100, "Training steps (one rollout and grpo.num_iterations updates each), >= 1.")
     seed: int = setting(
         42,
-        "Base seed of the run's random streams (sampling, data order; glm_grpo_ds/seeding.py); the decoder noise "
-        "and the evaluation have seeds of their own (decoder.seed, eval.seed).",
+        "Base seed of the run's random streams (sampling, data order; glm_grpo_ds/runtime/seeding.py); the decoder "
+        "noise and the evaluation have seeds of their own (decoder.seed, eval.seed).",
     )
     save_steps: int = setting(0, "Checkpoint every N steps (0 = never); see glm_grpo_ds/lifecycle/checkpoint.py.")
     save_total_limit: int = setting(

@@ -17,7 +17,7 @@ Sources (:func:`load_prompts`; docs/configuration.md#data):
 may be a path or an image stored in the dataset. Either way the rows stay on disk (a CVTG-2K file, one JSON
 document of at most a few hundred entries, is the exception): ``load_prompts``
 checks every row once and returns :class:`PromptRows`, which reads a row when it is indexed, and
-:class:`PromptSampler` (data/sampler.py) draws row numbers, so a rank's memory stays flat as the
+:class:`PromptOrder` (data/prompt_order.py) draws row numbers, so a rank's memory stays flat as the
 prompt set grows (``python benchmarks/bench_data.py`` measures it).
 """
 
@@ -30,11 +30,11 @@ from ..runtime import run_log
 from .cvtg import read_cvtg
 from .hub import hub_snapshot, in_rank_order, looks_like_hub_id
 from .lines import LineFile
+from .prompt_order import PromptOrder
 from .rows import DataError, DatasetImage, PromptRow, PromptRows
-from .sampler import PromptSampler
 from .tables import FILE_BUILDERS, TableRows, load_table
 
-__all__ = ["DataError", "DatasetImage", "PromptRow", "PromptRows", "PromptSampler", "check_source", "load_prompts"]
+__all__ = ["DataError", "DatasetImage", "PromptRow", "PromptRows", "PromptOrder", "check_source", "load_prompts"]
 
 LINE_SUFFIXES = (".txt", ".jsonl")
 FROM_DATA = "from data"  # split / revision default: the data section's (eval passes its own, None included)

@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from ..registries import Registry
+from ..runtime.registries import Registry
 
 # name -> fn(dir, model name, rows of a batch, images [P * K, 3, H, W] in [0, 1], K) -> the files written
 EXPORTERS: Registry[Callable] = Registry("export layout")

@@ -132,7 +132,7 @@ def reward_section(name: str, s: dict) -> str:
 
 
 def statistics_section(name: str, stats: dict) -> str:
-    from ..observability.image_stats import STATISTICS
+    from ..monitoring.image_stats import STATISTICS
 
     rows = [
         [html.escape(stat), html.escape(STATISTICS.get(stat, "")), (_num(r["base"]), "num"), (_num(r["model"]), "num"),

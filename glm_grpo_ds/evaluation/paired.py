@@ -9,7 +9,7 @@ rolled out ``batch_prompts`` at a time, each prompt with its own generator, so a
 on which prompts share its batch.
 
 The adapters are loaded side by side into one peft model over one copy of the base AR
-(glm_grpo_ds/policy.py ``load_for_sampling``); the base is the same model with its adapters disabled. Each batch
+(glm_grpo_ds/model/policy.py ``load_for_sampling``); the base is the same model with its adapters disabled. Each batch
 goes through the one experience path (glm_grpo_ds/experience.py ``ExperienceMaker.collect`` with a
 ``ModelSampler``), so the decode settings, streamed rewards and the rollout options are training's.
 
@@ -52,7 +52,7 @@ def prompt_statistics(images: torch.Tensor, prompts: int, k: int, distance=None)
     """Every image statistic of ``images`` ``[prompts * K, 3, H, W]`` (a prompt's K samples in a row) as
     ``{name: [prompts, K]}``, the group statistics as ``[prompts, 1]``, float64 on the CPU; ``lpips_diversity``
     with a ``distance`` (the lpips reward's, ``RewardSet.pair_distance``)."""
-    from ..observability.image_stats import group_diversity, image_statistics
+    from ..monitoring.image_stats import group_diversity, image_statistics
 
     per_image = {name: v.view(prompts, k) for name, v in image_statistics(images).items()}
     per_group = {name: v.view(prompts, 1) for name, v in group_diversity(images, k, None, distance).items()}

@@ -67,7 +67,7 @@ def alarm_lines(alarms: dict[str, dict | None]) -> list[str]:
         elif not found["fired"]:
             lines.append(f"{head}: none fired during training (rules: {'; '.join(found['rules']) or 'none'})")
         else:
-            from ..observability.alarms import describe
+            from ..monitoring.alarms import describe
 
             lines += [f"{head}: {describe(a)} ({found['file']})" for a in found["fired"]]
     return lines

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..seeding import derive_seed
+from ..runtime.seeding import derive_seed
 
 # recorded in glm-grpo evaluate's settings: a stored batch sampled under another scheme is not reused
 SCHEME = "eval-rollout/eval-decode"

@@ -6,8 +6,9 @@ tests/unit/test_run_life.py, the rest by the training runs of tests/integration 
 
     start = decide_start(out, resume_path, cfg, world, zero_stage, data_fingerprint, rank)
     life = RunLife(cfg, out, start, rank, world, zero_stage, data_fingerprint, publisher, later)
-    life.tidy(); dist.barrier(); step, skipped = life.restore(engine, sampler)
-    ... life.save_checkpoint(engine, sampler, step, skipped) ... life.stop_if_asked(...) ... life.save_final(engine)
+    life.tidy(); dist.barrier(); step, skipped = life.restore(engine, prompt_order)
+    ... life.save_checkpoint(engine, prompt_order, step, skipped) ... life.stop_if_asked(...)
+    ... life.save_final(engine)
 """
 
 from __future__ import annotations
@@ -89,15 +90,15 @@ class RunLife:
             for line in resume.set_aside_final(self.out, self.start.step, self.cfg.max_steps):
                 log.info(line)
 
-    def restore(self, engine, sampler) -> tuple[int, int]:
-        """Load the checkpoint chosen at the start into ``engine`` and ``sampler`` (collective): (the step
+    def restore(self, engine, prompt_order) -> tuple[int, int]:
+        """Load the checkpoint chosen at the start into ``engine`` and ``prompt_order`` (collective): (the step
         it is at, the optimizer updates skipped so far); (0, 0) for a fresh run."""
         if self.start.checkpoint is None:
             return 0, 0
         path, cfg = self.start.checkpoint, self.cfg
         state, lr = checkpoint.load(engine, path, self.rank, self.world, self.zero_stage, cfg.optimizer)
         self.run_id = state.get("run_id")  # None for checkpoints written before run ids
-        sampler.load_state(state["sampler"])
+        prompt_order.load_state(state["sampler"])  # the key checkpoints have always had
         log.info(f"glm-grpo: resumed from {path} at step {int(state['step'])}")
         if any(key.startswith("optimizer.") or key == "max_steps" for key in self.start.changes):
             log.info(
@@ -107,13 +108,13 @@ class RunLife:
             )
         return int(state["step"]), int(state.get("skipped_steps", 0))
 
-    def save_checkpoint(self, engine, sampler, step: int, skipped_steps: int) -> Path:
+    def save_checkpoint(self, engine, prompt_order, step: int, skipped_steps: int) -> Path:
         """Checkpoint ``step`` (collective), its adapter's model card; its path."""
         state = {
             "step": step,
             "run_id": self.run_id,
             "skipped_steps": skipped_steps,
-            "sampler": sampler.state(),
+            "sampler": prompt_order.state(),
             "data": self.data,
             "world_size": self.world,
             "zero_stage": self.zero_stage,

@@ -155,7 +155,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     ``cfg`` = TrainConfig, ``ds_raw`` = the ds_configs JSON as read, ``est`` = EstimateConfig.
     """
     from ..ds.ds_config import fill_ds_config, offloads
-    from ..glm_image import resolve_dtype
+    from ..model.glm_image import resolve_dtype
 
     sizes = sizes or model_sizes(cfg)
     world = est.num_gpus * est.num_nodes

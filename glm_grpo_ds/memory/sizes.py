@@ -2,7 +2,7 @@
 model configs alone: ``model.path`` when it is a pipeline directory or a Hub id the Hugging Face cache holds
 (never downloaded here), else the real GLM-Image sizes below. The models are built on the ``meta`` device,
 so the counts (and the per-tensor ZeRO-3 partitioning) are exact and cost no memory; the trainable set is
-made by the trainer's own :func:`glm_grpo_ds.policy.make_trainable`.
+made by the trainer's own :func:`glm_grpo_ds.model.policy.make_trainable`.
 """
 
 from __future__ import annotations
@@ -73,14 +73,15 @@ def model_sizes(cfg) -> Sizes:
     from diffusers import AutoencoderKL, GlmImageTransformer2DModel
     from transformers import GlmImageConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
 
-    from ..model_source import cached_model_dir
-    from ..policy import make_trainable
+    from ..model.glm_image import AR_DIR
+    from ..model.policy import make_trainable
+    from ..model.source import cached_model_dir
 
     # a Hub id counts when the Hugging Face cache holds it; the planner never downloads
     root = cached_model_dir(cfg.model.path, cfg.model.revision) if cfg.model.path else None
-    local = root is not None and (root / "vision_language_encoder" / "config.json").is_file()
+    local = root is not None and (root / AR_DIR / "config.json").is_file()
     if local:
-        ar_cfg = GlmImageConfig.from_pretrained(root / "vision_language_encoder")
+        ar_cfg = GlmImageConfig.from_pretrained(root / AR_DIR)
         dit_cfg = GlmImageTransformer2DModel.load_config(root / "transformer")
         vae_cfg = AutoencoderKL.load_config(root / "vae")
         glyph_cfg = T5Config.from_pretrained(root / "text_encoder")

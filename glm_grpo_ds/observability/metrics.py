@@ -186,7 +186,7 @@ def image_record(
     given (the evaluation's padding dropped), and ``time/image_stats`` (this rank's computation). ``distance``:
     the lpips reward's (``RewardSet.pair_distance``), for ``lpips_diversity``, left out without one. ``{}`` when
     ``names`` is empty (monitor.statistics: [])."""
-    from .image_stats import computable, sample_table, summarize
+    from ..monitoring.image_stats import computable, sample_table, summarize
 
     names = computable(names, distance)
     if not names:
@@ -217,7 +217,7 @@ def fired_alarms(run: Path, step: int | None = None) -> dict | None:
     ``fired`` being :func:`alarms.replay` of those rules over those records (per rule that fired: the statistic,
     the first step with its value and bound, the steps it held at, whether it held at the end); None when neither
     file holds image statistics."""
-    from .alarms import RuleError, parse_rules, replay
+    from ..monitoring.alarms import RuleError, parse_rules, replay
 
     monitored = [
         (path, prefix, records)

@@ -1,6 +1,5 @@
 """The startup summary rank 0 prints (world size, ZeRO stage, trainable parameters, batch, sampling) and
-the memory plan of the run, written to ``output_dir/memory_plan.json``; the plan also places
-rollout.merge_lora's copy of the base weights when ``rollout.merge_copy`` is ``auto`` (:func:`resolve_merge_copy`)."""
+the run's memory plan (made by glm_grpo_ds/memory/startup.py), written to ``output_dir/memory_plan.json``."""
 
 from __future__ import annotations
 
@@ -9,27 +8,10 @@ import json
 import os
 from pathlib import Path
 
-import torch
-
 from ..ds.ds_config import zero_stage
-from ..memory.plan import GIB, EstimateConfig, plan
 from ..runtime import log
 
-
-def startup_plan(cfg, ds_config_raw: dict, world: int, device: torch.device) -> dict:
-    """The planner's figure for this very run, against this GPU's memory (CPU ranks: the planner's default)."""
-    est = EstimateConfig(num_gpus=world, num_nodes=1, device=device.type)
-    if device.type == "cuda":
-        est.gpu_memory_gb = torch.cuda.get_device_properties(device).total_memory / GIB
-    return plan(cfg, ds_config_raw, est)
-
-
-def resolve_merge_copy(cfg, planned: dict) -> None:
-    """``rollout.merge_copy=auto`` becomes the plan's placement ("device" or "host"), in ``cfg`` itself, before the
-    first rollout makes the copy (experience.py reads it); unchanged when the run keeps no copy."""
-    placement = planned["merge_copy"]["placement"]
-    if cfg.rollout.merge_copy == "auto" and placement is not None:
-        cfg.rollout = dataclasses.replace(cfg.rollout, merge_copy=placement)
+GIB = 2**30
 
 
 def merge_copy_line(cfg, planned: dict, on_gpu: bool) -> str | None:

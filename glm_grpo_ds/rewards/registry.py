@@ -10,8 +10,8 @@ from typing import Callable
 
 import torch
 
-from ..registries import Registry
 from ..runtime import log, run_log
+from ..runtime.registries import Registry
 from .base import SampleNeed
 
 

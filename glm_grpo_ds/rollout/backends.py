@@ -28,13 +28,13 @@ from typing import Protocol
 
 import torch
 
-from ..adapters import adapters_in_base_dtype
 from ..ds import engine as ds_engine
+from ..model.adapters import adapters_in_base_dtype
 from .batch import RolloutBatch
 from .decode_loop import LoopOptions
 from .fused_lora import lora_fused
+from .generate import rollout
 from .merged_lora import BaseCopy, lora_merged
-from .sampler import rollout
 
 
 @dataclass

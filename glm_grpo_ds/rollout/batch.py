@@ -1,6 +1,6 @@
 """What a rollout returns: the token grids' sizes (:class:`GridSpec`) and the sampled sequences with their
 log-probs (:class:`RolloutBatch`), plus the nearest upsampling that turns a target grid into the DiT's prior
-tokens. Written by glm_grpo_ds/rollout/sampler.py, read by the trainer (glm_grpo_ds/logprobs.py, update.py).
+tokens. Written by glm_grpo_ds/rollout/generate.py, read by the trainer (glm_grpo_ds/logprobs.py, update.py).
 """
 
 from __future__ import annotations

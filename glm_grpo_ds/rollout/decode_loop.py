@@ -4,7 +4,7 @@
     ids, logps = decode_tokens(..., LoopOptions(compile=True))       # the decode step through torch.compile
     ids, logps = decode_tokens(..., LoopOptions(cuda_graph=True))    # captured once, replayed per token (CUDA)
 
-Called by :func:`glm_grpo_ds.rollout.rollout` (glm_grpo_ds/rollout/sampler.py; see there for the positions).
+Called by :func:`glm_grpo_ds.rollout.rollout` (glm_grpo_ds/rollout/generate.py; see there for the positions).
 Why it looks like this: a decode step of a 9B model on a GPU, or of any model on a CPU at small widths, is bound
 by per-step overhead (kernel launches, Python, growing tensors), not by its matmuls. So everything that changes
 shape is fixed before the loop:
@@ -43,7 +43,7 @@ from functools import partial
 import torch
 
 from ..config import SamplingConfig
-from ..glm_image import ar_parts
+from ..model.glm_image import ar_parts
 from ..sampling import draw_distribution, draw_ids, policy_logits, race_noise
 from .decode_attention import decode_attention
 from .step_graph import ReplayedStep, compiled_layers, replayed_step, report_setup

@@ -1,6 +1,6 @@
 """Running the decode loop's step without Python per token: a captured CUDA graph, and regional compilation.
 
-    run = replayed_step(lambda: step(*state.args()), device)   # CUDA: warm up, capture once, then replay
+    run = replayed_step(partial(_step, lm, lm_head, codebook, settings, state), device)  # warm up, capture, replay
     for k in range(n):
         run()
 

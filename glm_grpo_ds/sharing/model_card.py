@@ -32,7 +32,8 @@ import shutil
 from pathlib import Path
 
 from ..config.fields import is_repo_id
-from ..observability.alarms import describe
+from ..model.glm_image import AR_DIR
+from ..monitoring.alarms import describe
 from ..observability.metrics import fired_alarms, read_metrics
 from ..observability.plot import PLOT_NAME, plot_training
 from ..runtime.versions import NOT_INSTALLED
@@ -41,7 +42,6 @@ CARD = "README.md"
 TAG = "glm-grpo-ds"  # marks a card this module wrote (a peft or other card is replaced, ours kept)
 TAGS = ["glm-image", "grpo", "text-to-image"]
 WINDOW = 10  # steps averaged for the "last steps" training reward (a single step's reward is noisy)
-AR_DIR = "vision_language_encoder"
 CHECKPOINT_PREFIX = "checkpoints"  # checkpoints/step_N/ in the Hub repo, as in output_dir
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from ..memory.sizes import BUILTIN_DIT, BUILTIN_GLYPH, BUILTIN_VAE
+from ..model.glm_image import AR_DIR
 from .tiny import _CHARS, REAL_ROPE
 
 VISION_VOCAB_SIZE = 16512  # lm_head rows; ids 0..16 383 are the codebook
@@ -124,7 +125,7 @@ def source_configs(source: str, revision: str | None = None) -> dict:
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
     from transformers import GlmImageConfig, T5Config
 
-    from ..model_source import cached_model_dir
+    from ..model.source import cached_model_dir
 
     root = cached_model_dir(source, revision)
     if root is None:
@@ -133,7 +134,7 @@ def source_configs(source: str, revision: str | None = None) -> dict:
             "(nothing is downloaded here): give a directory, or fetch the configs with "
             f'hf download {source} --include "*.json"'
         )
-    ar = GlmImageConfig.from_pretrained(root / "vision_language_encoder")
+    ar = GlmImageConfig.from_pretrained(root / AR_DIR)
     ids = {
         "text_config.vocab_size": (ar.text_config.vocab_size, TEXT_VOCAB_SIZE),
         "text_config.vision_vocab_size": (ar.text_config.vision_vocab_size, VISION_VOCAB_SIZE),
@@ -246,7 +247,7 @@ def _slice_components(ar_layers: int, dit_layers: int, seed: int, configs: dict 
         "tokenizer": ByT5Tokenizer(),
         "processor": build_slice_processor(),
         "text_encoder": text_encoder,
-        "vision_language_encoder": ar,
+        AR_DIR: ar,
         "vae": vae,
         "transformer": transformer,
         "scheduler": scheduler,
@@ -260,7 +261,7 @@ def write_slice_configs(out_dir: str | os.PathLike, ar_layers: int = 1, dit_laye
     from transformers import T5Config
 
     out = Path(out_dir)
-    slice_ar_config(ar_layers).save_pretrained(out / "vision_language_encoder")
+    slice_ar_config(ar_layers).save_pretrained(out / AR_DIR)
     with torch.device("meta"):
         GlmImageTransformer2DModel(**{**BUILTIN_DIT, "num_layers": dit_layers}).save_config(out / "transformer")
         vae = AutoencoderKL(

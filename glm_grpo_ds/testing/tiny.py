@@ -45,6 +45,8 @@ from pathlib import Path
 
 import torch
 
+from ..model.glm_image import AR_DIR
+
 CODEBOOK_SIZE = 16
 PRIOR_EMBED_GAIN = 30.0
 IMAGE_START_ID = CODEBOOK_SIZE
@@ -249,7 +251,7 @@ def build_tiny_components(seed: int = 0, full_size_ar: bool = False, words: tupl
         "tokenizer": glyph_tokenizer,
         "processor": processor,
         "text_encoder": text_encoder,
-        "vision_language_encoder": ar,
+        AR_DIR: ar,
         "vae": vae,
         "transformer": transformer,
         "scheduler": scheduler,
@@ -272,7 +274,7 @@ def lora_policy(model_dir, dtype: torch.dtype = torch.float32, b_std: float = 0.
     its own (its name's length), so the adapters change the logits (peft starts B at zero; ``b_std`` 0 keeps
     that): the policy of the rollout, adapter-dtype and evaluate tests and of benchmarks/sampler_gap.py."""
     from ..config import LoraConfig
-    from ..policy import load_policy
+    from ..model.policy import load_policy
 
     model = load_policy(model_dir, dtype, "sdpa", LoraConfig(r=4, alpha=8), False)
     if b_std:

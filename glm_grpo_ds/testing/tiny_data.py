@@ -49,7 +49,7 @@ def write_tiny_dataset(
 ) -> Path:
     from ..decoder import ImageDecoder
     from ..rollout import upsample_grid
-    from ..seeding import decoder_seed
+    from ..runtime.seeding import decoder_seed
 
     if not 0 <= TARGET_TOKEN < CODEBOOK_SIZE:
         raise ValueError("TARGET_TOKEN must be a codebook id")

@@ -56,6 +56,7 @@ from pathlib import Path
 
 import torch
 
+from ..model.glm_image import AR_DIR
 from ..rewards.colour_layout import CELL, COLOURS, best_reward
 from .tiny import CODEBOOK_SIZE, build_tiny_components, build_vae
 
@@ -227,12 +228,12 @@ def build_world_components(seed: int = 0) -> dict:
     """The tiny pipeline's components (same AR, tokenizers, scheduler) with the world's decoder."""
     parts = build_tiny_components(seed, words=WORLD_WORDS)
     vocab = parts["processor"].tokenizer.get_vocab()
-    _set_prompt_focus(parts["vision_language_encoder"], [vocab[c] for c in COLOURS])
+    _set_prompt_focus(parts[AR_DIR], [vocab[c] for c in COLOURS])
     with torch.no_grad():
         # transformers' init (std 0.02) caps the tiny AR's logits at about +-1.3 after the final norm, and
         # LoRA does not train lm_head: no adapter could make the policy confident. A trained model's head
         # is larger; LM_HEAD_GAIN gives logits of std ~0.8 at init (entropy stays near uniform).
-        parts["vision_language_encoder"].lm_head.weight.mul_(LM_HEAD_GAIN)
+        parts[AR_DIR].lm_head.weight.mul_(LM_HEAD_GAIN)
     _set_dit(parts["transformer"])
     vae = build_vae(block_out_channels=(8, 8, 8, 8))  # equal stages: the residual paths carry the signal
     _set_vae(vae)

@@ -5,9 +5,9 @@ from adapter_files import write_adapter   # a test module in tests/integration/
 
 import torch
 
-from glm_grpo_ds.adapters import peft_lora_config
 from glm_grpo_ds.config import LoraConfig
-from glm_grpo_ds.policy import load_ar
+from glm_grpo_ds.model.adapters import peft_lora_config
+from glm_grpo_ds.model.policy import load_ar
 
 
 def write_adapter(base_dir, out, seed=0, **lora):

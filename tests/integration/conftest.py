@@ -62,7 +62,7 @@ def short_run_stderr(short_run):
 # own fixture.
 @pytest.fixture(scope="module")
 def processor(tiny_model_dir):
-    from glm_grpo_ds.glm_image import load_processor
+    from glm_grpo_ds.model.glm_image import load_processor
 
     return load_processor(tiny_model_dir)
 

@@ -24,7 +24,7 @@ if args.rank1_cache and os.environ.get("RANK") == "1":
 
 from glm_grpo_ds.ds import dist  # noqa: E402
 from glm_grpo_ds.ds import engine as ds_engine  # noqa: E402
-from glm_grpo_ds.model_source import ModelSourceError, resolve_for_training  # noqa: E402
+from glm_grpo_ds.model.source import ModelSourceError, resolve_for_training  # noqa: E402
 
 rank = ds_engine.init_distributed()[0]
 out = Path(args.out) / f"rank{rank}.json"

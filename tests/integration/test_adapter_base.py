@@ -1,8 +1,8 @@
-"""An adapter checked against the model it is loaded onto, by every command that loads one (glm_grpo_ds/adapters.py
-``check_adapters``): a weight whose shape does not fit is one line and exit 2 (naming the tensor and both shapes,
-before peft's traceback); a base other than the one the adapter records is a one-line warning, and evaluate marks
-its row. On the tiny GLM-Image: "another base" is a copy of it at another path (same shapes), "does not fit" an
-adapter with one LoRA A of another width."""
+"""An adapter checked against the model it is loaded onto, by every command that loads one
+(glm_grpo_ds/model/adapters.py ``check_adapters``): a weight whose shape does not fit is one line and exit 2 (naming
+the tensor and both shapes, before peft's traceback); a base other than the one the adapter records is a one-line
+warning, and evaluate marks its row. On the tiny GLM-Image: "another base" is a copy of it at another path (same
+shapes), "does not fit" an adapter with one LoRA A of another width."""
 
 import json
 import logging
@@ -15,9 +15,9 @@ from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 from launching import CONFIG, common  # noqa: E402  (tests/integration/launching.py)
 from safetensors.torch import load_file, save_file
 
-from glm_grpo_ds.adapters import ADAPTER_WEIGHTS, other_base
 from glm_grpo_ds.config import LoraConfig
-from glm_grpo_ds.model_source import resolve_model
+from glm_grpo_ds.model.adapters import ADAPTER_WEIGHTS, other_base
+from glm_grpo_ds.model.source import resolve_model
 
 FAST = ["rollout.height=64", "rollout.width=64", "eval.num_inference_steps=1", "eval.guidance_scale=1.0"]
 WIDE = "base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_A.weight"
@@ -105,7 +105,7 @@ def test_decode_agreement_refuses_a_misfit(adapters, tiny_model_dir, data64, tmp
 
 
 def test_lora_init_from_warns_of_another_base(adapters, caplog):
-    from glm_grpo_ds.policy import load_policy
+    from glm_grpo_ds.model.policy import load_policy
 
     adapter, other, _, _ = adapters
     source = resolve_model(str(other))

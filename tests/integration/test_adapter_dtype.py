@@ -1,8 +1,8 @@
-"""``rollout.adapters_in_model_dtype`` (glm_grpo_ds/adapters.py ``adapters_in_base_dtype``) on the tiny GLM-Image in
-bf16 with LoRA: peft's fp32 adapters are cast to bf16 for the rollout only, the rollout then samples exactly what a
-model with bf16 adapters samples, and afterwards the very same fp32 tensors are back, bitwise; the training rollout
-(the engine sampler, glm_grpo_ds/rollout/backends.py) casts for the rollout and not for the trainer's passes inside
-its gather."""
+"""``rollout.adapters_in_model_dtype`` (glm_grpo_ds/model/adapters.py ``adapters_in_base_dtype``) on the tiny GLM-Image
+in bf16 with LoRA: peft's fp32 adapters are cast to bf16 for the rollout only, the rollout then samples exactly what
+a model with bf16 adapters samples, and afterwards the very same fp32 tensors are back, bitwise; the training
+rollout (the engine sampler, glm_grpo_ds/rollout/backends.py) casts for the rollout and not for the trainer's passes
+inside its gather."""
 
 import contextlib
 import copy
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from glm_grpo_ds.adapters import adapters_in_base_dtype
 from glm_grpo_ds.config import SamplingConfig, load_config
-from glm_grpo_ds.glm_image import load_processor
+from glm_grpo_ds.model.adapters import adapters_in_base_dtype
+from glm_grpo_ds.model.glm_image import load_processor
 from glm_grpo_ds.rollout import rollout
 from glm_grpo_ds.testing.tiny import lora_policy
 

@@ -1,4 +1,4 @@
-"""Trained adapters in and out (glm_grpo_ds/adapters.py): training from `lora.init_from`, the base model an
+"""Trained adapters in and out (glm_grpo_ds/model/adapters.py): training from `lora.init_from`, the base model an
 adapter records, `glm-grpo render --adapter` against the merged pipeline, merge's bf16 default, and the
 README's diffusers snippet - on the tiny GLM-Image, real peft / diffusers / DeepSpeed."""
 
@@ -15,8 +15,8 @@ import torch
 from adapter_files import write_adapter  # noqa: E402  (tests/integration/adapter_files.py)
 from safetensors.torch import load_file
 
-from glm_grpo_ds.adapters import check_init_adapter, find_adapter
 from glm_grpo_ds.config import ConfigError, LoraConfig
+from glm_grpo_ds.model.adapters import check_init_adapter, find_adapter
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "launch" / "configs" / "tiny_cpu.yaml"
@@ -63,8 +63,8 @@ def test_load_policy_starts_from_the_adapter_and_records_an_absolute_base(
     directory as its base although model.path was relative, so AutoPeftModel loads it from elsewhere."""
     from peft import AutoPeftModel, get_peft_model_state_dict
 
-    from glm_grpo_ds.model_source import resolve_model
-    from glm_grpo_ds.policy import load_policy
+    from glm_grpo_ds.model.policy import load_policy
+    from glm_grpo_ds.model.source import resolve_model
 
     monkeypatch.chdir(tiny_model_dir.parent)
     source = resolve_model(tiny_model_dir.name)

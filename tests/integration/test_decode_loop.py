@@ -10,8 +10,9 @@ import torch
 
 from glm_grpo_ds.config import SamplingConfig
 from glm_grpo_ds.logprobs import completion_logprobs
-from glm_grpo_ds.policy import load_ar
+from glm_grpo_ds.model.policy import load_ar
 from glm_grpo_ds.rollout import rollout
+from glm_grpo_ds.rollout.decode_loop import LoopOptions
 
 PROMPTS = ["a red cube", "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"]
 SAMPLING = SamplingConfig(temperature=0.9, top_k=12, top_p=0.9)  # the cut bites on the 16-id codebook
@@ -20,7 +21,7 @@ G = 8  # 2 prompts x 8 = 16 rows
 
 def sample(policy, processor, compile, seed=0, prompts=PROMPTS, sampling=SAMPLING, generator=None):
     gen = generator if generator is not None else torch.Generator().manual_seed(seed)
-    return rollout(policy, processor, prompts, G, 64, 64, sampling, gen, compile=compile)
+    return rollout(policy, processor, prompts, G, 64, 64, sampling, gen, loop=LoopOptions(compile=compile))
 
 
 def trainer_gap(policy, batch, sampling=SAMPLING) -> float:

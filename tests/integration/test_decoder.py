@@ -57,7 +57,7 @@ def test_image_does_not_depend_on_other_prompts_in_the_batch(decoder):
 
 
 def test_decoder_seeds_and_offload(tiny_model_dir):
-    from glm_grpo_ds.seeding import decoder_seed
+    from glm_grpo_ds.runtime.seeding import decoder_seed
 
     fixed = DecoderConfig(seed=100, fixed_seeds=True)
     assert [decoder_seed(fixed, step, row) for step in (0, 5) for row in (0, 2)] == [100, 102, 100, 102]

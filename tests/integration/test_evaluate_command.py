@@ -122,7 +122,7 @@ def test_the_report_shows_the_protocol_both_tables_and_same_seed_images(evaluate
     """report.html, self-contained: the protocol, the reward and image-statistics tables per adapter, and per
     category each model's first image of every prompt with the same seeds: the zero adapter's are the base's
     pixel for pixel, the noisy adapter's are not all equal to them."""
-    from glm_grpo_ds.observability.image_stats import STATISTICS, computable
+    from glm_grpo_ds.monitoring.image_stats import STATISTICS, computable
 
     result, out, _ = evaluated
     page = Page()

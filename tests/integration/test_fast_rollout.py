@@ -22,12 +22,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from glm_grpo_ds.config import SamplingConfig
-from glm_grpo_ds.glm_image import ar_parts
+from glm_grpo_ds.model.glm_image import ar_parts
 from glm_grpo_ds.rollout import rollout
 from glm_grpo_ds.rollout.decode_attention import decode_attention
 from glm_grpo_ds.rollout.decode_loop import LoopOptions, _step, prefill
+from glm_grpo_ds.rollout.generate import prepare_rows
 from glm_grpo_ds.rollout.merged_lora import BaseCopy, lora_merged
-from glm_grpo_ds.rollout.sampler import prepare_rows
 from glm_grpo_ds.rollout.step_graph import replayed_step
 from glm_grpo_ds.runtime import log
 from glm_grpo_ds.sampling import draw_distribution, draw_ids, policy_logits, race_noise
@@ -46,7 +46,7 @@ def base_weights(policy) -> dict[str, torch.Tensor]:
 def sample(policy, processor, seed=0, merged=False, keep=None, options=False):
     gen = torch.Generator().manual_seed(seed)
     with lora_merged(policy, keep or BaseCopy()) if merged else torch.no_grad():
-        return rollout(policy, processor, PROMPTS, G, 64, 64, SAMPLING, gen, compile=options)
+        return rollout(policy, processor, PROMPTS, G, 64, 64, SAMPLING, gen, loop=options)
 
 
 def test_merged_sampling_restores_the_base_bitwise_and_samples_the_unmerged_policy_in_fp32(policy, processor):
@@ -162,7 +162,7 @@ def test_the_capture_ready_step_is_the_eager_loop_bitwise_at_fixed_addresses_wit
         64,
         SAMPLING,
         torch.Generator().manual_seed(3),
-        compile=LoopOptions(cuda_graph=True),
+        loop=LoopOptions(cuda_graph=True),
     )
     assert torch.equal(batch.completion_ids, ids) and torch.equal(batch.sampler_logps, logps)
 

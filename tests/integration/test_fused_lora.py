@@ -16,7 +16,7 @@ from peft.tuners.lora import Linear as LoraLinear
 
 from glm_grpo_ds.commands import decode_counts as dc
 from glm_grpo_ds.config import SamplingConfig
-from glm_grpo_ds.policy import load_policy
+from glm_grpo_ds.model.policy import load_policy
 from glm_grpo_ds.rollout import rollout
 from glm_grpo_ds.rollout.decode_loop import LoopOptions
 from glm_grpo_ds.rollout.fused_lora import FusedLoraLinear, lora_fused
@@ -41,7 +41,7 @@ def sample(policy, processor, how="peft", options=LoopOptions(), prompts=PROMPTS
     }
     with torch.no_grad(), blocks[how]():
         gen = torch.Generator().manual_seed(0)
-        return rollout(policy, processor, prompts, group_size, 64, 64, SAMPLING, gen, compile=options)
+        return rollout(policy, processor, prompts, group_size, 64, 64, SAMPLING, gen, loop=options)
 
 
 def same_prefix_gap(a, b) -> tuple[torch.Tensor, float]:

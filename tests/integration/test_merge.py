@@ -8,9 +8,9 @@ import torch
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 from launching import run_cmd  # noqa: E402  (tests/integration/launching.py)
 
-from glm_grpo_ds.adapters import lora_target_regex
-from glm_grpo_ds.glm_image import load_processor
-from glm_grpo_ds.policy import load_ar
+from glm_grpo_ds.model.adapters import lora_target_regex
+from glm_grpo_ds.model.glm_image import load_processor
+from glm_grpo_ds.model.policy import load_ar
 from glm_grpo_ds.rollout import build_prompt_inputs, prompt_position_ids
 
 

@@ -1,4 +1,4 @@
-"""Hub ids as model.path / --model / --base (glm_grpo_ds/model_source.py), on a real huggingface_hub cache
+"""Hub ids as model.path / --model / --base (glm_grpo_ds/model/source.py), on a real huggingface_hub cache
 layout holding the tiny pipeline (glm_grpo_ds/testing/hub_cache.py): offline resolution, pinned
 revisions, the one-line error when the cache lacks the model, a training run from a Hub id, and
 that with downloads allowed only the model's resolution talks to the Hub (a local recording server
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from glm_grpo_ds.config.fields import is_repo_id
-from glm_grpo_ds.model_source import ModelSource, ModelSourceError, resolve_model
+from glm_grpo_ds.model.source import ModelSource, ModelSourceError, resolve_model
 from glm_grpo_ds.testing.hub_cache import repo_folder, write_hub_cache
 
 ROOT = Path(__file__).resolve().parents[2]

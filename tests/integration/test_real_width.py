@@ -39,7 +39,7 @@ def test_slice_has_the_real_widths_ids_and_loads_like_the_real_model(slice_dir):
     from safetensors import safe_open
     from transformers import GlmImageConfig
 
-    from glm_grpo_ds.glm_image import check_pipeline_dir, load_processor
+    from glm_grpo_ds.model.glm_image import check_pipeline_dir, load_processor
 
     text = GlmImageConfig.from_pretrained(check_pipeline_dir(slice_dir) / "vision_language_encoder").text_config
     assert (text.hidden_size, text.num_attention_heads, text.num_key_value_heads) == (4096, 32, 2)

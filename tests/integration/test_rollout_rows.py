@@ -34,7 +34,7 @@ def generators():
 
 
 def sample(policy, processor, prompts, gens, options=LoopOptions()):
-    return rollout(policy, processor, prompts, G, 64, 64, SAMPLING, gens, compile=options)
+    return rollout(policy, processor, prompts, G, 64, 64, SAMPLING, gens, loop=options)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from glm_grpo_ds.glm_image import AttentionError, probe_flash_attn, resolve_attn
+from glm_grpo_ds.model.glm_image import AttentionError, probe_flash_attn, resolve_attn
 from glm_grpo_ds.runtime import log
 
 BROKEN = (

@@ -93,12 +93,15 @@ def _top_level_imports(path: Path) -> set[str]:
 
 
 def test_math_modules_import_only_torch():
-    """The loss (grpo.py) and the advantages (advantages.py) import torch, the standard library and the registry
-    helper, which itself imports the standard library only."""
-    assert _top_level_imports(PACKAGE / "registries.py") <= STDLIB
-    for name in ("grpo.py", "advantages.py", "observability/image_stats.py"):
-        names = _top_level_imports(PACKAGE / name)
-        assert names <= STDLIB | {"torch", ".registries"}, (name, names - STDLIB)
+    """The loss (grpo.py), the advantages (advantages.py) and the image statistics import torch, the standard library
+    and of the package only the registry helper (runtime/registries.py), which itself imports the standard library."""
+    assert _top_level_imports(PACKAGE / "runtime" / "registries.py") <= STDLIB
+    for name in ("grpo.py", "advantages.py", "monitoring/image_stats.py"):
+        tree = ast.parse((PACKAGE / name).read_text())
+        outside = {n for n in _top_level_imports(PACKAGE / name) if n not in STDLIB | {"torch"}}
+        package = {n for _, n in _imported(tree) if n.startswith("runtime")} - {"runtime"}
+        assert outside <= {".runtime"}, (name, outside)
+        assert package <= {"runtime.registries", "runtime.registries.Registry"}, (name, package)
 
 
 def test_training_path_does_not_import_commands():
@@ -119,23 +122,24 @@ def test_training_path_does_not_import_commands():
 # prefix (a package and every module in it, unless a module is listed by itself).
 FLOORS = [
     # 0 ground floor: no glm_grpo_ds import but each other (runtime: the process plumbing - logging, probes,
-    # threads, versions; seeds, the registry helper; install: the dependency ranges, the offline wheel bundle)
-    "runtime seeding registries install",
+    # threads, versions, seeds, the registry helper; install: the dependency ranges, the offline wheel bundle)
+    "runtime install",
     # 1 pure torch math: the loss, the advantages, the policy distribution, the image statistics and their alarms
-    "grpo advantages sampling observability.image_stats observability.alarms",
+    "grpo advantages sampling monitoring",
     # 2 configuration, and the only DeepSpeed / torch.distributed toucher
     "config ds",
-    # 3 services of a run: prompt data, rewards, what a run shows, its life on disk, sharing it
-    "data rewards observability lifecycle sharing",
-    # 4 the model: GLM-Image's layout and option resolution, loading the AR and its adapters, rollouts, log-probs,
-    # the decoder, the memory plan
-    "glm_image adapters policy model_source rollout logprobs decoder token_ids memory",
-    # 5 one step's parts (experience, update), evaluation, the startup summary (it prints the memory plan),
+    # 3 services of a run: prompt data, rewards, what a run shows, its life on disk
+    "data rewards observability lifecycle",
+    # 4 the model and its use: GLM-Image's layout, loading the AR and its adapters; rollouts, log-probs, the decoder
+    "model rollout logprobs decoder",
+    # 5 the memory plan (it counts the model the floor below builds)
+    "memory",
+    # 6 one step's parts (experience, update), evaluation, sharing a run (its cards name the model's layout),
     # test instrumentation
-    "experience update evaluation observability.summary testing",
-    # 6 the trainer
+    "experience update evaluation sharing testing",
+    # 7 the trainer
     "train",
-    # 7 the command line
+    # 8 the command line
     "commands __main__",
 ]
 FLOOR = {name: i for i, names in enumerate(FLOORS) for name in names.split()}
@@ -224,20 +228,22 @@ def test_import_graph_has_no_circle():
 
 def test_the_checks_see_a_circle_and_an_upward_arrow():
     graph = _import_graph()
-    assert "glm_grpo_ds.adapters" in graph["glm_grpo_ds.policy"]  # policy imports adapters ...
-    assert "glm_grpo_ds.policy" not in graph["glm_grpo_ds.adapters"]  # ... never the reverse
-    assert _floor("glm_grpo_ds.observability.summary") > _floor("glm_grpo_ds.observability.metrics")
+    assert "glm_grpo_ds.model.adapters" in graph["glm_grpo_ds.model.policy"]  # policy imports adapters ...
+    assert "glm_grpo_ds.model.policy" not in graph["glm_grpo_ds.model.adapters"]  # ... never the reverse
+    assert _floor("glm_grpo_ds.memory.startup") > _floor("glm_grpo_ds.model.policy")
     assert (
         _floor("glm_grpo_ds.train")
-        > _floor("glm_grpo_ds.policy")
+        > _floor("glm_grpo_ds.model.policy")
         > _floor("glm_grpo_ds.grpo")
         > _floor("glm_grpo_ds.runtime.log")
     )
 
 
 def test_the_root_holds_the_data_path_and_the_ground_floor():
+    """data -> rollout -> decoder -> rewards -> advantages -> grpo / update -> lifecycle: the root holds the steps
+    of the data path that are one module each (and the package's two entry files); the rest is in folders."""
     root = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert len(root) <= 25, root
+    assert len(root) <= 11, root
 
 
 def test_test_modules_share_helpers_not_each_other():

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from glm_grpo_ds.data import DataError, PromptSampler, load_prompts
+from glm_grpo_ds.data import DataError, PromptOrder, load_prompts
 
 
 def test_txt_and_jsonl(tmp_path):
@@ -40,7 +40,7 @@ def test_bad_jsonl_names_file_and_line(tmp_path, content, message):
 def test_ranks_get_distinct_prompts_deterministically(tmp_path):
     (tmp_path / "p.txt").write_text("\n".join(f"prompt {i}" for i in range(10)))
     rows = load_prompts(tmp_path / "p.txt")
-    samplers = [PromptSampler(rows, 2, r, 2, seed=3) for r in range(2)]
+    samplers = [PromptOrder(rows, 2, r, 2, seed=3) for r in range(2)]
     seen = []
     for _ in range(5):  # 5 steps x 4 prompts = 2 epochs
         step = [s.next() for s in samplers]
@@ -48,17 +48,17 @@ def test_ranks_get_distinct_prompts_deterministically(tmp_path):
         assert len(set(ids)) == 4  # no two ranks share a prompt in a step
         seen += ids
     assert sorted(seen) == sorted(list(range(10)) * 2)  # every prompt once per epoch
-    again = PromptSampler(rows, 2, 0, 2, seed=3)
-    assert [r.index for r in again.next()] == [r.index for r in PromptSampler(rows, 2, 0, 2, seed=3).next()]
+    again = PromptOrder(rows, 2, 0, 2, seed=3)
+    assert [r.index for r in again.next()] == [r.index for r in PromptOrder(rows, 2, 0, 2, seed=3).next()]
 
 
 def test_sampler_state_roundtrip(tmp_path):
     (tmp_path / "p.txt").write_text("\n".join(f"p{i}" for i in range(7)))
     rows = load_prompts(tmp_path / "p.txt")
-    a = PromptSampler(rows, 1, 0, 3, seed=1)
+    a = PromptOrder(rows, 1, 0, 3, seed=1)
     for _ in range(3):
         a.next()
-    b = PromptSampler(rows, 1, 0, 3, seed=1)
+    b = PromptOrder(rows, 1, 0, 3, seed=1)
     b.load_state(a.state())
     assert [r.index for r in a.next()] == [r.index for r in b.next()]
 
@@ -80,7 +80,7 @@ def test_a_step_across_an_epoch_end_never_repeats_a_prompt_and_resume_keeps_the_
     # step already took; it then takes the next one and the met prompt leads the following step
     (tmp_path / "p.txt").write_text("\n".join(f"p{i}" for i in range(5)))
     rows = load_prompts(tmp_path / "p.txt")
-    s = PromptSampler(rows, 1, 0, 3, seed=0)
+    s = PromptOrder(rows, 1, 0, 3, seed=0)
     seen, deferred_states = [], 0
     for _ in range(200):
         step = [r.index for r in s.next()]
@@ -88,9 +88,9 @@ def test_a_step_across_an_epoch_end_never_repeats_a_prompt_and_resume_keeps_the_
         seen += step
         if s.deferred:
             deferred_states += 1
-            resumed = PromptSampler(rows, 1, 0, 3, seed=0)
+            resumed = PromptOrder(rows, 1, 0, 3, seed=0)
             resumed.load_state(s.state())
-            twin = PromptSampler(rows, 1, 0, 3, seed=0)
+            twin = PromptOrder(rows, 1, 0, 3, seed=0)
             twin.load_state(s.state())
             waiting = list(s.deferred)
             step_after = [r.index for r in resumed.next()]

@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from glm_grpo_ds.config.sections import DataConfig
-from glm_grpo_ds.data import DataError, DatasetImage, PromptRow, PromptSampler, load_prompts
+from glm_grpo_ds.data import DataError, DatasetImage, PromptOrder, PromptRow, load_prompts
 from glm_grpo_ds.rewards import build_reward
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -347,7 +347,7 @@ def test_sampler_order_is_unchanged(tmp_path, n, world, per_rank, seed):
     (tmp_path / "p.txt").write_text("".join(f"p{i}\n\n" for i in range(n)))
     for path in (tmp_path / "p.parquet", tmp_path / "p.txt"):
         rows = load_prompts(path)
-        samplers = [PromptSampler(rows, world, r, per_rank, seed) for r in range(world)]
+        samplers = [PromptOrder(rows, world, r, per_rank, seed) for r in range(world)]
         got = [[row.index for s in samplers for row in s.next()] for _ in range(60)]
         old = _old_order(n, world, per_rank, seed, 60)
         # the same order up to the first step where the old one took a prompt twice (a step across an epoch
@@ -356,7 +356,7 @@ def test_sampler_order_is_unchanged(tmp_path, n, world, per_rank, seed):
         assert got[:first_repeat] == old[:first_repeat]
         assert all(len(set(step)) == len(step) for step in got)
         assert all(rows[i].prompt == f"p{i}" for i in got[-1])
-        resumed = PromptSampler(rows, world, 0, per_rank, seed)
+        resumed = PromptOrder(rows, world, 0, per_rank, seed)
         resumed.load_state(samplers[0].state())
         assert [r.index for r in resumed.next()] == [r.index for r in samplers[0].next()]
 

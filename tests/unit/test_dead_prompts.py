@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from glm_grpo_ds.advantages import COMBINATIONS, ESTIMATORS, combine_advantages, signal_free_groups
-from glm_grpo_ds.data import PromptSampler, load_prompts
+from glm_grpo_ds.data import PromptOrder, load_prompts
 
 NAN = float("nan")
 
@@ -48,7 +48,7 @@ def epoch_of_steps(sampler, steps):
 
 def test_a_dead_prompt_is_skipped_and_taken_again_once_alive(tmp_path):
     rows = rows_of(tmp_path, 4)
-    s = PromptSampler(rows, 1, 0, 1, seed=0, shuffle=False, dead_skip_prob=0.999999)
+    s = PromptOrder(rows, 1, 0, 1, seed=0, shuffle=False, dead_skip_prob=0.999999)
     for row in range(4):  # epoch 0 in file order: rows 0 and 1 come out dead
         assert [r.index for r in s.next()] == [row]
         s.observe([row < 2])
@@ -63,8 +63,8 @@ def test_a_dead_prompt_is_skipped_and_taken_again_once_alive(tmp_path):
 
 def test_off_by_default_and_identical_to_the_plain_order(tmp_path):
     rows = rows_of(tmp_path, 10)
-    plain = PromptSampler(rows, 2, 0, 2, seed=3)
-    off = PromptSampler(rows, 2, 0, 2, seed=3)
+    plain = PromptOrder(rows, 2, 0, 2, seed=3)
+    off = PromptOrder(rows, 2, 0, 2, seed=3)
     for _ in range(6):
         assert [r.index for r in plain.next()] == [r.index for r in off.next()]
         off.observe([True] * 4)  # remembered only when skipping is on
@@ -73,7 +73,7 @@ def test_off_by_default_and_identical_to_the_plain_order(tmp_path):
 
 def test_ranks_agree_resume_is_exact_and_the_skip_rate_is_p(tmp_path):
     rows = rows_of(tmp_path, 20)
-    ranks = [PromptSampler(rows, 2, r, 2, seed=5, dead_skip_prob=0.5) for r in range(2)]
+    ranks = [PromptOrder(rows, 2, r, 2, seed=5, dead_skip_prob=0.5) for r in range(2)]
     for s in ranks:
         s.next()
         s.observe([True, False, True, False])  # the same gathered flags on every rank
@@ -88,7 +88,7 @@ def test_ranks_agree_resume_is_exact_and_the_skip_rate_is_p(tmp_path):
     # each dead row came up once per epoch (about 60 epochs) and was passed over with probability 0.5
     turns = ranks[0].epoch
     assert 0.35 < ranks[0].skipped_total / (2 * turns) < 0.65
-    resumed = PromptSampler(rows, 2, 0, 2, seed=5, dead_skip_prob=0.5)
+    resumed = PromptOrder(rows, 2, 0, 2, seed=5, dead_skip_prob=0.5)
     resumed.load_state(ranks[0].state())
     assert resumed.dead == dead
     assert epoch_of_steps(resumed, 30) == epoch_of_steps(ranks[0], 30)
@@ -96,7 +96,7 @@ def test_ranks_agree_resume_is_exact_and_the_skip_rate_is_p(tmp_path):
 
 def test_when_every_prompt_is_dead_a_step_still_gets_its_prompts(tmp_path):
     rows = rows_of(tmp_path, 3)
-    s = PromptSampler(rows, 1, 0, 2, seed=0, dead_skip_prob=0.999999)
+    s = PromptOrder(rows, 1, 0, 2, seed=0, dead_skip_prob=0.999999)
     s.next()
     s.last_picked = [0, 1, 2]
     s.observe([True, True, True])

@@ -250,7 +250,7 @@ def test_registered_variant_is_used_by_name(monkeypatch):
 
 
 def test_registry_helper_refuses_a_second_registration_and_lists_names():
-    from glm_grpo_ds.registries import Registry
+    from glm_grpo_ds.runtime.registries import Registry
 
     reg = Registry("thing")
     reg.register("a", 1)

@@ -8,8 +8,8 @@ import torch
 
 from glm_grpo_ds.config import ConfigError, load_config
 from glm_grpo_ds.config.sections import DEFAULT_ALARMS
+from glm_grpo_ds.monitoring.alarms import Monitor, RuleError, parse_rule, parse_rules
 from glm_grpo_ds.observability import image_stats as st
-from glm_grpo_ds.observability.alarms import Monitor, RuleError, parse_rule, parse_rules
 
 
 def _half_black_half_white(n=1, h=32, w=64):

@@ -248,7 +248,7 @@ def test_peft_keeps_the_adapters_fp32_after_make_trainable(tiny_model_dir):
     import torch
 
     from glm_grpo_ds.memory.plan import lora_bytes
-    from glm_grpo_ds.policy import load_ar, make_trainable
+    from glm_grpo_ds.model.policy import load_ar, make_trainable
 
     model = make_trainable(load_ar(tiny_model_dir, "bf16"), cfg("lora.r=4").lora, gradient_checkpointing=False)
     named = list(model.named_parameters())
@@ -460,7 +460,8 @@ def test_planned_merge_copy_is_what_the_merge_copies(tiny_model_dir):
 def test_the_trainer_resolves_merge_copy_auto_from_the_plan():
     """observability/summary.py: auto becomes the plan's placement in the run's cfg (experience.py reads it), an
     explicit choice stays, and the startup summary says where the copy is in one line."""
-    from glm_grpo_ds.observability.summary import merge_copy_line, resolve_merge_copy
+    from glm_grpo_ds.memory.startup import resolve_merge_copy
+    from glm_grpo_ds.observability.summary import merge_copy_line
 
     s = dataclasses.replace(sizes(1280, [640, 640]), adapted_base=[1000, 4000])
     for gib, where in ((80, "device"), (1, "host")):

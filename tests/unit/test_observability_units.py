@@ -252,7 +252,7 @@ def test_replay_says_when_where_and_by_how_much_each_rule_fired_as_the_monitor_f
     """The alarms' history after the run (observability/alarms.py ``replay``) is what the monitor flagged during
     it, record by record, with the value and the bound at the first firing, every step it held at and whether it
     held at the end; a rule that never fired is not listed; ``describe`` is its one line."""
-    from glm_grpo_ds.observability.alarms import Monitor, describe, parse_rules, replay
+    from glm_grpo_ds.monitoring.alarms import Monitor, describe, parse_rules, replay
 
     rules = parse_rules(["brightness < 0.1", "dark_fraction > start + 0.25", "dark_fraction > 0.45"])
     records = _alarm_records([(0, 0.1), (5, 0.2), (10, 0.4), (15, 0.3), (20, 0.5)])
@@ -311,7 +311,7 @@ def test_only_fail_on_alarm_with_a_fired_alarm_makes_a_finished_run_exit_6():
     the end or not; off by default; its status is none of the trainer's others (2 bad input, 3 non-finite, 4 upload,
     5 stop_on_alarm, 128 + signal)."""
     from glm_grpo_ds.config import TrainConfig
-    from glm_grpo_ds.observability.alarms import EXIT_ALARMS_FIRED, alarm_failure
+    from glm_grpo_ds.monitoring.alarms import EXIT_ALARMS_FIRED, alarm_failure
 
     fired = [{"rule": "dark_fraction > 0.45", "holding_at_end": False}]
     assert alarm_failure(fired, True) and not alarm_failure([], True) and not alarm_failure(fired, False)

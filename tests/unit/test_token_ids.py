@@ -1,4 +1,4 @@
-"""Every token id a prompt can produce has a row in the AR's embedding (glm_grpo_ds/token_ids.py), and
+"""Every token id a prompt can produce has a row in the AR's embedding (glm_grpo_ds/model/token_ids.py), and
 the tiny world's vocabulary lists each token once (issue #27: "a red square on a blue background"
 crashed training and render with a raw IndexError)."""
 
@@ -8,9 +8,9 @@ import shutil
 import pytest
 
 from glm_grpo_ds.data.rows import DataError
+from glm_grpo_ds.model.token_ids import check_token_ids
 from glm_grpo_ds.testing.tiny import _vocab, build_processor, build_tokenizer
 from glm_grpo_ds.testing.world import WORLD_WORDS
-from glm_grpo_ds.token_ids import check_token_ids
 
 PROMPT = "a red square on a blue background"  # a colour_layout prompt of docs/rewards.md
 

@@ -2,19 +2,20 @@
 the AR inside peft / DeepSpeed wrappers, and the resolution of the ``auto`` / unset model options (dtype,
 attention implementation, sampling knobs) against the machine and the model's own generation config.
 
-Nothing here loads weights: glm_grpo_ds/policy.py loads the policy and the reference, glm_grpo_ds/decoder.py the
+Nothing here loads weights: glm_grpo_ds/model/policy.py loads the policy and the reference, glm_grpo_ds/decoder.py the
 DiT, both from the directory checked here. Tested in tests/unit/test_attention.py and through every loader.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import torch
 
-from .config.fields import ConfigError
-from .runtime import log
+from ..config.fields import ConfigError
+from ..runtime import log
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -44,10 +45,15 @@ AR_DIR = "vision_language_encoder"  # the AR's subfolder of a GlmImagePipeline d
 PIPELINE_PARTS = ("model_index.json", AR_DIR, "processor")
 
 
+def read_ar_config(model_dir: str | os.PathLike) -> dict:
+    """The AR's ``config.json`` of a pipeline directory, as a dict (no weights read, no transformers import)."""
+    return json.loads((Path(model_dir) / AR_DIR / "config.json").read_text())
+
+
 def check_pipeline_dir(path: str | os.PathLike, flag: str | None = None) -> Path:
     """Fail with one clear line unless ``path`` is a GLM-Image pipeline directory (``flag``: the
     option or config key that gave it, for the message). Hub ids are resolved to a directory first by
-    glm_grpo_ds/model_source.py."""
+    glm_grpo_ds/model/source.py."""
     p = Path(path)
     missing = [sub for sub in PIPELINE_PARTS if not (p / sub).exists()]
     if missing:

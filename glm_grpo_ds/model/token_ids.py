@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .data.rows import DataError
+from ..data.rows import DataError
+from .glm_image import read_ar_config
 
 
 def embedding_rows(model_dir: Path) -> int:
     """Rows of the AR's input embedding, from the pipeline directory's config (no weights read)."""
-    import json
-
-    config = json.loads((Path(model_dir) / "vision_language_encoder" / "config.json").read_text())
-    return int(config["text_config"]["vocab_size"])
+    return int(read_ar_config(model_dir)["text_config"]["vocab_size"])
 
 
 def check_token_ids(processor, rows: int, model_dir, prompts, where: str, height: int, width: int) -> None:
@@ -28,7 +26,7 @@ def check_token_ids(processor, rows: int, model_dir, prompts, where: str, height
     chat template's own tokens are checked, then each prompt (``prompts``: PromptRows or strings)
     in order, and the first one whose ids do not fit is named.
     """
-    from .rollout import build_prompt_inputs
+    from ..rollout import build_prompt_inputs
 
     tok = processor.tokenizer
     largest = max(tok.get_vocab().values())

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ..config import SamplingConfig
-from ..glm_image import ar_parts, resolve_sampling
+from ..model.glm_image import ar_parts, resolve_sampling
 from .batch import GridSpec, RolloutBatch
 from .decode_loop import LoopOptions, decode_tokens
 
@@ -125,15 +125,15 @@ def rollout(
     sampling: SamplingConfig,
     generator: torch.Generator | list[torch.Generator] | None = None,
     device: torch.device | str | None = None,
-    compile: bool | LoopOptions = False,
+    loop: LoopOptions | None = None,
     on_tokens=None,
 ) -> RolloutBatch:
     """Sample ``group_size`` grids for every prompt (all rows decoded as one batch). Unset
-    ``sampling`` knobs (None) are the model's own (:func:`glm_grpo_ds.glm_image.resolve_sampling`).
+    ``sampling`` knobs (None) are the model's own (:func:`glm_grpo_ds.model.glm_image.resolve_sampling`).
 
     ``generator``: one for all rows, or a list of one per prompt (each prompt's draws come from its own
-    stream, as if it were sampled alone). ``compile``: the decode step through ``torch.compile``, or the
-    loop's :class:`~glm_grpo_ds.rollout.decode_loop.LoopOptions` (compile scope, CUDA graph);
+    stream, as if it were sampled alone). ``loop``: how the token loop runs
+    (:class:`~glm_grpo_ds.rollout.decode_loop.LoopOptions`: compiled, its scope, a CUDA graph; None = eager);
     ``on_tokens(done, total)``: progress (glm_grpo_ds/rollout/decode_loop.py)."""
     sampling = resolve_sampling(sampling, ar)
     if group_size < 1:
@@ -143,7 +143,7 @@ def rollout(
         raise ValueError(f"give one generator or one per prompt ({len(prompts)}), got {len(generators)}")
     device = torch.device(device) if device is not None else next(ar.parameters()).device
     rows, positions, grid = prepare_rows(ar, processor, prompts, group_size, height, width, device)
-    options = compile if isinstance(compile, LoopOptions) else LoopOptions(compile=compile)
+    options = loop if loop is not None else LoopOptions()
     ids, logps = decode_tokens(
         ar,
         rows["input_ids"],

@@ -1,6 +1,6 @@
 """The deterministic split of a prompt set across ranks, step by step.
 
-Each step, :class:`PromptSampler` takes the next ``world_size * prompts_per_rank`` row numbers of a
+Each step, :class:`PromptOrder` takes the next ``world_size * prompts_per_rank`` row numbers of a
 seeded permutation (a new one per epoch) and gives rank r its own slice, so no two ranks train on
 the same prompt in a step and every rank can compute every other rank's prompts (no communication).
 A step that crosses into the next epoch and meets a prompt it already took at the end of the last one
@@ -10,7 +10,7 @@ Only the rows a step samples are read (``rows[i]``); the permutation is an ``arr
 is the same as it always was for a given seed.
 
 Dead prompts (``data.dead_prompt_skip_prob``): after each step the trainer tells the sampler which of the
-step's groups had no reward variance (:meth:`PromptSampler.observe`, the same global list on every rank).
+step's groups had no reward variance (:meth:`PromptOrder.observe`, the same global list on every rank).
 When such a prompt's turn comes again it is skipped with probability p, drawn from (seed, epoch, row)
 alone, and the next row of the permutation is taken instead - every rank makes the same draws, so the
 ranks still agree on every rank's prompts. A prompt that shows variance again stops being dead. At most
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from .rows import DataError, PromptRow
 
 
-class PromptSampler:
+class PromptOrder:
     """Deterministic per-step prompt batches, split across ranks.
 
     ``state()`` / ``load_state()`` capture the position, so a resumed run continues exactly.

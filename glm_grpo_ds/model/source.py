@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config.fields import is_repo_id
+from ..config.fields import is_repo_id
 from .glm_image import AR_DIR, PIPELINE_PARTS, check_pipeline_dir
 
 EXAMPLE_ID = "zai-org/GLM-Image"
@@ -179,8 +179,8 @@ def resolve_for_training(name: str, revision: str | None, rank: int) -> ModelSou
     """
     if Path(str(name)).expanduser().exists() or not is_repo_id(str(name)):
         return resolve_model(name, revision)  # local (or bad) path: each rank checks its own filesystem
-    from .ds import dist
-    from .runtime import log
+    from ..ds import dist
+    from ..runtime import log
 
     with dist.patient_group(DOWNLOAD_WAIT_S) as any_rank:
         source, error = None, None

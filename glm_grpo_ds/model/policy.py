@@ -2,7 +2,7 @@
 the frozen reference of full fine-tuning, and a plain model for the tools that only sample.
 
 Where the AR sits in a pipeline directory, how to reach it inside wrappers and how the ``auto`` options
-resolve are glm_grpo_ds/glm_image.py's; this module is the one place that calls ``from_pretrained`` on the AR.
+resolve are glm_grpo_ds/model/glm_image.py's; this module is the one place that calls ``from_pretrained`` on the AR.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
+from ..runtime import log
 from .adapters import check_adapters, check_init_adapter, load_init_adapter, other_base, peft_lora_config
 from .glm_image import AR_DIR, DTYPES, check_pipeline_dir, load_processor, resolve_attn, resolve_dtype, resolve_sampling
-from .model_source import resolve_model
-from .runtime import log
+from .source import resolve_model
 
 
 def load_ar(
@@ -59,9 +59,9 @@ def load_policy(
 
     The LoRA weights are drawn from ``seed`` alone: how much randomness loading consumed (it
     differs with the world size under ZeRO-3) must not change the initial adapter. ``lora.init_from``
-    replaces them with a saved adapter's (glm_grpo_ds/adapters.py). ``adapter_base``: the
+    replaces them with a saved adapter's (glm_grpo_ds/model/adapters.py). ``adapter_base``: the
     ``(base_model_name_or_path, revision)`` every adapter saved from this model records
-    (:meth:`glm_grpo_ds.model_source.ModelSource.adapter_base`).
+    (:meth:`glm_grpo_ds.model.source.ModelSource.adapter_base`).
     """
     model = make_trainable(
         load_ar(path, dtype, attn_implementation, trust_remote_code), lora, gradient_checkpointing, seed
@@ -145,7 +145,7 @@ def load_for_sampling(
     flags: tuple[str, str] = ("model.path", "model.revision"),
 ) -> ForSampling:
     """The tools' one loading sequence (``glm-grpo evaluate``, ``decode-agreement``, ``verify-logprobs``): the
-    pipeline directory of ``path`` (a Hub id through the cache, glm_grpo_ds/model_source.py; ``flags`` name the
+    pipeline directory of ``path`` (a Hub id through the cache, glm_grpo_ds/model/source.py; ``flags`` name the
     options for its errors), ``dtype`` / ``attn_implementation`` resolved for ``device`` (``auto`` included),
     the AR with ``adapters`` on ``device`` in eval mode, its processor and ``sampling`` resolved against the
     model. The trainer loads its policy with :func:`load_policy` instead (LoRA to train, DeepSpeed)."""

@@ -1,4 +1,4 @@
-"""Alarms on what the images become: rules over the image statistics (observability/image_stats.py), each checked
+"""Alarms on what the images become: rules over the image statistics (monitoring/image_stats.py), each checked
 against the run's start, that print one line naming the statistic, its value then and now, and the step.
 
 A rule is one string, ``STATISTIC < BOUND`` or ``STATISTIC > BOUND``, where BOUND is one of::

@@ -27,7 +27,7 @@ import os
 import re
 from pathlib import Path
 
-from .config.fields import ConfigError
+from ..config.fields import ConfigError
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
