@@ -19,7 +19,7 @@ undefined for every sample (checkpoint saved); 128 + signal when preempted by
 SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``), or interrupted
 during startup, or aborted by a second Ctrl-C (no new checkpoint; one line each, see lifecycle/preempt.py); 4
 trained and saved, but an upload to the Hub failed (``glm-grpo push OUTPUT_DIR`` retries it); 5 stopped by an
-alarm on the image statistics with ``monitor.stop_on_alarm`` (checkpoint saved; observability/alarms.py); 6
+alarm on the image statistics with ``monitor.stop_on_alarm`` (checkpoint saved; monitoring/alarms.py); 6
 trained and saved (final weights, logs, uploads), but an alarm fired during the run and ``monitor.fail_on_alarm``
 is true (4 comes first when an upload failed too). The alarms that fired are listed in the closing lines.
 """

@@ -60,7 +60,7 @@ def worker_phases(a) -> dict:
         "decode_images_per_s": n / med("time/decode"),
         "reward_images_per_s": n / med("time/reward"),
         "update_tokens_per_s": med("update_tokens_per_s"),
-        # the image statistics and diversity of the monitor (observability/image_stats.py), on the step's images
+        # the image statistics and diversity of the monitor (monitoring/image_stats.py), on the step's images
         "image_stats_ms": 1e3 * med("time/image_stats"),
         "image_stats_over_decode": med("time/image_stats") / med("time/decode"),
         "step_time_s": med("time/rollout") + med("time/decode") + med("time/reward") + med("time/update"),

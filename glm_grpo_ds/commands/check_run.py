@@ -13,7 +13,7 @@ output of ``glm-grpo verify-logprobs``, and checks:
 * measured peak vs the planner: on a GPU ``peak_gpu_memory_mb`` must not exceed the plan's peak;
 * the same per phase (rollout, decode, reward, update): the highest ``memory/<phase>_peak_mb`` of the
   run against the plan's persistent memory + that phase's transient (:func:`phase_comparison`);
-* the image-statistics alarms (observability/alarms.py): a WARN line per rule that fired, with its step, value
+* the image-statistics alarms (monitoring/alarms.py): a WARN line per rule that fired, with its step, value
   and bound (a person looks at the samples: a short check run on random weights is no judge of what the images
   become), an INFO line when none fired; then the reward and image statistics' curves drawn again into
   ``OUTPUT_DIR/reward_curve.png`` (its path printed last).
@@ -160,7 +160,7 @@ def memory_results(rows: list[dict], plan: dict) -> list[tuple[str, bool | str |
 
 
 def alarm_results(out: Path) -> list[tuple[str, str | None, str]]:
-    """The image-statistics alarms of the run (observability/alarms.py): a WARN per rule that fired (not a FAIL:
+    """The image-statistics alarms of the run (monitoring/alarms.py): a WARN per rule that fired (not a FAIL:
     a short check run on random weights is no judge of what the images become, a person looking at the samples
     is), else one INFO line."""
     alarms = fired_alarms(out)

@@ -38,7 +38,7 @@ BASE = "base"
 
 @dataclass
 class ModelResult:
-    """One model's rewards ``{label: [P, K]}``, image statistics ``{name: [P, K]}`` (observability/image_stats.py;
+    """One model's rewards ``{label: [P, K]}``, image statistics ``{name: [P, K]}`` (monitoring/image_stats.py;
     a group statistic such as diversity is ``[P, 1]``: one value per prompt's K samples) and each prompt's first
     image as a thumbnail ``[P, 3, h, w]``."""
 

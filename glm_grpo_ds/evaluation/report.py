@@ -102,7 +102,7 @@ def summarise(results: dict, adapters: dict[str, str], categories: list[str] | N
 
 
 def summarise_statistics(results: dict, adapters: dict[str, str]) -> dict:
-    """``{adapter name: {statistic: paired summary}}``: each image statistic (observability/image_stats.py) of the
+    """``{adapter name: {statistic: paired summary}}``: each image statistic (monitoring/image_stats.py) of the
     adapter's images against the base's on the same prompts and seeds, with the rewards' interval over prompts."""
     from .paired import BASE
 

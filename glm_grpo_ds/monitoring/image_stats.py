@@ -3,7 +3,7 @@ each group, computed on the images a step (or an evaluation) decoded anyway. Imp
 
 A reward can climb while the images collapse (an OCR reward with no KL blanked the scenes around the text:
 dark-pixel fraction 0.45 -> 0.93, colour entropy -54 %, edge density -60 %; Tencent-Hunyuan/UniRL #407), or the
-G samples of a prompt become copies of each other. These numbers are what the alarms (observability/alarms.py)
+G samples of a prompt become copies of each other. These numbers are what the alarms (monitoring/alarms.py)
 watch. Every statistic is a mean over images (per image: over its pixels); docs/monitoring.md says what each
 means and what it costs::
 

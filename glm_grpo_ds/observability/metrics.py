@@ -211,7 +211,7 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 
 def fired_alarms(run: Path, step: int | None = None) -> dict | None:
-    """What the image-statistics alarms (observability/alarms.py) did in the run in directory ``run``, from its
+    """What the image-statistics alarms (monitoring/alarms.py) did in the run in directory ``run``, from its
     ``eval.jsonl`` when it evaluated with image statistics, else its ``metrics.jsonl`` (the records the monitor
     checked; up to ``step`` when given): ``{"file", "rules" (config.json's monitor.alarms), "fired": [...]}``,
     ``fired`` being :func:`alarms.replay` of those rules over those records (per rule that fired: the statistic,

@@ -164,7 +164,7 @@ class RewardSet:
 
     def pair_distance(self) -> Callable | None:
         """The perceptual ``distance(a, b) -> [P]`` of the first reward that has one (lpips), for the image
-        statistics' ``lpips_diversity`` (observability/image_stats.py); None without such a reward."""
+        statistics' ``lpips_diversity`` (monitoring/image_stats.py); None without such a reward."""
         return next((fn.distance for fn in self.fns.values() if callable(getattr(fn, "distance", None))), None)
 
     def reset(self) -> None:

@@ -14,7 +14,7 @@ The YAML metadata: ``base_model``, ``library_name`` (peft / transformers / diffu
 base card's ``license`` when the base directory has a README.md. The text: the base model and its
 revision, the results (steps done, the final training reward from ``metrics.jsonl``, the first and
 last eval reward from ``eval.jsonl``, the reward curve), the image-statistics alarms that fired during
-training (each with its step, value and bound; observability/alarms.py), the training settings from ``config.json``
+training (each with its step, value and bound; monitoring/alarms.py), the training settings from ``config.json``
 (GRPO group size, beta, learning rate, LoRA r / alpha, ZeRO stage, world size, ...), the rewards with
 their weights, and how to load the weights.
 

@@ -1,5 +1,5 @@
-"""The image statistics and the within-group diversity (observability/image_stats.py) on images whose values are
-known by hand, and the alarm rules on them (observability/alarms.py)."""
+"""The image statistics and the within-group diversity (monitoring/image_stats.py) on images whose values are
+known by hand, and the alarm rules on them (monitoring/alarms.py)."""
 
 import math
 
@@ -8,8 +8,8 @@ import torch
 
 from glm_grpo_ds.config import ConfigError, load_config
 from glm_grpo_ds.config.sections import DEFAULT_ALARMS
+from glm_grpo_ds.monitoring import image_stats as st
 from glm_grpo_ds.monitoring.alarms import Monitor, RuleError, parse_rule, parse_rules
-from glm_grpo_ds.observability import image_stats as st
 
 
 def _half_black_half_white(n=1, h=32, w=64):

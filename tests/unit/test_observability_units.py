@@ -249,7 +249,7 @@ def _alarm_records(values, prefix="eval/images/"):
 
 
 def test_replay_says_when_where_and_by_how_much_each_rule_fired_as_the_monitor_flagged_it():
-    """The alarms' history after the run (observability/alarms.py ``replay``) is what the monitor flagged during
+    """The alarms' history after the run (monitoring/alarms.py ``replay``) is what the monitor flagged during
     it, record by record, with the value and the bound at the first firing, every step it held at and whether it
     held at the end; a rule that never fired is not listed; ``describe`` is its one line."""
     from glm_grpo_ds.monitoring.alarms import Monitor, describe, parse_rules, replay
