@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from glm_grpo_ds.runtime.ports import free_port  # noqa: E402
+from glm_grpo_ds.runtime.local_launch import deepspeed_command  # noqa: E402
 
 CONFIG = "launch/configs/glm_image_slice_cpu.yaml"
 VARIANTS = {
@@ -50,15 +49,20 @@ SHOW_STEPS = (1, 2, 3, 5, 10, 20, 30, 40, 50, 75, 100)
 
 def train(model: Path, prompts: Path, out: Path, steps: int, variant: str, procs: int, extra: list[str]) -> None:
     """One run of the slice config on ``procs`` ranks, the adapter saved every step; its console in OUT.log."""
-    launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
-    cmd = [launcher, "--num_gpus", str(procs), "--master_port", str(free_port()), "--module", "glm_grpo_ds.train"]
-    cmd += ["--config", CONFIG, "--deepspeed", "ds_configs/zero3.json", f"model.path={model}"]
+    cmd = [
+        "--module",
+        "glm_grpo_ds.train",
+        "--config",
+        CONFIG,
+        "--deepspeed",
+        "ds_configs/zero3.json",
+        f"model.path={model}",
+    ]
     cmd += [f"data.train_file={prompts}", f"output_dir={out}", f"max_steps={steps}", "save_steps=1"]
     cmd += ["save_total_limit=0", "rollout.height=64", "rollout.width=64", "decoder.num_inference_steps=1"]
     cmd += ["overwrite_output_dir=true", *VARIANTS[variant], *extra]
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    cmd, env = deepspeed_command(procs, cmd, cpu=not torch.cuda.is_available())
     if not torch.cuda.is_available():
-        env["DS_ACCELERATOR"] = "cpu"
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // procs)))
     with open(out.with_suffix(".log"), "w") as log:
         rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode

@@ -27,14 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from glm_grpo_ds.runtime.ports import free_port
+from glm_grpo_ds.runtime.local_launch import deepspeed_command
 
 # name -> (what changes, config overrides); "base" is launch/configs/tiny_world.yaml as it is
 VARIANTS = {
@@ -189,11 +187,7 @@ def seed_summary(results: list[dict], baseline: str | None, level: float = LEVEL
 
 def deepspeed_launch(args: list[str], procs: int, log) -> int:
     """``deepspeed --num_gpus PROCS --master_port FREE ARGS``, its output to ``log``; the exit status."""
-    port = free_port()  # the launcher's default 29500 may be another job's
-    # the launcher beside this interpreter (a virtual environment's bin/ need not be on PATH)
-    launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
-    cmd = [launcher, "--num_gpus", str(procs), "--master_port", str(port), *args]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd, env = deepspeed_command(procs, args, cpu=False)  # CPU ranks: the caller's DS_ACCELERATOR, as before
     return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
 
 

@@ -7,7 +7,7 @@ differs (glm_grpo_ds/rollout/backends.py: the engine sampler for training, a pla
 tools)::
 
     maker = ExperienceMaker(EngineSampler(engine, processor, cfg, device), decoder, reward_fn, cfg, device)
-    exp = maker.collect(rows, [generator], decode_seed)
+    exp = maker.collect(rows, [seed], decode_seed)
     exp.batch            # RolloutBatch: the sampled sequences (group by group) and their log-probs
     exp.ref_logps        # [N, n] reference log-probs computed while sampling, or None (the update computes them)
     exp.old_logps        # [N, n] pre-update log-probs computed while sampling, or None
@@ -17,9 +17,10 @@ tools)::
     exp.timings          # seconds of rollout / decode / reward
     exp.peaks            # peak memory of each (memory/<phase>_peak_mb, glm_grpo_ds/runtime/memory_probe.py)
 
-Seeds are the caller's: ``generators`` seed the sampling (one for all rows, or one per row: each row's
-samples drawn from its own stream, all rows in one batched rollout), ``decode_seed(row_index)`` the decoder
-noise of a row's samples (the same for all G, so images in a group differ only by their tokens).
+Seeds are the caller's (runtime/seeding.py, evaluation/seeds.py): integer ``seeds`` start the sampling's streams
+(one for all rows, or one per row: each row's samples drawn from its own stream, all rows in one batched
+rollout; the backend makes its generators from them), ``decode_seed(row_index)`` the decoder noise of a row's
+samples (the same for all G, so images in a group differ only by their tokens).
 """
 
 from __future__ import annotations
@@ -63,25 +64,25 @@ class ExperienceMaker:
     def collect(
         self,
         rows: list[PromptRow],
-        generators: list[torch.Generator],
+        seeds: list[int],
         decode_seed: Callable[[int], int],
         group_size: int | None = None,
         decode=None,
     ) -> Experience:
         """Sample ``group_size`` (default ``grpo.group_size``) sequences for each row, decode and score
         them. ``decode_seed(row_index)``: the decoder noise seed of a dataset row's samples; ``decode``: the
-        decode's DecodeSettings (default: the training decode, ``decoder.*``). ``generators``: one for all rows,
-        or one per row."""
+        decode's DecodeSettings (default: the training decode, ``decoder.*``). ``seeds``: the sampling's, one for all
+        rows or one per row."""
         cfg = self.cfg
         timings: dict[str, float] = {}
         peaks: dict[str, float] = {}
         group_size = cfg.grpo.group_size if group_size is None else group_size
         self.status.phase("rollout", unit="tokens")
         with measure(timings, peaks, "rollout", self.device):
-            got = self.sampler.sample([row.prompt for row in rows], generators, group_size, self.status.on_tokens)
+            got = self.sampler.sample([row.prompt for row in rows], seeds, group_size, self.status.on_tokens)
         batch = got.batch
         sample_rows = [rows[i] for i in batch.prompt_index.tolist()]
-        seeds = [decode_seed(row.index) for row in sample_rows]
+        noise_seeds = [decode_seed(row.index) for row in sample_rows]
         samples = [row.reward_sample() for row in sample_rows]
         size = (cfg.rollout.height, cfg.rollout.width)
         with ds_engine.plain_linear():
@@ -91,7 +92,7 @@ class ExperienceMaker:
                 batch.prior_token_ids,
                 batch.prompts,
                 size,
-                seeds,
+                noise_seeds,
                 samples,
                 decode,
                 cfg.decoder.stream_rewards,

@@ -37,7 +37,7 @@ class Aggregation(NamedTuple):
 
 
 # name -> Aggregation (the pattern of verl's core_algos.py); the one list of valid ``grpo.aggregation``
-# values (glm_grpo_ds/config/sections.py takes its choices from it). Advantage estimators: advantages.py.
+# values (glm_grpo_ds/config/training_sections.py takes its choices from it). Advantage estimators: advantages.py.
 AGGREGATIONS: Registry[Aggregation] = Registry("aggregation")
 
 
@@ -279,70 +279,78 @@ def policy_loss(
         ``clip_frac_high``, ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``kl`` (token means over
         this call's masked tokens) and ``num_tokens``.
     """
-    if logp.shape != old_logp.shape or logp.shape != mask.shape:
-        raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, mask {tuple(mask.shape)} differ")
-    if advantages.shape != logp.shape[:1]:
-        raise ValueError(f"advantages must be [N]={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
+    _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, beta, entropy, entropy_coef)
     aggregate = AGGREGATIONS.get(aggregation)  # unknown name -> ValueError listing the registered ones
-    if beta != 0.0 and ref_logp is None:
-        raise ValueError("beta != 0 needs ref_logp")
-    if ref_logp is not None and ref_logp.shape != logp.shape:
-        raise ValueError(f"ref_logp {tuple(ref_logp.shape)} must match logp {tuple(logp.shape)}")
-
-    mask = mask.to(logp.dtype)
+    mask = mask.to(logp.dtype)  # [N, T]
     adv = advantages.detach().to(logp.dtype).unsqueeze(1)  # [N, 1], same for every token of a row
     ratio = torch.exp(log_importance_weights(logp, old_logp, mask, importance_sampling_level))  # [N, T] or [N, 1]
     clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
     # Pessimistic bound: the min of the two surrogates; negated because we minimise.
     per_token = -torch.min(ratio * adv, clipped * adv)  # [N, T] or [N, 1]
     if token_weights is not None:
-        per_token = per_token * token_weights.to(logp.dtype)
+        per_token = per_token * token_weights.to(logp.dtype)  # [N, T]
     if is_weights is not None:
         per_token = per_token * is_weights.detach().to(logp.dtype)
-    if entropy_coef != 0.0 and entropy is None:
-        raise ValueError("entropy_coef != 0 needs entropy")
 
     kl = None
     if ref_logp is not None:
-        kl = k3_kl(logp, ref_logp.detach())
+        kl = k3_kl(logp, ref_logp.detach())  # [N, T]
         if beta != 0.0:
             per_token = per_token + beta * kl
 
     per_seq = aggregate.per_sequence(per_token, mask)  # [N]
     if normalizer is None:
-        normalizer = aggregate.normalizer(mask)
-    loss = per_seq.sum() / normalizer
+        normalizer = aggregate.normalizer(mask)  # scalar
+    loss = per_seq.sum() / normalizer  # scalar
     if entropy_coef != 0.0:
-        # the mean over the trained tokens, not aggregated like the policy term: with a top-entropy selection
-        # the bonus acts on the selected tokens at full strength (TRL's effective mask), not diluted by the rest
-        trained = mask if token_weights is None else mask * token_weights.to(logp.dtype)
-        count = trained.sum()
-        mean_entropy = (entropy * trained).sum() / torch.where(count > 0, count, torch.ones_like(count))
-        loss = loss - entropy_coef * mean_entropy * entropy_share
+        loss = loss - entropy_coef * _mean_trained_entropy(entropy, mask, token_weights) * entropy_share
+    return loss, _loss_stats(ratio, adv, mask, kl, entropy, logp, epsilon_low, epsilon_high)
 
-    with torch.no_grad():
-        ratio = ratio.expand_as(mask)  # a sequence ratio counts once per token in the stats
-        n_tok = mask.sum()
-        denom = n_tok.clamp(min=1.0)
-        # Clipping is active (gradient zero) only where the clipped term is the min:
-        # ratio below the range with A < 0, or above it with A > 0.
-        low = ((ratio < 1.0 - epsilon_low) & (adv < 0)).to(logp.dtype)
-        high = ((ratio > 1.0 + epsilon_high) & (adv > 0)).to(logp.dtype)
-        valid = mask > 0
-        big = torch.finfo(ratio.dtype).max
-        stats = {
-            "clip_frac_low": (low * mask).sum() / denom,
-            "clip_frac_high": (high * mask).sum() / denom,
-            "ratio_mean": (ratio * mask).sum() / denom,
-            "ratio_min": torch.where(valid, ratio, torch.full_like(ratio, big)).min()
-            if n_tok > 0
-            else ratio.new_ones(()),
-            "ratio_max": torch.where(valid, ratio, torch.full_like(ratio, -big)).max()
-            if n_tok > 0
-            else ratio.new_ones(()),
-            "kl": (kl * mask).sum() / denom if kl is not None else logp.new_zeros(()),
-            "entropy": (entropy.detach() * mask).sum() / denom if entropy is not None else logp.new_zeros(()),
-            "num_tokens": n_tok,
-        }
-        stats = {k: v.detach() for k, v in stats.items()}
-    return loss, stats
+
+def _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, beta, entropy, entropy_coef) -> None:
+    """One ValueError naming the shapes or the missing input :func:`policy_loss` needs."""
+    if logp.shape != old_logp.shape or logp.shape != mask.shape:
+        raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, mask {tuple(mask.shape)} differ")
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must be [N]={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
+    if beta != 0.0 and ref_logp is None:
+        raise ValueError("beta != 0 needs ref_logp")
+    if ref_logp is not None and ref_logp.shape != logp.shape:
+        raise ValueError(f"ref_logp {tuple(ref_logp.shape)} must match logp {tuple(logp.shape)}")
+    if entropy_coef != 0.0 and entropy is None:
+        raise ValueError("entropy_coef != 0 needs entropy")
+
+
+def _mean_trained_entropy(entropy: torch.Tensor, mask: torch.Tensor, token_weights: torch.Tensor | None):
+    """Scalar: the mean entropy ``[N, T]`` over the tokens the policy term trains on. The mean over the trained
+    tokens, not aggregated like the policy term: with a top-entropy selection the bonus acts on the selected tokens
+    at full strength (TRL's effective mask), not diluted by the rest."""
+    trained = mask if token_weights is None else mask * token_weights.to(mask.dtype)  # [N, T]
+    count = trained.sum()
+    return (entropy * trained).sum() / torch.where(count > 0, count, torch.ones_like(count))
+
+
+@torch.no_grad()
+def _loss_stats(ratio, adv, mask, kl, entropy, logp, epsilon_low: float, epsilon_high: float) -> dict:
+    """Detached scalars over the masked tokens ``mask [N, T]``: clip fractions, the ratio's mean / min / max, the
+    KL and the entropy (token means), and the token count."""
+    ratio = ratio.expand_as(mask)  # [N, T]: a sequence ratio counts once per token in the stats
+    n_tok = mask.sum()
+    denom = n_tok.clamp(min=1.0)
+    # Clipping is active (gradient zero) only where the clipped term is the min:
+    # ratio below the range with A < 0, or above it with A > 0.
+    low = ((ratio < 1.0 - epsilon_low) & (adv < 0)).to(logp.dtype)
+    high = ((ratio > 1.0 + epsilon_high) & (adv > 0)).to(logp.dtype)
+    valid = mask > 0
+    big = torch.finfo(ratio.dtype).max
+    stats = {
+        "clip_frac_low": (low * mask).sum() / denom,
+        "clip_frac_high": (high * mask).sum() / denom,
+        "ratio_mean": (ratio * mask).sum() / denom,
+        "ratio_min": torch.where(valid, ratio, torch.full_like(ratio, big)).min() if n_tok > 0 else ratio.new_ones(()),
+        "ratio_max": torch.where(valid, ratio, torch.full_like(ratio, -big)).max() if n_tok > 0 else ratio.new_ones(()),
+        "kl": (kl * mask).sum() / denom if kl is not None else logp.new_zeros(()),
+        "entropy": (entropy.detach() * mask).sum() / denom if entropy is not None else logp.new_zeros(()),
+        "num_tokens": n_tok,
+    }
+    return {k: v.detach() for k, v in stats.items()}

@@ -26,7 +26,6 @@ is true (4 comes first when an upload failed too). The alarms that fired are lis
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import time
@@ -36,241 +35,41 @@ from pathlib import Path
 import torch
 
 from .advantages import combine_advantages, gate_disagreeing, reward_disagreement, signal_free_groups
-from .config import ConfigError, load_config, to_dict
+from .config import ConfigError, load_config
 from .config.arguments import parse_train_args
-from .data import DataError, PromptOrder, check_source, load_prompts
-from .decoder import ImageDecoder
+from .data import DataError
 from .ds import dist
 from .ds import engine as ds_engine
-from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
-from .evaluation.in_training import Evaluator, eval_line, eval_summary, gallery_to_main
-from .experience import ExperienceMaker
-from .lifecycle import checkpoint, resume, storage
-from .lifecycle.background import Background
+from .ds.ds_config import DeepSpeedConfigError
+from .evaluation.in_training import eval_line, eval_summary, gallery_to_main
+from .lifecycle import checkpoint, resume
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
-from .lifecycle.run import RunLife, decide_start
-from .memory.startup import resolve_merge_copy, startup_plan
-from .model.adapters import check_init_adapter
-from .model.glm_image import load_processor, read_ar_config, resolve_attn, resolve_dtype, resolve_sampling
-from .model.policy import load_policy, load_reference
-from .model.source import check_local_model, resolve_for_training
-from .model.token_ids import check_token_ids, embedding_rows
-from .monitoring.alarms import EXIT_ALARMS_FIRED, Monitor, alarm_failure, describe, parse_rules
+from .monitoring.alarms import EXIT_ALARMS_FIRED, alarm_failure, describe
 from .observability.metrics import (
     Progress,
     StepFacts,
     disagreement_fields,
     fired_alarms,
-    first_record,
     image_record,
     measure,
     step_record,
     timer,
 )
 from .observability.plot import PLOT_NAME, plot_training
-from .observability.step_status import NO_STATUS, for_rank
-from .observability.summary import print_startup_summary
-from .observability.tracking import build_tracker
 from .observability.update_stats import UpdateStats
-from .rewards import RewardError, build_rewards, check_reward_inputs, check_reward_specs
-from .rollout.backends import EngineSampler
-from .runtime import cuda_check, log, memory_probe, process_exit, run_log
+from .rewards import RewardError
+from .runtime import log, process_exit, run_log
 from .runtime.cuda_check import CudaUnusable
-from .runtime.seeding import decoder_seed, derive_seed, seed_everything
-from .runtime.versions import framework_versions
-from .sharing.hub import Publisher
-from .update import grpo_update, logprobs_before_update
+from .runtime.seeding import decoder_seed, derive_seed
+from .startup import TrainerStartup
+from .update import grpo_update
 
 
-class Trainer:
-    """The entrance hall (in ``__init__``, in named phases: check inputs, open the run, read the inputs, build,
-    resume, announce) -> ``train()`` -> outputs; ``step()`` is one GRPO step. The run's life on disk (start,
-    checkpoints, final weights, stops) is ``self.life`` (glm_grpo_ds/lifecycle/run.py)."""
-
-    def __init__(self, cfg, ds_config_path: str):
-        self.cfg = cfg
-        # where the load, then each step, is (rank 0, logging.progress_bar; glm_grpo_ds/observability/step_status.py)
-        self.status = for_rank(log.env_rank(), cfg.logging)
-        self.status.begin("load")
-        try:
-            self._check_inputs(ds_config_path)
-            resume_path = self._open_run()
-            rows = self._read_inputs(ds_config_path)
-            self._start_run(resume_path, rows)
-            model = self._build()
-            self._resume()
-            self._announce(model)
-        except BaseException:
-            self.status.close()  # a terminal's status line goes before the error's line
-            raise
-
-    def _check_inputs(self, ds_config_path: str) -> None:
-        """What each rank can check alone, before the process group (whose start may first build DeepSpeed's
-        CPU communication op, ~40 s): a mistyped path or reward fails in seconds, on every rank alike. GPUs
-        that torch cannot use first: that refusal explains the rest (init_distributed checks again)."""
-        cfg = self.cfg
-        self.status.phase("input checks")
-        cuda_check.check_rank()
-        check_source(cfg.data.train_file, "data.train_file", cfg.data)
-        if cfg.eval.file:
-            check_source(cfg.eval.file, "eval.file", cfg.data, cfg.eval.revision)
-        check_reward_specs(cfg.rewards)
-        check_init_adapter(cfg.lora)
-        self.ds_config_raw = read_ds_config(ds_config_path)
-        check_local_model(cfg.model.path, cfg.model.revision)
-
-    def _open_run(self) -> Path | None:
-        """The process group, then ``output_dir``: every rank checks it and all agree what to resume (rank 0's
-        ``latest``), and it must be one storage for all nodes (storage.py). Collective, and nothing before it
-        can raise on one rank alone. The checkpoint to resume from, or None."""
-        self.status.phase("process group")
-        self.rank, self.world, self.local_rank, self.device = ds_engine.init_distributed(
-            self.cfg.force_collectives, self.cfg.dist_timeout_minutes
-        )
-        self.is_main = self.rank == 0
-        if not self.is_main:  # the launcher's RANK said 0 (or nothing)
-            self.status.close()
-            self.status = NO_STATUS
-        log.set_rank(self.rank)
-        self.out, resume_path = storage.open_output_dir(self.cfg.output_dir, self.cfg.resume_from, self.rank)
-        return resume_path
-
-    def _read_inputs(self, ds_config_path: str) -> list:
-        """Prompts (train and eval), the model's files, sampling / dtype / attention, the processor, every
-        prompt's token ids, the filled DeepSpeed config: all read, and checked, before any model loads.
-        Inputs are checked on every rank alike (each raises the same error, none waits in a collective for
-        the others). The training rows."""
-        cfg = self.cfg
-        self.status.phase("prompts")
-        at = dict(rank=self.rank, local_rank=self.local_rank)  # a dataset cache to build: rank 0 builds it first
-        rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data, **at)
-        self.prompt_order = PromptOrder(
-            rows,
-            self.world,
-            self.rank,
-            cfg.batch.prompts_per_rank,
-            cfg.seed,
-            cfg.data.shuffle,
-            cfg.data.dead_prompt_skip_prob,
-        )
-        ev = cfg.eval
-        eval_rows = load_prompts(ev.file, "eval.file", cfg.data, ev.split, ev.revision, **at) if ev.file else None
-        self.evaluator = Evaluator(cfg, eval_rows, self.rank, self.world, self.device) if eval_rows else None
-        check_reward_inputs(cfg.rewards, rows, "data.train_file", cfg.data.train_file)
-        if eval_rows:
-            check_reward_inputs(cfg.rewards, eval_rows, "eval.file", cfg.eval.file)
-        # after the cheap checks: a Hub id may download (rank 0, if the environment allows; the others wait)
-        self.status.phase("model files")
-        self.model_source = resolve_for_training(cfg.model.path, cfg.model.revision, self.rank)
-        # unset sampling knobs = what the model samples with by itself (recorded in config.json)
-        cfg.grpo.sampling = resolve_sampling(cfg.grpo.sampling, self.model_source.path)
-        # before the processor: importing it imports transformers' flash-attn probe, which a broken
-        # flash-attn install crashes; resolve_attn turns that into one line
-        on_gpu = self.device.type == "cuda"
-        self.dtype = resolve_dtype(cfg.model.dtype, on_gpu)
-        self.attn = resolve_attn(cfg.model.attn_implementation, on_gpu, self.dtype)  # the benchmarks load alike
-        self.status.phase("processor")
-        self.processor = load_processor(self.model_source.path)
-        # every id a prompt can produce must have an embedding row: else a raw IndexError mid-run
-        size = dict(height=cfg.rollout.height, width=cfg.rollout.width)
-        rows_in_ar = embedding_rows(self.model_source.path)
-        check_token_ids(self.processor, rows_in_ar, self.model_source.path, rows, "data.train_file", **size)
-        if eval_rows:
-            check_token_ids(self.processor, rows_in_ar, self.model_source.path, eval_rows, "eval.file", **size)
-        hidden = read_ar_config(self.model_source.path)["text_config"]["hidden_size"]
-        self.ds_config = fill_ds_config(self.ds_config_raw, cfg, self.world, hidden, self.dtype, ds_config_path)
-        return rows
-
-    def _start_run(self, resume_path: Path | None, rows: list) -> None:
-        """Resume or start fresh (lifecycle/run.py decides, before any model loads), then the run's log file,
-        rank 0's background worker and the model cards' publisher (hub.repo_id checked now)."""
-        self.data_fingerprint = resume.data_fingerprint(self.cfg.data.train_file, rows)
-        stage = zero_stage(self.ds_config)
-        start = decide_start(self.out, resume_path, self.cfg, self.world, stage, self.data_fingerprint, self.rank)
-        run_log.open_file(self.out, self.rank)  # library output: logs/rank_<r>.log (what was held back first)
-        # rank 0's pruning and checkpoint uploads, off the collective path (glm_grpo_ds/lifecycle/background.py)
-        self.background = Background()
-        self.publisher = Publisher(self.cfg, self.out, self.rank, self.background)
-        later = partial(self.background.submit, "prune")
-        self.life = RunLife(
-            self.cfg, self.out, start, self.rank, self.world, stage, self.data_fingerprint, self.publisher, later
-        )
-
-    def _build(self):
-        """Rewards, the policy (and the reference), the DeepSpeed engines, the decoder, the memory plan, the
-        experience maker. The policy model (before DeepSpeed)."""
-        cfg = self.cfg
-        self.status.phase("rewards")
-        self.reward_fn = build_rewards(cfg.rewards)
-        # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
-        # sampling streams are derived per (step, rank) below.
-        seed_everything(derive_seed(cfg.seed, "init"))
-        # CPU: what the resident set holds before any model (interpreter, libraries, data, processor,
-        # reward functions), which the memory plan does not count (check-run and docs/real-width.md use it)
-        self.before_load_mb = memory_probe.current_bytes(self.device) / 2**20 if self.device.type == "cpu" else None
-        ref = None
-        self.status.phase("policy")
-        with ds_engine.zero3_model_loading(self.ds_config):
-            model = load_policy(
-                self.model_source.path,
-                self.dtype,
-                self.attn,
-                cfg.lora,
-                cfg.model.gradient_checkpointing,
-                cfg.model.trust_remote_code,
-                seed=derive_seed(cfg.seed, "lora"),
-                adapter_base=self.model_source.adapter_base(),
-            )
-            if cfg.needs_reference_model:
-                self.status.phase("reference model")
-                ref = load_reference(self.model_source.path, self.dtype, self.attn, cfg.model.trust_remote_code)
-        self.status.phase("DeepSpeed engine")
-        self.ref_engine = ds_engine.initialize_reference(ref, self.ds_config) if ref is not None else None
-        self.engine = ds_engine.initialize(model, self.ds_config, cfg.optimizer, cfg.total_optimizer_steps)
-        self.status.phase("decoder")
-        decoder = ImageDecoder(self.model_source.path, cfg.decoder, self.device)
-        if self.evaluator is not None and self.evaluator.decode != decoder.training:
-            log.info(
-                f"glm-grpo: training rewards decode with {decoder.training.describe()} (decoder.*), evaluation with "
-                f"{self.evaluator.decode.describe()} (eval.*)"
-            )
-        # the memory plan of this very run (rank 0 prints it); rollout.merge_copy=auto takes its placement, on
-        # every rank, before the first rollout copies the base weights (the evaluator reads the same cfg)
-        self.memory_plan = None
-        if self.is_main or (cfg.rollout.merge_lora and cfg.rollout.merge_copy == "auto"):
-            self.memory_plan = startup_plan(cfg, self.ds_config_raw, self.world, self.device)
-            resolve_merge_copy(cfg, self.memory_plan)
-        # training's sampler computes the reference / old log-probs inside the rollout's gather (under ZeRO-3 they
-        # then gather nothing more); the evaluation's samples only
-        before = partial(logprobs_before_update, cfg=cfg) if cfg.logprobs_in_rollout else None
-        sampler = EngineSampler(self.engine, self.processor, cfg, self.device, before_update=before)
-        self.experience = ExperienceMaker(sampler, decoder, self.reward_fn, cfg, self.device, self.status)
-        eval_sampler = EngineSampler(self.engine, self.processor, cfg, self.device)
-        self.eval_experience = ExperienceMaker(eval_sampler, decoder, self.reward_fn, cfg, self.device, self.status)
-        return model
-
-    def _resume(self) -> None:
-        """The checkpoint's weights, optimizer, RNG and data position when resuming (collective), then the
-        trackers (a resumed run continues its tracker runs)."""
-        self.life.tidy()
-        dist.barrier()
-        if self.life.start.checkpoint is not None:
-            self.status.phase("checkpoint")
-        self.start_step, self.skipped_steps = self.life.restore(self.engine, self.prompt_order)
-        self.monitor = self._monitor()
-        self.consecutive_skips = 0  # optimizer updates skipped in a row (non-finite gradients, undefined rewards)
-        self.status.phase("trackers")
-        resumed = self.life.start.checkpoint is not None
-        self.tracker = build_tracker(self.cfg, self.is_main, resume_step=self.start_step if resumed else None)
-        self.status.idle()  # the startup summary follows
-
-    def _monitor(self) -> Monitor:
-        """The alarms (monitor.alarms) on the evaluations when the run evaluates, else on the training steps; a
-        resumed run's start is the first record of that file."""
-        evals = self.evaluator is not None
-        metrics_file = self.out / ("eval.jsonl" if evals else "metrics.jsonl")
-        start = first_record(metrics_file) if self.start_step > 0 else None
-        return Monitor(parse_rules(self.cfg.monitor.alarms), "eval/images/" if evals else "images/", start)
+class Trainer(TrainerStartup):
+    """One GRPO step (:meth:`step`) and the loop of steps (:meth:`train`) with its evaluations, checkpoints and
+    stops; built by the entrance hall it inherits (glm_grpo_ds/startup.py: check inputs, open the run, read the
+    inputs, build, resume, announce). The run's life on disk (start, checkpoints, final weights, stops) is
+    ``self.life`` (glm_grpo_ds/lifecycle/run.py)."""
 
     def _alarms(self, record: dict) -> None:
         """The monitor's check of ``record`` (rank 0 prints a line per new alarm); its fields join the record."""
@@ -279,34 +78,12 @@ class Trainer:
         for line in lines:
             log.warning(line)
 
-    def _announce(self, model) -> None:
-        """Rank 0: ``config.json`` (the config, the model source, the DeepSpeed config, the data, the versions)
-        and the startup summary with the memory plan."""
-        if not self.is_main:
-            return
-        previous = self.out / "config.json"
-        previous = json.loads(previous.read_text()) if previous.is_file() and self.start_step else None
-        record = {
-            "train": to_dict(self.cfg),
-            # the history: from which step which settings changed (resumes with other settings; lifecycle/resume.py)
-            "segments": resume.segments(previous, self.start_step, self.life.start.changes),
-            "model_source": self.model_source.record(),
-            "deepspeed": self.ds_config,
-            "data": self.data_fingerprint,  # what the cards name: the source and its number of prompts
-            "versions": framework_versions(),
-        }
-        (self.out / "config.json").write_text(json.dumps(record, indent=2))
-        print_startup_summary(
-            self.cfg, model, self.ds_config, self.world, self.device, self.dtype, self.attn, self.out, self.memory_plan
-        )
-        log.info(f"          model: {self.model_source.describe()}")
-
     # ------------------------------------------------------------------ one step
     def step(self, index: int) -> dict:
         """GRPO step ``index`` (0-based; collective): experience -> global advantages -> update -> record."""
         cfg, grpo_cfg = self.cfg, self.cfg.grpo
-        generator = torch.Generator(device=self.device).manual_seed(derive_seed(cfg.seed, "rollout", index, self.rank))
-        exp = self.experience.collect(self.prompt_order.next(), [generator], partial(decoder_seed, cfg.decoder, index))
+        seed = derive_seed(cfg.seed, "rollout", index, self.rank)  # the sampling's stream of this step on this rank
+        exp = self.experience.collect(self.prompt_order.next(), [seed], partial(decoder_seed, cfg.decoder, index))
         # Advantages over the global batch (identical on every rank), then this rank's share.
         all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
         advantages, all_rewards = combine_advantages(
@@ -338,6 +115,8 @@ class Trainer:
                     old_logps=exp.old_logps,
                     status=self.status,
                 )
+        for maker in (self.experience, self.eval_experience):  # the sampling backends take the updated weights
+            maker.sampler.sync_weights(index + 1)
         record = self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
         record.update(disagreement_fields(disagreement, grpo_cfg.disagreement_gate))
         return record

@@ -107,21 +107,12 @@ def _run_worker(a, name: str, nprocs: int = 1, extra: tuple = ()) -> dict:
         # resident set follows the live tensors instead of keeping freed heap pages
         env["MALLOC_MMAP_THRESHOLD_"] = "16384"
     if nprocs > 1:
-        launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
-        from ..runtime.ports import free_port
+        from ..runtime.local_launch import deepspeed_command
 
-        cmd = [
-            launcher,
-            "--num_gpus",
-            str(nprocs),
-            "--master_port",
-            str(free_port()),
-            "--module",
-            "glm_grpo_ds.commands.bench",
-            *args,
-        ]
-        if not torch.cuda.is_available():
-            env["DS_ACCELERATOR"] = "cpu"
+        cmd, launch_env = deepspeed_command(
+            nprocs, ["--module", "glm_grpo_ds.commands.bench", *args], cpu=not torch.cuda.is_available()
+        )
+        env.update(launch_env)
     else:
         cmd = [sys.executable, "-m", "glm_grpo_ds.commands.bench", *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)

@@ -41,10 +41,11 @@ def _rollout(trainer, gather: bool, seed: int, compile: bool = False, cast: bool
     from ..rollout.backends import EngineSampler
 
     cfg = replace(trainer.cfg, rollout=replace(trainer.cfg.rollout, compile=compile, adapters_in_model_dtype=cast))
-    sampler = EngineSampler(trainer.engine, trainer.processor, cfg, trainer.device, gather=gather)
-    gen = torch.Generator(device=trainer.device).manual_seed(seed)
+    sampler = EngineSampler(
+        trainer.engine, trainer.processor, cfg, trainer.device, gather=gather, base_copy=trainer.base_copy
+    )
     t0 = time.perf_counter()
-    batch = sampler.sample([BENCH_PROMPT], [gen], cfg.grpo.group_size).batch
+    batch = sampler.sample([BENCH_PROMPT], [seed], cfg.grpo.group_size).batch
     return batch, time.perf_counter() - t0
 
 
@@ -213,11 +214,10 @@ def worker_zero3_gathers(a) -> dict:
         return sum(c["bytes"] for name, c in counts.items() if "gather" in name) * trainer.world / ar_bytes
 
     def step(in_rollout: bool) -> dict:
-        gen = [torch.Generator(device=trainer.device).manual_seed(0)]
         fn = (lambda policy, batch: logprobs_before_update(policy, batch, cfg)) if in_rollout else None
-        sampler = EngineSampler(engine, trainer.processor, cfg, trainer.device, before_update=fn)
+        sampler = EngineSampler(engine, trainer.processor, cfg, trainer.device, fn, base_copy=trainer.base_copy)
         with ds_engine.counted_comms() as rollout:
-            got = sampler.sample([BENCH_PROMPT], gen, cfg.grpo.group_size)
+            got = sampler.sample([BENCH_PROMPT], [0], cfg.grpo.group_size)
         batch = got.batch
         adv = group_advantages(torch.linspace(0, 1, len(batch)), cfg.grpo.group_size)
         with ds_engine.counted_comms() as update:

@@ -131,9 +131,9 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
         m.path, m.revision, m.dtype, m.attn_implementation, cfg.grpo.sampling, device, adapters, m.trust_remote_code
     )
     g = cfg.grpo.group_size
-    generator = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "decode-agreement"))
+    seed = derive_seed(cfg.seed, "decode-agreement")
     sampler = ModelSampler(loaded.model, loaded.processor, cfg.rollout, loaded.sampling, device)
-    batch = sampler.sample([r.prompt for r in rows], [generator], g).batch
+    batch = sampler.sample([r.prompt for r in rows], [seed], g).batch
     model_dir = loaded.model_dir
     del sampler, loaded  # the AR's memory, before the decoder loads
     decoder = ImageDecoder(model_dir, cfg.decoder, device)

@@ -42,10 +42,10 @@ from pathlib import Path
 import torch
 
 from .cli import parser_for
+from .decode_models import PROMPT, build_policy, hf_generate
 
 HBM_BYTES_PER_S = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.04e12, "B200": 8.0e12}  # peak, by device name
 FULL_LAYERS = 40  # GLM-Image's AR
-PROMPT = "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"
 
 
 @dataclass(frozen=True)
@@ -82,43 +82,6 @@ DEFAULT_VARIANTS = (
 )
 
 
-def build_ar(tiny: bool, layers: int | None, device: torch.device, seed: int = 0):
-    """GLM-Image's AR without adapters: the real size in bf16 (the tiny test model's in fp32 for ``tiny``), random
-    weights drawn after ``torch.manual_seed(seed)`` on ``device``, ``layers`` decoder layers (None: the model's)."""
-    from transformers import GlmImageForConditionalGeneration
-
-    from ..testing.tiny import _vocab, build_ar_config
-
-    vocab = _vocab()
-    eos = vocab["<|endoftext|>"]
-    config = build_ar_config(len(vocab), eos, eos, full_size=not tiny)
-    if layers:
-        config.text_config.num_hidden_layers = layers
-    config.vision_config.depth = 1  # the vision tower does not run for text-to-image
-    torch.manual_seed(seed)
-    with torch.device(device):
-        ar = GlmImageForConditionalGeneration._from_config(config, dtype=torch.float32 if tiny else torch.bfloat16)
-    return ar.eval()
-
-
-def build_policy(tiny: bool, layers: int | None, r: int, device: torch.device, seed: int = 0):
-    """``(peft policy, processor)``: :func:`build_ar` with LoRA adapters of rank ``r`` on every projection,
-    ``lora_B`` random (peft starts it at zero, which would make merging a no-op)."""
-    from peft import get_peft_model
-
-    from ..config.sections import LoraConfig
-    from ..model.adapters import peft_lora_config
-    from ..testing.tiny import build_processor
-
-    policy = get_peft_model(build_ar(tiny, layers, device, seed), peft_lora_config(LoraConfig(r=r, alpha=2 * r)))
-    gen = torch.Generator(device=device).manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0.0, 0.02, generator=gen)
-    return policy.eval(), build_processor()
-
-
 def _timer(device: torch.device):
     """``(start, stop)``: stop() returns seconds since start(), measured on the device's clock."""
     if device.type == "cuda":
@@ -143,7 +106,7 @@ def run_variant(policy, rows, positions, grid, sampling, v: Variant, steps: int,
     """The decode loop's step under variant ``v``: warm-up (and capture), then ``steps`` timed steps."""
     from ..rollout.decode_loop import LoopOptions, prefill, token_steps
     from ..rollout.fused_lora import lora_fused
-    from ..rollout.merged_lora import BaseCopy, _lora_layers, lora_merged
+    from ..rollout.merged_lora import BaseCopy, lora_layers, lora_merged
     from ..rollout.step_graph import WARMUP_STEPS
 
     device = rows["input_ids"].device
@@ -166,7 +129,7 @@ def run_variant(policy, rows, positions, grid, sampling, v: Variant, steps: int,
                 advance()
             seconds = stop()
     n = warm + steps
-    weights = {name: w for name, _, w in _lora_layers(policy)}
+    weights = {name: w for name, _, w in lora_layers(policy)}
     restored = all(torch.equal(weights[name], saved) for name, saved in keep.saved.items())
     return {
         "restored_bitwise": restored if v.lora == "merged" else None,
@@ -191,21 +154,6 @@ def agreement(r: dict, ref: dict) -> dict:
         "first_difference_min": int(first.min()),
         "max_logp_diff": float(diff.max()),
     }
-
-
-def hf_generate(ar, rows: dict, sampling, n: int, seed: int) -> None:
-    """transformers' ``generate`` of exactly ``n`` tokens per row from the prompt ``rows`` (what diffusers'
-    pipeline samples with), seeded with the global generator as the pipeline does."""
-    torch.manual_seed(seed)
-    ar.generate(
-        **rows,
-        max_new_tokens=n,
-        min_new_tokens=n,
-        do_sample=True,
-        temperature=sampling.temperature,
-        top_k=sampling.top_k or None,
-        top_p=sampling.top_p,
-    )
 
 
 @torch.no_grad()

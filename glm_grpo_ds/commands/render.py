@@ -65,7 +65,11 @@ def earlier_render(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.name == INDEX or (p.suffix == ".png" and p.stem.isdigit()))
 
 
-def main(argv: list[str] | None = None) -> int:
+class _Refused(Exception):
+    """A one-line refusal: ``glm-grpo render: <message>`` on stderr, exit 2."""
+
+
+def parse_args(argv: list[str] | None):
     d = RenderConfig()
     parser = parser_for("render")
     own = "default: the model's own, its DiT's sample_size x the VAE's scale: 1024 for GLM-Image"
@@ -104,32 +108,41 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"replace the images and {INDEX} an earlier render left in --out (without it such an --out is refused)",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def _check_out_and_size(args) -> list[Path]:
+    """What an earlier render left in ``--out`` (refused without ``--overwrite``), and ``--height`` / ``--width``
+    checked: before any model loads, so nothing is touched."""
     earlier = earlier_render(Path(args.out))
-    if earlier and not args.overwrite:  # before any model loads: nothing is touched
-        print(
-            f"glm-grpo render: --out {args.out} already holds {len(earlier)} file(s) of an earlier render "
+    if earlier and not args.overwrite:
+        raise _Refused(
+            f"--out {args.out} already holds {len(earlier)} file(s) of an earlier render "
             f"({', '.join(p.name for p in earlier[:3])}{', ...' if len(earlier) > 3 else ''}); give another --out, "
-            "or --overwrite to replace them",
-            file=sys.stderr,
+            "or --overwrite to replace them"
         )
-        return 2
     for name, value in (("--height", args.height), ("--width", args.width)):
         if value is not None and (value <= 0 or value % 32):
-            print(f"glm-grpo render: {name} {value} must be a positive multiple of 32", file=sys.stderr)
-            return 2
+            raise _Refused(f"{name} {value} must be a positive multiple of 32")
+    return earlier
+
+
+def _resolve(args):
+    """``(model source, adapter directory or None)``: a missing directory or Hub id is a refusal."""
     from ..model.adapters import find_adapter
     from ..model.source import resolve_model
 
     try:
         source = resolve_model(args.model, args.revision, flag="--model", revision_flag="--revision")
-        model = source.path
         adapter = find_adapter(args.adapter) if args.adapter else None
     except FileNotFoundError as err:
-        print(f"glm-grpo render: {err}", file=sys.stderr)
-        return 2
+        raise _Refused(err) from None
+    return source, adapter
 
+
+def _settings(args, model: Path) -> tuple[dict, list[str]]:
+    """The pipeline call's size, steps and guidance: the flags', else the model's own (:func:`model_defaults`);
+    and the names of those taken from the model."""
     own_defaults = model_defaults(model)
     settings = {
         "height": args.height,
@@ -139,46 +152,51 @@ def main(argv: list[str] | None = None) -> int:
     }
     taken = [k for k, v in settings.items() if v is None]
     settings.update({k: own_defaults[k] for k in taken})
+    return settings, taken
 
+
+def _check_prompts(args, model: Path, settings: dict) -> None:
+    """Before the weights load: a prompt the AR cannot embed is one line, not an IndexError mid-render."""
     from ..data.rows import DataError
     from ..model.glm_image import load_processor
     from ..model.token_ids import check_token_ids, embedding_rows
 
-    try:  # before the weights load: a prompt the AR cannot embed is one line, not an IndexError mid-render
+    try:
         rows = embedding_rows(model)
         height, width = settings["height"], settings["width"]
         check_token_ids(load_processor(model), rows, model, args.prompt, "--prompt", height, width)
     except DataError as err:
-        print(f"glm-grpo render: {err}", file=sys.stderr)
-        return 2
+        raise _Refused(err) from None
 
-    if taken:  # say what the model's defaults came to: 1024x1024 at 50 steps takes a while on a CPU
-        print(
-            f"glm-grpo render: {settings['width']}x{settings['height']}, {settings['num_inference_steps']} steps, "
-            f"guidance {settings['guidance_scale']} ({', '.join(taken)} from the model's defaults)",
-            file=sys.stderr,
-        )
 
+def _pipeline(args, source, adapter):
+    """The pipeline on its device, with the adapter loaded onto the AR unmerged (base weights untouched)."""
     import torch
     from diffusers import GlmImagePipeline
 
     from ..model.glm_image import resolve_dtype
 
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
-    pipe = GlmImagePipeline.from_pretrained(model, dtype=resolve_dtype(args.dtype, device.type == "cuda"))
+    pipe = GlmImagePipeline.from_pretrained(source.path, dtype=resolve_dtype(args.dtype, device.type == "cuda"))
     if adapter is not None:
         from ..model.adapters import check_adapters
 
         try:  # a shape that does not fit: one line, before peft's traceback; another base: a warning
             warning = check_adapters([str(adapter)], pipe.vision_language_encoder, source.adapter_base())[0]
         except ValueError as err:
-            print(f"glm-grpo render: {err}", file=sys.stderr)
-            return 2
+            raise _Refused(err) from None
         if warning:
             print(warning, file=sys.stderr)
         pipe.vision_language_encoder.load_adapter(str(adapter))  # LoRA layers on top, base weights untouched
     pipe.to(device)
     pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _render(pipe, args, settings: dict, earlier: list[Path]) -> None:
+    """Prompt i with seed ``--seed`` + i to ``OUT/00i.png``, then ``OUT/index.jsonl``."""
+    import torch
+
     out = Path(args.out)
     for path in earlier:  # --overwrite: the earlier render goes, so index.jsonl describes the files present
         path.unlink()
@@ -193,6 +211,26 @@ def main(argv: list[str] | None = None) -> int:
         print(path)
     meta = {"model": args.model, "revision": args.revision, "adapter": args.adapter}
     (out / INDEX).write_text("".join(json.dumps({**row, **meta}) + "\n" for row in index), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        earlier = _check_out_and_size(args)
+        source, adapter = _resolve(args)
+        settings, taken = _settings(args, source.path)
+        _check_prompts(args, source.path, settings)
+        if taken:  # say what the model's defaults came to: 1024x1024 at 50 steps takes a while on a CPU
+            print(
+                f"glm-grpo render: {settings['width']}x{settings['height']}, {settings['num_inference_steps']} steps, "
+                f"guidance {settings['guidance_scale']} ({', '.join(taken)} from the model's defaults)",
+                file=sys.stderr,
+            )
+        pipe = _pipeline(args, source, adapter)
+    except _Refused as err:
+        print(f"glm-grpo render: {err}", file=sys.stderr)
+        return 2
+    _render(pipe, args, settings, earlier)
     return 0
 
 

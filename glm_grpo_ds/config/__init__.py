@@ -12,8 +12,11 @@ advantages.py). docs/config_reference.md is generated from the fields' help
 (``glm-grpo config-docs``). Command-line tools keep their own defaults (glm_grpo_ds/commands/).
 
 * ``fields.py``: ``ConfigError``, :func:`setting` (a field with its help), the ``Literal`` choice check;
-* ``sections.py``: one dataclass per section (``model``, ``lora``, ``grpo``, ...);
-* ``train_config.py``: :class:`TrainConfig` and the cross-field validation;
+* ``sections.py``: every section's dataclass (``model``, ``lora``, ``grpo``, ...), each checking its own fields,
+  gathered from ``model_sections.py`` (model, lora, rollout, decoder, sampling), ``training_sections.py``
+  (grpo, rewards, optimizer, batch) and ``run_sections.py`` (data, eval, logging, monitor, hub); ``checks.py``:
+  the checks they share;
+* ``train_config.py``: :class:`TrainConfig` and the rules that tie sections together;
 * ``loading.py``: YAML + overrides -> validated :class:`TrainConfig`;
 * ``arguments.py``: command lines with overrides anywhere among the options, hints for ``--key value``.
 """

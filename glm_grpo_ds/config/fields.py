@@ -66,7 +66,7 @@ def choice_error(value, choices: tuple, where: str, noun: str) -> str:
 def choice_problems(obj, prefix: str = "") -> list[str]:
     """One line per value of dataclass ``obj`` (nested sections and list items included) that its
     ``Literal[...]`` annotation does not allow. A nested section with ``problems()`` of its own
-    (decoder, grpo.sampling) is left to it."""
+    (every section of the training config) is left to it."""
     problems: list[str] = []
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):

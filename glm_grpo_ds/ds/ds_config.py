@@ -133,7 +133,7 @@ def _optimizer_problems(filled: dict, cfg) -> list[str]:
 
 def _scheduler_problems(filled: dict, cfg) -> list[str]:
     """One line per way the JSON's scheduler contradicts ``optimizer.schedule`` / ``warmup_steps`` / ``lr``;
-    the section is then dropped: the trainer's own schedule (ds/engine.build_scheduler) runs, and
+    the section is then dropped: the trainer's own schedule (ds/optimizer.build_scheduler) runs, and
     DeepSpeed would otherwise build the JSON's in its place."""
     section = filled.pop("scheduler", None)
     if section is None:
@@ -170,9 +170,36 @@ def fill_ds_config(
     optimizer offload keeps fp32 states on the CPU).
     """
     filled = json.loads(json.dumps(raw))
+    values = _trainer_values(cfg, world_size, hidden_size, dtype)
+    zero = filled.get("zero_optimization", {})
+    offload_opt = offloads(zero, "offload_optimizer")
+    _check_combinations(zero, offload_opt, cfg, source)
+    problems = _fill_auto(filled, values, source)
+    problems += _optimizer_problems(filled, cfg) + _scheduler_problems(filled, cfg)
+    if problems:
+        raise DeepSpeedConfigError(
+            f"{source} contradicts the training config (DeepSpeed would silently use the JSON's values); set these "
+            'to "auto", remove them, or change the training config:\n' + "\n".join(problems)
+        )
+    # Batch keys must agree with the trainer's batching even when given explicitly.
+    for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size"):
+        if key in filled and filled[key] != values[key]:
+            raise DeepSpeedConfigError(
+                f"{source}: {key}={filled[key]} disagrees with the trainer ({values[key]} from batch.micro_batch_size="
+                f"{cfg.batch.micro_batch_size}, batch.prompts_per_rank x grpo.group_size={cfg.sequences_per_rank}, "
+                f'world size {world_size}); set it to "auto"'
+            )
+        filled[key] = values[key]
+    _set_defaults(filled, cfg, offload_opt)
+    return filled
+
+
+def _trainer_values(cfg, world_size: int, hidden_size: int, dtype: torch.dtype) -> dict:
+    """The value of every :data:`AUTO_KEYS` key for this run: the batching, clipping and precision of the
+    training config, the bucket sizes from the AR's hidden size."""
     micro = cfg.batch.micro_batch_size
     accum = cfg.sequences_per_rank // micro
-    values = {
+    return {
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": accum,
         "train_batch_size": micro * accum * world_size,
@@ -184,8 +211,10 @@ def fill_ds_config(
         "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden_size * hidden_size),
         "zero_optimization.stage3_param_persistence_threshold": 10 * hidden_size,
     }
-    zero = filled.get("zero_optimization", {})
-    offload_opt = offloads(zero, "offload_optimizer")
+
+
+def _check_combinations(zero: dict, offload_opt: bool, cfg, source: str) -> None:
+    """Refuse what DeepSpeed would accept but that would not do what the training config says."""
     if offload_opt and cfg.optimizer.name != "adamw":
         raise DeepSpeedConfigError(
             f"{source}: optimizer.name={cfg.optimizer.name} with zero_optimization.offload_optimizer: DeepSpeed would "
@@ -205,7 +234,12 @@ def fill_ds_config(
                 f"{source}: rollout.{key}=true with ZeRO-3 needs rollout.gather_parameters=true (a sharded rollout "
                 f"{reason}); set one of them"
             )
-    owned = ("optimizer.params.", "scheduler.params.")  # filled (or checked) by their own sections below
+
+
+def _fill_auto(filled: dict, values: dict, source: str) -> list[str]:
+    """Every "auto" outside the optimizer / scheduler params set from ``values`` (one we do not own is refused);
+    one line per :data:`MUST_AGREE` key whose concrete value contradicts the training config."""
+    owned = ("optimizer.params.", "scheduler.params.")  # filled (or checked) by their own sections
     problems = []
     for key, value in list(_walk(filled)):
         if value == "auto" and not key.startswith(owned):
@@ -220,21 +254,12 @@ def fill_ds_config(
             _set(filled, key, values[key])
         elif key in MUST_AGREE and not _same(value, values[key]):
             problems.append(f"{key}={json.dumps(value)} but {MUST_AGREE[key]} gives {json.dumps(values[key])}")
-    problems += _optimizer_problems(filled, cfg) + _scheduler_problems(filled, cfg)
-    if problems:
-        raise DeepSpeedConfigError(
-            f"{source} contradicts the training config (DeepSpeed would silently use the JSON's values); set these "
-            'to "auto", remove them, or change the training config:\n' + "\n".join(problems)
-        )
-    # Batch keys must agree with the trainer's batching even when given explicitly.
-    for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size"):
-        if key in filled and filled[key] != values[key]:
-            raise DeepSpeedConfigError(
-                f"{source}: {key}={filled[key]} disagrees with the trainer ({values[key]} from batch.micro_batch_size="
-                f"{micro}, batch.prompts_per_rank x grpo.group_size={cfg.sequences_per_rank}, "
-                f'world size {world_size}); set it to "auto"'
-            )
-        filled[key] = values[key]
+    return problems
+
+
+def _set_defaults(filled: dict, cfg, offload_opt: bool) -> None:
+    """What the trainer sets when the JSON does not: no step prints, no breakdown, ZeRO stage 0, and the
+    optimizer: DeepSpeed's own CPU Adam runs an offloaded one, else ours (an untested one to DeepSpeed)."""
     filled.setdefault("steps_per_print", 10**9)
     filled.setdefault("wall_clock_breakdown", False)
     filled.setdefault("zero_optimization", {"stage": 0})
@@ -247,7 +272,6 @@ def fill_ds_config(
         }
     else:
         filled.setdefault("zero_allow_untested_optimizer", True)
-    return filled
 
 
 def zero_stage(ds_config: dict) -> int:

@@ -4,7 +4,7 @@ Evaluation (``eval.file``; see :class:`glm_grpo_ds.config.EvalConfig`): before t
 ``eval.at_start``), every ``eval.steps`` steps and after the last step, each eval prompt gets
 ``eval.group_size`` samples and the run's rewards score them. Seeds are fixed, by evaluation/seeds.py's scheme
 with ``eval.seed``: a rank's prompts are rolled out in one batch, each prompt's tokens drawn from its own
-generator, so a prompt's samples depend on the weights, the prompt and ``eval.seed`` only - not on the step,
+seed's stream, so a prompt's samples depend on the weights, the prompt and ``eval.seed`` only - not on the step,
 the training ``seed``, the rank count or which other prompts share the batch (up to floating-point rounding of
 the batched forward: the padding differs with the batch, and a draw within ~1e-7 of a boundary can change). The
 same weights give the same eval reward, and ``glm-grpo evaluate`` of the final adapter with ``--seed eval.seed``
@@ -38,7 +38,7 @@ from ..decoder import resolve_settings
 from ..ds import dist
 from ..observability.gallery import save_gallery, thumbnails
 from ..observability.metrics import image_record, nan_mean, nan_std
-from .seeds import decode_seed, rollout_generators
+from .seeds import decode_seed, rollout_seeds
 
 PADDING = -1  # row index of a padding sample (dropped on rank 0)
 
@@ -94,12 +94,11 @@ class Evaluator:
         cfg, ev = self.cfg, self.cfg.eval
         group_size = ev.group_size
         t0 = time.perf_counter()
-        # one batched rollout, each prompt with its own generator: a prompt's samples do not depend on
+        # one batched rollout, each prompt with its own seed: a prompt's samples do not depend on
         # which prompts share its rank
         rows = [row for row, _ in self.mine]
-        generators = rollout_generators(ev.seed, rows, self.device)
         exp = experience.collect(
-            rows, generators, partial(decode_seed, ev.seed), group_size=group_size, decode=self.decode
+            rows, rollout_seeds(ev.seed, rows), partial(decode_seed, ev.seed), group_size=group_size, decode=self.decode
         )
         reward_fn = experience.reward_fn
         images, per_reward = exp.images, exp.per_reward

@@ -1,11 +1,11 @@
 """Sample and score the base model and each adapter on the same prompts with paired seeds (``glm-grpo evaluate``).
 
-Pairing: prompt row i is rolled out by every model with the same generator and its images decoded with the same
+Pairing: prompt row i is rolled out by every model with the same sampling seed and its images decoded with the same
 seed (evaluation/seeds.py: the in-training evaluation's scheme). The rollout draws each token as
-``argmax(probs / noise)`` with the generator's noise (glm_grpo_ds/sampling.py), so two models see the same noise
+``argmax(probs / noise)`` with its seed's noise (glm_grpo_ds/sampling.py), so two models see the same noise
 at every position: where their distributions agree they draw the same tokens, and the base against itself (or
 an adapter whose LoRA B is zero) gives identical images and a difference of exactly 0. A rank's prompts are
-rolled out ``batch_prompts`` at a time, each prompt with its own generator, so a prompt's samples do not depend
+rolled out ``batch_prompts`` at a time, each prompt with its own seed, so a prompt's samples do not depend
 on which prompts share its batch.
 
 The adapters are loaded side by side into one peft model over one copy of the base AR
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from .seeds import decode_seed, rollout_generators
+from .seeds import decode_seed, rollout_seeds
 
 BASE = "base"
 
@@ -110,9 +110,9 @@ def evaluate_models(
             if done is not None and "stats" not in done:
                 done = None  # stored before the image statistics were kept
             if done is None:
-                generators = rollout_generators(seed, chunk, maker.device)
+                seeds = rollout_seeds(seed, chunk)
                 with active(model, name):
-                    exp = maker.collect(chunk, generators, partial(decode_seed, seed), k, decode_settings)
+                    exp = maker.collect(chunk, seeds, partial(decode_seed, seed), k, decode_settings)
                 written = None if on_images is None else [str(path) for path in on_images(name, chunk, exp.images)]
                 done = {
                     "rewards": {label: v.double().cpu().view(len(chunk), k) for label, v in exp.per_reward.items()},

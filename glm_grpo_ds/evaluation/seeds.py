@@ -1,5 +1,6 @@
 """The one seed scheme of every evaluation: prompt row i of an evaluation seeded ``s`` draws its tokens from the
-generator ``derive_seed(s, "eval-rollout", i)`` and its decoder noise from ``derive_seed(s, "eval-decode", i)``.
+stream seeded ``derive_seed(s, "eval-rollout", i)`` (the sampling backend's generator on its device,
+rollout/backends.py) and its decoder noise from ``derive_seed(s, "eval-decode", i)``.
 
 Training's evaluation (``eval.seed``, evaluation/in_training.py) and ``glm-grpo evaluate`` (``--seed``, default
 ``eval.seed``; evaluation/paired.py) both use it, so for the same seed, prompts and sample count the final in-run
@@ -10,17 +11,15 @@ of differently padded batches). A prompt's seeds depend on (seed, row) only: not
 
 from __future__ import annotations
 
-import torch
-
 from ..runtime.seeding import derive_seed
 
 # recorded in glm-grpo evaluate's settings: a stored batch sampled under another scheme is not reused
 SCHEME = "eval-rollout/eval-decode"
 
 
-def rollout_generators(seed: int, rows, device: torch.device) -> list[torch.Generator]:
-    """One generator per row (each row's samples from its own stream, whatever else shares the batch)."""
-    return [torch.Generator(device=device).manual_seed(derive_seed(seed, "eval-rollout", row.index)) for row in rows]
+def rollout_seeds(seed: int, rows) -> list[int]:
+    """One sampling seed per row (each row's samples from its own stream, whatever else shares the batch)."""
+    return [derive_seed(seed, "eval-rollout", row.index) for row in rows]
 
 
 def decode_seed(seed: int, row_index: int) -> int:

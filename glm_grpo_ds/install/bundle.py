@@ -151,14 +151,7 @@ def build(
     log=print,
 ) -> Bundle:
     """Build the bundle in ``out`` (which must not exist or be empty); see the module docstring."""
-    if out.exists() and any(out.iterdir()):
-        raise BundleError(f"{out} is not empty: choose a new folder (nothing in it was changed)")
-    if not constraints.is_file():
-        raise BundleError(f"--constraints {constraints}: no such file")
-    if installed is not None and not installed.is_file():
-        raise BundleError(
-            f"--skip-installed {installed}: no such file (on the target: pip list --format=freeze > FILE)"
-        )
+    _check_inputs(out, constraints, installed)
     freeze = read_freeze(installed) if installed else {}
     freeze.pop(canonicalize_name(PROJECT), None)  # an older glm-grpo-ds there is what the bundle replaces
     bundle = Bundle(out, target, sorted(set(extras)))
@@ -172,47 +165,13 @@ def build(
         root = project_root(project)
         log(f"glm-grpo wheelhouse: building glm-grpo-ds's wheel from {root}")
         own = _build_wheel(str(root), built)
-        # The target's version of a direct dependency outside glm-grpo-ds's range is replaced, and said so.
-        for req in _wheel_requirements(own, bundle.extras):
-            have = freeze.get(canonicalize_name(req.name))
-            if have is not None and not req.specifier.contains(have, prereleases=True):
-                bundle.upgraded[req.name] = (have, "")
-                freeze.pop(canonicalize_name(req.name))
+        _replace_out_of_range(own, bundle, freeze)
         bundle.kept = freeze
         placeholder_wheels(freeze, stand_ins)
         pins = work / "constraints.txt"
         _pinned_constraints(constraints, freeze, pins)
-        sources = [built, stand_ins, *find_links]
-        requirement = [bundle.requirement]
-        for _ in range(MAX_ROUNDS):
-            try:
-                resolved = resolve(requirement, pins, target, sources, work)
-                break
-            except Unresolved as err:
-                if err.missing is None or canonicalize_name(Requirement(err.missing).name) in freeze:
-                    # A tested-top pin that does not fit the target's own packages (torchvision 0.29.2 needs
-                    # torch >= 2.14, the target has 2.11) gives way: pip then picks the newest version that fits.
-                    relax = [name for name in _misfits(err, freeze) if _unpin(pins, name)]
-                    if not relax:
-                        raise BundleError(_conflict_message(err, freeze)) from None
-                    bundle.relaxed.extend(relax)
-                    continue
-                name = canonicalize_name(Requirement(err.missing).name)
-                if name in bundle.built:
-                    raise BundleError(f"{err.missing} (needed by {err.needed_by}): {err}") from None
-                log(f"glm-grpo wheelhouse: {name} has no wheel for {target.describe()}: building one from source")
-                wheel = _build_wheel(_pinned_spec(err.missing, pins), built, source_only=name)
-                _check_tags(wheel, target)
-                bundle.built.append(name)
-        else:
-            raise BundleError(
-                f"no resolution for {target.describe()} after {MAX_ROUNDS} tries: {bundle.built + bundle.relaxed}"
-            )
-        shipped_of = {r.key: r.version for r in resolved}
-        bundle.relaxed = [f"{name} {shipped_of[name]}" for name in bundle.relaxed if name in shipped_of]
-        for name, (have, _) in bundle.upgraded.items():
-            shipped = next(r.version for r in resolved if r.key == canonicalize_name(name))
-            bundle.upgraded[name] = (have, shipped)
+        resolved = _resolve_rounds(bundle, pins, [built, stand_ins, *find_links], work, built, log)
+        _record_versions(bundle, resolved)
         _fetch(resolved, freeze, built, target, partial)
         _write_records(partial, bundle, resolved)
     check(partial)
@@ -221,6 +180,65 @@ def build(
     partial.rename(out)
     bundle.wheels = sorted(out.glob("*.whl"))
     return bundle
+
+
+def _check_inputs(out: Path, constraints: Path, installed: Path | None) -> None:
+    """Refuse a used ``out`` and missing input files before anything is built."""
+    if out.exists() and any(out.iterdir()):
+        raise BundleError(f"{out} is not empty: choose a new folder (nothing in it was changed)")
+    if not constraints.is_file():
+        raise BundleError(f"--constraints {constraints}: no such file")
+    if installed is not None and not installed.is_file():
+        raise BundleError(
+            f"--skip-installed {installed}: no such file (on the target: pip list --format=freeze > FILE)"
+        )
+
+
+def _replace_out_of_range(own: Path, bundle: Bundle, freeze: dict[str, str]) -> None:
+    """The target's version of a direct dependency outside glm-grpo-ds's range is replaced, and said so: it
+    leaves ``freeze`` (the target's packages the bundle keeps) for ``bundle.upgraded``."""
+    for req in _wheel_requirements(own, bundle.extras):
+        have = freeze.get(canonicalize_name(req.name))
+        if have is not None and not req.specifier.contains(have, prereleases=True):
+            bundle.upgraded[req.name] = (have, "")
+            freeze.pop(canonicalize_name(req.name))
+
+
+def _resolve_rounds(bundle: Bundle, pins: Path, sources: list[Path], work: Path, built: Path, log) -> list[Resolved]:
+    """Resolve until pip finds a set of wheels (at most :data:`MAX_ROUNDS` tries): each failed round builds the
+    missing wheel from its source archive or relaxes the tested-top pins that clash with the target's packages."""
+    target, freeze = bundle.target, bundle.kept
+    for _ in range(MAX_ROUNDS):
+        try:
+            return resolve([bundle.requirement], pins, target, sources, work)
+        except Unresolved as err:
+            if err.missing is None or canonicalize_name(Requirement(err.missing).name) in freeze:
+                # A tested-top pin that does not fit the target's own packages (torchvision 0.29.2 needs
+                # torch >= 2.14, the target has 2.11) gives way: pip then picks the newest version that fits.
+                relax = [name for name in _misfits(err, freeze) if _unpin(pins, name)]
+                if not relax:
+                    raise BundleError(_conflict_message(err, freeze)) from None
+                bundle.relaxed.extend(relax)
+                continue
+            name = canonicalize_name(Requirement(err.missing).name)
+            if name in bundle.built:
+                raise BundleError(f"{err.missing} (needed by {err.needed_by}): {err}") from None
+            log(f"glm-grpo wheelhouse: {name} has no wheel for {target.describe()}: building one from source")
+            wheel = _build_wheel(_pinned_spec(err.missing, pins), built, source_only=name)
+            _check_tags(wheel, target)
+            bundle.built.append(name)
+    raise BundleError(
+        f"no resolution for {target.describe()} after {MAX_ROUNDS} tries: {bundle.built + bundle.relaxed}"
+    )
+
+
+def _record_versions(bundle: Bundle, resolved: list[Resolved]) -> None:
+    """The shipped version of every relaxed pin and of every target package the bundle upgrades."""
+    shipped_of = {r.key: r.version for r in resolved}
+    bundle.relaxed = [f"{name} {shipped_of[name]}" for name in bundle.relaxed if name in shipped_of]
+    for name, (have, _) in bundle.upgraded.items():
+        shipped = next(r.version for r in resolved if r.key == canonicalize_name(name))
+        bundle.upgraded[name] = (have, shipped)
 
 
 def _pinned_spec(missing: str, pins: Path) -> str:

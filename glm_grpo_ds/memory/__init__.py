@@ -1,3 +1,3 @@
-"""The memory plan of a run before launch: per-GPU bytes (plan) from parameter counts
-(sizes), host RAM per node (host), reward models (reward_models). The measured peaks are
-glm_grpo_ds/runtime/memory_probe.py."""
+"""The memory plan of a run before launch: per-GPU bytes (plan: one function per component in components and
+transients, from the run resolved in basis, composed per phase by phases) from parameter counts (sizes), host RAM
+per node (host), reward models (reward_models). The measured peaks are glm_grpo_ds/runtime/memory_probe.py."""

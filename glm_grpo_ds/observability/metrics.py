@@ -300,29 +300,9 @@ def step_record(
     ``generated_tokens``: over
     all ranks. Collective: every rank calls it, and gets the same record."""
     memory_key = "peak_gpu_memory_mb" if device.type == "cuda" else "peak_rss_mb"
-    sums = {key: float(stats[key]) for key in _MEAN_OVER_RANKS}
     # present on every rank alike (grpo.sampler_correction / grpo.top_entropy_quantile are run-wide settings)
     optional = [key for key in _OPTIONAL_MEANS if key in stats]
-    sums.update({key: float(stats[key]) for key in optional})
-    sums.update({f"failed/{label}": float(n) for label, n in failed.items()})
-    first = stats.get("iterations", [stats])[0]  # ratio must be exactly 1 there (old log-probs = these)
-    maxima = {
-        "skipped": float(stats["skipped"]),
-        "ratio_max": float(stats["ratio_max"]),
-        "-ratio_min": -float(stats["ratio_min"]),
-        "first_ratio_max": float(first["ratio_max"]),
-        "mismatch/logp_abs_max": float(stats["mismatch/logp_abs_max"]),
-        "-first_ratio_min": -float(first["ratio_min"]),
-        memory_key: peak_memory_mb(device),
-        **peaks,
-    }
-    if "correction/weight_max" in stats:
-        maxima.update(
-            {
-                "correction/weight_max": stats["correction/weight_max"],
-                "-correction/weight_min": -stats["correction/weight_min"],
-            }
-        )
+    sums, maxima = _rank_values(stats, optional, failed, peaks, memory_key, device)
     total, top = dist.reduce_stats(sums, maxima)
     world = dist.world_size()
     record = {
@@ -346,24 +326,63 @@ def step_record(
     record["update_tokens_per_s"] = generated_tokens * num_iterations / max(timings["update"], 1e-9)
     record[memory_key] = top[memory_key]
     record.update({key: top[key] for key in sorted(peaks)})
+    _add_rewards(record, all_per_reward, total)
+    if facts is not None:
+        _add_facts(record, facts)
+    return record
+
+
+def _rank_values(
+    stats: dict, optional: list[str], failed: dict[str, int], peaks: dict[str, float], memory_key: str, device
+) -> tuple[dict[str, float], dict[str, float]]:
+    """This rank's ``(sums, maxima)`` for :func:`~glm_grpo_ds.ds.dist.reduce_stats`: what the record averages
+    over ranks, and what it takes the max of (a min as the max of its negation)."""
+    sums = {key: float(stats[key]) for key in _MEAN_OVER_RANKS}
+    sums.update({key: float(stats[key]) for key in optional})
+    sums.update({f"failed/{label}": float(n) for label, n in failed.items()})
+    first = stats.get("iterations", [stats])[0]  # ratio must be exactly 1 there (old log-probs = these)
+    maxima = {
+        "skipped": float(stats["skipped"]),
+        "ratio_max": float(stats["ratio_max"]),
+        "-ratio_min": -float(stats["ratio_min"]),
+        "first_ratio_max": float(first["ratio_max"]),
+        "mismatch/logp_abs_max": float(stats["mismatch/logp_abs_max"]),
+        "-first_ratio_min": -float(first["ratio_min"]),
+        memory_key: peak_memory_mb(device),
+        **peaks,
+    }
+    if "correction/weight_max" in stats:
+        maxima.update(
+            {
+                "correction/weight_max": stats["correction/weight_max"],
+                "-correction/weight_min": -stats["correction/weight_min"],
+            }
+        )
+    return sums, maxima
+
+
+def _add_rewards(record: dict, all_per_reward: dict[str, torch.Tensor], total: dict[str, float]) -> None:
+    """Each reward's mean, std and undefined count over the global batch, and its failures summed over ranks."""
     for label, values in all_per_reward.items():
         record[f"reward/{label}"] = nan_mean(values)
         record[f"reward/{label}_std"] = nan_std(values)
         record[f"reward/{label}_undefined"] = int(torch.isnan(values).sum())
         # samples whose reward raised (a subset of _undefined), summed over ranks
         record[f"reward/{label}_failed"] = int(total[f"failed/{label}"])
-    if facts is not None:
-        if facts.before_load_mb is not None:
-            record["memory/before_load_mb"] = facts.before_load_mb
-        record["frac_reward_zero_std"] = facts.dead_groups.float().mean().item()  # TRL's name: every reward constant
-        record["prompts_skipped"] = facts.prompts_skipped
-        if facts.dead_prompts is not None:
-            record["dead_prompts"] = facts.dead_prompts
-        # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the record's max over
-        # ranks makes the agreement explicit
-        record.update(
-            skipped_steps=facts.skipped_before + record["skipped"],
-            lr=facts.lr,
-            grad_norm=finite_or_none(facts.grad_norm),
-        )
-    return record
+
+
+def _add_facts(record: dict, facts: StepFacts) -> None:
+    """The run-level fields of :class:`StepFacts`."""
+    if facts.before_load_mb is not None:
+        record["memory/before_load_mb"] = facts.before_load_mb
+    record["frac_reward_zero_std"] = facts.dead_groups.float().mean().item()  # TRL's name: every reward constant
+    record["prompts_skipped"] = facts.prompts_skipped
+    if facts.dead_prompts is not None:
+        record["dead_prompts"] = facts.dead_prompts
+    # DeepSpeed decides a skip from the all-reduced gradient norm (same on every rank); the record's max over
+    # ranks makes the agreement explicit
+    record.update(
+        skipped_steps=facts.skipped_before + record["skipped"],
+        lr=facts.lr,
+        grad_norm=finite_or_none(facts.grad_norm),
+    )

@@ -4,27 +4,31 @@ A backend turns prompts into a :class:`Sampled`: the :class:`RolloutBatch` (toke
 the policy's distribution, glm_grpo_ds/sampling.py) and, when the trainer asked for them, the log-probs its update
 needs from the same weights (reference / old), computed while the weights are gathered for sampling::
 
-    sampler = EngineSampler(engine, processor, cfg, device, before_update=logprobs_fn)   # training, in-run eval
-    sampler = ModelSampler(model, processor, cfg.rollout, sampling, device)              # the tools
-    got = sampler.sample(["a red cube"], [generator], group_size=4)
+    keep = BaseCopy("device")                                     # rollout.merge_lora: the run's one base copy
+    sampler = EngineSampler(engine, processor, cfg, device, before_update=logprobs_fn, base_copy=keep)  # training
+    sampler = ModelSampler(model, processor, cfg.rollout, sampling, device)                            # the tools
+    got = sampler.sample(["a red cube"], [seed], group_size=4)
     got.batch, got.ref_logps, got.old_logps
+    sampler.sync_weights(step)                                     # the trainer, after each step's update phase
 
-What a backend must provide (the seam a vLLM-class engine would plug into; docs/design.md "Sampling backends"):
-``processor`` (the prompts' chat template), ``sample(prompts, generators, group_size, on_tokens)`` drawing each
-prompt's rows from its own generator, log-probs of the drawn tokens under the policy's distribution (the
-trainer compares them with its own: the ``mismatch/*`` metrics), the current weights (the engine sampler reads
-them from the engine at every call; an external engine would need a weight sync per step), and its speed-ups
-behind the decode loop's options (compile, CUDA graph capture: glm_grpo_ds/rollout/decode_loop.py).
+What a backend must provide (:class:`SamplingBackend`, the seam a vLLM-class engine would plug into;
+docs/design.md "Sampling backends"): ``processor`` (the prompts' chat template); ``sample(prompts, seeds,
+group_size, on_tokens)`` drawing each prompt's rows from the stream its integer seed starts (one seed for all
+rows, or one per prompt; the caller derives them: runtime/seeding.py, evaluation/seeds.py), with the log-probs of
+the drawn tokens under the policy's distribution (the trainer compares them with its own: the ``mismatch/*``
+metrics); ``sync_weights(step)``, called by the trainer after each step's update phase: the in-process backends
+read the current weights at every call and do nothing there, an out-of-process engine would receive the new
+weights; and its speed-ups behind the decode loop's options (compile, CUDA graph capture:
+glm_grpo_ds/rollout/decode_loop.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -49,16 +53,31 @@ class Sampled:
     old_logps: torch.Tensor | None = None
 
 
+@runtime_checkable
 class SamplingBackend(Protocol):
+    """What :class:`~glm_grpo_ds.experience.ExperienceMaker` and the trainer need of a sampler (module docstring)."""
+
     processor: object
 
     def sample(
         self,
         prompts: list[str],
-        generators: list[torch.Generator],
+        seeds: list[int],
         group_size: int,
         on_tokens: Callable[[int, int], None] | None = None,
-    ) -> Sampled: ...
+    ) -> Sampled:
+        """``group_size`` rows per prompt, group by group; ``seeds``: one for all rows, or one per prompt."""
+        ...
+
+    def sync_weights(self, step: int) -> None:
+        """The policy's weights after step ``step``'s update phase are the ones to sample with from now on."""
+        ...
+
+
+def seeded_generators(seeds: list[int], device: torch.device) -> list[torch.Generator]:
+    """The sampling streams of ``seeds`` on ``device`` (where the rollout draws its noise), one per seed: a
+    generator seeded with the same integer on the same device draws the same tokens."""
+    return [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
 
 
 def loop_options(rollout_cfg, whole: bool = True) -> LoopOptions:
@@ -84,22 +103,15 @@ def sampling_adapters(model, rollout_cfg, whole: bool = True, merge: Callable | 
         yield
 
 
-_base_copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def base_copy(policy, where: str) -> BaseCopy:
-    """The run's one :class:`BaseCopy` of ``policy`` (``rollout.merge_copy``; ``auto`` unresolved by the trainer's
-    memory plan, e.g. in a benchmark, keeps it on the device)."""
-    if policy not in _base_copies:
-        _base_copies[policy] = BaseCopy("host" if where == "host" else "device")
-    return _base_copies[policy]
-
-
 class EngineSampler:
     """The trainer's backend: samples with the policy inside a DeepSpeed engine, the parameters gathered once for
     the whole rollout under ZeRO-3 (``rollout.gather_parameters`` unless ``gather`` says otherwise), the adapters
     cast / merged for sampling as the rollout section asks. ``before_update(policy, batch) -> (ref, old)``, if
-    given, runs inside that same gather with the adapters the trainer trains (outside the cast and the merge)."""
+    given, runs inside that same gather with the adapters the trainer trains (outside the cast and the merge).
+
+    ``base_copy``: with ``rollout.merge_lora``, the run's one :class:`BaseCopy` of the frozen base weights, which
+    every sampler of the policy shares (the trainer makes it where its memory plan places it); None where the
+    merge restores nothing (no merge, or ZeRO-3 on several ranks, whose gathered weights are discarded)."""
 
     def __init__(
         self,
@@ -109,12 +121,13 @@ class EngineSampler:
         device: torch.device,
         before_update: Callable | None = None,
         gather: bool | None = None,
+        base_copy: BaseCopy | None = None,
     ):
         self.engine, self.processor, self.cfg, self.device = engine, processor, cfg, device
-        self.before_update = before_update
+        self.before_update, self.base_copy = before_update, base_copy
         self.gather = cfg.rollout.gather_parameters if gather is None else gather
 
-    def sample(self, prompts, generators, group_size, on_tokens=None) -> Sampled:
+    def sample(self, prompts, seeds, group_size, on_tokens=None) -> Sampled:
         engine, r = self.engine, self.cfg.rollout
         policy = ds_engine.unwrap(engine)
         policy.eval()
@@ -125,7 +138,11 @@ class EngineSampler:
             merge = None
             if r.merge_lora and whole:
                 restore = not ds_engine.gather_discards_writes(engine, self.gather)
-                merge = partial(lora_merged, policy, base_copy(policy, r.merge_copy), restore)
+                if restore and self.base_copy is None:
+                    raise ValueError(
+                        "EngineSampler: rollout.merge_lora needs base_copy (the run's BaseCopy) to restore the base"
+                    )
+                merge = partial(lora_merged, policy, self.base_copy, restore)
             with sampling_adapters(policy, r, whole, merge):
                 batch = rollout(
                     policy,
@@ -135,7 +152,7 @@ class EngineSampler:
                     r.height,
                     r.width,
                     self.cfg.grpo.sampling,
-                    generators,  # one for all rows or one per prompt: rollout() takes either list
+                    seeded_generators(seeds, self.device),  # one for all rows or one per prompt: rollout() takes either
                     self.device,
                     loop_options(r, whole),
                     on_tokens,
@@ -145,6 +162,10 @@ class EngineSampler:
             with ds_engine.training_linear():
                 ref, old = self.before_update(policy, batch)
         return Sampled(batch, ref, old)
+
+    def sync_weights(self, step: int) -> None:
+        """Nothing to do: the sampler samples with the engine's own model, whose weights the optimizer has just
+        updated (a merge takes the adapters as they are at each :meth:`sample`)."""
 
 
 class ModelSampler:
@@ -162,7 +183,7 @@ class ModelSampler:
             device,
         )
 
-    def sample(self, prompts, generators, group_size, on_tokens=None) -> Sampled:
+    def sample(self, prompts, seeds, group_size, on_tokens=None) -> Sampled:
         r = self.rollout_cfg
         with torch.no_grad(), sampling_adapters(self.model, r):
             batch = rollout(
@@ -173,9 +194,12 @@ class ModelSampler:
                 r.height,
                 r.width,
                 self.sampling,
-                generators,
+                seeded_generators(seeds, self.device),
                 self.device,
                 loop_options(r),
                 on_tokens,
             )
         return Sampled(batch)
+
+    def sync_weights(self, step: int) -> None:
+        """Nothing to do: the model sampled is the caller's, used as it is at each :meth:`sample`."""

@@ -1,6 +1,6 @@
 """Sampling with the LoRA adapters merged into the base weights, the frozen base restored bitwise afterwards.
 
-    keep = BaseCopy("device")                       # once per run: where the frozen base's copy lives
+    keep = BaseCopy("device")                       # once per run (the trainer): where the frozen base's copy lives
     with lora_merged(policy, keep):                 # W <- W + scale * B @ A, peft's wrappers out of the call path
         batch = rollout(policy, ...)                # a decode step issues the plain model's kernels
     # here every base weight is torch.equal to what it was, and the peft wrappers are back
@@ -14,7 +14,8 @@ that the ``mismatch/*`` metrics report and ``grpo.sampler_correction`` can corre
 
 Restoring: ``W + s B A - s B A`` is not ``W`` after rounding, so the base weights of the adapted linears are
 copied once per run (:class:`BaseCopy`: on the device, or in pinned host memory, chosen by
-``rollout.merge_copy``) and copied back after each rollout. Under ZeRO-3 on several ranks the rollout's gathered
+``rollout.merge_copy``; the trainer makes the one copy and hands it to its samplers, rollout/backends.py) and
+copied back after each rollout. Under ZeRO-3 on several ranks the rollout's gathered
 parameters are buffers DeepSpeed discards when the gather ends, so nothing needs restoring and no copy is kept
 (``restore=False``); at world size 1 a gathered parameter is the stored one and is restored like any other.
 """
@@ -57,10 +58,11 @@ class BaseCopy:
 
 def adapted_linear_bytes(model) -> int:
     """Bytes of the base weights that :func:`lora_merged` copies (the planner's figure for ``BaseCopy``)."""
-    return sum(w.numel() * w.element_size() for _, _, w in _lora_layers(model))
+    return sum(w.numel() * w.element_size() for _, _, w in lora_layers(model))
 
 
-def _lora_layers(model):
+def lora_layers(model):
+    """``(name, module, base weight)`` of every peft LoRA layer of ``model``: what a merge adds a delta to."""
     from peft.tuners.lora import LoraLayer
 
     for name, module in model.named_modules():
@@ -89,7 +91,7 @@ def lora_merged(model, keep: BaseCopy | None, restore: bool = True):
     weight holds ``W + s B A`` (computed in fp32, rounded once to the weight's dtype). On exit the wrappers go
     back and, with ``restore``, every base weight is copied back from ``keep`` (bitwise). Yields the number of
     merged layers. Refuses a partitioned parameter (ZeRO-3 outside the rollout's gather): it has no data."""
-    layers = list(_lora_layers(model))
+    layers = list(lora_layers(model))
     merged: list[tuple[torch.nn.Module, str, torch.nn.Module, str, torch.Tensor]] = []
     try:
         with torch.no_grad():

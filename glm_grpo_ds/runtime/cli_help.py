@@ -3,7 +3,7 @@
 :func:`command_parser` builds a command's ``argparse`` parser with :class:`HelpFormatter`, which appends
 ``(default: X)`` to an option's help unless the help already says its default (``default`` in the text) or there
 is none to show (``None``, an off flag, an empty list). :func:`plain` turns the Markdown of docs/commands.md's
-table (where the descriptions are written once, in ``commands/cli.py``) into terminal text. A test
+table (where the descriptions are written once, in ``commands/subcommands.py``) into terminal text. A test
 (tests/unit/test_command_help.py) runs every command's ``--help`` and parses every example with its parser.
 """
 

@@ -6,7 +6,7 @@ to run on a CPU, so there the GPU's figures are the comparison).
     python -m glm_grpo_ds.testing.gpu_measurements        # measured vs planned, per phase
 
 A measurement is ``memory/<phase>_peak_mb`` of metrics.jsonl (``torch.cuda.max_memory_allocated`` per phase);
-the plan it is held against is the planner's phase total (:func:`glm_grpo_ds.memory.plan.phase_totals`), which
+the plan it is held against is the planner's phase total (:func:`glm_grpo_ds.memory.phases.phase_totals`), which
 includes the 2 GiB runtime allowance (CUDA context, NCCL, allocator slack) that the allocator's counter does not
 see. Every record is a one-step run: its rollout, decode and reward come before the optimizer's first step has
 created its state (``first_step``).

@@ -46,10 +46,11 @@ def frozen(name, param) -> bool:
 
 
 def fixed_rollout(trainer, prompts, seed=1234, gather=True):
-    """The same rollout on every rank (same prompts, same generator seed)."""
-    gen = torch.Generator(device=trainer.device).manual_seed(seed)
-    sampler = EngineSampler(trainer.engine, trainer.processor, trainer.cfg, trainer.device, gather=gather)
-    return sampler.sample(prompts, [gen], trainer.cfg.grpo.group_size).batch
+    """The same rollout on every rank (same prompts, same sampling seed)."""
+    sampler = EngineSampler(
+        trainer.engine, trainer.processor, trainer.cfg, trainer.device, gather=gather, base_copy=trainer.base_copy
+    )
+    return sampler.sample(prompts, [seed], trainer.cfg.grpo.group_size).batch
 
 
 def probe_ref_logps(trainer, batch):
@@ -163,9 +164,6 @@ def main(argv=None) -> int:
         cfg, engine = trainer.cfg, trainer.engine
         prompts = PROBE_PROMPTS[: cfg.batch.prompts_per_rank]
 
-        def gen():
-            return [torch.Generator(device=trainer.device).manual_seed(7)]
-
         def gathered(counts):
             return sum(c["bytes"] for name, c in counts.items() if "gather" in name)
 
@@ -174,9 +172,9 @@ def main(argv=None) -> int:
 
         g = cfg.grpo.group_size
         with ds_engine.counted_comms() as plain:
-            EngineSampler(engine, trainer.processor, cfg, trainer.device).sample(prompts, gen(), g)
+            EngineSampler(engine, trainer.processor, cfg, trainer.device).sample(prompts, [7], g)
         with ds_engine.counted_comms() as with_before:
-            got = EngineSampler(engine, trainer.processor, cfg, trainer.device, before_fn).sample(prompts, gen(), g)
+            got = EngineSampler(engine, trainer.processor, cfg, trainer.device, before_fn).sample(prompts, [7], g)
         batch = got.batch
         slices = [slice(i, i + cfg.batch.micro_batch_size) for i in range(0, len(batch), cfg.batch.micro_batch_size)]
         with ds_engine.counted_comms() as ref_in_update:

@@ -10,8 +10,6 @@ ranks of launcher-less launches (spawn_ranks) are forked from a parent that impo
     launch(2, train_args(*common(...), ds_config="zero3.json"))
 """
 
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +20,7 @@ import forkserver  # tests/forkserver.py: runs forked from a parent that importe
 import pytest
 import torch
 
+from glm_grpo_ds.runtime.local_launch import deepspeed_command
 from glm_grpo_ds.runtime.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,10 +41,9 @@ FAST = [
 
 def launch_cmd(nprocs: int, args: list[str]) -> tuple[list[str], dict, int]:
     """(command, environment, master port) of a `deepspeed --num_gpus N` CPU run."""
-    launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent)) or "deepspeed"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), DS_ACCELERATOR="cpu")
     port = free_port()
-    return [launcher, "--num_gpus", str(nprocs), "--master_port", str(port)] + args, env, port
+    cmd, env = deepspeed_command(nprocs, args, cpu=True, port=port)
+    return cmd, dict(env, PYTHONPATH=str(ROOT)), port
 
 
 def spawn_ranks(nprocs: int, args: list[str], timeout: int) -> tuple[subprocess.CompletedProcess, int]:

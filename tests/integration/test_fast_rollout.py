@@ -43,7 +43,7 @@ def base_weights(policy) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in policy.named_parameters() if "base_layer" in n}
 
 
-def sample(policy, processor, seed=0, merged=False, keep=None, options=False):
+def sample(policy, processor, seed=0, merged=False, keep=None, options=None):
     gen = torch.Generator().manual_seed(seed)
     with lora_merged(policy, keep or BaseCopy()) if merged else torch.no_grad():
         return rollout(policy, processor, PROMPTS, G, 64, 64, SAMPLING, gen, loop=options)

@@ -1,7 +1,7 @@
 """`glm-grpo evaluate`'s pieces that need no model: the settings it takes from the adapter's own run when no
---config is given (glm_grpo_ds/commands/evaluate.py ``run_overrides``), the one-line refusal without rewards, the
-progress count that is never silent for long (runtime/progress_count.py), and the gallery's captions (each tile's
-own reward: evaluation/report.py ``shown_sample_rewards``)."""
+--config is given (glm_grpo_ds/commands/evaluate_settings.py ``run_overrides``), the one-line refusal without
+rewards, the progress count that is never silent for long (runtime/progress_count.py), and the gallery's captions
+(each tile's own reward: evaluation/report.py ``shown_sample_rewards``)."""
 
 import io
 import json

@@ -457,28 +457,33 @@ def test_planned_merge_copy_is_what_the_merge_copies(tiny_model_dir):
     assert planned and 4 * sum(planned) == adapted_linear_bytes(lora_policy(tiny_model_dir, b_std=0))
 
 
-def test_the_trainer_resolves_merge_copy_auto_from_the_plan():
-    """observability/summary.py: auto becomes the plan's placement in the run's cfg (experience.py reads it), an
-    explicit choice stays, and the startup summary says where the copy is in one line."""
-    from glm_grpo_ds.memory.startup import resolve_merge_copy
+def test_the_trainer_places_the_merge_copy_from_the_plan_and_leaves_the_config_as_loaded():
+    """memory/startup.py: auto takes the plan's placement, an explicit choice stays, the config is not changed (the
+    trainer makes its one BaseCopy there), config.json records the placement taken, and the startup summary
+    (observability/summary.py) says where the copy is in one line."""
+    from glm_grpo_ds.config import to_dict
+    from glm_grpo_ds.memory.startup import base_copy_placement, recorded_config
     from glm_grpo_ds.observability.summary import merge_copy_line
 
     s = dataclasses.replace(sizes(1280, [640, 640]), adapted_base=[1000, 4000])
     for gib, where in ((80, "device"), (1, "host")):
         c = cfg("rollout.merge_lora=true")
         planned = plan(c, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=gib), s)
-        resolve_merge_copy(c, planned)
-        assert c.rollout.merge_copy == where
+        assert base_copy_placement(c, planned) == where and c.rollout.merge_copy == "auto"
+        assert recorded_config(c, where)["rollout"]["merge_copy"] == where
+        assert recorded_config(c, where) == {**to_dict(c), "rollout": {**to_dict(c)["rollout"], "merge_copy": where}}
     line = merge_copy_line(c, planned, on_gpu=True)
     assert line.startswith("rollout: LoRA merged for sampling, base copy in pinned host memory (0.0 MiB; ")
     assert "merge_copy=auto: the plan with it on the GPU" in line and "exceeds 1 GiB" in line
     kept = cfg("rollout.merge_lora=true", "rollout.merge_copy=device")
-    resolve_merge_copy(kept, plan(kept, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=1), s))
-    assert kept.rollout.merge_copy == "device"
+    assert base_copy_placement(kept, plan(kept, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=1), s)) == "device"
+    assert base_copy_placement(kept, None) == "device"  # an explicit placement needs no plan (ranks > 0)
+    assert recorded_config(kept, "device") == to_dict(kept)
     z3 = cfg("rollout.merge_lora=true")
     planned = plan(z3, ZERO[3], EstimateConfig(num_gpus=2), s)
-    resolve_merge_copy(z3, planned)
+    assert base_copy_placement(z3, planned) is None and recorded_config(z3, None) == to_dict(z3)
     assert z3.rollout.merge_copy == "auto" and "no base copy (ZeRO-3 on 2 ranks" in merge_copy_line(z3, planned, True)
+    assert base_copy_placement(cfg(), None) is None  # merge_lora off: no copy, no plan needed
     assert merge_copy_line(cfg(), planned, True) is None
 
 

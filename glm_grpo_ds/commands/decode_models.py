@@ -1,0 +1,62 @@
+"""What the decode measurements run (commands/decode_timing.py, commands/decode_counts.py): GLM-Image's AR
+with random weights, at the real size or the tiny test model's, with peft LoRA adapters as the trainer has them
+(``lora_B`` random, so merging changes the weights), one prompt, and transformers' ``generate``, the sampler
+diffusers' pipeline uses, as the baseline the decode loop is compared with."""
+
+from __future__ import annotations
+
+import torch
+
+PROMPT = "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"
+
+
+def build_ar(tiny: bool, layers: int | None, device: torch.device, seed: int = 0):
+    """GLM-Image's AR without adapters: the real size in bf16 (the tiny test model's in fp32 for ``tiny``), random
+    weights drawn after ``torch.manual_seed(seed)`` on ``device``, ``layers`` decoder layers (None: the model's)."""
+    from transformers import GlmImageForConditionalGeneration
+
+    from ..testing.tiny import _vocab, build_ar_config
+
+    vocab = _vocab()
+    eos = vocab["<|endoftext|>"]
+    config = build_ar_config(len(vocab), eos, eos, full_size=not tiny)
+    if layers:
+        config.text_config.num_hidden_layers = layers
+    config.vision_config.depth = 1  # the vision tower does not run for text-to-image
+    torch.manual_seed(seed)
+    with torch.device(device):
+        ar = GlmImageForConditionalGeneration._from_config(config, dtype=torch.float32 if tiny else torch.bfloat16)
+    return ar.eval()
+
+
+def build_policy(tiny: bool, layers: int | None, r: int, device: torch.device, seed: int = 0):
+    """``(peft policy, processor)``: :func:`build_ar` with LoRA adapters of rank ``r`` on every projection,
+    ``lora_B`` random (peft starts it at zero, which would make merging a no-op)."""
+    from peft import get_peft_model
+
+    from ..config.sections import LoraConfig
+    from ..model.adapters import peft_lora_config
+    from ..testing.tiny import build_processor
+
+    policy = get_peft_model(build_ar(tiny, layers, device, seed), peft_lora_config(LoraConfig(r=r, alpha=2 * r)))
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.02, generator=gen)
+    return policy.eval(), build_processor()
+
+
+def hf_generate(ar, rows: dict, sampling, n: int, seed: int) -> None:
+    """transformers' ``generate`` of exactly ``n`` tokens per row from the prompt ``rows`` (what diffusers'
+    pipeline samples with), seeded with the global generator as the pipeline does."""
+    torch.manual_seed(seed)
+    ar.generate(
+        **rows,
+        max_new_tokens=n,
+        min_new_tokens=n,
+        do_sample=True,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k or None,
+        top_p=sampling.top_p,
+    )

@@ -1,0 +1,44 @@
+"""Checks the config sections share: how a section reports its problems, and the problems of a decode's
+settings, which the training decode (``decoder.*``), the evaluation decode (``eval.*``) and
+``glm-grpo decode-agreement``'s candidates all have."""
+
+from __future__ import annotations
+
+
+def raise_problems(problems: list[str]) -> None:
+    """The one way a config section reports problems: ValueError with one line per problem (TrainConfig.validate
+    raises its ConfigError, a ValueError, the same way for the whole config)."""
+    if problems:
+        raise ValueError("\n".join(problems))
+
+
+def guided_steps(num_inference_steps: int, guidance_scale: float, guidance_steps: int | None) -> int:
+    """The DiT steps of a decode that run the unconditional pass too: none at guidance <= 1, else the first
+    ``guidance_steps`` (None: all). A decode runs steps + guided steps DiT forwards per image."""
+    if guidance_scale <= 1:
+        return 0
+    return num_inference_steps if guidance_steps is None else guidance_steps
+
+
+def decode_problems(
+    num_inference_steps: int | None, guidance_scale: float | None, prefix: str, guidance_steps: int | None = None
+) -> list[str]:
+    """The problems of a decode's settings (decoder.*, eval.*; None = the pipeline's own, fine)."""
+    problems = []
+    if num_inference_steps is not None and num_inference_steps < 1:
+        problems.append(f"{prefix}num_inference_steps must be >= 1, got {num_inference_steps}")
+    if guidance_scale is not None and not guidance_scale > 0:
+        problems.append(f"{prefix}guidance_scale must be > 0 (<= 1: no guidance pass), got {guidance_scale}")
+    if guidance_steps is not None:
+        steps = num_inference_steps
+        if guidance_steps < 1 or (steps is not None and guidance_steps > steps):
+            problems.append(
+                f"{prefix}guidance_steps must be between 1 and num_inference_steps ({steps}), got {guidance_steps} "
+                "(null = guidance on every step; guidance_scale 1 = on none)"
+            )
+        elif guidance_scale is not None and guidance_scale <= 1:
+            problems.append(
+                f"{prefix}guidance_steps={guidance_steps} limits a guidance that guidance_scale={guidance_scale:g} "
+                "turns off: set guidance_scale > 1 or drop guidance_steps"
+            )
+    return problems

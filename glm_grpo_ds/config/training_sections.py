@@ -1,0 +1,247 @@
+"""The sections of the objective and its optimisation: ``grpo``, ``rewards``, ``optimizer`` and ``batch``. Each
+checks its own fields (``problems()``); TrainConfig.validate adds the rules that tie sections together (the
+micro-batch against the group size, the disagreement gate against the number of rewards)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..advantages import COMBINATIONS, ESTIMATORS
+from ..grpo import AGGREGATIONS, IMPORTANCE_LEVELS, SAMPLER_CORRECTIONS
+from .fields import choice_problems, setting
+from .model_sections import SamplingConfig
+
+
+@dataclass
+class GRPOConfig:
+    """The GRPO objective (glm_grpo_ds/grpo.py, advantages.py) and the rollout's sampling."""
+
+    group_size: int = setting(
+        8,
+        "G completions per prompt (>= 2: advantages compare the samples of a prompt); larger = a less noisy group "
+        "baseline, for G rollouts and decodes per prompt.",
+    )
+    beta: float = setting(
+        0.04, "k3 KL coefficient towards the frozen reference policy (>= 0); 0 skips the reference pass."
+    )
+    epsilon_low: float = setting(0.2, "Ratio clip range below 1: [1 - epsilon_low, ...], in [0, 1).")
+    epsilon_high: float = setting(
+        0.2,
+        "Ratio clip range above 1: [..., 1 + epsilon_high], >= 0; larger than epsilon_low = asymmetric clip-higher.",
+    )
+    aggregation: Literal[tuple(AGGREGATIONS)] = setting(
+        "token_mean",
+        "Loss normaliser (grpo.loss_normalizer): token_mean = number of loss tokens; seq_mean = per-sequence token "
+        "mean, then mean over sequences; dr_grpo = sequences x padded length, a constant (Dr. GRPO).",
+        noun="aggregation",
+    )
+    advantage_estimator: Literal[tuple(ESTIMATORS)] = setting(
+        "group",
+        "The advantage estimator (glm_grpo_ds/advantages.py): group = (r - group mean) / (group std + eps); "
+        "batch = (r - group mean) / (std of all rewards + eps), robust to near-constant groups (Dr. GRPO-style); "
+        "none = r - group mean; rloo = r - mean of the other rewards of its group (leave-one-out, RLOO). Was "
+        "grpo.advantage_scale (still read, with a warning).",
+        noun="advantage estimator",
+    )
+    reward_combination: Literal[tuple(COMBINATIONS)] = setting(
+        "sum_then_normalize",
+        "sum_then_normalize = advantages of the weighted reward sum; normalize_then_sum = weighted sum of each "
+        "reward's group advantages, so an easy reward with a large spread cannot drown a hard one; win_rate = "
+        "advantages of each sample's within-group win rate on the weighted sum (the order counts, not the gaps; "
+        "Pref-GRPO); win_rate_per_reward = the weighted sum of each reward's win rates (see "
+        "glm_grpo_ds/advantages.py).",
+        noun="reward combination",
+    )
+    rank_tie_tolerance: float = setting(
+        0.0,
+        "win_rate combinations: rewards this close count as a tie (half a win), so score gaps smaller than the "
+        "reward's noise do not order samples (>= 0).",
+    )
+    disagreement_gate: float | None = setting(
+        None,
+        "With several rewards: a sample whose other rewards disagree with the first one by more than this (the "
+        "largest gap of their within-group z-scores, rewards/disagreement in metrics.jsonl; 0 = they agree, ~2 = "
+        "opposite ends of the group) gets advantage 0, as GARDO gates uncertain samples (> 0); null = no gate.",
+    )
+    num_iterations: int = setting(
+        1, "Updates per rollout (mu, >= 1); > 1 stores the old (pre-update) log-probs and reuses each rollout."
+    )
+    preview_in_loss: bool = setting(
+        True,
+        "Train on the preview-grid tokens too (they condition the target grid, but the DiT renders only the target "
+        "grid). false = loss on the target grid's tokens alone: less variance when the reward cannot depend on the "
+        "preview (the tiny world), biased for the real model.",
+    )
+    importance_sampling_level: Literal[tuple(IMPORTANCE_LEVELS)] = setting(
+        "token",
+        "token = a ratio (and its clip) per token (GRPO); sequence = one ratio per sequence, the geometric mean of its "
+        "tokens' (GSPO, TRL's importance_sampling_level: sequence): for ~1 300 visual tokens and one reward per image.",
+        noun="importance sampling level",
+    )
+    top_entropy_quantile: float = setting(
+        1.0,
+        "Train the policy term on the tokens whose policy entropy is in this top fraction of each micro-batch's tokens "
+        "on all ranks (TRL's top_entropy_quantile, arXiv:2506.01939), in [0, 1]; 1 = every token. The KL term keeps "
+        "all tokens.",
+    )
+    preview_weight: float = setting(
+        1.0,
+        "Weight of the preview grid's tokens in the policy term (the target grid's: 1), in [0, 1]: a position "
+        "weighting between training on every token (1) and on the target grid's alone; unlike preview_in_loss: "
+        "false, the preview tokens still count in the loss normaliser and the KL term.",
+    )
+    entropy_coef: float = setting(
+        0.0,
+        "Entropy bonus: the loss gets -entropy_coef x the mean policy entropy of the trained tokens (>= 0; TRL's "
+        "entropy_coef); a guard against entropy collapse, off at 0. The `entropy` metric shows what it acts on.",
+    )
+    sampler_correction: Literal[tuple(SAMPLER_CORRECTIONS)] = setting(
+        "none",
+        "Importance-sampling correction for the sampler's numbers differing from the trainer's (pi_old / "
+        "pi_sampler, TRL's vllm_importance_sampling_mode): token_/sequence_truncate clamp the weights into "
+        "[sampler_correction_min, sampler_correction_max] (TIS), token_/sequence_mask drop tokens / sequences "
+        "outside; none = off.",
+        noun="sampler correction",
+    )
+    sampler_correction_max: float = setting(3.0, "Upper cap of the sampler-correction weights (> 0).")
+    sampler_correction_min: float | None = setting(
+        None, "Lower cap of the sampler-correction weights (null = none; 0 <= min < max)."
+    )
+    mismatch_threshold: float = setting(
+        0.1,
+        "The `mismatch/frac_beyond` metric counts tokens whose sampler and trainer log-probs differ by more than this.",
+    )
+    logprob_chunk_size: int = setting(
+        256,
+        "Tokens per lm_head chunk (fp32 log-softmax) in the teacher-forced pass (>= 1): smaller = less peak memory.",
+    )
+    sampling: SamplingConfig = setting(help="How the rollout samples visual tokens.", factory=SamplingConfig)
+
+    def problems(self, prefix: str = "grpo.") -> list[str]:
+        """One line per problem, keys written ``<prefix>key``: an unknown choice first (the checks below read
+        reward_combination and sampler_correction), then each setting's range, then the settings the others make
+        ineffective, then ``<prefix>sampling``."""
+        problems = choice_problems(self, prefix)
+
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                problems.append(msg)
+
+        need(
+            self.group_size >= 2,
+            f"{prefix}group_size must be >= 2 (advantages compare samples of a prompt), got {self.group_size}",
+        )
+        need(self.beta >= 0, f"{prefix}beta must be >= 0, got {self.beta}")
+        need(0 <= self.epsilon_low < 1, f"{prefix}epsilon_low must be in [0, 1), got {self.epsilon_low}")
+        need(self.epsilon_high >= 0, f"{prefix}epsilon_high must be >= 0, got {self.epsilon_high}")
+        need(self.num_iterations >= 1, f"{prefix}num_iterations must be >= 1, got {self.num_iterations}")
+        need(self.logprob_chunk_size >= 1, f"{prefix}logprob_chunk_size must be >= 1, got {self.logprob_chunk_size}")
+        need(
+            0 <= self.top_entropy_quantile <= 1,
+            f"{prefix}top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}",
+        )
+        need(self.entropy_coef >= 0, f"{prefix}entropy_coef must be >= 0, got {self.entropy_coef}")
+        need(0 <= self.preview_weight <= 1, f"{prefix}preview_weight must be in [0, 1], got {self.preview_weight}")
+        need(self.rank_tie_tolerance >= 0, f"{prefix}rank_tie_tolerance must be >= 0, got {self.rank_tie_tolerance}")
+        high, low = self.sampler_correction_max, self.sampler_correction_min
+        need(high > 0, f"{prefix}sampler_correction_max must be > 0, got {high}")
+        need(
+            low is None or 0 <= low < high,
+            f"{prefix}sampler_correction_min must be null or in [0, sampler_correction_max), got {low}",
+        )
+        need(self.mismatch_threshold > 0, f"{prefix}mismatch_threshold must be > 0, got {self.mismatch_threshold}")
+        gate = self.disagreement_gate
+        need(gate is None or gate > 0, f"{prefix}disagreement_gate must be null or > 0, got {gate}")
+        # settings that would do nothing with the others as they are: refused rather than silently ignored
+        need(
+            self.preview_in_loss or self.preview_weight == 1.0,
+            f"{prefix}preview_weight={self.preview_weight} weighs preview tokens that {prefix}preview_in_loss=false "
+            "takes out of the loss: set one of them",
+        )
+        need(
+            self.rank_tie_tolerance == 0 or self.reward_combination.startswith("win_rate"),
+            f"{prefix}rank_tie_tolerance={self.rank_tie_tolerance} applies to the win_rate combinations only, but "
+            f"{prefix}reward_combination={self.reward_combination}: set reward_combination=win_rate or the tolerance "
+            "to 0",
+        )
+        need(
+            self.sampler_correction != "none" or low is None,
+            f"{prefix}sampler_correction_min={low} caps weights that {prefix}sampler_correction=none never computes: "
+            "choose a sampler_correction or drop the cap",
+        )
+        return problems + self.sampling.problems(f"{prefix}sampling.")
+
+
+@dataclass
+class RewardSpec:
+    """One entry of ``rewards``."""
+
+    name: str = setting(
+        "",
+        "A built-in reward name (see glm_grpo_ds/rewards), python:package.module:function or "
+        "path/to/file.py:function (required).",
+    )
+    weight: float = setting(1.0, "Weight of this reward in the combination (see grpo.reward_combination).")
+    args: dict = setting(help="Keyword arguments of the reward, e.g. {net: vgg} for lpips.", factory=dict)
+
+    def problems(self, prefix: str = "") -> list[str]:
+        """One line per problem, keys written ``<prefix>key`` (TrainConfig.validate passes ``rewards[i].``)."""
+        problems = choice_problems(self, prefix)
+        if not self.name:
+            problems.append(f"{prefix}name is required")
+        return problems
+
+
+@dataclass
+class OptimizerConfig:
+    """The optimizer (a DeepSpeed client optimizer) and its learning-rate schedule."""
+
+    name: Literal["adamw", "adamw_8bit", "paged_adamw_8bit"] = setting(
+        "adamw_8bit",
+        "adamw = torch AdamW (DeepSpeed CPU Adam with optimizer offload); adamw_8bit / paged_adamw_8bit = "
+        "bitsandbytes 8-bit states, a quarter of AdamW's state memory (not with offload_optimizer).",
+        noun="optimizer",
+    )
+    lr: float = setting(1e-5, "Peak learning rate (> 0).")
+    betas: list[float] = setting(help="Adam betas (two numbers).", factory=lambda: [0.9, 0.999])
+    eps: float = setting(1e-8, "Adam epsilon.")
+    weight_decay: float = setting(0.0, "AdamW (decoupled) weight decay.")
+    schedule: Literal["constant", "linear", "cosine"] = setting(
+        "constant", "Learning rate after warmup: constant, or linear / cosine decay to 0 at the last optimizer step."
+    )
+    warmup_steps: int = setting(0, "Optimizer steps of linear warmup to lr (>= 0).")
+    max_grad_norm: float = setting(1.0, "Gradient clipping by global norm (DeepSpeed gradient_clipping).")
+
+    def problems(self, prefix: str = "optimizer.") -> list[str]:
+        """One line per problem, keys written ``<prefix>key``."""
+        problems = choice_problems(self, prefix)
+        if not self.lr > 0:
+            problems.append(f"{prefix}lr must be > 0, got {self.lr}")
+        if not len(self.betas) == 2:
+            problems.append(f"{prefix}betas must be two numbers, got {self.betas}")
+        if not self.warmup_steps >= 0:
+            problems.append(f"{prefix}warmup_steps must be >= 0, got {self.warmup_steps}")
+        return problems
+
+
+@dataclass
+class BatchConfig:
+    """Sizes per rank and step."""
+
+    prompts_per_rank: int = setting(1, "Prompts each rank samples per step (x G sequences), >= 1.")
+    micro_batch_size: int = setting(
+        4,
+        "Sequences per forward/backward; must divide prompts_per_rank * G. Larger = fewer passes, more activation "
+        "memory.",
+    )
+
+    def problems(self, prefix: str = "batch.") -> list[str]:
+        """One line per problem, keys written ``<prefix>key``; that micro_batch_size divides the sequences of a
+        step (which grpo.group_size sets) is TrainConfig.validate's."""
+        problems = choice_problems(self, prefix)
+        if not self.prompts_per_rank >= 1:
+            problems.append(f"{prefix}prompts_per_rank must be >= 1, got {self.prompts_per_rank}")
+        if not self.micro_batch_size >= 1:
+            problems.append(f"{prefix}micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        return problems

@@ -1,0 +1,106 @@
+"""ZeRO-3 parameter gathering around the work that needs whole parameters: the rollout (every parameter
+gathered once, the per-module hooks off), a list of parameters, and torch's own ``F.linear`` for work without
+gradients (zero.Init replaces it process-wide) with the training linear put back where its rounding matters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+def is_zero3(engine) -> bool:
+    return engine.zero_optimization_stage() == 3
+
+
+@contextlib.contextmanager
+def gathered_for_rollout(engine, enabled: bool = True):
+    """Under ZeRO-3, gather every parameter of the policy once for the whole rollout and take the
+    per-module ZeRO hooks off (they would re-check and re-fetch on every token), then restore
+    them. Other stages / disabled: a no-op (parameters stay sharded, hooks fetch per module)."""
+    import deepspeed
+
+    if not enabled or not is_zero3(engine):
+        with plain_linear():
+            yield
+        return
+    offload = engine.optimizer.parameter_offload if hasattr(engine.optimizer, "parameter_offload") else engine.optimizer
+    params = list(engine.module.parameters())
+    with deepspeed.zero.GatheredParameters(params):
+        for p in params:
+            p.ds_active_sub_modules.clear()
+        for hook in offload.forward_hooks + offload.backward_hooks:
+            hook.remove()
+        offload.forward_hooks, offload.backward_hooks = [], []
+        try:
+            with plain_linear():
+                yield
+        finally:
+            offload._register_deepspeed_module(offload.module)
+
+
+def gather_discards_writes(engine, gather: bool) -> bool:
+    """True when writes into the parameters inside :func:`gathered_for_rollout` vanish with the gather: ZeRO-3
+    on several ranks hands out full buffers it frees afterwards (``GatheredParameters`` without a modifier
+    rank). At world size 1 the gathered parameter is the stored partition itself, and other stages hold the
+    parameters whole: there a write stays."""
+    from .dist import world_size
+
+    return gather and is_zero3(engine) and world_size() > 1
+
+
+@contextlib.contextmanager
+def plain_linear():
+    """torch's own ``F.linear`` inside the block, for work without gradients (rollout, decode, rewards).
+
+    ZeRO-3's ``zero.Init`` replaces ``torch.nn.functional.linear`` process-wide with a memory-saving
+    autograd Function, and the replacement stays ("persists unless manually reset"). It only helps
+    backward, yet every call pays for an autograd Function: on the tiny model it halved the rollout's
+    speed, and it slowed the frozen DiT and reward models alike. Training forwards keep it.
+    """
+    from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as ZeroInit
+
+    original = getattr(ZeroInit, "linear_bk", None)
+    patched = torch.nn.functional.linear
+    if original is None or patched is original:
+        yield
+        return
+    torch.nn.functional.linear = original
+    _zero_linear.append(patched)
+    try:
+        yield
+    finally:
+        _zero_linear.pop()
+        torch.nn.functional.linear = patched
+
+
+_zero_linear: list = []  # the linear zero.Init installed, while a plain_linear block has taken it off
+
+
+@contextlib.contextmanager
+def training_linear():
+    """Inside :func:`plain_linear`: put back the linear training forwards use, so a no-grad pass in the
+    rollout's gather (the reference / old log-probs) rounds exactly as the engine's forward would: the
+    first iteration's ratio stays exactly 1 and the KL to an unchanged reference exactly 0."""
+    if not _zero_linear:
+        yield
+        return
+    current = torch.nn.functional.linear
+    torch.nn.functional.linear = _zero_linear[-1]
+    try:
+        yield
+    finally:
+        torch.nn.functional.linear = current
+
+
+@contextlib.contextmanager
+def gathered(params: list, enabled: bool):
+    """Full copies of ``params`` on every rank inside the block (ZeRO-3), else a no-op."""
+    if not enabled:
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(params):
+        yield

@@ -1,0 +1,124 @@
+"""Starting the process group (:func:`init_distributed`): NCCL on GPUs, DeepSpeed's CPU accelerator and gloo
+otherwise, so the same command runs on a laptop; and what a CPU process group needs around DeepSpeed's
+shared-memory all-reduce op (its one-time build, this environment's ninja, its /dev/shm buffer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from ..runtime import cuda_check, log, run_log, threads
+from ..runtime.ports import free_port
+from . import dist
+
+
+def init_distributed(
+    force_collectives: bool = False, timeout_minutes: float = 60.0
+) -> tuple[int, int, int, torch.device]:
+    """Start (or join) the process group; returns (rank, world_size, local_rank, device).
+
+    Works under the ``deepspeed`` launcher (env vars set) and as a plain single process.
+    ``force_collectives``: run collectives at world size 1 too (see glm_grpo_ds/ds/dist.py).
+    ``timeout_minutes``: how long a collective waits for a late rank (``dist_timeout_minutes``); passed
+    explicitly, so DeepSpeed's default (10 min, or ``DEEPSPEED_TIMEOUT``) does not apply.
+    """
+    cuda_check.check_rank()  # GPUs here (or asked for) that torch cannot use: stop, never train on the CPU
+    # DS_ACCELERATOR=cpu is a CPU run even where CUDA works (the tests and the demo on a GPU machine)
+    on_gpu = torch.cuda.is_available() and os.environ.get("DS_ACCELERATOR") != "cpu"
+    if not on_gpu:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    # DeepSpeed's import installs its logger's own stdout handler, and its process-group start print()s
+    # (e.g. "deepspeed_shm_comm_op built successfully"): both belong in the run's log, not the console.
+    with run_log.prints_to_log("DeepSpeed"):
+        import deepspeed
+    run_log.adopt_library_loggers()
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if on_gpu:
+        torch.cuda.set_device(local_rank)
+    # The ranks of a node share its cores (GPU runs too): without this each rank starts one thread per
+    # core and the oversubscribed threads spin (CPU ranks: token-by-token decoding ~30x slower).
+    threads.limit_torch_threads()
+    if not on_gpu and cpu_comm_op_needs_build():  # else the console says nothing for ~40 s
+        log.info("glm-grpo: building DeepSpeed's CPU communication op (deepspeed_shm_comm), once per install: ~40 s")
+    with run_log.prints_to_log("DeepSpeed"), this_environments_ninja():
+        deepspeed.init_distributed(
+            dist_backend="nccl" if on_gpu else "gloo",
+            verbose=False,
+            timeout=datetime.timedelta(minutes=timeout_minutes),
+        )
+    device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
+    dist.setup(comm_device=device, force=force_collectives)  # NCCL: CUDA tensors; gloo: CPU
+    if not on_gpu:
+        _unlink_cpu_allreduce_buffer()
+    return dist.rank(), dist.world_size(), local_rank, device
+
+
+@contextlib.contextmanager
+def this_environments_ninja():
+    """PATH with this interpreter's bin directory first, while DeepSpeed's CPU op may build, when that directory
+    has a ``ninja`` (the pip package torch's JIT builds use): else torch runs whichever ``ninja`` PATH finds first.
+
+    One extensions directory serves every process of a user, and ninja records each build with a hash of its
+    command whose algorithm changed between versions (ninja 1.11 vs 1.13 here: the log format v7 reads another
+    version's hashes as different commands). A process started with the environment's bin on PATH (an activated
+    virtualenv, launch/train.sh) and one without (``.venv/bin/python -m ...``) then rebuilt the op in turn, ~40 s
+    each: 9 times in one run of the test suite on 2 cores."""
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "ninja").is_file():
+        yield
+        return
+    before = os.environ.get("PATH")
+    os.environ["PATH"] = os.pathsep.join([str(bin_dir), *([before] if before else [])])
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = before
+
+
+def cpu_comm_op_needs_build() -> bool:
+    """Whether starting a CPU process group will first compile DeepSpeed's shared-memory all-reduce op
+    (torch's JIT extension build, ~40 s on 2 cores): its library is missing from the extensions directory
+    (``TORCH_EXTENSIONS_DIR``, default ~/.cache/torch_extensions/...), or was built from another
+    install's sources (one directory serves every virtual environment of a user, so they rebuild in turn)."""
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+    from torch.utils.cpp_extension import _get_build_directory
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+        return False  # DeepSpeed runs without it (torch's gloo all-reduce): nothing to build
+    build = Path(_get_build_directory(builder.name, verbose=False))
+    ninja = build / "build.ninja"
+    if not (build / f"{builder.name}.so").is_file() or not ninja.is_file():
+        return True
+    recipe = ninja.read_text()
+    return any(os.path.abspath(builder.deepspeed_src_path(src)) not in recipe for src in builder.sources())
+
+
+def _unlink_cpu_allreduce_buffer() -> None:
+    """Remove this rank's ``/dev/shm`` all-reduce buffer name once every rank has mapped it.
+
+    DeepSpeed's CPU backend creates a 64 MiB shared-memory file per rank and never unlinks it, so
+    RAM-backed /dev/shm would grow by 64 MiB per rank with every CPU run. After the barrier all ranks
+    have mmapped every buffer; unlinking only drops the name, and the memory is returned when the
+    last process exits - also when it is killed.
+    """
+    dist.barrier()
+    name = (
+        f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_{os.environ['MASTER_ADDR']}_"
+        f"{os.environ['MASTER_PORT']}_{dist.rank()}"
+    )
+    Path(name).unlink(missing_ok=True)

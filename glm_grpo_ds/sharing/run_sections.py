@@ -1,0 +1,198 @@
+"""The sections of a run's model card (model_card.py) read from the run's own files: the results from
+``metrics.jsonl`` / ``eval.jsonl`` (steps done, the training reward of the last step and of the first / last
+:data:`WINDOW` steps, the first and last eval reward), the image-statistics alarms that fired
+(monitoring/alarms.py), the training settings from ``config.json`` (GRPO group size, beta, learning rate,
+LoRA r / alpha, ZeRO stage, world size, ...) with the rewards and their weights, the training data, the
+settings a resume changed and the framework versions. merged_card.py reuses the results, alarms and
+training sections of an adapter's card.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..config.fields import is_repo_id
+from ..monitoring.alarms import describe
+from ..observability.metrics import fired_alarms, read_metrics
+from ..runtime.versions import NOT_INSTALLED
+
+WINDOW = 10  # steps averaged for the "last steps" training reward (a single step's reward is noisy)
+
+
+def reward_labels(specs: list[dict]) -> list[str]:
+    """The metric labels of the rewards, as glm_grpo_ds.rewards.build_rewards names them (name, name#2, ...)."""
+    seen: dict[str, int] = {}
+    labels = []
+    for s in specs:
+        seen[s["name"]] = seen.get(s["name"], 0) + 1
+        labels.append(s["name"] if seen[s["name"]] == 1 else f"{s['name']}#{seen[s['name']]}")
+    return labels
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def run_results(run_dir: str | os.PathLike, step: int | None = None) -> dict:
+    """The numbers a card reports, from ``metrics.jsonl`` / ``eval.jsonl`` (records up to ``step`` when
+    given): ``steps_done``, ``final_train_reward`` (the last step's ``reward_mean``), ``last_window_reward``
+    / ``first_window_reward`` (mean of the last / first ``WINDOW`` steps with a reward), ``final_rewards``
+    ({label: last step's value}), ``first_eval`` / ``final_eval`` ((step, eval reward) or None)."""
+    run = Path(run_dir)
+    rows = read_metrics(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else []
+    evals = read_metrics(run / "eval.jsonl") if (run / "eval.jsonl").is_file() else []
+    if step is not None:
+        rows = [r for r in rows if r["step"] <= step]
+        evals = [e for e in evals if e["step"] <= step]
+    rewards = [r["reward_mean"] for r in rows if r.get("reward_mean") is not None]
+    last = rows[-1] if rows else {}
+    labelled = {
+        k[len("reward/") :]: v
+        for k, v in last.items()
+        if k.startswith("reward/") and not k.endswith(("_std", "_undefined", "_failed"))
+    }
+    evals = [e for e in evals if e.get("eval/reward_mean") is not None]
+    return {
+        "steps_done": last.get("step", 0),
+        "final_train_reward": last.get("reward_mean"),
+        "last_window_reward": _mean(rewards[-WINDOW:]),
+        "first_window_reward": _mean(rewards[:WINDOW]),
+        "rewarded_steps": len(rewards),
+        "final_rewards": labelled,
+        "first_eval": (evals[0]["step"], evals[0]["eval/reward_mean"]) if evals else None,
+        "final_eval": (evals[-1]["step"], evals[-1]["eval/reward_mean"]) if evals else None,
+    }
+
+
+def _world_and_stage(ds: dict) -> tuple[int | None, int | None]:
+    per_rank = ds.get("train_micro_batch_size_per_gpu", 0) * ds.get("gradient_accumulation_steps", 0)
+    world = ds["train_batch_size"] // per_rank if per_rank and "train_batch_size" in ds else None
+    return world, ds.get("zero_optimization", {}).get("stage")
+
+
+def _table(rows: list[tuple[str, object]]) -> str:
+    return "\n".join(["| | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
+
+
+def results_section(res: dict, cfg: dict, labels: list[str]) -> list[str]:
+    rows = [("steps done", f"{res['steps_done']} of {cfg['max_steps']}")]
+    rows.append(("final training reward (last step, mean over its samples)", _fmt(res["final_train_reward"])))
+    if res["rewarded_steps"] >= 2 * WINDOW:  # the first and last windows do not overlap
+        rows.append(
+            (
+                f"training reward, mean of the first -> last {WINDOW} steps",
+                f"{_fmt(res['first_window_reward'])} -> {_fmt(res['last_window_reward'])}",
+            )
+        )
+    if len(labels) > 1:
+        rows += [(f"final training reward: {label}", _fmt(res["final_rewards"].get(label))) for label in labels]
+    if res["final_eval"] is not None and res["first_eval"] != res["final_eval"]:
+        (s0, r0), (s1, r1) = res["first_eval"], res["final_eval"]
+        rows.append((f"eval reward (fixed seeds), step {s0} -> step {s1}", f"{_fmt(r0)} -> {_fmt(r1)}"))
+    elif res["final_eval"] is not None:
+        rows.append((f"eval reward (fixed seeds) at step {res['final_eval'][0]}", _fmt(res["final_eval"][1])))
+    else:
+        rows.append(("eval reward", "no evaluation (eval.file unset)"))
+    return ["## Results", "", _table(rows), ""]
+
+
+def alarms_section(run: Path, step: int | None) -> list[str]:
+    """The image-statistics alarms of the run (up to ``step``): one item per rule that fired, or a line saying
+    none did; nothing when its records hold no image statistics (monitor.statistics: [])."""
+    alarms = fired_alarms(run, step)
+    if alarms is None:
+        return []
+    rules = "; ".join(f"`{rule}`" for rule in alarms["rules"]) or "none"
+    if not alarms["fired"]:
+        return ["## Alarms", "", f"No image-statistics alarm fired during training (rules: {rules}).", ""]
+    return [
+        "## Alarms",
+        "",
+        f"Image-statistics alarms that fired during training (rules: {rules}): a sign the images changed in a way "
+        "the reward may not see (reward hacking, collapse); look at the samples before trusting the reward.",
+        "",
+        *(f"- {describe(a)}" for a in alarms["fired"]),
+        "",
+    ]
+
+
+def training_section(cfg: dict, ds: dict, labels: list[str]) -> list[str]:
+    g, o, lora = cfg["grpo"], cfg["optimizer"], cfg.get("lora")
+    world, stage = _world_and_stage(ds)
+    rows = [
+        ("method", "GRPO (group-relative advantages, clipped surrogate, k3 KL to the frozen reference)"),
+        ("group size G", g["group_size"]),
+        ("beta (KL)", g["beta"]),
+        ("clip epsilon low / high", f"{g['epsilon_low']} / {g['epsilon_high']}"),
+        ("updates per rollout", g["num_iterations"]),
+        (
+            "loss aggregation / advantage estimator",
+            f"{g['aggregation']} / {g.get('advantage_estimator', g.get('advantage_scale'))}",
+        ),
+        ("optimizer, learning rate", f"{o['name']}, {o['lr']} ({o['schedule']}, warmup {o['warmup_steps']})"),
+        ("steps", cfg["max_steps"]),
+        ("prompts per step", None if world is None else world * cfg["batch"]["prompts_per_rank"]),
+        ("image size", f"{cfg['rollout']['width']}x{cfg['rollout']['height']}"),
+        (
+            "fine-tuning",
+            "full"
+            if lora is None
+            else f"LoRA r={lora['r']}, alpha={lora['alpha']}, dropout={lora['dropout']}, "
+            f"modules {', '.join(lora['target_modules'])}",
+        ),
+        ("DeepSpeed ZeRO stage", stage),
+        ("world size (ranks)", world),
+        ("seed", cfg["seed"]),
+    ]
+    sampling = g.get("sampling", {})
+    rows.append(("sampling", ", ".join(f"{k} {v}" for k, v in sampling.items())))
+    lines = ["## Training", "", _table([(k, _fmt(v)) for k, v in rows]), "", "Rewards:", ""]
+    lines += ["| reward | weight | arguments |", "|---|---|---|"]
+    for label, spec in zip(labels, cfg["rewards"]):
+        args = ", ".join(f"{k}={v}" for k, v in spec.get("args", {}).items()) or "-"
+        lines.append(f"| {label} | {spec['weight']} | {args} |")
+    if len(labels) > 1:
+        lines += ["", f"Combined with `{g['reward_combination']}`."]
+    return [*lines, ""]
+
+
+def data_lines(saved: dict) -> list[str]:
+    """The training data: the file or Hub dataset (with its revision) and its number of prompts, from
+    config.json (runs before data fingerprints were recorded: the configured source only)."""
+    data = saved["train"]["data"]
+    source = data["train_file"]
+    rows = (saved.get("data") or {}).get("rows")
+    where = (
+        f"[{source}](https://huggingface.co/datasets/{source})"
+        + (f", revision `{data['revision']}`" if data.get("revision") else "")
+        if is_repo_id(source) and not os.path.exists(source)
+        else f"`{source}`"
+    )
+    return [f"- training data: {where}" + (f", {rows} prompts" if rows is not None else "")]
+
+
+def versions_section(saved: dict) -> list[str]:
+    """The framework versions the run trained with (config.json's ``versions``), as TRL's cards list them."""
+    versions = {k: v for k, v in (saved.get("versions") or {}).items() if v != NOT_INSTALLED}
+    if not versions:
+        return []
+    return ["## Framework versions", "", *(f"- {name}: {v}" for name, v in versions.items()), ""]
+
+
+def segments_lines(saved: dict) -> list[str]:
+    """Which steps ran with what, when a resume changed settings (config.json's ``segments``,
+    glm_grpo_ds/lifecycle/resume.py); nothing for a run trained with one set of settings. The training section
+    above gives the last segment's settings."""
+    later = [seg for seg in saved.get("segments") or [] if seg.get("changed")]
+    if not later:
+        return []
+    lines = ["Settings changed during training (the values above are the last ones):", ""]
+    for seg in later:
+        changed = ", ".join(f"`{key}` {old!r} -> {new!r}" for key, (old, new) in seg["changed"].items())
+        lines.append(f"- from step {seg['from_step'] + 1}: {changed}")
+    return [*lines, ""]
