@@ -57,5 +57,5 @@ def test_remote_code_only_from_the_config():
 
 
 def test_train_passes_the_config_value():
-    source = (PACKAGE / "train.py").read_text(encoding="utf-8")
+    source = (PACKAGE / "startup.py").read_text(encoding="utf-8")  # the trainer's build, where the models load
     assert source.count("cfg.model.trust_remote_code") == 2  # policy and reference
