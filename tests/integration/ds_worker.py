@@ -11,6 +11,8 @@ Scenarios (rank 0 writes OUT_DIR/result.pt):
   before - reference / old log-probs in the rollout's gather vs in the update, and the bytes each gathers
   nonfinite - the real trainer (train.main) with the loss of the last rank made NaN from the
             second step on: exercises the skip / stop logic; exits with train.main's status
+  sync   - the real trainer with its engine samplers counting what it asks of them (sample, sync_weights) and
+            the optimizer steps, in order
 """
 
 from __future__ import annotations
@@ -98,9 +100,46 @@ def run_with_nan_loss(a) -> int:
     return train_mod.main(["--config", a.config, "--deepspeed", a.deepspeed, *a.overrides])
 
 
+def counted_run(a) -> dict:
+    """The real trainer, its two engine samplers (training's, the evaluation's) recording what it asks of them:
+    ``{"samplers": 2, "events": [("sample", i) | ("sync", i, step, optimizer steps done) | ("optimizer",)]}``."""
+    import glm_grpo_ds.startup as startup
+
+    events: list[tuple] = []
+    created: list = []
+    optimizer_steps = [0]
+    step = ds_engine.step
+
+    def counted_step(engine):
+        done = step(engine)
+        if done is not None:  # a gradient-accumulation boundary: the optimizer stepped (or skipped)
+            optimizer_steps[0] += 1
+            events.append(("optimizer",))
+        return done
+
+    class CountingSampler(EngineSampler):
+        """The engine sampler itself, recording what the trainer asks of it."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            created.append(self)
+
+        def sample(self, prompts, seeds, group_size, on_tokens=None):
+            events.append(("sample", created.index(self)))
+            return super().sample(prompts, seeds, group_size, on_tokens)
+
+        def sync_weights(self, step: int) -> None:
+            events.append(("sync", created.index(self), step, optimizer_steps[0]))
+            super().sync_weights(step)
+
+    ds_engine.step, startup.EngineSampler = counted_step, CountingSampler
+    Trainer(load_config(a.config, a.overrides), a.deepspeed).train()
+    return {"samplers": len(created), "events": events}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["train", "grads", "dp", "sharded", "memory", "nonfinite", "before"])
+    p.add_argument("scenario", choices=["train", "grads", "dp", "sharded", "memory", "nonfinite", "before", "sync"])
     p.add_argument("out")
     p.add_argument("--deepspeed", required=True)
     p.add_argument("--config", default="launch/configs/tiny_cpu.yaml")
@@ -113,7 +152,10 @@ def main(argv=None) -> int:
     if a.scenario == "nonfinite":
         return run_with_nan_loss(a)
 
-    if a.scenario == "train":
+    if a.scenario == "sync":
+        result = counted_run(a)
+
+    elif a.scenario == "train":
         trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
         probe = fixed_rollout(trainer, PROBE_PROMPTS)
         is_lora = trainer.cfg.lora is not None

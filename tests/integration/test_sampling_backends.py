@@ -2,16 +2,16 @@
 GLM-Image: a backend takes integer seeds and makes its generators from them on its own device, drawing bitwise the
 tokens the same seeds' generators drew when callers made them; the trainer tells every backend of each step's
 optimizer update (``sync_weights(step)``, after the update phase, before the next rollout), counted with a real
-engine sampler in a real one-process run; and an out-of-process-like class with ``sample(seeds)`` and
+engine sampler in a real 2-rank run; and an out-of-process-like class with ``sample(seeds)`` and
 ``sync_weights`` is a :class:`SamplingBackend`, one without ``sync_weights`` is not."""
 
+import pytest
 import torch
-from in_process import train_main  # noqa: E402  (tests/in_process.py)
-from launching import CONFIG, FAST, common  # noqa: E402  (tests/integration/launching.py)
+from launching import FAST, common, worker  # noqa: E402  (tests/integration/launching.py)
 
 from glm_grpo_ds.config import RolloutConfig, SamplingConfig
 from glm_grpo_ds.rollout import rollout
-from glm_grpo_ds.rollout.backends import EngineSampler, ModelSampler, Sampled, SamplingBackend, loop_options
+from glm_grpo_ds.rollout.backends import ModelSampler, Sampled, SamplingBackend, loop_options
 
 PROMPTS = ["a red cube", "two cats"]
 SAMPLING = SamplingConfig(temperature=0.9, top_k=12, top_p=0.9)
@@ -64,51 +64,18 @@ def test_an_out_of_process_backend_fits_the_seam(processor):
     assert remote.synced == [1]
 
 
-def test_the_trainer_syncs_the_backends_after_each_optimizer_step(tiny_model_dir, data64, tmp_path, capfd, monkeypatch):
-    """A real run (one process, ZeRO-2, 3 steps, an evaluation every 2 steps): each of the trainer's two engine
-    samplers (training's, the evaluation's) is told ``sync_weights(k)`` once after step k's optimizer step, before
-    the next rollout; training's samples once per step between them."""
-    import glm_grpo_ds.startup as startup_module
-    from glm_grpo_ds.ds import engine as ds_engine
-
-    events: list[tuple] = []
-    optimizer_steps = []
-    step = ds_engine.step
-
-    def counted_step(engine):
-        done = step(engine)
-        if done is not None:  # a gradient-accumulation boundary: the optimizer stepped (or skipped)
-            optimizer_steps.append(done)
-            events.append(("optimizer",))
-        return done
-
-    created = []
-
-    class CountingSampler(EngineSampler):
-        """The engine sampler itself, recording what the trainer asks of it."""
-
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            created.append(self)
-
-        def sample(self, prompts, seeds, group_size, on_tokens=None):
-            events.append(("sample", self))
-            return super().sample(prompts, seeds, group_size, on_tokens)
-
-        def sync_weights(self, step: int) -> None:
-            events.append(("sync", self, step, len(optimizer_steps)))
-            super().sync_weights(step)
-
-    monkeypatch.setattr(ds_engine, "step", counted_step)
-    monkeypatch.setattr(startup_module, "EngineSampler", CountingSampler)
-    out = tmp_path / "run"
+@pytest.mark.distributed
+def test_the_trainer_syncs_the_backends_after_each_optimizer_step(tiny_model_dir, data64, tmp_path):
+    """A real run (2 CPU ranks, ZeRO-2, 3 steps, an evaluation every 2 steps; tests/integration/ds_worker.py sync):
+    each of the trainer's two engine samplers (training's, the evaluation's) is told ``sync_weights(k)`` once after
+    step k's optimizer step, before the next rollout; training's samples once per step between them."""
     extra = [f"eval.file={data64}", "eval.steps=2", "eval.num_prompts=2", "eval.group_size=2"]
-    args = ["--config", CONFIG, "--deepspeed", "ds_configs/zero2.json"]
-    code, err = train_main([*args, *common(tiny_model_dir, data64, out, "max_steps=3", *FAST, *extra)], capfd)
-    assert code == 0, "\n".join(err[-30:])
-    assert len(created) == 2 and len(optimizer_steps) == 3  # training's sampler, then the evaluation's
-    for backend in created:  # once per optimizer step, after it: sync(k) sees k optimizer steps done
-        assert [(e[2], e[3]) for e in events if e[0] == "sync" and e[1] is backend] == [(1, 1), (2, 2), (3, 3)]
-    training = [e[0] if e[0] != "sync" else f"sync{e[2]}" for e in events if len(e) == 1 or e[1] is created[0]]
+    overrides = common(tiny_model_dir, data64, tmp_path / "run", "max_steps=3", *FAST, *extra)
+    r = worker(2, "sync", tmp_path / "w", "zero2.json", overrides)
+    events = r["events"]
+    assert r["samplers"] == 2 and sum(e[0] == "optimizer" for e in events) == 3  # training's sampler, the eval's
+    for backend in (0, 1):  # once per optimizer step, after it: sync(k) sees k optimizer steps done
+        assert [(e[2], e[3]) for e in events if e[0] == "sync" and e[1] == backend] == [(1, 1), (2, 2), (3, 3)]
+    training = [e[0] if e[0] != "sync" else f"sync{e[2]}" for e in events if len(e) == 1 or e[1] == 0]
     assert training == ["sample", "optimizer", "sync1", "sample", "optimizer", "sync2", "sample", "optimizer", "sync3"]
-    assert any(e[0] == "sample" and e[1] is created[1] for e in events)  # the evaluation sampled with its own
+    assert any(e == ("sample", 1) for e in events)  # the evaluation sampled with its own
