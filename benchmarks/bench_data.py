@@ -60,7 +60,7 @@ def child(path: str, steps: int, world: int, per_rank: int) -> None:
     import datasets  # noqa: F401 - everything the loader imports is in the baseline, not in "+load"
     import pyarrow.compute  # noqa: F401
 
-    import glm_grpo_ds.config.sections  # noqa: F401
+    import glm_grpo_ds.config  # noqa: F401
     import glm_grpo_ds.ds.dist  # noqa: F401
     from glm_grpo_ds.data import PromptOrder, load_prompts
 

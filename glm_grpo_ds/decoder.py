@@ -35,7 +35,7 @@ from typing import NamedTuple
 import torch
 
 from .config import DecoderConfig
-from .config.sections import guided_steps
+from .config.checks import guided_steps
 from .model.glm_image import check_pipeline_dir, resolve_dtype
 
 WEIGHTS = ("transformer", "vae", "text_encoder")  # the pipeline components with weights (besides the AR)

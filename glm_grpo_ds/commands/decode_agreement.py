@@ -63,7 +63,7 @@ def group_rank_agreement(reference: torch.Tensor, candidate: torch.Tensor, group
 
 def parse_settings(text: str, flag: str):
     """``STEPS:GUIDANCE[:GUIDED_STEPS]`` -> DecodeSettings, or ValueError naming ``flag``."""
-    from ..config.sections import decode_problems
+    from ..config.checks import decode_problems
     from ..decoder import DecodeSettings
 
     try:
@@ -180,7 +180,7 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
 
 def decode_name(steps: int, guidance: float, guidance_steps: int | None = None) -> str:
     """``8 steps, guidance 1`` (``1 step, ...``; ``8 steps, guidance 1.5 x3``: guided on the first 3)."""
-    from ..config.sections import guided_steps
+    from ..config.checks import guided_steps
 
     guided = guided_steps(steps, guidance, guidance_steps)
     return f"{steps} step{'s' * (steps != 1)}, guidance {guidance:g}" + (f" x{guided}" if 0 < guided < steps else "")

@@ -34,7 +34,7 @@ def build_policy(tiny: bool, layers: int | None, r: int, device: torch.device, s
     ``lora_B`` random (peft starts it at zero, which would make merging a no-op)."""
     from peft import get_peft_model
 
-    from ..config.sections import LoraConfig
+    from ..config.model_sections import LoraConfig
     from ..model.adapters import peft_lora_config
     from ..testing.tiny import build_processor
 

@@ -23,8 +23,10 @@ import sys
 from pathlib import Path
 
 from ..config import ConfigError
+from ..config.fields import is_repo_id
+from ..sharing.card_parts import CARD, is_ours
 from ..sharing.hub import prepare_repo, upload
-from ..sharing.model_card import CARD, CHECKPOINT_PREFIX, is_ours, is_repo_id, write_run_card
+from ..sharing.model_card import CHECKPOINT_PREFIX, write_run_card
 from .cli import parser_for
 
 

@@ -12,10 +12,10 @@ advantages.py). docs/config_reference.md is generated from the fields' help
 (``glm-grpo config-docs``). Command-line tools keep their own defaults (glm_grpo_ds/commands/).
 
 * ``fields.py``: ``ConfigError``, :func:`setting` (a field with its help), the ``Literal`` choice check;
-* ``sections.py``: every section's dataclass (``model``, ``lora``, ``grpo``, ...), each checking its own fields,
-  gathered from ``model_sections.py`` (model, lora, rollout, decoder, sampling), ``training_sections.py``
-  (grpo, rewards, optimizer, batch) and ``run_sections.py`` (data, eval, logging, monitor, hub); ``checks.py``:
-  the checks they share;
+* every section's dataclass (``model``, ``lora``, ``grpo``, ...), each checking its own fields (``problems()``):
+  ``model_sections.py`` (model, lora, rollout, decoder, sampling), ``training_sections.py`` (grpo, rewards,
+  optimizer, batch) and ``run_sections.py`` (data, eval, logging, monitor, hub); ``checks.py``: how a section
+  reports problems, and the checks of a decode's settings;
 * ``train_config.py``: :class:`TrainConfig` and the rules that tie sections together;
 * ``loading.py``: YAML + overrides -> validated :class:`TrainConfig`;
 * ``arguments.py``: command lines with overrides anywhere among the options, hints for ``--key value``.
@@ -24,24 +24,10 @@ advantages.py). docs/config_reference.md is generated from the fields' help
 from .arguments import parse_with_overrides
 from .fields import ConfigError
 from .loading import apply_override, load_config, parse_scalar, to_dict
-from .sections import (
-    TRACKERS,
-    BatchConfig,
-    DataConfig,
-    DecoderConfig,
-    EvalConfig,
-    GRPOConfig,
-    HubConfig,
-    LoggingConfig,
-    LoraConfig,
-    ModelConfig,
-    MonitorConfig,
-    OptimizerConfig,
-    RewardSpec,
-    RolloutConfig,
-    SamplingConfig,
-)
+from .model_sections import DecoderConfig, LoraConfig, ModelConfig, RolloutConfig, SamplingConfig
+from .run_sections import TRACKERS, DataConfig, EvalConfig, HubConfig, LoggingConfig, MonitorConfig
 from .train_config import TrainConfig
+from .training_sections import BatchConfig, GRPOConfig, OptimizerConfig, RewardSpec
 
 __all__ = [
     "TRACKERS",

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config.sections import DataConfig
+from ..config.run_sections import DataConfig
 from ..runtime import run_log
 from .cvtg import read_cvtg
 from .hub import hub_snapshot, in_rank_order, looks_like_hub_id

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config.sections import guided_steps
+from ..config.checks import guided_steps
 
 CARD = "one H200"
 CARD_BYTES_PER_S = 4.8e12  # the H200's HBM bandwidth (peak)

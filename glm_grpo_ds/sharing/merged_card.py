@@ -12,9 +12,9 @@ import json
 import shutil
 from pathlib import Path
 
+from ..model.glm_image import AR_DIR
 from ..observability.plot import PLOT_NAME
-from .model_card import (
-    AR_DIR,
+from .card_parts import (
     CARD,
     TAG,
     TAGS,

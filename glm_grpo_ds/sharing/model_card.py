@@ -29,7 +29,6 @@ import os
 import shutil
 from pathlib import Path
 
-from ..config.fields import is_repo_id  # noqa: F401  (re-exported: commands/push.py imports it from here)
 from ..model.glm_image import AR_DIR
 from ..observability.plot import PLOT_NAME, plot_training
 from .card_parts import (
@@ -39,7 +38,6 @@ from .card_parts import (
     base_license,
     base_lines,
     base_model_id,
-    is_ours,  # noqa: F401  (re-exported: commands/push.py and merged_card.py import it from here)
     make_card,
     usage_lines,
 )

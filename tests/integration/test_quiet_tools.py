@@ -9,7 +9,7 @@ import sys
 import pytest
 from adapter_files import write_adapter  # noqa: E402  (tests/integration/adapter_files.py)
 
-from glm_grpo_ds.config.sections import DataConfig
+from glm_grpo_ds.config import DataConfig
 from glm_grpo_ds.data import DataError, load_prompts
 
 pytestmark = [pytest.mark.slow]  # one process per command

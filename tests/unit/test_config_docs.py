@@ -35,7 +35,7 @@ def test_every_field_has_help():
     )
     missing = [key for key, f in keys.items() if not f.metadata.get("help", "").strip()]
     assert not missing, (
-        f"fields without help (add metadata={{'help': ...}} via setting in glm_grpo_ds/config/sections.py): {missing}"
+        f"fields without help (add metadata={{'help': ...}} via setting in glm_grpo_ds/config/*_sections.py): {missing}"
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from glm_grpo_ds.config.sections import DataConfig
+from glm_grpo_ds.config import DataConfig
 from glm_grpo_ds.data import DataError, DatasetImage, PromptOrder, PromptRow, load_prompts
 from glm_grpo_ds.rewards import build_reward
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from glm_grpo_ds.config import ConfigError, TrainConfig, load_config, to_dict
-from glm_grpo_ds.config.sections import RewardSpec
+from glm_grpo_ds.config import ConfigError, RewardSpec, TrainConfig, load_config, to_dict
 from glm_grpo_ds.sharing.hub import EXIT_PUSH_FAILED, HubError, Publisher, prepare_repo
 from glm_grpo_ds.sharing.model_card import base_model_id, run_results, write_run_card
 from glm_grpo_ds.testing.fake_hub import FakeHub

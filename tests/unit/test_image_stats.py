@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from glm_grpo_ds.config import ConfigError, load_config
-from glm_grpo_ds.config.sections import DEFAULT_ALARMS
+from glm_grpo_ds.config.run_sections import DEFAULT_ALARMS
 from glm_grpo_ds.monitoring import image_stats as st
 from glm_grpo_ds.monitoring.alarms import Monitor, RuleError, parse_rule, parse_rules
 

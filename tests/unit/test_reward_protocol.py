@@ -119,7 +119,7 @@ def test_batcher_merges_queued_same_size_jobs_up_to_max_batch():
 
 
 def test_remote_reward_args_are_checked_before_anything_is_contacted(tmp_path):
-    from glm_grpo_ds.config.sections import RewardSpec
+    from glm_grpo_ds.config import RewardSpec
 
     cases = [
         ({}, r"rewards\[0\] remote: args.url '' must be the server's address"),
