@@ -224,3 +224,15 @@ def test_weights_go_to_the_device_as_they_are_read(tiny_model_dir, tmp_path):
     for name in ("transformer", "vae", "text_encoder"):
         a, b = getattr(ref, name).state_dict(), getattr(mine.pipe, name).state_dict()
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+
+
+def test_a_batch_of_glyph_embeddings_of_two_lengths_changes_the_dit_output_even_with_its_mask():
+    """Why a decode batches only rows of one prompt, and why the conditional and unconditional passes are not one
+    batched forward (benchmarks/glyph_padding.py, docs/memory-and-speed.md "The DiT decode"): zero tokens padded in
+    front of the glyph embedding move the DiT's output, and the transformer's own ``attention_mask`` (a float 0/1
+    matrix sdpa adds to the scores) does not hide them. When a diffusers release masks for real, this fails: then a
+    batched guidance forward can be built and checked against the pipeline."""
+    from benchmark_scripts import load_benchmark  # tests/benchmark_scripts.py
+
+    gaps = load_benchmark("glyph_padding").padding_gaps(glyph_tokens=5, pad=7)
+    assert gaps["unmasked"] > 1e-3 * gaps["scale"] and gaps["masked"] > 1e-3 * gaps["scale"]
