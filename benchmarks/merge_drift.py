@@ -120,13 +120,13 @@ def kept_fraction(base: dict[str, torch.Tensor], deltas: dict[str, torch.Tensor]
 def merged_in_bf16(policy):
     """Inside: ``policy``'s adapted weights hold the bf16 merge ``bf16(W + D)`` (as fp32 values) and its adapters
     are off, so fp32 arithmetic on them shows the merge's rounding alone; restored on exit."""
-    from glm_grpo_ds.rollout.merged_lora import _delta, _lora_layers, merged_weight
+    from glm_grpo_ds.rollout.merged_lora import lora_delta, lora_layers, merged_weight
 
     saved = []
     with torch.no_grad():
-        for _, module, w in _lora_layers(policy):
+        for _, module, w in lora_layers(policy):
             saved.append((w, w.clone()))
-            w.copy_(merged_weight(w.to(torch.bfloat16), _delta(module)).float())
+            w.copy_(merged_weight(w.to(torch.bfloat16), lora_delta(module)).float())
     try:
         with policy.disable_adapter():
             yield

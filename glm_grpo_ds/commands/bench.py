@@ -109,10 +109,11 @@ def _run_worker(a, name: str, nprocs: int = 1, extra: tuple = ()) -> dict:
     if nprocs > 1:
         from ..runtime.local_launch import deepspeed_command
 
+        own = {k: v for k, v in env.items() if os.environ.get(k) != v}  # what this worker sets on top
         cmd, launch_env = deepspeed_command(
             nprocs, ["--module", "glm_grpo_ds.commands.bench", *args], cpu=not torch.cuda.is_available()
         )
-        env.update(launch_env)
+        env = {**launch_env, **own}
     else:
         cmd = [sys.executable, "-m", "glm_grpo_ds.commands.bench", *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)

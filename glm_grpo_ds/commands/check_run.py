@@ -46,7 +46,7 @@ VERDICT = {None: "INFO", WARN: "WARN", True: "PASS", False: "FAIL"}  # a check's
 def phase_comparison(rows: list[dict], planned: dict) -> dict[str, dict]:
     """Per phase: the step whose ``memory/<phase>_peak_mb`` is highest against its plan (``measured_mb``,
     ``planned_mb``, ``ratio``, ``step``). The plan of a phase is memory_plan.json's persistent components + the
-    phase's transient (memory/plan.py :func:`~glm_grpo_ds.memory.phases.phase_totals`), + ``memory/before_load_mb``
+    phase's transient (memory/phases.py :func:`~glm_grpo_ds.memory.phases.phase_totals`), + ``memory/before_load_mb``
     on a CPU; step 1's rollout, decode and reward are planned without the optimizer state its first optimizer step
     creates (a one-step GPU check measures only those). Phases the rows do not hold are left out."""
     steady = phase_totals(planned)

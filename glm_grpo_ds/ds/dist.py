@@ -12,7 +12,7 @@ At world size 1 the collectives are skipped (they would return their input) unle
 (:func:`setup` with ``force=True``; training's ``force_collectives: true``): then a single GPU with
 NCCL runs every collective of a multi-GPU run - the cheap way to check that path without a node.
 
-``glm_grpo_ds/ds/engine.py`` starts the process group (through DeepSpeed) and calls :func:`setup`.
+``glm_grpo_ds/ds/process_group.py`` starts the process group (through DeepSpeed) and calls :func:`setup`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""DeepSpeed engines and the process group: everything the training loop asks of DeepSpeed.
+"""DeepSpeed engines: everything the training loop asks of DeepSpeed, in one namespace.
 
-Process group start (:func:`init_distributed`: NCCL on GPUs, DeepSpeed's CPU accelerator and gloo
-otherwise, so the same command runs on a laptop), engine construction with the client optimizer and
-lr schedule, ZeRO-3 partitioned loading, the micro-batch backward / step / gradient norm / lr, and the
-parameter gathering of rollouts. The rest of the package calls these functions, never the engine's
+Here: engine construction, ZeRO-3 partitioned loading, the micro-batch backward / step / gradient norm / lr, and the
+optimizer settings over a checkpoint's; re-exported from the modules beside it: the process group start
+(process_group.py :func:`init_distributed`: NCCL on GPUs, DeepSpeed's CPU accelerator and gloo otherwise, so the
+same command runs on a laptop), the client optimizer and lr schedule (optimizer.py) and the parameter gathering of
+rollouts (gathering.py). The rest of the package calls these functions, never the engine's
 own API, so a DeepSpeed upgrade is read here::
 
     deepspeed --num_gpus 2 --module glm_grpo_ds.train --config CFG --deepspeed ds_configs/zero3.json

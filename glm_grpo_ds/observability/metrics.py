@@ -182,10 +182,10 @@ def image_record(
     images: torch.Tensor, group_size: int, names: list[str], real: int | None = None, distance=None
 ) -> dict:
     """Collective: ``images/<statistic>`` and ``images/<statistic>_spread`` over every rank's ``images``
-    (``[n, 3, H, W]``, groups of ``group_size``; image_stats.py), the first ``real`` gathered samples only when
-    given (the evaluation's padding dropped), and ``time/image_stats`` (this rank's computation). ``distance``:
-    the lpips reward's (``RewardSet.pair_distance``), for ``lpips_diversity``, left out without one. ``{}`` when
-    ``names`` is empty (monitor.statistics: [])."""
+    (``[n, 3, H, W]``, groups of ``group_size``; monitoring/image_stats.py), the first ``real`` gathered samples
+    only when given (the evaluation's padding dropped), and ``time/image_stats`` (this rank's computation).
+    ``distance``: the lpips reward's (``RewardSet.pair_distance``), for ``lpips_diversity``, left out without one.
+    ``{}`` when ``names`` is empty (monitor.statistics: [])."""
     from ..monitoring.image_stats import computable, sample_table, summarize
 
     names = computable(names, distance)

@@ -38,7 +38,8 @@ def grpo_options_line(grpo) -> str | None:
 
 
 def print_startup_summary(cfg, model, ds_config, world, device, dtype, attn, out: Path, planned: dict) -> None:
-    """``planned``: :func:`startup_plan` of this run, written to ``out/memory_plan.json``."""
+    """``planned``: the memory plan of this run (glm_grpo_ds/memory/startup.py ``startup_plan``), written to
+    ``out/memory_plan.json``."""
     total = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
     trainable = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters() if p.requires_grad)
     c = cfg

@@ -75,7 +75,7 @@ def merged_weight(weight: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     return (weight.float() + delta).to(weight.dtype)
 
 
-def _delta(module) -> torch.Tensor:
+def lora_delta(module) -> torch.Tensor:
     """``scale * B @ A`` of the module's active adapters, in fp32 (peft's own ``get_delta_weight``)."""
     total = None
     for adapter in module.active_adapters:
@@ -101,7 +101,7 @@ def lora_merged(model, keep: BaseCopy | None, restore: bool = True):
                         f"rollout.merge_lora: {name} is partitioned (ZeRO-3 without the rollout's gather); "
                         "set rollout.gather_parameters: true"
                     )
-                delta = _delta(module)
+                delta = lora_delta(module)
                 if restore:
                     keep.keep(name, weight)
                 parent_name, _, child = name.rpartition(".")

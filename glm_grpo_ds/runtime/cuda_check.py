@@ -3,7 +3,7 @@
 a silent CPU fallback (a torch wheel whose CUDA build the driver is too old for reports no CUDA, and
 DeepSpeed would then run every rank on the CPU in the GPU run's dtype).
 
-Used by every rank at startup (glm_grpo_ds/ds/engine.py), by ``glm-grpo env`` and, as
+Used by every rank at startup (glm_grpo_ds/ds/process_group.py), by ``glm-grpo env`` and, as
 ``python -m glm_grpo_ds.runtime.cuda_check [WHAT_WAS_ASKED]``, by launch/train.sh, which reads ``cuda``
 (torch can use CUDA) or ``cpu`` (no NVIDIA GPU here and none asked) on stdout; otherwise the refusal
 is printed on stderr and the exit status is 2.

@@ -7,7 +7,7 @@ the peak of the whole run, on a GPU and on a CPU alike.
   its peak reset per phase by writing ``5`` to ``/proc/self/clear_refs`` (Linux >= 4.0). It sees every
   torch CPU allocation (anonymous memory) and also what torch does not own: the interpreter and the
   imported libraries, weights still mapped from their safetensors files, heap that glibc keeps after a
-  free. ``memory/before_load_mb`` (glm_grpo_ds/train.py: the resident set before any model loads) names
+  free. ``memory/before_load_mb`` (glm_grpo_ds/startup.py: the resident set before any model loads) names
   the first of these.
 
 Resetting a phase peak would lose the run's peak (loading included) that ``peak_rss_mb`` /

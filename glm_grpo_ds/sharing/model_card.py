@@ -82,7 +82,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     cfg, ds = saved["train"], saved.get("deepspeed", {})
     hub = cfg.get("hub") or {}
     model = cfg["model"]
-    # where the trainer really loaded from (model_source.py: absolute directory, Hub id + commit) when recorded
+    # where the trainer really loaded from (model/source.py: absolute directory, Hub id + commit) when recorded
     source = saved.get("model_source") or {}
     base = source.get("path") or model["path"]
     if source.get("repo_id") and not hub.get("base_model"):

@@ -198,7 +198,7 @@ def test_merged_lora_rollout_zero3_leaves_the_base_bitwise_and_samples_the_train
     tiny_model_dir, tiny_data, tmp_path
 ):
     """rollout.merge_lora in training under ZeRO-3, 2 ranks: the gathered weights it merges into are discarded with
-    the gather (glm_grpo_ds/ds/engine.py gather_discards_writes), so the base is bitwise what it was, and step 2's
+    the gather (glm_grpo_ds/ds/gathering.py gather_discards_writes), so the base is bitwise what it was, and step 2's
     rollout (adapter B != 0 after step 1) samples the trained policy: its sampler log-probs equal the trainer's
     unmerged ones to fp32 rounding (4.8e-7 measured; a merge that left the adapters out: 0.82). merge_lora under
     ZeRO-2 and fuse_lora under ZeRO-3: test_lora_8bit_checkpointing_trains_only_the_adapter."""

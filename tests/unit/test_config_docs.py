@@ -63,7 +63,7 @@ def test_check_flag(tmp_path, capsys):
 
 
 def test_committed_commands_table_is_current(tmp_path, capsys):
-    """docs/commands.md's table is generated from the one list of subcommands (glm_grpo_ds/commands/cli.py)."""
+    """docs/commands.md's table is generated from the one list of subcommands (glm_grpo_ds/commands/subcommands.py)."""
     from glm_grpo_ds.commands import cli
 
     text = COMMANDS.read_text(encoding="utf-8")

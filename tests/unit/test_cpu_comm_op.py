@@ -1,4 +1,4 @@
-"""``cpu_comm_op_needs_build`` (glm_grpo_ds/ds/engine.py): the trainer says "building DeepSpeed's CPU
+"""``cpu_comm_op_needs_build`` (glm_grpo_ds/ds/process_group.py): the trainer says "building DeepSpeed's CPU
 communication op ... ~40 s" exactly when the process-group start will compile it (issue #27: the first CPU
 run said nothing for ~40 s)."""
 

@@ -81,7 +81,7 @@ def test_hf_style_optimizer_and_scheduler_auto_are_filled_from_the_config():
         "type": "AdamW",
         "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1},
     }
-    # the trainer's own schedule runs (ds/engine.build_scheduler): DeepSpeed must not build the JSON's
+    # the trainer's own schedule runs (ds/optimizer.build_scheduler): DeepSpeed must not build the JSON's
     assert "scheduler" not in ds
     assert "auto" not in json.dumps(ds)
 

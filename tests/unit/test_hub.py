@@ -10,8 +10,10 @@ import torch
 from huggingface_hub import ModelCard
 
 from glm_grpo_ds.config import ConfigError, RewardSpec, TrainConfig, load_config, to_dict
+from glm_grpo_ds.sharing.card_parts import base_model_id
 from glm_grpo_ds.sharing.hub import EXIT_PUSH_FAILED, HubError, Publisher, prepare_repo
-from glm_grpo_ds.sharing.model_card import base_model_id, run_results, write_run_card
+from glm_grpo_ds.sharing.model_card import write_run_card
+from glm_grpo_ds.sharing.run_sections import run_results
 from glm_grpo_ds.testing.fake_hub import FakeHub
 
 ROOT_FILES = {"README.md", "adapter_config.json", "adapter_model.safetensors", "reward_curve.png"}
