@@ -28,9 +28,7 @@ from .model.policy import load_policy, load_reference
 from .model.source import check_local_model, resolve_for_training
 from .model.token_ids import check_token_ids, embedding_rows
 from .monitoring.alarms import Monitor, parse_rules
-from .observability.metrics import (
-    first_record,
-)
+from .observability.metrics import first_record
 from .observability.step_status import NO_STATUS, for_rank
 from .observability.summary import print_startup_summary
 from .observability.tracking import build_tracker
@@ -195,13 +193,13 @@ class TrainerStartup:
                 f"glm-grpo: training rewards decode with {decoder.training.describe()} (decoder.*), evaluation with "
                 f"{self.evaluator.decode.describe()} (eval.*)"
             )
-        # the memory plan of this very run (rank 0 prints it); with rollout.merge_copy=auto it places the merge's
-        # copy of the base weights, on every rank: the one BaseCopy, made here, both samplers share
+        # the memory plan of this very run (rank 0 prints it); with rollout.merge_lora it places the merge's copy of
+        # the base weights, on every rank: the one BaseCopy, made here, both samplers share
         self.memory_plan = None
-        if self.is_main or (cfg.rollout.merge_lora and cfg.rollout.merge_copy == "auto"):
+        if self.is_main or cfg.rollout.merge_lora:
             self.memory_plan = startup_plan(cfg, self.ds_config_raw, self.world, self.device)
-        self.merge_copy = base_copy_placement(cfg, self.memory_plan)
-        self.base_copy = BaseCopy(self.merge_copy) if self.merge_copy else None
+        self.base_copy_where = base_copy_placement(self.memory_plan)
+        self.base_copy = BaseCopy(self.base_copy_where) if self.base_copy_where else None
         # training's sampler computes the reference / old log-probs inside the rollout's gather (under ZeRO-3 they
         # then gather nothing more); the evaluation's samples only
         before = partial(logprobs_before_update, cfg=cfg) if cfg.logprobs_in_rollout else None
@@ -219,6 +217,8 @@ class TrainerStartup:
         if self.life.start.checkpoint is not None:
             self.status.phase("checkpoint")
         self.start_step, self.skipped_steps = self.life.restore(self.engine, self.prompt_order)
+        for maker in (self.experience, self.eval_experience):  # the samplers take the weights the run starts from
+            maker.sampler.sync_weights(self.start_step)
         self.monitor = self._monitor()
         self.consecutive_skips = 0  # optimizer updates skipped in a row (non-finite gradients, undefined rewards)
         self.status.phase("trackers")
@@ -242,7 +242,7 @@ class TrainerStartup:
         previous = self.out / "config.json"
         previous = json.loads(previous.read_text()) if previous.is_file() and self.start_step else None
         record = {
-            "train": recorded_config(self.cfg, self.merge_copy),  # merge_copy=auto: the placement taken
+            "train": recorded_config(self.cfg, self.base_copy_where),  # merge_copy=auto: the placement taken
             # the history: from which step which settings changed (resumes with other settings; lifecycle/resume.py)
             "segments": resume.segments(previous, self.start_step, self.life.start.changes),
             "model_source": self.model_source.record(),

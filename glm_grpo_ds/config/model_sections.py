@@ -281,7 +281,7 @@ class SamplingConfig:
     )
 
     def problems(self, prefix: str = "sampling.") -> list[str]:
-        """One line per problem, keys written ``<prefix>key`` (TrainConfig.validate passes ``grpo.sampling.``)."""
+        """One line per problem, keys written ``<prefix>key`` (GRPOConfig.problems passes ``grpo.sampling.``)."""
         problems = []
         if self.temperature is not None and not self.temperature > 0:
             problems.append(f"{prefix}temperature must be > 0, got {self.temperature}")

@@ -1,6 +1,7 @@
 """The sections of a run's inputs and outputs: ``data``, ``eval``, ``logging``, ``monitor`` and ``hub``. Each checks
-its own fields (``problems()``); TrainConfig.validate adds the rules that tie sections together (an alarm on
-lpips_diversity needs an lpips reward, pushing checkpoints needs LoRA and save_steps)."""
+its own fields (``problems()``; the monitor's given the run's reward names: an alarm on lpips_diversity needs an
+lpips reward); TrainConfig.validate adds the rules that tie sections together (pushing checkpoints needs LoRA and
+save_steps)."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ class EvalConfig:
 
     def problems(self, prefix: str = "eval.") -> list[str]:
         """One line per problem, keys written ``<prefix>key``."""
-        problems = []
+        problems = choice_problems(self, prefix)  # none today: any Literal[...] field added later is checked
         if self.steps < 0:
             problems.append(f"{prefix}steps must be >= 0 (0 = before training and at the end only), got {self.steps}")
         if self.num_prompts < 0:
@@ -269,7 +270,8 @@ class MonitorConfig:
     def problems(self, prefix: str = "monitor.", rewards: list[str] | None = None) -> list[str]:
         """One line per problem, keys written ``<prefix>key``; ``rewards``: the run's reward names (a rule on
         lpips_diversity needs an lpips reward, whose network measures it)."""
-        problems = [
+        problems = choice_problems(self, prefix)  # none today: any Literal[...] field added later is checked
+        problems += [
             f"{prefix}statistics: unknown statistic {name!r}; known: {', '.join(STATISTICS)}"
             for name in self.statistics
             if name not in STATISTICS

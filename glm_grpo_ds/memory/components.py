@@ -108,6 +108,8 @@ def decoder(s: Basis) -> tuple[int, str]:
 
 
 def reward_models(s: Basis) -> tuple[int, str]:
+    """The reward models held whole on every GPU (the component named ``reward_models``; where each reward model
+    lives and its bytes are memory/reward_models.py's :func:`~glm_grpo_ds.memory.reward_models.reward_models`)."""
     on_gpu = [r for r in s.rewards if r.where == "gpu"]
     if on_gpu:
         return sum(r.bytes for r in on_gpu), f"whole on every GPU: {', '.join(r.name for r in on_gpu)} (list below)"

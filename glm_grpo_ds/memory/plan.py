@@ -29,7 +29,7 @@ b = bytes per model-dtype element (2 for bf16):
     merge copy  rollout.merge_lora: b·Σ in·out over the LoRA-adapted linears (their base weights, copied once to
                 restore them after each rollout; 15.2 GiB for GLM-Image with all six projections of its 40
                 layers adapted): on the GPU, or in pinned host RAM (rollout.merge_copy; auto: the GPU when the
-                plan with it fits, :func:`merge_copy_placement`); none under ZeRO-3 at N > 1
+                plan with it fits: ``plan(...)["merge_copy"]["placement"]``); none under ZeRO-3 at N > 1
 
 Everything else is an activation-type estimate, labelled as such in the output: rollout KV cache
 (B·T·layers·2·kv_heads·head_dim·b), the transient full gather of the AR during ZeRO-3 rollouts (at N = 1
@@ -105,7 +105,6 @@ __all__ = [
     "EstimateConfig",
     "grid_tokens",
     "lora_bytes",
-    "merge_copy_placement",
     "phase_totals",
     "plan",
 ]
@@ -233,9 +232,3 @@ def _setup(s: Basis) -> dict:
         size=f"{cfg.rollout.height}x{cfg.rollout.width}",
         sizes_from=s.sizes.source,
     )
-
-
-def merge_copy_placement(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> str | None:
-    """Where the run keeps rollout.merge_lora's copy of the adapted base weights: ``"device"``, ``"host"``, or None
-    (no merge, or ZeRO-3 on several ranks). ``rollout.merge_copy=auto`` resolved by the plan (:func:`plan`)."""
-    return plan(cfg, ds_raw, est, sizes)["merge_copy"]["placement"]

@@ -21,21 +21,18 @@ def startup_plan(cfg, ds_config_raw: dict, world: int, device: torch.device) -> 
     return plan(cfg, ds_config_raw, est)
 
 
-def base_copy_placement(cfg, planned: dict | None) -> str | None:
-    """Where this run keeps rollout.merge_lora's copy of the base weights: ``"device"`` or ``"host"``, as
-    ``rollout.merge_copy`` says, or for ``auto`` as the memory plan ``planned`` places it (None: the run keeps no
-    copy: no merge, or ZeRO-3 on several ranks). ``planned`` is needed only for ``auto`` with the merge on."""
-    r = cfg.rollout
-    if not r.merge_lora:
-        return None
-    if r.merge_copy != "auto":
-        return r.merge_copy
-    return planned["merge_copy"]["placement"]
+def base_copy_placement(planned: dict | None) -> str | None:
+    """Where this run keeps rollout.merge_lora's copy of the base weights, as the memory plan ``planned`` places it
+    (memory/components.py ``place_merge_copy``, the one owner of the rule): ``"device"`` or ``"host"``
+    (``rollout.merge_copy`` as set, or for ``auto`` where it fits), None when the run keeps no copy (no merge, or
+    ZeRO-3 on several ranks, whose gathered weights are discarded). ``planned`` None: no merge, no plan made."""
+    return planned["merge_copy"]["placement"] if planned is not None else None
 
 
 def recorded_config(cfg, placement: str | None) -> dict:
     """``config.json``'s ``train``: the config, with ``rollout.merge_copy=auto`` written as the ``placement`` the run
-    took when it keeps a copy (what a reader of the run, e.g. step_time.py, sees as its setting)."""
+    took when it keeps a copy. Only config.json records the placement; a checkpoint records the config as loaded
+    (``auto``), so a resume compares like with like."""
     record = to_dict(cfg)
     if cfg.rollout.merge_copy == "auto" and placement is not None:
         record["rollout"]["merge_copy"] = placement

@@ -16,7 +16,8 @@ docs/design.md "Sampling backends"): ``processor`` (the prompts' chat template);
 group_size, on_tokens)`` drawing each prompt's rows from the stream its integer seed starts (one seed for all
 rows, or one per prompt; the caller derives them: runtime/seeding.py, evaluation/seeds.py), with the log-probs of
 the drawn tokens under the policy's distribution (the trainer compares them with its own: the ``mismatch/*``
-metrics); ``sync_weights(step)``, called by the trainer after each step's update phase: the in-process backends
+metrics); ``sync_weights(step)``, called by the trainer once the start weights are loaded and after each step's
+update phase: the in-process backends
 read the current weights at every call and do nothing there, an out-of-process engine would receive the new
 weights; and its speed-ups behind the decode loop's options (compile, CUDA graph capture:
 glm_grpo_ds/rollout/decode_loop.py).
@@ -70,7 +71,9 @@ class SamplingBackend(Protocol):
         ...
 
     def sync_weights(self, step: int) -> None:
-        """The policy's weights after step ``step``'s update phase are the ones to sample with from now on."""
+        """The policy's weights after ``step`` steps are the ones to sample with from now on: called once the
+        weights the run starts from are loaded (``step`` = the start step: 0, or a resumed checkpoint's), then after
+        each step's update phase."""
         ...
 
 

@@ -1,8 +1,8 @@
 """The sampling seam (glm_grpo_ds/rollout/backends.py, docs/design.md "Sampling backends"), on the CPU with the tiny
 GLM-Image: a backend takes integer seeds and makes its generators from them on its own device, drawing bitwise the
 tokens the same seeds' generators drew when callers made them; the trainer tells every backend of each step's
-optimizer update (``sync_weights(step)``, after the update phase, before the next rollout), counted with a real
-engine sampler in a real 2-rank run; and an out-of-process-like class with ``sample(seeds)`` and
+weights (``sync_weights(step)``: at the start, and after each update phase, before the next rollout), counted with a
+real engine sampler in a real 2-rank run; and an out-of-process-like class with ``sample(seeds)`` and
 ``sync_weights`` is a :class:`SamplingBackend`, one without ``sync_weights`` is not."""
 
 import pytest
@@ -67,15 +67,21 @@ def test_an_out_of_process_backend_fits_the_seam(processor):
 @pytest.mark.distributed
 def test_the_trainer_syncs_the_backends_after_each_optimizer_step(tiny_model_dir, data64, tmp_path):
     """A real run (2 CPU ranks, ZeRO-2, 3 steps, an evaluation every 2 steps; tests/integration/ds_worker.py sync):
-    each of the trainer's two engine samplers (training's, the evaluation's) is told ``sync_weights(k)`` once after
-    step k's optimizer step, before the next rollout; training's samples once per step between them."""
+    each of the trainer's two engine samplers (training's, the evaluation's) is told ``sync_weights(0)`` once the
+    weights the run starts from are loaded, then ``sync_weights(k)`` once after step k's optimizer step, before the
+    next rollout; training's samples once per step between them."""
     extra = [f"eval.file={data64}", "eval.steps=2", "eval.num_prompts=2", "eval.group_size=2"]
     overrides = common(tiny_model_dir, data64, tmp_path / "run", "max_steps=3", *FAST, *extra)
     r = worker(2, "sync", tmp_path / "w", "zero2.json", overrides)
     events = r["events"]
     assert r["samplers"] == 2 and sum(e[0] == "optimizer" for e in events) == 3  # training's sampler, the eval's
-    for backend in (0, 1):  # once per optimizer step, after it: sync(k) sees k optimizer steps done
-        assert [(e[2], e[3]) for e in events if e[0] == "sync" and e[1] == backend] == [(1, 1), (2, 2), (3, 3)]
+    for backend in (0, 1):  # at the start, then once per optimizer step, after it: sync(k) sees k optimizer steps
+        syncs = [(e[2], e[3]) for e in events if e[0] == "sync" and e[1] == backend]
+        assert syncs == [(0, 0), (1, 1), (2, 2), (3, 3)]
     training = [e[0] if e[0] != "sync" else f"sync{e[2]}" for e in events if len(e) == 1 or e[1] == 0]
-    assert training == ["sample", "optimizer", "sync1", "sample", "optimizer", "sync2", "sample", "optimizer", "sync3"]
+    assert training == ["sync0"] + ["sample", "optimizer", "sync1", "sample", "optimizer", "sync2"] + [
+        "sample",
+        "optimizer",
+        "sync3",
+    ]
     assert any(e == ("sample", 1) for e in events)  # the evaluation sampled with its own

@@ -1,6 +1,7 @@
 """Import boundaries: only glm_grpo_ds/ds/ imports DeepSpeed, nothing outside it uses a DeepSpeed
 engine's own API (it calls glm_grpo_ds.ds.engine / io), the loss module imports only torch, and the
-training path never imports the command-line tools; no test module imports another."""
+training path never imports the command-line tools; every folder is one floor of imports, none upward, no circle;
+no package file outgrows 400 lines nor a function 80; no test module imports another."""
 
 import ast
 import sys

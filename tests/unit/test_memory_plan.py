@@ -9,7 +9,7 @@ import pytest
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 
 from glm_grpo_ds.config import load_config
-from glm_grpo_ds.memory.plan import GIB, EstimateConfig, grid_tokens, merge_copy_placement, plan
+from glm_grpo_ds.memory.plan import GIB, EstimateConfig, grid_tokens, plan
 from glm_grpo_ds.memory.sizes import Sizes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -414,14 +414,17 @@ def test_merge_copy_counted_where_it_lives():
     # auto: the GPU exactly when the plan with the copy fits (headroom >= 0, the plan's own test)
     auto = cfg("rollout.merge_lora=true")
     need = base["total_bytes"] + 10_000
-    assert merge_copy_placement(auto, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=need / GIB), s) == "device"
+    assert (
+        plan(auto, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=need / GIB), s)["merge_copy"]["placement"]
+        == "device"
+    )
     tight = EstimateConfig(num_gpus=1, gpu_memory_gb=(need - 1) / GIB)
-    assert merge_copy_placement(auto, ZERO[2], tight, s) == "host"
+    assert plan(auto, ZERO[2], tight, s)["merge_copy"]["placement"] == "host"
     # a CPU rank: one memory, so auto is the device, counted in fp32 (the CPU's model dtype), W its own .float()
     cpu = plan(cfg("rollout.merge_lora=true", "model.dtype=auto"), ZERO[2], EstimateConfig(num_gpus=1, device="cpu"), s)
     assert cpu["merge_copy"]["placement"] == "device" and cpu["components"]["lora_merge_copy"] == 4 * 5000
     assert cpu["components"]["rollout_merge"] == 8 * 4000
-    assert merge_copy_placement(cfg(), ZERO[2], EstimateConfig(num_gpus=1), s) is None  # merge_lora off
+    assert plan(cfg(), ZERO[2], EstimateConfig(num_gpus=1), s)["merge_copy"]["placement"] is None  # merge_lora off
 
 
 def test_merge_copy_of_the_real_glm_image_lora():
@@ -458,9 +461,9 @@ def test_planned_merge_copy_is_what_the_merge_copies(tiny_model_dir):
 
 
 def test_the_trainer_places_the_merge_copy_from_the_plan_and_leaves_the_config_as_loaded():
-    """memory/startup.py: auto takes the plan's placement, an explicit choice stays, the config is not changed (the
-    trainer makes its one BaseCopy there), config.json records the placement taken, and the startup summary
-    (observability/summary.py) says where the copy is in one line."""
+    """memory/startup.py: the plan places the copy (auto: where it fits; an explicit choice as set; ZeRO-3 on several
+    ranks: none), the config is not changed (the trainer makes its one BaseCopy there), config.json records the
+    placement taken, and the startup summary (observability/summary.py) says where the copy is in one line."""
     from glm_grpo_ds.config import to_dict
     from glm_grpo_ds.memory.startup import base_copy_placement, recorded_config
     from glm_grpo_ds.observability.summary import merge_copy_line
@@ -469,21 +472,22 @@ def test_the_trainer_places_the_merge_copy_from_the_plan_and_leaves_the_config_a
     for gib, where in ((80, "device"), (1, "host")):
         c = cfg("rollout.merge_lora=true")
         planned = plan(c, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=gib), s)
-        assert base_copy_placement(c, planned) == where and c.rollout.merge_copy == "auto"
+        assert base_copy_placement(planned) == where and c.rollout.merge_copy == "auto"
         assert recorded_config(c, where)["rollout"]["merge_copy"] == where
         assert recorded_config(c, where) == {**to_dict(c), "rollout": {**to_dict(c)["rollout"], "merge_copy": where}}
     line = merge_copy_line(c, planned, on_gpu=True)
     assert line.startswith("rollout: LoRA merged for sampling, base copy in pinned host memory (0.0 MiB; ")
     assert "merge_copy=auto: the plan with it on the GPU" in line and "exceeds 1 GiB" in line
     kept = cfg("rollout.merge_lora=true", "rollout.merge_copy=device")
-    assert base_copy_placement(kept, plan(kept, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=1), s)) == "device"
-    assert base_copy_placement(kept, None) == "device"  # an explicit placement needs no plan (ranks > 0)
+    assert base_copy_placement(plan(kept, ZERO[2], EstimateConfig(num_gpus=1, gpu_memory_gb=1), s)) == "device"
+    explicit_z3 = plan(kept, ZERO[3], EstimateConfig(num_gpus=2), s)  # nothing to restore: no copy, even when asked
+    assert base_copy_placement(explicit_z3) is None
     assert recorded_config(kept, "device") == to_dict(kept)
     z3 = cfg("rollout.merge_lora=true")
     planned = plan(z3, ZERO[3], EstimateConfig(num_gpus=2), s)
-    assert base_copy_placement(z3, planned) is None and recorded_config(z3, None) == to_dict(z3)
+    assert base_copy_placement(planned) is None and recorded_config(z3, None) == to_dict(z3)
     assert z3.rollout.merge_copy == "auto" and "no base copy (ZeRO-3 on 2 ranks" in merge_copy_line(z3, planned, True)
-    assert base_copy_placement(cfg(), None) is None  # merge_lora off: no copy, no plan needed
+    assert base_copy_placement(None) is None  # merge_lora off: no plan made on ranks > 0, no copy
     assert merge_copy_line(cfg(), planned, True) is None
 
 
