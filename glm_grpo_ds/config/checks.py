@@ -12,6 +12,12 @@ def raise_problems(problems: list[str]) -> None:
         raise ValueError("\n".join(problems))
 
 
+def need(problems: list[str], ok: bool, msg: str) -> None:
+    """``msg`` joins ``problems`` unless ``ok``: a section's check written as the rule it keeps."""
+    if not ok:
+        problems.append(msg)
+
+
 def guided_steps(num_inference_steps: int, guidance_scale: float, guidance_steps: int | None) -> int:
     """The DiT steps of a decode that run the unconditional pass too: none at guidance <= 1, else the first
     ``guidance_steps`` (None: all). A decode runs steps + guided steps DiT forwards per image."""

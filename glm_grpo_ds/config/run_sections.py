@@ -10,7 +10,7 @@ from typing import Literal
 
 from ..monitoring.alarms import RuleError, parse_rules
 from ..monitoring.image_stats import NEEDS_DISTANCE, STATISTICS
-from .checks import decode_problems
+from .checks import decode_problems, need
 from .fields import choice_error, choice_problems, is_repo_id, setting
 
 
@@ -191,13 +191,9 @@ class LoggingConfig:
         A named tracker's package is checked here, at config time on every rank, so a missing one stops all ranks
         before training instead of failing on rank 0 only while the others wait in a collective."""
         problems = choice_problems(self, prefix)
-
-        def need(ok: bool, msg: str) -> None:
-            if not ok:
-                problems.append(msg)
-
         alone = [name for name in ("all", "none") if name in self.report_to]
         need(
+            problems,
             not alone or len(self.report_to) == 1,
             f"{prefix}report_to: {alone[0] if alone else ''} stands alone, got {self.report_to}; "
             "list the trackers instead, e.g. [tensorboard, wandb]",
@@ -205,26 +201,35 @@ class LoggingConfig:
         if "all" not in self.report_to:
             for name in self.trackers():
                 need(
+                    problems,
                     tracker_installed(name),
                     f"{prefix}report_to names {name} but the {name} package is not installed: "
                     f"pip install {TRACKER_PIP[name]}",
                 )
         for name, kwargs in self.tracker_kwargs.items():
-            need(name in TRACKERS, choice_error(name, TRACKERS, f"{prefix}tracker_kwargs", "tracker"))
+            need(problems, name in TRACKERS, choice_error(name, TRACKERS, f"{prefix}tracker_kwargs", "tracker"))
             need(
+                problems,
                 isinstance(kwargs, dict),
                 f"{prefix}tracker_kwargs.{name} must be a mapping of keyword arguments, got {kwargs!r}",
             )
-        need(self.log_every >= 1, f"{prefix}log_every must be >= 1, got {self.log_every}")
+        need(problems, self.log_every >= 1, f"{prefix}log_every must be >= 1, got {self.log_every}")
         need(
+            problems,
             self.status_interval_s >= 0,
             f"{prefix}status_interval_s must be >= 0 seconds (0 = a status line at every change), got "
             f"{self.status_interval_s}",
         )
-        need(self.gallery_steps >= 0, f"{prefix}gallery_steps must be >= 0 (0 = off), got {self.gallery_steps}")
-        need(self.gallery_max_prompts >= 1, f"{prefix}gallery_max_prompts must be >= 1, got {self.gallery_max_prompts}")
+        need(
+            problems, self.gallery_steps >= 0, f"{prefix}gallery_steps must be >= 0 (0 = off), got {self.gallery_steps}"
+        )
+        need(
+            problems,
+            self.gallery_max_prompts >= 1,
+            f"{prefix}gallery_max_prompts must be >= 1, got {self.gallery_max_prompts}",
+        )
         thumbnail = self.gallery_thumbnail
-        need(thumbnail >= 16, f"{prefix}gallery_thumbnail must be >= 16 pixels, got {thumbnail}")
+        need(problems, thumbnail >= 16, f"{prefix}gallery_thumbnail must be >= 16 pixels, got {thumbnail}")
         return problems
 
 

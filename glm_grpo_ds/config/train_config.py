@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .checks import need
 from .fields import ConfigError, choice_problems, setting
 from .model_sections import DecoderConfig, LoraConfig, ModelConfig, RolloutConfig
 from .run_sections import DataConfig, EvalConfig, HubConfig, LoggingConfig, MonitorConfig
@@ -118,11 +119,6 @@ class TrainConfig:
         """Raise ConfigError listing every problem, one line each: each section's own (its ``problems()``), the
         top-level keys', and the rules that tie sections together, which no section can check alone."""
         problems = self.model.problems("model.")
-
-        def need(ok: bool, msg: str) -> None:
-            if not ok:
-                problems.append(msg)
-
         problems += choice_problems(self)  # the top-level Literal[...] fields; each section checks its own
         problems += self.data.problems("data.")
         problems += self._top_level_problems()
@@ -133,24 +129,28 @@ class TrainConfig:
         grid = (rollout.height // 32) * (rollout.width // 32)  # the target grid's tokens
         if 0 <= g.top_entropy_quantile < 1 and grid > 0:
             need(
+                problems,
                 g.top_entropy_quantile * grid >= 1,
                 f"grpo.top_entropy_quantile={g.top_entropy_quantile} keeps {g.top_entropy_quantile * grid:.3g} of the "
                 f"{grid} target-grid tokens of a sequence at {rollout.height}x{rollout.width}: (almost) "
                 f"nothing to train on; use >= {1 / grid:.3g} (the paper's 0.2, or 1 = every token)",
             )
         need(
+            problems,
             g.disagreement_gate is None or len(self.rewards) > 1,
             f"grpo.disagreement_gate={g.disagreement_gate} compares several rewards, but rewards has "
             f"{len(self.rewards)}: add the auxiliary rewards or set it to null",
         )
         if self.lora is None:  # LoRA-only rollout settings: refused rather than silently ignored
             need(
+                problems,
                 not rollout.adapters_in_model_dtype,
                 "rollout.adapters_in_model_dtype casts LoRA adapters, but this config fine-tunes the whole model "
                 "(lora: null): drop the setting",
             )
             for key, verb in (("merge_lora", "merges"), ("fuse_lora", "fuses")):
                 need(
+                    problems,
                     not getattr(rollout, key),
                     f"rollout.{key} {verb} LoRA adapters, but this config fine-tunes the whole model (lora: null), "
                     "whose rollout already runs the plain model: drop the setting",
@@ -161,6 +161,7 @@ class TrainConfig:
         problems += b.problems("batch.")
         if b.micro_batch_size >= 1 and b.prompts_per_rank >= 1:
             need(
+                problems,
                 self.sequences_per_rank % b.micro_batch_size == 0,
                 f"batch.micro_batch_size={b.micro_batch_size} must divide the sequences per rank per step "
                 f"(batch.prompts_per_rank x grpo.group_size = {self.sequences_per_rank})",
@@ -168,7 +169,11 @@ class TrainConfig:
         problems += self.decoder.problems("decoder.")
         problems += self.eval.problems("eval.")
         problems += self.monitor.problems("monitor.", [r.name for r in self.rewards])
-        need(len(self.rewards) > 0, "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]")
+        need(
+            problems,
+            len(self.rewards) > 0,
+            "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]",
+        )
         for i, r in enumerate(self.rewards):
             problems += r.problems(f"rewards[{i}].")
         problems += self.logging.problems("logging.")
@@ -176,11 +181,13 @@ class TrainConfig:
         problems += h.problems("hub.")
         if h.push_checkpoints and h.repo_id is not None:
             need(
+                problems,
                 self.lora is not None,
                 "hub.push_checkpoints=true needs LoRA: full fine-tuning checkpoints hold DeepSpeed shards only "
                 "(glm-grpo merge turns one into a pipeline); set hub.push_checkpoints=false",
             )
             need(
+                problems,
                 self.save_steps > 0,
                 "hub.push_checkpoints=true but save_steps=0 saves no checkpoint: set save_steps=N",
             )

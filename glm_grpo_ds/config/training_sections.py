@@ -9,6 +9,7 @@ from typing import Literal
 
 from ..advantages import COMBINATIONS, ESTIMATORS
 from ..grpo import AGGREGATIONS, IMPORTANCE_LEVELS, SAMPLER_CORRECTIONS
+from .checks import need
 from .fields import choice_problems, setting
 from .model_sections import SamplingConfig
 
@@ -123,49 +124,66 @@ class GRPOConfig:
         reward_combination and sampler_correction), then each setting's range, then the settings the others make
         ineffective, then ``<prefix>sampling``."""
         problems = choice_problems(self, prefix)
-
-        def need(ok: bool, msg: str) -> None:
-            if not ok:
-                problems.append(msg)
-
         need(
+            problems,
             self.group_size >= 2,
             f"{prefix}group_size must be >= 2 (advantages compare samples of a prompt), got {self.group_size}",
         )
-        need(self.beta >= 0, f"{prefix}beta must be >= 0, got {self.beta}")
-        need(0 <= self.epsilon_low < 1, f"{prefix}epsilon_low must be in [0, 1), got {self.epsilon_low}")
-        need(self.epsilon_high >= 0, f"{prefix}epsilon_high must be >= 0, got {self.epsilon_high}")
-        need(self.num_iterations >= 1, f"{prefix}num_iterations must be >= 1, got {self.num_iterations}")
-        need(self.logprob_chunk_size >= 1, f"{prefix}logprob_chunk_size must be >= 1, got {self.logprob_chunk_size}")
+        need(problems, self.beta >= 0, f"{prefix}beta must be >= 0, got {self.beta}")
+        need(problems, 0 <= self.epsilon_low < 1, f"{prefix}epsilon_low must be in [0, 1), got {self.epsilon_low}")
+        need(problems, self.epsilon_high >= 0, f"{prefix}epsilon_high must be >= 0, got {self.epsilon_high}")
+        need(problems, self.num_iterations >= 1, f"{prefix}num_iterations must be >= 1, got {self.num_iterations}")
         need(
+            problems,
+            self.logprob_chunk_size >= 1,
+            f"{prefix}logprob_chunk_size must be >= 1, got {self.logprob_chunk_size}",
+        )
+        need(
+            problems,
             0 <= self.top_entropy_quantile <= 1,
             f"{prefix}top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}",
         )
-        need(self.entropy_coef >= 0, f"{prefix}entropy_coef must be >= 0, got {self.entropy_coef}")
-        need(0 <= self.preview_weight <= 1, f"{prefix}preview_weight must be in [0, 1], got {self.preview_weight}")
-        need(self.rank_tie_tolerance >= 0, f"{prefix}rank_tie_tolerance must be >= 0, got {self.rank_tie_tolerance}")
-        high, low = self.sampler_correction_max, self.sampler_correction_min
-        need(high > 0, f"{prefix}sampler_correction_max must be > 0, got {high}")
+        need(problems, self.entropy_coef >= 0, f"{prefix}entropy_coef must be >= 0, got {self.entropy_coef}")
         need(
+            problems,
+            0 <= self.preview_weight <= 1,
+            f"{prefix}preview_weight must be in [0, 1], got {self.preview_weight}",
+        )
+        need(
+            problems,
+            self.rank_tie_tolerance >= 0,
+            f"{prefix}rank_tie_tolerance must be >= 0, got {self.rank_tie_tolerance}",
+        )
+        high, low = self.sampler_correction_max, self.sampler_correction_min
+        need(problems, high > 0, f"{prefix}sampler_correction_max must be > 0, got {high}")
+        need(
+            problems,
             low is None or 0 <= low < high,
             f"{prefix}sampler_correction_min must be null or in [0, sampler_correction_max), got {low}",
         )
-        need(self.mismatch_threshold > 0, f"{prefix}mismatch_threshold must be > 0, got {self.mismatch_threshold}")
+        need(
+            problems,
+            self.mismatch_threshold > 0,
+            f"{prefix}mismatch_threshold must be > 0, got {self.mismatch_threshold}",
+        )
         gate = self.disagreement_gate
-        need(gate is None or gate > 0, f"{prefix}disagreement_gate must be null or > 0, got {gate}")
+        need(problems, gate is None or gate > 0, f"{prefix}disagreement_gate must be null or > 0, got {gate}")
         # settings that would do nothing with the others as they are: refused rather than silently ignored
         need(
+            problems,
             self.preview_in_loss or self.preview_weight == 1.0,
             f"{prefix}preview_weight={self.preview_weight} weighs preview tokens that {prefix}preview_in_loss=false "
             "takes out of the loss: set one of them",
         )
         need(
+            problems,
             self.rank_tie_tolerance == 0 or self.reward_combination.startswith("win_rate"),
             f"{prefix}rank_tie_tolerance={self.rank_tie_tolerance} applies to the win_rate combinations only, but "
             f"{prefix}reward_combination={self.reward_combination}: set reward_combination=win_rate or the tolerance "
             "to 0",
         )
         need(
+            problems,
             self.sampler_correction != "none" or low is None,
             f"{prefix}sampler_correction_min={low} caps weights that {prefix}sampler_correction=none never computes: "
             "choose a sampler_correction or drop the cap",
