@@ -74,8 +74,10 @@ def base_weights(model: Path, names: set[str]) -> dict[str, torch.Tensor]:
     """The AR's weights ``names`` (the adapted linears), read from its safetensors without loading the model."""
     from safetensors import safe_open
 
+    from glm_grpo_ds.model.glm_image import AR_DIR
+
     found: dict[str, torch.Tensor] = {}
-    for file in sorted((model / "vision_language_encoder").glob("*.safetensors")):
+    for file in sorted((model / AR_DIR).glob("*.safetensors")):
         with safe_open(str(file), "pt") as f:
             for key in set(f.keys()) & names:
                 found[key] = f.get_tensor(key)

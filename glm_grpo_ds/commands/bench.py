@@ -101,21 +101,18 @@ def _run_worker(a, name: str, nprocs: int = 1, extra: tuple = ()) -> dict:
     ]
     if a.hbm_gbps:
         args += ["--hbm-gbps", str(a.hbm_gbps)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    if nprocs > 1:
+        from ..runtime.local_launch import deepspeed_command
+
+        cmd, env = deepspeed_command(
+            nprocs, ["--module", "glm_grpo_ds.commands.bench", *args], cpu=not torch.cuda.is_available()
+        )
+    else:
+        cmd, env = [sys.executable, "-m", "glm_grpo_ds.commands.bench", *args], dict(os.environ, HF_HUB_OFFLINE="1")
     if name == "update-memory":
         # glibc serves allocations above this size with mmap and unmaps them on free, so the
         # resident set follows the live tensors instead of keeping freed heap pages
         env["MALLOC_MMAP_THRESHOLD_"] = "16384"
-    if nprocs > 1:
-        from ..runtime.local_launch import deepspeed_command
-
-        own = {k: v for k, v in env.items() if os.environ.get(k) != v}  # what this worker sets on top
-        cmd, launch_env = deepspeed_command(
-            nprocs, ["--module", "glm_grpo_ds.commands.bench", *args], cpu=not torch.cuda.is_available()
-        )
-        env = {**launch_env, **own}
-    else:
-        cmd = [sys.executable, "-m", "glm_grpo_ds.commands.bench", *args]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not result.is_file():
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-25:])

@@ -1,7 +1,7 @@
 """The command line of a one-node ``deepspeed --num_gpus N`` launch started from Python (the benchmark workers,
 the sweeps, the test launches): one spelling of where the launcher is and what its ranks' environment needs.
 
-    cmd, env = deepspeed_command(2, ["--module", "glm_grpo_ds.train", "--config", "run.yaml"])
+    cmd, env = deepspeed_command(2, ["--module", "glm_grpo_ds.train", "--config", "run.yaml"], cpu=True)
     subprocess.run(cmd, env=env)
 """
 
