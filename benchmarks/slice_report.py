@@ -18,7 +18,7 @@ Runs on the CPU, in bf16, through the project's own code paths, so the shapes ar
     the policy with the config's LoRA and gradient checkpointing, in training mode: forward, then backward
     (which with checkpointing contains the recompute forward: both counted, also reported apart), and the
     adapter-off reference forward of ``beta > 0``.
-  - DiT per denoising step and VAE per image: one ``ImageDecoder.decode`` (glm_grpo_ds/decoder.py) at
+  - DiT per denoising step and VAE per image: one ``ImageDecoder.decode`` (glm_grpo_ds/decoder/image_decoder.py) at
     ``--size`` with one step and the config's guidance (CFG > 1 runs two DiT forwards per step).
 
   Per layer: the forward calls of layer 0 (module), and, with ``--slope-model`` (the same slice with more

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .data import PromptOrder, check_source, load_prompts
 from .decoder import ImageDecoder
+from .decoder.compute import check_device
 from .ds import dist
 from .ds import engine as ds_engine
 from .ds.ds_config import fill_ds_config, read_ds_config, zero_stage
@@ -128,6 +129,7 @@ class TrainerStartup:
         on_gpu = self.device.type == "cuda"
         self.dtype = resolve_dtype(cfg.model.dtype, on_gpu)
         self.attn = resolve_attn(cfg.model.attn_implementation, on_gpu, self.dtype)  # the benchmarks load alike
+        check_device(cfg.decoder, self.device, resolve_dtype(cfg.decoder.dtype, on_gpu))  # the DiT's kernels
         self.status.phase("processor")
         self.processor = load_processor(self.model_source.path)
         # every id a prompt can produce must have an embedding row: else a raw IndexError mid-run

@@ -18,12 +18,16 @@
 #   MODEL=outputs/glm_image bash launch/gpu_timing.sh  # reuse a full-size model directory (built on the first run)
 #   FULL_SIZE=0 bash launch/gpu_timing.sh          # the training step on the full-size AR with the tiny DiT
 #   DIT_COMPILE=1 bash launch/gpu_timing.sh        # the training steps with the DiT's blocks compiled (decoder.compile)
+#   DIT_TIMING=0 bash launch/gpu_timing.sh         # no DiT decode timing (glm-grpo dit-timing, on the full-size model
+#                                                  # before its training steps: sdpa, cudnn, compiled, fp8, both)
+#   DIT_VARIANTS=sdpa,compiled,fp8 bash launch/gpu_timing.sh  # the DiT timing's variants (all: glm-grpo dit-timing
+#                                                  # --help; each loads the 14 GB DiT, ~40 s + its compile on an H200)
 #   TRAIN_STEPS=3 bash launch/gpu_timing.sh        # training steps to time (default 2: the first compiles and captures)
 #   MERGE_DRIFT_STEPS=50 bash launch/gpu_timing.sh     # then also merged vs exact sampling on the real-width slice,
 #                                                      # bf16, N steps each (benchmarks/merge_drift.py; ~5-8 min more)
 # Arguments go to every glm-grpo decode-timing run (the rows loop sets its own --group-size and --variants).
-# Writes OUT (default outputs/gpu_timing): decode_timing.json, decode_timing_rows_N.json, estimate.json, train/,
-# glm_image/ (the full-size model, 34 GB: delete it after, or keep it for MODEL=).
+# Writes OUT (default outputs/gpu_timing): decode_timing.json, decode_timing_rows_N.json, dit_timing.json,
+# estimate.json, train/, glm_image/ (the full-size model, 34 GB: delete it after, or keep it for MODEL=).
 # Also runs on a CPU in its reduced form (the tests do: tests/integration/test_fast_rollout.py):
 #   TRAIN_STEP=0 ROWS=2,4 ROW_VARIANTS=graph bash launch/gpu_timing.sh --tiny --steps 8 --group-size 4 --size 256
 set -euo pipefail
@@ -97,6 +101,11 @@ if [ "${FULL_SIZE:-1}" = 1 ]; then  # GLM-Image at its real size: AR 40 layers +
     echo "glm-grpo: building GLM-Image at its full size on the GPU in $MODEL (~1 s, saved in ~1 min, 34 GB)"
     glm-grpo tiny-model "$MODEL" --real-width --ar-layers 40 --dit-layers 30 --device cuda
   }
+  if [ "${DIT_TIMING:-1}" != 0 ]; then  # the frozen DiT decode per variant (kernel, compile, fp8); a few minutes
+    DIT_VARIANTS=${DIT_VARIANTS:-sdpa,sdpa_cudnn,compiled,fp8,fp8_compiled}  # the likely fastest (estimated ~4 min)
+    glm-grpo dit-timing --model "$MODEL" --out "$OUT/dit_timing.json" --variants "$DIT_VARIANTS" --repeats 1 ||
+      echo "gpu_timing.sh: glm-grpo dit-timing exited $? (a variant failed, above); going on to the training steps" >&2
+  fi
   DECODE="decoder.num_inference_steps=8 decoder.guidance_scale=1.5 decoder.batch_size=8"
 else  # the full-size AR with the tiny DiT (the rollout and update at size; the decode is not)
   MODEL=${MODEL:-$OUT/model}

@@ -18,10 +18,12 @@ Run it before a long job, on the job's config, and choose the cheapest candidate
     glm-grpo decode-agreement --config launch/configs/tiny_cpu.yaml model.path=outputs/tiny   # the tiny model
 
 Candidates are ``STEPS:GUIDANCE``, or ``STEPS:GUIDANCE:N`` for guidance on the first N steps only
-(``decoder.guidance_steps``; default: the config's training decode); the reference is
+(``decoder.guidance_steps``), either with ``+fp8`` for the DiT's block linears in float8 (``decoder.fp8``;
+default: the config's training decode); the reference is
 ``--reference STEPS:GUIDANCE``, else ``eval.*``, else the pipeline's own (50 steps, guidance 1.5 for
 GLM-Image). ``key=value`` arguments override the config as for ``glm-grpo train``. One process, no
-DeepSpeed: the AR, the decoder and the rewards must fit one device.
+DeepSpeed: the AR, the decoder and the rewards must fit one device. The decoder loads once, without FP8: the
+reference and the other candidates decode first, then its linears are converted for the ``+fp8`` ones.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -42,7 +46,8 @@ GROUP_NOTE = "groups ranked: groups whose rewards vary under both decodes (other
 def group_rank_agreement(reference: torch.Tensor, candidate: torch.Tensor, group_size: int) -> dict:
     """Within-group agreement of two rewards of the same ``[P * G]`` samples (group by group): the mean
     Spearman correlation over groups where both vary and are defined, and the fraction of those groups whose
-    best sample (argmax, first on ties) is the same. NaN when no group qualifies."""
+    best sample (argmax, first on ties) is the same. NaN when no group qualifies. Also the largest difference of
+    a sample's two rewards (0: the candidate's decode moved no reward at all)."""
     from scipy.stats import spearmanr
 
     ref = reference.reshape(-1, group_size).double()
@@ -58,7 +63,26 @@ def group_rank_agreement(reference: torch.Tensor, candidate: torch.Tensor, group
         "best_same": sum(same) / len(same) if same else math.nan,
         "groups_ranked": len(rhos),
         "groups": ref.shape[0],
+        "max_reward_diff": float((ref - cand).abs().nan_to_num(0.0).max()),
     }
+
+
+class Candidate(NamedTuple):
+    """A decode to rate: its denoising settings, and whether the DiT's block linears run in FP8."""
+
+    settings: object  # DecodeSettings
+    fp8: bool = False
+
+    def record(self) -> dict:
+        return {**self.settings.record(), **({"fp8": True} if self.fp8 else {})}
+
+
+def parse_candidate(text: str) -> Candidate:
+    """``STEPS:GUIDANCE[:N][+fp8]`` -> :class:`Candidate`, or ValueError naming ``--candidate``."""
+    base, plus, option = text.partition("+")
+    if plus and option != "fp8":
+        raise ValueError(f"--candidate {text!r}: the only option after '+' is fp8 (e.g. 8:1.5+fp8)")
+    return Candidate(parse_settings(base, "--candidate"), fp8=bool(plus))
 
 
 def parse_settings(text: str, flag: str):
@@ -91,9 +115,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--candidate",
         action="append",
         default=[],
-        metavar="STEPS:GUIDANCE[:N]",
-        help="a cheap decode to rate, guided on its first N steps when N is given (repeatable; default: the "
-        "config's decoder.num_inference_steps:guidance_scale[:guidance_steps])",
+        metavar="STEPS:GUIDANCE[:N][+fp8]",
+        help="a cheap decode to rate, guided on its first N steps when N is given, with the DiT's block linears in "
+        "FP8 with +fp8 (repeatable; default: the config's decoder.num_inference_steps:guidance_scale"
+        "[:guidance_steps][+fp8])",
     )
     p.add_argument(
         "--reference",
@@ -116,6 +141,7 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
     from ..advantages import weighted_total
     from ..data import load_prompts
     from ..decoder import ImageDecoder
+    from ..decoder.fp8 import is_fp8, to_fp8
     from ..experience import decode_and_score
     from ..model.adapters import find_adapter
     from ..model.policy import load_for_sampling
@@ -136,7 +162,7 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
     batch = sampler.sample([r.prompt for r in rows], [seed], g).batch
     model_dir = loaded.model_dir
     del sampler, loaded  # the AR's memory, before the decoder loads
-    decoder = ImageDecoder(model_dir, cfg.decoder, device)
+    decoder = ImageDecoder(model_dir, replace(cfg.decoder, fp8=False), device)  # FP8 only for its candidates
     sample_rows = [rows[i] for i in batch.prompt_index.tolist()]
     seeds = [derive_seed(cfg.decoder.seed, "decode-agreement", row.index) % 2**31 for row in sample_rows]
     targets = [row.reward_sample() for row in sample_rows]
@@ -164,26 +190,31 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
         "image": [cfg.rollout.height, cfg.rollout.width],
         "candidates": [],
     }
-    for settings in candidates:
-        rewards, seconds = scored(settings)
-        result["candidates"].append(
-            {
-                **settings.record(),
-                "seconds": seconds,
-                "time_ratio": seconds / ref_seconds,
-                "saves_time": seconds < ref_seconds,
-                "rewards": {label: group_rank_agreement(ref_rewards[label], rewards[label], g) for label in rewards},
-            }
-        )
+    rated = {}
+    # the full-precision candidates first, then the DiT's linears converted once for the FP8 ones
+    for i in sorted(range(len(candidates)), key=lambda i: candidates[i].fp8):
+        if candidates[i].fp8 and not is_fp8(decoder.pipe.transformer):
+            to_fp8(decoder.pipe.transformer)
+        rewards, seconds = scored(candidates[i].settings)
+        rated[i] = {
+            **candidates[i].record(),
+            "seconds": seconds,
+            "time_ratio": seconds / ref_seconds,
+            "saves_time": seconds < ref_seconds,
+            "rewards": {label: group_rank_agreement(ref_rewards[label], rewards[label], g) for label in rewards},
+        }
+    result["candidates"] = [rated[i] for i in range(len(candidates))]
     return result
 
 
-def decode_name(steps: int, guidance: float, guidance_steps: int | None = None) -> str:
-    """``8 steps, guidance 1`` (``1 step, ...``; ``8 steps, guidance 1.5 x3``: guided on the first 3)."""
+def decode_name(steps: int, guidance: float, guidance_steps: int | None = None, fp8: bool = False) -> str:
+    """``8 steps, guidance 1`` (``1 step, ...``; ``8 steps, guidance 1.5 x3``: guided on the first 3; ``... fp8``:
+    the DiT's block linears in FP8)."""
     from ..config.checks import guided_steps
 
     guided = guided_steps(steps, guidance, guidance_steps)
-    return f"{steps} step{'s' * (steps != 1)}, guidance {guidance:g}" + (f" x{guided}" if 0 < guided < steps else "")
+    name = f"{steps} step{'s' * (steps != 1)}, guidance {guidance:g}" + (f" x{guided}" if 0 < guided < steps else "")
+    return name + " fp8" * fp8
 
 
 def report(result: dict) -> str:
@@ -194,20 +225,23 @@ def report(result: dict) -> str:
     lines = [
         f"{result['groups']} groups of {result['group_size']}, {result['image'][0]}x{result['image'][1]}; reference: "
         f"{ref_name}, {ref['seconds']:.2f} s",
-        f"{'candidate':<24} {'time':>6} {'reward':<20} {'spearman':>8} {'best_same':>9} {'groups ranked':>13}",
+        f"{'candidate':<28} {'time':>6} {'reward':<20} {'spearman':>8} {'best_same':>9} {'groups ranked':>13}",
     ]
     slower = []
     for c in result["candidates"]:
-        name = decode_name(c["num_inference_steps"], c["guidance_scale"], c.get("guidance_steps"))
+        name = decode_name(c["num_inference_steps"], c["guidance_scale"], c.get("guidance_steps"), c.get("fp8", False))
         if c["time_ratio"] >= 1:
             slower.append(f"{name} ({c['time_ratio']:.2f}x)")
         for i, (label, a) in enumerate(c["rewards"].items()):
             head = (name, f"{c['time_ratio']:.2f}x") if i == 0 else ("", "")
             lines.append(
-                f"{head[0]:<24} {head[1]:>6} {label:<20} {a['spearman']:>8.3f} {a['best_same']:>9.2f} "
+                f"{head[0]:<28} {head[1]:>6} {label:<20} {a['spearman']:>8.3f} {a['best_same']:>9.2f} "
                 f"{a['groups_ranked']:>6}/{a['groups']}"
             )
-    lines.append("time: the candidate's decode time / the reference's; xN: guided on the first N steps; " + GROUP_NOTE)
+    lines.append(
+        "time: the candidate's decode time / the reference's; xN: guided on the first N steps; fp8: the DiT's "
+        "block linears in FP8; " + GROUP_NOTE
+    )
     if slower:
         lines.append(f"not cheaper than the reference (saves no time): {'; '.join(slower)}")
     return "\n".join(lines)
@@ -217,13 +251,16 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     from ..config import ConfigError, load_config
     from ..decoder import DecodeSettings, resolve_settings
+    from ..decoder.compute import check_device
+    from ..model.glm_image import resolve_dtype
 
     try:
         cfg = load_config(a.config, a.overrides)  # validated
         if a.num_prompts < 1:
             raise ValueError(f"--num-prompts must be >= 1, got {a.num_prompts}")
-        candidates = [parse_settings(c, "--candidate") for c in a.candidate] or [
-            DecodeSettings(cfg.decoder.num_inference_steps, cfg.decoder.guidance_scale, cfg.decoder.guidance_steps)
+        d = cfg.decoder
+        candidates = [parse_candidate(c) for c in a.candidate] or [
+            Candidate(DecodeSettings(d.num_inference_steps, d.guidance_scale, d.guidance_steps), d.fp8)
         ]
         reference = (
             parse_settings(a.reference, "--reference")
@@ -232,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         auto = "cuda" if torch.cuda.is_available() else "cpu"
         device = torch.device(auto if a.device == "auto" else a.device)
+        if any(c.fp8 for c in candidates):  # before anything loads: FP8 needs a device that has it
+            check_device(replace(d, fp8=True), device, resolve_dtype(d.dtype, on_gpu=device.type == "cuda"))
         result = measure(cfg, candidates, reference, a.num_prompts, a.adapter, device)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"glm-grpo decode-agreement: {err}", file=sys.stderr)

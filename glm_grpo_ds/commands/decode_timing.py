@@ -82,7 +82,7 @@ DEFAULT_VARIANTS = (
 )
 
 
-def _timer(device: torch.device):
+def device_timer(device: torch.device):
     """``(start, stop)``: stop() returns seconds since start(), measured on the device's clock."""
     if device.type == "cuda":
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -119,7 +119,7 @@ def run_variant(policy, rows, positions, grid, sampling, v: Variant, steps: int,
     with adapters.get(v.lora, contextlib.nullcontext)():
         state = prefill(policy, rows["input_ids"], rows["attention_mask"], positions, grid.num_tokens, sampling)
         with token_steps(policy, state, sampling, [gen], options) as advance:
-            start, stop = _timer(device)
+            start, stop = device_timer(device)
             for k in range(warm + steps):
                 if k == warm:
                     if device.type == "cuda":
@@ -165,7 +165,7 @@ def hf_generate_ms(policy, rows, sampling, steps: int, seed: int) -> float:
     from ..rollout.merged_lora import BaseCopy, lora_merged
 
     device = rows["input_ids"].device
-    start, stop = _timer(device)
+    start, stop = device_timer(device)
     times: dict[int, float] = {}
     with lora_merged(policy, BaseCopy("device")):
         for n in (1, steps + 1):

@@ -154,12 +154,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "glm_grpo_ds.commands.decode_agreement",
         "does a cheap training decode rank each group's samples like the full decode? (rank agreement, time)",
         usage=(
-            "glm-grpo decode-agreement --config CFG [--candidate STEPS:GUIDANCE[:N] ...] [--reference STEPS:GUIDANCE] "
-            "[--num-prompts 8] [--adapter DIR] [--device D] [--out FILE.json] [key=value ...]"
+            "glm-grpo decode-agreement --config CFG [--candidate STEPS:GUIDANCE[:N][+fp8] ...] "
+            "[--reference STEPS:GUIDANCE] [--num-prompts 8] [--adapter DIR] [--device D] [--out FILE.json] "
+            "[key=value ...]"
         ),
         doc=(
             "samples the config's groups, decodes the same token grids with each candidate decode (default: the "
-            "config's `decoder.*`; `:N` guides the first N steps only) and the reference (default: `eval.*`, null = "
+            "config's `decoder.*`; `:N` guides the first N steps only, `+fp8` runs the DiT's block linears in FP8) and "
+            "the reference (default: `eval.*`, null = "
             "the pipeline's own 50 steps, "
             "guidance 1.5), scores both with the config's rewards and prints per reward the within-group Spearman "
             "correlation, the fraction of groups with the same best sample and the time ratio; run it before a "
@@ -167,7 +169,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         ),
         example=(
             "glm-grpo decode-agreement --config my_job.yaml --candidate 8:1.0 --candidate 8:1.5:3 "
-            "--num-prompts 16 --out agreement.json"
+            "--candidate 8:1.5+fp8 --num-prompts 16 --out agreement.json"
         ),
     ),
     "evaluate": Subcommand(
@@ -229,6 +231,24 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "training step ([memory-and-speed.md](memory-and-speed.md#the-decode-step-on-a-gpu))"
         ),
         example="glm-grpo decode-timing --layers 8 --steps 64",
+    ),
+    "dit-timing": Subcommand(
+        "glm_grpo_ds.commands.dit_timing",
+        "time the frozen DiT decode per variant (attention kernels, compiled blocks, FP8) and compare its images",
+        usage=(
+            "glm-grpo dit-timing --model DIR\\|ID [--variants sdpa,compiled,fp8,...] [--batch 8] [--size 1024] "
+            "[--steps 1,3] [--guidance 1.5] [--repeats 2] [--device auto] [--out FILE]"
+        ),
+        doc=(
+            "decodes one batch of one prompt with the trainer's frozen decoder per variant (`sdpa`: diffusers' "
+            "pipeline as it is, the reference; the other attention kernels, `compiled`, `fp8`, `fp8_compiled`, "
+            "`cudnn_compiled`) from the same prior tokens and seeds, times the decodes at two step counts (CUDA "
+            "events) and prints seconds per guided image-step, x sdpa, the setup (compile) seconds, the images' "
+            "largest difference and PSNR against sdpa's, the DiT's and the peak GPU memory; a variant this device "
+            "cannot run is listed as skipped; `launch/gpu_timing.sh` runs it on the full-size model "
+            "([memory-and-speed.md](memory-and-speed.md#the-dit-decode-issue-52))"
+        ),
+        example="glm-grpo dit-timing --model outputs/glm_image --variants sdpa,compiled,fp8,fp8_compiled",
     ),
     "plot": Subcommand(
         "glm_grpo_ds.commands.plot",

@@ -220,6 +220,26 @@ class DecoderConfig:
         "changes (~1 min each on a CPU, cached on disk across runs). Needs a C++ compiler on a CPU. Off until "
         "measured on a GPU.",
     )
+    attention: Literal[
+        "sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_math", "flash_attn", "flash_attn_3"
+    ] = setting(
+        "sdpa",
+        "The DiT's attention kernel, through diffusers' attention dispatcher: sdpa = torch's "
+        "scaled_dot_product_attention, which picks its kernel itself; sdpa_cudnn / sdpa_flash / sdpa_efficient "
+        "force one of its GPU kernels (sdpa_math: its reference math, any device); flash_attn / flash_attn_3 = the "
+        "flash-attn 2 / 3 packages when installed. Exact attention each (the images differ by float rounding); "
+        "a kernel this device or install lacks is refused before any model loads. `glm-grpo dit-timing` times "
+        "them on a GPU.",
+    )
+    fp8: bool = setting(
+        False,
+        "Run the DiT's transformer-block linears in float8 e4m3 (weights per output channel, activations per "
+        "token, torch's scaled matmul): half their weight memory and FP8 tensor cores on a GPU with compute "
+        "capability 8.9+ (L40S, H100, H200; refused elsewhere; on a CPU it runs, slowly, to measure its "
+        "numerics). Changes the images: check with `glm-grpo decode-agreement --candidate STEPS:GUIDANCE+fp8` "
+        "that it still ranks a group's samples like the evaluation decode. Evaluation (in training and "
+        "`glm-grpo evaluate`) decodes with the same DiT, so its rewards come from FP8 images too.",
+    )
     stream_rewards: bool = setting(
         False,
         "Score each DiT batch's images on a background thread while the next batch decodes, instead of scoring "

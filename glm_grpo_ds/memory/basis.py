@@ -149,8 +149,12 @@ class Basis:
 
     @property
     def decoder_bytes(self) -> int:
-        """The whole decoder (DiT + VAE + glyph encoder) in its dtype."""
-        return self.sizes.decoder * self.dec_b
+        """The whole decoder (DiT + VAE + glyph encoder) in its dtype; with decoder.fp8 the DiT's block linears
+        in one byte per weight and an fp32 scale per output row instead (glm_grpo_ds/decoder/fp8.py)."""
+        if not self.cfg.decoder.fp8:
+            return self.sizes.decoder * self.dec_b
+        fp8 = self.sizes.dit_fp8_weights
+        return (self.sizes.decoder - fp8) * self.dec_b + fp8 + 4 * self.sizes.dit_fp8_rows
 
     @property
     def n_gen(self) -> int:

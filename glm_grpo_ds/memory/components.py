@@ -104,6 +104,8 @@ def reference(s: Basis) -> tuple[int, str]:
 def decoder(s: Basis) -> tuple[int, str]:
     offload = s.cfg.decoder.offload
     note = f"DiT + VAE + glyph encoder, {s.sizes.decoder / 1e9:.2f}B params"
+    if s.cfg.decoder.fp8:
+        note += f" ({s.sizes.dit_fp8_weights / 1e9:.2f}B of them in fp8: decoder.fp8)"
     return 0 if offload else s.decoder_bytes, note + (" (offloaded: on the GPU only while decoding)" if offload else "")
 
 

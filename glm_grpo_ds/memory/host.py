@@ -50,7 +50,7 @@ def host_per_node(
       memory), else (or when the checkpoint dtype is unknown) a whole cast copy per rank. A full
       fine-tuning reference loads the same way;
     * one decoder tensor at a time, cast (up to fp32): the decoder goes to the GPU as it is read
-      (glm_grpo_ds/decoder.py); the adapters are made on the host (small);
+      (glm_grpo_ds/decoder/image_decoder.py); the adapters are made on the host (small);
     * rank 0 alone, under ZeRO-3: one AR tensor, cast (up to fp32), on its way to the gathered parameter
       (counted once per node).
     The safetensors files are memory-mapped: page cache that the node's ranks share and the kernel can

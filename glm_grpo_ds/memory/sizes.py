@@ -54,6 +54,10 @@ class Sizes:
     # the base weights of the LoRA-adapted linears (peft's ``<module>.base_layer.weight``), what
     # rollout.merge_lora copies once per run (glm_grpo_ds/rollout/merged_lora.py ``adapted_linear_bytes``)
     adapted_base: list[int] = field(default_factory=list)
+    # the DiT linears decoder.fp8 stores as float8 (glm_grpo_ds/decoder/fp8.py ``fp8_targets``): their weight
+    # elements and output rows (one fp32 scale each)
+    dit_fp8_weights: int = 0
+    dit_fp8_rows: int = 0
 
 
 def _as_dtype(value) -> torch.dtype | None:
@@ -73,6 +77,7 @@ def model_sizes(cfg) -> Sizes:
     from diffusers import AutoencoderKL, GlmImageTransformer2DModel
     from transformers import GlmImageConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
 
+    from ..decoder.fp8 import fp8_targets
     from ..model.glm_image import AR_DIR
     from ..model.policy import make_trainable
     from ..model.source import cached_model_dir
@@ -93,8 +98,11 @@ def model_sizes(cfg) -> Sizes:
         warnings.simplefilter("ignore")  # transformers' deprecation notes about checkpointing flags
         ar = make_trainable(GlmImageForConditionalGeneration(ar_cfg), cfg.lora, gradient_checkpointing=False)
     named = list(ar.named_parameters())
+    with torch.device("meta"):
+        dit = GlmImageTransformer2DModel.from_config(dit_cfg)
+    fp8 = [linear for _, linear in fp8_targets(dit)]
     decoder = (
-        _meta_numels(lambda: GlmImageTransformer2DModel.from_config(dit_cfg))
+        [p.numel() for p in dit.parameters()]
         + _meta_numels(lambda: AutoencoderKL.from_config(vae_cfg))
         + _meta_numels(lambda: T5EncoderModel(glyph_cfg))
     )
@@ -121,6 +129,8 @@ def model_sizes(cfg) -> Sizes:
         source=source,
         checkpoint_dtype=_as_dtype(getattr(ar_cfg, "dtype", None)) if local else None,
         largest_decoder_tensor=max(decoder),
+        dit_fp8_weights=sum(linear.weight.numel() for linear in fp8),
+        dit_fp8_rows=sum(linear.out_features for linear in fp8),
         # the decoder's last up block gets its input, at full resolution, from the block before it:
         # block_out_channels[1] channels (reversed order), wider than its own output
         vae_full_res_channels=int(vae_cfg["block_out_channels"][min(1, len(vae_cfg["block_out_channels"]) - 1)]),

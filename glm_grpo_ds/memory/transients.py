@@ -7,6 +7,7 @@ memory/phases.py.
 
 from __future__ import annotations
 
+from ..decoder.fp8 import QUANTIZE_BYTES
 from .basis import Basis
 
 
@@ -132,7 +133,7 @@ def gather_staging(s: Basis) -> tuple[int, str]:
 
 
 def decode_activations(s: Basis) -> tuple[int, str]:
-    # One DiT batch holds the rows of one prompt (decoder.py); GlmImagePipeline runs the CFG pass as a
+    # One DiT batch holds the rows of one prompt (decoder/image_decoder.py); GlmImagePipeline runs the CFG pass as a
     # second forward, not a doubled batch. The DiT's and the VAE's activations are never alive together.
     # VAE: its last up block holds its input, the norm and the activation of it: 3 full-resolution maps
     # of vae_full_res_channels on a CPU (measured on the real-width slice at 1024x1024: 3.0 GiB for 2 bf16
@@ -143,6 +144,8 @@ def decode_activations(s: Basis) -> tuple[int, str]:
     images = min(cfg.decoder.batch_size, cfg.grpo.group_size)
     latent_tokens = (cfg.rollout.height // 16) * (cfg.rollout.width // 16)
     dit = images * latent_tokens * s.sizes.dit_hidden * s.dec_b * 12
+    if cfg.decoder.fp8:  # the feed-forward's 4 x hidden input quantized (decoder/fp8.py): fp32 copy + e4m3
+        dit += images * latent_tokens * 4 * s.sizes.dit_hidden * QUANTIZE_BYTES
     vae_maps = 4 if s.on_gpu else 3
     vae = images * s.sizes.vae_full_res_channels * cfg.rollout.height * cfg.rollout.width * s.dec_b * vae_maps
     nbytes = max(dit, vae) + (s.decoder_bytes if cfg.decoder.offload else 0)  # an offloaded decoder visits

@@ -2,8 +2,9 @@
 the AR inside peft / DeepSpeed wrappers, and the resolution of the ``auto`` / unset model options (dtype,
 attention implementation, sampling knobs) against the machine and the model's own generation config.
 
-Nothing here loads weights: glm_grpo_ds/model/policy.py loads the policy and the reference, glm_grpo_ds/decoder.py the
-DiT, both from the directory checked here. Tested in tests/unit/test_attention.py and through every loader.
+Nothing here loads weights: glm_grpo_ds/model/policy.py loads the policy and the reference,
+glm_grpo_ds/decoder/image_decoder.py the DiT, both from the directory checked here. Tested in
+tests/unit/test_attention.py and through every loader.
 """
 
 from __future__ import annotations

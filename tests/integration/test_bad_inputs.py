@@ -108,6 +108,12 @@ def _tokenizer_past_embedding(tmp):
     return [f"model.path={model}"], r"model.path: the chat template's token .* AR embedding has \d+ rows"
 
 
+def _dit_kernel_not_here(tmp):
+    # the DiT's attention kernel is checked with the device, before any model loads
+    message = r"decoder.attention=sdpa_cudnn needs a CUDA GPU \(this run decodes on cpu\)"
+    return ["decoder.attention=sdpa_cudnn"], message
+
+
 CASES = {
     "1_malformed_jsonl": _bad_jsonl,
     "2_empty_dataset": _empty,
@@ -124,6 +130,7 @@ CASES = {
     "12_invalid_ds_json": _bad_ds_json,
     "13_reward_field_missing": _reward_field_missing,
     "14_tokenizer_past_embedding": _tokenizer_past_embedding,
+    "15_dit_kernel_not_here": _dit_kernel_not_here,
 }
 
 

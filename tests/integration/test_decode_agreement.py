@@ -18,8 +18,9 @@ def test_reference_against_itself_agrees_fully_and_a_cheap_decode_is_rated(
 ):
     out = tmp_path / "agreement.json"
     argv = ["decode-agreement", "--config", str(CONFIG), *common(tiny_model_dir, data64, tmp_path / "unused")]
-    argv += [*SMALL, TWO_REWARDS, "--num-prompts", "4", "--candidate", "50:1.5", "--candidate", "1:1.0"]
-    argv += ["--candidate", "4:1.5:2"]
+    # an FP8 candidate first: the decoder converts only after the full-precision ones (and the reference) decoded
+    argv += [*SMALL, TWO_REWARDS, "--num-prompts", "4", "--candidate", "50:1.5+fp8", "--candidate", "50:1.5"]
+    argv += ["--candidate", "1:1.0", "--candidate", "4:1.5:2"]
     argv += ["--adapter", str(short_run / "final_adapter"), "--out", str(out)]
     code, stdout, stderr = glm_grpo(argv, capfd)
     assert code == 0, stderr
@@ -27,7 +28,8 @@ def test_reference_against_itself_agrees_fully_and_a_cheap_decode_is_rated(
     assert (r["groups"], r["group_size"], r["image"]) == (4, 4, [64, 64])
     # no reference given, eval.* null: the pipeline's own decode
     assert (r["reference"]["num_inference_steps"], r["reference"]["guidance_scale"]) == (50, 1.5)
-    same, cheap, early = r["candidates"]
+    fp8, same, cheap, early = r["candidates"]
+    assert fp8["fp8"] is True and "fp8" not in same and "50 steps, guidance 1.5 fp8" in stdout
     assert (early["num_inference_steps"], early["guidance_scale"], early["guidance_steps"]) == (4, 1.5, 2)
     assert "guidance_steps" not in same and "4 steps, guidance 1.5 x2" in stdout
     assert (same["num_inference_steps"], same["guidance_scale"], cheap["num_inference_steps"]) == (50, 1.5, 1)
@@ -35,7 +37,9 @@ def test_reference_against_itself_agrees_fully_and_a_cheap_decode_is_rated(
     for label, a in same["rewards"].items():  # the same decode, the same noise: identical rankings
         assert a["groups"] == 4 and a["groups_ranked"] == 4, label
         assert a["spearman"] == 1.0 and a["best_same"] == 1.0, label
-    for label, a in cheap["rewards"].items():
+    # FP8 changed the images and so the rewards (the same decode in full precision moved none)
+    assert fp8["rewards"]["pixel_mse"]["max_reward_diff"] > 0 and same["rewards"]["pixel_mse"]["max_reward_diff"] == 0
+    for label, a in [*cheap["rewards"].items(), *fp8["rewards"].items()]:
         assert -1 <= a["spearman"] <= 1 and 0 <= a["best_same"] <= 1 and a["groups_ranked"] >= 1, label
     assert all(c["time_ratio"] > 0 and math.isfinite(c["time_ratio"]) for c in (same, cheap, early))
     assert "reference: 50 steps, guidance 1.5" in stdout and "1 step, guidance 1 " in stdout
@@ -51,6 +55,9 @@ def test_bad_decode_settings_are_one_line_exit_2(tiny_model_dir, data64, tmp_pat
         (["--candidate", "8:1.0:3"], "--candidate 8:1.0:3: guidance_steps=3 limits a guidance that guidance_scale=1"),
         (["decoder.guidance_steps=0"], "decoder.guidance_steps must be between 1 and num_inference_steps (2), got 0"),
         (["--reference", "0:1.5"], "--reference 0:1.5: num_inference_steps must be >= 1, got 0"),
+        (["--candidate", "8:1.5+int8"], "--candidate '8:1.5+int8': the only option after '+' is fp8 (e.g. 8:1.5+fp8)"),
+        (["--candidate", "8:1.5+fp8", "--device", "meta"], "decoder.fp8=true: FP8 matmuls are not supported on meta"),
+        (["decoder.attention=fast"], "decoder.attention"),
         (["eval.guidance_scale=0"], "eval.guidance_scale must be > 0 (<= 1: no guidance pass), got 0"),
     ):
         code, _, stderr = glm_grpo(base + extra, capfd)

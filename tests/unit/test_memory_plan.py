@@ -511,3 +511,29 @@ def test_fused_lora_copies_counted_in_the_rollout():
         s,
     )
     assert mlp["components"]["rollout_fused_lora"] == 0
+
+
+def test_fp8_dit_counts_one_byte_per_converted_weight_and_its_quantized_input():
+    # decoder 500 params in bf16 = 1000 bytes; with decoder.fp8, 300 of them (40 output rows) as e4m3 + fp32 scales:
+    # 200 x 2 + 300 x 1 + 40 x 4 = 860 bytes. The DiT's activations gain the feed-forward's 4 x hidden input
+    # quantized: 2 images x 16 tokens x 4 x 4096 x 5 bytes (fp32 copy + e4m3)
+    common = ("grpo.group_size=2", "batch.micro_batch_size=2", "decoder.dtype=bf16", "rollout.height=64")
+    common += ("rollout.width=64",)
+    dit = dataclasses.replace(sizes(1280), vae_full_res_channels=1, dit_hidden=4096, dit_fp8_weights=300)
+    dit = dataclasses.replace(dit, dit_fp8_rows=40)
+    full, fp8 = (
+        plan(cfg(*common, f"decoder.fp8={f}"), ZERO[3], EstimateConfig(num_gpus=1), dit) for f in (False, True)
+    )
+    assert (full["components"]["decoder"], fp8["components"]["decoder"]) == (1000, 860)
+    dit_acts = 2 * 16 * 4096 * 2 * 12
+    assert full["components"]["decode_activations"] == dit_acts
+    assert fp8["components"]["decode_activations"] == dit_acts + 2 * 16 * 4 * 4096 * 5
+
+
+def test_fp8_covers_most_of_the_real_dit():
+    from glm_grpo_ds.memory.sizes import model_sizes
+
+    s = model_sizes(cfg())  # model.path=x is no pipeline directory: the built-in GLM-Image configs
+    # 30 blocks x (4 attention projections 4096^2 + the feed-forward 2 x 4096 x 16384): 6.04 B of the DiT's weights
+    assert s.dit_fp8_weights == 30 * (4 * 4096 * 4096 + 2 * 4096 * 16384)
+    assert s.dit_fp8_rows == 30 * (4 * 4096 + 16384 + 4096)

@@ -19,6 +19,7 @@ def test_spearman_and_best_sample_by_hand():
     assert a["groups"] == 4 and a["groups_ranked"] == 2
     assert math.isclose(a["spearman"], (0.8 + 1.0) / 2, abs_tol=1e-12)
     assert a["best_same"] == 0.5
+    assert a["max_reward_diff"] == 4.0  # group 2's first sample, 4 against 8 (an undefined reward counts 0)
 
 
 def test_reversed_order_is_minus_one_and_ties_rank_by_average():

@@ -30,59 +30,15 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
-from .config import DecoderConfig
-from .config.checks import guided_steps
-from .model.glm_image import check_pipeline_dir, resolve_dtype
+from ..config import DecoderConfig
+from ..model.glm_image import check_pipeline_dir, resolve_dtype
+from .compute import apply, check_device
+from .settings import DecodeSettings, guidance_stop
 
 WEIGHTS = ("transformer", "vae", "text_encoder")  # the pipeline components with weights (besides the AR)
-
-
-class DecodeSettings(NamedTuple):
-    """How a decode denoises: DiT steps and classifier-free guidance (<= 1: no unconditional pass), applied on
-    the first ``guidance_steps`` steps only (None: on every step)."""
-
-    num_inference_steps: int
-    guidance_scale: float
-    guidance_steps: int | None = None
-
-    @property
-    def guided_steps(self) -> int:
-        """Steps that run the DiT's unconditional pass as well as its conditional one."""
-        return guided_steps(*self)
-
-    def record(self) -> dict:
-        """The settings as a JSON record; ``guidance_steps`` only when set (older records stay as they were)."""
-        return {k: v for k, v in self._asdict().items() if k != "guidance_steps" or v is not None}
-
-    def describe(self) -> str:
-        text = f"{self.num_inference_steps} DiT steps, guidance {self.guidance_scale:g}"
-        if 0 < self.guided_steps < self.num_inference_steps:
-            text += f" on the first {self.guided_steps}"
-        return text
-
-
-def pipeline_call_defaults() -> DecodeSettings:
-    """What ``GlmImagePipeline`` denoises with when not told: the defaults of its ``__call__`` in the
-    installed diffusers (50 steps, guidance 1.5 for GLM-Image), read from the signature so it follows them."""
-    import inspect
-
-    from diffusers import GlmImagePipeline
-
-    call = inspect.signature(GlmImagePipeline.__call__).parameters
-    return DecodeSettings(call["num_inference_steps"].default, call["guidance_scale"].default)
-
-
-def resolve_settings(num_inference_steps: int | None, guidance_scale: float | None) -> DecodeSettings:
-    """The settings given, with None taken from :func:`pipeline_call_defaults` (eval.*, decode-agreement)."""
-    own = pipeline_call_defaults()
-    return DecodeSettings(
-        own.num_inference_steps if num_inference_steps is None else num_inference_steps,
-        own.guidance_scale if guidance_scale is None else guidance_scale,
-    )
 
 
 def load_component(root: Path, name: str, dtype: torch.dtype, device: torch.device):
@@ -108,23 +64,6 @@ def _own_memory(module: torch.nn.Module) -> None:
             tensor.data = tensor.data.clone()
 
 
-def _guidance_stop(settings: DecodeSettings) -> Callable | None:
-    """The pipeline's step callback that ends classifier-free guidance after ``settings.guided_steps`` steps,
-    None when every step is guided (or none). The pipeline reads ``_guidance_scale`` afresh each step (its
-    ``do_classifier_free_guidance``); setting it from ``callback_on_step_end`` is diffusers' documented way to
-    turn guidance off mid-run. Each call of the pipeline sets it again from its ``guidance_scale``."""
-    guided = settings.guided_steps
-    if guided in (0, settings.num_inference_steps):
-        return None
-
-    def stop(pipe, step: int, timestep, kwargs: dict) -> dict:
-        if step + 1 == guided:
-            pipe._guidance_scale = 1.0
-        return kwargs
-
-    return stop
-
-
 class ImageDecoder:
     """The DiT, VAE and glyph encoder of a GLM-Image pipeline directory, frozen."""
 
@@ -137,6 +76,7 @@ class ImageDecoder:
         self.dtype = resolve_dtype(cfg.dtype, on_gpu=self.device.type == "cuda")
         # With offload the decoder lives on the CPU and visits the accelerator only inside decode().
         self.home = torch.device("cpu") if cfg.offload else self.device
+        check_device(cfg, self.device, self.dtype)
         root = check_pipeline_dir(model_path)
         pipe = GlmImagePipeline.from_pretrained(
             root,
@@ -151,6 +91,7 @@ class ImageDecoder:
             if self.home.type == "cpu":
                 _own_memory(module)
         self.pipe = pipe
+        apply(pipe.transformer, cfg)  # its attention kernel, FP8 linears (decoder/compute.py)
         if cfg.compile:
             # regional: every block shares one compiled graph (diffusers' _repeated_blocks), cold start in seconds
             pipe.transformer.compile_repeated_blocks()
@@ -215,7 +156,7 @@ class ImageDecoder:
                     idx = rows[start : start + self.cfg.batch_size]
                     with torch.no_grad():
                         out = self.pipe(
-                            callback_on_step_end=_guidance_stop(settings),
+                            callback_on_step_end=guidance_stop(settings),
                             prompt=[prompt] * len(idx),
                             prior_token_ids=prior_token_ids[idx].to(self.device),
                             height=height,

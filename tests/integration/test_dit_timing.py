@@ -1,0 +1,43 @@
+"""`glm-grpo dit-timing` on the tiny pipeline (CPU, real components): the reference against itself, a lossless
+attention kernel, FP8 linears, a GPU-only kernel skipped with its reason, and bad input refused before any model
+loads."""
+
+import json
+import math
+
+import pytest
+
+from glm_grpo_ds.commands import dit_timing
+
+
+def test_times_and_compares_the_variants(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "x.json"
+    argv = ["--model", str(tiny_model_dir), "--variants", "sdpa,sdpa_math,fp8,sdpa_cudnn", "--batch", "2"]
+    # --steps 1,4, fastest of 3: three steps' difference (~10 ms) stays above a loaded CPU's noise (1,2: ~3 ms)
+    argv += ["--size", "64", "--steps", "1,4", "--repeats", "3", "--device", "cpu", "--out", str(out)]
+    assert dit_timing.main(argv) == 0
+    m = json.loads(out.read_text())
+    assert (m["device"], m["dtype"], m["steps"], m["batch"]) == ("cpu", "float32", [1, 4], 2)
+    assert list(m["variants"]) == ["sdpa", "sdpa_math", "fp8"] and m["failed"] == {}
+    ref, exact, fp8 = (m["variants"][k] for k in ("sdpa", "sdpa_math", "fp8"))
+    assert ref["max_abs_diff"] == 0 and math.isinf(ref["psnr_db"]) and ref["speedup_vs_sdpa"] == 1
+    assert exact["max_abs_diff"] < 1e-4  # the same attention, other kernel: float rounding only
+    assert fp8["max_abs_diff"] > 0 and math.isfinite(fp8["psnr_db"]) and fp8["psnr_db"] < exact["psnr_db"]
+    for r in m["variants"].values():
+        assert r["s_per_image_step"] > 0 and r["setup_s"] > 0 and r["dit_bytes"] > 0 and r["peak_bytes"] is None
+    assert "CUDA" in m["skipped"]["sdpa_cudnn"]
+    printed = capsys.readouterr().out
+    assert "DiT decode on cpu" in printed and "skipped sdpa_cudnn:" in printed and "\nfp8 " in printed
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "named"),
+    [("--variants", "sdpa,warp_drive", "'warp_drive'"), ("--steps", "3,1", "--steps '3,1'")],
+)
+def test_bad_input_is_one_line_and_exit_2(tiny_model_dir, tmp_path, capsys, flag, value, named):
+    out = tmp_path / "x.json"
+    argv = ["--model", str(tiny_model_dir), "--device", "cpu", "--out", str(out), flag, value]
+    assert dit_timing.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("glm-grpo dit-timing: ") and named in err and len(err.splitlines()) == 1
+    assert not out.exists()

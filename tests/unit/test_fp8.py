@@ -1,0 +1,95 @@
+"""FP8 linear layers of the frozen DiT (glm_grpo_ds/decoder/fp8.py) and what a device may run
+(glm_grpo_ds/decoder/compute.py): values computed by hand, row independence, the layers chosen, the refusals."""
+
+import pytest
+import torch
+
+from glm_grpo_ds.config import ConfigError, DecoderConfig
+from glm_grpo_ds.decoder.compute import check_device, device_problems
+from glm_grpo_ds.decoder.fp8 import FP8Linear, fp8_supported, fp8_targets, is_fp8, quantize_rows, to_fp8
+
+
+def test_values_by_hand():
+    # W = I: each row's largest entry 1 -> 448 (e4m3's largest), exactly representable, so q(W) * s = I exactly.
+    # x = [2, 0.3, 0, ...]: scale 2/448; 0.3 -> 67.2, which e4m3 (3 mantissa bits: 64, 72, ... in [64, 128))
+    # rounds to 64 -> 64 * 2 / 448 = 0.2857...; 2 -> 448 exactly.
+    linear = torch.nn.Linear(16, 16, bias=True)
+    with torch.no_grad():
+        linear.weight.copy_(torch.eye(16))
+        linear.bias.copy_(torch.arange(16.0) / 10)
+    x = torch.zeros(1, 16)
+    x[0, 0], x[0, 1] = 2.0, 0.3
+    y = FP8Linear(linear)(x)
+    expected = torch.arange(16.0) / 10
+    expected[0] += 2.0
+    expected[1] += 64 * 2 / 448
+    torch.testing.assert_close(y[0], expected, rtol=0, atol=1e-6)
+    assert abs(float(linear(x)[0, 1]) - 0.4) < 1e-6  # the unquantized layer: 0.3 + 0.1
+
+
+def test_quantize_rows_scales_each_row_to_the_e4m3_range():
+    x = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [300.0, 1.0, -30.0]])
+    q, scale = quantize_rows(x)
+    assert q.dtype == torch.float8_e4m3fn and scale.shape == (3, 1)
+    torch.testing.assert_close(scale[:, 0], torch.tensor([2 / 448, 1e-12 / 448, 300 / 448]))
+    assert q.float().abs().amax(dim=1).tolist() == [448.0, 0.0, 448.0]  # the row's largest magnitude hits 448
+    assert torch.equal(x, torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [300.0, 1.0, -30.0]]))  # input intact
+
+
+def test_rows_are_independent_and_close_to_full_precision():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48)
+    fp8 = FP8Linear(linear)
+    x = torch.randn(3, 7, 64)  # 21 rows: padded to 32 inside
+    y = fp8(x)
+    assert y.shape == (3, 7, 48) and y.dtype == torch.float32
+    # per-token scales and zero padding: a row's result does not depend on the rows beside it
+    assert torch.equal(y[1, 2], fp8(x[1, 2:3])[0])
+    rel = (y - linear(x)).norm() / linear(x).norm()
+    assert 1e-3 < rel < 0.06, rel  # e4m3 keeps 3 mantissa bits: a few percent, not zero
+    bf16 = FP8Linear(linear.to(torch.bfloat16))(x.to(torch.bfloat16))
+    assert bf16.dtype == torch.bfloat16
+
+
+def test_the_block_linears_are_converted_and_the_rest_is_not(tiny_model_dir):
+    from diffusers import GlmImageTransformer2DModel
+
+    dit = GlmImageTransformer2DModel.from_pretrained(tiny_model_dir / "transformer")
+    names = [name for name, _ in fp8_targets(dit)]
+    per_block = ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "ff.net.0.proj", "ff.net.2"]
+    assert names == [f"transformer_blocks.{b}.{n}" for b in range(len(dit.transformer_blocks)) for n in per_block]
+    modules = dict(dit.named_modules())
+    converted = sum(sum(p.numel() for p in modules[n].parameters()) for n in names)  # weights and biases
+    before = sum(p.numel() for p in dit.parameters())
+    assert not is_fp8(dit) and to_fp8(dit) == len(names) and is_fp8(dit)
+    assert sum(p.numel() for p in dit.parameters()) == before - converted  # now buffers: fp8 weights, scales
+    assert isinstance(dit.transformer_blocks[0].norm1.linear, torch.nn.Linear)  # the modulation stays
+    assert not isinstance(dit.proj_out, FP8Linear)
+    assert dit.transformer_blocks[0].attn1.to_q.weight.dtype == torch.float8_e4m3fn
+    with pytest.raises(ValueError, match="has no transformer_blocks"):
+        fp8_targets(torch.nn.Linear(16, 16))
+
+
+def test_what_a_device_may_run():
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    assert fp8_supported(cpu) is None and "not supported on meta" in fp8_supported(meta)
+    assert device_problems(DecoderConfig(fp8=True, attention="sdpa_math"), cpu, torch.float32) == []
+    assert device_problems(DecoderConfig(attention="sdpa_cudnn"), cpu, torch.float32) == [
+        "decoder.attention=sdpa_cudnn needs a CUDA GPU (this run decodes on cpu); use sdpa"
+    ]
+    problems = device_problems(DecoderConfig(fp8=True, attention="flash_attn"), meta, torch.float32)
+    assert problems[0].startswith("decoder.attention=flash_attn needs a CUDA GPU")
+    assert problems[1] == "decoder.fp8=true: FP8 matmuls are not supported on meta here; set decoder.fp8=false"
+    with pytest.raises(ConfigError) as err:
+        check_device(DecoderConfig(fp8=True, attention="sdpa_flash"), meta, torch.float32)
+    assert len(str(err.value).splitlines()) == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU's own refusals need a GPU")
+def test_gpu_refusals():
+    gpu = torch.device("cuda")
+    problems = device_problems(DecoderConfig(fp8=True), gpu, torch.float32)
+    if torch.cuda.get_device_capability() >= (8, 9):
+        assert problems == ["decoder.fp8=true on a GPU needs decoder.dtype bf16 (or auto), got torch.float32"]
+    else:
+        assert "has no FP8 tensor cores" in problems[0]
