@@ -32,10 +32,13 @@ SKIPPED = ("norm1.linear",)  # inside a block, not converted (see the module doc
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``x [R, K]`` -> (e4m3 ``[R, K]``, fp32 scale ``[R, 1]``) with ``x ~= q * scale``: each row's largest
     magnitude maps to e4m3's largest finite value (448). An all-zero row gets a tiny scale and zeros."""
-    amax = x.detach().abs().amax(dim=-1, keepdim=True).float().clamp(min=1e-12)
+    x = x.detach()
+    # eager, each pass is a trip through memory: the inf-norm reads x once (no |x| copy), the division by the fp32
+    # scale writes the fp32 result directly (no separate fp32 copy of x), clamped in place: 21 bytes of traffic per
+    # bf16 element instead of 33; at the peak an fp32 result and its e4m3 cast, 5 bytes (the memory plan counts them)
+    amax = torch.linalg.vector_norm(x, float("inf"), dim=-1, keepdim=True).float().clamp(min=1e-12)
     scale = amax / E4M3_MAX
-    # one fp32 copy, scaled in place: 5 bytes per element at the peak (the memory plan counts them)
-    q = x.detach().to(torch.float32, copy=True).div_(scale).clamp_(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    q = torch.div(x, scale).clamp_(-E4M3_MAX, E4M3_MAX).to(E4M3)
     return q, scale
 
 
