@@ -238,8 +238,9 @@ class DecoderConfig:
         "capability 8.9+ (L40S, H100, H200; refused elsewhere; on a CPU it runs, slowly, to measure its "
         "numerics). Pair it with decoder.compile: eager, each linear's input quantization is 4 extra passes "
         "over the activations (computed: a large part of the GEMMs' saving at 1024²); compiled they fuse into one. "
-        "Changes the images: check with `glm-grpo decode-agreement --candidate STEPS:GUIDANCE+fp8` that it still ranks a group's samples like the evaluation decode. Evaluation (in training and "
-        "`glm-grpo evaluate`) decodes with the same DiT, so its rewards come from FP8 images too.",
+        "Changes the images: check with `glm-grpo decode-agreement --candidate STEPS:GUIDANCE+fp8` that it still "
+        "ranks a group's samples like the evaluation decode. Evaluation (in training and `glm-grpo evaluate`) "
+        "decodes with the same DiT, so its rewards come from FP8 images too.",
     )
     stream_rewards: bool = setting(
         False,
