@@ -1,7 +1,7 @@
 """Which components of the memory plan (glm_grpo_ds/memory/plan.py) a GPU holds when: the resident ones all the
-time, and one phase's transients at a time (rollout, decode, update, optimizer step, reward). The peak is the
-resident components + the largest phase. :func:`phase_totals` turns a plan into the per-phase figures a run
-measures (metrics.jsonl ``memory/<phase>_peak_mb``), for the first step or a later one.
+time, and one phase's transients at a time (rollout, decode, update, optimizer step, reward, the decoder's load).
+The peak is the resident components + the largest phase. :func:`phase_totals` turns a plan into the per-phase
+figures a run measures (metrics.jsonl ``memory/<phase>_peak_mb``), for the first step or a later one.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ PHASES = {
     # activations are freed by then; the flat copy is gone before the optimizer allocates its temporaries
     "step": Phase(one_at_a_time=("grad_flatten", "optimizer_step_temporaries"), beside=("fp32_grad_step",)),
     "reward": Phase(one_at_a_time=("reward_offloaded",)),
+    # the decoder's load, before the first step (with decoder.fp8 only: the DiT unconverted)
+    "load": Phase(one_at_a_time=("decoder_fp8_load",)),
 }
 
 

@@ -85,6 +85,7 @@ from .sizes import Sizes, model_sizes
 from .transients import (
     activations,
     decode_activations,
+    decoder_fp8_load,
     fp32_grad_step,
     gather_staging,
     grad_flatten,
@@ -137,6 +138,7 @@ COMPONENTS = (
     gather_staging,
     decode_activations,
     reward_offloaded,
+    decoder_fp8_load,
     runtime_overhead,
 )
 

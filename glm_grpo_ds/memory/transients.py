@@ -152,6 +152,14 @@ def decode_activations(s: Basis) -> tuple[int, str]:
     return nbytes, f"{images} images per DiT forward and VAE decode, the larger of the two"
 
 
+def decoder_fp8_load(s: Basis) -> tuple[int, str]:
+    # decoder.fp8: the DiT loads in its dtype and its block linears are converted after (decoder/fp8.py, one layer
+    # at a time), so at load the decoder briefly holds its full-precision bytes; offloaded, that happens on the host
+    if not s.cfg.decoder.fp8 or s.cfg.decoder.offload:
+        return 0, "no FP8 conversion on the GPU"
+    return s.sizes.decoder * s.dec_b - s.decoder_bytes, "decoder.fp8: the DiT in its dtype at load, until converted"
+
+
 def reward_offloaded(s: Basis) -> tuple[int, str]:
     # an offloaded reward model visits the GPU for its own call only (FrozenModel.on), one at a time;
     # scoring activations (a 224-px CLIP batch) are small beside it and not counted

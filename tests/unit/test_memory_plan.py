@@ -528,6 +528,11 @@ def test_fp8_dit_counts_one_byte_per_converted_weight_and_its_quantized_input():
     dit_acts = 2 * 16 * 4096 * 2 * 12
     assert full["components"]["decode_activations"] == dit_acts
     assert fp8["components"]["decode_activations"] == dit_acts + 2 * 16 * 4 * 4096 * 5
+    # at load the DiT is in its dtype until converted: 1000 - 860 bytes more, a phase of its own (none without FP8,
+    # none on the GPU when the decoder is offloaded: it converts on the host)
+    assert (full["phases"]["load"], fp8["phases"]["load"], fp8["components"]["decoder_fp8_load"]) == (0, 140, 140)
+    offloaded = plan(cfg(*common, "decoder.fp8=true", "decoder.offload=true"), ZERO[3], EstimateConfig(num_gpus=1), dit)
+    assert offloaded["phases"]["load"] == 0
 
 
 def test_fp8_covers_most_of_the_real_dit():
