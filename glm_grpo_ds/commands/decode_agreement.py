@@ -222,10 +222,11 @@ def report(result: dict) -> str:
     the table (it saves nothing, whatever its agreement)."""
     ref = result["reference"]
     ref_name = decode_name(ref["num_inference_steps"], ref["guidance_scale"], ref.get("guidance_steps"))
+    w = max([20, *(len(label) for c in result["candidates"] for label in c["rewards"])])  # python:... names are long
     lines = [
         f"{result['groups']} groups of {result['group_size']}, {result['image'][0]}x{result['image'][1]}; reference: "
         f"{ref_name}, {ref['seconds']:.2f} s",
-        f"{'candidate':<28} {'time':>6} {'reward':<20} {'spearman':>8} {'best_same':>9} {'groups ranked':>13}",
+        f"{'candidate':<28} {'time':>6} {'reward':<{w}} {'spearman':>8} {'best_same':>9} {'groups ranked':>13}",
     ]
     slower = []
     for c in result["candidates"]:
@@ -235,7 +236,7 @@ def report(result: dict) -> str:
         for i, (label, a) in enumerate(c["rewards"].items()):
             head = (name, f"{c['time_ratio']:.2f}x") if i == 0 else ("", "")
             lines.append(
-                f"{head[0]:<28} {head[1]:>6} {label:<20} {a['spearman']:>8.3f} {a['best_same']:>9.2f} "
+                f"{head[0]:<28} {head[1]:>6} {label:<{w}} {a['spearman']:>8.3f} {a['best_same']:>9.2f} "
                 f"{a['groups_ranked']:>6}/{a['groups']}"
             )
     lines.append(

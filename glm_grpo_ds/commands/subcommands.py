@@ -242,10 +242,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         doc=(
             "decodes one batch of one prompt with the trainer's frozen decoder per variant (`sdpa`: diffusers' "
             "pipeline as it is, the reference; the other attention kernels, `compiled`, `fp8`, `fp8_compiled`, "
-            "`cudnn_compiled`) from the same prior tokens and seeds, times the decodes at two step counts (CUDA "
-            "events) and prints seconds per guided image-step, x sdpa, the setup (compile) seconds, the images' "
-            "largest difference and PSNR against sdpa's, the DiT's and the peak GPU memory; a variant this device "
-            "cannot run is listed as skipped; `launch/gpu_timing.sh` runs it on the full-size model "
+            "`cudnn_compiled`, `fp8_cudnn_compiled`) from the same prior tokens and seeds, times the decodes at two "
+            "step counts (CUDA events) and prints seconds per guided image-step, x sdpa, the setup (compile) seconds,"
+            " the images' largest difference and PSNR against sdpa's, the DiT's and the peak GPU memory; a variant "
+            "this device cannot run is listed as skipped; `launch/gpu_timing.sh` runs it on the full-size model "
             "([memory-and-speed.md](memory-and-speed.md#the-dit-decode-issue-52))"
         ),
         example="glm-grpo dit-timing --model outputs/glm_image --variants sdpa,compiled,fp8,fp8_compiled",

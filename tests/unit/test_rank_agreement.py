@@ -58,3 +58,8 @@ def test_report_labels_guidance_and_names_a_candidate_that_saves_no_time():
     assert text.splitlines()[-1] == "not cheaper than the reference (saves no time): 50 steps, guidance 1.5 (1.08x)"
     result["candidates"].pop()
     assert "not cheaper" not in report(result)
+    # a long reward name (a python: reward) widens its column; the figures stay under their headers
+    long = "python:glm_grpo_ds.testing.tiny_data:mean_brightness"
+    result["candidates"][0]["rewards"] = {long: agreement, "ssim": agreement}
+    head, *rows = report(result).splitlines()[1:4]
+    assert all(row.index("0.500") + 5 == head.index("spearman") + 8 for row in rows), report(result)
