@@ -101,6 +101,8 @@ class TrainerStartup:
         Inputs are checked on every rank alike (each raises the same error, none waits in a collective for
         the others). The training rows."""
         cfg = self.cfg
+        # the DiT's kernels on this device (decoder.attention, decoder.fp8): seconds, before a Hub id downloads
+        check_device(cfg.decoder, self.device, resolve_dtype(cfg.decoder.dtype, on_gpu=self.device.type == "cuda"))
         self.status.phase("prompts")
         at = dict(rank=self.rank, local_rank=self.local_rank)  # a dataset cache to build: rank 0 builds it first
         rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data, **at)
@@ -129,7 +131,6 @@ class TrainerStartup:
         on_gpu = self.device.type == "cuda"
         self.dtype = resolve_dtype(cfg.model.dtype, on_gpu)
         self.attn = resolve_attn(cfg.model.attn_implementation, on_gpu, self.dtype)  # the benchmarks load alike
-        check_device(cfg.decoder, self.device, resolve_dtype(cfg.decoder.dtype, on_gpu))  # the DiT's kernels
         self.status.phase("processor")
         self.processor = load_processor(self.model_source.path)
         # every id a prompt can produce must have an embedding row: else a raw IndexError mid-run

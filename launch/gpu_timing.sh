@@ -19,7 +19,7 @@
 #   FULL_SIZE=0 bash launch/gpu_timing.sh          # the training step on the full-size AR with the tiny DiT
 #   DIT_COMPILE=1 bash launch/gpu_timing.sh        # the training steps with the DiT's blocks compiled (decoder.compile)
 #   DIT_TIMING=0 bash launch/gpu_timing.sh         # no DiT decode timing (glm-grpo dit-timing, on the full-size model
-#                                                  # before its training steps: sdpa, cudnn, compiled, both, + fp8)
+#                                                  # before its training steps: compiled, cudnn, fp8, all)
 #   DIT_VARIANTS=sdpa,compiled,fp8 bash launch/gpu_timing.sh  # the DiT timing's variants (all: glm-grpo dit-timing
 #                                                  # --help; each loads the 14 GB DiT, ~40 s + its compile on an H200)
 #   TRAIN_STEPS=3 bash launch/gpu_timing.sh        # training steps to time (default 2: the first compiles and captures)
@@ -102,8 +102,8 @@ if [ "${FULL_SIZE:-1}" = 1 ]; then  # GLM-Image at its real size: AR 40 layers +
     glm-grpo tiny-model "$MODEL" --real-width --ar-layers 40 --dit-layers 30 --device cuda
   }
   if [ "${DIT_TIMING:-1}" != 0 ]; then  # the frozen DiT decode per variant (kernel, compile, fp8); a few minutes
-    # each lever alone, the lossless stack and everything (estimated ~4-5 min: three compiles)
-    DIT_VARIANTS=${DIT_VARIANTS:-sdpa,sdpa_cudnn,compiled,cudnn_compiled,fp8_cudnn_compiled}
+    # the reference, compiled, the lossless stack, FP8 eager and compiled, everything (estimated ~5-6 min: 4 compiles)
+    DIT_VARIANTS=${DIT_VARIANTS:-sdpa,compiled,cudnn_compiled,fp8,fp8_compiled,fp8_cudnn_compiled}
     glm-grpo dit-timing --model "$MODEL" --out "$OUT/dit_timing.json" --variants "$DIT_VARIANTS" --repeats 1 ||
       echo "gpu_timing.sh: glm-grpo dit-timing exited $? (a variant failed, above); going on to the training steps" >&2
   fi

@@ -34,11 +34,14 @@ import math
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from .cli import parser_for
+
+if TYPE_CHECKING:
+    from ..decoder import DecodeSettings
 
 GROUP_NOTE = "groups ranked: groups whose rewards vary under both decodes (others have no ranking to agree on)"
 
@@ -70,7 +73,7 @@ def group_rank_agreement(reference: torch.Tensor, candidate: torch.Tensor, group
 class Candidate(NamedTuple):
     """A decode to rate: its denoising settings, and whether the DiT's block linears run in FP8."""
 
-    settings: object  # DecodeSettings
+    settings: DecodeSettings
     fp8: bool = False
 
     def record(self) -> dict:
@@ -180,8 +183,11 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
             per_reward["total"] = weighted_total(per_reward, reward_fn.weights, g)
         return per_reward, timings["decode"]
 
-    # untimed warm-up (first-call allocations, kernel selection), so the first decode timed is not the slowest
-    decoder.decode(batch.prior_token_ids[:1], batch.prompts[:1], cfg.rollout.height, cfg.rollout.width, seeds[:1])
+    def warm_up():
+        # untimed (first-call allocations, kernel selection), so the first decode timed is not the slowest
+        decoder.decode(batch.prior_token_ids[:1], batch.prompts[:1], cfg.rollout.height, cfg.rollout.width, seeds[:1])
+
+    warm_up()
     ref_rewards, ref_seconds = scored(reference)
     result = {
         "reference": {**reference.record(), "seconds": ref_seconds},
@@ -195,6 +201,7 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
     for i in sorted(range(len(candidates)), key=lambda i: candidates[i].fp8):
         if candidates[i].fp8 and not is_fp8(decoder.pipe.transformer):
             to_fp8(decoder.pipe.transformer)
+            warm_up()  # untimed: the FP8 kernels' first call (and, compiled, the blocks' recompile)
         rewards, seconds = scored(candidates[i].settings)
         rated[i] = {
             **candidates[i].record(),
@@ -270,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         auto = "cuda" if torch.cuda.is_available() else "cpu"
         device = torch.device(auto if a.device == "auto" else a.device)
-        if any(c.fp8 for c in candidates):  # before anything loads: FP8 needs a device that has it
-            check_device(replace(d, fp8=True), device, resolve_dtype(d.dtype, on_gpu=device.type == "cuda"))
+        # before anything loads: the DiT's kernel, and FP8 where a candidate asks for it
+        fp8 = any(c.fp8 for c in candidates)
+        check_device(replace(d, fp8=fp8), device, resolve_dtype(d.dtype, on_gpu=device.type == "cuda"))
         result = measure(cfg, candidates, reference, a.num_prompts, a.adapter, device)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"glm-grpo decode-agreement: {err}", file=sys.stderr)

@@ -112,6 +112,8 @@ def check_args(a) -> None:
         raise ValueError(f"--device {a.device!r}: {err}; give auto, cuda, cuda:N or cpu") from None
     if a.device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA GPU is available here; give --device cpu (or auto)")
+    if a.device.type == "cuda":
+        torch.cuda.set_device(a.device)  # the timer's events record on the current device's stream
     a.model = str(resolve_model(a.model, flag="--model").path)  # a Hub id: from the cache, or downloaded once
 
 
@@ -177,6 +179,10 @@ def run_variant(name: str, a, device: torch.device) -> tuple[dict, torch.Tensor]
 
 
 def _free(device: torch.device) -> None:
+    """The variant's decoder and its compiled code gone: every compiled block shares one code object's dynamo cache,
+    so without a reset later variants' compiles would pile onto the earlier ones' (up to its recompile limit, then
+    eager without a word) and start warm."""
+    torch._dynamo.reset()
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -221,6 +227,8 @@ def measure(a) -> dict:
                 raise
             failed[name] = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
             print(f"  {name}: FAILED ({failed[name]})", flush=True)
+            record = None
+        if record is None:  # outside the except block: its traceback (and the failed decoder) released first
             _free(device)
             continue
         if ref_images is None:
@@ -280,6 +288,15 @@ def format_report(m: dict) -> str:
     return "\n".join(lines)
 
 
+def _strict(value):
+    """``value`` with every non-finite float (the reference's PSNR against itself) as null: strict JSON (jq, JS)."""
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -291,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_report(m))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(m, indent=1) + "\n", encoding="utf-8")
+        Path(a.out).write_text(json.dumps(_strict(m), indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return 1 if m["failed"] else 0
 
 

@@ -154,9 +154,11 @@ def start_line(models: int, prompts: int, k: int, cfg, decode) -> str:
 def run(a) -> dict | None:
     """The evaluation (collective under the launcher): evaluate.json's content on rank 0, None on the others."""
     from ..decoder import ImageDecoder, resolve_settings
+    from ..decoder.compute import check_device
     from ..evaluation.paired import BASE, evaluate_models
     from ..experience import ExperienceMaker
     from ..model.adapters import find_adapter
+    from ..model.glm_image import resolve_dtype
     from ..model.policy import load_for_sampling
     from ..rewards import build_rewards
     from ..rollout.backends import ModelSampler
@@ -165,6 +167,7 @@ def run(a) -> dict | None:
     adapters = [str(find_adapter(path).resolve()) for path in a.adapter]
     cfg, prompt_source, lines = load_settings(a, adapters)
     rank, world, local_rank, device = start_ranks(a.device)
+    check_device(cfg.decoder, device, resolve_dtype(cfg.decoder.dtype, on_gpu=device.type == "cuda"))  # before loads
     rows, mine, prompts_name = read_rows(a, cfg, prompt_source, rank, world, local_rank)
     m = cfg.model
     loaded = load_for_sampling(

@@ -237,7 +237,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "time the frozen DiT decode per variant (attention kernels, compiled blocks, FP8) and compare its images",
         usage=(
             "glm-grpo dit-timing --model DIR\\|ID [--variants sdpa,compiled,fp8,...] [--batch 8] [--size 1024] "
-            "[--steps 1,3] [--guidance 1.5] [--repeats 2] [--device auto] [--out FILE]"
+            "[--steps 1,3] [--guidance 1.5] [--repeats 2] [--seed 0] [--device auto] [--out FILE]"
         ),
         doc=(
             "decodes one batch of one prompt with the trainer's frozen decoder per variant (`sdpa`: diffusers' "

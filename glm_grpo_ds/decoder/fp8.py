@@ -8,7 +8,8 @@ kernel). This is the "dynamic activation, per-row weight" recipe of torchao's fl
 ``glm-grpo decode-agreement --candidate 8:1.5+fp8``; only a GPU with FP8 tensor cores makes it fast.
 
 Which layers: every linear of the DiT's transformer blocks that a token stream passes through (the attention's
-q/k/v/out projections and the feed-forward's two), with both sides a multiple of 16 (the scaled matmul's tile).
+q/k/v/out projections and the feed-forward's two), with both sides a multiple of 16 (what the scaled matmul needs of
+the weight and of the input's width; the number of rows is free).
 Not the blocks' AdaLN modulation (``norm1.linear``: one row per image, nothing to gain, and it sets every scale and
 gate of the block), nor anything outside the blocks (patch and timestep embeddings, the output projection).
 
@@ -25,7 +26,7 @@ from torch import nn
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = torch.finfo(E4M3).max  # 448
 QUANTIZE_BYTES = 5  # per input element while an input is quantized: its fp32 copy and the e4m3 result
-TILE = 16  # the scaled matmul needs both sides of the weight, and the rows, in multiples of this
+TILE = 16  # the scaled matmul needs both sides of the weight (so the input's width too) in multiples of this
 SKIPPED = ("norm1.linear",)  # inside a block, not converted (see the module docstring)
 
 
@@ -54,15 +55,10 @@ class FP8Linear(nn.Module):
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features)
-        m = rows.shape[0]
-        pad = -m % TILE
-        if pad:  # zero rows, each scaled alone: they change no other row's result
-            rows = torch.nn.functional.pad(rows, (0, 0, 0, pad))
-        q, scale = quantize_rows(rows)
+        q, scale = quantize_rows(x.reshape(-1, self.in_features))
         bias = None if self.bias is None else self.bias.to(x.dtype)
         y = torch._scaled_mm(q, self.weight.t(), scale_a=scale, scale_b=self.weight_scale, bias=bias, out_dtype=x.dtype)
-        return y[:m].reshape(*x.shape[:-1], self.out_features)
+        return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, e4m3"
@@ -103,13 +99,20 @@ def is_fp8(transformer: nn.Module) -> bool:
 
 def fp8_supported(device: torch.device) -> str | None:
     """None where FP8 matmuls run on ``device``, else why not (for a one-line refusal). A CPU runs them (slowly:
-    for measuring their numerics); a CUDA GPU needs compute capability 8.9 (Ada, Hopper and later)."""
+    for measuring their numerics); a CUDA GPU needs compute capability 8.9 (Ada, Hopper and later) and a torch
+    build whose per-row scaled matmul runs there, which one 16 x 16 product settles (ROCm GPUs use another e4m3)."""
     if device.type == "cpu":
         return None
-    if device.type != "cuda":
-        return f"FP8 matmuls are not supported on {device.type} here"
+    if device.type != "cuda" or torch.version.hip:
+        return f"FP8 matmuls (e4m3fn) are not supported on {'ROCm' if torch.version.hip else device.type} here"
     major, minor = torch.cuda.get_device_capability(device)
+    name = torch.cuda.get_device_name(device)
     if (major, minor) < (8, 9):
-        name = torch.cuda.get_device_name(device)
         return f"{name} (compute capability {major}.{minor}) has no FP8 tensor cores; they need 8.9+ (L40S, H100, H200)"
+    try:
+        FP8Linear(nn.Linear(TILE, TILE, device=device, dtype=torch.bfloat16))(
+            torch.ones(3, TILE, device=device, dtype=torch.bfloat16)
+        )
+    except RuntimeError as err:
+        return f"this torch's per-row FP8 matmul fails on {name}: {(str(err).strip().splitlines() or [''])[0]}"
     return None

@@ -120,12 +120,19 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def config_changes(saved: dict | None, now: dict) -> dict[str, list]:
+def config_changes(saved: dict | None, now: dict, defaults: dict | None = None) -> dict[str, list]:
     """``{dotted key: [old, new]}`` between the checkpoint's config (``to_dict`` form; None for checkpoints from
-    before it was kept) and this launch's, :data:`START_KEYS` left out."""
+    before it was kept) and this launch's, :data:`START_KEYS` left out. A key the checkpoint's config lacks (a setting
+    added since) had its value in ``defaults`` (``to_dict(TrainConfig())``): that run ran with the default."""
     if not saved:
         return {}
-    before, after = _flat(saved), _flat(now)
+    before, after, default = _flat(saved), _flat(now), _flat(defaults or {})
+    # only a key new in a section the checkpoint has: a section it holds as null (lora for full fine-tuning) stays
+    # null, so switching to LoRA still lists lora.* as changes
+    sections = {key.rpartition(".")[0] for key in before}
+    for key in after.keys() - before.keys():
+        if key in default and key.rpartition(".")[0] in sections:
+            before[key] = default[key]
     keys = sorted((before.keys() | after.keys()) - set(START_KEYS))
     return {key: [before.get(key), after.get(key)] for key in keys if before.get(key) != after.get(key)}
 

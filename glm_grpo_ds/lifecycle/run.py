@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..config import to_dict
+from ..config import TrainConfig, to_dict
 from ..ds import dist
 from ..ds import io as ds_io
 from ..runtime import log
@@ -48,7 +48,7 @@ def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stag
         changed = resume.data_changed(state.get("data"), data)
         if changed:
             log.warning(f"glm-grpo: {changed}")
-        changes = resume.config_changes(state.get("config"), to_dict(cfg))
+        changes = resume.config_changes(state.get("config"), to_dict(cfg), to_dict(TrainConfig()))
         refused = resume.refused_change(changes, resume_path, cfg.lora is not None)
         if refused:
             raise checkpoint.CheckpointError(refused)

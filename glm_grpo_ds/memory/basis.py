@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..decoder.fp8 import QUANTIZE_BYTES
 from .reward_models import RewardModel, reward_models
 from .sizes import Sizes
 
@@ -155,6 +156,14 @@ class Basis:
             return self.sizes.decoder * self.dec_b
         fp8 = self.sizes.dit_fp8_weights
         return (self.sizes.decoder - fp8) * self.dec_b + fp8 + 4 * self.sizes.dit_fp8_rows
+
+    @property
+    def decoder_converting_bytes(self) -> int:
+        """What converting the DiT to FP8 at load holds above the converted decoder (decoder.fp8): the block linears
+        still in the decoder's dtype, and one weight's scratch (its fp32 copy and e4m3 result, decoder/fp8.py)."""
+        if not self.cfg.decoder.fp8:
+            return 0
+        return self.sizes.decoder * self.dec_b - self.decoder_bytes + QUANTIZE_BYTES * self.sizes.dit_fp8_largest
 
     @property
     def n_gen(self) -> int:

@@ -29,6 +29,7 @@ def host_per_node(
     rewards,
     on_gpu: bool,
     merge_copy: int = 0,
+    decoder_converting: int = 0,
 ) -> dict:
     """Host RAM of one node's ``ranks`` ranks: steady state and the peak while the models load.
 
@@ -50,7 +51,9 @@ def host_per_node(
       memory), else (or when the checkpoint dtype is unknown) a whole cast copy per rank. A full
       fine-tuning reference loads the same way;
     * one decoder tensor at a time, cast (up to fp32): the decoder goes to the GPU as it is read
-      (glm_grpo_ds/decoder/image_decoder.py); the adapters are made on the host (small);
+      (glm_grpo_ds/decoder/image_decoder.py); the adapters are made on the host (small); an offloaded decoder
+      with decoder.fp8 converts on the host, holding its block linears in its dtype until then
+      (``decoder_converting``);
     * rank 0 alone, under ZeRO-3: one AR tensor, cast (up to fp32), on its way to the gathered parameter
       (counted once per node).
     The safetensors files are memory-mapped: page cache that the node's ranks share and the kernel can
@@ -69,6 +72,7 @@ def host_per_node(
         "reward_models": sum(r.bytes - r.mapped for r in rewards if r.where == "gpu") if on_gpu else 0,
         "ar_whole": sum(sizes.ar_base) * b if ar_whole else 0,
         "largest_tensor": max(sizes.largest_decoder_tensor, *sizes.lora, 0) * 4,
+        "decoder_fp8_conversion": decoder_converting,
     }
     rank0 = max(sizes.ar_base, default=0) * 4 if stage == 3 else 0
     steady = ranks * sum(per_rank.values())

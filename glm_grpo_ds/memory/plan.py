@@ -154,17 +154,20 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     comp = {name: nbytes for name, (nbytes, _) in parts.items()}
     phases = transient_phases(comp)
     gpu = int(est.gpu_memory_gb * GIB)
-    without_copy = sum(comp[k] for k in RESIDENT) + max(phases.values())
+    resident = sum(comp[k] for k in RESIDENT)
+    without_copy = resident + max(v for k, v in phases.items() if k != "load")
     placement, why = place_merge_copy(s, without_copy, gpu)
     parts["lora_merge_copy"] = lora_merge_copy(s, placement, why)
     comp["lora_merge_copy"] = parts["lora_merge_copy"][0]
-    total = without_copy + comp["lora_merge_copy"]
+    # the decoder's load comes before the merge copy is made and the optimizer's first step creates its state
+    at_load = resident - comp["optimizer_states"] + phases["load"]
+    total = max(without_copy + comp["lora_merge_copy"], at_load)
     return {
         "components": comp,
         "notes": _notes(parts),
         "persistent": [*RESIDENT, "lora_merge_copy"],
         "phases": phases,
-        "peak_phase": max(phases, key=phases.get),
+        "peak_phase": "load" if at_load == total > without_copy + comp["lora_merge_copy"] else _step_peak(phases),
         "total_bytes": total,
         "gpu_memory_bytes": gpu,
         "headroom_bytes": gpu - total,
@@ -183,6 +186,11 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         },
         "setup": _setup(s),
     }
+
+
+def _step_peak(phases: dict[str, int]) -> str:
+    """The largest phase of a training step (the decoder's load is not one)."""
+    return max((k for k in phases if k != "load"), key=phases.get)
 
 
 def _notes(parts: dict[str, tuple[int, str]]) -> dict[str, str]:
@@ -208,6 +216,7 @@ def _host_side(s: Basis, placement: str | None, why: str) -> dict:
         s.rewards,
         s.on_gpu,
         merge_copy=merge_bytes if placement == "host" and s.on_gpu else 0,
+        decoder_converting=s.decoder_converting_bytes if s.cfg.decoder.offload else 0,
     )
     return {
         "host_bytes": host,

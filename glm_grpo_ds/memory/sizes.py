@@ -58,6 +58,7 @@ class Sizes:
     # elements and output rows (one fp32 scale each)
     dit_fp8_weights: int = 0
     dit_fp8_rows: int = 0
+    dit_fp8_largest: int = 0  # elements of the largest such weight (its conversion's scratch)
 
 
 def _as_dtype(value) -> torch.dtype | None:
@@ -131,6 +132,7 @@ def model_sizes(cfg) -> Sizes:
         largest_decoder_tensor=max(decoder),
         dit_fp8_weights=sum(linear.weight.numel() for linear in fp8),
         dit_fp8_rows=sum(linear.out_features for linear in fp8),
+        dit_fp8_largest=max((linear.weight.numel() for linear in fp8), default=0),
         # the decoder's last up block gets its input, at full resolution, from the block before it:
         # block_out_channels[1] channels (reversed order), wider than its own output
         vae_full_res_channels=int(vae_cfg["block_out_channels"][min(1, len(vae_cfg["block_out_channels"]) - 1)]),

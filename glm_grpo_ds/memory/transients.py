@@ -157,7 +157,7 @@ def decoder_fp8_load(s: Basis) -> tuple[int, str]:
     # at a time), so at load the decoder briefly holds its full-precision bytes; offloaded, that happens on the host
     if not s.cfg.decoder.fp8 or s.cfg.decoder.offload:
         return 0, "no FP8 conversion on the GPU"
-    return s.sizes.decoder * s.dec_b - s.decoder_bytes, "decoder.fp8: the DiT in its dtype at load, until converted"
+    return s.decoder_converting_bytes, "decoder.fp8: the DiT in its dtype at load, until converted"
 
 
 def reward_offloaded(s: Basis) -> tuple[int, str]:

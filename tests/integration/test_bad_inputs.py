@@ -167,3 +167,21 @@ def test_debug_raises_the_error_itself(tiny_model_dir, data64, tmp_path, capfd):
     """--debug: the exception propagates (a traceback from the interpreter) instead of the one line."""
     with pytest.raises(ConfigError, match=r"rollout.width=33 must be"):
         train(capfd, *common(tiny_model_dir, data64, tmp_path / "out", *FAST), "rollout.width=33", flags=["--debug"])
+
+
+def test_a_dit_kernel_the_device_lacks_is_refused_before_the_model_files(
+    tiny_model_dir, data64, tmp_path, capfd, monkeypatch
+):
+    """decoder.attention / decoder.fp8 are checked against the device first thing after the process group: before a
+    Hub id would download and before any model loads (the decoder's own check would fire only after the policy)."""
+    import glm_grpo_ds.startup
+
+    def not_reached(*args, **kwargs):
+        raise AssertionError("the model files were read before the DiT's kernel was checked")
+
+    monkeypatch.setattr(glm_grpo_ds.startup, "resolve_for_training", not_reached)
+    out = tmp_path / "out"
+    code, err = train(capfd, *common(tiny_model_dir, data64, out, *FAST), "decoder.attention=sdpa_cudnn")
+    ours = [line for line in err if line.startswith("glm-grpo train:")]
+    assert code == 2 and len(ours) == 1 and "decoder.attention=sdpa_cudnn needs a CUDA GPU" in ours[0], err[-20:]
+    assert not (out / "checkpoints").exists()

@@ -190,7 +190,8 @@ def test_host_ram_per_node_by_hand():
     assert h["ranks"] == 4 and h["per_rank"]["decoder_offloaded"] == 500 * 2 and sum(h["per_rank"].values()) == rank
     # loading, ZeRO-3: one tensor per rank (the larger of the decoder's 300 and the adapters' 1000, fp32),
     # and rank 0's largest AR tensor (4000, fp32) on its way to the gathered parameter; no reward model
-    assert h["loading_per_rank"] == {"reward_models": 0, "ar_whole": 0, "largest_tensor": 1000 * 4}
+    loading = {"reward_models": 0, "ar_whole": 0, "largest_tensor": 1000 * 4, "decoder_fp8_conversion": 0}
+    assert h["loading_per_rank"] == loading
     assert h["steady_bytes"] == 4 * rank and h["loading_peak_bytes"] == 4 * rank + 4 * 1000 * 4 + 4000 * 4
     assert h["request_bytes"] == 32 * GIB  # 16 GiB x 1.25 rounded up to 16 GiB steps
     assert h["page_cache_bytes"] == (5010 + 500) * 2
@@ -528,11 +529,25 @@ def test_fp8_dit_counts_one_byte_per_converted_weight_and_its_quantized_input():
     dit_acts = 2 * 16 * 4096 * 2 * 12
     assert full["components"]["decode_activations"] == dit_acts
     assert fp8["components"]["decode_activations"] == dit_acts + 2 * 16 * 4 * 4096 * 5
-    # at load the DiT is in its dtype until converted: 1000 - 860 bytes more, a phase of its own (none without FP8,
-    # none on the GPU when the decoder is offloaded: it converts on the host)
-    assert (full["phases"]["load"], fp8["phases"]["load"], fp8["components"]["decoder_fp8_load"]) == (0, 140, 140)
+    # at load the DiT is in its dtype until converted: 1000 - 860 bytes more + the largest weight's scratch (5 bytes
+    # per element of 100), a phase of its own: none without FP8; on the host when the decoder is offloaded
+    dit = dataclasses.replace(dit, dit_fp8_largest=100)
+    full, fp8 = (
+        plan(cfg(*common, f"decoder.fp8={f}"), ZERO[3], EstimateConfig(num_gpus=1), dit) for f in (False, True)
+    )
+    assert (full["phases"]["load"], fp8["phases"]["load"], fp8["components"]["decoder_fp8_load"]) == (0, 640, 640)
     offloaded = plan(cfg(*common, "decoder.fp8=true", "decoder.offload=true"), ZERO[3], EstimateConfig(num_gpus=1), dit)
-    assert offloaded["phases"]["load"] == 0
+    assert (
+        offloaded["phases"]["load"] == 0 and offloaded["host_node"]["loading_per_rank"]["decoder_fp8_conversion"] == 640
+    )
+    # the load comes before the optimizer's first step and the merge copy: its peak leaves them out
+    resident = sum(fp8["components"][k] for k in fp8["persistent"] if k != "lora_merge_copy")
+    at_load = resident - fp8["components"]["optimizer_states"] + 640
+    steps = resident + max(v for k, v in fp8["phases"].items() if k != "load") + fp8["components"]["lora_merge_copy"]
+    assert at_load < steps and fp8["total_bytes"] == steps and fp8["peak_phase"] == "decode"
+    big = dataclasses.replace(dit, dit_fp8_largest=10**7)  # a conversion scratch larger than any step's transients
+    p = plan(cfg(*common, "decoder.fp8=true"), ZERO[3], EstimateConfig(num_gpus=1), big)
+    assert p["peak_phase"] == "load" and p["total_bytes"] == at_load - 640 + 140 + 5 * 10**7
 
 
 def test_fp8_covers_most_of_the_real_dit():

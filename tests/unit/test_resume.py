@@ -51,6 +51,15 @@ def test_config_changes_list_each_changed_key_and_the_history_grows_by_segment()
     changes = config_changes(saved, now)  # resume_from says how the launch starts: not a change
     assert changes == {"grpo.sampler_correction": [None, "tis"], "optimizer.lr": [1e-5, 2e-5]}
     assert config_changes(None, now) == {} and config_changes(saved, saved) == {}
+    # a setting added since the checkpoint was saved: that run had its default, so the default is no change
+    defaults = {"optimizer": {"lr": 1e-5, "name": "adamw", "fp8": False}, "lora": {"r": 16}}
+    newer = {**saved, "optimizer": {**saved["optimizer"], "fp8": False}}
+    assert config_changes(saved, newer, defaults) == {}
+    assert config_changes(saved, {**newer, "optimizer": {**newer["optimizer"], "fp8": True}}, defaults) == {
+        "optimizer.fp8": [False, True]
+    }
+    full_ft = {**saved, "lora": None}  # a section held as null stays null: switching to LoRA is a change
+    assert config_changes(full_ft, {**saved, "lora": {"r": 16}}, defaults) == {"lora.r": [None, 16]}
     line = changes_line(changes, 40)
     assert line.startswith("glm-grpo: warning: resuming at step 40 with 2 changed setting(s): ")
     assert 'grpo.sampler_correction null -> "tis"; optimizer.lr 1e-05 -> 2e-05. Steps 1-40 ran' in line
