@@ -36,7 +36,14 @@ def test_times_and_compares_the_variants(tiny_model_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("flag", "value", "named"),
-    [("--variants", "sdpa,warp_drive", "'warp_drive'"), ("--steps", "3,1", "--steps '3,1'")],
+    [
+        ("--variants", "sdpa,warp_drive", "'warp_drive'"),
+        ("--steps", "3,1", "--steps '3,1'"),
+        ("--size", "100", "--size 100"),
+        ("--guidance", "1.0", "--guidance 1"),
+        ("--batch", "0", "--batch 0"),
+        ("--repeats", "0", "--repeats 0"),
+    ],
 )
 def test_bad_input_is_one_line_and_exit_2(tiny_model_dir, tmp_path, capsys, flag, value, named):
     out = tmp_path / "x.json"
