@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from ..observability.metrics import finite_or_none
 from .cli import parser_for
 from .decode_timing import device_timer
 
@@ -294,7 +295,7 @@ def _strict(value):
         return {k: _strict(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_strict(v) for v in value]
-    return None if isinstance(value, float) and not math.isfinite(value) else value
+    return finite_or_none(value) if isinstance(value, float) else value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -155,19 +155,21 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     phases = transient_phases(comp)
     gpu = int(est.gpu_memory_gb * GIB)
     resident = sum(comp[k] for k in RESIDENT)
-    without_copy = resident + max(v for k, v in phases.items() if k != "load")
+    in_steps = {k: v for k, v in phases.items() if k != "load"}  # a training step's phases (not the decoder's load)
+    without_copy = resident + max(in_steps.values())
     placement, why = place_merge_copy(s, without_copy, gpu)
     parts["lora_merge_copy"] = lora_merge_copy(s, placement, why)
     comp["lora_merge_copy"] = parts["lora_merge_copy"][0]
     # the decoder's load comes before the merge copy is made and the optimizer's first step creates its state
     at_load = resident - comp["optimizer_states"] + phases["load"]
-    total = max(without_copy + comp["lora_merge_copy"], at_load)
+    in_a_step = without_copy + comp["lora_merge_copy"]
+    total = max(in_a_step, at_load)
     return {
         "components": comp,
         "notes": _notes(parts),
         "persistent": [*RESIDENT, "lora_merge_copy"],
         "phases": phases,
-        "peak_phase": "load" if at_load == total > without_copy + comp["lora_merge_copy"] else _step_peak(phases),
+        "peak_phase": "load" if at_load > in_a_step else max(in_steps, key=in_steps.get),
         "total_bytes": total,
         "gpu_memory_bytes": gpu,
         "headroom_bytes": gpu - total,
@@ -186,11 +188,6 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
         },
         "setup": _setup(s),
     }
-
-
-def _step_peak(phases: dict[str, int]) -> str:
-    """The largest phase of a training step (the decoder's load is not one)."""
-    return max((k for k in phases if k != "load"), key=phases.get)
 
 
 def _notes(parts: dict[str, tuple[int, str]]) -> dict[str, str]:
