@@ -236,8 +236,9 @@ class DecoderConfig:
         "Run the DiT's transformer-block linears in float8 e4m3 (weights per output channel, activations per "
         "token, torch's scaled matmul): half their weight memory and FP8 tensor cores on a GPU with compute "
         "capability 8.9+ (L40S, H100, H200; refused elsewhere; on a CPU it runs, slowly, to measure its "
-        "numerics). Pair it with decoder.compile: eager, each linear's input quantization is 4 extra passes "
-        "over the activations (computed: a large part of the GEMMs' saving at 1024²); compiled they fuse into one. "
+        "numerics, where torch's CPU takes per-row FP8 scales: 2.15 does, 2.11 does not). Pair it with "
+        "decoder.compile: eager, each linear's input quantization is 4 extra passes over the activations "
+        "(computed: a large part of the GEMMs' saving at 1024²); compiled they fuse into one. "
         "Changes the images: check with `glm-grpo decode-agreement --candidate STEPS:GUIDANCE+fp8` that it still "
         "ranks a group's samples like the evaluation decode. Evaluation (in training and `glm-grpo evaluate`) "
         "decodes with the same DiT, so its rewards come from FP8 images too.",

@@ -98,10 +98,13 @@ def is_fp8(transformer: nn.Module) -> bool:
 
 
 def fp8_supported(device: torch.device) -> str | None:
-    """None where FP8 matmuls run on ``device``, else why not (for a one-line refusal). A CPU runs them (slowly:
-    for measuring their numerics); a CUDA GPU needs compute capability 8.9 (Ada, Hopper and later) and a torch
-    build whose per-row scaled matmul runs there, which one 16 x 16 product settles (ROCm GPUs use another e4m3)."""
+    """None where FP8 matmuls run on ``device``, else why not (for a one-line refusal). A CPU runs them where this
+    torch's CPU scaled matmul takes per-row scales (slowly: for measuring their numerics; torch 2.11's takes one
+    scale per tensor only); a CUDA GPU needs compute capability 8.9 (Ada, Hopper and later) and a torch build whose
+    per-row scaled matmul runs there. One 16 x 16 product settles the build (ROCm GPUs use another e4m3)."""
     if device.type == "cpu":
+        if _product_fails(device, torch.float32):
+            return f"this torch ({torch.__version__}) multiplies FP8 with per-row scales on a GPU only, not on the CPU"
         return None
     if device.type != "cuda" or torch.version.hip:
         return f"FP8 matmuls (e4m3fn) are not supported on {'ROCm' if torch.version.hip else device.type} here"
@@ -109,10 +112,16 @@ def fp8_supported(device: torch.device) -> str | None:
     name = torch.cuda.get_device_name(device)
     if (major, minor) < (8, 9):
         return f"{name} (compute capability {major}.{minor}) has no FP8 tensor cores; they need 8.9+ (L40S, H100, H200)"
+    failure = _product_fails(device, torch.bfloat16)
+    if failure:
+        return f"this torch's per-row FP8 matmul fails on {name}: {failure}"
+    return None
+
+
+def _product_fails(device: torch.device, dtype: torch.dtype) -> str | None:
+    """The first line of the error one small :class:`FP8Linear` product raises on ``device``, or None."""
     try:
-        FP8Linear(nn.Linear(TILE, TILE, device=device, dtype=torch.bfloat16))(
-            torch.ones(3, TILE, device=device, dtype=torch.bfloat16)
-        )
+        FP8Linear(nn.Linear(TILE, TILE, device=device, dtype=dtype))(torch.ones(3, TILE, device=device, dtype=dtype))
     except RuntimeError as err:
-        return f"this torch's per-row FP8 matmul fails on {name}: {(str(err).strip().splitlines() or [''])[0]}"
+        return (str(err).strip().splitlines() or ["RuntimeError"])[0]
     return None

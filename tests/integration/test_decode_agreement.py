@@ -14,7 +14,7 @@ TWO_REWARDS = "rewards=[{name: pixel_mse}, {name: ssim, weight: 0.5}]"
 
 @pytest.mark.slow  # reads the shared short training run's adapter
 def test_reference_against_itself_agrees_fully_and_a_cheap_decode_is_rated(
-    tiny_model_dir, data64, short_run, tmp_path, capfd
+    tiny_model_dir, data64, short_run, tmp_path, capfd, cpu_fp8
 ):
     out = tmp_path / "agreement.json"
     argv = ["decode-agreement", "--config", str(CONFIG), *common(tiny_model_dir, data64, tmp_path / "unused")]

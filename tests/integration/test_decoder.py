@@ -132,7 +132,7 @@ def test_guidance_on_the_first_steps_only(decoder):
     assert DecodeSettings(4, 1.5, 4).describe() == DecodeSettings(4, 1.5).describe() == "4 DiT steps, guidance 1.5"
 
 
-@pytest.mark.slow  # two inductor compiles of the DiT block (~40 + 25 s on 2 cores)
+@pytest.mark.slow  # an inductor compile of the DiT block (~40 s on 2 cores)
 def test_compiled_blocks_decode_the_eager_images(tiny_model_dir, decoder):
     """decoder.compile: the DiT's blocks through torch.compile (inductor on the CPU) render the eager decoder's
     images to fp32 rounding."""
@@ -142,22 +142,32 @@ def test_compiled_blocks_decode_the_eager_images(tiny_model_dir, decoder):
     assert all(b._compiled_call_impl is not None for b in blocks)
     eager = decoder.decode(grids, prompts, 64, 96, seeds)
     torch.testing.assert_close(compiled.decode(grids, prompts, 64, 96, seeds), eager, rtol=0, atol=1e-5)
-    # with the FP8 linears inside the compiled blocks (the quantization fused on a GPU): the eager FP8 images
+
+
+@pytest.mark.slow  # an inductor compile of the FP8 DiT block (~25 s on 2 cores)
+def test_compiled_fp8_blocks_decode_the_eager_fp8_images(tiny_model_dir, cpu_fp8):
+    """The FP8 linears inside the compiled blocks (the quantization fused on a GPU): the eager FP8 images."""
+    grids, prompts, seeds = _grids(2, seed=7), ["p 'AB'", "p 'AB'"], [1, 2]
     fp8 = DecoderConfig(num_inference_steps=3, batch_size=4, fp8=True)
     fp8_eager = ImageDecoder(tiny_model_dir, fp8).decode(grids, prompts, 64, 96, seeds)
     fp8_compiled = ImageDecoder(tiny_model_dir, dataclasses.replace(fp8, compile=True))
     torch.testing.assert_close(fp8_compiled.decode(grids, prompts, 64, 96, seeds), fp8_eager, rtol=0, atol=1e-5)
 
 
-def test_fp8_linears_and_the_math_attention_kernel(tiny_model_dir, decoder):
-    """decoder.attention=sdpa_math: exact attention in another kernel, the same images to fp32 rounding;
-    decoder.fp8: the block linears in e4m3 move the images a little (measured 1.9e-3 at most on this DiT), not
-    nothing (then the option would be a no-op), and leave the modulation and the VAE alone."""
+def test_the_math_attention_kernel_decodes_the_same_images(tiny_model_dir, decoder):
+    """decoder.attention=sdpa_math: exact attention in another kernel, the same images to fp32 rounding."""
     grids, prompts, seeds = _grids(2, seed=7), ["p 'AB'", "p 'AB'"], [1, 2]
     eager = decoder.decode(grids, prompts, 64, 96, seeds)
     math_cfg = DecoderConfig(num_inference_steps=3, batch_size=4, attention="sdpa_math")
     math_kernel = ImageDecoder(tiny_model_dir, math_cfg)
     torch.testing.assert_close(math_kernel.decode(grids, prompts, 64, 96, seeds), eager, rtol=0, atol=1e-5)
+
+
+def test_fp8_linears_move_the_images_a_little(tiny_model_dir, decoder, cpu_fp8):
+    """decoder.fp8: the block linears in e4m3 move the images a little (measured 1.9e-3 at most on this DiT), not
+    nothing (then the option would be a no-op), and leave the modulation and the VAE alone."""
+    grids, prompts, seeds = _grids(2, seed=7), ["p 'AB'", "p 'AB'"], [1, 2]
+    eager = decoder.decode(grids, prompts, 64, 96, seeds)
     fp8 = ImageDecoder(tiny_model_dir, DecoderConfig(num_inference_steps=3, batch_size=4, fp8=True))
     assert fp8.pipe.transformer.transformer_blocks[0].ff.net[2].weight.dtype == torch.float8_e4m3fn
     assert fp8.pipe.vae.dtype == torch.float32

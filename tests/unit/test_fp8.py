@@ -9,7 +9,7 @@ from glm_grpo_ds.decoder.compute import check_device, device_problems
 from glm_grpo_ds.decoder.fp8 import FP8Linear, fp8_supported, fp8_targets, is_fp8, quantize_rows, to_fp8
 
 
-def test_values_by_hand():
+def test_values_by_hand(cpu_fp8):
     # W = I: each row's largest entry 1 -> 448 (e4m3's largest), exactly representable, so q(W) * s = I exactly.
     # x = [2, 0.3, 0, ...]: scale 2/448; 0.3 -> 67.2, which e4m3 (3 mantissa bits: 64, 72, ... in [64, 128))
     # rounds to 64 -> 64 * 2 / 448 = 0.2857...; 2 -> 448 exactly.
@@ -36,7 +36,7 @@ def test_quantize_rows_scales_each_row_to_the_e4m3_range():
     assert torch.equal(x, torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [300.0, 1.0, -30.0]]))  # input intact
 
 
-def test_rows_are_independent_and_close_to_full_precision():
+def test_rows_are_independent_and_close_to_full_precision(cpu_fp8):
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 48)
     fp8 = FP8Linear(linear)
@@ -49,6 +49,7 @@ def test_rows_are_independent_and_close_to_full_precision():
     assert 1e-3 < rel < 0.06, rel  # e4m3 keeps 3 mantissa bits: a few percent, not zero
     bf16 = FP8Linear(linear.to(torch.bfloat16))(x.to(torch.bfloat16))
     assert bf16.dtype == torch.bfloat16
+    assert device_problems(DecoderConfig(fp8=True), torch.device("cpu"), torch.float32) == []
 
 
 def test_the_block_linears_are_converted_and_the_rest_is_not(tiny_model_dir):
@@ -72,8 +73,8 @@ def test_the_block_linears_are_converted_and_the_rest_is_not(tiny_model_dir):
 
 def test_what_a_device_may_run():
     cpu, meta = torch.device("cpu"), torch.device("meta")
-    assert fp8_supported(cpu) is None and "not supported on meta" in fp8_supported(meta)
-    assert device_problems(DecoderConfig(fp8=True, attention="sdpa_math"), cpu, torch.float32) == []
+    assert "not supported on meta" in fp8_supported(meta)
+    assert device_problems(DecoderConfig(attention="sdpa_math"), cpu, torch.float32) == []
     assert device_problems(DecoderConfig(attention="sdpa_cudnn"), cpu, torch.float32) == [
         "decoder.attention=sdpa_cudnn needs a CUDA GPU (this run decodes on cpu); use sdpa"
     ]
@@ -83,6 +84,21 @@ def test_what_a_device_may_run():
     with pytest.raises(ConfigError) as err:
         check_device(DecoderConfig(fp8=True, attention="sdpa_flash"), meta, torch.float32)
     assert len(str(err.value).splitlines()) == 2
+
+
+def test_a_cpu_without_per_row_fp8_products_is_refused(monkeypatch):
+    """torch 2.11's CPU scaled matmul (the floor's) takes one scale per tensor: decoder.fp8 on such a CPU is one line
+    naming the torch, not a traceback from the first decode."""
+
+    def per_tensor_only(*args, **kwargs):  # what torch 2.11 raises on the CPU (c10::Error is a RuntimeError)
+        raise RuntimeError("INTERNAL ASSERT FAILED. Now _scaled_mm only supports per-tensor scaling for CPU backend.")
+
+    monkeypatch.setattr(torch, "_scaled_mm", per_tensor_only)
+    why = f"this torch ({torch.__version__}) multiplies FP8 with per-row scales on a GPU only, not on the CPU"
+    assert fp8_supported(torch.device("cpu")) == why
+    assert device_problems(DecoderConfig(fp8=True), torch.device("cpu"), torch.float32) == [
+        f"decoder.fp8=true: {why}; set decoder.fp8=false"
+    ]
 
 
 def test_what_a_gpu_may_run(monkeypatch):
