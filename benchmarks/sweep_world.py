@@ -95,10 +95,21 @@ VARIANTS = {
         "+ cuda_graph, uncaptured on a CPU)",
         ["model.dtype=bf16", "rollout.fuse_lora=true", "rollout.cuda_graph=true"],
     ),
+    # issue #52: the rollout of step t+1 sampled with step t's weights (beside step t's decode), corrected by the
+    # sampler correction; ZeRO-2 (one_step_off refuses ZeRO-3), against the same run on-policy
+    "tis_zero2": (
+        "sampler correction token_truncate, ZeRO-2 (one_step_off's on-policy baseline)",
+        ["grpo.sampler_correction=token_truncate"],
+    ),
+    "one_step_off": (
+        "one step off policy (rollout.one_step_off), sampler correction token_truncate, ZeRO-2",
+        ["rollout.one_step_off=true", "grpo.sampler_correction=token_truncate"],
+    ),
 }
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "launch" / "configs" / "tiny_world.yaml"
 DS_CONFIG = ROOT / "ds_configs" / "zero3.json"
+VARIANT_DS_CONFIG = {"tis_zero2": "zero2.json", "one_step_off": "zero2.json"}  # the others: DS_CONFIG
 LEVEL = 0.95
 
 
@@ -215,7 +226,7 @@ def run_one(
         "--config",
         str(CONFIG),
         "--deepspeed",
-        str(DS_CONFIG),
+        str(ROOT / "ds_configs" / VARIANT_DS_CONFIG[variant] if variant in VARIANT_DS_CONFIG else DS_CONFIG),
         f"model.path={world / 'model'}",
         f"data.train_file={world / 'train.jsonl'}",
         f"eval.file={world / 'heldout.jsonl'}",

@@ -25,19 +25,21 @@ samples (the same for all G, so images in a group differ only by their tokens).
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 
 import torch
 
 from .data import PromptRow
 from .ds import engine as ds_engine
-from .observability.metrics import measure
+from .observability.metrics import measure, timer
 from .observability.step_status import NO_STATUS
-from .rollout import RolloutBatch
-from .rollout.backends import SamplingBackend
+from .rollout import GridSpec, RolloutBatch
+from .rollout.backends import Sampled, SamplingBackend
 
 
 @dataclass
@@ -50,6 +52,17 @@ class Experience:
     peaks: dict[str, float]
     ref_logps: torch.Tensor | None = None  # [N, n] under the reference, when the sampler computed them
     old_logps: torch.Tensor | None = None  # [N, n] under the policy before the update, when the sampler did
+
+
+@dataclass
+class Drawn:
+    """One rollout, sampled and not yet decoded (:meth:`ExperienceMaker.draw`): the dataset rows it sampled, the
+    sampler's result, the rollout's seconds and peak memory."""
+
+    rows: list[PromptRow]
+    got: Sampled
+    timings: dict[str, float]
+    peaks: dict[str, float]
 
 
 class ExperienceMaker:
@@ -73,15 +86,25 @@ class ExperienceMaker:
         them. ``decode_seed(row_index)``: the decoder noise seed of a dataset row's samples; ``decode``: the
         decode's DecodeSettings (default: the training decode, ``decoder.*``). ``seeds``: the sampling's, one for all
         rows or one per row."""
-        cfg = self.cfg
+        return self.finish(self.draw(rows, seeds, group_size), decode_seed, decode)
+
+    def draw(self, rows: list[PromptRow], seeds: list[int], group_size: int | None = None, status=None) -> Drawn:
+        """The rollout alone (:meth:`collect`'s first half): ``rows``' samples, not yet decoded. ``status``: the
+        step status told the tokens (default this maker's; :class:`RolloutAhead` passes none)."""
+        status = self.status if status is None else status
         timings: dict[str, float] = {}
         peaks: dict[str, float] = {}
-        group_size = cfg.grpo.group_size if group_size is None else group_size
-        self.status.phase("rollout", unit="tokens")
+        group_size = self.cfg.grpo.group_size if group_size is None else group_size
+        status.phase("rollout", unit="tokens")
         with measure(timings, peaks, "rollout", self.device):
-            got = self.sampler.sample([row.prompt for row in rows], seeds, group_size, self.status.on_tokens)
-        batch = got.batch
-        sample_rows = [rows[i] for i in batch.prompt_index.tolist()]
+            got = self.sampler.sample([row.prompt for row in rows], seeds, group_size, status.on_tokens)
+        return Drawn(rows, got, timings, peaks)
+
+    def finish(self, drawn: Drawn, decode_seed: Callable[[int], int], decode=None) -> Experience:
+        """Decode and score a :meth:`draw` (:meth:`collect`'s second half)."""
+        cfg, batch = self.cfg, drawn.got.batch
+        timings, peaks = dict(drawn.timings), dict(drawn.peaks)
+        sample_rows = [drawn.rows[i] for i in batch.prompt_index.tolist()]
         noise_seeds = [decode_seed(row.index) for row in sample_rows]
         samples = [row.reward_sample() for row in sample_rows]
         size = (cfg.rollout.height, cfg.rollout.width)
@@ -101,6 +124,7 @@ class ExperienceMaker:
                 peaks,
                 self.status,
             )
+        got = drawn.got
         return Experience(batch, images, per_reward, sample_rows, timings, peaks, got.ref_logps, got.old_logps)
 
 
@@ -163,3 +187,99 @@ def decode_and_score(
         for label, v in values.items():
             per_reward[label][rows] = v.to(device)
     return images, per_reward
+
+
+class RolloutAhead:
+    """``rollout.one_step_off``: the next step's rollout (:meth:`ExperienceMaker.draw`) on one background thread,
+    on its own CUDA stream, while the caller decodes and scores this step's on its stream::
+
+        ahead.start(rows, seeds)     # samples with the weights as they are now
+        ...                          # this step's decode, rewards, gathers
+        ahead.wait()                 # before anything writes the weights the rollout reads (the update)
+        drawn = ahead.take()         # at the next step (None: nothing pending, sample now)
+
+    Only the rollout's seconds are measured there (``rollout``), not its peak memory: resetting the device's
+    peak from that thread would cut the decode's peak short; the decode's peak holds both."""
+
+    def __init__(self, maker: ExperienceMaker, device: torch.device):
+        self.maker, self.device = maker, device
+        cuda = device.type == "cuda"
+        # the current CUDA device is per thread: the worker's must be the rank's, not cuda:0
+        start = partial(torch.cuda.set_device, device) if cuda else None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="glm-grpo-rollout-ahead", initializer=start)
+        self._stream = torch.cuda.Stream(device) if cuda else None
+        self._job = None
+        self.pending: Drawn | None = None  # waited for (or restored from a checkpoint), not yet taken
+
+    def start(self, rows: list[PromptRow], seeds: list[int]) -> None:
+        if self._job is not None or self.pending is not None:
+            raise RuntimeError("RolloutAhead.start: a rollout is already ahead; take it first")
+        caller = torch.cuda.current_stream(self.device) if self._stream is not None else None
+        self._job = self._pool.submit(self._draw, rows, seeds, caller)
+
+    def _draw(self, rows: list[PromptRow], seeds: list[int], caller) -> Drawn:
+        timings: dict[str, float] = {}
+        on_stream = contextlib.nullcontext() if caller is None else torch.cuda.stream(self._stream)
+        if caller is not None:
+            self._stream.wait_stream(caller)  # the weights as the caller's stream last wrote them
+        with on_stream, timer(timings, "rollout"):
+            drawn = self.maker.draw(rows, seeds, status=NO_STATUS)
+        return Drawn(drawn.rows, drawn.got, timings, {})
+
+    def wait(self) -> float:
+        """Wait for the rollout started last (re-raising its error); the seconds waited. Its tensors are then the
+        caller's stream's (the allocator keeps their memory until that stream is done with them)."""
+        if self._job is None:
+            return 0.0
+        t0 = time.perf_counter()
+        job, self._job = self._job, None
+        drawn = job.result()
+        if self._stream is not None:
+            caller = torch.cuda.current_stream(self.device)
+            caller.wait_stream(self._stream)
+            for t in _tensors(drawn.got):
+                t.record_stream(caller)
+        self.pending = drawn
+        return time.perf_counter() - t0
+
+    def take(self) -> Drawn | None:
+        drawn, self.pending = self.pending, None
+        return drawn
+
+    def close(self) -> None:
+        """Wait for a rollout still running (an error ended the step) and stop the thread."""
+        self._pool.shutdown(wait=True)
+
+
+def _tensors(got: Sampled) -> list[torch.Tensor]:
+    batch = got.batch
+    found = [getattr(batch, f.name) for f in fields(batch)] + [got.ref_logps, got.old_logps]
+    return [t for t in found if isinstance(t, torch.Tensor)]
+
+
+def drawn_state(drawn: Drawn) -> dict:
+    """A :class:`Drawn` as plain tensors, lists and numbers (a checkpoint's ``torch.load(weights_only=True)``
+    reads it back): the dataset rows by index."""
+    batch = drawn.got.batch
+    return {
+        "rows": [row.index for row in drawn.rows],
+        "batch": {f.name: v for f in fields(batch) if isinstance(v := getattr(batch, f.name), torch.Tensor)},
+        "prompts": list(batch.prompts),
+        "grid": [list(batch.grid.large), list(batch.grid.preview)],
+        "ref_logps": drawn.got.ref_logps,
+        "old_logps": drawn.got.old_logps,
+        "timings": dict(drawn.timings),
+    }
+
+
+def drawn_from_state(state: dict, rows, device: torch.device) -> Drawn:
+    """:func:`drawn_state`'s inverse; ``rows``: the prompt set (``rows[i]`` is dataset row ``i``)."""
+    picked = [rows[i] for i in state["rows"]]
+    if [row.index for row in picked] != state["rows"]:
+        raise ValueError("the pending rollout's dataset rows are not this prompt set's")
+    tensors = {k: v.to(device) for k, v in state["batch"].items()}
+    large, preview = (tuple(x) for x in state["grid"])
+    batch = RolloutBatch(**tensors, prompts=list(state["prompts"]), grid=GridSpec(large, preview))
+    move = lambda t: None if t is None else t.to(device)
+    got = Sampled(batch, move(state["ref_logps"]), move(state["old_logps"]))
+    return Drawn(picked, got, dict(state["timings"]), {})

@@ -18,8 +18,8 @@ from .ds import dist
 from .ds import engine as ds_engine
 from .ds.ds_config import fill_ds_config, read_ds_config, zero_stage
 from .evaluation.in_training import Evaluator
-from .experience import ExperienceMaker
-from .lifecycle import resume, storage
+from .experience import ExperienceMaker, RolloutAhead, drawn_from_state
+from .lifecycle import checkpoint, resume, storage
 from .lifecycle.background import Background
 from .lifecycle.run import RunLife, decide_start
 from .memory.startup import base_copy_placement, recorded_config, startup_plan
@@ -220,6 +220,7 @@ class TrainerStartup:
         if self.life.start.checkpoint is not None:
             self.status.phase("checkpoint")
         self.start_step, self.skipped_steps = self.life.restore(self.engine, self.prompt_order)
+        self.ahead = self._rollout_ahead()
         for maker in (self.experience, self.eval_experience):  # the samplers take the weights the run starts from
             maker.sampler.sync_weights(self.start_step)
         self.monitor = self._monitor()
@@ -228,6 +229,24 @@ class TrainerStartup:
         resumed = self.life.start.checkpoint is not None
         self.tracker = build_tracker(self.cfg, self.is_main, resume_step=self.start_step if resumed else None)
         self.status.idle()  # the startup summary follows
+
+    def _rollout_ahead(self) -> RolloutAhead | None:
+        """``rollout.one_step_off``: the background rollout, with the one a checkpoint saved drawn ahead (its
+        step then trains on what the uninterrupted run trained on)."""
+        if not self.cfg.rollout.one_step_off:
+            return None
+        ahead = RolloutAhead(self.experience, self.device)
+        path = self.life.start.checkpoint
+        state = None if path is None else checkpoint.load_ahead(path, self.rank)
+        if state is not None:
+            try:
+                ahead.pending = drawn_from_state(state, self.prompt_order.rows, self.device)
+            except (ValueError, IndexError, KeyError, TypeError) as err:
+                raise checkpoint.CheckpointError(
+                    f"{path / checkpoint.AHEAD}: the rollout drawn ahead cannot be read ({err}); resume from an "
+                    "earlier checkpoint, or remove that folder to sample this step anew"
+                ) from err
+        return ahead
 
     def _monitor(self) -> Monitor:
         """The alarms (monitor.alarms) on the evaluations when the run evaluates, else on the training steps; a

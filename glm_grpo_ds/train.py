@@ -42,6 +42,7 @@ from .ds import dist
 from .ds import engine as ds_engine
 from .ds.ds_config import DeepSpeedConfigError
 from .evaluation.in_training import eval_line, eval_summary, gallery_to_main
+from .experience import drawn_state
 from .lifecycle import checkpoint, resume
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
 from .monitoring.alarms import EXIT_ALARMS_FIRED, alarm_failure, describe
@@ -82,8 +83,8 @@ class Trainer(TrainerStartup):
     def step(self, index: int) -> dict:
         """GRPO step ``index`` (0-based; collective): experience -> global advantages -> update -> record."""
         cfg, grpo_cfg = self.cfg, self.cfg.grpo
-        seed = derive_seed(cfg.seed, "rollout", index, self.rank)  # the sampling's stream of this step on this rank
-        exp = self.experience.collect(self.prompt_order.next(), [seed], partial(decoder_seed, cfg.decoder, index))
+        drawn, overlapped = self._drawn(index)
+        exp = self.experience.finish(drawn, partial(decoder_seed, cfg.decoder, index))
         # Advantages over the global batch (identical on every rank), then this rank's share.
         all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
         advantages, all_rewards = combine_advantages(
@@ -101,6 +102,8 @@ class Trainer(TrainerStartup):
         dead = signal_free_groups(all_per_reward, grpo_cfg.group_size)
         self.prompt_order.observe(dead.tolist())
         mine = slice(self.rank * len(exp.batch), (self.rank + 1) * len(exp.batch))
+        if self.ahead is not None:  # the next rollout reads the weights the update writes
+            exp.timings["rollout_wait"] = self.ahead.wait()
         with measure(exp.timings, exp.peaks, "update", self.device):
             if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
                 stats = self._skip_undefined(index + 1, all_per_reward)
@@ -119,7 +122,27 @@ class Trainer(TrainerStartup):
             maker.sampler.sync_weights(index + 1)
         record = self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
         record.update(disagreement_fields(disagreement, grpo_cfg.disagreement_gate))
+        if self.ahead is not None:  # whether time/rollout ran beside the previous step (not on this step's path)
+            record["rollout_overlapped"] = overlapped
         return record
+
+    def _drawn(self, index: int):
+        """Step ``index``'s rollout and whether it was drawn ahead during the previous step
+        (``rollout.one_step_off``), else sampled now; one step off, the next step's is then started on the weights
+        as they are now."""
+        drawn = self.ahead.take() if self.ahead is not None else None
+        overlapped = drawn is not None
+        if drawn is None:
+            drawn = self.experience.draw(self.prompt_order.next(), [self._rollout_seed(index)])
+        # at the last step too: a checkpoint then holds the next rollout, so a resume with a larger max_steps
+        # trains on what a longer uninterrupted run would (the extra rollout hides behind the decode)
+        if self.ahead is not None:
+            self.ahead.start(self.prompt_order.next(), [self._rollout_seed(index + 1)])
+        return drawn, overlapped
+
+    def _rollout_seed(self, index: int) -> int:
+        """The sampling's stream of step ``index`` on this rank (the same whichever step samples it)."""
+        return derive_seed(self.cfg.seed, "rollout", index, self.rank)
 
     def _skip_undefined(self, step: int, all_per_reward: dict) -> dict:
         """A step whose rewards are all undefined has nothing to learn from: skip its update like a
@@ -207,6 +230,8 @@ class Trainer(TrainerStartup):
                     self.life.stop_if_asked(step + 1, signals.received, self.consecutive_skips, saved, save, alarm)
                     self._last_step_seconds = time.monotonic() - self._step_started
             finally:
+                if self.ahead is not None:
+                    self.ahead.close()
                 progress.close()
                 self.status.close()
                 self.tracker.close()
@@ -291,7 +316,8 @@ class Trainer(TrainerStartup):
 
     def save_checkpoint(self, step: int) -> Path:
         """Checkpoint ``step`` (collective; lifecycle/run.py)."""
-        return self.life.save_checkpoint(self.engine, self.prompt_order, step, self.skipped_steps)
+        pending = None if self.ahead is None or self.ahead.pending is None else drawn_state(self.ahead.pending)
+        return self.life.save_checkpoint(self.engine, self.prompt_order, step, self.skipped_steps, pending)
 
 
 # Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.

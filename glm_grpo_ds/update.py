@@ -91,8 +91,8 @@ def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> tuple[torch.Tens
     """Inside the rollout's parameter gather (the engine sampler's ``before_update``, glm_grpo_ds/rollout/
     backends.py), the teacher-forced log-probs ``(ref, old)`` the update would otherwise compute with the engine
     before its first step: ``ref`` (the LoRA policy with its adapters off, ``cfg.reference_in_rollout``) and
-    ``old`` (``grpo.num_iterations > 1``); None for what is not needed here (full fine-tuning's reference is
-    another engine, computed in the update).
+    ``old`` (``cfg.old_logprobs_in_rollout``: more than one iteration, on-policy); None for what is not needed
+    here (full fine-tuning's reference is another engine, computed in the update).
     Under ZeRO-3 every forward of the engine gathers the AR again, module by module; here the whole AR is
     already gathered for sampling, so these passes gather nothing (docs/memory-and-speed.md). The policy
     is the one that sampled and the update has not run, and the engine sampler runs this with the
@@ -103,7 +103,7 @@ def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> tuple[torch.Tens
     if cfg.reference_in_rollout:
         with policy.disable_adapter():
             ref = batched_logprobs(policy, batch, cfg, slices)
-    if cfg.grpo.num_iterations > 1:
+    if cfg.old_logprobs_in_rollout:
         old = batched_logprobs(policy, batch, cfg, slices)
     return ref, old
 

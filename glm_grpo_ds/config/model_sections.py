@@ -148,6 +148,18 @@ class RolloutConfig:
         "rollout), auto = device when the memory plan plus the copy fits the GPU, else host. Not kept under "
         "ZeRO-3 on several ranks, where the rollout's gathered weights are discarded anyway.",
     )
+    one_step_off: bool = setting(
+        False,
+        "Sample step t+1's rollout with step t's weights on a background thread (its own CUDA stream) while step t "
+        "decodes, scores and gathers its rewards (verl's one-step-off-policy; glm_grpo_ds/experience.py "
+        "RolloutAhead): the rollout hides behind the DiT decode, at most min(rollout, decode) per step (computed "
+        "~15 s of the 58 s full-size step on an H200; not yet measured). Off-policy by one update: needs "
+        "grpo.sampler_correction, which reweighs each token by pi_theta(t+1) / pi_theta(t). The first step samples "
+        "on-policy; a checkpoint keeps the pending rollout, so a resumed run samples what the uninterrupted one "
+        "would. Refused under ZeRO-3 (the rollout's gather would issue collectives beside the rewards' gather) and "
+        "with data.dead_prompt_skip_prob > 0 (step t+1's prompts are drawn before step t's dead groups are known). "
+        "Learning on the tiny world against on-policy: docs/sweep.md.",
+    )
     adapters_in_model_dtype: bool = setting(
         False,
         "LoRA: sample with the adapters cast to the model dtype (bf16) for the rollout; the trainer's passes keep "

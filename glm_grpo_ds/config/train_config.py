@@ -108,7 +108,13 @@ class TrainConfig:
     def logprobs_in_rollout(self) -> bool:
         """Teacher-forced passes inside the rollout's gather: the LoRA reference, and the old log-probs of
         ``num_iterations > 1`` (the policy has not changed since it sampled)."""
-        return self.reference_in_rollout or self.grpo.num_iterations > 1
+        return self.reference_in_rollout or self.old_logprobs_in_rollout
+
+    @property
+    def old_logprobs_in_rollout(self) -> bool:
+        """``num_iterations > 1`` on-policy: the rollout's gather computes the pre-update log-probs. One step off
+        policy, the rollout ran before the previous update: the update computes them from its own weights."""
+        return self.grpo.num_iterations > 1 and not self.rollout.one_step_off
 
     @property
     def total_optimizer_steps(self) -> int:
@@ -141,21 +147,7 @@ class TrainConfig:
             f"grpo.disagreement_gate={g.disagreement_gate} compares several rewards, but rewards has "
             f"{len(self.rewards)}: add the auxiliary rewards or set it to null",
         )
-        if self.lora is None:  # LoRA-only rollout settings: refused rather than silently ignored
-            need(
-                problems,
-                not rollout.adapters_in_model_dtype,
-                "rollout.adapters_in_model_dtype casts LoRA adapters, but this config fine-tunes the whole model "
-                "(lora: null): drop the setting",
-            )
-            for key, verb in (("merge_lora", "merges"), ("fuse_lora", "fuses")):
-                need(
-                    problems,
-                    not getattr(rollout, key),
-                    f"rollout.{key} {verb} LoRA adapters, but this config fine-tunes the whole model (lora: null), "
-                    "whose rollout already runs the plain model: drop the setting",
-                )
-        problems += rollout.problems("rollout.")
+        problems += self._rollout_problems()
         problems += self.optimizer.problems("optimizer.")
         b = self.batch
         problems += b.problems("batch.")
@@ -195,6 +187,46 @@ class TrainConfig:
             problems += self.lora.problems("lora.")
         if problems:
             raise ConfigError("\n".join(problems))
+
+    def _rollout_problems(self) -> list[str]:
+        """The rollout section's own problems, and what its settings need of the others (LoRA; one step off)."""
+        problems: list[str] = []
+        rollout = self.rollout
+        if self.lora is None:  # LoRA-only rollout settings: refused rather than silently ignored
+            need(
+                problems,
+                not rollout.adapters_in_model_dtype,
+                "rollout.adapters_in_model_dtype casts LoRA adapters, but this config fine-tunes the whole model "
+                "(lora: null): drop the setting",
+            )
+            for key, verb in (("merge_lora", "merges"), ("fuse_lora", "fuses")):
+                need(
+                    problems,
+                    not getattr(rollout, key),
+                    f"rollout.{key} {verb} LoRA adapters, but this config fine-tunes the whole model (lora: null), "
+                    "whose rollout already runs the plain model: drop the setting",
+                )
+        problems += rollout.problems("rollout.")
+        return problems + self._one_step_off_problems()
+
+    def _one_step_off_problems(self) -> list[str]:
+        """What ``rollout.one_step_off`` needs of the other sections (ZeRO-3 is refused with the DeepSpeed config:
+        ds/ds_config.py)."""
+        problems: list[str] = []
+        if self.rollout.one_step_off:
+            need(
+                problems,
+                self.grpo.sampler_correction != "none",
+                "rollout.one_step_off samples with the weights one update old: set grpo.sampler_correction (e.g. "
+                "token_truncate) so the update reweighs each token by the current policy over the sampling one",
+            )
+            need(
+                problems,
+                self.data.dead_prompt_skip_prob == 0,
+                "rollout.one_step_off draws step t+1's prompts before step t's dead groups are known: set "
+                "data.dead_prompt_skip_prob=0 or rollout.one_step_off=false",
+            )
+        return problems
 
     def _top_level_problems(self) -> list[str]:
         """The problems of the top-level keys (max_steps, save_steps, ...), one line each."""

@@ -6,6 +6,7 @@ Layout under ``output_dir/checkpoints/``::
         ds/                 DeepSpeed state of every rank (model, optimizer, scheduler)
         adapter/            the LoRA adapter in peft format, gathered from ZeRO-3 shards
         rng/rank_<r>.pt     python / numpy / torch / CUDA RNG states of each rank
+        ahead/rank_<r>.pt   rollout.one_step_off: each rank's rollout drawn for the next step, not yet trained on
         trainer_state.json  step, data position, world size, ZeRO stage, the config
     latest                  the name of the newest complete checkpoint
 
@@ -48,6 +49,7 @@ from ..runtime import log
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
+AHEAD = "ahead"
 
 
 class CheckpointError(ValueError):
@@ -244,9 +246,11 @@ def save(
     is_lora: bool,
     total_limit: int,
     later: Callable[[Callable[[], object]], None] | None = None,
+    ahead: dict | None = None,
 ) -> Path:
     """Write checkpoint ``step`` (all ranks call this) and return its final path. ``later(job)``: where
-    rank 0 runs the pruning (default: at once, after the last barrier)."""
+    rank 0 runs the pruning (default: at once, after the last barrier). ``ahead``: this rank's rollout drawn
+    ahead for the next step (tensors, lists and numbers only), written to ``ahead/rank_<r>.pt``."""
     root = Path(output_dir) / CHECKPOINTS
     final = root / step_dir_name(step)
     tmp = root / (step_dir_name(step) + ".tmp")
@@ -258,6 +262,9 @@ def save(
     (tmp / "rng").mkdir(parents=True, exist_ok=True)
     ds_io.save_ds_checkpoint(engine, tmp)
     torch.save(_rng_state(), tmp / "rng" / f"rank_{rank}.pt")
+    if ahead is not None:
+        (tmp / AHEAD).mkdir(exist_ok=True)
+        torch.save({k: _to_cpu(v) for k, v in ahead.items()}, tmp / AHEAD / f"rank_{rank}.pt")
     if is_lora:
         ds_io.save_adapter(engine, tmp / "adapter", rank)
     dist.barrier()
@@ -342,3 +349,19 @@ def load(engine, path: Path, rank: int, world_size: int, zero_stage: int, opt_cf
     if rng.is_file():
         _set_rng_state(torch.load(rng, weights_only=True))
     return state, lr
+
+
+def load_ahead(path: Path, rank: int) -> dict | None:
+    """This rank's rollout drawn ahead in checkpoint ``path`` (:func:`save`'s ``ahead``), None when it holds none
+    (a run on-policy, or one step off at its last step)."""
+    file = path / AHEAD / f"rank_{rank}.pt"
+    return torch.load(file, map_location="cpu", weights_only=True) if file.is_file() else None
+
+
+def _to_cpu(value):
+    """``value`` with every tensor in it (nested in dicts) on the CPU: a checkpoint loads on any device."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    return value

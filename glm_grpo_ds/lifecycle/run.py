@@ -108,8 +108,9 @@ class RunLife:
             )
         return int(state["step"]), int(state.get("skipped_steps", 0))
 
-    def save_checkpoint(self, engine, prompt_order, step: int, skipped_steps: int) -> Path:
-        """Checkpoint ``step`` (collective), its adapter's model card; its path."""
+    def save_checkpoint(self, engine, prompt_order, step: int, skipped_steps: int, ahead: dict | None = None) -> Path:
+        """Checkpoint ``step`` (collective), its adapter's model card; its path. ``ahead``: this rank's rollout
+        drawn ahead for the next step (``rollout.one_step_off``; glm_grpo_ds/experience.py drawn_state)."""
         state = {
             "step": step,
             "run_id": self.run_id,
@@ -122,7 +123,7 @@ class RunLife:
             "config": to_dict(self.cfg),
         }
         is_lora, limit = self.cfg.lora is not None, self.cfg.save_total_limit
-        path = checkpoint.save(engine, self.out, step, state, self.rank, is_lora, limit, later=self.later)
+        path = checkpoint.save(engine, self.out, step, state, self.rank, is_lora, limit, later=self.later, ahead=ahead)
         return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
 
     def save_final(self, engine) -> None:

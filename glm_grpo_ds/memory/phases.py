@@ -49,19 +49,29 @@ PHASES = {
 }
 
 
-def transient_phases(comp: dict[str, int]) -> dict[str, int]:
-    """Bytes of each phase's transients (:data:`PHASES`) from the components' bytes."""
+def transient_phases(comp: dict[str, int], one_step_off: bool = False) -> dict[str, int]:
+    """Bytes of each phase's transients (:data:`PHASES`) from the components' bytes. ``one_step_off``
+    (``rollout.one_step_off``): the next step's rollout runs beside this step's decode and rewards, so a phase
+    ``rollout_beside_decode`` holds the rollout's transients and the larger of the decode's and the reward's."""
     phases = {}
     for name, phase in PHASES.items():
         total = max((comp[k] for k in phase.one_at_a_time), default=0)
         for k in phase.beside:
             total += comp[k]
         phases[name] = total
+    if one_step_off:
+        phases["rollout_beside_decode"] = phases["rollout"] + max(phases["decode"], phases["reward"])
     return phases
 
 
-# measured phase (metrics.jsonl ``memory/<phase>_peak_mb``) -> the plan's transient phases it contains
-MEASURED_PHASES = {"rollout": ("rollout",), "decode": ("decode",), "reward": ("reward",), "update": ("update", "step")}
+# measured phase (metrics.jsonl ``memory/<phase>_peak_mb``) -> the plan's transient phases it contains (one step
+# off, the decode's peak is the device's while the next rollout runs beside it)
+MEASURED_PHASES = {
+    "rollout": ("rollout",),
+    "decode": ("decode", "rollout_beside_decode"),
+    "reward": ("reward",),
+    "update": ("update", "step"),
+}
 
 
 def phase_totals(planned: dict, first_step: bool = False) -> dict[str, int]:
@@ -71,6 +81,6 @@ def phase_totals(planned: dict, first_step: bool = False) -> dict[str, int]:
     persistent = sum(planned["components"][k] for k in planned["persistent"])
     lazy = planned.get("created_at_first_step", 0) if first_step else 0
     return {
-        name: persistent + max(planned["phases"][p] for p in inner) - (0 if name == "update" else lazy)
+        name: persistent + max(planned["phases"].get(p, 0) for p in inner) - (0 if name == "update" else lazy)
         for name, inner in MEASURED_PHASES.items()
     }

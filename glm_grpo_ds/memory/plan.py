@@ -152,7 +152,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
     # the merge copy keeps its place in the list; its bytes wait for the plan without it
     parts = {part.__name__: (0, "") if part is lora_merge_copy else part(s) for part in COMPONENTS}
     comp = {name: nbytes for name, (nbytes, _) in parts.items()}
-    phases = transient_phases(comp)
+    phases = transient_phases(comp, cfg.rollout.one_step_off)
     gpu = int(est.gpu_memory_gb * GIB)
     resident = sum(comp[k] for k in RESIDENT)
     in_steps = {k: v for k, v in phases.items() if k != "load"}  # a training step's phases (not the decoder's load)

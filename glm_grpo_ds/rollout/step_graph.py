@@ -58,7 +58,9 @@ class ReplayedStep:
             self.calls += 1
             return
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: with rollout.one_step_off this captures on a background thread while the main thread runs
+        # the DiT, whose allocations ("unsafe" during a capture) would otherwise invalidate this capture
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self.step()  # recorded, not run: the replay below runs this step
         self.graph = graph
         graph.replay()

@@ -114,6 +114,13 @@ def _dit_kernel_not_here(tmp):
     return ["decoder.attention=sdpa_cudnn"], message
 
 
+def _one_step_off_zero3(tmp):
+    # two threads' collectives under ZeRO-3 could interleave differently on each rank: refused at the DS config
+    message = r"zero3.json: rollout.one_step_off=true with ZeRO-3: the background rollout's parameter gathers"
+    args = ["rollout.one_step_off=true", "grpo.sampler_correction=token_truncate"]
+    return [*args, "--deepspeed", "ds_configs/zero3.json"], message
+
+
 CASES = {
     "1_malformed_jsonl": _bad_jsonl,
     "2_empty_dataset": _empty,
@@ -131,6 +138,7 @@ CASES = {
     "13_reward_field_missing": _reward_field_missing,
     "14_tokenizer_past_embedding": _tokenizer_past_embedding,
     "15_dit_kernel_not_here": _dit_kernel_not_here,
+    "16_one_step_off_under_zero3": _one_step_off_zero3,
 }
 
 

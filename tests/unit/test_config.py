@@ -286,6 +286,32 @@ def test_a_setting_the_others_make_ineffective_is_refused_in_one_line(overrides,
     load_config(None, BASE + kept + [fixes[o] for o in kept if o in fixes])
 
 
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ([], "rollout.one_step_off samples with the weights one update old: set grpo.sampler_correction"),
+        (
+            ["grpo.sampler_correction=token_truncate", "data.dead_prompt_skip_prob=0.5"],
+            "rollout.one_step_off draws step t+1's prompts before step t's dead groups are known",
+        ),
+    ],
+)
+def test_one_step_off_needs_the_sampler_correction_and_no_prompt_skipping(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, BASE + ["rollout.one_step_off=true", *overrides])
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_one_step_off_leaves_the_old_log_probs_to_the_update():
+    """One step off, the rollout's pre-update log-probs would be the previous policy's: the update computes them
+    (with more than one iteration); the reference's stay in the rollout (the reference does not move)."""
+    off = ["rollout.one_step_off=true", "grpo.sampler_correction=token_truncate", "grpo.num_iterations=2"]
+    assert load_config(None, BASE + ["grpo.beta=0", "grpo.num_iterations=2"]).logprobs_in_rollout
+    assert not load_config(None, BASE + ["grpo.beta=0", *off]).logprobs_in_rollout
+    with_ref = load_config(None, BASE + ["grpo.beta=0.04", *off])
+    assert with_ref.logprobs_in_rollout and with_ref.reference_in_rollout and not with_ref.old_logprobs_in_rollout
+
+
 def test_fused_and_merged_sampling_together_are_refused_in_one_line():
     with pytest.raises(ConfigError) as err:
         load_config(None, BASE + ["lora.r=8", "rollout.fuse_lora=true", "rollout.merge_lora=true"])

@@ -557,3 +557,28 @@ def test_fp8_covers_most_of_the_real_dit():
     # 30 blocks x (4 attention projections 4096^2 + the feed-forward 2 x 4096 x 16384): 6.04 B of the DiT's weights
     assert s.dit_fp8_weights == 30 * (4 * 4096 * 4096 + 2 * 4096 * 16384)
     assert s.dit_fp8_rows == 30 * (4 * 4096 + 16384 + 4096)
+
+
+def test_one_step_off_holds_the_rollout_and_the_decode_at_once():
+    """rollout.one_step_off: the next step's rollout runs beside this step's decode and rewards, so a phase holds
+    the rollout's transients plus the larger of the decode's and the reward's; on-policy plans lack it. The
+    measured decode peak (the device's, with the rollout beside it) is planned from it."""
+    from glm_grpo_ds.memory.phases import phase_totals
+
+    common = ("grpo.group_size=2", "batch.micro_batch_size=2", "rollout.height=64", "rollout.width=64")
+    on = plan(cfg(*common, "grpo.sampler_correction=token_truncate"), ZERO[2], EstimateConfig(num_gpus=1))
+    off = plan(
+        cfg(*common, "grpo.sampler_correction=token_truncate", "rollout.one_step_off=true"),
+        ZERO[2],
+        EstimateConfig(num_gpus=1),
+    )
+    p = off["phases"]
+    assert (
+        "rollout_beside_decode" not in on["phases"]
+        and {k: v for k, v in p.items() if k in on["phases"]} == on["phases"]
+    )
+    assert p["rollout_beside_decode"] == p["rollout"] + max(p["decode"], p["reward"]) > max(p["rollout"], p["decode"])
+    resident = sum(off["components"][k] for k in off["persistent"])
+    assert off["total_bytes"] == resident + max(v for k, v in p.items() if k != "load")
+    assert phase_totals(off)["decode"] == resident + p["rollout_beside_decode"]
+    assert phase_totals(on)["decode"] == resident + on["phases"]["decode"]

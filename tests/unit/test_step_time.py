@@ -194,3 +194,29 @@ def test_a_runs_measured_steps_per_phase_per_image_and_per_gpu_second(tmp_path, 
     assert out[3].split() == ["plan", "10.00", "37.00", "-", "5.00", "52.00", "3.250", "0.308"]
     assert out[-1] == "16 images per step and GPU" and len(out) == 6
     assert main([str(tmp_path / "nowhere")]) == 2 and "config.json" in capsys.readouterr().err
+
+
+def test_one_step_off_plans_the_rollout_beside_the_decode():
+    """rollout.one_step_off: the step is the longer of rollout and decode, plus the update (the gain's upper bound:
+    the two sharing the GPU without slowing each other); the printed line says so."""
+    serial = step_time(cfg(), 2, 1280)
+    off = step_time(cfg(ROOT / "launch/configs/glm_image_lora_zero3.yaml", "rollout.one_step_off=true",
+                        "grpo.sampler_correction=token_truncate"), 2, 1280)  # fmt: skip
+    assert (off.rollout_s, off.decode_s, off.update_s) == (serial.rollout_s, serial.decode_s, serial.update_s)
+    assert serial.total_s == pytest.approx(serial.rollout_s + serial.decode_s + serial.update_s)
+    assert off.total_s == pytest.approx(max(off.rollout_s, off.decode_s) + off.update_s)
+    assert " beside image decode " in describe(off) and "one step off" in describe(off)
+
+
+def test_measured_steps_one_step_off_count_the_wait_not_the_overlapped_rollout():
+    # step 1 sampled on-policy (its rollout on the path), step 2 took a rollout drawn beside step 1
+    base = {"time/decode": 3.0, "time/reward": 1.0, "time/update": 2.0, "time/rollout_wait": 0.5}
+    records = [
+        {"step": 1, "time/rollout": 4.0, "rollout_overlapped": False, **base},
+        {"step": 2, "time/rollout": 4.0, "rollout_overlapped": True, **base},
+        {"step": 3, "time/rollout": 4.0, "time/decode": 3.0, "time/reward": 1.0, "time/update": 2.0},  # on-policy
+    ]
+    lines = st.measured_lines(records, images=4)
+    totals = [float(line.split()[5]) for line in lines[1:4]]
+    assert totals == [10.5, 6.5, 10.0]  # 4 + 3 + 1 + 2 (+ 0.5 waited); the overlapped rollout off the path
+    assert any("one_step_off" in line for line in lines)

@@ -1,0 +1,74 @@
+"""rollout.one_step_off under real DeepSpeed (2 CPU ranks, ZeRO-2): step t+1's rollout sampled on a background
+thread with step t's weights. With weights that do not move it samples exactly what the on-policy loop samples
+(the same prompts, seeds, tokens, rewards); with learning, every step after the first trains on tokens one update
+old (the sampler-vs-trainer gap shows it), and a resume from a checkpoint, which keeps the pending rollout, is
+exact."""
+
+import pytest
+import torch
+from launching import common, launch, train_args  # noqa: E402  (tests/integration/launching.py)
+from run_files import metrics  # noqa: E402  (tests/run_files.py)
+from safetensors.torch import load_file
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # training runs on 2 ranks
+
+VOLATILE = ("time/", "_per_s", "peak_", "memory/")  # wall-clock and memory differ between runs
+OFF = ["rollout.one_step_off=true"]
+STILL = "optimizer.lr=1e-30"  # AdamW's step then rounds away in fp32: the weights never change
+
+
+def _stable(record, drop=()):
+    return {k: v for k, v in record.items() if not any(tag in k for tag in VOLATILE + tuple(drop))}
+
+
+def train(args):
+    launch(2, train_args(*args, ds_config="zero2.json"), 600, launcher=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir, data64, tmp_path_factory):
+    root = tmp_path_factory.mktemp("one_step_off")
+    extra = ["rollout.height=64", "rollout.width=64", "logging.progress_bar=false", "logging.plot=false"]
+    extra += ["grpo.sampler_correction=token_truncate"]
+    runs = {name: root / name for name in ("straight", "resumed", "still_off", "still_on")}
+
+    def run(name, *args):
+        train(common(tiny_model_dir, data64, runs[name], *extra, *args))
+
+    run("straight", *OFF, "max_steps=4")
+    run("resumed", *OFF, "max_steps=2", "save_steps=2")
+    run("resumed", *OFF, "max_steps=4", "save_steps=2", "resume_from=latest")
+    run("still_off", *OFF, "max_steps=3", STILL)
+    run("still_on", "max_steps=3", STILL)
+    return runs
+
+
+def test_unchanging_weights_sample_what_the_on_policy_loop_samples(runs):
+    off, on = metrics(runs["still_off"]), metrics(runs["still_on"])
+    assert [r["rollout_overlapped"] for r in off] == [False, True, True]  # the first step samples on-policy
+    assert all("time/rollout_wait" in r for r in off) and not any("rollout_overlapped" in r for r in on)
+    assert [r["step"] for r in off] == [r["step"] for r in on] == [1, 2, 3]
+    for x, y in zip(off, on):
+        assert _stable(x, ("rollout_overlapped",)) == _stable(y), x["step"]  # rewards, losses, gaps: all equal
+
+
+def test_later_steps_train_on_tokens_one_update_old(runs):
+    """The sampler-vs-trainer gap: ~0 at the first step (the same weights, fp32), large after (the trainer's
+    weights are one update newer), which the sampler correction's weights then move off 1."""
+    m = metrics(runs["straight"])
+    gap = [r["mismatch/logp_abs_mean"] for r in m]
+    assert gap[0] < 1e-4 and min(gap[1:]) > 100 * max(gap[0], 1e-7), gap
+    assert abs(m[0]["correction/weight_mean"] - 1) < 1e-4
+    assert any(abs(r["correction/weight_mean"] - 1) > 1e-3 for r in m[1:])
+
+
+def test_resume_with_the_pending_rollout_is_exact(runs):
+    ckpt = runs["resumed"] / "checkpoints" / "step_000002"
+    assert sorted(p.name for p in (ckpt / "ahead").iterdir()) == ["rank_0.pt", "rank_1.pt"]
+    a = load_file(runs["straight"] / "final_adapter" / "adapter_model.safetensors")
+    b = load_file(runs["resumed"] / "final_adapter" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bitwise
+    ma, mb = metrics(runs["straight"]), metrics(runs["resumed"])
+    assert [r["step"] for r in mb] == [1, 2, 3, 4] and mb[2]["rollout_overlapped"]  # step 3 took the saved rollout
+    for x, y in zip(ma, mb):
+        assert _stable(x) == _stable(y), x["step"]
