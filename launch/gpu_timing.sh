@@ -18,6 +18,8 @@
 #   MODEL=outputs/glm_image bash launch/gpu_timing.sh  # reuse a full-size model directory (built on the first run)
 #   FULL_SIZE=0 bash launch/gpu_timing.sh          # the training step on the full-size AR with the tiny DiT
 #   DIT_COMPILE=1 bash launch/gpu_timing.sh        # the training steps with the DiT's blocks compiled (decoder.compile)
+#   ONE_STEP_OFF=1 TRAIN_STEPS=3 bash launch/gpu_timing.sh  # each next rollout beside the decode (rollout.one_step_off,
+#                                                  # with grpo.sampler_correction=token_truncate); step 1 is serial
 #   DIT_TIMING=0 bash launch/gpu_timing.sh         # no DiT decode timing (glm-grpo dit-timing, on the full-size model
 #                                                  # before its training steps: compiled, cudnn, fp8, all)
 #   DIT_VARIANTS=sdpa,compiled,fp8 bash launch/gpu_timing.sh  # the DiT timing's variants (all: glm-grpo dit-timing
@@ -119,6 +121,7 @@ else  # the exact fast path: the adapter unmerged through the fused low-rank pat
   SAMPLER="rollout.fuse_lora=true rollout.compile=true rollout.compile_scope=layers rollout.cuda_graph=true"
 fi
 [ "${DIT_COMPILE:-0}" = 1 ] && DECODE="$DECODE decoder.compile=true"
+[ "${ONE_STEP_OFF:-0}" = 1 ] && SAMPLER="$SAMPLER rollout.one_step_off=true grpo.sampler_correction=token_truncate"
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
 SETTINGS="model.path=$MODEL max_steps=${TRAIN_STEPS:-2} grpo.group_size=16 $SAMPLER $DECODE ${TRAIN_OVERRIDES:-}"
 glm-grpo estimate-memory --config launch/configs/gpu_check.yaml --deepspeed "$DS_CONFIG" --num-gpus 1 --json \

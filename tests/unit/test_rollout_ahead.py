@@ -1,0 +1,77 @@
+"""rollout.one_step_off's pieces without DeepSpeed (glm_grpo_ds/experience.py): the pending rollout through a
+checkpoint file and back (what a resume trains on first), and the background thread's order of calls. The runs
+themselves: tests/integration/test_one_step_off.py."""
+
+import pytest
+import torch
+
+from glm_grpo_ds.data import PromptRow
+from glm_grpo_ds.experience import Drawn, RolloutAhead, drawn_from_state, drawn_state
+from glm_grpo_ds.lifecycle import checkpoint
+from glm_grpo_ds.rollout import GridSpec, RolloutBatch
+from glm_grpo_ds.rollout.backends import Sampled
+
+
+def _drawn(rows):
+    n, length, tokens = 4, 3, 5
+    g = torch.Generator().manual_seed(0)
+    batch = RolloutBatch(
+        prompt_ids=torch.randint(0, 50, (n, length), generator=g),
+        prompt_mask=torch.ones(n, length, dtype=torch.long),
+        completion_ids=torch.randint(0, 50, (n, tokens), generator=g),
+        completion_mask=torch.ones(n, tokens),
+        sampler_logps=-torch.rand(n, tokens, generator=g),
+        position_ids=torch.arange(length + tokens).repeat(3, n, 1),
+        prompt_index=torch.tensor([0, 0, 1, 1]),
+        prompts=["a", "a", "b", "b"],
+        grid=GridSpec((2, 2), (1, 1)),
+    )
+    return Drawn(rows, Sampled(batch, ref_logps=-torch.rand(n, tokens, generator=g)), {"rollout": 1.5}, {})
+
+
+def test_the_pending_rollout_survives_a_checkpoint_file(tmp_path):
+    rows = [PromptRow(i, f"prompt {i}") for i in range(5)]
+    drawn = _drawn([rows[3], rows[1]])
+    (tmp_path / checkpoint.AHEAD).mkdir()
+    torch.save(drawn_state(drawn), tmp_path / checkpoint.AHEAD / "rank_1.pt")
+    back = drawn_from_state(checkpoint.load_ahead(tmp_path, 1), rows, torch.device("cpu"))  # weights_only load
+    assert [r.index for r in back.rows] == [3, 1] and back.timings == {"rollout": 1.5}
+    for name in ("prompt_ids", "completion_ids", "sampler_logps", "position_ids", "prompt_index"):
+        assert torch.equal(getattr(back.got.batch, name), getattr(drawn.got.batch, name)), name
+    assert back.got.batch.prompts == ["a", "a", "b", "b"] and back.got.batch.grid == GridSpec((2, 2), (1, 1))
+    assert torch.equal(back.got.ref_logps, drawn.got.ref_logps) and back.got.old_logps is None
+    assert checkpoint.load_ahead(tmp_path, 0) is None  # no file: nothing pending, the step samples anew
+    other = [PromptRow(i + 100, f"prompt {i}") for i in range(5)]  # another prompt set at those positions
+    with pytest.raises(ValueError, match="not this prompt set's"):
+        drawn_from_state(drawn_state(drawn), other, torch.device("cpu"))
+
+
+class _Maker:
+    """Stands in for the ExperienceMaker (the thread's caller is what is tested here): records what it drew."""
+
+    def __init__(self):
+        self.calls = []
+
+    def draw(self, rows, seeds, group_size=None, status=None):
+        self.calls.append((rows, seeds))
+        if seeds == [13]:
+            raise RuntimeError("sampler failed")
+        return _drawn(rows)
+
+
+def test_the_thread_draws_what_start_asked_and_wait_hands_it_over_or_raises():
+    maker = _Maker()
+    ahead = RolloutAhead(maker, torch.device("cpu"))
+    rows = [PromptRow(0, "a"), PromptRow(1, "b")]
+    assert ahead.take() is None and ahead.wait() == 0.0  # nothing started: nothing to wait for
+    ahead.start(rows, [7])
+    with pytest.raises(RuntimeError, match="already ahead"):
+        ahead.start(rows, [8])
+    assert ahead.wait() >= 0 and maker.calls == [(rows, [7])]
+    drawn = ahead.take()
+    assert drawn.rows == rows and set(drawn.timings) == {"rollout"} and drawn.peaks == {} and ahead.take() is None
+    ahead.start(rows, [13])
+    with pytest.raises(RuntimeError, match="sampler failed"):
+        ahead.wait()
+    assert ahead.pending is None
+    ahead.close()
