@@ -36,7 +36,7 @@ import torch
 
 from .data import PromptRow
 from .ds import engine as ds_engine
-from .observability.metrics import measure, timer
+from .observability.metrics import measure
 from .observability.step_status import NO_STATUS
 from .rollout import GridSpec, RolloutBatch
 from .rollout.backends import Sampled, SamplingBackend
@@ -88,15 +88,18 @@ class ExperienceMaker:
         rows or one per row."""
         return self.finish(self.draw(rows, seeds, group_size), decode_seed, decode)
 
-    def draw(self, rows: list[PromptRow], seeds: list[int], group_size: int | None = None, status=None) -> Drawn:
+    def draw(
+        self, rows: list[PromptRow], seeds: list[int], group_size: int | None = None, status=None, measured=True
+    ) -> Drawn:
         """The rollout alone (:meth:`collect`'s first half): ``rows``' samples, not yet decoded. ``status``: the
-        step status told the tokens (default this maker's; :class:`RolloutAhead` passes none)."""
+        step status told the tokens (default this maker's); ``measured=False``: no seconds, no peak (the device's
+        synchronisation and peak reset would reach into another thread's work: :class:`RolloutAhead`)."""
         status = self.status if status is None else status
         timings: dict[str, float] = {}
         peaks: dict[str, float] = {}
         group_size = self.cfg.grpo.group_size if group_size is None else group_size
         status.phase("rollout", unit="tokens")
-        with measure(timings, peaks, "rollout", self.device):
+        with measure(timings, peaks, "rollout", self.device) if measured else contextlib.nullcontext():
             got = self.sampler.sample([row.prompt for row in rows], seeds, group_size, status.on_tokens)
         return Drawn(rows, got, timings, peaks)
 
@@ -218,13 +221,15 @@ class RolloutAhead:
         self._job = self._pool.submit(self._draw, rows, seeds, caller)
 
     def _draw(self, rows: list[PromptRow], seeds: list[int], caller) -> Drawn:
-        timings: dict[str, float] = {}
-        on_stream = contextlib.nullcontext() if caller is None else torch.cuda.stream(self._stream)
-        if caller is not None:
+        start = time.perf_counter()
+        if caller is None:
+            drawn = self.maker.draw(rows, seeds, status=NO_STATUS, measured=False)
+        else:
             self._stream.wait_stream(caller)  # the weights as the caller's stream last wrote them
-        with on_stream, timer(timings, "rollout"):
-            drawn = self.maker.draw(rows, seeds, status=NO_STATUS)
-        return Drawn(drawn.rows, drawn.got, timings, {})
+            with torch.cuda.stream(self._stream):
+                drawn = self.maker.draw(rows, seeds, status=NO_STATUS, measured=False)
+            self._stream.synchronize()  # this stream's work only: the seconds below are the rollout's, GPU included
+        return Drawn(drawn.rows, drawn.got, {"rollout": time.perf_counter() - start}, {})
 
     def wait(self) -> float:
         """Wait for the rollout started last (re-raising its error); the seconds waited. Its tensors are then the

@@ -161,7 +161,8 @@ PHASES = ("rollout", "decode", "reward", "update")  # the step's phases in metri
 
 def measured_lines(records: list[dict], images: int, planned: dict | None = None) -> list[str]:
     """A run's measured steps as a table: per step the seconds of each phase (``time/<phase>`` of metrics.jsonl),
-    the step (their sum), per image, and images per GPU-second (``images`` per rank and step over the step's
+    the step (their sum; one step off, the wait for the next rollout instead of an overlapped rollout), per image,
+    and images per GPU-second (``images`` per rank and step over the step's
     seconds: one GPU per rank); ``planned``: estimate-memory's ``step_time`` (``--json``), printed beside."""
     head = (
         f"{'step':>5}" + "".join(f"{p + ' s':>11}" for p in PHASES) + f"{'step s':>9}{'s/image':>9}{'images/GPU-s':>14}"

@@ -52,7 +52,8 @@ class _Maker:
     def __init__(self):
         self.calls = []
 
-    def draw(self, rows, seeds, group_size=None, status=None):
+    def draw(self, rows, seeds, group_size=None, status=None, measured=True):
+        assert not measured  # no device-wide synchronisation or peak reset from the thread
         self.calls.append((rows, seeds))
         if seeds == [13]:
             raise RuntimeError("sampler failed")
