@@ -106,8 +106,8 @@ class TrainConfig:
 
     @property
     def logprobs_in_rollout(self) -> bool:
-        """Teacher-forced passes inside the rollout's gather: the LoRA reference, and the old log-probs of
-        ``num_iterations > 1`` (the policy has not changed since it sampled)."""
+        """Teacher-forced passes inside the rollout's gather: the LoRA reference, and the old log-probs where the
+        rollout's weights are the update's (:attr:`old_logprobs_in_rollout`)."""
         return self.reference_in_rollout or self.old_logprobs_in_rollout
 
     @property

@@ -353,7 +353,7 @@ def load(engine, path: Path, rank: int, world_size: int, zero_stage: int, opt_cf
 
 def load_ahead(path: Path, rank: int) -> dict | None:
     """This rank's rollout drawn ahead in checkpoint ``path`` (:func:`save`'s ``ahead``), None when it holds none
-    (a run on-policy, or one step off at its last step)."""
+    (a run on-policy)."""
     file = path / AHEAD / f"rank_{rank}.pt"
     return torch.load(file, map_location="cpu", weights_only=True) if file.is_file() else None
 
