@@ -38,8 +38,11 @@ def runs(tiny_model_dir, data64, tmp_path_factory):
     run("straight", *OFF, "max_steps=4")
     run("resumed", *OFF, "max_steps=2", "save_steps=2")
     run("resumed", *OFF, "max_steps=4", "save_steps=2", "resume_from=latest")
-    run("still_off", *OFF, "max_steps=3", STILL)
-    run("still_on", "max_steps=3", STILL)
+    # two iterations and a KL term: the reference's log-probs come from the rollout's thread, the old ones from the
+    # update (one step off) where on-policy the rollout computes both
+    still = ["max_steps=3", STILL, "grpo.num_iterations=2", "grpo.beta=0.04"]
+    run("still_off", *OFF, *still)
+    run("still_on", *still)
     return runs
 
 
