@@ -221,7 +221,8 @@ def _check_combinations(zero: dict, offload_opt: bool, cfg, source: str) -> None
             "keep fp32 optimizer states on the CPU, not 8-bit ones; use optimizer.name=adamw (DeepSpeed CPU Adam) "
             "with offload, or drop offload_optimizer to keep the 8-bit optimizer"
         )
-    if zero.get("stage", 0) == 3 and cfg.rollout.one_step_off:
+    zero3 = zero.get("stage", 0) == 3
+    if zero3 and cfg.rollout.one_step_off:
         # the rollout's parameter gathers are collectives: from a second thread, beside the main thread's gather of
         # the rewards, the ranks could issue them in different orders (a hang)
         raise DeepSpeedConfigError(
@@ -229,7 +230,7 @@ def _check_combinations(zero: dict, offload_opt: bool, cfg, source: str) -> None
             "the rewards' gather on the main thread; use a ZeRO-1/2 config (ds_configs/zero2.json) or "
             "rollout.one_step_off=false"
         )
-    sharded_rollout = zero.get("stage", 0) == 3 and not cfg.rollout.gather_parameters
+    sharded_rollout = zero3 and not cfg.rollout.gather_parameters
     why = {  # what a rollout with ZeRO-3's per-module parameter fetches cannot do
         "compile": "fetches each module's parameters in hooks that torch.compile cannot trace",
         "cuda_graph": "fetches each module's parameters in hooks, with host work a CUDA graph cannot capture",

@@ -264,7 +264,7 @@ def save(
     torch.save(_rng_state(), tmp / "rng" / f"rank_{rank}.pt")
     if ahead is not None:
         (tmp / AHEAD).mkdir(exist_ok=True)
-        torch.save({k: _to_cpu(v) for k, v in ahead.items()}, tmp / AHEAD / f"rank_{rank}.pt")
+        torch.save(ahead, tmp / AHEAD / f"rank_{rank}.pt")  # device tensors: load_ahead maps them to the CPU
     if is_lora:
         ds_io.save_adapter(engine, tmp / "adapter", rank)
     dist.barrier()
@@ -356,12 +356,3 @@ def load_ahead(path: Path, rank: int) -> dict | None:
     (a run on-policy)."""
     file = path / AHEAD / f"rank_{rank}.pt"
     return torch.load(file, map_location="cpu", weights_only=True) if file.is_file() else None
-
-
-def _to_cpu(value):
-    """``value`` with every tensor in it (nested in dicts) on the CPU: a checkpoint loads on any device."""
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    return value

@@ -172,19 +172,18 @@ def measured_lines(records: list[dict], images: int, planned: dict | None = None
         phases = "".join(f"{'-':>11}" if s is None else f"{s:>11.2f}" for s in seconds)
         return f"{label:>5}{phases}{total:>9.2f}{total / images:>9.3f}{images / total:>14.3f}"
 
-    lines, overlapped = [head], False
+    lines = [head]
     for r in records:
         seconds = [float(r.get(f"time/{p}", 0.0)) for p in PHASES]
         # rollout.one_step_off: a rollout drawn beside the previous step is off this step's path; the wait for the
         # next one (after the rewards, before the update) is on it
         total = sum(seconds[1:]) + float(r.get("time/rollout_wait", 0.0))
         total += 0.0 if r.get("rollout_overlapped") else seconds[0]
-        overlapped = overlapped or bool(r.get("rollout_overlapped"))
         lines.append(row(r["step"], seconds, total))
     if planned:
         lines.append(row("plan", [planned.get(f"{p}_s") for p in PHASES], planned["total_s"]))
         lines.append(f"plan: glm-grpo estimate-memory's planned time on {CARD} (no reward counted)")
-    if overlapped:
+    if any(r.get("rollout_overlapped") for r in records):
         lines.append("rollout.one_step_off: rollouts ran beside the previous step; step s = the rest + the wait")
     lines.append(f"{images} images per step and GPU")
     return lines
