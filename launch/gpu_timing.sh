@@ -20,6 +20,8 @@
 #   DIT_COMPILE=1 bash launch/gpu_timing.sh        # the training steps with the DiT's blocks compiled (decoder.compile)
 #   ONE_STEP_OFF=1 TRAIN_STEPS=3 bash launch/gpu_timing.sh  # each next rollout beside the decode (rollout.one_step_off,
 #                                                  # with grpo.sampler_correction=token_truncate); step 1 is serial
+#   ONE_STEP_OFF=both bash launch/gpu_timing.sh    # the training steps serial (train/), then one step off
+#                                                  # (train_one_step_off/), then the two compared on their steady steps
 #   DIT_TIMING=0 bash launch/gpu_timing.sh         # no DiT decode timing (glm-grpo dit-timing, on the full-size model
 #                                                  # before its training steps: compiled, cudnn, fp8, all)
 #   DIT_VARIANTS=sdpa,compiled,fp8 bash launch/gpu_timing.sh  # the DiT timing's variants (all: glm-grpo dit-timing
@@ -29,7 +31,8 @@
 #                                                      # bf16, N steps each (benchmarks/merge_drift.py; ~5-8 min more)
 # Arguments go to every glm-grpo decode-timing run (the rows loop sets its own --group-size and --variants).
 # Writes OUT (default outputs/gpu_timing): decode_timing.json, decode_timing_rows_N.json, dit_timing.json,
-# estimate.json, train/, glm_image/ (the full-size model, 34 GB: delete it after, or keep it for MODEL=).
+# estimate_train.json, train/ (ONE_STEP_OFF=both: estimate_train_one_step_off.json, train_one_step_off/ too),
+# glm_image/ (the full-size model, 34 GB: delete it after, or keep it for MODEL=).
 # Also runs on a CPU in its reduced form (the tests do: tests/integration/test_fast_rollout.py):
 #   TRAIN_STEP=0 ROWS=2,4 ROW_VARIANTS=graph bash launch/gpu_timing.sh --tiny --steps 8 --group-size 4 --size 256
 set -euo pipefail
@@ -44,6 +47,11 @@ for n in "${row_list[@]}"; do
     exit 2
   }
 done
+ONE_STEP_OFF=${ONE_STEP_OFF:-0}
+[[ "$ONE_STEP_OFF" =~ ^(0|1|both)$ ]] || {
+  echo "gpu_timing.sh: ONE_STEP_OFF=$ONE_STEP_OFF: give 0 (serial steps), 1 (one step off) or both (the two, compared)" >&2
+  exit 2
+}
 MERGE_DRIFT_STEPS=${MERGE_DRIFT_STEPS:-0}
 [[ "$MERGE_DRIFT_STEPS" =~ ^[0-9]+$ ]] || {
   echo "gpu_timing.sh: MERGE_DRIFT_STEPS=$MERGE_DRIFT_STEPS is not a number of steps; give e.g. MERGE_DRIFT_STEPS=50" >&2
@@ -121,13 +129,24 @@ else  # the exact fast path: the adapter unmerged through the fused low-rank pat
   SAMPLER="rollout.fuse_lora=true rollout.compile=true rollout.compile_scope=layers rollout.cuda_graph=true"
 fi
 [ "${DIT_COMPILE:-0}" = 1 ] && DECODE="$DECODE decoder.compile=true"
-[ "${ONE_STEP_OFF:-0}" = 1 ] && SAMPLER="$SAMPLER rollout.one_step_off=true grpo.sampler_correction=token_truncate"
+OFF="rollout.one_step_off=true grpo.sampler_correction=token_truncate"  # the next rollout beside this step's decode
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
-SETTINGS="model.path=$MODEL max_steps=${TRAIN_STEPS:-2} grpo.group_size=16 $SAMPLER $DECODE ${TRAIN_OVERRIDES:-}"
-glm-grpo estimate-memory --config launch/configs/gpu_check.yaml --deepspeed "$DS_CONFIG" --num-gpus 1 --json \
-  --allow-over-budget $SETTINGS > "$OUT/estimate.json"
 MASTER_PORT=${MASTER_PORT:-$(python -m glm_grpo_ds.runtime.ports 29500 --for launch/gpu_timing.sh)}  # 29500 unless taken
-deepspeed --num_gpus 1 --master_port "$MASTER_PORT" --module glm_grpo_ds.train --config launch/configs/gpu_check.yaml \
-  --deepspeed "$DS_CONFIG" output_dir="$OUT/train" overwrite_output_dir=true $SETTINGS
-echo "training steps on this GPU (the first one compiles and captures; the plan: glm-grpo estimate-memory):"
-python -m glm_grpo_ds.memory.step_time "$OUT/train" "$OUT/estimate.json"
+train_steps() {  # $1: the run's directory under OUT; $2: extra settings. Planned, run, then its steps printed
+  local settings="model.path=$MODEL max_steps=${TRAIN_STEPS:-2} grpo.group_size=16 $SAMPLER $DECODE $2 ${TRAIN_OVERRIDES:-}"
+  glm-grpo estimate-memory --config launch/configs/gpu_check.yaml --deepspeed "$DS_CONFIG" --num-gpus 1 --json \
+    --allow-over-budget $settings > "$OUT/estimate_$1.json"
+  deepspeed --num_gpus 1 --master_port "$MASTER_PORT" --module glm_grpo_ds.train --config launch/configs/gpu_check.yaml \
+    --deepspeed "$DS_CONFIG" output_dir="$OUT/$1" overwrite_output_dir=true $settings
+  echo "training steps on this GPU, $1 (the first one compiles and captures; the plan: glm-grpo estimate-memory):"
+  python -m glm_grpo_ds.memory.step_time "$OUT/$1" "$OUT/estimate_$1.json"
+}
+case "$ONE_STEP_OFF" in
+  0) train_steps train "" ;;
+  1) train_steps train "$OFF" ;;
+  both)
+    train_steps train ""
+    train_steps train_one_step_off "$OFF"
+    python -m glm_grpo_ds.memory.step_time --compare "$OUT/train" "$OUT/train_one_step_off"
+    ;;
+esac

@@ -159,6 +159,14 @@ def describe(t: StepTime) -> str:
 PHASES = ("rollout", "decode", "reward", "update")  # the step's phases in metrics.jsonl's time/*, in order
 
 
+def step_seconds(record: dict) -> float:
+    """A measured step's seconds on its path: its phases' sum; one step off (``rollout_overlapped``), the wait for
+    the next rollout (after the rewards, before the update) instead of its rollout, drawn beside the previous step."""
+    seconds = {p: float(record.get(f"time/{p}", 0.0)) for p in PHASES}
+    total = sum(seconds.values()) + float(record.get("time/rollout_wait", 0.0))
+    return total - (seconds["rollout"] if record.get("rollout_overlapped") else 0.0)
+
+
 def measured_lines(records: list[dict], images: int, planned: dict | None = None) -> list[str]:
     """A run's measured steps as a table: per step the seconds of each phase (``time/<phase>`` of metrics.jsonl),
     the step (their sum; one step off, the wait for the next rollout instead of an overlapped rollout), per image,
@@ -174,12 +182,7 @@ def measured_lines(records: list[dict], images: int, planned: dict | None = None
 
     lines = [head]
     for r in records:
-        seconds = [float(r.get(f"time/{p}", 0.0)) for p in PHASES]
-        # rollout.one_step_off: a rollout drawn beside the previous step is off this step's path; the wait for the
-        # next one (after the rewards, before the update) is on it
-        total = sum(seconds[1:]) + float(r.get("time/rollout_wait", 0.0))
-        total += 0.0 if r.get("rollout_overlapped") else seconds[0]
-        lines.append(row(r["step"], seconds, total))
+        lines.append(row(r["step"], [float(r.get(f"time/{p}", 0.0)) for p in PHASES], step_seconds(r)))
     if planned:
         lines.append(row("plan", [planned.get(f"{p}_s") for p in PHASES], planned["total_s"]))
         lines.append(f"plan: glm-grpo estimate-memory's planned time on {CARD} (no reward counted)")
@@ -189,27 +192,96 @@ def measured_lines(records: list[dict], images: int, planned: dict | None = None
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m glm_grpo_ds.memory.step_time RUN_DIR [PLAN.json]``: the run's steps measured (and planned)."""
-    import json
-    import sys
+def compared_lines(serial: list[dict], off: list[dict], images: int) -> list[str]:
+    """A serial run and a ``rollout.one_step_off`` run of the same settings, compared on their steady steps: the
+    serial run's after its first (which compiles and captures) and the other's overlapped ones (its first is serial).
+    Per run the mean step and phases, images per GPU-second, and how much the rollout and the decode slowed each
+    other beside each other (their mean seconds against the serial run's). ValueError when a run has no such step."""
+    if any(r.get("rollout_overlapped") for r in serial):
+        raise ValueError("the first run drew rollouts one step off: give the serial run first, then the other")
+    steady = {"serial": serial[1:], "one step off": [r for r in off if r.get("rollout_overlapped")]}
+    for name, records in steady.items():
+        if not records:
+            raise ValueError(f"the {name} run has no step to compare: give each run 2 steps or more (TRAIN_STEPS=2)")
+
+    def mean(name: str, key: str) -> float:
+        return sum(float(r.get(key, 0.0)) for r in steady[name]) / len(steady[name])
+
+    lines = ["serial vs one step off, steady steps (serial: after the first; one step off: the overlapped ones):"]
+    step = {}
+    for name, parts in (("serial", PHASES), ("one step off", ("decode", "reward", "rollout_wait", "update"))):
+        step[name] = sum(step_seconds(r) for r in steady[name]) / len(steady[name])
+        split = " + ".join(f"{p.replace('rollout_wait', 'wait')} {mean(name, f'time/{p}'):.2f}" for p in parts)
+        lines.append(
+            f"  {name + ':':<14}step {step[name]:7.2f} s = {split}; {images / step[name]:.3f} images/GPU-s "
+            f"(mean of {len(steady[name])})"
+        )
+    slowed = {p: mean("one step off", f"time/{p}") / mean("serial", f"time/{p}") for p in ("rollout", "decode")}
+    lines.append(
+        f"  one step off makes {step['serial'] / step['one step off']:.2f}x the serial run's images per GPU-second; "
+        f"beside each other the rollout took {slowed['rollout']:.2f}x its serial seconds, the decode "
+        f"{slowed['decode']:.2f}x"
+    )
+    return lines
+
+
+def _load(path: str, read):
+    """``read(Path(path))``, its errors (a file missing, not JSON, a key absent) as one ValueError naming ``path``."""
     from pathlib import Path
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (1, 2):
-        print("usage: python -m glm_grpo_ds.memory.step_time RUN_DIR [ESTIMATE.json]", file=sys.stderr)
-        return 2
-    run = Path(args[0])
     try:
-        cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))["train"]
-        lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-        planned = json.loads(Path(args[1]).read_text(encoding="utf-8"))["step_time"] if len(args) == 2 else None
+        return read(Path(path))
     except (OSError, KeyError, ValueError) as err:
-        print(f"step_time: {run}: {err}", file=sys.stderr)
-        return 2
+        raise ValueError(f"{path}: {type(err).__name__}: {err}") from None
+
+
+def _run(run) -> tuple[list[dict], int]:
+    """A run directory's timed steps (metrics.jsonl records with ``time/rollout``) and its images per step and rank."""
+    import json
+
+    cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))["train"]
+    lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     records = [r for r in map(json.loads, lines) if "time/rollout" in r]
-    images = cfg["grpo"]["group_size"] * cfg["batch"]["prompts_per_rank"]
-    print("\n".join(measured_lines(records, images, planned)))
+    return records, cfg["grpo"]["group_size"] * cfg["batch"]["prompts_per_rank"]
+
+
+def _plan(path) -> dict:
+    import json
+
+    return json.loads(path.read_text(encoding="utf-8"))["step_time"]
+
+
+USAGE = (
+    "usage: python -m glm_grpo_ds.memory.step_time RUN_DIR [ESTIMATE.json]\n"
+    "       python -m glm_grpo_ds.memory.step_time --compare SERIAL_RUN_DIR ONE_STEP_OFF_RUN_DIR"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m glm_grpo_ds.memory.step_time RUN_DIR [ESTIMATE.json]``: the run's steps measured (and planned,
+    from estimate-memory's ``--json``); ``--compare SERIAL_RUN ONE_STEP_OFF_RUN``: the two runs' steady steps
+    compared (:func:`compared_lines`). Bad input: one line on stderr, exit 2."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    compare = args[:1] == ["--compare"]
+    if len(args) not in ((3,) if compare else (1, 2)):
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        if compare:
+            (serial, images), (off, other) = _load(args[1], _run), _load(args[2], _run)
+            if images != other:
+                raise ValueError(f"{args[1]} makes {images} images a step and rank, {args[2]} {other}: compare two "
+                                 "runs of the same settings")  # fmt: skip
+            lines = compared_lines(serial, off, images)
+        else:
+            records, images = _load(args[0], _run)
+            lines = measured_lines(records, images, _load(args[1], _plan) if len(args) == 2 else None)
+    except ValueError as err:
+        print(f"step_time: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
     return 0
 
 

@@ -75,3 +75,46 @@ def test_resume_with_the_pending_rollout_is_exact(runs):
     assert [r["step"] for r in mb] == [1, 2, 3, 4] and mb[2]["rollout_overlapped"]  # step 3 took the saved rollout
     for x, y in zip(ma, mb):
         assert _stable(x) == _stable(y), x["step"]
+
+
+def test_the_gpu_timing_script_compares_serial_and_one_step_off_steps_in_its_cpu_form(tiny_model_dir, tmp_path):
+    """``ONE_STEP_OFF=both bash launch/gpu_timing.sh`` (issue #52's GPU check) on one CPU rank, reduced: the training
+    steps serial, then one step off, each printed with its plan, then the two compared on their steady steps."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from glm_grpo_ds.runtime.ports import free_port
+
+    overrides = "rollout.height=64 rollout.width=64 grpo.group_size=4 decoder.num_inference_steps=1"
+    env = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        HF_HUB_OFFLINE="1",
+        DS_ACCELERATOR="cpu",
+        MASTER_PORT=str(free_port()),
+        OUT=str(tmp_path),
+        FULL_SIZE="0",  # the tiny model as MODEL; on a GPU, GLM-Image at its full size
+        MODEL=str(tiny_model_dir),
+        DECODE_TIMING="0",
+        MERGED="1",  # the exact sampler compiles its layers: minutes on a CPU
+        ONE_STEP_OFF="both",
+        TRAIN_OVERRIDES=overrides,
+    )
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        ["bash", "launch/gpu_timing.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    serial, off = metrics(tmp_path / "train"), metrics(tmp_path / "train_one_step_off")
+    assert [r.get("rollout_overlapped", False) for r in serial if "time/rollout" in r] == [False, False]
+    assert [r["rollout_overlapped"] for r in off if "time/rollout" in r] == [False, True]
+    for name in ("train", "train_one_step_off"):
+        assert json.loads((tmp_path / f"estimate_{name}.json").read_text())["step_time"]["total_s"] > 0
+        assert f"training steps on this GPU, {name} (the first one" in proc.stdout
+    tail = proc.stdout.splitlines()[-4:]
+    assert tail[0].startswith("serial vs one step off, steady steps")
+    assert tail[1].split()[:2] == ["serial:", "step"] and tail[2].split()[:4] == ["one", "step", "off:", "step"]
+    assert "x the serial run's images per GPU-second" in tail[3]

@@ -171,6 +171,7 @@ def test_gpu_check_refuses_a_bad_num_gpus(tmp_path):
     [
         ({"ROWS": "16,many"}, "gpu_timing.sh: ROWS=16,many: many is not a number of rows; give e.g. ROWS=16,64"),
         ({"MERGE_DRIFT_STEPS": "fifty"}, "gpu_timing.sh: MERGE_DRIFT_STEPS=fifty is not a number of steps; give e.g."),
+        ({"ONE_STEP_OFF": "yes"}, "gpu_timing.sh: ONE_STEP_OFF=yes: give 0 (serial steps), 1 (one step off) or both"),
     ],
 )
 def test_gpu_timing_refuses_a_bad_setting_before_it_runs_or_writes_anything(tmp_path, env, line):

@@ -220,3 +220,54 @@ def test_measured_steps_one_step_off_count_the_wait_not_the_overlapped_rollout()
     totals = [float(line.split()[5]) for line in lines[1:4]]
     assert totals == [10.5, 6.5, 10.0]  # 4 + 3 + 1 + 2 (+ 0.5 waited); the overlapped rollout off the path
     assert any("one_step_off" in line for line in lines)
+
+
+def _run_dir(path, records, group_size=16):
+    import json
+
+    path.mkdir()
+    (path / "config.json").write_text(
+        json.dumps({"train": {"grpo": {"group_size": group_size}, "batch": {"prompts_per_rank": 1}}})
+    )
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def test_a_serial_and_a_one_step_off_run_compare_on_their_steady_steps(tmp_path, capsys):
+    """launch/gpu_timing.sh ONE_STEP_OFF=both: the serial run's steps after its first, the other's overlapped ones;
+    the steps' means, images per GPU-second, and how much the rollout and the decode slowed each other. By hand."""
+    first = {"step": 1, "time/rollout": 20.0, "time/decode": 37.0, "time/reward": 0.4, "time/update": 6.6}
+    serial = [
+        first,
+        {"step": 2, "time/rollout": 15.4, "time/decode": 37.0, "time/reward": 0.4, "time/update": 5.6},
+        {"step": 3, "time/rollout": 15.6, "time/decode": 37.0, "time/reward": 0.4, "time/update": 5.4},
+    ]
+    beside = {"time/rollout": 17.05, "time/decode": 40.7, "time/reward": 0.4, "rollout_overlapped": True}
+    off = [
+        {**first, "rollout_overlapped": False, "time/rollout_wait": 0.0},
+        {"step": 2, **beside, "time/rollout_wait": 0.0, "time/update": 5.6},
+        {"step": 3, **beside, "time/rollout_wait": 0.2, "time/update": 5.4},
+    ]
+    lines = st.compared_lines(serial, off, images=16)
+    # serial: 15.5 + 37 + 0.4 + 5.5 = 58.4 s, 16 / 58.4 = 0.274 images a second; one step off: 40.7 + 0.4 + 0.1 +
+    # 5.5 = 46.7 s (its rollouts beside the decodes), 0.343; 58.4 / 46.7 = 1.25; 17.05 / 15.5 = 40.7 / 37 = 1.10
+    assert lines[1] == (
+        "  serial:       step   58.40 s = rollout 15.50 + decode 37.00 + reward 0.40 + update 5.50; "
+        "0.274 images/GPU-s (mean of 2)"
+    )
+    assert lines[2].split()[:6] == ["one", "step", "off:", "step", "46.70", "s"]
+    assert "wait 0.10 + update 5.50; 0.343 images/GPU-s (mean of 2)" in lines[2]
+    assert "1.25x the serial run's images per GPU-second" in lines[3]
+    assert "the rollout took 1.10x its serial seconds, the decode 1.10x" in lines[3]
+
+    a, b = _run_dir(tmp_path / "serial", serial), _run_dir(tmp_path / "off", off)
+    assert st.main(["--compare", a, b]) == 0 and capsys.readouterr().out.splitlines() == lines
+    assert st.main(["--compare", b, a]) == 2
+    assert capsys.readouterr().err.startswith("step_time: the first run drew rollouts one step off: give the serial")
+    assert st.main(["--compare", a, _run_dir(tmp_path / "short", serial[:1])]) == 2
+    assert "the one step off run has no step to compare: give each run 2 steps" in capsys.readouterr().err
+    assert st.main(["--compare", a, _run_dir(tmp_path / "g8", off, group_size=8)]) == 2
+    assert "makes 16 images a step and rank" in capsys.readouterr().err
+    assert st.main(["--compare", a]) == 2 and "--compare SERIAL_RUN_DIR" in capsys.readouterr().err
+    assert st.main(["--compare", a, str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.startswith(f"step_time: {tmp_path / 'nowhere'}: FileNotFoundError")
