@@ -115,6 +115,15 @@ def decode_step_ms(variant: tuple[str, bool], rows: int, slots: int = MEASURED_S
     return measured - roofline_ms(MEASURED_ROWS, MEASURED_SLOTS) + roofline_ms(rows, slots)
 
 
+def _unmeasured_decoder(d) -> str:
+    """The clause the decode's part gains where the config's DiT runs options no GPU has timed yet (the figure is the
+    eager sdpa decode's; benchmarks/dit_roofline.py computes what they could save)."""
+    options = [
+        f"decoder.{k}" for k, on in (("compile", d.compile), ("fp8", d.fp8), ("attention", d.attention != "sdpa")) if on
+    ]
+    return f", {' + '.join(options)}: not yet measured, counted as the eager sdpa decode" if options else ""
+
+
 def step_time(cfg, zero_stage: int, tokens: int, prompt_tokens: int = 128) -> StepTime:
     """The planned time of one step of ``cfg`` at ``zero_stage``; ``tokens``: generated tokens per image;
     ``prompt_tokens``: the longest prompt, as the memory plan's KV cache counts it (its default, 128)."""
@@ -132,7 +141,7 @@ def step_time(cfg, zero_stage: int, tokens: int, prompt_tokens: int = 128) -> St
         + (", fused: not yet measured, at most this" if cfg.rollout.fuse_lora and not variant[1] else "")
         + ("" if rows == MEASURED_ROWS else f" at {rows} rows (computed from the {MEASURED_ROWS}-row measurement)"),
         "decode": f"{rows} images x {steps + guided} DiT forwards ({steps} steps, {guided} guided) x "
-        f"{per_forward:.4f} s",
+        f"{per_forward:.4f} s" + _unmeasured_decoder(d),
     }
     update_s = None
     if cfg.lora is not None:

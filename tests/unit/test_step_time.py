@@ -36,6 +36,14 @@ def test_decode_is_images_x_steps_x_the_guided_image_step_scaled_by_latent_token
         early.decode_s == pytest.approx(16 * 40 * 0.289 / 2)
         and "40 DiT forwards (30 steps, 10 guided)" in (early.parts["decode"])
     )
+    assert "not yet measured" not in t.parts["decode"]
+    fast = step_time(
+        cfg("launch/configs/glm_image_lora_zero3.yaml", "decoder.compile=true", "decoder.fp8=true"), 2, 1280
+    )
+    assert fast.decode_s == t.decode_s  # the DiT's options no GPU has timed: the eager figure, and the line says so
+    assert fast.parts["decode"].endswith(
+        ", decoder.compile + decoder.fp8: not yet measured, counted as the eager sdpa decode"
+    )
     # 16 rows over 128 + 320 cache slots instead of the measured 1 408: 16 x 960 slots x 40 960 B less KV to read
     assert small.rollout_s == pytest.approx(320 * (19.3 - 16 * 960 * 40960 / 4.8e9) / 1000)
 
