@@ -34,11 +34,11 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
 from glm_grpo_ds.commands.decode_counters import METADATA_OPS, _is_view
-from glm_grpo_ds.memory.step_time import CARD_BYTES_PER_S, CARD_FLOPS
+from glm_grpo_ds.memory.sizes import BUILTIN_DIT
+from glm_grpo_ds.memory.step_time import CARD, CARD_BYTES_PER_S, CARD_FLOPS
+from glm_grpo_ds.memory.step_time import GUIDED_IMAGE_STEP_S as MEASURED_S  # eager sdpa, batch 8, 1024², the H200
 
-CARD = "one H200"
 FP8_FLOPS = 1979e12  # the H200's dense FP8 peak (twice its bf16 one)
-MEASURED_S = 0.289  # s per guided image-step, eager sdpa, batch 8, 1024², H200 (issue #52's table)
 ATTENTION = "attention"
 MATMULS = frozenset({"mm", "addmm", "bmm", "_scaled_mm"})
 
@@ -112,7 +112,6 @@ def count_block(batch: int = 8, size: int = 1024, glyph: int = 16, fp8: bool = F
     from diffusers.models.transformers.transformer_glm_image import GlmImageTransformerBlock
 
     from glm_grpo_ds.decoder.fp8 import to_fp8
-    from glm_grpo_ds.memory.sizes import BUILTIN_DIT
 
     dims = dims or {"heads": BUILTIN_DIT["num_attention_heads"], "head_dim": BUILTIN_DIT["attention_head_dim"]}
     heads, head_dim, time_dim = dims["heads"], dims["head_dim"], dims.get("time_embed_dim", 512)
@@ -133,7 +132,9 @@ def count_block(batch: int = 8, size: int = 1024, glyph: int = 16, fp8: bool = F
     return counts
 
 
-def report(counts: Counts, batch: int, layers: int = 30, measured_s: float | None = MEASURED_S) -> list[str]:
+def report(
+    counts: Counts, batch: int, layers: int = BUILTIN_DIT["num_layers"], measured_s: float | None = MEASURED_S
+) -> list[str]:
     """The table per operator (per guided image-step: ``layers`` blocks x 2 forwards / ``batch``) and the totals."""
     per_step = layers * 2 / batch
     ms = {name: 1e3 * s * per_step for name, s in counts.floor_s.items()}
