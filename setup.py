@@ -73,7 +73,7 @@ setup(
     install_requires=REQUIRES,
     extras_require={
         "tested": tested(REQUIRES),  # the tested top of every dependency: exactly constraints.txt's versions
-        "flash": ["flash-attn>=2.7"],  # GPU only; sdpa is used without it
+        "flash": ["flash-attn>=2.7"],  # GPU only, sdpa without it; builds with --no-build-isolation (docs/install.md)
         "ocr": ["rapidocr-onnxruntime>=1.4.4", "rapidfuzz>=3.14.6"],
         # logging.report_to: [tensorboard, wandb] (accelerate's trackers); the other trackers accelerate supports
         # (mlflow, trackio, comet_ml, clearml, dvclive, swanlab, aim) are installed by their own package names

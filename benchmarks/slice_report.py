@@ -68,7 +68,7 @@ class ReportConfig:
     size: int = 1024  # image height = width
     group_size: int = 2  # rows of the log-prob and speed measurements
     repeats: int = 1  # rollout-vs-pipeline repeats (median)
-    config: str = str(ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml")  # LoRA, checkpointing, guidance
+    config: str = str(ROOT / "launch" / "configs" / "glm_image_lora.yaml")  # LoRA, checkpointing, guidance
     out: str = "outputs/slice_report.json"
     seed: int = 0
 

@@ -23,7 +23,7 @@ from .lifecycle import checkpoint, resume, storage
 from .lifecycle.background import Background
 from .lifecycle.run import RunLife, decide_start
 from .memory.startup import base_copy_placement, recorded_config, startup_plan
-from .model.adapters import check_init_adapter
+from .model.adapters import check_init_adapter, check_target_modules, text_layer_linear_names
 from .model.glm_image import load_processor, read_ar_config, resolve_attn, resolve_dtype, resolve_sampling
 from .model.policy import load_policy, load_reference
 from .model.source import check_local_model, resolve_for_training
@@ -33,6 +33,8 @@ from .observability.metrics import first_record
 from .observability.step_status import NO_STATUS, for_rank
 from .observability.summary import print_startup_summary
 from .observability.tracking import build_tracker
+from .observability.watchdog import for_run as watchdog_for_run
+from .observability.watchdog import watched
 from .rewards import build_rewards, check_reward_inputs, check_reward_specs
 from .rollout.backends import EngineSampler
 from .rollout.merged_lora import BaseCopy
@@ -139,7 +141,10 @@ class TrainerStartup:
         check_token_ids(self.processor, rows_in_ar, self.model_source.path, rows, "data.train_file", **size)
         if eval_rows:
             check_token_ids(self.processor, rows_in_ar, self.model_source.path, eval_rows, "eval.file", **size)
-        hidden = read_ar_config(self.model_source.path)["text_config"]["hidden_size"]
+        text_config = read_ar_config(self.model_source.path)["text_config"]
+        if cfg.lora is not None:  # peft would drop a name that matches nothing, silently
+            check_target_modules(cfg.lora.target_modules, text_layer_linear_names(text_config))
+        hidden = text_config["hidden_size"]
         self.ds_config = fill_ds_config(self.ds_config_raw, cfg, self.world, hidden, self.dtype, ds_config_path)
         return rows
 
@@ -207,9 +212,14 @@ class TrainerStartup:
         # then gather nothing more); the evaluation's samples only
         before = partial(logprobs_before_update, cfg=cfg) if cfg.logprobs_in_rollout else None
         sampler = EngineSampler(self.engine, self.processor, cfg, self.device, before, base_copy=self.base_copy)
-        self.experience = ExperienceMaker(sampler, decoder, self.reward_fn, cfg, self.device, self.status)
+        # every rank's hang reports (observability/watchdog.py): the step status's phases reach it (an evaluation's
+        # under names of their own), its thread runs during the loop (Trainer.train)
+        self.watchdog = watchdog_for_run(cfg.logging, self.rank, cfg.dist_timeout_minutes)
+        self.step_status = watched(self.status, self.watchdog)
+        self.experience = ExperienceMaker(sampler, decoder, self.reward_fn, cfg, self.device, self.step_status)
         eval_sampler = EngineSampler(self.engine, self.processor, cfg, self.device, base_copy=self.base_copy)
-        self.eval_experience = ExperienceMaker(eval_sampler, decoder, self.reward_fn, cfg, self.device, self.status)
+        eval_status = watched(self.status, self.watchdog, "eval ")
+        self.eval_experience = ExperienceMaker(eval_sampler, decoder, self.reward_fn, cfg, self.device, eval_status)
         return model
 
     def _resume(self) -> None:

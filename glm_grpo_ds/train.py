@@ -1,7 +1,8 @@
 """GRPO training of the GLM-Image AR policy with DeepSpeed.
 
     deepspeed --num_gpus 8 --module glm_grpo_ds.train --config configs/glm_image_lora.yaml \
-        --deepspeed ds_configs/zero3.json [key=value ...]
+        --deepspeed ds_configs/zero2.json [key=value ...]
+    python -m glm_grpo_ds.train --check --config ... --deepspeed ... --num-gpus 8   # checked, not run (preflight.py)
     python -m glm_grpo_ds.train --config configs/tiny_cpu.yaml --deepspeed ds_configs/zero2.json   # one process
 
 One step: each rank samples G token grids for its prompts (rollout) -> the frozen DiT renders them
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from . import preflight
 from .advantages import combine_advantages, gate_disagreeing, reward_disagreement, signal_free_groups
 from .config import ConfigError, load_config
 from .config.arguments import parse_train_args
@@ -49,6 +51,7 @@ from .monitoring.alarms import EXIT_ALARMS_FIRED, alarm_failure, describe
 from .observability.metrics import (
     Progress,
     StepFacts,
+    advantage_fields,
     disagreement_fields,
     fired_alarms,
     image_record,
@@ -86,6 +89,7 @@ class Trainer(TrainerStartup):
         drawn, overlapped = self._drawn(index)
         exp = self.experience.finish(drawn, partial(decoder_seed, cfg.decoder, index))
         # Advantages over the global batch (identical on every rank), then this rank's share.
+        self.watchdog.phase("advantages")  # its gathers: where a rank waits for one still scoring
         all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
         advantages, all_rewards = combine_advantages(
             all_per_reward,
@@ -103,6 +107,7 @@ class Trainer(TrainerStartup):
         self.prompt_order.observe(dead.tolist())
         mine = slice(self.rank * len(exp.batch), (self.rank + 1) * len(exp.batch))
         if self.ahead is not None:  # the next rollout reads the weights the update writes
+            self.watchdog.phase("rollout wait")
             exp.timings["rollout_wait"] = self.ahead.wait()
         with measure(exp.timings, exp.peaks, "update", self.device):
             if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
@@ -116,12 +121,14 @@ class Trainer(TrainerStartup):
                     self.ref_engine,
                     ref_logps=exp.ref_logps,
                     old_logps=exp.old_logps,
-                    status=self.status,
+                    status=self.step_status,
                 )
+        self.watchdog.phase("record")  # the weights to the samplers, the step's statistics (collectives), its line
         for maker in (self.experience, self.eval_experience):  # the sampling backends take the updated weights
             maker.sampler.sync_weights(index + 1)
         record = self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
         record.update(disagreement_fields(disagreement, grpo_cfg.disagreement_gate))
+        record.update(advantage_fields(advantages))  # the global batch's, as the update uses them (after the gate)
         if self.ahead is not None:  # whether time/rollout ran beside the previous step (not on this step's path)
             record["rollout_overlapped"] = overlapped
         return record
@@ -208,13 +215,15 @@ class Trainer(TrainerStartup):
         )
         self._current_step, self._finishing = self.start_step + 1, False
         self._step_started, self._last_step_seconds = time.monotonic(), None
-        with StopSignals(self._stop_notice if self.is_main else None) as signals:
+        with StopSignals(self._stop_notice if self.is_main else None) as signals, self.watchdog:
             try:
+                self.watchdog.begin(self.start_step)
                 if self.evaluator is not None and self.cfg.eval.at_start and self.start_step == 0:
                     self.evaluate(0)
                 for step in range(self.start_step, self.cfg.max_steps):
                     self._current_step, self._step_started = step + 1, time.monotonic()
                     self.status.begin(f"step {step + 1}/{self.cfg.max_steps}")
+                    self.watchdog.begin(step + 1)
                     record = self.step(step)
                     self.consecutive_skips = self.consecutive_skips + 1 if record["skipped"] else 0
                     progress.update(record)
@@ -227,6 +236,7 @@ class Trainer(TrainerStartup):
                         saved = self.save_checkpoint(step + 1)
                     save = partial(self.save_checkpoint, step + 1)
                     alarm = bool(self.monitor.holding)  # acted on with monitor.stop_on_alarm only
+                    self.watchdog.phase("stop check")  # the ranks agree whether to stop (a collective)
                     self.life.stop_if_asked(step + 1, signals.received, self.consecutive_skips, saved, save, alarm)
                     self._last_step_seconds = time.monotonic() - self._step_started
             finally:
@@ -235,6 +245,7 @@ class Trainer(TrainerStartup):
                 progress.close()
                 self.status.close()
                 self.tracker.close()
+            self.watchdog.phase("final save")
             self._finishing = True
             if self.is_main and lg.plot:  # before save_final: the model card shows it
                 plot_training(self.out / "metrics.jsonl", self.out / PLOT_NAME, self.out / "eval.jsonl")
@@ -316,6 +327,7 @@ class Trainer(TrainerStartup):
 
     def save_checkpoint(self, step: int) -> Path:
         """Checkpoint ``step`` (collective; lifecycle/run.py)."""
+        self.watchdog.phase("checkpoint save")
         pending = None if self.ahead is None or self.ahead.pending is None else drawn_state(self.ahead.pending)
         return self.life.save_checkpoint(self.engine, self.prompt_order, step, self.skipped_steps, pending)
 
@@ -335,6 +347,8 @@ INPUT_ERRORS = (
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
+    if args.check:  # the job checked, not run: no process group, no model (glm_grpo_ds/preflight.py)
+        return preflight.main(args)
     run_log.setup(args.log_level, log.env_rank())  # our lines on the console, library output to the run's log
     try:
         cfg = load_config(args.config, args.overrides)

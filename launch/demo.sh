@@ -8,11 +8,15 @@
 #
 #   bash launch/demo.sh                       # outputs/world, outputs/world_run
 #   NUM_PROCS=1 bash launch/demo.sh max_steps=20
+#   bash launch/demo.sh --help                # this text; nothing runs
 # Look at: outputs/world_run/reward_curve.png, outputs/world_run/samples/eval_step_*.png (held-out
 # prompts, fixed seeds), samples/step_*.png (training groups) and evaluate/ (report.html, the page to open: its path
 # is the last line printed; gallery.png, evaluate.json); checkpoints/ (steps 60 and 80) to try resuming on
 # (docs/checkpoints.md#resume-the-demo).
 set -euo pipefail
+for arg in "$@"; do # --help / -h: the comment block above, before anything runs
+  if [[ $arg == -h || $arg == --help ]]; then awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
+done
 export HF_HUB_OFFLINE=1
 export DS_ACCELERATOR=cpu # a CPU demo, said explicitly: on a GPU node too, and never refused as a CPU fallback
 NUM_PROCS=${NUM_PROCS:-2}

@@ -10,6 +10,11 @@
 # Blank lines and lines starting with # are skipped (DeepSpeed itself fails on them); a value is taken
 # as written, surrounding spaces and one pair of matching quotes removed, nothing expanded. Prints
 # the names it exported (never the values: a token may be among them) on stderr.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then # run, not sourced: --help prints the comment block above
+  if [[ ${1:-} == -h || ${1:-} == --help ]]; then awk '!/^#/ {exit} {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
+  echo "glm-grpo launch/env.sh: sourced by the launch scripts, not run; see bash launch/env.sh --help" >&2
+  exit 2
+fi
 export_deepspeed_env() {
   local name=${DS_ENV_FILE:-.deepspeed_env} file line key value number names
   local -a files=("$HOME/$name" "./$name")

@@ -10,11 +10,23 @@
 #   bash launch/gpu_check.sh outputs/glm_full                # or a real GLM-Image pipeline directory
 #   bash launch/gpu_check.sh outputs/glm_full rollout.height=512 rollout.width=512 max_steps=2
 #   bash launch/gpu_check.sh --num-gpus 8 outputs/glm_full  # N ranks: ZeRO-3's real gathers across GPUs
+#   bash launch/gpu_check.sh --help                          # this text; nothing is launched
 # --num-gpus N (default 1): the training run's ranks (deepspeed --num_gpus N). At world size 1 ZeRO-3
 # partitions nothing, so its gathers and reduce-scatters are trivial; N > 1 runs them for real (and
 # needs no forcing of the collectives).
+# ZeRO-3 (DS_CONFIG, default ds_configs/zero3.json) on purpose, unlike train.sh's ZeRO-2 default: its gathers and
+# partitioned parameters are the paths a CPU test sees least.
+# Duration: not timed end to end as the script is now. Measured on one H200 (full-size AR, random weights; the
+# numbers in docs/memory-and-speed.md): before the captured rollout (#39), this script's ZeRO-3 steps took 123 s
+# each (eager decode), ~8 min for the 4 steps; since then a G=16 ZeRO-3 step's rollout takes 18.3 s and its
+# update 20.2 s, so the 4 steps at G=8 should take ~2-3 min, plus loading the model for training and again for
+# verify-logprobs (eager sampling, 2 x 2 images at 1024x1024): ~5-10 min in all, an estimate. --num-gpus 8: not
+# measured. On a CPU with the tiny model at 64x64, 2 steps (tests/integration/test_gpu_check.py): ~1 min a run.
 # Also runs on a CPU (gloo, bf16 on CPU; the tests do: tests/integration/test_gpu_check.py).
 set -euo pipefail
+for arg in "$@"; do # --help / -h: the comment block above, before anything runs
+  if [[ $arg == -h || $arg == --help ]]; then awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
+done
 export HF_HUB_OFFLINE=1
 USAGE="usage: bash launch/gpu_check.sh [--num-gpus N] MODEL_DIR [key=value ...]"
 NUM_GPUS=1

@@ -36,6 +36,9 @@
 # Also runs on a CPU in its reduced form (the tests do: tests/integration/test_fast_rollout.py):
 #   TRAIN_STEP=0 ROWS=2,4 ROW_VARIANTS=graph bash launch/gpu_timing.sh --tiny --steps 8 --group-size 4 --size 256
 set -euo pipefail
+for arg in "$@"; do # --help / -h: the comment block above, before anything runs
+  if [[ $arg == -h || $arg == --help ]]; then awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
+done
 export HF_HUB_OFFLINE=1
 OUT=${OUT:-outputs/gpu_timing}
 ROWS=${ROWS-16,32,64,128}

@@ -3,6 +3,9 @@
 #
 #   bash launch/merge.sh zai-org/GLM-Image outputs/run/final_adapter /models/GLM-Image-grpo [bf16|fp32|fp16]
 set -euo pipefail
+for arg in "$@"; do # --help / -h: the comment block above, before anything runs
+  if [[ $arg == -h || $arg == --help ]]; then awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
+done
 if [ $# -lt 3 ]; then
   echo "usage: $0 BASE_PIPELINE_DIR_OR_HUB_ID ADAPTER_OR_CHECKPOINT OUT_DIR [bf16|fp32|fp16]" >&2
   exit 2

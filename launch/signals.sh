@@ -14,6 +14,11 @@
 # SIGHUP (the terminal closed) is passed on as SIGTERM: checkpoint and stop.
 # The launcher runs in its own process group (set -m), so a Ctrl-C at the terminal reaches this
 # script only, and each rank sees each Ctrl-C once (a second one aborts at once, as without the script).
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then # run, not sourced: --help prints the comment block above
+  if [[ ${1:-} == -h || ${1:-} == --help ]]; then awk '!/^#/ {exit} {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
+  echo "glm-grpo launch/signals.sh: sourced by the launch scripts, not run; see bash launch/signals.sh --help" >&2
+  exit 2
+fi
 
 forward_to_ranks() { # SIGNAL
   local pid found=""

@@ -6,10 +6,10 @@
 #   bash launch/slice_check.sh                 # outputs/slice_check/{model,lora,full}
 #   OUT=/tmp/sc SKIP_FULL=1 bash launch/slice_check.sh
 #
-# 1. LoRA: launch/configs/glm_image_slice_cpu.yaml (= glm_image_lora_zero3.yaml in bf16: ZeRO-3 on 2 ranks,
+# 1. LoRA: launch/configs/glm_image_slice_cpu.yaml (= glm_image_lora.yaml in bf16: ZeRO-3 on 2 ranks,
 #    LoRA r=64 on the real targets, 8-bit AdamW, gradient checkpointing, chunked log-probs, the adapter-off
 #    reference, CFG 1.5) at 1024x1024 (1 280 AR tokens per image), G=2, 1 step, 2 decoder steps.
-# 2. Full fine-tuning: launch/configs/glm_image_full_zero3.yaml as shipped (ZeRO-3 on 2 ranks, AdamW, the
+# 2. Full fine-tuning: launch/configs/glm_image_full.yaml as shipped (ZeRO-3 on 2 ranks, AdamW, the
 #    frozen reference engine of beta > 0, gradient checkpointing) at 1024x1024, G=2, 1 step, 2 decoder steps,
 #    when the planner's CPU plan for it fits in this machine's available RAM (~32 GiB: the slice trains the
 #    real 0.69 B-parameter embedding, and CPU optimizer steps need fp32 temporaries); else it says SKIP and why.
@@ -19,6 +19,9 @@
 #    this machine cannot run it.
 # The LoRA run needs ~2 x 7 GiB of RAM; times are in docs/real-width.md.
 set -euo pipefail
+for arg in "$@"; do # --help / -h: the comment block above, before anything runs
+  if [[ $arg == -h || $arg == --help ]]; then awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
+done
 export HF_HUB_OFFLINE=1
 export DS_ACCELERATOR=cpu
 OUT=${OUT:-outputs/slice_check}
@@ -40,7 +43,7 @@ lora_s=$(($(date +%s) - start))
 
 full_s="skipped (SKIP_FULL)"
 rm -rf "$OUT/full"
-full=(--config launch/configs/glm_image_full_zero3.yaml --deepspeed ds_configs/zero3.json "${common[@]}"
+full=(--config launch/configs/glm_image_full.yaml --deepspeed ds_configs/zero3.json "${common[@]}"
   output_dir="$OUT/full" grpo.group_size=2 decoder.dtype=bf16 decoder.num_inference_steps=2
   decoder.guidance_scale=1.5 logging.gallery_steps=0 logging.progress_bar=false logging.plot=false
   'rewards=[{name: "python:glm_grpo_ds.testing.tiny_data:mean_brightness"}]')

@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
 # Single-node GRPO training with the deepspeed launcher.
 #
-#   NUM_GPUS=8 CONFIG=launch/configs/glm_image_lora_zero3.yaml bash launch/train.sh data.train_file=/data/prompts.jsonl
+#   NUM_GPUS=8 bash launch/train.sh data.train_file=/data/prompts.jsonl          # LoRA at ZeRO-2 (the defaults)
+#   CONFIG=launch/configs/glm_image_full.yaml DS_CONFIG=ds_configs/zero3.json bash launch/train.sh  # full fine-tuning
 #   CUDA_VISIBLE_DEVICES=4,5 CONFIG=... bash launch/train.sh            # a shared node: GPUs 4 and 5 only
 #   DS_ACCELERATOR=cpu NUM_GPUS=2 CONFIG=launch/configs/tiny_cpu.yaml bash launch/train.sh max_steps=10  # CPU ranks
+#   bash launch/train.sh --help                                          # this text; nothing is launched
 #
 # Environment: NUM_GPUS (ranks; default: the entries of CUDA_VISIBLE_DEVICES when set, else every GPU
 # nvidia-smi lists), CUDA_VISIBLE_DEVICES (honoured: those GPU ids, never others), DS_ACCELERATOR=cpu
-# (CPU ranks on purpose, NUM_GPUS of them, default 1), CONFIG, DS_CONFIG (default ds_configs/zero3.json),
+# (CPU ranks on purpose, NUM_GPUS of them, default 1), CONFIG (default launch/configs/glm_image_lora.yaml),
+# DS_CONFIG (default ds_configs/zero2.json: the fastest shipped stage the LoRA config fits on 8x80 GB, 44.5 GiB
+# per GPU; full fine-tuning, launch/configs/glm_image_full.yaml, fits only at ZeRO-3: DS_CONFIG=ds_configs/zero3.json),
 # MASTER_PORT (default 29500, or a free port when another run on this node holds it:
-# glm_grpo_ds/runtime/ports.py); .deepspeed_env is exported (launch/env.sh). Arguments are key=value
-# config overrides.
+# glm_grpo_ds/runtime/ports.py), PREFLIGHT (default 1; 0 skips the preflight check, below); .deepspeed_env is exported
+# (launch/env.sh). Arguments are key=value config overrides.
+# Preflight: before the launcher, `python -m glm_grpo_ds.train --check` with the same config, DeepSpeed config,
+# overrides and rank count checks every input (config, data, reward model files, resume path, output_dir, the
+# DeepSpeed config, the memory plan) in seconds, without loading a model: a bad input stops here with one line
+# (exit 2), a plan that does not fit with exit 3 and the stage that does, instead of after the model loads.
 # GPUs that torch cannot use (a torch CUDA build newer than the driver) stop the launch with one line
 # (exit 2) instead of a silent run on the CPU; a node without NVIDIA GPUs runs 1 CPU rank and says so.
 # resume_from=auto: relaunching the same command continues from output_dir's latest checkpoint (a
 # first launch starts fresh); pass resume_from=null to refuse a used output_dir instead.
 set -euo pipefail
+for arg in "$@"; do # --help / -h: the comment block above, before anything runs
+  if [[ $arg == -h || $arg == --help ]]; then awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
+done
 # shellcheck source=launch/env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 export_deepspeed_env
 fail() { echo "glm-grpo launch/train.sh: $*" >&2; exit 2; }
+[[ -z ${NUM_GPUS:-} || $NUM_GPUS =~ ^[1-9][0-9]*$ ]] ||
+  fail "NUM_GPUS=$NUM_GPUS: give a number of ranks, e.g. NUM_GPUS=8 (or unset it: every GPU of this node)"
 
 case "${DS_ACCELERATOR:-}" in
   cpu) mode=cpu ;;
@@ -34,7 +47,8 @@ case "${DS_ACCELERATOR:-}" in
 esac
 
 if [ "$mode" = cpu ]; then
-  where=(--num_gpus "${NUM_GPUS:-1}")
+  n=${NUM_GPUS:-1}
+  where=(--num_gpus "$n")
 elif [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
   # The launcher replaces CUDA_VISIBLE_DEVICES with 0..N-1 for --num_gpus N (the wrong GPUs on a shared
   # node); --include localhost:IDS makes it give the ranks exactly those ids.
@@ -52,8 +66,12 @@ else
   [ "${n:-0}" -ge 1 ] || fail "nvidia-smi lists no GPU: set NUM_GPUS, or DS_ACCELERATOR=cpu for CPU ranks"
   where=(--num_gpus "$n")
 fi
-CONFIG=${CONFIG:-launch/configs/glm_image_lora_zero3.yaml}
-DS_CONFIG=${DS_CONFIG:-ds_configs/zero3.json}
+CONFIG=${CONFIG:-launch/configs/glm_image_lora.yaml}
+DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
+if [ "${PREFLIGHT:-1}" != 0 ]; then # the check's own line says what is wrong; its status is this script's
+  python -m glm_grpo_ds.train --check --config "$CONFIG" --deepspeed "$DS_CONFIG" --num-gpus "$n" \
+    resume_from=auto "$@" || exit $?
+fi
 # HF_HUB_OFFLINE and HF_HOME are yours: model.path=zai-org/GLM-Image downloads once into the Hugging Face
 # cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model/source.py).
 # SIGTERM / SIGINT to this script go to the training ranks, not the launcher (launch/signals.sh): they

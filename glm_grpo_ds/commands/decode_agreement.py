@@ -13,7 +13,7 @@ both ways, scores both with the config's rewards and prints, per reward and for 
 
 Run it before a long job, on the job's config, and choose the cheapest candidate that keeps both near 1::
 
-    glm-grpo decode-agreement --config launch/configs/glm_image_lora_zero3.yaml \\
+    glm-grpo decode-agreement --config launch/configs/glm_image_lora.yaml \\
         --candidate 8:1.0 --candidate 8:1.5:3 --candidate 30:1.5 --num-prompts 16 --out agreement.json
     glm-grpo decode-agreement --config launch/configs/tiny_cpu.yaml model.path=outputs/tiny   # the tiny model
 

@@ -52,8 +52,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "[configuration.md](configuration.md#deepspeed-configs-and-auto))"
         ),
         example=(
-            "glm-grpo estimate-memory --config launch/configs/glm_image_lora_zero3.yaml --deepspeed "
-            "ds_configs/zero3.json --num-gpus 8"
+            "glm-grpo estimate-memory --config launch/configs/glm_image_lora.yaml --deepspeed "
+            "ds_configs/zero2.json --num-gpus 8"
         ),
         code="(math: `memory/plan.py`, `memory/reward_models.py`, `memory/host.py`)",
     ),

@@ -5,7 +5,7 @@ that the tests and ``make demo`` use (the builders are in glm_grpo_ds/testing/):
     glm-grpo tiny-model OUT_DIR --real-width --ar-layers N --dit-layers M [--seed N] [--device cpu|cuda]
         [--configs-from DIR|ID [--revision R]]
     glm-grpo tiny-data --config CFG [--num-prompts N] [key=value ...]
-    glm-grpo tiny-world OUT_DIR [--seed N]
+    glm-grpo tiny-world OUT_DIR [--seed N] [--seed-layout]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..config import load_config, parse_with_overrides
 from ..testing.slice import build_slice_pipeline, source_configs
 from ..testing.tiny import build_tiny_pipeline
 from ..testing.tiny_data import PROMPTS, write_tiny_dataset
-from ..testing.world import write_world
+from ..testing.world import SEED_LAYOUT, write_seed_layout, write_world
 from .cli import parser_for
 
 
@@ -132,6 +132,12 @@ def tiny_world(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seed", type=int, default=0, help="seeds the random weights of the model (byte-identical per seed)"
     )
+    parser.add_argument(
+        "--seed-layout",
+        action="store_true",
+        help=f"also write the train prompts in the seeds' layout, {SEED_LAYOUT}/prompts.txt + target_images/, with a "
+        "tiny CLIP and aesthetic head, for launch/configs/seed_recipe.yaml's reward mix (docs/training.md)",
+    )
     args = parser.parse_args(argv)
     summary = write_world(args.out_dir, args.seed)
     best = list(summary["best"].values())
@@ -139,4 +145,10 @@ def tiny_world(argv: list[str] | None = None) -> int:
         f"wrote the tiny world to {args.out_dir}: model/, train.jsonl, heldout.jsonl, layouts.jsonl, best.json "
         f"(best colour_layout reward {min(best):.4f}..{max(best):.4f})"
     )
+    if args.seed_layout:
+        prompts = write_seed_layout(Path(args.out_dir) / SEED_LAYOUT, summary["height"], summary["width"], args.seed)
+        print(
+            f"wrote the seeds' layout to {prompts.parent}: prompts.txt, target_images/ (one image per line, from 1), "
+            "clip/, aesthetic_head.safetensors"
+        )
     return 0

@@ -75,8 +75,9 @@ TRAIN_DESCRIPTION = (
 )
 TRAIN_EXAMPLE = """\
 glm-grpo train --config launch/configs/tiny_cpu.yaml --deepspeed ds_configs/zero2.json model.path=outputs/tiny
-deepspeed --num_gpus 8 --module glm_grpo_ds.train --config launch/configs/glm_image_lora_zero3.yaml \\
-    --deepspeed ds_configs/zero3.json grpo.beta=0.0"""
+deepspeed --num_gpus 8 --module glm_grpo_ds.train --config launch/configs/glm_image_lora.yaml \\
+    --deepspeed ds_configs/zero2.json grpo.beta=0.0
+glm-grpo train --check --config launch/configs/glm_image_lora.yaml --deepspeed ds_configs/zero2.json --num-gpus 8"""
 
 
 def parse_train_args(argv: list[str]) -> argparse.Namespace:
@@ -92,6 +93,19 @@ def parse_train_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--deepspeed", required=True, help="ds_configs/zero{1,2,3}.json or your own")
     p.add_argument("--debug", action="store_true", help="show the full traceback of input errors")
+    check = p.add_argument_group(
+        "preflight (--check: every input checked with this very command line, no model loaded, in seconds; exit 0 "
+        "when the job would start, 2 on a bad input, 3 when only the memory plan does not fit)"
+    )
+    check.add_argument("--check", action="store_true", help="check the job instead of running it (default: off)")
+    check.add_argument("--num-gpus", type=int, default=None, help="GPUs per node the job will have (default: 8)")
+    check.add_argument("--num-nodes", type=int, default=None, help="nodes the job will have (default: 1)")
+    check.add_argument(
+        "--hostfile", default=None, help="the job's DeepSpeed hostfile: its nodes and slots (default: none)"
+    )
+    check.add_argument(
+        "--gpu-memory-gb", type=float, default=80.0, help="GiB per GPU to plan against (default: %(default)s)"
+    )
     p.add_argument(
         "--log-level", choices=LEVELS, default="info", help="console verbosity of rank 0 (other ranks: errors)"
     )

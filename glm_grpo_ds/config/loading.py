@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..runtime import log
 from .fields import ConfigError
+from .other_names import other_key_hint
 from .train_config import TrainConfig
 from .trl_names import trl_key_hint
 
@@ -53,17 +54,74 @@ def _rename_keys(tree: dict) -> None:
         _warn_renamed(old)
 
 
-def _unknown(key: str, known: typing.Iterable[str], where: str) -> ConfigError:
-    trl = trl_key_hint(key)  # a TRL name: its close matches here would mislead (num_generations -> num_iterations)
-    if trl is not None:
-        return ConfigError(f"unknown config key {where + key!r}; {trl}")
+def _config_keys(cls=TrainConfig, prefix: str = "") -> list[str]:
+    """Every dotted key of the config (sections' fields included; a list of sections counts its fields)."""
+    keys = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        keys.append(prefix + f.name)
+        sub = _section_type(hints[f.name])
+        if sub is not None:
+            keys += _config_keys(sub, prefix + f.name + ".")
+    return keys
+
+
+def _elsewhere(key: str, where: str) -> list[str]:
+    """Our dotted keys whose last part is ``key``, in another section than ``where`` (``grpo.lr`` ->
+    ``optimizer.lr``)."""
+    return [k for k in _config_keys() if k.rsplit(".", 1)[-1] == key and k != where + key]
+
+
+def _unknown_hint(key: str, known: typing.Iterable[str], where: str) -> str:
+    """What an unknown ``where + key`` most likely means: another trainer's name for one of ours (TRL's, the
+    seeds' plan's, OpenRLHF's, verl's: their close matches here would mislead, num_generations is not
+    num_iterations), our key of that name in another section, a close spelling, else the section's keys."""
+    foreign = trl_key_hint(key) or other_key_hint(key)
+    if foreign is not None:
+        return foreign
+    moved = _elsewhere(key, where)
+    if moved:
+        return f"it is {' or '.join(repr(m) for m in moved)}"
     close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.5)
-    hint = (
-        f"did you mean {', '.join(repr(where + c) for c in close)}?"
-        if close
-        else f"known keys under it: {', '.join(sorted(known))}"
-    )
-    return ConfigError(f"unknown config key {where + key!r}; {hint}")
+    if close:
+        return f"did you mean {', '.join(repr(where + c) for c in close)}?"
+    return f"known keys under it: {', '.join(sorted(known))}"
+
+
+def _unknown(key: str, known: typing.Iterable[str], where: str) -> ConfigError:
+    return ConfigError(f"unknown config key {where + key!r}; {_unknown_hint(key, known, where)}")
+
+
+def _unknown_keys(cls, data, prefix: str = "") -> list[str]:
+    """One line per key of the mapping ``data`` (and of its sections, lists of sections included) that ``cls``
+    does not have, each with its hint: every unknown key of a config at once, not one per attempt."""
+    if not isinstance(data, dict):
+        return []  # a section that is not a mapping: the conversion says so, with its key
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    lines = []
+    for key, value in data.items():
+        if key not in names:
+            lines.append(f"{prefix + key}: {_unknown_hint(key, names, prefix)}")
+            continue
+        sub = _section_type(hints[key])
+        if sub is None:
+            continue
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                lines += _unknown_keys(sub, item, f"{prefix}{key}[{i}].")
+        else:
+            lines += _unknown_keys(sub, value, f"{prefix}{key}.")
+    return lines
+
+
+def _section_type(tp):
+    """The section dataclass of a field's type: ``X``, ``X | None`` or ``list[X]``; else None."""
+    found = _dataclass_type(tp)
+    if found is None and typing.get_origin(tp) is list:
+        (item,) = typing.get_args(tp) or (None,)
+        found = _dataclass_type(item)
+    return found
 
 
 def _dataclass_type(tp):
@@ -162,15 +220,20 @@ def parse_scalar(text: str):
     return value
 
 
-def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig) -> None:
-    """Set ``tree[a][b][c] = value`` for ``a.b.c``, checking every key against the dataclasses."""
+def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig, unknown: list[str] | None = None) -> None:
+    """Set ``tree[a][b][c] = value`` for ``a.b.c``, checking every key against the dataclasses. An unknown key
+    raises, or, given the list ``unknown``, adds its line there and sets nothing."""
     keys = _new_name(dotted).split(".")
     cls, node = TrainConfig, tree
     for depth, key in enumerate(keys):
         names = {f.name for f in dataclasses.fields(cls)} if cls else set()
         where = ".".join(keys[:depth])
         if cls is not None and key not in names:
-            raise _unknown(key, names, where + "." if where else "")
+            prefix = where + "." if where else ""
+            if unknown is None:
+                raise _unknown(key, names, prefix)
+            unknown.append(f"{prefix + key}: {_unknown_hint(key, names, prefix)}")
+            return
         if depth == len(keys) - 1:
             node[key] = value
             return
@@ -184,6 +247,17 @@ def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig) -> Non
                 current = node.get(key)
                 node[key] = {} if current is None else dict(current) if isinstance(current, dict) else {}
         cls, node = sub, node[key]
+
+
+def _raise_unknown(lines: list[str], path: str | None) -> None:
+    """Every unknown key at once: one as before (``unknown config key 'k'; hint``), several as a line each."""
+    lines = list(dict.fromkeys(lines))  # a key in the file and again as an override: once
+    if len(lines) == 1:
+        key, hint = lines[0].split(": ", 1)
+        raise ConfigError(f"unknown config key {key!r}; {hint}")
+    if lines:
+        where = f" (config file {path} and the key=value overrides)" if path else ""
+        raise ConfigError("\n".join([f"{len(lines)} unknown config keys{where}:", *lines]))
 
 
 def load_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
@@ -205,11 +279,13 @@ def load_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -
             raise ConfigError(f"config file {path} must hold a mapping of config keys")
         tree = loaded or {}
         _rename_keys(tree)
+    unknown = _unknown_keys(TrainConfig, tree)
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. grpo.beta=0.0)")
         key, text = item.split("=", 1)
-        apply_override(tree, key.strip(), parse_scalar(text), TrainConfig())
+        apply_override(tree, key.strip(), parse_scalar(text), TrainConfig(), unknown)
+    _raise_unknown(unknown, path)
     cfg = _from_dict(TrainConfig, tree)
     cfg.validate()
     return cfg

@@ -23,7 +23,9 @@ class DataConfig:
         "The prompts (required): a .txt (one per line), .jsonl, .parquet, .csv or .json file, a directory written by "
         "datasets' save_to_disk (or of data files), or a Hugging Face Hub dataset id (org/name, through the HF "
         "cache; offline-aware). Columns / JSON keys: see prompt_key, target_image_key, text_key; the others are "
-        "passed to the rewards. Paths in target_image are relative to the file (or the dataset directory).",
+        "passed to the rewards. Paths in target_image are relative to the file (or the dataset directory). A .txt "
+        "with a target_images/ folder beside it gets a target image per line from it, named by line number "
+        "(7.png or 0007.png; docs/configuration.md#promptstxt-with-a-target_images-folder).",
     )
     shuffle: bool = setting(True, "Shuffle the prompt order each epoch (seeded by seed); false = file order.")
     prompt_key: str = setting("prompt", "The column (JSON key) holding the prompt; every row needs a non-empty one.")
@@ -132,7 +134,8 @@ def tracker_installed(name: str) -> bool:
 
 @dataclass
 class LoggingConfig:
-    """Rank-0 outputs besides ``metrics.jsonl`` (see glm_grpo_ds/observability/tracking.py, gallery.py)."""
+    """Rank-0 outputs besides ``metrics.jsonl`` (see glm_grpo_ds/observability/tracking.py, gallery.py), and every
+    rank's hang reports (``watchdog*``: glm_grpo_ds/observability/watchdog.py)."""
 
     progress_bar: bool = setting(
         True,
@@ -177,6 +180,23 @@ class LoggingConfig:
     gallery_steps: int = setting(0, "Training gallery samples/step_N.png every N steps (0 = off).")
     gallery_max_prompts: int = setting(4, "Rows (prompts) per gallery, training and eval; >= 1.")
     gallery_thumbnail: int = setting(128, "Longest side of a gallery tile in pixels (never upscaled); >= 16.")
+    watchdog: bool = setting(
+        True,
+        "Every rank watches its own step: a phase (rollout, decode, reward, advantages, update, record, checkpoint "
+        "save, eval ...) running past its limit (watchdog_factor, watchdog_min_seconds) is reported once, in that "
+        "rank's logs/rank_<r>.log and on stderr, with the Python stacks of all its threads and the NCCL settings to "
+        "rerun with (docs/troubleshooting.md#a-run-that-hangs). It never stops the run. false = off.",
+    )
+    watchdog_factor: float = setting(
+        5.0,
+        "A phase is late after this many times its last duration on this rank (a reported, slow occurrence counts "
+        "only while the phase has no other), >= 1.",
+    )
+    watchdog_min_seconds: float = setting(
+        300.0,
+        "Nor before this many seconds: the floor, and the whole limit of a phase's first occurrence, > 0. The limit "
+        "is never above half of dist_timeout_minutes, so the report comes before a collective's timeout ends the run.",
+    )
 
     def trackers(self) -> list[str]:
         """The trackers ``report_to`` selects, in its order: ``all`` = every one whose package is
@@ -230,6 +250,9 @@ class LoggingConfig:
         )
         thumbnail = self.gallery_thumbnail
         need(problems, thumbnail >= 16, f"{prefix}gallery_thumbnail must be >= 16 pixels, got {thumbnail}")
+        factor, floor = self.watchdog_factor, self.watchdog_min_seconds
+        need(problems, factor >= 1, f"{prefix}watchdog_factor must be >= 1 (x a phase's last duration), got {factor}")
+        need(problems, floor > 0, f"{prefix}watchdog_min_seconds must be > 0 seconds, got {floor}")
         return problems
 
 

@@ -31,7 +31,8 @@ class TrainConfig:
     )
     data: DataConfig = setting(help="The training prompts.", factory=DataConfig)
     logging: LoggingConfig = setting(
-        help="Progress output, trackers, plots and galleries (rank 0).", factory=LoggingConfig
+        help="Progress output, trackers, plots and galleries (rank 0); every rank's hang watchdog.",
+        factory=LoggingConfig,
     )
     eval: EvalConfig = setting(
         help="Held-out evaluation with seeds that do not depend on the training step, rank count or seed: the same "

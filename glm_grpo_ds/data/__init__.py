@@ -2,7 +2,8 @@
 
 Sources (:func:`load_prompts`; docs/configuration.md#data):
 
-* ``.txt``: one prompt per line (blank lines skipped);
+* ``.txt``: one prompt per line (blank lines skipped); with a ``target_images/`` folder beside it, a target image
+  per line named by the line's number (the seeds' layout, glm_grpo_ds/data/target_folder.py);
 * ``.jsonl``: one JSON object per line with ``prompt`` (required), ``target_image`` (optional, a path
   relative to the file) and ``text`` (optional text to render, or a list of them, one per text region:
   LongText-Bench's ``text_prompts.jsonl`` as it is); other keys are passed to rewards (glm_grpo_ds/data/lines.py);

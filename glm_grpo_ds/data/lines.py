@@ -5,6 +5,10 @@ parse) and records where each row starts (8 bytes per row); ``rows[i]`` reads an
 again when a step samples it. Lines are exactly ``Path.read_text().splitlines()``'s (blank lines
 skipped), so the row numbers - and the seeds and sampling order derived from them - are the same as
 when the files were read whole. The file must not change during the run (checked at every read).
+
+A ``.txt`` file with a ``target_images/`` folder beside it gets a target image per line from that folder
+(the seeds' layout; the naming rule and its checks are data/target_folder.py); the first load of it says so
+once in the log.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import os
 from array import array
 from pathlib import Path
 
+from ..runtime import log
 from .rows import DataError, PromptRow, PromptRows
+from .target_folder import LineTargets, target_folder
 
 
 def check_target(base: Path, where: str, target, relative_to: str) -> Path:
@@ -49,14 +55,29 @@ class LineFile:
         self.path, self.keys, self.jsonl = path, keys, path.suffix == ".jsonl"
         self.offsets = array("q")  # byte offset of the physical line holding each row
         self.sub: dict[int, int] = {}  # row -> which splitlines() part of its physical line, when not the first
+        self.lines = array("q")  # the 1-based line number of each row (for a target_images/ folder's names)
         stat = path.stat()
         self.stamp = (stat.st_size, stat.st_mtime_ns)
-        self._scan()
+        total_lines = self._scan()
         if not self.offsets:
             hint = "one prompt per line" if not self.jsonl else f'one JSON object per line with a "{keys[0]}" field'
             raise DataError(f"{key} {path} holds no prompts; add {hint}")
+        folder = None if self.jsonl else target_folder(path)
+        self.targets = None if folder is None else LineTargets(folder, path, self.lines, total_lines)
+        if self.targets is not None:
+            self._check_targets()
+            start = "from 0" if self.targets.first == 0 else "from 1"
+            log.info(f"{key} {path}: target images from {folder}/, one per line (line numbers {start})")
+        self.lines = None  # only the folder's matching needed them
 
-    def _scan(self) -> None:
+    def _check_targets(self) -> None:
+        """Every target image's header parses, before training (as for a .jsonl's target_image)."""
+        for row, line in enumerate(self.lines):
+            target = self.targets.path(row)
+            check_image(lambda t=target: t, f"{self.path}:{line}: target image {target}", "replace the file")
+
+    def _scan(self) -> int:
+        """Check every line, record where each row starts; the file's number of lines."""
         lineno = 0
         with open(self.path, "rb") as f:
             offset = 0
@@ -76,7 +97,9 @@ class LineFile:
                         if k:
                             self.sub[len(self.offsets)] = k
                         self.offsets.append(offset)
+                        self.lines.append(lineno)
                 offset += len(raw)
+        return lineno
 
     def _parse(self, line: str, lineno: int, check: bool) -> tuple[str, str | None, object, dict]:
         """(prompt, absolute target path, text, extra keys) of a JSON line; ``check``: validate it."""
@@ -106,7 +129,8 @@ class LineFile:
             f.seek(self.offsets[i])
             line = f.readline().decode("utf-8").splitlines()[self.sub.get(i, 0)]
         if not self.jsonl:
-            return PromptRow(index=i, prompt=line.strip())
+            target = None if self.targets is None else self.targets.path(i)
+            return PromptRow(index=i, prompt=line.strip(), target_image=target)
         prompt, target, text, extra = self._parse(line, -1, check=False)
         return PromptRow(index=i, prompt=prompt, target_image=target, text=text, extra=extra)
 

@@ -60,10 +60,11 @@ class OutputDirError(ValueError):
     """``output_dir`` cannot be created or written; the message names the path and the fix."""
 
 
-def check_output_dir(output_dir, rank: int) -> Path:
+def check_output_dir(output_dir, rank: int, create: bool = True) -> Path:
     """Create ``output_dir`` if needed and prove it writable by creating and removing a probe file
     (``os.access`` alone is not enough: root, ACLs and read-only mounts fool it). Every rank checks
-    (each writes its own checkpoint files), before any model is loaded."""
+    (each writes its own checkpoint files), before any model is loaded. ``create=False`` (``train --check``)
+    creates nothing: the probe goes into the nearest folder that exists."""
     out = Path(output_dir)
     fix = "pick another output_dir= or fix its permissions"
     # the nearest part already there (os.path: an unreadable parent is False, not a PermissionError)
@@ -71,17 +72,22 @@ def check_output_dir(output_dir, rank: int) -> Path:
     if blocking is not None and not os.path.isdir(blocking):  # mkdir's "File exists" reads as a permission problem
         what = f"output_dir {out}" if blocking == out else f"output_dir {out}: {blocking}"
         raise OutputDirError(f"{what} is a file, not a directory; pick another output_dir= or move the file away")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise OutputDirError(f"output_dir {out} cannot be created ({err.strerror or err}); {fix}") from None
-    probe = out / f".write_probe_rank{rank}_{os.getpid()}"
+    where = out
+    if create:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OutputDirError(f"output_dir {out} cannot be created ({err.strerror or err}); {fix}") from None
+    elif blocking is not None:
+        where = blocking
+    probe = where / f".write_probe_rank{rank}_{os.getpid()}"
     try:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        raise OutputDirError(f"output_dir {out} is not writable ({err.strerror or err}); {fix}") from None
-    if not os.access(out, os.W_OK | os.X_OK):
+        verb = "is not writable" if where == out else f"cannot be created in {where}"
+        raise OutputDirError(f"output_dir {out} {verb} ({err.strerror or err}); {fix}") from None
+    if not os.access(where, os.W_OK | os.X_OK):
         raise OutputDirError(f"output_dir {out} is not writable; {fix}")
     return out
 

@@ -2,7 +2,7 @@
 which calls :func:`host_per_node`; ``glm-grpo estimate-memory`` prints it and ``launch/slurm.sbatch`` asks
 for the default LoRA config's figure).
 
-    glm-grpo estimate-memory --config launch/configs/glm_image_lora_zero3.yaml --deepspeed ds_configs/zero3.json
+    glm-grpo estimate-memory --config launch/configs/glm_image_lora.yaml --deepspeed ds_configs/zero2.json
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Per-GPU memory plan of a GRPO run, before launch, from parameter counts (no weights needed).
 Used by ``glm-grpo estimate-memory`` (glm_grpo_ds/commands/estimate_memory.py) and the trainer's startup summary.
 
-    glm-grpo estimate-memory --config launch/configs/glm_image_lora_zero3.yaml \
-        --deepspeed ds_configs/zero3.json --num-gpus 8 [--num-nodes 1] [--gpu-memory-gb 80] [--json]
+    glm-grpo estimate-memory --config launch/configs/glm_image_lora.yaml \
+        --deepspeed ds_configs/zero2.json --num-gpus 8 [--num-nodes 1] [--gpu-memory-gb 80] [--json]
 
 Parameter counts come from the model configs (glm_grpo_ds/memory/sizes.py: ``model.path``'s pipeline
 directory or the real GLM-Image sizes), exact per tensor, so ZeRO-3's partitions are too.

@@ -153,12 +153,14 @@ def step_time(cfg, zero_stage: int, tokens: int, prompt_tokens: int = 128) -> St
 
 
 def describe(t: StepTime) -> str:
-    """The line estimate-memory prints."""
+    """The line estimate-memory prints. Without a measured update (full fine-tuning) the total says it leaves the
+    update out: ``~163 s + the update (not measured)``."""
     update = "update not counted" if t.update_s is None else f"update {t.update_s:.1f} s"
     join = "beside" if t.overlapped else "+"
     off = " (one step off: the longer of the two, not yet measured)" if t.overlapped else ""
+    total = f"~{t.total_s:.0f} s" + (" + the update (not measured)" if t.update_s is None else "")
     return (
-        f"planned time per step on {CARD}: ~{t.total_s:.0f} s = rollout {t.rollout_s:.1f} s {join} image decode "
+        f"planned time per step on {CARD}: {total} = rollout {t.rollout_s:.1f} s {join} image decode "
         f"{t.decode_s:.1f} s{off} + {update} (GPU measurements at full size scaled to this config: "
         + "; ".join(f"{k}: {v}" for k, v in t.parts.items())
         + "); not counted: rewards, evaluation, checkpoints, ZeRO-3 gathers across GPUs"

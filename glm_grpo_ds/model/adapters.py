@@ -44,6 +44,41 @@ def lora_target_regex(target_modules: list[str]) -> str:
     return rf"model\.language_model\.layers\.\d+\.(self_attn|mlp)\.({names})"
 
 
+def layer_linear_names(layer) -> list[str]:
+    """The names ``lora.target_modules`` can give in one decoder layer of the language model: its linears' last
+    name parts (GLM-Image: q_proj, k_proj, v_proj, o_proj, gate_up_proj, down_proj)."""
+    import torch
+
+    return [name.rsplit(".", 1)[-1] for name, m in layer.named_modules() if isinstance(m, torch.nn.Linear)]
+
+
+def text_layer_linear_names(text_config: dict) -> list[str]:
+    """:func:`layer_linear_names` of the AR whose ``config.json`` holds ``text_config`` (one layer built on the meta
+    device: no weights, no memory), for the check before any model loads."""
+    import torch
+    from transformers import GlmImageTextConfig
+    from transformers.models.glm_image.modeling_glm_image import GlmImageTextDecoderLayer
+
+    with torch.device("meta"):
+        return layer_linear_names(GlmImageTextDecoderLayer(GlmImageTextConfig(**text_config), 0))
+
+
+def check_target_modules(target_modules: list[str], linear_names: list[str], key: str = "lora.target_modules") -> None:
+    """One line unless every name of ``target_modules`` names a linear of the language model's layers: peft adapts
+    the names that match and drops the others without a word (``[q_proj, qkv]`` would train q_proj alone)."""
+    missing = [name for name in target_modules if name not in linear_names]
+    if missing:
+        fused = (
+            " (gate_proj and up_proj are one fused gate_up_proj here)"
+            if {"gate_proj", "up_proj"} & set(missing)
+            else ""
+        )
+        raise ConfigError(
+            f"{key}: {', '.join(repr(m) for m in missing)} names no linear layer of the language model's layers, "
+            f"which would train without an adapter there; its layers' linears are {', '.join(linear_names)}{fused}"
+        )
+
+
 def peft_lora_config(lora):
     """peft's LoraConfig for our ``LoraConfig`` (language-model layers only)."""
     from peft import LoraConfig as PeftLoraConfig

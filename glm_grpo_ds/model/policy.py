@@ -14,7 +14,15 @@ from pathlib import Path
 import torch
 
 from ..runtime import log
-from .adapters import check_adapters, check_init_adapter, load_init_adapter, other_base, peft_lora_config
+from .adapters import (
+    check_adapters,
+    check_init_adapter,
+    check_target_modules,
+    layer_linear_names,
+    load_init_adapter,
+    other_base,
+    peft_lora_config,
+)
 from .glm_image import AR_DIR, DTYPES, check_pipeline_dir, load_processor, resolve_attn, resolve_dtype, resolve_sampling
 from .source import resolve_model
 
@@ -95,6 +103,7 @@ def make_trainable(model, lora, gradient_checkpointing: bool, seed: int = 0):
         return model
     from peft import get_peft_model
 
+    check_target_modules(lora.target_modules, layer_linear_names(model.model.language_model.layers[0]))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return get_peft_model(model, peft_lora_config(lora))

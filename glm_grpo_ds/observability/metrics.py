@@ -173,6 +173,16 @@ def disagreement_fields(disagreement: torch.Tensor | None, gate: float | None) -
     return fields
 
 
+def advantage_fields(advantages: torch.Tensor) -> dict:
+    """A step's record of the advantages the update trains on (``[N]``, the global batch's: every rank computes
+    the same tensor from the all-gathered rewards, so no collective is needed): ``advantages/mean`` and
+    ``advantages/std`` (unbiased, like ``reward_std``; None with fewer than two samples). Zeros of constant or
+    undefined groups count. With the ``group`` estimator the mean is 0 up to rounding (each group is centred)
+    and the std is ~1 when every group has a reward spread, lower as groups teach nothing; a mean away from 0
+    or a std far above 1 says the estimator or a reward misbehaves (the seeds' plan logged both)."""
+    return {"advantages/mean": nan_mean(advantages), "advantages/std": nan_std(advantages)}
+
+
 def nan_std(values: torch.Tensor) -> float | None:
     defined = values[~torch.isnan(values)]
     return defined.std().item() if defined.numel() > 1 else None

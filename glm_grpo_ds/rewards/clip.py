@@ -1,5 +1,6 @@
-"""CLIP-family rewards from local transformers checkpoints (no download; ``model`` is a directory
-holding ``config.json`` + weights, a tokenizer and an image-processor config):
+"""CLIP-family rewards from transformers checkpoints: ``model`` is a local directory holding ``config.json`` +
+weights, a tokenizer and an image-processor config, or a Hub id (downloaded once into the Hugging Face cache unless
+``HF_HUB_OFFLINE=1``); each is checked before any model loads (``check_args``, rewards/model_files.py):
 
 * ``clip``: cosine similarity between the image and the prompt (CLIP score / 100), in [-1, 1].
   Weights: e.g. ``openai/clip-vit-large-patch14`` saved with ``save_pretrained``.
@@ -24,13 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from .base import FrozenModel
+from .model_files import AESTHETIC_HEAD_URL, CLIP_L14, check_file, check_transformers_model
 
-
-def _check_dir(path, what: str) -> Path:
-    p = Path(path) if path else None
-    if p is None or not (p / "config.json").is_file():
-        raise ValueError(f"{what}: {path!r} is not a local transformers checkpoint directory (needs config.json)")
-    return p
+PICKSCORE = "yuvalkirstain/PickScore_v1"
 
 
 class CLIPScorer:
@@ -39,7 +36,7 @@ class CLIPScorer:
     def __init__(self, model: str, offload: bool = False):
         from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
-        path = _check_dir(model, "CLIP model")
+        path = Path(model).expanduser() if Path(model).expanduser().is_dir() else model  # else a Hub id
         self.model = FrozenModel(CLIPModel.from_pretrained(path), offload)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         proc = AutoImageProcessor.from_pretrained(path)
@@ -87,6 +84,10 @@ class CLIPScorer:
 
 
 class CLIPReward:
+    @staticmethod
+    def check_args(args: dict) -> None:
+        check_transformers_model("model", args.get("model"), "clip", CLIP_L14)
+
     def __init__(self, model: str = "", offload: bool = False):
         self.scorer = CLIPScorer(model, offload)
 
@@ -95,6 +96,10 @@ class CLIPReward:
 
 
 class PreferenceReward(CLIPReward):
+    @staticmethod
+    def check_args(args: dict) -> None:
+        check_transformers_model("model", args.get("model"), "preference", PICKSCORE)
+
     def __call__(self, images, prompts, samples):
         return self.scorer.logit_scale() * super().__call__(images, prompts, samples)
 
@@ -135,6 +140,11 @@ def load_aesthetic_head(path) -> AestheticHead:
 
 
 class AestheticReward:
+    @staticmethod
+    def check_args(args: dict) -> None:
+        check_transformers_model("clip_model", args.get("clip_model"), "aesthetic", CLIP_L14)
+        check_file("head", args.get("head"), "aesthetic", AESTHETIC_HEAD_URL)
+
     def __init__(self, clip_model: str = "", head: str = "", offload: bool = False):
         self.scorer = CLIPScorer(clip_model, offload)
         self.head = FrozenModel(load_aesthetic_head(head), offload)

@@ -108,6 +108,16 @@ def load_backbone(model, net: str, state: dict[str, torch.Tensor], source: Path)
 class LPIPSReward:
     needs = TARGET_IMAGE  # undefined (NaN) for samples without it
 
+    @staticmethod
+    def check_args(args: dict) -> None:
+        """The backbone weights a run was given exist (torch.hub's cache is read, or downloaded, when built)."""
+        net, weights = args.get("net", "alex"), args.get("backbone_weights")
+        if net not in _BACKBONES:
+            raise RewardError(f"reward lpips: net={net!r} must be one of alex, vgg, squeeze")
+        if weights is not None and not Path(str(weights)).expanduser().is_file():
+            how = _how_to_provide(net, backbone_file(net)[1])
+            raise RewardError(f"reward lpips: backbone_weights {weights} does not exist; {how}")
+
     def __init__(
         self,
         net: str = "alex",

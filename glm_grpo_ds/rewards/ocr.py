@@ -27,6 +27,7 @@ import torch
 
 from ..runtime.threads import cores_per_local_rank
 from .base import TEXT_TO_RENDER, glyph_texts, normalise_text, text_to_render
+from .model_files import check_installed
 
 
 def text_regions(prompt: str, sample: dict) -> list[str] | None:
@@ -44,6 +45,10 @@ def text_regions(prompt: str, sample: dict) -> list[str] | None:
 
 class OCRReward:
     needs = TEXT_TO_RENDER  # undefined (NaN) for samples without it
+
+    @staticmethod
+    def check_args(args: dict) -> None:
+        check_installed("ocr", "rapidocr_onnxruntime", "rapidfuzz", extra="ocr")
 
     def __init__(self, case_sensitive: bool = False, min_confidence: float = 0.5):
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import inspect
 from pathlib import Path
 from typing import Callable
 
@@ -105,10 +106,28 @@ def reward_needs(name: str, args: dict | None = None) -> SampleNeed | None:
     return getattr(factory, "needs", None)
 
 
+def check_reward_args(name: str, args: dict) -> None:
+    """Cheap checks of a built-in reward's ``args`` before anything is built: each name is one its constructor
+    takes, and its ``check_args`` (model files, libraries: rewards/model_files.py) passes. One-line RewardError."""
+    if _is_plugin(name):
+        return
+    target = _factory(name)
+    try:
+        inspect.signature(target).bind(**args)
+    except TypeError:
+        takes = ", ".join(p for p in inspect.signature(target).parameters if p != "self") or "none"
+        bad = ", ".join(sorted(set(args) - set(inspect.signature(target).parameters))) or "?"
+        raise RewardError(f"reward {name}: unknown args {bad}; it takes {takes}") from None
+    check = getattr(target, "check_args", None)
+    if check is not None:
+        check(dict(args))
+
+
 def build_reward(name: str, args: dict) -> Callable:
     target = _factory(name)
     if _is_plugin(name):
         return target(**args) if args else target
+    check_reward_args(name, args)
     try:
         return target(**args)
     except TypeError as err:
@@ -192,9 +211,14 @@ class RewardSet:
 
 
 def check_reward_specs(specs) -> None:
-    """Fail fast (before any model is loaded) on a reward name that cannot work."""
+    """Fail fast (before any model is loaded) on a reward that cannot work: its name, its args, the model files
+    and libraries it needs."""
     for i, s in enumerate(specs):
         check_reward_name(s.name, f"rewards[{i}].name: ")
+        try:
+            check_reward_args(s.name, dict(s.args))
+        except RewardError as err:
+            raise RewardError(f"rewards[{i}]: {err}") from None
         if hasattr(_factory(s.name), "needs_for"):  # e.g. remote: the server must answer, with the token
             try:
                 reward_needs(s.name, s.args)

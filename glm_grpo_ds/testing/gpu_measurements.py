@@ -44,7 +44,7 @@ MEASURED = (
         card="one H200 (torch 2.11.0+cu130, sdpa)",
         date="2026-11 (issue #50)",
         model=(1, 1),  # AR 1 layer (vision tower at depth 1) + DiT 1 layer: 1.05 B AR parameters, 0.96 B trainable
-        config="launch/configs/glm_image_full_zero3.yaml",
+        config="launch/configs/glm_image_full.yaml",
         deepspeed="ds_configs/zero3.json",
         overrides=("grpo.group_size=2", "decoder.dtype=bf16"),
         phases_mb={"rollout": 10.72 * 1024, "decode": 14.75 * 1024, "reward": 10.74 * 1024, "update": 25.67 * 1024},

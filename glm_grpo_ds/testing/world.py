@@ -43,9 +43,13 @@ follows their held-out rephrasings (``heldout.jsonl``); two-colour layouts (``la
 the policy to bind each colour word to a half of the image, which the 2-layer tiny AR, whose focus
 sees the colour words as a bag, learns only slowly.
 
+The seeds' layout (:func:`write_seed_layout`, ``--seed-layout``): the train prompts as ``prompts.txt`` with a
+``target_images/`` folder (each image the colour layout its line asks for) and a tiny CLIP with an aesthetic
+head, so the seeds' reward mix (lpips, ssim, ocr, aesthetic: launch/configs/seed_recipe.yaml) runs offline here.
+
 Command line (writes the pipeline, train/held-out prompt files and prints the best reward)::
 
-    glm-grpo tiny-world outputs/world [--seed 0]
+    glm-grpo tiny-world outputs/world [--seed 0] [--seed-layout]
 """
 
 from __future__ import annotations
@@ -277,3 +281,37 @@ def write_world(out_dir, seed: int = 0, height: int = WORLD_SIZE, width: int = W
     summary = {"height": height, "width": width, "best": best, "palette": palette.tolist()}
     (out / "best.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return summary
+
+
+SEED_LAYOUT = "seed_layout"  # the folder of write_seed_layout, under the world's
+
+
+def write_seed_layout(out_dir, height: int = WORLD_SIZE, width: int = WORLD_SIZE, seed: int = 0) -> Path:
+    """The seeds' data layout of the world's train prompts in ``out_dir``: ``prompts.txt`` (line n: the n-th
+    train prompt with its colour word quoted after it, ``red image "RED"``, so the ``ocr`` reward has a text to
+    compare - the world's decoder paints no letters, so OCR scores it 0 and only the likeness rewards teach here),
+    ``target_images/<n>.png`` numbered from 1 (the colour layout line n asks for, what ``colour_layout`` scores
+    1), and for the ``aesthetic`` reward a random tiny CLIP (``clip/``) with a random head
+    (``aesthetic_head.safetensors``; glm_grpo_ds/testing/tiny_clip.py). Returns the ``prompts.txt`` path."""
+    from PIL import Image
+
+    from ..rewards.colour_layout import prompt_target
+    from .tiny_clip import write_aesthetic_head, write_tiny_clip
+
+    out = Path(out_dir)
+    folder = out / "target_images"
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for number, prompt in enumerate(world_prompts()["train"], start=1):
+        target = (prompt_target(prompt, height, width) * 255).to(torch.uint8).permute(1, 2, 0).contiguous()
+        Image.fromarray(target.numpy(), "RGB").save(folder / f"{number}.png")
+        lines.append(f'{prompt} "{prompt.split()[0].upper()}"')
+    (out / "prompts.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    clip = write_tiny_clip(out / "clip", seed=seed)
+    write_aesthetic_head(out / "aesthetic_head.safetensors", dim=clip_projection_dim(clip), seed=seed)
+    return out / "prompts.txt"
+
+
+def clip_projection_dim(clip_dir) -> int:
+    """The image-embedding width of a saved CLIP (what an aesthetic head reads)."""
+    return json.loads((Path(clip_dir) / "config.json").read_text(encoding="utf-8"))["projection_dim"]

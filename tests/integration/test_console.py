@@ -149,15 +149,18 @@ def test_missing_data_file_is_exactly_one_stderr_line(tiny_model_dir, tmp_path):
 
 
 def test_input_error_after_the_log_opens_is_one_stderr_line_and_logged(tiny_model_dir, data64, tmp_path):
-    """An input error found while building the rewards (the lpips backbone file): still one line on
-    the console (besides a step-status line when the load before it outlasted logging.status_interval_s, as on
-    a busy machine); the log file holds it after what the libraries said."""
+    """An input error found while building the rewards (an lpips backbone file that is no state dict: a missing one
+    is refused before the log opens, by the rewards' checks): still one line on the console (besides a step-status
+    line when the load before it outlasted logging.status_interval_s, as on a busy machine); the log file holds it
+    after what the libraries said."""
     out = tmp_path / "run"
-    weights = tmp_path / "missing_alexnet.pth"
+    weights = tmp_path / "broken_alexnet.pth"
+    weights.write_bytes(b"not a state dict")
     rewards = f"rewards=[{{name: lpips, args: {{backbone_weights: {weights}}}}}]"
     proc = run_train(*common(tiny_model_dir, data64, out, *FAST), rewards)
     assert proc.returncode == 2 and without_build_line(proc.stdout) == ""
     lines = [line for line in proc.stderr.splitlines() if not line.startswith("grpo [load] ")]
-    assert len(lines) == 1 and lines[0].startswith(f"glm-grpo train: reward lpips: backbone_weights {weights} does not")
+    start = f"glm-grpo train: reward lpips: backbone_weights {weights} cannot be"
+    assert len(lines) == 1 and lines[0].startswith(start)
     text = (out / "logs" / "rank_0.log").read_text()
     assert "printed.DeepSpeed: DeepSpeed" in text and f"ERROR glm_grpo.fatal: {lines[0]}" in text

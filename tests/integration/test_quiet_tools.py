@@ -46,7 +46,7 @@ def test_tools_print_only_their_own_lines(tmp_path):
     plan = glm_grpo(
         "estimate-memory",
         "--config",
-        "launch/configs/glm_image_lora_zero3.yaml",
+        "launch/configs/glm_image_lora.yaml",
         "--deepspeed",
         "ds_configs/zero3.json",
     )

@@ -1,6 +1,6 @@
 """The real-width GLM-Image slice (issue #26): GLM-Image's real configs with 1 AR and 1 DiT layer, built
 once per module (~45 s, 3.4 GB), checked for real shapes / token ids, and trained one step on 2 CPU ranks
-exactly as launch/configs/glm_image_lora_zero3.yaml trains the real model (launch/configs/glm_image_slice_cpu.yaml
+exactly as launch/configs/glm_image_lora.yaml trains the real model (launch/configs/glm_image_slice_cpu.yaml
 at 256x256 with 1 decoder step: ~2.2 min, ~2 x 8 GiB of RAM), every phase's peak memory within 15 % of the
 planner's. The 1024x1024 LoRA and full fine-tuning runs are launch/slice_check.sh (`make slice-check`)."""
 

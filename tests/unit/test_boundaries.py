@@ -138,8 +138,8 @@ FLOORS = [
     # 6 one step's parts (experience, update), evaluation, sharing a run (its cards name the model's layout),
     # test instrumentation
     "experience update evaluation sharing testing",
-    # 7 the trainer: its entrance hall (startup) and its step and loop (train)
-    "startup train",
+    # 7 the trainer: its entrance hall (startup), its step and loop (train), the job checked before it runs (preflight)
+    "startup train preflight",
     # 8 the command line
     "commands __main__",
 ]

@@ -11,7 +11,7 @@ from glm_grpo_ds.commands import estimate_memory
 ROOT = Path(__file__).resolve().parents[2]
 RUN = [
     "--config",
-    str(ROOT / "launch/configs/glm_image_lora_zero3.yaml"),
+    str(ROOT / "launch/configs/glm_image_lora.yaml"),
     "--deepspeed",
     str(ROOT / "ds_configs/zero3.json"),
 ]
@@ -81,6 +81,9 @@ def test_bad_config_exits_2(capsys):
     assert estimate_memory.main(RUN + ["lora.alfa=4"]) == 2
     err = capsys.readouterr().err
     assert "did you mean" in err and "Traceback" not in err
+    # a reward it cannot name is no plan either (its model is counted)
+    assert estimate_memory.main(RUN + ["rewards=[{name: aesthetc}]"]) == 2
+    assert "rewards[0].name: unknown reward 'aesthetc'; did you mean aesthetic" in capsys.readouterr().err
 
 
 def _fastest(capsys, config: str, ds: str, gpus: int, *extra: str) -> tuple[int, dict]:
@@ -95,27 +98,25 @@ def test_names_the_fastest_zero_stage_that_fits(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)  # paths are shown relative to the working directory
     # the LoRA config on one 80 GiB GPU: ZeRO-2 fits (45.7 GiB), so ZeRO-3 is not the fastest; 8-bit AdamW
     # refuses the offloaded optimizer of zero3_offload.json
-    code, f = _fastest(capsys, "glm_image_lora_zero3.yaml", "zero3.json", 1)
+    code, f = _fastest(capsys, "glm_image_lora.yaml", "zero3.json", 1)
     assert code == 0 and f["deepspeed"].endswith("ds_configs/zero2.json") and not f["given_is_fastest"]
     assert f["line"].startswith("fastest that fits: ds_configs/zero2.json (ZeRO-2, 45.7 GiB of 80); ZeRO-3 gathers")
     assert "the update 4.85 s at ZeRO-2 against 20.2 s at ZeRO-3" in f["line"]
     assert "8-bit" in next(r for r in f["candidates"] if r["deepspeed"].endswith("zero3_offload.json"))["refused"]
-    code, f = _fastest(capsys, "glm_image_lora_zero3.yaml", "zero1.json", 1)  # ZeRO-1: ZeRO-2's speed class
+    code, f = _fastest(capsys, "glm_image_lora.yaml", "zero1.json", 1)  # ZeRO-1: ZeRO-2's speed class
     assert code == 0 and f["given_is_fastest"] and f["line"] == "fastest that fits: this one (ZeRO-1, 46.6 GiB of 80)"
-    # full fine-tuning of the 10B AR on 8 GPUs: ZeRO-2 needs 81.0 GiB, so ZeRO-3 is the one; a given ZeRO-2
+    # full fine-tuning of the 10.1 B AR on 8 GPUs: ZeRO-2 needs 85.0 GiB, so ZeRO-3 is the one; a given ZeRO-2
     # does not fit (exit 3) and the line names ZeRO-3
-    code, f = _fastest(capsys, "glm_image_full_zero3.yaml", "zero2.json", 8)
+    code, f = _fastest(capsys, "glm_image_full.yaml", "zero2.json", 8)
     assert code == 3 and f["deepspeed"].endswith("ds_configs/zero3.json")
     assert "(ZeRO-3, 54.4 GiB of 80); this one does not fit; nothing faster fits: " in f["line"]
     # ... and on one 80 GiB GPU only with offload: offload_param puts the weights', the reference's and (with
     # offload_optimizer) the gradients' partitions on the host (81.8 GiB planned before the planner read it)
-    code, f = _fastest(capsys, "glm_image_full_zero3.yaml", "zero3.json", 1, "--allow-over-budget")
+    code, f = _fastest(capsys, "glm_image_full.yaml", "zero3.json", 1, "--allow-over-budget")
     assert code == 0 and f["deepspeed"].endswith("ds_configs/zero3_offload.json") and not f["given_is_fastest"]
     assert f["line"].startswith("fastest that fits: ds_configs/zero3_offload.json (ZeRO-3 + offload, 35.2 GiB of 80);")
     # ... and on one 32 GiB GPU nothing does
-    code, f = _fastest(
-        capsys, "glm_image_full_zero3.yaml", "zero3.json", 1, "--allow-over-budget", "--gpu-memory-gb", "32"
-    )
+    code, f = _fastest(capsys, "glm_image_full.yaml", "zero3.json", 1, "--allow-over-budget", "--gpu-memory-gb", "32")
     assert code == 0 and f["deepspeed"] is None and not f["given_is_fastest"]
     assert f["line"] == (
         "fastest that fits: none at 32 GiB per GPU (the smallest plan: ds_configs/zero3_offload.json, "
@@ -127,7 +128,7 @@ def test_the_planned_rollout_reads_the_prompt_tokens_of_the_kv_cache(capsys):
     """--prompt-tokens sizes the KV cache the planned decode step reads: longer prompts, a slower planned rollout."""
     times = []
     for tokens in ("128", "4096"):
-        argv = ["--config", str(ROOT / "launch/configs/glm_image_lora_zero3.yaml"), "--deepspeed"]
+        argv = ["--config", str(ROOT / "launch/configs/glm_image_lora.yaml"), "--deepspeed"]
         argv += [str(ROOT / "ds_configs/zero2.json"), "--num-gpus", "8", "--json", "--prompt-tokens", tokens]
         assert estimate_memory.main(argv) == 0
         times.append(json.loads(capsys.readouterr().out)["step_time"]["rollout_s"])

@@ -290,3 +290,22 @@ def test_reward_disagreement_by_hand_and_the_gate():
     assert gate_disagreeing(adv, d, None) is adv
     gaps = torch.tensor([float("nan"), 3.0, 0.0])
     assert gate_disagreeing(torch.tensor([-1.0, 0.5, 1.0]), gaps, 1.0).tolist() == [-1.0, 0.0, 1.0]  # NaN: kept
+
+
+def test_advantage_record_by_hand():
+    """``advantages/mean`` and ``advantages/std`` of metrics.jsonl (observability/metrics.py advantage_fields): the
+    mean and the unbiased std of the advantages the update trains on, zeros of dead groups included."""
+    from glm_grpo_ds.advantages import combine_advantages
+    from glm_grpo_ds.observability.metrics import advantage_fields
+
+    # [1, 2, 3, 6]: mean 3; squared deviations 4 + 1 + 0 + 9 = 14, / 3 -> std sqrt(14 / 3) = 2.1602
+    # (a population std, / 4, would be 1.8708; a mean of |A| would be 3 too, so the next case tells them apart)
+    fields = advantage_fields(torch.tensor([1.0, 2.0, 3.0, 6.0]))
+    assert fields == {"advantages/mean": pytest.approx(3.0), "advantages/std": pytest.approx(math.sqrt(14 / 3))}
+    # the trainer's path: groups [1, 2, 3] (z = (-1, 0, 1) / 1.0001) and [5, 5, 5] (dead: 0, 0, 0); mean 0 and
+    # std sqrt(2 / 1.0001^2 / 5) = 0.63239 - below 1 because half the batch teaches nothing
+    adv, _ = combine_advantages({"r": torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0, 5.0])}, {"r": 1.0}, group_size=3)
+    fields = advantage_fields(adv)
+    assert fields["advantages/mean"] == pytest.approx(0.0, abs=1e-7)
+    assert fields["advantages/std"] == pytest.approx(math.sqrt(0.4) / 1.0001, rel=1e-6)
+    assert advantage_fields(torch.tensor([0.5])) == {"advantages/mean": 0.5, "advantages/std": None}

@@ -5,10 +5,17 @@ records its arguments and environment; ``nvidia-smi``; SLURM's ``srun`` and ``sc
   which the launcher would turn into GPUs 0..N-1), refuses GPUs torch cannot use, and runs a node
   without GPUs as one CPU rank, saying so;
 * launch/env.sh exports `.deepspeed_env` as DeepSpeed's ssh path would, and launch/slurm.sbatch hands
-  it to the srun tasks (the real launcher on a rank: tests/integration/test_multinode.py)."""
+  it to the srun tasks (the real launcher on a rank: tests/integration/test_multinode.py);
+* every launch script answers --help / -h with its header and launches nothing; train.sh, train_multinode.sh and
+  slurm.sbatch default to the LoRA config at ZeRO-2, and slurm.sbatch's --mem is the memory tool's figure for it;
+* launch/train_multinode.sh refuses a bad hostfile, NUM_NODES or NODE_RANK in one line (exit 2);
+* the preflight (`python -m glm_grpo_ds.train --check`) runs before the launcher and its failure is the script's
+  exit status; PREFLIGHT=0 skips it. The tests marked NEEDS_CHECK need that flag (glm_grpo_ds/train.py)."""
 
 import contextlib
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -24,6 +31,10 @@ FAKE_DEEPSPEED = """#!/bin/sh
 printf '%s\\n' "$@" > "$RECORD/argv"
 env > "$RECORD/env"
 """
+# anything a --help must not start: it records that it ran
+FAKE_RECORDER = """#!/bin/sh
+echo "$(basename "$0") $*" >> "$RECORD/called"
+"""
 FAKE_SRUN = """#!/bin/sh
 while [ "${1#-}" != "$1" ]; do shift; done  # srun's options; then the command, run here as one task
 exec "$@"
@@ -36,6 +47,8 @@ def fakes(tmp_path: Path, *names: str) -> Path:
         "nvidia-smi": FAKE_SMI,
         "srun": FAKE_SRUN,
         "scontrol": "#!/bin/sh\necho n1\n",
+        "python": FAKE_RECORDER,
+        "glm-grpo": FAKE_RECORDER,
     }
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -49,13 +62,17 @@ def run(
     script: str, tmp_path: Path, fake: tuple[str, ...], _args: tuple[str, ...] = (), **env: str
 ) -> tuple[subprocess.CompletedProcess, dict]:
     """``bash SCRIPT`` in the repository with the fakes first on PATH and HOME in tmp_path; returns the
-    process and what the fake deepspeed recorded (argv, env)."""
-    base = {k: v for k, v in os.environ.items() if k not in ("DS_ACCELERATOR", "CUDA_VISIBLE_DEVICES", "NUM_GPUS")}
+    process and what the fake deepspeed recorded (argv, env). PREFLIGHT=0 unless ``env`` sets it: the tests of
+    what reaches the launcher need no valid config."""
+    ours = ("DS_ACCELERATOR", "CUDA_VISIBLE_DEVICES", "NUM_GPUS", "CONFIG", "DS_CONFIG", "HOSTFILE", "MASTER_ADDR")
+    ours += ("NUM_NODES", "NODE_RANK", "MASTER_PORT", "DS_ENV_FILE", "GPUS_PER_NODE")
+    base = {k: v for k, v in os.environ.items() if k not in ours}
     base.update(
         PATH=f"{fakes(tmp_path, 'deepspeed', *fake)}:{VENV_BIN}:/usr/bin:/bin",
         PYTHONPATH=str(ROOT),
         HOME=str(tmp_path),
         RECORD=str(tmp_path),
+        PREFLIGHT="0",
     )
     proc = subprocess.run(
         ["bash", script, *_args], cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=120
@@ -222,3 +239,215 @@ def test_train_sh_moves_off_a_taken_29500_and_keeps_a_given_master_port(tmp_path
     given.mkdir()
     proc, seen = run("launch/train.sh", given, (), DS_ACCELERATOR="cpu", MASTER_PORT="31234")
     assert seen["argv"][seen["argv"].index("--master_port") + 1] == "31234" and "rendezvous" not in proc.stderr
+
+
+# --- --help on every launch script ------------------------------------------------------------------------------
+
+HELP = [
+    ("launch/train.sh", ("--help",), "DS_CONFIG (default ds_configs/zero2.json"),
+    ("launch/train.sh", ("max_steps=1", "-h"), "PREFLIGHT (default 1; 0 skips"),
+    ("launch/train_multinode.sh", ("--help",), "fits only at ZeRO-3: DS_CONFIG=ds_configs/zero3.json"),
+    ("launch/slurm.sbatch", ("--help",), "#SBATCH --mem="),
+    ("launch/gpu_check.sh", ("--help",), "Duration: "),
+    ("launch/gpu_check.sh", ("--num-gpus", "8", "outputs/glm_full", "-h"), "--num-gpus N (default 1)"),
+    ("launch/gpu_timing.sh", ("--help",), "TRAIN_STEP=0 bash launch/gpu_timing.sh"),
+    ("launch/merge.sh", ("-h",), "bash launch/merge.sh zai-org/GLM-Image"),
+    ("launch/slice_check.sh", ("--help",), "OUT=/tmp/sc SKIP_FULL=1 bash launch/slice_check.sh"),
+    ("launch/env.sh", ("--help",), "export_deepspeed_env: "),
+    ("launch/signals.sh", ("-h",), "run_deepspeed ARGS..."),
+    ("launch/demo.sh", ("--help",), "NUM_PROCS=1 bash launch/demo.sh max_steps=20"),
+]
+
+
+@pytest.mark.parametrize("script, args, text", HELP, ids=[f"{s} {' '.join(a)}" for s, a, _ in HELP])
+def test_help_prints_the_scripts_header_and_runs_nothing(tmp_path, script, args, text):
+    """Before: `bash launch/gpu_check.sh --help` started a training run. Every fake on PATH (deepspeed, python,
+    glm-grpo, srun, scontrol, nvidia-smi) records a call; none may happen. No HOSTFILE / SLURM variables are set:
+    the scripts that need them would fail if --help were not answered first."""
+    proc, seen = run(script, tmp_path, ("python", "glm-grpo", "srun", "scontrol", "nvidia-smi"), args, PREFLIGHT="1")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert not seen and not (tmp_path / "called").exists()
+    header = (ROOT / script).read_text().splitlines()
+    first = header[1] if header[0].startswith("#!") else header[0]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == first.removeprefix("# ") and text in proc.stdout
+    assert "set -euo pipefail" not in proc.stdout and "#!/usr/bin/env" not in proc.stdout
+    assert len(lines) >= 3
+
+
+def test_a_sourced_helper_run_on_its_own_says_so_in_one_line(tmp_path):
+    proc, seen = run("launch/env.sh", tmp_path, ())
+    assert proc.returncode == 2 and proc.stdout == "" and not seen
+    assert proc.stderr == (
+        "glm-grpo launch/env.sh: sourced by the launch scripts, not run; see bash launch/env.sh --help\n"
+    )
+
+
+# --- the default stage and the host memory request --------------------------------------------------------------
+
+SLURM = dict(SLURM_JOB_NODELIST="n1", SLURM_JOB_ID="7", SLURM_NODEID="0", SLURM_JOB_NUM_NODES="1")
+
+
+def two_node_hostfile(tmp_path: Path) -> Path:
+    path = tmp_path / "hostfile"
+    path.write_text("# two nodes\nnode-0 slots=8\n\nnode-1 slots=8\n")
+    return path
+
+
+def test_the_training_scripts_default_to_the_lora_config_at_zero2(tmp_path):
+    """glm-grpo estimate-memory: LoRA on 8x80 GB fits at ZeRO-2 (the fastest shipped stage that does); full
+    fine-tuning needs DS_CONFIG=ds_configs/zero3.json, which the scripts pass through."""
+    hostfile = two_node_hostfile(tmp_path)
+    cases = [
+        ("launch/train.sh", (), dict(DS_ACCELERATOR="cpu")),
+        ("launch/train_multinode.sh", (), dict(HOSTFILE=str(hostfile), MASTER_ADDR="node-0")),
+        ("launch/slurm.sbatch", ("srun", "scontrol"), dict(HOSTFILE=str(tmp_path / "hf_slurm"), **SLURM)),
+    ]
+    for i, (script, fake, env) in enumerate(cases):
+        where = tmp_path / str(i)
+        where.mkdir()
+        proc, seen = run(script, where, fake, **env)
+        assert proc.returncode == 0, proc.stderr
+        argv = seen["argv"]
+        assert argv[argv.index("--config") + 1] == "launch/configs/glm_image_lora.yaml", script
+        assert argv[argv.index("--deepspeed") + 1] == "ds_configs/zero2.json", script
+        full = dict(env, CONFIG="launch/configs/glm_image_full.yaml", DS_CONFIG="ds_configs/zero3.json")
+        proc, seen = run(script, where, fake, **full)
+        assert seen["argv"][seen["argv"].index("--deepspeed") + 1] == "ds_configs/zero3.json", script
+    # the multi-node launch: the hostfile's two hosts, ssh mode
+    proc, seen = run("launch/train_multinode.sh", tmp_path, (), HOSTFILE=str(hostfile), MASTER_ADDR="node-0")
+    assert seen["argv"][seen["argv"].index("--num_nodes") + 1] == "2" and "--no_ssh" not in seen["argv"]
+
+
+def test_slurm_mem_is_what_estimate_memory_asks_for_the_scripts_defaults(tmp_path):
+    """`#SBATCH --mem` and the numbers in the comment above it are the memory tool's host plan for the script's own
+    defaults (CONFIG, DS_CONFIG, --gpus-per-node), read from the script: change one and this fails until the other
+    follows. Built-in GLM-Image sizes (an empty Hugging Face cache), as on a login node before the download."""
+    text = (ROOT / "launch/slurm.sbatch").read_text()
+    config = re.search(r"^CONFIG=\$\{CONFIG:-(\S+)\}$", text, re.M).group(1)
+    ds_config = re.search(r"^DS_CONFIG=\$\{DS_CONFIG:-(\S+)\}$", text, re.M).group(1)
+    gpus = re.search(r"^#SBATCH --gpus-per-node=(\d+)$", text, re.M).group(1)
+    assert re.search(r"^GPUS_PER_NODE=\$\{GPUS_PER_NODE:-(\d+)\}$", text, re.M).group(1) == gpus
+    mem = re.findall(r"^#SBATCH --mem=(\d+)G$", text, re.M)
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "glm_grpo_ds", "estimate-memory", "--config", config, "--deepspeed", ds_config]
+        + ["--num-gpus", gpus, "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    host = json.loads(proc.stdout)["host_node"]
+    want = host["request_bytes"] // 2**30
+    assert mem == [str(want)], f"set `#SBATCH --mem={want}G` in launch/slurm.sbatch (and the comment above it)"
+    peak = host["loading_peak_bytes"] / 2**30
+    comment = " ".join(line.lstrip("# ") for line in text[: text.index("#SBATCH --mem=")].splitlines()[-10:])
+    assert f"--config {config} --deepspeed {ds_config} --num-gpus {gpus}" in comment, comment
+    assert f"= {peak:.1f} GiB peak" in comment and f"= {want} GiB" in comment, comment
+
+
+# --- the hostfile, NUM_NODES and NODE_RANK of train_multinode.sh -----------------------------------------------
+
+MULTINODE_REFUSALS = {
+    "no HOSTFILE": (None, {}, "glm-grpo launch/train_multinode.sh: set HOSTFILE to the hostfile"),
+    "no MASTER_ADDR": ("node-0 slots=8\n", {"MASTER_ADDR": ""}, "glm-grpo launch/train_multinode.sh: set MASTER_ADDR"),
+    "missing file": ("<missing>", {}, "glm-grpo hostfile: hostfile {h}: no such file"),
+    "empty": ("", {}, "glm-grpo hostfile: hostfile {h}: no host in it"),
+    "comments only": ("# node-0 slots=8\n\n", {}, "glm-grpo hostfile: hostfile {h}: no host in it"),
+    "bad line": (
+        "node-0 slots=8\nnode-1 slot=8\n",
+        {},
+        "glm-grpo hostfile: hostfile {h} line 2: expected 'HOST slots=N', e.g. 'node-0 slots=8'",
+    ),
+    "duplicate host": ("node-0 slots=8\nnode-0 slots=8\n", {}, "glm-grpo hostfile: hostfile {h} line 2: node-0 is"),
+    "NUM_NODES above the hosts": (
+        "node-0 slots=8\nnode-1 slots=8\n",
+        {"NUM_NODES": "3"},
+        "glm-grpo launch/train_multinode.sh: NUM_NODES=3: give a number of nodes from 1 to 2 (the hosts in {h})",
+    ),
+    "NUM_NODES not a number": (
+        "node-0 slots=8\n",
+        {"NUM_NODES": "two"},
+        "glm-grpo launch/train_multinode.sh: NUM_NODES=two: give a number of nodes from 1 to 1 (the hosts in {h})",
+    ),
+    "NODE_RANK out of range": (
+        "node-0 slots=8\nnode-1 slots=8\n",
+        {"NODE_RANK": "2"},
+        "glm-grpo launch/train_multinode.sh: NODE_RANK=2: give this node's rank, 0 to 1 (2 nodes)",
+    ),
+}
+
+
+@pytest.mark.parametrize("text, env, line", MULTINODE_REFUSALS.values(), ids=MULTINODE_REFUSALS.keys())
+def test_train_multinode_refuses_a_bad_hostfile_in_one_line(tmp_path, text, env, line):
+    """Before: an empty or comment-only hostfile exited 1 with no output, a missing one printed a bare grep error,
+    a bad line or a duplicate host DeepSpeed's 15-line traceback (and a missing one, had grep passed, a run on
+    this node only)."""
+    hostfile = tmp_path / "hostfile"
+    if text is not None and text != "<missing>":
+        hostfile.write_text(text)
+    given = {} if text is None else {"HOSTFILE": str(hostfile)}
+    proc, seen = run("launch/train_multinode.sh", tmp_path, (), **{"MASTER_ADDR": "node-0", **given, **env})
+    assert proc.returncode == 2 and not seen, proc.stderr
+    assert proc.stderr.startswith(line.format(h=hostfile)) and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_train_multinode_checks_on_node_0_only(tmp_path):
+    """NODE_RANK=1 starts its launcher without the preflight (node 0 checks the shared inputs), whatever the
+    config: a check there would refuse this missing one."""
+    hostfile = two_node_hostfile(tmp_path)
+    env = dict(HOSTFILE=str(hostfile), MASTER_ADDR="node-0", CONFIG=str(tmp_path / "missing.yaml"), PREFLIGHT="1")
+    proc, seen = run("launch/train_multinode.sh", tmp_path, (), NODE_RANK="1", **env)
+    assert proc.returncode == 0, proc.stderr
+    argv = seen["argv"]
+    assert argv[argv.index("--node_rank") + 1] == "1" and "--no_ssh" in argv
+
+
+# --- the preflight: `python -m glm_grpo_ds.train --check` before the launcher ------------------------------------
+# NEEDS_CHECK: the tests below need glm_grpo_ds.train's --check (until it exists, argparse refuses the flag with a
+# two-line usage error and they fail on the one-line assertion).
+
+PREFLIGHT_CASES = {
+    "train.sh": ("launch/train.sh", (), dict(DS_ACCELERATOR="cpu", NUM_GPUS="2")),
+    "train_multinode.sh ssh mode": ("launch/train_multinode.sh", (), dict(MASTER_ADDR="127.0.0.1")),
+    "train_multinode.sh node 0": ("launch/train_multinode.sh", (), dict(MASTER_ADDR="127.0.0.1", NODE_RANK="0")),
+    "slurm.sbatch": ("launch/slurm.sbatch", ("srun", "scontrol"), dict(SLURM)),
+}
+
+
+@pytest.mark.parametrize("script, fake, env", PREFLIGHT_CASES.values(), ids=PREFLIGHT_CASES.keys())
+def test_the_preflight_stops_a_bad_input_before_the_launcher_unless_preflight_0(tmp_path, script, fake, env):
+    """NEEDS_CHECK. A config that is not there: the check's one line and its exit 2 are the script's, and no
+    launcher (no srun) starts; PREFLIGHT=0 launches the same command unchecked."""
+    (tmp_path / "hostfile").write_text("127.0.0.1 slots=1\n")
+    bad = tmp_path / "missing.yaml"
+    env = dict(env, HOSTFILE=str(tmp_path / "hostfile"), CONFIG=str(bad), DS_ACCELERATOR="cpu")
+    proc, seen = run(script, tmp_path, fake, ("max_steps=1",), PREFLIGHT="1", **env)
+    assert proc.returncode == 2 and not seen, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and str(bad) in proc.stderr, proc.stderr
+    proc, seen = run(script, tmp_path, fake, ("max_steps=1",), PREFLIGHT="0", **env)
+    assert proc.returncode == 0 and seen["argv"][seen["argv"].index("--config") + 1] == str(bad), proc.stderr
+
+
+@pytest.mark.slow  # the check reads the tiny model's processor and every prompt: ~25 s on 2 busy cores
+def test_the_preflight_passes_a_good_setup_and_the_launcher_starts(tmp_path, tiny_model_dir):
+    """NEEDS_CHECK. The tiny model on 2 CPU ranks, every input present: the check exits 0 and train.sh starts the
+    launcher with the same config, DeepSpeed config and overrides."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "a red cube"}\n{"prompt": "a blue ball"}\n')
+    overrides = (
+        f"model.path={tiny_model_dir}",
+        f"data.train_file={prompts}",
+        f"output_dir={tmp_path / 'run'}",
+        'rewards=[{name: "python:glm_grpo_ds.testing.tiny_data:mean_brightness"}]',
+        "max_steps=1",
+    )
+    env = dict(DS_ACCELERATOR="cpu", NUM_GPUS="2", CONFIG="launch/configs/tiny_cpu.yaml", PREFLIGHT="1")
+    proc, seen = run("launch/train.sh", tmp_path, (), overrides, DS_CONFIG="ds_configs/zero3.json", **env)
+    assert proc.returncode == 0, proc.stderr
+    argv = seen["argv"]
+    assert argv[argv.index("--deepspeed") + 1] == "ds_configs/zero3.json" and argv[-len(overrides) :] == [*overrides]
+    assert argv[: argv.index("--master_port")] == ["--num_gpus", "2"] and "resume_from=auto" in argv

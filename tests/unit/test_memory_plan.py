@@ -164,7 +164,7 @@ def test_cli_json_and_over_budget_exit_3(tiny_model_dir, capfd):
     assert code == 2 and "did you mean" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("name", ["glm_image_lora_zero3.yaml", "glm_image_full_zero3.yaml"])
+@pytest.mark.parametrize("name", ["glm_image_lora.yaml", "glm_image_full.yaml"])
 def test_real_glm_image_plan_fits_8x80(name):
     """The example configs fit 8 x 80 GB by the plan (real GLM-Image sizes from the built-in configs)."""
     c = load_config(ROOT / "launch" / "configs" / name, [])
@@ -209,12 +209,12 @@ def test_host_ram_per_node_by_hand():
 
 
 def test_slurm_asks_for_the_planned_host_memory():
-    """launch/slurm.sbatch's --mem is the planner's request for its default run: the LoRA config, ZeRO-3,
-    8 GPUs per node (real GLM-Image sizes from the built-in configs)."""
+    """launch/slurm.sbatch's --mem is the planner's request for its default run: the LoRA config, ZeRO-2 (the
+    scripts' default stage), 8 GPUs per node (real GLM-Image sizes from the built-in configs)."""
     import re
 
-    c = load_config(ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml", [])
-    want = plan(c, ZERO[3], EstimateConfig(num_gpus=8))["host_node"]["request_bytes"] // GIB
+    c = load_config(ROOT / "launch" / "configs" / "glm_image_lora.yaml", [])
+    want = plan(c, ZERO[2], EstimateConfig(num_gpus=8))["host_node"]["request_bytes"] // GIB
     found = re.findall(r"^#SBATCH --mem=(\d+)G\b", (ROOT / "launch" / "slurm.sbatch").read_text(), re.M)
     assert found == [str(want)], (found, want)
 
@@ -224,7 +224,7 @@ def test_lora_adapters_fp32_under_zero3_on_the_real_ar():
     q 4096->4096, k and v 4096->256, o 4096->4096, gate_up 4096->27392, down 13696->4096."""
     from glm_grpo_ds.memory.sizes import model_sizes
 
-    c = load_config(ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml", [])
+    c = load_config(ROOT / "launch" / "configs" / "glm_image_lora.yaml", [])
     s = model_sizes(c)
     per_layer = 64 * (2 * (4096 + 4096) + 2 * (4096 + 256) + (4096 + 27392) + (13696 + 4096))
     assert sum(s.lora) == 40 * per_layer == 190_382_080 and round(sum(s.lora) * 4 / 2**20) == 726
@@ -436,7 +436,7 @@ def test_merge_copy_of_the_real_glm_image_lora():
     from glm_grpo_ds.memory.sizes import model_sizes
 
     c = load_config(
-        ROOT / "launch" / "configs" / "glm_image_lora_zero3.yaml",
+        ROOT / "launch" / "configs" / "glm_image_lora.yaml",
         ["rollout.fuse_lora=false", "rollout.merge_lora=true"],
     )
     s = model_sizes(c)

@@ -212,7 +212,7 @@ def test_report_to_a_missing_package_fails_at_config_time(name, monkeypatch):
         load_config(None, BASE + [f"logging.report_to=[{name}]"])
 
 
-@pytest.mark.parametrize("name", ["tiny_cpu.yaml", "glm_image_lora_zero3.yaml", "glm_image_full_zero3.yaml"])
+@pytest.mark.parametrize("name", ["tiny_cpu.yaml", "glm_image_lora.yaml", "glm_image_full.yaml"])
 def test_example_configs_load(name):
     from pathlib import Path
 

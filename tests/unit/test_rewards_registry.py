@@ -15,7 +15,7 @@ NAN = float("nan")
 def test_unknown_reward_lists_close_matches():
     with pytest.raises(ValueError, match="unknown reward 'pixel_mes'.*did you mean pixel_mse"):
         build_reward("pixel_mes", {})
-    with pytest.raises(ValueError, match="reward ssim: bad args"):
+    with pytest.raises(ValueError, match="reward ssim: unknown args kernel; it takes kernel_size, sigma"):
         build_reward("ssim", {"kernel": 3})
 
 

@@ -1,0 +1,299 @@
+"""``glm-grpo train --check``: everything a training job needs, checked with the job's own arguments before it
+queues, on a login node without GPUs, in seconds: no model loads, no process group opens, nothing is written but
+a probe file in ``output_dir`` (removed at once).
+
+    glm-grpo train --check --config launch/configs/glm_image_lora.yaml --deepspeed ds_configs/zero2.json \\
+        --num-gpus 8 --num-nodes 2 data.train_file=/data/prompts.jsonl
+    python -m glm_grpo_ds.train --check --hostfile hostfile ...     # the nodes and GPUs read from the hostfile
+
+It checks, each independently so that one pass shows every problem: the config (every unknown key at once), the
+hostfile, the rewards (names, args, model files, libraries), ``lora.init_from``, the prompt data (every row) and
+what the rewards need of it, the model files (a local directory or the Hugging Face cache: its processor, every
+prompt's token ids, ``lora.target_modules`` against its layers), the DeepSpeed config filled for this world size,
+``output_dir`` and what the run would resume (or refuse), and the memory plan at this world size. One line per
+check (``ok`` / ``note`` / ``FAIL``), then the verdict. Exit 0 when the job would start, 2 on a bad input, 3 when
+the only problem is memory (the line names the fastest shipped stage that fits). launch/slurm.sbatch,
+launch/train_multinode.sh and launch/train.sh run it before they start the ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import ConfigError
+from .data import DataError, check_source, load_prompts
+from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
+from .lifecycle import checkpoint, resume
+from .lifecycle.run import decide_start
+from .memory.basis import EstimateConfig
+from .memory.plan import GIB, plan
+from .memory.sizes import model_sizes
+from .memory.stages import fastest_that_fits
+from .model.adapters import check_init_adapter, check_target_modules, text_layer_linear_names
+from .model.glm_image import load_processor, read_ar_config, resolve_dtype
+from .model.source import cached_model_dir, is_repo_id
+from .model.token_ids import check_token_ids, embedding_rows
+from .rewards import RewardError, check_reward_inputs, check_reward_specs
+from .runtime.hostfile import HostfileError, read_hostfile, summary
+
+# what a bad input raises: each becomes a FAIL line (anything else is a bug, with its traceback)
+CHECK_ERRORS = (
+    ConfigError,
+    DataError,
+    DeepSpeedConfigError,
+    checkpoint.CheckpointError,
+    checkpoint.OutputDirError,
+    RewardError,
+    HostfileError,
+    FileNotFoundError,
+    resume.NothingToDo,
+)
+EXIT_BAD_INPUT, EXIT_OVER_BUDGET = 2, 3
+
+
+@dataclass
+class Shape:
+    """The cluster the job asks for: nodes x GPUs per node (from the hostfile when given)."""
+
+    num_gpus: int
+    num_nodes: int
+    gpu_memory_gb: float
+    device: str = "cuda"
+
+    @property
+    def world(self) -> int:
+        return self.num_gpus * self.num_nodes
+
+
+@dataclass
+class Report:
+    """The check's lines, in order, and its verdict."""
+
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (ok | note | FAIL, text)
+    over_budget: bool = False
+
+    def add(self, kind: str, text: str) -> None:
+        self.lines.append((kind, text))
+
+    @property
+    def failed(self) -> int:
+        return sum(kind == "FAIL" for kind, _ in self.lines)
+
+    def exit_code(self) -> int:
+        if self.failed == 0:
+            return 0
+        return EXIT_OVER_BUDGET if self.over_budget and self.failed == 1 else EXIT_BAD_INPUT
+
+
+def _checked(report: Report, what: str, check) -> object:
+    """``check()``'s result (its ``ok`` line is the caller's), or None with a FAIL line naming ``what``."""
+    try:
+        return check()
+    except CHECK_ERRORS as err:
+        text = " ".join(str(err).split("\n")) or type(err).__name__
+        if not any(text in seen for kind, seen in report.lines if kind == "FAIL"):  # e.g. the plan's own check
+            report.add("FAIL", text if text.startswith(what) else f"{what}: {text}")
+        return None
+
+
+def cluster_shape(num_gpus: int | None, num_nodes: int | None, hostfile: str | None, gpu_memory_gb: float, report):
+    """The :class:`Shape` of the job: the hostfile's hosts and slots when given (the first ``num_nodes`` of them
+    when given, as the launcher takes them; planned at the largest slot count), else ``num_gpus`` x
+    ``num_nodes`` (defaults 8 x 1, estimate-memory's)."""
+    d = EstimateConfig()
+    if hostfile:
+        hosts = _checked(report, f"hostfile {hostfile}", lambda: read_hostfile(hostfile))
+        if hosts:
+            if num_nodes is not None and num_nodes > len(hosts):
+                report.add("FAIL", f"--num-nodes {num_nodes} but hostfile {hostfile} lists {len(hosts)} node(s)")
+            hosts = hosts[:num_nodes] if num_nodes else hosts
+            slots = {n for _, n in hosts}
+            if len(slots) > 1:
+                report.add("note", f"hostfile {hostfile}: nodes with different GPU counts; planned at the largest")
+            report.add("ok", f"hostfile {hostfile}: {summary(hosts)}")
+            return Shape(num_gpus or max(slots), len(hosts), gpu_memory_gb)
+    return Shape(num_gpus or d.num_gpus, num_nodes or d.num_nodes, gpu_memory_gb)
+
+
+def _data(cfg, report: Report):
+    """The training (and eval) prompts, every row read once, and what the rewards need of them."""
+    rows = _checked(report, "data.train_file", lambda: _read(cfg.data.train_file, "data.train_file", cfg))
+    if rows is not None:
+        report.add("ok", f"data.train_file {cfg.data.train_file}: {len(rows):,} prompts")
+        _checked(
+            report, "rewards", lambda: check_reward_inputs(cfg.rewards, rows, "data.train_file", cfg.data.train_file)
+        )
+    if cfg.eval.file:
+        ev = cfg.eval
+        eval_rows = _checked(report, "eval.file", lambda: _read(ev.file, "eval.file", cfg, ev.split, ev.revision))
+        if eval_rows is not None:
+            report.add("ok", f"eval.file {ev.file}: {len(eval_rows):,} prompts")
+    return rows
+
+
+def _read(path, key: str, cfg, *split_revision):
+    check_source(path, key, cfg.data, *split_revision[1:2])
+    return load_prompts(path, key, cfg.data, *split_revision)
+
+
+def _model(cfg, rows, report: Report) -> dict | None:
+    """The model's files where they are on this machine (a directory or the Hugging Face cache; nothing is
+    downloaded): its processor, every prompt's token ids, the target modules. The AR's text config, or None."""
+    name = cfg.model.path
+    local = cached_model_dir(name, cfg.model.revision) if name else None
+    if local is None:
+        if not name or not is_repo_id(str(name)) or Path(str(name)).expanduser().exists():
+            _checked(report, "model.path", lambda: _raise_not_a_model(name))
+            return None
+        if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+            report.add(
+                "FAIL", f"model.path {name}: not in the Hugging Face cache and HF_HUB_OFFLINE=1; `hf download {name}`"
+            )
+            return None
+        report.add(
+            "note",
+            f"model.path {name}: not in this machine's Hugging Face cache: rank 0 downloads it at start "
+            f"(`hf download {name}` now, with the job's HF_HOME, saves the allocation's time)",
+        )
+        from transformers import GlmImageConfig
+
+        text = GlmImageConfig().text_config.to_dict()
+        if cfg.lora is not None:
+            _checked(
+                report,
+                "lora.target_modules",
+                lambda: check_target_modules(cfg.lora.target_modules, text_layer_linear_names(text)),
+            )
+        return text
+    text = read_ar_config(local)["text_config"]
+    if cfg.lora is not None:
+        _checked(
+            report,
+            "lora.target_modules",
+            lambda: check_target_modules(cfg.lora.target_modules, text_layer_linear_names(text)),
+        )
+    if rows is not None:
+        size = dict(height=cfg.rollout.height, width=cfg.rollout.width)
+        processor = load_processor(local)
+        _checked(
+            report,
+            "data.train_file",
+            lambda: check_token_ids(processor, embedding_rows(local), local, rows, "data.train_file", **size),
+        )
+    where = "a pipeline directory" if Path(str(name)).expanduser().exists() else f"in the Hugging Face cache: {local}"
+    report.add("ok", f"model.path {name}: {where}")
+    return text
+
+
+def _raise_not_a_model(name) -> None:
+    from .model.source import resolve_model
+
+    resolve_model(name, None, local_files_only=True)  # raises its one line (a missing or incomplete directory)
+
+
+def _deepspeed(cfg, ds_path: str, shape: Shape, text: dict | None, report: Report) -> dict | None:
+    """The DeepSpeed config read and filled for this world size, as the ranks will (its contradictions with the
+    training config refused). The raw config, or None."""
+    raw = _checked(report, f"DeepSpeed config {ds_path}", lambda: read_ds_config(ds_path))
+    if raw is None:
+        return None
+    hidden = (text or {}).get("hidden_size", 4096)
+    dtype = resolve_dtype(cfg.model.dtype, on_gpu=shape.device == "cuda")
+    filled = _checked(report, ds_path, lambda: fill_ds_config(raw, cfg, shape.world, hidden, dtype, ds_path))
+    if filled is not None:
+        report.add("ok", f"DeepSpeed config {ds_path}: ZeRO-{zero_stage(filled)}, filled for {shape.world} ranks")
+    return raw
+
+
+def _output_dir(cfg, shape: Shape, raw: dict | None, rows, report: Report) -> None:
+    """``output_dir`` writable (nothing created), and what the job would do there: resume a checkpoint that fits
+    this world size and stage, start fresh, or refuse (an earlier run, a finished one)."""
+    out = Path(cfg.output_dir)
+    if _checked(report, "output_dir", lambda: checkpoint.check_output_dir(out, 0, create=False)) is None:
+        return
+    before = report.failed
+    path = _checked(report, "resume_from", lambda: checkpoint.resume_path(out, cfg.resume_from))
+    if report.failed > before:
+        return
+    stage = zero_stage(raw or {})
+    if path is not None:
+        data = resume.data_fingerprint(cfg.data.train_file, rows) if rows is not None else {}
+        start = _checked(report, "resume_from", lambda: decide_start(out, path, cfg, shape.world, stage, data, 0))
+        if start is not None:
+            report.add("ok", f"output_dir {out}: resumes from {path} (step {start.step})")
+        return
+    if cfg.overwrite_output_dir and checkpoint.earlier_run(out):
+        report.add("note", f"output_dir {out}: overwrite_output_dir=true deletes the earlier run in it at start")
+        return
+    # start_fresh without overwrite only refuses or returns: nothing is deleted
+    if _checked(report, "output_dir", lambda: checkpoint.start_fresh(out, False, 0) or True):
+        report.add("ok", f"output_dir {out}: a fresh start")
+
+
+def _memory(cfg, ds_path: str, raw: dict, shape: Shape, report: Report) -> None:
+    """The memory plan of this run at this world size; over budget: FAIL naming the fastest stage that fits."""
+    est = EstimateConfig(shape.num_gpus, shape.num_nodes, shape.gpu_memory_gb, device=shape.device)
+    sizes = _checked(report, "memory plan", lambda: model_sizes(cfg))
+    planned = _checked(report, "memory plan", lambda: plan(cfg, raw, est, sizes)) if sizes is not None else None
+    if planned is None:
+        return
+    total, gpu = planned["total_bytes"] / GIB, planned["gpu_memory_bytes"] / GIB
+    host = planned["host_node"]["request_bytes"] // GIB
+    if planned["headroom_bytes"] >= 0:
+        report.add("ok", f"memory plan: {total:.1f} of {gpu:.0f} GiB per GPU; host RAM per node: ask for {host} GiB")
+        return
+    fastest = fastest_that_fits(cfg, ds_path, planned, est, sizes)
+    report.over_budget = True
+    report.add("FAIL", f"memory plan: {total:.1f} GiB per GPU does not fit in {gpu:.0f} GiB; {fastest['line']}")
+
+
+def check(cfg, ds_path: str, shape: Shape) -> Report:
+    """Every check of the job, in order (see the module docstring); none loads a model or opens a process group."""
+    report = Report()
+    report.add("ok", f"config: {shape.num_nodes} node(s) x {shape.num_gpus} GPU(s) = {shape.world} ranks")
+    _checked(report, "rewards", lambda: check_reward_specs(cfg.rewards))
+    if cfg.lora is not None and cfg.lora.init_from:
+        _checked(report, "lora.init_from", lambda: check_init_adapter(cfg.lora))
+    rows = _data(cfg, report)
+    text = _model(cfg, rows, report)
+    raw = _deepspeed(cfg, ds_path, shape, text, report)
+    _output_dir(cfg, shape, raw, rows, report)
+    if raw is not None:
+        _memory(cfg, ds_path, raw, shape, report)
+    return report
+
+
+def print_report(report: Report, stream=None) -> None:
+    """The lines, then the verdict: ``the job would start`` or how many problems stop it."""
+    stream = sys.stdout if stream is None else stream
+    for kind, text in report.lines:
+        print(f"  {kind:<4}  {text}", file=stream)
+    if report.failed:
+        print(f"glm-grpo train --check: {report.failed} problem(s): the job would not start", file=stream)
+    else:
+        print("glm-grpo train --check: the job would start", file=stream)
+
+
+def main(args) -> int:
+    """``glm-grpo train --check`` with the parsed command line of ``glm-grpo train`` (config/arguments.py)."""
+    from .config import load_config
+
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as err:
+        lines = str(err).splitlines()
+        print("glm-grpo train --check: " + "\n  ".join(lines), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    report = Report()
+    shape = cluster_shape(args.num_gpus, args.num_nodes, args.hostfile, args.gpu_memory_gb, report)
+    if args.num_gpus is not None and args.num_gpus < 1 or args.num_nodes is not None and args.num_nodes < 1:
+        report.add("FAIL", "--num-gpus and --num-nodes must be >= 1")
+    checked = check(cfg, args.deepspeed, shape)
+    report.lines += checked.lines
+    report.over_budget = checked.over_budget
+    print(f"glm-grpo train --check: {args.config or 'the defaults'} with {args.deepspeed}")
+    print_report(report)
+    return report.exit_code()

@@ -1,0 +1,100 @@
+"""`glm-grpo train --check` (glm_grpo_ds/preflight.py): the job's own command line checked without loading a model
+or opening a process group. A job that would start exits 0; each mistake a user meets on the first day (an unknown
+reward, an empty prompt file, a missing resume path, an output_dir that is a file, a target module that matches
+nothing, a bad hostfile) is one FAIL line, all of them in one pass, exit 2; a plan that does not fit exits 3 naming
+the fastest shipped stage that does; nothing is written. Run in this process (tests/in_process.py)."""
+
+from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
+from launching import CONFIG, FAST  # noqa: E402  (tests/integration/launching.py)
+
+
+def _check(tiny_model_dir, data, out, capfd, *extra):
+    argv = ["train", "--check", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
+    argv += [f"model.path={tiny_model_dir}", f"data.train_file={data}", f"output_dir={out}", *FAST, *extra]
+    code, stdout, stderr = glm_grpo(argv, capfd)
+    lines = [line.strip() for line in stdout.splitlines()]
+    return code, lines, stderr
+
+
+def _fails(lines):
+    return [line[len("FAIL") :].strip() for line in lines if line.startswith("FAIL")]
+
+
+def test_a_job_that_would_start(tiny_model_dir, tiny_data, tmp_path, capfd):
+    out = tmp_path / "run"
+    code, lines, _ = _check(tiny_model_dir, tiny_data, out, capfd, "--num-gpus", "2", "--gpu-memory-gb", "24")
+    assert code == 0, lines
+    assert lines[-1] == "glm-grpo train --check: the job would start"
+    assert "ok    config: 1 node(s) x 2 GPU(s) = 2 ranks" in lines
+    assert any(line.startswith(f"ok    data.train_file {tiny_data}: ") for line in lines), lines
+    assert f"ok    model.path {tiny_model_dir}: a pipeline directory" in lines
+    assert "ok    DeepSpeed config ds_configs/zero2.json: ZeRO-2, filled for 2 ranks" in lines
+    assert f"ok    output_dir {out}: a fresh start" in lines
+    assert any(line.startswith("ok    memory plan: ") for line in lines), lines
+    assert not out.exists()  # nothing written
+
+
+def test_every_first_day_mistake_in_one_pass(tiny_model_dir, tmp_path, capfd):
+    (tmp_path / "empty.jsonl").write_text("\n")
+    (tmp_path / "a_file").write_text("")
+    code, lines, _ = _check(
+        tiny_model_dir,
+        tmp_path / "empty.jsonl",
+        tmp_path / "a_file",
+        capfd,
+        "rewards=[{name: pixel_mes}]",
+        f"resume_from={tmp_path / 'no_such_checkpoint'}",
+        "lora.target_modules=[q_proj,qkv]",
+    )
+    assert code == 2, lines
+    fails = _fails(lines)
+    assert len(fails) == 4, fails
+    assert fails[0].startswith("rewards[0].name: unknown reward 'pixel_mes'; did you mean pixel_mse")
+    assert "empty.jsonl holds no prompts" in fails[1]
+    assert fails[2].startswith("lora.target_modules: 'qkv' names no linear layer")
+    assert fails[3].startswith(f"output_dir {tmp_path / 'a_file'} is a file, not a directory")
+    assert lines[-1] == "glm-grpo train --check: 4 problem(s): the job would not start"
+
+
+def test_a_missing_resume_path_is_refused(tiny_model_dir, tiny_data, tmp_path, capfd):
+    code, lines, _ = _check(tiny_model_dir, tiny_data, tmp_path / "run", capfd, f"resume_from={tmp_path / 'gone'}")
+    assert code == 2
+    assert (
+        _fails(lines)
+        == [f"resume_from: {tmp_path / 'gone'} is not a complete checkpoint (needs trainer_state.json and checkpoint/)"]
+        or "gone" in _fails(lines)[0]
+    )
+
+
+def test_a_plan_that_does_not_fit_names_the_stage_that_does(tiny_model_dir, tiny_data, tmp_path, capfd):
+    code, lines, _ = _check(tiny_model_dir, tiny_data, tmp_path / "run", capfd, "--gpu-memory-gb", "0.05")
+    fails = _fails(lines)
+    assert code == 3 and len(fails) == 1, lines
+    assert fails[0].startswith("memory plan: ") and "does not fit in 0 GiB; fastest that fits: " in fails[0]
+
+
+def test_the_hostfile_gives_the_shape_and_a_bad_line_is_one_fail(tiny_model_dir, tiny_data, tmp_path, capfd):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node-0 slots=2\nnode-1 slots=2\n")
+    code, lines, _ = _check(tiny_model_dir, tiny_data, tmp_path / "run", capfd, "--hostfile", str(hostfile))
+    assert code == 0, lines
+    assert "ok    config: 2 node(s) x 2 GPU(s) = 4 ranks" in lines
+    # --num-nodes takes the hostfile's first nodes, as the launcher does
+    code, lines, _ = _check(
+        tiny_model_dir, tiny_data, tmp_path / "run", capfd, "--hostfile", str(hostfile), "--num-nodes", "1"
+    )
+    assert code == 0 and "ok    config: 1 node(s) x 2 GPU(s) = 2 ranks" in lines, lines
+    hostfile.write_text("node-0 slots=2\nnode-1 slots two\n")
+    code, lines, _ = _check(tiny_model_dir, tiny_data, tmp_path / "run", capfd, "--hostfile", str(hostfile))
+    assert code == 2
+    assert len(_fails(lines)) == 1 and _fails(lines)[0].startswith(f"hostfile {hostfile}"), lines
+    assert ":2" in _fails(lines)[0] or "line 2" in _fails(lines)[0]
+
+
+def test_unknown_keys_stop_the_check_at_once(tiny_model_dir, tiny_data, tmp_path, capfd):
+    code, lines, stderr = _check(
+        tiny_model_dir, tiny_data, tmp_path / "run", capfd, "grpo.kl_coef=0.1", "clip_range=0.2"
+    )
+    assert code == 2
+    assert stderr.splitlines()[0].startswith("glm-grpo train --check: 2 unknown config keys (config file ")
+    assert "grpo.kl_coef: kl_coef (the seeds' plan, verl) is grpo.beta here" in stderr

@@ -1,0 +1,91 @@
+"""A reward's model files, libraries and argument names are checked before any model loads, each in one line that
+names the argument and how to get what is missing (glm_grpo_ds/rewards/model_files.py, the ``check_args`` of the
+built-in rewards, ``check_reward_specs``)."""
+
+import pytest
+
+from glm_grpo_ds.config import RewardSpec
+from glm_grpo_ds.rewards import RewardError, build_reward, check_reward_specs
+from glm_grpo_ds.rewards.model_files import check_installed
+
+
+def _clip_dir(tmp_path):
+    d = tmp_path / "clip"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    return d
+
+
+def _error(name: str, args: dict) -> str:
+    with pytest.raises(RewardError) as err:
+        check_reward_specs([RewardSpec(name=name, args=args)])
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+def test_aesthetic_without_args_names_them_and_where_to_set_them():
+    message = _error("aesthetic", {})
+    assert message.startswith("rewards[0]: reward aesthetic needs args clip_model: ")
+    assert "openai/clip-vit-large-patch14" in message and "--reward-arg clip_model=" in message
+    # `glm-grpo score` builds through the same check: the message names the arguments there too
+    with pytest.raises(RewardError, match="reward aesthetic needs args clip_model"):
+        build_reward("aesthetic", {})
+
+
+def test_a_missing_clip_directory_says_how_to_download_it(tmp_path):
+    missing = tmp_path / "models" / "clip-vit-large-patch14"
+    message = _error("aesthetic", {"clip_model": str(missing), "head": "h.pth"})
+    assert f"clip_model {missing} does not exist" in message
+    assert f"hf download openai/clip-vit-large-patch14 --local-dir {missing}" in message
+
+
+def test_a_directory_without_config_json_is_refused(tmp_path):
+    message = _error("clip", {"model": str(tmp_path)})
+    assert "is not a transformers checkpoint directory (no config.json in it)" in message
+
+
+def test_the_head_file_is_checked_with_its_download_address(tmp_path):
+    clip = _clip_dir(tmp_path)
+    message = _error("aesthetic", {"clip_model": str(clip), "head": str(tmp_path / "head.pth")})
+    assert "head" in message and "does not exist; get it with `wget -O" in message
+    assert "improved-aesthetic-predictor/raw/main/sac+logos+ava1-l14-linearMSE.pth" in message
+    head = tmp_path / "head.pth"
+    head.write_bytes(b"")
+    check_reward_specs([RewardSpec(name="aesthetic", args={"clip_model": str(clip), "head": str(head)})])
+
+
+def test_a_hub_id_is_taken_online_and_must_be_cached_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    spec = RewardSpec(name="clip", args={"model": "openai/clip-vit-large-patch14"})
+    check_reward_specs([spec])  # from_pretrained downloads it into the cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    message = _error("clip", {"model": "openai/clip-vit-large-patch14"})
+    assert "is not in the Hugging Face cache and HF_HUB_OFFLINE=1" in message
+    assert "hf download openai/clip-vit-large-patch14" in message
+    # once cached (the layout huggingface_hub writes), offline is fine
+    snapshot = tmp_path / "hub" / "models--openai--clip-vit-large-patch14" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc")
+    check_reward_specs([spec])
+
+
+def test_unknown_args_and_lpips_weights_are_named():
+    assert "reward lpips: unknown args backbone; it takes net, pretrained_backbone, backbone_weights, offload" in (
+        _error("lpips", {"backbone": "x"})
+    )
+    assert "reward lpips: backbone_weights /nowhere/alexnet.pth does not exist; put " in (
+        _error("lpips", {"backbone_weights": "/nowhere/alexnet.pth"})
+    )
+
+
+def test_a_missing_library_names_the_extra_to_install():
+    with pytest.raises(RewardError, match=r"reward ocr needs no_such_module_x, which is not installed: pip install "):
+        check_installed("ocr", "rapidfuzz", "no_such_module_x", extra="ocr")
+    check_installed("ocr", "rapidocr_onnxruntime", "rapidfuzz", extra="ocr")  # installed here: quiet
