@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from .base import FrozenModel
 from .model_files import AESTHETIC_HEAD_URL, CLIP_L14, check_file, check_transformers_model
+from .registry import RewardError
 
 PICKSCORE = "yuvalkirstain/PickScore_v1"
 
@@ -142,8 +143,17 @@ def load_aesthetic_head(path) -> AestheticHead:
 class AestheticReward:
     @staticmethod
     def check_args(args: dict) -> None:
-        check_transformers_model("clip_model", args.get("clip_model"), "aesthetic", CLIP_L14)
-        check_file("head", args.get("head"), "aesthetic", AESTHETIC_HEAD_URL)
+        problems = []  # both files at once: a first day misses both
+        for check in (
+            lambda: check_transformers_model("clip_model", args.get("clip_model"), "aesthetic", CLIP_L14),
+            lambda: check_file("head", args.get("head"), "aesthetic", AESTHETIC_HEAD_URL),
+        ):
+            try:
+                check()
+            except RewardError as err:
+                problems.append(str(err))
+        if problems:
+            raise RewardError("; ".join(problems[:1] + [p.removeprefix("reward aesthetic: ") for p in problems[1:]]))
 
     def __init__(self, clip_model: str = "", head: str = "", offload: bool = False):
         self.scorer = CLIPScorer(clip_model, offload)

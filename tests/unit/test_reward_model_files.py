@@ -38,6 +38,7 @@ def test_a_missing_clip_directory_says_how_to_download_it(tmp_path):
     message = _error("aesthetic", {"clip_model": str(missing), "head": "h.pth"})
     assert f"clip_model {missing} does not exist" in message
     assert f"hf download openai/clip-vit-large-patch14 --local-dir {missing}" in message
+    assert "; head h.pth does not exist; get it with `wget -O h.pth " in message  # both files in one line
 
 
 def test_a_directory_without_config_json_is_refused(tmp_path):
