@@ -39,18 +39,19 @@ from .model.token_ids import check_token_ids, embedding_rows
 from .rewards import RewardError, check_reward_inputs, check_reward_specs
 from .runtime.hostfile import HostfileError, read_hostfile, summary
 
-# what a bad input raises: each becomes a FAIL line (anything else is a bug, with its traceback)
-CHECK_ERRORS = (
+# What a bad input raises, in the checks and in a run's startup alike (train.py adds what only a rank can meet):
+# one line each, never a traceback (anything else is a bug, with its traceback).
+INPUT_ERRORS = (
     ConfigError,
     DataError,
     DeepSpeedConfigError,
     checkpoint.CheckpointError,
     checkpoint.OutputDirError,
     RewardError,
-    HostfileError,
     FileNotFoundError,
-    resume.NothingToDo,
 )
+# each becomes a FAIL line of the check; a finished run is one too (the job would do nothing)
+CHECK_ERRORS = (*INPUT_ERRORS, HostfileError, resume.NothingToDo)
 EXIT_BAD_INPUT, EXIT_OVER_BUDGET = 2, 3
 
 

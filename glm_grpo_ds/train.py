@@ -37,15 +37,13 @@ import torch
 
 from . import preflight
 from .advantages import combine_advantages, gate_disagreeing, reward_disagreement, signal_free_groups
-from .config import ConfigError, load_config
+from .config import load_config
 from .config.arguments import parse_train_args
-from .data import DataError
 from .ds import dist
 from .ds import engine as ds_engine
-from .ds.ds_config import DeepSpeedConfigError
 from .evaluation.in_training import eval_line, eval_summary, gallery_to_main
 from .experience import drawn_state
-from .lifecycle import checkpoint, resume
+from .lifecycle import resume
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
 from .monitoring.alarms import EXIT_ALARMS_FIRED, alarm_failure, describe
 from .observability.metrics import (
@@ -61,7 +59,6 @@ from .observability.metrics import (
 )
 from .observability.plot import PLOT_NAME, plot_training
 from .observability.update_stats import UpdateStats
-from .rewards import RewardError
 from .runtime import log, process_exit, run_log
 from .runtime.cuda_check import CudaUnusable
 from .runtime.seeding import decoder_seed, derive_seed
@@ -332,17 +329,9 @@ class Trainer(TrainerStartup):
         return self.life.save_checkpoint(self.engine, self.prompt_order, step, self.skipped_steps, pending)
 
 
-# Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug.
-INPUT_ERRORS = (
-    ConfigError,
-    DataError,
-    DeepSpeedConfigError,
-    checkpoint.CheckpointError,
-    checkpoint.OutputDirError,
-    RewardError,
-    FileNotFoundError,
-    CudaUnusable,
-)
+# Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug; GPUs that torch
+# cannot use are one too, met by the ranks only.
+INPUT_ERRORS = (*preflight.INPUT_ERRORS, CudaUnusable)
 
 
 def main(argv: list[str] | None = None) -> int:
