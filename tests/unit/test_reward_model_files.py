@@ -2,6 +2,10 @@
 names the argument and how to get what is missing (glm_grpo_ds/rewards/model_files.py, the ``check_args`` of the
 built-in rewards, ``check_reward_specs``)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from glm_grpo_ds.config import RewardSpec
@@ -56,25 +60,35 @@ def test_the_head_file_is_checked_with_its_download_address(tmp_path):
     check_reward_specs([RewardSpec(name="aesthetic", args={"clip_model": str(clip), "head": str(head)})])
 
 
+def _offline_check(cache, repo: str) -> subprocess.CompletedProcess:
+    """The clip reward's check in a new process whose Hugging Face cache is ``cache`` (huggingface_hub reads
+    HF_HUB_CACHE at import) and HF_HUB_OFFLINE=1."""
+    code = (
+        f"from glm_grpo_ds.rewards.model_files import check_transformers_model as c; c('model', {repo!r}, 'clip', 'x')"
+    )
+    env = dict(os.environ, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
 def test_a_hub_id_is_taken_online_and_must_be_cached_offline(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     spec = RewardSpec(name="clip", args={"model": "openai/clip-vit-large-patch14"})
-    check_reward_specs([spec])  # from_pretrained downloads it into the cache
+    check_reward_specs([spec])  # online: from_pretrained downloads it into the cache
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    import huggingface_hub.constants as constants
-
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    message = _error("clip", {"model": "openai/clip-vit-large-patch14"})
-    assert "is not in the Hugging Face cache and HF_HUB_OFFLINE=1" in message
-    assert "hf download openai/clip-vit-large-patch14" in message
+    message = _error("clip", {"model": "glm-grpo-tests/never-cached-clip"})
+    assert "glm-grpo-tests/never-cached-clip is not in the Hugging Face cache and HF_HUB_OFFLINE=1" in message
+    assert "hf download glm-grpo-tests/never-cached-clip" in message
     # once cached (the layout huggingface_hub writes), offline is fine
-    snapshot = tmp_path / "hub" / "models--openai--clip-vit-large-patch14" / "snapshots" / "abc"
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--openai--clip-vit-large-patch14" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text("{}")
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text("abc")
-    check_reward_specs([spec])
+    done = _offline_check(cache, "openai/clip-vit-large-patch14")
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = _offline_check(tmp_path / "empty", "openai/clip-vit-large-patch14")
+    assert done.returncode == 1 and "is not in the Hugging Face cache and HF_HUB_OFFLINE=1" in done.stderr
 
 
 def test_unknown_args_and_lpips_weights_are_named():
