@@ -18,13 +18,12 @@ launch/train_multinode.sh and launch/train.sh run it before they start the ranks
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ConfigError
-from .data import DataError, check_source, load_prompts
+from .config import ConfigError, load_config
+from .data import FROM_DATA, DataError, check_source, load_prompts
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
 from .lifecycle import checkpoint, resume
 from .lifecycle.run import decide_start
@@ -34,7 +33,7 @@ from .memory.sizes import model_sizes
 from .memory.stages import fastest_that_fits
 from .model.adapters import check_init_adapter, check_target_modules, text_layer_linear_names
 from .model.glm_image import load_processor, read_ar_config, resolve_dtype
-from .model.source import cached_model_dir, is_repo_id
+from .model.source import cached_model_dir, check_local_model
 from .model.token_ids import check_token_ids, embedding_rows
 from .rewards import RewardError, check_reward_inputs, check_reward_specs
 from .runtime.hostfile import HostfileError, read_hostfile, summary
@@ -53,20 +52,6 @@ INPUT_ERRORS = (
 # each becomes a FAIL line of the check; a finished run is one too (the job would do nothing)
 CHECK_ERRORS = (*INPUT_ERRORS, HostfileError, resume.NothingToDo)
 EXIT_BAD_INPUT, EXIT_OVER_BUDGET = 2, 3
-
-
-@dataclass
-class Shape:
-    """The cluster the job asks for: nodes x GPUs per node (from the hostfile when given)."""
-
-    num_gpus: int
-    num_nodes: int
-    gpu_memory_gb: float
-    device: str = "cuda"
-
-    @property
-    def world(self) -> int:
-        return self.num_gpus * self.num_nodes
 
 
 @dataclass
@@ -100,8 +85,13 @@ def _checked(report: Report, what: str, check) -> object:
         return None
 
 
+def _world(est: EstimateConfig) -> int:
+    return est.num_gpus * est.num_nodes
+
+
 def cluster_shape(num_gpus: int | None, num_nodes: int | None, hostfile: str | None, gpu_memory_gb: float, report):
-    """The :class:`Shape` of the job: the hostfile's hosts and slots when given (the first ``num_nodes`` of them
+    """The cluster the job asks for, as the memory plan takes it (:class:`EstimateConfig`): the hostfile's hosts and
+    slots when given (the first ``num_nodes`` of them
     when given, as the launcher takes them; planned at the largest slot count), else ``num_gpus`` x
     ``num_nodes`` (defaults 8 x 1, estimate-memory's)."""
     d = EstimateConfig()
@@ -115,8 +105,8 @@ def cluster_shape(num_gpus: int | None, num_nodes: int | None, hostfile: str | N
             if len(slots) > 1:
                 report.add("note", f"hostfile {hostfile}: nodes with different GPU counts; planned at the largest")
             report.add("ok", f"hostfile {hostfile}: {summary(hosts)}")
-            return Shape(num_gpus or max(slots), len(hosts), gpu_memory_gb)
-    return Shape(num_gpus or d.num_gpus, num_nodes or d.num_nodes, gpu_memory_gb)
+            return EstimateConfig(num_gpus or max(slots), len(hosts), gpu_memory_gb)
+    return EstimateConfig(num_gpus or d.num_gpus, num_nodes or d.num_nodes, gpu_memory_gb)
 
 
 def _data(cfg, report: Report):
@@ -129,15 +119,18 @@ def _data(cfg, report: Report):
         )
     if cfg.eval.file:
         ev = cfg.eval
-        eval_rows = _checked(report, "eval.file", lambda: _read(ev.file, "eval.file", cfg, ev.split, ev.revision))
+        eval_rows = _checked(
+            report, "eval.file", lambda: _read(ev.file, "eval.file", cfg, split=ev.split, revision=ev.revision)
+        )
         if eval_rows is not None:
             report.add("ok", f"eval.file {ev.file}: {len(eval_rows):,} prompts")
     return rows
 
 
-def _read(path, key: str, cfg, *split_revision):
-    check_source(path, key, cfg.data, *split_revision[1:2])
-    return load_prompts(path, key, cfg.data, *split_revision)
+def _read(path, key: str, cfg, split=FROM_DATA, revision=FROM_DATA):
+    """The checked rows of a prompt source, as the trainer's startup reads them (data/__init__.py)."""
+    check_source(path, key, cfg.data, revision)
+    return load_prompts(path, key, cfg.data, split, revision)
 
 
 def _model(cfg, rows, report: Report) -> dict | None:
@@ -146,10 +139,13 @@ def _model(cfg, rows, report: Report) -> dict | None:
     name = cfg.model.path
     local = cached_model_dir(name, cfg.model.revision) if name else None
     if local is None:
-        if not name or not is_repo_id(str(name)) or Path(str(name)).expanduser().exists():
-            _checked(report, "model.path", lambda: _raise_not_a_model(name))
+        # a bad local path fails here; a Hub id not in this machine's cache is downloaded by rank 0 at start
+        if _checked(report, "model.path", lambda: check_local_model(name, cfg.model.revision) or True) is None:
             return None
-        if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        from huggingface_hub import constants
+        from transformers import GlmImageConfig
+
+        if constants.is_offline_mode():  # what model/source.py follows: no download at start either
             report.add(
                 "FAIL", f"model.path {name}: not in the Hugging Face cache and HF_HUB_OFFLINE=1; `hf download {name}`"
             )
@@ -159,23 +155,17 @@ def _model(cfg, rows, report: Report) -> dict | None:
             f"model.path {name}: not in this machine's Hugging Face cache: rank 0 downloads it at start "
             f"(`hf download {name}` now, with the job's HF_HOME, saves the allocation's time)",
         )
-        from transformers import GlmImageConfig
-
-        text = GlmImageConfig().text_config.to_dict()
-        if cfg.lora is not None:
-            _checked(
-                report,
-                "lora.target_modules",
-                lambda: check_target_modules(cfg.lora.target_modules, text_layer_linear_names(text)),
-            )
-        return text
-    text = read_ar_config(local)["text_config"]
+        text = GlmImageConfig().text_config.to_dict()  # the real GLM-Image's layers
+    else:
+        text = read_ar_config(local)["text_config"]
     if cfg.lora is not None:
         _checked(
             report,
             "lora.target_modules",
             lambda: check_target_modules(cfg.lora.target_modules, text_layer_linear_names(text)),
         )
+    if local is None:
+        return text
     if rows is not None:
         size = dict(height=cfg.rollout.height, width=cfg.rollout.width)
         processor = load_processor(local)
@@ -189,27 +179,21 @@ def _model(cfg, rows, report: Report) -> dict | None:
     return text
 
 
-def _raise_not_a_model(name) -> None:
-    from .model.source import resolve_model
-
-    resolve_model(name, None, local_files_only=True)  # raises its one line (a missing or incomplete directory)
-
-
-def _deepspeed(cfg, ds_path: str, shape: Shape, text: dict | None, report: Report) -> dict | None:
+def _deepspeed(cfg, ds_path: str, est: EstimateConfig, text: dict | None, report: Report) -> dict | None:
     """The DeepSpeed config read and filled for this world size, as the ranks will (its contradictions with the
     training config refused). The raw config, or None."""
     raw = _checked(report, f"DeepSpeed config {ds_path}", lambda: read_ds_config(ds_path))
     if raw is None:
         return None
     hidden = (text or {}).get("hidden_size", 4096)
-    dtype = resolve_dtype(cfg.model.dtype, on_gpu=shape.device == "cuda")
-    filled = _checked(report, ds_path, lambda: fill_ds_config(raw, cfg, shape.world, hidden, dtype, ds_path))
+    dtype = resolve_dtype(cfg.model.dtype, on_gpu=est.device == "cuda")
+    filled = _checked(report, ds_path, lambda: fill_ds_config(raw, cfg, _world(est), hidden, dtype, ds_path))
     if filled is not None:
-        report.add("ok", f"DeepSpeed config {ds_path}: ZeRO-{zero_stage(filled)}, filled for {shape.world} ranks")
+        report.add("ok", f"DeepSpeed config {ds_path}: ZeRO-{zero_stage(filled)}, filled for {_world(est)} ranks")
     return raw
 
 
-def _output_dir(cfg, shape: Shape, raw: dict | None, rows, report: Report) -> None:
+def _output_dir(cfg, est: EstimateConfig, raw: dict | None, rows, report: Report) -> None:
     """``output_dir`` writable (nothing created), and what the job would do there: resume a checkpoint that fits
     this world size and stage, start fresh, or refuse (an earlier run, a finished one)."""
     out = Path(cfg.output_dir)
@@ -222,7 +206,7 @@ def _output_dir(cfg, shape: Shape, raw: dict | None, rows, report: Report) -> No
     stage = zero_stage(raw or {})
     if path is not None:
         data = resume.data_fingerprint(cfg.data.train_file, rows) if rows is not None else {}
-        start = _checked(report, "resume_from", lambda: decide_start(out, path, cfg, shape.world, stage, data, 0))
+        start = _checked(report, "resume_from", lambda: decide_start(out, path, cfg, _world(est), stage, data, 0))
         if start is not None:
             report.add("ok", f"output_dir {out}: resumes from {path} (step {start.step})")
         return
@@ -234,9 +218,8 @@ def _output_dir(cfg, shape: Shape, raw: dict | None, rows, report: Report) -> No
         report.add("ok", f"output_dir {out}: a fresh start")
 
 
-def _memory(cfg, ds_path: str, raw: dict, shape: Shape, report: Report) -> None:
+def _memory(cfg, ds_path: str, raw: dict, est: EstimateConfig, report: Report) -> None:
     """The memory plan of this run at this world size; over budget: FAIL naming the fastest stage that fits."""
-    est = EstimateConfig(shape.num_gpus, shape.num_nodes, shape.gpu_memory_gb, device=shape.device)
     sizes = _checked(report, "memory plan", lambda: model_sizes(cfg))
     planned = _checked(report, "memory plan", lambda: plan(cfg, raw, est, sizes)) if sizes is not None else None
     if planned is None:
@@ -251,19 +234,19 @@ def _memory(cfg, ds_path: str, raw: dict, shape: Shape, report: Report) -> None:
     report.add("FAIL", f"memory plan: {total:.1f} GiB per GPU does not fit in {gpu:.0f} GiB; {fastest['line']}")
 
 
-def check(cfg, ds_path: str, shape: Shape) -> Report:
-    """Every check of the job, in order (see the module docstring); none loads a model or opens a process group."""
-    report = Report()
-    report.add("ok", f"config: {shape.num_nodes} node(s) x {shape.num_gpus} GPU(s) = {shape.world} ranks")
+def check(cfg, ds_path: str, est: EstimateConfig, report: Report) -> Report:
+    """Every check of the job, in order (see the module docstring), added to ``report``; none loads a model or
+    opens a process group."""
+    report.add("ok", f"config: {est.num_nodes} node(s) x {est.num_gpus} GPU(s) = {_world(est)} ranks")
     _checked(report, "rewards", lambda: check_reward_specs(cfg.rewards))
     if cfg.lora is not None and cfg.lora.init_from:
         _checked(report, "lora.init_from", lambda: check_init_adapter(cfg.lora))
     rows = _data(cfg, report)
     text = _model(cfg, rows, report)
-    raw = _deepspeed(cfg, ds_path, shape, text, report)
-    _output_dir(cfg, shape, raw, rows, report)
+    raw = _deepspeed(cfg, ds_path, est, text, report)
+    _output_dir(cfg, est, raw, rows, report)
     if raw is not None:
-        _memory(cfg, ds_path, raw, shape, report)
+        _memory(cfg, ds_path, raw, est, report)
     return report
 
 
@@ -280,8 +263,6 @@ def print_report(report: Report, stream=None) -> None:
 
 def main(args) -> int:
     """``glm-grpo train --check`` with the parsed command line of ``glm-grpo train`` (config/arguments.py)."""
-    from .config import load_config
-
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as err:
@@ -289,12 +270,10 @@ def main(args) -> int:
         print("glm-grpo train --check: " + "\n  ".join(lines), file=sys.stderr)
         return EXIT_BAD_INPUT
     report = Report()
-    shape = cluster_shape(args.num_gpus, args.num_nodes, args.hostfile, args.gpu_memory_gb, report)
+    est = cluster_shape(args.num_gpus, args.num_nodes, args.hostfile, args.gpu_memory_gb, report)
     if args.num_gpus is not None and args.num_gpus < 1 or args.num_nodes is not None and args.num_nodes < 1:
         report.add("FAIL", "--num-gpus and --num-nodes must be >= 1")
-    checked = check(cfg, args.deepspeed, shape)
-    report.lines += checked.lines
-    report.over_budget = checked.over_budget
+    check(cfg, args.deepspeed, est, report)
     print(f"glm-grpo train --check: {args.config or 'the defaults'} with {args.deepspeed}")
     print_report(report)
     return report.exit_code()

@@ -59,16 +59,22 @@ def _read_state(path: Path, what: str) -> dict[str, torch.Tensor]:
         ) from None
 
 
+def _check_given_weights(net: str, backbone_weights) -> None:
+    """One line unless ``net`` is lpips' and ``backbone_weights`` (when given) is a file."""
+    if net not in _BACKBONES:
+        raise RewardError(f"reward lpips: net={net!r} must be one of alex, vgg, squeeze")
+    if backbone_weights is not None and not Path(str(backbone_weights)).expanduser().is_file():
+        how = _how_to_provide(net, backbone_file(net)[1])
+        raise RewardError(f"reward lpips: backbone_weights {backbone_weights} does not exist; {how}")
+
+
 def load_backbone_state(net: str, backbone_weights: str | None) -> tuple[dict[str, torch.Tensor], Path]:
     """(torchvision state dict of the backbone, the file it came from): ``backbone_weights``, else
     torch.hub's cache, downloading into it once if absent. Any failure is a one-line :class:`RewardError`."""
     url, cache = backbone_file(net)
     if backbone_weights is not None:
+        _check_given_weights(net, backbone_weights)
         path = Path(backbone_weights).expanduser()
-        if not path.is_file():
-            raise RewardError(
-                f"reward lpips: backbone_weights {backbone_weights} does not exist; {_how_to_provide(net, cache)}"
-            )
         return _read_state(path, "backbone_weights"), path
     if not cache.is_file():
         previous = socket.getdefaulttimeout()
@@ -111,12 +117,7 @@ class LPIPSReward:
     @staticmethod
     def check_args(args: dict) -> None:
         """The backbone weights a run was given exist (torch.hub's cache is read, or downloaded, when built)."""
-        net, weights = args.get("net", "alex"), args.get("backbone_weights")
-        if net not in _BACKBONES:
-            raise RewardError(f"reward lpips: net={net!r} must be one of alex, vgg, squeeze")
-        if weights is not None and not Path(str(weights)).expanduser().is_file():
-            how = _how_to_provide(net, backbone_file(net)[1])
-            raise RewardError(f"reward lpips: backbone_weights {weights} does not exist; {how}")
+        _check_given_weights(args.get("net", "alex"), args.get("backbone_weights"))
 
     def __init__(
         self,
@@ -127,8 +128,7 @@ class LPIPSReward:
     ):
         import lpips
 
-        if net not in _BACKBONES:
-            raise RewardError(f"reward lpips: net={net!r} must be one of alex, vgg, squeeze")
+        _check_given_weights(net, None)  # the net; a given file is checked where it is read
         if backbone_weights is not None and not pretrained_backbone:
             raise RewardError(
                 "reward lpips: backbone_weights and pretrained_backbone: false contradict each other; give one"

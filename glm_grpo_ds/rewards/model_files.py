@@ -12,7 +12,6 @@ its rewards (``check_reward_specs``: every rank, before the process group) and b
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 from .registry import RewardError
@@ -22,10 +21,6 @@ AESTHETIC_HEAD_URL = (
     "https://github.com/christophschuhmann/improved-aesthetic-predictor/raw/main/sac+logos+ava1-l14-linearMSE.pth"
 )
 HOW_TO_SET = "(config: rewards: [{{name: {reward}, args: {{{arg}: ...}}}}]; glm-grpo score: --reward-arg {arg}=...)"
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
 
 
 def _looks_like_path(value: str) -> bool:
@@ -55,9 +50,9 @@ def check_transformers_model(arg: str, value, reward: str, example_id: str) -> N
                 f"give the directory `hf download {example_id} --local-dir DIR` writes, or the Hub id {example_id}"
             )
         return
-    if _offline():
-        from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import constants, try_to_load_from_cache
 
+    if constants.is_offline_mode():  # what from_pretrained follows (read once, at import, from HF_HUB_OFFLINE)
         if not isinstance(try_to_load_from_cache(value, "config.json"), str):
             raise RewardError(
                 f"reward {reward}: {arg} {value} is not in the Hugging Face cache and HF_HUB_OFFLINE=1 forbids "

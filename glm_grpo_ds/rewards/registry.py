@@ -112,11 +112,12 @@ def check_reward_args(name: str, args: dict) -> None:
     if _is_plugin(name):
         return
     target = _factory(name)
+    signature = inspect.signature(target)
     try:
-        inspect.signature(target).bind(**args)
+        signature.bind(**args)
     except TypeError:
-        takes = ", ".join(p for p in inspect.signature(target).parameters if p != "self") or "none"
-        bad = ", ".join(sorted(set(args) - set(inspect.signature(target).parameters))) or "?"
+        takes = ", ".join(p for p in signature.parameters if p != "self") or "none"
+        bad = ", ".join(sorted(set(args) - set(signature.parameters))) or "?"
         raise RewardError(f"reward {name}: unknown args {bad}; it takes {takes}") from None
     check = getattr(target, "check_args", None)
     if check is not None:

@@ -60,22 +60,20 @@ def test_the_head_file_is_checked_with_its_download_address(tmp_path):
     check_reward_specs([RewardSpec(name="aesthetic", args={"clip_model": str(clip), "head": str(head)})])
 
 
-def _offline_check(cache, repo: str) -> subprocess.CompletedProcess:
-    """The clip reward's check in a new process whose Hugging Face cache is ``cache`` (huggingface_hub reads
-    HF_HUB_CACHE at import) and HF_HUB_OFFLINE=1."""
-    code = (
-        f"from glm_grpo_ds.rewards.model_files import check_transformers_model as c; c('model', {repo!r}, 'clip', 'x')"
-    )
-    env = dict(os.environ, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")
+def _check_in_new_process(cache, repo: str, offline: str = "1") -> subprocess.CompletedProcess:
+    """The clip reward's check in a new process whose Hugging Face cache is ``cache`` and whose HF_HUB_OFFLINE is
+    ``offline`` (huggingface_hub reads both at import, and the tests run offline)."""
+    code = "from glm_grpo_ds.rewards.model_files import check_transformers_model as c; "
+    code += f"c('model', {repo!r}, 'clip', 'x')"
+    env = dict(os.environ, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE=offline)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_a_hub_id_is_taken_online_and_must_be_cached_offline(tmp_path, monkeypatch):
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    spec = RewardSpec(name="clip", args={"model": "openai/clip-vit-large-patch14"})
-    check_reward_specs([spec])  # online: from_pretrained downloads it into the cache
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    message = _error("clip", {"model": "glm-grpo-tests/never-cached-clip"})
+def test_a_hub_id_is_taken_online_and_must_be_cached_offline(tmp_path):
+    # online: from_pretrained downloads it into the cache
+    done = _check_in_new_process(tmp_path / "empty", "openai/clip-vit-large-patch14", offline="0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    message = _error("clip", {"model": "glm-grpo-tests/never-cached-clip"})  # the tests run offline
     assert "glm-grpo-tests/never-cached-clip is not in the Hugging Face cache and HF_HUB_OFFLINE=1" in message
     assert "hf download glm-grpo-tests/never-cached-clip" in message
     # once cached (the layout huggingface_hub writes), offline is fine
@@ -85,9 +83,9 @@ def test_a_hub_id_is_taken_online_and_must_be_cached_offline(tmp_path, monkeypat
     (snapshot / "config.json").write_text("{}")
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text("abc")
-    done = _offline_check(cache, "openai/clip-vit-large-patch14")
+    done = _check_in_new_process(cache, "openai/clip-vit-large-patch14")
     assert done.returncode == 0, done.stderr[-2000:]
-    done = _offline_check(tmp_path / "empty", "openai/clip-vit-large-patch14")
+    done = _check_in_new_process(tmp_path / "empty", "openai/clip-vit-large-patch14")
     assert done.returncode == 1 and "is not in the Hugging Face cache and HF_HUB_OFFLINE=1" in done.stderr
 
 
