@@ -92,9 +92,9 @@ def _unknown(key: str, known: typing.Iterable[str], where: str) -> ConfigError:
     return ConfigError(f"unknown config key {where + key!r}; {_unknown_hint(key, known, where)}")
 
 
-def _unknown_keys(cls, data, prefix: str = "") -> list[str]:
-    """One line per key of the mapping ``data`` (and of its sections, lists of sections included) that ``cls``
-    does not have, each with its hint: every unknown key of a config at once, not one per attempt."""
+def _unknown_keys(cls, data, prefix: str = "") -> list[tuple[str, str]]:
+    """``(dotted key, hint)`` per key of the mapping ``data`` (and of its sections, lists of sections included)
+    that ``cls`` does not have: every unknown key of a config at once, not one per attempt."""
     if not isinstance(data, dict):
         return []  # a section that is not a mapping: the conversion says so, with its key
     hints = typing.get_type_hints(cls)
@@ -102,7 +102,7 @@ def _unknown_keys(cls, data, prefix: str = "") -> list[str]:
     lines = []
     for key, value in data.items():
         if key not in names:
-            lines.append(f"{prefix + key}: {_unknown_hint(key, names, prefix)}")
+            lines.append((prefix + key, _unknown_hint(key, names, prefix)))
             continue
         sub = _section_type(hints[key])
         if sub is None:
@@ -220,9 +220,9 @@ def parse_scalar(text: str):
     return value
 
 
-def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig, unknown: list[str] | None = None) -> None:
+def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig, unknown: list | None = None) -> None:
     """Set ``tree[a][b][c] = value`` for ``a.b.c``, checking every key against the dataclasses. An unknown key
-    raises, or, given the list ``unknown``, adds its line there and sets nothing."""
+    raises, or, given the list ``unknown``, adds its ``(dotted key, hint)`` there and sets nothing."""
     keys = _new_name(dotted).split(".")
     cls, node = TrainConfig, tree
     for depth, key in enumerate(keys):
@@ -232,7 +232,7 @@ def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig, unknow
             prefix = where + "." if where else ""
             if unknown is None:
                 raise _unknown(key, names, prefix)
-            unknown.append(f"{prefix + key}: {_unknown_hint(key, names, prefix)}")
+            unknown.append((prefix + key, _unknown_hint(key, names, prefix)))
             return
         if depth == len(keys) - 1:
             node[key] = value
@@ -249,14 +249,15 @@ def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig, unknow
         cls, node = sub, node[key]
 
 
-def _raise_unknown(lines: list[str], path: str | None) -> None:
+def _raise_unknown(unknown: list[tuple[str, str]], path: str | None) -> None:
     """Every unknown key at once: one as before (``unknown config key 'k'; hint``), several as a line each."""
-    lines = list(dict.fromkeys(lines))  # a key in the file and again as an override: once
-    if len(lines) == 1:
-        key, hint = lines[0].split(": ", 1)
+    unknown = list(dict.fromkeys(unknown))  # a key in the file and again as an override: once
+    if len(unknown) == 1:
+        ((key, hint),) = unknown
         raise ConfigError(f"unknown config key {key!r}; {hint}")
-    if lines:
+    if unknown:
         where = f" (config file {path} and the key=value overrides)" if path else ""
+        lines = [f"{key}: {hint}" for key, hint in unknown]
         raise ConfigError("\n".join([f"{len(lines)} unknown config keys{where}:", *lines]))
 
 
