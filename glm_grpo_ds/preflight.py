@@ -207,7 +207,15 @@ def _output_dir(cfg, est: EstimateConfig, raw: dict | None, rows, report: Report
     if path is not None:
         data = resume.data_fingerprint(cfg.data.train_file, rows) if rows is not None else {}
         start = _checked(report, "resume_from", lambda: decide_start(out, path, cfg, _world(est), stage, data, 0))
-        if start is not None:
+        if start is not None and start.written_on is not None:
+            world, stage = start.written_on
+            report.add(
+                "ok",
+                f"output_dir {out}: resumes from {path} (step {start.step}), written on {world} rank(s) at "
+                f"ZeRO-{stage}: its DeepSpeed state is converted once to a universal checkpoint beside it "
+                "(docs/checkpoints.md)",
+            )
+        elif start is not None:
             report.add("ok", f"output_dir {out}: resumes from {path} (step {start.step})")
         return
     if cfg.overwrite_output_dir and checkpoint.earlier_run(out):

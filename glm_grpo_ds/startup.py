@@ -17,6 +17,7 @@ from .decoder.compute import check_device
 from .ds import dist
 from .ds import engine as ds_engine
 from .ds.ds_config import fill_ds_config, read_ds_config, zero_stage
+from .ds.portable import cannot_load, universal_config
 from .evaluation.in_training import Evaluator
 from .experience import ExperienceMaker, RolloutAhead, drawn_from_state
 from .lifecycle import checkpoint, resume, storage
@@ -39,7 +40,7 @@ from .rewards import build_rewards, check_reward_inputs, check_reward_specs
 from .rollout.backends import EngineSampler
 from .rollout.merged_lora import BaseCopy
 from .runtime import cuda_check, log, memory_probe, run_log
-from .runtime.seeding import derive_seed, seed_everything
+from .runtime.seeding import derive_seed, rollout_seeds, seed_everything
 from .runtime.versions import framework_versions
 from .sharing.hub import Publisher
 from .update import logprobs_before_update
@@ -162,6 +163,13 @@ class TrainerStartup:
         self.life = RunLife(
             self.cfg, self.out, start, self.rank, self.world, stage, self.data_fingerprint, self.publisher, later
         )
+        if start.written_on is not None:  # another world size or stage: the checkpoint's universal form
+            refused = cannot_load(self.ds_config)
+            if refused:
+                raise checkpoint.CheckpointError(f"{start.checkpoint}: {refused}; nothing was changed")
+            self.status.phase("checkpoint conversion")
+            self.life.convert()
+            self.ds_config = universal_config(self.ds_config)
 
     def _build(self):
         """Rewards, the policy (and the reference), the DeepSpeed engines, the decoder, the memory plan, the
@@ -233,6 +241,8 @@ class TrainerStartup:
         self.ahead = self._rollout_ahead()
         for maker in (self.experience, self.eval_experience):  # the samplers take the weights the run starts from
             maker.sampler.sync_weights(self.start_step)
+        if self.ahead is not None and self.life.start.written_on is not None:
+            self._draw_ahead_again()
         self.monitor = self._monitor()
         self.consecutive_skips = 0  # optimizer updates skipped in a row (non-finite gradients, undefined rewards)
         self.status.phase("trackers")
@@ -247,7 +257,9 @@ class TrainerStartup:
             return None
         ahead = RolloutAhead(self.experience, self.device)
         path = self.life.start.checkpoint
-        state = None if path is None else checkpoint.load_ahead(path, self.rank)
+        if path is None or self.life.start.written_on is not None:  # another world size: _draw_ahead_again
+            return ahead
+        state = checkpoint.load_ahead(path, self.rank)
         if state is not None:
             try:
                 ahead.pending = drawn_from_state(state, self.prompt_order.rows, self.device)
@@ -257,6 +269,30 @@ class TrainerStartup:
                     "earlier checkpoint, or remove that folder to sample this step anew"
                 ) from err
         return ahead
+
+    def _draw_ahead_again(self) -> None:
+        """A one-step-off checkpoint resumed on another world size: its ranks' rollouts drawn ahead for the next step
+        were cut for the old ranks. The same prompts are sampled again here, split over this run's ranks, with the
+        weights the run starts from (one step newer than the ones the uninterrupted run sampled them with); when the
+        prompts per step changed, that step takes the next prompts instead."""
+        path, step, per = self.life.start.checkpoint, self.start_step, self.cfg.batch.prompts_per_rank
+        rows = checkpoint.ahead_rows(path)
+        if rows is None:
+            return
+        if len(rows) != self.world * per:
+            log.info(
+                f"glm-grpo: the rollout {path.name} drew ahead for step {step + 1} held {len(rows)} prompts, a step of "
+                f"this run takes {self.world * per}: step {step + 1} samples the next prompts instead (those "
+                f"{len(rows)} come again in a later epoch)"
+            )
+            return
+        log.info(
+            f"glm-grpo: the rollout {path.name} drew ahead for step {step + 1} is sampled again on this run's ranks "
+            f"(the same prompts and seeds, with the weights of step {step} where the uninterrupted run used those of "
+            f"step {step - 1}: that one step is on-policy)"
+        )
+        mine = [self.prompt_order.rows[i] for i in rows[self.rank * per : (self.rank + 1) * per]]
+        self.ahead.pending = self.experience.draw(mine, rollout_seeds(self.cfg.seed, step, self.rank, per))
 
     def _monitor(self) -> Monitor:
         """The alarms (monitor.alarms) on the evaluations when the run evaluates, else on the training steps; a

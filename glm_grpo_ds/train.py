@@ -61,7 +61,7 @@ from .observability.plot import PLOT_NAME, plot_training
 from .observability.update_stats import UpdateStats
 from .runtime import log, process_exit, run_log
 from .runtime.cuda_check import CudaUnusable
-from .runtime.seeding import decoder_seed, derive_seed
+from .runtime.seeding import decoder_seed, rollout_seeds
 from .startup import TrainerStartup
 from .update import grpo_update
 
@@ -137,16 +137,16 @@ class Trainer(TrainerStartup):
         drawn = self.ahead.take() if self.ahead is not None else None
         overlapped = drawn is not None
         if drawn is None:
-            drawn = self.experience.draw(self.prompt_order.next(), [self._rollout_seed(index)])
+            drawn = self.experience.draw(self.prompt_order.next(), self._rollout_seeds(index))
         # at the last step too: a checkpoint then holds the next rollout, so a resume with a larger max_steps
         # trains on what a longer uninterrupted run would (the extra rollout hides behind the decode)
         if self.ahead is not None:
-            self.ahead.start(self.prompt_order.next(), [self._rollout_seed(index + 1)])
+            self.ahead.start(self.prompt_order.next(), self._rollout_seeds(index + 1))
         return drawn, overlapped
 
-    def _rollout_seed(self, index: int) -> int:
-        """The sampling's stream of step ``index`` on this rank (the same whichever step samples it)."""
-        return derive_seed(self.cfg.seed, "rollout", index, self.rank)
+    def _rollout_seeds(self, index: int) -> list[int]:
+        """The sampling's streams of step ``index`` on this rank (the same whichever step samples it)."""
+        return rollout_seeds(self.cfg.seed, index, self.rank, self.cfg.batch.prompts_per_rank)
 
     def _skip_undefined(self, step: int, all_per_reward: dict) -> dict:
         """A step whose rewards are all undefined has nothing to learn from: skip its update like a

@@ -65,6 +65,7 @@ LONGEST_FIRST = (
     "test_bench",  # 448
     "test_world",  # 398
     "test_trainer_deepspeed",  # 350
+    "test_reshape_resume",  # ~300 (alone, 2026-11-29)
     "test_robustness",  # 338
     "test_sharing",  # 166
     "test_gpu_check",  # 147

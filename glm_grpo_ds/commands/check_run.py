@@ -16,7 +16,9 @@ output of ``glm-grpo verify-logprobs``, and checks:
 * the image-statistics alarms (monitoring/alarms.py): a WARN line per rule that fired, with its step, value
   and bound (a person looks at the samples: a short check run on random weights is no judge of what the images
   become), an INFO line when none fired; then the reward and image statistics' curves drawn again into
-  ``OUTPUT_DIR/reward_curve.png`` (its path printed last).
+  ``OUTPUT_DIR/reward_curve.png`` (its path printed last);
+* the run's history (INFO): what each resume changed, from which step: another world size or ZeRO stage
+  (docs/checkpoints.md "Resume on another cluster shape"), a setting.
 
 On a CPU the peaks are the resident set, which includes the interpreter and libraries the plan (a GPU's) leaves
 out: the phases (the plan given ``memory/before_load_mb``, what the process held before the models loaded) and the
@@ -125,7 +127,25 @@ def check_run(
     plan = json.loads((out / "memory_plan.json").read_text(encoding="utf-8"))
     results += memory_results(rows, plan)
     results += alarm_results(out)
+    results += history_results(out)
     return results
+
+
+def history_results(out: Path) -> list[tuple[str, None, str]]:
+    """An INFO line with what resumes changed, cluster shape included (``config.json``'s segments: another world size
+    or ZeRO stage, a setting), from which step; nothing for a run without ``config.json``."""
+    record = out / "config.json"
+    if not record.is_file():
+        return []
+    later = [seg for seg in json.loads(record.read_text(encoding="utf-8")).get("segments") or [] if seg["changed"]]
+    if not later:
+        return [("history", None, "one launch shape and one set of settings throughout")]
+    said = [
+        f"from step {seg['from_step'] + 1}: "
+        + ", ".join(f"{k} {old} -> {new}" for k, (old, new) in seg["changed"].items())
+        for seg in later
+    ]
+    return [("history", None, "; ".join(said))]
 
 
 def memory_results(rows: list[dict], plan: dict) -> list[tuple[str, bool | str | None, str]]:

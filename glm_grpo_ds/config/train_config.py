@@ -72,6 +72,12 @@ class TrainConfig:
         "true = start over: the earlier run's checkpoints/, metrics.jsonl, eval.jsonl, final_adapter/, final_model/, "
         "samples/ and tensorboard/ are deleted first. Not with resume_from=latest or a path.",
     )
+    allow_batch_change: bool = setting(
+        False,
+        "A resume on another world size whose prompts per step (world size x batch.prompts_per_rank) differ from the "
+        "checkpoint's: false = refused, naming the batch.prompts_per_rank that keeps them; true = go on with the new "
+        'global batch (docs/checkpoints.md, "Resume on another cluster shape").',
+    )
     max_consecutive_skips: int = setting(
         3,
         "Stop (checkpoint + exit code 3) after this many steps in a row whose optimizer update was skipped for a "

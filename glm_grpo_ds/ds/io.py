@@ -1,5 +1,6 @@
 """Writing and reading what DeepSpeed holds: the LoRA adapter or full model (gathered from ZeRO-3
-shards) and the per-rank DeepSpeed checkpoint state (model, optimizer, scheduler).
+shards) and the per-rank DeepSpeed checkpoint state (model, optimizer, scheduler); a checkpoint of another world size or
+ZeRO stage through its universal folder (ds/portable.py).
 
 glm_grpo_ds/lifecycle/checkpoint.py decides the checkpoint layout, atomicity and pruning; this module does
 the DeepSpeed part of each save and load.
@@ -8,9 +9,10 @@ the DeepSpeed part of each save and load.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from ..runtime.file_modes import follow_umask
-from . import dist
+from . import dist, portable
 from .engine import apply_optimizer_config, gathered, is_zero3, unwrap
 
 
@@ -82,6 +84,13 @@ def load_ds_checkpoint(engine, directory: str | os.PathLike, opt_cfg) -> float:
     )
     if path is None:
         raise FileNotFoundError(f"no DeepSpeed state in {directory}/{DS_TAG}")
+    return apply_optimizer_config(engine, opt_cfg)
+
+
+def load_universal_checkpoint(engine, directory: str | os.PathLike, opt_cfg) -> float:
+    """:func:`load_ds_checkpoint` for a checkpoint written on another world size or ZeRO stage: its universal folder
+    (ds/portable.py, converted beforehand by rank 0) into an engine built with ``portable.universal_config``."""
+    portable.load(engine, Path(directory))
     return apply_optimizer_config(engine, opt_cfg)
 
 

@@ -7,6 +7,7 @@ Layout under ``output_dir/checkpoints/``::
         adapter/            the LoRA adapter in peft format, gathered from ZeRO-3 shards
         rng/rank_<r>.pt     python / numpy / torch / CUDA RNG states of each rank
         ahead/rank_<r>.pt   rollout.one_step_off: each rank's rollout drawn for the next step, not yet trained on
+        universal/          written by the first resume on another world size or ZeRO stage (ds/portable.py)
         trainer_state.json  step, data position, world size, ZeRO stage, the config
     latest                  the name of the newest complete checkpoint
 
@@ -46,6 +47,7 @@ import torch
 from ..ds import dist
 from ..ds import io as ds_io
 from ..runtime import log
+from ..runtime.seeding import seed_everything
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -332,28 +334,39 @@ def read_state(path: Path) -> dict:
 
 
 def check_compatible(path: Path, world_size: int, zero_stage: int) -> dict:
-    """The checkpoint's trainer state, or CheckpointError if this launch cannot resume it (cheap:
-    call before loading any model)."""
+    """The checkpoint's trainer state, or CheckpointError if this launch cannot resume it (cheap: call before loading
+    any model). Another world size or ZeRO stage resumes through a universal checkpoint (ds/portable.py); a stage
+    without ZeRO's partitioned optimizer cannot take one."""
     state = read_state(path)
-    if state["world_size"] != world_size or state["zero_stage"] != zero_stage:
+    if written_on(state) != (world_size, zero_stage) and zero_stage not in (1, 2, 3):
         raise CheckpointError(
-            f"{path} was written with world size {state['world_size']} and ZeRO stage {state['zero_stage']}; "
-            f"this run has "
-            f"world size {world_size} and stage {zero_stage}. Resume with the same launch settings, or start a new run "
-            f"from its weights (glm-grpo merge --adapter {path} ...)"
+            f"{path} was written with world size {state['world_size']} and ZeRO stage {state['zero_stage']}; this run "
+            f"has world size {world_size} and stage {zero_stage}, and only ZeRO-1, 2 or 3 take a checkpoint written on "
+            "another world size or stage: launch with --deepspeed ds_configs/zero2.json (or zero1 / zero3); nothing "
+            "was changed"
         )
     return state
 
 
-def load(engine, path: Path, rank: int, world_size: int, zero_stage: int, opt_cfg) -> tuple[dict, float]:
+def written_on(state: dict) -> tuple[int, int]:
+    """(world size, ZeRO stage) of the launch that wrote a checkpoint (its trainer state)."""
+    return int(state["world_size"]), int(state["zero_stage"])
+
+
+def load(engine, path: Path, rank: int, opt_cfg, reseed: int | None = None) -> tuple[dict, float]:
     """Restore DeepSpeed and RNG state from ``path``, with ``opt_cfg`` (this launch's ``optimizer`` section) over
     the optimizer settings the checkpoint held (ds/io.load_ds_checkpoint); (its trainer state, the lr of the
-    next step)."""
-    state = check_compatible(path, world_size, zero_stage)
-    lr = ds_io.load_ds_checkpoint(engine, path, opt_cfg)
-    rng = path / "rng" / f"rank_{rank}.pt"
-    if rng.is_file():
-        _set_rng_state(torch.load(rng, weights_only=True))
+    next step). ``reseed``: the checkpoint was written on another world size or stage (its universal folder is
+    loaded, ds/portable.py); each rank's RNG then starts from that seed, not from a file another rank wrote."""
+    state = read_state(path)
+    if reseed is None:
+        lr = ds_io.load_ds_checkpoint(engine, path, opt_cfg)
+        rng = path / "rng" / f"rank_{rank}.pt"
+        if rng.is_file():
+            _set_rng_state(torch.load(rng, weights_only=True))
+    else:
+        lr = ds_io.load_universal_checkpoint(engine, path, opt_cfg)
+        seed_everything(reseed)
     return state, lr
 
 
@@ -362,3 +375,13 @@ def load_ahead(path: Path, rank: int) -> dict | None:
     (a run on-policy)."""
     file = path / AHEAD / f"rank_{rank}.pt"
     return torch.load(file, map_location="cpu", weights_only=True) if file.is_file() else None
+
+
+def ahead_rows(path: Path) -> list[int] | None:
+    """The dataset rows of the rollout drawn ahead in checkpoint ``path``, every rank's in rank order (the global
+    batch of the step it was drawn for), None when it holds none: what a resume on another world size samples
+    again."""
+    files = sorted((path / AHEAD).glob("rank_*.pt"), key=lambda f: int(f.stem.split("_")[1]))
+    if not files:
+        return None
+    return [int(row) for f in files for row in torch.load(f, map_location="cpu", weights_only=True)["rows"]]

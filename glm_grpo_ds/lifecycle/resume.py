@@ -107,7 +107,7 @@ def data_changed(saved: dict | None, now: dict) -> str | None:
 
 
 # keys that say how a launch starts, not how the model is trained: not reported as changes
-START_KEYS = ("resume_from", "overwrite_output_dir")
+START_KEYS = ("resume_from", "overwrite_output_dir", "allow_batch_change")
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -172,6 +172,27 @@ def refused_change(changes: dict[str, list], path: Path, lora: bool) -> str | No
             "another output_dir (fresh optimizer state); nothing was changed"
         )
     return None
+
+
+def batch_refusal(path: Path, old: tuple[int, int], new: tuple[int, int], allowed: bool) -> str | None:
+    """The one line refusing a resume on another world size that changes the prompts per step, or None (kept, or
+    ``allow_batch_change``). ``old``/``new``: (world size, batch.prompts_per_rank) of the checkpoint and this
+    launch. Names the ``batch.prompts_per_rank`` that keeps the global batch, or, when this world size cannot
+    divide it, the world sizes that can."""
+    (old_world, old_per), (world, per) = old, new
+    before, after = old_world * old_per, world * per
+    if before == after or allowed:
+        return None
+    head = (
+        f"{path} trained {before} prompts per step (world size {old_world} x batch.prompts_per_rank {old_per}); this "
+        f"launch would train {after} ({world} x {per})"
+    )
+    go_on = f"or allow_batch_change=true to go on with {after} prompts per step; nothing was changed"
+    if before % world == 0:
+        return f"{head}: set batch.prompts_per_rank={before // world} to keep {before}, {go_on}"
+    worlds = ", ".join(str(n) for n in range(1, before + 1) if before % n == 0)
+    split = f"{before} prompts per step cannot be split over {world} ranks (world sizes that can: {worlds})"
+    return f"{head}: {split}; {go_on}"
 
 
 def segments(previous: dict | None, step: int, changes: dict[str, list]) -> list[dict]:

@@ -13,15 +13,18 @@ tests/unit/test_run_life.py, the rest by the training runs of tests/integration 
 
 from __future__ import annotations
 
+import shutil
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from ..config import TrainConfig, to_dict
-from ..ds import dist
+from ..ds import dist, portable
 from ..ds import io as ds_io
 from ..runtime import log
+from ..runtime.seeding import derive_seed
 from . import checkpoint, resume
 from .preempt import EXIT_ALARM, EXIT_NONFINITE, Stopped, exit_code, signal_name
 
@@ -33,6 +36,9 @@ class Start:
     checkpoint: Path | None = None
     step: int = 0
     changes: dict = field(default_factory=dict)  # {key: [old, new]} against the checkpoint's config (resume.py)
+    # (world size, ZeRO stage) the checkpoint was written on, when this launch's differ (None: the same): it is
+    # carried over through a universal checkpoint (ds/portable.py)
+    written_on: tuple[int, int] | None = None
 
 
 def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stage: int, data: dict, rank: int) -> Start:
@@ -50,11 +56,23 @@ def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stag
             log.warning(f"glm-grpo: {changed}")
         changes = resume.config_changes(state.get("config"), to_dict(cfg), to_dict(TrainConfig()))
         refused = resume.refused_change(changes, resume_path, cfg.lora is not None)
+        written_on = checkpoint.written_on(state)
+        if written_on != (world, zero_stage):
+            saved_per_rank = (state.get("config") or {}).get("batch", {}).get("prompts_per_rank")
+            old = (written_on[0], int(saved_per_rank or cfg.batch.prompts_per_rank))
+            new = (world, cfg.batch.prompts_per_rank)
+            refused = refused or resume.batch_refusal(resume_path, old, new, cfg.allow_batch_change)
+            # the history records the new cluster shape as it records a changed setting
+            changes.update(
+                {k: [a, b] for k, a, b in zip(("world_size", "zero_stage"), written_on, (world, zero_stage))}
+            )
+            changes = {k: v for k, v in changes.items() if v[0] != v[1]}
         if refused:
             raise checkpoint.CheckpointError(refused)
         if changes:
             log.warning(resume.changes_line(changes, int(state["step"])))
-        return Start(resume_path, int(state["step"]), changes)
+        reshaped = written_on if written_on != (world, zero_stage) else None
+        return Start(resume_path, int(state["step"]), changes, reshaped)
     checkpoint.start_fresh(out, cfg.overwrite_output_dir, rank)
     if cfg.resume_from == "auto":
         log.info(f"glm-grpo: resume_from=auto: no checkpoint in {out}, starting fresh")
@@ -90,16 +108,63 @@ class RunLife:
             for line in resume.set_aside_final(self.out, self.start.step, self.cfg.max_steps):
                 log.info(line)
 
+    def convert(self) -> None:
+        """A checkpoint written on another world size or ZeRO stage (collective, before any model loads): rank 0
+        converts its DeepSpeed state into the universal folder beside it (ds/portable.py), unless an earlier resume
+        did; every rank waits, and raises CheckpointError when the conversion failed."""
+        if self.start.written_on is None:
+            return
+        path = self.start.checkpoint
+        ds_dir, universal = path / ds_io.DS_TAG, path / portable.UNIVERSAL
+        failed = ""
+        if self.rank == 0:
+            try:
+                if not portable.check_converted(universal, ds_dir):
+                    self._convert(ds_dir, universal)
+            except portable.ConversionError as err:
+                failed = str(err)
+        if dist.any_rank(float(bool(failed))):
+            raise checkpoint.CheckpointError(failed or f"rank 0 could not convert {path} (its log says why)")
+
+    def _convert(self, ds_dir: Path, universal: Path) -> None:
+        """Rank 0: the conversion, planned first (its disk: refused in one line when the file system lacks it)."""
+        (world, stage), mib = self.start.written_on, 2**20
+        size, kept, peak = portable.disk_plan(ds_dir, self.cfg.optimizer.name != "adamw")
+        free = shutil.disk_usage(ds_dir).free
+        if free < peak:
+            raise portable.ConversionError(
+                f"converting {ds_dir} for this world size / ZeRO stage needs {peak / mib:,.0f} MiB free beside it "
+                f"({kept / mib:,.0f} MiB kept in {universal.name}/), the file system has {free / mib:,.0f} MiB: free "
+                "space there (older checkpoints: save_total_limit), or resume on the world size and stage that wrote it"
+            )
+        log.info(
+            f"glm-grpo: {ds_dir.parent.name} was written on {world} rank(s) at ZeRO-{stage}; this run has {self.world} "
+            f"at ZeRO-{self.zero_stage}: converting its DeepSpeed state ({size / mib:,.1f} MiB) to a universal "
+            f"checkpoint in {universal} (~{kept / mib:,.1f} MiB kept, ~{peak / mib:,.1f} MiB while converting; once: a "
+            "later resume reuses it)"
+        )
+        started = time.perf_counter()
+        portable.convert(ds_dir, universal)
+        log.info(f"glm-grpo: converted in {time.perf_counter() - started:.1f} s")
+
     def restore(self, engine, prompt_order) -> tuple[int, int]:
         """Load the checkpoint chosen at the start into ``engine`` and ``prompt_order`` (collective): (the step
         it is at, the optimizer updates skipped so far); (0, 0) for a fresh run."""
         if self.start.checkpoint is None:
             return 0, 0
         path, cfg = self.start.checkpoint, self.cfg
-        state, lr = checkpoint.load(engine, path, self.rank, self.world, self.zero_stage, cfg.optimizer)
+        # on another cluster shape no rank's RNG file is this rank's: each starts from a seed of (step, rank)
+        reseed = None if self.start.written_on is None else derive_seed(cfg.seed, "resume", self.start.step, self.rank)
+        state, lr = checkpoint.load(engine, path, self.rank, cfg.optimizer, reseed)
         self.run_id = state.get("run_id")  # None for checkpoints written before run ids
         prompt_order.load_state(state["sampler"])  # the key checkpoints have always had
-        log.info(f"glm-grpo: resumed from {path} at step {int(state['step'])}")
+        shape = ""
+        if self.start.written_on is not None:
+            shape = (
+                f" on {self.world} rank(s) at ZeRO-{self.zero_stage} through its universal checkpoint (each rank's RNG "
+                "from a seed of the run's seed, the step and the rank)"
+            )
+        log.info(f"glm-grpo: resumed from {path} at step {int(state['step'])}{shape}")
         if any(key.startswith("optimizer.") or key == "max_steps" for key in self.start.changes):
             log.info(
                 f"glm-grpo: the optimizer runs with this launch's settings from step {int(state['step']) + 1}: lr "

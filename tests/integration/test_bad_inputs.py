@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 from in_process import train_main  # noqa: E402  (tests/in_process.py)
-from launching import CONFIG, FAST, common  # noqa: E402  (tests/integration/launching.py)
+from launching import CONFIG, FAST, ROOT, common  # noqa: E402  (tests/integration/launching.py)
 from run_files import tree_hash  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.config import ConfigError
@@ -69,10 +69,15 @@ def _unwritable_out(tmp):
     return ["output_dir={out}/checkpoints/latest/sub"], r"output_dir .*latest/sub: .*latest is a file, not a directory"
 
 
-def _other_stage(tmp):
+def _stage_without_partitions(tmp):
+    """A checkpoint goes to another ZeRO stage through a universal checkpoint, which stage 0 cannot load."""
+    ds = json.loads((ROOT / "ds_configs" / "zero2.json").read_text())
+    ds["zero_optimization"] = {"stage": 0}
+    (tmp / "zero0.json").write_text(json.dumps(ds))
     return (
-        ["resume_from=latest", "--deepspeed", "ds_configs/zero3.json"],
-        r"was written with world size 1 and ZeRO stage 2; this run has world size 1 and stage 3",
+        ["resume_from=latest", "--deepspeed", str(tmp / "zero0.json")],
+        r"was written with world size 1 and ZeRO stage 2; this run has world size 1 and stage 0, and only ZeRO-1, 2 "
+        r"or 3 take a checkpoint written on another world size or stage",
     )
 
 
@@ -132,7 +137,7 @@ CASES = {
     "7_8bit_with_offload": _offload_8bit,
     "8_not_a_pipeline": _not_a_pipeline,
     "9_unwritable_output_dir": _unwritable_out,
-    "10_other_zero_stage": _other_stage,
+    "10_stage_without_partitions": _stage_without_partitions,
     "11_unknown_key": _unknown_key,
     "12_invalid_ds_json": _bad_ds_json,
     "13_reward_field_missing": _reward_field_missing,

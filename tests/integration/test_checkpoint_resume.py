@@ -1,5 +1,5 @@
 """Checkpoints under real DeepSpeed: exact resume, a resume with another lr that runs with it, atomic writes, refused
-world-size and optimizer changes, and `glm-grpo merge` from checkpoint directories (LoRA and full fine-tuning)."""
+global-batch and optimizer changes, and `glm-grpo merge` from checkpoint directories (LoRA and full fine-tuning)."""
 
 import json
 import shutil
@@ -89,14 +89,23 @@ def test_checkpoint_holds_no_frozen_base_parameter(runs):
         assert_no_frozen_parameters(runs["resumed"] / "checkpoints" / step / "ds")
 
 
-def test_resume_with_other_world_size_is_refused(runs, tiny_model_dir, tmp_path, capfd):
+def test_a_resume_on_fewer_ranks_that_would_change_the_global_batch_is_refused(runs, tiny_model_dir, tmp_path, capfd):
+    """2 ranks x 1 prompt resumed on 1 rank x 1 prompt: one line naming the batch.prompts_per_rank that keeps the
+    global batch, exit 2, before any model loads, nothing written (tests/integration/test_reshape_resume.py resumes
+    it with that setting)."""
     out = tmp_path / "other"
     shutil.copytree(runs["resumed"] / "checkpoints", out / "checkpoints")
+    before = tree_hash(out)
     args = ["--config", CONFIG, "--deepspeed", ROOT / "ds_configs/zero3.json"]
     args += common(tiny_model_dir, runs["data"], out, "max_steps=6", "resume_from=latest", *runs["extra"])
     code, err = train_main(args, capfd)  # one process: world size 1
     assert code == 2
-    assert "was written with world size 2 and ZeRO stage 3; this run has world size 1" in "\n".join(err)
+    assert (
+        "trained 2 prompts per step (world size 2 x batch.prompts_per_rank 1); this launch would train 1 (1 x 1): "
+        "set batch.prompts_per_rank=2 to keep 2, or allow_batch_change=true to go on with 1 prompts per step; "
+        "nothing was changed" in "\n".join(err)
+    )
+    assert tree_hash(out) == before
 
 
 def test_a_resume_with_another_lr_runs_with_it(short_run, tiny_model_dir, data64, tmp_path):

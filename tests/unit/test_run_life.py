@@ -1,15 +1,16 @@
 """The resume-or-start decision of glm_grpo_ds/lifecycle/run.py, without DeepSpeed or a model: a fresh
 output_dir starts at step 0, an earlier run is refused (or deleted with overwrite_output_dir), a checkpoint
-is resumed at its step, a finished one leaves everything untouched (NothingToDo), one from another launch
-shape is refused, and a changed prompt source is a warning. The trainer's use of it:
-tests/integration/test_robustness.py (resume_from=auto), tests/integration/test_checkpoint_resume.py."""
+is resumed at its step, a finished one leaves everything untouched (NothingToDo), one from another cluster
+shape continues when the global batch is kept (else one line), and a changed prompt source is a warning. The
+trainer's use of it: tests/integration/test_robustness.py (resume_from=auto), test_checkpoint_resume.py,
+test_reshape_resume.py."""
 
 import json
 import logging
 
 import pytest
 
-from glm_grpo_ds.config import TrainConfig
+from glm_grpo_ds.config import TrainConfig, to_dict
 from glm_grpo_ds.lifecycle.checkpoint import CheckpointError, OutputDirError
 from glm_grpo_ds.lifecycle.resume import NothingToDo
 from glm_grpo_ds.lifecycle.run import Start, decide_start
@@ -24,10 +25,12 @@ def _cfg(**fields):
     return cfg
 
 
-def _checkpoint(out, step, world=2, stage=3, data=DATA):
+def _checkpoint(out, step, world=2, stage=3, data=DATA, config=None):
     path = out / "checkpoints" / f"step_{step:06d}"
     path.mkdir(parents=True)
     state = {"step": step, "world_size": world, "zero_stage": stage, "data": data, "sampler": {}}
+    if config is not None:
+        state["config"] = to_dict(config)
     (path / "trainer_state.json").write_text(json.dumps(state))
     (out / "checkpoints" / "latest").write_text(path.name)
     return path
@@ -67,11 +70,41 @@ def test_a_finished_run_is_left_untouched(tmp_path):
     assert _tree(tmp_path) == before
 
 
-@pytest.mark.parametrize("world,stage", [(4, 3), (2, 2)])
-def test_a_checkpoint_of_another_launch_shape_is_refused(tmp_path, world, stage):
+def test_a_checkpoint_of_another_cluster_shape_continues_when_the_global_batch_is_kept(tmp_path, caplog):
+    """Written on 2 ranks x 1 prompt at ZeRO-3: ZeRO-2 on 2 ranks, and 1 rank x 2 prompts, resume (through a universal
+    checkpoint: ``written_on``), the new shape among the changes the history records."""
+    path = _checkpoint(tmp_path, 4, config=_cfg(max_steps=10))
+    with caplog.at_level(logging.WARNING, logger="glm_grpo_ds"):
+        start = decide_start(tmp_path, path, _cfg(max_steps=10), 2, 2, DATA, 0)
+    assert start == Start(path, 4, {"zero_stage": [3, 2]}, written_on=(2, 3))
+    assert "zero_stage 3 -> 2" in caplog.text
+    cfg = _cfg(max_steps=10)
+    cfg.batch.prompts_per_rank = 2
+    start = decide_start(tmp_path, path, cfg, 1, 3, DATA, 0)
+    assert start.written_on == (2, 3)
+    assert start.changes == {"batch.prompts_per_rank": [1, 2], "world_size": [2, 1]}
+
+
+def test_a_global_batch_the_new_world_size_changes_is_refused_in_one_line_unless_allowed(tmp_path):
     path = _checkpoint(tmp_path, 4)
-    with pytest.raises(CheckpointError, match="world size 2 and ZeRO stage 3"):
-        decide_start(tmp_path, path, _cfg(max_steps=10), world, stage, DATA, 0)
+    with pytest.raises(CheckpointError) as err:
+        decide_start(tmp_path, path, _cfg(max_steps=10), 1, 3, DATA, 0)
+    assert str(err.value) == (
+        f"{path} trained 2 prompts per step (world size 2 x batch.prompts_per_rank 1); this launch would train 1 "
+        "(1 x 1): set batch.prompts_per_rank=2 to keep 2, or allow_batch_change=true to go on with 1 prompts per "
+        "step; nothing was changed"
+    )
+    with pytest.raises(CheckpointError, match=r"2 prompts per step cannot be split over 4 ranks \(world sizes that "
+                       r"can: 1, 2\); or allow_batch_change=true to go on with 4"):  # fmt: skip
+        decide_start(tmp_path, path, _cfg(max_steps=10), 4, 3, DATA, 0)
+    start = decide_start(tmp_path, path, _cfg(max_steps=10, allow_batch_change=True), 4, 3, DATA, 0)
+    assert start.written_on == (2, 3) and start.changes == {"world_size": [2, 4]}
+
+
+def test_a_stage_without_zero_partitions_cannot_take_another_shapes_checkpoint(tmp_path):
+    path = _checkpoint(tmp_path, 4)
+    with pytest.raises(CheckpointError, match="only ZeRO-1, 2 or 3 take a checkpoint written on another"):
+        decide_start(tmp_path, path, _cfg(max_steps=10), 2, 0, DATA, 0)
 
 
 def test_a_changed_prompt_source_is_a_warning_not_a_refusal(tmp_path, caplog):

@@ -1,0 +1,219 @@
+"""A run resumed on another world size or ZeRO stage (issue #62), under real DeepSpeed on CPU ranks with gloo.
+
+The tiny GLM-Image with LoRA (fp32, torch AdamW) trained uninterrupted on 2 ranks x 1 prompt at ZeRO-2, a checkpoint
+every 2 steps, is the reference. A chain of resumes branches from it and continues, each compared with the reference
+at the same step: step 2 resumed on 1 rank x 2 prompts (2 -> 1), its step 4 on 2 ranks (1 -> 2), that step 6 at
+ZeRO-3 (ZeRO-2 -> ZeRO-3), that step 8 at ZeRO-2 again (ZeRO-3 -> ZeRO-2). Then bitsandbytes 8-bit AdamW and full
+fine-tuning across 2 -> 1, a control whose optimizer moments are dropped, and the refusals.
+
+The tolerance: a world-size or stage change reorders fp32 sums (each rank's gradient reduction, the all-reduce, the
+loss's micro-batches) and nothing else: the same prompts, sampling streams and decode noise make the same rollouts.
+Measured here (2026-11-29, 2-core CPU): adapters within 4.1e-7 of the reference 2 steps after each move; the 8-bit
+and full fine-tuning figures beside the world size's own effect: docs/checkpoints.md "Resume on another cluster
+shape". ~5 min of one core.
+"""
+
+import json
+import shutil
+
+import pytest
+import torch
+from launching import FAST, launch, run_train, train_args  # noqa: E402  (tests/integration/launching.py)
+from run_files import metrics  # noqa: E402  (tests/run_files.py)
+from safetensors.torch import load_file
+
+from glm_grpo_ds.commands import check_run
+from glm_grpo_ds.ds import portable
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+
+TOL = 1e-5  # adapters and moments after a move and 2 more steps: fp32 reduction order (measured <= 1e-6)
+VOLATILE = ("time/", "_per_s", "peak_", "memory/")
+
+
+def train(nprocs, out, *overrides, ds_config="zero2.json"):
+    launch(nprocs, train_args(*overrides, f"output_dir={out}", ds_config=ds_config), launcher=False)
+    return out
+
+
+def branch(source, out, step):
+    """``out``: ``source``'s run as it stood when checkpoint ``step`` was written (that checkpoint, config.json and
+    the metrics up to it), so a resume there continues what ``source`` stopped: a preempted job requeued."""
+    name = f"step_{step:06d}"
+    (out / "checkpoints").mkdir(parents=True)
+    shutil.copytree(
+        source / "checkpoints" / name, out / "checkpoints" / name, ignore=shutil.ignore_patterns("universal")
+    )
+    (out / "checkpoints" / "latest").write_text(name)
+    shutil.copy(source / "config.json", out / "config.json")
+    lines = (source / "metrics.jsonl").read_text().splitlines()
+    (out / "metrics.jsonl").write_text("".join(line + "\n" for line in lines if json.loads(line)["step"] <= step))
+    return out
+
+
+def ckpt(run, step):
+    return run / "checkpoints" / f"step_{step:06d}"
+
+
+def adapter(run, step):
+    return load_file(ckpt(run, step) / "adapter" / "adapter_model.safetensors")
+
+
+def weights(run, step, tmp):
+    """Every trainable parameter's fp32 master weight and Adam moments at checkpoint ``step``, read through DeepSpeed's
+    universal conversion (whatever the world size and stage that wrote it): {name: {fp32, exp_avg, exp_avg_sq}}."""
+    out = tmp / f"{run.name}_{step}"
+    portable.convert(ckpt(run, step) / "ds", out)
+    return {
+        p.name: {k: torch.load(p / f"{k}.pt", weights_only=True)["param"] for k in ("fp32", "exp_avg", "exp_avg_sq")}
+        for p in (out / "zero").iterdir()
+        if p.is_dir()
+    }
+
+
+def max_diff(a, b):
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+def state_diff(a, b, key):
+    assert a.keys() == b.keys()
+    return max((a[n][key] - b[n][key]).abs().max().item() for n in a)
+
+
+def stable(record):
+    return {k: v for k, v in record.items() if not any(tag in k for tag in VOLATILE)}
+
+
+@pytest.fixture(scope="module")
+def base(tiny_model_dir, data64):
+    return [f"model.path={tiny_model_dir}", f"data.train_file={data64}", *FAST, "save_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def chain(base, tmp_path_factory):
+    """The reference and the chain of resumes (see the module's docstring): ~4 min on 2 cores."""
+    root = tmp_path_factory.mktemp("reshape")
+    ref = train(2, root / "reference", *base, "max_steps=10")
+    one = train(
+        1, branch(ref, root / "one_rank", 2), *base, "max_steps=4", "batch.prompts_per_rank=2", "resume_from=auto"
+    )
+    two = train(2, branch(one, root / "two_ranks", 4), *base, "max_steps=6", "resume_from=auto")
+    z3 = train(2, branch(two, root / "zero3", 6), *base, "max_steps=8", "resume_from=auto", ds_config="zero3.json")
+    z2 = train(2, branch(z3, root / "zero2", 8), *base, "max_steps=10", "resume_from=auto")
+    return {"reference": ref, "moves": {4: one, 6: two, 8: z3, 10: z2}, "root": root}
+
+
+def test_a_run_continues_on_half_and_twice_the_ranks_and_across_stages(chain, tmp_path):
+    """Each move, 2 steps later: the adapter and the optimizer's moments within TOL of the uninterrupted run's."""
+    ref = chain["reference"]
+    for step, run in chain["moves"].items():
+        diff = max_diff(adapter(ref, step), adapter(run, step))
+        print(f"{run.name}: adapter within {diff:.2g} of the uninterrupted run at step {step}")
+        assert diff < TOL, (run.name, diff)
+    for step in (4, 10):  # 2 -> 1 (ZeRO-2) and 2 ranks ZeRO-3 -> ZeRO-2: the full optimizer state
+        a, b = weights(ref, step, tmp_path), weights(chain["moves"][step], step, tmp_path)
+        for key in ("fp32", "exp_avg", "exp_avg_sq"):
+            print(f"step {step} {key}: within {state_diff(a, b, key):.2g}")
+            assert state_diff(a, b, key) < TOL, (step, key)
+
+
+def test_the_resumed_runs_history_is_continuous(chain):
+    """The same prompts in the same order (the same rewards per step), the lr schedule and step count unbroken, the
+    shape changes in config.json's segments and the card."""
+    ref = metrics(chain["reference"])
+    z2 = chain["moves"][10]
+    got = metrics(z2)
+    assert [r["step"] for r in got] == list(range(1, 11))
+    for a, b in zip(ref, got):
+        assert a["lr"] == b["lr"] and a["skipped_steps"] == b["skipped_steps"], a["step"]
+        assert b["reward_mean"] == pytest.approx(a["reward_mean"], abs=1e-5), a["step"]
+        assert b["reward/pixel_mse"] == pytest.approx(a["reward/pixel_mse"], abs=1e-5), a["step"]
+    segments = json.loads((z2 / "config.json").read_text())["segments"]
+    shapes = [(s["from_step"], s["changed"].get("world_size"), s["changed"].get("zero_stage")) for s in segments]
+    assert shapes == [(0, None, None), (2, [2, 1], None), (4, [1, 2], None), (6, None, [2, 3]), (8, None, [3, 2])]
+    card = (z2 / "checkpoints" / "step_000010" / "adapter" / "README.md").read_text().splitlines()
+    at = {line.split(":")[0]: line for line in card if line.startswith("- from step ")}
+    assert "`world_size` 2 -> 1" in at["- from step 3"] and "`batch.prompts_per_rank` 1 -> 2" in at["- from step 3"]
+    assert "`zero_stage` 3 -> 2" in at["- from step 9"]
+    history = dict((name, detail) for name, _, detail in check_run.history_results(z2))["history"]
+    assert "from step 3: batch.prompts_per_rank 1 -> 2" in history and "zero_stage 3 -> 2" in history
+    log = (chain["moves"][4] / "logs" / "rank_0.log").read_text()
+    assert "step_000002 was written on 2 rank(s) at ZeRO-2; this run has 1 at ZeRO-2: converting" in log
+
+
+@pytest.fixture(scope="module")
+def dropped(chain, base, tmp_path_factory):
+    """The 2 -> 1 resume with the converted checkpoint's Adam moments zeroed (its weights, schedule and data position
+    kept): what a resume that lost the optimizer state would train."""
+    root = tmp_path_factory.mktemp("dropped")
+    run = branch(chain["reference"], root / "dropped", 2)
+    step = ckpt(run, 2)
+    portable.convert(step / "ds", step / portable.UNIVERSAL)
+    for moment in (step / portable.UNIVERSAL / "zero").glob("*/exp_avg*.pt"):
+        state = torch.load(moment, weights_only=True)
+        state["param"] = torch.zeros_like(state["param"])
+        torch.save(state, moment)
+    return train(1, run, *base, "max_steps=4", "batch.prompts_per_rank=2", "resume_from=auto")
+
+
+def test_a_resume_without_the_optimizer_state_is_told_apart(chain, dropped):
+    """The control: dropping the moments moves the adapter far beyond the tolerance, so the tests above can tell a
+    real resume from a restart of the optimizer."""
+    diff = max_diff(adapter(chain["reference"], 4), adapter(dropped, 4))
+    assert diff > 100 * TOL, diff
+
+
+@pytest.mark.parametrize("kind", ["adamw_8bit", "full"])
+def test_8bit_adamw_and_full_fine_tuning_continue_on_half_the_ranks(kind, base, tmp_path):
+    """bitsandbytes 8-bit AdamW (LoRA) and full fine-tuning (fp32 AdamW), 2 ranks -> 1 at step 2, against the
+    uninterrupted 2-rank run at step 4, with a yardstick: the same 4 steps on 1 rank x 2 prompts from the start (what
+    the world size alone changes: reduction order, and for 8-bit the blocks of 256 each rank's partition is cut
+    into). The move may cost no more than that. 8-bit moments go through fp32 and are quantized again on the new
+    partition (a block that now starts elsewhere gets another scale); full fine-tuning's moments and weights move
+    exactly and differ by reduction order only. Measured bounds: docs/checkpoints.md."""
+    extra = ["optimizer.name=adamw_8bit"] if kind == "adamw_8bit" else ["lora=null"]
+    ref = train(2, tmp_path / "reference", *base, *extra, "max_steps=4")
+    solo = train(1, tmp_path / "solo", *base, *extra, "max_steps=4", "batch.prompts_per_rank=2")
+    moved = train(1, branch(ref, tmp_path / "moved", 2), *base, *extra, "max_steps=4", "batch.prompts_per_rank=2",
+                  "resume_from=auto")  # fmt: skip
+    a, b, c = (weights(run, 4, tmp_path) for run in (ref, moved, solo))
+    for key in ("fp32", "exp_avg", "exp_avg_sq"):
+        scale = max(v[key].abs().max().item() for v in a.values())
+        moved_off, solo_off = state_diff(a, b, key), state_diff(a, c, key)
+        print(f"{kind} {key}: moved {moved_off:.3g}, 1 rank from the start {solo_off:.3g}, largest {scale:.3g}")
+        assert moved_off <= 2 * solo_off + 1e-7 * scale, (key, moved_off, solo_off)
+
+
+def test_a_one_step_off_run_samples_its_pending_rollout_again_on_the_new_ranks(base, tmp_path):
+    """rollout.one_step_off, 2 ranks -> 1 at step 2: the rollouts the old ranks drew ahead for step 3 are cut for them;
+    the same prompts are sampled again on the one rank (said in the log), so step 3 trains on the prompts the
+    uninterrupted run trained on at step 3 (its reward: a sample of the same prompts with one-step-newer weights)."""
+    off = ["rollout.one_step_off=true", "grpo.sampler_correction=token_truncate"]
+    ref = train(2, tmp_path / "reference", *base, *off, "max_steps=4")
+    moved = train(1, branch(ref, tmp_path / "moved", 2), *base, *off, "max_steps=4", "batch.prompts_per_rank=2",
+                  "resume_from=auto")  # fmt: skip
+    log = (moved / "logs" / "rank_0.log").read_text()
+    assert "the rollout step_000002 drew ahead for step 3 is sampled again on this run's ranks" in log
+    a, b = metrics(ref), metrics(moved)
+    assert [r["step"] for r in b] == [1, 2, 3, 4] and len(a) == 4
+    assert [r["rollout_overlapped"] for r in b[2:]] == [True, True]  # step 3 from the pending draw, step 4 ahead
+
+
+def test_what_cannot_be_resumed_is_refused_in_one_line(chain, base, tiny_model_dir, tmp_path):
+    """Exit 2, one line, nothing written: a global batch this world size does not keep; a converted folder that is not
+    its checkpoint's."""
+    run = branch(chain["reference"], tmp_path / "refused", 2)
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    proc = run_train(*base, "max_steps=4", "resume_from=auto", f"output_dir={run}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert (
+        "trained 2 prompts per step (world size 2 x batch.prompts_per_rank 1); this launch would train 1 (1 x 1): "
+        "set batch.prompts_per_rank=2 to keep 2, or allow_batch_change=true" in proc.stderr
+    )
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+    (ckpt(run, 2) / portable.UNIVERSAL).mkdir()
+    (ckpt(run, 2) / portable.UNIVERSAL / portable.SOURCE).write_text(json.dumps({"other": 1}))
+    proc = run_train(*base, "max_steps=4", "batch.prompts_per_rank=2", "resume_from=auto", f"output_dir={run}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "was not converted from" in proc.stderr and "delete" in proc.stderr
