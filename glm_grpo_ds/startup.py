@@ -178,7 +178,7 @@ class TrainerStartup:
         self.status.phase("rewards")
         self.reward_fn = build_rewards(cfg.rewards)
         # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
-        # sampling streams are derived per (step, rank) below.
+        # sampling streams are derived per (step, place in the global batch): runtime/seeding.rollout_seeds.
         seed_everything(derive_seed(cfg.seed, "init"))
         # CPU: what the resident set holds before any model (interpreter, libraries, data, processor,
         # reward functions), which the memory plan does not count (check-run and docs/real-width.md use it)

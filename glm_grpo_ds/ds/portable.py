@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -100,9 +101,19 @@ def _bnb(state: dict) -> dict:
     return state.get(BNB_PACKED, state)
 
 
-def _holds_8bit(optim_file: Path) -> bool:
-    state = _base_state(_load(optim_file))
-    return any("state1" in _bnb(s) for s in state.values())
+def _holds_8bit(ds_dir: Path) -> bool:
+    """Whether a checkpoint's optimizer state is bitsandbytes' (every rank's file holds the same optimizer: the
+    first one tells)."""
+    first = next(iter(sorted(ds_dir.glob("*_optim_states.pt"))), None)
+    return first is not None and any("state1" in _bnb(s) for s in _base_state(_load(first)).values())
+
+
+def _link(source: Path, target: Path) -> None:
+    """``target`` the same file as ``source``: a hard link, a copy where the file system has none."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def _base_state(sd: dict) -> dict:
@@ -132,9 +143,9 @@ def _staged_8bit(ds_dir: Path, staging: Path) -> None:
     """A copy of ``ds_dir`` with every optimizer file's bitsandbytes state dequantized (the model-states files
     linked, not copied)."""
     staging.mkdir(parents=True)
-    for path in sorted(ds_dir.iterdir()):
+    for path in sorted(p for p in ds_dir.iterdir() if p.is_file()):
         if not path.name.endswith("_optim_states.pt"):
-            os.link(path, staging / path.name) if path.is_file() else None
+            _link(path, staging / path.name)
             continue
         sd = _load(path)
         state = _base_state(sd)
@@ -154,18 +165,26 @@ def disk_plan(ds_dir: Path, eight_bit: bool) -> tuple[int, int, int]:
     return size, kept, (3 * kept if eight_bit else 2 * kept)
 
 
-def convert(ds_dir: Path, universal: Path, workers: int = 2) -> None:
+def convert(ds_dir: Path, universal: Path, workers: int | None = None) -> None:
     """Rank 0, before any engine loads it: ``ds_dir`` (one save of every rank) into ``universal`` with DeepSpeed's
     converter, in a subprocess (its worker pool forks from a clean interpreter). Written inside ``<universal>.tmp/``
-    and moved when complete, so a killed conversion leaves no folder that looks finished."""
+    and moved when complete, so a killed conversion leaves no folder that looks finished. ``workers``: the
+    converter's extraction processes (default: half the CPUs, at most 8)."""
+    workers = workers or max(1, min(8, (os.cpu_count() or 2) // 2))
     work = universal.with_name(universal.name + ".tmp")  # the converter also writes a `latest_universal` beside
     tmp, staging = work / universal.name, work / "dequantized"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     source = ds_dir
-    if any(_holds_8bit(p) for p in ds_dir.glob("*_optim_states.pt")):
-        _staged_8bit(ds_dir, staging)
-        source = staging
+    try:
+        if _holds_8bit(ds_dir):
+            _staged_8bit(ds_dir, staging)
+            source = staging
+    except (KeyError, OSError, RuntimeError, pickle.UnpicklingError) as err:
+        shutil.rmtree(work, ignore_errors=True)
+        raise ConversionError(
+            f"the optimizer state in {ds_dir} cannot be read ({err!r}); the checkpoint is unchanged"
+        ) from err
     command = [
         sys.executable,
         "-m",
@@ -198,8 +217,12 @@ def convert(ds_dir: Path, universal: Path, workers: int = 2) -> None:
         raise ConversionError(f"DeepSpeed's universal conversion of {ds_dir} wrote no model-states file")
     for name in MODEL_STATES:
         if not (tmp / name).is_file():
-            os.link(tmp / have[0], tmp / name)
-    _for_both_stages(tmp)
+            _link(tmp / have[0], tmp / name)
+    try:
+        _for_both_stages(tmp)
+    except (KeyError, OSError, RuntimeError, pickle.UnpicklingError) as err:
+        shutil.rmtree(work, ignore_errors=True)
+        raise ConversionError(f"the universal checkpoint converted from {ds_dir} is incomplete ({err!r})") from err
     (tmp / SOURCE).write_text(json.dumps(source_record(ds_dir), indent=2), encoding="utf-8")
     follow_umask(tmp)
     os.replace(tmp, universal)

@@ -62,6 +62,7 @@ def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stag
             old = (written_on[0], int(saved_per_rank or cfg.batch.prompts_per_rank))
             new = (world, cfg.batch.prompts_per_rank)
             refused = refused or resume.batch_refusal(resume_path, old, new, cfg.allow_batch_change)
+            refused = refused or _conversion_mismatch(resume_path)
             # the history records the new cluster shape as it records a changed setting
             changes.update(
                 {k: [a, b] for k, a, b in zip(("world_size", "zero_stage"), written_on, (world, zero_stage))}
@@ -77,6 +78,16 @@ def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stag
     if cfg.resume_from == "auto":
         log.info(f"glm-grpo: resume_from=auto: no checkpoint in {out}, starting fresh")
     return Start()
+
+
+def _conversion_mismatch(path: Path) -> str | None:
+    """The line refusing a checkpoint whose ``universal/`` folder (an earlier resume's conversion) was not made from
+    its DeepSpeed files, before anything is written; None when it has none yet or a matching one."""
+    try:
+        portable.check_converted(path / portable.UNIVERSAL, path / ds_io.DS_TAG)
+    except portable.ConversionError as err:
+        return f"{err}; nothing was changed"
+    return None
 
 
 class RunLife:

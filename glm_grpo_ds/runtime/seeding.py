@@ -11,7 +11,7 @@ import torch
 
 
 def derive_seed(*parts) -> int:
-    """A 63-bit seed from any parts: ``derive_seed(cfg.seed, "rollout", step, rank)``."""
+    """A 63-bit seed from any parts: ``derive_seed(cfg.seed, "rollout", step, slot)``."""
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 

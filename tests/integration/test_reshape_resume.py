@@ -8,7 +8,8 @@ fine-tuning across 2 -> 1, a control whose optimizer moments are dropped, and th
 
 The tolerance: a world-size or stage change reorders fp32 sums (each rank's gradient reduction, the all-reduce, the
 loss's micro-batches) and nothing else: the same prompts, sampling streams and decode noise make the same rollouts.
-Measured here (2026-11-29, 2-core CPU): adapters within 4.1e-7 of the reference 2 steps after each move; the 8-bit
+Measured here (2026-11-29, 2-core CPU): adapters within 4.1e-7 of the reference 2 steps after the first move and
+8.3e-7 after the fourth, moments within 2.2e-9 (exp_avg) and 2e-13 (exp_avg_sq); the 8-bit
 and full fine-tuning figures beside the world size's own effect: docs/checkpoints.md "Resume on another cluster
 shape". ~5 min of one core.
 """
@@ -200,20 +201,15 @@ def test_a_one_step_off_run_samples_its_pending_rollout_again_on_the_new_ranks(b
     assert [r["rollout_overlapped"] for r in b[2:]] == [True, True]  # step 3 from the pending draw, step 4 ahead
 
 
-def test_what_cannot_be_resumed_is_refused_in_one_line(chain, base, tiny_model_dir, tmp_path):
-    """Exit 2, one line, nothing written: a global batch this world size does not keep; a converted folder that is not
-    its checkpoint's."""
+def test_a_converted_folder_not_made_from_its_checkpoint_is_refused_in_one_line(chain, base, tmp_path):
+    """Exit 2, one line, before anything is written (the refused global batch: test_checkpoint_resume.py; a stage
+    without ZeRO partitions: test_bad_inputs.py)."""
     run = branch(chain["reference"], tmp_path / "refused", 2)
-    before = sorted(p.relative_to(run) for p in run.rglob("*"))
-    proc = run_train(*base, "max_steps=4", "resume_from=auto", f"output_dir={run}")
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert (
-        "trained 2 prompts per step (world size 2 x batch.prompts_per_rank 1); this launch would train 1 (1 x 1): "
-        "set batch.prompts_per_rank=2 to keep 2, or allow_batch_change=true" in proc.stderr
-    )
-    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
     (ckpt(run, 2) / portable.UNIVERSAL).mkdir()
     (ckpt(run, 2) / portable.UNIVERSAL / portable.SOURCE).write_text(json.dumps({"other": 1}))
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
     proc = run_train(*base, "max_steps=4", "batch.prompts_per_rank=2", "resume_from=auto", f"output_dir={run}")
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "was not converted from" in proc.stderr and "delete" in proc.stderr
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("glm-grpo train:")]
+    assert len(ours) == 1 and "was not converted from" in ours[0] and "delete" in ours[0], proc.stderr[-2000:]
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
