@@ -2,10 +2,16 @@
 or opening a process group. A job that would start exits 0; each mistake a user meets on the first day (an unknown
 reward, an empty prompt file, a missing resume path, an output_dir that is a file, a target module that matches
 nothing, a bad hostfile) is one FAIL line, all of them in one pass, exit 2; a plan that does not fit exits 3 naming
-the fastest shipped stage that does; nothing is written. Run in this process (tests/in_process.py)."""
+the fastest shipped stage that does; a checkpoint of another cluster shape is planned or refused; nothing is
+written. Run in this process (tests/in_process.py)."""
+
+import json
 
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 from launching import CONFIG, FAST  # noqa: E402  (tests/integration/launching.py)
+from run_files import tree_hash  # noqa: E402  (tests/run_files.py)
+
+from glm_grpo_ds.config import TrainConfig, to_dict
 
 
 def _check(tiny_model_dir, data, out, capfd, *extra):
@@ -98,3 +104,33 @@ def test_unknown_keys_stop_the_check_at_once(tiny_model_dir, tiny_data, tmp_path
     assert code == 2
     assert stderr.splitlines()[0].startswith("glm-grpo train --check: 2 unknown config keys (config file ")
     assert "grpo.kl_coef: kl_coef (the seeds' plan, verl) is grpo.beta here" in stderr
+
+
+def test_a_checkpoint_of_another_cluster_shape_is_planned_or_refused(tiny_model_dir, tiny_data, tmp_path, capfd):
+    """A checkpoint written on 4 ranks at ZeRO-3 (trainer_state.json is all the check reads) checked for 2 ranks at
+    ZeRO-2: with batch.prompts_per_rank=2 (4 prompts per step kept) it resumes through a conversion, said in its ok
+    line; with 1 the global batch would halve: one FAIL naming the setting that keeps it. Nothing is written."""
+    out = tmp_path / "run"
+    step = out / "checkpoints" / "step_000002"
+    (step / "ds").mkdir(parents=True)
+    config = to_dict(TrainConfig())
+    config["optimizer"]["name"], config["batch"]["prompts_per_rank"] = "adamw", 1  # as FAST trains
+    state = {"step": 2, "world_size": 4, "zero_stage": 3, "sampler": {}, "config": config}
+    (step / "trainer_state.json").write_text(json.dumps(state))
+    (out / "checkpoints" / "latest").write_text(step.name)
+    before = tree_hash(out)
+    args = ("--num-gpus", "2", "resume_from=auto", "max_steps=4")
+    code, lines, _ = _check(tiny_model_dir, tiny_data, out, capfd, *args, "batch.prompts_per_rank=2")
+    assert code == 0, lines
+    assert any(
+        line.startswith(f"ok    output_dir {out}: resumes from {step} (step 2), written on 4 rank(s) at ZeRO-3: its")
+        for line in lines
+    ), lines
+    code, lines, _ = _check(tiny_model_dir, tiny_data, out, capfd, *args)
+    assert code == 2
+    assert _fails(lines) == [
+        f"resume_from: {step} trained 4 prompts per step (world size 4 x batch.prompts_per_rank 1); this launch would "
+        "train 2 (2 x 1): set batch.prompts_per_rank=2 to keep 4, or allow_batch_change=true to go on with 2 prompts "
+        "per step; nothing was changed"
+    ], lines
+    assert tree_hash(out) == before
