@@ -101,13 +101,6 @@ def _bnb(state: dict) -> dict:
     return state.get(BNB_PACKED, state)
 
 
-def _holds_8bit(ds_dir: Path) -> bool:
-    """Whether a checkpoint's optimizer state is bitsandbytes' (every rank's file holds the same optimizer: the
-    first one tells)."""
-    first = next(iter(sorted(ds_dir.glob("*_optim_states.pt"))), None)
-    return first is not None and any("state1" in _bnb(s) for s in _base_state(_load(first)).values())
-
-
 def _link(source: Path, target: Path) -> None:
     """``target`` the same file as ``source``: a hard link, a copy where the file system has none."""
     try:
@@ -139,19 +132,24 @@ def _dequantized(state: dict) -> dict:
     return {"step": step, **moments}
 
 
-def _staged_8bit(ds_dir: Path, staging: Path) -> None:
-    """A copy of ``ds_dir`` with every optimizer file's bitsandbytes state dequantized (the model-states files
-    linked, not copied)."""
-    staging.mkdir(parents=True)
-    for path in sorted(p for p in ds_dir.iterdir() if p.is_file()):
-        if not path.name.endswith("_optim_states.pt"):
-            _link(path, staging / path.name)
-            continue
+def _staged_8bit(ds_dir: Path, staging: Path) -> bool:
+    """A copy of ``ds_dir`` in ``staging`` with every optimizer file's bitsandbytes state dequantized (the other files
+    linked, not copied); False, nothing written, when the state is not bitsandbytes' (every rank's file holds the same
+    optimizer: the first one tells, and each file is read once)."""
+    optim = sorted(ds_dir.glob("*_optim_states.pt"))
+    for i, path in enumerate(optim):
         sd = _load(path)
         state = _base_state(sd)
+        if i == 0:
+            if not any("state1" in _bnb(s) for s in state.values()):
+                return False
+            staging.mkdir(parents=True)
         for group, s in list(state.items()):
             state[group] = _dequantized(s)
         torch.save(sd, staging / path.name)
+    for path in sorted(p for p in ds_dir.iterdir() if p.is_file() and p not in optim):
+        _link(path, staging / path.name)
+    return bool(optim)
 
 
 def disk_plan(ds_dir: Path, eight_bit: bool) -> tuple[int, int, int]:
@@ -175,13 +173,17 @@ def convert(ds_dir: Path, universal: Path, workers: int | None = None) -> None:
     tmp, staging = work / universal.name, work / "dequantized"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
-    source = ds_dir
-    try:
-        if _holds_8bit(ds_dir):
-            _staged_8bit(ds_dir, staging)
-            source = staging
-    except (KeyError, OSError, RuntimeError, pickle.UnpicklingError) as err:
+    try:  # whatever happens, nothing but a complete `universal` stays
+        _convert_in(ds_dir, universal, tmp, staging, workers)
+    finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _convert_in(ds_dir: Path, universal: Path, tmp: Path, staging: Path, workers: int) -> None:
+    """:func:`convert`'s steps, written under ``tmp`` (and ``staging`` for 8-bit state) and moved to ``universal``."""
+    try:
+        source = staging if _staged_8bit(ds_dir, staging) else ds_dir
+    except (KeyError, OSError, RuntimeError, pickle.UnpicklingError) as err:
         raise ConversionError(
             f"the optimizer state in {ds_dir} cannot be read ({err!r}); the checkpoint is unchanged"
         ) from err
@@ -200,10 +202,8 @@ def convert(ds_dir: Path, universal: Path, workers: int | None = None) -> None:
         str(max(1, workers // 2)),
     ]
     done = subprocess.run(command, capture_output=True, text=True)
-    shutil.rmtree(staging, ignore_errors=True)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        shutil.rmtree(work, ignore_errors=True)
         raise ConversionError(
             f"DeepSpeed's universal conversion of {ds_dir} failed (exit {done.returncode}): {tail[0]}; the checkpoint "
             f"is unchanged; resume it on its own world size and ZeRO stage, or run `{' '.join(command[1:3])} "
@@ -213,7 +213,6 @@ def convert(ds_dir: Path, universal: Path, workers: int | None = None) -> None:
     # the engine reads the model-states file under its own stage's name: hold it under both
     have = [name for name in MODEL_STATES if (tmp / name).is_file()]
     if not have:
-        shutil.rmtree(work, ignore_errors=True)
         raise ConversionError(f"DeepSpeed's universal conversion of {ds_dir} wrote no model-states file")
     for name in MODEL_STATES:
         if not (tmp / name).is_file():
@@ -221,12 +220,10 @@ def convert(ds_dir: Path, universal: Path, workers: int | None = None) -> None:
     try:
         _for_both_stages(tmp)
     except (KeyError, OSError, RuntimeError, pickle.UnpicklingError) as err:
-        shutil.rmtree(work, ignore_errors=True)
         raise ConversionError(f"the universal checkpoint converted from {ds_dir} is incomplete ({err!r})") from err
     (tmp / SOURCE).write_text(json.dumps(source_record(ds_dir), indent=2), encoding="utf-8")
     follow_umask(tmp)
     os.replace(tmp, universal)
-    shutil.rmtree(work)
 
 
 def _for_both_stages(universal: Path) -> None:

@@ -57,23 +57,22 @@ def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stag
         changes = resume.config_changes(state.get("config"), to_dict(cfg), to_dict(TrainConfig()))
         refused = resume.refused_change(changes, resume_path, cfg.lora is not None)
         written_on = checkpoint.written_on(state)
-        if written_on != (world, zero_stage):
+        moved = written_on != (world, zero_stage)
+        if moved:
             saved_per_rank = (state.get("config") or {}).get("batch", {}).get("prompts_per_rank")
             old = (written_on[0], int(saved_per_rank or cfg.batch.prompts_per_rank))
             new = (world, cfg.batch.prompts_per_rank)
             refused = refused or resume.batch_refusal(resume_path, old, new, cfg.allow_batch_change)
             refused = refused or _conversion_mismatch(resume_path)
             # the history records the new cluster shape as it records a changed setting
-            changes.update(
-                {k: [a, b] for k, a, b in zip(("world_size", "zero_stage"), written_on, (world, zero_stage))}
-            )
-            changes = {k: v for k, v in changes.items() if v[0] != v[1]}
+            for key, was, now in zip(("world_size", "zero_stage"), written_on, (world, zero_stage)):
+                if was != now:
+                    changes[key] = [was, now]
         if refused:
             raise checkpoint.CheckpointError(refused)
         if changes:
             log.warning(resume.changes_line(changes, int(state["step"])))
-        reshaped = written_on if written_on != (world, zero_stage) else None
-        return Start(resume_path, int(state["step"]), changes, reshaped)
+        return Start(resume_path, int(state["step"]), changes, written_on if moved else None)
     checkpoint.start_fresh(out, cfg.overwrite_output_dir, rank)
     if cfg.resume_from == "auto":
         log.info(f"glm-grpo: resume_from=auto: no checkpoint in {out}, starting fresh")
