@@ -33,10 +33,12 @@ from .memory.sizes import model_sizes
 from .memory.stages import fastest_that_fits
 from .model.adapters import check_init_adapter, check_target_modules, text_layer_linear_names
 from .model.glm_image import load_processor, read_ar_config, resolve_dtype
-from .model.source import cached_model_dir, check_local_model
+from .model.random_weights import is_random
+from .model.source import RANDOM_NOTE, cached_model_dir, check_local_model
 from .model.token_ids import check_token_ids, embedding_rows
 from .rewards import RewardError, check_reward_inputs, check_reward_specs
 from .runtime.hostfile import HostfileError, read_hostfile, summary
+from .testing.random_model import materialize
 
 # What a bad input raises, in the checks and in a run's startup alike (train.py adds what only a rank can meet):
 # one line each, never a traceback (anything else is a bug, with its traceback).
@@ -137,6 +139,8 @@ def _model(cfg, rows, report: Report) -> dict | None:
     """The model's files where they are on this machine (a directory or the Hugging Face cache; nothing is
     downloaded): its processor, every prompt's token ids, the target modules. The AR's text config, or None."""
     name = cfg.model.path
+    if _checked(report, "model.path", lambda: materialize(name) or True) is None:  # a bad random: name
+        return None
     local = cached_model_dir(name, cfg.model.revision) if name else None
     if local is None:
         # a bad local path fails here; a Hub id not in this machine's cache is downloaded by rank 0 at start
@@ -175,6 +179,8 @@ def _model(cfg, rows, report: Report) -> dict | None:
             lambda: check_token_ids(processor, embedding_rows(local), local, rows, "data.train_file", **size),
         )
     where = "a pipeline directory" if Path(str(name)).expanduser().exists() else f"in the Hugging Face cache: {local}"
+    if is_random(name):
+        where = f"configs in {local}; {RANDOM_NOTE}"
     report.add("ok", f"model.path {name}: {where}")
     return text
 

@@ -43,6 +43,7 @@ from .runtime import cuda_check, log, memory_probe, run_log
 from .runtime.seeding import derive_seed, rollout_seeds, seed_everything
 from .runtime.versions import framework_versions
 from .sharing.hub import Publisher
+from .testing.random_model import materialize
 from .update import logprobs_before_update
 
 
@@ -80,6 +81,7 @@ class TrainerStartup:
         check_reward_specs(cfg.rewards)
         check_init_adapter(cfg.lora)
         self.ds_config_raw = read_ds_config(ds_config_path)
+        materialize(cfg.model.path)  # a random: model's configs (glm_grpo_ds/model/random_weights.py)
         check_local_model(cfg.model.path, cfg.model.revision)
 
     def _open_run(self) -> Path | None:

@@ -45,6 +45,7 @@ from .evaluation.in_training import eval_line, eval_summary, gallery_to_main
 from .experience import drawn_state
 from .lifecycle import resume
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
+from .model.source import RANDOM_NOTE
 from .monitoring.alarms import EXIT_ALARMS_FIRED, alarm_failure, describe
 from .observability.metrics import (
     Progress,
@@ -256,6 +257,8 @@ class Trainer(TrainerStartup):
             log.info(f"      evaluations {self.out / 'eval.jsonl'}: {evals}")
             log.info(f"      samples {self.out / 'samples'}/ (eval_step_*.png: the held-out prompts, fixed seeds)")
         log.info(f"      {final.name.replace('_', ' ')} {final}")
+        if self.model_source.random_weights:  # glm_grpo_ds/model/random_weights.py
+            log.info(f"      model {self.model_source.random_weights}: {RANDOM_NOTE}")
         self.fired = self._alarm_summary()
 
     def _alarm_summary(self) -> list[dict]:

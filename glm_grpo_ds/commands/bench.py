@@ -304,8 +304,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if a.model is not None:
         from ..model.source import resolve_model
+        from ..testing.random_model import materialize
 
         try:
+            materialize(a.model, "--model")  # a random: model's configs (glm_grpo_ds/model/random_weights.py)
             a.model = str(resolve_model(a.model, a.revision, flag="--model", revision_flag="--revision").path)
         except FileNotFoundError as err:
             print(f"glm-grpo bench: {err}", file=sys.stderr)

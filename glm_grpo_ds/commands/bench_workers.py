@@ -73,9 +73,9 @@ def worker_phases(a) -> dict:
         out.update(_gpu_checks(trainer, a, out))
     # Ours vs the diffusers pipeline's own AR loop (HF generate): same weights (the pipeline loads
     # the same directory), G rows of one prompt, same size; our rollout here runs outside DeepSpeed.
-    from diffusers import GlmImagePipeline
+    from ..decoder.image_decoder import load_pipeline
 
-    pipe = GlmImagePipeline.from_pretrained(a.model, torch_dtype=trainer.dtype).to(trainer.device)
+    pipe = load_pipeline(a.model, trainer.dtype, trainer.device).to(trainer.device)
     variants = {"compiled": lambda seed: _rollout(trainer, gather=True, seed=seed, compile=True)}
     if trainer.cfg.lora is not None and trainer.dtype != torch.float32:  # peft's fp32 adapters on a bf16 base
         variants["cast"] = lambda seed: _rollout(trainer, gather=True, seed=seed, cast=True)

@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 
 from ..memory.plan import MEASURED_PHASES, phase_totals
+from ..model.source import RANDOM_NOTE
 from ..monitoring.alarms import describe
 from ..observability.metrics import fired_alarms, read_metrics
 from .cli import parser_for
@@ -128,7 +129,18 @@ def check_run(
     results += memory_results(rows, plan)
     results += alarm_results(out)
     results += history_results(out)
+    results += random_results(out)
     return results
+
+
+def random_results(out: Path) -> list[tuple[str, None, str]]:
+    """An INFO line when the run trained a ``random:`` model (config.json's ``model_source``): its figures of time and
+    memory hold, its rewards and learning do not."""
+    record = out / "config.json"
+    source = json.loads(record.read_text(encoding="utf-8")).get("model_source") or {} if record.is_file() else {}
+    if not source.get("random_weights"):
+        return []
+    return [("model", None, f"{source['random_weights']}: {RANDOM_NOTE}")]
 
 
 def history_results(out: Path) -> list[tuple[str, None, str]]:

@@ -29,22 +29,38 @@ def build_ar(tiny: bool, layers: int | None, device: torch.device, seed: int = 0
     return ar.eval()
 
 
-def build_policy(tiny: bool, layers: int | None, r: int, device: torch.device, seed: int = 0):
-    """``(peft policy, processor)``: :func:`build_ar` with LoRA adapters of rank ``r`` on every projection,
-    ``lora_B`` random (peft starts it at zero, which would make merging a no-op)."""
+def load_model_ar(model: str, device: torch.device):
+    """``(AR, processor)`` of ``model``: a ``random:`` name (its AR built on the GPU when there is one, else the
+    CPU; fp32 for ``random:tiny``, else bf16) or a pipeline directory / cached Hub id (its weights, bf16 on a GPU)."""
+    from ..model.glm_image import load_processor
+    from ..model.policy import load_ar
+    from ..model.source import resolve_model
+    from ..testing.random_model import materialize
+
+    source = resolve_model(materialize(model, "--model"), flag="--model")
+    tiny = source.random_weights is not None and source.random_weights.startswith("random:tiny,")
+    dtype = torch.float32 if tiny or device.type != "cuda" else torch.bfloat16
+    ar = load_ar(source.path, dtype, "sdpa").to(device)
+    return ar, load_processor(source.path)
+
+
+def build_policy(tiny: bool, layers: int | None, r: int, device: torch.device, seed: int = 0, model: str | None = None):
+    """``(peft policy, processor)``: :func:`build_ar` (or ``model``'s AR, :func:`load_model_ar`) with LoRA adapters
+    of rank ``r`` on every projection, ``lora_B`` random (peft starts it at zero, which would make merging a no-op)."""
     from peft import get_peft_model
 
     from ..config.model_sections import LoraConfig
     from ..model.adapters import peft_lora_config
     from ..testing.tiny import build_processor
 
-    policy = get_peft_model(build_ar(tiny, layers, device, seed), peft_lora_config(LoraConfig(r=r, alpha=2 * r)))
+    ar, processor = load_model_ar(model, device) if model else (build_ar(tiny, layers, device, seed), None)
+    policy = get_peft_model(ar, peft_lora_config(LoraConfig(r=r, alpha=2 * r)))
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in policy.named_parameters():
             if "lora_B" in name:
                 p.normal_(0.0, 0.02, generator=gen)
-    return policy.eval(), build_processor()
+    return policy.eval(), processor or build_processor()
 
 
 def hf_generate(ar, rows: dict, sampling, n: int, seed: int) -> None:

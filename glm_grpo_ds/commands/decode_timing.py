@@ -203,7 +203,7 @@ def measure(a) -> dict:
 
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     t0 = time.perf_counter()
-    policy, processor = build_policy(a.tiny, a.layers, a.lora_r, device, a.seed)
+    policy, processor = build_policy(a.tiny, a.layers, a.lora_r, device, a.seed, a.model)
     build_s = time.perf_counter() - t0
     sampling = SamplingConfig(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p)
     rows, positions, grid = prepare_rows(policy, processor, [PROMPT], a.group_size, a.size, a.size, device)
@@ -309,6 +309,13 @@ def format_report(m: dict) -> str:
 
 def parse_args(argv):
     p = parser_for("decode-timing")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="the AR to time: random:glm-image[,ar_layers=N] (random weights built on the device), random:tiny, or a "
+        "pipeline directory / Hub id in the cache (its weights); default: GLM-Image's AR at full size with random "
+        "weights around the tiny vocabulary (--tiny / --layers choose)",
+    )
     p.add_argument("--tiny", action="store_true", help="the tiny test model in fp32 (the CPU form)")
     p.add_argument("--layers", type=int, default=None, help="decoder layers (default: the model's, 40 full size)")
     p.add_argument("--group-size", type=int, default=16, help="rows decoded together (G samples of one prompt)")
@@ -328,6 +335,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="seeds the weights and the sampling noise")
     p.add_argument("--out", default=None, help="write the report as JSON here")
     a = p.parse_args(argv)
+    if a.model and (a.tiny or a.layers):
+        p.error("--model names the AR: give --tiny / --layers without it (random:glm-image,ar_layers=N with it)")
     a.variants = [v for v in a.variants.split(",") if v]
     unknown = [v for v in a.variants if v not in VARIANTS and v != "hf_generate"]
     if unknown:

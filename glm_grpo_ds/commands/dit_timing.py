@@ -86,6 +86,7 @@ def check_args(a) -> None:
     """Normalize ``a`` in place (variants a list with the reference first, steps a pair, device a torch.device);
     ValueError / FileNotFoundError naming the flag and the fix on bad input."""
     from ..model.source import resolve_model
+    from ..testing.random_model import materialize
 
     names = [v.strip() for v in a.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]
@@ -115,6 +116,7 @@ def check_args(a) -> None:
         raise ValueError("--device cuda: no CUDA GPU is available here; give --device cpu (or auto)")
     if a.device.type == "cuda":
         torch.cuda.set_device(a.device)  # the timer's events record on the current device's stream
+    materialize(a.model, "--model")  # random:glm-image: the DiT built on the device (model/random_weights.py)
     a.model = str(resolve_model(a.model, flag="--model").path)  # a Hub id: from the cache, or downloaded once
 
 

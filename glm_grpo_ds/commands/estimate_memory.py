@@ -26,6 +26,7 @@ from ..memory.stages import fastest_that_fits
 from ..memory.step_time import describe, step_time
 from ..rewards import RewardError
 from ..rewards.registry import check_reward_name
+from ..testing.random_model import materialize
 from .cli import parser_for
 
 OVER_BUDGET = 3  # exit status when the plan does not fit (2 is a bad config)
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, spec in enumerate(cfg.rewards):  # the plan counts each reward's model: an unknown name is no plan
             check_reward_name(spec.name, f"rewards[{i}].name: ")
         est = EstimateConfig(a.num_gpus, a.num_nodes, a.gpu_memory_gb, a.prompt_tokens, a.device)
+        materialize(cfg.model.path)  # a random: model's configs (glm_grpo_ds/model/random_weights.py)
         sizes = model_sizes(cfg)
         p = plan(cfg, read_ds_config(a.deepspeed), est, sizes)
     except (ConfigError, DeepSpeedConfigError, OSError, RewardError) as err:

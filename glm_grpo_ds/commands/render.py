@@ -131,8 +131,10 @@ def _resolve(args):
     """``(model source, adapter directory or None)``: a missing directory or Hub id is a refusal."""
     from ..model.adapters import find_adapter
     from ..model.source import resolve_model
+    from ..testing.random_model import materialize
 
     try:
+        materialize(args.model, "--model")  # a random: model's configs (glm_grpo_ds/model/random_weights.py)
         source = resolve_model(args.model, args.revision, flag="--model", revision_flag="--revision")
         adapter = find_adapter(args.adapter) if args.adapter else None
     except FileNotFoundError as err:
@@ -172,12 +174,14 @@ def _check_prompts(args, model: Path, settings: dict) -> None:
 def _pipeline(args, source, adapter):
     """The pipeline on its device, with the adapter loaded onto the AR unmerged (base weights untouched)."""
     import torch
-    from diffusers import GlmImagePipeline
 
+    from ..decoder.image_decoder import load_pipeline
     from ..model.glm_image import resolve_dtype
 
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
-    pipe = GlmImagePipeline.from_pretrained(source.path, dtype=resolve_dtype(args.dtype, device.type == "cuda"))
+    if source.random_weights:
+        print(f"glm-grpo render: {source.random_weights}: random weights, the images are noise", file=sys.stderr)
+    pipe = load_pipeline(source.path, resolve_dtype(args.dtype, device.type == "cuda"), device)
     if adapter is not None:
         from ..model.adapters import check_adapters
 

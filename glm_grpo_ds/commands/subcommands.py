@@ -221,7 +221,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "glm_grpo_ds.commands.decode_timing",
         "time the rollout's decode step per variant (eager, LoRA merged, CUDA graph, compiled, HF generate)",
         usage=(
-            "glm-grpo decode-timing [--tiny] [--layers N] [--group-size 16] [--size 1024] [--steps 64] [--lora-r 64] "
+            "glm-grpo decode-timing [--model random:glm-image|DIR | --tiny] [--layers N] [--group-size 16] "
+            "[--size 1024] [--steps 64] [--lora-r 64] "
             "[--variants eager,merged,...] [--hbm-gbps X] [--out FILE]"
         ),
         doc=(

@@ -20,7 +20,9 @@ class ModelConfig:
         "The GlmImagePipeline (required): a local directory (AR in vision_language_encoder/, processor, DiT, VAE, "
         "glyph encoder), used as is, or a Hugging Face Hub id such as zai-org/GLM-Image, downloaded once into the "
         "Hugging Face cache (HF_HOME / HF_HUB_CACHE; rank 0 downloads, the other ranks wait) and read from it after; "
-        "with HF_HUB_OFFLINE=1 the cache only (glm_grpo_ds/model/source.py).",
+        "with HF_HUB_OFFLINE=1 the cache only (glm_grpo_ds/model/source.py). random:glm-image[,ar_layers=N,"
+        "dit_layers=M,seed=S] (or random:tiny): GLM-Image's configs with random weights built in the process on the "
+        "device, for time and memory only (glm_grpo_ds/model/random_weights.py).",
     )
     revision: str | None = setting(
         None,

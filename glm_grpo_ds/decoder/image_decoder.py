@@ -35,6 +35,7 @@ import torch
 
 from ..config import DecoderConfig
 from ..model.glm_image import check_pipeline_dir, resolve_dtype
+from ..model.random_weights import build_component, spec_of
 from .compute import apply, check_device
 from .settings import DecodeSettings, guidance_stop
 
@@ -46,10 +47,31 @@ def load_component(root: Path, name: str, dtype: torch.dtype, device: torch.devi
     every tensor placed on ``device`` as it is read (``device_map``): on a GPU the weights never sit
     whole in host memory. Loading every rank's 7B decoder on the CPU first and moving it after took
     ~15 GB of host RAM per rank at once (~120 GB per 8-GPU node); the safetensors files themselves are
-    memory-mapped, page cache shared by the ranks of a node."""
+    memory-mapped, page cache shared by the ranks of a node. A ``random:`` model's component is built with random
+    weights on ``device`` instead."""
     library, class_name = json.loads((root / "model_index.json").read_text(encoding="utf-8"))[name]
+    if spec_of(root) is not None:  # a random: model (glm_grpo_ds/model/random_weights.py): built on the device
+        return build_component(root, name, library, class_name, dtype, device)
     cls = getattr(importlib.import_module(library), class_name)
     return cls.from_pretrained(root / name, dtype=dtype, device_map={"": device})
+
+
+def load_pipeline(root: Path, dtype: torch.dtype, device: torch.device):
+    """The whole ``GlmImagePipeline`` of a pipeline directory, AR included, for the tools that call diffusers' own
+    pipeline (``glm-grpo render``, ``glm-grpo bench``'s comparison): its weights read, or a ``random:`` model's
+    components built on ``device`` (the AR as :func:`glm_grpo_ds.model.policy.load_ar` builds it, so the same
+    weights as a trainer's on this device)."""
+    from diffusers import GlmImagePipeline
+
+    from ..model.glm_image import AR_DIR
+    from ..model.policy import load_ar
+
+    root = check_pipeline_dir(root)
+    parts = {}
+    if spec_of(root) is not None:
+        parts = {name: load_component(root, name, dtype, device) for name in WEIGHTS}
+        parts[AR_DIR] = load_ar(root, dtype, "sdpa")
+    return GlmImagePipeline.from_pretrained(root, dtype=dtype, **parts)
 
 
 def _own_memory(module: torch.nn.Module) -> None:

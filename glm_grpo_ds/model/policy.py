@@ -24,6 +24,7 @@ from .adapters import (
     peft_lora_config,
 )
 from .glm_image import AR_DIR, DTYPES, check_pipeline_dir, load_processor, resolve_attn, resolve_dtype, resolve_sampling
+from .random_weights import build_ar, spec_of
 from .source import resolve_model
 
 
@@ -33,13 +34,18 @@ def load_ar(
     attn_implementation: str = "sdpa",
     trust_remote_code: bool = False,
 ):
-    """Load the AR of a pipeline directory, in eval mode (the one place that calls from_pretrained)."""
+    """Load the AR of a pipeline directory, in eval mode (the one place that calls from_pretrained). A ``random:``
+    model's configs directory: built with random weights instead, on this process's GPU when there is one
+    (glm_grpo_ds/model/random_weights.py)."""
     from transformers import GlmImageForConditionalGeneration
 
     if isinstance(dtype, str):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         dtype = DTYPES[dtype]
+    spec = spec_of(check_pipeline_dir(path))
+    if spec is not None:
+        return build_ar(Path(path), spec, dtype, attn_implementation)
     model = GlmImageForConditionalGeneration.from_pretrained(
         check_pipeline_dir(path) / AR_DIR,
         dtype=dtype,

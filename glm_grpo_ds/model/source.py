@@ -4,6 +4,8 @@
     model.path=zai-org/GLM-Image                      a Hugging Face Hub id: downloaded once into the Hugging
     model.path=zai-org/GLM-Image model.revision=SHA   Face cache (HF_HOME / HF_HUB_CACHE), then read from it;
                                                       a revision (commit, branch or tag) pins it (null = main)
+    model.path=random:glm-image                       GLM-Image's configs with random weights built in the process
+                                                      (glm_grpo_ds/model/random_weights.py): time and memory only
 
 This is the only module of the package that may contact the Hub, and whether it does is the user's
 environment's choice: with ``HF_HUB_OFFLINE=1`` a Hub id is read from the cache only (a one-line error
@@ -28,10 +30,14 @@ from pathlib import Path
 
 from ..config.fields import is_repo_id
 from .glm_image import AR_DIR, PIPELINE_PARTS, check_pipeline_dir
+from .random_weights import is_random, parse, spec_of
 
 EXAMPLE_ID = "zai-org/GLM-Image"
 # How long the other ranks wait for rank 0 to download the model (GLM-Image is ~35 GB).
 DOWNLOAD_WAIT_S = 6 * 3600
+RANDOM_NOTE = (
+    "random weights: its time and memory per step are the model's, its images, rewards and learning mean nothing"
+)
 _SHA = re.compile(r"[0-9a-f]{40}")
 
 
@@ -47,12 +53,16 @@ class ModelSource:
     repo_id: str | None = None  # the Hub id, when it came from the Hub
     revision: str | None = None  # the revision asked for (None = main)
     commit: str | None = None  # the commit the cache snapshot holds
+    random_weights: str | None = None  # a random: name (its canonical form): configs only, weights built at random
 
     def record(self) -> dict:
         """What ``config.json`` keeps of it (``model_source``)."""
-        return {"path": str(self.path), "repo_id": self.repo_id, "revision": self.revision, "commit": self.commit}
+        record = {"path": str(self.path), "repo_id": self.repo_id, "revision": self.revision, "commit": self.commit}
+        return record | ({"random_weights": self.random_weights} if self.random_weights else {})
 
     def describe(self) -> str:
+        if self.random_weights:
+            return f"{self.random_weights} ({RANDOM_NOTE}; configs in {self.path})"
         if self.repo_id is None:
             return str(self.path)
         return f"{self.repo_id} @ {self.commit} (revision {self.revision or 'main'}; Hugging Face cache {self.path})"
@@ -62,6 +72,8 @@ class ModelSource:
         and its commit, else the absolute AR directory (so ``peft.AutoPeftModel`` finds it from anywhere)."""
         if self.repo_id is not None:
             return self.repo_id, self.commit
+        if self.random_weights:  # nothing to load it from: the name says what it was
+            return self.random_weights, None
         return str(self.path / AR_DIR), None
 
 
@@ -89,6 +101,8 @@ def resolve_model(
     name = str(name or "")
     if not name:
         raise ModelSourceError(f"{flag} is empty: give a GlmImagePipeline directory or a Hub id such as {EXAMPLE_ID}")
+    if is_random(name):
+        return _random(name, revision, flag, revision_flag)
     local = Path(name).expanduser()
     if local.exists() or not is_repo_id(name):
         if local.exists() and revision:
@@ -96,8 +110,26 @@ def resolve_model(
                 f"{revision_flag}={revision} applies to Hugging Face Hub ids, but {flag} {name} is a local "
                 f"directory: drop the revision, or give the Hub id"
             )
-        return ModelSource(check_pipeline_dir(local, flag).resolve())
+        spec = spec_of(check_pipeline_dir(local, flag))  # a random: model's configs, given by their directory
+        return ModelSource(local.resolve(), random_weights=spec.name if spec else None)
     return _from_hub(name, revision, flag, revision_flag, local_files_only, cache_dir)
+
+
+def _random(name, revision, flag, revision_flag) -> ModelSource:
+    """A ``random:`` name: its configs directory, which the command wrote when it started."""
+    try:
+        spec = parse(name, flag)
+    except ValueError as err:
+        raise ModelSourceError(str(err)) from None
+    if revision:
+        raise ModelSourceError(f"{revision_flag}={revision} applies to Hub ids, not to {flag}={name}: drop it")
+    path = spec.directory()
+    if spec_of(path) is None:
+        raise ModelSourceError(
+            f"{flag}={name}: its configs directory {path} is not written; a command writes it as it starts "
+            "(glm_grpo_ds.testing.random_model.materialize), so call that first"
+        )
+    return ModelSource(path.resolve(), random_weights=spec.name)
 
 
 def _from_hub(name, revision, flag, revision_flag, local_files_only, cache) -> ModelSource:

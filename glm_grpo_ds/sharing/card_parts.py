@@ -55,6 +55,12 @@ def base_lines(path: str, hub_id: str | None, revision: str | None) -> list[str]
     return [f"- base model: {name}{rev}"]
 
 
+def random_lines(name: str) -> list[str]:
+    """A run on a ``random:`` model (glm_grpo_ds/model/random_weights.py): said where the base model would be."""
+    return [f"- base model: `{name}`, **random weights**: time and memory figures only; these weights, images, rewards "
+            "and results mean nothing"]  # fmt: skip
+
+
 def usage_lines(kind: str, base_ref: str, weights: str, extra: str = "", render: dict | None = None) -> list[str]:
     """How to load the weights: ``kind`` adapter | model | pipeline; ``base_ref`` / ``weights``: Hub ids or
     absolute directories (a card is read from anywhere, so never a path relative to where training ran);

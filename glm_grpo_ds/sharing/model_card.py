@@ -39,6 +39,7 @@ from .card_parts import (
     base_lines,
     base_model_id,
     make_card,
+    random_lines,
     usage_lines,
 )
 from .run_sections import (
@@ -84,7 +85,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     model = cfg["model"]
     # where the trainer really loaded from (model/source.py: absolute directory, Hub id + commit) when recorded
     source = saved.get("model_source") or {}
-    base = source.get("path") or model["path"]
+    base = source.get("random_weights") or source.get("path") or model["path"]  # random: the name renders it
     if source.get("repo_id") and not hub.get("base_model"):
         hub_id, revision = source["repo_id"], source.get("commit") or source.get("revision")
     else:
@@ -102,7 +103,11 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
         "images the frozen DiT decoder renders. "
         "The DiT, VAE and glyph encoder of the base pipeline are unchanged.",
         "",
-        *base_lines(base, hub_id, revision),
+        *(
+            random_lines(source["random_weights"])
+            if source.get("random_weights")
+            else base_lines(base, hub_id, revision)
+        ),
         *data_lines(saved),
         "- rewards: " + ", ".join(f"{label} (weight {s['weight']})" for label, s in zip(labels, cfg["rewards"])),
         "",
@@ -125,7 +130,13 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
         num_inference_steps=dec["num_inference_steps"],
         guidance_scale=dec["guidance_scale"],
     )
-    body += usage_lines("adapter" if is_adapter else "model", hub_id or str(Path(base).resolve()), where, extra, render)
+    body += usage_lines(
+        "adapter" if is_adapter else "model",
+        hub_id or (base if source.get("random_weights") else str(Path(base).resolve())),
+        where,
+        extra,
+        render,
+    )
     body += versions_section(saved)
     tags = [*TAGS, *(["lora"] if is_adapter else []), TAG]
     return make_card(

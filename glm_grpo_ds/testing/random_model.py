@@ -1,0 +1,88 @@
+"""The configs directory a ``random:`` model name stands for (glm_grpo_ds/model/random_weights.py), written when a
+command starts: every component's config, the processor and the scheduler, no weights.
+
+    from glm_grpo_ds.testing.random_model import materialize
+    materialize("random:glm-image")     # the directory; written once (~1 s), then reused
+
+The commands that take a model (train, estimate-memory, bench, decode-timing, dit-timing, render) call
+:func:`materialize` before they resolve the name; the loaders below them build the weights. The components are made
+on the ``meta`` device by ``glm-grpo tiny-model``'s own builders (glm_grpo_ds/testing/slice.py for ``glm-image``,
+glm_grpo_ds/testing/tiny.py for ``tiny``), so the configs are exactly those of the pipelines it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from ..model.glm_image import AR_DIR
+from ..model.random_weights import FORMAT, MARKER, is_random, parse
+from ..model.source import ModelSourceError
+
+
+def _components(spec) -> dict:
+    with torch.device("meta"):
+        if spec.kind == "glm-image":
+            from .slice import build_slice_components
+
+            return build_slice_components(spec.ar_layers, spec.dit_layers)
+        from .tiny import build_tiny_components
+
+        parts = build_tiny_components()
+    parts[AR_DIR].config.text_config.num_hidden_layers = spec.ar_layers
+    parts["transformer"].register_to_config(num_layers=spec.dit_layers)
+    return parts
+
+
+def _write(spec, out: Path) -> None:
+    from diffusers import GlmImagePipeline
+
+    parts = _components(spec)
+    GlmImagePipeline(**parts).save_config(out)  # model_index.json: the component classes
+    for name in (AR_DIR, "text_encoder"):  # transformers: the config alone
+        parts[name].config.save_pretrained(out / name)
+    for name in ("transformer", "vae"):  # diffusers
+        parts[name].save_config(out / name)
+    parts[AR_DIR].generation_config.save_pretrained(out / AR_DIR)
+    for name in ("processor", "tokenizer", "scheduler"):
+        parts[name].save_pretrained(out / name)
+    (out / MARKER).write_text(json.dumps(spec.record(), indent=1) + "\n", encoding="utf-8")
+
+
+def _format(marker: Path) -> int | None:
+    try:
+        return json.loads(marker.read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError):  # absent, or cut while written
+        return None
+
+
+def materialize(name: str, flag: str = "model.path") -> str:
+    """``name`` unchanged unless it is a ``random:`` name; then its configs directory is made sure of (written in a
+    directory of its own and renamed into place, so ranks and processes starting together never read half of it)
+    and ``name`` is returned for the resolver to find it. :class:`ModelSourceError` (one line, naming ``flag``) on a
+    bad name."""
+    if not is_random(name):
+        return name
+    try:
+        spec = parse(name, flag)
+    except ValueError as err:
+        raise ModelSourceError(str(err)) from None
+    final = spec.directory()
+    marker = final / MARKER
+    if _format(marker) == FORMAT:
+        return name
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f"{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    _write(spec, tmp)
+    if final.exists() and _format(marker) != FORMAT:  # left by another version of the package: replaced
+        shutil.rmtree(final, ignore_errors=True)
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another process renamed its (identical) copy first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return name
