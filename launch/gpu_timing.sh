@@ -1,155 +1,189 @@
 #!/usr/bin/env bash
-# What the rollout costs on this GPU, in under 8 minutes on one H100 (issues #39, #51): the decode step timed variant
-# by variant on the full-size AR with random weights (glm-grpo decode-timing: eager LoRA, LoRA merged, CUDA graph,
-# graph + compiled layers, the fused exact sampler, HF generate; ms per step against the HBM roofline, tokens checked
-# against the eager loop), then the fast variants' decode step at 16 / 32 / 64 / 128 rows (several prompts' groups in
-# one captured batch: ms per step and rollout seconds per image), then two training steps of GLM-Image at its full
-# real size (AR 40 + DiT 30 layers, built on the GPU; ZeRO-2, G=16, 1024², 8 guided DiT steps) with the exact fast
-# rollout (LoRA unmerged, fused, layers compiled, captured): per phase, per image and images per GPU-second, with the
-# planned times beside (issue #52).
+# What a training step of GLM-Image costs on this GPU and where its time goes, in one lease: at most 9 minutes of wall
+# clock on one H100 or H200, every build and compile included (issue #63). Four parts, in order of value, each writing
+# its JSON under OUT as it ends, so a run cut short keeps what it measured:
+#   1. train.json: the full-size training step (GLM-Image, AR 40 + DiT 30 layers, random weights built on the GPU:
+#      model.path=random:glm-image), ZeRO-2, G=16, 1024², 8 guided DiT steps, every lossless lever on (the exact fused
+#      sampler captured, the DiT's blocks compiled), 3 steps: each phase's seconds, per image, images per GPU-second;
+#   2. train_one_step_off.json: the same, one step off (rollout.one_step_off), 2 steps, compared with part 1's;
+#   3. dit_timing.json: the DiT per guided image-step (glm-grpo dit-timing, one process): sdpa, compiled, fp8, and
+#      guidance on the first half of the steps only;
+#   4. decode_timing.json: the decode step per sampler (glm-grpo decode-timing: exact eager, exact fused graph, merged
+#      graph) at 16 and 64 rows.
+# Before anything runs each part's seconds are planned from the figures glm_grpo_ds/memory/step_time.py holds and the
+# one-off costs glm_grpo_ds/memory/timing_budget.py states, and printed (part, planned s); a part that would not fit
+# what is left of the budget when it starts is skipped with one line, and one still running when the budget ends is
+# stopped (a training part's finished steps are still reported). Then one command turns the JSONs into every
+# figure a user reads: docs/memory-and-speed.md's tables, the README's time per step and the planner's anchors:
+#   python -m glm_grpo_ds.memory.step_time --write-docs outputs/gpu_timing
 #
-#   bash launch/gpu_timing.sh                      # everything: decode timing + rows + two training steps (ZeRO-2)
-#   TRAIN_STEP=0 bash launch/gpu_timing.sh         # the decode timing and the rows only
-#   ROWS= bash launch/gpu_timing.sh                # no rows loop (ROWS=16,64: those rows only)
-#   ROW_VARIANTS=graph bash launch/gpu_timing.sh   # the rows' variants (default graph_compiled,graph_fused_compiled)
-#   MERGED=1 bash launch/gpu_timing.sh             # the training step samples merged (rollout.merge_lora) instead
-#   DECODE_TIMING=0 bash launch/gpu_timing.sh      # the training step only (no decode timing, no rows)
-#   bash launch/gpu_timing.sh --layers 8           # an 8-layer real-width slice (ms scaled to 40 layers shown)
-#   MODEL=outputs/glm_image bash launch/gpu_timing.sh  # reuse a full-size model directory (built on the first run)
-#   FULL_SIZE=0 bash launch/gpu_timing.sh          # the training step on the full-size AR with the tiny DiT
-#   DIT_COMPILE=1 bash launch/gpu_timing.sh        # the training steps with the DiT's blocks compiled (decoder.compile)
-#   ONE_STEP_OFF=1 TRAIN_STEPS=3 bash launch/gpu_timing.sh  # each next rollout beside the decode (rollout.one_step_off,
-#                                                  # with grpo.sampler_correction=token_truncate); step 1 is serial
-#   ONE_STEP_OFF=both bash launch/gpu_timing.sh    # the training steps serial (train/), then one step off
-#                                                  # (train_one_step_off/), then the two compared on their steady steps
-#   DIT_TIMING=0 bash launch/gpu_timing.sh         # no DiT decode timing (glm-grpo dit-timing, on the full-size model
-#                                                  # before its training steps: compiled, cudnn, fp8, all)
-#   DIT_VARIANTS=sdpa,compiled,fp8 bash launch/gpu_timing.sh  # the DiT timing's variants (all: glm-grpo dit-timing
-#                                                  # --help; each loads the 14 GB DiT, ~40 s + its compile on an H200)
-#   TRAIN_STEPS=3 bash launch/gpu_timing.sh        # training steps to time (default 2: the first compiles and captures)
-#   MERGE_DRIFT_STEPS=50 bash launch/gpu_timing.sh     # then also merged vs exact sampling on the real-width slice,
-#                                                      # bf16, N steps each (benchmarks/merge_drift.py; ~5-8 min more)
-# Arguments go to every glm-grpo decode-timing run (the rows loop sets its own --group-size and --variants).
-# Writes OUT (default outputs/gpu_timing): decode_timing.json, decode_timing_rows_N.json, dit_timing.json,
-# estimate_train.json, train/ (ONE_STEP_OFF=both: estimate_train_one_step_off.json, train_one_step_off/ too),
-# glm_image/ (the full-size model, 34 GB: delete it after, or keep it for MODEL=).
-# Also runs on a CPU in its reduced form (the tests do: tests/integration/test_fast_rollout.py):
-#   TRAIN_STEP=0 ROWS=2,4 ROW_VARIANTS=graph bash launch/gpu_timing.sh --tiny --steps 8 --group-size 4 --size 256
+#   bash launch/gpu_timing.sh                                  # the lease: the four parts, 540 s of wall clock
+#   BUDGET_S=900 bash launch/gpu_timing.sh                     # another budget, in seconds
+#   PARTS=dit_timing,decode_timing bash launch/gpu_timing.sh   # some parts (run in the order above)
+#   ONE_STEP_OFF=0 bash launch/gpu_timing.sh                   # part 1 only of the two training parts (1: part 2 only)
+#   TRAIN_STEPS=3 OFF_STEPS=2 bash launch/gpu_timing.sh        # the training parts' steps (the first compiles, captures)
+#   DIT_VARIANTS=sdpa,compiled,fp8,guidance_half DIT_BATCH=8   # part 3 (all: glm-grpo dit-timing --help)
+#   ROWS=16,64 ROW_VARIANTS=eager,graph_fused,graph DECODE_STEPS=64  # part 4 (ROWS= : none; glm-grpo decode-timing)
+#   MODEL=zai-org/GLM-Image bash launch/gpu_timing.sh          # every part on another model (default random:glm-image;
+#                                                              # random:glm-image,ar_layers=8,dit_layers=2: a slice)
+#   SIZE=1024 TRAIN_OVERRIDES="key=value ..."                  # the image size of every part; more training settings
+#   DS_CONFIG=ds_configs/zero2.json MASTER_PORT=29500          # the training parts' DeepSpeed config and port
+#   MERGE_DRIFT_STEPS=50 bash launch/gpu_timing.sh             # then merged vs exact sampling on the real-width slice,
+#                                                              # bf16 (benchmarks/merge_drift.py), outside the budget
+# Writes OUT (default outputs/gpu_timing): plan.json, train.json + train/, train_one_step_off.json +
+# train_one_step_off/, estimate_*.json, dit_timing.json, decode_timing.json + decode_timing_rows_N.json.
+# Its CPU form (tests/integration/test_gpu_timing_lease.py; DS_ACCELERATOR=cpu):
+#   MODEL=random:tiny SIZE=64 ROWS=2,4 DECODE_STEPS=4 DIT_BATCH=2 TRAIN_STEPS=2 BUDGET_S=3600 bash launch/gpu_timing.sh
 set -euo pipefail
 for arg in "$@"; do # --help / -h: the comment block above, before anything runs
   if [[ $arg == -h || $arg == --help ]]; then awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
 done
+refuse() { echo "gpu_timing.sh: $*" >&2; exit 2; }
+[ $# -eq 0 ] || refuse "$1: takes no arguments, its settings are environment variables; see bash launch/gpu_timing.sh --help"
 export HF_HUB_OFFLINE=1
 OUT=${OUT:-outputs/gpu_timing}
-ROWS=${ROWS-16,32,64,128}
-ROW_VARIANTS=${ROW_VARIANTS:-graph_compiled,graph_fused_compiled}  # merged / exact, both captured with layers compiled
+MODEL=${MODEL:-random:glm-image}
+SIZE=${SIZE:-1024}
+BUDGET_S=${BUDGET_S:-540}
+ALL_PARTS=(train train_one_step_off dit_timing decode_timing)
+PARTS=${PARTS:-train,train_one_step_off,dit_timing,decode_timing}
+ONE_STEP_OFF=${ONE_STEP_OFF:-both}
+TRAIN_STEPS=${TRAIN_STEPS:-3}
+OFF_STEPS=${OFF_STEPS:-2}
+DIT_VARIANTS=${DIT_VARIANTS:-sdpa,compiled,fp8,guidance_half}
+DIT_BATCH=${DIT_BATCH:-8}
+ROWS=${ROWS-16,64}
+ROW_VARIANTS=${ROW_VARIANTS:-eager,graph_fused,graph}  # exact eager, exact fused captured, merged captured
+DECODE_STEPS=${DECODE_STEPS:-64}
+MERGE_DRIFT_STEPS=${MERGE_DRIFT_STEPS:-0}
+DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
+CONFIG=launch/configs/gpu_check.yaml
+# every setting checked before anything runs or is written: one line naming it and the fix, exit 2
+for pair in "BUDGET_S 540" "TRAIN_STEPS 3" "DIT_BATCH 8" "DECODE_STEPS 64" "SIZE 1024"; do
+  read -r name example <<< "$pair"
+  [[ "${!name}" =~ ^[1-9][0-9]*$ ]] || refuse "$name=${!name} is not a positive number; give e.g. $name=$example"
+done
+[[ "$OFF_STEPS" =~ ^[1-9][0-9]*$ && "$OFF_STEPS" -ge 2 ]] ||
+  refuse "OFF_STEPS=$OFF_STEPS: give 2 steps or more (the first is serial), e.g. OFF_STEPS=2"
+(( SIZE % 32 == 0 )) || refuse "SIZE=$SIZE is not a multiple of 32 pixels; give e.g. SIZE=1024"
 read -r -a row_list <<< "${ROWS//,/ }"
 for n in "${row_list[@]}"; do
-  [[ "$n" =~ ^[1-9][0-9]*$ ]] || {
-    echo "gpu_timing.sh: ROWS=$ROWS: $n is not a number of rows; give e.g. ROWS=16,64 (or ROWS= for none)" >&2
-    exit 2
-  }
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || refuse "ROWS=$ROWS: $n is not a number of rows; give e.g. ROWS=16,64 (or ROWS= for none)"
 done
-ONE_STEP_OFF=${ONE_STEP_OFF:-0}
-[[ "$ONE_STEP_OFF" =~ ^(0|1|both)$ ]] || {
-  echo "gpu_timing.sh: ONE_STEP_OFF=$ONE_STEP_OFF: give 0 (serial steps), 1 (one step off) or both (the two, compared)" >&2
-  exit 2
-}
-MERGE_DRIFT_STEPS=${MERGE_DRIFT_STEPS:-0}
-[[ "$MERGE_DRIFT_STEPS" =~ ^[0-9]+$ ]] || {
-  echo "gpu_timing.sh: MERGE_DRIFT_STEPS=$MERGE_DRIFT_STEPS is not a number of steps; give e.g. MERGE_DRIFT_STEPS=50" >&2
-  exit 2
-}
-mkdir -p "$OUT"
-[ "${DECODE_TIMING:-1}" = 0 ] || glm-grpo decode-timing --out "$OUT/decode_timing.json" "$@"
-if [ "${DECODE_TIMING:-1}" != 0 ] && [ "${#row_list[@]}" -gt 0 ]; then
-  row_files=()
-  for n in "${row_list[@]}"; do
-    rows_json="$OUT/decode_timing_rows_$n.json"
-    # where the default run already timed these variants at these rows, its figures are copied (one build of the
-    # full-size AR and its compiles less: ~1 minute of the 8)
-    copied=$(python - "$OUT/decode_timing.json" "$n" "$ROW_VARIANTS" "$rows_json" <<'PY'
-import json, sys
-path, rows, names, out = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4]
-m = json.load(open(path))
-if m["group_size"] == rows and all(v in m["variants"] for v in names):
-    m["variants"] = {v: m["variants"][v] for v in names}
-    m["failures"] = [f for f in m["failures"] if f.split(":")[0] in names]
-    json.dump(m, open(out, "w"), indent=1)
-    print("yes")
-PY
+[[ "$ONE_STEP_OFF" =~ ^(0|1|both)$ ]] ||
+  refuse "ONE_STEP_OFF=$ONE_STEP_OFF: give 0 (serial steps), 1 (one step off) or both (the two, compared; the default)"
+[[ "$MERGE_DRIFT_STEPS" =~ ^[0-9]+$ ]] ||
+  refuse "MERGE_DRIFT_STEPS=$MERGE_DRIFT_STEPS is not a number of steps; give e.g. MERGE_DRIFT_STEPS=50"
+read -r -a asked <<< "${PARTS//,/ }"
+for part in "${asked[@]}"; do
+  [[ " ${ALL_PARTS[*]} " == *" $part "* ]] ||
+    refuse "PARTS=$PARTS: $part is not a part; choose from $(IFS=,; echo "${ALL_PARTS[*]}")"
+done
+parts=()
+for part in "${ALL_PARTS[@]}"; do  # the asked parts in order of value, less those the other settings leave out
+  [[ " ${asked[*]} " == *" $part "* ]] || continue
+  [[ $part == train && $ONE_STEP_OFF == 1 ]] && continue
+  [[ $part == train_one_step_off && $ONE_STEP_OFF == 0 ]] && continue
+  [[ $part == decode_timing && ${#row_list[@]} -eq 0 ]] && continue
+  parts+=("$part")
+done
+
+# the training parts: launch/configs/gpu_check.yaml at full size, the exact fast sampler (LoRA unmerged through the
+# fused low-rank path, the step captured: bitwise its eager loop) and the DiT's blocks compiled (lossless in fp32)
+common="grpo.group_size=16 rollout.height=$SIZE rollout.width=$SIZE rollout.fuse_lora=true rollout.cuda_graph=true"
+common="$common decoder.num_inference_steps=8 decoder.guidance_scale=1.5 decoder.batch_size=8 decoder.compile=true"
+off="rollout.one_step_off=true grpo.sampler_correction=token_truncate"  # the next rollout beside this step's decode
+declare -A settings=(
+  [train]="model.path=$MODEL max_steps=$TRAIN_STEPS $common ${TRAIN_OVERRIDES:-}"
+  [train_one_step_off]="model.path=$MODEL max_steps=$OFF_STEPS $common $off ${TRAIN_OVERRIDES:-}"
 )
-    if [ "$copied" = yes ]; then
-      echo "glm-grpo: the decode step at $n rows ($ROW_VARIANTS): the default run's, copied to $rows_json"
-    else
-      echo "glm-grpo: the decode step at $n rows ($ROW_VARIANTS)"
-      glm-grpo decode-timing "$@" --group-size "$n" --variants "$ROW_VARIANTS" --out "$rows_json"
-    fi
-    row_files+=("$rows_json")
+mkdir -p "$OUT"
+SECONDS=0  # the lease's wall clock, from here
+python -m glm_grpo_ds.memory.timing_budget plan --out "$OUT/plan.json" --budget "$BUDGET_S" \
+  --parts "$(IFS=,; echo "${parts[*]}")" --config "$CONFIG" --deepspeed "$DS_CONFIG" --size "$SIZE" \
+  --train "${settings[train]}" --off "${settings[train_one_step_off]}" --dit-variants "$DIT_VARIANTS" \
+  --dit-batch "$DIT_BATCH" --rows "$ROWS" --row-variants "$ROW_VARIANTS" --decode-steps "$DECODE_STEPS"
+
+within() {  # the command, stopped (SIGTERM, then SIGKILL 30 s later) when the lease's budget runs out: exit 124
+  local left=$((BUDGET_S - SECONDS))
+  (( left > 0 )) || return 124
+  timeout -k 30 "$left" "$@"
+}
+train_part() {  # $1: the part. Its plan beside (estimate-memory, on the CPU while the GPU trains), then its steps
+  local part=$1 estimate=() serial=() pid rc=0
+  # shellcheck disable=SC2086  # the settings are words
+  glm-grpo estimate-memory --config "$CONFIG" --deepspeed "$DS_CONFIG" --num-gpus 1 --json --allow-over-budget \
+    ${settings[$part]} > "$OUT/estimate_$part.json" 2> "$OUT/estimate_$part.log" &
+  pid=$!
+  # shellcheck disable=SC2086
+  # cut by the budget (124): the steps it finished are still reported below; another failure ends the part
+  within deepspeed --num_gpus 1 --master_port "$MASTER_PORT" --module glm_grpo_ds.train --config "$CONFIG" \
+    --deepspeed "$DS_CONFIG" output_dir="$OUT/$part" overwrite_output_dir=true ${settings[$part]} || rc=$?
+  if [ "$rc" != 0 ] && { [ "$rc" != 124 ] || ! grep -qs time/rollout "$OUT/$part/metrics.jsonl"; }; then
+    wait "$pid" || true
+    return "$rc"
+  fi
+  [ "$rc" = 124 ] && echo "gpu_timing.sh: $part cut at the budget; its finished steps follow" >&2
+  if wait "$pid"; then estimate=("$OUT/estimate_$part.json"); else
+    echo "gpu_timing.sh: glm-grpo estimate-memory failed ($OUT/estimate_$part.log): $part without its plan" >&2
+  fi
+  [[ $part == train_one_step_off && -f "$OUT/train.json" ]] && serial=(--serial "$OUT/train")
+  echo "training steps on this GPU, $part (the first one compiles and captures; plan: glm-grpo estimate-memory):"
+  python -m glm_grpo_ds.memory.step_time "$OUT/$part" "${estimate[@]}" --json "$OUT/$part.json" "${serial[@]}" || return
+  return "$rc"
+}
+dit_part() {  # the DiT's variants in one process; a variant that fails is listed in the JSON (exit 1)
+  within glm-grpo dit-timing --model "$MODEL" --out "$OUT/dit_timing.json" --variants "$DIT_VARIANTS" \
+    --batch "$DIT_BATCH" --size "$SIZE" --repeats 1 || [ -f "$OUT/dit_timing.json" ]
+}
+decode_part() {  # one process per rows; the rows measured are kept if a later one fails
+  local files=() n rc=0
+  for n in "${row_list[@]}"; do
+    echo "glm-grpo: the decode step at $n rows ($ROW_VARIANTS)"
+    rc=0
+    within glm-grpo decode-timing --model "$MODEL" --group-size "$n" --size "$SIZE" --steps "$DECODE_STEPS" \
+      --variants "$ROW_VARIANTS" --out "$OUT/decode_timing_rows_$n.json" || rc=$?
+    [ -f "$OUT/decode_timing_rows_$n.json" ] && files+=("$OUT/decode_timing_rows_$n.json")
+    [ "$rc" = 0 ] || { echo "gpu_timing.sh: decode-timing at $n rows exited $rc (above)" >&2; break; }
   done
-  python - "${row_files[@]}" <<'PY'
-import json, sys
-# rollout s per image = ms per decode step x generated tokens per image / rows (all rows decode in one step)
-reports = [json.load(open(path)) for path in sys.argv[1:]]
-first = reports[0]
-print(f"rows per decode step on {first['device']}: {first['layers']} layers, {first['size']}², "
-      f"{first['decode_tokens']} tokens per image, {first['steps_timed']} steps timed")
-print(f"{'rows':>5}  {'variant':<22}{'ms/step':>9}{'floor ms':>9}{'rollout s/image':>16}")
-for m in reports:
-    floor = f"{m['floor_ms_per_step']:.2f}" if m["floor_ms_per_step"] else "-"
-    for name, r in m["variants"].items():
-        per_image = r["ms_per_step"] / 1e3 * m["decode_tokens"] / m["group_size"]
-        print(f"{m['group_size']:>5}  {name:<22}{r['ms_per_step']:>9.2f}{floor:>9}{per_image:>16.3f}")
-PY
+  if [ "${#files[@]}" -gt 0 ]; then
+    python -m glm_grpo_ds.memory.timing_budget rows "$OUT/decode_timing.json" "${files[@]}" || return
+  fi
+  [ "$rc" = 0 ]
+}
+
+if [[ " ${parts[*]} " == *" train"* ]]; then  # 29500 unless taken
+  MASTER_PORT=${MASTER_PORT:-$(python -m glm_grpo_ds.runtime.ports 29500 --for launch/gpu_timing.sh)}
 fi
+measured=() skipped=() failed=()
+for part in "${parts[@]}"; do
+  rc=0
+  python -m glm_grpo_ds.memory.timing_budget fits "$OUT/plan.json" "$part" "$SECONDS" || rc=$?
+  [ "$rc" = 2 ] && exit 2
+  [ "$rc" = 1 ] && { skipped+=("$part"); continue; }
+  echo "gpu_timing.sh: part $part, at $SECONDS s of $BUDGET_S"
+  rm -f "$OUT/$part.json" "$OUT/estimate_$part.json"  # an earlier run's figures are not this run's
+  [[ $part == decode_timing ]] && rm -f "$OUT"/decode_timing_rows_*.json
+  start=$SECONDS rc=0
+  case $part in
+    train*) train_part "$part" || rc=$? ;;
+    dit_timing) dit_part || rc=$? ;;
+    decode_timing) decode_part || rc=$? ;;
+  esac
+  if [ -f "$OUT/$part.json" ]; then  # its plan and its wall seconds beside its figures
+    python -m glm_grpo_ds.memory.timing_budget done "$OUT/plan.json" "$part" $((SECONDS - start)) "$OUT/$part.json"
+  fi
+  if [ "$rc" = 0 ]; then measured+=("$part"); else
+    echo "gpu_timing.sh: $part failed (exit $rc, above); going on to the next part" >&2
+    failed+=("$part")
+  fi
+done
+echo "gpu_timing.sh: $SECONDS s of $BUDGET_S; measured: ${measured[*]:-none}; skipped: ${skipped[*]:-none};" \
+  "failed: ${failed[*]:-none}. Next: python -m glm_grpo_ds.memory.step_time --write-docs $OUT"
 if [ "$MERGE_DRIFT_STEPS" != 0 ]; then
+  echo "gpu_timing.sh: merged vs exact sampling, $MERGE_DRIFT_STEPS steps each, outside the budget"
   SLICE=${SLICE:-$OUT/slice}
   [ -f "$SLICE/model_index.json" ] || glm-grpo tiny-model "$SLICE" --real-width --ar-layers 1 --dit-layers 1
   python benchmarks/merge_drift.py --model "$SLICE" --out "$OUT/merge_drift" --steps "$MERGE_DRIFT_STEPS" --procs 1
 fi
-[ "${TRAIN_STEP:-1}" = 1 ] || exit 0
-if [ "${FULL_SIZE:-1}" = 1 ]; then  # GLM-Image at its real size: AR 40 layers + DiT 30 layers, random weights
-  MODEL=${MODEL:-$OUT/glm_image}
-  [ -f "$MODEL/model_index.json" ] || {
-    echo "glm-grpo: building GLM-Image at its full size on the GPU in $MODEL (~1 s, saved in ~1 min, 34 GB)"
-    glm-grpo tiny-model "$MODEL" --real-width --ar-layers 40 --dit-layers 30 --device cuda
-  }
-  if [ "${DIT_TIMING:-1}" != 0 ]; then  # the frozen DiT decode per variant (kernel, compile, fp8); a few minutes
-    # the reference, compiled, the lossless stack, FP8 eager and compiled, everything (estimated ~5-6 min: 4 compiles)
-    DIT_VARIANTS=${DIT_VARIANTS:-sdpa,compiled,cudnn_compiled,fp8,fp8_compiled,fp8_cudnn_compiled}
-    glm-grpo dit-timing --model "$MODEL" --out "$OUT/dit_timing.json" --variants "$DIT_VARIANTS" --repeats 1 ||
-      echo "gpu_timing.sh: glm-grpo dit-timing exited $? (a variant failed, above); going on to the training steps" >&2
-  fi
-  DECODE="decoder.num_inference_steps=8 decoder.guidance_scale=1.5 decoder.batch_size=8"
-else  # the full-size AR with the tiny DiT (the rollout and update at size; the decode is not)
-  MODEL=${MODEL:-$OUT/model}
-  [ -f "$MODEL/model_index.json" ] || { echo "glm-grpo: building the full-size AR pipeline in $MODEL"; glm-grpo tiny-model "$MODEL" --full-size-ar; }
-  DECODE=""
-fi
-if [ "${MERGED:-0}" = 1 ]; then
-  SAMPLER="rollout.fuse_lora=false rollout.merge_lora=true rollout.cuda_graph=true"  # merged: not exactly the policy
-else  # the exact fast path: the adapter unmerged through the fused low-rank path, layers compiled, captured
-  SAMPLER="rollout.fuse_lora=true rollout.compile=true rollout.compile_scope=layers rollout.cuda_graph=true"
-fi
-[ "${DIT_COMPILE:-0}" = 1 ] && DECODE="$DECODE decoder.compile=true"
-OFF="rollout.one_step_off=true grpo.sampler_correction=token_truncate"  # the next rollout beside this step's decode
-DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
-MASTER_PORT=${MASTER_PORT:-$(python -m glm_grpo_ds.runtime.ports 29500 --for launch/gpu_timing.sh)}  # 29500 unless taken
-train_steps() {  # $1: the run's directory under OUT; $2: extra settings. Planned, run, then its steps printed
-  local settings="model.path=$MODEL max_steps=${TRAIN_STEPS:-2} grpo.group_size=16 $SAMPLER $DECODE $2 ${TRAIN_OVERRIDES:-}"
-  glm-grpo estimate-memory --config launch/configs/gpu_check.yaml --deepspeed "$DS_CONFIG" --num-gpus 1 --json \
-    --allow-over-budget $settings > "$OUT/estimate_$1.json"
-  deepspeed --num_gpus 1 --master_port "$MASTER_PORT" --module glm_grpo_ds.train --config launch/configs/gpu_check.yaml \
-    --deepspeed "$DS_CONFIG" output_dir="$OUT/$1" overwrite_output_dir=true $settings
-  echo "training steps on this GPU, $1 (the first one compiles and captures; the plan: glm-grpo estimate-memory):"
-  python -m glm_grpo_ds.memory.step_time "$OUT/$1" "$OUT/estimate_$1.json"
-}
-case "$ONE_STEP_OFF" in
-  0) train_steps train "" ;;
-  1) train_steps train "$OFF" ;;
-  both)
-    train_steps train ""
-    train_steps train_one_step_off "$OFF"
-    python -m glm_grpo_ds.memory.step_time --compare "$OUT/train" "$OUT/train_one_step_off"
-    ;;
-esac
+[ "${#failed[@]}" = 0 ]

@@ -71,6 +71,7 @@ LONGEST_FIRST = (
     "test_gpu_check",  # 147
     "test_multinode",  # 130
     "test_model_source",  # 128
+    "test_gpu_timing_lease",  # ~75 (alone, 2026-11-29; replaces two CPU forms of ~155 s)
     "test_evaluate_command",  # 108
     "test_observability",  # 97
     "test_fast_rollout",  # 86

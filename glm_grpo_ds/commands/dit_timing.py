@@ -1,26 +1,31 @@
 """Time the frozen DiT decode, variant by variant (attention kernel, compiled blocks, FP8 linears), and compare images.
 
-    glm-grpo dit-timing --model outputs/glm_image                        # GPU: every variant this GPU can run
-    glm-grpo dit-timing --model outputs/glm_image --variants sdpa,compiled,fp8,fp8_compiled
-    glm-grpo dit-timing --model outputs/tiny --batch 2 --size 64 --steps 1,2 --device cpu   # the CPU form of the tests
-    bash launch/gpu_timing.sh                                            # this on the full-size model it builds
+    glm-grpo dit-timing --model random:glm-image                         # GPU: every variant this GPU can run
+    glm-grpo dit-timing --model random:glm-image --variants sdpa,compiled,fp8,guidance_half
+    glm-grpo dit-timing --model random:tiny --batch 2 --size 64 --steps 1,2 --device cpu   # the CPU form of the tests
+    bash launch/gpu_timing.sh                                            # this (its part 3), in one lease
 
-``--model`` is a GlmImagePipeline directory or Hub id: GLM-Image itself (``zai-org/GLM-Image``), or one with random
-weights built by ``glm-grpo tiny-model DIR --real-width --ar-layers 1 --dit-layers 30 --device cuda`` (the real DiT) or
-``glm-grpo tiny-model DIR`` (the tiny one). For each variant a fresh :class:`~glm_grpo_ds.decoder.ImageDecoder` (the
-trainer's decoder, ``decoder.*`` of the variant) decodes one batch of ``--batch`` rows of one prompt: random prior token
-ids from a fixed generator and the same seeds (one per row) for every variant. An untimed warm-up decode first (the
-compile happens there: its seconds are the setup), then decodes at the two step counts S1 < S2 of ``--steps``, all
-guided, each timed with CUDA events (perf_counter on a CPU), the fastest of ``--repeats`` (2). The seconds per guided
-image-step are (T(S2) - T(S1)) / ((S2 - S1) x batch): the difference drops the glyph encoder and the VAE, which run once
-per decode. Variants (``decoder.*`` overrides):
+``--model`` is a GlmImagePipeline directory or Hub id: GLM-Image itself (``zai-org/GLM-Image``), or a ``random:`` name
+(``random:glm-image``: the real DiT with random weights built on the device; ``random:tiny``: the tiny one). For each
+variant a fresh :class:`~glm_grpo_ds.decoder.ImageDecoder` (the trainer's decoder, ``decoder.*`` of the variant)
+decodes one batch of ``--batch`` rows of one prompt: random prior token ids from a fixed generator and the same seeds
+(one per row) for every variant. An untimed warm-up decode first (the compile happens there: its seconds are the
+setup), then decodes at the two step counts S1 < S2 of ``--steps``, all guided (but ``guidance_half``'s), each
+timed with CUDA events (perf_counter on a CPU), the fastest of ``--repeats`` (2). The seconds per guided image-step
+are (T(S2) - T(S1)) / ((S2 - S1) x batch): the difference drops the glyph encoder and the VAE, which run once per
+decode. Variants (``decoder.*`` overrides):
 
 * ``sdpa``: diffusers' pipeline as it is (the reference; always run, first);
 * ``sdpa_cudnn``, ``sdpa_flash``, ``sdpa_efficient``, ``sdpa_math``, ``flash_attn``, ``flash_attn_3``: the DiT's
   attention kernel (``decoder.attention``);
 * ``compiled``: the transformer blocks compiled regionally (``decoder.compile``);
 * ``fp8``: the block linears in float8 (``decoder.fp8``); ``fp8_compiled``: both; ``cudnn_compiled``: sdpa_cudnn
-  with the blocks compiled (the lossless stack); ``fp8_cudnn_compiled``: all three.
+  with the blocks compiled (the lossless stack); ``fp8_cudnn_compiled``: all three;
+* ``guidance_half``: the reference decoder with guidance on the first half of the steps only
+  (``decoder.guidance_steps``): a decode of S steps guides the first ceil(S/2). Its figure is seconds per image-step
+  of such a decode, not per guided step: of the S2 - S1 steps the difference times, ceil(S2/2) - ceil(S1/2) are
+  guided (``guided_fraction``: one half when S1 and S2 are both odd or both even, as the default 1,3); its images
+  differ from the reference's by design (fewer guided steps).
 
 For each: seconds per guided image-step, the speed-up over ``sdpa``, the setup seconds, the S2 images against the
 reference's (largest absolute difference, PSNR in dB with peak 1.0: inf when equal), the DiT's weight bytes and the
@@ -31,6 +36,7 @@ the command exits 1. Bad input: one line on stderr, exit 2.
 
 from __future__ import annotations
 
+import datetime
 import gc
 import json
 import math
@@ -58,7 +64,9 @@ VARIANTS: dict[str, dict] = {
     "fp8_compiled": {"fp8": True, "compile": True},
     "cudnn_compiled": {"attention": "sdpa_cudnn", "compile": True},
     "fp8_cudnn_compiled": {"attention": "sdpa_cudnn", "compile": True, "fp8": True},  # every lever at once
+    "guidance_half": {},  # the reference decoder; its decodes guide the first half of their steps (HALF_GUIDED)
 }
+HALF_GUIDED = {"guidance_half"}  # variants whose decodes of S steps guide the first ceil(S/2) only
 PROMPT = 'A poster with the title "GRPO" above a red bicycle'  # one glyph text: the glyph encoder runs as in training
 GIB = 2**30
 
@@ -141,11 +149,18 @@ def compare(images: torch.Tensor, ref: torch.Tensor) -> dict:
     return {"max_abs_diff": float(diff.max()), "psnr_db": math.inf if mse == 0 else -10 * math.log10(mse)}
 
 
+def settings(name: str, steps: int, guidance: float):
+    """The decode settings of variant ``name`` at ``steps`` steps: every step guided, or the first half of them."""
+    from ..decoder import DecodeSettings
+
+    return DecodeSettings(steps, guidance, math.ceil(steps / 2) if name in HALF_GUIDED else None)
+
+
 def run_variant(name: str, a, device: torch.device) -> tuple[dict, torch.Tensor]:
     """One variant: its decoder built, a warm-up decode, then the timed decodes at S1 and S2; (record, the S2
     images on the CPU). The decoder is freed when this returns."""
     from ..config import DecoderConfig
-    from ..decoder import DecodeSettings, ImageDecoder
+    from ..decoder import ImageDecoder
 
     t0 = time.perf_counter()
     cfg = DecoderConfig(batch_size=a.batch, guidance_scale=a.guidance, **VARIANTS[name])
@@ -158,7 +173,7 @@ def run_variant(name: str, a, device: torch.device) -> tuple[dict, torch.Tensor]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
-    decoder.decode(ids, prompts, a.size, a.size, seeds, DecodeSettings(s1, a.guidance))  # compiles here
+    decoder.decode(ids, prompts, a.size, a.size, seeds, settings(name, s1, a.guidance))  # compiles here
     _sync(device)
     setup_s = time.perf_counter() - t0
     start, stop = device_timer(device)
@@ -166,7 +181,7 @@ def run_variant(name: str, a, device: torch.device) -> tuple[dict, torch.Tensor]
     for _ in range(a.repeats):
         for steps in (s1, s2):
             start()
-            images = decoder.decode(ids, prompts, a.size, a.size, seeds, DecodeSettings(steps, a.guidance))
+            images = decoder.decode(ids, prompts, a.size, a.size, seeds, settings(name, steps, a.guidance))
             seconds[steps] = min(seconds[steps], stop())
     dit = decoder.pipe.transformer
     record = {
@@ -178,6 +193,10 @@ def run_variant(name: str, a, device: torch.device) -> tuple[dict, torch.Tensor]
         "dit_bytes": sum(t.numel() * t.element_size() for t in [*dit.parameters(), *dit.buffers()]),
         "peak_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
     }
+    if name in HALF_GUIDED:
+        guided = {s: settings(name, s, a.guidance).guided_steps for s in (s1, s2)}
+        record["guided_steps"] = {str(s): g for s, g in guided.items()}
+        record["guided_fraction"] = (guided[s2] - guided[s1]) / (s2 - s1)
     return record, images.cpu()
 
 
@@ -240,12 +259,14 @@ def measure(a) -> dict:
         results[name] = record
         del images
         _free(device)
-        print(f"  {name}: {record['s_per_image_step']:.4g} s per guided image-step", flush=True)
+        per = "image-step, the first half guided" if name in HALF_GUIDED else "guided image-step"
+        print(f"  {name}: {record['s_per_image_step']:.4g} s per {per}", flush=True)
     for record in results.values():
         record["speedup_vs_sdpa"] = results[REFERENCE]["s_per_image_step"] / record["s_per_image_step"]
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
         "dtype": str(dtype).removeprefix("torch."),
         "model": str(a.model),
         "size": a.size,
@@ -284,6 +305,12 @@ def format_report(m: dict) -> str:
             f"timing noise exceeded T({s2}) - T({s1}) for {', '.join(noisy)}: rerun on a quiet machine, with a "
             "larger second --steps or more --repeats"
         )
+    half = [name for name in m["variants"] if name in HALF_GUIDED]
+    lines += [
+        f"{name}: guidance on the first half of the steps only ({m['variants'][name]['guided_fraction']:.0%} of the "
+        "timed steps guided): seconds per image-step of such a decode, not per guided one"
+        for name in half
+    ]
     lines.append(
         f"s/img-step: (T({s2}) - T({s1})) / ({s2 - s1} x {m['batch']} rows), each T the fastest of {m['repeats']}; "
         f"max |diff| and PSNR (peak 1.0): the {s2}-step images against {m['reference']}'s; setup: the warm-up decode"

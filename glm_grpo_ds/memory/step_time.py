@@ -2,19 +2,24 @@
 scaled to a config's settings: rollout + image decode + update, each labelled, with what is left out said.
 ``glm-grpo estimate-memory`` prints it (glm_grpo_ds/commands/estimate_memory.py).
 
-Every anchor was measured on one H200 (torch 2.11 cu130, sdpa, random weights at the real sizes, world size 1,
-G=16 at 1024x1024; docs/memory-and-speed.md): the decode step of each rollout variant, the DiT decode per guided
-image-step, the update at ZeRO-2 and ZeRO-3. What this module does with them is arithmetic, not measurement:
+Every anchor was measured on one GPU (first one H200, torch 2.11 cu130, sdpa, random weights at the real sizes,
+world size 1, G=16 at 1024x1024; docs/memory-and-speed.md): the decode step of each rollout variant, the DiT decode
+per guided image-step, the update at ZeRO-2 and ZeRO-3. They sit in one marked block that ``python -m
+glm_grpo_ds.memory.step_time --write-docs OUT`` rewrites from a run of launch/gpu_timing.sh (measured values only,
+each tagged with its card and date; glm_grpo_ds/memory/timing_docs.py). What this module does with them is
+arithmetic, not measurement:
 
     rollout = generated tokens x ms per decode step of the config's variant at its rows (:func:`decode_step_ms`:
               the 16-row measurement, moved to other rows and cache lengths by a computed roofline model)
-    decode  = images x DiT forwards x seconds per forward (half the 0.289 s of a guided image-step: a guided step
-              runs two forwards, an unguided one, decoder.guidance_steps' later steps too), x latent tokens / 4 096
-              (1024x1024; the VAE rides along, inside the figure)
+    decode  = images x (DiT forwards x seconds per forward + the glyph encoder and VAE per image), x latent tokens
+              / 4 096 (1024x1024). A forward is half the seconds of a guided image-step (0.289 s: a guided step runs
+              two forwards, an unguided one, decoder.guidance_steps' later steps too), over the measured speed-up of
+              the config's DiT options (DIT_SPEEDUP; eager sdpa's figure where none is measured); the glyph encoder
+              and the VAE ride inside the 0.289 s until a DiT timing measures them apart (DECODE_FIXED_S)
     update  = the measured update x (sequences x tokens) / (16 x 1 280) (LoRA; ZeRO-2 or ZeRO-3 at world size 1)
 
 Rows per decode step (``batch.prompts_per_rank`` x G, all decoded as one batch) are **computed, not measured**
-(until ``launch/gpu_timing.sh`` measures 16 / 32 / 64 / 128 rows; docs/memory-and-speed.md "More rows per decode
+(until ``launch/gpu_timing.sh`` measures 16 and 64 rows; docs/memory-and-speed.md "More rows per decode
 step"). A decode step reads all of the AR's weights whatever its rows and each row's whole static KV cache, and
 does each row's matmuls, so its time is taken as
 
@@ -37,12 +42,38 @@ docs/memory-and-speed.md; the DiT by its bf16 peak).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..config.checks import guided_steps
+from .measured import compared_lines, dit_options, train_record
+from .measured import estimate_plan as _plan
+from .measured import load as _load
+from .measured import measured_lines as _measured_lines
+from .measured import run_steps as _run
 
+# gpu-timing:BEGIN anchors: rewritten in place, measured values only, by `python -m glm_grpo_ds.memory.step_time
+# --write-docs OUT` from a run of launch/gpu_timing.sh (glm_grpo_ds/memory/timing_docs.py), each tagged [card date];
+# untagged: the first measurements (one H200, torch 2.11, 2026-11: issues #39, #51, #52)
 CARD = "one H200"
-CARD_BYTES_PER_S = 4.8e12  # the H200's HBM bandwidth (peak)
+CARD_BYTES_PER_S = 4.8e12  # the card's HBM bandwidth (peak)
+# ms per decode step of the full-size AR at G=16, 1024x1024, LoRA r=64 (glm-grpo decode-timing, issue #51's table)
+DECODE_STEP_MS = {
+    ("eager", False): 75.7,  # the eager loop, LoRA unmerged
+    ("eager", True): 41.2,  # the eager loop, LoRA merged
+    ("graph", False): 19.3,  # rollout.cuda_graph, LoRA unmerged
+    ("graph", True): 13.0,  # rollout.cuda_graph + rollout.merge_lora
+    ("compiled", True): 9.4,  # + rollout.compile with compile_scope layers
+    ("graph_fused", False): None,  # rollout.fuse_lora + cuda_graph, the exact fast sampler (None: until measured)
+}
+# the DiT, eager sdpa, batch 8, 1024x1024: per image and guided step (two forwards), the glyph encoder and the VAE
+# once per image beside it (0.0: inside the step's figure, as in the first measurement: a whole training decode)
+GUIDED_IMAGE_STEP_S = 0.289  # untagged: a training step's decode, 37.0 s / 16 images / 8 steps
+DECODE_FIXED_S = 0.0  # per image: the glyph encoder and the VAE
+DIT_SPEEDUP = {}  # decoder options against eager sdpa (glm-grpo dit-timing), keyed as dit_options() names them
+UPDATE_S = {2: 4.85, 3: 20.2}  # LoRA update at 16 sequences of 1 280 tokens, world size 1 (ZeRO-1 runs ZeRO-2's)
+# gpu-timing:END anchors
 CARD_FLOPS = 989e12  # the H200's dense bf16 peak (an H100 SXM's too)
 MEASURED_ROWS = 16  # rows per decode step of the rollout measurements
 MEASURED_TOKENS = 1280  # generated tokens per image at 1024x1024 (1 024 + 256 preview)
@@ -52,17 +83,7 @@ AR_WEIGHT_BYTES = 17_829_576_704  # language model + lm_head in bf16 (decode-tim
 AR_MATMUL_PARAMS = 8_226_398_208  # the same less the 688 M-parameter embedding table (a lookup, not a matmul)
 KV_BYTES_PER_SLOT = 2 * 40 * 2 * 128 * 2  # per row and cache slot: K and V x 40 layers x 2 KV heads x 128 x bf16
 ATTENTION_FLOPS_PER_SLOT = 4 * 32 * 128 * 40  # per row and cache slot: QK^T and PV, 32 query heads x 128, 40 layers
-# ms per decode step of the full-size AR at G=16, 1024x1024, LoRA r=64 (glm-grpo decode-timing, issue #51's table)
-DECODE_STEP_MS = {
-    ("eager", False): 75.7,  # the eager loop, LoRA unmerged
-    ("eager", True): 41.2,  # the eager loop, LoRA merged
-    ("graph", False): 19.3,  # rollout.cuda_graph, LoRA unmerged
-    ("graph", True): 13.0,  # rollout.cuda_graph + rollout.merge_lora
-    ("compiled", True): 9.4,  # + rollout.compile with compile_scope layers
-}
-GUIDED_IMAGE_STEP_S = 0.289  # DiT (two forwards: guidance) + VAE share, per image and step, batch 8, 1024x1024
 MEASURED_LATENT_TOKENS = (1024 // 16) * (1024 // 16)
-UPDATE_S = {2: 4.85, 3: 20.2}  # LoRA update at 16 sequences of 1 280 tokens, world size 1 (ZeRO-1 runs ZeRO-2's)
 
 
 @dataclass
@@ -83,9 +104,12 @@ class StepTime:
 
 def rollout_variant(rollout) -> tuple[str, bool]:
     """The measured decode-step variant a ``rollout`` config section runs (the closest measured one; rollout.fuse_lora
-    runs fewer kernels than the unmerged loop it is counted as, so that figure is its upper bound)."""
+    runs fewer kernels than the unmerged loop it is counted as, so that figure is its upper bound until the captured
+    fused step is measured: then its own)."""
     if not rollout.cuda_graph:
         return "eager", rollout.merge_lora
+    if rollout.fuse_lora and not rollout.merge_lora and DECODE_STEP_MS.get(("graph_fused", False)) is not None:
+        return "graph_fused", False
     if rollout.compile and rollout.merge_lora:
         return "compiled", True
     return "graph", rollout.merge_lora
@@ -115,13 +139,16 @@ def decode_step_ms(variant: tuple[str, bool], rows: int, slots: int = MEASURED_S
     return measured - roofline_ms(MEASURED_ROWS, MEASURED_SLOTS) + roofline_ms(rows, slots)
 
 
-def _unmeasured_decoder(d) -> str:
-    """The clause the decode's part gains where the config's DiT runs options no GPU has timed yet (the figure is the
-    eager sdpa decode's; benchmarks/dit_roofline.py computes what they could save)."""
-    options = [
-        f"decoder.{k}" for k, on in (("compile", d.compile), ("fp8", d.fp8), ("attention", d.attention != "sdpa")) if on
-    ]
-    return f", {' + '.join(options)}: not yet measured, counted as the eager sdpa decode" if options else ""
+def _decoder_speedup(d) -> tuple[float, str]:
+    """The config's DiT options' measured speed-up over eager sdpa (1.0 when it runs none, or none measured) and the
+    clause the decode's part gains (benchmarks/dit_roofline.py computes what unmeasured ones could save)."""
+    key = dit_options(d.compile, d.fp8, d.attention)
+    if not key:
+        return 1.0, ""
+    names = " + ".join(f"decoder.{o}" if o in ("compile", "fp8") else f"decoder.attention={o}" for o in key.split("+"))
+    if key in DIT_SPEEDUP:
+        return DIT_SPEEDUP[key], f", {names}: {DIT_SPEEDUP[key]:.2f}x the eager sdpa decode (measured)"
+    return 1.0, f", {names}: not yet measured, counted as the eager sdpa decode"
 
 
 def step_time(cfg, zero_stage: int, tokens: int, prompt_tokens: int = 128) -> StepTime:
@@ -133,15 +160,17 @@ def step_time(cfg, zero_stage: int, tokens: int, prompt_tokens: int = 128) -> St
     rollout_s = tokens * ms / 1000
     d = cfg.decoder
     steps, guided = d.num_inference_steps, guided_steps(d.num_inference_steps, d.guidance_scale, d.guidance_steps)
-    per_forward = GUIDED_IMAGE_STEP_S / 2 * (cfg.rollout.height // 16) * (cfg.rollout.width // 16)
-    per_forward /= MEASURED_LATENT_TOKENS
-    decode_s = rows * (steps + guided) * per_forward
+    scale = (cfg.rollout.height // 16) * (cfg.rollout.width // 16) / MEASURED_LATENT_TOKENS
+    speedup, options = _decoder_speedup(d)
+    per_forward, fixed = GUIDED_IMAGE_STEP_S / 2 * scale / speedup, DECODE_FIXED_S * scale
+    decode_s = rows * ((steps + guided) * per_forward + fixed)
+    unmeasured_fused = cfg.rollout.fuse_lora and not variant[1] and variant[0] != "graph_fused"
     parts = {
         "rollout": f"{tokens} tokens x {ms:.1f} ms ({variant[0]}, LoRA {'merged' if variant[1] else 'unmerged'})"
-        + (", fused: not yet measured, at most this" if cfg.rollout.fuse_lora and not variant[1] else "")
+        + (", fused: not yet measured, at most this" if unmeasured_fused else "")
         + ("" if rows == MEASURED_ROWS else f" at {rows} rows (computed from the {MEASURED_ROWS}-row measurement)"),
         "decode": f"{rows} images x {steps + guided} DiT forwards ({steps} steps, {guided} guided) x "
-        f"{per_forward:.4f} s" + _unmeasured_decoder(d),
+        f"{per_forward:.4f} s" + (f" + {fixed:.3f} s an image (glyph encoder, VAE)" if fixed else "") + options,
     }
     update_s = None
     if cfg.lora is not None:
@@ -167,116 +196,54 @@ def describe(t: StepTime) -> str:
     )
 
 
-PHASES = ("rollout", "decode", "reward", "update")  # the step's phases in metrics.jsonl's time/*, in order
-
-
-def step_seconds(record: dict) -> float:
-    """A measured step's seconds on its path: its phases' sum; one step off (``rollout_overlapped``), the wait for
-    the next rollout (after the rewards, before the update) instead of its rollout, drawn beside the previous step."""
-    seconds = {p: float(record.get(f"time/{p}", 0.0)) for p in PHASES}
-    total = sum(seconds.values()) + float(record.get("time/rollout_wait", 0.0))
-    return total - (seconds["rollout"] if record.get("rollout_overlapped") else 0.0)
-
-
 def measured_lines(records: list[dict], images: int, planned: dict | None = None) -> list[str]:
-    """A run's measured steps as a table: per step the seconds of each phase (``time/<phase>`` of metrics.jsonl),
-    the step (their sum; one step off, the wait for the next rollout instead of an overlapped rollout), per image,
-    and images per GPU-second (``images`` per rank and step over the step's
-    seconds: one GPU per rank); ``planned``: estimate-memory's ``step_time`` (``--json``), printed beside."""
-    head = (
-        f"{'step':>5}" + "".join(f"{p + ' s':>11}" for p in PHASES) + f"{'step s':>9}{'s/image':>9}{'images/GPU-s':>14}"
-    )
-
-    def row(label, seconds: list[float | None], total: float) -> str:
-        phases = "".join(f"{'-':>11}" if s is None else f"{s:>11.2f}" for s in seconds)
-        return f"{label:>5}{phases}{total:>9.2f}{total / images:>9.3f}{images / total:>14.3f}"
-
-    lines = [head]
-    for r in records:
-        lines.append(row(r["step"], [float(r.get(f"time/{p}", 0.0)) for p in PHASES], step_seconds(r)))
-    if planned:
-        lines.append(row("plan", [planned.get(f"{p}_s") for p in PHASES], planned["total_s"]))
-        lines.append(f"plan: glm-grpo estimate-memory's planned time on {CARD} (no reward counted)")
-    if any(r.get("rollout_overlapped") for r in records):
-        lines.append("rollout.one_step_off: rollouts ran beside the previous step; step s = the rest + the wait")
-    lines.append(f"{images} images per step and GPU")
-    return lines
-
-
-def compared_lines(serial: list[dict], off: list[dict], images: int) -> list[str]:
-    """A serial run and a ``rollout.one_step_off`` run of the same settings, compared on their steady steps: the
-    serial run's after its first (which compiles and captures) and the other's overlapped ones (its first is serial).
-    Per run the mean step and phases, images per GPU-second, and how much the rollout and the decode slowed each
-    other beside each other (their mean seconds against the serial run's). ValueError when a run has no such step."""
-    if any(r.get("rollout_overlapped") for r in serial):
-        raise ValueError("the first run drew rollouts one step off: give the serial run first, then the other")
-    steady = {"serial": serial[1:], "one step off": [r for r in off if r.get("rollout_overlapped")]}
-    for name, records in steady.items():
-        if not records:
-            raise ValueError(f"the {name} run has no step to compare: give each run 2 steps or more (TRAIN_STEPS=2)")
-
-    def mean(name: str, key: str) -> float:
-        return sum(float(r.get(key, 0.0)) for r in steady[name]) / len(steady[name])
-
-    lines = ["serial vs one step off, steady steps (serial: after the first; one step off: the overlapped ones):"]
-    step = {}
-    for name, parts in (("serial", PHASES), ("one step off", ("decode", "reward", "rollout_wait", "update"))):
-        step[name] = sum(step_seconds(r) for r in steady[name]) / len(steady[name])
-        split = " + ".join(f"{p.replace('rollout_wait', 'wait')} {mean(name, f'time/{p}'):.2f}" for p in parts)
-        lines.append(
-            f"  {name + ':':<14}step {step[name]:7.2f} s = {split}; {images / step[name]:.3f} images/GPU-s "
-            f"(mean of {len(steady[name])})"
-        )
-    slowed = {p: mean("one step off", f"time/{p}") / mean("serial", f"time/{p}") for p in ("rollout", "decode")}
-    lines.append(
-        f"  one step off makes {step['serial'] / step['one step off']:.2f}x the serial run's images per GPU-second; "
-        f"beside each other the rollout took {slowed['rollout']:.2f}x its serial seconds, the decode "
-        f"{slowed['decode']:.2f}x"
-    )
-    return lines
-
-
-def _load(path: str, read):
-    """``read(Path(path))``, its errors (a file missing, not JSON, a key absent) as one ValueError naming ``path``."""
-    from pathlib import Path
-
-    try:
-        return read(Path(path))
-    except (OSError, KeyError, ValueError) as err:
-        raise ValueError(f"{path}: {type(err).__name__}: {err}") from None
-
-
-def _run(run) -> tuple[list[dict], int]:
-    """A run directory's timed steps (metrics.jsonl records with ``time/rollout``) and its images per step and rank."""
-    import json
-
-    cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))["train"]
-    lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    records = [r for r in map(json.loads, lines) if "time/rollout" in r]
-    return records, cfg["grpo"]["group_size"] * cfg["batch"]["prompts_per_rank"]
-
-
-def _plan(path) -> dict:
-    import json
-
-    return json.loads(path.read_text(encoding="utf-8"))["step_time"]
+    """A run's measured steps as a table beside the plan on :data:`CARD` (glm_grpo_ds/memory/measured.py)."""
+    return _measured_lines(records, images, planned, CARD)
 
 
 USAGE = (
-    "usage: python -m glm_grpo_ds.memory.step_time RUN_DIR [ESTIMATE.json]\n"
-    "       python -m glm_grpo_ds.memory.step_time --compare SERIAL_RUN_DIR ONE_STEP_OFF_RUN_DIR"
+    "usage: python -m glm_grpo_ds.memory.step_time RUN_DIR [ESTIMATE.json] [--json OUT [--serial SERIAL_RUN]]\n"
+    "       python -m glm_grpo_ds.memory.step_time --compare SERIAL_RUN_DIR ONE_STEP_OFF_RUN_DIR\n"
+    "       python -m glm_grpo_ds.memory.step_time --write-docs GPU_TIMING_OUT [--root DIR]"
 )
+
+
+def _options(args: list[str], names: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
+    """``args`` less ``--name VALUE`` pairs of ``names``, and those values. ValueError on a name without a value."""
+    rest, values = [], {}
+    it = iter(args)
+    for arg in it:
+        if arg in names:
+            value = next(it, None)
+            if value is None or value.startswith("--"):
+                raise ValueError(f"{arg} needs a value: {USAGE.splitlines()[0].removeprefix('usage: ')}")
+            values[arg] = value
+        else:
+            rest.append(arg)
+    return rest, values
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m glm_grpo_ds.memory.step_time RUN_DIR [ESTIMATE.json]``: the run's steps measured (and planned,
-    from estimate-memory's ``--json``); ``--compare SERIAL_RUN ONE_STEP_OFF_RUN``: the two runs' steady steps
-    compared (:func:`compared_lines`). Bad input: one line on stderr, exit 2."""
+    from estimate-memory's ``--json``), with ``--json OUT`` written as launch/gpu_timing.sh's JSON of a training part
+    (``--serial RUN``: compared with that serial run's steady steps); ``--compare SERIAL_RUN ONE_STEP_OFF_RUN``: the
+    two runs' steady steps compared (:func:`compared_lines`); ``--write-docs OUT [--root DIR]``: the docs, the README
+    and this module's anchors from launch/gpu_timing.sh's JSONs (glm_grpo_ds/memory/timing_docs.py). Bad input: one
+    line on stderr, exit 2."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--write-docs"]:
+        from .timing_docs import main as write_docs
+
+        return write_docs(args[1:])
     compare = args[:1] == ["--compare"]
-    if len(args) not in ((3,) if compare else (1, 2)):
+    try:
+        args, opts = _options(args, () if compare else ("--json", "--serial"))
+    except ValueError as err:
+        print(f"step_time: {err}", file=sys.stderr)
+        return 2
+    if len(args) not in ((3,) if compare else (1, 2)) or ("--serial" in opts and "--json" not in opts):
         print(USAGE, file=sys.stderr)
         return 2
     try:
@@ -288,12 +255,27 @@ def main(argv: list[str] | None = None) -> int:
             lines = compared_lines(serial, off, images)
         else:
             records, images = _load(args[0], _run)
-            lines = measured_lines(records, images, _load(args[1], _plan) if len(args) == 2 else None)
+            planned = _load(args[1], _plan) if len(args) == 2 else None
+            lines = measured_lines(records, images, planned)
+            if "--json" in opts:
+                compared = None
+                if "--serial" in opts:
+                    try:  # a run too short to compare still gets its JSON
+                        compared = compared_lines(_load(opts["--serial"], _run)[0], records, images)
+                        lines += compared
+                    except ValueError as err:
+                        lines.append(f"not compared with {opts['--serial']}: {err}")
+                write_json(opts["--json"], train_record(Path(args[0]), planned, compared))
     except ValueError as err:
         print(f"step_time: {err}", file=sys.stderr)
         return 2
     print("\n".join(lines))
     return 0
+
+
+def write_json(path: str, m: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(m, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -6,14 +6,11 @@
   every state tensor at one address for the whole loop, no host sync, one graph without breaks;
 * the decode attention (glm_grpo_ds/rollout/decode_attention.py): no repeated-KV buffer in the compiled step's
   graph, where transformers' sdpa path has one;
-* on a CPU, rollout.cuda_graph says it runs uncaptured; the GPU timing script's reduced CPU form.
+* on a CPU, rollout.cuda_graph says it runs uncaptured (the GPU timing script's CPU form:
+  tests/integration/test_gpu_timing_lease.py).
 """
 
-import json
 import logging
-import os
-import subprocess
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -235,37 +232,6 @@ def test_cuda_graph_on_a_cpu_says_it_runs_uncaptured(caplog):
 
 
 @pytest.mark.slow
-def test_the_gpu_timing_script_in_its_cpu_form(tmp_path):
-    """launch/gpu_timing.sh as documented, reduced: every variant but the compiled ones, tokens checked; its rows
-    loop at 2 and 4 rows with one variant (issue #51 item 5), the 2 rows copied from the default run's."""
-    env = dict(
-        os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", OUT=str(tmp_path), TRAIN_STEP="0"
-    )
-    env.update(ROWS="2,4", ROW_VARIANTS="graph")
-    args = ["--tiny", "--steps", "4", "--group-size", "2", "--size", "64", "--variants"]
-    args.append("eager,merged,graph_lora,graph,hf_generate")
-    proc = subprocess.run(
-        ["bash", "launch/gpu_timing.sh", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads((tmp_path / "decode_timing.json").read_text())
-    v = report["variants"]
-    assert list(v) == ["eager", "merged", "graph_lora", "graph", "hf_generate"]
-    assert v["graph"]["same_tokens"] == 1.0 and v["graph"]["max_logp_diff"] == 0.0
-    assert v["graph_lora"]["same_tokens"] == 1.0 and v["merged"]["restored_bitwise"] is True
-    assert v["merged"]["vs_eager_max_logp_diff"] <= 1e-6 and report["failures"] == []
-    assert all(r["ms_per_step"] > 0 for r in v.values())
-    assert "graph" in proc.stdout and "x eager" in proc.stdout
-    for n in (2, 4):  # the rows loop: a report per rows, the table's rollout s per image = ms x tokens / rows
-        rows = json.loads((tmp_path / f"decode_timing_rows_{n}.json").read_text())
-        assert rows["group_size"] == n and list(rows["variants"]) == ["graph"] and rows["failures"] == []
-        per_image = rows["variants"]["graph"]["ms_per_step"] / 1e3 * rows["decode_tokens"] / n
-        assert f"{n:>5}  {'graph':<22}{rows['variants']['graph']['ms_per_step']:>9.2f}" in proc.stdout
-        assert f"{per_image:>16.3f}" in proc.stdout
-    assert "at 2 rows (graph): the default run's" in proc.stdout and "at 4 rows (graph)\n" in proc.stdout
-    assert json.loads((tmp_path / "decode_timing_rows_2.json").read_text())["variants"]["graph"] == v["graph"]
-
-
 def test_layers_compile_one_graph_per_region_type_for_all_layers(policy, processor):
     """compile_scope=layers: the norms and MLPs of every layer share one graph per module type (a recompile per
     layer would multiply them and, past dynamo's limit, fall back to eager), and sample what the eager loop does."""

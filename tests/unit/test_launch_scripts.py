@@ -189,6 +189,11 @@ def test_gpu_check_refuses_a_bad_num_gpus(tmp_path):
         ({"ROWS": "16,many"}, "gpu_timing.sh: ROWS=16,many: many is not a number of rows; give e.g. ROWS=16,64"),
         ({"MERGE_DRIFT_STEPS": "fifty"}, "gpu_timing.sh: MERGE_DRIFT_STEPS=fifty is not a number of steps; give e.g."),
         ({"ONE_STEP_OFF": "yes"}, "gpu_timing.sh: ONE_STEP_OFF=yes: give 0 (serial steps), 1 (one step off) or both"),
+        ({"PARTS": "train,lunch"}, "gpu_timing.sh: PARTS=train,lunch: lunch is not a part; choose from train,"),
+        ({"BUDGET_S": "9m"}, "gpu_timing.sh: BUDGET_S=9m is not a positive number; give e.g. BUDGET_S=540"),
+        ({"OFF_STEPS": "1"}, "gpu_timing.sh: OFF_STEPS=1: give 2 steps or more (the first is serial)"),
+        ({"SIZE": "1000"}, "gpu_timing.sh: SIZE=1000 is not a multiple of 32 pixels; give e.g. SIZE=1024"),
+        ({"_args": ("--tiny",)}, "gpu_timing.sh: --tiny: takes no arguments, its settings are environment variables"),
     ],
 )
 def test_gpu_timing_refuses_a_bad_setting_before_it_runs_or_writes_anything(tmp_path, env, line):
@@ -250,7 +255,7 @@ HELP = [
     ("launch/slurm.sbatch", ("--help",), "#SBATCH --mem="),
     ("launch/gpu_check.sh", ("--help",), "Duration: "),
     ("launch/gpu_check.sh", ("--num-gpus", "8", "outputs/glm_full", "-h"), "--num-gpus N (default 1)"),
-    ("launch/gpu_timing.sh", ("--help",), "TRAIN_STEP=0 bash launch/gpu_timing.sh"),
+    ("launch/gpu_timing.sh", ("--help",), "PARTS=dit_timing,decode_timing bash launch/gpu_timing.sh"),
     ("launch/merge.sh", ("-h",), "bash launch/merge.sh zai-org/GLM-Image"),
     ("launch/slice_check.sh", ("--help",), "OUT=/tmp/sc SKIP_FULL=1 bash launch/slice_check.sh"),
     ("launch/env.sh", ("--help",), "export_deepspeed_env: "),
