@@ -23,6 +23,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest  # noqa: E402
 from built_once import built_once  # noqa: E402  (tests/built_once.py)
+from durations_budget import pytest_terminal_summary  # noqa: E402, F401  (tests/durations_budget.py: the slow tests named)
 
 
 @pytest.fixture(autouse=True)
