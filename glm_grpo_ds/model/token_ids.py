@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..data.rows import DataError
 from .glm_image import read_ar_config
+from .prompt_layout import build_prompt_inputs
 
 
 def embedding_rows(model_dir: Path) -> int:
@@ -26,8 +27,6 @@ def check_token_ids(processor, rows: int, model_dir, prompts, where: str, height
     chat template's own tokens are checked, then each prompt (``prompts``: PromptRows or strings)
     in order, and the first one whose ids do not fit is named.
     """
-    from ..rollout import build_prompt_inputs
-
     tok = processor.tokenizer
     largest = max(tok.get_vocab().values())
     if largest < rows:

@@ -1,6 +1,7 @@
 """Rollouts: sample G visual-token grids per prompt with the AR policy, recording exact log-probs.
 
-* generate.py: prompts -> chat template, 3D rotary positions, :func:`rollout` (the entry point);
+* generate.py: 3D rotary positions, :func:`rollout` (the entry point; the prompt layout is
+  glm_grpo_ds/model/prompt_layout.py's);
 * decode_loop.py: the static-shaped, KV-cached, compilable token loop; decode_attention.py its attention over
   the static cache; step_graph.py its step as a CUDA graph or a compiled region;
 * batch.py: :class:`RolloutBatch` (what the trainer consumes) and :class:`GridSpec`;
@@ -12,12 +13,11 @@
 """
 
 from .batch import GridSpec, RolloutBatch, upsample_grid
-from .generate import build_prompt_inputs, decode_position_ids, grid_spec_from_inputs, prompt_position_ids, rollout
+from .generate import decode_position_ids, grid_spec_from_inputs, prompt_position_ids, rollout
 
 __all__ = [
     "GridSpec",
     "RolloutBatch",
-    "build_prompt_inputs",
     "decode_position_ids",
     "grid_spec_from_inputs",
     "prompt_position_ids",

@@ -11,7 +11,8 @@ from launching import run_cmd  # noqa: E402  (tests/integration/launching.py)
 from glm_grpo_ds.model.adapters import lora_target_regex
 from glm_grpo_ds.model.glm_image import load_processor
 from glm_grpo_ds.model.policy import load_ar
-from glm_grpo_ds.rollout import build_prompt_inputs, prompt_position_ids
+from glm_grpo_ds.model.prompt_layout import build_prompt_inputs
+from glm_grpo_ds.rollout import prompt_position_ids
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ def test_slice_has_the_real_widths_ids_and_loads_like_the_real_model(slice_dir):
     assert tok.bos_token_id == 16384 and len(tok) == 168064
     # the rollout's prompt ids, built by its own processor path at 256x256: every id inside the AR
     # embedding, the real grid markers and image start present, no [UNK]
-    from glm_grpo_ds.rollout import build_prompt_inputs
+    from glm_grpo_ds.model.prompt_layout import build_prompt_inputs
 
     ids = build_prompt_inputs(load_processor(slice_dir), ["a red cube"], 256, 256)["input_ids"]
     assert 0 <= int(ids.min()) and int(ids.max()) < text.vocab_size

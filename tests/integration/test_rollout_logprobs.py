@@ -13,7 +13,8 @@ from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 from glm_grpo_ds.config import SamplingConfig
 from glm_grpo_ds.logprobs import completion_logprobs
 from glm_grpo_ds.model.policy import load_ar
-from glm_grpo_ds.rollout import build_prompt_inputs, decode_position_ids, grid_spec_from_inputs, rollout
+from glm_grpo_ds.model.prompt_layout import build_prompt_inputs
+from glm_grpo_ds.rollout import decode_position_ids, grid_spec_from_inputs, rollout
 from glm_grpo_ds.testing.tiny import CODEBOOK_SIZE
 
 PROMPTS = ["a red cube", "a lighthouse on a cliff at sunset with a sign that says 'KEEP OUT'"]

@@ -36,7 +36,7 @@ def test_a_prompt_past_the_embedding_is_one_line_naming_its_row():
 
 
 def test_a_chat_template_token_past_the_embedding_is_named():
-    from glm_grpo_ds.rollout import build_prompt_inputs
+    from glm_grpo_ds.model.prompt_layout import build_prompt_inputs
 
     processor = build_processor()
     rows = int(build_prompt_inputs(processor, [""], 64, 64)["input_ids"].max())  # the template's last id is out
