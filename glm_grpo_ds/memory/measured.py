@@ -10,6 +10,15 @@ import json
 from pathlib import Path
 
 PHASES = ("rollout", "decode", "reward", "update")  # the step's phases in metrics.jsonl's time/*, in order
+# glm-grpo decode-timing's variants whose measurement is an anchor of step_time.DECODE_STEP_MS (its key)
+ANCHOR_VARIANTS = {
+    "eager": ("eager", False),
+    "merged": ("eager", True),
+    "graph_lora": ("graph", False),
+    "graph": ("graph", True),
+    "graph_compiled": ("compiled", True),
+    "graph_fused": ("graph_fused", False),
+}
 
 
 def step_seconds(record: dict) -> float:

@@ -23,6 +23,8 @@ import math
 import sys
 from pathlib import Path
 
+from .measured import ANCHOR_VARIANTS
+
 BUDGET_S = 540  # one lease: 9 minutes of wall clock on one H100 or H200, every build and compile included (#63)
 PARTS = ("train", "train_one_step_off", "dit_timing", "decode_timing")  # in order of value
 # One-off costs in seconds on a GPU machine (16 cores). Measured: docs/memory-and-speed.md; assumed: said so.
@@ -42,15 +44,11 @@ WARMUP_STEPS = 4  # decode-timing's untimed steps per variant: rollout/step_grap
 PROMPT_SLOTS = 128  # the prompt's KV cache slots (one bucket), as the memory plan counts them
 # glm-grpo decode-timing's variants -> the measured decode step that plans them (step_time.DECODE_STEP_MS); the
 # captured fused sampler falls back to the unmerged graph's figure, its upper bound, until measured
+# the variants whose measurement is an anchor (measured.ANCHOR_VARIANTS), and the others planned by the closest one
 DECODE_VARIANTS = {
-    "eager": ("eager", False),
-    "merged": ("eager", True),
-    "graph_lora": ("graph", False),
-    "graph": ("graph", True),
-    "graph_compiled": ("compiled", True),
+    **ANCHOR_VARIANTS,
     "compiled_step": ("compiled", True),
     "fused": ("eager", False),
-    "graph_fused": ("graph_fused", False),
     "graph_fused_compiled": ("graph_fused", False),
     "hf_generate": ("eager", True),
 }

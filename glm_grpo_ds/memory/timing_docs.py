@@ -28,21 +28,12 @@ import textwrap
 from pathlib import Path
 
 from ..config.checks import guided_steps
-from .measured import PHASES, dit_options, step_seconds
+from .measured import ANCHOR_VARIANTS, PHASES, dit_options, step_seconds
 
 DOCS, README, PLANNER = "docs/memory-and-speed.md", "README.md", "glm_grpo_ds/memory/step_time.py"
 PARTS = ("train", "train_one_step_off", "dit_timing", "decode_timing")
 REGIONS = {"train": "train", "train_one_step_off": "train-one-step-off", "dit_timing": "dit", "decode_timing": "decode"}
 REPO = Path(__file__).resolve().parents[2]
-# decode-timing's variants that measure an anchor of step_time.DECODE_STEP_MS
-ANCHOR_VARIANTS = {
-    "eager": ("eager", False),
-    "merged": ("eager", True),
-    "graph_lora": ("graph", False),
-    "graph": ("graph", True),
-    "graph_compiled": ("compiled", True),
-    "graph_fused": ("graph_fused", False),
-}
 CARDS = ("GH200", "H200", "H100", "H20", "B200", "A100")  # a GPU's short name, looked for in its device name
 
 
