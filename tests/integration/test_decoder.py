@@ -154,13 +154,27 @@ def test_compiled_fp8_blocks_decode_the_eager_fp8_images(tiny_model_dir, cpu_fp8
     torch.testing.assert_close(fp8_compiled.decode(grids, prompts, 64, 96, seeds), fp8_eager, rtol=0, atol=1e-5)
 
 
-def test_the_math_attention_kernel_decodes_the_same_images(tiny_model_dir, decoder):
-    """decoder.attention=sdpa_math: exact attention in another kernel, the same images to fp32 rounding."""
+def test_the_math_attention_kernel_decodes_the_same_images(tiny_model_dir, decoder, monkeypatch):
+    """decoder.attention=sdpa_math: exact attention in another kernel, the same images to fp32 rounding; the kernel
+    is asked for in every attention of the math decode and in none of the default one (else the option would be a
+    no-op that this comparison could not tell from the reference)."""
+    asked = []
+    sdpa_kernel = torch.nn.attention.sdpa_kernel
+
+    def recording(backends, *args, **kwargs):  # diffusers' native math backend enters torch's context per call
+        asked.append(backends)
+        return sdpa_kernel(backends, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.attention, "sdpa_kernel", recording)
     grids, prompts, seeds = _grids(2, seed=7), ["p 'AB'", "p 'AB'"], [1, 2]
     eager = decoder.decode(grids, prompts, 64, 96, seeds)
+    assert asked == []
     math_cfg = DecoderConfig(num_inference_steps=3, batch_size=4, attention="sdpa_math")
     math_kernel = ImageDecoder(tiny_model_dir, math_cfg)
-    torch.testing.assert_close(math_kernel.decode(grids, prompts, 64, 96, seeds), eager, rtol=0, atol=1e-5)
+    images = math_kernel.decode(grids, prompts, 64, 96, seeds)
+    blocks = len(math_kernel.pipe.transformer.transformer_blocks)
+    assert len(asked) >= blocks * 3 and set(asked) == {torch.nn.attention.SDPBackend.MATH}  # each block, each step
+    torch.testing.assert_close(images, eager, rtol=0, atol=1e-5)
 
 
 def test_fp8_linears_move_the_images_a_little(tiny_model_dir, decoder, cpu_fp8):

@@ -60,8 +60,11 @@ def test_an_out_of_process_backend_fits_the_seam(processor):
     assert isinstance(remote, SamplingBackend)
     assert not isinstance(NoSync(), SamplingBackend)  # a backend that cannot take the new weights is none
     assert isinstance(ModelSampler(None, processor, RolloutConfig(), SAMPLING, torch.device("cpu")), SamplingBackend)
-    remote.sync_weights(1)
-    assert remote.synced == [1]
+
+
+def _syncs(events: list, backend: int) -> list[tuple[int, int]]:
+    """(step told, optimizer steps taken by then) of each ``sync_weights`` a backend got, in order."""
+    return [(e[2], e[3]) for e in events if e[0] == "sync" and e[1] == backend]
 
 
 @pytest.mark.distributed
@@ -76,8 +79,11 @@ def test_the_trainer_syncs_the_backends_after_each_optimizer_step(tiny_model_dir
     events = r["events"]
     assert r["samplers"] == 2 and sum(e[0] == "optimizer" for e in events) == 3  # training's sampler, the eval's
     for backend in (0, 1):  # at the start, then once per optimizer step, after it: sync(k) sees k optimizer steps
-        syncs = [(e[2], e[3]) for e in events if e[0] == "sync" and e[1] == backend]
-        assert syncs == [(0, 0), (1, 1), (2, 2), (3, 3)]
+        assert _syncs(events, backend) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    # the check, fed a backend the trainer never syncs (its events taken out) or syncs before the update, fails
+    assert _syncs([e for e in events if e[:2] != ("sync", 1)], 1) != [(0, 0), (1, 1), (2, 2), (3, 3)]
+    early = [("sync", 0, e[2], e[3] - 1) if e[:2] == ("sync", 0) and e[2] else e for e in events]
+    assert _syncs(early, 0) != [(0, 0), (1, 1), (2, 2), (3, 3)]
     training = [e[0] if e[0] != "sync" else f"sync{e[2]}" for e in events if len(e) == 1 or e[1] == 0]
     assert training == ["sync0"] + ["sample", "optimizer", "sync1", "sample", "optimizer", "sync2"] + [
         "sample",
