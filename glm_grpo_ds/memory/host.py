@@ -8,8 +8,12 @@ for the default LoRA config's figure).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:  # the plan's resolved run; basis.py does not import this module, the annotation needs no import
+    from .basis import Basis
 
 GIB = 2**30
 # Host RAM of one GPU rank besides what the plan counts: Python, torch / DeepSpeed / diffusers /
@@ -19,19 +23,9 @@ HOST_REWARDS_PER_RANK = 1 * GIB  # CPU-side reward state (OCR's onnxruntime sess
 HOST_MARGIN = 1.25  # what a scheduler request adds to the planned peak
 
 
-def host_per_node(
-    ranks: int,
-    offloaded: dict,
-    decoder_on_host: int,
-    sizes,
-    dtype: torch.dtype,
-    stage: int,
-    rewards,
-    on_gpu: bool,
-    merge_copy: int = 0,
-    decoder_converting: int = 0,
-) -> dict:
-    """Host RAM of one node's ``ranks`` ranks: steady state and the peak while the models load.
+def host_per_node(s: Basis, offloaded: dict, merge_copy: int = 0) -> dict:
+    """Host RAM of one node's ranks (``s.est.num_gpus``) of the run ``s``: steady state and the peak while the models
+    load; ``offloaded``: what ZeRO offloads to the host per rank (:func:`glm_grpo_ds.memory.components.host_offloads`).
 
     Steady, per rank: the process itself (:data:`HOST_PER_RANK`, on a GPU), CPU-side reward state, the
     optimizer state ZeRO offloads to the host (pinned: the pinned buffers are that state), the decoder when
@@ -58,6 +52,9 @@ def host_per_node(
       (counted once per node).
     The safetensors files are memory-mapped: page cache that the node's ranks share and the kernel can
     drop, listed but not added."""
+    ranks, sizes, dtype, stage, rewards, on_gpu = s.est.num_gpus, s.sizes, s.dtype, s.stage, s.rewards, s.on_gpu
+    decoder_on_host = s.decoder_bytes if s.cfg.decoder.offload else 0
+    decoder_converting = s.decoder_converting_bytes if s.cfg.decoder.offload else 0  # fp8 converts on the host
     per_rank = {
         "process": HOST_PER_RANK if on_gpu else 0,
         "rewards": HOST_REWARDS_PER_RANK,

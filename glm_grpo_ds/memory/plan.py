@@ -203,18 +203,7 @@ def _host_side(s: Basis, placement: str | None, why: str) -> dict:
     rollout.merge_lora's copy: "device" (counted on the GPU), "host" (pinned host RAM, in host_node) or None."""
     host = host_offloads(s)
     merge_bytes = merge_copy_bytes(s)
-    host_node = host_per_node(
-        s.est.num_gpus,
-        host,
-        s.decoder_bytes if s.cfg.decoder.offload else 0,
-        s.sizes,
-        s.dtype,
-        s.stage,
-        s.rewards,
-        s.on_gpu,
-        merge_copy=merge_bytes if placement == "host" and s.on_gpu else 0,
-        decoder_converting=s.decoder_converting_bytes if s.cfg.decoder.offload else 0,
-    )
+    host_node = host_per_node(s, host, merge_copy=merge_bytes if placement == "host" and s.on_gpu else 0)
     return {
         "host_bytes": host,
         "host_node": host_node,
