@@ -34,11 +34,13 @@ def load_model_ar(model: str, device: torch.device):
     CPU; fp32 for ``random:tiny``, else bf16) or a pipeline directory / cached Hub id (its weights, bf16 on a GPU)."""
     from ..model.glm_image import load_processor
     from ..model.policy import load_ar
+    from ..model.random_weights import spec_of
     from ..model.source import resolve_model
     from ..testing.random_model import materialize
 
     source = resolve_model(materialize(model, "--model"), flag="--model")
-    tiny = source.random_weights is not None and source.random_weights.startswith("random:tiny,")
+    spec = spec_of(source.path)
+    tiny = spec is not None and spec.kind == "tiny"
     dtype = torch.float32 if tiny or device.type != "cuda" else torch.bfloat16
     ar = load_ar(source.path, dtype, "sdpa").to(device)
     return ar, load_processor(source.path)

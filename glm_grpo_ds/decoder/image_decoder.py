@@ -50,8 +50,9 @@ def load_component(root: Path, name: str, dtype: torch.dtype, device: torch.devi
     memory-mapped, page cache shared by the ranks of a node. A ``random:`` model's component is built with random
     weights on ``device`` instead."""
     library, class_name = json.loads((root / "model_index.json").read_text(encoding="utf-8"))[name]
-    if spec_of(root) is not None:  # a random: model (glm_grpo_ds/model/random_weights.py): built on the device
-        return build_component(root, name, library, class_name, dtype, device)
+    spec = spec_of(root)
+    if spec is not None:  # a random: model (glm_grpo_ds/model/random_weights.py): built on the device
+        return build_component(root, spec, name, library, class_name, dtype, device)
     cls = getattr(importlib.import_module(library), class_name)
     return cls.from_pretrained(root / name, dtype=dtype, device_map={"": device})
 
@@ -108,9 +109,10 @@ class ImageDecoder:
             **{name: load_component(root, name, self.dtype, self.home) for name in WEIGHTS},
         )
         pipe.set_progress_bar_config(disable=True)
+        mapped = spec_of(root) is None  # a random: model's weights were built in memory, not read from a file
         for module in (pipe.transformer, pipe.vae, pipe.text_encoder):
             module.eval().requires_grad_(False)
-            if self.home.type == "cpu":
+            if self.home.type == "cpu" and mapped:
                 _own_memory(module)
         self.pipe = pipe
         apply(pipe.transformer, cfg)  # its attention kernel, FP8 linears (decoder/compute.py)

@@ -43,11 +43,12 @@ def load_ar(
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         dtype = DTYPES[dtype]
-    spec = spec_of(check_pipeline_dir(path))
+    root = check_pipeline_dir(path)
+    spec = spec_of(root)
     if spec is not None:
-        return build_ar(Path(path), spec, dtype, attn_implementation)
+        return build_ar(root, spec, dtype, attn_implementation)
     model = GlmImageForConditionalGeneration.from_pretrained(
-        check_pipeline_dir(path) / AR_DIR,
+        root / AR_DIR,
         dtype=dtype,
         attn_implementation=attn_implementation,
         trust_remote_code=trust_remote_code,

@@ -137,12 +137,11 @@ def build_ar(root: Path, spec: RandomSpec, dtype: torch.dtype, attn_implementati
     return model.eval()
 
 
-def build_component(root: Path, name: str, library: str, class_name: str, dtype: torch.dtype, device):
+def build_component(root: Path, spec: RandomSpec, name: str, library: str, class_name: str, dtype: torch.dtype, device):
     """One of the DiT, the VAE and the glyph encoder (``model_index.json``'s ``library`` / ``class_name``) of the
-    configs directory ``root``, with random weights, created on ``device`` in ``dtype``."""
+    configs directory ``root`` (written for ``spec``), with random weights, created on ``device`` in ``dtype``."""
     import importlib
 
-    spec = spec_of(root)
     cls = getattr(importlib.import_module(library), class_name)
     with _seeded(spec.seed + SEED_OFFSET[name], torch.device(device), dtype):
         if library == "transformers":

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..config.fields import is_repo_id
 from .glm_image import AR_DIR, PIPELINE_PARTS, check_pipeline_dir
-from .random_weights import is_random, parse, spec_of
+from .random_weights import RandomSpec, is_random, parse, spec_of
 
 EXAMPLE_ID = "zai-org/GLM-Image"
 # How long the other ranks wait for rank 0 to download the model (GLM-Image is ~35 GB).
@@ -115,12 +115,18 @@ def resolve_model(
     return _from_hub(name, revision, flag, revision_flag, local_files_only, cache_dir)
 
 
-def _random(name, revision, flag, revision_flag) -> ModelSource:
-    """A ``random:`` name: its configs directory, which the command wrote when it started."""
+def random_spec(name: str, flag: str = "model.path") -> RandomSpec:
+    """A ``random:`` name read (glm_grpo_ds/model/random_weights.py ``parse``), a bad one as :class:`ModelSourceError`
+    (one line naming ``flag``), as every other model.path error."""
     try:
-        spec = parse(name, flag)
+        return parse(name, flag)
     except ValueError as err:
         raise ModelSourceError(str(err)) from None
+
+
+def _random(name, revision, flag, revision_flag) -> ModelSource:
+    """A ``random:`` name: its configs directory, which the command wrote when it started."""
+    spec = random_spec(name, flag)
     if revision:
         raise ModelSourceError(f"{revision_flag}={revision} applies to Hub ids, not to {flag}={name}: drop it")
     path = spec.directory()

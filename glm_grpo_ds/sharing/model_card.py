@@ -85,7 +85,8 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     model = cfg["model"]
     # where the trainer really loaded from (model/source.py: absolute directory, Hub id + commit) when recorded
     source = saved.get("model_source") or {}
-    base = source.get("random_weights") or source.get("path") or model["path"]  # random: the name renders it
+    random_name = source.get("random_weights")  # a random: model (glm_grpo_ds/model/random_weights.py)
+    base = random_name or source.get("path") or model["path"]  # random: the name renders it
     if source.get("repo_id") and not hub.get("base_model"):
         hub_id, revision = source["repo_id"], source.get("commit") or source.get("revision")
     else:
@@ -103,11 +104,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
         "images the frozen DiT decoder renders. "
         "The DiT, VAE and glyph encoder of the base pipeline are unchanged.",
         "",
-        *(
-            random_lines(source["random_weights"])
-            if source.get("random_weights")
-            else base_lines(base, hub_id, revision)
-        ),
+        *(random_lines(random_name) if random_name else base_lines(base, hub_id, revision)),
         *data_lines(saved),
         "- rewards: " + ", ".join(f"{label} (weight {s['weight']})" for label, s in zip(labels, cfg["rewards"])),
         "",
@@ -132,7 +129,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     )
     body += usage_lines(
         "adapter" if is_adapter else "model",
-        hub_id or (base if source.get("random_weights") else str(Path(base).resolve())),
+        hub_id or (base if random_name else str(Path(base).resolve())),
         where,
         extra,
         render,

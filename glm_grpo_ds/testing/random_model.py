@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from ..model.glm_image import AR_DIR
-from ..model.random_weights import FORMAT, MARKER, is_random, parse
-from ..model.source import ModelSourceError
+from ..model.random_weights import FORMAT, MARKER, is_random
+from ..model.source import random_spec
 
 
 def _components(spec) -> dict:
@@ -63,14 +63,10 @@ def _format(marker: Path) -> int | None:
 def materialize(name: str, flag: str = "model.path") -> str:
     """``name`` unchanged unless it is a ``random:`` name; then its configs directory is made sure of (written in a
     directory of its own and renamed into place, so ranks and processes starting together never read half of it)
-    and ``name`` is returned for the resolver to find it. :class:`ModelSourceError` (one line, naming ``flag``) on a
-    bad name."""
+    and ``name`` is returned for the resolver to find it. A bad name: ``random_spec``'s one line naming ``flag``."""
     if not is_random(name):
         return name
-    try:
-        spec = parse(name, flag)
-    except ValueError as err:
-        raise ModelSourceError(str(err)) from None
+    spec = random_spec(name, flag)
     final = spec.directory()
     marker = final / MARKER
     if _format(marker) == FORMAT:
