@@ -65,9 +65,9 @@ setup(
     python_requires=">=3.10",
     # bench_defaults holds data only (no __init__.py) but Python can import it, so setuptools wants it named here
     # (else a 40-line "Package would be ignored" warning at every install)
-    packages=[*find_packages(include=["glm_grpo_ds", "glm_grpo_ds.*"]), "glm_grpo_ds.commands.bench_defaults"],
+    packages=[*find_packages(include=["glm_grpo_ds", "glm_grpo_ds.*"]), "glm_grpo_ds.profiling.bench_defaults"],
     include_package_data=True,
-    package_data={"glm_grpo_ds.commands.bench_defaults": ["*.yaml", "*.json"]},
+    package_data={"glm_grpo_ds.profiling.bench_defaults": ["*.yaml", "*.json"]},
     # Floors: the oldest versions CI tests (constraints-floor.txt, `make test-floor`); the tested top is
     # constraints.txt (the `tested` extra below). docs/install.md says how they were found.
     install_requires=REQUIRES,

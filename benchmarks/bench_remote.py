@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from glm_grpo_ds.config import DecoderConfig, RewardSpec
     from glm_grpo_ds.decoder import ImageDecoder
-    from glm_grpo_ds.experience import decode_and_score
+    from glm_grpo_ds.experience import ToScore, decode_and_score
+    from glm_grpo_ds.observability.meter import Meter
     from glm_grpo_ds.rewards import build_rewards
     from glm_grpo_ds.rewards.registry import RewardSet
     from glm_grpo_ds.testing.reward_servers import server_process
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [i // a.group_size for i in range(n)]
     samples = [{"index": i // a.group_size} for i in range(n)]
     size = (a.size, a.size)
+    todo = ToScore(prior, prompts, size, seeds, samples)
 
     image_seconds = []
     for _ in range(a.repeats + 1):  # the first is a warm-up
@@ -79,12 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         for mode, stream in (("after", False), ("streamed", True)):
             runs = []
             for _ in range(a.repeats):
-                timings: dict[str, float] = {}
+                meter = Meter(device)
                 start = time.perf_counter()
-                _, values = decode_and_score(
-                    decoder, rewards, prior, prompts, size, seeds, samples, None, stream, device, timings
-                )
-                runs.append({**timings, "total": time.perf_counter() - start, "values": values})
+                _, values = decode_and_score(decoder, rewards, todo, meter, stream)
+                runs.append({**meter.timings, "total": time.perf_counter() - start, "values": values})
             results[mode] = runs
         return results
 
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     delays = ["--reward-arg", f"delay_s={a.delay_s}", "--reward-arg", f"delay_per_image_s={a.delay_per_image_s}"]
     with server_process(tmp / "server", "--reward", plugin, *delays, "--log-level", "warning") as (url, _):
         remote = build_rewards([RewardSpec(name="remote", args={"url": url})])
-        decode_and_score(decoder, remote, prior, prompts, size, seeds, samples, None, True, device)  # warm-up
+        decode_and_score(decoder, remote, todo, Meter(device), True)  # warm-up
         table = {"remote": measure(remote)}
     table["local"] = measure(RewardSet([("local", 1.0, as_slow_as_the_decode)]))
 

@@ -5,7 +5,7 @@ matmuls (``decoder.fp8``) could remove at most (issue #52; docs/memory-and-speed
 One GLM-Image DiT block at its real width (32 heads x 128, diffusers' ``GlmImageTransformerBlock``) runs one forward
 on the ``meta`` device, eager as diffusers runs it (no memory, no arithmetic: shapes only), at ``--batch`` rows of
 ``--size``² (image tokens (size/16)², plus ``--glyph`` glyph tokens). A dispatch mode records every operator that
-does work (views and allocations left out, as glm-grpo decode-counts does): its FLOPs (torch's own formulas of
+does work (views and allocations left out, as glm-grpo profile decode-counts does): its FLOPs (torch's own formulas of
 ``torch.utils.flop_counter`` for the matmuls) and the bytes it reads and writes (each tensor argument and result
 once, at most its storage). The attention is taken whole, as a fused kernel runs it (FlashAttention / cuDNN: reads
 q, k, v, writes the output; 4 x batch x heads x S² x 128 FLOPs), not as the meta device's math decomposition. Each
@@ -33,10 +33,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
-from glm_grpo_ds.commands.decode_counters import METADATA_OPS, _is_view
+from glm_grpo_ds.memory.gpu_figures import CARD, CARD_BYTES_PER_S
+from glm_grpo_ds.memory.gpu_figures import GUIDED_IMAGE_STEP_S as MEASURED_S  # eager sdpa, batch 8, 1024², the H200
 from glm_grpo_ds.memory.sizes import BUILTIN_DIT
-from glm_grpo_ds.memory.step_time import CARD, CARD_BYTES_PER_S, CARD_FLOPS
-from glm_grpo_ds.memory.step_time import GUIDED_IMAGE_STEP_S as MEASURED_S  # eager sdpa, batch 8, 1024², the H200
+from glm_grpo_ds.memory.step_time import CARD_FLOPS
+from glm_grpo_ds.profiling.decode_counters import METADATA_OPS, is_view
 
 FP8_FLOPS = 1979e12  # the H200's dense FP8 peak (twice its bf16 one)
 ATTENTION = "attention"
@@ -99,7 +100,7 @@ class _Operators(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
-        if not (_is_view(func) or name in METADATA_OPS):
+        if not (is_view(func) or name in METADATA_OPS):
             formula = flop_registry.get(func.overloadpacket)
             flops = formula(*args, **kwargs, out_val=out) if name in MATMULS and formula else 0
             self.counts.add(name, flops, tensor_bytes((args, kwargs, out)))

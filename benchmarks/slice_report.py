@@ -30,7 +30,7 @@ Runs on the CPU, in bf16, through the project's own code paths, so the shapes ar
   recomputation, as ``glm-grpo verify-logprobs`` does (its ``sampler_and_trainer_logprobs``): mean / max
   |dlogp| and the k3 estimate of KL(sampler || trainer) over the generated positions.
 * rollout speed: our rollout vs ``GlmImagePipeline.generate_prior_tokens`` on the same weights, G rows, same
-  size (``glm-grpo bench``'s ``rollout_vs_pipeline``).
+  size (``glm-grpo profile bench``'s ``rollout_vs_pipeline``).
 
 Prints a table and writes ``--out`` (JSON). ``--parts`` picks what runs (the slope model always runs
 only ``ar update decoder``).
@@ -52,8 +52,8 @@ from torch.utils.flop_counter import FlopCounterMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from a checkout
 
-from glm_grpo_ds.commands.bench_workers import BENCH_PROMPT, rollout_vs_pipeline  # noqa: E402
 from glm_grpo_ds.commands.verify_logprobs import VerifyConfig, sampler_and_trainer_logprobs  # noqa: E402
+from glm_grpo_ds.profiling.bench_workers import BENCH_PROMPT, rollout_vs_pipeline  # noqa: E402
 
 PARTS = ("ar", "update", "decoder", "logprobs", "speed")
 FLOP_PARTS = ("ar", "update", "decoder")

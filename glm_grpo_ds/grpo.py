@@ -20,6 +20,7 @@ full-batch loss, and so do their gradients, whatever the micro-batch size.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
@@ -227,97 +228,99 @@ def mismatch_sums(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: 
     }
 
 
+@dataclass(frozen=True)
+class LossSettings:
+    """How :func:`policy_loss` computes, the same for every call of a run: built once from the ``grpo`` config section
+    (:func:`glm_grpo_ds.update.loss_settings`; the defaults live there, not here).
+
+    ``beta``: the k3 KL coefficient (``ref_logp`` needed when not 0); ``epsilon_low`` / ``epsilon_high``: the ratio
+    clip range ``[1 - epsilon_low, 1 + epsilon_high]`` (asymmetric "clip-higher" when they differ); ``aggregation``:
+    an :data:`AGGREGATIONS` name (see :func:`loss_normalizer`); ``importance_sampling_level``: ``token`` (GRPO) or
+    ``sequence`` (GSPO: :func:`log_importance_weights`); ``entropy_coef``: the entropy bonus's coefficient, the loss
+    getting ``- entropy_coef`` x the mean entropy of the tokens the policy term trains on (weighted by the call's
+    ``token_weights``), whatever the aggregation: TRL's bonus, the documented objective ``L_policy - c * H``."""
+
+    beta: float
+    epsilon_low: float
+    epsilon_high: float
+    aggregation: str
+    importance_sampling_level: str
+    entropy_coef: float
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
+    settings: LossSettings,
     *,
     ref_logp: torch.Tensor | None = None,
-    beta: float = 0.0,
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.2,
-    aggregation: str = "token_mean",
     normalizer: torch.Tensor | float | None = None,
-    importance_sampling_level: str = "token",
     token_weights: torch.Tensor | None = None,
     is_weights: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
     entropy_share: torch.Tensor | float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped GRPO surrogate plus ``beta`` * k3 KL, aggregated over masked tokens.
+    """Clipped GRPO surrogate plus ``beta`` * k3 KL, aggregated over masked tokens, as ``settings`` say.
 
-    Args:
-        logp: ``[N, T]`` log-probs of the sampled tokens under the current policy (with grad).
-        old_logp: ``[N, T]`` log-probs under the policy that sampled them (no grad is taken).
-        advantages: ``[N]`` one advantage per completion (no grad is taken).
-        mask: ``[N, T]`` 1 for tokens that count, 0 for padding / prompt.
-        ref_logp: ``[N, T]`` reference log-probs; required when ``beta != 0``.
-        beta: KL coefficient.
-        epsilon_low / epsilon_high: ratio clip range ``[1 - epsilon_low, 1 + epsilon_high]``
-            (asymmetric "clip-higher" when they differ).
-        aggregation: ``token_mean`` | ``seq_mean`` | ``dr_grpo`` (see :func:`loss_normalizer`).
-        normalizer: denominator from :func:`loss_normalizer` on the full batch when this call
-            sees only a micro-batch; defaults to this call's own batch.
-        importance_sampling_level: ``token`` (GRPO) or ``sequence`` (GSPO: :func:`log_importance_weights`).
-        token_weights: ``[N, T]`` weight of each token's policy term: the tokens it trains on
-            (:func:`high_entropy_mask`, bool) and / or a weighting by position; the KL term keeps every masked
-            token at weight 1, as in TRL.
-        is_weights: ``[N, T]`` or ``[N, 1]`` sampler-correction weights (:func:`sampler_correction`) on the
-            policy term.
-        entropy / entropy_coef: ``[N, T]`` policy entropies (with grad) and the bonus coefficient: the loss
-            gets ``- entropy_coef`` x the mean entropy of the tokens the policy term trains on (weighted by
-            ``token_weights``), whatever the aggregation - TRL's bonus, the documented objective
-            ``L_policy - c * H``.
-        entropy_share: this call's share of the step's bonus when it sees one micro-batch: its masked tokens /
-            the whole rollout's (1 for the whole batch). Each micro-batch's mean entropy counts by its share of
-            the tokens, as TRL's gradient accumulation counts each by 1 / the number of micro-batches.
+    ``logp`` ``[N, T]``: log-probs of the sampled tokens under the current policy (with grad); ``old_logp``
+    ``[N, T]``: under the policy that sampled them; ``advantages`` ``[N]``: one per completion (no grad is taken of
+    either); ``mask`` ``[N, T]``: 1 for tokens that count. Per call: ``ref_logp`` ``[N, T]`` the reference's
+    log-probs; ``normalizer``: :func:`loss_normalizer` of the full batch when this call sees a micro-batch (default:
+    this call's own); ``token_weights`` ``[N, T]``: the weight of each token's policy term (:func:`high_entropy_mask`,
+    bool, and / or a weighting by position; the KL term keeps every masked token at weight 1, as in TRL);
+    ``is_weights`` ``[N, T]`` or ``[N, 1]``: the sampler correction's (:func:`sampler_correction`) on the policy term;
+    ``entropy`` ``[N, T]``: the policy's entropies (with grad), for the bonus; ``entropy_share``: this call's share of
+    the step's bonus, its masked tokens / the whole rollout's (1 for the whole batch), as TRL's gradient accumulation
+    counts each micro-batch by 1 / their number.
 
-    Returns:
-        ``(loss, stats)``: scalar loss; ``stats`` holds detached scalars ``clip_frac_low``,
-        ``clip_frac_high``, ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``kl`` (token means over
-        this call's masked tokens) and ``num_tokens``.
+    Returns ``(loss, stats)``: the scalar loss and detached scalars ``clip_frac_low``, ``clip_frac_high``,
+    ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``kl``, ``entropy`` (token means over this call's masked tokens) and
+    ``num_tokens``.
     """
-    _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, beta, entropy, entropy_coef)
-    aggregate = AGGREGATIONS.get(aggregation)  # unknown name -> ValueError listing the registered ones
+    s = settings
+    _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, s, entropy)
+    aggregate = AGGREGATIONS.get(s.aggregation)  # unknown name -> ValueError listing the registered ones
     mask = mask.to(logp.dtype)  # [N, T]
     adv = advantages.detach().to(logp.dtype).unsqueeze(1)  # [N, 1], same for every token of a row
-    ratio = torch.exp(log_importance_weights(logp, old_logp, mask, importance_sampling_level))  # [N, T] or [N, 1]
-    clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
-    # Pessimistic bound: the min of the two surrogates; negated because we minimise.
-    per_token = -torch.min(ratio * adv, clipped * adv)  # [N, T] or [N, 1]
-    if token_weights is not None:
-        per_token = per_token * token_weights.to(logp.dtype)  # [N, T]
-    if is_weights is not None:
-        per_token = per_token * is_weights.detach().to(logp.dtype)
-
+    ratio = torch.exp(log_importance_weights(logp, old_logp, mask, s.importance_sampling_level))  # [N, T] or [N, 1]
+    per_token = _policy_term(ratio, adv, s, token_weights, is_weights, logp.dtype)  # [N, T] or [N, 1]
     kl = None
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp.detach())  # [N, T]
-        if beta != 0.0:
-            per_token = per_token + beta * kl
-
+        if s.beta != 0.0:
+            per_token = per_token + s.beta * kl
     per_seq = aggregate.per_sequence(per_token, mask)  # [N]
-    if normalizer is None:
-        normalizer = aggregate.normalizer(mask)  # scalar
-    loss = per_seq.sum() / normalizer  # scalar
-    if entropy_coef != 0.0:
-        loss = loss - entropy_coef * _mean_trained_entropy(entropy, mask, token_weights) * entropy_share
-    return loss, _loss_stats(ratio, adv, mask, kl, entropy, logp, epsilon_low, epsilon_high)
+    loss = per_seq.sum() / (aggregate.normalizer(mask) if normalizer is None else normalizer)  # scalar
+    if s.entropy_coef != 0.0:
+        loss = loss - s.entropy_coef * _mean_trained_entropy(entropy, mask, token_weights) * entropy_share
+    return loss, _loss_stats(ratio, adv, mask, kl, entropy, logp, s)
 
 
-def _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, beta, entropy, entropy_coef) -> None:
+def _policy_term(ratio, adv, s: LossSettings, token_weights, is_weights, dtype: torch.dtype) -> torch.Tensor:
+    """The clipped surrogate per token ``[N, T]`` (or per sequence ``[N, 1]``), negated (we minimise), times the
+    token weights and the sampler correction's importance weights where given."""
+    clipped = torch.clamp(ratio, 1.0 - s.epsilon_low, 1.0 + s.epsilon_high)
+    per_token = -torch.min(ratio * adv, clipped * adv)  # the pessimistic bound: the min of the two surrogates
+    if token_weights is not None:
+        per_token = per_token * token_weights.to(dtype)  # [N, T]
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach().to(dtype)
+    return per_token
+
+
+def _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, s: LossSettings, entropy) -> None:
     """One ValueError naming the shapes or the missing input :func:`policy_loss` needs."""
     if logp.shape != old_logp.shape or logp.shape != mask.shape:
         raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, mask {tuple(mask.shape)} differ")
     if advantages.shape != logp.shape[:1]:
         raise ValueError(f"advantages must be [N]={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
-    if beta != 0.0 and ref_logp is None:
+    if s.beta != 0.0 and ref_logp is None:
         raise ValueError("beta != 0 needs ref_logp")
     if ref_logp is not None and ref_logp.shape != logp.shape:
         raise ValueError(f"ref_logp {tuple(ref_logp.shape)} must match logp {tuple(logp.shape)}")
-    if entropy_coef != 0.0 and entropy is None:
+    if s.entropy_coef != 0.0 and entropy is None:
         raise ValueError("entropy_coef != 0 needs entropy")
 
 
@@ -331,7 +334,7 @@ def _mean_trained_entropy(entropy: torch.Tensor, mask: torch.Tensor, token_weigh
 
 
 @torch.no_grad()
-def _loss_stats(ratio, adv, mask, kl, entropy, logp, epsilon_low: float, epsilon_high: float) -> dict:
+def _loss_stats(ratio, adv, mask, kl, entropy, logp, s: LossSettings) -> dict:
     """Detached scalars over the masked tokens ``mask [N, T]``: clip fractions, the ratio's mean / min / max, the
     KL and the entropy (token means), and the token count."""
     ratio = ratio.expand_as(mask)  # [N, T]: a sequence ratio counts once per token in the stats
@@ -339,8 +342,8 @@ def _loss_stats(ratio, adv, mask, kl, entropy, logp, epsilon_low: float, epsilon
     denom = n_tok.clamp(min=1.0)
     # Clipping is active (gradient zero) only where the clipped term is the min:
     # ratio below the range with A < 0, or above it with A > 0.
-    low = ((ratio < 1.0 - epsilon_low) & (adv < 0)).to(logp.dtype)
-    high = ((ratio > 1.0 + epsilon_high) & (adv > 0)).to(logp.dtype)
+    low = ((ratio < 1.0 - s.epsilon_low) & (adv < 0)).to(logp.dtype)
+    high = ((ratio > 1.0 + s.epsilon_high) & (adv > 0)).to(logp.dtype)
     valid = mask > 0
     big = torch.finfo(ratio.dtype).max
     stats = {

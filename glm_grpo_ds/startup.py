@@ -1,15 +1,19 @@
-"""The trainer's entrance hall: what a run does before its first step, in named phases - check what each rank
-can check alone, open the process group and ``output_dir``, read and check every input (prompts, model files,
-processor, token ids, the DeepSpeed config), decide resume or fresh start, build (rewards, policy, reference,
-DeepSpeed engines, decoder, the memory plan and the one copy of the base weights it places, the samplers), restore
-a checkpoint, and announce the run (config.json, the startup summary). :class:`glm_grpo_ds.train.Trainer` inherits
-it; the step and the loop are there."""
+"""The trainer's entrance hall: :func:`build_run` does what a run does before its first step, in named phases -
+check what each rank can check alone, open the process group and ``output_dir``, read and check every input
+(prompts, model files, processor, token ids, the DeepSpeed config), decide resume or fresh start, build (rewards,
+policy, reference, DeepSpeed engines, decoder, the memory plan and the one copy of the base weights it places, the
+samplers, where each step's rollout comes from), restore a checkpoint, and announce the run (config.json, the
+startup summary) - and returns a :class:`Run`, the typed record of everything the loop reads
+(glm_grpo_ds/train.py ``Trainer(run)``)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+
+import torch
 
 from .data import PromptOrder, check_source, load_prompts
 from .decoder import ImageDecoder
@@ -19,7 +23,8 @@ from .ds import engine as ds_engine
 from .ds.ds_config import fill_ds_config, read_ds_config, zero_stage
 from .ds.portable import cannot_load, universal_config
 from .evaluation.in_training import Evaluator
-from .experience import ExperienceMaker, RolloutAhead, drawn_from_state
+from .experience import Drawn, ExperienceMaker, NoAhead, RolloutAhead, off_policy
+from .grpo import LossSettings
 from .lifecycle import checkpoint, resume, storage
 from .lifecycle.background import Background
 from .lifecycle.run import RunLife, decide_start
@@ -27,7 +32,7 @@ from .memory.startup import base_copy_placement, recorded_config, startup_plan
 from .model.adapters import check_init_adapter, check_target_modules, text_layer_linear_names
 from .model.glm_image import load_processor, read_ar_config, resolve_attn, resolve_dtype, resolve_sampling
 from .model.policy import load_policy, load_reference
-from .model.source import check_local_model, resolve_for_training
+from .model.source import ModelSource, check_local_model, resolve_for_training
 from .model.token_ids import check_token_ids, embedding_rows
 from .monitoring.alarms import Monitor, parse_rules
 from .observability.metrics import first_record
@@ -44,12 +49,58 @@ from .runtime.seeding import derive_seed, rollout_seeds, seed_everything
 from .runtime.versions import framework_versions
 from .sharing.hub import Publisher
 from .testing.random_model import materialize
-from .update import logprobs_before_update
+from .update import logprobs_before_update, loss_settings
 
 
-class TrainerStartup:
-    """The entrance hall (in ``__init__``, in named phases: check inputs, open the run, read the inputs, build,
-    resume, announce); the attributes it sets are what the step and the loop use."""
+@dataclass(frozen=True)
+class Run:
+    """Everything the training loop reads, built once by :func:`build_run` (or from parts, by a test); nothing in it
+    is replaced during the run (the objects it holds keep their own state: the engine's weights, the prompt order's
+    position, the rollout pending one step off)."""
+
+    cfg: object  # the loaded TrainConfig, with the model's own sampling settings where the config left them unset
+    rank: int
+    world: int
+    device: torch.device
+    out: Path  # output_dir
+    status: object  # rank 0's step status line (observability/step_status.py); a no-op elsewhere
+    step_status: object  # the same, its phases reported to the watchdog too
+    watchdog: object  # every rank's hang reports (observability/watchdog.py)
+    prompt_order: object  # data/prompt_order.py: each step's prompts of this rank
+    evaluator: object | None  # the in-training evaluation (eval.file), None without one
+    reward_fn: object
+    loss: LossSettings  # the policy loss's settings (grpo.*), built once
+    engine: object  # the policy's DeepSpeed engine
+    ref_engine: object | None  # full fine-tuning's reference engine (LoRA's reference is the policy, adapters off)
+    processor: object
+    dtype: torch.dtype
+    base_copy: object | None  # rollout.merge_lora's copy of the base weights (rollout/merged_lora.py)
+    experience: ExperienceMaker  # training's experience path
+    eval_experience: ExperienceMaker  # the evaluation's (its own sampler, the same decoder and rewards)
+    rollout: NoAhead | RolloutAhead  # where each step's rollout comes from (experience/off_policy.py)
+    life: RunLife  # the run on disk: checkpoints, final weights, stops (lifecycle/run.py)
+    publisher: Publisher  # model cards and uploads (sharing/hub.py)
+    monitor: Monitor  # the alarms on the image statistics
+    tracker: object  # metrics.jsonl and the experiment trackers
+    model_source: ModelSource
+    start_step: int  # 0, or the checkpoint's step
+    skipped_steps: int  # optimizer updates skipped before start_step
+    before_load_mb: float | None  # CPU: the resident set before any model (observability, check-run)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def build_run(cfg, ds_config_path: str) -> Run:
+    """The run of ``cfg`` with the DeepSpeed config at ``ds_config_path``, ready for its first step (collective:
+    every rank calls it)."""
+    return _Hall(cfg, ds_config_path).run
+
+
+class _Hall:
+    """:func:`build_run`'s phases (in ``__init__``: check inputs, open the run, read the inputs, build, resume,
+    announce), each reading what the ones before it set; ``run`` is the result."""
 
     def __init__(self, cfg, ds_config_path: str):
         self.cfg = cfg
@@ -62,7 +113,7 @@ class TrainerStartup:
             rows = self._read_inputs(ds_config_path)
             self._start_run(resume_path, rows)
             model = self._build()
-            self._resume()
+            self.run = self._resume()
             self._announce(model)
         except BaseException:
             self.status.close()  # a terminal's status line goes before the error's line
@@ -122,15 +173,17 @@ class TrainerStartup:
         )
         ev = cfg.eval
         eval_rows = load_prompts(ev.file, "eval.file", cfg.data, ev.split, ev.revision, **at) if ev.file else None
-        self.evaluator = Evaluator(cfg, eval_rows, self.rank, self.world, self.device) if eval_rows else None
         check_reward_inputs(cfg.rewards, rows, "data.train_file", cfg.data.train_file)
         if eval_rows:
             check_reward_inputs(cfg.rewards, eval_rows, "eval.file", cfg.eval.file)
         # after the cheap checks: a Hub id may download (rank 0, if the environment allows; the others wait)
         self.status.phase("model files")
         self.model_source = resolve_for_training(cfg.model.path, cfg.model.revision, self.rank)
-        # unset sampling knobs = what the model samples with by itself (recorded in config.json)
-        cfg.grpo.sampling = resolve_sampling(cfg.grpo.sampling, self.model_source.path)
+        # unset sampling knobs = what the model samples with by itself (recorded in config.json): the run's config
+        # is the loaded one with them filled in (the loaded object is left as it was)
+        sampling = resolve_sampling(cfg.grpo.sampling, self.model_source.path)
+        cfg = self.cfg = replace(cfg, grpo=replace(cfg.grpo, sampling=sampling))
+        self.evaluator = Evaluator(cfg, eval_rows, self.rank, self.world, self.device) if eval_rows else None
         # before the processor: importing it imports transformers' flash-attn probe, which a broken
         # flash-attn install crashes; resolve_attn turns that into one line
         on_gpu = self.device.type == "cuda"
@@ -232,47 +285,57 @@ class TrainerStartup:
         self.eval_experience = ExperienceMaker(eval_sampler, decoder, self.reward_fn, cfg, self.device, eval_status)
         return model
 
-    def _resume(self) -> None:
-        """The checkpoint's weights, optimizer, RNG and data position when resuming (collective), then the
-        trackers (a resumed run continues its tracker runs)."""
+    def _resume(self) -> Run:
+        """The checkpoint's weights, optimizer, RNG and data position when resuming (collective), where each step's
+        rollout comes from (with the one a checkpoint drew ahead), then the alarms and the trackers (a resumed run
+        continues its tracker runs): the run."""
+        cfg = self.cfg
         self.life.tidy()
         dist.barrier()
         if self.life.start.checkpoint is not None:
             self.status.phase("checkpoint")
-        self.start_step, self.skipped_steps = self.life.restore(self.engine, self.prompt_order)
-        self.ahead = self._rollout_ahead()
+        self.start_step, skipped_steps = self.life.restore(self.engine, self.prompt_order)
+        seeds = partial(rollout_seeds, cfg.seed, rank=self.rank, prompts_per_rank=cfg.batch.prompts_per_rank)
+        rollout = off_policy.for_run(cfg, self.experience, self.engine, self.device, self.prompt_order, seeds)
+        if isinstance(rollout, RolloutAhead):
+            self._pending_rollout(rollout)
         for maker in (self.experience, self.eval_experience):  # the samplers take the weights the run starts from
             maker.sampler.sync_weights(self.start_step)
-        if self.ahead is not None and self.life.start.written_on is not None:
-            self._draw_ahead_again()
-        self.monitor = self._monitor()
-        self.consecutive_skips = 0  # optimizer updates skipped in a row (non-finite gradients, undefined rewards)
+        if isinstance(rollout, RolloutAhead) and self.life.start.written_on is not None:
+            self._draw_ahead_again(rollout)
+        monitor = self._monitor()
         self.status.phase("trackers")
         resumed = self.life.start.checkpoint is not None
-        self.tracker = build_tracker(self.cfg, self.is_main, resume_step=self.start_step if resumed else None)
+        tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if resumed else None)
         self.status.idle()  # the startup summary follows
+        return Run(
+            cfg=cfg, rank=self.rank, world=self.world, device=self.device, out=self.out, status=self.status,
+            step_status=self.step_status, watchdog=self.watchdog, prompt_order=self.prompt_order,
+            evaluator=self.evaluator, reward_fn=self.reward_fn, loss=loss_settings(cfg.grpo), engine=self.engine,
+            ref_engine=self.ref_engine, processor=self.processor, dtype=self.dtype, base_copy=self.base_copy,
+            experience=self.experience,
+            eval_experience=self.eval_experience, rollout=rollout, life=self.life, publisher=self.publisher,
+            monitor=monitor, tracker=tracker, model_source=self.model_source, start_step=self.start_step,
+            skipped_steps=skipped_steps, before_load_mb=self.before_load_mb,
+        )  # fmt: skip
 
-    def _rollout_ahead(self) -> RolloutAhead | None:
-        """``rollout.one_step_off``: the background rollout, with the one a checkpoint saved drawn ahead (its
-        step then trains on what the uninterrupted run trained on)."""
-        if not self.cfg.rollout.one_step_off:
-            return None
-        ahead = RolloutAhead(self.experience, self.device)
+    def _pending_rollout(self, ahead: RolloutAhead) -> None:
+        """One step off, resumed on the same world size: the rollout the checkpoint drew ahead is the next step's
+        (it then trains on what the uninterrupted run trained on)."""
         path = self.life.start.checkpoint
         if path is None or self.life.start.written_on is not None:  # another world size: _draw_ahead_again
-            return ahead
+            return
         state = checkpoint.load_ahead(path, self.rank)
         if state is not None:
             try:
-                ahead.pending = drawn_from_state(state, self.prompt_order.rows, self.device)
+                ahead.pending = Drawn.from_state(state, self.prompt_order.rows, self.device)
             except (ValueError, IndexError, KeyError, TypeError) as err:
                 raise checkpoint.CheckpointError(
                     f"{path / checkpoint.AHEAD}: the rollout drawn ahead cannot be read ({err}); resume from an "
                     "earlier checkpoint, or remove that folder to sample this step anew"
                 ) from err
-        return ahead
 
-    def _draw_ahead_again(self) -> None:
+    def _draw_ahead_again(self, ahead: RolloutAhead) -> None:
         """A one-step-off checkpoint resumed on another world size: its ranks' rollouts drawn ahead for the next step
         were cut for the old ranks. The same prompts are sampled again here, split over this run's ranks, with the
         weights the run starts from (one step newer than the ones the uninterrupted run sampled them with); when the
@@ -294,7 +357,7 @@ class TrainerStartup:
             f"step {step - 1}: that one step is on-policy)"
         )
         mine = [self.prompt_order.rows[i] for i in rows[self.rank * per : (self.rank + 1) * per]]
-        self.ahead.pending = self.experience.draw(mine, rollout_seeds(self.cfg.seed, step, self.rank, per))
+        ahead.pending = self.experience.draw(mine, rollout_seeds(self.cfg.seed, step, self.rank, per))
 
     def _monitor(self) -> Monitor:
         """The alarms (monitor.alarms) on the evaluations when the run evaluates, else on the training steps; a

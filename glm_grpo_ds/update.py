@@ -17,6 +17,7 @@ import torch
 from .ds import dist as ds_dist
 from .ds import engine as ds_engine
 from .grpo import (
+    LossSettings,
     correction_sums,
     high_entropy_mask,
     high_entropy_threshold,
@@ -141,10 +142,10 @@ def loss_weights(
     return policy_token_weights(micro, entropy, g, selection), is_weights
 
 
-def loss_options(grpo_cfg) -> dict:
-    """The grpo section's knobs of :func:`glm_grpo_ds.grpo.policy_loss`."""
+def loss_settings(grpo_cfg) -> LossSettings:
+    """The grpo section's settings of :func:`glm_grpo_ds.grpo.policy_loss`, built once per run."""
     g = grpo_cfg
-    return dict(
+    return LossSettings(
         beta=g.beta,
         epsilon_low=g.epsilon_low,
         epsilon_high=g.epsilon_high,
@@ -155,21 +156,31 @@ def loss_options(grpo_cfg) -> dict:
 
 
 def grpo_update(
-    engine, batch, advantages, cfg, ref_engine=None, on_boundary=None, ref_logps=None, old_logps=None, status=NO_STATUS
+    engine,
+    batch,
+    advantages,
+    cfg,
+    ref_engine=None,
+    on_boundary=None,
+    ref_logps=None,
+    old_logps=None,
+    status=NO_STATUS,
+    loss: LossSettings | None = None,
 ) -> dict:
     """Run ``grpo.num_iterations`` optimizer steps on one rollout; return its statistics (observability/
     update_stats.py; ``skipped``: optimizer steps DeepSpeed skipped because the gradients were not finite).
     ``ref_logps`` / ``old_logps``: computed during the rollout, else here. ``on_boundary(engine)`` runs after the
     last backward of each step, before the optimizer step (tests read the gradients there); ``status``: the step
-    status (observability/step_status.py), told each micro-batch done."""
+    status (observability/step_status.py), told each micro-batch done; ``loss``: the run's loss settings
+    (:func:`loss_settings` of ``cfg.grpo`` when None)."""
     g = cfg.grpo
+    settings = loss_settings(g) if loss is None else loss
     batch = batch if g.preview_in_loss else without_preview_loss(batch)
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
     status.phase("update", total=g.num_iterations * len(slices), unit="micro-batches")
     norm = loss_normalizer(batch.completion_mask, g.aggregation)  # the whole rollout's: micro-batch losses add up
     total_tokens = batch.completion_mask.sum().clamp(min=1.0)  # each micro-batch's share of the entropy bonus
     ref, old = missing_logprobs(engine, ref_engine, batch, cfg, slices, ref_logps, old_logps)
-    options = loss_options(g)
     stats = UpdateStats()
     for it in range(g.num_iterations):
         for j, rows in enumerate(slices):
@@ -189,15 +200,15 @@ def grpo_update(
             selection: dict = {}
             token_weights, is_weights = loss_weights(micro, entropy, old_logp, g, selection)
             stats.add_selection(selection)
-            loss, loss_stats = policy_loss(
-                logp, old_logp, advantages[rows], mask, ref_logp=None if ref is None else ref[rows], normalizer=norm,
-                token_weights=token_weights, is_weights=is_weights, entropy=entropy,
-                entropy_share=mask.sum() / total_tokens, **options,
+            value, loss_stats = policy_loss(
+                logp, old_logp, advantages[rows], mask, settings, ref_logp=None if ref is None else ref[rows],
+                normalizer=norm, token_weights=token_weights, is_weights=is_weights, entropy=entropy,
+                entropy_share=mask.sum() / total_tokens,
             )  # fmt: skip
-            ds_engine.backward(engine, loss)
+            ds_engine.backward(engine, value)
             if j == len(slices) - 1 and on_boundary is not None:
                 on_boundary(engine)
-            stats.add(loss, loss_stats, ds_engine.step(engine))
+            stats.add(value, loss_stats, ds_engine.step(engine))
             status.advance()  # after stats.add's .item()s: the micro-batch is done on the device too
         stats.end_iteration()
     return stats.result()

@@ -6,11 +6,11 @@
 #      model.path=random:glm-image), ZeRO-2, G=16, 1024², 8 guided DiT steps, every lossless lever on (the exact fused
 #      sampler captured, the DiT's blocks compiled), 3 steps: each phase's seconds, per image, images per GPU-second;
 #   2. train_one_step_off.json: the same, one step off (rollout.one_step_off), 2 steps, compared with part 1's;
-#   3. dit_timing.json: the DiT per guided image-step (glm-grpo dit-timing, one process): sdpa, compiled, fp8, and
-#      guidance on the first half of the steps only;
-#   4. decode_timing.json: the decode step per sampler (glm-grpo decode-timing: exact eager, exact fused graph, merged
-#      graph) at 16 and 64 rows.
-# Before anything runs each part's seconds are planned from the figures glm_grpo_ds/memory/step_time.py holds and the
+#   3. dit_timing.json: the DiT per guided image-step (glm-grpo profile dit-timing, one process): sdpa, compiled, fp8,
+#      and guidance on the first half of the steps only;
+#   4. decode_timing.json: the decode step per sampler (glm-grpo profile decode-timing: exact eager, exact fused graph,
+#      merged graph) at 16 and 64 rows.
+# Before anything runs each part's seconds are planned from the figures glm_grpo_ds/memory/gpu_figures.py holds and the
 # one-off costs glm_grpo_ds/memory/timing_budget.py states, and printed (part, planned s); a part that would not fit
 # what is left of the budget when it starts is skipped with one line, and one still running when the budget ends is
 # stopped (a training part's finished steps are still reported). Then one command turns the JSONs into every
@@ -22,8 +22,8 @@
 #   PARTS=dit_timing,decode_timing bash launch/gpu_timing.sh   # some parts (run in the order above)
 #   ONE_STEP_OFF=0 bash launch/gpu_timing.sh                   # part 1 only of the two training parts (1: part 2 only)
 #   TRAIN_STEPS=3 OFF_STEPS=2 bash launch/gpu_timing.sh        # the training parts' steps (the first compiles, captures)
-#   DIT_VARIANTS=sdpa,compiled,fp8,guidance_half DIT_BATCH=8   # part 3 (all: glm-grpo dit-timing --help)
-#   ROWS=16,64 ROW_VARIANTS=eager,graph_fused,graph DECODE_STEPS=64  # part 4 (ROWS= : none; glm-grpo decode-timing)
+#   DIT_VARIANTS=sdpa,compiled,fp8,guidance_half DIT_BATCH=8   # part 3 (all: glm-grpo profile dit-timing --help)
+#   ROWS=16,64 ROW_VARIANTS=eager,graph_fused,graph DECODE_STEPS=64  # part 4 (ROWS= : none; profile decode-timing)
 #   MODEL=zai-org/GLM-Image bash launch/gpu_timing.sh          # every part on another model (default random:glm-image;
 #                                                              # random:glm-image,ar_layers=8,dit_layers=2: a slice)
 #   SIZE=1024 TRAIN_OVERRIDES="key=value ..."                  # the image size of every part; more training settings
@@ -133,7 +133,7 @@ train_part() {  # $1: the part. Its plan beside (estimate-memory, on the CPU whi
   return "$rc"
 }
 dit_part() {  # the DiT's variants in one process; a variant that fails is listed in the JSON (exit 1)
-  within glm-grpo dit-timing --model "$MODEL" --out "$OUT/dit_timing.json" --variants "$DIT_VARIANTS" \
+  within glm-grpo profile dit-timing --model "$MODEL" --out "$OUT/dit_timing.json" --variants "$DIT_VARIANTS" \
     --batch "$DIT_BATCH" --size "$SIZE" --repeats 1 || [ -f "$OUT/dit_timing.json" ]
 }
 decode_part() {  # one process per rows; the rows measured are kept if a later one fails
@@ -141,7 +141,7 @@ decode_part() {  # one process per rows; the rows measured are kept if a later o
   for n in "${row_list[@]}"; do
     echo "glm-grpo: the decode step at $n rows ($ROW_VARIANTS)"
     rc=0
-    within glm-grpo decode-timing --model "$MODEL" --group-size "$n" --size "$SIZE" --steps "$DECODE_STEPS" \
+    within glm-grpo profile decode-timing --model "$MODEL" --group-size "$n" --size "$SIZE" --steps "$DECODE_STEPS" \
       --variants "$ROW_VARIANTS" --out "$OUT/decode_timing_rows_$n.json" || rc=$?
     [ -f "$OUT/decode_timing_rows_$n.json" ] && files+=("$OUT/decode_timing_rows_$n.json")
     [ "$rc" = 0 ] || { echo "gpu_timing.sh: decode-timing at $n rows exited $rc (above)" >&2; break; }

@@ -84,6 +84,7 @@ LONGEST_FIRST = (
     "test_decode_loop",  # 43
     "test_data_formats",  # 38
     "test_seed_recipe",  # ~45 (its run alone, 2026-11-29; the tiny world built once)
+    "test_run_parts",  # ~35 (alone, 2026-11-29)
     "test_held_back_rank",  # ~40 (alone, 2026-11-29)
     "test_preflight",  # ~35 (alone, 2026-11-29)
     "test_memory_plan_deepspeed",  # 37

@@ -9,8 +9,10 @@ and is imported only when it runs, so ``glm-grpo --help`` stays fast.
 from __future__ import annotations
 
 import importlib
+import shlex
 import sys
 
+from ..profiling.tools import PROFILE_TOOLS
 from .subcommands import SUBCOMMANDS
 
 
@@ -72,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"glm-grpo-ds {package_version('glm-grpo-ds')}")
         return 0
     name, rest = argv[0], argv[1:]
+    if name in PROFILE_TOOLS:  # the profilers were verbs of their own
+        print(f"glm-grpo {name} moved: run {shlex.join(['glm-grpo', 'profile', name, *rest])}", file=sys.stderr)
+        return 2
     if name not in SUBCOMMANDS:
         import difflib
 
@@ -99,10 +104,14 @@ TABLE_END = "<!-- end of the generated commands table -->"
 
 
 def commands_table() -> str:
-    """The table of docs/commands.md (between :data:`TABLE_BEGIN` and :data:`TABLE_END`), from :data:`SUBCOMMANDS`."""
+    """The table of docs/commands.md (between :data:`TABLE_BEGIN` and :data:`TABLE_END`), from :data:`SUBCOMMANDS`,
+    the ``profile`` row followed by one row per tool of :data:`~glm_grpo_ds.profiling.tools.PROFILE_TOOLS`."""
+    entries = []
+    for name, sub in SUBCOMMANDS.items():
+        entries += [sub, *(PROFILE_TOOLS.values() if name == "profile" else ())]
     rows = [
         (s.usage, s.doc, s.target.partition(":")[0].removeprefix("glm_grpo_ds.").replace(".", "/") + ".py", s.code)
-        for s in SUBCOMMANDS.values()
+        for s in entries
     ]
     rows.append((*VERSION_ROW, ""))
     lines = [TABLE_BEGIN, "| command | what it does | module |", "|---|---|---|"]

@@ -145,9 +145,10 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
     from ..data import load_prompts
     from ..decoder import ImageDecoder
     from ..decoder.fp8 import is_fp8, to_fp8
-    from ..experience import decode_and_score
+    from ..experience import ToScore, decode_and_score
     from ..model.adapters import find_adapter
     from ..model.policy import load_for_sampling
+    from ..observability.meter import Meter
     from ..rewards import build_rewards
     from ..rollout.backends import ModelSampler
     from ..runtime.seeding import derive_seed
@@ -173,15 +174,13 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
 
     def scored(settings):
         # the experience path's decode and score; not streamed, so the seconds are the decode's alone
-        timings: dict[str, float] = {}
-        prior, prompts = batch.prior_token_ids, batch.prompts
-        _, per_reward = decode_and_score(
-            decoder, reward_fn, prior, prompts, size, seeds, targets, settings, False, device, timings
-        )
+        meter = Meter(device)
+        todo = ToScore(batch.prior_token_ids, batch.prompts, size, seeds, targets, settings)
+        _, per_reward = decode_and_score(decoder, reward_fn, todo, meter)
         per_reward = {label: values.float().cpu() for label, values in per_reward.items()}
         if len(per_reward) > 1:
             per_reward["total"] = weighted_total(per_reward, reward_fn.weights, g)
-        return per_reward, timings["decode"]
+        return per_reward, meter.timings["decode"]
 
     def warm_up():
         # untimed (first-call allocations, kernel selection), so the first decode timed is not the slowest
@@ -217,7 +216,7 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
 def decode_name(steps: int, guidance: float, guidance_steps: int | None = None, fp8: bool = False) -> str:
     """``8 steps, guidance 1`` (``1 step, ...``; ``8 steps, guidance 1.5 x3``: guided on the first 3; ``... fp8``:
     the DiT's block linears in FP8)."""
-    from ..config.checks import guided_steps
+    from ..decoder.settings import guided_steps
 
     guided = guided_steps(steps, guidance, guidance_steps)
     name = f"{steps} step{'s' * (steps != 1)}, guidance {guidance:g}" + (f" x{guided}" if 0 < guided < steps else "")

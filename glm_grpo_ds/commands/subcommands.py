@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..profiling.tools import PROFILE_TOOLS
+
 
 class Subcommand(NamedTuple):
     """One ``glm-grpo`` subcommand: the one place it is listed (``glm-grpo --help`` and the table of
@@ -195,61 +197,17 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "--adapter outputs/world_run/final_adapter --prompts outputs/world/heldout.jsonl"
         ),
     ),
-    "bench": Subcommand(
-        "glm_grpo_ds.commands.bench",
-        "benchmark rollout / decode / reward / update and print side-by-side ratios",
-        usage=(
-            "glm-grpo bench [--model DIR\\|ID [--revision R] --data FILE] [--size 256] [--group-size 16] "
-            "[--steps 3] [--repeats 3] [--out outputs/bench] [--hbm-gbps X] [--count-variants V,...\\|none] "
-            "[--gathers [--gathers-micro-batches 2,4,8]] [key=value ...]"
-        ),
+    "profile": Subcommand(
+        "glm_grpo_ds.commands.profile",
+        f"the profilers: {', '.join(PROFILE_TOOLS)} (glm-grpo profile TOOL --help)",
+        usage="glm-grpo profile TOOL [args ...]",
         doc=(
-            "phase throughputs and side-by-side ratios (same as `python -m glm_grpo_ds.commands.bench`); table "
-            "+ `OUT/bench.json`; its `decode_step_counts` section: kernels, module calls, Python calls, host syncs "
-            "and tokens/s per decode step of HF generate and the eager / merged / compiled loops, extrapolated to "
-            "40 layers (`python -m glm_grpo_ds.commands.decode_counts` alone; "
-            "[benchmarks.md](benchmarks.md#glm-grpo-bench-on-the-tiny-model)); `--gathers`: only what a LoRA step "
-            "gathers under ZeRO-3 on 2 ranks per micro-batch size, `OUT/bench_gathers.json` "
-            "([memory-and-speed.md](memory-and-speed.md#what-a-step-gathers-under-zero-3))"
+            "runs one profiler (`glm_grpo_ds/profiling/`, which the training path never imports) with its own "
+            "arguments: `glm-grpo profile --help` lists the tools, `glm-grpo profile TOOL --help` shows one's "
+            "options"
         ),
-        example=(
-            "glm-grpo bench --model /tmp/glm_full --data prompts.jsonl --size 1024 --group-size 16 lora.r=64 "
-            "model.dtype=bf16"
-        ),
-    ),
-    "decode-timing": Subcommand(
-        "glm_grpo_ds.commands.decode_timing",
-        "time the rollout's decode step per variant (eager, LoRA merged, CUDA graph, compiled, HF generate)",
-        usage=(
-            "glm-grpo decode-timing [--model random:glm-image|DIR | --tiny] [--layers N] [--group-size 16] "
-            "[--size 1024] [--steps 64] [--lora-r 64] "
-            "[--variants eager,merged,...] [--hbm-gbps X] [--out FILE]"
-        ),
-        doc=(
-            "builds the full-size AR (random weights, LoRA) on the GPU, times `--steps` decode steps per variant with "
-            "CUDA events from one prefill and the same noise, checks each variant's tokens against its reference, "
-            "prints ms per step, tokens/s, x eager and the HBM roofline fraction; `launch/gpu_timing.sh` adds one "
-            "training step ([memory-and-speed.md](memory-and-speed.md#the-decode-step-on-a-gpu))"
-        ),
-        example="glm-grpo decode-timing --layers 8 --steps 64",
-    ),
-    "dit-timing": Subcommand(
-        "glm_grpo_ds.commands.dit_timing",
-        "time the frozen DiT decode per variant (attention kernels, compiled blocks, FP8) and compare its images",
-        usage=(
-            "glm-grpo dit-timing --model DIR\\|ID [--variants sdpa,compiled,fp8,...] [--batch 8] [--size 1024] "
-            "[--steps 1,3] [--guidance 1.5] [--repeats 2] [--seed 0] [--device auto] [--out FILE]"
-        ),
-        doc=(
-            "decodes one batch of one prompt with the trainer's frozen decoder per variant (`sdpa`: diffusers' "
-            "pipeline as it is, the reference; the other attention kernels, `compiled`, `fp8`, `fp8_compiled`, "
-            "`cudnn_compiled`, `fp8_cudnn_compiled`) from the same prior tokens and seeds, times the decodes at two "
-            "step counts (CUDA events) and prints seconds per guided image-step, x sdpa, the setup (compile) seconds,"
-            " the images' largest difference and PSNR against sdpa's, the DiT's and the peak GPU memory; a variant "
-            "this device cannot run is listed as skipped; `launch/gpu_timing.sh` runs it on the full-size model "
-            "([memory-and-speed.md](memory-and-speed.md#the-dit-decode-issue-52))"
-        ),
-        example="glm-grpo dit-timing --model outputs/glm_image --variants sdpa,compiled,fp8,fp8_compiled",
+        example="glm-grpo profile decode-timing --tiny --steps 8 --group-size 4",
+        code="(the tools: `profiling/tools.py`)",
     ),
     "plot": Subcommand(
         "glm_grpo_ds.commands.plot",

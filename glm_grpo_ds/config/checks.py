@@ -18,14 +18,6 @@ def need(problems: list[str], ok: bool, msg: str) -> None:
         problems.append(msg)
 
 
-def guided_steps(num_inference_steps: int, guidance_scale: float, guidance_steps: int | None) -> int:
-    """The DiT steps of a decode that run the unconditional pass too: none at guidance <= 1, else the first
-    ``guidance_steps`` (None: all). A decode runs steps + guided steps DiT forwards per image."""
-    if guidance_scale <= 1:
-        return 0
-    return num_inference_steps if guidance_steps is None else guidance_steps
-
-
 def decode_problems(
     num_inference_steps: int | None, guidance_scale: float | None, prefix: str, guidance_steps: int | None = None
 ) -> list[str]:

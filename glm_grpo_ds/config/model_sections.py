@@ -153,9 +153,10 @@ class RolloutConfig:
     one_step_off: bool = setting(
         False,
         "Sample step t+1's rollout with step t's weights on a background thread (its own CUDA stream) while step t "
-        "decodes, scores and gathers its rewards (verl's one-step-off-policy; glm_grpo_ds/experience.py "
+        "decodes, scores and gathers its rewards (verl's one-step-off-policy; glm_grpo_ds/experience/off_policy.py "
         "RolloutAhead): the rollout hides behind the DiT decode, at most min(rollout, decode) per step (computed "
-        "~15 s of the 58 s full-size step on an H200; not yet measured). Off-policy by one update: needs "
+        "~15 s of the 58 s full-size step on an H200; not yet measured; its CUDA path, streams and capture on the "
+        "thread, has not yet run on a GPU). Off-policy by one update: needs "
         "grpo.sampler_correction, which reweighs each token by pi_theta(t+1) / pi_theta(t). The first step samples "
         "on-policy; a checkpoint keeps the pending rollout, so a resumed run samples what the uninterrupted one "
         "would. Refused under ZeRO-3 (the rollout's gather would issue collectives beside the rewards' gather) and "
@@ -242,7 +243,7 @@ class DecoderConfig:
         "scaled_dot_product_attention, which picks its kernel itself; sdpa_cudnn / sdpa_flash / sdpa_efficient "
         "force one of its GPU kernels (sdpa_math: its reference math, any device); flash_attn / flash_attn_3 = the "
         "flash-attn 2 / 3 packages when installed. Exact attention each (the images differ by float rounding); "
-        "a kernel this device or install lacks is refused before any model loads. `glm-grpo dit-timing` times "
+        "a kernel this device or install lacks is refused before any model loads. `glm-grpo profile dit-timing` times "
         "them on a GPU.",
     )
     fp8: bool = setting(

@@ -135,8 +135,31 @@ class TrainConfig:
         problems += choice_problems(self)  # the top-level Literal[...] fields; each section checks its own
         problems += self.data.problems("data.")
         problems += self._top_level_problems()
+        problems += self._grpo_problems()
+        problems += self._rollout_problems()
+        problems += self.optimizer.problems("optimizer.")
+        problems += self._batch_problems()
+        problems += self.decoder.problems("decoder.")
+        problems += self.eval.problems("eval.")
+        problems += self.monitor.problems("monitor.", [r.name for r in self.rewards])
+        need(
+            problems,
+            len(self.rewards) > 0,
+            "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]",
+        )
+        for i, r in enumerate(self.rewards):
+            problems += r.problems(f"rewards[{i}].")
+        problems += self.logging.problems("logging.")
+        problems += self._hub_problems()
+        if self.lora is not None:
+            problems += self.lora.problems("lora.")
+        if problems:
+            raise ConfigError("\n".join(problems))
+
+    def _grpo_problems(self) -> list[str]:
+        """The grpo section's own problems, and what its settings need of the rollout's size and the rewards."""
         g, rollout = self.grpo, self.rollout
-        problems += g.problems("grpo.")
+        problems = g.problems("grpo.")
         # a fraction that keeps under one token of a sequence trains (almost) nothing: 0 keeps the single
         # highest-entropy token of a micro-batch (TRL's meaning), and grad_norm reads ~0
         grid = (rollout.height // 32) * (rollout.width // 32)  # the target grid's tokens
@@ -154,10 +177,12 @@ class TrainConfig:
             f"grpo.disagreement_gate={g.disagreement_gate} compares several rewards, but rewards has "
             f"{len(self.rewards)}: add the auxiliary rewards or set it to null",
         )
-        problems += self._rollout_problems()
-        problems += self.optimizer.problems("optimizer.")
+        return problems
+
+    def _batch_problems(self) -> list[str]:
+        """The batch section's own problems, and that its micro-batches divide a rank's sequences of a step."""
         b = self.batch
-        problems += b.problems("batch.")
+        problems = b.problems("batch.")
         if b.micro_batch_size >= 1 and b.prompts_per_rank >= 1:
             need(
                 problems,
@@ -165,19 +190,12 @@ class TrainConfig:
                 f"batch.micro_batch_size={b.micro_batch_size} must divide the sequences per rank per step "
                 f"(batch.prompts_per_rank x grpo.group_size = {self.sequences_per_rank})",
             )
-        problems += self.decoder.problems("decoder.")
-        problems += self.eval.problems("eval.")
-        problems += self.monitor.problems("monitor.", [r.name for r in self.rewards])
-        need(
-            problems,
-            len(self.rewards) > 0,
-            "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]",
-        )
-        for i, r in enumerate(self.rewards):
-            problems += r.problems(f"rewards[{i}].")
-        problems += self.logging.problems("logging.")
+        return problems
+
+    def _hub_problems(self) -> list[str]:
+        """The hub section's own problems, and what pushing checkpoints needs (LoRA, checkpoints saved)."""
         h = self.hub
-        problems += h.problems("hub.")
+        problems = h.problems("hub.")
         if h.push_checkpoints and h.repo_id is not None:
             need(
                 problems,
@@ -190,10 +208,7 @@ class TrainConfig:
                 self.save_steps > 0,
                 "hub.push_checkpoints=true but save_steps=0 saves no checkpoint: set save_steps=N",
             )
-        if self.lora is not None:
-            problems += self.lora.problems("lora.")
-        if problems:
-            raise ConfigError("\n".join(problems))
+        return problems
 
     def _rollout_problems(self) -> list[str]:
         """The rollout section's own problems, and what its settings need of the others (LoRA; one step off)."""

@@ -123,7 +123,12 @@ class GRPOConfig:
         """One line per problem, keys written ``<prefix>key``: an unknown choice first (the checks below read
         reward_combination and sampler_correction), then each setting's range, then the settings the others make
         ineffective, then ``<prefix>sampling``."""
-        problems = choice_problems(self, prefix)
+        problems = choice_problems(self, prefix) + self._range_problems(prefix) + self._ineffective_problems(prefix)
+        return problems + self.sampling.problems(f"{prefix}sampling.")
+
+    def _range_problems(self, prefix: str) -> list[str]:
+        """Each setting out of its range, one line each."""
+        problems: list[str] = []
         need(
             problems,
             self.group_size >= 2,
@@ -168,7 +173,12 @@ class GRPOConfig:
         )
         gate = self.disagreement_gate
         need(problems, gate is None or gate > 0, f"{prefix}disagreement_gate must be null or > 0, got {gate}")
-        # settings that would do nothing with the others as they are: refused rather than silently ignored
+        return problems
+
+    def _ineffective_problems(self, prefix: str) -> list[str]:
+        """The settings that would do nothing with the others as they are: refused rather than silently ignored."""
+        problems: list[str] = []
+        low = self.sampler_correction_min
         need(
             problems,
             self.preview_in_loss or self.preview_weight == 1.0,
@@ -188,7 +198,7 @@ class GRPOConfig:
             f"{prefix}sampler_correction_min={low} caps weights that {prefix}sampler_correction=none never computes: "
             "choose a sampler_correction or drop the cap",
         )
-        return problems + self.sampling.problems(f"{prefix}sampling.")
+        return problems
 
 
 @dataclass

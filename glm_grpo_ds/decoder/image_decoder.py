@@ -59,7 +59,7 @@ def load_component(root: Path, name: str, dtype: torch.dtype, device: torch.devi
 
 def load_pipeline(root: Path, dtype: torch.dtype, device: torch.device):
     """The whole ``GlmImagePipeline`` of a pipeline directory, AR included, for the tools that call diffusers' own
-    pipeline (``glm-grpo render``, ``glm-grpo bench``'s comparison): its weights read, or a ``random:`` model's
+    pipeline (``glm-grpo render``, ``glm-grpo profile bench``'s comparison): its weights read, or a ``random:`` model's
     components built on ``device`` (the AR as :func:`glm_grpo_ds.model.policy.load_ar` builds it, so the same
     weights as a trainer's on this device)."""
     from diffusers import GlmImagePipeline

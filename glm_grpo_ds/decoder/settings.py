@@ -1,12 +1,18 @@
-"""How a decode denoises: :class:`DecodeSettings` (DiT steps, classifier-free guidance and on how many steps),
-the pipeline's own defaults, and the step callback that ends guidance early."""
+"""How a decode denoises: :class:`DecodeSettings` (DiT steps, classifier-free guidance and on how many steps,
+:func:`guided_steps`), the pipeline's own defaults, and the step callback that ends guidance early."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ..config.checks import guided_steps
+
+def guided_steps(num_inference_steps: int, guidance_scale: float, guidance_steps: int | None) -> int:
+    """The DiT steps of a decode that run the unconditional pass too: none at guidance <= 1, else the first
+    ``guidance_steps`` (None: all). A decode runs steps + guided steps DiT forwards per image."""
+    if guidance_scale <= 1:
+        return 0
+    return num_inference_steps if guidance_steps is None else guidance_steps
 
 
 class DecodeSettings(NamedTuple):

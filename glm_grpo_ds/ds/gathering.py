@@ -6,6 +6,7 @@ gradients (zero.Init replaces it process-wide) with the training linear put back
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 
@@ -58,6 +59,9 @@ def plain_linear():
     autograd Function, and the replacement stays ("persists unless manually reset"). It only helps
     backward, yet every call pays for an autograd Function: on the tiny model it halved the rollout's
     speed, and it slowed the frozen DiT and reward models alike. Training forwards keep it.
+
+    The swap is process-wide, so it is made on the main thread only: a background thread swapping (a rollout drawn
+    ahead under ZeRO-3) would change the linear under the main thread's forwards, and restore it out of order.
     """
     from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses as ZeroInit
 
@@ -66,6 +70,12 @@ def plain_linear():
     if original is None or patched is original:
         yield
         return
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError(
+            f"plain_linear: ZeRO-3's process-wide F.linear would be swapped on thread "
+            f"{threading.current_thread().name}, under the main thread's forwards: only the main thread may (a "
+            "background rollout, rollout.one_step_off, is refused with ZeRO-3)"
+        )
     torch.nn.functional.linear = original
     _zero_linear.append(patched)
     try:

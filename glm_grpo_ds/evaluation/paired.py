@@ -10,7 +10,7 @@ on which prompts share its batch.
 
 The adapters are loaded side by side into one peft model over one copy of the base AR
 (glm_grpo_ds/model/policy.py ``load_for_sampling``); the base is the same model with its adapters disabled. Each batch
-goes through the one experience path (glm_grpo_ds/experience.py ``ExperienceMaker.collect`` with a
+goes through the one experience path (glm_grpo_ds/experience/ ``ExperienceMaker.collect`` with a
 ``ModelSampler``), so the decode settings, streamed rewards and the rollout options are training's.
 
 Resuming: with ``store``, each (model, batch of prompts) result is saved as ``store/<model>/batch_<first

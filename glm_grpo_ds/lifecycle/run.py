@@ -185,7 +185,7 @@ class RunLife:
 
     def save_checkpoint(self, engine, prompt_order, step: int, skipped_steps: int, ahead: dict | None = None) -> Path:
         """Checkpoint ``step`` (collective), its adapter's model card; its path. ``ahead``: this rank's rollout
-        drawn ahead for the next step (``rollout.one_step_off``; glm_grpo_ds/experience.py drawn_state)."""
+        drawn ahead for the next step (``rollout.one_step_off``; glm_grpo_ds/experience/drawn.py Drawn.state)."""
         state = {
             "step": step,
             "run_id": self.run_id,

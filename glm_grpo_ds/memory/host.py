@@ -80,19 +80,22 @@ def host_per_node(s: Basis, offloaded: dict, merge_copy: int = 0) -> dict:
         "per_rank": per_rank,
         "loading_per_rank": loading,
         "loading_rank0_bytes": rank0,
-        "ar_whole_basis": (
-            "ZeRO-3: the AR loads partitioned"
-            if stage == 3
-            else "CPU run: the plan counts the AR"
-            if not on_gpu
-            else "checkpoint in the model dtype: the memory-mapped file, not added"
-            if not ar_whole
-            else "checkpoint dtype unknown (no pipeline directory): a whole cast copy per rank assumed"
-            if sizes.checkpoint_dtype is None
-            else f"checkpoint {sizes.checkpoint_dtype} cast to {dtype}: a whole copy per rank"
-        ).replace("torch.", ""),
+        "ar_whole_basis": _ar_whole_basis(s, ar_whole),
         "steady_bytes": steady,
         "loading_peak_bytes": peak,
         "page_cache_bytes": (sum(sizes.ar_base) + sizes.decoder) * b + sum(r.mapped for r in rewards),
         "request_bytes": request,
     }
+
+
+def _ar_whole_basis(s: Basis, ar_whole: bool) -> str:
+    """Why :func:`host_per_node` counts a whole copy of the AR per rank while it loads, or not, in words."""
+    if s.stage == 3:
+        return "ZeRO-3: the AR loads partitioned"
+    if not s.on_gpu:
+        return "CPU run: the plan counts the AR"
+    if not ar_whole:
+        return "checkpoint in the model dtype: the memory-mapped file, not added"
+    if s.sizes.checkpoint_dtype is None:
+        return "checkpoint dtype unknown (no pipeline directory): a whole cast copy per rank assumed"
+    return f"checkpoint {s.sizes.checkpoint_dtype} cast to {s.dtype}: a whole copy per rank".replace("torch.", "")

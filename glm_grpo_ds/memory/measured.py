@@ -1,6 +1,7 @@
 """What a GPU run measured, as the planned time's counterpart reads it (glm_grpo_ds/memory/step_time.py): a training
 run's timed steps (metrics.jsonl's ``time/*``) per phase, per image and per GPU-second, a serial and a one-step-off run
-compared, a training part's JSON for launch/gpu_timing.sh, and the names the planner's DiT anchors are keyed by.
+compared, a training part's JSON for launch/gpu_timing.sh, and the names the planner's DiT anchors are keyed by (the
+anchors themselves: glm_grpo_ds/memory/gpu_figures.py).
 """
 
 from __future__ import annotations
@@ -9,16 +10,9 @@ import datetime
 import json
 from pathlib import Path
 
+from .sizes import BUILTIN_DIT, FULL_AR_TEXT
+
 PHASES = ("rollout", "decode", "reward", "update")  # the step's phases in metrics.jsonl's time/*, in order
-# glm-grpo decode-timing's variants whose measurement is an anchor of step_time.DECODE_STEP_MS (its key)
-ANCHOR_VARIANTS = {
-    "eager": ("eager", False),
-    "merged": ("eager", True),
-    "graph_lora": ("graph", False),
-    "graph": ("graph", True),
-    "graph_compiled": ("compiled", True),
-    "graph_fused": ("graph_fused", False),
-}
 
 
 def step_seconds(record: dict) -> float:
@@ -114,7 +108,8 @@ def dit_options(compile: bool, fp8: bool, attention: str) -> str:
     return "+".join(sorted(options))
 
 
-FULL_AR_LAYERS, FULL_DIT_LAYERS = 40, 30  # GLM-Image at its full size, the size the planner's anchors are measured at
+# GLM-Image at its full size (40 and 30 layers), the size the planner's anchors are measured at
+FULL_AR_LAYERS, FULL_DIT_LAYERS = FULL_AR_TEXT["layers"], BUILTIN_DIT["num_layers"]
 
 
 def full_size(record: dict) -> bool:

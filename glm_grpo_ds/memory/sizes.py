@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch  # imported where counted: FULL_AR_TEXT and the built-in sizes are read without torch
 
-# Real GLM-Image sizes where the pipeline directory is not at hand. AR: transformers' defaults.
+# Real GLM-Image sizes where the pipeline directory is not at hand. AR: transformers' defaults; its language model
+# as :attr:`Sizes.text` holds it (GlmImageConfig()'s text_config, counted by :func:`model_sizes`: the tests hold the
+# two equal), for what reads the full-size AR without building it (glm_grpo_ds/memory/step_time.py's decode step).
+FULL_AR_TEXT = dict(layers=40, hidden=4096, intermediate=13696, heads=32, kv_heads=2, head_dim=128, vision_vocab=16512)
 # DiT: GlmImageTransformer2DModel, 30 layers x 32 heads x 128 (hidden 4096), as in zai-org/GLM-Image
 # (diffusers' own defaults describe a smaller model). VAE: 16-channel AutoencoderKL. Glyph encoder:
 # the ByT5-small encoder (d_model 1472 = the DiT's text_embed_dim).
@@ -63,38 +68,62 @@ class Sizes:
 
 def _as_dtype(value) -> torch.dtype | None:
     """A config's ``dtype`` (a torch.dtype, a name such as "bfloat16", or None)."""
+    import torch
+
     if isinstance(value, str):
         value = getattr(torch, value, None)
     return value if isinstance(value, torch.dtype) else None
 
 
 def _meta_numels(build) -> list[int]:
+    import torch
+
     with torch.device("meta"):
         return [p.numel() for p in build().parameters()]
 
 
-def model_sizes(cfg) -> Sizes:
-    """Counts for ``cfg.model.path`` (a pipeline directory) or the built-in GLM-Image configs."""
+def _configs(cfg) -> tuple:
+    """``(ar, dit, vae, glyph, source, local)``: the four models' configs of ``cfg.model.path`` when it is a pipeline
+    directory (or a Hub id the Hugging Face cache holds: the planner never downloads), else the built-in ones."""
     from diffusers import AutoencoderKL, GlmImageTransformer2DModel
-    from transformers import GlmImageConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
+    from transformers import GlmImageConfig, T5Config
 
-    from ..decoder.fp8 import fp8_targets
     from ..model.glm_image import AR_DIR
-    from ..model.policy import make_trainable
     from ..model.source import cached_model_dir
 
-    # a Hub id counts when the Hugging Face cache holds it; the planner never downloads
     root = cached_model_dir(cfg.model.path, cfg.model.revision) if cfg.model.path else None
-    local = root is not None and (root / AR_DIR / "config.json").is_file()
-    if local:
+    if root is not None and (root / AR_DIR / "config.json").is_file():
         ar_cfg = GlmImageConfig.from_pretrained(root / AR_DIR)
         dit_cfg = GlmImageTransformer2DModel.load_config(root / "transformer")
         vae_cfg = AutoencoderKL.load_config(root / "vae")
-        glyph_cfg = T5Config.from_pretrained(root / "text_encoder")
-        source = f"configs in {root}"
-    else:
-        ar_cfg, dit_cfg, vae_cfg, glyph_cfg = GlmImageConfig(), BUILTIN_DIT, BUILTIN_VAE, T5Config(**BUILTIN_GLYPH)
-        source = "built-in GLM-Image configs (model.path: no pipeline directory here or in the Hugging Face cache)"
+        return ar_cfg, dit_cfg, vae_cfg, T5Config.from_pretrained(root / "text_encoder"), f"configs in {root}", True
+    source = "built-in GLM-Image configs (model.path: no pipeline directory here or in the Hugging Face cache)"
+    return GlmImageConfig(), BUILTIN_DIT, BUILTIN_VAE, T5Config(**BUILTIN_GLYPH), source, False
+
+
+def text_sizes(t) -> dict:
+    """The AR language model's sizes :attr:`Sizes.text` holds, from its ``text_config`` ``t``."""
+    return dict(
+        layers=t.num_hidden_layers,
+        hidden=t.hidden_size,
+        intermediate=t.intermediate_size,
+        heads=t.num_attention_heads,
+        kv_heads=t.num_key_value_heads or t.num_attention_heads,
+        head_dim=getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads,
+        vision_vocab=t.vision_vocab_size,
+    )
+
+
+def model_sizes(cfg) -> Sizes:
+    """Counts for ``cfg.model.path`` (a pipeline directory) or the built-in GLM-Image configs."""
+    import torch
+    from diffusers import AutoencoderKL, GlmImageTransformer2DModel
+    from transformers import GlmImageForConditionalGeneration, T5EncoderModel
+
+    from ..decoder.fp8 import fp8_targets
+    from ..model.policy import make_trainable
+
+    ar_cfg, dit_cfg, vae_cfg, glyph_cfg, source, local = _configs(cfg)
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # transformers' deprecation notes about checkpointing flags
         ar = make_trainable(GlmImageForConditionalGeneration(ar_cfg), cfg.lora, gradient_checkpointing=False)
@@ -107,17 +136,6 @@ def model_sizes(cfg) -> Sizes:
         + _meta_numels(lambda: AutoencoderKL.from_config(vae_cfg))
         + _meta_numels(lambda: T5EncoderModel(glyph_cfg))
     )
-    dit_hidden = int(dit_cfg["num_attention_heads"] * dit_cfg["attention_head_dim"])
-    t = ar_cfg.text_config
-    text = dict(
-        layers=t.num_hidden_layers,
-        hidden=t.hidden_size,
-        intermediate=t.intermediate_size,
-        heads=t.num_attention_heads,
-        kv_heads=t.num_key_value_heads or t.num_attention_heads,
-        head_dim=getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads,
-        vision_vocab=t.vision_vocab_size,
-    )
     return Sizes(
         ar_base=[p.numel() for n, p in named if "lora_" not in n],
         lora=[p.numel() for n, p in named if "lora_" in n],
@@ -125,8 +143,8 @@ def model_sizes(cfg) -> Sizes:
         trainable=sum(p.numel() for _, p in named if p.requires_grad),
         largest_trainable=max((p.numel() for _, p in named if p.requires_grad), default=0),
         decoder=sum(decoder),
-        dit_hidden=dit_hidden,
-        text=text,
+        dit_hidden=int(dit_cfg["num_attention_heads"] * dit_cfg["attention_head_dim"]),
+        text=text_sizes(ar_cfg.text_config),
         source=source,
         checkpoint_dtype=_as_dtype(getattr(ar_cfg, "dtype", None)) if local else None,
         largest_decoder_tensor=max(decoder),

@@ -4,10 +4,10 @@ scaled to a config's settings: rollout + image decode + update, each labelled, w
 
 Every anchor was measured on one GPU (first one H200, torch 2.11 cu130, sdpa, random weights at the real sizes,
 world size 1, G=16 at 1024x1024; docs/memory-and-speed.md): the decode step of each rollout variant, the DiT decode
-per guided image-step, the update at ZeRO-2 and ZeRO-3. They sit in one marked block that ``python -m
-glm_grpo_ds.memory.step_time --write-docs OUT`` rewrites from a run of launch/gpu_timing.sh (measured values only,
-each tagged with its card and date; glm_grpo_ds/memory/timing_docs.py). What this module does with them is
-arithmetic, not measurement:
+per guided image-step, the update at ZeRO-2 and ZeRO-3. They live in glm_grpo_ds/memory/gpu_figures.py, the home
+of every GPU measurement, in one marked block that ``python -m glm_grpo_ds.memory.step_time --write-docs OUT``
+rewrites from a run of launch/gpu_timing.sh (measured values only, each tagged with its card and date;
+glm_grpo_ds/memory/timing_docs.py). What this module does with them is arithmetic, not measurement:
 
     rollout = generated tokens x ms per decode step of the config's variant at its rows (:func:`decode_step_ms`:
               the 16-row measurement, moved to other rows and cache lengths by a computed roofline model)
@@ -24,7 +24,8 @@ step"). A decode step reads all of the AR's weights whatever its rows and each r
 does each row's matmuls, so its time is taken as
 
     ms(rows, slots) = overhead + max(bytes / bandwidth, FLOPs / peak)
-    bytes = 17.83 GB of weights + rows x slots x 40 960 B of KV cache (40 layers x K,V x 2 KV heads x 128 x bf16)
+    bytes = 17.83 GB of weights + rows x slots x 40 960 B of KV cache (40 layers x K,V x 2 KV heads x 128 x bf16:
+            glm_grpo_ds/memory/sizes.py's FULL_AR_TEXT)
     FLOPs = rows x (2 x 8.23 G matmul parameters + slots x 655 360 of attention)
     overhead = the measured 16-row ms - the same max at 16 rows and 1 408 slots (kernel latencies and gaps, and on
                the eager loops the host's launches: taken as the same at any rows)
@@ -46,34 +47,23 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config.checks import guided_steps
+from ..decoder.settings import guided_steps
+from .gpu_figures import (
+    CARD,
+    CARD_BYTES_PER_S,
+    DECODE_FIXED_S,
+    DECODE_STEP_MS,
+    DIT_SPEEDUP,
+    GUIDED_IMAGE_STEP_S,
+    UPDATE_S,
+)
 from .measured import compared_lines, dit_options, train_record
 from .measured import estimate_plan as _plan
 from .measured import load as _load
 from .measured import measured_lines as _measured_lines
 from .measured import run_steps as _run
+from .sizes import FULL_AR_TEXT as _AR
 
-# gpu-timing:BEGIN anchors: rewritten in place, measured values only, by `python -m glm_grpo_ds.memory.step_time
-# --write-docs OUT` from a run of launch/gpu_timing.sh (glm_grpo_ds/memory/timing_docs.py), each tagged [card date];
-# untagged: the first measurements (one H200, torch 2.11, 2026-11: issues #39, #51, #52)
-CARD = "one H200"
-CARD_BYTES_PER_S = 4.8e12  # the card's HBM bandwidth (peak)
-# ms per decode step of the full-size AR at G=16, 1024x1024, LoRA r=64 (glm-grpo decode-timing, issue #51's table)
-DECODE_STEP_MS = {
-    ("eager", False): 75.7,  # the eager loop, LoRA unmerged
-    ("eager", True): 41.2,  # the eager loop, LoRA merged
-    ("graph", False): 19.3,  # rollout.cuda_graph, LoRA unmerged
-    ("graph", True): 13.0,  # rollout.cuda_graph + rollout.merge_lora
-    ("compiled", True): 9.4,  # + rollout.compile with compile_scope layers
-    ("graph_fused", False): None,  # rollout.fuse_lora + cuda_graph, the exact fast sampler (None: until measured)
-}
-# the DiT, eager sdpa, batch 8, 1024x1024: per image and guided step (two forwards), the glyph encoder and the VAE
-# once per image beside it (0.0: inside the step's figure, as in the first measurement: a whole training decode)
-GUIDED_IMAGE_STEP_S = 0.289  # untagged: a training step's decode, 37.0 s / 16 images / 8 steps
-DECODE_FIXED_S = 0.0  # per image: the glyph encoder and the VAE
-DIT_SPEEDUP = {}  # decoder options against eager sdpa (glm-grpo dit-timing), keyed as dit_options() names them
-UPDATE_S = {2: 4.85, 3: 20.2}  # LoRA update at 16 sequences of 1 280 tokens, world size 1 (ZeRO-1 runs ZeRO-2's)
-# gpu-timing:END anchors
 CARD_FLOPS = 989e12  # the H200's dense bf16 peak (an H100 SXM's too)
 MEASURED_ROWS = 16  # rows per decode step of the rollout measurements
 MEASURED_TOKENS = 1280  # generated tokens per image at 1024x1024 (1 024 + 256 preview)
@@ -81,8 +71,9 @@ MEASURED_SLOTS = 1408  # static KV cache slots of those measurements: prompt + 1
 # The full-size AR (transformers' GlmImageConfig, counted on the meta device): what one decode step reads and computes
 AR_WEIGHT_BYTES = 17_829_576_704  # language model + lm_head in bf16 (decode-timing's roofline counts the same)
 AR_MATMUL_PARAMS = 8_226_398_208  # the same less the 688 M-parameter embedding table (a lookup, not a matmul)
-KV_BYTES_PER_SLOT = 2 * 40 * 2 * 128 * 2  # per row and cache slot: K and V x 40 layers x 2 KV heads x 128 x bf16
-ATTENTION_FLOPS_PER_SLOT = 4 * 32 * 128 * 40  # per row and cache slot: QK^T and PV, 32 query heads x 128, 40 layers
+# per row and cache slot: K and V x layers x KV heads x head dim x bf16 (40 960 B); QK^T and PV over the query heads
+KV_BYTES_PER_SLOT = 2 * _AR["layers"] * _AR["kv_heads"] * _AR["head_dim"] * 2
+ATTENTION_FLOPS_PER_SLOT = 4 * _AR["heads"] * _AR["head_dim"] * _AR["layers"]
 MEASURED_LATENT_TOKENS = (1024 // 16) * (1024 // 16)
 
 

@@ -6,10 +6,11 @@ seconds planned before anything runs, the plan printed as a table, and whether a
     python -m glm_grpo_ds.memory.timing_budget rows OUT/decode_timing.json ROWS_JSON...   # part 4's JSON and table
     python -m glm_grpo_ds.memory.timing_budget done OUT/plan.json PART WALL_S PART_JSON   # its plan and wall beside
 
-A part's plan is the seconds of its measured work, from the anchors glm_grpo_ds/memory/step_time.py holds (the
-planned training step, the DiT per guided image-step, the decode step of each sampler), plus its one-off costs:
-process start, model build, compiles and captures, each a named constant below saying where its figure comes from
-(measured where the docs have a figure, else an assumption, said so). ``python -m glm_grpo_ds.memory.step_time
+A part's plan is the seconds of its measured work, from the anchors glm_grpo_ds/memory/gpu_figures.py holds as
+glm_grpo_ds/memory/step_time.py plans with them (the planned training step, the DiT per guided image-step, the decode
+step of each sampler), plus its one-off costs: process start, model build, compiles and captures, each a named
+constant below saying where its figure comes from (measured where the docs have a figure, else an assumption, said
+so). ``python -m glm_grpo_ds.memory.step_time
 --write-docs OUT`` rewrites those anchors from a run's JSONs, so a run plans the next one on its own card's figures;
 each part's JSON keeps its planned and its measured wall seconds (``lease``) to check these constants against.
 Nothing here imports torch before ``plan`` (``fits`` runs between the parts, in a fraction of a second).
@@ -23,7 +24,7 @@ import math
 import sys
 from pathlib import Path
 
-from .measured import ANCHOR_VARIANTS
+from .gpu_figures import ANCHOR_VARIANTS
 
 BUDGET_S = 540  # one lease: 9 minutes of wall clock on one H100 or H200, every build and compile included (#63)
 PARTS = ("train", "train_one_step_off", "dit_timing", "decode_timing")  # in order of value
@@ -42,9 +43,9 @@ REWARD_S_PER_IMAGE = 0.05  # assumed: colour_layout (gpu_check.yaml's reward) on
 REPORT_S = 5.0  # assumed: a training part's table and JSON (python with torch imported)
 WARMUP_STEPS = 4  # decode-timing's untimed steps per variant: rollout/step_graph.py's WARMUP_STEPS + 1
 PROMPT_SLOTS = 128  # the prompt's KV cache slots (one bucket), as the memory plan counts them
-# glm-grpo decode-timing's variants -> the measured decode step that plans them (step_time.DECODE_STEP_MS); the
+# profile decode-timing's variants -> the measured decode step that plans them (gpu_figures.DECODE_STEP_MS); the
 # captured fused sampler falls back to the unmerged graph's figure, its upper bound, until measured
-# the variants whose measurement is an anchor (measured.ANCHOR_VARIANTS), and the others planned by the closest one
+# the variants whose measurement is an anchor (gpu_figures.ANCHOR_VARIANTS), and the others planned by the closest one
 DECODE_VARIANTS = {
     **ANCHOR_VARIANTS,
     "compiled_step": ("compiled", True),
@@ -144,7 +145,7 @@ def table(plan: dict) -> list[str]:
     """The plan as printed before anything runs: per part its planned seconds and how, then the total."""
     lines = [
         f"the lease: {plan['budget_s']:.0f} s of wall clock, planned on {plan['card']}'s figures "
-        "(glm_grpo_ds/memory/step_time.py, timing_budget.py)",
+        "(glm_grpo_ds/memory/gpu_figures.py, timing_budget.py)",
         f"{'part':<20}{'planned s':>10}  how",
     ]
     lines += [f"{p['part']:<20}{p['planned_s']:>10.0f}  {p['how']}" for p in plan["parts"]]

@@ -5,7 +5,7 @@ OUT [--root DIR]`` rewrites
   -->``): ``train``, ``train-one-step-off``, ``dit`` and ``decode``, each from its part's JSON with the card, the date
   and the torch version, and ``planned-step``: the shipped LoRA config's planned step on the anchors as rewritten;
 * README.md's ``time-per-step`` region: the measured full-size step (from a full-size run only) and that plan;
-* glm_grpo_ds/memory/step_time.py's anchors (``# gpu-timing:BEGIN anchors``): the decode step per sampler, the DiT
+* glm_grpo_ds/memory/gpu_figures.py's anchors (``# gpu-timing:BEGIN anchors``): the decode step per sampler, the DiT
   per guided image-step and its glyph encoder + VAE per image, the DiT options' speed-ups, the update; only what the
   JSONs measured at the anchors' own setting (GLM-Image at full size, 1024x1024, G=16 rows, LoRA r=64, DiT batch 8)
   on a GPU, each value tagged ``[card date]``.
@@ -27,10 +27,12 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ..config.checks import guided_steps
-from .measured import ANCHOR_VARIANTS, PHASES, dit_options, step_seconds
+from ..decoder.settings import guided_steps
+from . import gpu_figures
+from .gpu_figures import ANCHOR_VARIANTS
+from .measured import FULL_AR_LAYERS, FULL_DIT_LAYERS, PHASES, dit_options, step_seconds
 
-DOCS, README, PLANNER = "docs/memory-and-speed.md", "README.md", "glm_grpo_ds/memory/step_time.py"
+DOCS, README, ANCHORS = "docs/memory-and-speed.md", "README.md", "glm_grpo_ds/memory/gpu_figures.py"
 PARTS = ("train", "train_one_step_off", "dit_timing", "decode_timing")
 REGIONS = {"train": "train", "train_one_step_off": "train-one-step-off", "dit_timing": "dit", "decode_timing": "decode"}
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +97,7 @@ def dit_region(m: dict, path: Path) -> str:
     s1, s2 = m["steps"]
     lines = [
         _fill(
-            f"{_when(m, path)}, `glm-grpo dit-timing` ({path.name}): DiT {m['dit_layers']} layers x "
+            f"{_when(m, path)}, `glm-grpo profile dit-timing` ({path.name}): DiT {m['dit_layers']} layers x "
             f"{m['dit_hidden']}, {m['dtype']}, {m['size']}x{m['size']}, batch {m['batch']}, steps {s1} and {s2}, "
             f"guidance {m['guidance']:g}:"
         ),
@@ -126,7 +128,7 @@ def decode_region(m: dict, path: Path) -> str:
     first = next(iter(m["rows"].values()))
     lines = [
         _fill(
-            f"{_when(m, path)}, `glm-grpo decode-timing` ({path.name}): {first['layers']} layers, "
+            f"{_when(m, path)}, `glm-grpo profile decode-timing` ({path.name}): {first['layers']} layers, "
             f"{first['size']}x{first['size']}, LoRA r={first['lora_r']}, {first['decode_tokens']} tokens per image, "
             f"{first['steps_timed']} steps timed; rollout s / image = ms / step x tokens per image / rows:"
         ),
@@ -172,7 +174,9 @@ def anchor_updates(parts: dict[str, dict | None]) -> tuple[dict, list[str], str 
     updates, notes, device = {}, [], None
     decode, dit, train = parts["decode_timing"], parts["dit_timing"], parts["train"]
     r16 = (decode or {}).get("rows", {}).get("16")
-    if r16 and (r16["layers"], r16["size"], r16["lora_r"], r16["device"] != "cpu") == (40, 1024, 64, True):
+    # the anchors' own setting, on a GPU: the AR's 16 rows at 1024x1024 with LoRA r=64, the DiT's batch 8 at 1024x1024
+    full_ar, full_dit = (FULL_AR_LAYERS, 1024, 64, True), (FULL_DIT_LAYERS, 1024, 8, True)
+    if r16 and (r16["layers"], r16["size"], r16["lora_r"], r16["device"] != "cpu") == full_ar:
         ms = {
             ANCHOR_VARIANTS[n]: round(v["ms_per_step"], 2) for n, v in r16["variants"].items() if n in ANCHOR_VARIANTS
         }
@@ -181,7 +185,7 @@ def anchor_updates(parts: dict[str, dict | None]) -> tuple[dict, list[str], str 
             updates["CARD_BYTES_PER_S"] = float(r16["hbm_bytes_per_s"])
     elif decode:
         notes.append("decode step: not the full-size AR on a GPU at 16 rows, 1024x1024, LoRA r=64")
-    if dit and (dit["dit_layers"], dit["size"], dit["batch"], dit["device"] != "cpu") == (30, 1024, 8, True):
+    if dit and (dit["dit_layers"], dit["size"], dit["batch"], dit["device"] != "cpu") == full_dit:
         sdpa, (s1, _) = dit["variants"]["sdpa"], dit["steps"]
         per = sdpa["s_per_image_step"]
         updates["GUIDED_IMAGE_STEP_S"] = round(per, 4)
@@ -229,9 +233,9 @@ def _tagged(code: str, comment: str | None, tag: str) -> str:
 
 
 def rewrite_anchors(text: str, updates: dict, tag: str) -> str:
-    """The planner's source ``text`` with the values of ``updates`` written into its anchors block: a one-line
-    ``NAME = literal`` replaced (a dict merged with its old keys), a multi-line dict's entries replaced by key and new
-    keys added before its ``}``."""
+    """The anchors' source ``text`` (glm_grpo_ds/memory/gpu_figures.py) with the values of ``updates`` written into
+    its anchors block: a one-line ``NAME = literal`` replaced (a dict merged with its old keys), a multi-line dict's
+    entries replaced by key and new keys added before its ``}``."""
     head, rest = text.split("# gpu-timing:BEGIN anchors", 1)
     block, tail = rest.split("# gpu-timing:END anchors", 1)
     out, pending = [], None
@@ -272,18 +276,26 @@ def region(text: str, name: str) -> str:
     return match[1] if match else ""
 
 
-def _planner(path: Path):
-    """The planner as rewritten at ``path``, loaded beside the imported one (its relative imports resolve in the
-    package)."""
-    name = "glm_grpo_ds.memory._step_time_written"
+def _module(name: str, path: Path):
+    """The module ``name`` executed from ``path`` and left in ``sys.modules`` (a dataclass looks its module up there;
+    the caller takes it out)."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclass looks its module up there
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[name]
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
     return module
+
+
+def _planner(anchors: Path):
+    """step_time planning on the anchors as rewritten at ``anchors``: a fresh step_time, loaded beside the imported
+    one while that file stands in for glm_grpo_ds/memory/gpu_figures.py (the imported modules stay as they were)."""
+    name, written = gpu_figures.__name__, "glm_grpo_ds.memory._step_time_written"
+    try:
+        _module(name, anchors)
+        return _module(written, Path(__file__).with_name("step_time.py"))
+    finally:
+        sys.modules[name] = gpu_figures
+        sys.modules.pop(written, None)
 
 
 def _read(out: Path) -> dict[str, dict | None]:
@@ -306,17 +318,17 @@ def write_docs(out: Path, root: Path) -> list[str]:
                          "the OUT of a run of bash launch/gpu_timing.sh")  # fmt: skip
     lines = []
     updates, notes, device = anchor_updates(parts)
-    planner_path = root / PLANNER
+    anchors = root / ANCHORS
     if updates:
         date = next((m["date"] for m in parts.values() if m and m.get("date")), datetime.date.today().isoformat())
-        text = rewrite_anchors(planner_path.read_text(encoding="utf-8"), updates, f"[{short_card(device)} {date}]")
-        planner_path.write_text(text, encoding="utf-8")
+        text = rewrite_anchors(anchors.read_text(encoding="utf-8"), updates, f"[{short_card(device)} {date}]")
+        anchors.write_text(text, encoding="utf-8")
         names = ", ".join(k for k in updates if k != "CARD")
-        lines.append(f"{PLANNER} anchors: {names} from {device}, {date}")
+        lines.append(f"{ANCHORS} anchors: {names} from {device}, {date}")
     else:
-        lines.append(f"{PLANNER} anchors: left as they were (nothing measured at their setting on a GPU)")
-    lines += [f"{PLANNER} anchors: {note}: left as it was" for note in notes]
-    planner = _planner(planner_path)
+        lines.append(f"{ANCHORS} anchors: left as they were (nothing measured at their setting on a GPU)")
+    lines += [f"{ANCHORS} anchors: {note}: left as it was" for note in notes]
+    planner = _planner(anchors)
     lines += _write_docs_page(root / DOCS, out, parts, planner)
     lines += _write_readme(root / README, parts, planner)
     return lines

@@ -27,7 +27,7 @@ def optimizer_step_temporaries(s: Basis) -> tuple[int, str]:
     # temporaries, 5 x the fp32 elements it steps (bitsandbytes 0.50.2); torch's AdamW (one tensor at a time
     # on a CPU) 2 x. On a GPU torch's AdamW runs its foreach path (torch/optim/adam.py defaults to foreach for
     # CUDA tensors), which allocates one fp32 temporary of the stepped elements (``_foreach_sqrt`` of the second
-    # moment): the full fine-tuning slice's step on an H200 (testing/gpu_measurements.py) needs it. bitsandbytes' GPU
+    # moment): the full fine-tuning slice's step on an H200 (memory/gpu_figures.py) needs it. bitsandbytes' GPU
     # kernel and DeepSpeed's CPU Adam of an offloaded optimizer update in place. ZeRO-3 steps one sub-group
     # at a time.
     torch_adamw = s.cfg.optimizer.name == "adamw"
@@ -137,7 +137,7 @@ def decode_activations(s: Basis) -> tuple[int, str]:
     # second forward, not a doubled batch. The DiT's and the VAE's activations are never alive together.
     # VAE: its last up block holds its input, the norm and the activation of it: 3 full-resolution maps
     # of vae_full_res_channels on a CPU (measured on the real-width slice at 1024x1024: 3.0 GiB for 2 bf16
-    # images), 4 on a GPU (measured on an H200, testing/gpu_measurements.py: 4.03 GiB for the same 2 images;
+    # images), 4 on a GPU (measured on an H200, memory/gpu_figures.py: 4.03 GiB for the same 2 images;
     # GLM-Image at full size, 8 images: the decode peak 3.9 GiB above the 3-map plan), the convolution's extra
     # output map.
     cfg = s.cfg

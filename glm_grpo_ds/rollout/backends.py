@@ -1,4 +1,4 @@
-"""Sampling backends: what the experience maker (glm_grpo_ds/experience.py) samples token grids with.
+"""Sampling backends: what the experience maker (glm_grpo_ds/experience/path.py) samples token grids with.
 
 A backend turns prompts into a :class:`Sampled`: the :class:`RolloutBatch` (tokens, the sampler's log-probs under
 the policy's distribution, glm_grpo_ds/sampling.py) and, when the trainer asked for them, the log-probs its update
@@ -26,6 +26,7 @@ glm_grpo_ds/rollout/decode_loop.py).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -133,7 +134,13 @@ class EngineSampler:
     def sample(self, prompts, seeds, group_size, on_tokens=None) -> Sampled:
         engine, r = self.engine, self.cfg.rollout
         policy = ds_engine.unwrap(engine)
-        policy.eval()
+        if threading.current_thread() is threading.main_thread():
+            policy.eval()
+        elif policy.training:  # a mode change here would race the main thread's use of the module
+            raise RuntimeError(
+                "EngineSampler: a background rollout found the policy in training mode: put it in eval mode on the "
+                "caller's thread before (experience/off_policy.py RolloutAhead.start does)"
+            )
         # a sharded ZeRO-3 rollout fetches parameters in per-module hooks, which torch.compile cannot trace, a
         # CUDA graph cannot capture and a merge cannot write into
         whole = self.gather or not ds_engine.is_zero3(engine)

@@ -14,7 +14,7 @@ shape is fixed before the loop:
 * the 3D rotary positions and the key mask of every slot, built once; a step picks its slot's by a tensor
   index, not a Python slice, so every step sees the same shapes and nothing in the loop reads a value back to
   the host (no ``.item()``, no data-dependent shape);
-* the step (language model, ``lm_head``, policy distribution: :func:`_step`) works in place on a
+* the step (language model, ``lm_head``, policy distribution: :func:`decode_step`) works in place on a
   :class:`DecodeState` whose tensors keep their addresses for the whole loop (its cache slot is a device
   counter advanced in place), so ``torch.compile(fullgraph=True)`` turns it into one graph per (rows, cache
   slots) (a graph break is an error, not a silent slow path) and a CUDA graph can capture it
@@ -87,7 +87,7 @@ class DecodeState:
         return named
 
 
-def _step(lm, lm_head, codebook: int, sampling: tuple, s: DecodeState) -> None:
+def decode_step(lm, lm_head, codebook: int, sampling: tuple, s: DecodeState) -> None:
     """One decode step, in place on ``s``: draw the next token from ``(s.logp, s.probs)`` with ``s.noise``
     (:func:`glm_grpo_ds.sampling.draw_ids`), record it and its log-prob in ``s.ids`` / ``s.logps``, write it at
     cache slot ``s.slot`` (its keys masked after the slot), put the following token's distribution in
@@ -116,12 +116,12 @@ _compiled_steps: dict[str, object] = {}
 
 
 def compiled_step(device: torch.device):
-    """:func:`_step` through ``torch.compile(fullgraph=True)``, built on first use; one graph per model, rows and
+    """:func:`decode_step` through ``torch.compile(fullgraph=True)``, built on first use; one graph per model, rows and
     cache slots. On a CPU the generated code calls its kernels from C++ (inductor's ``cpp_wrapper``: +9 % on
     the tiny model)."""
     if device.type not in _compiled_steps:
         options = {"cpp_wrapper": True} if device.type == "cpu" else {}
-        _compiled_steps[device.type] = torch.compile(_step, fullgraph=True, dynamic=False, options=options)
+        _compiled_steps[device.type] = torch.compile(decode_step, fullgraph=True, dynamic=False, options=options)
     return _compiled_steps[device.type]
 
 
@@ -176,14 +176,14 @@ class TokenSteps:
 def token_steps(ar, state: DecodeState, sampling: SamplingConfig, generators, options=LoopOptions(), step=None):
     """A :class:`TokenSteps` over ``state`` with ``options`` (compiled whole or by layers, captured on CUDA) and
     the decode attention inside the block: the one place that turns the options into a running step, for the
-    rollout, ``glm-grpo decode-timing`` and the decode-step counts. ``step``: another compiled form of
-    :func:`_step` to run instead (the counts' kernel-profiled compile; its guards are the caller's)."""
+    rollout, ``glm-grpo profile decode-timing`` and the decode-step counts. ``step``: another compiled form of
+    :func:`decode_step` to run instead (the counts' kernel-profiled compile; its guards are the caller's)."""
     body, lm_head, codebook = ar_parts(ar)
     lm = body.language_model
     settings = (sampling.temperature, sampling.top_k, sampling.top_p)
     whole_step = options.compile and options.compile_scope == "step" and step is None
     if step is None:
-        step = compiled_step(state.ids.device) if whole_step else _step
+        step = compiled_step(state.ids.device) if whole_step else decode_step
     run = partial(step, lm, lm_head, codebook, settings, state)
     if options.cuda_graph:
         run = replayed_step(run, state.ids.device)

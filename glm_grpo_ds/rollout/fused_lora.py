@@ -18,7 +18,7 @@ decode step. Here, per decoder layer:
 * a projection alone (o, gate_up, down) shrinks with its live ``A`` and expands with its live ``B``;
 * each member adds its delta into the base output in place (one kernel).
 
-Counted per decode step (``python -m glm_grpo_ds.commands.decode_counts``, fp32): peft adds 24 kernels per layer
+Counted per decode step (``glm-grpo profile decode-counts``, fp32): peft adds 24 kernels per layer
 over the merged step (12 GEMMs, 6 scales, 6 adds), this path 14 (8 GEMMs, 6 adds); under a CUDA graph
 (rollout.cuda_graph) kernels are what a replay costs. The math is peft's: ``x`` cast to the adapters' dtype,
 ``(x A^T) B^T`` in that dtype, the scaled delta added to the base result in the promoted dtype and rounded once

@@ -1,6 +1,7 @@
 """Running the decode loop's step without Python per token: a captured CUDA graph, and regional compilation.
 
-    run = replayed_step(partial(_step, lm, lm_head, codebook, settings, state), device)  # warm up, capture, replay
+    step = partial(decode_step, lm, lm_head, codebook, settings, state)
+    run = replayed_step(step, device)  # warm up, capture, replay
     for k in range(n):
         run()
 

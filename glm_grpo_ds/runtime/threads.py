@@ -1,11 +1,13 @@
 """CPU threads per rank: the launcher starts one process per GPU (or per CPU rank) on a node, and each
 library that sizes its thread pool by the machine's core count (torch's intra-op pool, onnxruntime's
 sessions) would otherwise start one thread per core in every rank: 8 ranks x 128 threads spinning on
-128 cores. Each rank gets its share of the cores it may run on."""
+128 cores. Each rank gets its share of the cores it may run on. And the one kind of worker thread a rank starts
+beside its main one (:func:`device_thread`)."""
 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 
 def cores_per_local_rank() -> int:
@@ -27,3 +29,12 @@ def limit_torch_threads() -> int:
     n = cores_per_local_rank()
     torch.set_num_threads(n)
     return n
+
+
+def device_thread(device, name: str) -> ThreadPoolExecutor:
+    """One worker thread (``name``) whose jobs run on this rank's ``device``: the current CUDA device is per
+    thread, and a new thread's is cuda:0, not the rank's. Jobs run one at a time, in order."""
+    import torch
+
+    start = (lambda: torch.cuda.set_device(device)) if device.type == "cuda" else None
+    return ThreadPoolExecutor(1, thread_name_prefix=name, initializer=start)

@@ -75,6 +75,28 @@ def _curve(run: Path, weights_dir: Path) -> bool:
     return True
 
 
+def _base(saved: dict) -> tuple[str, str | None, str | None, str | None]:
+    """``(base, random name, Hub id, revision)`` of the base model the run of ``saved`` (its config.json) trained:
+    where the trainer really loaded from (model/source.py: absolute directory, Hub id + commit) when recorded, else
+    ``model.path``; a random: model (glm_grpo_ds/model/random_weights.py) is its name."""
+    model, hub = saved["train"]["model"], saved["train"].get("hub") or {}
+    source = saved.get("model_source") or {}
+    random_name = source.get("random_weights")
+    base = random_name or source.get("path") or model["path"]  # random: the name renders it
+    if source.get("repo_id") and not hub.get("base_model"):
+        return base, random_name, source["repo_id"], source.get("commit") or source.get("revision")
+    return base, random_name, *base_model_id(base, model.get("revision"), hub.get("base_model"))
+
+
+def _where(hub: dict, weights: Path, step: int | None) -> tuple[str, str]:
+    """Where readers of the card get the weights and the loading call's extra arguments: the Hub repo when the run
+    uploads them there (a checkpoint's subfolder, the revision), else ``weights``' directory."""
+    uploaded = hub.get("repo_id") and (step is None or hub.get("push_checkpoints"))
+    extra = f', subfolder="{CHECKPOINT_PREFIX}/{run_step_dir(step)}"' if uploaded and step is not None else ""
+    extra += f', revision="{hub["revision"]}"' if uploaded and hub.get("revision") else ""
+    return (hub["repo_id"] if uploaded else str(weights.resolve())), extra
+
+
 def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: int | None = None, curve=True):
     """The ``ModelCard`` of ``weights_dir`` (an adapter or a full model) written by the run in
     ``run_dir``; ``step``: a checkpoint's card (results up to that step)."""
@@ -82,15 +104,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     saved = json.loads((run / "config.json").read_text(encoding="utf-8"))
     cfg, ds = saved["train"], saved.get("deepspeed", {})
     hub = cfg.get("hub") or {}
-    model = cfg["model"]
-    # where the trainer really loaded from (model/source.py: absolute directory, Hub id + commit) when recorded
-    source = saved.get("model_source") or {}
-    random_name = source.get("random_weights")  # a random: model (glm_grpo_ds/model/random_weights.py)
-    base = random_name or source.get("path") or model["path"]  # random: the name renders it
-    if source.get("repo_id") and not hub.get("base_model"):
-        hub_id, revision = source["repo_id"], source.get("commit") or source.get("revision")
-    else:
-        hub_id, revision = base_model_id(base, model.get("revision"), hub.get("base_model"))
+    base, random_name, hub_id, revision = _base(saved)
     is_adapter = (weights / "adapter_config.json").is_file()
     labels = reward_labels(cfg["rewards"])
     res = run_results(run, step)
@@ -115,11 +129,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     body += alarms_section(run, step)
     body += training_section(cfg, ds, labels)
     body += segments_lines(saved)
-    # where readers of this card get the weights: the Hub repo when the run uploads them there, else this directory
-    uploaded = hub.get("repo_id") and (step is None or hub.get("push_checkpoints"))
-    extra = f', subfolder="{CHECKPOINT_PREFIX}/{run_step_dir(step)}"' if uploaded and step is not None else ""
-    extra += f', revision="{hub["revision"]}"' if uploaded and hub.get("revision") else ""
-    where = hub["repo_id"] if uploaded else str(weights.resolve())
+    where, extra = _where(hub, weights, step)
     dec, rollout = cfg["decoder"], cfg["rollout"]
     render = dict(
         height=rollout["height"],

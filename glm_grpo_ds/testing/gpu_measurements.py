@@ -1,7 +1,7 @@
-"""Per-phase peak GPU memory measured on a GPU, with the card, the date and the exact run, held against the memory
-planner (glm_grpo_ds/memory/plan.py): tests/unit/test_memory_plan_measured.py asserts every plan at or above its
-measurement and within +30 %; `make slice-check` prints the table (the full fine-tuning slice needs ~32 GiB of RAM
-to run on a CPU, so there the GPU's figures are the comparison).
+"""Per-phase peak GPU memory measured on a GPU (:data:`glm_grpo_ds.memory.gpu_figures.MEASURED`: the card, the date
+and the exact run) held against the memory planner (glm_grpo_ds/memory/plan.py): tests/unit/test_memory_plan_measured.py
+asserts every plan at or above its measurement and within +30 %; `make slice-check` prints the table (the full
+fine-tuning slice needs ~32 GiB of RAM to run on a CPU, so there the GPU's figures are the comparison).
 
     python -m glm_grpo_ds.testing.gpu_measurements        # measured vs planned, per phase
 
@@ -15,61 +15,13 @@ created its state (``first_step``).
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
+
+from ..memory.gpu_figures import MEASURED, Measured
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 2**20
 GIB = 2**30
-
-
-@dataclass(frozen=True)
-class Measured:
-    name: str
-    card: str
-    date: str
-    model: tuple[int, int]  # (AR layers, DiT layers) at GLM-Image's real widths; (40, 30) = full size
-    config: str  # launch/configs/*.yaml
-    deepspeed: str  # ds_configs/*.json
-    overrides: tuple[str, ...]
-    phases_mb: dict[str, float]  # memory/<phase>_peak_mb of the run's (only) step
-    world_size: int = 1
-    notes: str = ""
-    first_step: bool = True
-
-
-MEASURED = (
-    Measured(
-        name="full fine-tuning, real-width slice",
-        card="one H200 (torch 2.11.0+cu130, sdpa)",
-        date="2026-11 (issue #50)",
-        model=(1, 1),  # AR 1 layer (vision tower at depth 1) + DiT 1 layer: 1.05 B AR parameters, 0.96 B trainable
-        config="launch/configs/glm_image_full.yaml",
-        deepspeed="ds_configs/zero3.json",
-        overrides=("grpo.group_size=2", "decoder.dtype=bf16"),
-        phases_mb={"rollout": 10.72 * 1024, "decode": 14.75 * 1024, "reward": 10.74 * 1024, "update": 25.67 * 1024},
-        notes="issue #50: AdamW, a frozen reference engine (beta 0.04), 1024x1024",
-    ),
-    Measured(
-        name="LoRA, GLM-Image at full size",
-        card="one H200 (torch 2.11.0+cu130, sdpa)",
-        date="2026-11 (issues #51, #52)",
-        model=(40, 30),  # AR 40 layers (vision tower at depth 1) 9.01 B + DiT 30 layers 6.93 B
-        config="launch/configs/gpu_check.yaml",
-        deepspeed="ds_configs/zero2.json",
-        overrides=(
-            "grpo.group_size=16",
-            "decoder.batch_size=8",
-            "decoder.num_inference_steps=8",
-            "decoder.guidance_scale=1.5",
-            "rollout.fuse_lora=false",  # gpu_check.yaml samples fused since; this run sampled merged
-            "rollout.merge_lora=true",
-            "rollout.cuda_graph=true",
-        ),
-        phases_mb={"decode": 64633.0},
-        notes="issues #51/#52: LoRA r=64, 8-bit AdamW, the merge copy on the GPU, 1024x1024; the decode peak",
-    ),
-)
 
 
 def planned(record: Measured, model_dir: Path) -> dict[str, float]:

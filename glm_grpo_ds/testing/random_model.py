@@ -4,7 +4,7 @@ command starts: every component's config, the processor and the scheduler, no we
     from glm_grpo_ds.testing.random_model import materialize
     materialize("random:glm-image")     # the directory; written once (~1 s), then reused
 
-The commands that take a model (train, estimate-memory, bench, decode-timing, dit-timing, render) call
+The commands that take a model (train, estimate-memory, render; profile bench, decode-timing, dit-timing) call
 :func:`materialize` before they resolve the name; the loaders below them build the weights. The components are made
 on the ``meta`` device by ``glm-grpo tiny-model``'s own builders (glm_grpo_ds/testing/slice.py for ``glm-image``,
 glm_grpo_ds/testing/tiny.py for ``tiny``), so the configs are exactly those of the pipelines it writes.

@@ -71,7 +71,7 @@ _CHAT_TEMPLATE = (
 )
 
 
-def _vocab(words: tuple[str, ...] = ()) -> dict[str, int]:
+def tiny_vocab(words: tuple[str, ...] = ()) -> dict[str, int]:
     tokens = [f"<|dit_token_{i}|>" for i in range(VISION_VOCAB_SIZE)] + _TEXT_SPECIALS + _CHARS
     # a word that is already a token (the one-letter word "a" is also a character) keeps that token's id:
     # listing it twice would give the later words ids one past the embedding sized len(vocab)
@@ -85,7 +85,7 @@ def build_tokenizer(words: tuple[str, ...] = ()):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = _vocab(words)
+    vocab = tiny_vocab(words)
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     # Special tokens are matched before this split.
     pattern = r"[A-Za-z]+|[\s\S]" if words else r"[\s\S]"
@@ -133,7 +133,7 @@ def build_ar_config(text_vocab_size: int, pad_id: int, eos_id: int, full_size: b
         return GlmImageConfig(
             text_config={"pad_token_id": pad_id, "eos_token_id": eos_id, "rope_parameters": dict(REAL_ROPE)},
             vq_config={"num_embeddings": CODEBOOK_SIZE},
-            image_token_id=_vocab()["<|image|>"],
+            image_token_id=tiny_vocab()["<|image|>"],
             image_start_token_id=IMAGE_START_ID,
             image_end_token_id=IMAGE_END_ID,
         )
@@ -160,7 +160,7 @@ def build_ar_config(text_vocab_size: int, pad_id: int, eos_id: int, full_size: b
             "intermediate_size": 64,
         },
         vq_config={"embed_dim": 16, "num_embeddings": CODEBOOK_SIZE, "latent_channels": 32},
-        image_token_id=_vocab()["<|image|>"],
+        image_token_id=tiny_vocab()["<|image|>"],
         image_start_token_id=IMAGE_START_ID,
         image_end_token_id=IMAGE_END_ID,
     )
@@ -184,38 +184,34 @@ def build_vae(block_out_channels=(8, 8, 16, 16)):
     )
 
 
-def build_tiny_components(seed: int = 0, full_size_ar: bool = False, words: tuple[str, ...] = ()) -> dict:
-    """All seven GlmImagePipeline components with deterministic random weights (``full_size_ar``:
-    the AR at GLM-Image's real size in bf16, built on the GPU when there is one; ``words``: whole-word
-    tokens, see :func:`build_tokenizer`)."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
-    from transformers import ByT5Tokenizer, GenerationConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
+def build_tiny_ar(ar_config, eos_id: int, full_size: bool = False):
+    """The AR of ``ar_config`` with random weights from torch's current seed (``full_size``: 10 B parameters in bf16,
+    20 GB, initialised on the GPU when there is one). Plain ``GlmImagePipeline.__call__`` samples with HF generate:
+    its generation config forbids the non-codebook ids there too, so the tiny pipeline never hands the DiT an id
+    outside its codebook."""
+    from transformers import GenerationConfig, GlmImageForConditionalGeneration
 
-    processor = build_processor(words)
-    vocab = _vocab(words)
-    eos_id = vocab["<|endoftext|>"]
-
-    torch.manual_seed(seed)
-    ar_config = build_ar_config(len(vocab), eos_id, eos_id, full_size=full_size_ar)
-    if full_size_ar:  # 10 B parameters: bf16 (20 GB), initialised on the GPU when there is one
+    if full_size:
         with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
             ar = GlmImageForConditionalGeneration._from_config(ar_config, dtype=torch.bfloat16).cpu()
     else:
         ar = GlmImageForConditionalGeneration(ar_config)
-    # Plain `GlmImagePipeline.__call__` samples with HF generate: forbid the non-codebook ids
-    # there too, so the tiny pipeline never hands the DiT an id outside its codebook.
     ar.generation_config = GenerationConfig(
         do_sample=True,
         eos_token_id=eos_id,
         pad_token_id=eos_id,
         suppress_tokens=list(range(CODEBOOK_SIZE, ar_config.text_config.vision_vocab_size)),
     )
+    return ar
 
-    glyph_tokenizer = ByT5Tokenizer()
-    torch.manual_seed(seed + 1)
-    text_encoder = T5EncoderModel(
+
+def build_glyph_encoder(vocab_size: int):
+    """The glyph encoder (a one-layer T5 encoder of width 32) with random weights from torch's current seed."""
+    from transformers import T5Config, T5EncoderModel
+
+    return T5EncoderModel(
         T5Config(
-            vocab_size=len(glyph_tokenizer),
+            vocab_size=vocab_size,
             d_model=32,
             d_kv=8,
             d_ff=64,
@@ -226,8 +222,12 @@ def build_tiny_components(seed: int = 0, full_size_ar: bool = False, words: tupl
         )
     )
 
-    # patch_size x vae_scale_factor must be 16: the AR grid is H/32, upsampled x2 to H/16.
-    torch.manual_seed(seed + 2)
+
+def build_dit():
+    """The two-layer DiT with random weights from torch's current seed, its prior-token embedding scaled by
+    :data:`PRIOR_EMBED_GAIN`. patch_size x vae_scale_factor must be 16: the AR grid is H/32, upsampled x2 to H/16."""
+    from diffusers import GlmImageTransformer2DModel
+
     transformer = GlmImageTransformer2DModel(
         patch_size=2,
         in_channels=4,
@@ -242,6 +242,27 @@ def build_tiny_components(seed: int = 0, full_size_ar: bool = False, words: tupl
     )
     with torch.no_grad():
         transformer.prior_token_embedding.weight.mul_(PRIOR_EMBED_GAIN)
+    return transformer
+
+
+def build_tiny_components(seed: int = 0, full_size_ar: bool = False, words: tuple[str, ...] = ()) -> dict:
+    """All seven GlmImagePipeline components with deterministic random weights (``full_size_ar``:
+    the AR at GLM-Image's real size in bf16, built on the GPU when there is one; ``words``: whole-word
+    tokens, see :func:`build_tokenizer`); each model drawn from its own seed."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    from transformers import ByT5Tokenizer
+
+    processor = build_processor(words)
+    vocab = tiny_vocab(words)
+    eos_id = vocab["<|endoftext|>"]
+
+    torch.manual_seed(seed)
+    ar = build_tiny_ar(build_ar_config(len(vocab), eos_id, eos_id, full_size=full_size_ar), eos_id, full_size_ar)
+    glyph_tokenizer = ByT5Tokenizer()
+    torch.manual_seed(seed + 1)
+    text_encoder = build_glyph_encoder(len(glyph_tokenizer))
+    torch.manual_seed(seed + 2)
+    transformer = build_dit()
     torch.manual_seed(seed + 3)
     vae = build_vae()
     scheduler = FlowMatchEulerDiscreteScheduler(

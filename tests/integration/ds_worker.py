@@ -13,6 +13,8 @@ Scenarios (rank 0 writes OUT_DIR/result.pt):
             second step on: exercises the skip / stop logic; exits with train.main's status
   sync   - the real trainer with its engine samplers counting what it asks of them (sample, sync_weights) and
             the optimizer steps, in order
+  parts  - one step of a Run built by build_run, and one of a Run put together by hand from a fresh policy engine, a
+            sampler and the first run's decoder and rewards: both steps' records
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ PROBE_PROMPTS = ["a red cube on a wooden table", "a much longer probe prompt abo
 
 
 def named_full_params(trainer, predicate) -> dict[str, torch.Tensor]:
-    model = ds_engine.unwrap(trainer.engine)
+    model = ds_engine.unwrap(trainer.run.engine)
     named = [(n, p) for n, p in model.named_parameters() if predicate(n, p)]
-    with ds_engine.gathered([p for _, p in named], ds_engine.is_zero3(trainer.engine)):
+    with ds_engine.gathered([p for _, p in named], ds_engine.is_zero3(trainer.run.engine)):
         return {n: p.detach().clone().cpu() for n, p in named}
 
 
@@ -50,17 +52,24 @@ def frozen(name, param) -> bool:
 def fixed_rollout(trainer, prompts, seed=1234, gather=True):
     """The same rollout on every rank (same prompts, same sampling seed)."""
     sampler = EngineSampler(
-        trainer.engine, trainer.processor, trainer.cfg, trainer.device, gather=gather, base_copy=trainer.base_copy
+        trainer.run.engine,
+        trainer.run.processor,
+        trainer.run.cfg,
+        trainer.run.device,
+        gather=gather,
+        base_copy=trainer.run.base_copy,
     )
-    return sampler.sample(prompts, [seed], trainer.cfg.grpo.group_size).batch
+    return sampler.sample(prompts, [seed], trainer.run.cfg.grpo.group_size).batch
 
 
 def probe_ref_logps(trainer, batch):
-    return reference_logprobs(trainer.engine, trainer.ref_engine, batch, trainer.cfg, [slice(0, len(batch))]).cpu()
+    return reference_logprobs(
+        trainer.run.engine, trainer.run.ref_engine, batch, trainer.run.cfg, [slice(0, len(batch))]
+    ).cpu()
 
 
 def grads_of_update(trainer, batch, advantages):
-    named = [(n, p) for n, p in ds_engine.unwrap(trainer.engine).named_parameters() if p.requires_grad]
+    named = [(n, p) for n, p in ds_engine.unwrap(trainer.run.engine).named_parameters() if p.requires_grad]
     captured = {}
 
     def on_boundary(engine):
@@ -68,7 +77,9 @@ def grads_of_update(trainer, batch, advantages):
             g = ds_engine.full_grad(p)
             captured[n] = None if g is None else g.detach().clone().cpu()
 
-    stats = grpo_update(trainer.engine, batch, advantages, trainer.cfg, trainer.ref_engine, on_boundary=on_boundary)
+    stats = grpo_update(
+        trainer.run.engine, batch, advantages, trainer.run.cfg, trainer.run.ref_engine, on_boundary=on_boundary
+    )
     return captured, stats
 
 
@@ -133,13 +144,53 @@ def counted_run(a) -> dict:
             super().sync_weights(step)
 
     ds_engine.step, startup.EngineSampler = counted_step, CountingSampler
-    Trainer(load_config(a.config, a.overrides), a.deepspeed).train()
+    Trainer.from_config(load_config(a.config, a.overrides), a.deepspeed).train()
     return {"samplers": len(created), "events": events}
+
+
+def run_from_parts(a) -> dict:
+    """Step 1 of the Run build_run makes, then step 1 of a Run made here from parts: a fresh policy engine (the same
+    seeds build_run uses), its sampler and experience maker, the first run's decoder and rewards, the prompt order,
+    the rollout taken now (NoAhead), a monitor; no run life, publisher or tracker (a step does not use them)."""
+    from dataclasses import replace
+
+    from glm_grpo_ds.data import PromptOrder
+    from glm_grpo_ds.experience import ExperienceMaker, NoAhead
+    from glm_grpo_ds.model.glm_image import resolve_attn
+    from glm_grpo_ds.model.policy import load_policy
+    from glm_grpo_ds.monitoring.alarms import Monitor
+    from glm_grpo_ds.runtime.seeding import derive_seed, rollout_seeds, seed_everything
+    from glm_grpo_ds.startup import build_run
+
+    cfg = load_config(a.config, a.overrides)
+    built = build_run(cfg, a.deepspeed)
+    by_build_run = Trainer(built).step(0)
+    cfg = built.cfg  # the config build_run resolved (the model's own sampling settings filled in)
+    seed_everything(derive_seed(cfg.seed, "init"))
+    attn = resolve_attn(cfg.model.attn_implementation, False, built.dtype)
+    model = load_policy(
+        cfg.model.path, built.dtype, attn, cfg.lora, cfg.model.gradient_checkpointing,
+        seed=derive_seed(cfg.seed, "lora"),
+    )  # fmt: skip
+    engine = ds_engine.initialize(model, built.engine.config, cfg.optimizer, cfg.total_optimizer_steps)
+    device = built.device
+    maker = ExperienceMaker(
+        EngineSampler(engine, built.processor, cfg, device), built.experience.decoder, built.reward_fn, cfg, device
+    )
+    order = PromptOrder(built.prompt_order.rows, 1, 0, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle, 0.0)
+    seeds = lambda index: rollout_seeds(cfg.seed, index, 0, cfg.batch.prompts_per_rank)
+    parts = replace(
+        built, engine=engine, experience=maker, eval_experience=maker, prompt_order=order,
+        rollout=NoAhead(maker, order, seeds), monitor=Monitor([]), life=None, publisher=None, tracker=None,
+    )  # fmt: skip
+    return {"build_run": by_build_run, "parts": Trainer(parts).step(0)}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["train", "grads", "dp", "sharded", "memory", "nonfinite", "before", "sync"])
+    p.add_argument(
+        "scenario", choices=["train", "grads", "dp", "sharded", "memory", "nonfinite", "before", "sync", "parts"]
+    )
     p.add_argument("out")
     p.add_argument("--deepspeed", required=True)
     p.add_argument("--config", default="launch/configs/tiny_cpu.yaml")
@@ -155,10 +206,13 @@ def main(argv=None) -> int:
     if a.scenario == "sync":
         result = counted_run(a)
 
+    elif a.scenario == "parts":
+        result = run_from_parts(a)
+
     elif a.scenario == "train":
-        trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
+        trainer = Trainer.from_config(load_config(a.config, a.overrides), a.deepspeed)
         probe = fixed_rollout(trainer, PROBE_PROMPTS)
-        is_lora = trainer.cfg.lora is not None
+        is_lora = trainer.run.cfg.lora is not None
         result["trainable_before"] = named_full_params(trainer, lambda n, p: p.requires_grad)
         result["base_before"] = named_full_params(trainer, frozen)
         # DeepSpeed 0.19.3-0.19.7 on gloo read a coalesced ZeRO-3 gather before all of it arrived: repeated
@@ -167,7 +221,7 @@ def main(argv=None) -> int:
             {n for _ in range(GATHER_REPEATS) for n, t in named_full_params(trainer, frozen).items()
              if not torch.equal(t, result["base_before"][n])}
         )  # fmt: skip
-        if trainer.cfg.grpo.beta > 0 or is_lora:
+        if trainer.run.cfg.grpo.beta > 0 or is_lora:
             result["ref_before"] = probe_ref_logps(trainer, probe)
         trainer.train()
         result["trainable_after"] = named_full_params(trainer, lambda n, p: p.requires_grad)
@@ -181,14 +235,16 @@ def main(argv=None) -> int:
 
     elif a.scenario == "grads":
         for m in [int(x) for x in a.micro_batch_sizes.split(",")]:
-            trainer = Trainer(load_config(a.config, a.overrides + [f"batch.micro_batch_size={m}"]), a.deepspeed)
-            batch = fixed_rollout(trainer, PROBE_PROMPTS[: trainer.cfg.batch.prompts_per_rank])
-            adv = group_advantages(synthetic_rewards(len(batch)), trainer.cfg.grpo.group_size)
+            trainer = Trainer.from_config(
+                load_config(a.config, a.overrides + [f"batch.micro_batch_size={m}"]), a.deepspeed
+            )
+            batch = fixed_rollout(trainer, PROBE_PROMPTS[: trainer.run.cfg.batch.prompts_per_rank])
+            adv = group_advantages(synthetic_rewards(len(batch)), trainer.run.cfg.grpo.group_size)
             grads, stats = grads_of_update(trainer, batch, adv)
             result[m] = {"grads": grads, "loss": stats["loss"], "iterations": stats["iterations"]}
 
     elif a.scenario == "sharded":
-        trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
+        trainer = Trainer.from_config(load_config(a.config, a.overrides), a.deepspeed)
         gathered_batch = fixed_rollout(trainer, PROBE_PROMPTS[:1], gather=True)
         sharded_batch = fixed_rollout(trainer, PROBE_PROMPTS[:1], gather=False)
         again = fixed_rollout(trainer, PROBE_PROMPTS[:1], gather=True)  # hooks restored correctly
@@ -202,8 +258,8 @@ def main(argv=None) -> int:
         # and what each gathers (DeepSpeed's comms logger)
         from glm_grpo_ds.update import batched_logprobs, logprobs_before_update
 
-        trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
-        cfg, engine = trainer.cfg, trainer.engine
+        trainer = Trainer.from_config(load_config(a.config, a.overrides), a.deepspeed)
+        cfg, engine = trainer.run.cfg, trainer.run.engine
         prompts = PROBE_PROMPTS[: cfg.batch.prompts_per_rank]
 
         def gathered(counts):
@@ -214,19 +270,21 @@ def main(argv=None) -> int:
 
         g = cfg.grpo.group_size
         with ds_engine.counted_comms() as plain:
-            EngineSampler(engine, trainer.processor, cfg, trainer.device).sample(prompts, [7], g)
+            EngineSampler(engine, trainer.run.processor, cfg, trainer.run.device).sample(prompts, [7], g)
         with ds_engine.counted_comms() as with_before:
-            got = EngineSampler(engine, trainer.processor, cfg, trainer.device, before_fn).sample(prompts, [7], g)
+            got = EngineSampler(engine, trainer.run.processor, cfg, trainer.run.device, before_fn).sample(
+                prompts, [7], g
+            )
         batch = got.batch
         slices = [slice(i, i + cfg.batch.micro_batch_size) for i in range(0, len(batch), cfg.batch.micro_batch_size)]
         with ds_engine.counted_comms() as ref_in_update:
-            ref = reference_logprobs(engine, trainer.ref_engine, batch, cfg, slices)
+            ref = reference_logprobs(engine, trainer.run.ref_engine, batch, cfg, slices)
         ds_engine.unwrap(engine).eval()
         old = batched_logprobs(engine, batch, cfg, slices)
         adv = group_advantages(synthetic_rewards(len(batch)), cfg.grpo.group_size)
         with ds_engine.counted_comms() as update:
             stats = grpo_update(
-                engine, batch, adv, cfg, trainer.ref_engine, ref_logps=got.ref_logps, old_logps=got.old_logps
+                engine, batch, adv, cfg, trainer.run.ref_engine, ref_logps=got.ref_logps, old_logps=got.old_logps
             )
         result = {
             "ref": (got.ref_logps.cpu(), ref.cpu()),
@@ -239,7 +297,7 @@ def main(argv=None) -> int:
                 "update": gathered(update),
             },
             "ar_bytes": ds_engine.parameter_bytes(engine),
-            "world": trainer.world,
+            "world": trainer.run.world,
         }
 
     elif a.scenario == "memory":
@@ -248,28 +306,30 @@ def main(argv=None) -> int:
         from glm_grpo_ds.testing.model_state import model_state_bytes
 
         cfg = load_config(a.config, a.overrides)
-        trainer = Trainer(cfg, a.deepspeed)
+        trainer = Trainer.from_config(cfg, a.deepspeed)
         batch = fixed_rollout(trainer, PROBE_PROMPTS[: cfg.batch.prompts_per_rank])
         adv = group_advantages(synthetic_rewards(len(batch)), cfg.grpo.group_size)
         keys = ("parameters", "gradients", "master", "optimizer_states")
         seen = {}
 
         def per_rank(name):  # [world, 4] bytes of every rank
-            b = model_state_bytes(trainer.engine)
+            b = model_state_bytes(trainer.run.engine)
             seen[name] = dist.all_gather(torch.tensor([[b[k] for k in keys]], dtype=torch.float64))
 
-        grpo_update(trainer.engine, batch, adv, cfg, trainer.ref_engine, on_boundary=lambda e: per_rank("boundary"))
+        grpo_update(
+            trainer.run.engine, batch, adv, cfg, trainer.run.ref_engine, on_boundary=lambda e: per_rank("boundary")
+        )
         per_rank("after")
         result = {name: [dict(zip(keys, row.tolist())) for row in t] for name, t in seen.items()}
         result["plan"] = plan(
-            cfg, read_ds_config(a.deepspeed), EstimateConfig(num_gpus=trainer.world, num_nodes=1, device="cpu")
+            cfg, read_ds_config(a.deepspeed), EstimateConfig(num_gpus=trainer.run.world, num_nodes=1, device="cpu")
         )
 
     else:  # dp: one global rollout of 2 groups; rank r trains on its share
-        trainer = Trainer(load_config(a.config, a.overrides), a.deepspeed)
-        world, rank = trainer.world, trainer.rank
+        trainer = Trainer.from_config(load_config(a.config, a.overrides), a.deepspeed)
+        world, rank = trainer.run.world, trainer.run.rank
         batch = fixed_rollout(trainer, PROBE_PROMPTS)
-        adv = group_advantages(synthetic_rewards(len(batch)), trainer.cfg.grpo.group_size)
+        adv = group_advantages(synthetic_rewards(len(batch)), trainer.run.cfg.grpo.group_size)
         n = len(batch) // world
         local = batch.select(slice(rank * n, (rank + 1) * n))
         grads, stats = grads_of_update(trainer, local, adv[rank * n : (rank + 1) * n])
@@ -277,7 +337,9 @@ def main(argv=None) -> int:
         result["grads"] = grads
         with torch.no_grad():
             result["logp_check"] = (
-                completion_logprobs(ds_engine.unwrap(trainer.engine), local, trainer.cfg.grpo.sampling).sum().item()
+                completion_logprobs(ds_engine.unwrap(trainer.run.engine), local, trainer.run.cfg.grpo.sampling)
+                .sum()
+                .item()
             )
 
     if dist.rank() == 0:

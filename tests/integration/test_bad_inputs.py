@@ -103,12 +103,12 @@ def _reward_field_missing(tmp):
 def _tokenizer_past_embedding(tmp):
     # a model whose AR embedding is smaller than its tokenizer (a processor from another model): issue #27's
     # IndexError mid-run becomes a one-line refusal before any weight loads
-    from glm_grpo_ds.testing.tiny import _vocab, build_tiny_pipeline
+    from glm_grpo_ds.testing.tiny import build_tiny_pipeline, tiny_vocab
 
     model = build_tiny_pipeline(tmp / "model")
     config_file = model / "vision_language_encoder" / "config.json"
     config = json.loads(config_file.read_text())
-    config["text_config"]["vocab_size"] = _vocab()["<|assistant|>"]  # the chat template's marker is out
+    config["text_config"]["vocab_size"] = tiny_vocab()["<|assistant|>"]  # the chat template's marker is out
     config_file.write_text(json.dumps(config))
     return [f"model.path={model}"], r"model.path: the chat template's token .* AR embedding has \d+ rows"
 

@@ -1,4 +1,4 @@
-"""`glm-grpo bench` end to end on the tiny model (small settings): every phase and every
+"""`glm-grpo profile bench` end to end on the tiny model (small settings): every phase and every
 side-by-side comparison is measured and written to bench.json."""
 
 import json
@@ -16,6 +16,7 @@ def test_bench_writes_every_phase_and_ratio(tmp_path):
         sys.executable,
         "-m",
         "glm_grpo_ds.commands.cli",
+        "profile",
         "bench",
         "--size",
         "64",
@@ -62,10 +63,10 @@ def test_bench_writes_every_phase_and_ratio(tmp_path):
 
 
 def test_bench_gathers_counts_fewer_gathers_with_the_reference_in_the_rollout(tiny_model_dir, data64, tmp_path):
-    """`glm-grpo bench --gathers`: DeepSpeed's comms logger on 2 ZeRO-3 ranks; the reference log-probs in
+    """`glm-grpo profile bench --gathers`: DeepSpeed's comms logger on 2 ZeRO-3 ranks; the reference log-probs in
     the rollout's gather take gathers out of the update, and larger micro-batches gather less. On the session's
     tiny model and 64x64 data (--model / --data; the test above covers the bench building its own)."""
-    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "bench", "--gathers", "--size", "64"]
+    cmd = [sys.executable, "-m", "glm_grpo_ds.commands.cli", "profile", "bench", "--gathers", "--size", "64"]
     cmd += ["--model", str(tiny_model_dir), "--data", str(data64)]
     cmd += ["--group-size", "4", "--gathers-micro-batches", "2,4", "--out", str(tmp_path)]
     proc = run_cmd(cmd, timeout=900)  # forked from the preloaded parent (tests/forkserver.py)

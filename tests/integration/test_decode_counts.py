@@ -1,4 +1,4 @@
-"""What a decode step launches, counted (glm_grpo_ds/commands/decode_counts.py, `glm-grpo bench`'s
+"""What a decode step launches, counted (glm_grpo_ds/profiling/decode_counts.py, `glm-grpo profile bench`'s
 decode_step_counts): counts are deterministic, so they are asserted exactly; timings are reported, never asserted.
 
 The eager loops are counted as bench's worker counts them (2 and 4 layers of the tiny configuration, here G=2,
@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from glm_grpo_ds.commands import decode_counts as dc
+from glm_grpo_ds.profiling import decode_counts as dc
 
 LAYERS = ("2", "4")
 
@@ -83,8 +83,8 @@ def test_table_prints_every_count_and_the_check(counts):
 
 
 def test_bench_takes_the_sections_loops_or_none():
-    from glm_grpo_ds.commands.bench import parse_args
-    from glm_grpo_ds.commands.bench_workers import WORKERS, worker_decode_counts
+    from glm_grpo_ds.profiling.bench import parse_args
+    from glm_grpo_ds.profiling.bench_workers import WORKERS, worker_decode_counts
 
     assert WORKERS["decode-counts"] is worker_decode_counts
 

@@ -1,4 +1,4 @@
-"""`glm-grpo dit-timing` on the tiny pipeline (CPU, real components): the reference against itself, a lossless
+"""`glm-grpo profile dit-timing` on the tiny pipeline (CPU, real components): the reference against itself, a lossless
 attention kernel, FP8 linears, a GPU-only kernel skipped with its reason, and bad input refused before any model
 loads."""
 
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from glm_grpo_ds.commands import dit_timing
 from glm_grpo_ds.decoder.fp8 import fp8_supported
+from glm_grpo_ds.profiling import dit_timing
 
 
 def test_times_and_compares_the_variants(tiny_model_dir, tmp_path, capsys):
@@ -60,5 +60,5 @@ def test_bad_input_is_one_line_and_exit_2(tiny_model_dir, tmp_path, capsys, flag
     argv = ["--model", str(tiny_model_dir), "--device", "cpu", "--out", str(out), flag, value]
     assert dit_timing.main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("glm-grpo dit-timing: ") and named in err and len(err.splitlines()) == 1
+    assert err.startswith("glm-grpo profile dit-timing: ") and named in err and len(err.splitlines()) == 1
     assert not out.exists()

@@ -22,7 +22,7 @@ from glm_grpo_ds.config import SamplingConfig
 from glm_grpo_ds.model.glm_image import ar_parts
 from glm_grpo_ds.rollout import rollout
 from glm_grpo_ds.rollout.decode_attention import decode_attention
-from glm_grpo_ds.rollout.decode_loop import LoopOptions, _step, prefill
+from glm_grpo_ds.rollout.decode_loop import LoopOptions, decode_step, prefill
 from glm_grpo_ds.rollout.generate import prepare_rows
 from glm_grpo_ds.rollout.merged_lora import BaseCopy, lora_merged
 from glm_grpo_ds.rollout.step_graph import replayed_step
@@ -141,7 +141,7 @@ def test_the_capture_ready_step_is_the_eager_loop_bitwise_at_fixed_addresses_wit
         for k in range(grid.num_tokens - 1):
             with syncs:  # what the loop runs per token: the noise draw and the step
                 race_noise(state.probs, [gen], out=state.noise)
-                _step(lm, lm_head, codebook, (0.9, 12, 0.9), state)
+                decode_step(lm, lm_head, codebook, (0.9, 12, 0.9), state)
             assert {name: t.data_ptr() for name, t in state.tensors().items()} == addresses, k
     assert syncs.count == 0
     assert int(state.slot) == state.prompt_len + grid.num_tokens - 1
@@ -173,7 +173,7 @@ def step_graph(policy, processor, attention):
     race_noise(state.probs, [torch.Generator().manual_seed(0)], out=state.noise)
     torch._dynamo.reset()
     with torch.no_grad(), attention(lm):
-        explained = torch._dynamo.explain(partial(_step, lm, lm_head, codebook, (0.9, 12, 0.9)))(state)
+        explained = torch._dynamo.explain(partial(decode_step, lm, lm_head, codebook, (0.9, 12, 0.9)))(state)
     return explained, state
 
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 from peft.tuners.lora import Linear as LoraLinear
 
-from glm_grpo_ds.commands import decode_counts as dc
 from glm_grpo_ds.config import SamplingConfig
 from glm_grpo_ds.model.policy import load_policy
+from glm_grpo_ds.profiling import decode_counts as dc
 from glm_grpo_ds.rollout import rollout
 from glm_grpo_ds.rollout.decode_loop import LoopOptions
 from glm_grpo_ds.rollout.fused_lora import FusedLoraLinear, lora_fused
@@ -78,8 +78,8 @@ def test_fused_sampling_in_bf16_drifts_less_than_merging(tiny_model_dir, process
 
 
 def test_a_fused_decode_step_launches_8_gemms_and_6_adds_per_layer_over_the_merged_step():
-    """Counted as `glm-grpo bench` counts them (deterministic): per decoder layer, peft's loop adds 24 kernels to
-    the merged step (fp32: 12 GEMMs, 6 scales, 6 adds); the fused path 14: q/k/v share one shrink and one
+    """Counted as `glm-grpo profile bench` counts them (deterministic): per decoder layer, peft's loop adds 24 kernels
+    to the merged step (fp32: 12 GEMMs, 6 scales, 6 adds); the fused path 14: q/k/v share one shrink and one
     block-diagonal expand, o / gate_up / down shrink and expand alone, and each adapted projection adds its delta
     in place."""
     r = dc.decode_counts((2, 4), ("eager", "merged", "fused"), group_size=2, size=64, steps=0, threads=1, rounds=1)

@@ -20,7 +20,7 @@ from glm_grpo_ds.runtime.ports import free_port
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # the deepspeed launcher, twice (one rank each)
 
 ROOT = Path(__file__).resolve().parents[2]
-PLANNER = "glm_grpo_ds/memory/step_time.py"
+ANCHORS = "glm_grpo_ds/memory/gpu_figures.py"
 PARTS = ("train", "train_one_step_off", "dit_timing", "decode_timing")
 # every decode-step variant that has a reference to agree with (the rows' default three are eager, graph_fused, graph)
 ROW_VARIANTS = "eager,merged,graph_lora,graph,fused,graph_fused,hf_generate"
@@ -112,7 +112,7 @@ def test_the_decode_part_at_each_rows_with_tokens_checked(lease):
 
 def test_write_docs_regenerates_every_region_from_the_jsons_into_a_copy(lease, tmp_path):
     out = lease[0]
-    for name in ("docs/memory-and-speed.md", "README.md", PLANNER):
+    for name in ("docs/memory-and-speed.md", "README.md", ANCHORS):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     before = {p: p.read_bytes() for p in (ROOT / "docs/memory-and-speed.md", ROOT / "README.md")}
@@ -127,8 +127,8 @@ def test_write_docs_regenerates_every_region_from_the_jsons_into_a_copy(lease, t
         assert f"docs/memory-and-speed.md {name}: from {out / part}.json" in proc.stdout
     assert "| 2 (beside) |" in region(docs, "train-one-step-off") and "`guidance_half`" in region(docs, "dit")
     assert "| 4 | `graph_fused` |" in region(docs, "decode")
-    # a CPU's figures are no anchor: the planner, the planned step and the README's measured step stay as they were
-    assert (tmp_path / "glm_grpo_ds/memory/step_time.py").read_bytes() == (ROOT / PLANNER).read_bytes()
+    # a CPU's figures are no anchor: the anchors, the planned step and the README's measured step stay as they were
+    assert (tmp_path / ANCHORS).read_bytes() == (ROOT / ANCHORS).read_bytes()
     assert region(docs, "planned-step") == region((ROOT / "docs/memory-and-speed.md").read_text(), "planned-step")
     assert (
         region((tmp_path / "README.md").read_text(), "time-per-step").split()

@@ -10,7 +10,8 @@ from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.config import DecoderConfig
 from glm_grpo_ds.decoder import ImageDecoder
-from glm_grpo_ds.experience import decode_and_score
+from glm_grpo_ds.experience import ToScore, decode_and_score
+from glm_grpo_ds.observability.meter import Meter
 from glm_grpo_ds.rewards.registry import RewardSet
 from glm_grpo_ds.testing.tiny import CODEBOOK_SIZE
 
@@ -48,9 +49,9 @@ def test_same_images_rewards_order_and_failures(decoder, stream):
     grids, prompts, size, seeds, samples = inputs()
     reference = decoder.decode(grids, prompts, *size, seeds)
     rewards = RewardSet([("id", 1.0, sample_id), ("bright", 1.0, brightness), ("flaky", 1.0, fails_on_bad)])
-    timings = {}
+    meter = Meter()
     images, per_reward = decode_and_score(
-        decoder, rewards, grids, prompts, size, seeds, samples, stream=stream, timings=timings
+        decoder, rewards, ToScore(grids, prompts, size, seeds, samples), meter, stream
     )
     assert torch.equal(images, reference)
     assert per_reward["id"].tolist() == list(range(8))  # back in sample order
@@ -61,7 +62,7 @@ def test_same_images_rewards_order_and_failures(decoder, stream):
         assert rewards.failed == {"id": 0, "bright": 0, "flaky": 2}
     else:  # one call for all: the whole step is undefined, as before streaming
         assert torch.isnan(flaky).all() and rewards.failed == {"id": 0, "bright": 0, "flaky": 8}
-    assert set(timings) == {"decode", "reward"}
+    assert set(meter.timings) == {"decode", "reward"}
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -82,7 +83,9 @@ def test_a_batch_is_scored_while_the_next_one_decodes(decoder, stream):
 
     hook = decoder.pipe.transformer.register_forward_hook(third_batch_waits)
     try:
-        decode_and_score(decoder, RewardSet([("r", 1.0, starts)]), grids, prompts, size, seeds, samples, stream=stream)
+        decode_and_score(
+            decoder, RewardSet([("r", 1.0, starts)]), ToScore(grids, prompts, size, seeds, samples), None, stream
+        )
     finally:
         hook.remove()
     assert waited == [stream]

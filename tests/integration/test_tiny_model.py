@@ -149,7 +149,7 @@ def test_full_size_ar_config_is_glm_image_with_the_tiny_vocabulary_layout():
     from transformers import GlmImageConfig, GlmImageForConditionalGeneration
 
     real = GlmImageConfig()
-    cfg = tiny.build_ar_config(len(tiny._vocab()), 0, 0, full_size=True)
+    cfg = tiny.build_ar_config(len(tiny.tiny_vocab()), 0, 0, full_size=True)
     for key in (
         "hidden_size",
         "intermediate_size",

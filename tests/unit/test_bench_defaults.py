@@ -1,4 +1,4 @@
-"""`glm-grpo bench` starts from package data (so an installed wheel has its defaults), the same settings as the
+"""`glm-grpo profile bench` starts from package data (so an installed wheel has its defaults), the same settings as the
 checkout's launch/configs/tiny_cpu.yaml and ds_configs/zero3.json."""
 
 import json
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from glm_grpo_ds.commands import bench
+from glm_grpo_ds.profiling import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,6 +45,7 @@ def test_the_wheel_ships_the_bench_defaults_and_the_build_warns_of_nothing(tmp_p
     assert not [line for line in build if "warning" in line.lower() or "!!" in line], "\n".join(build)
     (wheel,) = (src / "wheels").glob("glm_grpo_ds-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"glm_grpo_ds/commands/bench_defaults/train.yaml", "glm_grpo_ds/commands/bench_defaults/zero3.json"} <= set(
-        names
-    )
+    assert {
+        "glm_grpo_ds/profiling/bench_defaults/train.yaml",
+        "glm_grpo_ds/profiling/bench_defaults/zero3.json",
+    } <= set(names)

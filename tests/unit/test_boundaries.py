@@ -1,7 +1,7 @@
 """Import boundaries: only glm_grpo_ds/ds/ imports DeepSpeed, nothing outside it uses a DeepSpeed
 engine's own API (it calls glm_grpo_ds.ds.engine / io), the loss module imports only torch, and the
-training path never imports the command-line tools; every folder is one floor of imports, none upward, no circle;
-no package file outgrows 400 lines nor a function 80; no test module imports another."""
+training path never imports the command-line tools nor the profilers; every folder is one floor of imports, none
+upward, no circle; no package file outgrows 400 lines nor a function 80; no test module imports another."""
 
 import ast
 import sys
@@ -117,6 +117,29 @@ def test_training_path_does_not_import_commands():
     assert offenders == {}, f"the training path imports glm_grpo_ds.commands: {offenders}"
 
 
+# the only modules that import the profilers: the command line's verb `profile`, its listing and its table row, each
+# only the table of tools (profiling/tools.py: no torch, no model); the tools themselves run when `profile` calls them
+PROFILING_IMPORTERS = {"commands/cli.py", "commands/subcommands.py", "commands/profile.py"}
+
+
+def test_only_the_profile_verb_imports_the_profilers():
+    """The training path and the product's commands never import glm_grpo_ds.profiling (the profilers are no part
+    of the product); the ``profile`` verb's modules import only its table of tools."""
+    profiling = PACKAGE / "profiling"
+    offenders = {}
+    for path, tree in _modules():
+        name = str(path.relative_to(PACKAGE))
+        if profiling in path.parents:
+            continue
+        found = [(line, n) for line, n in _imported(tree) if "profiling" in n.split(".")]
+        allowed = {"profiling.tools", "profiling.tools.PROFILE_TOOLS"} if name in PROFILING_IMPORTERS else set()
+        bad = [line for line, n in found if n not in allowed]
+        if bad:
+            offenders[name] = bad
+    assert offenders == {}, f"imports of glm_grpo_ds.profiling outside the `profile` verb: {offenders}"
+    assert any("profiling" in n.split(".") for _, n in _imported(ast.parse((PACKAGE / "commands/cli.py").read_text())))
+
+
 # ----------------------------------------------------------------------------- layering of the package
 # Each module sits on a floor; it imports modules of its own floor or below, never above (lazy imports inside
 # functions count too), and the import graph has no circle. A name maps to the floor of its longest listed
@@ -142,7 +165,9 @@ FLOORS = [
     "experience update evaluation sharing testing",
     # 8 the trainer: its entrance hall (startup), its step and loop (train), the job checked before it runs (preflight)
     "startup train preflight",
-    # 9 the command line
+    # 9 the profilers (`glm-grpo profile TOOL`): benchmarks and timings of the floors below; they import no command
+    "profiling",
+    # 10 the command line
     "commands __main__",
 ]
 FLOOR = {name: i for i, names in enumerate(FLOORS) for name in names.split()}

@@ -9,6 +9,7 @@ import pytest
 
 from glm_grpo_ds.commands import cli
 from glm_grpo_ds.config.arguments import TRAIN_EXAMPLE
+from glm_grpo_ds.profiling.tools import PROFILE_TOOLS
 from glm_grpo_ds.runtime.cli_help import HelpFormatter, command_parser, plain
 
 
@@ -18,25 +19,37 @@ class _Built(Exception):
 
 
 def _parser_of(name: str, monkeypatch) -> argparse.ArgumentParser:
-    """The parser ``glm-grpo NAME`` builds, caught as it parses (nothing of the command runs)."""
+    """The parser ``glm-grpo NAME`` builds (NAME: a subcommand, or ``profile TOOL``), caught as it parses (nothing of
+    the command runs)."""
 
     def caught(self, args=None, namespace=None):
         raise _Built(self)
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", caught)
-    module, _, function = cli.SUBCOMMANDS[name].target.partition(":")
+    verb, _, tool = name.partition(" ")
+    module, _, function = cli.SUBCOMMANDS[verb].target.partition(":")
     entry = getattr(__import__(module, fromlist=["_"]), function or "main")
     with pytest.raises(_Built) as built:
-        entry(["--help"])
+        entry([tool, "--help"] if tool else ["--help"])
     monkeypatch.undo()
     return built.value.parser
+
+
+def _entry(name: str):
+    """``name``'s row: its :data:`SUBCOMMANDS` entry, or for ``profile TOOL`` the tool's :data:`PROFILE_TOOLS` one."""
+    verb, _, tool = name.partition(" ")
+    return PROFILE_TOOLS[tool] if tool else cli.SUBCOMMANDS[verb]
+
+
+# every subcommand, and every profiler as `profile TOOL`
+NAMES = [*cli.SUBCOMMANDS, *(f"profile {tool}" for tool in PROFILE_TOOLS)]
 
 
 def _arguments(parser):
     return [a for a in parser._actions if a.help != argparse.SUPPRESS and a.dest != "help"]
 
 
-@pytest.mark.parametrize("name", list(cli.SUBCOMMANDS))
+@pytest.mark.parametrize("name", NAMES)
 def test_help_shows_the_description_an_example_and_every_default(name, monkeypatch):
     parser = _parser_of(name, monkeypatch)
     assert parser.prog == f"glm-grpo {name}"
@@ -46,7 +59,7 @@ def test_help_shows_the_description_an_example_and_every_default(name, monkeypat
     for mark in ("``", "`", "**", "]("):
         assert mark not in description, (name, mark, description)
     if name != "train":  # train's description is its own (the training path does not import commands/)
-        whole = " ".join(plain(cli.SUBCOMMANDS[name].doc).split())
+        whole = " ".join(plain(_entry(name).doc).split())
         assert whole[1:].removesuffix(".") in " ".join(description.split()), name  # all of it, not its first line
     assert description.rstrip().endswith("."), (name, description[-40:])
     assert "example:\n  glm-grpo " + name in text or (name == "train" and "example:\n  glm-grpo train" in text)
@@ -60,13 +73,17 @@ def test_help_shows_the_description_an_example_and_every_default(name, monkeypat
             assert "default" in shown, (name, action.option_strings, shown)
 
 
-@pytest.mark.parametrize("name", list(cli.SUBCOMMANDS))
+@pytest.mark.parametrize("name", NAMES)
 def test_each_example_is_accepted_by_its_own_parser(name, monkeypatch):
-    parser = _parser_of(name, monkeypatch)
-    example = TRAIN_EXAMPLE if name == "train" else cli.SUBCOMMANDS[name].example
+    example = TRAIN_EXAMPLE if name == "train" else _entry(name).example
     first = shlex.split(example.splitlines()[0])
-    assert first[:2] == ["glm-grpo", name], first
-    args, unknown = parser.parse_known_intermixed_args(first[2:])
+    words = name.split()
+    assert first[: 1 + len(words)] == ["glm-grpo", *words], first
+    if name == "profile":  # `glm-grpo profile TOOL ...`: the tool's own parser reads the rest
+        assert first[2] in PROFILE_TOOLS, first
+        words = first[1:3]
+    parser = _parser_of(" ".join(words), monkeypatch)
+    args, unknown = parser.parse_known_intermixed_args(first[1 + len(words) :])
     assert unknown == [], (name, unknown)
 
 

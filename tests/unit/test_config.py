@@ -217,7 +217,8 @@ def test_a_config_key_written_as_an_option_gets_a_one_line_hint(argv, hint, caps
 
 
 def test_tools_with_overrides_take_them_anywhere_and_hint_flag_style_keys(capsys):
-    from glm_grpo_ds.commands import bench, estimate_memory
+    from glm_grpo_ds.commands import estimate_memory
+    from glm_grpo_ds.profiling import bench
 
     a = estimate_memory.parse_args(["lora.r=4", "--config", "C", "max_steps=1", "--deepspeed", "D", "--num-gpus", "2"])
     assert a.overrides == ["lora.r=4", "max_steps=1"] and a.num_gpus == 2

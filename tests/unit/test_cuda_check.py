@@ -91,12 +91,14 @@ def test_the_refusal_names_what_hides_the_gpus(no_gpu_machine, monkeypatch, tmp_
 
 
 def test_bench_refuses_to_time_the_cpu_on_a_gpu_node(no_gpu_machine, monkeypatch, tmp_path, capsys):
-    """`glm-grpo bench` would otherwise benchmark the CPU and report it as this node's numbers."""
-    from glm_grpo_ds.commands import bench
+    """`glm-grpo profile bench` would otherwise benchmark the CPU and report it as this node's numbers."""
+    from glm_grpo_ds.profiling import bench
 
     monkeypatch.setenv("PATH", str(fake_gpu_bin(tmp_path)))
     monkeypatch.delenv("DS_ACCELERATOR", raising=False)
     assert bench.main(["--out", str(tmp_path / "bench.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("glm-grpo bench: this node has 1 NVIDIA GPU(s) (NVIDIA H100 80GB HBM3)")
+    assert len(err) == 1 and err[0].startswith(
+        "glm-grpo profile bench: this node has 1 NVIDIA GPU(s) (NVIDIA H100 80GB HBM3)"
+    )
     assert not (tmp_path / "bench.json").exists()

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from plain_loss import plain
 
 from glm_grpo_ds.advantages import group_advantages
 from glm_grpo_ds.grpo import k3_kl, loss_normalizer, policy_loss
@@ -98,7 +99,9 @@ def _inputs():
 )
 def test_policy_loss_hand_values(aggregation, expected):
     logp, old, adv, mask = _inputs()
-    loss, stats = policy_loss(logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, aggregation=aggregation)
+    loss, stats = policy_loss(
+        logp, old, adv, mask, plain(epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, aggregation=aggregation)
+    )
     assert loss.item() == pytest.approx(expected, abs=1e-12)
     # one high-side clip (row 0, r=1.5, A>0) and one low-side clip (row 1, r=0.7, A<0) of 5 tokens
     assert stats["clip_frac_high"].item() == pytest.approx(0.2)
@@ -115,14 +118,16 @@ def test_symmetric_epsilon_changes_high_clip():
     # With epsilon_high = 0.2 the clip range is [0.8, 1.2]: row 0 r=1.5 contributes -1.2 and
     # row 1 r=1.3 (A<0) is still unclipped: sum = -1 - 1.2 - 0.5 + 2.6 + 1.6 = 1.5
     logp, old, adv, mask = _inputs()
-    loss, _ = policy_loss(logp, old, adv, mask, epsilon_low=0.2, epsilon_high=0.2)
+    loss, _ = policy_loss(logp, old, adv, mask, plain(epsilon_low=0.2, epsilon_high=0.2))
     assert loss.item() == pytest.approx(1.5 / 5, abs=1e-12)
 
 
 def test_gradient_only_through_logp_and_hand_values():
     logp, old, adv, mask = _inputs()
     ref = (logp.detach() + 0.1).requires_grad_(True)
-    loss, _ = policy_loss(logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, ref_logp=ref, beta=0.0)
+    loss, _ = policy_loss(
+        logp, old, adv, mask, plain(epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, beta=0.0), ref_logp=ref
+    )
     loss.backward()
     assert old.grad is None and adv.grad is None and ref.grad is None
     # d/dlogp of -A r = -A r on unclipped tokens, 0 on clipped and masked ones; / 5 tokens
@@ -132,9 +137,9 @@ def test_gradient_only_through_logp_and_hand_values():
 
 def test_kl_zero_when_ref_equals_policy():
     logp, old, adv, mask = _inputs()
-    base, _ = policy_loss(logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH)
+    base, _ = policy_loss(logp, old, adv, mask, plain(epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH))
     loss, stats = policy_loss(
-        logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, ref_logp=logp.detach(), beta=0.7
+        logp, old, adv, mask, plain(epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, beta=0.7), ref_logp=logp.detach()
     )
     assert stats["kl"].item() == 0.0
     assert loss.item() == base.item()
@@ -145,7 +150,7 @@ def test_kl_hand_value():
     logp, old, adv, mask = _inputs()
     k3 = math.exp(0.1) - 1.1
     loss, stats = policy_loss(
-        logp, old, adv, mask, epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, ref_logp=logp.detach() + 0.1, beta=0.5
+        logp, old, adv, mask, plain(epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH, beta=0.5), ref_logp=logp.detach() + 0.1
     )
     assert stats["kl"].item() == pytest.approx(k3, abs=1e-12)
     assert loss.item() == pytest.approx(1.42 / 5 + 0.5 * k3, abs=1e-12)
@@ -154,7 +159,9 @@ def test_kl_hand_value():
 
 def test_ratio_one_when_policy_equals_old():
     logp = torch.randn(3, 4, dtype=torch.float64)
-    _, stats = policy_loss(logp, logp.clone(), torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64), torch.ones(3, 4))
+    _, stats = policy_loss(
+        logp, logp.clone(), torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64), torch.ones(3, 4), plain()
+    )
     assert stats["ratio_min"].item() == stats["ratio_max"].item() == 1.0
     assert stats["clip_frac_low"].item() == stats["clip_frac_high"].item() == 0.0
 
@@ -168,15 +175,15 @@ def test_micro_batches_sum_to_full_batch(aggregation):
     ref = logp.detach() + 0.1 * torch.randn(n, t, dtype=torch.float64)
     adv = torch.randn(n, dtype=torch.float64)
     mask = (torch.rand(n, t) > 0.3).double()
-    kw = dict(beta=0.05, aggregation=aggregation)
+    settings = plain(beta=0.05, aggregation=aggregation)
 
-    full, _ = policy_loss(logp, old, adv, mask, ref_logp=ref, **kw)
+    full, _ = policy_loss(logp, old, adv, mask, settings, ref_logp=ref)
     (g_full,) = torch.autograd.grad(full, logp)
 
     norm = loss_normalizer(mask, aggregation)
     total = 0.0
     for sl in (slice(0, 2), slice(2, 3), slice(3, 6)):
-        part, _ = policy_loss(logp[sl], old[sl], adv[sl], mask[sl], ref_logp=ref[sl], normalizer=norm, **kw)
+        part, _ = policy_loss(logp[sl], old[sl], adv[sl], mask[sl], settings, ref_logp=ref[sl], normalizer=norm)
         total = total + part
     (g_micro,) = torch.autograd.grad(total, logp)
     torch.testing.assert_close(total, full, rtol=0, atol=1e-12)
@@ -186,11 +193,11 @@ def test_micro_batches_sum_to_full_batch(aggregation):
 def test_policy_loss_input_errors():
     logp, old, adv, mask = _inputs()
     with pytest.raises(ValueError, match="beta"):
-        policy_loss(logp, old, adv, mask, beta=0.1)
+        policy_loss(logp, old, adv, mask, plain(beta=0.1))
     with pytest.raises(ValueError, match="aggregation"):
-        policy_loss(logp, old, adv, mask, aggregation="mean")
+        policy_loss(logp, old, adv, mask, plain(aggregation="mean"))
     with pytest.raises(ValueError, match="advantages"):
-        policy_loss(logp, old, adv[:1], mask)
+        policy_loss(logp, old, adv[:1], mask, plain())
 
 
 def test_preview_tokens_can_be_left_out_of_the_loss(preview_batch):
@@ -204,7 +211,7 @@ def test_preview_tokens_can_be_left_out_of_the_loss(preview_batch):
     assert batch.completion_mask.sum() == 2 * n  # the rollout itself is untouched
     # the loss only sees target tokens: changing a preview log-prob changes nothing
     logp = torch.randn(2, n, requires_grad=True)
-    loss, stats = policy_loss(logp, logp.detach(), torch.tensor([1.0, -1.0]), masked.completion_mask)
+    loss, stats = policy_loss(logp, logp.detach(), torch.tensor([1.0, -1.0]), masked.completion_mask, plain())
     loss.backward()
     assert torch.equal(logp.grad[:, :3], torch.zeros(2, 3)) and stats["num_tokens"] == 4
 
@@ -231,7 +238,7 @@ def test_registry_lookups_list_the_valid_names():
     with pytest.raises(ValueError, match="unknown aggregation 'nope'"):
         loss_normalizer(torch.ones(2, 3), "nope")
     with pytest.raises(ValueError, match="unknown aggregation 'nope'"):
-        policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.ones(2, 3), aggregation="nope")
+        policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.ones(2, 3), plain(aggregation="nope"))
 
 
 def test_registered_variant_is_used_by_name(monkeypatch):
@@ -244,7 +251,7 @@ def test_registered_variant_is_used_by_name(monkeypatch):
     assert loss_normalizer(mask, "half_slots").item() == 4.0
     # the aggregation owns its per-sequence step: the loss has no special case for any name
     logp = torch.full((2, 4), math.log(1.0))
-    loss, _ = policy_loss(logp, logp, torch.tensor([1.0, 1.0]), mask, aggregation="half_slots")
+    loss, _ = policy_loss(logp, logp, torch.tensor([1.0, 1.0]), mask, plain(aggregation="half_slots"))
     assert loss.item() == pytest.approx(-8 / 4)
     assert set(ESTIMATORS) == {"group", "batch", "none", "rloo"}
 

@@ -6,9 +6,24 @@ import math
 
 import pytest
 import torch
+from plain_loss import plain
 
 from glm_grpo_ds.grpo import high_entropy_mask, mismatch_sums, policy_loss, sampler_correction
 from glm_grpo_ds.runtime.ports import free_port
+
+
+def test_the_loss_settings_are_the_grpo_sections_own_values():
+    """update.loss_settings: the run's one LossSettings, each field the grpo section's value of that name."""
+    import dataclasses
+
+    from glm_grpo_ds.config import GRPOConfig
+    from glm_grpo_ds.update import loss_settings
+
+    for g in (GRPOConfig(), GRPOConfig(beta=0.04, epsilon_high=0.28, aggregation="seq_mean", entropy_coef=0.01)):
+        s = loss_settings(g)
+        assert {f.name: getattr(g, f.name) for f in dataclasses.fields(s)} == dataclasses.asdict(s)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.beta = 0.0
 
 
 def test_gspo_clips_the_geometric_mean_ratio_of_the_sequence():
@@ -19,14 +34,14 @@ def test_gspo_clips_the_geometric_mean_ratio_of_the_sequence():
         (1.0, -1.2, [0.0, 0.0]),  # A > 0: the clipped 1.2 is the min; no gradient
         (-1.0, math.exp(0.3), [math.exp(0.3) / 2] * 2),  # A < 0: -min(-1.35, -1.2) = 1.35; d/dlogp_t = ratio / 2
     ):
-        loss, stats = policy_loss(logp, old, torch.tensor([adv]), mask, importance_sampling_level="sequence")
+        loss, stats = policy_loss(logp, old, torch.tensor([adv]), mask, plain(importance_sampling_level="sequence"))
         (grad,) = torch.autograd.grad(loss, logp)
         assert loss.item() == pytest.approx(expect_loss, rel=1e-6)
         assert grad[0].tolist() == pytest.approx(expect_grad, rel=1e-6)
         # the sequence's ratio counts once per token in the stats
         assert stats["ratio_mean"].item() == pytest.approx(math.exp(0.3), rel=1e-6)
     # token level on the same numbers: ratios e^0.2 and e^0.4, clipped one by one
-    loss, _ = policy_loss(logp, old, torch.tensor([1.0]), mask)
+    loss, _ = policy_loss(logp, old, torch.tensor([1.0]), mask, plain())
     assert loss.item() == pytest.approx(-(min(math.exp(0.2), 1.2) + 1.2) / 2, rel=1e-6)
 
 
@@ -68,7 +83,7 @@ def test_the_correction_removes_the_bias_of_a_perturbed_sampler():
                 if correct
                 else None
             )
-            loss, _ = policy_loss(logp, old, adv[x : x + 1], mask, is_weights=w)
+            loss, _ = policy_loss(logp, old, adv[x : x + 1], mask, plain(), is_weights=w)
             (g,) = torch.autograd.grad(loss, theta)
             total += q[x] * g  # the sampler draws x with probability q(x)
         return total
@@ -121,7 +136,7 @@ def test_preview_weight_scales_the_preview_tokens_policy_term_only(preview_batch
 
     logp = torch.randn(2, n, dtype=torch.float64, requires_grad=True)
     adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
-    loss, stats = policy_loss(logp, logp.detach(), adv, batch.completion_mask, token_weights=weights)
+    loss, stats = policy_loss(logp, logp.detach(), adv, batch.completion_mask, plain(), token_weights=weights)
     (grad,) = torch.autograd.grad(loss, logp)
     # ratio 1: d loss / d logp_t = -A w_t / (number of tokens, 10: the preview still counts)
     expected = -adv[:, None] * weights.double() / 10
@@ -137,13 +152,13 @@ def test_entropy_bonus_is_the_mean_entropy_of_the_trained_tokens_by_hand():
     entropy = torch.tensor([[0.2, 0.4, 0.9], [0.6, 5.0, 5.0]])  # the masked 5.0s never count
     zero = torch.zeros(2)
     for aggregation in ("token_mean", "seq_mean", "dr_grpo"):
-        loss, _ = policy_loss(logp, logp, zero, mask, aggregation=aggregation, entropy=entropy, entropy_coef=0.5)
+        loss, _ = policy_loss(logp, logp, zero, mask, plain(aggregation=aggregation, entropy_coef=0.5), entropy=entropy)
         assert loss.item() == pytest.approx(-0.5 * (0.2 + 0.4 + 0.9 + 0.6) / 4)
     selected = torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]])  # a top-entropy selection: 0.4, 0.9, 0.6
-    loss, _ = policy_loss(logp, logp, zero, mask, token_weights=selected, entropy=entropy, entropy_coef=0.5)
+    loss, _ = policy_loss(logp, logp, zero, mask, plain(entropy_coef=0.5), token_weights=selected, entropy=entropy)
     assert loss.item() == pytest.approx(-0.5 * (0.4 + 0.9 + 0.6) / 3)
     loss, _ = policy_loss(
-        logp, logp, zero, mask, token_weights=selected, entropy=entropy, entropy_coef=0.5, entropy_share=0.25
+        logp, logp, zero, mask, plain(entropy_coef=0.5), token_weights=selected, entropy=entropy, entropy_share=0.25
     )
     assert loss.item() == pytest.approx(-0.5 * (0.4 + 0.9 + 0.6) / 3 * 0.25)
 

@@ -4,6 +4,7 @@ entropy bonus; values and gradients."""
 
 import pytest
 import torch
+from plain_loss import plain
 from trl.trainer.utils import entropy_from_logits
 from trl_reference import trl_loss
 
@@ -50,17 +51,19 @@ def both(loss_type, beta=0.0, level="token", quantile=1.0, coef=0.0, is_ratio=No
         old,
         adv,
         mask,
+        plain(
+            beta=beta,
+            epsilon_low=eps[0],
+            epsilon_high=eps[1],
+            aggregation=OURS[loss_type],
+            importance_sampling_level=level,
+            entropy_coef=coef,
+        ),
         ref_logp=ref,
-        beta=beta,
-        epsilon_low=eps[0],
-        epsilon_high=eps[1],
-        aggregation=OURS[loss_type],
         normalizer=loss_normalizer(mask, OURS[loss_type]),
-        importance_sampling_level=level,
         token_weights=high_entropy_mask(entropy, mask, quantile) if quantile < 1 else None,
         is_weights=is_ratio,
         entropy=entropy,
-        entropy_coef=coef,
     )
     grads_ours = torch.autograd.grad(ours, [logp, entropy], allow_unused=True)
     return (ours, grads_ours), (theirs, grads_theirs)
@@ -134,9 +137,9 @@ def test_entropy_bonus_of_micro_batches_is_trls_gradient_accumulation():
             old[h],
             adv[h],
             mask[h],
+            plain(entropy_coef=0.1),
             normalizer=loss_normalizer(mask, "token_mean"),
             entropy=entropy[h],
-            entropy_coef=0.1,
             entropy_share=mask[h].sum() / mask.sum(),
         )[0]
         for h in halves

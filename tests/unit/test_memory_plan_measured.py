@@ -1,10 +1,12 @@
-"""The memory plan against per-phase peaks measured on a GPU (glm_grpo_ds/testing/gpu_measurements.py: the card,
-the date and the run of each): every phase planned at or above its measurement, and within +30 %, so that a plan
-neither runs out of memory hours into a run nor makes a user buy GPUs they do not need."""
+"""The memory plan against per-phase peaks measured on a GPU (glm_grpo_ds/memory/gpu_figures.py: the card, the
+date and the run of each; glm_grpo_ds/testing/gpu_measurements.py plans them): every phase planned at or above its
+measurement, and within +30 %, so that a plan neither runs out of memory hours into a run nor makes a user buy GPUs
+they do not need."""
 
 import pytest
 
-from glm_grpo_ds.testing.gpu_measurements import MEASURED, compare
+from glm_grpo_ds.memory.gpu_figures import MEASURED
+from glm_grpo_ds.testing.gpu_measurements import compare
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

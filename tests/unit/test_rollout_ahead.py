@@ -1,4 +1,4 @@
-"""rollout.one_step_off's pieces without DeepSpeed (glm_grpo_ds/experience.py): the pending rollout through a
+"""rollout.one_step_off's pieces without DeepSpeed (experience/off_policy.py, drawn.py): the pending rollout through a
 checkpoint file and back (what a resume trains on first), and the background thread's order of calls. The runs
 themselves: tests/integration/test_one_step_off.py."""
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from glm_grpo_ds.data import PromptRow
-from glm_grpo_ds.experience import Drawn, RolloutAhead, drawn_from_state, drawn_state
+from glm_grpo_ds.experience import Drawn, RolloutAhead
 from glm_grpo_ds.lifecycle import checkpoint
 from glm_grpo_ds.rollout import GridSpec, RolloutBatch
 from glm_grpo_ds.rollout.backends import Sampled
@@ -33,8 +33,8 @@ def test_the_pending_rollout_survives_a_checkpoint_file(tmp_path):
     rows = [PromptRow(i, f"prompt {i}") for i in range(5)]
     drawn = _drawn([rows[3], rows[1]])
     (tmp_path / checkpoint.AHEAD).mkdir()
-    torch.save(drawn_state(drawn), tmp_path / checkpoint.AHEAD / "rank_1.pt")
-    back = drawn_from_state(checkpoint.load_ahead(tmp_path, 1), rows, torch.device("cpu"))  # weights_only load
+    torch.save(drawn.state(), tmp_path / checkpoint.AHEAD / "rank_1.pt")
+    back = Drawn.from_state(checkpoint.load_ahead(tmp_path, 1), rows, torch.device("cpu"))  # weights_only load
     assert [r.index for r in back.rows] == [3, 1] and back.timings == {"rollout": 1.5}
     for name in ("prompt_ids", "completion_ids", "sampler_logps", "position_ids", "prompt_index"):
         assert torch.equal(getattr(back.got.batch, name), getattr(drawn.got.batch, name)), name
@@ -43,7 +43,7 @@ def test_the_pending_rollout_survives_a_checkpoint_file(tmp_path):
     assert checkpoint.load_ahead(tmp_path, 0) is None  # no file: nothing pending, the step samples anew
     other = [PromptRow(i + 100, f"prompt {i}") for i in range(5)]  # another prompt set at those positions
     with pytest.raises(ValueError, match="not this prompt set's"):
-        drawn_from_state(drawn_state(drawn), other, torch.device("cpu"))
+        Drawn.from_state(drawn.state(), other, torch.device("cpu"))
 
 
 class _Maker:

@@ -101,6 +101,17 @@ def test_the_full_size_ar_constants_are_glm_images():
     # 18.75 GB a step at 16 rows: the issue's roofline, 3.91 ms at 4.8 TB/s
     assert st.roofline_ms(16, 1408) == pytest.approx((st.AR_WEIGHT_BYTES + 16 * 1408 * 40960) / 4.8e9)
     assert st.roofline_ms(16, 1408) == pytest.approx(3.9067, abs=1e-4)
+    # the layers, heads and head dim step_time reads: memory/sizes.py's statement of them, transformers' config's
+    from transformers import GlmImageConfig
+
+    from glm_grpo_ds.memory.sizes import FULL_AR_TEXT, text_sizes
+
+    assert text_sizes(GlmImageConfig().text_config) == FULL_AR_TEXT
+    t = FULL_AR_TEXT
+    assert (t["layers"], t["kv_heads"], t["head_dim"], t["heads"], t["hidden"], t["vision_vocab"]) == (
+        40, 2, 128, 32, 4096, 16512
+    )  # fmt: skip
+    assert st.KV_BYTES_PER_SLOT == 2 * 40 * 2 * 128 * 2 == 40960 and st.ATTENTION_FLOPS_PER_SLOT == 4 * 32 * 128 * 40
 
 
 def test_more_rows_cost_their_kv_reads_until_compute_binds():

@@ -158,19 +158,19 @@ DECODE_STEP_MS = {
 }
 GUIDED_IMAGE_STEP_S = 0.289  # untagged: a training step's decode, 37.0 s / 16 images / 8 steps
 DECODE_FIXED_S = 0.0  # per image: the glyph encoder and the VAE
-DIT_SPEEDUP = {}  # decoder options against eager sdpa (glm-grpo dit-timing), keyed as dit_options() names them
+DIT_SPEEDUP = {}  # decoder options against eager sdpa (glm-grpo profile dit-timing), keyed as dit_options() names them
 UPDATE_S = {2: 4.85, 3: 20.2}  # LoRA update at 16 sequences of 1 280 tokens, world size 1 (ZeRO-1 runs ZeRO-2's)
 # gpu-timing:END anchors"""
 
 
 def _copy(root: Path) -> None:
-    for name in ("docs/memory-and-speed.md", "README.md", "glm_grpo_ds/memory/step_time.py"):
+    for name in ("docs/memory-and-speed.md", "README.md", "glm_grpo_ds/memory/gpu_figures.py"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, root / name)
-    planner = root / "glm_grpo_ds/memory/step_time.py"
-    text = planner.read_text()
+    anchors = root / "glm_grpo_ds/memory/gpu_figures.py"
+    text = anchors.read_text()
     begin, end = text.index("# gpu-timing:BEGIN anchors"), text.index("# gpu-timing:END anchors")
-    planner.write_text(text[:begin] + PINNED + text[end + len("# gpu-timing:END anchors") :])
+    anchors.write_text(text[:begin] + PINNED + text[end + len("# gpu-timing:END anchors") :])
 
 
 def test_write_docs_rewrites_the_anchors_the_planned_step_and_the_regions(tmp_path, capsys):
@@ -180,8 +180,8 @@ def test_write_docs_rewrites_the_anchors_the_planned_step_and_the_regions(tmp_pa
     _copy(root)
     assert write_docs([str(out), "--root", str(root)]) == 0
     said = capsys.readouterr().out
-    planner = root / "glm_grpo_ds/memory/step_time.py"
-    text = planner.read_text()
+    anchors = root / "glm_grpo_ds/memory/gpu_figures.py"
+    text = anchors.read_text()
     tag = "[H100 2026-12-01]"
     # the 16-row figures: T(S1) / 8 rows - 1 step x 0.25 s = 0.375 s of glyph encoder and VAE per image
     lines = text.splitlines()
@@ -196,8 +196,8 @@ def test_write_docs_rewrites_the_anchors_the_planned_step_and_the_regions(tmp_pa
     assert 'DIT_SPEEDUP = {"compile": 1.25, "fp8": 1.087}' in text  # sdpa and guidance_half change no option
     ruff = Path(sys.executable).parent / "ruff"
     if ruff.exists():  # the rewritten source stays as the project formats it
-        checked = subprocess.run([ruff, "check", "-q", planner], cwd=ROOT, capture_output=True, text=True)
-        formatted = subprocess.run([ruff, "format", "--check", "-q", planner], cwd=ROOT, capture_output=True, text=True)
+        checked = subprocess.run([ruff, "check", "-q", anchors], cwd=ROOT, capture_output=True, text=True)
+        formatted = subprocess.run([ruff, "format", "--check", "-q", anchors], cwd=ROOT, capture_output=True, text=True)
         assert checked.returncode == formatted.returncode == 0, checked.stdout + formatted.stdout
     # the shipped LoRA config on the new anchors: 1 280 x 10.75 ms + 16 x (60 x 0.125 + 0.375) s + 4.85 s
     planned = 1280 * 0.01075 + 16 * (60 * 0.125 + 0.375) + 4.85
@@ -215,7 +215,7 @@ def test_write_docs_rewrites_the_anchors_the_planned_step_and_the_regions(tmp_pa
     for name in ("train", "train-one-step-off"):
         assert region(docs, name) == region(original, name)
         assert f"docs/memory-and-speed.md {name}: left as it was" in said
-    assert "glm_grpo_ds/memory/step_time.py anchors: DECODE_STEP_MS, CARD_BYTES_PER_S, GUIDED_IMAGE_STEP_S" in said
+    assert "glm_grpo_ds/memory/gpu_figures.py anchors: DECODE_STEP_MS, CARD_BYTES_PER_S, GUIDED_IMAGE_STEP_S" in said
 
 
 def test_write_docs_refuses_an_out_without_jsons_and_a_file_without_its_markers(tmp_path, capsys):
@@ -266,7 +266,7 @@ def test_write_docs_takes_the_update_and_the_readmes_step_from_a_full_size_train
     _copy(root)
     assert write_docs([str(out), "--root", str(root)]) == 0
     said = capsys.readouterr().out
-    lines = (root / "glm_grpo_ds/memory/step_time.py").read_text().splitlines()
+    lines = (root / "glm_grpo_ds/memory/gpu_figures.py").read_text().splitlines()
     # the comment would pass 120 characters with the tag: the tag alone
     assert "UPDATE_S = {2: 3.5, 3: 20.2}  # [H100 2026-12-01]" in lines
     assert 'CARD = "one H100"  # [H100 2026-12-01]' in lines

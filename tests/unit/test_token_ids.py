@@ -9,14 +9,14 @@ import pytest
 
 from glm_grpo_ds.data.rows import DataError
 from glm_grpo_ds.model.token_ids import check_token_ids
-from glm_grpo_ds.testing.tiny import _vocab, build_processor, build_tokenizer
+from glm_grpo_ds.testing.tiny import build_processor, build_tokenizer, tiny_vocab
 from glm_grpo_ds.testing.world import WORLD_WORDS
 
 PROMPT = "a red square on a blue background"  # a colour_layout prompt of docs/rewards.md
 
 
 def test_the_world_vocabulary_has_one_id_per_token_and_every_prompt_id_fits():
-    vocab = _vocab(WORLD_WORDS)  # the AR's embedding has len(vocab) rows (tiny.build_tiny_components)
+    vocab = tiny_vocab(WORLD_WORDS)  # the AR's embedding has len(vocab) rows (tiny.build_tiny_components)
     assert sorted(vocab.values()) == list(range(len(vocab)))
     ids = build_tokenizer(WORLD_WORDS)(PROMPT)["input_ids"]
     assert max(ids) < len(vocab)
@@ -26,7 +26,7 @@ def test_the_world_vocabulary_has_one_id_per_token_and_every_prompt_id_fits():
 
 def test_a_prompt_past_the_embedding_is_one_line_naming_its_row():
     processor = build_processor(WORLD_WORDS)
-    rows = _vocab(WORLD_WORDS)["square"]  # an AR that lacks "square" and every word after it
+    rows = tiny_vocab(WORLD_WORDS)["square"]  # an AR that lacks "square" and every word after it
     prompts = ["a red cube", PROMPT]
     with pytest.raises(DataError) as err:
         check_token_ids(processor, rows, "outputs/m", prompts, "data.train_file", 64, 64)

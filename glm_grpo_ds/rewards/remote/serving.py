@@ -218,6 +218,25 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def decode_request(body: ScoreRequest, target_dir: Path) -> tuple[torch.Tensor, list[dict]]:
+    """A /score request's images ``[N, 3, H, W]`` uint8 (all of one size) and its samples (their target images
+    written under ``target_dir``); ValueError naming what is wrong (the server answers 422)."""
+    n = len(body.images)
+    if len(body.prompts) != n or (body.samples is not None and len(body.samples) != n):
+        sizes = f"{n} images, {len(body.prompts)} prompts, {len(body.samples or [])} samples"
+        raise ValueError(f"images, prompts and samples must have one entry per image (got {sizes})")
+    images = []
+    for i, data in enumerate(body.images):
+        try:
+            images.append(decode_png(data))
+        except ValueError as err:
+            raise ValueError(f"images[{i}]: {err}") from None
+        if images[i].shape != images[0].shape:
+            raise ValueError(f"images[{i}] is {tuple(images[i].shape[1:])}, images[0] {tuple(images[0].shape[1:])}")
+    samples = _samples(body, target_dir)
+    return (torch.stack(images) if images else torch.empty(0, 3, 1, 1, dtype=torch.uint8)), samples
+
+
 def build_app(fn: Callable, label: str, need: SampleNeed | None, max_batch: int, max_wait_s: float, device, token):
     """The FastAPI application serving reward ``fn`` (named ``label``) on ``device``."""
     from fastapi import FastAPI, HTTPException
@@ -249,26 +268,10 @@ def build_app(fn: Callable, label: str, need: SampleNeed | None, max_batch: int,
     def health() -> dict:
         return health_body(label, need, max_batch, token_required=bool(token))
 
-    def decode(body: ScoreRequest):
-        n = len(body.images)
-        if len(body.prompts) != n or (body.samples is not None and len(body.samples) != n):
-            sizes = f"{n} images, {len(body.prompts)} prompts, {len(body.samples or [])} samples"
-            raise ValueError(f"images, prompts and samples must have one entry per image (got {sizes})")
-        images = []
-        for i, data in enumerate(body.images):
-            try:
-                images.append(decode_png(data))
-            except ValueError as err:
-                raise ValueError(f"images[{i}]: {err}") from None
-            if images[i].shape != images[0].shape:
-                raise ValueError(f"images[{i}] is {tuple(images[i].shape[1:])}, images[0] {tuple(images[0].shape[1:])}")
-        samples = _samples(body, app.state.target_dir)
-        return (torch.stack(images) if images else torch.empty(0, 3, 1, 1, dtype=torch.uint8)), samples
-
     @app.post("/score", response_model=ScoreResponse, dependencies=auth)
     async def score(body: ScoreRequest) -> dict:
         try:
-            images, samples = await run_in_threadpool(decode, body)
+            images, samples = await run_in_threadpool(decode_request, body, app.state.target_dir)
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
         if images.shape[0] == 0:

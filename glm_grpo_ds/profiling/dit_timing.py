@@ -1,8 +1,8 @@
 """Time the frozen DiT decode, variant by variant (attention kernel, compiled blocks, FP8 linears), and compare images.
 
-    glm-grpo dit-timing --model random:glm-image                         # GPU: every variant this GPU can run
-    glm-grpo dit-timing --model random:glm-image --variants sdpa,compiled,fp8,guidance_half
-    glm-grpo dit-timing --model random:tiny --batch 2 --size 64 --steps 1,2 --device cpu   # the CPU form of the tests
+    glm-grpo profile dit-timing --model random:glm-image                 # GPU: every variant this GPU can run
+    glm-grpo profile dit-timing --model random:glm-image --variants sdpa,compiled,fp8,guidance_half
+    glm-grpo profile dit-timing --model random:tiny --batch 2 --size 64 --steps 1,2 --device cpu  # the tests' CPU form
     bash launch/gpu_timing.sh                                            # this (its part 3), in one lease
 
 ``--model`` is a GlmImagePipeline directory or Hub id: GLM-Image itself (``zai-org/GLM-Image``), or a ``random:`` name
@@ -47,8 +47,8 @@ from pathlib import Path
 import torch
 
 from ..observability.metrics import finite_or_none
-from .cli import parser_for
 from .decode_timing import device_timer
+from .tools import parser_for
 
 REFERENCE = "sdpa"
 VARIANTS: dict[str, dict] = {
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_args(a)
     except (ValueError, FileNotFoundError) as err:
-        print(f"glm-grpo dit-timing: {err}", file=sys.stderr)
+        print(f"glm-grpo profile dit-timing: {err}", file=sys.stderr)
         return 2
     m = measure(a)
     print(format_report(m))

@@ -1,4 +1,4 @@
-"""The counters a decode step is measured with (commands/decode_counts.py runs them, one step at a time).
+"""The counters a decode step is measured with (profiling/decode_counts.py runs them, one step at a time).
 
 Counted (deterministic: the same model and shapes give the same numbers on every run):
 
@@ -52,7 +52,7 @@ GENERATED_KERNEL_MARKS = ("cpp_fused", "triton_")
 EXTERN_SHIM_PREFIXES = ("aoti_torch_cpu_", "aoti_torch_cuda_")
 
 
-def _is_view(func) -> bool:
+def is_view(func) -> bool:
     """A schema-declared view: some return aliases an input and nothing is written."""
     schema = func._schema
     if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
@@ -85,7 +85,7 @@ class OpCounter(TorchDispatchMode):
         name = func._opname
         if name in SYNC_OPS or _is_device_to_host(func, args, out):
             self.host_syncs += 1
-        if name not in METADATA_OPS and not _is_view(func):
+        if name not in METADATA_OPS and not is_view(func):
             self.kernels += 1
             self.ops[str(func)] += 1
         return out
@@ -192,10 +192,10 @@ def kernel_profiled_step(device: torch.device):
     without it). A code object of its own, so its graphs stay apart from the loop's, which is what is timed
     (the profiling costs ~4 % of the tiny model's compiled step on a CPU)."""
     if device.type not in _profiled_steps:
-        from ..rollout.decode_loop import _step
+        from ..rollout.decode_loop import decode_step
 
         def profiled_step(lm, lm_head, codebook, sampling, s):
-            _step(lm, lm_head, codebook, sampling, s)
+            decode_step(lm, lm_head, codebook, sampling, s)
 
         options = {"cpp_wrapper": True, "cpp.enable_kernel_profile": True} if device.type == "cpu" else {}
         _profiled_steps[device.type] = torch.compile(profiled_step, fullgraph=True, dynamic=False, options=options)

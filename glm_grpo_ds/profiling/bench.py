@@ -1,12 +1,13 @@
 """Benchmarks of a GRPO step, phase by phase, plus side-by-side comparisons reported as ratios.
 
-    python -m glm_grpo_ds.commands.bench [--model DIR] [--size 256] [--group-size 16] [--steps 3] \
+    glm-grpo profile bench [--model DIR] [--size 256] [--group-size 16] [--steps 3] \
         [--out outputs/bench] [key=value ...]
-    glm-grpo bench ...                      # the same
+    python -m glm_grpo_ds.profiling.bench ...      # the same
 
     # GPU, full-size random-init AR (LoRA r=64, 8-bit AdamW, checkpointing, ZeRO-3 world 1, G=16, 1024²):
     glm-grpo tiny-model /tmp/glm_full --full-size-ar
-    glm-grpo bench --model /tmp/glm_full --size 1024 --group-size 16 lora.r=64 lora.alpha=128 model.dtype=bf16
+    glm-grpo profile bench --model /tmp/glm_full --size 1024 --group-size 16 lora.r=64 lora.alpha=128 \
+        model.dtype=bf16
 
 ``--model`` is a pipeline directory or a Hub id (glm_grpo_ds/model/source.py; ``--revision`` pins it),
 resolved once here; the measurement processes read the local directory with HF_HUB_OFFLINE=1.
@@ -27,7 +28,7 @@ Prints a table and writes ``OUT/bench.json``. Measured:
 * ``decode_step_counts``: per decode step, kernels launched, module calls, Python calls, host syncs and
   tokens/s of HF generate, the eager LoRA loop, the merged loop and the compiled loop (and the plain model
   without peft), on the tiny configuration at 2 and 4 layers, extrapolated to 40, as ratios over the eager
-  loop (glm_grpo_ds/commands/decode_counts.py; ``--count-variants`` picks them, ``none`` skips the section).
+  loop (glm_grpo_ds/profiling/decode_counts.py; ``--count-variants`` picks them, ``none`` skips the section).
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ import torch
 
 from ..config import parse_with_overrides
 from .bench_workers import WORKERS
-from .cli import parser_for
 from .decode_counts import VARIANTS as COUNT_VARIANTS
+from .tools import parser_for
 
-# package data (setup.py), so `glm-grpo bench` runs from an installed wheel: the settings of
+# package data (setup.py), so `glm-grpo profile bench` runs from an installed wheel: the settings of
 # launch/configs/tiny_cpu.yaml and ds_configs/zero3.json (tests/unit/test_bench_defaults.py)
 DEFAULTS = Path(__file__).resolve().parent / "bench_defaults"
 CONFIG = DEFAULTS / "train.yaml"
@@ -58,7 +59,7 @@ ZERO3 = DEFAULTS / "zero3.json"
 
 @dataclass
 class BenchConfig:
-    """``glm-grpo bench``: phase throughputs and side-by-side ratios (see the module docstring)."""
+    """``glm-grpo profile bench``: phase throughputs and side-by-side ratios (see the module docstring)."""
 
     size: int = 256  # image height = width
     group_size: int = 16
@@ -105,10 +106,10 @@ def _run_worker(a, name: str, nprocs: int = 1, extra: tuple = ()) -> dict:
         from ..runtime.local_launch import deepspeed_command
 
         cmd, env = deepspeed_command(
-            nprocs, ["--module", "glm_grpo_ds.commands.bench", *args], cpu=not torch.cuda.is_available()
+            nprocs, ["--module", "glm_grpo_ds.profiling.bench", *args], cpu=not torch.cuda.is_available()
         )
     else:
-        cmd, env = [sys.executable, "-m", "glm_grpo_ds.commands.bench", *args], dict(os.environ, HF_HUB_OFFLINE="1")
+        cmd, env = [sys.executable, "-m", "glm_grpo_ds.profiling.bench", *args], dict(os.environ, HF_HUB_OFFLINE="1")
     if name == "update-memory":
         # glibc serves allocations above this size with mmap and unmaps them on free, so the
         # resident set follows the live tensors instead of keeping freed heap pages
@@ -268,7 +269,7 @@ def parse_args(argv):
     p.add_argument(
         "--count-variants",
         default=",".join(COUNT_VARIANTS),
-        help="the decode_step_counts section's loops, comma-separated (glm_grpo_ds/commands/decode_counts.py); "
+        help="the decode_step_counts section's loops, comma-separated (glm_grpo_ds/profiling/decode_counts.py); "
         "none: skip the section",
     )
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
 
         problem = refusal()
         if problem:
-            print(f"glm-grpo bench: {problem}", file=sys.stderr)
+            print(f"glm-grpo profile bench: {problem}", file=sys.stderr)
             return 2
     if a.model is not None:
         from ..model.source import resolve_model
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             materialize(a.model, "--model")  # a random: model's configs (glm_grpo_ds/model/random_weights.py)
             a.model = str(resolve_model(a.model, a.revision, flag="--model", revision_flag="--revision").path)
         except FileNotFoundError as err:
-            print(f"glm-grpo bench: {err}", file=sys.stderr)
+            print(f"glm-grpo profile bench: {err}", file=sys.stderr)
             return 2
     tmp = Path(tempfile.mkdtemp(prefix="glm_grpo_bench_"))
     try:
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         a.workdir = str(tmp)
         result = run_gathers(a) if a.gathers else run_all(a)
     except RuntimeError as err:  # a worker failed: its own output tail is in the message
-        print(f"glm-grpo bench: {err}", file=sys.stderr)
+        print(f"glm-grpo profile bench: {err}", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

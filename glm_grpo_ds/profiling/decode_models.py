@@ -1,4 +1,4 @@
-"""What the decode measurements run (commands/decode_timing.py, commands/decode_counts.py): GLM-Image's AR
+"""What the decode measurements run (profiling/decode_timing.py, profiling/decode_counts.py): GLM-Image's AR
 with random weights, at the real size or the tiny test model's, with peft LoRA adapters as the trainer has them
 (``lora_B`` random, so merging changes the weights), one prompt, and transformers' ``generate``, the sampler
 diffusers' pipeline uses, as the baseline the decode loop is compared with."""
@@ -15,9 +15,9 @@ def build_ar(tiny: bool, layers: int | None, device: torch.device, seed: int = 0
     weights drawn after ``torch.manual_seed(seed)`` on ``device``, ``layers`` decoder layers (None: the model's)."""
     from transformers import GlmImageForConditionalGeneration
 
-    from ..testing.tiny import _vocab, build_ar_config
+    from ..testing.tiny import build_ar_config, tiny_vocab
 
-    vocab = _vocab()
+    vocab = tiny_vocab()
     eos = vocab["<|endoftext|>"]
     config = build_ar_config(len(vocab), eos, eos, full_size=not tiny)
     if layers:

@@ -1,4 +1,4 @@
-"""The report of commands/decode_counts.py: the measurements at two layer counts extrapolated per layer to
+"""The report of profiling/decode_counts.py: the measurements at two layer counts extrapolated per layer to
 GLM-Image's 40, each loop's ratios over the eager LoRA loop's, the checks, and the table printed from them
 (``bench.json``'s ``decode_step_counts`` section is this report)."""
 
@@ -23,7 +23,7 @@ def layer_keys(lo: int, hi: int) -> tuple[str, str, str]:
 
 
 def variant_table(at: dict, lo: int, hi: int, variants) -> dict:
-    """Per variant (``at``: :func:`~glm_grpo_ds.commands.decode_counts.measure_layers` at ``lo`` and ``hi``
+    """Per variant (``at``: :func:`~glm_grpo_ds.profiling.decode_counts.measure_layers` at ``lo`` and ``hi``
     layers): each count and ms per step at both and extrapolated, the count per layer, tokens/s, and with an
     ``eager`` variant every ratio over it (``vs_eager``)."""
     keys = layer_keys(lo, hi)

@@ -1,8 +1,9 @@
 """What one decode step costs in launches and host work, loop by loop: counts first, then tokens/s (issue #39).
 
-    python -m glm_grpo_ds.commands.decode_counts                       # tiny model, 2 and 4 layers, -> 40
-    python -m glm_grpo_ds.commands.decode_counts --layers 2,4 --group-size 16 --size 256 --out counts.json
-    glm-grpo bench                                                     # the same table, section decode_step_counts
+    glm-grpo profile decode-counts                       # tiny model, 2 and 4 layers, -> 40
+    glm-grpo profile decode-counts --layers 2,4 --group-size 16 --size 256 --out counts.json
+    python -m glm_grpo_ds.profiling.decode_counts        # the same
+    glm-grpo profile bench                               # the same table, section decode_step_counts
 
 For each loop, per decode step (the noise draw and the step, after warm-up steps; a compiled one compiles on
 its first call):
@@ -16,7 +17,7 @@ its first call):
   the capture-ready step a GPU replays as one CUDA graph (not captured here);
 * ``plain``: the merged loop's reference, the same AR built without peft (random weights, same seed).
 
-Counted per step, by commands/decode_counters.py's rules: kernels (aten operators that do work, and the
+Counted per step, by profiling/decode_counters.py's rules: kernels (aten operators that do work, and the
 compiled step's generated and extern kernels), module calls, Python calls and host syncs (deterministic: the
 same model and shapes give the same numbers on every run).
 
@@ -30,7 +31,6 @@ seconds: the tiny width's, not the real model's). Ratios are each loop's over th
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import json
@@ -41,6 +41,7 @@ import torch
 
 from .decode_counters import COUNTS, counted_pass, counting, kernel_profiled_step, python_calls
 from .decode_counts_report import checks, format_counts, variant_table
+from .tools import parser_for
 
 LOOPS = ("eager", "merged", "fused", "compiled_step")  # the decode loop's variants (decode_timing.VARIANTS' names)
 VARIANTS = ("hf_generate", *LOOPS, "plain")
@@ -165,7 +166,7 @@ def lora_layer_count(policy) -> int:
 
 def setup(layers: int, group_size: int, size: int, lora_r: int = 16, seed: int = 0, device=None):
     """``(policy, rows, positions, grid, sampling)``: the tiny configuration's AR with ``layers`` decoder layers and
-    LoRA of rank ``r`` (glm_grpo_ds/commands/decode_models.py's ``build_policy``: random weights, ``lora_B``
+    LoRA of rank ``r`` (glm_grpo_ds/profiling/decode_models.py's ``build_policy``: random weights, ``lora_B``
     random), ``group_size`` rows of one prompt at ``size``², the policy distribution uncut."""
     from ..config import SamplingConfig
     from ..rollout.generate import prepare_rows
@@ -259,15 +260,15 @@ def decode_counts(
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m glm_grpo_ds.commands.decode_counts", description=__doc__.split("\n")[0])
+    p = parser_for("decode-counts")
     p.add_argument("--layers", default="2,4", help="two decoder-layer counts of the tiny model to measure")
     p.add_argument("--group-size", type=int, default=16, help="rows (G rows of one prompt)")
     p.add_argument("--size", type=int, default=256, help="image height = width")
-    p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (bench's training config: 16)")
+    p.add_argument("--lora-r", type=int, default=16, help="LoRA rank (that of bench's training config)")
     p.add_argument("--steps", type=int, default=128, help="timed decode steps per variant (the fastest counts)")
     p.add_argument("--rounds", type=int, default=3, help="rounds over the variants in turn; the fastest is kept")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     p.add_argument(
         "--threads",
         type=int,
@@ -275,7 +276,7 @@ def parse_args(argv):
         help="torch CPU threads (0: torch's default). 1: the tiny step is launch-bound, and a second thread adds "
         "OpenMP barriers that stall whenever another job holds a core",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seeds the weights, the LoRA adapters and the sampling noise")
     p.add_argument("--out", default=None, help="write the report as JSON here")
     a = p.parse_args(argv)
     a.layers = [int(x) for x in a.layers.split(",") if x]

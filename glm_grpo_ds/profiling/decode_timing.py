@@ -1,9 +1,9 @@
 """Time the rollout's decode step, variant by variant, on the model size a user trains (GPU), or tiny (CPU).
 
-    glm-grpo decode-timing                                   # GPU: the full-size AR (40 layers), LoRA r=64, G=16, 1024²
-    glm-grpo decode-timing --layers 8                        # a real-width slice of 8 layers: ms scaled to 40 shown
-    glm-grpo decode-timing --tiny --steps 8 --group-size 4   # the reduced CPU form the test suite runs
-    bash launch/gpu_timing.sh                                # this, then one training step with per-phase times
+    glm-grpo profile decode-timing                  # GPU: the full-size AR (40 layers), LoRA r=64, G=16, 1024²
+    glm-grpo profile decode-timing --layers 8       # a real-width slice of 8 layers: ms scaled to 40 shown
+    glm-grpo profile decode-timing --tiny --steps 8 --group-size 4  # the reduced CPU form the test suite runs
+    bash launch/gpu_timing.sh                       # this, then one training step with per-phase times
 
 It builds GLM-Image's AR on the device with random weights (bf16; transformers' real configuration, the tiny
 vocabulary layout of ``glm-grpo tiny-model --full-size-ar``) and peft LoRA adapters as the trainer has them
@@ -41,11 +41,14 @@ from pathlib import Path
 
 import torch
 
-from .cli import parser_for
 from .decode_models import PROMPT, build_policy, hf_generate
+from .tools import parser_for
 
 HBM_BYTES_PER_S = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.04e12, "B200": 8.0e12}  # peak, by device name
 FULL_LAYERS = 40  # GLM-Image's AR
+# `glm-grpo verify-logprobs`' fp32 tolerance (commands/verify_logprobs.py, not imported: the profilers import no
+# command; tests/unit/test_profile_command.py checks the two agree)
+FP32_LOGP_TOLERANCE = 1e-4
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,6 @@ def measure(a) -> dict:
     from ..config import SamplingConfig
     from ..rollout.decode_loop import cache_slots
     from ..rollout.generate import prepare_rows
-    from .verify_logprobs import VerifyConfig
 
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     t0 = time.perf_counter()
@@ -209,7 +211,7 @@ def measure(a) -> dict:
     rows, positions, grid = prepare_rows(policy, processor, [PROMPT], a.group_size, a.size, a.size, device)
     layers = policy.base_model.model.config.text_config.num_hidden_layers
     fp32 = policy.base_model.model.dtype == torch.float32  # the tiny form: the fused path must give peft's tokens
-    fp32_tolerance = VerifyConfig.DEFAULT_TOLERANCE["fp32"]  # and its log-probs to verify-logprobs' fp32 tolerance
+    fp32_tolerance = FP32_LOGP_TOLERANCE  # and its log-probs to verify-logprobs' fp32 tolerance
     results, failures = {}, []
     for name in a.variants:
         if name == "hf_generate":

@@ -1,4 +1,4 @@
-"""The measurements of ``glm-grpo bench``, each run in its own process(es) by glm_grpo_ds/commands/bench.py
+"""The measurements of ``glm-grpo profile bench``, each run in its own process(es) by glm_grpo_ds/profiling/bench.py
 (``--worker NAME``): fresh peak-memory counters and one DeepSpeed initialisation per measurement."""
 
 from __future__ import annotations
@@ -34,15 +34,22 @@ def _trainer(a, extra: list[str]):
         *a.overrides,
         *extra,
     ]
-    return Trainer(load_config(a.config, overrides), a.deepspeed)
+    return Trainer.from_config(load_config(a.config, overrides), a.deepspeed)
 
 
 def _rollout(trainer, gather: bool, seed: int, compile: bool = False, cast: bool = False):
     from ..rollout.backends import EngineSampler
 
-    cfg = replace(trainer.cfg, rollout=replace(trainer.cfg.rollout, compile=compile, adapters_in_model_dtype=cast))
+    cfg = replace(
+        trainer.run.cfg, rollout=replace(trainer.run.cfg.rollout, compile=compile, adapters_in_model_dtype=cast)
+    )
     sampler = EngineSampler(
-        trainer.engine, trainer.processor, cfg, trainer.device, gather=gather, base_copy=trainer.base_copy
+        trainer.run.engine,
+        trainer.run.processor,
+        cfg,
+        trainer.run.device,
+        gather=gather,
+        base_copy=trainer.run.base_copy,
     )
     t0 = time.perf_counter()
     batch = sampler.sample([BENCH_PROMPT], [seed], cfg.grpo.group_size).batch
@@ -53,9 +60,9 @@ def worker_phases(a) -> dict:
     """Trainer.step phase timings and the rollout vs pipeline comparison, one process."""
     trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}"])
     records = [trainer.step(s) for s in range(a.steps + 1)][1:]  # step 0 warms up
-    n = trainer.cfg.sequences_per_rank
+    n = trainer.run.cfg.sequences_per_rank
     med = lambda key: statistics.median(r[key] for r in records)  # noqa: E731
-    mem_key = "peak_gpu_memory_mb" if trainer.device.type == "cuda" else "peak_rss_mb"
+    mem_key = "peak_gpu_memory_mb" if trainer.run.device.type == "cuda" else "peak_rss_mb"
     out = {
         "rollout_tokens_per_s": med("rollout_tokens_per_s"),
         "decode_images_per_s": n / med("time/decode"),
@@ -69,19 +76,25 @@ def worker_phases(a) -> dict:
         "peak_memory_mb": max(r[mem_key] for r in records),
         "sequences": n,
     }
-    if trainer.device.type == "cuda":
+    if trainer.run.device.type == "cuda":
         out.update(_gpu_checks(trainer, a, out))
     # Ours vs the diffusers pipeline's own AR loop (HF generate): same weights (the pipeline loads
     # the same directory), G rows of one prompt, same size; our rollout here runs outside DeepSpeed.
     from ..decoder.image_decoder import load_pipeline
 
-    pipe = load_pipeline(a.model, trainer.dtype, trainer.device).to(trainer.device)
+    pipe = load_pipeline(a.model, trainer.run.dtype, trainer.run.device).to(trainer.run.device)
     variants = {"compiled": lambda seed: _rollout(trainer, gather=True, seed=seed, compile=True)}
-    if trainer.cfg.lora is not None and trainer.dtype != torch.float32:  # peft's fp32 adapters on a bf16 base
+    if trainer.run.cfg.lora is not None and trainer.run.dtype != torch.float32:  # peft's fp32 adapters on a bf16 base
         variants["cast"] = lambda seed: _rollout(trainer, gather=True, seed=seed, cast=True)
     out.update(
         rollout_vs_pipeline(
-            lambda seed: _rollout(trainer, gather=True, seed=seed), pipe, n, a.size, trainer.device, a.repeats, variants
+            lambda seed: _rollout(trainer, gather=True, seed=seed),
+            pipe,
+            n,
+            a.size,
+            trainer.run.device,
+            a.repeats,
+            variants,
         )
     )
     return out
@@ -132,20 +145,20 @@ def _gpu_checks(trainer, a, phases: dict) -> dict:
     from ..memory.plan import EstimateConfig, grid_tokens, plan
     from ..memory.sizes import model_sizes
 
-    sizes = model_sizes(trainer.cfg)
+    sizes = model_sizes(trainer.run.cfg)
     est = EstimateConfig(
         num_gpus=1, num_nodes=1, gpu_memory_gb=torch.cuda.get_device_properties(0).total_memory / 2**30
     )
-    planned = plan(trainer.cfg, read_ds_config(a.deepspeed), est, sizes)
+    planned = plan(trainer.run.cfg, read_ds_config(a.deepspeed), est, sizes)
     name = torch.cuda.get_device_name(0)
     peak_bw = a.hbm_gbps * 1e9 if a.hbm_gbps else next((v for k, v in HBM_BYTES_PER_S.items() if k in name), None)
     # language model + lm_head (+ adapters): the vision tower and VQ model do not run for text-to-image
     lm_params = sum(
         getattr(q, "ds_numel", q.numel())
-        for n, q in ds_engine.unwrap(trainer.engine).named_parameters()
+        for n, q in ds_engine.unwrap(trainer.run.engine).named_parameters()
         if "language_model" in n or "lm_head" in n
     )
-    bytes_per_step = lm_params * trainer.dtype.itemsize
+    bytes_per_step = lm_params * trainer.run.dtype.itemsize
     step_s = phases["time_split_s"]["rollout"] / grid_tokens(a.size, a.size)  # prefill folded in: a small overestimate
     out = {
         "planner_peak_mb": planned["total_bytes"] / 2**20,
@@ -165,14 +178,16 @@ def worker_update_memory(a) -> dict:
 
     trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}", "grpo.beta=0.04"])
     batch, _ = _rollout(trainer, gather=True, seed=0)
-    adv = group_advantages(torch.linspace(0, 1, len(batch)), trainer.cfg.grpo.group_size)
-    grpo_update(trainer.engine, batch, adv, trainer.cfg, trainer.ref_engine)  # warm-up: optimizer states exist
-    before = current_bytes(trainer.device)
-    reset_peak(trainer.device)
+    adv = group_advantages(torch.linspace(0, 1, len(batch)), trainer.run.cfg.grpo.group_size)
+    grpo_update(
+        trainer.run.engine, batch, adv, trainer.run.cfg, trainer.run.ref_engine
+    )  # warm-up: optimizer states exist
+    before = current_bytes(trainer.run.device)
+    reset_peak(trainer.run.device)
     t0 = time.perf_counter()
-    grpo_update(trainer.engine, batch, adv, trainer.cfg, trainer.ref_engine)
+    grpo_update(trainer.run.engine, batch, adv, trainer.run.cfg, trainer.run.ref_engine)
     return {
-        "update_peak_above_start_mb": (peak_bytes(trainer.device) - before) / 2**20,
+        "update_peak_above_start_mb": (peak_bytes(trainer.run.device) - before) / 2**20,
         "update_time_s": time.perf_counter() - t0,
         "micro_batch": a.micro_batch,
     }
@@ -190,10 +205,10 @@ def worker_zero3_rollout(a) -> dict:
             times[gather].append(dt)
             tokens = batch.completion_ids.numel()
     return {
-        "world_size": trainer.world,
+        "world_size": trainer.run.world,
         "tokens_per_rank": tokens,
-        "gathered_tokens_per_s": tokens * trainer.world / statistics.median(times[True]),
-        "sharded_tokens_per_s": tokens * trainer.world / statistics.median(times[False]),
+        "gathered_tokens_per_s": tokens * trainer.run.world / statistics.median(times[True]),
+        "sharded_tokens_per_s": tokens * trainer.run.world / statistics.median(times[False]),
     }
 
 
@@ -207,21 +222,25 @@ def worker_zero3_gathers(a) -> dict:
     from ..update import grpo_update, logprobs_before_update
 
     trainer = _trainer(a, [f"batch.micro_batch_size={a.micro_batch}", "grpo.beta=0.04"])
-    cfg, engine = trainer.cfg, trainer.engine
+    cfg, engine = trainer.run.cfg, trainer.run.engine
     ar_bytes = ds_engine.parameter_bytes(engine)
 
     def whole_ars(counts) -> float:  # the logger records each rank's shard of an all-gather
-        return sum(c["bytes"] for name, c in counts.items() if "gather" in name) * trainer.world / ar_bytes
+        return sum(c["bytes"] for name, c in counts.items() if "gather" in name) * trainer.run.world / ar_bytes
 
     def step(in_rollout: bool) -> dict:
         fn = (lambda policy, batch: logprobs_before_update(policy, batch, cfg)) if in_rollout else None
-        sampler = EngineSampler(engine, trainer.processor, cfg, trainer.device, fn, base_copy=trainer.base_copy)
+        sampler = EngineSampler(
+            engine, trainer.run.processor, cfg, trainer.run.device, fn, base_copy=trainer.run.base_copy
+        )
         with ds_engine.counted_comms() as rollout:
             got = sampler.sample([BENCH_PROMPT], [0], cfg.grpo.group_size)
         batch = got.batch
         adv = group_advantages(torch.linspace(0, 1, len(batch)), cfg.grpo.group_size)
         with ds_engine.counted_comms() as update:
-            grpo_update(engine, batch, adv, cfg, trainer.ref_engine, ref_logps=got.ref_logps, old_logps=got.old_logps)
+            grpo_update(
+                engine, batch, adv, cfg, trainer.run.ref_engine, ref_logps=got.ref_logps, old_logps=got.old_logps
+            )
         return {"rollout": whole_ars(rollout), "update": whole_ars(update)}
 
     step(False)  # warm-up: optimizer states, the prefetch trace
@@ -229,7 +248,7 @@ def worker_zero3_gathers(a) -> dict:
     return {
         "micro_batch": a.micro_batch,
         "sequences": cfg.sequences_per_rank,
-        "world_size": trainer.world,
+        "world_size": trainer.run.world,
         "before": {**before, "step": before["rollout"] + before["update"]},
         "after": {**after, "step": after["rollout"] + after["update"]},
     }
@@ -238,7 +257,7 @@ def worker_zero3_gathers(a) -> dict:
 def worker_decode_counts(a) -> dict:
     """Per decode step: kernels, module calls, Python calls, host syncs and tokens/s of HF generate and the decode
     loop's variants (eager LoRA, merged, compiled), on the tiny model's configuration at 2 and 4 layers with random
-    weights, extrapolated to 40 layers, one CPU thread (glm_grpo_ds/commands/decode_counts.py; ``--model`` is not
+    weights, extrapolated to 40 layers, one CPU thread (glm_grpo_ds/profiling/decode_counts.py; ``--model`` is not
     read)."""
     from .decode_counts import decode_counts
 

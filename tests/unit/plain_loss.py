@@ -1,0 +1,13 @@
+"""The policy loss's settings the unit tests start from (glm_grpo_ds/grpo.py LossSettings): plain GRPO."""
+
+from glm_grpo_ds.grpo import LossSettings
+
+
+def plain(**given) -> LossSettings:
+    """The loss's settings: ``given``, the rest plain GRPO (no KL, the ratio clipped to [0.8, 1.2], token mean,
+    token-level ratios, no entropy bonus)."""
+    base = dict(
+        beta=0.0, epsilon_low=0.2, epsilon_high=0.2, aggregation="token_mean", importance_sampling_level="token",
+        entropy_coef=0.0,
+    )  # fmt: skip
+    return LossSettings(**{**base, **given})
