@@ -34,8 +34,8 @@ PROFILE_TOOLS: dict[str, ProfileTool] = {
             "+ `OUT/bench.json`; its `decode_step_counts` section: kernels, module calls, Python calls, host syncs "
             "and tokens/s per decode step of HF generate and the eager / merged / compiled loops, extrapolated to "
             "40 layers (`glm-grpo profile decode-counts` alone; "
-            "[benchmarks.md](benchmarks.md#glm-grpo-profile-bench-on-the-tiny-model)); `--gathers`: only what a LoRA step "
-            "gathers under ZeRO-3 on 2 ranks per micro-batch size, `OUT/bench_gathers.json` "
+            "[benchmarks.md](benchmarks.md#glm-grpo-profile-bench-on-the-tiny-model)); `--gathers`: only what a "
+            "LoRA step gathers under ZeRO-3 on 2 ranks per micro-batch size, `OUT/bench_gathers.json` "
             "([memory-and-speed.md](memory-and-speed.md#what-a-step-gathers-under-zero-3))"
         ),
         example=(
