@@ -15,7 +15,7 @@ PY     := $(VENV)/bin/python
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: setup demo test test-fast test-install test-floor slice-check lint clean
+.PHONY: setup demo test test-fast test-tools test-install test-floor slice-check lint clean
 
 $(VENV)/.installed: setup.py pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,10 +29,15 @@ demo: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash launch/demo.sh
 
 test: setup
-	$(PYTEST) -m "not install" tests
+	$(PYTEST) -m "not install and not tools" tests
 
 test-fast: setup
-	$(PYTEST) -m "not slow and not distributed and not install" tests
+	$(PYTEST) -m "not slow and not distributed and not install and not tools" tests
+
+# the profilers' end-to-end runs and the GPU timing lease's CPU form (docs/testing.md, the tiers): CI runs them
+# after `make test`
+test-tools: setup
+	$(PYTEST) -m tools tests
 
 test-install: setup
 	$(PY) -m pytest -q -m install tests/install

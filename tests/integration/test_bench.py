@@ -8,7 +8,8 @@ import sys
 import pytest
 from launching import run_cmd  # noqa: E402  (tests/integration/launching.py)
 
-pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # every benchmark, one on 2 ranks
+# every benchmark, one on 2 ranks; the tools tier (make test-tools, after make test in CI: docs/testing.md)
+pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.tools]
 
 
 def test_bench_writes_every_phase_and_ratio(tmp_path):

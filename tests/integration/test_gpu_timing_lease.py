@@ -17,7 +17,8 @@ import pytest
 from glm_grpo_ds.memory.timing_docs import region
 from glm_grpo_ds.runtime.ports import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.distributed]  # the deepspeed launcher, twice (one rank each)
+# the deepspeed launcher, twice (one rank each); the tools tier (make test-tools, after make test in CI)
+pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.tools]
 
 ROOT = Path(__file__).resolve().parents[2]
 ANCHORS = "glm_grpo_ds/memory/gpu_figures.py"
