@@ -6,19 +6,7 @@ from it; a new profiler is one entry here.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-
-class ProfileTool(NamedTuple):
-    """One ``glm-grpo profile`` tool, as :class:`~glm_grpo_ds.commands.subcommands.Subcommand` is one command."""
-
-    target: str  # "module" or "module:function" taking argv and returning the exit status
-    help: str  # one line, for `glm-grpo profile --help`
-    usage: str  # the synopsis of docs/commands.md's table
-    doc: str  # what it does (Markdown), docs/commands.md, and the description of `glm-grpo profile TOOL --help`
-    example: str  # one command line (or a few) shown by `--help`; tests/unit/test_command_help.py parses each
-    code: str = ""  # where else its code lives (Markdown), after its module in docs/commands.md
-
+from ..runtime.cli_help import Command as ProfileTool
 
 PROFILE_TOOLS: dict[str, ProfileTool] = {
     "bench": ProfileTool(

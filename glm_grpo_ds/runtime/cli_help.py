@@ -13,8 +13,21 @@ import argparse
 import re
 import shutil
 import textwrap
+from typing import NamedTuple
 
 _LINK = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")
+
+
+class Command(NamedTuple):
+    """One ``glm-grpo`` subcommand (commands/subcommands.py) or ``glm-grpo profile`` tool (profiling/tools.py): the one
+    place it is listed (its ``--help`` and its row of docs/commands.md's table are made from it)."""
+
+    target: str  # "module" or "module:function" taking argv and returning the exit status
+    help: str  # one line, for `glm-grpo --help` (a tool's: `glm-grpo profile --help`)
+    usage: str  # the synopsis of docs/commands.md's table
+    doc: str  # what it does (Markdown), docs/commands.md, and the description of its `--help`
+    example: str  # one command line (or a few) shown by `--help`; tests/unit/test_command_help.py parses each
+    code: str = ""  # where else its code lives (Markdown), after its module in docs/commands.md
 
 
 def plain(markdown: str) -> str:
