@@ -357,7 +357,7 @@ class _Hall:
             f"step {step - 1}: that one step is on-policy)"
         )
         mine = [self.prompt_order.rows[i] for i in rows[self.rank * per : (self.rank + 1) * per]]
-        ahead.pending = self.experience.draw(mine, rollout_seeds(self.cfg.seed, step, self.rank, per))
+        ahead.pending = self.experience.draw(mine, ahead.seeds(step))  # the streams the run samples step with
 
     def _monitor(self) -> Monitor:
         """The alarms (monitor.alarms) on the evaluations when the run evaluates, else on the training steps; a
