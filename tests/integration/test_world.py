@@ -143,6 +143,9 @@ def _train(world_dir, run_dir, *extra):
             *extra,
         ],
         timeout=600,
+        # the ranks the launcher starts, without it (launching.spawn_ranks): what is proved here is learning; the
+        # launcher's own paths are test_robustness.py's, test_multinode.py's and test_launch_env.py's
+        launcher=False,
     )
     run_dir.with_name(f"{run_dir.name}.stdout").write_text(proc.stdout)  # the console, beside the run
     return _eval_fraction(run_dir)
