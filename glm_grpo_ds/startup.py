@@ -12,9 +12,11 @@ import json
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
+from .config import TrainConfig
 from .data import PromptOrder, check_source, load_prompts
 from .decoder import ImageDecoder
 from .decoder.compute import check_device
@@ -36,12 +38,12 @@ from .model.source import ModelSource, check_local_model, resolve_for_training
 from .model.token_ids import check_token_ids, embedding_rows
 from .monitoring.alarms import Monitor, parse_rules
 from .observability.metrics import first_record
-from .observability.step_status import NO_STATUS, for_rank
+from .observability.step_status import NO_STATUS, NoStatus, StepStatus, for_rank
 from .observability.summary import print_startup_summary
-from .observability.tracking import build_tracker
+from .observability.tracking import Tracker, build_tracker
+from .observability.watchdog import NoWatchdog, Watchdog, WatchedStatus, watched
 from .observability.watchdog import for_run as watchdog_for_run
-from .observability.watchdog import watched
-from .rewards import build_rewards, check_reward_inputs, check_reward_specs
+from .rewards import RewardSet, build_rewards, check_reward_inputs, check_reward_specs
 from .rollout.backends import EngineSampler
 from .rollout.merged_lora import BaseCopy
 from .runtime import cuda_check, log, memory_probe, run_log
@@ -51,6 +53,9 @@ from .sharing.hub import Publisher
 from .testing.random_model import materialize
 from .update import logprobs_before_update, loss_settings
 
+if TYPE_CHECKING:  # annotations only: the processor's class lives in transformers
+    from transformers import ProcessorMixin
+
 
 @dataclass(frozen=True)
 class Run:
@@ -58,30 +63,30 @@ class Run:
     is replaced during the run (the objects it holds keep their own state: the engine's weights, the prompt order's
     position, the rollout pending one step off)."""
 
-    cfg: object  # the loaded TrainConfig, with the model's own sampling settings where the config left them unset
+    cfg: TrainConfig  # the loaded config, with the model's own sampling settings where the config left them unset
     rank: int
     world: int
     device: torch.device
     out: Path  # output_dir
-    status: object  # rank 0's step status line (observability/step_status.py); a no-op elsewhere
-    step_status: object  # the same, its phases reported to the watchdog too
-    watchdog: object  # every rank's hang reports (observability/watchdog.py)
-    prompt_order: object  # data/prompt_order.py: each step's prompts of this rank
-    evaluator: object | None  # the in-training evaluation (eval.file), None without one
-    reward_fn: object
+    status: StepStatus | NoStatus  # rank 0's step status line (observability/step_status.py); a no-op elsewhere
+    step_status: StepStatus | NoStatus | WatchedStatus  # the same, its phases reported to the watchdog too
+    watchdog: Watchdog | NoWatchdog  # every rank's hang reports (observability/watchdog.py)
+    prompt_order: PromptOrder  # data/prompt_order.py: each step's prompts of this rank
+    evaluator: Evaluator | None  # the in-training evaluation (eval.file), None without one
+    reward_fn: RewardSet  # the configured rewards and their weights
     loss: LossSettings  # the policy loss's settings (grpo.*), built once
-    engine: object  # the policy's DeepSpeed engine
-    ref_engine: object | None  # full fine-tuning's reference engine (LoRA's reference is the policy, adapters off)
-    processor: object
+    engine: torch.nn.Module  # the policy's DeepSpeed engine (ds/engine.py: the one module that imports DeepSpeed)
+    ref_engine: torch.nn.Module | None  # full fine-tuning's reference (LoRA's is the policy with adapters off)
+    processor: ProcessorMixin  # GLM-Image's processor (tokenizer and image-grid helpers)
     dtype: torch.dtype
-    base_copy: object | None  # rollout.merge_lora's copy of the base weights (rollout/merged_lora.py)
+    base_copy: BaseCopy | None  # rollout.merge_lora's copy of the base weights (rollout/merged_lora.py)
     experience: ExperienceMaker  # training's experience path
     eval_experience: ExperienceMaker  # the evaluation's (its own sampler, the same decoder and rewards)
     rollout: NoAhead | RolloutAhead  # where each step's rollout comes from (experience/off_policy.py)
     life: RunLife  # the run on disk: checkpoints, final weights, stops (lifecycle/run.py)
     publisher: Publisher  # model cards and uploads (sharing/hub.py)
     monitor: Monitor  # the alarms on the image statistics
-    tracker: object  # metrics.jsonl and the experiment trackers
+    tracker: Tracker  # metrics.jsonl and the experiment trackers
     model_source: ModelSource
     start_step: int  # 0, or the checkpoint's step
     skipped_steps: int  # optimizer updates skipped before start_step

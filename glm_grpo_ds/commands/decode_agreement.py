@@ -139,6 +139,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parse_with_overrides(p, argv)
 
 
+def sample_groups(cfg, rows, adapter, device: torch.device):
+    """(the rollout batch, the model's directory): one group of ``cfg.grpo.group_size`` per prompt row, sampled
+    by the policy (with ``adapter``'s LoRA layers on top, unmerged), whose memory is freed on return."""
+    from ..model.adapters import find_adapter
+    from ..model.policy import load_for_sampling
+    from ..rollout.backends import ModelSampler
+    from ..runtime.seeding import derive_seed
+
+    m = cfg.model
+    adapters = [] if adapter is None else [str(find_adapter(adapter))]
+    loaded = load_for_sampling(
+        m.path, m.revision, m.dtype, m.attn_implementation, cfg.grpo.sampling, device, adapters, m.trust_remote_code
+    )
+    sampler = ModelSampler(loaded.model, loaded.processor, cfg.rollout, loaded.sampling, device)
+    batch = sampler.sample([r.prompt for r in rows], [derive_seed(cfg.seed, "decode-agreement")], cfg.grpo.group_size)
+    return batch.batch, loaded.model_dir
+
+
 def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch.device) -> dict:
     """Sample, decode each way, score: the result :func:`main` prints (see the module docstring)."""
     from ..advantages import weighted_total
@@ -146,26 +164,14 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
     from ..decoder import ImageDecoder
     from ..decoder.fp8 import is_fp8, to_fp8
     from ..experience import ToScore, decode_and_score
-    from ..model.adapters import find_adapter
-    from ..model.policy import load_for_sampling
     from ..observability.meter import Meter
     from ..rewards import build_rewards
-    from ..rollout.backends import ModelSampler
     from ..runtime.seeding import derive_seed
 
     rows = load_prompts(cfg.data.train_file, "data.train_file", cfg.data)[:num_prompts]
     reward_fn = build_rewards(cfg.rewards)
-    m = cfg.model
-    adapters = [] if adapter is None else [str(find_adapter(adapter))]  # LoRA layers on top, unmerged
-    loaded = load_for_sampling(
-        m.path, m.revision, m.dtype, m.attn_implementation, cfg.grpo.sampling, device, adapters, m.trust_remote_code
-    )
     g = cfg.grpo.group_size
-    seed = derive_seed(cfg.seed, "decode-agreement")
-    sampler = ModelSampler(loaded.model, loaded.processor, cfg.rollout, loaded.sampling, device)
-    batch = sampler.sample([r.prompt for r in rows], [seed], g).batch
-    model_dir = loaded.model_dir
-    del sampler, loaded  # the AR's memory, before the decoder loads
+    batch, model_dir = sample_groups(cfg, rows, adapter, device)  # the AR's memory freed before the decoder loads
     decoder = ImageDecoder(model_dir, replace(cfg.decoder, fp8=False), device)  # FP8 only for its candidates
     sample_rows = [rows[i] for i in batch.prompt_index.tolist()]
     seeds = [derive_seed(cfg.decoder.seed, "decode-agreement", row.index) % 2**31 for row in sample_rows]

@@ -37,7 +37,7 @@ class ServerConfig:
     log_level: str = "info"  # uvicorn's: info logs one line per request
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None):
     d = ServerConfig()
     p = parser_for("reward-server")
     p.add_argument("--reward", required=True, help="built-in name or python:module:function / file.py:function")
@@ -56,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--log-level", default=d.log_level, choices=("debug", "info", "warning", "error"), help="uvicorn's log level"
     )
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import fastapi  # noqa: F401
