@@ -167,8 +167,8 @@ def test_sharded_rollout_equals_gathered_rollout_zero3(tiny_model_dir, tiny_data
         tiny_model_dir,
         tiny_data,
         tmp_path / "run",
-        "rollout.height=64",
-        "rollout.width=64",
+        "rollout.height=32",
+        "rollout.width=32",
         "grpo.group_size=2",
         "batch.micro_batch_size=2",
     )
