@@ -84,7 +84,10 @@ class Forked:
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
-            os.kill(self.pid, sig)
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:  # it ended and the server reaped it; its status is on its way (as Popen)
+                pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

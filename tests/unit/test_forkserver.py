@@ -2,10 +2,12 @@
 stdout / stderr, exit status, a signal's status), and a command whose environment changes what a library reads
 at import starts as a new `python` instead."""
 
+import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import forkserver  # tests/forkserver.py
 
@@ -50,6 +52,30 @@ def test_a_forked_run_is_its_own_process(tmp_path):
         assert isinstance(forked, forkserver.Forked) and forked.poll() is None
         forked.terminate()
         assert forked.wait(30) == -signal.SIGTERM
+
+
+def test_a_signal_to_a_run_that_ended_unreported_is_no_error(tmp_path):
+    """The race a 2-rank stop met (spawn_ranks stopping the other rank): the server reaped the run, its status not
+    yet read; terminate() then passes, as subprocess.Popen's does, and the status is the run's own."""
+    script = tmp_path / "probe.py"
+    script.write_text(SCRIPT)
+    with (tmp_path / "out").open("w+") as out:
+        forked = forkserver.popen([sys.executable, str(script), "3"], forkserver.BASE_ENV, tmp_path, out, out)
+        deadline = time.monotonic() + 60
+        while _alive(forked.pid):  # reaped by the server (a zombie still takes signals)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert forked.returncode is None  # unread: the window the race fell in
+        forked.terminate()
+        assert forked.wait(30) == 3
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_an_environment_read_at_import_starts_a_new_python(tmp_path):
