@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 BLOCK = 32768
@@ -22,11 +23,30 @@ FILE_HEADER = struct.Struct("<4sHB")
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
-def records(run_dir: str | Path) -> list:
-    """Every record of the run's ``run-*.wandb`` file, in order."""
+def records(run_dir: str | Path, wait_s: float = 60.0) -> list:
+    """Every record of the finished run's ``run-*.wandb`` file, in order, once the file holds the run's exit record:
+    wandb's service process writes the file, and may still be writing it after ``finish()`` returned or the run's
+    process exited (a loaded machine showed a file without its first records). TimeoutError after ``wait_s``."""
+    from google.protobuf.message import DecodeError
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            found = _read(Path(run_dir))
+        except (ValueError, struct.error, DecodeError):  # not there yet, or cut mid-record
+            found = []
+        if any(record.WhichOneof("record_type") == "exit" for record in found):
+            return found
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{run_dir}: no exit record after {wait_s:.0f} s (the run did not finish)")
+        time.sleep(0.2)
+
+
+def _read(run_dir: Path) -> list:
+    """The records of ``run-*.wandb`` as the file stands."""
     from wandb.proto import wandb_internal_pb2
 
-    (path,) = Path(run_dir).glob("run-*.wandb")
+    (path,) = run_dir.glob("run-*.wandb")
     data = path.read_bytes()
     ident, magic, version = FILE_HEADER.unpack_from(data)
     if (ident, magic, version) != (b":W&B", 0xBEE1, 0):

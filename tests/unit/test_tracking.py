@@ -6,6 +6,7 @@ The trained runs (1 and 2 ranks) are in tests/integration/test_observability.py.
 
 import importlib.util
 import json
+import threading
 
 import pytest
 import torch
@@ -100,6 +101,17 @@ def test_tensorboard_and_wandb_get_scalars_images_and_the_config(tmp_path, monke
     image = rows[2]["samples"]
     assert image["_type"] == "images/separated" and (image["width"], image["height"]) == (24, 12)
     assert Image.open(run_dir / "files" / image["filenames"][0]).getpixel((0, 0)) == (255, 0, 0)
+
+    # the file as wandb's service may leave it for a moment after finish(): cut short, then written out; the reader
+    # waits for the exit record (it read a file without the run record once), and says so when none comes
+    (written,) = run_dir.glob("run-*.wandb")
+    late = tmp_path / "late" / "offline-run-late"
+    late.mkdir(parents=True)
+    (late / written.name).write_bytes(written.read_bytes()[:200])
+    with pytest.raises(TimeoutError, match="no exit record after 0 s"):
+        wandb_offline.records(late, wait_s=0.3)
+    threading.Timer(0.5, lambda: (late / written.name).write_bytes(written.read_bytes())).start()
+    assert wandb_offline.run_info(late) == wandb_offline.run_info(run_dir)
 
 
 def test_resumed_tensorboard_hides_what_came_after_the_checkpoint(tmp_path):
