@@ -33,7 +33,7 @@ def records(run_dir: str | Path, wait_s: float = 60.0) -> list:
     while True:
         try:
             found = _read(Path(run_dir))
-        except (ValueError, struct.error, DecodeError):  # not there yet, or cut mid-record
+        except (FileNotFoundError, struct.error, DecodeError):  # not there yet, or cut mid-header or mid-record
             found = []
         if any(record.WhichOneof("record_type") == "exit" for record in found):
             return found
@@ -43,10 +43,16 @@ def records(run_dir: str | Path, wait_s: float = 60.0) -> list:
 
 
 def _read(run_dir: Path) -> list:
-    """The records of ``run-*.wandb`` as the file stands."""
+    """The records of ``run-*.wandb`` as the file stands; FileNotFoundError while there is none yet, ValueError for
+    two of them or a file that is not W&B's (neither waits)."""
     from wandb.proto import wandb_internal_pb2
 
-    (path,) = run_dir.glob("run-*.wandb")
+    paths = list(run_dir.glob("run-*.wandb"))
+    if not paths:
+        raise FileNotFoundError(f"{run_dir} holds no run-*.wandb file")
+    if len(paths) > 1:
+        raise ValueError(f"{run_dir} holds {len(paths)} run-*.wandb files: {sorted(p.name for p in paths)}")
+    (path,) = paths
     data = path.read_bytes()
     ident, magic, version = FILE_HEADER.unpack_from(data)
     if (ident, magic, version) != (b":W&B", 0xBEE1, 0):

@@ -112,6 +112,9 @@ def test_tensorboard_and_wandb_get_scalars_images_and_the_config(tmp_path, monke
         wandb_offline.records(late, wait_s=0.3)
     threading.Timer(0.5, lambda: (late / written.name).write_bytes(written.read_bytes())).start()
     assert wandb_offline.run_info(late) == wandb_offline.run_info(run_dir)
+    (late / written.name).write_bytes(b"not a run file")  # not W&B's: said at once, not waited for
+    with pytest.raises(ValueError, match="is not a W&B run file"):
+        wandb_offline.records(late, wait_s=60)
 
 
 def test_resumed_tensorboard_hides_what_came_after_the_checkpoint(tmp_path):
