@@ -7,6 +7,8 @@
 # make test-install - the tests that download from the package index (glm-grpo wheelhouse; tests/install/)
 # make test-floor - the fast suite on the oldest supported versions (constraints-floor.txt) in .venv-floor,
 #                   installed from a wheelhouse bundle with no index (docs/install.md)
+# make test-container - a GPU container's set: the floor's torch with the tested top of everything else, in
+#                   .venv-floor (made by test-floor first when missing): the fast suite, the GPU checks' CPU forms
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -15,7 +17,7 @@ PY     := $(VENV)/bin/python
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: setup demo test test-fast test-tools test-install test-floor slice-check lint clean
+.PHONY: setup demo test test-fast test-tools test-install test-floor floor-venv test-container slice-check lint clean
 
 $(VENV)/.installed: setup.py pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -54,16 +56,33 @@ test-install: setup
 # incomplete bundle.
 FLOOR := .venv-floor
 FLOOR_SLOW := tests/integration/test_trainer_deepspeed.py::test_lora_8bit_checkpointing_trains_only_the_adapter
-test-floor: setup
+FLOOR_PYTEST := $(FLOOR)/bin/python -m pytest -q -p no:cacheprovider
+floor-venv: setup
 	rm -rf $(FLOOR) $(FLOOR)-wheels
 	$(VENV)/bin/glm-grpo wheelhouse $(FLOOR)-wheels --constraints constraints-floor.txt --extras dev
 	$(PYTHON) -m venv $(FLOOR)
 	PIP_CONFIG_FILE=/dev/null $(FLOOR)/bin/python -m pip --isolated install -q --no-index \
 		--find-links $(FLOOR)-wheels -c $(FLOOR)-wheels/constraints.txt "glm-grpo-ds[dev]"
+
+test-floor: floor-venv
 	$(FLOOR)/bin/glm-grpo env | tail -n +3
-	$(FLOOR)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -p no:cacheprovider \
-		-m "not slow and not distributed and not install" tests
-	$(FLOOR)/bin/python -m pytest -q -p no:cacheprovider $(FLOOR_SLOW)
+	$(FLOOR_PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow and not distributed and not install" tests
+	$(FLOOR_PYTEST) $(FLOOR_SLOW)
+
+# A GPU container's set (NGC-style images keep their torch; pip brings the newest of the rest): the floor's torch and
+# torchvision with constraints.txt's versions of everything else, installed over .venv-floor from the index. It is
+# what `../shared/tools/gpu-bundle.sh` and `glm-grpo wheelhouse` give a torch 2.11 container, the corner of the
+# supported ranges that neither the floor nor the top tests. Then the fast suite, `launch/gpu_timing.sh`'s and
+# `launch/gpu_check.sh`'s CPU forms (the GPU lease runs those on these versions). test-floor rebuilds the floor.
+CONTAINER_PINS := $(FLOOR)/container-constraints.txt
+test-container: setup
+	[ -x $(FLOOR)/bin/python ] || $(MAKE) floor-venv
+	{ grep -vE '^(torch|torchvision)==' constraints.txt; grep -E '^(torch|torchvision)==' constraints-floor.txt; } \
+		> $(CONTAINER_PINS)
+	$(FLOOR)/bin/python -m pip install -q -c $(CONTAINER_PINS) ".[dev]"
+	$(FLOOR)/bin/glm-grpo env | tail -n +3
+	$(FLOOR_PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow and not distributed and not install" tests
+	$(FLOOR_PYTEST) tests/integration/test_gpu_timing_lease.py tests/integration/test_gpu_check.py
 
 slice-check: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash launch/slice_check.sh
