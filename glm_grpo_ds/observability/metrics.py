@@ -35,10 +35,11 @@ def timer(timings: dict[str, float], name: str):
 
 
 def _sync_cuda() -> None:
-    # CUDA kernels run after their launch returns: without waiting for them, a phase would be timed by
-    # its launches and its GPU work would land in whichever later phase first waits (a .item(), a copy).
+    # CUDA kernels run after their launch returns: without waiting, a phase would be timed by its launches. This
+    # thread's stream, not the device: a device synchronize during rollout.one_step_off's graph capture on its thread
+    # is invalid in every capture mode (CUDA error 900, the capture lost), and that thread's stream is not this phase's.
     if torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+        torch.cuda.current_stream().synchronize()
 
 
 @contextlib.contextmanager

@@ -65,7 +65,9 @@ class ReplayedStep:
             self.step()  # recorded, not run: the replay below runs this step
         self.graph = graph
         graph.replay()
-        torch.cuda.synchronize()  # once per rollout: the setup time below is the GPU's too
+        # once per rollout: the setup time below is the GPU's too. This stream only: with rollout.one_step_off the
+        # main thread's DiT work is queued on another stream, and waiting for it would count its seconds here
+        torch.cuda.current_stream().synchronize()
         self.setup_s = time.perf_counter() - self._t0
 
 

@@ -222,12 +222,23 @@ def test_example_configs_load(name):
 
 def test_phase_timer_waits_for_cuda_work_before_reading_the_clock(monkeypatch):
     """CUDA runs kernels after their launch returns: a time/* field must include the phase's GPU work,
-    so the timer synchronises at its start and its end once CUDA is initialised (a fake synchronize
-    counts the calls: no GPU here), and never initialises CUDA itself."""
+    so the timer synchronises its thread's stream at its start and its end once CUDA is initialised (fakes count
+    the calls: no GPU here), and never initialises CUDA itself. Never the whole device: with rollout.one_step_off
+    another thread may be capturing a CUDA graph, and a device synchronize then fails (error 900) and loses the
+    capture, whatever its capture mode."""
     from glm_grpo_ds.observability.metrics import timer
 
     calls = []
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))
+
+    class Stream:
+        def synchronize(self):
+            calls.append("sync")
+
+    def device_sync(*args):
+        raise AssertionError("torch.cuda.synchronize(): the whole device, invalid during another thread's capture")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", device_sync)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: Stream())
     timings = {}
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     with timer(timings, "rollout"):
