@@ -2,6 +2,7 @@
 the same rewards in sample order and the same failure accounting as scoring after the whole decode."""
 
 import threading
+import time
 
 import pytest
 import torch
@@ -89,6 +90,49 @@ def test_a_batch_is_scored_while_the_next_one_decodes(decoder, stream):
     finally:
         hook.remove()
     assert waited == [stream]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_no_reward_runs_while_another_thread_captures_a_graph(decoder, stream):
+    """A reward may synchronize the device or empty the cache (reward code often does), which fails a CUDA graph's
+    capture on another thread (rollout.one_step_off's rollout) in every capture mode: every reward call waits while a
+    capture holds runtime.threads.CAPTURE_SAFE. A thread stands in for the capture: it holds the lock from before the
+    decode until 0.3 s after the decode's last DiT forward, past the time the first reward would start (streamed:
+    after the first DiT batch; not: after the last)."""
+    from glm_grpo_ds.runtime.threads import CAPTURE_SAFE
+
+    grids, prompts, size, seeds, samples = inputs()
+    held, decoded, released, called, forwards = threading.Event(), threading.Event(), [], [], []
+
+    def capture():
+        with CAPTURE_SAFE:
+            held.set()
+            decoded.wait(timeout=60)
+            threading.Event().wait(0.3)
+            released.append(time.perf_counter())
+
+    def counts(*_):
+        forwards.append(1)
+        if len(forwards) == 2 * 2 * 4:  # 2 DiT steps x (conditional + guidance pass) x 4 batches: the decode's last
+            decoded.set()
+
+    def records(images, prompts, samples):
+        called.append(time.perf_counter())
+        assert CAPTURE_SAFE.locked()  # held by this call until it returns
+        return torch.zeros(len(samples))
+
+    capturer = threading.Thread(target=capture)
+    capturer.start()
+    held.wait()
+    hook = decoder.pipe.transformer.register_forward_hook(counts)
+    try:
+        todo = ToScore(grids, prompts, size, seeds, samples)
+        decode_and_score(decoder, RewardSet([("r", 1.0, records)]), todo, None, stream)
+    finally:
+        hook.remove()
+        capturer.join()
+    assert decoded.is_set() and called and min(called) >= released[0]
+    assert not CAPTURE_SAFE.locked()
 
 
 FAILS_ON_BAD = """
