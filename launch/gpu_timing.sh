@@ -30,8 +30,9 @@
 #   DS_CONFIG=ds_configs/zero2.json MASTER_PORT=29500          # the training parts' DeepSpeed config and port
 #   MERGE_DRIFT_STEPS=50 bash launch/gpu_timing.sh             # then merged vs exact sampling on the real-width slice,
 #                                                              # bf16 (benchmarks/merge_drift.py), outside the budget
-# Writes OUT (default outputs/gpu_timing): plan.json, train.json + train/, train_one_step_off.json +
-# train_one_step_off/, estimate_*.json, dit_timing.json, decode_timing.json + decode_timing_rows_N.json.
+# Writes OUT (default outputs/gpu_timing): plan.json, env.txt (glm-grpo env), train.json + train/,
+# train_one_step_off.json + train_one_step_off/, estimate_*.json, dit_timing.json, decode_timing.json +
+# decode_timing_rows_N.json.
 # Its CPU form (tests/integration/test_gpu_timing_lease.py; DS_ACCELERATOR=cpu):
 #   MODEL=random:tiny SIZE=64 ROWS=2,4 DECODE_STEPS=4 DIT_BATCH=2 TRAIN_STEPS=2 BUDGET_S=3600 bash launch/gpu_timing.sh
 set -euo pipefail
@@ -103,6 +104,10 @@ python -m glm_grpo_ds.memory.timing_budget plan --out "$OUT/plan.json" --budget 
   --parts "$(IFS=,; echo "${parts[*]}")" --config "$CONFIG" --deepspeed "$DS_CONFIG" --size "$SIZE" \
   --train "${settings[train]}" --off "${settings[train_one_step_off]}" --dit-variants "$DIT_VARIANTS" \
   --dit-batch "$DIT_BATCH" --rows "$ROWS" --row-variants "$ROW_VARIANTS" --decode-steps "$DECODE_STEPS"
+# what the figures were measured with (GPU, driver, CUDA, NCCL, every package), kept beside them; a dependency outside
+# its supported range is said, not refused: a lease is too rare to lose to, say, an old torchmetrics it never uses
+glm-grpo env > "$OUT/env.txt" 2>&1 ||
+  echo "gpu_timing.sh: glm-grpo env: a dependency missing or outside its range ($OUT/env.txt); measuring anyway" >&2
 
 within() {  # the command, stopped (SIGTERM, then SIGKILL 30 s later) when the lease's budget runs out: exit 124
   local left=$((BUDGET_S - SECONDS))

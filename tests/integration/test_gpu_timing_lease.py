@@ -65,6 +65,8 @@ def test_the_plan_comes_first_then_the_four_parts_in_order_each_with_its_json(le
     assert starts == sorted(starts) and stdout.index("total") < starts[0]
     assert "measured: train train_one_step_off dit_timing decode_timing; skipped: none; failed: none" in stdout
     plan = json.loads((out / "plan.json").read_text())
+    env = (out / "env.txt").read_text()  # what the figures were measured with
+    assert "- torch:" in env and "- CUDA available:" in env and "Every dependency is inside its supported range" in env
     for part in PARTS:
         m = json.loads((out / f"{part}.json").read_text())
         planned = next(p["planned_s"] for p in plan["parts"] if p["part"] == part)
