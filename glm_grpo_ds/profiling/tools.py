@@ -81,7 +81,7 @@ PROFILE_TOOLS: dict[str, ProfileTool] = {
             "step counts (CUDA events) and prints seconds per guided image-step, x sdpa, the setup (compile) seconds,"
             " the images' largest difference and PSNR against sdpa's, the DiT's and the peak GPU memory; a variant "
             "this device cannot run is listed as skipped; `launch/gpu_timing.sh` runs it on the full-size model "
-            "([memory-and-speed.md](memory-and-speed.md#the-dit-decode-issue-52))"
+            "([memory-and-speed.md](memory-and-speed.md#the-dit-decode-compile-fp8-guidance-and-one-step-off))"
         ),
         example="glm-grpo profile dit-timing --model outputs/glm_image --variants sdpa,compiled,fp8,fp8_compiled",
     ),

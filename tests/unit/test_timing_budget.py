@@ -101,7 +101,8 @@ def test_a_part_fits_what_is_left_or_is_skipped_in_one_line(tmp_path, capsys):
 
 
 def test_the_script_skips_a_part_the_budget_left_cannot_hold(tmp_path):
-    """BUDGET_S=1: the plan printed, then each part skipped with its line; nothing measured, no part's JSON."""
+    """BUDGET_S=1: the plan printed, then each part skipped with its line; nothing measured, no part's JSON (the plan
+    and the versions it would have measured with, env.txt, only)."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", OUT=str(tmp_path))
     env.update(BUDGET_S="1", PARTS="dit_timing,decode_timing")
     proc = subprocess.run(["bash", "launch/gpu_timing.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
@@ -111,7 +112,7 @@ def test_the_script_skips_a_part_the_budget_left_cannot_hold(tmp_path):
     assert lines[5].startswith("gpu_timing.sh: skipping dit_timing: planned ") and lines[5].endswith(" of the 1 s left")
     assert lines[6].startswith("gpu_timing.sh: skipping decode_timing: planned ")
     assert "measured: none; skipped: dit_timing decode_timing; failed: none" in lines[7]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["env.txt", "plan.json"]  # no part's JSON
 
 
 # --- --write-docs on a GPU's JSONs ---------------------------------------------------------------------------------
