@@ -71,7 +71,7 @@ test-floor: floor-venv
 
 # A GPU container's set (NGC-style images keep their torch; pip brings the newest of the rest): the floor's torch and
 # torchvision with constraints.txt's versions of everything else, installed over .venv-floor from the index. It is
-# what `../shared/tools/gpu-bundle.sh` and `glm-grpo wheelhouse` give a torch 2.11 container, the corner of the
+# what `glm-grpo wheelhouse` gives a container that has only torch 2.11 (the GPU leases'), the corner of the
 # supported ranges that neither the floor nor the top tests. Then the fast suite, `launch/gpu_timing.sh`'s and
 # `launch/gpu_check.sh`'s CPU forms (the GPU lease runs those on these versions). test-floor rebuilds the floor.
 CONTAINER_PINS := $(FLOOR)/container-constraints.txt
