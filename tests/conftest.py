@@ -69,7 +69,6 @@ LONGEST_FIRST = (
     "test_reshape_resume",  # ~300 (alone, 2026-11-29)
     "test_robustness",  # 338
     "test_sharing",  # 166
-    "test_gpu_check",  # 147
     "test_multinode",  # 130
     "test_model_source",  # 128
     "test_gpu_timing_lease",  # ~75 (alone, 2026-11-29; replaces two CPU forms of ~155 s)
@@ -79,6 +78,7 @@ LONGEST_FIRST = (
     "test_quiet_tools",  # 83
     "test_checkpoint_resume",  # 80
     "test_real_width",  # 65
+    "test_gpu_check",  # ~50 (its two-rank run in the tools tier since 2026-11-29; was 147 with it)
     "test_console",  # 53
     "test_remote_reward",  # 46
     "test_decode_loop",  # 43

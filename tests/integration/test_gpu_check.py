@@ -71,6 +71,7 @@ def test_gpu_check_script_on_cpu_passes_and_check_run_can_fail(tiny_model_dir, t
 
 
 @pytest.mark.distributed
+@pytest.mark.tools  # the script's --num-gpus path; ZeRO-3 on two ranks is make test's (test_trainer_deepspeed.py)
 def test_gpu_check_script_with_two_ranks_runs_zero3_across_them(tiny_model_dir, tmp_path):
     """`--num-gpus 2`: the check's training run on two ranks (ZeRO-3 partitions and gathers for real),
     collectives not forced (nothing to force at world size 2); every verdict passes."""
