@@ -9,7 +9,7 @@ import torch
 
 from ..observability.meter import Meter
 from ..observability.step_status import NO_STATUS
-from ..runtime.threads import CAPTURE_SAFE, device_thread
+from ..runtime.threads import device_thread
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def decode_and_score(
         with meter.measure("decode"):
             images = decoder.decode(todo.prior, prompts, h, w, todo.seeds, todo.settings, on_images=status.advance)
         status.phase("reward", total=len(reward_fn.labels), unit="rewards done")
-        with meter.measure("reward"), CAPTURE_SAFE:  # not during a rollout graph's capture (runtime/threads.py)
+        with meter.measure("reward"):
             return images, reward_fn(images, prompts, todo.samples, on_scored=lambda _: status.advance())
     return _streamed(decoder, reward_fn, todo, meter, status)
 
@@ -61,7 +61,7 @@ def _streamed(decoder, reward_fn, todo: ToScore, meter: Meter, status) -> tuple[
         with meter.measure("decode"):
             for rows, part in decoder.decode_batches(todo.prior, prompts, h, w, todo.seeds, todo.settings):
                 images[rows] = part
-                job = pool.submit(_score, reward_fn, part, [prompts[i] for i in rows], [samples[i] for i in rows])
+                job = pool.submit(reward_fn.score, part, [prompts[i] for i in rows], [samples[i] for i in rows])
                 scored.append((rows, job))
                 status.advance(len(rows))
         status.phase("reward", total=len(prompts), unit="images scored")
@@ -75,9 +75,3 @@ def _streamed(decoder, reward_fn, todo: ToScore, meter: Meter, status) -> tuple[
         for label, v in values.items():
             per_reward[label][rows] = v.to(device)
     return images, per_reward
-
-
-def _score(reward_fn, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> dict:
-    """One streamed batch's rewards, not during a rollout graph's capture (runtime/threads.py: CAPTURE_SAFE)."""
-    with CAPTURE_SAFE:
-        return reward_fn.score(images, prompts, samples)

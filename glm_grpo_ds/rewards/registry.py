@@ -13,6 +13,7 @@ import torch
 
 from ..runtime import log, run_log
 from ..runtime.registries import Registry
+from ..runtime.threads import CAPTURE_SAFE
 from .base import SampleNeed
 
 
@@ -195,10 +196,12 @@ class RewardSet:
         self, images: torch.Tensor, prompts: list[str], samples: list[dict], on_scored: Callable | None = None
     ) -> dict[str, torch.Tensor]:
         """Every reward of these samples, adding their failures to ``failed`` (a part of a step).
-        ``on_scored(label)``: after each reward (the step status, glm_grpo_ds/observability/step_status.py)."""
+        ``on_scored(label)``: after each reward (the step status, glm_grpo_ds/observability/step_status.py).
+        No reward runs during a CUDA graph's capture on another thread (runtime/threads.py: CAPTURE_SAFE)."""
         values = {}
         for label in self.labels:
-            values[label] = self._score(label, images, prompts, samples)
+            with CAPTURE_SAFE:  # a reward's code may synchronize the device or empty the cache
+                values[label] = self._score(label, images, prompts, samples)
             if on_scored is not None:
                 on_scored(label)
         return values

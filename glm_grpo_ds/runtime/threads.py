@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 # Held by a thread while it captures a CUDA graph (rollout/step_graph.py: rollout.one_step_off captures the decode step
 # on its background thread) and around code that is not ours and may synchronize the whole device or empty the
-# allocator's cache (the reward functions: experience/scoring.py). Either during a capture on another thread fails in
+# allocator's cache (each reward function: rewards/registry.py). Either during a capture on another thread fails in
 # every capture mode (CUDA error 900) and loses the capture; the capture is a tenth of a second at a rollout's start.
 CAPTURE_SAFE = threading.Lock()
 
