@@ -57,6 +57,8 @@ test-install: setup
 FLOOR := .venv-floor
 FLOOR_SLOW := tests/integration/test_trainer_deepspeed.py::test_lora_8bit_checkpointing_trains_only_the_adapter
 FLOOR_PYTEST := $(FLOOR)/bin/python -m pytest -q -p no:cacheprovider
+FLOOR_FAST := $(FLOOR_PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	-m "not slow and not distributed and not install" tests
 floor-venv: setup
 	rm -rf $(FLOOR) $(FLOOR)-wheels
 	$(VENV)/bin/glm-grpo wheelhouse $(FLOOR)-wheels --constraints constraints-floor.txt --extras dev
@@ -66,7 +68,7 @@ floor-venv: setup
 
 test-floor: floor-venv
 	$(FLOOR)/bin/glm-grpo env | tail -n +3
-	$(FLOOR_PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow and not distributed and not install" tests
+	$(FLOOR_FAST)
 	$(FLOOR_PYTEST) $(FLOOR_SLOW)
 
 # A GPU container's set (NGC-style images keep their torch; pip brings the newest of the rest): the floor's torch and
@@ -81,7 +83,7 @@ test-container: setup
 		> $(CONTAINER_PINS)
 	$(FLOOR)/bin/python -m pip install -q -c $(CONTAINER_PINS) ".[dev]"
 	$(FLOOR)/bin/glm-grpo env | tail -n +3
-	$(FLOOR_PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow and not distributed and not install" tests
+	$(FLOOR_FAST)
 	$(FLOOR_PYTEST) tests/integration/test_gpu_timing_lease.py tests/integration/test_gpu_check.py
 
 slice-check: setup

@@ -2,6 +2,7 @@
 that file: the fragment as GitHub makes it from the heading's text (lower case, punctuation dropped, spaces to
 hyphens, ``-1``, ``-2`` for a repeated heading) or an explicit ``<a id=...>`` / ``<a name=...>``."""
 
+import functools
 import re
 import unicodedata
 from pathlib import Path
@@ -22,36 +23,38 @@ def slug(heading: str) -> str:
     return kept.replace(" ", "-")
 
 
-def anchors(path: Path) -> set[str]:
+def prose(path: Path):
+    """(line number, line) of ``path`` outside fenced code blocks."""
+    fenced = False
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+        elif not fenced:
+            yield number, line
+
+
+@functools.cache
+def anchors(path: Path) -> frozenset[str]:
     """The fragments ``path`` answers to: each heading's slug (repeats numbered) and each explicit HTML anchor."""
     seen: dict[str, int] = {}
     found = set(re.findall(r"<a\s+(?:id|name)=\"([^\"]+)\"", path.read_text()))
-    fenced = False
-    for line in path.read_text().splitlines():
-        if FENCE.match(line.strip()):
-            fenced = not fenced
-        if fenced or not line.startswith("#"):
-            continue
-        base = slug(line.lstrip("#"))
-        n = seen.get(base, 0)
-        seen[base] = n + 1
-        found.add(base if n == 0 else f"{base}-{n}")
-    return found
+    for _, line in prose(path):
+        if line.startswith("#"):
+            base = slug(line.lstrip("#"))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            found.add(base if n == 0 else f"{base}-{n}")
+    return frozenset(found)
 
 
 def links(path: Path) -> list[tuple[int, str]]:
     """(line number, target) of every relative link outside code blocks and inline code."""
-    out, fenced = [], False
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if FENCE.match(line.strip()):
-            fenced = not fenced
-            continue
-        if fenced:
-            continue
-        for target in LINK.findall(re.sub(r"`[^`]*`", "", line)):
-            if not re.match(r"[a-z]+:", target):  # http:, https:, mailto: are not ours to check
-                out.append((number, target))
-    return out
+    return [
+        (number, target)
+        for number, line in prose(path)
+        for target in LINK.findall(re.sub(r"`[^`]*`", "", line))
+        if not re.match(r"[a-z]+:", target)  # http:, https:, mailto: are not ours to check
+    ]
 
 
 def test_slug_is_githubs():
