@@ -102,7 +102,9 @@ class Trainer:
         drawn = run.rollout.next(index)  # sampled now, or drawn during the previous step (one step off)
         exp = run.experience.finish(drawn, partial(decoder_seed, cfg.decoder, index))
         # Advantages over the global batch (identical on every rank), then this rank's share.
-        run.watchdog.phase("advantages")  # its gathers: where a rank waits for one still scoring
+        # its gathers: where a rank waits for one still scoring (the status names it, or its seconds would read as the
+        # reward's)
+        run.step_status.phase("advantages")
         all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
         advantages, all_rewards = combine_advantages(
             all_per_reward,
@@ -119,7 +121,7 @@ class Trainer:
         dead = signal_free_groups(all_per_reward, grpo_cfg.group_size)
         run.prompt_order.observe(dead.tolist())
         mine = slice(run.rank * len(exp.batch), (run.rank + 1) * len(exp.batch))
-        run.rollout.before_update(exp.timings, run.watchdog)  # one step off: the next rollout reads these weights
+        run.rollout.before_update(exp.timings, run.step_status)  # one step off: the next rollout reads these weights
         with measure(exp.timings, exp.peaks, "update", run.device):
             if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
                 stats = self._skip_undefined(index + 1, all_per_reward)
@@ -135,7 +137,7 @@ class Trainer:
                     status=run.step_status,
                     loss=run.loss,
                 )
-        run.watchdog.phase("record")  # the weights to the samplers, the step's statistics (collectives), its line
+        run.step_status.phase("record")  # the weights to the samplers, the step's statistics (collectives), its line
         for maker in (run.experience, run.eval_experience):  # the sampling backends take the updated weights
             maker.sampler.sync_weights(index + 1)
         record = self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)

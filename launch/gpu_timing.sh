@@ -9,7 +9,8 @@
 #   3. dit_timing.json: the DiT per guided image-step (glm-grpo profile dit-timing, one process): sdpa, compiled, fp8,
 #      and guidance on the first half of the steps only;
 #   4. decode_timing.json: the decode step per sampler (glm-grpo profile decode-timing: exact eager, exact fused graph,
-#      merged graph) at 16 and 64 rows.
+#      merged graph) at 16 and 64 rows, each captured one after its eager loop (fused, merged): the graph's tokens and
+#      log-probs must be that loop's bit for bit on this GPU (exit 1 and the part failed when not).
 # Before anything runs each part's seconds are planned from the figures glm_grpo_ds/memory/gpu_figures.py holds and the
 # one-off costs glm_grpo_ds/memory/timing_budget.py states, and printed (part, planned s); a part that would not fit
 # what is left of the budget when it starts is skipped with one line, and one still running when the budget ends is
@@ -23,7 +24,8 @@
 #   ONE_STEP_OFF=0 bash launch/gpu_timing.sh                   # part 1 only of the two training parts (1: part 2 only)
 #   TRAIN_STEPS=3 OFF_STEPS=2 bash launch/gpu_timing.sh        # the training parts' steps (the first compiles, captures)
 #   DIT_VARIANTS=sdpa,compiled,fp8,guidance_half DIT_BATCH=8   # part 3 (all: glm-grpo profile dit-timing --help)
-#   ROWS=16,64 ROW_VARIANTS=eager,graph_fused,graph DECODE_STEPS=64  # part 4 (ROWS= : none; profile decode-timing)
+#   ROWS=16,64 ROW_VARIANTS=eager,fused,graph_fused,merged,graph DECODE_STEPS=64  # part 4 (ROWS= : none; the
+#                                                              # variants: glm-grpo profile decode-timing --help)
 #   MODEL=zai-org/GLM-Image bash launch/gpu_timing.sh          # every part on another model (default random:glm-image;
 #                                                              # random:glm-image,ar_layers=8,dit_layers=2: a slice)
 #   SIZE=1024 TRAIN_OVERRIDES="key=value ..."                  # the image size of every part; more training settings
@@ -54,7 +56,8 @@ OFF_STEPS=${OFF_STEPS:-2}
 DIT_VARIANTS=${DIT_VARIANTS:-sdpa,compiled,fp8,guidance_half}
 DIT_BATCH=${DIT_BATCH:-8}
 ROWS=${ROWS-16,64}
-ROW_VARIANTS=${ROW_VARIANTS:-eager,graph_fused,graph}  # exact eager, exact fused captured, merged captured
+# exact eager; exact fused, then captured; merged, then captured (a graph's reference before it: bitwise checked)
+ROW_VARIANTS=${ROW_VARIANTS:-eager,fused,graph_fused,merged,graph}
 DECODE_STEPS=${DECODE_STEPS:-64}
 MERGE_DRIFT_STEPS=${MERGE_DRIFT_STEPS:-0}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
@@ -133,7 +136,7 @@ train_part() {  # $1: the part. Its plan beside (estimate-memory, on the CPU whi
     echo "gpu_timing.sh: glm-grpo estimate-memory failed ($OUT/estimate_$part.log): $part without its plan" >&2
   fi
   [[ $part == train_one_step_off && -f "$OUT/train.json" ]] && serial=(--serial "$OUT/train")
-  echo "training steps on this GPU, $part (the first one compiles and captures; plan: glm-grpo estimate-memory):"
+  echo "training steps of $part on this machine (the first one compiles and captures; plan: glm-grpo estimate-memory):"
   python -m glm_grpo_ds.memory.step_time "$OUT/$part" "${estimate[@]}" --json "$OUT/$part.json" "${serial[@]}" || return
   return "$rc"
 }
@@ -142,19 +145,21 @@ dit_part() {  # the DiT's variants in one process; a variant that fails is liste
     --batch "$DIT_BATCH" --size "$SIZE" --repeats 1 || [ -f "$OUT/dit_timing.json" ]
 }
 decode_part() {  # one process per rows; the rows measured are kept if a later one fails
-  local files=() n rc=0
+  local files=() n rc status=0
   for n in "${row_list[@]}"; do
     echo "glm-grpo: the decode step at $n rows ($ROW_VARIANTS)"
     rc=0
     within glm-grpo profile decode-timing --model "$MODEL" --group-size "$n" --size "$SIZE" --steps "$DECODE_STEPS" \
       --variants "$ROW_VARIANTS" --out "$OUT/decode_timing_rows_$n.json" || rc=$?
-    [ -f "$OUT/decode_timing_rows_$n.json" ] && files+=("$OUT/decode_timing_rows_$n.json")
-    [ "$rc" = 0 ] || { echo "gpu_timing.sh: decode-timing at $n rows exited $rc (above)" >&2; break; }
+    [ "$rc" = 0 ] || { echo "gpu_timing.sh: decode-timing at $n rows exited $rc (above)" >&2; status=$rc; }
+    # its JSON written: measured (a failed bitwise check is said in it and above), the next rows still run; none: it
+    # broke or ran out of budget, and the next rows would too
+    if [ -f "$OUT/decode_timing_rows_$n.json" ]; then files+=("$OUT/decode_timing_rows_$n.json"); else break; fi
   done
   if [ "${#files[@]}" -gt 0 ]; then
     python -m glm_grpo_ds.memory.timing_budget rows "$OUT/decode_timing.json" "${files[@]}" || return
   fi
-  [ "$rc" = 0 ]
+  [ "$status" = 0 ]
 }
 
 if [[ " ${parts[*]} " == *" train"* ]]; then  # 29500 unless taken

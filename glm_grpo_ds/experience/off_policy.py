@@ -3,7 +3,7 @@
 rewards and gathers, with the weights one update old. The loop talks to either through the same four calls::
 
     drawn = rollout.next(index)              # step `index`'s rollout (one step off: and start the next one's)
-    rollout.before_update(timings, watchdog) # one step off: wait for the next rollout (it reads the weights)
+    rollout.before_update(timings, status)   # one step off: wait for the next rollout (it reads the weights)
     record.update(rollout.record())          # its fields of the step's record
     rollout.state()                          # what a checkpoint keeps of it (None: nothing pending)
 
@@ -38,7 +38,7 @@ class NoAhead:
     def next(self, index: int) -> Drawn:
         return self.maker.draw(self.order.next(), self.seeds(index))
 
-    def before_update(self, timings: dict, watchdog) -> None:
+    def before_update(self, timings: dict, status) -> None:
         """Nothing runs beside the update."""
 
     def record(self) -> dict:
@@ -102,9 +102,10 @@ class RolloutAhead:
         self.start(self.order.next(), self.seeds(index + 1))
         return drawn
 
-    def before_update(self, timings: dict, watchdog) -> None:
-        """The next rollout reads the weights the update writes: wait for it (``rollout_wait`` seconds)."""
-        watchdog.phase("rollout wait")
+    def before_update(self, timings: dict, status) -> None:
+        """The next rollout reads the weights the update writes: wait for it (``rollout_wait`` seconds), a phase of
+        the step ``status`` (and so of the watchdog: glm_grpo_ds/observability/watchdog.py ``watched``)."""
+        status.phase("rollout wait")
         timings["rollout_wait"] = self.wait()
 
     def record(self) -> dict:

@@ -235,7 +235,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--dit-steps", default="1,3", help="part 3's two step counts")
     plan.add_argument("--size", type=int, default=1024, help="image height = width of every part")
     plan.add_argument("--rows", default="16,64", help="part 4's rows per decode step")
-    plan.add_argument("--row-variants", default="eager,graph_fused,graph", help="part 4's variants")
+    plan.add_argument("--row-variants", default="eager,fused,graph_fused,merged,graph", help="part 4's variants")
     plan.add_argument("--decode-steps", type=int, default=64, help="part 4's timed decode steps")
     for name, what in (("fits", "ELAPSED_S"), ("done", "WALL_S")):
         q = sub.add_parser(name)

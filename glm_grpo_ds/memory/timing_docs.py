@@ -136,13 +136,17 @@ def decode_region(m: dict, path: Path) -> str:
         "| rows | variant | ms / step | floor ms | rollout s / image | same tokens as |",
         "|---:|---|---:|---:|---:|---|",
     ]
+    failed = []
     for rows, r in m["rows"].items():
         floor = "-" if not r.get("floor_ms_per_step") else f"{r['floor_ms_per_step']:.2f}"
         for name, v in r["variants"].items():
             per_image = v["ms_per_step"] / 1e3 * r["decode_tokens"] / int(rows)
-            same = f"`{v['reference']}`: {v['same_tokens']:.1%}" if "reference" in v else "-"
+            same = "-"
+            if "reference" in v:  # its tokens against its reference loop's, and their log-probs' largest gap
+                same = f"`{v['reference']}`: {v['same_tokens']:.1%}, max \\|dlogp\\| {v['max_logp_diff']:.1e}"
             lines.append(f"| {rows} | `{name}` | {v['ms_per_step']:.2f} | {floor} | {per_image:.3f} | {same} |")
-    return "\n".join(lines)
+        failed += [f"- **FAIL** at {rows} rows: {f}" for f in r.get("failures", [])]
+    return "\n".join(lines + ([""] + failed if failed else []))
 
 
 def short_card(device: str) -> str:

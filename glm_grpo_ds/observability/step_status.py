@@ -1,6 +1,7 @@
-"""Where a running step is, on rank 0, at a calm rate: its phase (rollout, decode, reward, update) and how far
-along it is (the rollout's tokens, the decode's images, the rewards done, the update's micro-batches), and the
-stage of the load before the first step (process group, policy, DeepSpeed engine, decoder, ...).
+"""Where a running step is, on rank 0, at a calm rate: its phase (rollout, decode, reward, advantages, rollout wait,
+update, record) and how far along it is (the rollout's tokens, the decode's images, the rewards done, the update's
+micro-batches), and the stage of the load before the first step (process group, policy, DeepSpeed engine, decoder,
+...).
 
 On a terminal it is shown in place: in the step bar's description (``grpo [step 3/10: decode 8/16 images]: 20%|``),
 and during the load on a line of its own, cleared before the startup summary (a log line meanwhile lifts it:

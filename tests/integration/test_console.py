@@ -119,11 +119,13 @@ def test_the_load_and_a_running_step_say_where_they_are(short_run_stderr):
         "grpo [step 1/1] decode: 4/4 images, T s into the step",
         "grpo [step 1/1] reward: 0/1 rewards done, T s into the step (decode took T s)",
         "grpo [step 1/1] reward: 1/1 rewards done, T s into the step",
-        "grpo [step 1/1] update: 0/1 micro-batches, T s into the step (reward took T s)",
+        "grpo [step 1/1] advantages, T s into the step (reward took T s)",
+        "grpo [step 1/1] update: 0/1 micro-batches, T s into the step (advantages took T s)",
         "grpo [step 1/1] update: 1/1 micro-batches, T s into the step",
+        "grpo [step 1/1] record, T s into the step (update took T s)",
     ], short_run_stderr
     # nothing else, and the step's line last
-    assert len(lines) == len(stages) + 7 + sum(1 for line in lines if tokens.match(line)) + 1
+    assert len(lines) == len(stages) + 9 + sum(1 for line in lines if tokens.match(line)) + 1
     assert lines[-1].startswith("grpo step 1/1 reward ")
 
 

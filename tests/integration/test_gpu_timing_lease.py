@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.tools]
 ROOT = Path(__file__).resolve().parents[2]
 ANCHORS = "glm_grpo_ds/memory/gpu_figures.py"
 PARTS = ("train", "train_one_step_off", "dit_timing", "decode_timing")
-# every decode-step variant that has a reference to agree with (the rows' default three are eager, graph_fused, graph)
+# every decode-step variant that has a reference to agree with (the lease's default five and graph_lora, hf_generate)
 ROW_VARIANTS = "eager,merged,graph_lora,graph,fused,graph_fused,hf_generate"
 
 
@@ -84,7 +84,7 @@ def test_the_training_parts_serial_then_one_step_off_compared(lease):
         assert settings == ("random:tiny", 4, [64, 64], 2, False)
         assert m["rollout"]["fuse_lora"] and m["rollout"]["cuda_graph"] and not m["rollout"]["merge_lora"]
         assert m["planned"]["total_s"] > 0 and m["steady"]["images_per_gpu_s"] > 0
-        assert f"training steps on this GPU, {m['part']} (the first one" in stdout
+        assert f"training steps of {m['part']} on this machine (the first one" in stdout
     assert off["compared"][0].startswith("serial vs one step off, steady steps")
     assert "x the serial run's images per GPU-second" in off["compared"][3] and off["compared"][3] in stdout
 
@@ -129,7 +129,9 @@ def test_write_docs_regenerates_every_region_from_the_jsons_into_a_copy(lease, t
         assert text.strip().startswith("Measured 20") and " on cpu (torch " in text, name
         assert f"docs/memory-and-speed.md {name}: from {out / part}.json" in proc.stdout
     assert "| 2 (beside) |" in region(docs, "train-one-step-off") and "`guidance_half`" in region(docs, "dit")
-    assert "| 4 | `graph_fused` |" in region(docs, "decode")
+    # the captured fused sampler beside its eager loop: the same tokens, and log-probs bit for bit
+    graph_fused = next(line for line in region(docs, "decode").splitlines() if line.startswith("| 4 | `graph_fused` |"))
+    assert graph_fused.endswith("| `fused`: 100.0%, max \\|dlogp\\| 0.0e+00 |"), graph_fused
     # a CPU's figures are no anchor: the anchors, the planned step and the README's measured step stay as they were
     assert (tmp_path / ANCHORS).read_bytes() == (ROOT / ANCHORS).read_bytes()
     assert region(docs, "planned-step") == region((ROOT / "docs/memory-and-speed.md").read_text(), "planned-step")

@@ -4,6 +4,8 @@ thread with step t's weights. With weights that do not move it samples exactly w
 old (the sampler-vs-trainer gap shows it), and a resume from a checkpoint, which keeps the pending rollout, is
 exact."""
 
+import re
+
 import pytest
 import torch
 from launching import common, launch, train_args  # noqa: E402  (tests/integration/launching.py)
@@ -21,8 +23,8 @@ def _stable(record, drop=()):
     return {k: v for k, v in record.items() if not any(tag in k for tag in VOLATILE + tuple(drop))}
 
 
-def train(args):
-    launch(2, train_args(*args, ds_config="zero2.json"), 600, launcher=False)
+def train(args) -> str:
+    return launch(2, train_args(*args, ds_config="zero2.json"), 600, launcher=False).stderr
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +35,13 @@ def runs(tiny_model_dir, data64, tmp_path_factory):
     runs = {name: root / name for name in ("straight", "resumed", "still_off", "still_on")}
 
     def run(name, *args):
-        train(common(tiny_model_dir, data64, runs[name], *extra, *args))
+        stderr = train(common(tiny_model_dir, data64, runs[name], *extra, *args))
+        root.joinpath(f"{name}.stderr").write_text(stderr)
 
     # the straight run saves at step 2 with step 3's rollout pending; the resumed one continues from that
     # checkpoint in an output_dir of its own (as a run killed after the save would)
-    run("straight", *OFF, "max_steps=4", "save_steps=2")
+    status = ["logging.progress_bar=true", "logging.status_interval_s=0"]  # every step-status line, for the wait's
+    run("straight", *OFF, "max_steps=4", "save_steps=2", *status)
     saved = runs["straight"] / "checkpoints" / "step_000002"
     run("resumed", *OFF, "max_steps=4", "save_steps=2", f"resume_from={saved}")
     # two iterations and a KL term: the reference's log-probs come from the rollout's thread, the old ones from the
@@ -77,3 +81,19 @@ def test_resume_with_the_pending_rollout_is_exact(runs):
     assert [r["step"] for r in mb] == [3, 4] and mb[0]["rollout_overlapped"]  # step 3 took the saved rollout
     for x, y in zip(ma[2:], mb, strict=True):
         assert _stable(x) == _stable(y), x["step"]
+
+
+def test_the_wait_for_the_next_rollout_is_a_phase_of_the_step_status(runs):
+    """Rank 0's status lines after the rewards name the gathers, then the wait for the rollout drawn beside this
+    step, each with its seconds: a slow background rollout does not read as a slow reward."""
+    lines = (runs["straight"].parent / "straight.stderr").read_text().splitlines()
+    step = [re.sub(r"\b\d+(\.\d)? s\b", "T s", line) for line in lines if line.startswith("grpo [step 3/4] ")]
+    after_rewards = step[next(i for i, line in enumerate(step) if " advantages, " in line) :]
+    assert after_rewards == [
+        "grpo [step 3/4] advantages, T s into the step (reward took T s)",
+        "grpo [step 3/4] rollout wait, T s into the step (advantages took T s)",
+        "grpo [step 3/4] update: 0/2 micro-batches, T s into the step (rollout wait took T s)",
+        "grpo [step 3/4] update: 1/2 micro-batches, T s into the step",
+        "grpo [step 3/4] update: 2/2 micro-batches, T s into the step",
+        "grpo [step 3/4] record, T s into the step (update took T s)",
+    ], step

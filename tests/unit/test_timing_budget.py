@@ -115,6 +115,44 @@ def test_the_script_skips_a_part_the_budget_left_cannot_hold(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["env.txt", "plan.json"]  # no part's JSON
 
 
+# a stand-in for `glm-grpo` (what is tested is the script's handling of part 4's exits): `profile decode-timing` writes
+# its report for --group-size and exits 1 at 2 rows, with its report (a failed bitwise check) or without (a crash)
+FAKE_GLM_GRPO = """#!/usr/bin/env bash
+[ "$1 $2" = "profile decode-timing" ] || exit 0
+shift 2
+while [ $# -gt 0 ]; do case $1 in --group-size) n=$2; shift 2;; --out) out=$2; shift 2;; *) shift;; esac; done
+echo "$n" >> "$(dirname "$out")/calls"
+[ "$n" = 2 ] && [ "$MODE" = crash ] && exit 1
+printf '{"device": "cpu", "torch": "2.15", "layers": 2, "size": 64, "decode_tokens": 20, "steps_timed": 4,
+ "lora_r": 4, "group_size": %s, "floor_ms_per_step": null, "failures": [],
+ "variants": {"eager": {"ms_per_step": 5.0}}}' "$n" > "$out"
+[ "$n" = 2 ] && exit 1
+exit 0
+"""
+
+
+@pytest.mark.parametrize("mode, rows_run", [("check", ["2", "4"]), ("crash", ["2"])])
+def test_part_4_goes_on_after_a_failed_check_and_stops_after_a_crash(tmp_path, mode, rows_run):
+    """decode-timing at 2 rows exits 1. With its report written (a variant not bitwise its reference) the next rows
+    still run and both rows are in decode_timing.json; without one (a crash) the next rows would meet it too and do
+    not run. Either way the part is failed and the script exits 1."""
+    bin_dir, out = tmp_path / "bin", tmp_path / "out"
+    bin_dir.mkdir()
+    (bin_dir / "glm-grpo").write_text(FAKE_GLM_GRPO)
+    (bin_dir / "glm-grpo").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}", OUT=str(out))
+    env.update(BUDGET_S="3600", PARTS="decode_timing", ROWS="2,4", MODE=mode)
+    proc = subprocess.run(["bash", "launch/gpu_timing.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (out / "calls").read_text().split() == rows_run
+    assert "gpu_timing.sh: decode-timing at 2 rows exited 1 (above)" in proc.stderr
+    assert "measured: none; skipped: none; failed: decode_timing" in proc.stdout
+    if mode == "check":
+        assert list(json.loads((out / "decode_timing.json").read_text())["rows"]) == ["2", "4"]
+    else:
+        assert not (out / "decode_timing.json").exists()
+
+
 # --- --write-docs on a GPU's JSONs ---------------------------------------------------------------------------------
 
 DEVICE, DATE = "NVIDIA H100 80GB HBM3", "2026-12-01"
@@ -126,10 +164,15 @@ def _gpu_jsons(out: Path) -> None:
     rows = {
         str(n): {**common, "layers": 40, "group_size": n, "size": 1024, "decode_tokens": 1280, "steps_timed": 64,
                  "lora_r": 64, "hbm_bytes_per_s": 3.35e12, "floor_ms_per_step": 5.6, "failures": [],
-                 "variants": {"eager": {"ms_per_step": 80.0}, "graph_fused": {"ms_per_step": 10.5 + n / 64},
+                 "variants": {"eager": {"ms_per_step": 80.0},
+                              "fused": {"ms_per_step": 52.0, "reference": "eager", "same_tokens": 0.975,
+                                        "max_logp_diff": 0.0123},
+                              "graph_fused": {"ms_per_step": 10.5 + n / 64, "reference": "fused",
+                                              "same_tokens": 1.0 - (n == 64) / 8, "max_logp_diff": 0.0},
                               "graph": {"ms_per_step": 14.7}}}
         for n in (16, 64)
     }  # fmt: skip
+    rows["64"]["failures"] = ["graph_fused: not bitwise the fused loop's tokens and log-probs"]
     (out / "decode_timing.json").write_text(json.dumps({**common, "rows": rows}))
 
     def variant(overrides, s, **more):
@@ -210,7 +253,14 @@ def test_write_docs_rewrites_the_anchors_the_planned_step_and_the_regions(tmp_pa
         readme.split()
     )
     assert readme.split()[:4] == ["Measured", "on", "an", "H200"]  # no full-size training part: its step stays
-    assert "| 64 | `graph_fused` | 11.50 |" in region(docs, "decode")
+    decode = region(docs, "decode")
+    assert "| 64 | `graph_fused` | 11.50 |" in decode
+    # each captured sampler beside its eager loop: their tokens' agreement and largest log-prob gap; a failed check
+    assert "| 16 | `graph_fused` | 10.75 | 5.60 | 0.860 | `fused`: 100.0%, max \\|dlogp\\| 0.0e+00 |" in decode
+    assert "| 16 | `fused` | 52.00 | 5.60 | 4.160 | `eager`: 97.5%, max \\|dlogp\\| 1.2e-02 |" in decode
+    assert decode.rstrip().endswith(
+        "- **FAIL** at 64 rows: graph_fused: not bitwise the fused loop's tokens and log-probs"
+    )
     assert "| `fp8` | 0.23 | 1.09 |" in region(docs, "dit")
     original = (ROOT / "docs/memory-and-speed.md").read_text()
     for name in ("train", "train-one-step-off"):
