@@ -25,6 +25,7 @@ the cheap decode ranks a group's samples like the full one.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -36,6 +37,7 @@ import torch
 from ..config import DecoderConfig
 from ..model.glm_image import check_pipeline_dir, resolve_dtype
 from ..model.random_weights import build_component, spec_of
+from ..runtime.capture_gate import CAPTURE_SAFE
 from .compute import apply, check_device
 from .settings import DecodeSettings, guidance_stop
 
@@ -119,6 +121,7 @@ class ImageDecoder:
         if cfg.compile:
             # regional: every block shares one compiled graph (diffusers' _repeated_blocks), cold start in seconds
             pipe.transformer.compile_repeated_blocks()
+        _outside_captures(pipe.transformer)
         self.training = DecodeSettings(cfg.num_inference_steps, cfg.guidance_scale, cfg.guidance_steps)
 
     def _latents(self, seeds: list[int], height: int, width: int) -> torch.Tensor:
@@ -202,3 +205,17 @@ class ImageDecoder:
 
         arr = (images.detach().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
         return [Image.fromarray(a) for a in arr]
+
+
+def _outside_captures(module: torch.nn.Module) -> None:
+    """Each forward of ``module`` (the DiT) is shared work of the capture gate (runtime/capture_gate.py): it never
+    starts while another thread captures a CUDA graph (rollout.one_step_off's rollout), because a compile's or
+    recompile's autotuning at a kernel's first run synchronizes the whole device, which fails the capture."""
+    forward = module.forward
+
+    @functools.wraps(forward)
+    def gated(*args, **kwargs):
+        with CAPTURE_SAFE.shared():
+            return forward(*args, **kwargs)
+
+    module.forward = gated

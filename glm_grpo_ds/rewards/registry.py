@@ -12,8 +12,8 @@ from typing import Callable
 import torch
 
 from ..runtime import log, run_log
+from ..runtime.capture_gate import CAPTURE_SAFE
 from ..runtime.registries import Registry
-from ..runtime.threads import CAPTURE_SAFE
 from .base import SampleNeed
 
 
@@ -197,10 +197,10 @@ class RewardSet:
     ) -> dict[str, torch.Tensor]:
         """Every reward of these samples, adding their failures to ``failed`` (a part of a step).
         ``on_scored(label)``: after each reward (the step status, glm_grpo_ds/observability/step_status.py).
-        No reward runs during a CUDA graph's capture on another thread (runtime/threads.py: CAPTURE_SAFE)."""
+        No reward runs during a CUDA graph's capture on another thread (runtime/capture_gate.py)."""
         values = {}
         for label in self.labels:
-            with CAPTURE_SAFE:  # a reward's code may synchronize the device or empty the cache
+            with CAPTURE_SAFE.shared():  # a reward's code may synchronize the device or empty the cache
                 values[label] = self._score(label, images, prompts, samples)
             if on_scored is not None:
                 on_scored(label)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 
 from ..runtime import log
-from ..runtime.threads import CAPTURE_SAFE
+from ..runtime.capture_gate import CAPTURE_SAFE
 
 WARMUP_STEPS = 3  # eager (or compiling) steps before the capture: lazy inits, cuBLAS workspaces, compiled graphs
 
@@ -62,7 +62,8 @@ class ReplayedStep:
         graph = torch.cuda.CUDAGraph()
         # thread_local: with rollout.one_step_off this captures on a background thread while the main thread runs
         # the DiT, whose allocations ("unsafe" during a capture) would otherwise invalidate this capture
-        with CAPTURE_SAFE, torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        # the gate: no reward or DiT forward (which may synchronize the device) starts during the capture
+        with CAPTURE_SAFE.capture(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self.step()  # recorded, not run: the replay below runs this step
         self.graph = graph
         graph.replay()

@@ -2,20 +2,13 @@
 library that sizes its thread pool by the machine's core count (torch's intra-op pool, onnxruntime's
 sessions) would otherwise start one thread per core in every rank: 8 ranks x 128 threads spinning on
 128 cores. Each rank gets its share of the cores it may run on. And the one kind of worker thread a rank starts
-beside its main one (:func:`device_thread`), with the lock that keeps code which may synchronize the whole device
-out of a CUDA graph's capture on another thread (:data:`CAPTURE_SAFE`)."""
+beside its main one (:func:`device_thread`); what keeps such threads' device work out of each other's CUDA graph
+captures: runtime/capture_gate.py."""
 
 from __future__ import annotations
 
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
-
-# Held by a thread while it captures a CUDA graph (rollout/step_graph.py: rollout.one_step_off captures the decode step
-# on its background thread) and around code that is not ours and may synchronize the whole device or empty the
-# allocator's cache (each reward function: rewards/registry.py). Either during a capture on another thread fails in
-# every capture mode (CUDA error 900) and loses the capture; the capture is a tenth of a second at a rollout's start.
-CAPTURE_SAFE = threading.Lock()
 
 
 def cores_per_local_rank() -> int:

@@ -93,46 +93,53 @@ def test_a_batch_is_scored_while_the_next_one_decodes(decoder, stream):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_no_reward_runs_while_another_thread_captures_a_graph(decoder, stream):
-    """A reward may synchronize the device or empty the cache (reward code often does), which fails a CUDA graph's
-    capture on another thread (rollout.one_step_off's rollout) in every capture mode: every reward call waits while a
-    capture holds runtime.threads.CAPTURE_SAFE. A thread stands in for the capture: it holds the lock from before the
-    decode until 0.3 s after the decode's last DiT forward, past the time the first reward would start (streamed:
-    after the first DiT batch; not: after the last)."""
-    from glm_grpo_ds.runtime.threads import CAPTURE_SAFE
+def test_no_reward_or_dit_forward_runs_while_another_thread_captures_a_graph(decoder, stream):
+    """A reward may synchronize the device or empty the cache (reward code often does), and so does a DiT compile's
+    autotuning at a kernel's first run; either fails a CUDA graph's capture on another thread (rollout.one_step_off's
+    rollout) in every capture mode: every reward call and every DiT forward waits while a capture holds
+    runtime/capture_gate.py's gate. A thread stands in for the capture: it waits until the decode's first DiT forward
+    holds the gate, then captures for 0.3 s: no DiT forward and no reward may start in that window (streamed: the
+    first reward's natural start, after the first DiT batch, falls in it), and both go on after it."""
+    from glm_grpo_ds.runtime.capture_gate import CAPTURE_SAFE
 
     grids, prompts, size, seeds, samples = inputs()
-    held, decoded, released, called, forwards = threading.Event(), threading.Event(), [], [], []
+    first, spans, called, forwards = threading.Event(), [], [], []
 
     def capture():
-        with CAPTURE_SAFE:
-            held.set()
-            decoded.wait(timeout=60)
+        first.wait(timeout=60)
+        with CAPTURE_SAFE.capture():  # waits for the running forward, then holds the next ones
+            spans.append(time.perf_counter())
             threading.Event().wait(0.3)
-            released.append(time.perf_counter())
+            spans.append(time.perf_counter())
 
-    def counts(*_):
-        forwards.append(1)
-        if len(forwards) == 2 * 2 * 4:  # 2 DiT steps x (conditional + guidance pass) x 4 batches: the decode's last
-            decoded.set()
+    def block_started(*_):  # inside the DiT's forward, so inside its share of the gate
+        assert CAPTURE_SAFE.held_shared()
+        forwards.append(time.perf_counter())
+        if not first.is_set():  # the first forward: the capture is asked for before it ends
+            first.set()
+            deadline = time.perf_counter() + 30
+            while not CAPTURE_SAFE.asked() and time.perf_counter() < deadline:
+                time.sleep(0.005)
 
     def records(images, prompts, samples):
         called.append(time.perf_counter())
-        assert CAPTURE_SAFE.locked()  # held by this call until it returns
+        assert CAPTURE_SAFE.held_shared()  # held by this call until it returns
         return torch.zeros(len(samples))
 
     capturer = threading.Thread(target=capture)
     capturer.start()
-    held.wait()
-    hook = decoder.pipe.transformer.register_forward_hook(counts)
+    hook = decoder.pipe.transformer.transformer_blocks[0].register_forward_pre_hook(block_started)
     try:
         todo = ToScore(grids, prompts, size, seeds, samples)
         decode_and_score(decoder, RewardSet([("r", 1.0, records)]), todo, None, stream)
     finally:
         hook.remove()
         capturer.join()
-    assert decoded.is_set() and called and min(called) >= released[0]
-    assert not CAPTURE_SAFE.locked()
+    start, end = spans
+    assert len(forwards) == 2 * 2 * 4  # 2 DiT steps x (conditional + guidance pass) x 4 batches
+    assert not [t for t in forwards + called if start <= t <= end]  # nothing in the capture's window
+    assert [t for t in forwards if t > end] and min(called) > end  # and both went on after it
+    assert not CAPTURE_SAFE.busy()
 
 
 FAILS_ON_BAD = """
