@@ -102,9 +102,7 @@ class Trainer:
         drawn = run.rollout.next(index)  # sampled now, or drawn during the previous step (one step off)
         exp = run.experience.finish(drawn, partial(decoder_seed, cfg.decoder, index))
         # Advantages over the global batch (identical on every rank), then this rank's share.
-        # its gathers: where a rank waits for one still scoring (the status names it, or its seconds would read as the
-        # reward's)
-        run.step_status.phase("advantages")
+        run.step_status.phase("advantages")  # its gathers, where a rank waits for one still scoring: not the reward's
         all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
         advantages, all_rewards = combine_advantages(
             all_per_reward,
