@@ -121,7 +121,9 @@ class ImageDecoder:
         if cfg.compile:
             # regional: every block shares one compiled graph (diffusers' _repeated_blocks), cold start in seconds
             pipe.transformer.compile_repeated_blocks()
-        _outside_captures(pipe.transformer)
+        # each call that runs the decoder's kernels is shared work of the capture gate (see _outside_captures)
+        for module, method in ((pipe.transformer, "forward"), (pipe.text_encoder, "forward"), (pipe.vae, "decode")):
+            _outside_captures(module, method)
         self.training = DecodeSettings(cfg.num_inference_steps, cfg.guidance_scale, cfg.guidance_steps)
 
     def _latents(self, seeds: list[int], height: int, width: int) -> torch.Tensor:
@@ -207,15 +209,17 @@ class ImageDecoder:
         return [Image.fromarray(a) for a in arr]
 
 
-def _outside_captures(module: torch.nn.Module) -> None:
-    """Each forward of ``module`` (the DiT) is shared work of the capture gate (runtime/capture_gate.py): it never
-    starts while another thread captures a CUDA graph (rollout.one_step_off's rollout), because a compile's or
-    recompile's autotuning at a kernel's first run synchronizes the whole device, which fails the capture."""
-    forward = module.forward
+def _outside_captures(module: torch.nn.Module, method: str) -> None:
+    """Each call of ``module.method`` (the DiT's and the glyph encoder's forward, the VAE's decode) is shared work of
+    the capture gate (runtime/capture_gate.py): it never starts while another thread captures a CUDA graph
+    (rollout.one_step_off's rollout), because a device-wide synchronize fails that capture, and a compile's or
+    recompile's autotuning at a kernel's first run does one, as may a library's setup at its first call on the
+    device. Per call, not per decode: a capture waits for one forward, not for a whole DiT batch."""
+    call = getattr(module, method)
 
-    @functools.wraps(forward)
+    @functools.wraps(call)
     def gated(*args, **kwargs):
         with CAPTURE_SAFE.shared():
-            return forward(*args, **kwargs)
+            return call(*args, **kwargs)
 
-    module.forward = gated
+    setattr(module, method, gated)

@@ -121,17 +121,22 @@ class RolloutAhead:
             raise RuntimeError("RolloutAhead.start: a rollout is already ahead; take it first")
         if self.policy is not None:
             self.policy.eval()  # here, on the caller's thread: the thread itself changes no module state
-        caller = torch.cuda.current_stream(self.device) if self._stream is not None else None
+        weights = None
+        if self._stream is not None:
+            # the weights as the caller's stream has them now: marked here, on the caller's thread, so the rollout
+            # does not also wait for the decode the caller queues next (the thread starts when it gets the GIL)
+            weights = torch.cuda.Event()
+            weights.record(torch.cuda.current_stream(self.device))
         self._busy = True
-        self._job = self._pool.submit(self._draw, rows, seeds, caller)
+        self._job = self._pool.submit(self._draw, rows, seeds, weights)
 
-    def _draw(self, rows, seeds: list[int], caller) -> Drawn:
+    def _draw(self, rows, seeds: list[int], weights) -> Drawn:
         self._thread.rollout = True
         start = time.perf_counter()
-        if caller is None:
+        if weights is None:
             drawn = self.maker.draw(rows, seeds, status=NO_STATUS, measured=False)
         else:
-            self._stream.wait_stream(caller)  # the weights as the caller's stream last wrote them
+            self._stream.wait_event(weights)
             with torch.cuda.stream(self._stream):
                 drawn = self.maker.draw(rows, seeds, status=NO_STATUS, measured=False)
             self._stream.synchronize()  # this stream's work only: the seconds below are the rollout's, GPU included

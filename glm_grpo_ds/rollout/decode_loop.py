@@ -36,6 +36,7 @@ softmax is empty (an empty row is NaN in some sdpa kernels, and a NaN key or val
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -129,7 +130,8 @@ def unchecked_guards():
     """The decode loop's compiled steps after its first skip dynamo's guard evaluation (~70 us a step on the
     tiny model, a third of its compiled step). Safe here, not in general: the first step ran every guard and
     chose the graph, and nothing a guard checks (the model and its modes, the settings, every shape and
-    dtype) changes inside one decode loop."""
+    dtype) changes inside one decode loop. The stance is the whole process's, so only a loop on the main thread
+    takes it (:class:`TokenSteps`): a rollout on another thread (rollout.one_step_off) keeps its guards."""
     return torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
 
 
@@ -168,7 +170,10 @@ class TokenSteps:
         race_noise(self.state.probs, self.generators, out=self.state.noise)
         self.run()
         if self._stance is not None:  # a whole compiled step: its first call ran every guard
-            self._stance.enter_context(unchecked_guards())
+            if threading.current_thread() is threading.main_thread():
+                # dynamo's stance is the process's: set on one step off's rollout thread, it would also skip the
+                # guards of what the main thread runs compiled meanwhile (the DiT's blocks at another shape)
+                self._stance.enter_context(unchecked_guards())
             self._stance = None
 
 

@@ -3,7 +3,8 @@
     with CAPTURE_SAFE.capture(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
         step()                      # rollout/step_graph.py: alone, no shared work runs meanwhile
     with CAPTURE_SAFE.shared():
-        values = reward(images)     # rewards/registry.py, each DiT forward (decoder/image_decoder.py): side by side
+        values = reward(images)     # rewards/registry.py; each DiT and glyph-encoder forward, each VAE decode
+                                    # (decoder/image_decoder.py): side by side
 
 Why: with ``rollout.one_step_off`` the next rollout captures its decode step on a background thread while the main
 thread decodes and scores. CUDA refuses a device-wide synchronize, and ``empty_cache()``, while any stream of the

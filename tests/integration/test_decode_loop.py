@@ -5,6 +5,8 @@ generator streams, and an eager-attention model still samples through sdpa's mas
 The compiled rollouts share one graph (16 rows, one cache bucket): ~20 s of compiling on 2 cores, once.
 """
 
+import threading
+
 import pytest
 import torch
 
@@ -59,6 +61,30 @@ def test_compiled_step_sees_new_weights_and_new_settings(policy, processor):
         with torch.no_grad():
             for p, value in zip(lora_b, saved):
                 p.copy_(value)
+
+
+def test_a_compiled_loop_skips_its_guards_on_the_main_thread_only(policy, processor):
+    """dynamo's stance (skip guard evaluation) is the whole process's: a compiled loop on one step off's rollout
+    thread must not switch off the guards of what the main thread runs compiled meanwhile (the DiT's blocks at
+    another shape would reuse a graph), while a loop on the main thread still skips its own after its first step."""
+    from torch._dynamo import eval_frame  # the stance itself (torch.compiler.set_stance writes it)
+
+    seen: dict[str, set[bool]] = {"main": set(), "thread": set()}
+
+    def sampled(where):
+        def on_tokens(done, total):  # every 64 tokens inside the loop, and once after it
+            seen[where].add(eval_frame._stance.skip_guard_eval_unsafe)
+
+        gen = torch.Generator().manual_seed(0)
+        options = LoopOptions(compile=True)
+        return rollout(policy, processor, PROMPTS, G, 64, 64, SAMPLING, gen, loop=options, on_tokens=on_tokens)
+
+    main, other = sampled("main"), {}
+    thread = threading.Thread(target=lambda: other.update(batch=sampled("thread")))
+    thread.start()
+    thread.join()
+    assert seen == {"main": {True, False}, "thread": {False}}  # main: skipped in the loop, restored after it
+    assert torch.equal(other["batch"].completion_ids, main.completion_ids)  # the guards change no token
 
 
 def test_prompts_of_other_lengths_in_one_cache_bucket_reuse_the_compiled_step(policy, processor):

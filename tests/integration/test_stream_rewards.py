@@ -96,10 +96,10 @@ def test_a_batch_is_scored_while_the_next_one_decodes(decoder, stream):
 def test_no_reward_or_dit_forward_runs_while_another_thread_captures_a_graph(decoder, stream):
     """A reward may synchronize the device or empty the cache (reward code often does), and so does a DiT compile's
     autotuning at a kernel's first run; either fails a CUDA graph's capture on another thread (rollout.one_step_off's
-    rollout) in every capture mode: every reward call and every DiT forward waits while a capture holds
-    runtime/capture_gate.py's gate. A thread stands in for the capture: it waits until the decode's first DiT forward
-    holds the gate, then captures for 0.3 s: no DiT forward and no reward may start in that window (streamed: the
-    first reward's natural start, after the first DiT batch, falls in it), and both go on after it."""
+    rollout) in every capture mode: every reward call, every DiT and glyph-encoder forward and every VAE decode
+    waits while a capture holds runtime/capture_gate.py's gate. A thread stands in for the capture: it waits until
+    the decode's first DiT forward holds the gate, then captures for 0.3 s: none of them may start in that window
+    (streamed: the first reward's natural start, after the first DiT batch, falls in it), and they go on after it."""
     from glm_grpo_ds.runtime.capture_gate import CAPTURE_SAFE
 
     grids, prompts, size, seeds, samples = inputs()
@@ -126,18 +126,34 @@ def test_no_reward_or_dit_forward_runs_while_another_thread_captures_a_graph(dec
         assert CAPTURE_SAFE.held_shared()  # held by this call until it returns
         return torch.zeros(len(samples))
 
+    others = {"glyph encoder": [], "vae": []}  # the decoder's other kernels: behind the gate too
+
+    def other_started(name):
+        def started(*_):
+            assert CAPTURE_SAFE.held_shared(), name
+            others[name].append(time.perf_counter())
+
+        return started
+
     capturer = threading.Thread(target=capture)
     capturer.start()
-    hook = decoder.pipe.transformer.transformer_blocks[0].register_forward_pre_hook(block_started)
+    pipe = decoder.pipe
+    hooks = [pipe.transformer.transformer_blocks[0].register_forward_pre_hook(block_started)]
+    # on a submodule each: a module's own pre-hooks run before its (gated) forward
+    hooks += [pipe.text_encoder.encoder.register_forward_pre_hook(other_started("glyph encoder"))]
+    hooks += [pipe.vae.decoder.register_forward_pre_hook(other_started("vae"))]  # inside vae.decode
     try:
         todo = ToScore(grids, prompts, size, seeds, samples)
         decode_and_score(decoder, RewardSet([("r", 1.0, records)]), todo, None, stream)
     finally:
-        hook.remove()
+        for hook in hooks:
+            hook.remove()
         capturer.join()
     start, end = spans
     assert len(forwards) == 2 * 2 * 4  # 2 DiT steps x (conditional + guidance pass) x 4 batches
-    assert not [t for t in forwards + called if start <= t <= end]  # nothing in the capture's window
+    assert len(others["vae"]) == 4 and others["glyph encoder"]  # a VAE decode per batch
+    calls = forwards + called + others["vae"] + others["glyph encoder"]
+    assert not [t for t in calls if start <= t <= end]  # nothing in the capture's window
     assert [t for t in forwards if t > end] and min(called) > end  # and both went on after it
     assert not CAPTURE_SAFE.busy()
 
