@@ -6,16 +6,18 @@
 #      model.path=random:glm-image), ZeRO-2, G=16, 1024², 8 guided DiT steps, every lossless lever on (the exact fused
 #      sampler captured, the DiT's blocks compiled), 3 steps: each phase's seconds, per image, images per GPU-second;
 #   2. train_one_step_off.json: the same, one step off (rollout.one_step_off), 2 steps, compared with part 1's;
-#   3. dit_timing.json: the DiT per guided image-step (glm-grpo profile dit-timing, one process): sdpa, compiled, fp8,
-#      and guidance on the first half of the steps only;
+#   3. dit_timing.json: the DiT per guided image-step (glm-grpo profile dit-timing, one process, its JSON rewritten
+#      after each variant): sdpa, compiled, fp8, and guidance on the first half of the steps only;
 #   4. decode_timing.json: the decode step per sampler (glm-grpo profile decode-timing: exact eager, exact fused graph,
 #      merged graph) at 16 and 64 rows, each captured one after its eager loop (fused, merged): the graph's tokens and
 #      log-probs must be that loop's bit for bit on this GPU (exit 1 and the part failed when not).
 # Before anything runs each part's seconds are planned from the figures glm_grpo_ds/memory/gpu_figures.py holds and the
 # one-off costs glm_grpo_ds/memory/timing_budget.py states, and printed (part, planned s); a part that would not fit
 # what is left of the budget when it starts is skipped with one line, and one still running when the budget ends is
-# stopped (a training part's finished steps are still reported). Then one command turns the JSONs into every
-# figure a user reads: docs/memory-and-speed.md's tables, the README's time per step and the planner's anchors:
+# stopped (a training part's finished steps and the DiT's finished variants are still reported; a training part's
+# ranks, which finish their step and save at SIGTERM, are waited for, at most 40 s). Then one command turns the JSONs
+# into every figure a user reads: docs/memory-and-speed.md's tables, the README's time per step and the planner's
+# anchors:
 #   python -m glm_grpo_ds.memory.step_time --write-docs outputs/gpu_timing
 #
 #   bash launch/gpu_timing.sh                                  # the lease: the four parts, 540 s of wall clock
@@ -117,6 +119,14 @@ within() {  # the command, stopped (SIGTERM, then SIGKILL 30 s later) when the l
   (( left > 0 )) || return 124
   timeout -k 30 "$left" "$@"
 }
+settle() {  # $1: a training part cut at the budget. The launcher's runner ends at SIGTERM at once (timeout returns), its
+  # ranks finish their step and save first (lifecycle/preempt.py): what runs next must not meet them on the GPU
+  local pattern="output_dir=$OUT/$1 " i
+  command -v pgrep > /dev/null || return 0
+  for i in $(seq 40); do pgrep -f -- "$pattern" > /dev/null || return 0; sleep 1; done
+  echo "gpu_timing.sh: $1's ranks still running 40 s after the cut: killed" >&2
+  pkill -9 -f -- "$pattern" || true
+}
 train_part() {  # $1: the part. Its plan beside (estimate-memory, on the CPU while the GPU trains), then its steps
   local part=$1 estimate=() serial=() pid rc=0
   # shellcheck disable=SC2086  # the settings are words
@@ -127,6 +137,7 @@ train_part() {  # $1: the part. Its plan beside (estimate-memory, on the CPU whi
   # cut by the budget (124): the steps it finished are still reported below; another failure ends the part
   within deepspeed --num_gpus 1 --master_port "$MASTER_PORT" --module glm_grpo_ds.train --config "$CONFIG" \
     --deepspeed "$DS_CONFIG" output_dir="$OUT/$part" overwrite_output_dir=true ${settings[$part]} || rc=$?
+  [ "$rc" = 124 ] && settle "$part"
   if [ "$rc" != 0 ] && { [ "$rc" != 124 ] || ! grep -qs time/rollout "$OUT/$part/metrics.jsonl"; }; then
     wait "$pid" || true
     return "$rc"
@@ -140,9 +151,14 @@ train_part() {  # $1: the part. Its plan beside (estimate-memory, on the CPU whi
   python -m glm_grpo_ds.memory.step_time "$OUT/$part" "${estimate[@]}" --json "$OUT/$part.json" "${serial[@]}" || return
   return "$rc"
 }
-dit_part() {  # the DiT's variants in one process; a variant that fails is listed in the JSON (exit 1)
+dit_part() {  # the DiT's variants in one process, its JSON rewritten after each; a variant that fails is listed in it
+  local rc=0
   within glm-grpo profile dit-timing --model "$MODEL" --out "$OUT/dit_timing.json" --variants "$DIT_VARIANTS" \
-    --batch "$DIT_BATCH" --size "$SIZE" --repeats 1 || [ -f "$OUT/dit_timing.json" ]
+    --batch "$DIT_BATCH" --size "$SIZE" --repeats 1 || rc=$?
+  if [ "$rc" = 124 ] && [ -f "$OUT/dit_timing.json" ]; then
+    echo "gpu_timing.sh: dit_timing cut at the budget; the variants it finished are in $OUT/dit_timing.json" >&2
+  fi
+  [ "$rc" = 0 ] || [ -f "$OUT/dit_timing.json" ]
 }
 decode_part() {  # one process per rows; the rows measured are kept if a later one fails
   local files=() n rc status=0
@@ -180,8 +196,9 @@ for part in "${parts[@]}"; do
     dit_timing) dit_part || rc=$? ;;
     decode_timing) decode_part || rc=$? ;;
   esac
-  if [ -f "$OUT/$part.json" ]; then  # its plan and its wall seconds beside its figures
-    python -m glm_grpo_ds.memory.timing_budget done "$OUT/plan.json" "$part" $((SECONDS - start)) "$OUT/$part.json"
+  if [ -f "$OUT/$part.json" ]; then  # its plan and its wall seconds beside its figures (without them: still measured)
+    python -m glm_grpo_ds.memory.timing_budget done "$OUT/plan.json" "$part" $((SECONDS - start)) "$OUT/$part.json" ||
+      echo "gpu_timing.sh: $part: its planned and wall seconds not added to $OUT/$part.json (above)" >&2
   fi
   if [ "$rc" = 0 ]; then measured+=("$part"); else
     echo "gpu_timing.sh: $part failed (exit $rc, above); going on to the next part" >&2

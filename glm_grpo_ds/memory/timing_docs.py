@@ -114,6 +114,8 @@ def dit_region(m: dict, path: Path) -> str:
         )
     notes = [f"- skipped `{k}`: {v}" for k, v in m["skipped"].items()]
     notes += [f"- failed `{k}`: {v}" for k, v in m["failed"].items()]
+    if m.get("pending"):  # a run stopped between variants (the lease's budget)
+        notes.append(f"- not run: {', '.join(f'`{k}`' for k in m['pending'])} (the run was stopped)")
     if "guidance_half" in m["variants"]:
         frac = m["variants"]["guidance_half"].get("guided_fraction", 0.5)
         note = (

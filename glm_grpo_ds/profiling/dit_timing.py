@@ -228,8 +228,10 @@ def _dit_shape(model: str) -> dict:
     }
 
 
-def measure(a) -> dict:
-    """Every variant of ``a.variants`` (checked by :func:`check_args`): the report as a JSON-able dict."""
+def measure(a, on_variant=None) -> dict:
+    """Every variant of ``a.variants`` (checked by :func:`check_args`): the report as a JSON-able dict.
+    ``on_variant(report)``: after each variant (timed, skipped or failed), the report so far, its ``pending`` the
+    variants still to run (``--out`` is rewritten then: a run stopped at a lease's budget keeps what it timed)."""
     from ..model.glm_image import resolve_dtype
 
     device = a.device
@@ -241,6 +243,8 @@ def measure(a) -> dict:
         if why:
             skipped[name] = why
             print(f"  {name}: skipped ({why})", flush=True)
+            if on_variant is not None:
+                on_variant(_report(a, device, dtype, results, skipped, failed))
             continue
         try:
             record, images = run_variant(name, a, device)
@@ -252,17 +256,25 @@ def measure(a) -> dict:
             record = None
         if record is None:  # outside the except block: its traceback (and the failed decoder) released first
             _free(device)
-            continue
-        if ref_images is None:
-            ref_images = images
-        record.update(compare(images, ref_images))
-        results[name] = record
-        del images
-        _free(device)
-        per = "image-step, the first half guided" if name in HALF_GUIDED else "guided image-step"
-        print(f"  {name}: {record['s_per_image_step']:.4g} s per {per}", flush=True)
+        else:
+            if ref_images is None:
+                ref_images = images
+            record.update(compare(images, ref_images))
+            results[name] = record
+            del images
+            _free(device)
+            per = "image-step, the first half guided" if name in HALF_GUIDED else "guided image-step"
+            print(f"  {name}: {record['s_per_image_step']:.4g} s per {per}", flush=True)
+        if on_variant is not None:
+            on_variant(_report(a, device, dtype, results, skipped, failed))
+    return _report(a, device, dtype, results, skipped, failed)
+
+
+def _report(a, device, dtype, results: dict, skipped: dict, failed: dict) -> dict:
+    """The report of the variants run so far (``pending``: the rest, in their order)."""
     for record in results.values():
         record["speedup_vs_sdpa"] = results[REFERENCE]["s_per_image_step"] / record["s_per_image_step"]
+    done = results.keys() | skipped.keys() | failed.keys()
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -280,6 +292,7 @@ def measure(a) -> dict:
         "variants": results,
         "skipped": skipped,
         "failed": failed,
+        "pending": [name for name in a.variants if name not in done],
     }
 
 
@@ -334,11 +347,17 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"glm-grpo profile dit-timing: {err}", file=sys.stderr)
         return 2
-    m = measure(a)
-    print(format_report(m))
+    write = None
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(_strict(m), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+
+        def write(m: dict) -> None:
+            Path(a.out).write_text(json.dumps(_strict(m), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+
+    m = measure(a, on_variant=write)
+    if write is not None:
+        write(m)  # the whole report, whatever the last variant did
+    print(format_report(m))
     return 1 if m["failed"] else 0
 
 

@@ -44,6 +44,27 @@ def test_times_and_compares_the_variants(tiny_model_dir, tmp_path, capsys):
     assert ("skipped fp8:" if no_fp8 else "\nfp8 ") in printed
 
 
+def test_the_report_is_written_after_each_variant(tiny_model_dir, tmp_path):
+    """A lease's budget may stop the run between variants (launch/gpu_timing.sh's part 3): --out is rewritten after
+    each variant, its pending ones named, so the variants timed are kept; the docs region says which were not run."""
+    from glm_grpo_ds.memory.timing_docs import dit_region
+
+    argv = ["--model", str(tiny_model_dir), "--variants", "sdpa,sdpa_math,sdpa_cudnn", "--batch", "1"]
+    a = dit_timing.parse_args([*argv, "--size", "64", "--steps", "1,2", "--repeats", "1", "--device", "cpu"])
+    dit_timing.check_args(a)
+    seen = []
+    final = dit_timing.measure(a, on_variant=lambda m: seen.append(json.loads(json.dumps(dit_timing._strict(m)))))
+    assert [(list(m["variants"]), list(m["skipped"]), m["pending"]) for m in seen] == [
+        (["sdpa"], [], ["sdpa_math", "sdpa_cudnn"]),
+        (["sdpa", "sdpa_math"], [], ["sdpa_cudnn"]),
+        (["sdpa", "sdpa_math"], ["sdpa_cudnn"], []),  # no CUDA here: skipped, said
+    ]
+    assert final["pending"] == [] and list(final["variants"]) == ["sdpa", "sdpa_math"]
+    cut = dit_region(seen[0], tmp_path / "dit_timing.json")
+    assert "- not run: `sdpa_math`, `sdpa_cudnn` (the run was stopped)" in cut
+    assert "not run" not in dit_region(seen[-1], tmp_path / "dit_timing.json")
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "named"),
     [
