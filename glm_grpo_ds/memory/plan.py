@@ -202,8 +202,9 @@ def _host_side(s: Basis, placement: str | None, why: str) -> dict:
     """The host side of the plan: what ZeRO offloads per rank, host RAM per node, the reward models, and
     rollout.merge_lora's copy: "device" (counted on the GPU), "host" (pinned host RAM, in host_node) or None."""
     host = host_offloads(s)
-    merge_bytes = merge_copy_bytes(s)
-    host_node = host_per_node(s, host, merge_copy=merge_bytes if placement == "host" and s.on_gpu else 0)
+    pinned = placement == "host" and s.on_gpu  # rollout/merged_lora.py pins a host copy of CUDA weights only
+    merge_bytes = merge_copy_bytes(s, pinned=pinned)
+    host_node = host_per_node(s, host, merge_copy=merge_bytes if pinned else 0)
     return {
         "host_bytes": host,
         "host_node": host_node,
