@@ -147,8 +147,9 @@ class RolloutConfig:
         "auto",
         "merge_lora: where the copy of the adapted base weights lives (~16 GB at GLM-Image's size with every "
         "projection adapted): device (fastest restore), host (pinned CPU memory, ~19 GB there: each weight a "
-        "power-of-two block; restored over PCIe, ~0.7 s a rollout), auto = device when the memory plan plus the copy fits the GPU, else host. Not kept under "
-        "ZeRO-3 on several ranks, where the rollout's gathered weights are discarded anyway.",
+        "power-of-two block; restored over PCIe, ~0.7 s a rollout), auto = device when the memory plan plus the "
+        "copy fits the GPU, else host. Not kept under ZeRO-3 on several ranks, where the rollout's gathered weights "
+        "are discarded anyway.",
     )
     one_step_off: bool = setting(
         False,

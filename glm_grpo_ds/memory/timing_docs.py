@@ -112,10 +112,8 @@ def dit_region(m: dict, path: Path) -> str:
             f"| `{name}` | {r['s_per_image_step']:.4g} | {r['speedup_vs_sdpa']:.2f} | {r['setup_s']:.1f} | "
             f"{r['max_abs_diff']:.1e} | {psnr} | {peak} |"
         )
-    notes = [f"- skipped `{k}`: {v}" for k, v in m["skipped"].items()]
-    notes += [f"- failed `{k}`: {v}" for k, v in m["failed"].items()]
-    if m.get("pending"):  # a run stopped between variants (the lease's budget)
-        notes.append(f"- not run: {', '.join(f'`{k}`' for k in m['pending'])} (the run was stopped)")
+    notes = [f"- {kind} `{k}`: {v}" for kind in ("skipped", "failed") for k, v in m[kind].items()]
+    notes += [f"- not run (stopped): {', '.join(f'`{k}`' for k in m['pending'])}"] if m.get("pending") else []
     if "guidance_half" in m["variants"]:
         frac = m["variants"]["guidance_half"].get("guided_fraction", 0.5)
         note = (
