@@ -243,31 +243,33 @@ def measure(a, on_variant=None) -> dict:
         if why:
             skipped[name] = why
             print(f"  {name}: skipped ({why})", flush=True)
-            if on_variant is not None:
-                on_variant(_report(a, device, dtype, results, skipped, failed))
-            continue
-        try:
-            record, images = run_variant(name, a, device)
-        except Exception as err:  # a kernel or compile this stack cannot run: reported, the others still timed
-            if name == REFERENCE:
-                raise
-            failed[name] = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
-            print(f"  {name}: FAILED ({failed[name]})", flush=True)
-            record = None
-        if record is None:  # outside the except block: its traceback (and the failed decoder) released first
-            _free(device)
         else:
-            if ref_images is None:
-                ref_images = images
-            record.update(compare(images, ref_images))
-            results[name] = record
-            del images
-            _free(device)
-            per = "image-step, the first half guided" if name in HALF_GUIDED else "guided image-step"
-            print(f"  {name}: {record['s_per_image_step']:.4g} s per {per}", flush=True)
+            ref_images = _time_variant(name, a, device, ref_images, results, failed)
         if on_variant is not None:
             on_variant(_report(a, device, dtype, results, skipped, failed))
     return _report(a, device, dtype, results, skipped, failed)
+
+
+def _time_variant(name: str, a, device, ref_images, results: dict, failed: dict):
+    """Variant ``name`` timed and compared with the reference's images into ``results``, or its error into
+    ``failed`` (the reference's own error is raised); returns the reference's images, for the variants after it."""
+    try:
+        record, images = run_variant(name, a, device)
+    except Exception as err:  # a kernel or compile this stack cannot run: reported, the others still timed
+        if name == REFERENCE:
+            raise
+        failed[name] = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+        print(f"  {name}: FAILED ({failed[name]})", flush=True)
+        record = images = None
+    if record is not None:
+        ref_images = images if ref_images is None else ref_images
+        record.update(compare(images, ref_images))
+        results[name] = record
+        per = "image-step, the first half guided" if name in HALF_GUIDED else "guided image-step"
+        print(f"  {name}: {record['s_per_image_step']:.4g} s per {per}", flush=True)
+    del images  # outside the except block: its traceback (and a failed decoder) released before the free
+    _free(device)
+    return ref_images
 
 
 def _report(a, device, dtype, results: dict, skipped: dict, failed: dict) -> dict:
@@ -354,9 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         def write(m: dict) -> None:
             Path(a.out).write_text(json.dumps(_strict(m), indent=1, allow_nan=False) + "\n", encoding="utf-8")
 
-    m = measure(a, on_variant=write)
-    if write is not None:
-        write(m)  # the whole report, whatever the last variant did
+    m = measure(a, on_variant=write)  # written after each variant, so after the last as returned
     print(format_report(m))
     return 1 if m["failed"] else 0
 
