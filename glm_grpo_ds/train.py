@@ -378,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         lines = str(err).splitlines() or [type(err).__name__]
-        log.fatal("glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0]))
+        # before the process group, each node checked its own inputs: a node other than rank 0's may fail alone
+        log.fatal("glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0]), not dist.initialized())
         dist.shutdown(agreed=False)
         return 2
     dist.shutdown()

@@ -46,3 +46,17 @@ export_deepspeed_env() {
   done
   return 0
 }
+
+# gpu_memory_gb: the GiB per GPU the preflight plans against: GPU_MEMORY_GB when set, else the smallest GPU
+# nvidia-smi lists on this node (as torch counts it: MiB / 1024), else nothing, and the check plans for 80 GiB (its
+# line says which figure it used). Without it a 40 GB GPU passed a plan of 44.5 GiB, and an H200 was refused one
+# that fits.
+gpu_memory_gb() {
+  if [ -n "${GPU_MEMORY_GB:-}" ]; then
+    echo "$GPU_MEMORY_GB"
+  else
+    nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null |
+      awk '$1 + 0 > 0 && (min == "" || $1 + 0 < min) {min = $1 + 0} END {if (min != "") printf "%.1f\n", min / 1024}' ||
+      true
+  fi
+}

@@ -13,7 +13,8 @@
 # DS_CONFIG (default ds_configs/zero2.json: the fastest shipped stage the LoRA config fits on 8x80 GB, 44.5 GiB
 # per GPU; full fine-tuning, launch/configs/glm_image_full.yaml, fits only at ZeRO-3: DS_CONFIG=ds_configs/zero3.json),
 # MASTER_PORT (default 29500, or a free port when another run on this node holds it:
-# glm_grpo_ds/runtime/ports.py), PREFLIGHT (default 1; 0 skips the preflight check, below); .deepspeed_env is exported
+# glm_grpo_ds/runtime/ports.py), PREFLIGHT (default 1; 0 skips the preflight check, below), GPU_MEMORY_GB (GiB
+# per GPU the check plans against; default: the smallest GPU nvidia-smi lists, else 80); .deepspeed_env is exported
 # (launch/env.sh). Arguments are key=value config overrides.
 # Preflight: before the launcher, `python -m glm_grpo_ds.train --check` with the same config, DeepSpeed config,
 # overrides and rank count checks every input (config, data, reward model files, resume path, output_dir, the
@@ -69,8 +70,9 @@ fi
 CONFIG=${CONFIG:-launch/configs/glm_image_lora.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
 if [ "${PREFLIGHT:-1}" != 0 ]; then # the check's own line says what is wrong; its status is this script's
+  mem=$(gpu_memory_gb)
   python -m glm_grpo_ds.train --check --config "$CONFIG" --deepspeed "$DS_CONFIG" --num-gpus "$n" \
-    resume_from=auto "$@" || exit $?
+    ${mem:+--gpu-memory-gb "$mem"} resume_from=auto "$@" || exit $?
 fi
 # HF_HUB_OFFLINE and HF_HOME are yours: model.path=zai-org/GLM-Image downloads once into the Hugging Face
 # cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model/source.py).

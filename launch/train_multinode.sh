@@ -12,7 +12,8 @@
 # the hostfile), NODE_RANK (set -> no-ssh mode), CONFIG (default launch/configs/glm_image_lora.yaml),
 # DS_CONFIG (default ds_configs/zero2.json: the fastest shipped stage the LoRA config fits on 8x80 GB;
 # full fine-tuning, launch/configs/glm_image_full.yaml, fits only at ZeRO-3: DS_CONFIG=ds_configs/zero3.json),
-# PREFLIGHT (default 1; 0 skips the preflight check, below).
+# PREFLIGHT (default 1; 0 skips the preflight check, below), GPU_MEMORY_GB (GiB per GPU the check plans against;
+# default: the smallest GPU nvidia-smi lists on the node that checks, else 80).
 # The hostfile is read first, on every node, as the launcher reads it (glm_grpo_ds/runtime/hostfile.py): a
 # missing file (the launcher would train on this node alone), no host in it, a bad line or a host listed twice
 # is one line and exit 2 instead of the launcher's traceback.
@@ -54,8 +55,9 @@ DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
 # Node 0 checks for the job (the inputs live on shared storage); the same check on every node would only repeat it.
 if [ "${PREFLIGHT:-1}" != 0 ] && [ "${NODE_RANK:-0}" = 0 ]; then
   # GPUs per node: the hostfile's slots, which the check reads (the launcher gives each node its slots)
+  mem=$(gpu_memory_gb)
   python -m glm_grpo_ds.train --check --config "$CONFIG" --deepspeed "$DS_CONFIG" --hostfile "$HOSTFILE" \
-    --num-nodes "$NUM_NODES" resume_from=auto "$@" || exit $?
+    --num-nodes "$NUM_NODES" ${mem:+--gpu-memory-gb "$mem"} resume_from=auto "$@" || exit $?
 fi
 # HF_HUB_OFFLINE and HF_HOME are yours: model.path=zai-org/GLM-Image downloads once into the Hugging Face
 # cache unless HF_HUB_OFFLINE=1, which reads the cache only (glm_grpo_ds/model/source.py).

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import time
 
@@ -145,11 +146,18 @@ def to_file(msg: str) -> None:
     _FILE_ONLY.info(msg)
 
 
-def fatal(msg: str) -> None:
+def fatal(msg: str, node_alone: bool = False) -> None:
     """The run's final error line: rank 0 only (every rank fails alike), on stderr, at any level. The other ranks
-    then wait :data:`FATAL_GRACE_S`, so that rank 0 prints it before the launcher ends the job."""
+    then wait :data:`FATAL_GRACE_S`, so that rank 0 prints it before the launcher ends the job.
+
+    ``node_alone``: the ranks failed before the process group, each node on its own inputs (its driver, its copy
+    of a path not on shared storage), so other nodes may not fail alike: each node's first rank prints it too,
+    named (``[rank 8, node2] ...``), or a node whose model folder is missing would end the job without a word."""
+    first_on_node = node_alone and os.environ.get("LOCAL_RANK", "0") == "0"
     if _rank == 0:
         print(msg, file=sys.stderr, flush=True)
+    elif first_on_node:
+        print(f"[rank {_rank}, {socket.gethostname()}] {msg}", file=sys.stderr, flush=True)
     _FATAL.error(msg)
     if _rank != 0:
         time.sleep(FATAL_GRACE_S)

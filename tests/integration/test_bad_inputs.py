@@ -198,3 +198,25 @@ def test_a_dit_kernel_the_device_lacks_is_refused_before_the_model_files(
     ours = [line for line in err if line.startswith("glm-grpo train:")]
     assert code == 2 and len(ours) == 1 and "decoder.attention=sdpa_cudnn needs a CUDA GPU" in ours[0], err[-20:]
     assert not (out / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("local_rank", ["0", "1"])
+def test_a_node_that_fails_its_input_checks_alone_says_so(local_rank, tiny_model_dir, tmp_path, capfd, monkeypatch):
+    """A node whose copy of a path is missing (not on shared storage) fails before the process group, while the
+    others may not: its first rank prints the line, named by rank and host (rank 0 prints it unnamed), its other
+    ranks print nothing (the launcher shows that node's output once)."""
+    from glm_grpo_ds.runtime import log
+
+    monkeypatch.setattr(log.time, "sleep", lambda s: None)  # a rank other than 0 waits for rank 0's line
+    monkeypatch.setenv("RANK", "9")
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    missing = tmp_path / "only_on_node_0" / "prompts.jsonl"
+    code, err = train(capfd, *common(tiny_model_dir, missing, tmp_path / "out", *FAST))
+    assert code == 2
+    named = [line for line in err if line.startswith("[rank 9, ")]
+    if local_rank == "0":
+        assert len(named) == 1 and "] glm-grpo train: data.train_file" in named[0] and str(missing) in named[0], err
+    else:
+        assert named == [] and not any("glm-grpo train:" in line for line in err), err
+    assert not (tmp_path / "out").exists()

@@ -177,6 +177,54 @@ def test_slurm_job_hands_deepspeed_env_to_the_srun_tasks(tmp_path):
     assert seen["env"]["SLURM_EXPORT_ENV"] == "ALL"
 
 
+SLURM = dict(SLURM_JOB_NODELIST="n1", SLURM_JOB_ID="7", SLURM_NODEID="0", SLURM_JOB_NUM_NODES="1")
+RECORDING_SRUN = """#!/bin/sh
+echo "$*" >> "$RECORD/srun"
+while [ "${1#-}" != "$1" ]; do shift; done
+exec "$@"
+"""
+
+
+def test_slurm_gives_each_node_the_jobs_gpus_and_cpus(tmp_path):
+    """The hostfile's slots are the allocation's GPUs per node (SLURM_GPUS_ON_NODE), not a fixed 8, and srun asks
+    for the job's CPUs per task again (Slurm 22.05's srun does not inherit them); a GPUS_PER_NODE the job lacks is
+    one line and exit 2, before anything starts."""
+    bin_dir = fakes(tmp_path, "scontrol")
+    (bin_dir / "srun").write_text(RECORDING_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    env = dict(SLURM, HOSTFILE=str(tmp_path / "hostfile"), SLURM_GPUS_ON_NODE="4", SLURM_CPUS_PER_TASK="32")
+    proc, seen = run("launch/slurm.sbatch", tmp_path, (), **env)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "hostfile").read_text() == "n1 slots=4\n"
+    assert "--kill-on-bad-exit=1 --cpus-per-task=32 bash -c" in (tmp_path / "srun").read_text()
+    (tmp_path / "argv").unlink()
+    proc, seen = run("launch/slurm.sbatch", tmp_path, (), GPUS_PER_NODE="8", **env)
+    assert proc.returncode == 2 and not seen, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "glm-grpo launch/slurm.sbatch: GPUS_PER_NODE=8 but this job has 4 GPU(s) per node; unset GPUS_PER_NODE, or "
+        "submit with --gpus-per-node=8"
+    ]
+
+
+@pytest.mark.parametrize(
+    "script, fake, env",
+    [
+        ("launch/train.sh", (), dict(DS_ACCELERATOR="cpu", NUM_GPUS="2", MASTER_PORT="29533")),
+        ("launch/slurm.sbatch", ("srun", "scontrol"), SLURM),
+    ],
+)
+def test_the_preflight_plans_for_the_nodes_gpu_memory(tmp_path, script, fake, env):
+    """The check plans against the node's smallest GPU as nvidia-smi reports it (MiB / 1024: 40 GiB of a 40 GB GPU,
+    where the default 80 would pass a plan that cannot load), or GPU_MEMORY_GB when set."""
+    env = dict(env, HOSTFILE=str(tmp_path / "hostfile"), PREFLIGHT="1")
+    for extra, want in ((dict(FAKE_GPU_MIB="40960"), "40.0"), (dict(GPU_MEMORY_GB="141"), "141")):
+        (tmp_path / "called").unlink(missing_ok=True)
+        proc, _ = run(script, tmp_path, (*fake, "nvidia-smi", "python"), **env, **extra)
+        assert proc.returncode == 0, proc.stderr
+        check = [line.split() for line in (tmp_path / "called").read_text().splitlines() if "--check" in line]
+        assert len(check) == 1 and check[0][check[0].index("--gpu-memory-gb") + 1] == want, check
+
+
 def test_gpu_check_refuses_a_bad_num_gpus(tmp_path):
     proc, seen = run("launch/gpu_check.sh", tmp_path, (), _args=("--num-gpus", "two", "model"))
     assert proc.returncode == 2 and not seen
@@ -290,8 +338,6 @@ def test_a_sourced_helper_run_on_its_own_says_so_in_one_line(tmp_path):
 
 # --- the default stage and the host memory request --------------------------------------------------------------
 
-SLURM = dict(SLURM_JOB_NODELIST="n1", SLURM_JOB_ID="7", SLURM_NODEID="0", SLURM_JOB_NUM_NODES="1")
-
 
 def two_node_hostfile(tmp_path: Path) -> Path:
     path = tmp_path / "hostfile"
@@ -332,7 +378,8 @@ def test_slurm_mem_is_what_estimate_memory_asks_for_the_scripts_defaults(tmp_pat
     config = re.search(r"^CONFIG=\$\{CONFIG:-(\S+)\}$", text, re.M).group(1)
     ds_config = re.search(r"^DS_CONFIG=\$\{DS_CONFIG:-(\S+)\}$", text, re.M).group(1)
     gpus = re.search(r"^#SBATCH --gpus-per-node=(\d+)$", text, re.M).group(1)
-    assert re.search(r"^GPUS_PER_NODE=\$\{GPUS_PER_NODE:-(\d+)\}$", text, re.M).group(1) == gpus
+    fallback = r"^GPUS_PER_NODE=\$\{GPUS_PER_NODE:-\$\{SLURM_GPUS_ON_NODE:-(\d+)\}\}$"  # without --gpus-per-node
+    assert re.search(fallback, text, re.M).group(1) == gpus
     mem = re.findall(r"^#SBATCH --mem=(\d+)G$", text, re.M)
     env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run(
