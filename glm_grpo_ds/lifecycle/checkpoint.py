@@ -36,18 +36,16 @@ from __future__ import annotations
 import functools
 import json
 import os
-import random
 import shutil
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 
-from ..ds import dist
+from ..ds import dist, portable
 from ..ds import io as ds_io
 from ..runtime import log
-from ..runtime.seeding import seed_everything
+from ..runtime.seeding import rng_state, seed_everything, set_rng_state
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -163,33 +161,6 @@ def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def _rng_state() -> dict:
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {
-        "python": random.getstate(),
-        # numpy's state as tensors and numbers, so it loads with torch.load(weights_only=True)
-        "numpy": {
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "pos": pos,
-            "has_gauss": has_gauss,
-            "cached": cached,
-        },
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 def _write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -197,11 +168,12 @@ def _write_text_atomic(path: Path, text: str) -> None:
 
 
 def remove_stale(output_dir: str | os.PathLike) -> None:
-    """Delete half-written ``*.tmp`` and half-pruned ``*.deleting`` checkpoints left by a killed run
-    (rank 0 only)."""
+    """Delete half-written ``*.tmp`` and half-pruned ``*.deleting`` checkpoints left by a killed run, and a killed
+    conversion's ``step_N/universal.tmp`` (up to twice the optimizer state; ds/portable.py) (rank 0 only)."""
     root = Path(output_dir) / CHECKPOINTS
     if root.is_dir():
-        for stale in [*root.glob("*.tmp"), *root.glob("*.deleting")]:
+        converting = root.glob(f"step_*/{portable.UNIVERSAL}.tmp")
+        for stale in [*root.glob("*.tmp"), *root.glob("*.deleting"), *converting]:
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
 
 
@@ -225,10 +197,7 @@ def prune(root: Path, keep: int, run_id: str | None) -> list[Path]:
     for _, path in sorted(mine)[:-keep]:
         if path.name == latest:
             continue
-        # renamed first (atomic): a crash mid-delete leaves a .deleting dir for remove_stale, not a broken step_N
-        doomed = path.with_name(path.name + ".deleting")
-        os.replace(path, doomed)
-        shutil.rmtree(doomed)
+        shutil.rmtree(_set_aside(path))  # a crash mid-delete leaves a .deleting dir, not a broken step_N
         deleted.append(path)
     return deleted
 
@@ -243,6 +212,20 @@ def prune_or_warn(root: Path, keep: int, run_id: str | None) -> None:
             f"glm-grpo: warning: pruning old checkpoints in {root} (save_total_limit={keep}) failed "
             f"({err.strerror or err}: {err.filename}); the newest checkpoints are intact; delete old ones by hand"
         )
+
+
+def _set_aside(path: Path) -> Path | None:
+    """Rename checkpoint ``path``, when there is one, to ``<name>.deleting`` (atomic) and return the new path: the
+    caller deletes it once the new checkpoint holds the name. Deleted in place, a multi-GB directory would leave
+    ``latest`` naming a half-deleted checkpoint for as long as the deletion takes (a kill then loses the run's
+    resume point); renamed, a kill leaves a ``.deleting`` folder that :func:`remove_stale` clears."""
+    if not path.exists():
+        return None
+    aside = path.with_name(path.name + ".deleting")
+    if aside.exists():
+        shutil.rmtree(aside)
+    os.replace(path, aside)
+    return aside
 
 
 def save(
@@ -269,7 +252,7 @@ def save(
     # on rank 0's mkdir being visible to it: harmless on the shared storage output_dir must be (storage.py).
     (tmp / "rng").mkdir(parents=True, exist_ok=True)
     ds_io.save_ds_checkpoint(engine, tmp)
-    torch.save(_rng_state(), tmp / "rng" / f"rank_{rank}.pt")
+    torch.save(rng_state(), tmp / "rng" / f"rank_{rank}.pt")
     if ahead is not None:
         (tmp / AHEAD).mkdir(exist_ok=True)
         torch.save(ahead, tmp / AHEAD / f"rank_{rank}.pt")  # device tensors: load_ahead maps them to the CPU
@@ -278,10 +261,11 @@ def save(
     dist.barrier()
     if rank == 0:
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
+        earlier = _set_aside(final)  # a run that went back to an earlier checkpoint saves this step again
         os.replace(tmp, final)
         _write_text_atomic(root / LATEST, final.name)
+        if earlier is not None:
+            shutil.rmtree(earlier)
     dist.barrier()
     if rank == 0 and total_limit > 0:  # `latest` names the new checkpoint; no rank waits for the deletion
         job = functools.partial(prune_or_warn, root, total_limit, trainer_state.get("run_id"))
@@ -336,8 +320,15 @@ def read_state(path: Path) -> dict:
 def check_compatible(path: Path, world_size: int, zero_stage: int) -> dict:
     """The checkpoint's trainer state, or CheckpointError if this launch cannot resume it (cheap: call before loading
     any model). Another world size or ZeRO stage resumes through a universal checkpoint (ds/portable.py); a stage
-    without ZeRO's partitioned optimizer cannot take one."""
+    without ZeRO's partitioned optimizer can neither take one nor be converted into one."""
     state = read_state(path)
+    if written_on(state) != (world_size, zero_stage) and written_on(state)[1] not in (1, 2, 3):
+        raise CheckpointError(
+            f"{path} was written with world size {state['world_size']} and ZeRO stage {state['zero_stage']}, whose "
+            f"optimizer state is not ZeRO's partitioned one and cannot be converted for world size {world_size} and "
+            f"stage {zero_stage}: resume it with world size {state['world_size']} at stage {state['zero_stage']}, or "
+            f"start a new run from its LoRA adapter (lora.init_from={path / 'adapter'}); nothing was changed"
+        )
     if written_on(state) != (world_size, zero_stage) and zero_stage not in (1, 2, 3):
         raise CheckpointError(
             f"{path} was written with world size {state['world_size']} and ZeRO stage {state['zero_stage']}; this run "
@@ -363,7 +354,7 @@ def load(engine, path: Path, rank: int, opt_cfg, reseed: int | None = None) -> t
         lr = ds_io.load_ds_checkpoint(engine, path, opt_cfg)
         rng = path / "rng" / f"rank_{rank}.pt"
         if rng.is_file():
-            _set_rng_state(torch.load(rng, weights_only=True))
+            set_rng_state(torch.load(rng, weights_only=True))
     else:
         lr = ds_io.load_universal_checkpoint(engine, path, opt_cfg)
         seed_everything(reseed)

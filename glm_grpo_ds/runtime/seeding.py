@@ -9,6 +9,8 @@ import random
 import numpy as np
 import torch
 
+from . import log
+
 
 def derive_seed(*parts) -> int:
     """A 63-bit seed from any parts: ``derive_seed(cfg.seed, "rollout", step, slot)``."""
@@ -36,3 +38,45 @@ def decoder_seed(decoder_cfg, step: int, row_index: int) -> int:
     if decoder_cfg.fixed_seeds:
         return decoder_cfg.seed + row_index
     return derive_seed(decoder_cfg.seed, "decode", step, row_index) % 2**31
+
+
+def rng_state() -> dict:
+    """This process's random state (Python, numpy, torch, its CUDA device's), as a checkpoint keeps it per rank."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        # numpy's state as tensors and numbers, so it loads with torch.load(weights_only=True)
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": pos,
+            "has_gauss": has_gauss,
+            "cached": cached,
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        # this rank's device only: a resume on the same ranks may see another number of devices per process (8 ranks
+        # on one node of 8 GPUs, requeued on 2 nodes of 4), where a list of every visible device's would not fit
+        state["cuda_device"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Put back what :func:`rng_state` returned."""
+    random.setstate(state["python"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(state["torch"])
+    if not torch.cuda.is_available():
+        return
+    if "cuda_device" in state:
+        torch.cuda.set_rng_state(state["cuda_device"])
+    elif "cuda" in state:  # an earlier version's checkpoint: the state of every device the rank saw
+        if len(state["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(state["cuda"])
+        else:  # which one was this rank's is not recorded: the seeded state stays (a resume is then not bitwise)
+            log.warning_once(
+                "rng:cuda",
+                f"glm-grpo: warning: the checkpoint holds the CUDA random state of {len(state['cuda'])} devices per "
+                f"process, this rank sees {torch.cuda.device_count()}: the CUDA random state starts from the seed",
+            )

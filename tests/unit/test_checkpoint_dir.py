@@ -6,10 +6,12 @@ leaves `latest` loadable."""
 import json
 
 import pytest
+import torch
 from run_files import tree_hash  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.config import ConfigError, load_config
 from glm_grpo_ds.lifecycle import checkpoint
+from glm_grpo_ds.runtime import seeding
 
 
 def fake_checkpoint(root, step, run_id):
@@ -172,6 +174,75 @@ def test_a_crash_while_pruning_leaves_latest_loadable(tmp_path, monkeypatch):
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step_000001.deleting", "step_000002", "step_000003"]
     checkpoint.remove_stale(tmp_path)
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step_000002", "step_000003"]
+
+
+def test_saving_a_step_again_never_leaves_latest_naming_a_half_deleted_checkpoint(tmp_path, monkeypatch):
+    """A run resumed from an earlier checkpoint saves a step that `latest` already names (the documented "go back
+    to step N"): the earlier one is set aside and deleted after the new one holds the name, so a kill during that
+    multi-GB deletion leaves `latest` loadable (and the new checkpoint in it). The engine's own files are a stand-in:
+    what is tested is the directory's life (the real save: tests/integration/test_checkpoint_resume.py)."""
+    root = tmp_path / checkpoint.CHECKPOINTS
+    fake_checkpoint(tmp_path, 2, "mine")
+    point_latest(tmp_path, 2)
+    monkeypatch.setattr(checkpoint.ds_io, "save_ds_checkpoint", lambda engine, d: (d / "ds").mkdir())
+
+    def killed(path, *args, **kwargs):  # the process dies half-way through deleting the earlier step_000002
+        (path / "trainer_state.json").unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save(None, tmp_path, 2, {"step": 2, "run_id": "again"}, rank=0, is_lora=False, total_limit=0)
+    monkeypatch.undo()
+    latest = checkpoint.resolve(tmp_path, "latest")
+    assert json.loads((latest / "trainer_state.json").read_text())["run_id"] == "again"
+    (latest / "universal.tmp" / "zero").mkdir(parents=True)  # and a conversion killed on the next start
+    checkpoint.remove_stale(tmp_path)
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step_000002"]
+    assert sorted(p.name for p in latest.iterdir()) == ["ds", "rng", "trainer_state.json"]
+
+
+def test_a_rank_keeps_its_own_devices_random_state_whatever_devices_it_sees_on_resume(monkeypatch):
+    """The CUDA random state saved is this rank's device's alone, and comes back there, also when the resumed rank
+    sees fewer devices (one node of 8 GPUs requeued as 2 nodes of 4, same world size): a list of every visible
+    device's state, restored index by index, raised IndexError there. A checkpoint of an earlier version (that list)
+    is restored where the rank sees as many devices, else left (which was the rank's is not recorded), said once.
+    torch.cuda stands in for this CPU machine's missing GPUs."""
+    devices = {"current": 5, "states": {}}
+    monkeypatch.setattr(seeding.torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(seeding.torch.cuda, "set_rng_state_all", lambda s: devices["states"].update(all=len(s)))
+    monkeypatch.setattr(seeding.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(seeding.torch.cuda, "current_device", lambda: devices["current"])
+    monkeypatch.setattr(seeding.torch.cuda, "get_rng_state", lambda: torch.tensor([devices["current"]]))
+    monkeypatch.setattr(seeding.torch.cuda, "set_rng_state", lambda s: devices["states"].update(now=int(s)))
+    saved = seeding.rng_state()  # rank 5 of a node of 8
+    devices["current"] = 1  # the same rank requeued on a node of 4: its device is now cuda:1
+    seeding.set_rng_state(saved)
+    assert devices["states"] == {"now": 5}
+    earlier = {k: v for k, v in saved.items() if k != "cuda_device"}
+    for seen, restored in ((4, {"now": 5, "all": 4}), (8, {"now": 5, "all": 4})):
+        seeding.set_rng_state(dict(earlier, cuda=[torch.tensor([i]) for i in range(seen)]))
+        assert devices["states"] == restored
+
+
+def test_a_stage_0_checkpoint_on_another_shape_is_refused_before_any_model_loads(tmp_path):
+    """ZeRO stage 0 keeps no partitioned optimizer state, so DeepSpeed's converter cannot read it: a resume on another
+    world size or stage is one line naming what resumes it, not a conversion failing after the models load (and
+    `train --check` said ok). Its own shape resumes as before."""
+    path = fake_checkpoint(tmp_path, 4, "mine")
+    (path / "trainer_state.json").write_text(
+        json.dumps({"step": 4, "run_id": "mine", "world_size": 1, "zero_stage": 0})
+    )
+    assert checkpoint.check_compatible(path, 1, 0)["step"] == 4
+    with pytest.raises(checkpoint.CheckpointError) as refused:
+        checkpoint.check_compatible(path, 2, 2)
+    line = str(refused.value)
+    assert (
+        "\n" not in line
+        and "world size 1 and ZeRO stage 0" in line
+        and "resume it with world size 1 at stage 0" in line
+    )
+    assert f"lora.init_from={path / 'adapter'}" in line
 
 
 def test_rank_zero_background_jobs_run_in_order_beside_the_caller():
