@@ -25,7 +25,8 @@ from .ds import engine as ds_engine
 from .ds.ds_config import fill_ds_config, read_ds_config, zero_stage
 from .ds.portable import cannot_load, universal_config
 from .evaluation.in_training import Evaluator
-from .experience import Drawn, ExperienceMaker, NoAhead, RolloutAhead, off_policy
+from .experience import ExperienceMaker, NoAhead, RolloutAhead, off_policy
+from .experience import resumed as pending
 from .grpo import LossSettings
 from .lifecycle import checkpoint, resume, storage
 from .lifecycle.background import Background
@@ -302,12 +303,16 @@ class _Hall:
         self.start_step, skipped_steps = self.life.restore(self.engine, self.prompt_order)
         seeds = partial(rollout_seeds, cfg.seed, rank=self.rank, prompts_per_rank=cfg.batch.prompts_per_rank)
         rollout = off_policy.for_run(cfg, self.experience, self.engine, self.device, self.prompt_order, seeds)
-        if isinstance(rollout, RolloutAhead):
-            self._pending_rollout(rollout)
+        path, moved, order = self.life.start.checkpoint, self.life.start.written_on is not None, self.prompt_order
+        per = cfg.batch.prompts_per_rank
+        if path is not None and not isinstance(rollout, RolloutAhead):
+            pending.requeue_unused(path, self.start_step, order)
+        elif path is not None and not moved:  # the same world size and stage (resumed.py)
+            pending.take_pending(rollout, path, self.rank, per, order, self.device)
         for maker in (self.experience, self.eval_experience):  # the samplers take the weights the run starts from
             maker.sampler.sync_weights(self.start_step)
-        if isinstance(rollout, RolloutAhead) and self.life.start.written_on is not None:
-            self._draw_ahead_again(rollout)
+        if path is not None and moved and isinstance(rollout, RolloutAhead):
+            pending.draw_again(rollout, path, self.start_step, self.rank, self.world, per, order, self.experience)
         monitor = self._monitor()
         self.status.phase("trackers")
         resumed = self.life.start.checkpoint is not None
@@ -323,46 +328,6 @@ class _Hall:
             monitor=monitor, tracker=tracker, model_source=self.model_source, start_step=self.start_step,
             skipped_steps=skipped_steps, before_load_mb=self.before_load_mb,
         )  # fmt: skip
-
-    def _pending_rollout(self, ahead: RolloutAhead) -> None:
-        """One step off, resumed on the same world size: the rollout the checkpoint drew ahead is the next step's
-        (it then trains on what the uninterrupted run trained on)."""
-        path = self.life.start.checkpoint
-        if path is None or self.life.start.written_on is not None:  # another world size: _draw_ahead_again
-            return
-        state = checkpoint.load_ahead(path, self.rank)
-        if state is not None:
-            try:
-                ahead.pending = Drawn.from_state(state, self.prompt_order.rows, self.device)
-            except (ValueError, IndexError, KeyError, TypeError) as err:
-                raise checkpoint.CheckpointError(
-                    f"{path / checkpoint.AHEAD}: the rollout drawn ahead cannot be read ({err}); resume from an "
-                    "earlier checkpoint, or remove that folder to sample this step anew"
-                ) from err
-
-    def _draw_ahead_again(self, ahead: RolloutAhead) -> None:
-        """A one-step-off checkpoint resumed on another world size: its ranks' rollouts drawn ahead for the next step
-        were cut for the old ranks. The same prompts are sampled again here, split over this run's ranks, with the
-        weights the run starts from (one step newer than the ones the uninterrupted run sampled them with); when the
-        prompts per step changed, that step takes the next prompts instead."""
-        path, step, per = self.life.start.checkpoint, self.start_step, self.cfg.batch.prompts_per_rank
-        rows = checkpoint.ahead_rows(path)
-        if rows is None:
-            return
-        if len(rows) != self.world * per:
-            log.info(
-                f"glm-grpo: the rollout {path.name} drew ahead for step {step + 1} held {len(rows)} prompts, a step of "
-                f"this run takes {self.world * per}: step {step + 1} samples the next prompts instead (those "
-                f"{len(rows)} come again in a later epoch)"
-            )
-            return
-        log.info(
-            f"glm-grpo: the rollout {path.name} drew ahead for step {step + 1} is sampled again on this run's ranks "
-            f"(the same prompts and seeds, with the weights of step {step} where the uninterrupted run used those of "
-            f"step {step - 1}: that one step is on-policy)"
-        )
-        mine = [self.prompt_order.rows[i] for i in rows[self.rank * per : (self.rank + 1) * per]]
-        ahead.pending = self.experience.draw(mine, ahead.seeds(step))  # the streams the run samples step with
 
     def _monitor(self) -> Monitor:
         """The alarms (monitor.alarms) on the evaluations when the run evaluates, else on the training steps; a

@@ -5,7 +5,8 @@
 - drawn.py: :class:`Drawn`, a rollout sampled and not yet decoded, with its checkpoint format;
 - scoring.py: :func:`decode_and_score`, the decode and the (optionally streamed) rewards;
 - off_policy.py: where a step's rollout comes from: now (:class:`NoAhead`) or drawn one step ahead on a background
-  thread (:class:`RolloutAhead`, ``rollout.one_step_off``), with the rules that make sharing the policy safe.
+  thread (:class:`RolloutAhead`, ``rollout.one_step_off``), with the rules that make sharing the policy safe;
+- resumed.py: a one-step-off checkpoint's pending rollout on resume (taken, sampled again, or its prompts requeued).
 """
 
 from .drawn import Drawn

@@ -200,6 +200,13 @@ def test_a_one_step_off_run_samples_its_pending_rollout_again_on_the_new_ranks(b
     a, b = metrics(ref), metrics(moved)
     assert [r["step"] for r in b] == [1, 2, 3, 4] and len(a) == 4
     assert [r["rollout_overlapped"] for r in b[2:]] == [True, True]  # step 3 from the pending draw, step 4 ahead
+    # the same 2 ranks with 2 prompts each (a warned batch change): the pending draw of 1 per rank is not step 3's
+    # (taken, it crashed the step); its prompts come first, sampled anew with the next ones
+    wider = train(2, branch(ref, tmp_path / "wider", 2), *base, *off, "max_steps=4", "batch.prompts_per_rank=2",
+                  "resume_from=auto")  # fmt: skip
+    log = (wider / "logs" / "rank_0.log").read_text()
+    assert "drew ahead holds 1 prompts per rank, this run takes 2: its 2 prompts come first in the next steps" in log
+    assert [r["step"] for r in metrics(wider)] == [1, 2, 3, 4]
 
 
 def test_a_converted_folder_not_made_from_its_checkpoint_is_refused_in_one_line(chain, base, tmp_path):

@@ -5,8 +5,8 @@ themselves: tests/integration/test_one_step_off.py."""
 import pytest
 import torch
 
-from glm_grpo_ds.data import PromptRow
-from glm_grpo_ds.experience import Drawn, RolloutAhead
+from glm_grpo_ds.data import PromptOrder, PromptRow
+from glm_grpo_ds.experience import Drawn, RolloutAhead, resumed
 from glm_grpo_ds.lifecycle import checkpoint
 from glm_grpo_ds.rollout import GridSpec, RolloutBatch
 from glm_grpo_ds.rollout.backends import Sampled
@@ -75,4 +75,37 @@ def test_the_thread_draws_what_start_asked_and_wait_hands_it_over_or_raises():
     with pytest.raises(RuntimeError, match="sampler failed"):
         ahead.wait()
     assert ahead.pending is None
+    ahead.close()
+
+
+def _checkpoint_ahead(path, per_rank_rows):
+    (path / checkpoint.AHEAD).mkdir(parents=True)
+    rows = [PromptRow(i, f"prompt {i}") for i in range(8)]
+    for rank, picked in enumerate(per_rank_rows):
+        torch.save(_drawn([rows[i] for i in picked]).state(), path / checkpoint.AHEAD / f"rank_{rank}.pt")
+    return rows
+
+
+def test_a_pending_rollout_of_another_batch_is_not_taken_and_its_prompts_come_first(tmp_path):
+    """Resumed on the same 2 ranks with batch.prompts_per_rank 2 -> 1, a one-step-off checkpoint's rollouts drawn
+    ahead (2 prompts per rank) are not the next step's (that crashed the step: its dead-group report had the old
+    batch's length): their prompts come first in the next steps, in rank order, sampled anew. The same batch takes
+    this rank's rollout as is; a run now on-policy requeues them too (none skipped for the epoch)."""
+    rows = _checkpoint_ahead(tmp_path, [[3, 1], [4, 0]])
+    order = PromptOrder(rows, world_size=2, rank=1, prompts_per_rank=1, seed=0)
+    ahead = RolloutAhead(_Maker(), torch.device("cpu"))
+    resumed.take_pending(ahead, tmp_path, 1, 1, order, torch.device("cpu"))
+    assert ahead.pending is None and order.deferred == [3, 1, 4, 0]
+    assert [r.index for r in order.next()] == [1] and order.last_picked == [3, 1]
+    order.observe([False, True])  # the step's groups, as the trainer reports them
+    assert [r.index for r in order.next()] == [0] and order.last_picked == [4, 0]
+
+    order = PromptOrder(rows, world_size=2, rank=1, prompts_per_rank=2, seed=0)
+    resumed.take_pending(ahead, tmp_path, 1, 2, order, torch.device("cpu"))
+    assert [r.index for r in ahead.pending.rows] == [4, 0] and order.deferred == []
+
+    order = PromptOrder(rows, world_size=1, rank=0, prompts_per_rank=2, seed=0)
+    order.deferred = [6]
+    resumed.requeue_unused(tmp_path, 2, order)
+    assert order.deferred == [3, 1, 4, 0, 6]
     ahead.close()

@@ -1,0 +1,81 @@
+"""A one-step-off checkpoint's pending rollout on resume: the rollout it drew ahead for the step after it
+(``checkpoint/ahead/rank_<r>.pt``, lifecycle/checkpoint.py) is that step's when the run resumes as it was, sampled
+again when only the world size changed, and otherwise not used, its prompts then coming first in the steps that
+follow: the sampler's position was saved after that draw, so dropped, they would be skipped for the rest of the epoch.
+
+    take_pending(ahead, path, rank, per, order, device)    # same world size and stage (before the weights sync)
+    draw_again(ahead, path, step, rank, world, per, order, maker)   # another world size or stage (after it)
+    requeue_unused(path, step, order)                       # the run samples on-policy now
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..lifecycle import checkpoint
+from ..runtime import log
+from .drawn import Drawn
+
+
+def requeue(order, rows: list[int]) -> None:
+    """``rows`` (dataset rows, every rank's, rank-major) first in the next steps' prompts, before anything the order
+    already deferred: every rank computes the same list."""
+    order.deferred = list(rows) + [row for row in order.deferred if row not in rows]
+
+
+def take_pending(ahead, path, rank: int, per: int, order, device: torch.device) -> None:
+    """Resumed on the same world size and stage: this rank's rollout drawn ahead is the next step's (it then trains on
+    what the uninterrupted run trained on), unless the prompts per rank changed (requeued)."""
+    state = checkpoint.load_ahead(path, rank)
+    if state is None:
+        return
+    if len(state["rows"]) != per:
+        rows = checkpoint.ahead_rows(path)
+        log.info(
+            f"glm-grpo: the rollout {path.name} drew ahead holds {len(state['rows'])} prompts per rank, this run takes "
+            f"{per}: its {len(rows)} prompts come first in the next steps, sampled anew"
+        )
+        requeue(order, rows)
+        return
+    try:
+        ahead.pending = Drawn.from_state(state, order.rows, device)
+    except (ValueError, IndexError, KeyError, TypeError) as err:
+        raise checkpoint.CheckpointError(
+            f"{path / checkpoint.AHEAD}: the rollout drawn ahead cannot be read ({err}); resume from an "
+            "earlier checkpoint, or remove that folder to sample this step anew"
+        ) from err
+
+
+def draw_again(ahead, path, step: int, rank: int, world: int, per: int, order, maker) -> None:
+    """Resumed on another world size or stage: the ranks' rollouts drawn ahead for step ``step + 1`` were cut for the
+    old ranks. The same prompts are sampled again here, split over this run's ranks, with the weights the run starts
+    from (one step newer than the ones the uninterrupted run sampled them with); when the prompts per step changed,
+    they come first in the next steps instead."""
+    rows = checkpoint.ahead_rows(path)
+    if rows is None:
+        return
+    if len(rows) != world * per:
+        log.info(
+            f"glm-grpo: the rollout {path.name} drew ahead for step {step + 1} held {len(rows)} prompts, a step of "
+            f"this run takes {world * per}: those {len(rows)} come first in the next steps, sampled anew"
+        )
+        requeue(order, rows)
+        return
+    log.info(
+        f"glm-grpo: the rollout {path.name} drew ahead for step {step + 1} is sampled again on this run's ranks "
+        f"(the same prompts and seeds, with the weights of step {step} where the uninterrupted run used those of "
+        f"step {step - 1}: that one step is on-policy)"
+    )
+    mine = [order.rows[i] for i in rows[rank * per : (rank + 1) * per]]
+    ahead.pending = maker.draw(mine, ahead.seeds(step))  # the streams the run samples step with
+
+
+def requeue_unused(path, step: int, order) -> None:
+    """A one-step-off checkpoint resumed on-policy: its rollout drawn ahead is not used; its prompts come first."""
+    rows = checkpoint.ahead_rows(path)
+    if rows:
+        log.info(
+            f"glm-grpo: the rollout {path.name} drew ahead for step {step + 1} is not used (this run samples "
+            f"on-policy): its {len(rows)} prompts come first in the next steps"
+        )
+        requeue(order, rows)
