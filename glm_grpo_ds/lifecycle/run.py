@@ -28,6 +28,9 @@ from ..runtime.seeding import derive_seed
 from . import checkpoint, resume
 from .preempt import EXIT_ALARM, EXIT_NONFINITE, Stopped, exit_code, signal_name
 
+# How long the other ranks wait for rank 0 to convert a checkpoint for another world size or stage (ds/portable.py).
+CONVERT_WAIT_S = 6 * 3600
+
 
 @dataclass(frozen=True)
 class Start:
@@ -127,14 +130,17 @@ class RunLife:
         path = self.start.checkpoint
         ds_dir, universal = path / ds_io.DS_TAG, path / portable.UNIVERSAL
         failed = ""
-        if self.rank == 0:
-            try:
-                if not portable.check_converted(universal, ds_dir):
-                    self._convert(ds_dir, universal)
-            except portable.ConversionError as err:
-                failed = str(err)
-        if dist.any_rank(float(bool(failed))):
-            raise checkpoint.CheckpointError(failed or f"rank 0 could not convert {path} (its log says why)")
+        # the others wait on a group of their own: a conversion (minutes for a full fine-tuning's optimizer state)
+        # may outlast dist_timeout_minutes, which is there to catch hangs, not rank 0's long work
+        with dist.patient_group(CONVERT_WAIT_S) as any_rank:
+            if self.rank == 0:
+                try:
+                    if not portable.check_converted(universal, ds_dir):
+                        self._convert(ds_dir, universal)
+                except portable.ConversionError as err:
+                    failed = str(err)
+            if any_rank(bool(failed)):
+                raise checkpoint.CheckpointError(failed or f"rank 0 could not convert {path} (its log says why)")
 
     def _convert(self, ds_dir: Path, universal: Path) -> None:
         """Rank 0: the conversion, planned first (its disk: refused in one line when the file system lacks it)."""

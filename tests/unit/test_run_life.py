@@ -145,3 +145,55 @@ def test_a_changed_optimizer_is_refused_in_one_line_and_other_optimizer_settings
         "optimizer.warmup_steps": [0, 5],
     }
     assert "resuming at step 4 with 3 changed setting(s)" in caplog.text
+
+
+def _converting_rank(rank, port, out, results):
+    """One of two gloo ranks whose process group times out after 1 s: rank 0's conversion takes 3 s."""
+    import datetime
+    import time
+
+    import torch
+
+    from glm_grpo_ds.ds import portable
+    from glm_grpo_ds.lifecycle.run import RunLife
+
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=1)
+    )
+    try:
+        start = Start(out / "checkpoints" / "step_000002", 2, {}, written_on=(4, 2))
+        life = RunLife(TrainConfig(), out, start, rank, 2, 2, DATA, publisher=None, later=None)
+        portable.check_converted = lambda universal, ds_dir: False  # not converted yet
+        life._convert = lambda ds_dir, universal: time.sleep(3)  # the conversion itself: test_reshape_resume.py
+        began = time.monotonic()
+        try:
+            life.convert()
+            results.put((rank, None, time.monotonic() - began))
+        except RuntimeError as err:  # gloo's timeout
+            results.put((rank, str(err).splitlines()[0], time.monotonic() - began))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_the_other_ranks_wait_for_a_conversion_longer_than_the_process_groups_timeout(tmp_path):
+    """Rank 0 converts a checkpoint of another cluster shape while the others wait: on a group of their own, so a
+    conversion longer than dist_timeout_minutes (which is there to catch hangs) does not end the run."""
+    import torch.multiprocessing as mp
+
+    from glm_grpo_ds.runtime.ports import free_port
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_converting_rank, args=(r, port, tmp_path, results)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        got = sorted(results.get(timeout=120) for _ in range(2))
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert [(rank, err) for rank, err, _ in got] == [(0, None), (1, None)], got
+    assert got[1][2] >= 2.5  # rank 1 waited for the whole conversion
