@@ -319,6 +319,7 @@ class Trainer:
         run.status.begin(f"eval at step {step}")
         record, gallery = run.evaluator.run(step, run.eval_experience, run.out, run.is_main)
         run.status.idle()
+        run.watchdog.phase("eval record")  # its line, alarms and tracker logging: not held to its last phase's pace
         alarms = {}
         if record is not None:
             log.info(eval_line(record, run.cfg.eval.group_size))

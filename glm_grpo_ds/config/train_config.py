@@ -91,8 +91,9 @@ class TrainConfig:
     dist_timeout_minutes: float = setting(
         60.0,
         "How long a collective may wait for the slowest rank before the run fails (the process group's timeout, "
-        "passed to deepspeed.init_distributed; it overrides DEEPSPEED_TIMEOUT). Rank 0's long work (Hub "
-        "downloads, checkpoint uploads, pruning) does not count against it; fractions are allowed (0.5 = 30 s).",
+        "passed to deepspeed.init_distributed, where it overrides DEEPSPEED_TIMEOUT, and the default of every "
+        "group DeepSpeed creates). Rank 0's long work (Hub downloads, a checkpoint's conversion, uploads, "
+        "pruning) does not count against it; fractions are allowed (0.5 = 30 s).",
     )
 
     @property

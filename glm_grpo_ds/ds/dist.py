@@ -123,6 +123,21 @@ def patient_group(timeout_s: float):
         torch.distributed.destroy_process_group(group)
 
 
+def every_group_waits(timeout: datetime.timedelta) -> None:
+    """``timeout`` for every process group created from now on without one of its own, not only the world group:
+    DeepSpeed's engine builds its data-parallel groups with ``new_group(ranks)``, which takes torch's default
+    (NCCL 10 min, gloo 30), so its gradient reductions and all-gathers aborted at 10 minutes whatever
+    ``dist_timeout_minutes`` said, before the watchdog's report at a larger ``logging.watchdog_min_seconds``. torch
+    has no public setting for that default: its two module-level values are replaced here, read when a group is
+    created (ds/process_group.py calls this before the process group starts; tests/unit/test_dist.py checks it on
+    DeepSpeed's own clone of the world group)."""
+    c10d = torch.distributed.distributed_c10d
+    for name in ("default_pg_timeout", "default_pg_nccl_timeout"):
+        if not isinstance(getattr(c10d, name, None), datetime.timedelta):
+            raise RuntimeError(f"torch.distributed has no {name} to set: DeepSpeed's groups would not wait {timeout}")
+        setattr(c10d, name, timeout)
+
+
 def all_gather(t: torch.Tensor) -> torch.Tensor:
     """Concatenate equally shaped tensors from every rank along dim 0 (rank order), on ``t``'s device."""
     if not active():

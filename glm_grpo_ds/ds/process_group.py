@@ -50,6 +50,7 @@ def init_distributed(
     threads.limit_torch_threads()
     if not on_gpu and cpu_comm_op_needs_build():  # else the console says nothing for ~40 s
         log.info("glm-grpo: building DeepSpeed's CPU communication op (deepspeed_shm_comm), once per install: ~40 s")
+    dist.every_group_waits(datetime.timedelta(minutes=timeout_minutes))
     with run_log.prints_to_log("DeepSpeed"), this_environments_ninja():
         deepspeed.init_distributed(
             dist_backend="nccl" if on_gpu else "gloo",

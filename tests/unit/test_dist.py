@@ -159,3 +159,54 @@ def test_step_record_by_hand():
         ]
         is None
     )
+
+
+def _late_rank(rank, port, results):
+    """One of two gloo ranks with a 1 s timeout set as the trainer sets it; rank 1 comes 4 s late to a collective on
+    DeepSpeed's clone of the world group (what its engine reduces and gathers on)."""
+    import datetime
+    import os
+    import time
+
+    import deepspeed
+    from deepspeed.utils import groups
+
+    env = dict(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    env["DS_ACCELERATOR"] = "cpu"
+    os.environ.update({k: str(v) for k, v in env.items()})
+    timeout = datetime.timedelta(seconds=1)
+    dist.every_group_waits(timeout)
+    deepspeed.init_distributed(dist_backend="gloo", verbose=False, timeout=timeout)
+    try:
+        group = groups._clone_world_group()
+        if rank == 1:
+            time.sleep(4)
+        began = time.monotonic()
+        try:
+            torch.distributed.all_reduce(torch.ones(1), group=group)
+            results.put((rank, None, time.monotonic() - began))
+        except RuntimeError:
+            results.put((rank, "timed out", time.monotonic() - began))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_deepspeeds_own_groups_time_out_after_dist_timeout_minutes():
+    """dist_timeout_minutes holds on the groups DeepSpeed creates itself, not only the world group: they took torch's
+    default (NCCL 10 min, gloo 30), so a reduction in the update aborted at 10 minutes whatever the setting said."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_late_rank, args=(r, port, results)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        got = {rank: (err, waited) for rank, err, waited in (results.get(timeout=120) for _ in range(2))}
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert got[0][0] == "timed out" and got[0][1] < 3.5, got
