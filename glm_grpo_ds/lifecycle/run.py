@@ -181,11 +181,14 @@ class RunLife:
                 "from a seed of the run's seed, the step and the rank)"
             )
         log.info(f"glm-grpo: resumed from {path} at step {int(state['step'])}{shape}")
-        if any(key.startswith("optimizer.") or key == "max_steps" for key in self.start.changes):
+        # the schedule's length is max_steps x grpo.num_iterations optimizer steps: a change of either moves the lr
+        schedule_keys = ("max_steps", "grpo.num_iterations")
+        if any(key.startswith("optimizer.") or key in schedule_keys for key in self.start.changes):
             log.info(
                 f"glm-grpo: the optimizer runs with this launch's settings from step {int(state['step']) + 1}: lr "
-                f"{lr:.6g} (optimizer.lr={cfg.optimizer.lr:g}, schedule {cfg.optimizer.schedule} with "
-                f"warmup_steps={cfg.optimizer.warmup_steps}, at the checkpoint's position in it)"
+                f"{lr:.6g} (optimizer.lr={cfg.optimizer.lr:g}, schedule {cfg.optimizer.schedule} over "
+                f"{cfg.total_optimizer_steps} optimizer steps with warmup_steps={cfg.optimizer.warmup_steps}, at the "
+                "checkpoint's position in it)"
             )
         return int(state["step"]), int(state.get("skipped_steps", 0))
 

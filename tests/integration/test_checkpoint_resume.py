@@ -124,6 +124,7 @@ def test_a_resume_with_another_lr_runs_with_it(short_run, tiny_model_dir, data64
         assert [(r["step"], r["lr"]) for r in metrics(out)] == [(1, 1e-2), (2, lr)]
         assert "optimizer.lr 0.01 -> " in proc.stdout + proc.stderr  # the warning that names the change
         assert f"runs with this launch's settings from step 2: lr {lr:.6g} (optimizer.lr={lr:g}," in proc.stdout
+        assert "over 2 optimizer steps with warmup_steps=" in proc.stdout  # max_steps=2 x grpo.num_iterations 1
         adapters[lr] = load_file(out / "final_adapter" / "adapter_model.safetensors")
     moved = {lr: max((a[k] - saved[k]).abs().max().item() for k in saved) for lr, a in adapters.items()}
     assert moved[1e-12] < 1e-9 < 1e-4 < moved[3e-2], moved
