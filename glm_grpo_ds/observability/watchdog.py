@@ -212,9 +212,9 @@ class Watchdog:
         if alarm is not None:
             self.report(
                 f"{self.alarm_line(alarm)}\n{python_stacks(self.pid)}"
-                f"glm-grpo: watchdog: to see the collectives, rerun with {NCCL_SETTINGS} on every rank (exported by "
-                "the launch script or .deepspeed_env) and a shorter dist_timeout_minutes (e.g. 15) so a hang fails "
-                "sooner; docs/troubleshooting.md#a-run-that-hangs"
+                f"glm-grpo: watchdog: to see the collectives, rerun with {NCCL_SETTINGS} on every rank (in "
+                ".deepspeed_env: DeepSpeed's ssh launch forwards only NCCL* of the shell) and a shorter "
+                "dist_timeout_minutes (e.g. 15) so a hang fails sooner; docs/troubleshooting.md#a-run-that-hangs"
             )
 
     # ------------------------------------------------------------------ the thread
