@@ -141,6 +141,14 @@ def signal_free_groups(per_reward: dict[str, torch.Tensor], group_size: int) -> 
     return torch.stack(flags).all(dim=0)
 
 
+def unmeasured_groups(per_reward: dict[str, torch.Tensor], group_size: int) -> torch.Tensor:
+    """``[num_groups]`` bool: True for a group in which some reward has fewer than two defined samples (it raised,
+    its server was down, it returned NaN): whether the prompt still has variance is unknown, so a failure never
+    marks it dead (``data.dead_prompt_skip_prob``), though :func:`signal_free_groups` counts it as teaching nothing."""
+    flags = [(groups(values, group_size).count < 2).squeeze(1) for values in per_reward.values()]
+    return torch.stack(flags).any(dim=0)
+
+
 def group_win_rates(rewards: torch.Tensor, group_size: int, tie: float = 0.0) -> torch.Tensor:
     """``[N]``: each sample's share of the other defined samples of its group that it beats; rewards within
     ``tie`` of each other are a tie, counting half. NaN for an undefined reward; 0.5 for a group with a single

@@ -36,7 +36,13 @@ from pathlib import Path
 import torch
 
 from . import preflight
-from .advantages import combine_advantages, gate_disagreeing, reward_disagreement, signal_free_groups
+from .advantages import (
+    combine_advantages,
+    gate_disagreeing,
+    reward_disagreement,
+    signal_free_groups,
+    unmeasured_groups,
+)
 from .config import load_config
 from .config.arguments import parse_train_args
 from .ds import dist
@@ -117,7 +123,8 @@ class Trainer:
         advantages = gate_disagreeing(advantages, disagreement, grpo_cfg.disagreement_gate)
         # groups whose rewards are all equal teach nothing: counted every step, and their prompts may be skipped
         dead = signal_free_groups(all_per_reward, grpo_cfg.group_size)
-        run.prompt_order.observe(dead.tolist())
+        unknown = unmeasured_groups(all_per_reward, grpo_cfg.group_size)  # a reward failed there: left as it was
+        run.prompt_order.observe([None if u else d for d, u in zip(dead.tolist(), unknown.tolist())])
         mine = slice(run.rank * len(exp.batch), (run.rank + 1) * len(exp.batch))
         run.rollout.before_update(exp.timings, run.step_status)  # one step off: the next rollout reads these weights
         with measure(exp.timings, exp.peaks, "update", run.device):

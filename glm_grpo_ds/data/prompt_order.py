@@ -99,14 +99,17 @@ class PromptOrder:
         self.skipped_total += skipped
         return picked
 
-    def observe(self, dead: list[bool]) -> None:
+    def observe(self, dead: list[bool | None]) -> None:
         """Which groups of the last step had no reward variance, in the order of its rows (rank-major, as
-        every rank gathers them). Collective in spirit: call it on every rank with the same list."""
+        every rank gathers them); None: unknown (a reward failed there), the row's state stays. Collective in
+        spirit: call it on every rank with the same list."""
         if len(dead) != len(self.last_picked):
             raise ValueError(f"observe got {len(dead)} groups for a step of {len(self.last_picked)} prompts")
         if self.dead_skip_prob == 0:
             return  # nothing would read it: keep no per-prompt state
         for row, is_dead in zip(self.last_picked, dead):
+            if is_dead is None:
+                continue
             if is_dead:
                 self.dead.add(row)
             else:

@@ -168,6 +168,8 @@ class RewardSet:
                 all_ranks=True,
             )
             return torch.full((n,), float("nan"), device=images.device)
+        if isinstance(raw, (list, tuple)):  # None: not applicable to that sample (TRL's convention), undefined
+            raw = [float("nan") if value is None else value for value in raw]
         values = torch.as_tensor(raw, dtype=torch.float32).to(images.device).reshape(-1)
         if values.shape[0] != n:
             raise ValueError(f"reward {label} returned {values.shape[0]} values for {n} images")

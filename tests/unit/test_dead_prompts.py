@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from glm_grpo_ds.advantages import COMBINATIONS, ESTIMATORS, combine_advantages, signal_free_groups
+from glm_grpo_ds.advantages import COMBINATIONS, ESTIMATORS, combine_advantages, signal_free_groups, unmeasured_groups
 from glm_grpo_ds.data import PromptOrder, load_prompts
 
 NAN = float("nan")
@@ -59,6 +59,21 @@ def test_a_dead_prompt_is_skipped_and_taken_again_once_alive(tmp_path):
     s.observe([False])
     s.dead.discard(0)  # as if row 0 had shown variance
     assert epoch_of_steps(s, 3) == [[3], [0], [2]]
+
+
+def test_a_failed_reward_never_marks_a_prompt_dead_nor_alive(tmp_path):
+    """A group where a reward has fewer than two defined samples (it raised, its server was down) teaches nothing, but
+    whether its prompt has variance is unknown: the sampler leaves that prompt's state as it was (one step of a
+    failing reward server made every prompt of the step dead, then skipped for epochs)."""
+    nan = float("nan")
+    per_reward = {"a": torch.tensor([nan, nan, 1.0, 1.0, 0.5, nan]), "b": torch.tensor([0.0, 0.0, 2.0, 2.0, 3.0, 3.0])}
+    assert signal_free_groups(per_reward, 2).tolist() == [True, True, True]
+    assert unmeasured_groups(per_reward, 2).tolist() == [True, False, True]
+    s = PromptOrder(rows_of(tmp_path, 3), 1, 0, 3, seed=0, shuffle=False, dead_skip_prob=0.5)
+    s.next()
+    s.dead = {2}
+    s.observe([None, True, None])
+    assert s.dead == {1, 2}
 
 
 def test_off_by_default_and_identical_to_the_plain_order(tmp_path):

@@ -126,6 +126,17 @@ def test_reward_that_raises_scores_nan_counts_and_warns_once(capsys):
     assert err.count("returned NaN/inf for 2 of 3 samples") == 1
 
 
+def test_a_reward_returning_none_for_a_sample_leaves_it_undefined():
+    """TRL's convention for "not applicable to this sample" (and the remote protocol's null): that sample is undefined,
+    the others keep their values; it crashed the run on that rank (a float tensor cannot hold None)."""
+    from glm_grpo_ds.rewards import RewardSet
+
+    out = RewardSet([("p", 1.0, lambda images, prompts, samples: [1.0, None, 0.25])])(
+        torch.zeros(3, 3, 4, 4), ["a", "b", "c"], [{}] * 3
+    )
+    assert out["p"][0] == 1.0 and math.isnan(out["p"][1]) and out["p"][2] == 0.25
+
+
 def test_check_reward_specs_fails_before_building():
     from glm_grpo_ds.config import RewardSpec
     from glm_grpo_ds.rewards import RewardError, check_reward_specs
