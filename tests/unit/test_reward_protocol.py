@@ -136,3 +136,33 @@ def test_remote_reward_args_are_checked_before_anything_is_contacted(tmp_path):
         read_token(str(tmp_path / "tok"), "--token-file")
     (tmp_path / "tok").write_text("  s3cret\n")
     assert read_token(str(tmp_path / "tok"), "--token-file") == "s3cret"
+
+
+def test_requests_that_bring_the_same_new_target_at_once_all_get_it(tmp_path):
+    """The server writes each new target image once under its content's name: requests bringing the same one at the
+    same time each write a temporary file of their own (they shared one `.part` name, and all but one failed with an
+    unretried 500, their batch scored NaN)."""
+    from types import SimpleNamespace
+
+    from glm_grpo_ds.rewards.remote import serving
+
+    data = base64.b64encode(b"\x89PNG the same target, many times" * 5000).decode()
+    body = SimpleNamespace(target_images={"t": data}, samples=[{"target_image": "t"}], prompts=["a"])
+    for round_ in range(5):
+        where = tmp_path / str(round_)
+        where.mkdir()
+        start, errors = threading.Barrier(8), []
+
+        def request(where=where, start=start, errors=errors):
+            start.wait()
+            try:
+                serving._samples(body, where)
+            except OSError as err:
+                errors.append(err)
+
+        threads = [threading.Thread(target=request) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and [p.suffix for p in where.iterdir()] == [""], errors

@@ -22,6 +22,7 @@ import base64
 import binascii
 import hmac
 import logging
+import os
 import socket
 import tempfile
 from collections import deque
@@ -185,10 +186,10 @@ def _samples(body, target_dir: Path) -> list[dict]:
         except (binascii.Error, ValueError) as err:
             raise ValueError(f"target_images[{key!r}] is not base64 ({err})") from None
         path = target_dir / file_key(raw)
-        if not path.exists():
-            tmp = path.with_suffix(".part")
-            tmp.write_bytes(raw)
-            tmp.replace(path)
+        if not path.exists():  # a temporary file of this request's own: two requests may bring the same target
+            with tempfile.NamedTemporaryFile(dir=target_dir, suffix=".part", delete=False) as tmp:
+                tmp.write(raw)
+            os.replace(tmp.name, path)
         paths[key] = str(path)
     samples = body.samples if body.samples is not None else [{} for _ in body.prompts]
     out = []
