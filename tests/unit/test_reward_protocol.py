@@ -58,6 +58,27 @@ def test_request_body_sends_each_target_file_once_and_is_json(tmp_path):
     assert samples[0]["target_image"] == str(tmp_path / "t.png")  # the caller's rows are left alone
 
 
+def test_fields_json_cannot_hold_are_left_out_of_the_request_and_said_once(capsys):
+    """A Hub or Parquet prompt set's extra columns come as images, bytes, dates and NaN: the request carries what JSON
+    can (NaN as null, a date as its ISO text) and leaves the rest out, said once, instead of failing to encode every
+    batch (each then scored undefined, every step skipped)."""
+    import datetime
+
+    from PIL import Image
+
+    from glm_grpo_ds.runtime import log
+
+    log.setup("info", 0)
+    row = {"index": 0, "thumb": Image.new("RGB", (2, 2)), "raw": b"x", "score": float("nan"), "tags": ["a", 1.5]}
+    row["when"] = datetime.date(2026, 11, 30)
+    for _ in range(2):
+        body = request_body(torch.zeros(1, 3, 4, 4), ["a"], [row], lambda path: b"")
+        sent = json.loads(json.dumps(body, allow_nan=False))["samples"][0]
+    assert sent == {"index": 0, "score": None, "tags": ["a", 1.5], "when": "2026-11-30", "target_image": None}
+    err = capsys.readouterr().err
+    assert err.count("the prompt rows' fields thumb (Image), raw (bytes) cannot be sent as JSON") == 1, err
+
+
 def test_rewards_json_null_is_nan_and_float32_round_trips_exactly():
     values = torch.tensor([0.1, float("nan"), -3.3e-7, float("inf")], dtype=torch.float32)
     as_json = json.loads(json.dumps(rewards_to_json(values)))

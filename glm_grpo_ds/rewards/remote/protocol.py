@@ -21,12 +21,15 @@ per request whatever the number of samples sharing it) or null. With a token, ev
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import io
 import math
 from pathlib import Path
 
 import torch
+
+from ...runtime import log
 
 PROTOCOL = 1
 # zlib's fastest compressing level (every level is lossless): encoding is the client's main cost.
@@ -74,13 +77,53 @@ def file_key(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_NOT_JSON = object()
+
+
+def _as_json(value):
+    """``value`` as JSON carries it: NaN / inf -> null (as the rewards), a date or time -> its ISO text, lists and
+    string-keyed dicts of those; ``_NOT_JSON`` for what JSON cannot hold (an image, bytes, ...)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (list, tuple)):
+        items = [_as_json(v) for v in value]
+        return _NOT_JSON if any(v is _NOT_JSON for v in items) else items
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        items = {k: _as_json(v) for k, v in value.items()}
+        return _NOT_JSON if any(v is _NOT_JSON for v in items.values()) else items
+    return _NOT_JSON
+
+
+def _json_fields(sample: dict) -> dict:
+    """A row's fields as the request carries them; those JSON cannot hold (a Hub dataset's image column, bytes) are
+    left out, said once: the request would not encode otherwise, and every batch would score undefined."""
+    out, dropped = {}, []
+    for key, value in sample.items():
+        value = _as_json(value)
+        if value is _NOT_JSON:
+            dropped.append(f"{key} ({type(sample[key]).__name__})")
+        else:
+            out[key] = value
+    if dropped:
+        log.warning_once(
+            "remote-reward:fields",
+            f"glm-grpo: warning: remote reward: the prompt rows' fields {', '.join(dropped)} cannot be sent as JSON "
+            "and are left out of its requests (a field the server needs: give it as text or a number)",
+        )
+    return out
+
+
 def request_body(images: torch.Tensor, prompts: list[str], samples: list[dict], read_file) -> dict:
     """The ``/score`` JSON of a batch; ``read_file(path) -> bytes`` reads a sample's target image."""
     targets: dict[str, str] = {}
     out_samples = []
     for sample in samples:
-        sample = dict(sample)
         path = sample.get("target_image")
+        sample = _json_fields({k: v for k, v in sample.items() if k != "target_image"})
         if path:
             data = read_file(path)
             key = file_key(data)
