@@ -106,16 +106,9 @@ def adapter_deltas(adapter: Path) -> dict[str, torch.Tensor]:
 
 def kept_fraction(base: dict[str, torch.Tensor], deltas: dict[str, torch.Tensor]) -> tuple[float, float]:
     """(part of D a merge keeps, the merge's relative error) over all adapted linears together."""
-    from glm_grpo_ds.rollout.merged_lora import merged_weight
+    from glm_grpo_ds.rollout.merged_lora import kept_fraction as kept
 
-    dot = dd = err = 0.0
-    for name, d in deltas.items():
-        w = base[name]
-        got = merged_weight(w, d).float() - w.float()
-        dot += float((got * d).sum())
-        dd += float((d * d).sum())
-        err += float(((got - d) ** 2).sum())
-    return (dot / dd, (err / dd) ** 0.5) if dd > 0 else (float("nan"), float("nan"))
+    return kept((base[name], d) for name, d in deltas.items())
 
 
 @contextlib.contextmanager

@@ -14,9 +14,11 @@ directory or a Hub id (glm_grpo_ds/model/source.py: read from the Hugging Face c
 unless HF_HUB_OFFLINE=1). The merged AR is written in bf16 by default, the dtype GLM-Image is released
 and trained in (fp32 doubles its size; the merge itself is computed in fp32 either way).
 
-Memory: one copy of the base AR in ``--dtype`` plus the adapter (the merge is in place; nothing
-else is loaded). The output is written to ``OUT.tmp`` and renamed at the end, so an interrupted
-merge never leaves a half-written pipeline at ``OUT``.
+Memory: one fp32 copy of the base AR (~41 GB at GLM-Image's size) plus the adapter (the merge is in place;
+nothing else is loaded). Cast to bf16, an adapter's change much smaller than bf16's spacing of the base weights
+rounds away: the merge measures the share it keeps and says so below 90 % (``--dtype fp32`` keeps it all).
+The output is written to ``OUT.tmp`` and renamed at the end, so an interrupted merge never leaves a half-written
+pipeline at ``OUT``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..model.adapters import check_adapters, find_adapter
 from ..model.glm_image import AR_DIR, DTYPES
 from ..model.policy import load_ar
 from ..model.source import resolve_model
+from ..rollout.merged_lora import kept_fraction, lora_delta, lora_layers
 from ..runtime.file_modes import follow_umask
 from ..sharing.merged_card import write_merged_card
 from .cli import parser_for
@@ -42,6 +45,9 @@ class MergeConfig:
     """``glm-grpo merge``: LoRA adapter -> merged GlmImagePipeline."""
 
     dtype: str = "bf16"  # dtype of the merged AR weights: bf16 | fp32 | fp16
+
+
+KEPT_WARNING = 0.9  # below this share of the adapter's change kept by the cast, the merge says so
 
 
 def _from_checkpoint(model, ckpt: Path):
@@ -63,7 +69,7 @@ def _from_checkpoint(model, ckpt: Path):
             f"{ckpt}: {len(missing)} checkpoint parameters do not exist in the base model (e.g. {missing[0]})"
         )
     model.load_state_dict(weights, strict=False)
-    return model.merge_and_unload() if state["lora"] else model
+    return model
 
 
 def merge_adapter(
@@ -86,7 +92,9 @@ def merge_adapter(
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new --out directory")
     tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
+    if tmp.exists():  # an interrupted merge's (a pipeline directory, or empty), else someone else's: left alone
+        if not tmp.is_dir() or not ((tmp / "model_index.json").is_file() or not any(tmp.iterdir())):
+            raise FileExistsError(f"{tmp} exists and is not an earlier merge's; move it away or choose another --out")
         shutil.rmtree(tmp)
     # consolidate / merge in fp32, then cast: merging in bf16 would round the base weights twice
     model = load_ar(base, DTYPES["fp32"])
@@ -96,10 +104,23 @@ def merge_adapter(
         warning = check_adapters([str(adapter_dir)], model, source.adapter_base(), "the adapter")[0]
         if warning:
             print(warning, file=sys.stderr)
-        merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+        model = PeftModel.from_pretrained(model, adapter_dir)
     else:
-        merged = _from_checkpoint(model, src)
-    merged = merged.to(DTYPES[dtype])
+        model = _from_checkpoint(model, src)  # a LoRA checkpoint's adapter on the AR, or a full fine-tuning's AR
+    if hasattr(model, "merge_and_unload"):
+        # the share of the adapter's change the cast keeps (at GLM-Image's widths and lr 1e-5, bf16 kept 4 % after 1
+        # step and 28 % after 40: benchmarks/merge_drift.py)
+        pairs = ((w.to(DTYPES[dtype]), lora_delta(m)) for _, m, w in lora_layers(model))
+        share = kept_fraction(pairs)[0]
+        if share < KEPT_WARNING:
+            print(
+                f"glm-grpo merge: warning: the {dtype} weights keep {share:.0%} of the adapter's change (the rest "
+                f"rounds away at {dtype}'s spacing of the base weights): --dtype fp32 keeps all of it (twice the "
+                "size), or sample the adapter unmerged (glm-grpo render --adapter)",
+                file=sys.stderr,
+            )
+        model = model.merge_and_unload()
+    merged = model.to(DTYPES[dtype])
     shutil.copytree(base, tmp, ignore=lambda d, names: [AR_DIR] if Path(d) == base else [])
     merged.save_pretrained(tmp / AR_DIR, safe_serialization=True)
     follow_umask(tmp / AR_DIR)  # safetensors writes 0600; the copied components keep the base's modes

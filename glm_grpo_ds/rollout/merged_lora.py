@@ -75,6 +75,19 @@ def merged_weight(weight: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     return (weight.float() + delta).to(weight.dtype)
 
 
+def kept_fraction(pairs) -> tuple[float, float]:
+    """Over ``(weight, delta)`` pairs together, with ``got = merged_weight(W, D) - W``: the part of the deltas a merge
+    keeps, ``<got, D> / |D|^2``, and its relative error ``|got - D| / |D|`` (NaN, NaN without a delta). A delta much
+    smaller than the spacing of W's dtype rounds back to W: kept 0."""
+    dot = dd = err = 0.0
+    for w, d in pairs:
+        got = merged_weight(w, d).float() - w.float()
+        dot += float((got * d).sum())
+        dd += float((d * d).sum())
+        err += float(((got - d) ** 2).sum())
+    return (dot / dd, (err / dd) ** 0.5) if dd > 0 else (float("nan"), float("nan"))
+
+
 def lora_delta(module) -> torch.Tensor:
     """``scale * B @ A`` of the module's active adapters, in fp32 (peft's own ``get_delta_weight``)."""
     total = None
