@@ -25,7 +25,7 @@ from pathlib import Path
 from ..config import ConfigError
 from ..config.fields import is_repo_id
 from ..sharing.card_parts import CARD, is_ours
-from ..sharing.hub import prepare_repo, upload
+from ..sharing.hub import prepare_repo, short_error, upload
 from ..sharing.model_card import CHECKPOINT_PREFIX, write_run_card
 from .cli import parser_for
 
@@ -51,9 +51,11 @@ def _checkpoint_adapters(out: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def _ensure_card(out: Path, weights: Path, step: int | None) -> None:
-    if not is_ours(weights / CARD):
-        write_run_card(out, weights, step)
+def _ensure_card(out: Path, weights: Path, step: int | None, target: dict, elsewhere: bool) -> None:
+    """A card of ours for ``weights``, written when missing, or when the upload goes ``elsewhere`` than the run's
+    ``hub`` section said (its card would name a local path, another repo or no subfolder / revision)."""
+    if elsewhere or not is_ours(weights / CARD):
+        write_run_card(out, weights, step, hub=target)
         print(f"wrote the model card {weights / CARD}")
 
 
@@ -80,8 +82,12 @@ def push_run(output_dir, repo_id=None, private=None, revision=None, checkpoints=
         jobs += [
             (adapter, step, f"{CHECKPOINT_PREFIX}/{adapter.parent.name}") for step, adapter in _checkpoint_adapters(out)
         ]
+    target = dict(hub, repo_id=repo_id, revision=revision, push_checkpoints=checkpoints)
+    elsewhere = any(target[k] != hub.get(k) for k in ("repo_id", "revision")) or checkpoints != hub.get(
+        "push_checkpoints", False
+    )
     for folder, step, _ in jobs:
-        _ensure_card(out, folder, step)
+        _ensure_card(out, folder, step, target, elsewhere)
     api = HfApi()
     url = prepare_repo(api, repo_id, private, revision)
     failed = 0
@@ -91,9 +97,7 @@ def push_run(output_dir, repo_id=None, private=None, revision=None, checkpoints=
             commit = upload(api, repo_id, folder, path_in_repo, revision, message)
         except Exception as err:  # report each failure and go on with the others
             failed += 1
-            print(
-                f"glm-grpo push: uploading {folder} to {repo_id} failed ({type(err).__name__}: {err})", file=sys.stderr
-            )
+            print(f"glm-grpo push: uploading {folder} to {repo_id} failed ({short_error(err)})", file=sys.stderr)
             continue
         where = f"{url}/tree/{revision or 'main'}/{path_in_repo}" if path_in_repo else url
         print(f"uploaded {folder} to {where}: {commit}")

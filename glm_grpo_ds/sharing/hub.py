@@ -61,7 +61,8 @@ def hub_requests():
         constants.HF_HUB_OFFLINE = before
 
 
-def _short(err: BaseException) -> str:
+def short_error(err: BaseException) -> str:
+    """``Type: first line`` of an error: huggingface_hub's HTTP errors carry blank lines and the server's text."""
     lines = [line for line in str(err).splitlines() if line.strip()]
     return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
@@ -84,7 +85,7 @@ def prepare_repo(api, repo_id: str, private: bool, revision: str | None) -> str:
                 api.create_branch(repo_id, branch=revision, exist_ok=True)
     except Exception as err:  # HTTP errors, refused names, and the HTTP client's connection errors alike
         raise HubError(
-            f"hub.repo_id={repo_id}: cannot create or reach the repo on {api.endpoint} ({_short(err)}); check the "
+            f"hub.repo_id={repo_id}: cannot create or reach the repo on {api.endpoint} ({short_error(err)}); check the "
             f"token's write access to {repo_id.split('/')[0]} and the network (HF_ENDPOINT), {fix}"
         ) from None
     if private and info.private is False:
@@ -192,7 +193,7 @@ class Publisher:
         except Exception as err:  # whatever the cause (network, auth, server), the run and its files go on
             self.failed.append(path_in_repo or folder.name)
             log.warning(
-                f"glm-grpo: warning: uploading {folder} to the Hub repo {where} failed ({_short(err)}); the local "
+                f"glm-grpo: warning: uploading {folder} to the Hub repo {where} failed ({short_error(err)}); the local "
                 f"files are complete; retry with `glm-grpo push {self.out}`"
             )
             return

@@ -97,13 +97,15 @@ def _where(hub: dict, weights: Path, step: int | None) -> tuple[str, str]:
     return (hub["repo_id"] if uploaded else str(weights.resolve())), extra
 
 
-def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: int | None = None, curve=True):
+def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: int | None = None, curve=True, hub=None):
     """The ``ModelCard`` of ``weights_dir`` (an adapter or a full model) written by the run in
-    ``run_dir``; ``step``: a checkpoint's card (results up to that step)."""
+    ``run_dir``; ``step``: a checkpoint's card (results up to that step); ``hub``: where the weights are uploaded
+    (``repo_id``, ``revision``, ``push_checkpoints``; default: the run's ``hub`` section; ``glm-grpo push`` with
+    options of its own passes those)."""
     run, weights = Path(run_dir), Path(weights_dir)
     saved = json.loads((run / "config.json").read_text(encoding="utf-8"))
     cfg, ds = saved["train"], saved.get("deepspeed", {})
-    hub = cfg.get("hub") or {}
+    hub = (cfg.get("hub") or {}) if hub is None else hub
     base, random_name, hub_id, revision = _base(saved)
     is_adapter = (weights / "adapter_config.json").is_file()
     labels = reward_labels(cfg["rewards"])
@@ -158,9 +160,9 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     )
 
 
-def write_run_card(run_dir, weights_dir, step: int | None = None) -> Path:
+def write_run_card(run_dir, weights_dir, step: int | None = None, hub: dict | None = None) -> Path:
     """Write ``weights_dir/README.md`` (replacing peft's blank template) and, for the final weights
-    (``step`` None), ``reward_curve.png`` beside it. Returns the card's path."""
+    (``step`` None), ``reward_curve.png`` beside it; ``hub``: as :func:`run_card`. Returns the card's path."""
     path = Path(weights_dir) / CARD
-    run_card(run_dir, weights_dir, step, curve=step is None).save(path)
+    run_card(run_dir, weights_dir, step, curve=step is None, hub=hub).save(path)
     return path

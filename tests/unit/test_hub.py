@@ -267,6 +267,28 @@ def test_failed_upload_keeps_local_files_and_exits_4(tmp_path, hub_env, caplog, 
     assert set(hub.files("me/run")) == ROOT_FILES
 
 
+def test_push_elsewhere_than_the_run_said_uploads_cards_that_point_there(tmp_path, hub_env, capsys):
+    """A run trained without hub.repo_id has cards that load from its local folder: `glm-grpo push --repo-id
+    --revision --checkpoints` rewrites them for where the weights go (the repo, the branch, each checkpoint's
+    subfolder), not a reader's copy of /scratch paths; an upload that fails is one line."""
+    from glm_grpo_ds.commands.push import main as push_main
+
+    hub = hub_env()
+    out, _ = make_run(tmp_path)
+    write_run_card(out, out / "final_adapter")
+    assert str((out / "final_adapter").resolve()) in (out / "final_adapter" / "README.md").read_text()
+    assert push_main([str(out), "--repo-id", "me/other", "--revision", "v1", "--checkpoints"]) == 0
+    files = hub.files("me/other", revision="v1")
+    card, ckpt_card = files["README.md"].decode(), files["checkpoints/step_000010/README.md"].decode()
+    assert '"me/other"' in card and 'revision="v1"' in card and "# me/other" in card and str(out) not in card
+    assert 'subfolder="checkpoints/step_000010"' in ckpt_card and str(out) not in ckpt_card
+    capsys.readouterr()
+    hub.fail_commits = True
+    assert push_main([str(out), "--repo-id", "me/other"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"glm-grpo push: uploading {out / 'final_adapter'} to me/other failed")
+
+
 def test_repo_checks(tmp_path, hub_env, monkeypatch):
     from huggingface_hub import HfApi
 
