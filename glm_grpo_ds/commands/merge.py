@@ -6,7 +6,8 @@
 ``--adapter`` is a peft adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``),
 e.g. a run's ``final_adapter/``, or a checkpoint directory (``output_dir/checkpoints/step_N``): its
 exported ``adapter/`` is used, and without one the trainable parameters are consolidated from the
-checkpoint's ZeRO shards - which is also how full fine-tuning checkpoints become a pipeline. The
+checkpoint's ZeRO shards - which is also how full fine-tuning checkpoints become a pipeline; a full
+fine-tuning run's ``final_model/`` (the AR itself) takes the base AR's place as it is. The
 output is a complete ``GlmImagePipeline`` directory: the AR (``vision_language_encoder/``) with the
 adapter merged into its weights, every other component copied unchanged, so
 ``GlmImagePipeline.from_pretrained(OUT)`` works as for the base model. ``--base`` is a pipeline
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from ..model.adapters import check_adapters, find_adapter
 from ..model.glm_image import AR_DIR, DTYPES
-from ..model.policy import load_ar
+from ..model.policy import is_ar_dir, load_ar
 from ..model.source import resolve_model
 from ..rollout.merged_lora import kept_fraction, lora_delta, lora_layers
 from ..runtime.file_modes import follow_umask
@@ -85,9 +86,8 @@ def merge_adapter(
     base = source.path
     src = Path(adapter)
     is_checkpoint = (src / "trainer_state.json").is_file() and (src / "ds").is_dir()
-    adapter_dir = (
-        None if is_checkpoint and not (src / "adapter" / "adapter_config.json").is_file() else find_adapter(src)
-    )
+    bare = is_checkpoint and not (src / "adapter" / "adapter_config.json").is_file()
+    adapter_dir = None if bare or is_ar_dir(src) else find_adapter(src)  # none: a checkpoint's shards or an AR
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new --out directory")
@@ -97,8 +97,11 @@ def merge_adapter(
             raise FileExistsError(f"{tmp} exists and is not an earlier merge's; move it away or choose another --out")
         shutil.rmtree(tmp)
     # consolidate / merge in fp32, then cast: merging in bf16 would round the base weights twice
-    model = load_ar(base, DTYPES["fp32"])
-    if adapter_dir is not None:
+    full_model = is_ar_dir(src)  # a full fine-tuning's final_model/: the AR as it is, in the base's place
+    model = load_ar(src if full_model else base, DTYPES["fp32"])
+    if full_model:
+        pass
+    elif adapter_dir is not None:
         # a shape that does not fit: one line before peft's traceback; another base: a warning (merging an
         # adapter into the wrong base of the same shapes is allowed, but said)
         warning = check_adapters([str(adapter_dir)], model, source.adapter_base(), "the adapter")[0]
@@ -133,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     p = parser_for("merge")
     p.add_argument("--base", required=True, help="the base GlmImagePipeline: a directory or a Hub id (org/name)")
     p.add_argument("--revision", default=None, help="Hub revision of --base (commit, branch or tag; default main)")
-    p.add_argument("--adapter", required=True, help="peft adapter directory (a run's final_adapter/)")
+    p.add_argument(
+        "--adapter",
+        required=True,
+        help="a run's final_adapter/ (a peft adapter), a checkpoint directory, or a full fine-tuning's final_model/",
+    )
     p.add_argument("--out", required=True, help="new pipeline directory to write")
     p.add_argument(
         "--dtype", choices=sorted(DTYPES), default=MergeConfig().dtype, help="dtype of the merged AR weights"

@@ -50,8 +50,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "merge a LoRA adapter into GLM-Image and write a pipeline directory",
         usage="glm-grpo merge --base DIR\\|ID [--revision R] --adapter PATH --out DIR [--dtype bf16\\|fp32\\|fp16]",
         doc=(
-            "merge an adapter (or a checkpoint) into a complete GlmImagePipeline directory; the AR is written "
-            "in bf16 unless `--dtype` says otherwise with a model card "
+            "merge an adapter (or a checkpoint, or a full fine-tuning's `final_model/`) into a complete "
+            "GlmImagePipeline directory with a model card; the AR is written in bf16 unless `--dtype` says otherwise, "
+            "and a cast that keeps under 90 % of the adapter's change says so "
             "([checkpoints.md](checkpoints.md#merging-and-shipping))"
         ),
         example="glm-grpo merge --base zai-org/GLM-Image --adapter outputs/run/final_adapter --out outputs/run/merged",

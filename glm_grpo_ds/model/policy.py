@@ -28,27 +28,39 @@ from .random_weights import build_ar, spec_of
 from .source import resolve_model
 
 
+def is_ar_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is an AR's own directory (``save_pretrained`` of the AR: config.json and safetensors), not
+    a pipeline's."""
+    p = Path(path)
+    return (p / "config.json").is_file() and any(p.glob("*.safetensors")) and not (p / "model_index.json").exists()
+
+
 def load_ar(
     path: str | os.PathLike,
     dtype: str | torch.dtype = "fp32",
     attn_implementation: str = "sdpa",
     trust_remote_code: bool = False,
 ):
-    """Load the AR of a pipeline directory, in eval mode (the one place that calls from_pretrained). A ``random:``
-    model's configs directory: built with random weights instead, on this process's GPU when there is one
-    (glm_grpo_ds/model/random_weights.py)."""
+    """Load the AR of a pipeline directory, in eval mode (the one place that calls from_pretrained); an AR's own
+    directory (a full fine-tuning run's ``final_model/``: its ``config.json`` and weights, no pipeline) is read as
+    it is. A ``random:`` model's configs directory: built with random weights instead, on this process's GPU when
+    there is one (glm_grpo_ds/model/random_weights.py)."""
     from transformers import GlmImageForConditionalGeneration
 
     if isinstance(dtype, str):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         dtype = DTYPES[dtype]
-    root = check_pipeline_dir(path)
+    if is_ar_dir(path):
+        root, ar_dir = Path(path), Path(path)
+    else:
+        root = check_pipeline_dir(path)
+        ar_dir = root / AR_DIR
     spec = spec_of(root)
     if spec is not None:
         return build_ar(root, spec, dtype, attn_implementation)
     model = GlmImageForConditionalGeneration.from_pretrained(
-        root / AR_DIR,
+        ar_dir,
         dtype=dtype,
         attn_implementation=attn_implementation,
         trust_remote_code=trust_remote_code,

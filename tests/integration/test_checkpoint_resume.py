@@ -236,9 +236,12 @@ def test_full_finetuning_checkpoint_exports_a_pipeline(tiny_model_dir, tmp_path,
     assert_no_frozen_parameters(out / "checkpoints" / "step_000001" / "ds")  # vision tower and VQ model stay out
     merged = _merge(tiny_model_dir, out / "checkpoints" / "step_000001", tmp_path / "pipe", capfd)
     trained = load_file(out / "final_model" / "model.safetensors")
-    assert set(trained) == set(merged)
+    # the run's final_model/ itself (the AR, no adapter): the same pipeline, with no checkpoint needed
+    from_final = _merge(tiny_model_dir, out / "final_model", tmp_path / "pipe_final", capfd)
+    assert set(trained) == set(merged) == set(from_final)
     for k in trained:
         torch.testing.assert_close(merged[k], trained[k], rtol=0, atol=0)
+        torch.testing.assert_close(from_final[k], trained[k], rtol=0, atol=0)
     pipe = GlmImagePipeline.from_pretrained(tmp_path / "pipe")
     pipe.set_progress_bar_config(disable=True)
     img = pipe(
