@@ -214,6 +214,7 @@ class _Hall:
         """Resume or start fresh (lifecycle/run.py decides, before any model loads), then the run's log file,
         rank 0's background worker and the model cards' publisher (hub.repo_id checked now)."""
         self.data_fingerprint = resume.data_fingerprint(self.cfg.data.train_file, rows)
+        storage.check_same_data(self.data_fingerprint, "data.train_file")  # node-local copies that differ
         stage = zero_stage(self.ds_config)
         start = decide_start(self.out, resume_path, self.cfg, self.world, stage, self.data_fingerprint, self.rank)
         run_log.open_file(self.out, self.rank)  # library output: logs/rank_<r>.log (what was held back first)

@@ -27,6 +27,7 @@ import socket
 import time
 from pathlib import Path
 
+from ..data.rows import DataError
 from ..ds import dist
 from . import checkpoint
 from .checkpoint import CheckpointError, OutputDirError
@@ -177,3 +178,26 @@ def open_output_dir(output_dir, resume_from: str | None, rank: int) -> tuple[Pat
     resume = agree(reports, out)
     check_shared(out, rank)
     return out, resume
+
+
+def data_disagreement(prints: list[dict], hosts: list[str], key: str) -> str | None:
+    """The line refusing ranks that read different prompt sets (``prints[r]``: rank r's data fingerprint,
+    lifecycle/resume.py), None when every rank read rank 0's: each rank computes every rank's prompts from its own
+    copy (data/prompt_order.py), so copies that differ repeat and skip prompts without a word."""
+    odd = [r for r, p in enumerate(prints) if (p["rows"], p["sha256"]) != (prints[0]["rows"], prints[0]["sha256"])]
+    if not odd:
+        return None
+    first = prints[odd[0]]
+    return (
+        f"{key} {prints[0]['source']} is not the same prompt set on every rank: {describe_ranks(odd, hosts)} read "
+        f"{first['rows']} prompts (sha256 {first['sha256'][:12]}), rank 0 on {hosts[0]} {prints[0]['rows']} "
+        f"(sha256 {prints[0]['sha256'][:12]}); put it on storage every node reads alike, or the same copy on each"
+    )
+
+
+def check_same_data(fingerprint: dict, key: str) -> None:
+    """Refuse, on every rank alike, prompt sets that differ between ranks (collective; :func:`data_disagreement`)."""
+    seen = dist.all_gather_object((socket.gethostname(), fingerprint))
+    refused = data_disagreement([p for _, p in seen], [h for h, _ in seen], key)
+    if refused:
+        raise DataError(refused)

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from glm_grpo_ds.data import DataError
 from glm_grpo_ds.lifecycle import checkpoint, storage
 from glm_grpo_ds.lifecycle.checkpoint import CheckpointError, OutputDirError
 from glm_grpo_ds.runtime.ports import free_port
@@ -150,3 +151,43 @@ def test_a_rank_other_than_0_creates_the_checkpoint_directories_it_writes(tmp_pa
     tmp = tmp_path / checkpoint.CHECKPOINTS / "step_000003.tmp"
     assert (tmp / "rng" / "rank_1.pt").is_file() and (tmp / "ds" / "mp_rank_00_model_states.pt").is_file()
     assert not (tmp_path / checkpoint.CHECKPOINTS / checkpoint.LATEST).exists()  # rank 0 completes a checkpoint
+
+
+def test_ranks_that_read_different_prompt_sets_are_named_in_one_line():
+    prints = [{"source": "/data/p.jsonl", "rows": 1000, "sha256": "a" * 64}] * 8
+    prints += [{"source": "/data/p.jsonl", "rows": 998, "sha256": "b" * 64}] * 8
+    hosts = ["node-a"] * 8 + ["node-b"] * 8
+    assert storage.data_disagreement(prints[:8], hosts, "data.train_file") is None
+    assert storage.data_disagreement(prints, hosts, "data.train_file") == (
+        "data.train_file /data/p.jsonl is not the same prompt set on every rank: ranks 8-15 on node-b read 998 "
+        "prompts (sha256 bbbbbbbbbbbb), rank 0 on node-a 1000 (sha256 aaaaaaaaaaaa); put it on storage every node "
+        "reads alike, or the same copy on each"
+    )
+
+
+def _data_rank(rank, port, results):
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        storage.check_same_data({"source": "p.txt", "rows": 4 + rank, "sha256": str(rank)}, "data.train_file")
+        results.put((rank, None))
+    except DataError as err:
+        results.put((rank, str(err)))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_two_ranks_with_different_copies_of_the_prompts_both_stop():
+    """Each rank computes every rank's prompts from its own copy: two copies that differ (a node-local file) would
+    repeat and skip prompts in silence; both ranks stop with the same line before any model loads."""
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_data_rank, args=(r, port, results)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    try:
+        got = dict(results.get(timeout=120) for _ in range(2))
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+    assert got[0] == got[1] and got[0].startswith("data.train_file p.txt is not the same prompt set on every rank")
