@@ -164,9 +164,14 @@ def group_win_rates(rewards: torch.Tensor, group_size: int, tie: float = 0.0) ->
 
 
 def impute_group_mean(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """NaN -> mean of the defined values of its group (stays NaN if the group has none)."""
+    """NaN -> mean of the defined values of its group (stays NaN if the group has none); a group whose defined
+    values are all equal takes that value itself: its float32 mean can be 1 ulp off it ((c + c + c) / 3 != c for
+    c = 0.003), which a win rate with rank_tie_tolerance 0 turns into advantages of +-1 in a group that teaches
+    nothing."""
     g = groups(rewards, group_size)
-    return torch.where(g.valid, g.rewards, g.mean.expand_as(g.rewards)).reshape(-1)
+    top = torch.where(g.valid, g.rewards, torch.full_like(g.rewards, float("-inf"))).amax(dim=1, keepdim=True)
+    fill = torch.where(g.constant & (g.count > 0), top, g.mean)
+    return torch.where(g.valid, g.rewards, fill.expand_as(g.rewards)).reshape(-1)
 
 
 def weighted_total(per_reward: dict[str, torch.Tensor], weights: dict[str, float], group_size: int) -> torch.Tensor:

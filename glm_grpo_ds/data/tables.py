@@ -18,6 +18,7 @@ Row numbers in messages count from 0, like ``dataset[i]`` and the row indices of
 from __future__ import annotations
 
 import io
+import re
 from functools import cached_property
 from pathlib import Path
 
@@ -52,6 +53,12 @@ def load_table(source: str, local: Path, key: str, keys, split: str, split_key: 
         cause = err.__cause__ or err
         if "corresponds to no data" in str(cause):  # datasets' words for a file without rows
             raise DataError(f'{key} {source} holds no prompts; add rows with a "{keys[0]}" column') from None
+        configs = re.search(r"available configs: (\[.*?\])", str(cause))
+        if configs:  # a dataset of several configs: datasets' first line ("Config name is missing.") names no fix
+            raise DataError(
+                f"{key} {source} holds several configs {configs.group(1)} and is read as one dataset: save the one to "
+                f"train on (datasets.load_dataset(PATH, NAME).save_to_disk(DIR)) and give that directory"
+            ) from None
         reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise DataError(f"{key} {source} cannot be read as a dataset ({type(cause).__name__}: {reason})") from None
     if isinstance(loaded, datasets.DatasetDict):

@@ -189,10 +189,21 @@ def _unknown_suffix(tmp):
     return tmp / "p.tsv", r"^data.train_file p.tsv must end in .txt, .jsonl, .parquet, .csv, .json, or be a dataset"
 
 
+def _several_configs(tmp):
+    """A dataset directory (a Hub dataset's layout) of two configs and no default: datasets' own first line was
+    "Config name is missing.", naming neither the configs nor a fix."""
+    (tmp / "ds").mkdir()
+    for name in "ab":
+        (tmp / "ds" / f"{name}.jsonl").write_text('{"prompt": "a cat"}\n')
+    configs = "".join(f"- config_name: {n}\n  data_files: {n}.jsonl\n" for n in "ab")
+    (tmp / "ds" / "README.md").write_text(f"---\nconfigs:\n{configs}---\n")
+    return tmp / "ds", r"^data.train_file ds holds several configs \['a', 'b'\] and is read as one dataset: save"
+
+
 @pytest.mark.parametrize(
     "case",
     [_empty_prompt, _null_prompt, _missing_column, _missing_target, _bad_image_bytes, _wrong_types, _empty, _unreadable]
-    + [_unknown_suffix],
+    + [_unknown_suffix, _several_configs],
 )
 def test_errors_are_one_line_with_the_row(tmp_path, monkeypatch, case):
     monkeypatch.chdir(tmp_path)  # relative names, as a user writes them

@@ -28,7 +28,8 @@ def test_flagged_exactly_where_every_advantage_is_zero(combination, scale):
     a[:8], b[:8] = 0.25, 0.75  # groups 0-1 dead
     a[8:12] = 0.5  # group 2: a constant, b varies
     b[16:20] = NAN  # group 4: b undefined, a varies
-    a[20:24], b[20:24] = torch.tensor([1.0, NAN, 1.0, 1.0]), 2.0  # group 5: dead with a hole
+    # group 5: dead with a hole; 0.003 is a value whose float32 mean of three is 1 ulp off it
+    a[20:24], b[20:24] = torch.tensor([0.003, NAN, 0.003, 0.003]), 0.0
     per_reward = {"a": a, "b": b}
     advantages, _ = combine_advantages(per_reward, {"a": 1.0, "b": 0.5}, 4, combination, scale)
     zero = (advantages.view(-1, 4) == 0).all(dim=1)
