@@ -46,6 +46,11 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
         "the completion is an image's tokens: rollout.height x rollout.width / 32^2 of them, plus the preview grid",
     ),
     "reward_weights": ("rewards", "each reward's weight: rewards: [{name: ..., weight: ...}]"),
+    "multi_objective_aggregation": (
+        "grpo.reward_combination",
+        "sum_then_normalize is TRL's; our normalize_then_sum is the weighted sum of each reward's group advantages, "
+        "where TRL's (GDPO) normalises that sum over the batch again: ours keeps the weights' scale",
+    ),
     "temperature": ("grpo.sampling.temperature", "the rollout's sampling temperature"),
     "top_k": ("grpo.sampling.top_k", "the rollout's top-k"),
     "top_p": ("grpo.sampling.top_p", "the rollout's top-p"),

@@ -166,6 +166,25 @@ def test_slow_server_is_retried_then_the_batch_is_undefined_and_warned_once(caps
     assert err.count("reward remote-slow raised RemoteRewardError") == 1 and "its 4 samples are undefined" in err
 
 
+def test_a_request_whose_client_timed_out_is_not_scored_and_its_retry_adds_no_work(capsys):
+    """A client times out and retries while the server is busy: the attempt it gave up on is dropped from the queue
+    (its connection closed), so a slow server scores each batch once, not once per attempt. The reward is held on a
+    gate (no timing assumption); a later request's call shows what ran between."""
+    gate = threading.Event()
+    app = build_app(SlowMean(gate=gate), "slow", None, max_batch=8, max_wait_s=0.0, device="cpu", token=None)
+    with serve_in_thread(app) as (url, _):
+        batcher = app.state.batcher
+        remote = build_reward("remote", {"url": url, "timeout_s": 0.5, "retries": 1, "backoff_s": 0.05})
+        with pytest.raises(RemoteRewardError, match="timed out, after 1 retries"):
+            remote(torch.rand(2, 3, 8, 8), ["a", "b"], [{}, {}])  # attempt 1 runs (held), attempt 2 queues
+        _wait_for(lambda: len(batcher.calls) == 1 and all(job.future.done() for job in list(batcher.queue._queue)))
+        gate.set()
+        later = build_reward("remote", {"url": url, "timeout_s": 20, "retries": 0})
+        assert later(torch.rand(3, 3, 8, 8), ["c"] * 3, [{}] * 3).shape == (3,)
+        calls = list(batcher.calls)
+    assert calls == [2, 3]  # the held call and the later request: the retry of the first was never scored
+
+
 def test_a_server_back_within_the_retries_scores_the_batch():
     from glm_grpo_ds.rewards.remote.serving import bind
 

@@ -171,12 +171,15 @@ def _late_rank(rank, port, results):
     import deepspeed
     from deepspeed.utils import groups
 
+    from glm_grpo_ds.ds.process_group import this_environments_ninja
+
     env = dict(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     env["DS_ACCELERATOR"] = "cpu"
     os.environ.update({k: str(v) for k, v in env.items()})
     timeout = datetime.timedelta(seconds=1)
     dist.every_group_waits(timeout)
-    deepspeed.init_distributed(dist_backend="gloo", verbose=False, timeout=timeout)
+    with this_environments_ninja():  # the CPU op make setup built, loaded, not rebuilt by another ninja (~40 s)
+        deepspeed.init_distributed(dist_backend="gloo", verbose=False, timeout=timeout)
     try:
         group = groups._clone_world_group()
         if rank == 1:

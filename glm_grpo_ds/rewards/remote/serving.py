@@ -91,11 +91,15 @@ class Batcher:
         while True:
             first = carry or await self.queue.get()
             carry = None
+            if first.future.done():  # its request was cancelled (the client hung up): not scored
+                continue
             if self.max_wait_s > 0 and self.queue.empty():
                 await asyncio.sleep(self.max_wait_s)  # let concurrent requests join this call
             jobs, n = [first], first.images.shape[0]
             while n < self.max_batch and not self.queue.empty():
                 job = self.queue.get_nowait()
+                if job.future.done():
+                    continue
                 if job.size != first.size or n + job.images.shape[0] > self.max_batch:
                     carry = job  # the next call starts with it
                     break
@@ -238,9 +242,27 @@ def decode_request(body: ScoreRequest, target_dir: Path) -> tuple[torch.Tensor, 
     return (torch.stack(images) if images else torch.empty(0, 3, 1, 1, dtype=torch.uint8)), samples
 
 
+# How often a request waiting for its scores checks that its client is still there.
+DISCONNECT_POLL_S = 0.1
+
+
+async def _unless_gone(scoring, request):
+    """``await scoring``, or None once the client has disconnected (a client's timeout): the scoring is cancelled,
+    so its jobs still queued are dropped (Batcher.run). A client that retries after a timeout would otherwise queue
+    the same batch once per attempt, multiplying the work of a server that was already too slow."""
+    task = asyncio.ensure_future(scoring)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            return None
+
+
 def build_app(fn: Callable, label: str, need: SampleNeed | None, max_batch: int, max_wait_s: float, device, token):
     """The FastAPI application serving reward ``fn`` (named ``label``) on ``device``."""
-    from fastapi import FastAPI, HTTPException
+    from fastapi import FastAPI, HTTPException, Request, Response
     from starlette.concurrency import run_in_threadpool
 
     @asynccontextmanager
@@ -269,8 +291,7 @@ def build_app(fn: Callable, label: str, need: SampleNeed | None, max_batch: int,
     def health() -> dict:
         return health_body(label, need, max_batch, token_required=bool(token))
 
-    @app.post("/score", response_model=ScoreResponse, dependencies=auth)
-    async def score(body: ScoreRequest) -> dict:
+    async def score(body: ScoreRequest, request):
         try:
             images, samples = await run_in_threadpool(decode_request, body, app.state.target_dir)
         except ValueError as err:
@@ -278,10 +299,15 @@ def build_app(fn: Callable, label: str, need: SampleNeed | None, max_batch: int,
         if images.shape[0] == 0:
             return {"rewards": []}
         try:
-            values = await app.state.batcher.score(images, body.prompts, samples)
+            values = await _unless_gone(app.state.batcher.score(images, body.prompts, samples), request)
+            if values is None:  # the client timed out and hung up: its queued images are not scored
+                return Response(status_code=499)
         except Exception as err:  # noqa: BLE001 - the reward's own failure goes back to the client
             msg = " ".join(str(err).split()) or type(err).__name__
             raise HTTPException(500, f"reward {label} raised {type(err).__name__}: {msg}") from None
         return {"rewards": rewards_to_json(values)}
 
+    # this module's annotations are strings, resolved in its globals, where the optional fastapi is not imported
+    score.__annotations__["request"] = Request
+    app.post("/score", response_model=ScoreResponse, dependencies=auth)(score)
     return app
