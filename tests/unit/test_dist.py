@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gloo_ranks import two_gloo_ranks  # noqa: E402  (tests/gloo_ranks.py)
 
 from glm_grpo_ds.ds import dist
 from glm_grpo_ds.observability.metrics import step_record
@@ -197,19 +198,5 @@ def _late_rank(rank, port, results):
 def test_deepspeeds_own_groups_time_out_after_dist_timeout_minutes():
     """dist_timeout_minutes holds on the groups DeepSpeed creates itself, not only the world group: they took torch's
     default (NCCL 10 min, gloo 30), so a reduction in the update aborted at 10 minutes whatever the setting said."""
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_late_rank, args=(r, port, results)) for r in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        got = {rank: (err, waited) for rank, err, waited in (results.get(timeout=120) for _ in range(2))}
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+    got = {rank: (err, waited) for rank, err, waited in two_gloo_ranks(_late_rank)}
     assert got[0][0] == "timed out" and got[0][1] < 3.5, got

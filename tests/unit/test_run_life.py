@@ -9,6 +9,7 @@ import json
 import logging
 
 import pytest
+from gloo_ranks import two_gloo_ranks  # noqa: E402  (tests/gloo_ranks.py)
 
 from glm_grpo_ds.config import TrainConfig, to_dict
 from glm_grpo_ds.lifecycle.checkpoint import CheckpointError, OutputDirError
@@ -178,22 +179,6 @@ def _converting_rank(rank, port, out, results):
 def test_the_other_ranks_wait_for_a_conversion_longer_than_the_process_groups_timeout(tmp_path):
     """Rank 0 converts a checkpoint of another cluster shape while the others wait: on a group of their own, so a
     conversion longer than dist_timeout_minutes (which is there to catch hangs) does not end the run."""
-    import torch.multiprocessing as mp
-
-    from glm_grpo_ds.runtime.ports import free_port
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_converting_rank, args=(r, port, tmp_path, results)) for r in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        got = sorted(results.get(timeout=120) for _ in range(2))
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+    got = sorted(two_gloo_ranks(_converting_rank, tmp_path))
     assert [(rank, err) for rank, err, _ in got] == [(0, None), (1, None)], got
     assert got[1][2] >= 2.5  # rank 1 waited for the whole conversion

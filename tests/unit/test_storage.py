@@ -7,12 +7,11 @@ import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from gloo_ranks import two_gloo_ranks  # noqa: E402  (tests/gloo_ranks.py)
 
 from glm_grpo_ds.data import DataError
 from glm_grpo_ds.lifecycle import checkpoint, storage
 from glm_grpo_ds.lifecycle.checkpoint import CheckpointError, OutputDirError
-from glm_grpo_ds.runtime.ports import free_port
 
 OUT = storage.Path("run")
 
@@ -102,19 +101,7 @@ def _two_ranks(scenarios):
     """open_output_dir on two real gloo ranks, for each scenario ``(cwds, output_dir, resume_from)`` with
     rank r in working directory ``cwds[r]`` (a relative output_dir launched from two directories is two
     disks); per scenario, each rank's error or None."""
-    port = free_port()  # below the ephemeral range: no gloo connection takes it meanwhile
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, port, scenarios, results)) for r in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        got = [results.get(timeout=120) for _ in range(2 * len(scenarios))]
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+    got = two_gloo_ranks(_rank, scenarios, per_rank=len(scenarios))
     return [[err for rank, err in got if rank == r] for r in (0, 1)]  # [rank][scenario]
 
 
@@ -179,15 +166,5 @@ def _data_rank(rank, port, results):
 def test_two_ranks_with_different_copies_of_the_prompts_both_stop():
     """Each rank computes every rank's prompts from its own copy: two copies that differ (a node-local file) would
     repeat and skip prompts in silence; both ranks stop with the same line before any model loads."""
-    port = free_port()
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_data_rank, args=(r, port, results)) for r in (0, 1)]
-    for p in procs:
-        p.start()
-    try:
-        got = dict(results.get(timeout=120) for _ in range(2))
-    finally:
-        for p in procs:
-            p.join(timeout=30)
+    got = dict(two_gloo_ranks(_data_rank))
     assert got[0] == got[1] and got[0].startswith("data.train_file p.txt is not the same prompt set on every rank")
