@@ -44,10 +44,12 @@ from .observability.summary import print_startup_summary
 from .observability.tracking import Tracker, build_tracker
 from .observability.watchdog import NoWatchdog, Watchdog, WatchedStatus, watched
 from .observability.watchdog import for_run as watchdog_for_run
+from .preflight import INPUT_ERRORS
 from .rewards import RewardSet, build_rewards, check_reward_inputs, check_reward_specs
 from .rollout.backends import EngineSampler
 from .rollout.merged_lora import BaseCopy
 from .runtime import cuda_check, log, memory_probe, run_log
+from .runtime.cuda_check import CudaUnusable
 from .runtime.seeding import derive_seed, rollout_seeds, seed_everything
 from .runtime.versions import framework_versions
 from .sharing.hub import Publisher
@@ -114,8 +116,8 @@ class _Hall:
         self.status = for_rank(log.env_rank(), cfg.logging)
         self.status.begin("load")
         try:
-            self._check_inputs(ds_config_path)
-            resume_path = self._open_run()
+            early = self._check_inputs(ds_config_path)
+            resume_path = self._open_run(early)
             rows = self._read_inputs(ds_config_path)
             self._start_run(resume_path, rows)
             model = self._build()
@@ -125,10 +127,20 @@ class _Hall:
             self.status.close()  # a terminal's status line goes before the error's line
             raise
 
-    def _check_inputs(self, ds_config_path: str) -> None:
+    def _check_inputs(self, ds_config_path: str) -> BaseException | None:
         """What each rank can check alone, before the process group (whose start may first build DeepSpeed's
         CPU communication op, ~40 s): a mistyped path or reward fails in seconds, on every rank alike. GPUs
-        that torch cannot use first: that refusal explains the rest (init_distributed checks again)."""
+        that torch cannot use first: that refusal explains the rest (init_distributed checks again). On several
+        nodes a node may fail alone: its error is returned, for every rank to agree on once the group exists."""
+        try:
+            self._check_each_input(ds_config_path)
+        except (*INPUT_ERRORS, CudaUnusable) as err:
+            if not storage.several_nodes():
+                raise
+            return err
+        return None
+
+    def _check_each_input(self, ds_config_path: str) -> None:
         cfg = self.cfg
         self.status.phase("input checks")
         cuda_check.check_rank()
@@ -141,7 +153,7 @@ class _Hall:
         materialize(cfg.model.path)  # a random: model's configs (glm_grpo_ds/model/random_weights.py)
         check_local_model(cfg.model.path, cfg.model.revision)
 
-    def _open_run(self) -> Path | None:
+    def _open_run(self, early: BaseException | None) -> Path | None:
         """The process group, then ``output_dir``: every rank checks it and all agree what to resume (rank 0's
         ``latest``), and it must be one storage for all nodes (storage.py). Collective, and nothing before it
         can raise on one rank alone. The checkpoint to resume from, or None."""
@@ -154,6 +166,8 @@ class _Hall:
             self.status.close()
             self.status = NO_STATUS
         log.set_rank(self.rank)
+        if storage.several_nodes():  # a node that failed its checks alone stops every node now
+            storage.agree_on_inputs(early)
         self.out, resume_path = storage.open_output_dir(self.cfg.output_dir, self.cfg.resume_from, self.rank)
         return resume_path
 

@@ -22,11 +22,13 @@ one node only is reported as such. At world size 1 there is nothing to share and
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 import time
 from pathlib import Path
 
+from ..config import ConfigError
 from ..data.rows import DataError
 from ..ds import dist
 from . import checkpoint
@@ -201,3 +203,31 @@ def check_same_data(fingerprint: dict, key: str) -> None:
     refused = data_disagreement([p for _, p in seen], [h for h, _ in seen], key)
     if refused:
         raise DataError(refused)
+
+
+class OtherRankFailed(ConfigError):
+    """The inputs of another rank failed its checks (this rank's passed): the run stops on every rank alike."""
+
+
+def several_nodes() -> bool:
+    """Whether the launcher started this job on more than one node (its ``CROSS_SIZE``; ``WORLD_SIZE`` above
+    ``LOCAL_WORLD_SIZE`` for torchrun): then a node may fail the input checks alone."""
+    if os.environ.get("CROSS_SIZE"):
+        return int(os.environ["CROSS_SIZE"]) > 1
+    local = os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE", "1")
+    return int(os.environ.get("WORLD_SIZE", "1")) > int(local)
+
+
+def agree_on_inputs(error: BaseException | None) -> None:
+    """Collective, right after the process group starts: every rank learns whether any rank's input checks failed,
+    so a node that failed alone (its copy of a path, its driver) stops the job on every node at once instead of
+    leaving the others waiting for it at the rendezvous until ``dist_timeout_minutes``. A rank that failed raises
+    its own error; the others raise :class:`OtherRankFailed` naming the first that did, with its line."""
+    seen = dist.all_gather_object((socket.gethostname(), None if error is None else str(error)))
+    if error is not None:
+        raise error
+    failed = [r for r, (_, line) in enumerate(seen) if line is not None]
+    if failed:
+        hosts = [host for host, _ in seen]
+        first = seen[failed[0]][1].replace("\n", " ")
+        raise OtherRankFailed(f"{describe_ranks(failed, hosts)} failed the input checks: {first}")

@@ -4,6 +4,7 @@ two gloo processes whose output_dirs are two different directories (two "nodes" 
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -168,3 +169,43 @@ def test_two_ranks_with_different_copies_of_the_prompts_both_stop():
     repeat and skip prompts in silence; both ranks stop with the same line before any model loads."""
     got = dict(two_gloo_ranks(_data_rank))
     assert got[0] == got[1] and got[0].startswith("data.train_file p.txt is not the same prompt set on every rank")
+
+
+def _inputs_rank(rank, port, results):
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        for failing in (None, 1):
+            mine = DataError("data.train_file /scratch/p.jsonl not found") if rank == failing else None
+            try:
+                storage.agree_on_inputs(mine)
+                results.put((rank, failing, None))
+            except (DataError, storage.OtherRankFailed) as err:
+                results.put((rank, failing, f"{type(err).__name__}: {err}"))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_a_node_that_failed_its_input_checks_alone_stops_every_node_at_once():
+    """On several nodes a node may fail the pre-group checks alone (a path on node 0 only): its ranks join the group
+    and every rank learns it at once; rank 0 names that rank and its line, instead of waiting for it at the
+    rendezvous until the timeout. Nothing failed: nothing raised."""
+    got = {(rank, failing): err for rank, failing, err in two_gloo_ranks(_inputs_rank, per_rank=2)}
+    assert got[(0, None)] is None and got[(1, None)] is None
+    assert got[(1, 1)] == "DataError: data.train_file /scratch/p.jsonl not found"
+    assert re.fullmatch(
+        r"OtherRankFailed: rank 1 on \S+ failed the input checks: data.train_file /scratch/p.jsonl not found",
+        got[(0, 1)],
+    ), got
+
+
+@pytest.mark.parametrize(
+    "env, several",
+    [({"CROSS_SIZE": "2"}, True), ({"CROSS_SIZE": "1", "WORLD_SIZE": "16"}, False), ({"WORLD_SIZE": "16"}, False)]
+    + [({"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}, True), ({}, False)],
+)
+def test_several_nodes_is_the_launchers_node_count(monkeypatch, env, several):
+    for key in ("CROSS_SIZE", "WORLD_SIZE", "LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert storage.several_nodes() is several
