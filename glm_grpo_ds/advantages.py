@@ -64,12 +64,15 @@ class Groups(NamedTuple):
     centered: torch.Tensor
 
     @property
+    def top(self) -> torch.Tensor:
+        """``[num_groups, 1]``: the largest defined reward of each group (-inf for a group with none)."""
+        return torch.where(self.valid, self.rewards, torch.full_like(self.rewards, float("-inf"))).amax(1, keepdim=True)
+
+    @property
     def constant(self) -> torch.Tensor:
         """``[num_groups, 1]``: True where the defined rewards are all equal or fewer than two."""
-        grouped, valid = self.rewards, self.valid
-        hi = torch.where(valid, grouped, torch.full_like(grouped, float("-inf"))).amax(dim=1, keepdim=True)
-        lo = torch.where(valid, grouped, torch.full_like(grouped, float("inf"))).amin(dim=1, keepdim=True)
-        return (hi == lo) | (self.count <= 1)
+        lo = torch.where(self.valid, self.rewards, torch.full_like(self.rewards, float("inf"))).amin(1, keepdim=True)
+        return (self.top == lo) | (self.count <= 1)
 
     def finish(self, adv: torch.Tensor) -> torch.Tensor:
         """``[N]`` advantages: exactly 0 for undefined rewards and for constant groups (or groups with < 2
@@ -169,8 +172,7 @@ def impute_group_mean(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     c = 0.003), which a win rate with rank_tie_tolerance 0 turns into advantages of +-1 in a group that teaches
     nothing."""
     g = groups(rewards, group_size)
-    top = torch.where(g.valid, g.rewards, torch.full_like(g.rewards, float("-inf"))).amax(dim=1, keepdim=True)
-    fill = torch.where(g.constant & (g.count > 0), top, g.mean)
+    fill = torch.where(g.constant & (g.count > 0), g.top, g.mean)
     return torch.where(g.valid, g.rewards, fill.expand_as(g.rewards)).reshape(-1)
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import preflight
 from .config import TrainConfig
 from .data import PromptOrder, check_source, load_prompts
 from .decoder import ImageDecoder
@@ -44,11 +45,10 @@ from .observability.summary import print_startup_summary
 from .observability.tracking import Tracker, build_tracker
 from .observability.watchdog import NoWatchdog, Watchdog, WatchedStatus, watched
 from .observability.watchdog import for_run as watchdog_for_run
-from .preflight import INPUT_ERRORS
 from .rewards import RewardSet, build_rewards, check_reward_inputs, check_reward_specs
 from .rollout.backends import EngineSampler
 from .rollout.merged_lora import BaseCopy
-from .runtime import cuda_check, log, memory_probe, run_log
+from .runtime import cuda_check, log, memory_probe, run_log, threads
 from .runtime.cuda_check import CudaUnusable
 from .runtime.seeding import derive_seed, rollout_seeds, seed_everything
 from .runtime.versions import framework_versions
@@ -100,6 +100,11 @@ class Run:
         return self.rank == 0
 
 
+# Bad inputs: reported as one line per problem (exit 2, train.py), with a traceback only under --debug; GPUs that
+# torch cannot use are one too, met by the ranks only.
+INPUT_ERRORS = (*preflight.INPUT_ERRORS, CudaUnusable)
+
+
 def build_run(cfg, ds_config_path: str) -> Run:
     """The run of ``cfg`` with the DeepSpeed config at ``ds_config_path``, ready for its first step (collective:
     every rank calls it)."""
@@ -134,8 +139,8 @@ class _Hall:
         nodes a node may fail alone: its error is returned, for every rank to agree on once the group exists."""
         try:
             self._check_each_input(ds_config_path)
-        except (*INPUT_ERRORS, CudaUnusable) as err:
-            if not storage.several_nodes():
+        except INPUT_ERRORS as err:
+            if threads.launcher_nodes() == 1:
                 raise
             return err
         return None
@@ -166,7 +171,7 @@ class _Hall:
             self.status.close()
             self.status = NO_STATUS
         log.set_rank(self.rank)
-        if storage.several_nodes():  # a node that failed its checks alone stops every node now
+        if threads.launcher_nodes() > 1:  # a node that failed its checks alone stops every node now
             storage.agree_on_inputs(early)
         self.out, resume_path = storage.open_output_dir(self.cfg.output_dir, self.cfg.resume_from, self.rank)
         return resume_path
@@ -330,7 +335,7 @@ class _Hall:
             pending.draw_again(rollout, path, self.start_step, self.rank, self.world, per, order, self.experience)
         monitor = self._monitor()
         self.status.phase("trackers")
-        resumed = self.life.start.checkpoint is not None
+        resumed = path is not None
         tracker = build_tracker(cfg, self.is_main, resume_step=self.start_step if resumed else None)
         self.status.idle()  # the startup summary follows
         return Run(

@@ -66,9 +66,8 @@ from .observability.metrics import (
 from .observability.plot import PLOT_NAME, plot_training
 from .observability.update_stats import UpdateStats
 from .runtime import log, process_exit, run_log
-from .runtime.cuda_check import CudaUnusable
 from .runtime.seeding import decoder_seed
-from .startup import Run, build_run
+from .startup import INPUT_ERRORS, Run, build_run
 from .update import grpo_update
 
 
@@ -342,11 +341,6 @@ class Trainer:
         self.run.watchdog.phase("checkpoint save")
         run = self.run
         return run.life.save_checkpoint(run.engine, run.prompt_order, step, self.skipped_steps, run.rollout.state())
-
-
-# Bad inputs: reported as one line per problem (exit 2), with a traceback only under --debug; GPUs that torch
-# cannot use are one too, met by the ranks only.
-INPUT_ERRORS = (*preflight.INPUT_ERRORS, CudaUnusable)
 
 
 def main(argv: list[str] | None = None) -> int:

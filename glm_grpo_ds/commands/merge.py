@@ -87,7 +87,8 @@ def merge_adapter(
     src = Path(adapter)
     is_checkpoint = (src / "trainer_state.json").is_file() and (src / "ds").is_dir()
     bare = is_checkpoint and not (src / "adapter" / "adapter_config.json").is_file()
-    adapter_dir = None if bare or is_ar_dir(src) else find_adapter(src)  # none: a checkpoint's shards or an AR
+    full_model = is_ar_dir(src)  # a full fine-tuning's final_model/: the AR as it is, in the base's place
+    adapter_dir = None if bare or full_model else find_adapter(src)  # none: a checkpoint's shards or an AR
     out = Path(out)
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new --out directory")
@@ -97,18 +98,15 @@ def merge_adapter(
             raise FileExistsError(f"{tmp} exists and is not an earlier merge's; move it away or choose another --out")
         shutil.rmtree(tmp)
     # consolidate / merge in fp32, then cast: merging in bf16 would round the base weights twice
-    full_model = is_ar_dir(src)  # a full fine-tuning's final_model/: the AR as it is, in the base's place
     model = load_ar(src if full_model else base, DTYPES["fp32"])
-    if full_model:
-        pass
-    elif adapter_dir is not None:
+    if adapter_dir is not None:
         # a shape that does not fit: one line before peft's traceback; another base: a warning (merging an
         # adapter into the wrong base of the same shapes is allowed, but said)
         warning = check_adapters([str(adapter_dir)], model, source.adapter_base(), "the adapter")[0]
         if warning:
             print(warning, file=sys.stderr)
         model = PeftModel.from_pretrained(model, adapter_dir)
-    else:
+    elif not full_model:
         model = _from_checkpoint(model, src)  # a LoRA checkpoint's adapter on the AR, or a full fine-tuning's AR
     if hasattr(model, "merge_and_unload"):
         # the share of the adapter's change the cast keeps (at GLM-Image's widths and lr 1e-5, bf16 kept 4 % after 1

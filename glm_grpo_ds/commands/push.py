@@ -83,9 +83,8 @@ def push_run(output_dir, repo_id=None, private=None, revision=None, checkpoints=
             (adapter, step, f"{CHECKPOINT_PREFIX}/{adapter.parent.name}") for step, adapter in _checkpoint_adapters(out)
         ]
     target = dict(hub, repo_id=repo_id, revision=revision, push_checkpoints=checkpoints)
-    elsewhere = any(target[k] != hub.get(k) for k in ("repo_id", "revision")) or checkpoints != hub.get(
-        "push_checkpoints", False
-    )
+    said = (hub.get("repo_id"), hub.get("revision"), hub.get("push_checkpoints", False))  # the run's own target
+    elsewhere = (repo_id, revision, checkpoints) != said
     for folder, step, _ in jobs:
         _ensure_card(out, folder, step, target, elsewhere)
     api = HfApi()

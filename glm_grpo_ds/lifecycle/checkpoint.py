@@ -322,14 +322,15 @@ def check_compatible(path: Path, world_size: int, zero_stage: int) -> dict:
     any model). Another world size or ZeRO stage resumes through a universal checkpoint (ds/portable.py); a stage
     without ZeRO's partitioned optimizer can neither take one nor be converted into one."""
     state = read_state(path)
-    if written_on(state) != (world_size, zero_stage) and written_on(state)[1] not in (1, 2, 3):
+    moved = written_on(state) != (world_size, zero_stage)
+    if moved and written_on(state)[1] not in (1, 2, 3):
         raise CheckpointError(
             f"{path} was written with world size {state['world_size']} and ZeRO stage {state['zero_stage']}, whose "
             f"optimizer state is not ZeRO's partitioned one and cannot be converted for world size {world_size} and "
             f"stage {zero_stage}: resume it with world size {state['world_size']} at stage {state['zero_stage']}, or "
             f"start a new run from its LoRA adapter (lora.init_from={path / 'adapter'}); nothing was changed"
         )
-    if written_on(state) != (world_size, zero_stage) and zero_stage not in (1, 2, 3):
+    if moved and zero_stage not in (1, 2, 3):
         raise CheckpointError(
             f"{path} was written with world size {state['world_size']} and ZeRO stage {state['zero_stage']}; this run "
             f"has world size {world_size} and stage {zero_stage}, and only ZeRO-1, 2 or 3 take a checkpoint written on "

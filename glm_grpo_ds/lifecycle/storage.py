@@ -22,7 +22,6 @@ one node only is reported as such. At world size 1 there is nothing to share and
 
 from __future__ import annotations
 
-import os
 import secrets
 import socket
 import time
@@ -207,15 +206,6 @@ def check_same_data(fingerprint: dict, key: str) -> None:
 
 class OtherRankFailed(ConfigError):
     """The inputs of another rank failed its checks (this rank's passed): the run stops on every rank alike."""
-
-
-def several_nodes() -> bool:
-    """Whether the launcher started this job on more than one node (its ``CROSS_SIZE``; ``WORLD_SIZE`` above
-    ``LOCAL_WORLD_SIZE`` for torchrun): then a node may fail the input checks alone."""
-    if os.environ.get("CROSS_SIZE"):
-        return int(os.environ["CROSS_SIZE"]) > 1
-    local = os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE", "1")
-    return int(os.environ.get("WORLD_SIZE", "1")) > int(local)
 
 
 def agree_on_inputs(error: BaseException | None) -> None:

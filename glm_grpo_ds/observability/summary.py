@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 from ..ds.ds_config import zero_stage
 from ..runtime import log
+from ..runtime.threads import launcher_nodes
 
 GIB = 2**30
 
@@ -43,7 +43,7 @@ def print_startup_summary(cfg, model, ds_config, world, device, dtype, attn, out
     total = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
     trainable = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters() if p.requires_grad)
     c = cfg
-    nodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("CROSS_SIZE", "1")))
+    nodes = launcher_nodes()
     log.info(
         f"glm-grpo: world size {world} ({nodes} node(s)), ZeRO stage {zero_stage(ds_config)}, "
         f"{'LoRA r=' + str(c.lora.r) if c.lora else 'full fine-tuning'}, "

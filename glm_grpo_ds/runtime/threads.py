@@ -11,6 +11,16 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 
+def launcher_nodes() -> int:
+    """The nodes of this job as its launcher says: DeepSpeed's ``CROSS_SIZE``, torchrun's ``GROUP_WORLD_SIZE``, else
+    ``WORLD_SIZE`` over this node's ranks (``LOCAL_SIZE`` / ``LOCAL_WORLD_SIZE``); 1 without a launcher."""
+    for key in ("GROUP_WORLD_SIZE", "CROSS_SIZE"):
+        if os.environ.get(key):
+            return int(os.environ[key])
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return max(1, world // int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or world))
+
+
 def cores_per_local_rank() -> int:
     """``OMP_NUM_THREADS`` when set (by you, or ``deepspeed --bind_cores_to_rank``); else the cores this
     process may run on (its CPU affinity: a SLURM allocation's, not the whole machine's) divided by the

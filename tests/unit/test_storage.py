@@ -196,16 +196,3 @@ def test_a_node_that_failed_its_input_checks_alone_stops_every_node_at_once():
         r"OtherRankFailed: rank 1 on \S+ failed the input checks: data.train_file /scratch/p.jsonl not found",
         got[(0, 1)],
     ), got
-
-
-@pytest.mark.parametrize(
-    "env, several",
-    [({"CROSS_SIZE": "2"}, True), ({"CROSS_SIZE": "1", "WORLD_SIZE": "16"}, False), ({"WORLD_SIZE": "16"}, False)]
-    + [({"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}, True), ({}, False)],
-)
-def test_several_nodes_is_the_launchers_node_count(monkeypatch, env, several):
-    for key in ("CROSS_SIZE", "WORLD_SIZE", "LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
-        monkeypatch.delenv(key, raising=False)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    assert storage.several_nodes() is several

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from glm_grpo_ds.runtime.threads import cores_per_local_rank, limit_torch_threads
+from glm_grpo_ds.runtime.threads import cores_per_local_rank, launcher_nodes, limit_torch_threads
 
 
 @pytest.fixture
@@ -54,3 +54,18 @@ def test_ocr_sessions_get_the_rank_share_of_cores(node):
     for ort in (engine.text_det.infer, engine.text_cls.infer, engine.text_rec.session):  # rapidocr's wrappers
         opts = ort.session.get_session_options()
         assert (opts.intra_op_num_threads, opts.inter_op_num_threads) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "env, nodes",
+    [({"CROSS_SIZE": "2"}, 2), ({"CROSS_SIZE": "1", "WORLD_SIZE": "16"}, 1), ({"WORLD_SIZE": "16"}, 1)]
+    + [({"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}, 2), ({"GROUP_WORLD_SIZE": "4", "WORLD_SIZE": "32"}, 4), ({}, 1)],
+)
+def test_the_nodes_of_a_job_are_its_launchers(monkeypatch, env, nodes):
+    """DeepSpeed's CROSS_SIZE, torchrun's GROUP_WORLD_SIZE, else the world over the node's ranks: the startup summary's
+    node count and whether a node can fail the input checks alone (startup.py) read it alike."""
+    for key in ("CROSS_SIZE", "GROUP_WORLD_SIZE", "WORLD_SIZE", "LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert launcher_nodes() == nodes
