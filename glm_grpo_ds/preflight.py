@@ -122,17 +122,17 @@ def _data(cfg, report: Report):
     if cfg.eval.file:
         ev = cfg.eval
         eval_rows = _checked(
-            report, "eval.file", lambda: _read(ev.file, "eval.file", cfg, split=ev.split, revision=ev.revision)
+            report, "eval.file", lambda: _read(ev.file, "eval.file", cfg, ev.split, ev.revision, ev.subset)
         )
         if eval_rows is not None:
             report.add("ok", f"eval.file {ev.file}: {len(eval_rows):,} prompts")
     return rows
 
 
-def _read(path, key: str, cfg, split=FROM_DATA, revision=FROM_DATA):
+def _read(path, key: str, cfg, split=FROM_DATA, revision=FROM_DATA, subset=FROM_DATA):
     """The checked rows of a prompt source, as the trainer's startup reads them (data/__init__.py)."""
-    check_source(path, key, cfg.data, revision)
-    return load_prompts(path, key, cfg.data, split, revision)
+    check_source(path, key, cfg.data, revision, subset=subset)
+    return load_prompts(path, key, cfg.data, split, revision, subset=subset)
 
 
 def _model(cfg, rows, report: Report) -> dict | None:

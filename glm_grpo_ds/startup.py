@@ -45,7 +45,7 @@ from .observability.summary import print_startup_summary
 from .observability.tracking import Tracker, build_tracker
 from .observability.watchdog import NoWatchdog, Watchdog, WatchedStatus, watched
 from .observability.watchdog import for_run as watchdog_for_run
-from .rewards import RewardSet, build_rewards, check_reward_inputs, check_reward_specs
+from .rewards import RewardError, RewardSet, build_rewards, check_reward_inputs, check_reward_specs
 from .rollout.backends import EngineSampler
 from .rollout.merged_lora import BaseCopy
 from .runtime import cuda_check, log, memory_probe, run_log, threads
@@ -151,7 +151,7 @@ class _Hall:
         cuda_check.check_rank()
         check_source(cfg.data.train_file, "data.train_file", cfg.data)
         if cfg.eval.file:
-            check_source(cfg.eval.file, "eval.file", cfg.data, cfg.eval.revision)
+            check_source(cfg.eval.file, "eval.file", cfg.data, cfg.eval.revision, subset=cfg.eval.subset)
         check_reward_specs(cfg.rewards)
         check_init_adapter(cfg.lora)
         self.ds_config_raw = read_ds_config(ds_config_path)
@@ -197,7 +197,8 @@ class _Hall:
             cfg.data.dead_prompt_skip_prob,
         )
         ev = cfg.eval
-        eval_rows = load_prompts(ev.file, "eval.file", cfg.data, ev.split, ev.revision, **at) if ev.file else None
+        at_eval = dict(at, subset=ev.subset)
+        eval_rows = load_prompts(ev.file, "eval.file", cfg.data, ev.split, ev.revision, **at_eval) if ev.file else None
         check_reward_inputs(cfg.rewards, rows, "data.train_file", cfg.data.train_file)
         if eval_rows:
             check_reward_inputs(cfg.rewards, eval_rows, "eval.file", cfg.eval.file)
@@ -257,7 +258,9 @@ class _Hall:
         experience maker. The policy model (before DeepSpeed)."""
         cfg = self.cfg
         self.status.phase("rewards")
-        self.reward_fn = build_rewards(cfg.rewards)
+        # rank 0 first, then each node's first rank, then the rest: a reward model on the Hub downloads once
+        build = partial(build_rewards, cfg.rewards)
+        self.reward_fn = dist.in_rank_order(build, self.rank, self.local_rank, "rewards", RewardError)
         # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
         # sampling streams are derived per (step, place in the global batch): runtime/seeding.rollout_seeds.
         seed_everything(derive_seed(cfg.seed, "init"))

@@ -162,13 +162,15 @@ def progress_store(store: Path, settings: dict, fresh: bool) -> Path:
 
 def read_rows(a, cfg, prompt_source, rank: int, world: int, local_rank: int) -> tuple[list, list, str]:
     """``(rows, this rank's share, the source's name)``: the held-out prompts, read as training reads eval.file
-    (eval.split / eval.revision, whether they come from --prompts or the config; a Hub dataset is downloaded, or
-    its Arrow cache built, by rank 0 first), the first ``--num-prompts``, in contiguous shares per rank."""
+    (eval.split / eval.revision / eval.subset, whether they come from --prompts or the config; a Hub dataset is
+    downloaded, or its Arrow cache built, by rank 0 first), the first ``--num-prompts``, in contiguous shares per
+    rank."""
     from ..data import load_prompts
 
     ev = cfg.eval
     key = "--prompts" if a.prompts else "eval.file"
-    rows = load_prompts(prompt_source, key, cfg.data, ev.split, ev.revision, rank, local_rank, section="eval")
+    where = dict(section="eval", subset=ev.subset)
+    rows = load_prompts(prompt_source, key, cfg.data, ev.split, ev.revision, rank, local_rank, **where)
     rows = rows[: a.num_prompts] if a.num_prompts else rows
     name = rows.where  # the source, with the split taken from a DatasetDict
     rows = list(rows)

@@ -43,6 +43,11 @@ class DataConfig:
     revision: str | None = setting(
         None, "Hub datasets only: the branch, tag or commit of train_file to use (null = main); pin a commit."
     )
+    subset: str | None = setting(
+        None,
+        "The subset (config) of a Hub dataset or dataset directory of several, e.g. a benchmark's categories "
+        "(datasets' load_dataset name; TRL's dataset_config); null = its only one.",
+    )
     dead_prompt_skip_prob: float = setting(
         0.0,
         "In [0, 1). A dead prompt is one whose last group had no reward variance (every reward equal across its "
@@ -84,6 +89,9 @@ class EvalConfig:
     )
     split: str = setting("test", "The split of eval.file when it is a dataset with several (a DatasetDict, a Hub id).")
     revision: str | None = setting(None, "Hub datasets only: the branch, tag or commit of eval.file (null = main).")
+    subset: str | None = setting(
+        None, "The subset (config) of eval.file when it is a dataset of several, as data.subset; null = its only one."
+    )
     steps: int = setting(0, "Evaluate every N training steps (0 = only before training and after the last step).")
     at_start: bool = setting(True, "Evaluate the initial policy (step 0) for comparison.")
     num_prompts: int = setting(0, "The first N prompts of the file (0 = all).")

@@ -1,5 +1,5 @@
-"""Hugging Face Hub dataset ids (``data.train_file: org/name``) resolved through the local HF cache,
-and the rank order in which a multi-rank run prepares a dataset.
+"""Hugging Face Hub dataset ids (``data.train_file: org/name``) resolved through the local HF cache
+(a multi-rank run prepares it in rank order: ds/dist.in_rank_order).
 
 A Hub id becomes a local snapshot directory with ``huggingface_hub.snapshot_download`` (the whole
 dataset repository, downloaded once into ``HF_HUB_CACHE``; ``data.revision`` pins a branch, tag or
@@ -67,33 +67,3 @@ def hub_snapshot(repo_id: str, revision: str | None, key: str, revision_key: str
         ) from None
     except HfHubHTTPError as err:
         raise DataError(f"{key} {repo_id}: the Hub refused the download ({str(err).splitlines()[0]})") from None
-
-
-# How long the other ranks wait for a turn's download / Arrow conversion (the model's download wait too).
-PREPARE_WAIT_S = 6 * 3600
-
-
-def in_rank_order(prepare, rank: int, local_rank: int):
-    """``prepare()`` on every rank, global rank 0 first, then local rank 0 of every other node, then the
-    rest, with a barrier between the turns: the first download / Arrow-cache build happens once per cache
-    (shared file system or per node), the later ones find it ready instead of racing on it. The barriers
-    run on a patient group (up to :data:`PREPARE_WAIT_S`), not the process group, whose timeout
-    (``dist_timeout_minutes``) a large download may exceed. An error is re-raised after the barriers, so no
-    rank waits in one for a rank that failed."""
-    from ..ds import dist
-
-    if not dist.active():
-        return prepare()
-    turn = 0 if rank == 0 else 1 if local_rank == 0 else 2
-    result = error = None
-    with dist.patient_group(PREPARE_WAIT_S) as barrier:
-        for t in range(3):
-            if t == turn:
-                try:
-                    result = prepare()
-                except Exception as err:  # re-raised below, once every rank has passed the barriers
-                    error = err
-            barrier(False)
-    if error is not None:
-        raise error
-    return result

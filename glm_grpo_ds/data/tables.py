@@ -34,10 +34,11 @@ def is_saved_dataset(path: Path) -> bool:
     return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
 
 
-def load_table(source: str, local: Path, key: str, keys, split: str, split_key: str, quiet: bool):
+def load_table(source: str, local: Path, key: str, keys, split: str, split_key: str, subset, subset_key, quiet: bool):
     """``(dataset, split)``: the ``datasets.Dataset`` of a file / directory ``local`` (``source``: what
-    the config said) and the split taken from a DatasetDict (None for one file or one saved Dataset).
-    May build the Arrow cache: call it through hub.in_rank_order."""
+    the config said) and the split taken from a DatasetDict (None for one file or one saved Dataset);
+    ``subset``: the config of a directory / Hub dataset of several (datasets' ``name``; None: its only one).
+    May build the Arrow cache: call it through ds/dist.in_rank_order."""
     import datasets
     import pyarrow as pa
 
@@ -48,17 +49,18 @@ def load_table(source: str, local: Path, key: str, keys, split: str, split_key: 
             extra = {"converters": {keys[0]: str, keys[2]: str}} if local.suffix == ".csv" else {}
             # one file is one split ("train" to datasets); data.split chooses among a directory's splits
             return datasets.load_dataset(FILE_BUILDERS[local.suffix], data_files=str(local), **extra)["train"], None
-        loaded = datasets.load_from_disk(str(local)) if is_saved_dataset(local) else datasets.load_dataset(str(local))
+        if is_saved_dataset(local):
+            loaded = datasets.load_from_disk(str(local))
+        else:
+            loaded = datasets.load_dataset(str(local), name=subset)
     except (datasets.exceptions.DatasetGenerationError, pa.ArrowException, ValueError, OSError) as err:
         cause = err.__cause__ or err
         if "corresponds to no data" in str(cause):  # datasets' words for a file without rows
             raise DataError(f'{key} {source} holds no prompts; add rows with a "{keys[0]}" column') from None
-        configs = re.search(r"available configs: (\[.*?\])", str(cause))
-        if configs:  # a dataset of several configs: datasets' first line ("Config name is missing.") names no fix
-            raise DataError(
-                f"{key} {source} holds several configs {configs.group(1)} and is read as one dataset: save the one to "
-                f"train on (datasets.load_dataset(PATH, NAME).save_to_disk(DIR)) and give that directory"
-            ) from None
+        configs = re.search(r"(?:available configs|Available): (\[.*?\])", str(cause))
+        if configs:  # several configs, none or an unknown one chosen: datasets' first line names no fix
+            which = f"has no subset {subset!r}" if subset else "holds several subsets (configs)"
+            raise DataError(f"{key} {source} {which}; set {subset_key} to one of {configs.group(1)}") from None
         reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         raise DataError(f"{key} {source} cannot be read as a dataset ({type(cause).__name__}: {reason})") from None
     if isinstance(loaded, datasets.DatasetDict):

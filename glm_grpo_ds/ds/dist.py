@@ -102,25 +102,69 @@ def any_rank(flag: float) -> float:
 
 
 @contextlib.contextmanager
+def _gloo_group(timeout_s: float):
+    """A gloo group of every rank whose collectives may wait ``timeout_s`` seconds, created on entry
+    (collective: every rank enters) and destroyed on exit."""
+    group = torch.distributed.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        yield group
+    finally:
+        torch.distributed.destroy_process_group(group)
+
+
+@contextlib.contextmanager
 def patient_group(timeout_s: float):
     """Yield an ``any_rank(flag) -> bool`` whose collective may wait ``timeout_s`` seconds, far beyond the
     process group's timeout (``dist_timeout_minutes``; NCCL aborts a collective that waits longer):
     for ranks that wait while rank 0 does something long, e.g. download the model. It runs on a gloo group
-    of its own, created on entry (collective: every rank enters) and destroyed on exit."""
+    of its own (collective: every rank enters)."""
     if not active():
         yield lambda flag: bool(flag)
         return
-    group = torch.distributed.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    with _gloo_group(timeout_s) as group:
 
-    def any_rank_patient(flag) -> bool:
-        buf = torch.tensor([float(flag)], dtype=torch.float64)  # gloo: a CPU tensor
-        torch.distributed.all_reduce(buf, op=torch.distributed.ReduceOp.MAX, group=group)
-        return bool(buf.item())
+        def any_rank_patient(flag) -> bool:
+            buf = torch.tensor([float(flag)], dtype=torch.float64)  # gloo: a CPU tensor
+            torch.distributed.all_reduce(buf, op=torch.distributed.ReduceOp.MAX, group=group)
+            return bool(buf.item())
 
-    try:
         yield any_rank_patient
-    finally:
-        torch.distributed.destroy_process_group(group)
+
+
+# How long the other ranks wait for a turn of :func:`in_rank_order` (a download, an Arrow conversion).
+PREPARE_WAIT_S = 6 * 3600
+
+
+def in_rank_order(prepare, rank: int, local_rank: int, what: str, failed=RuntimeError):
+    """``prepare()`` on every rank, global rank 0 first, then local rank 0 of every other node, then the
+    rest, with a barrier between the turns: the first download (a Hub dataset, a reward model) or Arrow-cache
+    build happens once per cache (shared file system or per node), and the later turns find it ready instead of
+    racing on it (64 ranks fetching one model at once are 64 downloads, or the Hub's rate limit). The barriers
+    run on a patient group (up to :data:`PREPARE_WAIT_S`), not the process group, whose timeout
+    (``dist_timeout_minutes``) a large download may exceed. Then every rank learns whether any failed: the
+    rank that did raises its own error, the others ``failed(line)`` naming ``what`` was prepared, the first
+    failing rank and its error, so that no rank goes on alone to wait for the others in its next collective."""
+    if not active():
+        return prepare()
+    turn = 0 if rank == 0 else 1 if local_rank == 0 else 2
+    result = error = None
+    lines = [None] * world_size()
+    with _gloo_group(PREPARE_WAIT_S) as group:
+        for t in range(3):
+            if t == turn:
+                try:
+                    result = prepare()
+                except Exception as err:  # every rank learns of it below, after the turns
+                    error = err
+            torch.distributed.barrier(group=group)
+        line = None if error is None else (str(error).splitlines() or [type(error).__name__])[0]
+        torch.distributed.all_gather_object(lines, line, group=group)
+    if error is not None:
+        raise error
+    bad = [r for r, line in enumerate(lines) if line is not None]
+    if bad:
+        raise failed(f"{what}: rank {bad[0]} failed, so every rank stops: {lines[bad[0]]}")
+    return result
 
 
 def every_group_waits(timeout: datetime.timedelta) -> None:

@@ -197,7 +197,23 @@ def _several_configs(tmp):
         (tmp / "ds" / f"{name}.jsonl").write_text('{"prompt": "a cat"}\n')
     configs = "".join(f"- config_name: {n}\n  data_files: {n}.jsonl\n" for n in "ab")
     (tmp / "ds" / "README.md").write_text(f"---\nconfigs:\n{configs}---\n")
-    return tmp / "ds", r"^data.train_file ds holds several configs \['a', 'b'\] and is read as one dataset: save"
+    return tmp / "ds", r"^data.train_file ds holds several subsets \(configs\); set data.subset to one of \['a', 'b'\]$"
+
+
+def test_a_subset_picks_one_config_of_a_dataset_of_several(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path, _ = _several_configs(Path("."))
+    (path / "b.jsonl").write_text('{"prompt": "a dog"}\n{"prompt": "a fox"}\n')
+    assert [r.prompt for r in load_prompts(str(path), data=DataConfig(subset="b"))] == ["a dog", "a fox"]
+    # eval's own subset, whatever data.subset says
+    rows = load_prompts(str(path), "eval.file", DataConfig(subset="b"), "train", None, subset="a")
+    assert [r.prompt for r in rows] == ["a cat"]
+    with pytest.raises(DataError, match=r"^eval.file ds has no subset 'c'; set eval.subset to one of \['a', 'b'\]$"):
+        load_prompts(str(path), "eval.file", None, "train", None, subset="c")
+    (tmp_path / "p.jsonl").write_text('{"prompt": "a cat"}\n')
+    one_file = r"^data.subset b is set but data.train_file p.jsonl is one file, which has no subsets; remove the subset"
+    with pytest.raises(DataError, match=one_file):
+        load_prompts("p.jsonl", data=DataConfig(subset="b"))
 
 
 @pytest.mark.parametrize(
@@ -397,7 +413,7 @@ RANK_SNIPPET = """
 import datetime, json, os, sys, time
 import torch
 from glm_grpo_ds.data import load_prompts
-from glm_grpo_ds.data.hub import in_rank_order
+from glm_grpo_ds.ds.dist import in_rank_order
 
 rank, tmp = int(os.environ["RANK"]), sys.argv[1]
 # a process group timeout shorter than rank 0's turn: the waiting ranks must not wait on this group
@@ -416,9 +432,9 @@ def prepare(log, fail):
     return rank
 
 
-out = [in_rank_order(lambda: prepare(tmp + "/ok.log", False), rank, local_rank)]
+out = [in_rank_order(lambda: prepare(tmp + "/ok.log", False), rank, local_rank, "ok")]
 try:
-    in_rank_order(lambda: prepare(tmp + "/fail.log", True), rank, local_rank)
+    in_rank_order(lambda: prepare(tmp + "/fail.log", True), rank, local_rank, "fail", ValueError)
     out.append("no error")
 except ValueError as err:
     out.append(str(err))
@@ -430,7 +446,7 @@ torch.distributed.destroy_process_group()
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_rank_zero_prepares_first_then_each_node_while_the_others_wait_patiently(tmp_path):
+def test_rank_zero_prepares_first_then_each_node_and_a_failure_stops_every_rank(tmp_path):
     from glm_grpo_ds.runtime.ports import free_port
 
     datasets.Dataset.from_dict({"prompt": [f"p{i}" for i in range(50)]}).to_parquet(tmp_path / "p.parquet")
@@ -448,5 +464,7 @@ def test_rank_zero_prepares_first_then_each_node_while_the_others_wait_patiently
     later = ["2 start", "2 end", "1 start", "1 end"]
     assert (tmp_path / "ok.log").read_text().splitlines() == ["0 start", "0 end", *later]
     assert (tmp_path / "fail.log").read_text().splitlines() == ["0 start", *later]
-    assert [r[:2] for r in results] == [[0, "rank 0 failed"], [1, "no error"], [2, "no error"]]  # nobody hung
+    # nobody hung, and nobody went on alone: every rank stops, naming the rank that failed and its line
+    told = "fail: rank 0 failed, so every rank stops: rank 0 failed"
+    assert [r[:2] for r in results] == [[0, "rank 0 failed"], [1, told], [2, told]]
     assert all(r[2] == [f"p{i}" for i in range(50)] for r in results)  # one Arrow cache, built once, read by all
