@@ -16,7 +16,8 @@ registered in :data:`ESTIMATORS` (verl's level: an estimator sees the rewards an
 
 Every estimator gives exactly 0 to a group whose defined rewards are all equal (no preference signal, not
 rounding noise from ``r - mean``) or that has fewer than two of them; :func:`signal_free_groups` finds the
-groups where that holds for every reward (the ``frac_reward_zero_std`` metric, ``data.dead_prompt_skip_prob``).
+groups where that holds for every reward (``data.dead_prompt_skip_prob``), :func:`zero_std_groups` those of them
+whose rewards were all measured (the ``frac_reward_zero_std`` metric).
 
 Reward combinations (``grpo.reward_combination``, :data:`COMBINATIONS`), for several rewards:
 
@@ -147,9 +148,17 @@ def signal_free_groups(per_reward: dict[str, torch.Tensor], group_size: int) -> 
 def unmeasured_groups(per_reward: dict[str, torch.Tensor], group_size: int) -> torch.Tensor:
     """``[num_groups]`` bool: True for a group in which some reward has fewer than two defined samples (it raised,
     its server was down, it returned NaN): whether the prompt still has variance is unknown, so a failure never
-    marks it dead (``data.dead_prompt_skip_prob``), though :func:`signal_free_groups` counts it as teaching nothing."""
+    marks it dead (``data.dead_prompt_skip_prob``) nor counts in ``frac_reward_zero_std``, though
+    :func:`signal_free_groups` counts it as teaching nothing."""
     flags = [(groups(values, group_size).count < 2).squeeze(1) for values in per_reward.values()]
     return torch.stack(flags).any(dim=0)
+
+
+def zero_std_groups(per_reward: dict[str, torch.Tensor], group_size: int) -> torch.Tensor:
+    """``[num_groups]`` bool, the ``frac_reward_zero_std`` metric's groups: every reward measured (two or more defined
+    samples) and constant. A group whose reward failed is a failure (``reward/<name>_failed``), not an easy prompt:
+    a reward server down for a step must not read as every prompt being solved."""
+    return signal_free_groups(per_reward, group_size) & ~unmeasured_groups(per_reward, group_size)
 
 
 def group_win_rates(rewards: torch.Tensor, group_size: int, tie: float = 0.0) -> torch.Tensor:

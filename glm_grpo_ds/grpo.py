@@ -165,10 +165,10 @@ def correction_sums(
     cap_min: float | None = None,
 ) -> dict[str, torch.Tensor] | None:
     """What the sampler correction does to one micro-batch, as sums over its units (masked tokens, or sequences
-    with a masked token at the sequence level) to add up over micro-batches (TRL logs the same as
-    ``sampling/importance_sampling_ratio/*``): ``sum`` / ``min`` / ``max`` of the raw weights pi_old / pi_sampler
-    (before the bound), ``outside`` = units outside [cap_min, cap_max] (clipped by a truncate mode, zeroed by a
-    mask mode), ``units``. None for ``none``."""
+    with a masked token at the sequence level) to add up over micro-batches: ``sum`` / ``min`` / ``max`` of the raw
+    weights pi_old / pi_sampler, before the bound (TRL's ``sampling/importance_sampling_ratio/*`` are the bounded
+    ones: the raw weights show how far the sampler is off), ``outside`` = units outside [cap_min, cap_max]
+    (clipped by a truncate mode, zeroed by a mask mode: how often the bound acts), ``units``. None for ``none``."""
     correction = SAMPLER_CORRECTIONS.get(mode)
     if correction.level is None:
         return None
@@ -336,7 +336,7 @@ def _mean_trained_entropy(entropy: torch.Tensor, mask: torch.Tensor, token_weigh
 @torch.no_grad()
 def _loss_stats(ratio, adv, mask, kl, entropy, logp, s: LossSettings) -> dict:
     """Detached scalars over the masked tokens ``mask [N, T]``: clip fractions, the ratio's mean / min / max, the
-    KL and the entropy (token means), and the token count."""
+    KL (NaN without a reference) and the entropy (token means), and the token count."""
     ratio = ratio.expand_as(mask)  # [N, T]: a sequence ratio counts once per token in the stats
     n_tok = mask.sum()
     denom = n_tok.clamp(min=1.0)
@@ -352,7 +352,8 @@ def _loss_stats(ratio, adv, mask, kl, entropy, logp, s: LossSettings) -> dict:
         "ratio_mean": (ratio * mask).sum() / denom,
         "ratio_min": torch.where(valid, ratio, torch.full_like(ratio, big)).min() if n_tok > 0 else ratio.new_ones(()),
         "ratio_max": torch.where(valid, ratio, torch.full_like(ratio, -big)).max() if n_tok > 0 else ratio.new_ones(()),
-        "kl": (kl * mask).sum() / denom if kl is not None else logp.new_zeros(()),
+        # NaN without a reference (beta 0): nothing was measured, and metrics.jsonl writes null, not a KL of 0
+        "kl": (kl * mask).sum() / denom if kl is not None else logp.new_full((), float("nan")),
         "entropy": (entropy.detach() * mask).sum() / denom if entropy is not None else logp.new_zeros(()),
         "num_tokens": n_tok,
     }

@@ -42,6 +42,7 @@ from .advantages import (
     reward_disagreement,
     signal_free_groups,
     unmeasured_groups,
+    zero_std_groups,
 )
 from .config import load_config
 from .config.arguments import parse_train_args
@@ -144,7 +145,8 @@ class Trainer:
         run.step_status.phase("record")  # the weights to the samplers, the step's statistics (collectives), its line
         for maker in (run.experience, run.eval_experience):  # the sampling backends take the updated weights
             maker.sampler.sync_weights(index + 1)
-        record = self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, dead)
+        zero_std = zero_std_groups(all_per_reward, grpo_cfg.group_size)  # frac_reward_zero_std's
+        record = self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, zero_std)
         record.update(disagreement_fields(disagreement, grpo_cfg.disagreement_gate))
         record.update(advantage_fields(advantages))  # the global batch's, as the update uses them (after the gate)
         record.update(run.rollout.record())

@@ -50,9 +50,10 @@ def policy_token_weights(
     if grpo_cfg.top_entropy_quantile < 1:
         mask = batch.completion_mask.bool()
         # the threshold over every rank's tokens of this micro-batch, as TRL's: ranks hold equally shaped
-        # micro-batches (fixed grids), so padding with -1 (entropies are >= 0) marks the masked-out ones
-        gathered = ds_dist.all_gather(torch.where(mask, entropy.detach(), -1.0))
-        pool = gathered[gathered >= 0]
+        # micro-batches (fixed grids), so NaN marks the masked-out ones (not a negative number: a peaked
+        # distribution's fp32 entropy can be a little below 0, e.g. -1.5e-5, and is a token all the same)
+        gathered = ds_dist.all_gather(torch.where(mask, entropy.detach(), float("nan")))
+        pool = gathered[~torch.isnan(gathered)]
         threshold = high_entropy_threshold(pool, grpo_cfg.top_entropy_quantile) if pool.numel() else None
         kept = high_entropy_mask(entropy, mask, grpo_cfg.top_entropy_quantile, pool, threshold)
         if selection is not None and threshold is not None:

@@ -73,7 +73,7 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
     has_categories = any(row.extra.get(a.category_key) is not None for row in rows)
     categories = [str(row.extra.get(a.category_key)) for row in rows] if has_categories else None
     named = dict(zip(adapter_names, adapters))
-    summary = summarise(results, named, categories)
+    summary = summarise(results, named, categories, settings["rewards"])
     for name, warning in (base_warnings or {}).items():
         summary[name]["base_warning"] = warning  # trained on another base model (adapters.other_base), or None
     out = Path(a.out)

@@ -32,6 +32,8 @@ RUN_KEYS = (
     "eval.guidance_scale",
     "eval.seed",
     "eval.group_size",
+    "decoder.dtype",  # the run's evaluation decoded with its DiT: FP8 changes the images, the dtype too
+    "decoder.fp8",
     "rewards",
 )
 REWARDS_HINT = "give --rewards NAME [NAME ...] (e.g. --rewards pixel_mse ssim) or --config with a rewards list"
@@ -135,6 +137,8 @@ def load_settings(a, adapters: list[str] = ()):
     for flag, value in (("--samples-per-prompt", a.samples_per_prompt), ("--batch-prompts", a.batch_prompts)):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
+    if a.num_prompts < 0:  # rows[:-1] would drop the last prompt without a word
+        raise ValueError(f"--num-prompts must be >= 0 (0 = all), got {a.num_prompts}")
     return cfg, prompts, lines
 
 
@@ -199,6 +203,8 @@ def run_settings(a, cfg, loaded, adapters, rows, prompts_name, decode, seed, wor
         "seeds": seeds.SCHEME,
         "image": [cfg.rollout.height, cfg.rollout.width],
         "decode": decode.record(),
+        # the DiT that decoded: each changes the images (attention and compile by float rounding only)
+        "decoder": {key: getattr(cfg.decoder, key) for key in ("dtype", "fp8", "attention", "compile")},
         "sampling": {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p},
         "rewards": [dataclasses.asdict(spec) for spec in cfg.rewards],
         "batch_prompts": a.batch_prompts,

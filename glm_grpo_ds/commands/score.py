@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         from PIL import Image
 
         from ..rewards import build_reward, reward_needs
+        from ..rewards.registry import reward_values
 
         sample = {"target_image": a.target, "text": a.text}
         if a.target and not os.path.isfile(a.target):
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"cannot read image {path}: {err}") from None
             x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3)
             x = x.permute(2, 0, 1).float().div(255).unsqueeze(0)
-            value = torch.as_tensor(fn(x, [a.prompt], [sample]), dtype=torch.float32).reshape(-1)[0].item()
+            value = reward_values(a.reward, fn(x, [a.prompt], [sample]), 1)[0].item()  # None / inf: nan (undefined)
             print(f"{value:.6g}")
     except ValueError as err:
         print(f"glm-grpo score: {err}", file=sys.stderr)

@@ -14,13 +14,13 @@ import difflib
 import json
 import types
 import typing
-from pathlib import Path
 
 from ..runtime import log
 from .fields import ConfigError
 from .other_names import other_key_hint
 from .train_config import TrainConfig
 from .trl_names import trl_key_hint
+from .yaml_file import EMPTY, parse_yaml_value, plain, read_yaml, source
 
 # old dotted key -> new dotted key (same section): configs and command lines written before a rename still load
 RENAMED = {"grpo.advantage_scale": "grpo.advantage_estimator"}
@@ -139,6 +139,15 @@ def _dataclass_type(tp):
 def _convert(value, tp, where: str):
     """Coerce a YAML/JSON value to the annotated type ``tp``."""
     optional = type(None) in typing.get_args(tp) and (typing.get_origin(tp) in (typing.Union, types.UnionType))
+    if value is EMPTY:  # `key:` with nothing after it (yaml_file.py)
+        section = _dataclass_type(tp)
+        if section is not None and optional:
+            keys = ", ".join(f.name for f in dataclasses.fields(section))
+            raise ConfigError(
+                f"{where} is empty (`{where}:` with nothing under it): give its keys ({keys}), or write "
+                f"`{where}: null` if null is what you mean (docs/config_reference.md says what it does)"
+            )
+        value = {} if section is not None else None  # a section that is always there: its defaults
     if value is None:
         if optional:
             return None
@@ -155,8 +164,10 @@ def _convert(value, tp, where: str):
         return _from_dict(dc, value, where + ".")
     base = [a for a in typing.get_args(tp) if a is not type(None)][0] if optional else tp
     origin = typing.get_origin(base)
-    if origin is typing.Literal:
-        # converted like its values (str); validate() checks the choice, with every other problem
+    choice = origin is typing.Literal
+    if choice:
+        # converted like its values (str); validate() checks the choice, with every other problem (a TRL
+        # value such as scale_rewards' true included: trl_names.py names ours)
         base, origin = type(typing.get_args(base)[0]), None
     if origin is list:
         (item,) = typing.get_args(base) or (typing.Any,)
@@ -168,7 +179,7 @@ def _convert(value, tp, where: str):
     if base is dict or origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a mapping, got {value!r}")
-        return dict(value)
+        return plain(value)
     if base is bool:
         if isinstance(value, bool):
             return value
@@ -178,18 +189,22 @@ def _convert(value, tp, where: str):
     if base in (int, float):
         if isinstance(value, bool):
             raise ConfigError(f"{where} must be a number, got {value!r}")
+        kind = "n integer" if base is int else " number"
         try:
-            number = float(value) if base is float else int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where} must be a{'n integer' if base is int else ' number'}, got {value!r}") from None
-        if base is int and isinstance(value, float) and value != int(value):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
+            number = float(value)  # "1e3" too: YAML 1.1 reads it as text in a file, not on the command line
+            if base is int:
+                if number != int(number):
+                    raise ValueError(value)
+                number = int(value) if isinstance(value, int) else int(number)
+        except (TypeError, ValueError, OverflowError):  # OverflowError: .inf for an integer
+            raise ConfigError(f"{where} must be a{kind}, got {plain(value)!r}") from None
         return number
     if base is str:
-        if isinstance(value, (dict, list)):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return str(value)
-    return value
+        if isinstance(value, (dict, list)) or (isinstance(value, bool) and not choice):
+            quote = ' (quote it: "...")' if isinstance(value, bool) else ""
+            raise ConfigError(f"{where} must be a string{quote}, got {value!r}")
+        return source(value) or str(value)  # a revision 0777 stays "0777", 1.10 stays "1.10"
+    return plain(value)
 
 
 def _from_dict(cls, data: dict, prefix: str = ""):
@@ -204,20 +219,9 @@ def _from_dict(cls, data: dict, prefix: str = ""):
 
 
 def parse_scalar(text: str):
-    """A command-line value: YAML syntax (numbers, true/false, null, [lists], {maps})."""
-    import yaml
-
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    if isinstance(value, str):
-        # PyYAML reads 1e-4 as a string (YAML 1.1); accept it as a number.
-        try:
-            return float(value) if any(c in value for c in ".eE") else int(value)
-        except ValueError:
-            return value
-    return value
+    """A command-line value: YAML syntax (numbers, true/false, null, [lists], {maps}), read as a file's values are
+    (yaml_file.py: a number keeps its text for a text setting); ``key=`` is null."""
+    return parse_yaml_value(text)
 
 
 def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig, unknown: list | None = None) -> None:
@@ -263,22 +267,9 @@ def _raise_unknown(unknown: list[tuple[str, str]], path: str | None) -> None:
 
 def load_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     """YAML file (optional) + ``key=value`` overrides -> validated TrainConfig."""
-    import yaml
-
     tree: dict = {}
     if path:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConfigError(f"config file {path}{where} is not valid YAML: {getattr(err, 'problem', err)}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config file {path} must hold a mapping of config keys")
-        tree = loaded or {}
+        tree = read_yaml(path)
         _rename_keys(tree)
     unknown = _unknown_keys(TrainConfig, tree)
     for item in overrides:

@@ -95,7 +95,9 @@ class GRPOConfig:
     entropy_coef: float = setting(
         0.0,
         "Entropy bonus: the loss gets -entropy_coef x the mean policy entropy of the trained tokens (>= 0; TRL's "
-        "entropy_coef); a guard against entropy collapse, off at 0. The `entropy` metric shows what it acts on.",
+        "entropy_coef); a guard against entropy collapse, off at 0. The `entropy` metric is the mean over every "
+        "loss token (with top_entropy_quantile < 1 or preview_weight != 1 the bonus acts on the selected, weighted "
+        "ones).",
     )
     sampler_correction: Literal[tuple(SAMPLER_CORRECTIONS)] = setting(
         "none",

@@ -8,7 +8,8 @@ files ``carrier_list`` (the object carrying each text) and ``sentence_list`` (on
 A row's ``text`` becomes the list of the texts to render, one per region, which the OCR rewards score region by
 region (glm_grpo_ds/rewards/ocr.py ``text_regions``): the quoted spans of each ``sentence_list`` clause, else
 the prompt's quoted spans (in the order they appear). An entry's own ``text`` field, when it has one, wins.
-The other fields (``index``, ``carrier_list``, ``sentence_list``, style attributes) reach the rewards as extras.
+The other fields (``carrier_list``, ``sentence_list``, style attributes) reach the rewards as extras; the
+entry's ``index`` does not: a sample's ``index`` is its row number in the file (data/rows.py, as for every source).
 
 Quotes: a single-quoted span must open and close outside a word, so an apostrophe inside it (``'Joe's
 Diner'``) or in the surrounding prose (``the chef's hat``) does not split it; double and curly quotes count too.
@@ -21,7 +22,7 @@ import json
 import re
 from pathlib import Path
 
-from .lines import check_target
+from .lines import BOM, check_target
 from .rows import DataError, PromptRow, PromptRows
 
 DATA_LIST = "data_list"
@@ -56,10 +57,10 @@ def read_cvtg(path: Path, key: str, keys: tuple[str, str, str]) -> PromptRows | 
     ``keys``: (prompt, target_image, text) field names (data.*_key)."""
     with open(path, "rb") as f:
         head = f.read(SNIFF_BYTES)
-    if not head.lstrip().startswith(b"{") or f'"{DATA_LIST}"'.encode() not in head:
+    if not head.removeprefix(BOM).lstrip().startswith(b"{") or f'"{DATA_LIST}"'.encode() not in head:
         return None
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a byte order mark is skipped
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None  # JSON lines whose first object has a data_list key, say: datasets reads it (or says why not)
     if not isinstance(doc, dict) or not isinstance(doc.get(DATA_LIST), list):

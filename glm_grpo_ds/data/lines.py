@@ -2,9 +2,11 @@
 
 One pass at startup checks every line (valid JSON, a non-empty prompt, target images that exist and
 parse) and records where each row starts (8 bytes per row); ``rows[i]`` reads and parses line i
-again when a step samples it. Lines are exactly ``Path.read_text().splitlines()``'s (blank lines
+again when a step samples it. A ``.txt``'s lines are exactly ``Path.read_text().splitlines()``'s (blank lines
 skipped), so the row numbers - and the seeds and sampling order derived from them - are the same as
-when the files were read whole. The file must not change during the run (checked at every read).
+when the files were read whole; a ``.jsonl``'s end at ``\n`` only, as JSON Lines says (a JSON string may hold
+U+2028, which ``json.dumps(ensure_ascii=False)`` writes as it is and ``splitlines`` would split at). A UTF-8 byte
+order mark (Windows editors) is skipped. The file must not change during the run (checked at every read).
 
 A ``.txt`` file with a ``target_images/`` folder beside it gets a target image per line from that folder
 (the seeds' layout; the naming rule and its checks are data/target_folder.py); the first load of it says so
@@ -21,6 +23,8 @@ from pathlib import Path
 from ..runtime import log
 from .rows import DataError, PromptRow, PromptRows
 from .target_folder import LineTargets, target_folder
+
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark, which Windows editors write first
 
 
 def check_target(base: Path, where: str, target, relative_to: str) -> Path:
@@ -80,10 +84,11 @@ class LineFile:
         """Check every line, record where each row starts; the file's number of lines."""
         lineno = 0
         with open(self.path, "rb") as f:
-            offset = 0
-            for raw in f:  # splits at b"\n" only; splitlines() below splits each piece like read_text would
+            offset = len(BOM) if f.read(len(BOM)) == BOM else 0
+            f.seek(offset)
+            for raw in f:  # splits at b"\n" only; a .txt's splitlines() splits each piece like read_text would
                 try:
-                    parts = raw.decode("utf-8").splitlines()
+                    parts = self._split(raw.decode("utf-8"))
                 except UnicodeDecodeError as err:
                     raise DataError(
                         f"{self.path}:{lineno + 1}: not UTF-8 text ({err.reason} at byte {offset + err.start}); "
@@ -100,6 +105,10 @@ class LineFile:
                         self.lines.append(lineno)
                 offset += len(raw)
         return lineno
+
+    def _split(self, text: str) -> list[str]:
+        """The lines of one ``\n``-terminated piece of the file."""
+        return [text.rstrip("\r\n")] if self.jsonl else text.splitlines()
 
     def _parse(self, line: str, lineno: int, check: bool) -> tuple[str, str | None, object, dict]:
         """(prompt, absolute target path, text, extra keys) of a JSON line; ``check``: validate it."""
@@ -127,7 +136,7 @@ class LineFile:
             raise DataError(f"{self.path} changed while the run was reading it; restore it, or restart the run")
         with open(self.path, "rb") as f:
             f.seek(self.offsets[i])
-            line = f.readline().decode("utf-8").splitlines()[self.sub.get(i, 0)]
+            line = self._split(f.readline().decode("utf-8"))[self.sub.get(i, 0)]
         if not self.jsonl:
             target = None if self.targets is None else self.targets.path(i)
             return PromptRow(index=i, prompt=line.strip(), target_image=target)

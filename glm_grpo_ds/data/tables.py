@@ -46,7 +46,10 @@ def load_table(source: str, local: Path, key: str, keys, split: str, split_key: 
         datasets.disable_progress_bars()
     try:
         if local.is_file():
-            extra = {"converters": {keys[0]: str, keys[2]: str}} if local.suffix == ".csv" else {}
+            # only an empty cell is missing: pandas' defaults also read NA, None, null, nan, N/A as missing, which
+            # turned a prompt "NA" into an empty-prompt error and a text "None" into no text
+            csv = {"converters": {keys[0]: str, keys[2]: str}, "keep_default_na": False, "na_values": [""]}
+            extra = csv if local.suffix == ".csv" else {}
             # one file is one split ("train" to datasets); data.split chooses among a directory's splits
             return datasets.load_dataset(FILE_BUILDERS[local.suffix], data_files=str(local), **extra)["train"], None
         if is_saved_dataset(local):

@@ -54,7 +54,9 @@ def rows_sha256(rows) -> str:
     for row in rows:
         target = row.target_image
         if isinstance(target, str):
-            target = targets.setdefault(target, file_sha256(target))
+            if target not in targets:
+                targets[target] = file_sha256(target)
+            target = targets[target]
         record = {"prompt": row.prompt, "target": _stable(target), "text": _stable(row.text)}
         record["extra"] = _stable(row.extra)
         h.update(json.dumps(record, sort_keys=True).encode())

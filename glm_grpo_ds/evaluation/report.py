@@ -37,14 +37,20 @@ def run_config(adapter: str) -> tuple[Path, dict] | None:
     return None
 
 
-def trained_rewards(adapter: str) -> list[str] | None:
-    """The reward names the run that wrote ``adapter`` trained on, from that run's ``config.json``; None when no
-    run config is found."""
+def trained_rewards(adapter: str) -> list[dict] | None:
+    """The rewards (``{"name", "args", ...}``) the run that wrote ``adapter`` trained on, from that run's
+    ``config.json``; None when no run config is found."""
     found = run_config(adapter)
     rewards = None if found is None else found[1].get("rewards")
     if not isinstance(rewards, list):
         return None
-    return [r["name"] if isinstance(r, dict) else str(r) for r in rewards]
+    return [r if isinstance(r, dict) else {"name": str(r)} for r in rewards]
+
+
+def _trained_on(spec: dict, trained: list[dict]) -> bool:
+    """Whether the run trained on reward ``spec``: the same name with the same arguments (``ocr`` against another
+    OCR model's text is another reward); the weight does not matter."""
+    return any(t.get("name") == spec["name"] and (t.get("args") or {}) == (spec.get("args") or {}) for t in trained)
 
 
 def run_alarms(adapter: str) -> dict | None:
@@ -73,11 +79,14 @@ def alarm_lines(alarms: dict[str, dict | None]) -> list[str]:
     return lines
 
 
-def summarise(results: dict, adapters: dict[str, str], categories: list[str] | None) -> dict:
-    """``{adapter name: {"path", "trained_on", "rewards": {label: summary}, "categories": {...}}}``."""
+def summarise(results: dict, adapters: dict[str, str], categories: list[str] | None, specs: list[dict]) -> dict:
+    """``{adapter name: {"path", "trained_on", "rewards": {label: summary}, "categories": {...}}}``; ``specs``: the
+    evaluated rewards (``{"name", "args", ...}``, in their order: labelled as ``build_rewards`` labels them)."""
+    from ..rewards.registry import reward_labels
     from .paired import BASE
 
     base = results[BASE]
+    by_label = dict(zip(reward_labels([s["name"] for s in specs]), specs))
     out = {}
     for name, path in adapters.items():
         model = results[name]
@@ -85,7 +94,7 @@ def summarise(results: dict, adapters: dict[str, str], categories: list[str] | N
         per_label = {
             label: {
                 **paired_summary(base.rewards[label], model.rewards[label]),
-                "trained_on": None if trained is None or label == TOTAL else label in trained,
+                "trained_on": None if trained is None or label == TOTAL else _trained_on(by_label[label], trained),
             }
             for label in base.rewards
         }
@@ -97,7 +106,8 @@ def summarise(results: dict, adapters: dict[str, str], categories: list[str] | N
                     label: paired_summary(base.rewards[label][rows], model.rewards[label][rows])
                     for label in base.rewards
                 }
-        out[name] = {"path": path, "trained_on": trained, "rewards": per_label, "categories": by_category}
+        trained_names = None if trained is None else [t.get("name") for t in trained]
+        out[name] = {"path": path, "trained_on": trained_names, "rewards": per_label, "categories": by_category}
     return out
 
 

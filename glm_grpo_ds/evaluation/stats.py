@@ -57,11 +57,13 @@ def verdict(low: float, high: float, prompts: int) -> str:
 
 def paired_summary(base: torch.Tensor, model: torch.Tensor) -> dict:
     """``base`` / ``model`` ``[P, K]`` rewards of the same prompts and seeds -> means, the paired difference
-    with its interval and verdict, the win rate over prompts, and the prompt count (prompts undefined under
-    either model are left out)."""
+    with its interval and verdict, the win rate over prompts, and the prompt count. Only samples defined under
+    both models count (a seed whose reward failed under one is left out under the other too, so the means stay
+    paired: seed by seed, not each model's own defined seeds), and prompts with no such sample are left out."""
     if base.shape != model.shape:
         raise ValueError(f"base {tuple(base.shape)} and model {tuple(model.shape)} rewards differ in shape")
-    b, m = prompt_means(base), prompt_means(model)
+    undefined = torch.isnan(base) | torch.isnan(model)
+    b, m = (prompt_means(r.double().masked_fill(undefined, math.nan)) for r in (base, model))
     both = ~torch.isnan(b) & ~torch.isnan(m)
     b, m = b[both], m[both]
     diff = m - b

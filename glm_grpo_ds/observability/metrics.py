@@ -280,7 +280,7 @@ _MEAN_OVER_RANKS = (
 class StepFacts:
     """What the trainer knows of a step besides the update's statistics: the record's run-level fields."""
 
-    dead_groups: torch.Tensor  # [groups] True where every reward of the group is constant (TRL's zero std)
+    dead_groups: torch.Tensor  # [groups] True where every reward of the group was measured and is constant
     prompts_skipped: int  # dead prompts passed over to pick this step's (data.dead_prompt_skip_prob)
     dead_prompts: int | None  # prompts known dead so far; None when not tracked
     skipped_before: int  # optimizer steps skipped before this step
@@ -386,7 +386,7 @@ def _add_facts(record: dict, facts: StepFacts) -> None:
     """The run-level fields of :class:`StepFacts`."""
     if facts.before_load_mb is not None:
         record["memory/before_load_mb"] = facts.before_load_mb
-    record["frac_reward_zero_std"] = facts.dead_groups.float().mean().item()  # TRL's name: every reward constant
+    record["frac_reward_zero_std"] = facts.dead_groups.float().mean().item()  # TRL's name (docs/training.md)
     record["prompts_skipped"] = facts.prompts_skipped
     if facts.dead_prompts is not None:
         record["dead_prompts"] = facts.dead_prompts

@@ -136,6 +136,18 @@ def build_reward(name: str, args: dict) -> Callable:
         raise RewardError(f"reward {name}: bad args {args} ({err})") from None
 
 
+def reward_values(label: str, raw, n: int, device=None) -> torch.Tensor:
+    """A reward function's return for ``n`` images as ``[n]`` float32, NaN where it is undefined: None (not applicable
+    to that sample, TRL's convention), NaN and +-inf (an infinite reward would make every advantage of its group
+    NaN). A count other than ``n`` is a ValueError."""
+    if isinstance(raw, (list, tuple)):
+        raw = [float("nan") if value is None else value for value in raw]
+    values = torch.as_tensor(raw, dtype=torch.float32).to(device).reshape(-1)
+    if values.shape[0] != n:
+        raise ValueError(f"reward {label} returned {values.shape[0]} values for {n} images")
+    return torch.where(torch.isfinite(values), values, torch.full_like(values, float("nan")))
+
+
 class RewardSet:
     """The rewards of a run; ``__call__`` returns ``{label: [N] float32}`` (NaN = undefined).
 
@@ -168,21 +180,16 @@ class RewardSet:
                 all_ranks=True,
             )
             return torch.full((n,), float("nan"), device=images.device)
-        if isinstance(raw, (list, tuple)):  # None: not applicable to that sample (TRL's convention), undefined
-            raw = [float("nan") if value is None else value for value in raw]
-        values = torch.as_tensor(raw, dtype=torch.float32).to(images.device).reshape(-1)
-        if values.shape[0] != n:
-            raise ValueError(f"reward {label} returned {values.shape[0]} values for {n} images")
-        bad = ~torch.isfinite(values)
+        values = reward_values(label, raw, n, images.device)
+        bad = torch.isnan(values)
         if bad.any():
             log.warning_once(
                 f"reward-nonfinite:{label}",
-                f"glm-grpo: warning: reward {label} returned NaN/inf for {int(bad.sum())} of {n} samples; they are "
-                "undefined (left out of the advantages); further ones are counted in "
+                f"glm-grpo: warning: reward {label} returned None/NaN/inf for {int(bad.sum())} of {n} samples; they "
+                "are undefined (left out of the advantages); further ones are counted in "
                 f"reward/{label}_undefined, not logged",
                 all_ranks=True,
             )
-            values = torch.where(bad, torch.full_like(values, float("nan")), values)
         return values
 
     def pair_distance(self) -> Callable | None:
@@ -244,13 +251,19 @@ def check_reward_inputs(specs, rows, key: str, path) -> None:
             )
 
 
-def build_rewards(specs) -> RewardSet:
-    """From config ``RewardSpec``s; a name used twice gets ``#2``, ``#3`` appended as its label."""
+def reward_labels(names: list[str]) -> list[str]:
+    """The rewards' labels in metrics and reports: each name, with ``#2``, ``#3`` appended to a name used again."""
     seen: dict[str, int] = {}
-    built = []
-    for s in specs:
-        seen[s.name] = seen.get(s.name, 0) + 1
-        label = s.name if seen[s.name] == 1 else f"{s.name}#{seen[s.name]}"
-        built.append((label, s.weight, build_reward(s.name, dict(s.args))))
+    labels = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        labels.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return labels
+
+
+def build_rewards(specs) -> RewardSet:
+    """From config ``RewardSpec``s, labelled by :func:`reward_labels`."""
+    labels = reward_labels([s.name for s in specs])
+    built = [(label, s.weight, build_reward(s.name, dict(s.args))) for label, s in zip(labels, specs)]
     run_log.adopt_library_loggers()  # reward libraries that print by themselves (torchmetrics) -> the run's log
     return RewardSet(built)

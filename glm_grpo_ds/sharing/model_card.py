@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..model.glm_image import AR_DIR
 from ..observability.plot import PLOT_NAME, plot_training
+from ..rewards.registry import reward_labels
 from .card_parts import (
     CARD,
     TAG,
@@ -46,7 +47,6 @@ from .run_sections import (
     alarms_section,
     data_lines,
     results_section,
-    reward_labels,
     run_results,
     segments_lines,
     training_section,
@@ -108,7 +108,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     hub = (cfg.get("hub") or {}) if hub is None else hub
     base, random_name, hub_id, revision = _base(saved)
     is_adapter = (weights / "adapter_config.json").is_file()
-    labels = reward_labels(cfg["rewards"])
+    labels = reward_labels([r["name"] for r in cfg["rewards"]])
     res = run_results(run, step)
     what = "LoRA adapter" if is_adapter else "fine-tuned autoregressive model"
     title = f"# {hub.get('repo_id') or run.resolve().name}" + (f": checkpoint at step {step}" if step else "")

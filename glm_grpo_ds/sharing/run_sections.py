@@ -20,16 +20,6 @@ from ..runtime.versions import NOT_INSTALLED
 WINDOW = 10  # steps averaged for the "last steps" training reward (a single step's reward is noisy)
 
 
-def reward_labels(specs: list[dict]) -> list[str]:
-    """The metric labels of the rewards, as glm_grpo_ds.rewards.build_rewards names them (name, name#2, ...)."""
-    seen: dict[str, int] = {}
-    labels = []
-    for s in specs:
-        seen[s["name"]] = seen.get(s["name"], 0) + 1
-        labels.append(s["name"] if seen[s["name"]] == 1 else f"{s['name']}#{seen[s['name']]}")
-    return labels
-
-
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 

@@ -144,7 +144,7 @@ def test_reward_that_raises_or_returns_nan_is_counted_and_warned_once(tiny_model
     assert all(r["reward/pixel_mse_failed"] == 0 and r["skipped"] == 0 for r in rows)
     assert proc.stderr.count("raised RuntimeError: scorer offline (call 1)") == 1
     assert "call 3" not in proc.stderr  # warned once, not every step
-    assert proc.stderr.count("returned NaN/inf for 1 of 4 samples") == 1
+    assert proc.stderr.count("returned None/NaN/inf for 1 of 4 samples") == 1
     assert "glm-grpo: world size" not in proc.stdout  # --log-level warning hides the info summary
 
 

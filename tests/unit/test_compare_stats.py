@@ -29,6 +29,17 @@ def test_paired_summary_by_hand():
     assert s["verdict"] == "holds 0" and not s["ci_excludes_0"] and s["caveat"]
 
 
+def test_a_seed_undefined_under_one_model_is_left_out_under_the_other_too():
+    """Paired seed by seed: a reward that failed for seed 0 under the model must not compare the model's seed 1
+    with the mean of the base's seeds 0 and 1 (the helper's finding: diff -0.5, "down", for identical samples)."""
+    base = torch.tensor([[1.0, 0.0]] * 3)
+    model = torch.tensor([[NAN, 0.0]] * 3)
+    s = paired_summary(base, model)
+    assert s["prompts"] == 3 and s["base"] == 0.0 and s["model"] == 0.0 and s["diff"] == 0.0
+    assert s["verdict"] == "holds 0" and s["win_rate"] == 0.5
+    assert paired_summary(model, base)["diff"] == 0.0  # either side
+
+
 def test_the_same_rewards_give_exactly_zero_and_an_interval_that_holds_it():
     r = torch.rand(6, 4, generator=torch.Generator().manual_seed(0))
     s = paired_summary(r, r.clone())

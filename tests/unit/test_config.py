@@ -43,6 +43,40 @@ def test_an_empty_or_null_text_field_is_off_and_a_null_number_says_what_to_write
         load_config(None, BASE + ["grpo.beta="])
 
 
+def test_what_safe_load_changed_silently_is_kept_or_refused_with_the_file_and_line(tmp_path):
+    """PyYAML's safe_load kept the last of two `grpo:` sections, read `lora:` with its keys commented out as null
+    (full fine-tuning, a reference model), and turned revisions 0777 / 1.10 into "511" / "1.1"."""
+    c = tmp_path / "c.yaml"
+    c.write_text("grpo: {beta: 0.0, group_size: 4}\nmodel: {path: m}\ngrpo: {num_iterations: 2}\n")
+    with pytest.raises(ConfigError, match=r"c.yaml line 3, column 1 is not valid YAML: key 'grpo' is given twice in "):
+        load_config(str(c), BASE)
+    c.write_text("lora:\n  # r: 8\n")
+    with pytest.raises(ConfigError, match=r"^lora is empty \(`lora:` with nothing under it\): give its keys \(r, "):
+        load_config(str(c), BASE)
+    assert load_config(str(tmp_path / "c.yaml"), BASE + ["lora=null"]).lora is None  # a command line's null wins
+    c.write_text("lora: null\ngrpo:\n")  # null is null; an empty section that is always there: its defaults
+    assert load_config(str(c), BASE).lora is None
+    c.write_text("model: {revision: 0777}\ndata: {revision: 1.10}\nrewards: [{name: pixel_mse, args: {k: 010}}]\n")
+    cfg = load_config(str(c), ["model.path=m", "data.train_file=p.txt", "logging.run_name=1e3", "save_steps=1e3"])
+    assert (cfg.model.revision, cfg.data.revision, cfg.logging.run_name) == ("0777", "1.10", "1e3")
+    assert cfg.rewards[0].args == {"k": 8} and type(cfg.rewards[0].args["k"]) is int  # free-form: YAML's number
+    assert cfg.save_steps == 1000
+    c.write_text("save_steps: 1e3\n")  # YAML 1.1 text in a file, a number on the command line: both a number
+    assert load_config(str(c), BASE).save_steps == 1000
+    with pytest.raises(ConfigError, match=r'^hub.revision must be a string \(quote it: "..."\), got True$'):
+        load_config(None, BASE + ["hub.revision=yes"])
+    with pytest.raises(ConfigError, match=r"^max_steps must be an integer, got inf$"):
+        load_config(None, BASE + ["max_steps=.inf"])
+    c.write_bytes(b"model: {path: \xff}\n")
+    with pytest.raises(ConfigError, match=r"c.yaml is not UTF-8 text \(invalid start byte at byte 14\)$"):
+        load_config(str(c), BASE)
+    c.write_text("grpo: {42: 1}\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: key 42 is not a name; config keys are text"):
+        load_config(str(c), BASE)
+    with pytest.raises(ConfigError, match=r"config file .* is a directory; give the YAML file in it"):
+        load_config(str(tmp_path), BASE)
+
+
 def test_unknown_key_suggests_close_match():
     with pytest.raises(ConfigError, match=r"unknown config key 'grpo\.betta'; did you mean 'grpo\.beta'\?"):
         load_config(None, BASE + ["grpo.betta=0.1"])

@@ -69,6 +69,15 @@ def test_each_format_gives_the_jsonl_rows(tmp_path, ref, kind):
     assert rows[-1] == ref[2] and list(rows[1:]) == ref[1:]  # indexing and slicing like a list
 
 
+def test_csv_words_like_na_and_none_are_text_and_only_an_empty_cell_is_missing(tmp_path):
+    """pandas reads NA, None, null, nan, N/A as missing by default: a prompt "NA" was an empty-prompt error, a
+    text "None" no text at all, a category "NA" the category None."""
+    (tmp_path / "p.csv").write_text('prompt,text,category\nNA,None,NA\n"a dog",,x\n')
+    rows = load_prompts(tmp_path / "p.csv")
+    assert rows[0] == PromptRow(0, "NA", None, "None", {"category": "NA"})
+    assert rows[1] == PromptRow(1, "a dog", None, None, {"category": "x"})
+
+
 def test_datasetdict_split(tmp_path, ref):
     path = _write("saved-dict", tmp_path)
     (row,) = load_prompts(path, split="test")
@@ -395,12 +404,32 @@ def test_lines_are_read_texts_lines(tmp_path):
     rows = load_prompts(tmp_path / "p.txt")
     assert [r.prompt for r in rows] == [x.strip() for x in text.splitlines() if x.strip()]
     assert [r.index for r in rows] == list(range(6))
-    (tmp_path / "p.jsonl").write_bytes(b'{"prompt": "x"}\x0c{"prompt": "y"}\n\xff\n')
+    # a .jsonl's lines end at \n only (JSON Lines): U+2028 in a string is JSON, written raw by ensure_ascii=False
+    objects = [{"prompt": "two\u2028lines"}, {"prompt": "b"}]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(o, ensure_ascii=False) + "\r\n" for o in objects))
+    assert [r.prompt for r in load_prompts(tmp_path / "p.jsonl")] == ["two\u2028lines", "b"]
+    (tmp_path / "p.jsonl").write_bytes(b'{"prompt": "x"}\n\n\xff\n')
     with pytest.raises(DataError, match=r"p.jsonl:3: not UTF-8 text"):
         load_prompts(tmp_path / "p.jsonl")
-    (tmp_path / "p.jsonl").write_text('{"prompt": "x"}\x0c{"prompt": "y"}\n{"prompt": broken}\n')
+    (tmp_path / "p.jsonl").write_text('{"prompt": "x"}\n\n{"prompt": broken}\n')
     with pytest.raises(DataError, match=r"p.jsonl:3: not valid JSON"):
         load_prompts(tmp_path / "p.jsonl")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_prompt(tmp_path):
+    """Windows editors start UTF-8 files with U+FEFF: it was the first prompt's first character (.txt), a JSON error
+    (.jsonl), and a CVTG-2K file read as a table with one column data_list."""
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "p.txt").write_bytes(bom + b"a red cube\nb\n")
+    assert [r.prompt for r in load_prompts(tmp_path / "p.txt")] == ["a red cube", "b"]
+    (tmp_path / "p.jsonl").write_bytes(bom + b'{"prompt": "a red cube"}\n')
+    assert [r.prompt for r in load_prompts(tmp_path / "p.jsonl")] == ["a red cube"]
+    (tmp_path / "only.txt").write_bytes(bom + b"\n")
+    with pytest.raises(DataError, match="holds no prompts"):
+        load_prompts(tmp_path / "only.txt")
+    doc = {"data_list": [{"index": 7, "prompt": "a sign", "text": "OPEN"}]}
+    (tmp_path / "c.json").write_bytes(bom + json.dumps(doc).encode())
+    assert [(r.prompt, r.text) for r in load_prompts(tmp_path / "c.json")] == [("a sign", "OPEN")]
     (tmp_path / "p.txt").write_text("one\ntwo\n")
     rows = load_prompts(tmp_path / "p.txt")
     (tmp_path / "p.txt").write_text("one\nthree, longer\n")

@@ -4,7 +4,14 @@
 import pytest
 import torch
 
-from glm_grpo_ds.advantages import COMBINATIONS, ESTIMATORS, combine_advantages, signal_free_groups, unmeasured_groups
+from glm_grpo_ds.advantages import (
+    COMBINATIONS,
+    ESTIMATORS,
+    combine_advantages,
+    signal_free_groups,
+    unmeasured_groups,
+    zero_std_groups,
+)
 from glm_grpo_ds.data import PromptOrder, load_prompts
 
 NAN = float("nan")
@@ -70,6 +77,8 @@ def test_a_failed_reward_never_marks_a_prompt_dead_nor_alive(tmp_path):
     per_reward = {"a": torch.tensor([nan, nan, 1.0, 1.0, 0.5, nan]), "b": torch.tensor([0.0, 0.0, 2.0, 2.0, 3.0, 3.0])}
     assert signal_free_groups(per_reward, 2).tolist() == [True, True, True]
     assert unmeasured_groups(per_reward, 2).tolist() == [True, False, True]
+    # nor counts in frac_reward_zero_std (TRL's nanstd is NaN there, not 0, too): an outage is not easy prompts
+    assert zero_std_groups(per_reward, 2).tolist() == [False, True, False]
     s = PromptOrder(rows_of(tmp_path, 3), 1, 0, 3, seed=0, shuffle=False, dead_skip_prob=0.5)
     s.next()
     s.dead = {2}

@@ -37,6 +37,8 @@ RUN = (
     "eval.guidance_scale=1.0",
     "eval.seed=7",
     "eval.group_size=3",
+    "decoder.dtype=bf16",
+    "decoder.fp8=true",
     "rewards=[{name: ssim, weight: 2.0}, {name: pixel_mse}]",
 )
 
@@ -54,6 +56,7 @@ def test_without_config_the_adapters_run_gives_size_decode_sampling_and_rewards_
     assert (cfg.eval.num_inference_steps, cfg.eval.guidance_scale, cfg.grpo.sampling.temperature) == (3, 1.0, 0.8)
     assert [(r.name, r.weight) for r in cfg.rewards] == [("ssim", 2.0), ("pixel_mse", 1.0)]
     assert (a.samples_per_prompt, cfg.eval.seed) == (3, 7)  # the run's own evaluation's K and seeds
+    assert (cfg.decoder.dtype, cfg.decoder.fp8) == ("bf16", True)  # the DiT its evaluation decoded with
     assert len(err) == 1, err
     assert err[0].startswith(
         f"glm-grpo evaluate: settings of adapter_0's run, from {tmp_path / 'run' / 'config.json'}: "
@@ -164,3 +167,29 @@ def test_overrides_after_the_rewards_flag_stay_overrides():
     # --rewards takes every word after it; a word with "=" is a config key, never a reward name
     a = evaluate.parse_args(["--rewards", "pixel_mse", "rollout.height=128", "ssim", "--prompts", "p.jsonl"])
     assert a.rewards == ["pixel_mse", "ssim"] and a.overrides == ["rollout.height=128"]
+
+
+def test_trained_on_compares_each_reward_with_its_arguments_not_its_label(tmp_path):
+    """A reward used twice is labelled ``ssim#2``, which no run names: it was reported out of domain; and a reward
+    of the trained name with other arguments (another model) was reported trained on."""
+    import torch
+
+    from glm_grpo_ds.evaluation.paired import BASE, ModelResult
+    from glm_grpo_ds.evaluation.report import summarise
+
+    trained = "rewards=[{name: ssim}, {name: ssim, args: {win: 3}}, {name: pixel_mse}]"
+    adapter = make_run(tmp_path / "run", "model.path=/models/tiny", trained)
+    specs = [
+        {"name": "ssim", "weight": 1.0, "args": {}},
+        {"name": "ssim", "weight": 2.0, "args": {"win": 3}},
+        {"name": "pixel_mse", "weight": 1.0, "args": {"scale": 2}},
+    ]
+    rewards = {label: torch.zeros(3, 2) for label in ("ssim", "ssim#2", "pixel_mse")}
+    results = {name: ModelResult(name, rewards=dict(rewards)) for name in (BASE, "adapter_0")}
+    out = summarise(results, {"adapter_0": str(adapter)}, None, specs)["adapter_0"]
+    assert {label: s["trained_on"] for label, s in out["rewards"].items()} == {
+        "ssim": True,
+        "ssim#2": True,
+        "pixel_mse": False,
+    }
+    assert out["trained_on"] == ["ssim", "ssim", "pixel_mse"]

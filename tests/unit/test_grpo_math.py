@@ -135,6 +135,15 @@ def test_gradient_only_through_logp_and_hand_values():
     torch.testing.assert_close(logp.grad, expected, rtol=0, atol=1e-12)
 
 
+def test_without_a_reference_the_kl_is_not_measured_not_zero():
+    """beta 0 loads no reference: the kl statistic was a 0 nobody measured; NaN, which metrics.jsonl writes null."""
+    import math
+
+    logp, old, adv, mask = _inputs()
+    _, stats = policy_loss(logp, old, adv, mask, plain(beta=0.0))
+    assert math.isnan(stats["kl"].item())
+
+
 def test_kl_zero_when_ref_equals_policy():
     logp, old, adv, mask = _inputs()
     base, _ = policy_loss(logp, old, adv, mask, plain(epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH))

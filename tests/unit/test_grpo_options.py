@@ -133,6 +133,12 @@ def test_preview_weight_scales_the_preview_tokens_policy_term_only(preview_batch
     both = policy_token_weights(batch, entropy, SimpleNamespace(top_entropy_quantile=0.5, preview_weight=0.25))
     # top half of the 10 entropies: >= their median 0.45 -> 0.9 0.8 0.5 0.6 0.7
     assert both.tolist() == [[0.0, 0.25, 0.0, 1.0, 0.0], [0.0, 0.25, 0.25, 1.0, 0.0]]
+    # a peaked distribution's fp32 entropy a little below 0 is a token of the pool all the same (it was taken for
+    # padding, leaving 6 tokens whose median 0.25 dropped 0.1 and 0.2): the median of the 10 is (0 + 0.1) / 2
+    peaked = entropy.clone()
+    peaked[1] = torch.tensor([-4e-6, -3e-6, -2e-6, -1e-6, 0.0])
+    top = policy_token_weights(batch, peaked, SimpleNamespace(top_entropy_quantile=0.5, preview_weight=1.0))
+    assert top.tolist() == [[1.0] * 5, [0.0] * 5]
 
     logp = torch.randn(2, n, dtype=torch.float64, requires_grad=True)
     adv = torch.tensor([1.0, -1.0], dtype=torch.float64)

@@ -123,7 +123,7 @@ def test_reward_that_raises_scores_nan_counts_and_warns_once(capsys):
     assert torch.isnan(out["flaky"]).all()
     err = capsys.readouterr().err
     assert err.count("reward flaky raised RuntimeError: down 1;") == 1 and "down 3" not in err
-    assert err.count("returned NaN/inf for 2 of 3 samples") == 1
+    assert err.count("returned None/NaN/inf for 2 of 3 samples") == 1
 
 
 def test_a_reward_returning_none_for_a_sample_leaves_it_undefined():
@@ -200,3 +200,20 @@ def test_score_without_what_the_reward_needs_is_a_one_line_error(tmp_path, capsy
     assert capsys.readouterr().err.startswith("glm-grpo score: reward ocr needs text: pass --text TEXT")
     assert score.main(["--reward", "pixel_mse", "--prompt", "a cat", "--image", image, "--target", image]) == 0
     assert float(capsys.readouterr().out) == 0.0
+
+
+def test_score_prints_nan_for_a_reward_that_says_none_or_inf(tmp_path, capsys):
+    """TRL's None (not applicable) is undefined in training; `glm-grpo score` crashed on it with a TypeError."""
+    from PIL import Image
+
+    from glm_grpo_ds.commands import score
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    (tmp_path / "plug.py").write_text(
+        "def none(images, prompts, samples):\n    return [None] * len(prompts)\n\n"
+        "def inf(images, prompts, samples):\n    return [float('inf')] * len(prompts)\n"
+    )
+    for fn in ("none", "inf"):
+        argv = ["--reward", f"{tmp_path / 'plug.py'}:{fn}", "--prompt", "a cat", "--image", str(tmp_path / "a.png")]
+        assert score.main(argv) == 0
+        assert capsys.readouterr().out == "nan\n"
