@@ -91,12 +91,13 @@ def _world(est: EstimateConfig) -> int:
     return est.num_gpus * est.num_nodes
 
 
-def cluster_shape(num_gpus: int | None, num_nodes: int | None, hostfile: str | None, gpu_memory_gb: float, report):
+def cluster_shape(num_gpus, num_nodes, hostfile: str | None, gpu_memory_gb: float | None, report):
     """The cluster the job asks for, as the memory plan takes it (:class:`EstimateConfig`): the hostfile's hosts and
     slots when given (the first ``num_nodes`` of them
     when given, as the launcher takes them; planned at the largest slot count), else ``num_gpus`` x
-    ``num_nodes`` (defaults 8 x 1, estimate-memory's)."""
+    ``num_nodes`` (defaults 8 x 1 and the GPU's memory, estimate-memory's)."""
     d = EstimateConfig()
+    gpu_memory_gb = gpu_memory_gb or d.gpu_memory_gb
     if hostfile:
         hosts = _checked(report, f"hostfile {hostfile}", lambda: read_hostfile(hostfile))
         if hosts:

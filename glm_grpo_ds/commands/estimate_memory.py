@@ -19,6 +19,7 @@ import json
 import sys
 
 from ..config import ConfigError, load_config, parse_with_overrides
+from ..config.arguments import gib
 from ..ds.ds_config import DeepSpeedConfigError, read_ds_config
 from ..memory.plan import GIB, EstimateConfig, grid_tokens, plan
 from ..memory.sizes import model_sizes
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--num-nodes", type=int, default=d.num_nodes, help="nodes (default: %(default)s)")
     ap.add_argument(
         "--gpu-memory-gb",
-        type=float,
+        type=gib,
         default=d.gpu_memory_gb,
         help="GiB per GPU to plan against (default: %(default)s)",
     )

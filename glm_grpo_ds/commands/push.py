@@ -67,7 +67,13 @@ def push_run(output_dir, repo_id=None, private=None, revision=None, checkpoints=
     out = Path(output_dir)
     if not (out / "config.json").is_file():
         raise FileNotFoundError(f"{out}/config.json not found: {out} is not a glm-grpo run directory")
-    hub = json.loads((out / "config.json").read_text(encoding="utf-8"))["train"].get("hub") or {}
+    saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    if not isinstance(saved, dict) or not isinstance(saved.get("train"), dict):  # a model's config.json, say
+        raise FileNotFoundError(
+            f"{out}/config.json is not a glm-grpo run's (no train section): {out} is not a glm-grpo run directory; "
+            "give the training run's output_dir"
+        )
+    hub = saved["train"].get("hub") or {}
     repo_id = repo_id or hub.get("repo_id")
     if not repo_id:
         raise ConfigError(f"{out} was trained without hub.repo_id: pass --repo-id NAMESPACE/NAME")

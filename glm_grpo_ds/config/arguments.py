@@ -80,6 +80,14 @@ deepspeed --num_gpus 8 --module glm_grpo_ds.train --config launch/configs/glm_im
 glm-grpo train --check --config launch/configs/glm_image_lora.yaml --deepspeed ds_configs/zero2.json --num-gpus 8"""
 
 
+def gib(text: str) -> float:
+    """An argparse type: a GPU's memory in GiB, a positive finite number (nan planned into a ValueError)."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of GiB, got {text}")
+    return value
+
+
 def parse_train_args(argv: list[str]) -> argparse.Namespace:
     """The command line of ``glm-grpo train`` / ``python -m glm_grpo_ds.train`` / ``deepspeed --module``."""
     from ..runtime.cli_help import command_parser
@@ -104,7 +112,7 @@ def parse_train_args(argv: list[str]) -> argparse.Namespace:
         "--hostfile", default=None, help="the job's DeepSpeed hostfile: its nodes and slots (default: none)"
     )
     check.add_argument(
-        "--gpu-memory-gb", type=float, default=80.0, help="GiB per GPU to plan against (default: %(default)s)"
+        "--gpu-memory-gb", type=gib, default=None, help="GiB per GPU to plan against (default: estimate-memory's, 80)"
     )
     p.add_argument(
         "--log-level", choices=LEVELS, default="info", help="console verbosity of rank 0 (other ranks: errors)"
@@ -112,4 +120,15 @@ def parse_train_args(argv: list[str]) -> argparse.Namespace:
     # set by the deepspeed launcher
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("overrides", nargs="*", help="dotted key=value overrides, anywhere on the line, e.g. grpo.beta=0.0")
-    return parse_with_overrides(p, argv)
+    args = parse_with_overrides(p, argv)
+    # the job's shape is the launcher's to give: without --check these would be ignored, and the run one process
+    given = [flag for flag in ("num_gpus", "num_nodes", "hostfile", "gpu_memory_gb") if getattr(args, flag) is not None]
+    if given and not args.check:
+        flags = ", ".join("--" + flag.replace("_", "-") for flag in given)
+        p.error(
+            f"{flags} {'describe' if len(given) > 1 else 'describes'} the job for --check only; to run on several "
+            "GPUs or nodes start this command with "
+            "the deepspeed launcher (deepspeed --num_gpus N --module glm_grpo_ds.train ..., docs/training.md), or add "
+            "--check"
+        )
+    return args

@@ -61,8 +61,13 @@ class LoraConfig:
     """peft LoRA on the language model. ``lora: null`` in YAML = full fine-tuning."""
 
     r: int = setting(16, "LoRA rank (>= 1): more = more trainable parameters and optimizer memory.")
-    alpha: int = setting(32, "LoRA scaling: the adapter's update is multiplied by alpha / r.")
-    dropout: float = setting(0.0, "Dropout on the input of the LoRA adapters.")
+    alpha: int = setting(32, "LoRA scaling: the adapter's update is multiplied by alpha / r (> 0).")
+    dropout: float = setting(
+        0.0,
+        "Dropout on the input of the LoRA adapters, in [0, 1). Keep 0 for GRPO: the sampler and the old / reference "
+        "log-probs run without it, so above 0 the policy ratio of the first iteration is not 1 and the clip acts "
+        "on dropout noise (first_iteration_ratio_min / max in metrics.jsonl show it; TRL's disable_dropout).",
+    )
     target_modules: list[str] = setting(
         help="Module names that get adapters (at least one): the attention and MLP projections of "
         "GlmImageTextDecoderLayer (the vision tower has other names only where it shares q/k/v; see "
@@ -82,6 +87,10 @@ class LoraConfig:
         problems = []
         if not self.r >= 1:
             problems.append(f"{prefix}r must be >= 1, got {self.r}")
+        if not self.alpha > 0:  # 0 scales every update away: nothing would train, and nothing would say so
+            problems.append(f"{prefix}alpha must be > 0, got {self.alpha}")
+        if not 0 <= self.dropout < 1:  # checked here, not by torch's Dropout after the model loaded
+            problems.append(f"{prefix}dropout must be in [0, 1), got {self.dropout}")
         if not len(self.target_modules) > 0:
             problems.append(f"{prefix}target_modules must name at least one module")
         return problems + choice_problems(self, prefix)

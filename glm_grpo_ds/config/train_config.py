@@ -3,6 +3,7 @@ combinations (one line per problem)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .checks import need
@@ -264,9 +265,10 @@ class TrainConfig:
             problems.append(
                 f"overwrite_output_dir=true starts over but resume_from={self.resume_from} continues a run: pick one"
             )
-        if not self.dist_timeout_minutes > 0:
+        if not 0 < self.dist_timeout_minutes < math.inf:  # torch's timedelta cannot hold inf
             problems.append(
-                f"dist_timeout_minutes must be > 0 (minutes; fractions allowed), got {self.dist_timeout_minutes}"
+                f"dist_timeout_minutes must be > 0 and finite (minutes; fractions allowed), got "
+                f"{self.dist_timeout_minutes}"
             )
         if not self.save_total_limit >= 0:
             problems.append(f"save_total_limit must be >= 0 (0 = keep all), got {self.save_total_limit}")

@@ -4,6 +4,7 @@ micro-batch against the group size, the disagreement gate against the number of 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -233,23 +234,33 @@ class OptimizerConfig:
         "bitsandbytes 8-bit states, a quarter of AdamW's state memory (not with offload_optimizer).",
         noun="optimizer",
     )
-    lr: float = setting(1e-5, "Peak learning rate (> 0).")
-    betas: list[float] = setting(help="Adam betas (two numbers).", factory=lambda: [0.9, 0.999])
-    eps: float = setting(1e-8, "Adam epsilon.")
-    weight_decay: float = setting(0.0, "AdamW (decoupled) weight decay.")
+    lr: float = setting(1e-5, "Peak learning rate (> 0, finite).")
+    betas: list[float] = setting(help="Adam betas (two numbers in [0, 1)).", factory=lambda: [0.9, 0.999])
+    eps: float = setting(1e-8, "Adam epsilon (> 0).")
+    weight_decay: float = setting(0.0, "AdamW (decoupled) weight decay (>= 0).")
     schedule: Literal["constant", "linear", "cosine"] = setting(
         "constant", "Learning rate after warmup: constant, or linear / cosine decay to 0 at the last optimizer step."
     )
     warmup_steps: int = setting(0, "Optimizer steps of linear warmup to lr (>= 0).")
-    max_grad_norm: float = setting(1.0, "Gradient clipping by global norm (DeepSpeed gradient_clipping).")
+    max_grad_norm: float = setting(
+        1.0, "Gradient clipping by global norm (DeepSpeed gradient_clipping); >= 0, 0 = no clipping."
+    )
 
     def problems(self, prefix: str = "optimizer.") -> list[str]:
         """One line per problem, keys written ``<prefix>key``."""
         problems = choice_problems(self, prefix)
-        if not self.lr > 0:
-            problems.append(f"{prefix}lr must be > 0, got {self.lr}")
-        if not len(self.betas) == 2:
-            problems.append(f"{prefix}betas must be two numbers, got {self.betas}")
+        # checked here, not by torch / bitsandbytes after the model loaded (a traceback minutes in); a NaN or
+        # negative max_grad_norm turned clipping off without a word (DeepSpeed clips only when it is > 0)
+        if not 0 < self.lr < math.inf:
+            problems.append(f"{prefix}lr must be > 0 and finite, got {self.lr}")
+        if not (len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas)):
+            problems.append(f"{prefix}betas must be two numbers in [0, 1), got {self.betas}")
+        if not 0 < self.eps < math.inf:
+            problems.append(f"{prefix}eps must be > 0 and finite, got {self.eps}")
+        if not 0 <= self.weight_decay < math.inf:
+            problems.append(f"{prefix}weight_decay must be >= 0 and finite, got {self.weight_decay}")
+        if not 0 <= self.max_grad_norm < math.inf:
+            problems.append(f"{prefix}max_grad_norm must be >= 0 (0 = off) and finite, got {self.max_grad_norm}")
         if not self.warmup_steps >= 0:
             problems.append(f"{prefix}warmup_steps must be >= 0, got {self.warmup_steps}")
         return problems

@@ -218,7 +218,22 @@ def first_record(path: Path) -> dict | None:
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The records of a JSON-lines file :class:`MetricsWriter` wrote. A last line without its newline is a record
+    cut off as it was written (the run killed, the disk full) and is left out, so a resume and the tools still read
+    the file; any other line that is not JSON is a ValueError naming the file and line."""
+    text = Path(path).read_text(encoding="utf-8")
+    lines = text.split("\n")  # the text after the last newline: "" for a complete file
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if number == len(lines):
+                break  # cut off mid-write
+            raise ValueError(f"{path}:{number}: not a JSON record ({err.msg}); fix or delete that line") from None
+    return records
 
 
 def fired_alarms(run: Path, step: int | None = None) -> dict | None:

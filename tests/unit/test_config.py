@@ -231,6 +231,20 @@ def test_overrides_may_come_before_between_and_after_options():
     assert _train_args(["--local_rank=0", "x=1", "--deepspeed", "D.json"]).overrides == ["x=1"]
 
 
+def test_the_jobs_shape_without_check_is_refused_not_ignored(capsys):
+    """`glm-grpo train --num-gpus 8` ran one process, silently: those flags only describe the job to --check."""
+    with pytest.raises(SystemExit) as err:
+        _train_args(["--deepspeed", "D.json", "--num-gpus", "8", "--gpu-memory-gb", "40"])
+    assert err.value.code == 2
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line.startswith("glm-grpo train: error: --num-gpus, --gpu-memory-gb describe the job for --check only;")
+    assert "deepspeed --num_gpus N --module glm_grpo_ds.train" in line
+    checked = _train_args(["--check", "--deepspeed", "D.json", "--num-gpus", "8"])
+    assert (checked.num_gpus, checked.gpu_memory_gb) == (8, None)  # None: the planner's GPU (preflight.cluster_shape)
+    with pytest.raises(SystemExit):
+        _train_args(["--check", "--deepspeed", "D.json", "--gpu-memory-gb", "nan"])
+
+
 @pytest.mark.parametrize(
     "argv,hint",
     [
@@ -268,8 +282,36 @@ def test_tools_with_overrides_take_them_anywhere_and_hint_flag_style_keys(capsys
 def test_dist_timeout_minutes_takes_fractions_and_must_be_positive():
     assert load_config(None, BASE).dist_timeout_minutes == 60
     assert load_config(None, BASE + ["dist_timeout_minutes=0.5"]).dist_timeout_minutes == 0.5  # 30 s
-    with pytest.raises(ConfigError, match=r"^dist_timeout_minutes must be > 0 \(minutes; fractions allowed\), got 0"):
+    with pytest.raises(ConfigError, match=r"^dist_timeout_minutes must be > 0 and finite \(minutes; fractions "):
         load_config(None, BASE + ["dist_timeout_minutes=0"])
+    with pytest.raises(ConfigError, match=r"^dist_timeout_minutes must be > 0 and finite"):
+        load_config(None, BASE + ["dist_timeout_minutes=.inf"])
+
+
+def test_optimizer_and_lora_values_torch_refuses_after_the_load_are_refused_before_it():
+    """torch / bitsandbytes / peft raise on these after the model loaded (a traceback minutes in); a NaN or negative
+    max_grad_norm turned clipping off and lora.alpha 0 scaled every update away, without a word."""
+    bad = [
+        "optimizer.betas=[2, 0.9]",
+        "optimizer.eps=-1e-8",
+        "optimizer.weight_decay=-0.1",
+        "optimizer.max_grad_norm=.nan",
+        "optimizer.lr=.inf",
+        "lora.alpha=0",
+        "lora.dropout=1.5",
+    ]
+    with pytest.raises(ConfigError) as err:
+        load_config(None, BASE + bad)
+    assert str(err.value).splitlines() == [
+        "optimizer.lr must be > 0 and finite, got inf",
+        "optimizer.betas must be two numbers in [0, 1), got [2.0, 0.9]",
+        "optimizer.eps must be > 0 and finite, got -1e-08",
+        "optimizer.weight_decay must be >= 0 and finite, got -0.1",
+        "optimizer.max_grad_norm must be >= 0 (0 = off) and finite, got nan",
+        "lora.alpha must be > 0, got 0",
+        "lora.dropout must be in [0, 1), got 1.5",
+    ]
+    assert load_config(None, BASE + ["optimizer.max_grad_norm=0"]).optimizer.max_grad_norm == 0  # off
 
 
 def test_derived_rules_are_written_once_on_train_config():

@@ -289,6 +289,18 @@ def test_push_elsewhere_than_the_run_said_uploads_cards_that_point_there(tmp_pat
     assert len(err) == 1 and err[0].startswith(f"glm-grpo push: uploading {out / 'final_adapter'} to me/other failed")
 
 
+def test_push_of_a_folder_with_a_models_config_json_is_one_line(tmp_path, capsys):
+    """A model directory has a config.json too: push stopped with KeyError: 'train'."""
+    from glm_grpo_ds.commands.push import main as push_main
+
+    (tmp_path / "config.json").write_text('{"architectures": ["GlmImageForConditionalGeneration"]}')
+    assert push_main([str(tmp_path), "--repo-id", "me/x"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"glm-grpo push: {tmp_path}/config.json is not a glm-grpo run's (no train section): {tmp_path} is not a "
+        "glm-grpo run directory; give the training run's output_dir"
+    )
+
+
 def test_repo_checks(tmp_path, hub_env, monkeypatch):
     from huggingface_hub import HfApi
 

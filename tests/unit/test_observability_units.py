@@ -134,6 +134,21 @@ def test_metrics_writer_resume_keeps_records_up_to_the_checkpoint(tmp_path):
     assert [json.loads(line)["step"] for line in (tmp_path / "eval.jsonl").read_text().splitlines()] == [0, 2]
 
 
+def test_a_record_cut_off_mid_write_does_not_stop_the_resume_nor_the_tools(tmp_path):
+    """A run killed (or out of disk) while writing a record leaves a last line without its newline: the resume read
+    it with json.loads and stopped with a traceback. Any other bad line is one error naming the file and line."""
+    from glm_grpo_ds.observability.metrics import read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
+    assert read_metrics(path) == [{"step": 1}, {"step": 2}]
+    MetricsWriter(tmp_path, True, resume_step=2).close()
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+    path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON record \(.*\); fix or delete that line$"):
+        read_metrics(path)
+
+
 def test_plot_training_with_eval(tmp_path):
     from PIL import Image
 
