@@ -23,7 +23,9 @@ Reward combinations (``grpo.reward_combination``, :data:`COMBINATIONS`), for sev
 
 * ``sum_then_normalize``: total = sum_k w_k r_k, then the advantages of the total. A reward undefined (NaN)
   for a sample is replaced by that reward's mean over the defined samples of the same group, so it moves
-  the sample neither up nor down in its group.
+  the sample neither up nor down in its group; the ``group`` / ``batch`` std of the total then comes from each
+  pair of rewards over the samples defined for both, and ``rloo``'s baseline from each reward's other defined
+  samples (an imputed value counted as a sample would shrink the spread and inflate every other advantage).
 * ``normalize_then_sum``: advantages of each reward in its group (NaN left out of that reward's mean and
   std, advantage 0), then sum_k w_k A_k - an easy reward with a large spread cannot drown a hard one.
 * ``win_rate``: the total's within-group win rate (:func:`group_win_rates`: the share of the other samples
@@ -216,7 +218,53 @@ def combine_advantages(
 
 @COMBINATIONS.register("sum_then_normalize")
 def _sum_then_normalize(per_reward, weights, group_size, total, scale, eps, tie):
-    return group_advantages(total, group_size, scale, eps)
+    partly = torch.stack([torch.isnan(v) for v in per_reward.values()]).any(0) & ~torch.isnan(total)
+    if not partly.any() or scale not in ("group", "batch", "rloo"):  # "none": the imputed total's centering is exact
+        return group_advantages(total, group_size, scale, eps)
+    # Some sample lacks some reward. Its imputed group mean moves it neither up nor down, but counted as a sample it
+    # shrinks the total's spread (and stands in an RLOO baseline): A = [1, 2, -, -] beside a constant B gave +-1.22
+    # instead of A's own +-0.71. The spread comes from each pair of rewards over the samples that have both instead.
+    g = groups(total, group_size)
+    if scale == "rloo":
+        return g.finish(_leave_one_out_per_reward(per_reward, weights, group_size))
+    if scale == "group":
+        pairwise = _pairwise_total_var(per_reward, weights, g.rewards.shape[0])
+        imputed = (g.centered**2).sum(1, keepdim=True) / (g.count - 1).clamp(min=1)
+    else:
+        pairwise, defined = _pairwise_total_var(per_reward, weights, 1), total[~torch.isnan(total)]
+        imputed = defined.var() if defined.numel() > 1 else total.new_zeros(())
+    # pairwise estimates need not form a valid covariance: never below the imputed total's own spread
+    return g.finish(g.centered / (torch.maximum(pairwise, imputed).sqrt() + eps))
+
+
+def _pairwise_total_var(per_reward, weights, rows: int) -> torch.Tensor:
+    """``[rows, 1]``: the variance of sum_k w_k r_k over each row of the rewards (the groups, or the batch as one row)
+    as sum_kl w_k w_l cov(r_k, r_l), each covariance unbiased over the samples defined for both (pairwise deletion):
+    with no reward missing, exactly the variance of the total."""
+    values = {label: v.reshape(rows, -1) for label, v in per_reward.items()}
+    var = torch.zeros(rows, 1, dtype=next(iter(values.values())).dtype, device=next(iter(values.values())).device)
+    for k, a in values.items():
+        for m, b in values.items():
+            both = ~torch.isnan(a) & ~torch.isnan(b)
+            n = both.sum(1, keepdim=True)
+            x, y = torch.where(both, a, 0), torch.where(both, b, 0)
+            dx = torch.where(both, x - x.sum(1, keepdim=True) / n.clamp(min=1), 0)
+            dy = torch.where(both, y - y.sum(1, keepdim=True) / n.clamp(min=1), 0)
+            var = var + weights[k] * weights[m] * (dx * dy).sum(1, keepdim=True) / (n - 1).clamp(min=1)
+    return var
+
+
+def _leave_one_out_per_reward(per_reward, weights, group_size: int) -> torch.Tensor:
+    """``[num_groups, G]``: sum_k w_k (r_k - the mean of the other samples defined for r_k), 0 for a reward a sample
+    lacks or no other sample has: RLOO of the total, without an imputed mean (which holds the sample's own reward)
+    standing in for another sample."""
+    adv = 0
+    for label, values in per_reward.items():
+        g = groups(values, group_size)
+        total = torch.where(g.valid, g.rewards, 0).sum(1, keepdim=True)
+        others = (total - g.rewards) / (g.count - 1).clamp(min=1)
+        adv = adv + weights[label] * torch.where(g.valid & (g.count > 1), g.rewards - others, 0)
+    return adv
 
 
 @COMBINATIONS.register("normalize_then_sum")

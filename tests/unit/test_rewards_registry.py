@@ -71,11 +71,38 @@ def test_sum_then_normalize_by_hand():
     torch.testing.assert_close(total[:6], torch.tensor([1, 5, 7.5, 2, 2, 8], dtype=torch.float64))
     assert math.isnan(total[7]) and total[6] == 9 and total[8] == 5
     torch.testing.assert_close(adv, torch.tensor([-3.5, 0.5, 3, -2, -2, 4, 2, 0, -2], dtype=torch.float64))
-    # group scale, eps 0: g1 std = sqrt((3.5^2 + 0.5^2 + 3^2) / 2)
+    # group scale, eps 0: g1's spread from each reward's own defined samples, not the imputed totals' (whose two
+    # imputed values shrink it to (3.5^2 + 0.5^2 + 3^2) / 2 = 10.75): var A = 0.5 over (1, 2), var B = 4.5 over
+    # (0, 3), no covariance (one sample has both) -> 1^2 x 0.5 + 2^2 x 4.5 = 18.5
     adv_g, _ = combine_advantages(_per(), W, 3, "sum_then_normalize", "group", eps=0.0)
-    s = math.sqrt((3.5**2 + 0.5**2 + 3**2) / 2)
+    s = math.sqrt(18.5)
     torch.testing.assert_close(adv_g[:3], torch.tensor([-3.5 / s, 0.5 / s, 3 / s], dtype=torch.float64))
     assert adv_g[7] == 0  # undefined for every reward
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "rloo", "none"])
+def test_a_reward_nobody_learns_from_leaves_a_partly_failed_reward_as_it_was(scale):
+    """A = [1, 2, -, -] beside a constant B: the imputed A values counted as samples shrank the group's spread
+    (+-1.22 instead of +-0.71) and stood in RLOO's baseline (-0.67 instead of -1)."""
+    a, b = torch.tensor([1.0, 2.0, NAN, NAN], dtype=torch.float64), torch.zeros(4, dtype=torch.float64)
+    adv, _ = combine_advantages({"a": a, "b": b}, {"a": 1.0, "b": 1.0}, 4, "sum_then_normalize", scale)
+    torch.testing.assert_close(adv, group_advantages(a, 4, scale))
+
+
+def test_the_pairwise_spread_is_the_totals_own_when_nothing_is_missing_and_by_hand_when_something_is():
+    from glm_grpo_ds.advantages import _pairwise_total_var
+
+    g = torch.Generator().manual_seed(0)
+    per = {"a": torch.rand(12, generator=g, dtype=torch.float64), "b": torch.rand(12, generator=g, dtype=torch.float64)}
+    weights = {"a": 1.0, "b": -2.5}
+    total = per["a"] - 2.5 * per["b"]
+    torch.testing.assert_close(_pairwise_total_var(per, weights, 3).squeeze(1), total.view(3, 4).var(1))
+    torch.testing.assert_close(_pairwise_total_var(per, weights, 1).squeeze(), total.var())
+    # A = [0, 1, 2], B = [-, 1, 3]: var A 1, var B 2 over (1, 3), cov 1 over samples 2, 3 -> 1 + 2 + 2 x 1 = 5;
+    # centered totals [-1, -1, 2] (B's imputed mean 2 adds 0); the imputed totals' own spread would say 3
+    a, b = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64), torch.tensor([NAN, 1.0, 3.0], dtype=torch.float64)
+    adv, _ = combine_advantages({"a": a, "b": b}, {"a": 1.0, "b": 1.0}, 3, "sum_then_normalize", "group", eps=0.0)
+    torch.testing.assert_close(adv, torch.tensor([-1.0, -1.0, 2.0], dtype=torch.float64) / math.sqrt(5))
 
 
 def test_normalize_then_sum_by_hand():
