@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import re
 import types
 import typing
 
@@ -232,6 +233,12 @@ def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig, unknow
     for depth, key in enumerate(keys):
         names = {f.name for f in dataclasses.fields(cls)} if cls else set()
         where = ".".join(keys[:depth])
+        item = _ITEM.match(key)
+        if cls is not None and item and item.group(1) in names:  # rewards[1].weight=0.5: one entry of a list
+            cls, node = _list_item(cls, node, item.group(1), int(item.group(2)), where, depth == len(keys) - 1, value)
+            if cls is None:
+                return
+            continue
         if cls is not None and key not in names:
             prefix = where + "." if where else ""
             if unknown is None:
@@ -251,6 +258,31 @@ def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig, unknow
                 current = node.get(key)
                 node[key] = {} if current is None else dict(current) if isinstance(current, dict) else {}
         cls, node = sub, node[key]
+
+
+_ITEM = re.compile(r"^(\w+)\[(\d+)\]$")
+
+
+def _list_item(cls, node: dict, name: str, index: int, where: str, last: bool, value):
+    """``key[index]`` of an override: the entry's section class and mapping to descend into, or ``(None, None)``
+    once ``value`` replaced the entry (``key[index]`` was the override's last part). The entry must exist."""
+    key = f"{where}.{name}" if where else name
+    section = _section_type(typing.get_type_hints(cls)[name])
+    entries = node.get(name)
+    if section is None or typing.get_origin(typing.get_type_hints(cls)[name]) is not list:
+        raise ConfigError(f"{key}[{index}]: {key} is not a list of sections; write {key}=...")
+    if not isinstance(entries, list) or index >= len(entries):
+        count = len(entries) if isinstance(entries, list) else 0
+        raise ConfigError(
+            f"{key}[{index}]: the config has {count} {key} entr{'y' if count == 1 else 'ies'} before this override; "
+            f"give the whole list ({key}=[...]) to add one"
+        )
+    if last:
+        entries[index] = value
+        return None, None
+    if not isinstance(entries[index], dict):
+        entries[index] = {}
+    return section, entries[index]
 
 
 def _raise_unknown(unknown: list[tuple[str, str]], path: str | None) -> None:

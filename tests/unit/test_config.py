@@ -77,6 +77,20 @@ def test_what_safe_load_changed_silently_is_kept_or_refused_with_the_file_and_li
         load_config(str(tmp_path), BASE)
 
 
+def test_an_override_sets_one_entry_of_the_rewards_as_the_errors_name_it(tmp_path):
+    """Errors name rewards[0].weight, but the command line refused that spelling (a sweep over one reward's weight
+    had to repeat the whole list)."""
+    (tmp_path / "c.yaml").write_text("rewards:\n  - {name: pixel_mse}\n  - {name: ssim, args: {win: 7}}\n")
+    cfg = load_config(str(tmp_path / "c.yaml"), BASE[:2] + ["rewards[1].weight=0.5", "rewards[1].args.win=3"])
+    assert [(r.name, r.weight, r.args) for r in cfg.rewards] == [("pixel_mse", 1.0, {}), ("ssim", 0.5, {"win": 3})]
+    cfg = load_config(str(tmp_path / "c.yaml"), BASE[:2] + ["rewards[0]={name: lpips}"])
+    assert [r.name for r in cfg.rewards] == ["lpips", "ssim"]
+    with pytest.raises(ConfigError, match=r"^rewards\[2\]: the config has 2 rewards entries before this override; "):
+        load_config(str(tmp_path / "c.yaml"), BASE[:2] + ["rewards[2].weight=1"])
+    with pytest.raises(ConfigError, match=r"^unknown config key 'rewards\[0\].wieght'; did you mean 'rewards\[0\]"):
+        load_config(str(tmp_path / "c.yaml"), BASE[:2] + ["rewards[0].wieght=1"])
+
+
 def test_unknown_key_suggests_close_match():
     with pytest.raises(ConfigError, match=r"unknown config key 'grpo\.betta'; did you mean 'grpo\.beta'\?"):
         load_config(None, BASE + ["grpo.betta=0.1"])
