@@ -309,6 +309,11 @@ class Trainer:
         if self._last_step_seconds is not None:
             left = max(0.0, self._last_step_seconds - (time.monotonic() - self._step_started))
             when = f" (in about {left:.0f} s at the last step's pace, plus the save)"
+        if self._current_step >= self.run.cfg.max_steps:  # the last step: the final weights, not a checkpoint
+            return (
+                f"glm-grpo train: {signal_name(signum)} received during the last step: the run will write its final "
+                f"weights after it{when} and end; {again}"
+            )
         return (
             f"glm-grpo train: {signal_name(signum)} received: the run will save a checkpoint and stop after step "
             f"{self._current_step}{when}; {again}"

@@ -36,10 +36,24 @@ _EDGE = 1 << 20  # bytes hashed at each end of a prompt file
 _EDGE_ROWS = 64  # rows hashed at each end of a dataset
 
 
-def finished(state: dict, max_steps: int) -> str | None:
-    """The one line to print when the checkpoint already reached ``max_steps``, else None."""
+def final_written(output_dir: Path, step: int) -> bool:
+    """Whether ``output_dir`` holds the final weights of ``step`` (a ``final_*/`` whose training state says so)."""
+    for name in FINALS:
+        record = Path(output_dir) / name / FINAL_STATE
+        try:
+            if record.is_file() and int(json.loads(record.read_text(encoding="utf-8"))["step"]) == step:
+                return True
+        except (ValueError, KeyError, TypeError):  # a half-written record: not written
+            continue
+    return False
+
+
+def finished(state: dict, max_steps: int, output_dir: Path | None = None) -> str | None:
+    """The one line to print when the checkpoint already reached ``max_steps`` and (given ``output_dir``) the final
+    weights of that step are written, else None: a run stopped at its last step (a signal, an alarm) or killed while
+    writing ``final_*/`` resumes to write them."""
     step = int(state["step"])
-    if step < max_steps:
+    if step < max_steps or (output_dir is not None and not final_written(output_dir, step)):
         return None
     return (
         f"glm-grpo train: nothing to do: the run finished at step {step} of max_steps={max_steps} "

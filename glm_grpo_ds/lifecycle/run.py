@@ -51,9 +51,14 @@ def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stag
     unless ``overwrite_output_dir`` (checkpoint.start_fresh)."""
     if resume_path is not None:
         state = checkpoint.check_compatible(resume_path, world, zero_stage)
-        done = resume.finished(state, cfg.max_steps)
+        done = resume.finished(state, cfg.max_steps, out)
         if done:  # before the run's log file, the models, config.json: nothing is touched
             raise resume.NothingToDo(done)
+        if int(state["step"]) >= cfg.max_steps:
+            log.info(
+                f"glm-grpo: {resume_path} is the run's last step ({state['step']}) but its final weights were not "
+                "written (stopped before, or killed while writing them): writing them now, no step is trained"
+            )
         changed = resume.data_changed(state.get("data"), data)
         if changed:
             log.warning(f"glm-grpo: {changed}")
@@ -213,12 +218,21 @@ class RunLife:
     def save_final(self, engine) -> None:
         """``final_adapter/`` (LoRA) or ``final_model/`` (collective), with the step it holds and its card."""
         final = self.final_dir
+        # written beside it, then renamed: a run killed while writing leaves final_*.tmp (removed when they are next
+        # written), not a final_*/ of half the files, and its resume writes them again (resume.finished)
+        partial = final.with_name(final.name + ".tmp")
+        if self.rank == 0:
+            shutil.rmtree(partial, ignore_errors=True)
         if self.cfg.lora is not None:
-            ds_io.save_adapter(engine, final, self.rank)
+            ds_io.save_adapter(engine, partial, self.rank)
         else:
-            ds_io.save_full_model(engine, final, self.rank)
+            ds_io.save_full_model(engine, partial, self.rank)
         if self.rank == 0:  # which step these weights are: a later resume sets them aside by it
-            resume.write_final_state(final, self.cfg.max_steps)
+            resume.write_final_state(partial, self.cfg.max_steps)
+            if final.exists():  # an earlier end's (not set aside: the same step), or a pre-.tmp half-written one
+                shutil.rmtree(final)
+            partial.rename(final)
+        dist.barrier()  # every rank sees final_*/ whole
         self.publisher.final(final)
 
     def stop_if_asked(
@@ -233,13 +247,15 @@ class RunLife:
         """After ``step`` (collective): if any rank received SIGTERM / SIGINT (``received``: this rank's signal
         number or 0), or the last ``max_consecutive_skips`` steps were all skipped, or an alarm holds on any rank
         (``alarm``: monitor.stop_on_alarm), save a checkpoint (``save``, unless ``saved`` just now) and raise
-        :class:`Stopped` on every rank."""
+        :class:`Stopped` on every rank; a signal after the last step lets the run end (its final weights are next)."""
         signum = int(dist.any_rank(received))
         limit = self.cfg.max_consecutive_skips
         diverged = limit > 0 and consecutive_skips >= limit
         alarmed = bool(dist.any_rank(float(alarm))) if self.cfg.monitor.stop_on_alarm else False
         if not signum and not diverged and not alarmed:
             return
+        if not diverged and not alarmed and step >= self.cfg.max_steps:
+            return  # a signal at the last step: the final weights come next, as soon as a checkpoint would
         path = saved or save()
         if signum:
             raise Stopped(

@@ -65,10 +65,40 @@ def test_a_checkpoint_is_resumed_at_its_step(tmp_path, caplog):
 
 def test_a_finished_run_is_left_untouched(tmp_path):
     path = _checkpoint(tmp_path, 10)
+    (tmp_path / "final_adapter").mkdir()
+    (tmp_path / "final_adapter" / "training_state.json").write_text('{"step": 10}\n')
     before = _tree(tmp_path)
     with pytest.raises(NothingToDo, match="finished at step 10 of max_steps=10"):
         decide_start(tmp_path, path, _cfg(max_steps=10), 2, 3, DATA, 0)
     assert _tree(tmp_path) == before
+
+
+def test_a_run_stopped_at_its_last_step_without_its_final_weights_resumes_to_write_them(tmp_path, caplog):
+    """A stop (an alarm, a diverged run; before, a signal) at the last step saved a checkpoint there, and the resume
+    said "nothing to do": no final_adapter/, no card, no upload, ever. An older step's final_*/ does not count."""
+    path = _checkpoint(tmp_path, 10)
+    (tmp_path / "final_adapter").mkdir()
+    (tmp_path / "final_adapter" / "training_state.json").write_text('{"step": 6}\n')
+    with caplog.at_level(logging.INFO, logger="glm_grpo_ds"):
+        assert decide_start(tmp_path, path, _cfg(max_steps=10), 2, 3, DATA, 0) == Start(path, 10)
+    assert "is the run's last step (10) but its final weights were not written" in caplog.text
+
+
+def test_a_signal_during_the_last_step_lets_the_run_write_its_final_weights(tmp_path):
+    """SIGTERM near a job's time limit, in the last step: the stop saved a checkpoint at max_steps and exited 143
+    instead of writing final_adapter/ (which the resume then never wrote)."""
+    import signal
+
+    from glm_grpo_ds.lifecycle.preempt import Stopped
+    from glm_grpo_ds.lifecycle.run import RunLife
+
+    life = RunLife(_cfg(max_steps=3), tmp_path, Start(), 0, 1, 2, DATA, publisher=None, later=None)
+    saved = []
+    life.stop_if_asked(3, int(signal.SIGTERM), 0, None, lambda: saved.append(3))
+    assert saved == []  # no checkpoint, no stop: the loop ends and writes the final weights
+    with pytest.raises(Stopped, match="preempted by SIGTERM at step 2"):
+        life.stop_if_asked(2, int(signal.SIGTERM), 0, None, lambda: saved.append(2) or tmp_path)
+    assert saved == [2]
 
 
 def test_a_checkpoint_of_another_cluster_shape_continues_when_the_global_batch_is_kept(tmp_path, caplog):
