@@ -350,15 +350,20 @@ class Trainer:
         return run.life.save_checkpoint(run.engine, run.prompt_order, step, self.skipped_steps, run.rollout.state())
 
 
+UPLOAD_WAIT_S = 6 * 3600  # how long the other ranks of a stopped run wait for rank 0's checkpoint upload
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
     if args.check:  # the job checked, not run: no process group, no model (glm_grpo_ds/preflight.py)
         return preflight.main(args)
     run_log.setup(args.log_level, log.env_rank())  # our lines on the console, library output to the run's log
+    training = False  # an input error found mid-run (a prompt file changed, say) may be one rank's alone
     try:
         cfg = load_config(args.config, args.overrides)
         with startup_signals():
             trainer = Trainer.from_config(cfg, args.deepspeed)
+        training = True
         trainer.train()
         run_log.finish()
     except resume.NothingToDo as done:  # resume_from on a finished run
@@ -379,16 +384,21 @@ def main(argv: list[str] | None = None) -> int:
     except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)
         log.fatal(str(stop))
         # rank 0's pending upload / pruning of that checkpoint, before the others exit (once they have, the
-        # launcher would terminate rank 0); they wait in shutdown's barrier
-        trainer.run.publisher.wait()
+        # launcher would terminate rank 0); they wait on a group of their own: the process group's barrier gave
+        # up after dist_timeout_minutes, and the launcher then ended rank 0 mid-upload
+        with dist.patient_group(UPLOAD_WAIT_S) as barrier:
+            trainer.run.publisher.wait()
+            barrier(False)
         dist.shutdown()
         return stop.exit_code
     except INPUT_ERRORS as err:
         if args.debug:
             raise
         lines = str(err).splitlines() or [type(err).__name__]
-        # before the process group, each node checked its own inputs: a node other than rank 0's may fail alone
-        log.fatal("glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0]), not dist.initialized())
+        # before the process group, each node checked its own inputs: a node other than rank 0's may fail alone;
+        # during training any rank may (its own copy of a file): each failing rank says so, named
+        line = "glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0])
+        log.fatal(line, node_alone=not dist.initialized(), every_rank=training)
         dist.shutdown(agreed=False)
         return 2
     dist.shutdown()

@@ -146,17 +146,18 @@ def to_file(msg: str) -> None:
     _FILE_ONLY.info(msg)
 
 
-def fatal(msg: str, node_alone: bool = False) -> None:
+def fatal(msg: str, node_alone: bool = False, every_rank: bool = False) -> None:
     """The run's final error line: rank 0 only (every rank fails alike), on stderr, at any level. The other ranks
     then wait :data:`FATAL_GRACE_S`, so that rank 0 prints it before the launcher ends the job.
 
     ``node_alone``: the ranks failed before the process group, each node on its own inputs (its driver, its copy
     of a path not on shared storage), so other nodes may not fail alike: each node's first rank prints it too,
-    named (``[rank 8, node2] ...``), or a node whose model folder is missing would end the job without a word."""
+    named (``[rank 8, node2] ...``), or a node whose model folder is missing would end the job without a word.
+    ``every_rank``: a failure only this rank may have met (mid-run), printed by whichever rank it is, named."""
     first_on_node = node_alone and os.environ.get("LOCAL_RANK", "0") == "0"
     if _rank == 0:
         print(msg, file=sys.stderr, flush=True)
-    elif first_on_node:
+    elif first_on_node or every_rank:
         print(f"[rank {_rank}, {socket.gethostname()}] {msg}", file=sys.stderr, flush=True)
     _FATAL.error(msg)
     if _rank != 0:

@@ -62,8 +62,9 @@ def test_parquet_with_stored_images_trains_like_the_jsonl(tiny_model_dir, prompt
     assert len(a) == len(b) == 2
     for ra, rb in zip(a, b):
         assert rb["reward/pixel_mse_undefined"] == 0 and math.isfinite(rb["reward/pixel_mse"])
-        for key in ("reward_mean", "reward/pixel_mse", "loss", "kl"):
+        for key in ("reward_mean", "reward/pixel_mse", "loss", "entropy"):
             assert rb[key] == pytest.approx(ra[key], rel=1e-6, abs=1e-9), key
+        assert ra["kl"] is None and rb["kl"] is None  # beta 0 (tiny_cpu.yaml): no reference, no KL measured
     ea, eb = jsonl(tmp_path / "a" / "eval.jsonl"), jsonl(tmp_path / "b" / "eval.jsonl")
     assert [e["eval/num_prompts"] for e in eb] == [2]
     assert [e["eval/reward/pixel_mse"] for e in eb] == pytest.approx([e["eval/reward/pixel_mse"] for e in ea])

@@ -225,7 +225,8 @@ def test_tensorboard_and_wandb_get_every_record_and_the_galleries(tiny_model_dir
     # the #30 metrics too: entropy, the zero-std groups, the sampler-vs-trainer mismatch
     metrics_30 = {"entropy", "frac_reward_zero_std", "mismatch/logp_abs_mean", "mismatch/logp_abs_max"}
     metrics_30 |= {"mismatch/kl_k3", "mismatch/frac_beyond"}
-    assert {"reward_mean", "kl", "loss", "reward/pixel_mse", "eval/reward_mean"} | metrics_30 <= set(tags["scalars"])
+    assert {"reward_mean", "loss", "reward/pixel_mse", "eval/reward_mean"} | metrics_30 <= set(tags["scalars"])
+    assert "kl" not in tags["scalars"]  # beta 0: no reference, so no KL (a 0 nobody measured before)
     for key in metrics_30:
         assert [e.value for e in acc.Scalars(key)] == [pytest.approx(train[0][key], rel=1e-6, abs=1e-12)], (
             key

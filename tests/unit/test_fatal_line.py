@@ -14,3 +14,16 @@ def test_rank_0_prints_the_line_and_the_other_ranks_wait_silently(monkeypatch, c
     monkeypatch.setattr(log, "_rank", 1)
     log.fatal("glm-grpo train: rewards[0].name: unknown reward 'pixel_mes'")
     assert capsys.readouterr().err == "" and slept == [log.FATAL_GRACE_S] and log.FATAL_GRACE_S >= 2
+
+
+def test_an_input_error_met_mid_run_is_printed_by_the_rank_that_met_it(monkeypatch, capsys):
+    """A prompt file that changed under rank 3 alone: its line went to logs/rank_3.log only, the console said nothing
+    while the other ranks waited in their next collective (train.py passes every_rank once training started)."""
+    import socket
+
+    monkeypatch.setattr(log.time, "sleep", lambda s: None)
+    monkeypatch.setattr(log, "_rank", 3)
+    log.fatal("glm-grpo train: p.txt changed while the run was reading it", every_rank=True)
+    assert capsys.readouterr().err == f"[rank 3, {socket.gethostname()}] glm-grpo train: p.txt changed while the " + (
+        "run was reading it\n"
+    )
