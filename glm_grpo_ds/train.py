@@ -356,6 +356,7 @@ UPLOAD_WAIT_S = 6 * 3600  # how long the other ranks of a stopped run wait for r
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
     if args.check:  # the job checked, not run: no process group, no model (glm_grpo_ds/preflight.py)
+        run_log.setup_tool(args.log_level)  # as the other tools: library warnings off the console
         return preflight.main(args)
     run_log.setup(args.log_level, log.env_rank())  # our lines on the console, library output to the run's log
     training = False  # an input error found mid-run (a prompt file changed, say) may be one rank's alone

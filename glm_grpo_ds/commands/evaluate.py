@@ -4,7 +4,7 @@ paired seeds, per reward: means, the paired difference with a 95 % interval over
     glm-grpo evaluate --config launch/configs/tiny_world.yaml model.path=outputs/world/model \\
         --adapter outputs/world_run/final_adapter --prompts outputs/world/heldout.jsonl --samples-per-prompt 4
     glm-grpo evaluate --model zai-org/GLM-Image --adapter outputs/glm_image_lora/final_adapter \\
-        --prompts my_eval.jsonl --rewards ocr aesthetic --samples-per-prompt 4 --seed 0 --out outputs/evaluate
+        --prompts my_eval.jsonl --rewards ocr --samples-per-prompt 4 --seed 0 --out outputs/evaluate
 
 Everything not given comes from ``--config`` (a training config: model, rewards with their arguments, image
 size, sampling, the evaluation decode ``eval.*``, by default the pipeline's own 50 steps) or from the

@@ -30,6 +30,7 @@ def chatter(proc) -> list[str]:
 
 
 def test_tools_print_only_their_own_lines(tmp_path):
+    (tmp_path / "p.txt").write_text("red image\n")
     model = tmp_path / "model"
     built = glm_grpo("tiny-model", model)
     assert chatter(built) == [] and built.stdout.startswith("wrote tiny GLM-Image pipeline")
@@ -51,6 +52,13 @@ def test_tools_print_only_their_own_lines(tmp_path):
         "ds_configs/zero3.json",
     )
     assert chatter(plan) == [], plan.stderr
+    # the job's preflight too (it imported bitsandbytes before any logging was set: its kernels line came first)
+    checked = glm_grpo(
+        "train", "--check", "--config", "launch/configs/tiny_cpu.yaml", "--deepspeed", "ds_configs/zero2.json",
+        f"model.path={model}", f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={tmp_path / 'run'}",
+        "--num-gpus", "1", "rewards=[{name: colour_layout}]",
+    )  # fmt: skip
+    assert chatter(checked) == [] and checked.stdout.startswith("glm-grpo train --check:"), checked.stdout
 
     loud = glm_grpo("tiny-model", tmp_path / "model2", "--log-level", "debug")
     assert any("it/s]" in line for line in chatter(loud)), loud.stderr[-2000:]  # the shard-writing bar is back
