@@ -353,6 +353,19 @@ class Trainer:
 UPLOAD_WAIT_S = 6 * 3600  # how long the other ranks of a stopped run wait for rank 0's checkpoint upload
 
 
+def stopped(stop: Stopped, publisher) -> int:
+    """The end of a run every rank agreed to stop (collective): its line, rank 0's pending upload / pruning of the
+    checkpoint it just saved, then the exit status. The other ranks wait for that upload before they exit (once they
+    have, the launcher would end rank 0), on a group of their own: the process group's barrier gave up after
+    ``dist_timeout_minutes``, and the launcher then ended rank 0 mid-upload."""
+    log.fatal(str(stop))
+    with dist.patient_group(UPLOAD_WAIT_S) as barrier:
+        publisher.wait()
+        barrier(False)
+    dist.shutdown()
+    return stop.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
     if args.check:  # the job checked, not run: no process group, no model (glm_grpo_ds/preflight.py)
@@ -383,15 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.shutdown(agreed=False)
         return exit_code(signal.SIGINT)
     except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)
-        log.fatal(str(stop))
-        # rank 0's pending upload / pruning of that checkpoint, before the others exit (once they have, the
-        # launcher would terminate rank 0); they wait on a group of their own: the process group's barrier gave
-        # up after dist_timeout_minutes, and the launcher then ended rank 0 mid-upload
-        with dist.patient_group(UPLOAD_WAIT_S) as barrier:
-            trainer.run.publisher.wait()
-            barrier(False)
-        dist.shutdown()
-        return stop.exit_code
+        return stopped(stop, trainer.run.publisher)
     except INPUT_ERRORS as err:
         if args.debug:
             raise

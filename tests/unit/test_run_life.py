@@ -212,3 +212,38 @@ def test_the_other_ranks_wait_for_a_conversion_longer_than_the_process_groups_ti
     got = sorted(two_gloo_ranks(_converting_rank, tmp_path))
     assert [(rank, err) for rank, err, _ in got] == [(0, None), (1, None)], got
     assert got[1][2] >= 2.5  # rank 1 waited for the whole conversion
+
+
+def _stopped_rank(rank, port, results):
+    """One rank of a stopped run whose rank 0 uploads the checkpoint for 4 s, with a process group timeout of 1 s."""
+    import datetime
+    import time
+
+    import torch
+
+    from glm_grpo_ds.lifecycle.preempt import Stopped
+    from glm_grpo_ds.runtime import log
+    from glm_grpo_ds.train import stopped
+
+    log.FATAL_GRACE_S = 0  # the other ranks' wait for rank 0's line: not what is measured here
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=1)
+    )
+
+    class Upload:
+        def wait(self):
+            time.sleep(4 if rank == 0 else 0)
+
+    began = time.monotonic()
+    try:
+        results.put((rank, stopped(Stopped("preempted", 143), Upload()), time.monotonic() - began))
+    except RuntimeError as err:  # gloo's timeout
+        results.put((rank, str(err).splitlines()[0], time.monotonic() - began))
+
+
+def test_a_stopped_runs_ranks_wait_for_rank_0s_upload_longer_than_the_process_groups_timeout():
+    """They waited in the process group's barrier, which gave up after dist_timeout_minutes: rank 1 exited with an
+    error, and the launcher ended rank 0 mid-upload."""
+    got = sorted(two_gloo_ranks(_stopped_rank))
+    assert [(rank, code) for rank, code, _ in got] == [(0, 143), (1, 143)], got
+    assert got[1][2] >= 3.5  # rank 1 waited for the upload
