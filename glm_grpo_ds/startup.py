@@ -39,7 +39,7 @@ from .model.policy import load_policy, load_reference
 from .model.source import ModelSource, check_local_model, resolve_for_training
 from .model.token_ids import check_token_ids, embedding_rows
 from .monitoring.alarms import Monitor, parse_rules
-from .observability.metrics import first_record
+from .observability.records import first_record
 from .observability.step_status import NO_STATUS, NoStatus, StepStatus, for_rank
 from .observability.summary import print_startup_summary
 from .observability.tracking import Tracker, build_tracker

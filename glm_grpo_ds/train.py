@@ -58,13 +58,13 @@ from .observability.metrics import (
     StepFacts,
     advantage_fields,
     disagreement_fields,
-    fired_alarms,
     image_record,
     measure,
     step_record,
     timer,
 )
 from .observability.plot import PLOT_NAME, plot_training
+from .observability.records import fired_alarms
 from .observability.update_stats import UpdateStats
 from .runtime import log, process_exit, run_log
 from .runtime.seeding import decoder_seed
@@ -309,14 +309,11 @@ class Trainer:
         if self._last_step_seconds is not None:
             left = max(0.0, self._last_step_seconds - (time.monotonic() - self._step_started))
             when = f" (in about {left:.0f} s at the last step's pace, plus the save)"
-        if self._current_step >= self.run.cfg.max_steps:  # the last step: the final weights, not a checkpoint
-            return (
-                f"glm-grpo train: {signal_name(signum)} received during the last step: the run will write its final "
-                f"weights after it{when} and end; {again}"
-            )
+        last = self._current_step >= self.run.cfg.max_steps  # the final weights come next, not a checkpoint
+        then = "write its final weights and end" if last else "save a checkpoint and stop"
         return (
-            f"glm-grpo train: {signal_name(signum)} received: the run will save a checkpoint and stop after step "
-            f"{self._current_step}{when}; {again}"
+            f"glm-grpo train: {signal_name(signum)} received: the run will {then} after step {self._current_step}"
+            f"{when}; {again}"
         )
 
     def log_step(self, record: dict) -> None:
@@ -350,22 +347,6 @@ class Trainer:
         return run.life.save_checkpoint(run.engine, run.prompt_order, step, self.skipped_steps, run.rollout.state())
 
 
-UPLOAD_WAIT_S = 6 * 3600  # how long the other ranks of a stopped run wait for rank 0's checkpoint upload
-
-
-def stopped(stop: Stopped, publisher) -> int:
-    """The end of a run every rank agreed to stop (collective): its line, rank 0's pending upload / pruning of the
-    checkpoint it just saved, then the exit status. The other ranks wait for that upload before they exit (once they
-    have, the launcher would end rank 0), on a group of their own: the process group's barrier gave up after
-    ``dist_timeout_minutes``, and the launcher then ended rank 0 mid-upload."""
-    log.fatal(str(stop))
-    with dist.patient_group(UPLOAD_WAIT_S) as barrier:
-        publisher.wait()
-        barrier(False)
-    dist.shutdown()
-    return stop.exit_code
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
     if args.check:  # the job checked, not run: no process group, no model (glm_grpo_ds/preflight.py)
@@ -396,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.shutdown(agreed=False)
         return exit_code(signal.SIGINT)
     except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)
-        return stopped(stop, trainer.run.publisher)
+        return trainer.run.life.end_stopped(stop)
     except INPUT_ERRORS as err:
         if args.debug:
             raise

@@ -38,7 +38,7 @@ from pathlib import Path
 from ..memory.plan import MEASURED_PHASES, phase_totals
 from ..model.source import RANDOM_NOTE
 from ..monitoring.alarms import describe
-from ..observability.metrics import fired_alarms, read_metrics
+from ..observability.records import fired_alarms, read_metrics
 from .cli import parser_for
 
 DEFAULT_PARITY_TOLERANCE = 5e-2  # when the verify output names no dtype: bf16's (README "GPU check" says why)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from ..data import load_prompts
-from ..observability.metrics import read_metrics
+from ..observability.records import read_metrics
 from .cli import parser_for
 
 

@@ -156,7 +156,7 @@ def _fmt(value) -> str:
 def eval_summary(path) -> str | None:
     """The closing line's part on the run's evaluations (``eval.jsonl``): how many, the reward at the first and
     the last; None when the run wrote none."""
-    from ..observability.metrics import read_metrics
+    from ..observability.records import read_metrics
 
     if not Path(path).is_file():
         return None

@@ -55,8 +55,8 @@ def _trained_on(spec: dict, trained: list[dict]) -> bool:
 
 def run_alarms(adapter: str) -> dict | None:
     """What the image-statistics alarms did during the run that wrote ``adapter``
-    (observability/metrics.py ``fired_alarms``); None when the run or its records are not found."""
-    from ..observability.metrics import fired_alarms
+    (observability/records.py ``fired_alarms``); None when the run or its records are not found."""
+    from ..observability.records import fired_alarms
 
     found = run_config(adapter)
     return None if found is None else fired_alarms(found[0])

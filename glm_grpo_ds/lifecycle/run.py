@@ -32,6 +32,9 @@ from .preempt import EXIT_ALARM, EXIT_NONFINITE, Stopped, exit_code, signal_name
 CONVERT_WAIT_S = 6 * 3600
 
 
+UPLOAD_WAIT_S = 6 * 3600  # how long the other ranks of a stopped run wait for rank 0's checkpoint upload
+
+
 @dataclass(frozen=True)
 class Start:
     """Where a run starts: ``checkpoint`` None = a fresh run at step 0, else that checkpoint's step."""
@@ -234,6 +237,18 @@ class RunLife:
             partial.rename(final)
         dist.barrier()  # every rank sees final_*/ whole
         self.publisher.final(final)
+
+    def end_stopped(self, stop: Stopped) -> int:
+        """The end of a run every rank agreed to stop (collective): its line, rank 0's pending upload / pruning of
+        the checkpoint it just saved, then the exit status. The other ranks wait for that upload before they exit
+        (once they have, the launcher would end rank 0), on a group of their own: the process group's barrier gave
+        up after ``dist_timeout_minutes``, and the launcher then ended rank 0 mid-upload."""
+        log.fatal(str(stop))
+        with dist.patient_group(UPLOAD_WAIT_S) as barrier:
+            self.publisher.wait()
+            barrier(False)
+        dist.shutdown()
+        return stop.exit_code
 
     def stop_if_asked(
         self,

@@ -1,18 +1,16 @@
-"""Run outputs on global rank 0: JSON-lines metric files (``metrics.jsonl``, one object per step;
-``eval.jsonl``, one per evaluation) and the progress display. Other ranks get no-op objects, so the
-training loop never branches on rank. Experiment trackers are in tracking.py, the plots in
-plot.py. :func:`step_record` builds a training step's record from the update's per-rank statistics
-(two collectives for all of them, see glm_grpo_ds/ds/dist.py)."""
+"""A step's records and what they measure: timers and peak memory, the progress display on rank 0 (other ranks
+get no-op objects, so the training loop never branches on rank), the fields of a record. Writing and reading the
+JSON-lines files is records.py's; experiment trackers are in tracking.py, the plots in plot.py.
+:func:`step_record` builds a training step's record from the update's per-rank statistics (two collectives for all
+of them, see glm_grpo_ds/ds/dist.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -54,35 +52,6 @@ def peak_memory_mb(device: torch.device) -> float:
     """Peak GPU memory allocated (CUDA) or peak resident set size of this process (CPU) over the whole
     run (loading included), in MB."""
     return run_peak_bytes(device) / 2**20
-
-
-class MetricsWriter:
-    """``output_dir/name`` (JSON lines with a ``step``); ``resume_step`` keeps the records up to that
-    step and appends after them (records a killed run wrote after its last checkpoint are dropped,
-    not duplicated)."""
-
-    def __init__(
-        self, output_dir: str | Path, enabled: bool, resume_step: int | None = None, name: str = "metrics.jsonl"
-    ):
-        self.enabled = enabled
-        self.path = Path(output_dir) / name
-        if enabled:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            kept = []
-            if resume_step is not None and self.path.is_file():
-                kept = [r for r in read_metrics(self.path) if r["step"] <= resume_step]
-            self._fh = open(self.path, "w", encoding="utf-8")
-            for record in kept:
-                self.write(record)
-
-    def write(self, record: dict) -> None:
-        if self.enabled:
-            self._fh.write(json.dumps(record, sort_keys=True) + "\n")
-            self._fh.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self._fh.close()
 
 
 class Progress:
@@ -207,62 +176,6 @@ def image_record(
         table = sample_table(images, group_size, names, distance)
     gathered = dist.all_gather(table)
     return {**summarize(names, gathered if real is None else gathered[:real]), **fields}
-
-
-def first_record(path: Path) -> dict | None:
-    """The first record of a metrics file, None when it has none (or is missing)."""
-    if not path.is_file():
-        return None
-    records = read_metrics(path)
-    return records[0] if records else None
-
-
-def read_metrics(path: str | Path) -> list[dict]:
-    """The records of a JSON-lines file :class:`MetricsWriter` wrote. A last line without its newline is a record
-    cut off as it was written (the run killed, the disk full) and is left out, so a resume and the tools still read
-    the file; any other line that is not JSON is a ValueError naming the file and line."""
-    text = Path(path).read_text(encoding="utf-8")
-    lines = text.split("\n")  # the text after the last newline: "" for a complete file
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            if number == len(lines):
-                break  # cut off mid-write
-            raise ValueError(f"{path}:{number}: not a JSON record ({err.msg}); fix or delete that line") from None
-    return records
-
-
-def fired_alarms(run: Path, step: int | None = None) -> dict | None:
-    """What the image-statistics alarms (monitoring/alarms.py) did in the run in directory ``run``, from its
-    ``eval.jsonl`` when it evaluated with image statistics, else its ``metrics.jsonl`` (the records the monitor
-    checked; up to ``step`` when given): ``{"file", "rules" (config.json's monitor.alarms), "fired": [...]}``,
-    ``fired`` being :func:`alarms.replay` of those rules over those records (per rule that fired: the statistic,
-    the first step with its value and bound, the steps it held at, whether it held at the end); None when neither
-    file holds image statistics."""
-    from ..monitoring.alarms import RuleError, parse_rules, replay
-
-    monitored = [
-        (path, prefix, records)
-        for path, prefix in ((run / "eval.jsonl", "eval/images/"), (run / "metrics.jsonl", "images/"))
-        if path.is_file()
-        for records in [[r for r in read_metrics(path) if step is None or r["step"] <= step]]
-        if any(key.startswith(prefix) for r in records for key in r)
-    ]
-    if not monitored:
-        return None
-    path, prefix, records = monitored[0]
-    config = run / "config.json"
-    train = json.loads(config.read_text(encoding="utf-8")).get("train", {}) if config.is_file() else {}
-    texts = list(train.get("monitor", {}).get("alarms", []))
-    try:
-        rules = parse_rules(texts)
-    except RuleError as err:  # a run of another version: its rules are not this version's
-        raise RuleError(f"{config}: {err}") from err
-    return {"file": str(path), "rules": texts, "fired": replay(rules, records, prefix)}
 
 
 def finite_or_none(x: float | None) -> float | None:

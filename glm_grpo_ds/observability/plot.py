@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .metrics import read_metrics
+from .records import read_metrics
 
 PLOT_NAME = "reward_curve.png"
 

@@ -36,7 +36,7 @@ import os
 from pathlib import Path
 
 from ..config import ConfigError, to_dict
-from .metrics import MetricsWriter
+from .records import MetricsWriter
 
 STREAMS = {"train": "metrics.jsonl", "eval": "eval.jsonl"}
 # Trackers whose accelerate class takes images (log_images; MLflow: the PNG as an artifact).

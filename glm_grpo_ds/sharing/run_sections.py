@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config.fields import is_repo_id
 from ..monitoring.alarms import describe
-from ..observability.metrics import fired_alarms, read_metrics
+from ..observability.records import fired_alarms, read_metrics
 from ..runtime.versions import NOT_INSTALLED
 
 WINDOW = 10  # steps averaged for the "last steps" training reward (a single step's reward is noisy)

@@ -11,7 +11,8 @@ import torch
 from glm_grpo_ds.config import ConfigError, load_config
 from glm_grpo_ds.data import PromptRow
 from glm_grpo_ds.observability import gallery
-from glm_grpo_ds.observability.metrics import MetricsWriter, Progress
+from glm_grpo_ds.observability.metrics import Progress
+from glm_grpo_ds.observability.records import MetricsWriter
 
 BASE = ["model.path=/m", "data.train_file=/d.jsonl", "rewards=[{name: pixel_mse}]"]
 
@@ -137,7 +138,7 @@ def test_metrics_writer_resume_keeps_records_up_to_the_checkpoint(tmp_path):
 def test_a_record_cut_off_mid_write_does_not_stop_the_resume_nor_the_tools(tmp_path):
     """A run killed (or out of disk) while writing a record leaves a last line without its newline: the resume read
     it with json.loads and stopped with a traceback. Any other bad line is one error naming the file and line."""
-    from glm_grpo_ds.observability.metrics import read_metrics
+    from glm_grpo_ds.observability.records import read_metrics
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
@@ -312,7 +313,7 @@ def test_fired_alarms_reads_the_checked_file_with_the_runs_rules_up_to_a_step(tm
     """A run directory written by hand: the evaluations' records are the checked ones when the run evaluated (the
     training steps' image statistics are not), the rules come from config.json, ``step`` cuts the history (a
     checkpoint's card), and a run without image statistics has no alarm record."""
-    from glm_grpo_ds.observability.metrics import fired_alarms
+    from glm_grpo_ds.observability.records import fired_alarms
 
     run = tmp_path / "run"
     run.mkdir()

@@ -7,6 +7,7 @@ test_reshape_resume.py."""
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 from gloo_ranks import two_gloo_ranks  # noqa: E402  (tests/gloo_ranks.py)
@@ -221,9 +222,10 @@ def _stopped_rank(rank, port, results):
 
     import torch
 
+    from glm_grpo_ds.config import TrainConfig
     from glm_grpo_ds.lifecycle.preempt import Stopped
+    from glm_grpo_ds.lifecycle.run import RunLife, Start
     from glm_grpo_ds.runtime import log
-    from glm_grpo_ds.train import stopped
 
     log.FATAL_GRACE_S = 0  # the other ranks' wait for rank 0's line: not what is measured here
     torch.distributed.init_process_group(
@@ -234,9 +236,10 @@ def _stopped_rank(rank, port, results):
         def wait(self):
             time.sleep(4 if rank == 0 else 0)
 
+    life = RunLife(TrainConfig(), Path("."), Start(), rank, 2, 2, DATA, publisher=Upload(), later=None)
     began = time.monotonic()
     try:
-        results.put((rank, stopped(Stopped("preempted", 143), Upload()), time.monotonic() - began))
+        results.put((rank, life.end_stopped(Stopped("preempted", 143)), time.monotonic() - began))
     except RuntimeError as err:  # gloo's timeout
         results.put((rank, str(err).splitlines()[0], time.monotonic() - began))
 

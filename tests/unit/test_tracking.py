@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from glm_grpo_ds.config import TRACKERS, ConfigError, load_config
-from glm_grpo_ds.observability.metrics import MetricsWriter
+from glm_grpo_ds.observability.records import MetricsWriter
 from glm_grpo_ds.observability.tracking import Tracker, build_tracker, hyperparameters, scalars, tracker_arguments
 
 BASE = ["model.path=/m", "data.train_file=/d.jsonl", "rewards=[{name: pixel_mse}]"]
