@@ -77,6 +77,17 @@ class Groups(NamedTuple):
         lo = torch.where(self.valid, self.rewards, torch.full_like(self.rewards, float("inf"))).amin(1, keepdim=True)
         return (self.top == lo) | (self.count <= 1)
 
+    @property
+    def variance(self) -> torch.Tensor:
+        """``[num_groups, 1]``: the unbiased variance of the defined rewards (0 for fewer than two)."""
+        return (self.centered**2).sum(dim=1, keepdim=True) / (self.count - 1).clamp(min=1)
+
+    @property
+    def others_mean(self) -> torch.Tensor:
+        """``[num_groups, G]``: each sample's mean of the other defined rewards of its group (RLOO's baseline)."""
+        total = torch.where(self.valid, self.rewards, torch.zeros_like(self.rewards)).sum(dim=1, keepdim=True)
+        return (total - self.rewards) / (self.count - 1).clamp(min=1)
+
     def finish(self, adv: torch.Tensor) -> torch.Tensor:
         """``[N]`` advantages: exactly 0 for undefined rewards and for constant groups (or groups with < 2
         defined rewards)."""
@@ -99,8 +110,7 @@ def groups(rewards: torch.Tensor, group_size: int) -> Groups:
 def group_zscore(rewards: torch.Tensor, group_size: int, eps: float) -> torch.Tensor:
     g = groups(rewards, group_size)
     # unbiased std over the defined rewards; groups with < 2 of them are constant anyway
-    std = torch.sqrt((g.centered**2).sum(dim=1, keepdim=True) / (g.count - 1).clamp(min=1))
-    return g.finish(g.centered / (std + eps))
+    return g.finish(g.centered / (torch.sqrt(g.variance) + eps))
 
 
 @ESTIMATORS.register("batch")
@@ -120,9 +130,7 @@ def group_mean_baseline(rewards: torch.Tensor, group_size: int, eps: float) -> t
 @ESTIMATORS.register("rloo")
 def leave_one_out(rewards: torch.Tensor, group_size: int, eps: float) -> torch.Tensor:
     g = groups(rewards, group_size)
-    total = torch.where(g.valid, g.rewards, torch.zeros_like(g.rewards)).sum(dim=1, keepdim=True)
-    others_mean = (total - g.rewards) / (g.count - 1).clamp(min=1)  # mean of the other defined rewards
-    return g.finish(g.rewards - others_mean)
+    return g.finish(g.rewards - g.others_mean)
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
@@ -228,8 +236,7 @@ def _sum_then_normalize(per_reward, weights, group_size, total, scale, eps, tie)
     if scale == "rloo":
         return g.finish(_leave_one_out_per_reward(per_reward, weights, group_size))
     if scale == "group":
-        pairwise = _pairwise_total_var(per_reward, weights, g.rewards.shape[0])
-        imputed = (g.centered**2).sum(1, keepdim=True) / (g.count - 1).clamp(min=1)
+        pairwise, imputed = _pairwise_total_var(per_reward, weights, g.rewards.shape[0]), g.variance
     else:
         pairwise, defined = _pairwise_total_var(per_reward, weights, 1), total[~torch.isnan(total)]
         imputed = defined.var() if defined.numel() > 1 else total.new_zeros(())
@@ -242,7 +249,7 @@ def _pairwise_total_var(per_reward, weights, rows: int) -> torch.Tensor:
     as sum_kl w_k w_l cov(r_k, r_l), each covariance unbiased over the samples defined for both (pairwise deletion):
     with no reward missing, exactly the variance of the total."""
     values = {label: v.reshape(rows, -1) for label, v in per_reward.items()}
-    var = torch.zeros(rows, 1, dtype=next(iter(values.values())).dtype, device=next(iter(values.values())).device)
+    var = 0
     for k, a in values.items():
         for m, b in values.items():
             both = ~torch.isnan(a) & ~torch.isnan(b)
@@ -261,9 +268,7 @@ def _leave_one_out_per_reward(per_reward, weights, group_size: int) -> torch.Ten
     adv = 0
     for label, values in per_reward.items():
         g = groups(values, group_size)
-        total = torch.where(g.valid, g.rewards, 0).sum(1, keepdim=True)
-        others = (total - g.rewards) / (g.count - 1).clamp(min=1)
-        adv = adv + weights[label] * torch.where(g.valid & (g.count > 1), g.rewards - others, 0)
+        adv = adv + weights[label] * torch.where(g.valid & (g.count > 1), g.rewards - g.others_mean, 0)
     return adv
 
 
