@@ -26,7 +26,7 @@ SUPPLY = {
 
 def parse_reward_arg(item: str):
     """``key=value`` of ``--reward-arg`` -> (key, value parsed like a config scalar)."""
-    from ..config.loading import parse_scalar
+    from ..config import parse_scalar
 
     if "=" not in item:
         raise ValueError(f"--reward-arg {item!r} must look like key=value")

@@ -23,11 +23,12 @@ advantages.py). docs/config_reference.md is generated from the fields' help
 
 from .arguments import parse_with_overrides
 from .fields import ConfigError
-from .loading import apply_override, load_config, parse_scalar, to_dict
+from .loading import apply_override, load_config, to_dict
 from .model_sections import DecoderConfig, LoraConfig, ModelConfig, RolloutConfig, SamplingConfig
 from .run_sections import TRACKERS, DataConfig, EvalConfig, HubConfig, LoggingConfig, MonitorConfig
 from .train_config import TrainConfig
 from .training_sections import BatchConfig, GRPOConfig, OptimizerConfig, RewardSpec
+from .yaml_file import parse_scalar
 
 __all__ = [
     "TRACKERS",

@@ -127,8 +127,7 @@ def parse_train_args(argv: list[str]) -> argparse.Namespace:
         flags = ", ".join("--" + flag.replace("_", "-") for flag in given)
         p.error(
             f"{flags} {'describe' if len(given) > 1 else 'describes'} the job for --check only; to run on several "
-            "GPUs or nodes start this command with "
-            "the deepspeed launcher (deepspeed --num_gpus N --module glm_grpo_ds.train ..., docs/training.md), or add "
-            "--check"
+            "GPUs or nodes start this command with the deepspeed launcher (deepspeed --num_gpus N --module "
+            "glm_grpo_ds.train ..., docs/training.md), or add --check"
         )
     return args

@@ -21,7 +21,7 @@ from .fields import ConfigError
 from .other_names import other_key_hint
 from .train_config import TrainConfig
 from .trl_names import trl_key_hint
-from .yaml_file import EMPTY, parse_yaml_value, plain, read_yaml, source
+from .yaml_file import EMPTY, parse_scalar, plain, read_yaml, source
 
 # old dotted key -> new dotted key (same section): configs and command lines written before a rename still load
 RENAMED = {"grpo.advantage_scale": "grpo.advantage_estimator"}
@@ -219,12 +219,6 @@ def _from_dict(cls, data: dict, prefix: str = ""):
     return cls(**kwargs)
 
 
-def parse_scalar(text: str):
-    """A command-line value: YAML syntax (numbers, true/false, null, [lists], {maps}), read as a file's values are
-    (yaml_file.py: a number keeps its text for a text setting); ``key=`` is null."""
-    return parse_yaml_value(text)
-
-
 def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig, unknown: list | None = None) -> None:
     """Set ``tree[a][b][c] = value`` for ``a.b.c``, checking every key against the dataclasses. An unknown key
     raises, or, given the list ``unknown``, adds its ``(dotted key, hint)`` there and sets nothing."""
@@ -267,9 +261,10 @@ def _list_item(cls, node: dict, name: str, index: int, where: str, last: bool, v
     """``key[index]`` of an override: the entry's section class and mapping to descend into, or ``(None, None)``
     once ``value`` replaced the entry (``key[index]`` was the override's last part). The entry must exist."""
     key = f"{where}.{name}" if where else name
-    section = _section_type(typing.get_type_hints(cls)[name])
+    hint = typing.get_type_hints(cls)[name]
+    section = _section_type(hint)
     entries = node.get(name)
-    if section is None or typing.get_origin(typing.get_type_hints(cls)[name]) is not list:
+    if section is None or typing.get_origin(hint) is not list:
         raise ConfigError(f"{key}[{index}]: {key} is not a list of sections; write {key}=...")
     if not isinstance(entries, list) or index >= len(entries):
         count = len(entries) if isinstance(entries, list) else 0

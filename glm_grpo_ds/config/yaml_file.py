@@ -98,9 +98,10 @@ def _sourced(number, text: str):
     return value
 
 
-def parse_yaml_value(text: str):
-    """A command-line ``key=value``'s value as the file's would read, ``1e-4`` a number too (YAML 1.1 reads it as
-    text) and an empty one null; text that is not YAML stays text."""
+def parse_scalar(text: str):
+    """A command-line ``key=value``'s value: YAML syntax (numbers, true/false, null, [lists], {maps}) read as the
+    file's would be (a number keeps its text for a text setting), ``1e-4`` a number too (YAML 1.1 reads it as text)
+    and an empty one null; text that is not YAML stays text."""
     try:
         value = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError:

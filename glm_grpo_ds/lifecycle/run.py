@@ -30,8 +30,6 @@ from .preempt import EXIT_ALARM, EXIT_NONFINITE, Stopped, exit_code, signal_name
 
 # How long the other ranks wait for rank 0 to convert a checkpoint for another world size or stage (ds/portable.py).
 CONVERT_WAIT_S = 6 * 3600
-
-
 UPLOAD_WAIT_S = 6 * 3600  # how long the other ranks of a stopped run wait for rank 0's checkpoint upload
 
 
