@@ -141,7 +141,8 @@ class RolloutConfig:
         "11-69 % of W, learned within noise of the exact sampler over 5 seeds at lr 3e-3 and 3e-4), not at the "
         "real widths and the GPU configs' lr 1e-5, where the merge keeps 4 % of the delta after 1 step and 28 % "
         "after 40 (benchmarks/merge_drift.py): sample with "
-        "fuse_lora there. Under ZeRO-3 needs gather_parameters: true.",
+        "fuse_lora there. Under ZeRO-3 needs gather_parameters: true; on several ranks there the merge is written into "
+        "the gathered copies, so the reference / old log-probs gather the weights once more.",
     )
     fuse_lora: bool = setting(
         False,

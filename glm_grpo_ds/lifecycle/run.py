@@ -14,6 +14,7 @@ tests/unit/test_run_life.py, the rest by the training runs of tests/integration 
 from __future__ import annotations
 
 import shutil
+import signal
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -242,9 +243,14 @@ class RunLife:
         (once they have, the launcher would end rank 0), on a group of their own: the process group's barrier gave
         up after ``dist_timeout_minutes``, and the launcher then ended rank 0 mid-upload."""
         log.fatal(str(stop))
-        with dist.patient_group(UPLOAD_WAIT_S) as barrier:
-            self.publisher.wait()
-            barrier(False)
+        try:
+            with dist.patient_group(UPLOAD_WAIT_S) as barrier:
+                self.publisher.wait()
+                barrier(False)
+        except KeyboardInterrupt:  # a (second) Ctrl-C while rank 0 uploads: its line, not a chained traceback
+            if self.rank == 0:
+                log.fatal(self.publisher.interrupted_line())
+            return exit_code(signal.SIGINT)
         dist.shutdown()
         return stop.exit_code
 

@@ -146,13 +146,14 @@ class EngineSampler:
         whole = self.gather or not ds_engine.is_zero3(engine)
         with torch.no_grad(), ds_engine.gathered_for_rollout(engine, self.gather):
             merge = None
+            # ZeRO-3 on several ranks: the merge writes W + sBA into full buffers the gather frees, unrestored
+            merged_away = r.merge_lora and whole and ds_engine.gather_discards_writes(engine, self.gather)
             if r.merge_lora and whole:
-                restore = not ds_engine.gather_discards_writes(engine, self.gather)
-                if restore and self.base_copy is None:
+                if not merged_away and self.base_copy is None:
                     raise ValueError(
                         "EngineSampler: rollout.merge_lora needs base_copy (the run's BaseCopy) to restore the base"
                     )
-                merge = partial(lora_merged, policy, self.base_copy, restore)
+                merge = partial(lora_merged, policy, self.base_copy, not merged_away)
             with sampling_adapters(policy, r, whole, merge):
                 batch = rollout(
                     policy,
@@ -169,8 +170,17 @@ class EngineSampler:
                 )
             if self.before_update is None:
                 return Sampled(batch)
-            with ds_engine.training_linear():
-                ref, old = self.before_update(policy, batch)
+            if not merged_away:
+                return self._before_update(policy, batch)
+        # the gathered buffers still held the merged W + sBA: the reference (adapters off) and old passes would have
+        # read the sampling policy's weights as the base. They gather the base again, as the rollout did
+        with torch.no_grad(), ds_engine.gathered_for_rollout(engine, self.gather):
+            return self._before_update(policy, batch)
+
+    def _before_update(self, policy, batch: RolloutBatch) -> Sampled:
+        """``batch`` with the update's log-probs from the weights gathered now (``before_update``)."""
+        with ds_engine.training_linear():
+            ref, old = self.before_update(policy, batch)
         return Sampled(batch, ref, old)
 
     def sync_weights(self, step: int) -> None:

@@ -169,13 +169,7 @@ class Publisher:
             if self.hub.repo_id and self.final_weights is not None:
                 self._push(self.final_weights, None, f"glm-grpo final {self.final_weights.name}")
         except KeyboardInterrupt:  # outside the training's signal handling: one line, not a traceback
-            if not self.hub.repo_id:  # it was pruning old checkpoints (remove_stale finishes it next time)
-                log.fatal(f"glm-grpo train: interrupted by SIGINT while pruning; everything is saved in {self.out}")
-                return 130
-            log.fatal(
-                f"glm-grpo train: upload to {self.hub.repo_id} interrupted by SIGINT; everything is saved in "
-                f"{self.out}; upload it with `glm-grpo push {self.out}`"
-            )
+            log.fatal(self.interrupted_line())
             return 130
         if not self.failed:
             return 0
@@ -185,6 +179,15 @@ class Publisher:
             f"`glm-grpo push {self.out}`"
         )
         return EXIT_PUSH_FAILED
+
+    def interrupted_line(self) -> str:
+        """What a Ctrl-C while rank 0 waits for its uploads (or its pruning) says: what is saved, how to upload it."""
+        if not self.hub.repo_id:  # it was pruning old checkpoints (remove_stale finishes it next time)
+            return f"glm-grpo train: interrupted by SIGINT while pruning; everything is saved in {self.out}"
+        return (
+            f"glm-grpo train: upload to {self.hub.repo_id} interrupted by SIGINT; everything is saved in "
+            f"{self.out}; upload it with `glm-grpo push {self.out}`"
+        )
 
     def _push(self, folder: Path, path_in_repo: str | None, message: str) -> None:
         where = f"{self.hub.repo_id}{'/' + path_in_repo if path_in_repo else ''}{self._at()}"

@@ -200,8 +200,10 @@ def test_merged_lora_rollout_zero3_leaves_the_base_bitwise_and_samples_the_train
     """rollout.merge_lora in training under ZeRO-3, 2 ranks: the gathered weights it merges into are discarded with
     the gather (glm_grpo_ds/ds/gathering.py gather_discards_writes), so the base is bitwise what it was, and step 2's
     rollout (adapter B != 0 after step 1) samples the trained policy: its sampler log-probs equal the trainer's
-    unmerged ones to fp32 rounding (4.8e-7 measured; a merge that left the adapters out: 0.82). merge_lora under
-    ZeRO-2 and fuse_lora under ZeRO-3: test_lora_8bit_checkpointing_trains_only_the_adapter."""
+    unmerged ones to fp32 rounding (4.8e-7 measured; a merge that left the adapters out: 0.82). The reference and
+    the old log-probs (two iterations) are computed from the base gathered again: from the buffers the merge wrote
+    into, step 2's first-iteration ratios were 0.77-1.27 (the adapter counted twice) and the reference was the
+    policy. merge_lora under ZeRO-2 and fuse_lora under ZeRO-3: test_lora_8bit_checkpointing_trains_only_the_adapter."""
     run_dir = tmp_path / "run"
     overrides = common(
         tiny_model_dir,
@@ -214,11 +216,14 @@ def test_merged_lora_rollout_zero3_leaves_the_base_bitwise_and_samples_the_train
         "optimizer.name=adamw",
         "optimizer.lr=1e-2",
         "grpo.beta=0.04",
+        "grpo.num_iterations=2",
     )
     r = worker(2, "train", tmp_path / "w", "zero3.json", overrides)
     assert any(not torch.equal(b, r["trainable_after"][n]) for n, b in r["trainable_before"].items())
     for name, before in r["base_before"].items():
         assert torch.equal(before, r["base_after"][name]), f"base parameter {name} changed"
     rows = metrics(run_dir)
-    assert [row["ratio_min"] == row["ratio_max"] == 1.0 for row in rows] == [True, True]
+    # the old log-probs (two iterations) and the reference are computed from the base, not from the buffers the
+    # merge wrote W + sBA into: at step 2 they read W + 2sBA (ratio != 1) and the policy (kl ~ 0)
+    assert [row["first_iteration_ratio_min"] == row["first_iteration_ratio_max"] == 1.0 for row in rows] == [True] * 2
     assert rows[1]["mismatch/logp_abs_max"] < 1e-4

@@ -250,3 +250,38 @@ def test_a_stopped_runs_ranks_wait_for_rank_0s_upload_longer_than_the_process_gr
     got = sorted(two_gloo_ranks(_stopped_rank))
     assert [(rank, code) for rank, code, _ in got] == [(0, 143), (1, 143)], got
     assert got[1][2] >= 3.5  # rank 1 waited for the upload
+
+
+@pytest.mark.parametrize("repo", [None, "me/run"])
+def test_a_ctrl_c_while_a_stopped_run_waits_for_rank_0s_upload_or_pruning_is_one_line(tmp_path, capfd, repo):
+    """The stop's line, then a second Ctrl-C during the wait for the checkpoint's upload (or the pruning of old
+    checkpoints): one line saying what is saved and how to upload it, exit 130; it was a chained traceback (the
+    KeyboardInterrupt raised inside ``except Stopped``)."""
+    import os
+    import signal
+    import time
+
+    from glm_grpo_ds.lifecycle.preempt import Stopped
+    from glm_grpo_ds.lifecycle.run import RunLife
+    from glm_grpo_ds.sharing.hub import Publisher
+
+    def ctrl_c_then_busy():
+        time.sleep(0.5)  # the main thread is in end_stopped by then: submitting is the line before
+        os.kill(os.getpid(), signal.SIGINT)  # lands in the main thread, which waits for this job
+        time.sleep(2)
+
+    publisher = Publisher(TrainConfig(), tmp_path, 0)  # no repo: prepares nothing on the Hub
+    publisher.hub.repo_id = repo  # what the line names
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's, whatever pytest inherited
+    try:
+        life = RunLife(TrainConfig(), tmp_path, Start(), 0, 1, 2, DATA, publisher=publisher, later=None)
+        publisher.background.submit("upload", ctrl_c_then_busy)
+        code = life.end_stopped(Stopped("glm-grpo train: preempted by SIGINT at step 3; checkpoint at X", 130))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        publisher.wait()
+    err = capfd.readouterr().err
+    assert code == 130
+    what = "while pruning" if repo is None else f"upload to {repo} interrupted by SIGINT"
+    assert "Traceback" not in err and err.count("\n") == 2, err
+    assert "preempted by SIGINT at step 3" in err and what in err and f"saved in {tmp_path}" in err, err
