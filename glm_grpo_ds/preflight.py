@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .config import ConfigError, load_config
 from .data import FROM_DATA, DataError, check_source, load_prompts
+from .data.prompt_order import check_enough
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
 from .lifecycle import checkpoint, resume
 from .lifecycle.run import decide_start
@@ -87,15 +88,11 @@ def _checked(report: Report, what: str, check) -> object:
         return None
 
 
-def _world(est: EstimateConfig) -> int:
-    return est.num_gpus * est.num_nodes
-
-
 def cluster_shape(num_gpus, num_nodes, hostfile: str | None, gpu_memory_gb: float | None, report):
     """The cluster the job asks for, as the memory plan takes it (:class:`EstimateConfig`): the hostfile's hosts and
-    slots when given (the first ``num_nodes`` of them
-    when given, as the launcher takes them; planned at the largest slot count), else ``num_gpus`` x
-    ``num_nodes`` (defaults 8 x 1 and the GPU's memory, estimate-memory's)."""
+    slots when given (the first ``num_nodes`` of them when given, as the launcher takes them; nodes of different
+    slot counts: their sum is the world, as DeepSpeed's, and the largest node sizes the host RAM), else
+    ``num_gpus`` x ``num_nodes`` (defaults 8 x 1 and the GPU's memory, estimate-memory's)."""
     d = EstimateConfig()
     gpu_memory_gb = gpu_memory_gb or d.gpu_memory_gb
     if hostfile:
@@ -104,11 +101,14 @@ def cluster_shape(num_gpus, num_nodes, hostfile: str | None, gpu_memory_gb: floa
             if num_nodes is not None and num_nodes > len(hosts):
                 report.add("FAIL", f"--num-nodes {num_nodes} but hostfile {hostfile} lists {len(hosts)} node(s)")
             hosts = hosts[:num_nodes] if num_nodes else hosts
-            slots = {n for _, n in hosts}
-            if len(slots) > 1:
-                report.add("note", f"hostfile {hostfile}: nodes with different GPU counts; planned at the largest")
+            slots = [n for _, n in hosts]
+            ranks = None if num_gpus or len(set(slots)) == 1 else sum(slots)  # --num-gpus: every node's
+            if ranks is not None:
+                report.add(
+                    "note", f"hostfile {hostfile}: nodes with different GPU counts; host RAM planned at the largest"
+                )
             report.add("ok", f"hostfile {hostfile}: {summary(hosts)}")
-            return EstimateConfig(num_gpus or max(slots), len(hosts), gpu_memory_gb)
+            return EstimateConfig(num_gpus or max(slots), len(hosts), gpu_memory_gb, ranks=ranks)
     return EstimateConfig(num_gpus or d.num_gpus, num_nodes or d.num_nodes, gpu_memory_gb)
 
 
@@ -194,9 +194,9 @@ def _deepspeed(cfg, ds_path: str, est: EstimateConfig, text: dict | None, report
         return None
     hidden = (text or {}).get("hidden_size", 4096)
     dtype = resolve_dtype(cfg.model.dtype, on_gpu=est.device == "cuda")
-    filled = _checked(report, ds_path, lambda: fill_ds_config(raw, cfg, _world(est), hidden, dtype, ds_path))
+    filled = _checked(report, ds_path, lambda: fill_ds_config(raw, cfg, est.world, hidden, dtype, ds_path))
     if filled is not None:
-        report.add("ok", f"DeepSpeed config {ds_path}: ZeRO-{zero_stage(filled)}, filled for {_world(est)} ranks")
+        report.add("ok", f"DeepSpeed config {ds_path}: ZeRO-{zero_stage(filled)}, filled for {est.world} ranks")
     return raw
 
 
@@ -213,7 +213,7 @@ def _output_dir(cfg, est: EstimateConfig, raw: dict | None, rows, report: Report
     stage = zero_stage(raw or {})
     if path is not None:
         data = resume.data_fingerprint(cfg.data.train_file, rows) if rows is not None else {}
-        start = _checked(report, "resume_from", lambda: decide_start(out, path, cfg, _world(est), stage, data, 0))
+        start = _checked(report, "resume_from", lambda: decide_start(out, path, cfg, est.world, stage, data, 0))
         if start is not None and start.written_on is not None:
             world, stage = start.written_on
             report.add(
@@ -252,11 +252,14 @@ def _memory(cfg, ds_path: str, raw: dict, est: EstimateConfig, report: Report) -
 def check(cfg, ds_path: str, est: EstimateConfig, report: Report) -> Report:
     """Every check of the job, in order (see the module docstring), added to ``report``; none loads a model or
     opens a process group."""
-    report.add("ok", f"config: {est.num_nodes} node(s) x {est.num_gpus} GPU(s) = {_world(est)} ranks")
+    shape = f"{est.num_nodes} node(s) x {est.num_gpus} GPU(s)" if est.ranks is None else f"{est.num_nodes} node(s)"
+    report.add("ok", f"config: {shape} = {est.world} ranks")
     _checked(report, "rewards", lambda: check_reward_specs(cfg.rewards))
     if cfg.lora is not None and cfg.lora.init_from:
         _checked(report, "lora.init_from", lambda: check_init_adapter(cfg.lora))
     rows = _data(cfg, report)
+    if rows is not None:
+        _checked(report, "data.train_file", lambda: check_enough(len(rows), est.world, cfg.batch.prompts_per_rank))
     text = _model(cfg, rows, report)
     raw = _deepspeed(cfg, ds_path, est, text, report)
     _output_dir(cfg, est, raw, rows, report)

@@ -26,6 +26,16 @@ from collections.abc import Sequence
 from .rows import DataError, PromptRow
 
 
+def check_enough(rows: int, world_size: int, prompts_per_rank: int) -> None:
+    """DataError unless ``rows`` prompts fill a step: each rank takes its own ``prompts_per_rank`` (fewer rows than a
+    step needs would repeat prompts within it). The ranks check it at start, ``train --check`` before the job queues."""
+    if rows < world_size * prompts_per_rank:
+        raise DataError(
+            f"data.train_file has {rows} prompts but a step needs {world_size * prompts_per_rank} distinct "
+            f"ones (world size {world_size} x batch.prompts_per_rank {prompts_per_rank})"
+        )
+
+
 class PromptOrder:
     """Deterministic per-step prompt batches, split across ranks.
 
@@ -42,12 +52,7 @@ class PromptOrder:
         shuffle: bool = True,
         dead_skip_prob: float = 0.0,
     ):
-        if len(rows) < world_size * prompts_per_rank:
-            # a step gives each rank its own prompts: fewer rows than a step needs would repeat prompts within it
-            raise DataError(
-                f"data.train_file has {len(rows)} prompts but a step needs {world_size * prompts_per_rank} distinct "
-                f"ones (world size {world_size} x batch.prompts_per_rank {prompts_per_rank})"
-            )
+        check_enough(len(rows), world_size, prompts_per_rank)
         self.rows, self.world_size, self.rank = rows, world_size, rank
         self.per_rank, self.seed, self.shuffle = prompts_per_rank, seed, shuffle
         self.epoch, self.position = 0, 0

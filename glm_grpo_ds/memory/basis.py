@@ -26,6 +26,14 @@ class EstimateConfig:
     gpu_memory_gb: float = 80.0  # GiB per GPU to plan against
     prompt_tokens: int = 128  # longest prompt in tokens (chat template included); sizes the KV cache
     device: str = "cuda"  # cuda: model.dtype auto = bf16; cpu: auto = fp32 (to compare with CPU runs)
+    # the world size when the nodes differ (a hostfile's slots, summed; num_gpus is then the largest node's, which
+    # sizes the host RAM per node); None = num_gpus x num_nodes
+    ranks: int | None = None
+
+    @property
+    def world(self) -> int:
+        """The ranks of the job: what ZeRO shards over and the DeepSpeed config is filled for."""
+        return self.ranks or self.num_gpus * self.num_nodes
 
 
 def grid_tokens(height: int, width: int) -> int:
@@ -187,7 +195,7 @@ def resolve(cfg, ds_raw: dict, est: EstimateConfig, sizes: Sizes) -> Basis:
     from ..ds.ds_config import fill_ds_config, offloads
     from ..model.glm_image import resolve_dtype
 
-    world = est.num_gpus * est.num_nodes
+    world = est.world
     on_gpu = est.device == "cuda"
     dtype = resolve_dtype(cfg.model.dtype, on_gpu=on_gpu)
     dcfg = fill_ds_config(ds_raw, cfg, world, sizes.text["hidden"], dtype)

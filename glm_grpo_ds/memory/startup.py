@@ -7,15 +7,24 @@ loaded, and ``config.json`` records the placement the run took (:func:`recorded_
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ..config import to_dict
 from .plan import GIB, EstimateConfig, plan
 
 
+def launched_shape(world: int, device: str) -> EstimateConfig:
+    """The cluster of the run being started: ``world`` ranks, this node's (the launcher's ``LOCAL_SIZE``; all of
+    them without a launcher) sizing the host RAM per node."""
+    local = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or world)
+    return EstimateConfig(num_gpus=local, num_nodes=-(-world // local), device=device, ranks=world)
+
+
 def startup_plan(cfg, ds_config_raw: dict, world: int, device: torch.device) -> dict:
     """The planner's figure for this very run, against this GPU's memory (CPU ranks: the planner's default)."""
-    est = EstimateConfig(num_gpus=world, num_nodes=1, device=device.type)
+    est = launched_shape(world, device.type)
     if device.type == "cuda":
         est.gpu_memory_gb = torch.cuda.get_device_properties(device).total_memory / GIB
     return plan(cfg, ds_config_raw, est)

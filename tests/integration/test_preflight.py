@@ -134,3 +134,41 @@ def test_a_checkpoint_of_another_cluster_shape_is_planned_or_refused(tiny_model_
         "per step; nothing was changed"
     ], lines
     assert tree_hash(out) == before
+
+
+def test_nodes_with_different_gpu_counts_are_their_sum_and_too_few_prompts_for_a_step_are_refused(
+    tiny_model_dir, tmp_path, capfd
+):
+    """A hostfile of 2 + 1 slots is 3 ranks (DeepSpeed's world: the slots summed), not 2 x the largest: three prompts
+    fill its step. On 2 + 2 they do not: the FAIL the ranks would meet after the job queued (PromptOrder)."""
+    prompts = tmp_path / "three.txt"
+    prompts.write_text("red image\nblue image\ngreen image\n")
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node-0 slots=2\nnode-1 slots=1\n")
+    extra = ("--hostfile", str(hostfile), "rewards=[{name: colour_layout}]")
+    code, lines, _ = _check(tiny_model_dir, prompts, tmp_path / "run", capfd, *extra)
+    assert code == 0, lines
+    assert "ok    config: 2 node(s) = 3 ranks" in lines
+    assert "ok    DeepSpeed config ds_configs/zero2.json: ZeRO-2, filled for 3 ranks" in lines
+    hostfile.write_text("node-0 slots=2\nnode-1 slots=2\n")
+    code, lines, _ = _check(tiny_model_dir, prompts, tmp_path / "run", capfd, *extra)
+    assert code == 2
+    assert _fails(lines) == [
+        "data.train_file has 3 prompts but a step needs 4 distinct ones (world size 4 x batch.prompts_per_rank 1)"
+    ], lines
+
+
+def test_the_gpu_checks_prompts_fill_a_step_of_two_nodes_of_8_gpus():
+    """launch/gpu_check.sh --num-gpus 8 (and 2 nodes of 8) trains on gpu_check.yaml's prompts, one per rank: it
+    shipped 4, and every rank above the fourth exited 2 after the process group opened."""
+    from glm_grpo_ds.config import load_config
+    from glm_grpo_ds.data import load_prompts
+    from glm_grpo_ds.data.prompt_order import check_enough
+    from glm_grpo_ds.rewards.colour_layout import prompt_target
+
+    cfg = load_config(str(CONFIG.parent / "gpu_check.yaml"), [])
+    rows = load_prompts(CONFIG.parents[2] / cfg.data.train_file, "data.train_file", cfg.data)
+    check_enough(len(rows), 16, cfg.batch.prompts_per_rank)
+    assert len({row.prompt for row in rows}) == len(rows)
+    for row in rows:  # every prompt in colour_layout's grammar (a prompt outside it fails the reward)
+        prompt_target(row.prompt, 64, 64)

@@ -583,3 +583,20 @@ def test_one_step_off_holds_the_rollout_and_the_decode_at_once():
     assert off["total_bytes"] == resident + max(v for k, v in p.items() if k != "load")
     assert phase_totals(off)["decode"] == resident + p["rollout_beside_decode"]
     assert phase_totals(on)["decode"] == resident + on["phases"]["decode"]
+
+
+def test_the_world_is_the_ranks_and_a_nodes_host_ram_its_own_ranks(monkeypatch):
+    """A hostfile of 2 + 1 GPUs (train --check: ranks=3) shards ZeRO-3 over 3 and plans the host RAM of the
+    2-GPU node; a started run of 16 ranks, 8 a node (the launcher's LOCAL_SIZE), plans a node's 8, not 16."""
+    from glm_grpo_ds.memory.startup import launched_shape
+
+    c = cfg("lora=null", "optimizer.name=adamw", "grpo.beta=0")
+    uneven = plan(c, ZERO[3], EstimateConfig(num_gpus=2, num_nodes=2, ranks=3), sizes(trainable=5010))
+    assert uneven["components"]["master_weights"] == 4 * math.ceil(5010 / 3)
+    assert uneven["host_node"]["ranks"] == 2
+    monkeypatch.setenv("LOCAL_SIZE", "8")
+    shape = launched_shape(16, "cuda")
+    assert (shape.world, shape.num_gpus, shape.num_nodes) == (16, 8, 2)
+    assert plan(c, ZERO[3], shape, sizes(trainable=5010))["host_node"]["ranks"] == 8
+    monkeypatch.delenv("LOCAL_SIZE")
+    assert launched_shape(2, "cpu").num_gpus == 2  # no launcher: one node of them all
