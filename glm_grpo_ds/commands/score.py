@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         from PIL import Image
 
         from ..rewards import build_reward, reward_needs
-        from ..rewards.registry import reward_values
+        from ..rewards.base import reward_values
+        from ..rewards.targets import as_rgb
 
         sample = {"target_image": a.target, "text": a.text}
         if a.target and not os.path.isfile(a.target):
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         fn = build_reward(a.reward, args)
         for path in a.image:
             try:
-                img = Image.open(path).convert("RGB")
+                img = as_rgb(Image.open(path))  # upright, transparency over white: as targets are read
             except OSError as err:
                 raise ValueError(f"cannot read image {path}: {err}") from None
             x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3)

@@ -96,3 +96,15 @@ TEXT_TO_RENDER = SampleNeed(
 def normalise_text(text: str, case_sensitive: bool) -> str:
     text = re.sub(r"\s+", " ", text).strip()
     return text if case_sensitive else text.lower()
+
+
+def reward_values(label: str, raw, n: int, device=None) -> torch.Tensor:
+    """A reward function's return for ``n`` images as ``[n]`` float32, NaN where it is undefined: None (not applicable
+    to that sample, TRL's convention), NaN and +-inf (an infinite reward would make every advantage of its group
+    NaN). A count other than ``n`` is a ValueError."""
+    if isinstance(raw, (list, tuple)):
+        raw = [float("nan") if value is None else value for value in raw]
+    values = torch.as_tensor(raw, dtype=torch.float32).detach().to(device).reshape(-1)
+    if values.shape[0] != n:
+        raise ValueError(f"reward {label} returned {values.shape[0]} values for {n} images")
+    return torch.where(torch.isfinite(values), values, torch.full_like(values, float("nan")))

@@ -43,6 +43,21 @@ def text_regions(prompt: str, sample: dict) -> list[str] | None:
     return regions or None
 
 
+def reading_order(boxes: list) -> list:
+    """RapidOCR's ``(corner points, text, confidence)`` boxes in reading order: lines top to bottom, each box joining
+    the line whose vertical extent holds its centre, then left to right within a line. (Fixed bands of the top edge
+    put two words of one line in different lines when their tops straddle a band's edge: a pixel of jitter.)"""
+    lines: list[list] = []  # [top, bottom, [(left, box), ...]]
+    for box in sorted(boxes, key=lambda r: sum(p[1] for p in r[0]) / len(r[0])):
+        ys, left = [p[1] for p in box[0]], min(p[0] for p in box[0])
+        top, bottom = min(ys), max(ys)
+        if lines and lines[-1][0] <= (top + bottom) / 2 <= lines[-1][1]:
+            lines[-1][2].append((left, box))
+        else:
+            lines.append([top, bottom, [(left, box)]])
+    return [box for _, _, line in lines for _, box in sorted(line, key=lambda b: b[0])]
+
+
 class OCRReward:
     needs = TEXT_TO_RENDER  # undefined (NaN) for samples without it
 
@@ -65,11 +80,11 @@ class OCRReward:
     def read(self, image: torch.Tensor) -> str:
         """Text found in one ``[3, H, W]`` image in [0, 1], boxes in reading order."""
         arr = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
-        result, _ = self.engine(arr)
+        # RapidOCR takes an array as OpenCV's BGR (it converts only files and PIL images from RGB): red and blue
+        # swapped change the contrast of coloured text its models were trained on
+        result, _ = self.engine(arr[..., ::-1].copy())
         boxes = [r for r in (result or []) if float(r[2]) >= self.min_confidence]
-        # reading order: top to bottom (by the box's top edge, in text-line steps), then left to right
-        boxes.sort(key=lambda r: (round(min(p[1] for p in r[0]) / 10), min(p[0] for p in r[0])))
-        return " ".join(r[1] for r in boxes)
+        return " ".join(r[1] for r in reading_order(boxes))
 
     def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
         out = torch.full((images.shape[0],), float("nan"))

@@ -14,7 +14,7 @@ import torch
 from ..runtime import log, run_log
 from ..runtime.capture_gate import CAPTURE_SAFE
 from ..runtime.registries import Registry
-from .base import SampleNeed
+from .base import SampleNeed, reward_values
 
 
 class RewardError(ValueError):
@@ -136,18 +136,6 @@ def build_reward(name: str, args: dict) -> Callable:
         raise RewardError(f"reward {name}: bad args {args} ({err})") from None
 
 
-def reward_values(label: str, raw, n: int, device=None) -> torch.Tensor:
-    """A reward function's return for ``n`` images as ``[n]`` float32, NaN where it is undefined: None (not applicable
-    to that sample, TRL's convention), NaN and +-inf (an infinite reward would make every advantage of its group
-    NaN). A count other than ``n`` is a ValueError."""
-    if isinstance(raw, (list, tuple)):
-        raw = [float("nan") if value is None else value for value in raw]
-    values = torch.as_tensor(raw, dtype=torch.float32).to(device).reshape(-1)
-    if values.shape[0] != n:
-        raise ValueError(f"reward {label} returned {values.shape[0]} values for {n} images")
-    return torch.where(torch.isfinite(values), values, torch.full_like(values, float("nan")))
-
-
 class RewardSet:
     """The rewards of a run; ``__call__`` returns ``{label: [N] float32}`` (NaN = undefined).
 
@@ -168,7 +156,8 @@ class RewardSet:
     def _score(self, label: str, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
         n = images.shape[0]
         try:
-            raw = self.fns[label](images, prompts, samples)
+            with torch.no_grad():  # a plugin's own model would build a graph the step's gathers keep alive
+                raw = self.fns[label](images, prompts, samples)
         except Exception as err:  # noqa: BLE001 - reward code is user code: any failure = undefined batch
             self.failed[label] += n
             msg = " ".join(str(err).split()) or type(err).__name__

@@ -215,6 +215,18 @@ def test_a_server_back_within_the_retries_scores_the_batch():
         server.join(30)
 
 
+def test_a_served_reward_that_says_none_for_a_sample_answers_null_for_it():
+    """TRL's "not applicable" (None), as the in-process reward takes it: the server answered 500 (a float tensor cannot
+    hold None), and the batcher's merged call failed every rank's request with it."""
+    fn = lambda images, prompts, samples: [None if p == "skip" else 0.7 for p in prompts]  # noqa: E731
+    with serve_in_thread(build_app(fn, "some", None, 8, 0.0, "cpu", None)) as (url, _):
+        got = requests.post(
+            f"{url}/score", json={"images": encode_pngs(torch.rand(2, 3, 8, 8)), "prompts": ["skip", "a"]}
+        )
+    assert got.status_code == 200, got.text
+    assert got.json()["rewards"] == [None, pytest.approx(0.7)]
+
+
 # ----------------------------------------------------------------------------- training
 @pytest.mark.slow
 def test_startup_checks_are_one_line_input_errors_before_any_model_loads(tiny_model_dir, data64, tmp_path, capfd):

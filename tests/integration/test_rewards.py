@@ -47,6 +47,26 @@ def test_ocr_scores_rendered_text(ocr, hello):
     assert math.isnan(scores[2])
 
 
+def test_ocr_reads_a_line_whose_boxes_straddle_a_band_edge_in_order_and_hands_rapidocr_bgr():
+    """Two words of one line whose tops are 1 px apart across a multiple of 10 (55 and 54) were read "WORLD HELLO"
+    (fixed 10-px bands of the top edge); a box whose centre lies in a line's extent joins it, left to right. And
+    RapidOCR takes an array as BGR (it converts files and PIL images only): the image went in as RGB."""
+    from glm_grpo_ds.rewards.ocr import OCRReward, reading_order
+
+    def box(text, left, top, height=20):
+        return [[left, top], [left + 80, top], [left + 80, top + height], [left, top + height]], text, 0.9
+
+    boxes = [box("BYE", 5, 100), box("WORLD", 200, 54), box("HELLO", 10, 55)]
+    assert [b[1] for b in reading_order(boxes)] == ["HELLO", "WORLD", "BYE"]
+    seen = []
+    reward = OCRReward.__new__(OCRReward)  # its engine stood in by one that records what it is handed
+    reward.min_confidence, reward.engine = 0.5, lambda arr: (seen.append(arr), (boxes, None))[1]
+    image = torch.zeros(3, 4, 4)
+    image[2] = 1.0  # blue
+    assert reward.read(image) == "HELLO WORLD BYE"
+    assert seen[0].shape == (4, 4, 3) and (seen[0][..., 0] == 255).all() and (seen[0][..., 2] == 0).all()
+
+
 def test_ssim_lpips_pixel_on_targets(tmp_path):
     torch.manual_seed(0)
     x = torch.rand(1, 3, 64, 64)
@@ -188,3 +208,27 @@ def test_every_builtin_in_a_short_training(tiny_model_dir, tmp_path):
         assert row[f"reward/{name}"] is not None and math.isfinite(row[f"reward/{name}"]), name
         assert row[f"reward/{name}_undefined"] == 0, name
     assert math.isfinite(row["loss"]) and math.isfinite(row["reward_mean"])
+
+
+def test_a_target_is_read_upright_by_its_exif_orientation_and_transparency_over_white(tmp_path):
+    """A photo stored sideways with an Orientation tag (as phones write them) was cover-cropped sideways, and a
+    transparent PNG's hidden pixels (black here) were its background: the likeness rewards compared with them."""
+    from PIL import Image
+
+    from glm_grpo_ds.rewards.targets import load_target
+
+    upright = Image.new("RGB", (64, 32), "white")
+    upright.paste(Image.new("RGB", (32, 32), "red"), (0, 0))  # red on the left half
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored rotated: shown after a 90-degree turn clockwise
+    upright.transpose(Image.Transpose.ROTATE_90).save(tmp_path / "photo.jpg", exif=exif, quality=95)
+    got = load_target(str(tmp_path / "photo.jpg"), 32, 64)
+    assert got[0, :, :28].mean() > 0.9 and got[1, :, :28].mean() < 0.1  # red left
+    assert got[1, :, 36:].mean() > 0.9  # white right
+
+    clear = Image.new("RGBA", (8, 8), (0, 0, 0, 0))
+    clear.paste((0, 0, 255, 255), (0, 0, 4, 8))  # an opaque blue left half on nothing
+    clear.save(tmp_path / "logo.png")
+    got = load_target(str(tmp_path / "logo.png"), 8, 8)
+    assert got[:, :, :4].tolist() == torch.tensor([0.0, 0.0, 1.0])[:, None, None].expand(3, 8, 4).tolist()
+    assert (got[:, :, 4:] == 1.0).all()  # white, not the black under alpha 0

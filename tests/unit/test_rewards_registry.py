@@ -164,6 +164,22 @@ def test_a_reward_returning_none_for_a_sample_leaves_it_undefined():
     assert out["p"][0] == 1.0 and math.isnan(out["p"][1]) and out["p"][2] == 0.25
 
 
+def test_a_plugin_reward_runs_without_autograd_and_returns_plain_values():
+    """A python: plugin with a model of its own (parameters that require grad, as from_pretrained gives them) built a
+    graph: its values kept the model's activations alive through the step's gathers."""
+    from glm_grpo_ds.rewards import RewardSet
+
+    head = torch.nn.Linear(3, 1)
+    seen = []
+
+    def learned(images, prompts, samples):
+        seen.append(torch.is_grad_enabled())
+        return head(images.mean(dim=(2, 3))).squeeze(1)
+
+    out = RewardSet([("learned", 1.0, learned)])(torch.rand(2, 3, 4, 4), ["a", "b"], [{}] * 2)
+    assert seen == [False] and out["learned"].grad_fn is None and not out["learned"].requires_grad
+
+
 def test_check_reward_specs_fails_before_building():
     from glm_grpo_ds.config import RewardSpec
     from glm_grpo_ds.rewards import RewardError, check_reward_specs

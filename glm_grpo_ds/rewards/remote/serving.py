@@ -35,7 +35,7 @@ from typing import Any, Callable
 import torch
 from pydantic import BaseModel, Field
 
-from ..base import SampleNeed
+from ..base import SampleNeed, reward_values
 from .protocol import PROTOCOL, decode_png, file_key, rewards_to_json
 
 LOG = logging.getLogger("uvicorn.error")  # uvicorn's own server log: one stream, one format
@@ -127,10 +127,7 @@ class Batcher:
         self.calls.append(len(prompts))
         with torch.no_grad():
             raw = self.fn(images, prompts, samples)
-        values = torch.as_tensor(raw, dtype=torch.float32).reshape(-1).cpu()
-        if values.shape[0] != len(prompts):
-            raise ValueError(f"reward {self.label} returned {values.shape[0]} values for {len(prompts)} images")
-        return values
+        return reward_values(self.label, raw, len(prompts), "cpu")  # None / NaN / inf: NaN, sent as null
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
