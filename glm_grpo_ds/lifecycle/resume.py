@@ -48,11 +48,20 @@ def final_written(output_dir: Path, step: int) -> bool:
     return False
 
 
-def finished(state: dict, max_steps: int, output_dir: Path | None = None) -> str | None:
+def finished(state: dict, max_steps: int, output_dir: Path | None = None, follows_latest: bool = False) -> str | None:
     """The one line to print when the checkpoint already reached ``max_steps`` and (given ``output_dir``) the final
     weights of that step are written, else None: a run stopped at its last step (a signal, an alarm) or killed while
-    writing ``final_*/`` resumes to write them."""
+    writing ``final_*/`` resumes to write them. ``follows_latest`` (resume_from auto / latest, as a requeued job
+    resumes): the final weights of ``max_steps`` finish the run too when its newest checkpoint is older (save_steps
+    not dividing max_steps): the relaunch trained the last steps again and set the final weights aside. A checkpoint
+    named by its path is a choice to train from it again."""
     step = int(state["step"])
+    if follows_latest and output_dir is not None and step < max_steps and final_written(output_dir, max_steps):
+        return (
+            f"glm-grpo train: nothing to do: the run finished at step {max_steps} of max_steps={max_steps} (its final "
+            f"weights are in {output_dir}; the newest checkpoint is step {step}); raise max_steps to train further; "
+            "nothing was changed"
+        )
     if step < max_steps or (output_dir is not None and not final_written(output_dir, step)):
         return None
     return (

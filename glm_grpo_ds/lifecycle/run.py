@@ -53,7 +53,7 @@ def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stag
     unless ``overwrite_output_dir`` (checkpoint.start_fresh)."""
     if resume_path is not None:
         state = checkpoint.check_compatible(resume_path, world, zero_stage)
-        done = resume.finished(state, cfg.max_steps, out)
+        done = resume.finished(state, cfg.max_steps, out, follows_latest=cfg.resume_from in ("auto", "latest"))
         if done:  # before the run's log file, the models, config.json: nothing is touched
             raise resume.NothingToDo(done)
         if int(state["step"]) >= cfg.max_steps:

@@ -74,6 +74,22 @@ def test_a_finished_run_is_left_untouched(tmp_path):
     assert _tree(tmp_path) == before
 
 
+@pytest.mark.parametrize("resume_from", ["auto", "latest"])
+def test_a_finished_run_whose_newest_checkpoint_is_older_is_left_untouched_by_a_relaunch(tmp_path, resume_from):
+    """save_steps=4, max_steps=6: the run ends with final_adapter/ of step 6 and its newest checkpoint at 4. A requeue
+    (the launch scripts pass resume_from=auto) resumed at 4, set final_adapter/ aside and trained steps 5-6 again;
+    every relaunch another copy. A checkpoint named by its path is still trained from."""
+    path = _checkpoint(tmp_path, 4)
+    (tmp_path / "final_adapter").mkdir()
+    (tmp_path / "final_adapter" / "training_state.json").write_text('{"step": 6}\n')
+    before = _tree(tmp_path)
+    with pytest.raises(NothingToDo, match="finished at step 6 of max_steps=6 .* the newest checkpoint is step 4"):
+        decide_start(tmp_path, path, _cfg(max_steps=6, resume_from=resume_from), 2, 3, DATA, 0)
+    assert _tree(tmp_path) == before
+    assert decide_start(tmp_path, path, _cfg(max_steps=6, resume_from=str(path)), 2, 3, DATA, 0) == Start(path, 4)
+    assert decide_start(tmp_path, path, _cfg(max_steps=8, resume_from="auto"), 2, 3, DATA, 0) == Start(path, 4)
+
+
 def test_a_run_stopped_at_its_last_step_without_its_final_weights_resumes_to_write_them(tmp_path, caplog):
     """A stop (an alarm, a diverged run; before, a signal) at the last step saved a checkpoint there, and the resume
     said "nothing to do": no final_adapter/, no card, no upload, ever. An older step's final_*/ does not count."""
