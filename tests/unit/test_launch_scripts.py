@@ -196,7 +196,11 @@ def test_slurm_gives_each_node_the_jobs_gpus_and_cpus(tmp_path):
     proc, seen = run("launch/slurm.sbatch", tmp_path, (), **env)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "hostfile").read_text() == "n1 slots=4\n"
-    assert "--kill-on-bad-exit=1 --cpus-per-task=32 bash -c" in (tmp_path / "srun").read_text()
+    # one launcher per node even where the job asked for more tasks (--ntasks-per-node=8: 8 launchers, one port)
+    assert (
+        "--kill-on-bad-exit=1 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=32 bash -c"
+        in (tmp_path / "srun").read_text()
+    )
     (tmp_path / "argv").unlink()
     proc, seen = run("launch/slurm.sbatch", tmp_path, (), GPUS_PER_NODE="8", **env)
     assert proc.returncode == 2 and not seen, proc.stderr
