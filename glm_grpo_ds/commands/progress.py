@@ -49,6 +49,7 @@ def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10
     best = json.loads(Path(best_path).read_text(encoding="utf-8"))["best"]
     result: dict = {"eval": None}
     evals = read_metrics(out / "eval.jsonl") if (out / "eval.jsonl").exists() else []
+    evals = [e for e in evals if e.get("eval/reward_mean") is not None]  # null: every reward undefined there
     if len(evals) >= 2:
         b = _mean_best(best, cfg["eval"]["file"], cfg["eval"]["num_prompts"])
         start, end = evals[0]["eval/reward_mean"], evals[-1]["eval/reward_mean"]

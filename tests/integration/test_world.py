@@ -104,7 +104,10 @@ def test_progress_fraction(tmp_path):
         "".join(json.dumps({"reward_mean": r}) + "\n" for r in (0.4, 0.5, 0.7, 0.8))
     )
     (tmp_path / "eval.jsonl").write_text(
-        "".join(json.dumps({"step": s, "eval/reward_mean": r}) + "\n" for s, r in ((0, 0.2), (5, 0.5), (10, 0.6)))
+        "".join(
+            json.dumps({"step": s, "eval/reward_mean": r}) + "\n"
+            for s, r in ((0, 0.2), (5, 0.5), (10, 0.6), (15, None))  # step 15: every reward undefined (a TypeError)
+        )
     )
     res = run_progress(tmp_path, tmp_path / "best.json", window=2)
     assert res["eval"] == pytest.approx((0.2, 0.6, 1.0, 0.5, 0, 10))  # eval: first prompt only, best 1.0
