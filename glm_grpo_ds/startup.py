@@ -331,7 +331,7 @@ class _Hall:
         if path is not None and not isinstance(rollout, RolloutAhead):
             pending.requeue_unused(path, self.start_step, order)
         elif path is not None and not moved:  # the same world size and stage (resumed.py)
-            pending.take_pending(rollout, path, self.rank, per, order, self.device)
+            pending.take_pending(rollout, path, self.rank, per, order, self.device, self.life.start.changes)
         for maker in (self.experience, self.eval_experience):  # the samplers take the weights the run starts from
             maker.sampler.sync_weights(self.start_step)
         if path is not None and moved and isinstance(rollout, RolloutAhead):

@@ -3,7 +3,7 @@
 again when only the world size changed, and otherwise not used, its prompts then coming first in the steps that
 follow: the sampler's position was saved after that draw, so dropped, they would be skipped for the rest of the epoch.
 
-    take_pending(ahead, path, rank, per, order, device)    # same world size and stage (before the weights sync)
+    take_pending(ahead, path, rank, per, order, device, changes)  # same world size and stage (before the weights sync)
     draw_again(ahead, path, step, rank, world, per, order, maker)   # another world size or stage (after it)
     requeue_unused(path, step, order)                       # the run samples on-policy now
 """
@@ -23,17 +23,29 @@ def requeue(order, rows: list[int]) -> None:
     order.deferred = list(rows) + [row for row in order.deferred if row not in rows]
 
 
-def take_pending(ahead, path, rank: int, per: int, order, device: torch.device) -> None:
+# the settings a rollout drawn ahead was drawn with (keys of a resume's config changes, or their prefixes): changed,
+# it is not the next step's (an old group size regrouped by the new one, tokens of the old grid decoded at the new size)
+DRAW_SETTINGS = ("grpo.group_size", "grpo.sampling.", "rollout.height", "rollout.width", "seed")
+
+
+def take_pending(ahead, path, rank: int, per: int, order, device: torch.device, changes: dict | None = None) -> None:
     """Resumed on the same world size and stage: this rank's rollout drawn ahead is the next step's (it then trains on
-    what the uninterrupted run trained on), unless the prompts per rank changed (requeued)."""
+    what the uninterrupted run trained on), unless the prompts per rank or a setting it was drawn with changed
+    (``changes``: the resume's config changes, lifecycle/run.py ``Start.changes``): then its prompts are requeued."""
     state = checkpoint.load_ahead(path, rank)
     if state is None:
         return
-    if len(state["rows"]) != per:
+    drawn_with = sorted(key for key in changes or {} if key.startswith(DRAW_SETTINGS))
+    if len(state["rows"]) != per or drawn_with:
         rows = checkpoint.ahead_rows(path)
+        why = (
+            f"was drawn with other {', '.join(drawn_with)}"
+            if drawn_with
+            else f"holds {len(state['rows'])} prompts per rank, this run takes {per}"
+        )
         log.info(
-            f"glm-grpo: the rollout {path.name} drew ahead holds {len(state['rows'])} prompts per rank, this run takes "
-            f"{per}: its {len(rows)} prompts come first in the next steps, sampled anew"
+            f"glm-grpo: the rollout {path.name} drew ahead {why}: its {len(rows)} prompts come first in the next "
+            "steps, sampled anew"
         )
         requeue(order, rows)
         return

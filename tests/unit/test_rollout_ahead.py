@@ -104,6 +104,15 @@ def test_a_pending_rollout_of_another_batch_is_not_taken_and_its_prompts_come_fi
     resumed.take_pending(ahead, tmp_path, 1, 2, order, torch.device("cpu"))
     assert [r.index for r in ahead.pending.rows] == [4, 0] and order.deferred == []
 
+    # the same batch drawn with another group size (or sampling, size, seed): not the next step's either
+    for changed in ({"grpo.group_size": [4, 8]}, {"grpo.sampling.temperature": [1.0, 0.7]}):
+        ahead.pending = None
+        order = PromptOrder(rows, world_size=2, rank=1, prompts_per_rank=2, seed=0)
+        resumed.take_pending(ahead, tmp_path, 1, 2, order, torch.device("cpu"), changes=changed)
+        assert ahead.pending is None and order.deferred == [3, 1, 4, 0]
+    resumed.take_pending(ahead, tmp_path, 1, 2, order, torch.device("cpu"), changes={"optimizer.lr": [1, 2]})
+    assert ahead.pending is not None  # a change the draw did not depend on
+
     order = PromptOrder(rows, world_size=1, rank=0, prompts_per_rank=2, seed=0)
     order.deferred = [6]
     resumed.requeue_unused(tmp_path, 2, order)
