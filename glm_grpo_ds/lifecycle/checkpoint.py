@@ -167,6 +167,11 @@ def _write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def point_latest(output_dir: Path, name: str) -> None:
+    """``checkpoints/latest`` names checkpoint ``name`` (replaced atomically)."""
+    _write_text_atomic(Path(output_dir) / CHECKPOINTS / LATEST, name)
+
+
 def remove_stale(output_dir: str | os.PathLike) -> None:
     """Delete half-written ``*.tmp`` and half-pruned ``*.deleting`` checkpoints left by a killed run, and a killed
     conversion's ``step_N/universal.tmp`` (up to twice the optimizer state; ds/portable.py) (rank 0 only)."""

@@ -119,14 +119,30 @@ class RunLife:
         return self.out / ("final_adapter" if self.cfg.lora is not None else "final_model")
 
     def tidy(self) -> None:
-        """Rank 0, before the barrier that precedes the restore: interrupted saves removed, and a final
-        adapter / model of an earlier end set aside when more steps are about to outdate it."""
+        """Rank 0, before the barrier that precedes the restore: interrupted saves removed, a final adapter / model
+        of an earlier end set aside when more steps are about to outdate it, and ``latest`` naming the checkpoint
+        this run goes on from (gone back to an earlier one of this output_dir, it named the branch left behind)."""
         if self.rank != 0:
             return
         checkpoint.remove_stale(self.out)
         if self.start.checkpoint is not None:  # final_*/ of an earlier end would sit beside newer metrics
             for line in resume.set_aside_final(self.out, self.start.step, self.cfg.max_steps):
                 log.info(line)
+            self._latest_is_the_start()
+
+    def _latest_is_the_start(self) -> None:
+        """``latest`` names the start checkpoint when it is one of this output_dir's: a run killed before its first
+        save, relaunched with resume_from=auto, went on with the steps it had gone back from."""
+        start, pointer = self.start.checkpoint, self.out / checkpoint.CHECKPOINTS / checkpoint.LATEST
+        if start.resolve().parent != pointer.parent.resolve() or not pointer.is_file():
+            return
+        named = pointer.read_text(encoding="utf-8").strip()
+        if named != start.name:
+            checkpoint.point_latest(self.out, start.name)
+            log.info(
+                f"glm-grpo: checkpoints/latest names {start.name} now (it named {named}, the steps this run goes back "
+                "from): a relaunch with resume_from=auto continues this run"
+            )
 
     def convert(self) -> None:
         """A checkpoint written on another world size or ZeRO stage (collective, before any model loads): rank 0

@@ -234,7 +234,8 @@ def step_record(
     fields, :class:`StepFacts`; left out by the unit tests of the statistics). ``stats``: this rank's
     :func:`glm_grpo_ds.update.grpo_update` result; ``all_rewards`` / ``all_per_reward``: the gathered
     global batch; ``failed``: this rank's count of samples per reward whose reward raised;
-    ``timings``: seconds of ``rollout``, ``decode``, ``reward``, ``update``; ``peaks``: this rank's
+    ``timings``: this rank's seconds of ``rollout``, ``decode``, ``reward``, ``update`` (the record has each
+    phase's max over ranks, and its tokens/s from them); ``peaks``: this rank's
     ``memory/<phase>_peak_mb`` of those phases (:func:`measure`; the record has the max over ranks);
     ``generated_tokens``: over
     all ranks. Collective: every rank calls it, and gets the same record."""
@@ -242,7 +243,10 @@ def step_record(
     # present on every rank alike (grpo.sampler_correction / grpo.top_entropy_quantile are run-wide settings)
     optional = [key for key in _OPTIONAL_MEANS if key in stats]
     sums, maxima = _rank_values(stats, optional, failed, peaks, memory_key, device)
+    # each phase's slowest rank (a slow reward on one rank is that phase's time; the others wait in the next gather)
+    maxima.update({f"time/{phase}": float(seconds) for phase, seconds in timings.items()})
     total, top = dist.reduce_stats(sums, maxima)
+    timings = {phase: top[f"time/{phase}"] for phase in timings}
     world = dist.world_size()
     record = {
         "step": step,

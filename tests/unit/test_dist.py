@@ -162,6 +162,28 @@ def test_step_record_by_hand():
     )
 
 
+def _timed_rank(rank, port, results):
+    """One of two gloo ranks whose reward took 0.5 s on rank 0 and 3 s on rank 1."""
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        stats = dict(loss=0.0, kl=0.0, clip_frac_low=0.0, clip_frac_high=0.0, ratio_mean=1.0, ratio_min=1.0)
+        stats.update(ratio_max=1.0, skipped=0, entropy=1.0, **{"mismatch/logp_abs_max": 0.0})
+        stats.update({"mismatch/logp_abs_mean": 0.0, "mismatch/kl_k3": 0.0, "mismatch/frac_beyond": 0.0})
+        timings = {"rollout": 2.0 + rank, "reward": 0.5 if rank == 0 else 3.0, "update": 1.0}
+        rewards = torch.zeros(4)
+        rec = step_record(1, stats, rewards, {}, {}, timings, {}, 800, 1, torch.device("cpu"))
+        results.put((rank, rec["time/rollout"], rec["time/reward"], rec["time/update"], rec["rollout_tokens_per_s"]))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_each_phases_time_is_its_slowest_ranks():
+    """time/* were rank 0's alone although the docstring promised every rank the same record: a reward slow on
+    rank 1 (3 s) showed as rank 0's 0.5 s, and the rollout's tokens/s was rank 0's."""
+    got = sorted(two_gloo_ranks(_timed_rank))
+    assert got == [(0, 3.0, 3.0, 1.0, 800 / 3.0), (1, 3.0, 3.0, 1.0, 800 / 3.0)]
+
+
 def _late_rank(rank, port, results):
     """One of two gloo ranks with a 1 s timeout set as the trainer sets it; rank 1 comes 4 s late to a collective on
     DeepSpeed's clone of the world group (what its engine reduces and gathers on)."""

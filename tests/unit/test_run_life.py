@@ -301,3 +301,25 @@ def test_a_ctrl_c_while_a_stopped_run_waits_for_rank_0s_upload_or_pruning_is_one
     what = "while pruning" if repo is None else f"upload to {repo} interrupted by SIGINT"
     assert "Traceback" not in err and err.count("\n") == 2, err
     assert "preempted by SIGINT at step 3" in err and what in err and f"saved in {tmp_path}" in err, err
+
+
+def test_going_back_to_an_earlier_checkpoint_points_latest_at_it(tmp_path):
+    """resume_from=<step 4's path> with step 6 the latest: `latest` named step 6 until the first save, so a run killed
+    before it and relaunched with resume_from=auto (the launch scripts) went on with the steps it had gone back from.
+    A checkpoint of another output_dir is not named."""
+    from glm_grpo_ds.lifecycle.run import RunLife
+    from glm_grpo_ds.sharing.hub import Publisher
+
+    four = _checkpoint(tmp_path, 4)
+    _checkpoint(tmp_path, 6)
+    latest = tmp_path / "checkpoints" / "latest"
+    other = _checkpoint(tmp_path / "other", 2)
+
+    def tidy(start):
+        cfg = _cfg(max_steps=10)
+        RunLife(cfg, tmp_path, start, 0, 1, 2, DATA, publisher=Publisher(cfg, tmp_path, 0), later=None).tidy()
+
+    tidy(Start(other, 2))
+    assert latest.read_text() == "step_000006"
+    tidy(Start(four, 4))
+    assert latest.read_text() == "step_000004"
