@@ -294,7 +294,8 @@ class MonitorConfig:
     stop_on_alarm: bool = setting(
         False,
         "Stop the run when an alarm fires: save a checkpoint and exit with status 5 (resume_from=latest continues; "
-        "the alarm is checked again).",
+        "the alarm is checked again). A run that evaluates checks its alarms at the evaluations: it needs "
+        "eval.steps > 0.",
     )
     fail_on_alarm: bool = setting(
         False,

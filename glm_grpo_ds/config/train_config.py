@@ -146,6 +146,12 @@ class TrainConfig:
         problems += self.monitor.problems("monitor.", [r.name for r in self.rewards])
         need(
             problems,
+            not (self.monitor.stop_on_alarm and self.monitor.alarms and self.eval.file and self.eval.steps == 0),
+            "monitor.stop_on_alarm checks the alarms at each evaluation when the run evaluates, and eval.steps=0 "
+            "evaluates only before training and after the last step: set eval.steps=N to check every N steps",
+        )
+        need(
+            problems,
             len(self.rewards) > 0,
             "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]",
         )

@@ -356,6 +356,8 @@ def test_sections_report_every_problem_one_line_each():
         (["lora=null", "rollout.fuse_lora=true"], "rollout.fuse_lora fuses LoRA adapters"),
         (["rollout.compile_scope=layers"], "rollout.compile_scope=layers chooses what rollout.compile=false"),
         (["rollout.merge_copy=host"], "rollout.merge_copy=host places a copy"),
+        # alarms are checked at the evaluations when the run evaluates: at eval.steps=0 only before and at the end
+        (["monitor.stop_on_alarm=true", "eval.file=x"], "monitor.stop_on_alarm checks the alarms at each evaluation"),
     ],
 )
 def test_a_setting_the_others_make_ineffective_is_refused_in_one_line(overrides, message):
@@ -372,6 +374,7 @@ def test_a_setting_the_others_make_ineffective_is_refused_in_one_line(overrides,
         "rollout.fuse_lora=true": "lora.r=8",
         "rollout.compile_scope=layers": "rollout.compile=true",
         "rollout.merge_copy=host": "rollout.merge_lora=true",
+        "monitor.stop_on_alarm=true": "eval.steps=5",
     }
     kept = [o for o in overrides if o != "lora=null" and o not in fixes.values()]
     load_config(None, BASE + kept + [fixes[o] for o in kept if o in fixes])
