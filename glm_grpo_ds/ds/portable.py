@@ -83,6 +83,11 @@ def check_converted(universal: Path, ds_dir: Path) -> bool:
     ConversionError when it was made from other files (a checkpoint copied over another, a hand edit)."""
     record = universal / SOURCE
     if not record.is_file():
+        if universal.is_dir() and any(universal.iterdir()):  # a hand-run conversion there would block ours
+            raise ConversionError(
+                f"{universal} was not made by glm-grpo's conversion of {ds_dir} (it has no {SOURCE}); delete "
+                f"{universal} to convert the checkpoint"
+            )
         return False
     made_from = json.loads(record.read_text(encoding="utf-8"))
     if made_from != source_record(ds_dir):
@@ -207,7 +212,8 @@ def _convert_in(ds_dir: Path, universal: Path, tmp: Path, staging: Path, workers
         raise ConversionError(
             f"DeepSpeed's universal conversion of {ds_dir} failed (exit {done.returncode}): {tail[0]}; the checkpoint "
             f"is unchanged; resume it on its own world size and ZeRO stage, or run `{' '.join(command[1:3])} "
-            f"--input_folder {ds_dir} --output_folder {universal}` to see the whole error"
+            f"--input_folder {ds_dir} --output_folder SCRATCH_DIR` to see the whole error (not into {universal}: "
+            "the resume converts there itself)"
         )
     log.debug(done.stdout)
     # the engine reads the model-states file under its own stage's name: hold it under both

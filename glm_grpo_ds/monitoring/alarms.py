@@ -8,11 +8,12 @@ A rule is one string, ``STATISTIC < BOUND`` or ``STATISTIC > BOUND``, where BOUN
     start + 0.25        the start's value plus (or minus) this   dark_fraction > start + 0.25
     start - 3 spread    ... this many of the start's spreads     brightness < start - 3 spread
 
-"start" is the first record the monitor sees: the first evaluation when the run evaluates (``eval.file``; the
-step-0 one with ``eval.at_start``, else the first after ``eval.steps`` steps), else the first training step; "spread" is the standard deviation of the statistic over the
-start's images (over its groups for the group statistics). The monitor checks each evaluation when there are any,
-else each training step. A rule fires once (its line), and its metric ``alarm/<statistic>`` is 1 in every
-checked record while it holds, 0 otherwise. Imports nothing of this package but the statistic names.
+"start" is the first record the monitor sees: the first evaluation when the run evaluates (``eval.file``; the step-0
+one with ``eval.at_start``, else the first after ``eval.steps`` steps), else the first training step; "spread" is
+the standard deviation of the statistic over the start's images (over its groups for the group statistics). The
+monitor checks each evaluation when there are any, else each training step. A rule fires once (its line), and its
+metric ``alarm/<statistic>`` is 1 in every checked record while it holds, 0 otherwise. Imports nothing of this
+package but the statistic names.
 
     monitor = Monitor(parse_rules(cfg.monitor.alarms), prefix="images/")
     fields, lines = monitor.check(record)   # record: {"step": ..., "images/<statistic>": ..., ...}

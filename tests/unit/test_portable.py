@@ -63,6 +63,12 @@ def test_a_converted_folder_is_checked_against_its_source(tmp_path):
     (ds_dir / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"y" * 11)  # another save copied over it
     with pytest.raises(portable.ConversionError, match="was not converted from .*; delete .* to convert the"):
         portable.check_converted(universal, ds_dir)
+    # a conversion run by hand into it (the failed conversion's hint named this folder): the resume converted again
+    # and its rename into the non-empty folder failed with a raw OSError, at every resume
+    (universal / portable.SOURCE).unlink()
+    (universal / "zero").mkdir()
+    with pytest.raises(portable.ConversionError, match="was not made by glm-grpo's conversion .*; delete"):
+        portable.check_converted(universal, ds_dir)
 
 
 def test_the_engine_config_asks_for_the_universal_load_and_keeps_the_rest():
