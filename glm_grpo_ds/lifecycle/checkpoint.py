@@ -194,10 +194,12 @@ def prune(root: Path, keep: int, run_id: str | None) -> list[Path]:
             continue
         try:
             state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue  # not a complete checkpoint of ours: never pruned
-        if state.get("run_id") == run_id:
-            mine.append((int(state["step"]), path))
+            if state.get("run_id") == run_id:
+                mine.append((int(state["step"]), path))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # JSONDecodeError is a ValueError
+            # not a complete checkpoint of ours (a hand-edited or foreign state): never pruned. Raised, it would
+            # surface on rank 0 alone at its next checkpoint, the others waiting in a collective
+            continue
     deleted = []
     for _, path in sorted(mine)[:-keep]:
         if path.name == latest:

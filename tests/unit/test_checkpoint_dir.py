@@ -146,6 +146,20 @@ def test_pruning_keeps_this_runs_newest_by_step_and_never_latest(tmp_path):
     assert checkpoint.resolve(tmp_path, "latest") == root / "step_000002"
 
 
+def test_pruning_passes_over_a_checkpoint_whose_state_is_not_ours(tmp_path):
+    """A trainer_state.json that is valid JSON but not a state (a list, a step that is no number): pruning raised on
+    rank 0's background thread, which surfaced at its next checkpoint while the other ranks waited in a collective."""
+    root = tmp_path / checkpoint.CHECKPOINTS
+    for step in (1, 2, 3):
+        fake_checkpoint(tmp_path, step, "mine")
+    point_latest(tmp_path, 3)
+    for name, text in (("step_000007", "[]"), ("step_000008", '{"run_id": "mine", "step": "eight"}')):
+        (root / name).mkdir()
+        (root / name / "trainer_state.json").write_text(text)
+    assert [p.name for p in checkpoint.prune(root, 1, "mine")] == ["step_000001", "step_000002"]
+    assert (root / "step_000007").is_dir() and (root / "step_000008").is_dir()
+
+
 def test_pruning_orders_by_step_number_not_name(tmp_path):
     root = tmp_path / checkpoint.CHECKPOINTS
     for step in (999_999, 1_000_000):  # the 7-digit name sorts before the 6-digit one
