@@ -289,6 +289,7 @@ def main(args) -> int:
         return EXIT_BAD_INPUT
     report = Report()
     est = cluster_shape(args.num_gpus, args.num_nodes, args.hostfile, args.gpu_memory_gb, report)
+    est.device = args.device or est.device  # CPU ranks: model.dtype auto is fp32 (what the DeepSpeed config must say)
     if args.num_gpus is not None and args.num_gpus < 1 or args.num_nodes is not None and args.num_nodes < 1:
         report.add("FAIL", "--num-gpus and --num-nodes must be >= 1")
     check(cfg, args.deepspeed, est, report)

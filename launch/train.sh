@@ -71,7 +71,9 @@ CONFIG=${CONFIG:-launch/configs/glm_image_lora.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
 if [ "${PREFLIGHT:-1}" != 0 ]; then # the check's own line says what is wrong; its status is this script's
   mem=$(gpu_memory_gb)
-  python -m glm_grpo_ds.train --check --config "$CONFIG" --deepspeed "$DS_CONFIG" --num-gpus "$n" \
+  device=cuda
+  if [ "$mode" = cpu ]; then device=cpu; fi # CPU ranks: planned as they run (model.dtype auto = fp32)
+  python -m glm_grpo_ds.train --check --config "$CONFIG" --deepspeed "$DS_CONFIG" --num-gpus "$n" --device "$device" \
     ${mem:+--gpu-memory-gb "$mem"} resume_from=auto "$@" || exit $?
 fi
 # HF_HUB_OFFLINE and HF_HOME are yours: model.path=zai-org/GLM-Image downloads once into the Hugging Face

@@ -114,6 +114,12 @@ def parse_train_args(argv: list[str]) -> argparse.Namespace:
     check.add_argument(
         "--gpu-memory-gb", type=gib, default=None, help="GiB per GPU to plan against (default: estimate-memory's, 80)"
     )
+    check.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default=None,
+        help="the ranks' device: cpu = CPU ranks (DS_ACCELERATOR=cpu; model.dtype auto is fp32 there) (default: cuda)",
+    )
     p.add_argument(
         "--log-level", choices=LEVELS, default="info", help="console verbosity of rank 0 (other ranks: errors)"
     )
@@ -122,7 +128,8 @@ def parse_train_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("overrides", nargs="*", help="dotted key=value overrides, anywhere on the line, e.g. grpo.beta=0.0")
     args = parse_with_overrides(p, argv)
     # the job's shape is the launcher's to give: without --check these would be ignored, and the run one process
-    given = [flag for flag in ("num_gpus", "num_nodes", "hostfile", "gpu_memory_gb") if getattr(args, flag) is not None]
+    shape = ("num_gpus", "num_nodes", "hostfile", "gpu_memory_gb", "device")
+    given = [flag for flag in shape if getattr(args, flag) is not None]
     if given and not args.check:
         flags = ", ".join("--" + flag.replace("_", "-") for flag in given)
         p.error(

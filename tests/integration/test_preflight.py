@@ -172,3 +172,18 @@ def test_the_gpu_checks_prompts_fill_a_step_of_two_nodes_of_8_gpus():
     assert len({row.prompt for row in rows}) == len(rows)
     for row in rows:  # every prompt in colour_layout's grammar (a prompt outside it fails the reward)
         prompt_target(row.prompt, 64, 64)
+
+
+def test_cpu_ranks_are_checked_as_they_run(tiny_model_dir, tiny_data, tmp_path, capfd):
+    """launch/train.sh on CPU ranks with a DeepSpeed config of bf16 off and model.dtype auto (fp32 on a CPU): the
+    check planned for a GPU, where auto is bf16, and refused the job the ranks would run; --device cpu (what
+    train.sh passes for CPU ranks) checks it as it runs."""
+    ds = json.loads((CONFIG.parents[2] / "ds_configs" / "zero2.json").read_text())
+    ds["bf16"] = {"enabled": False}
+    (tmp_path / "fp32.json").write_text(json.dumps(ds))
+    argv = ["train", "--check", "--config", str(CONFIG), "--deepspeed", str(tmp_path / "fp32.json"), "model.dtype=auto"]
+    argv += [f"model.path={tiny_model_dir}", f"data.train_file={tiny_data}", f"output_dir={tmp_path / 'run'}", *FAST]
+    code, stdout, _ = glm_grpo(argv, capfd)
+    assert code == 2 and "bf16" in stdout, stdout
+    code, stdout, _ = glm_grpo([*argv, "--device", "cpu"], capfd)
+    assert code == 0, stdout
