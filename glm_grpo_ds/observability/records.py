@@ -66,16 +66,21 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 def fired_alarms(run: Path, step: int | None = None) -> dict | None:
     """What the image-statistics alarms (monitoring/alarms.py) did in the run in directory ``run``, from its
-    ``eval.jsonl`` when it evaluated with image statistics, else its ``metrics.jsonl`` (the records the monitor
-    checked; up to ``step`` when given): ``{"file", "rules" (config.json's monitor.alarms), "fired": [...]}``,
-    ``fired`` being :func:`alarms.replay` of those rules over those records (per rule that fired: the statistic,
-    the first step with its value and bound, the steps it held at, whether it held at the end); None when neither
-    file holds image statistics."""
+    ``eval.jsonl`` when it evaluated with image statistics (config.json's ``eval.file``: its last launch's),
+    else its ``metrics.jsonl`` (the records the monitor checked; up to ``step`` when given): ``{"file", "rules"
+    (config.json's monitor.alarms), "fired": [...]}``, ``fired`` being :func:`alarms.replay` of those rules over
+    those records (per rule that fired: the statistic, the first step with its value and bound, the steps it
+    held at, whether it held at the end); None when neither file holds image statistics."""
     from ..monitoring.alarms import RuleError, parse_rules, replay
 
+    config = run / "config.json"
+    train = json.loads(config.read_text(encoding="utf-8")).get("train", {}) if config.is_file() else {}
+    files = ((run / "eval.jsonl", "eval/images/"), (run / "metrics.jsonl", "images/"))
+    if "file" in train.get("eval", {}):  # the file the run's monitor checked (startup.py): a resume may change it
+        files = files[:1] if train["eval"]["file"] else files[1:]
     monitored = [
         (path, prefix, records)
-        for path, prefix in ((run / "eval.jsonl", "eval/images/"), (run / "metrics.jsonl", "images/"))
+        for path, prefix in files
         if path.is_file()
         for records in [[r for r in read_metrics(path) if step is None or r["step"] <= step]]
         if any(key.startswith(prefix) for r in records for key in r)
@@ -83,8 +88,6 @@ def fired_alarms(run: Path, step: int | None = None) -> dict | None:
     if not monitored:
         return None
     path, prefix, records = monitored[0]
-    config = run / "config.json"
-    train = json.loads(config.read_text(encoding="utf-8")).get("train", {}) if config.is_file() else {}
     texts = list(train.get("monitor", {}).get("alarms", []))
     try:
         rules = parse_rules(texts)

@@ -187,6 +187,8 @@ class Tracker:
 def build_tracker(cfg, is_main: bool, resume_step: int | None = None) -> Tracker:
     out = Path(cfg.output_dir)
     streams = STREAMS if cfg.eval.file else {"train": STREAMS["train"]}
+    if is_main and resume_step is None and not cfg.eval.file:  # an earlier attempt's (it died before its first
+        (out / STREAMS["eval"]).unlink(missing_ok=True)  # step), which the plot and progress would read as this run's
     writers = {stream: MetricsWriter(out, is_main, resume_step, name) for stream, name in streams.items()}
     trackers = {name: start_tracker(name, cfg, resume_step) for name in cfg.logging.trackers()} if is_main else {}
     return Tracker(writers, trackers)

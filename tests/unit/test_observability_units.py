@@ -328,6 +328,10 @@ def test_fired_alarms_reads_the_checked_file_with_the_runs_rules_up_to_a_step(tm
     assert alarms["file"] == str(run / "eval.jsonl") and alarms["rules"] == rules
     assert [(a["rule"], a["first_step"], a["value"]) for a in alarms["fired"]] == [(rules[0], 10, 0.4)]
     assert fired_alarms(run, step=5)["fired"] == []
+    # resumed without evaluation: its monitor checked the steps, not the evaluations of the launch before
+    (run / "config.json").write_text(json.dumps({"train": {"monitor": {"alarms": rules}, "eval": {"file": ""}}}))
+    assert fired_alarms(run)["file"] == str(run / "metrics.jsonl")
+    (run / "config.json").write_text(json.dumps({"train": {"monitor": {"alarms": rules}}}))
     (run / "eval.jsonl").write_text(json.dumps({"step": 0, "eval/reward_mean": 0.5}) + "\n")
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n")
     assert fired_alarms(run) is None

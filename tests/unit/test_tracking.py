@@ -134,6 +134,18 @@ def test_resumed_tensorboard_hides_what_came_after_the_checkpoint(tmp_path):
     assert [json.loads(x)["loss"] for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()] == [1, 20]
 
 
+def test_a_fresh_run_without_evaluation_leaves_no_earlier_attempts_evaluations(tmp_path):
+    """An attempt that died after its step-0 evaluation (before its first step: not an earlier run to refuse) left
+    eval.jsonl, which the plot and glm-grpo progress of the next run, not evaluating, read as its own."""
+    cfg = load_config(None, BASE + [f"output_dir={tmp_path / 'r'}"])
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "eval.jsonl").write_text('{"step": 0, "eval/reward_mean": 0.5}\n')
+    build_tracker(cfg, is_main=True, resume_step=3).close()
+    assert (tmp_path / "r" / "eval.jsonl").is_file()  # a resumed run's history stays
+    build_tracker(cfg, is_main=True).close()
+    assert not (tmp_path / "r" / "eval.jsonl").exists()
+
+
 def test_off_rank_0_and_with_none_nothing_is_started(tmp_path):
     cfg = load_config(None, BASE + [f"output_dir={tmp_path / 'a'}", "logging.report_to=[tensorboard, wandb]"])
     assert build_tracker(cfg, is_main=False).trackers == {}
