@@ -101,6 +101,7 @@ def test_galleries_eval_records_plot_and_progress_lines(run1):
             e["eval/num_prompts"] == 3
             and e["eval/reward_mean"] < 0
             and e["eval/reward/pixel_mse"] == e["eval/reward_mean"]
+            and e["eval/reward/pixel_mse_undefined"] == 0
         )
         assert e["gallery"] == f"samples/eval_step_{e['step']:06d}.png"
         # eval.* left null: the eval decode is the pipeline's own, not the config's cheap training decode
