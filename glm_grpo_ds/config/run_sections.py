@@ -347,8 +347,10 @@ class HubConfig:
     revision: str | None = setting(None, "Branch to upload to (created from main if missing); null = main.")
     push_checkpoints: bool = setting(
         False,
-        "Also upload each saved checkpoint's adapter (LoRA only) to checkpoints/step_N/ in the repo, as it is saved; "
-        "false = the final adapter / model only.",
+        "Also upload each saved checkpoint's adapter (LoRA only) to checkpoints/step_N/ in the repo, as it is saved "
+        "(while training goes on); one whose previous upload is still running after a quarter of "
+        "dist_timeout_minutes (at most 10 min) is skipped, with a warning (`glm-grpo push --checkpoints` uploads "
+        "it later); false = the final adapter / model only.",
     )
     base_model: str | None = setting(
         None,

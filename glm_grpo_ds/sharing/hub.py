@@ -109,12 +109,17 @@ def upload(api, repo_id: str, folder: Path, path_in_repo: str | None, revision: 
     return str(info.commit_url)
 
 
+UPLOAD_WAIT_MAX_S = 600.0  # a checkpoint upload's wait for the previous one, at most (lifecycle/background.py)
+
+
 class Publisher:
     """The run's model cards and uploads (see the module docstring). Every rank constructs it and
     calls its methods; rank 0 does the work."""
 
     def __init__(self, cfg, out: Path, rank: int, background: Background | None = None):
         self.hub, self.out, self.is_main = cfg.hub, Path(out), rank == 0
+        # how long a checkpoint's upload waits for the previous one, the other ranks waiting in a collective meanwhile
+        self.upload_wait_s = min(UPLOAD_WAIT_MAX_S, cfg.dist_timeout_minutes * 60 / 4)
         self.background = background or Background()  # checkpoint uploads (and the trainer's pruning)
         self.failed: list[str] = []
         self.api, self.final_weights = None, None
@@ -145,7 +150,13 @@ class Publisher:
             write_run_card(self.out, adapter, step)
             if self.hub.repo_id and self.hub.push_checkpoints:
                 where, message = f"{CHECKPOINT_PREFIX}/{path.name}", f"glm-grpo checkpoint at step {step}"
-                self.background.submit("upload", functools.partial(self._push, adapter, where, message))
+                busy = functools.partial(
+                    log.warning,
+                    f"glm-grpo: warning: an earlier checkpoint's upload to {self.hub.repo_id} is still running: "
+                    f"{path.name} is not uploaded now (`glm-grpo push {self.out} --checkpoints` uploads it later)",
+                )
+                upload = functools.partial(self._push, adapter, where, message)
+                self.background.submit("upload", upload, self.upload_wait_s, busy)
         return path
 
     def wait(self) -> None:

@@ -261,19 +261,30 @@ def test_a_stage_0_checkpoint_on_another_shape_is_refused_before_any_model_loads
 
 def test_rank_zero_background_jobs_run_in_order_beside_the_caller():
     """Pruning and checkpoint uploads (glm_grpo_ds/lifecycle/background.py): the caller goes on at once, the jobs run
-    in the order submitted (a prune never overtakes an earlier upload of what it deletes), a new job of a
-    kind first waits for the previous one of that kind, and wait() waits for all."""
+    in the order submitted (a prune never overtakes an earlier upload of what it deletes), a new job of a kind
+    whose previous one has not finished within its wait is skipped and said (it waited without end: rank 0 held
+    while the other ranks waited in a collective that gives up after dist_timeout_minutes), and wait() waits for
+    all."""
     import threading
 
     from glm_grpo_ds.lifecycle.background import Background
 
     events, release = [], threading.Event()
     background = Background()
-    background.submit("upload", lambda: (release.wait(10), events.append("upload 1")))
-    background.submit("prune", lambda: events.append("prune"))
+    assert background.submit("upload", lambda: (release.wait(10), events.append("upload 1")))
+    assert background.submit("prune", lambda: events.append("prune 1"))
     assert events == []  # submitted, not waited for
+    assert not background.submit("upload", lambda: events.append("upload 2"), 0.2, lambda: events.append("busy"))
+    assert not background.submit("prune", lambda: events.append("prune 2"))  # the queued one prunes then
+    assert events == ["busy"]
     release.set()
-    background.submit("upload", lambda: events.append("upload 2"))  # after upload 1
-    assert events[0] == "upload 1"
     background.wait()
-    assert events == ["upload 1", "prune", "upload 2"]
+    assert events == ["busy", "upload 1", "prune 1"]
+    assert background.submit("upload", lambda: events.append("upload 3"))  # the earlier one done
+    slow = threading.Timer(0.3, release.set)
+    release.clear()
+    assert background.submit("upload", lambda: release.wait(10), wait_s=10)  # after upload 3
+    slow.start()
+    assert background.submit("upload", lambda: events.append("upload 4"), wait_s=10)  # it finished meanwhile
+    background.wait()
+    assert events[-2:] == ["upload 3", "upload 4"]
