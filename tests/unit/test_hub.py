@@ -40,6 +40,7 @@ def make_run(root, steps=25, evals=(0, 25), **hub):
     cfg = TrainConfig()
     cfg.model.path, cfg.data.train_file, cfg.max_steps, cfg.save_steps = str(root / "base"), "p.txt", steps, 10
     cfg.rewards = [RewardSpec(name="pixel_mse", weight=1.0), RewardSpec(name="pixel_mse", weight=0.5)]
+    cfg.eval.file = "p.txt" if evals else ""  # it evaluated: eval.jsonl is what its monitor checked
     for key, value in hub.items():
         setattr(cfg.hub, key, value)
     cfg.validate()
