@@ -9,8 +9,9 @@ depend on the device); the trainer gives all G rows of a group the same seed, so
 differ only through their tokens. The pipeline left-pads the glyph embeddings of a batch to a
 common length and the DiT attends to that padding, so an image would depend on the *other* prompts
 in its DiT batch; we therefore only ever batch rows that share a prompt. The image of a row is then
-a function of (prompt, tokens, seed, size) alone - independent of batch composition, rank count or
-micro-batching.
+a function of (prompt, tokens, seed, size) alone - independent of the other prompts, rank count or
+micro-batching - up to the rounding of the batch's size (a group of 12 decodes in batches of 8 and 4; a GEMM
+may round rows of different batch sizes differently: 1e-5 measured on a CPU, more in bf16 on a GPU).
 
 Two decodes. The one that feeds training rewards uses ``decoder.num_inference_steps`` /
 ``decoder.guidance_scale`` (cheap: few steps, guidance 1.0 skips the DiT's unconditional pass); evaluation
@@ -191,7 +192,7 @@ class ImageDecoder:
                             height=height,
                             width=width,
                             num_inference_steps=settings.num_inference_steps,
-                            guidance_scale=settings.guidance_scale,
+                            guidance_scale=settings.pipeline_guidance,
                             latents=self._latents([seeds[i] for i in idx], height, width),
                             output_type="pt",
                         ).images

@@ -12,7 +12,7 @@ def guided_steps(num_inference_steps: int, guidance_scale: float, guidance_steps
     ``guidance_steps`` (None: all). A decode runs steps + guided steps DiT forwards per image."""
     if guidance_scale <= 1:
         return 0
-    return num_inference_steps if guidance_steps is None else guidance_steps
+    return num_inference_steps if guidance_steps is None else max(0, min(guidance_steps, num_inference_steps))
 
 
 class DecodeSettings(NamedTuple):
@@ -27,6 +27,12 @@ class DecodeSettings(NamedTuple):
     def guided_steps(self) -> int:
         """Steps that run the DiT's unconditional pass as well as its conditional one."""
         return guided_steps(*self)
+
+    @property
+    def pipeline_guidance(self) -> float:
+        """The ``guidance_scale`` the pipeline is called with: 1 (no unconditional pass) when no step is guided,
+        ``guidance_steps=0`` included, which :func:`guidance_stop` cannot turn off before the first step."""
+        return self.guidance_scale if self.guided_steps else 1.0
 
     def record(self) -> dict:
         """The settings as a JSON record; ``guidance_steps`` only when set (older records stay as they were)."""

@@ -141,7 +141,9 @@ def decode_activations(s: Basis) -> tuple[int, str]:
     # GLM-Image at full size, 8 images: the decode peak 3.9 GiB above the 3-map plan), the convolution's extra
     # output map.
     cfg = s.cfg
-    images = min(cfg.decoder.batch_size, cfg.grpo.group_size)
+    # the in-training evaluation decodes its eval.group_size rows of a prompt through the same decoder
+    group = max(cfg.grpo.group_size, cfg.eval.group_size if cfg.eval.file else 0)
+    images = min(cfg.decoder.batch_size, group)
     latent_tokens = (cfg.rollout.height // 16) * (cfg.rollout.width // 16)
     dit = images * latent_tokens * s.sizes.dit_hidden * s.dec_b * 12
     if cfg.decoder.fp8:  # the feed-forward's 4 x hidden input quantized (decoder/fp8.py): fp32 copy + e4m3

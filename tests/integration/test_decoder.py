@@ -113,6 +113,10 @@ def _passes(decoder, settings: DecodeSettings) -> str:
         (DecodeSettings(4, 1.5, 4), "cucucucu"),  # guided on all 4 = guided on every step
         (DecodeSettings(4, 1.5, 2), "cucucc"),  # guidance_steps: the first 2 steps only
         (DecodeSettings(4, 1.5, 1), "cuccc"),
+        # a hand-made setting the config refuses (the profilers build their own): 0 guided is none, not all; more
+        # than the steps is every step (it guided every step, and the plans counted none / forwards never run)
+        (DecodeSettings(4, 1.5, 0), "cccc"),
+        (DecodeSettings(4, 1.5, 6), "cucucucu"),
     ],
 )
 def test_the_dit_forwards_of_a_decode(decoder, settings, passes):
