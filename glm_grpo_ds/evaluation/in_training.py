@@ -143,7 +143,11 @@ class Evaluator:
 def eval_line(record: dict, group_size: int) -> str:
     """The console line of one evaluation: the reward (each reward's mean when there are several), the prompts x
     samples it rests on, its seconds and its gallery."""
-    labels = {k.removeprefix("eval/reward/"): v for k, v in record.items() if k.startswith("eval/reward/")}
+    labels = {
+        k.removeprefix("eval/reward/"): v
+        for k, v in record.items()
+        if k.startswith("eval/reward/") and not k.endswith("_undefined")  # each reward's mean, not its count
+    }
     each = f" ({', '.join(f'{k} {_fmt(v)}' for k, v in labels.items())})" if len(labels) > 1 else ""
     gallery = f"; {record['gallery']}" if record.get("gallery") else ""
     return (

@@ -10,6 +10,7 @@ from glm_grpo_ds.evaluation.in_training import eval_line, eval_summary
 def test_one_line_per_evaluation_with_each_reward_when_there_are_several():
     record = {
         "step": 20, "eval/reward_mean": 0.51234, "eval/reward/ocr": 0.4, "eval/reward/aesthetic": None,
+        "eval/reward/ocr_undefined": 0, "eval/reward/aesthetic_undefined": 32,  # counts, not rewards
         "eval/num_prompts": 8, "eval/time": 3.21, "gallery": "samples/eval_step_000020.png",
     }  # fmt: skip
     assert eval_line(record, 4) == (
@@ -17,6 +18,7 @@ def test_one_line_per_evaluation_with_each_reward_when_there_are_several():
         "samples/eval_step_000020.png"
     )
     one = {"step": 0, "eval/reward_mean": 0.25, "eval/reward/mse": 0.25, "eval/num_prompts": 2, "eval/time": 1.0}
+    one["eval/reward/mse_undefined"] = 0
     assert eval_line(one, 2) == "eval at step 0: reward 0.2500, 2 prompts x 2 samples, 1.0 s"
 
 
