@@ -35,6 +35,26 @@ def fresh_warn_once(monkeypatch):
     monkeypatch.setattr(log, "_warned", set())
 
 
+@pytest.fixture(autouse=True)
+def our_logging_restored():
+    """Our loggers as they were before each test: a test that calls log.setup under capsys binds the handlers to its
+    captured stream, which is closed after it; a later test of the worker logging a line printed a "Logging error"
+    traceback instead (which test came next varies with xdist's scheduling)."""
+    import logging
+
+    from glm_grpo_ds.runtime import log
+
+    loggers = [logging.getLogger(name) for name in ("glm_grpo", "glm_grpo.fatal", "glm_grpo.progress")]
+    saved = [(lg, list(lg.handlers), lg.level, lg.propagate) for lg in loggers]
+    rank = log._rank
+    yield
+    for lg, handlers, level, propagate in saved:
+        lg.handlers[:] = handlers
+        lg.setLevel(level)
+        lg.propagate = propagate
+    log._rank = rank
+
+
 @pytest.fixture
 def cpu_fp8():
     """Skips a test that multiplies FP8 on the CPU where this torch cannot (torch 2.11, the floor's and the GPU

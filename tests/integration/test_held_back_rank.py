@@ -42,10 +42,10 @@ def test_a_held_back_rank_is_reported_by_every_rank_and_the_run_finishes(tiny_mo
         train_args(
             *common(tiny_model_dir, data64, out, "max_steps=3", *FAST),
             f"rewards=[{{name: '{plugin}:held_back'}}]",
-            # quick phases are held to the floor; factor 2 so a step-1 phase slowed by a busy machine does not
-            # lift step 2's limit past the sleep
+            # quick phases are held to the floor; factor 1 (the least) so a step-1 phase slowed by a busy machine
+            # (rank 0's step-1 advantages: its wait for rank 1) lifts step 2's limit past the sleep only beyond 8 s
             "logging.watchdog_min_seconds=2",
-            "logging.watchdog_factor=2",
+            "logging.watchdog_factor=1",
         ),
         timeout=300,
         launcher=False,

@@ -151,17 +151,21 @@ def test_slow_server_is_retried_then_the_batch_is_undefined_and_warned_once(caps
     from glm_grpo_ds.runtime import log
 
     log.setup("info", 0)  # the handlers write to this test's captured stderr
-    app = build_app(SlowMean(delay_s=1.5), "slow", None, max_batch=8, max_wait_s=0.0, device="cpu", token=None)
+    hung = threading.Event()  # the server's reward never answers while it is clear
+    app = build_app(SlowMean(gate=hung), "slow", None, max_batch=8, max_wait_s=0.0, device="cpu", token=None)
     with serve_in_thread(app) as (url, _):
-        remote = build_reward("remote", {"url": url, "timeout_s": 0.3, "retries": 1, "backoff_s": 0.05})
-        rewards = RewardSet([("remote-slow", 1.0, remote)])  # a label no other test warned about
-        start = time.monotonic()
-        with pytest.raises(RemoteRewardError, match=r"did not score the batch \(timed out, after 1 retries\)"):
-            remote(torch.rand(2, 3, 8, 8), ["a", "b"], [{}, {}])
-        assert time.monotonic() - start < 1.5  # two attempts of 0.3 s, not the server's 1.5 s
-        for _ in range(2):
-            out = rewards(torch.rand(4, 3, 8, 8), ["a"] * 4, [{}] * 4)
-            assert torch.isnan(out["remote-slow"]).all() and rewards.failed == {"remote-slow": 4}
+        try:
+            remote = build_reward("remote", {"url": url, "timeout_s": 0.3, "retries": 1, "backoff_s": 0.05})
+            rewards = RewardSet([("remote-slow", 1.0, remote)])  # a label no other test warned about
+            start = time.monotonic()
+            with pytest.raises(RemoteRewardError, match=r"did not score the batch \(timed out, after 1 retries\)"):
+                remote(torch.rand(2, 3, 8, 8), ["a", "b"], [{}, {}])
+            assert time.monotonic() - start < 30  # two attempts of 0.3 s, not the hung server's 60 s
+            for _ in range(2):
+                out = rewards(torch.rand(4, 3, 8, 8), ["a"] * 4, [{}] * 4)
+                assert torch.isnan(out["remote-slow"]).all() and rewards.failed == {"remote-slow": 4}
+        finally:
+            hung.set()  # the server's worker lets go, and the server stops
     err = capsys.readouterr().err
     assert err.count("reward remote-slow raised RemoteRewardError") == 1 and "its 4 samples are undefined" in err
 
@@ -186,10 +190,9 @@ def test_a_request_whose_client_timed_out_is_not_scored_and_its_retry_adds_no_wo
 
 
 def test_a_server_back_within_the_retries_scores_the_batch():
-    from glm_grpo_ds.rewards.remote.serving import bind
+    from glm_grpo_ds.runtime.ports import free_port
 
-    port = bind("127.0.0.1", 0)
-    port, _ = port.getsockname()[1], port.close()
+    port = free_port()  # below the ephemeral range: no outgoing connection takes it before the restart binds it
     fn = SlowMean()
     app = build_app(fn, "mean", None, max_batch=8, max_wait_s=0.0, device="cpu", token=None)
     x = torch.rand(3, 3, 8, 8)
@@ -204,9 +207,9 @@ def test_a_server_back_within_the_retries_scores_the_batch():
             done.wait(30)
 
     server = threading.Thread(target=restart)
+    start = time.monotonic()  # before the restart's 0.5 s begin
     server.start()
     try:
-        start = time.monotonic()
         got = remote(x, ["p"] * 3, [{}] * 3)
         assert restarted.is_set() and time.monotonic() - start >= 0.4
         assert torch.equal(got, fn(quantize(x), [], []))

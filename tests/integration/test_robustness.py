@@ -229,7 +229,8 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tiny_model_dir, data64,
     ]
     cmd, env, _ = launch_cmd(2, args)
     log = (tmp_path / "log").open("w+")
-    runner = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # a session of its own: a failure kills its ranks too, not only the runner (they would load the machine on)
+    runner = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.time() + 300
         while not ((out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().strip()):
@@ -241,8 +242,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues(tiny_model_dir, data64,
         node_launcher.send_signal(signal.SIGTERM)
         runner.wait(timeout=120)
     finally:
-        if runner.poll() is None:
-            runner.kill()
+        _kill_session(runner.pid)
     log.seek(0)
     text = log.read()
     assert runner.returncode != 0

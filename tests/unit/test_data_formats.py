@@ -445,8 +445,12 @@ from glm_grpo_ds.data import load_prompts
 from glm_grpo_ds.ds.dist import in_rank_order
 
 rank, tmp = int(os.environ["RANK"]), sys.argv[1]
-# a process group timeout shorter than rank 0's turn: the waiting ranks must not wait on this group
-torch.distributed.init_process_group("gloo", rank=rank, world_size=3, timeout=datetime.timedelta(seconds=3))
+# a process group timeout shorter than rank 0's turn: the waiting ranks must not wait on this group. Set once the
+# ranks have met: init_process_group's is also how long they wait for each other to arrive (imports seconds apart)
+torch.distributed.init_process_group("gloo", rank=rank, world_size=3)
+short = datetime.timedelta(seconds=3)
+set_timeout = getattr(torch.distributed, "set_timeout", None)  # torch >= 2.12; before, the private one
+set_timeout(short) if set_timeout else torch.distributed.distributed_c10d._set_pg_timeout(short)
 local_rank = [0, 1, 0][rank]  # ranks 0, 1 on node 0; rank 2 on node 1
 
 

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from gloo_ranks import two_gloo_ranks  # noqa: E402  (tests/gloo_ranks.py)
+from gloo_ranks import init_gloo, two_gloo_ranks  # noqa: E402  (tests/gloo_ranks.py)
 
 from glm_grpo_ds.config import TrainConfig, to_dict
 from glm_grpo_ds.lifecycle.checkpoint import CheckpointError, OutputDirError
@@ -197,7 +197,6 @@ def test_a_changed_optimizer_is_refused_in_one_line_and_other_optimizer_settings
 
 def _converting_rank(rank, port, out, results):
     """One of two gloo ranks whose process group times out after 1 s: rank 0's conversion takes 3 s."""
-    import datetime
     import time
 
     import torch
@@ -205,9 +204,7 @@ def _converting_rank(rank, port, out, results):
     from glm_grpo_ds.ds import portable
     from glm_grpo_ds.lifecycle.run import RunLife
 
-    torch.distributed.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=1)
-    )
+    init_gloo(rank, port, 2, timeout_s=1)
     try:
         start = Start(out / "checkpoints" / "step_000002", 2, {}, written_on=(4, 2))
         life = RunLife(TrainConfig(), out, start, rank, 2, 2, DATA, publisher=None, later=None)
@@ -233,10 +230,7 @@ def test_the_other_ranks_wait_for_a_conversion_longer_than_the_process_groups_ti
 
 def _stopped_rank(rank, port, results):
     """One rank of a stopped run whose rank 0 uploads the checkpoint for 4 s, with a process group timeout of 1 s."""
-    import datetime
     import time
-
-    import torch
 
     from glm_grpo_ds.config import TrainConfig
     from glm_grpo_ds.lifecycle.preempt import Stopped
@@ -244,9 +238,7 @@ def _stopped_rank(rank, port, results):
     from glm_grpo_ds.runtime import log
 
     log.FATAL_GRACE_S = 0  # the other ranks' wait for rank 0's line: not what is measured here
-    torch.distributed.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=1)
-    )
+    init_gloo(rank, port, 2, timeout_s=1)
 
     class Upload:
         def wait(self):
@@ -275,14 +267,19 @@ def test_a_ctrl_c_while_a_stopped_run_waits_for_rank_0s_upload_or_pruning_is_one
     KeyboardInterrupt raised inside ``except Stopped``)."""
     import os
     import signal
+    import threading
     import time
 
     from glm_grpo_ds.lifecycle.preempt import Stopped
     from glm_grpo_ds.lifecycle.run import RunLife
     from glm_grpo_ds.sharing.hub import Publisher
 
+    submitted = threading.Event()
+
     def ctrl_c_then_busy():
-        time.sleep(0.5)  # the main thread is in end_stopped by then: submitting is the line before
+        submitted.wait(30)  # the job is pending (it starts before submit has recorded it)
+        while publisher.background._pending:  # until the main thread's wait in end_stopped has taken this job
+            time.sleep(0.005)
         os.kill(os.getpid(), signal.SIGINT)  # lands in the main thread, which waits for this job
         time.sleep(2)
 
@@ -292,6 +289,7 @@ def test_a_ctrl_c_while_a_stopped_run_waits_for_rank_0s_upload_or_pruning_is_one
     try:
         life = RunLife(TrainConfig(), tmp_path, Start(), 0, 1, 2, DATA, publisher=publisher, later=None)
         publisher.background.submit("upload", ctrl_c_then_busy)
+        submitted.set()
         code = life.end_stopped(Stopped("glm-grpo train: preempted by SIGINT at step 3; checkpoint at X", 130))
     finally:
         signal.signal(signal.SIGINT, previous)
