@@ -38,6 +38,7 @@ from ..decoder import resolve_settings
 from ..ds import dist
 from ..observability.gallery import save_gallery, thumbnails
 from ..observability.metrics import image_record, nan_mean, nan_std
+from ..observability.records import reward_means
 from .seeds import decode_seed, rollout_seeds
 
 PADDING = -1  # row index of a padding sample (dropped on rank 0)
@@ -143,11 +144,7 @@ class Evaluator:
 def eval_line(record: dict, group_size: int) -> str:
     """The console line of one evaluation: the reward (each reward's mean when there are several), the prompts x
     samples it rests on, its seconds and its gallery."""
-    labels = {
-        k.removeprefix("eval/reward/"): v
-        for k, v in record.items()
-        if k.startswith("eval/reward/") and not k.endswith("_undefined")  # each reward's mean, not its count
-    }
+    labels = reward_means(record, "eval/reward/")  # each reward's mean, not its _undefined count
     each = f" ({', '.join(f'{k} {_fmt(v)}' for k, v in labels.items())})" if len(labels) > 1 else ""
     gallery = f"; {record['gallery']}" if record.get("gallery") else ""
     return (

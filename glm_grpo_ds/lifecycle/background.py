@@ -38,11 +38,10 @@ class Background:
         previous = self._pending.get(kind)
         if previous is not None:
             futures.wait([previous], timeout=wait_s)
-        if previous is not None and not previous.done():
-            if when_busy is not None:
-                when_busy()
-            return False
-        if previous is not None:
+            if not previous.done():
+                if when_busy is not None:
+                    when_busy()
+                return False
             self._pending.pop(kind).result()  # its exception, if one escaped it
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="glm-grpo-rank0")

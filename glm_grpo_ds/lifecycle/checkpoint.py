@@ -270,7 +270,7 @@ def save(
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
         earlier = _set_aside(final)  # a run that went back to an earlier checkpoint saves this step again
         os.replace(tmp, final)
-        _write_text_atomic(root / LATEST, final.name)
+        point_latest(output_dir, final.name)
         if earlier is not None:
             shutil.rmtree(earlier)
     dist.barrier()

@@ -7,18 +7,17 @@ loaded, and ``config.json`` records the placement the run took (:func:`recorded_
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from ..config import to_dict
+from ..runtime.threads import local_ranks
 from .plan import GIB, EstimateConfig, plan
 
 
 def launched_shape(world: int, device: str) -> EstimateConfig:
     """The cluster of the run being started: ``world`` ranks, this node's (the launcher's ``LOCAL_SIZE``; all of
     them without a launcher) sizing the host RAM per node."""
-    local = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or world)
+    local = local_ranks(world)
     return EstimateConfig(num_gpus=local, num_nodes=-(-world // local), device=device, ranks=world)
 
 

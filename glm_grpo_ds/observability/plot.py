@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .records import read_metrics
+from .records import read_metrics, reward_means
 
 PLOT_NAME = "reward_curve.png"
 
@@ -73,9 +73,7 @@ def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str 
     ax.fill_between(
         steps, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="C0", alpha=0.2
     )
-    per_reward = sorted(
-        {k for r in rows for k in r if k.startswith("reward/") and not k.endswith(("_std", "_undefined", "_failed"))}
-    )
+    per_reward = sorted({f"reward/{label}" for r in rows for label in reward_means(r)})
     if len(per_reward) > 1:
         for i, key in enumerate(per_reward):
             ax.plot(steps, _values(rows, key), label=key, color=f"C{i + 1}", linewidth=1)

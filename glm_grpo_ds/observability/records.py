@@ -64,6 +64,15 @@ def read_metrics(path: str | Path) -> list[dict]:
     return records
 
 
+# what a record holds beside each reward's mean (``reward/<label>``, ``eval/reward/<label>``): metrics.py writes them
+REWARD_STATS = ("_std", "_undefined", "_failed")
+
+
+def reward_means(record: dict, prefix: str = "reward/") -> dict:
+    """``{label: mean}`` of the rewards in ``record``: its ``<prefix><label>`` keys, not their :data:`REWARD_STATS`."""
+    return {k[len(prefix) :]: v for k, v in record.items() if k.startswith(prefix) and not k.endswith(REWARD_STATS)}
+
+
 def fired_alarms(run: Path, step: int | None = None) -> dict | None:
     """What the image-statistics alarms (monitoring/alarms.py) did in the run in directory ``run``, from its
     ``eval.jsonl`` when it evaluated with image statistics (config.json's ``eval.file``: its last launch's),

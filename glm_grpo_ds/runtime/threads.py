@@ -11,6 +11,12 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 
+def local_ranks(default: int) -> int:
+    """The ranks of this node as its launcher says (DeepSpeed's ``LOCAL_SIZE``, torchrun's ``LOCAL_WORLD_SIZE``),
+    ``default`` without a launcher."""
+    return int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or default)
+
+
 def launcher_nodes() -> int:
     """The nodes of this job as its launcher says: DeepSpeed's ``CROSS_SIZE``, torchrun's ``GROUP_WORLD_SIZE``, else
     ``WORLD_SIZE`` over this node's ranks (``LOCAL_SIZE`` / ``LOCAL_WORLD_SIZE``); 1 without a launcher."""
@@ -18,7 +24,7 @@ def launcher_nodes() -> int:
         if os.environ.get(key):
             return int(os.environ[key])
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    return max(1, world // int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or world))
+    return max(1, world // local_ranks(world))
 
 
 def cores_per_local_rank() -> int:
@@ -27,7 +33,7 @@ def cores_per_local_rank() -> int:
     ranks of this node (the launcher's ``LOCAL_SIZE`` / ``LOCAL_WORLD_SIZE``), at least 1."""
     if os.environ.get("OMP_NUM_THREADS"):
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
-    local_world = int(os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or 1)
+    local_world = local_ranks(1)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cores // max(1, local_world))
 

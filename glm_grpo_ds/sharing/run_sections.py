@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config.fields import is_repo_id
 from ..monitoring.alarms import describe
-from ..observability.records import fired_alarms, read_metrics
+from ..observability.records import fired_alarms, read_metrics, reward_means
 from ..runtime.versions import NOT_INSTALLED
 
 WINDOW = 10  # steps averaged for the "last steps" training reward (a single step's reward is noisy)
@@ -41,11 +41,7 @@ def run_results(run_dir: str | os.PathLike, step: int | None = None) -> dict:
         evals = [e for e in evals if e["step"] <= step]
     rewards = [r["reward_mean"] for r in rows if r.get("reward_mean") is not None]
     last = rows[-1] if rows else {}
-    labelled = {
-        k[len("reward/") :]: v
-        for k, v in last.items()
-        if k.startswith("reward/") and not k.endswith(("_std", "_undefined", "_failed"))
-    }
+    labelled = reward_means(last)
     evals = [e for e in evals if e.get("eval/reward_mean") is not None]
     return {
         "steps_done": last.get("step", 0),
