@@ -14,7 +14,8 @@ Shapes used throughout:
 Micro-batching: the loss is a *sum over sequences divided by a normaliser*. Compute the
 normaliser once for the whole batch with :func:`loss_normalizer` and pass it to every
 :func:`policy_loss` call on a micro-batch; the micro-batch losses then add up to exactly the
-full-batch loss, and so do their gradients, whatever the micro-batch size.
+full-batch loss, and so do their gradients, whatever the micro-batch size (with a top-entropy selection, for a given
+one: its threshold is taken over the micro-batch's tokens, glm_grpo_ds/update.py).
 """
 
 from __future__ import annotations

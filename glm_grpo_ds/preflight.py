@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from .config import ConfigError, load_config
@@ -112,22 +113,22 @@ def cluster_shape(num_gpus, num_nodes, hostfile: str | None, gpu_memory_gb: floa
     return EstimateConfig(num_gpus or d.num_gpus, num_nodes or d.num_nodes, gpu_memory_gb)
 
 
-def _data(cfg, report: Report):
-    """The training (and eval) prompts, every row read once, and what the rewards need of them."""
-    rows = _checked(report, "data.train_file", lambda: _read(cfg.data.train_file, "data.train_file", cfg))
-    if rows is not None:
-        report.add("ok", f"data.train_file {cfg.data.train_file}: {len(rows):,} prompts")
-        _checked(
-            report, "rewards", lambda: check_reward_inputs(cfg.rewards, rows, "data.train_file", cfg.data.train_file)
-        )
-    if cfg.eval.file:
-        ev = cfg.eval
-        eval_rows = _checked(
-            report, "eval.file", lambda: _read(ev.file, "eval.file", cfg, ev.split, ev.revision, ev.subset)
-        )
-        if eval_rows is not None:
-            report.add("ok", f"eval.file {ev.file}: {len(eval_rows):,} prompts")
-    return rows
+def _data(cfg, report: Report) -> dict:
+    """The training (and eval) prompts, every row read once, and what the rewards need of them, as the ranks' start
+    checks them: ``{"data.train_file": rows, "eval.file": rows}``, the sources that could be read."""
+    ev = cfg.eval
+    read = {"data.train_file": lambda: _read(cfg.data.train_file, "data.train_file", cfg)}
+    if ev.file:
+        read["eval.file"] = lambda: _read(ev.file, "eval.file", cfg, ev.split, ev.revision, ev.subset)
+    files = {"data.train_file": cfg.data.train_file, "eval.file": ev.file}
+    sources = {}
+    for key, rows in ((key, _checked(report, key, how)) for key, how in read.items()):
+        if rows is None:
+            continue
+        sources[key] = rows
+        report.add("ok", f"{key} {files[key]}: {len(rows):,} prompts")
+        _checked(report, "rewards", partial(check_reward_inputs, cfg.rewards, rows, key, files[key]))
+    return sources
 
 
 def _read(path, key: str, cfg, split=FROM_DATA, revision=FROM_DATA, subset=FROM_DATA):
@@ -136,7 +137,7 @@ def _read(path, key: str, cfg, split=FROM_DATA, revision=FROM_DATA, subset=FROM_
     return load_prompts(path, key, cfg.data, split, revision, subset=subset)
 
 
-def _model(cfg, rows, report: Report) -> dict | None:
+def _model(cfg, sources: dict, report: Report) -> dict | None:
     """The model's files where they are on this machine (a directory or the Hugging Face cache; nothing is
     downloaded): its processor, every prompt's token ids, the target modules. The AR's text config, or None."""
     name = cfg.model.path
@@ -171,14 +172,12 @@ def _model(cfg, rows, report: Report) -> dict | None:
         )
     if local is None:
         return text
-    if rows is not None:
+    if sources:
         size = dict(height=cfg.rollout.height, width=cfg.rollout.width)
         processor = load_processor(local)
-        _checked(
-            report,
-            "data.train_file",
-            lambda: check_token_ids(processor, embedding_rows(local), local, rows, "data.train_file", **size),
-        )
+        for key, rows in sources.items():
+            check = partial(check_token_ids, processor, embedding_rows(local), local, rows, key, **size)
+            _checked(report, key, check)
     where = "a pipeline directory" if Path(str(name)).expanduser().exists() else f"in the Hugging Face cache: {local}"
     if is_random(name):
         where = f"configs in {local}; {RANDOM_NOTE}"
@@ -257,10 +256,11 @@ def check(cfg, ds_path: str, est: EstimateConfig, report: Report) -> Report:
     _checked(report, "rewards", lambda: check_reward_specs(cfg.rewards))
     if cfg.lora is not None and cfg.lora.init_from:
         _checked(report, "lora.init_from", lambda: check_init_adapter(cfg.lora))
-    rows = _data(cfg, report)
+    sources = _data(cfg, report)
+    rows = sources.get("data.train_file")
     if rows is not None:
         _checked(report, "data.train_file", lambda: check_enough(len(rows), est.world, cfg.batch.prompts_per_rank))
-    text = _model(cfg, rows, report)
+    text = _model(cfg, sources, report)
     raw = _deepspeed(cfg, ds_path, est, text, report)
     _output_dir(cfg, est, raw, rows, report)
     if raw is not None:

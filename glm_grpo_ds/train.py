@@ -255,7 +255,7 @@ class Trainer:
             self._finishing = True
             if run.is_main and lg.plot:  # before save_final: the model card shows it
                 plot_training(run.out / "metrics.jsonl", run.out / PLOT_NAME, run.out / "eval.jsonl")
-            run.life.save_final(run.engine)
+            run.life.save_final(run.engine, max(run.start_step, run.cfg.max_steps))
         final = run.life.final_dir
         log.info(f"done: metrics {run.out / 'metrics.jsonl'}")
         if lg.plot:

@@ -4,7 +4,9 @@ Gradient of a step = gradient of the full-batch loss, whatever the micro-batch s
 micro-batch loss is divided by the *whole* rollout's normaliser (``grpo.loss_normalizer``) and
 DeepSpeed's own 1/gradient_accumulation_steps scaling is turned off. Across ranks DeepSpeed
 averages gradients; every rank holds the same number of sequences and tokens (fixed-size grids),
-so the average equals the gradient over the union of all ranks' rollouts.
+so the average equals the gradient over the union of all ranks' rollouts. One exception, as TRL's:
+``grpo.top_entropy_quantile < 1`` picks its tokens by a threshold over each micro-batch's tokens (gathered across
+ranks), so which tokens train, and the gradient, move with ``batch.micro_batch_size`` and the rank count.
 """
 
 from __future__ import annotations

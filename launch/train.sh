@@ -5,6 +5,7 @@
 #   CONFIG=launch/configs/glm_image_full.yaml DS_CONFIG=ds_configs/zero3.json bash launch/train.sh  # full fine-tuning
 #   CUDA_VISIBLE_DEVICES=4,5 CONFIG=... bash launch/train.sh            # a shared node: GPUs 4 and 5 only
 #   DS_ACCELERATOR=cpu NUM_GPUS=2 CONFIG=launch/configs/tiny_cpu.yaml bash launch/train.sh max_steps=10  # CPU ranks
+#     (the tiny model and its prompts first: glm-grpo tiny-model outputs/tiny && glm-grpo tiny-data --config CONFIG)
 #   bash launch/train.sh --help                                          # this text; nothing is launched
 #
 # Environment: NUM_GPUS (ranks; default: the entries of CUDA_VISIBLE_DEVICES when set, else every GPU

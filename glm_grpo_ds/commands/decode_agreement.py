@@ -33,6 +33,7 @@ import json
 import math
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -188,10 +189,8 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
             per_reward["total"] = weighted_total(per_reward, reward_fn.weights, g)
         return per_reward, meter.timings["decode"]
 
-    def warm_up():
-        # untimed (first-call allocations, kernel selection), so the first decode timed is not the slowest
-        decoder.decode(batch.prior_token_ids[:1], batch.prompts[:1], cfg.rollout.height, cfg.rollout.width, seeds[:1])
-
+    every = [reference, *(c.settings for c in candidates)]
+    warm_up = partial(warm_up_shapes, decoder, batch.prior_token_ids, batch.prompts, size, seeds, every)
     warm_up()
     ref_rewards, ref_seconds = scored(reference)
     result = {
@@ -217,6 +216,19 @@ def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch
         }
     result["candidates"] = [rated[i] for i in range(len(candidates))]
     return result
+
+
+def warm_up_shapes(decoder, prior_token_ids, prompts, size, seeds, every) -> None:
+    """Untimed: decode the whole batch once with one step of each kind the timed decodes run (unguided, guided:
+    ``every``, their DecodeSettings), so each DiT batch shape they meet (the batch's split, each prompt's glyph
+    length, with and without the unconditional pass) has had its first call (allocations, kernel selection; with
+    decoder.compile, its recompile), and none of it lands in the reference's seconds, timed first."""
+    from ..decoder import DecodeSettings
+
+    guided = [s.guidance_scale for s in every if s.guided_steps]
+    # two steps guided on the first: both shapes in one decode; no guided setting: one unguided step
+    settings = DecodeSettings(2, max(guided), 1) if guided else DecodeSettings(1, 1.0)
+    decoder.decode(prior_token_ids, prompts, *size, seeds, settings)
 
 
 def decode_name(steps: int, guidance: float, guidance_steps: int | None = None, fp8: bool = False) -> str:

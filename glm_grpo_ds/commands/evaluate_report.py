@@ -48,7 +48,6 @@ def export_hook(a, rows, size: tuple[int, int]):
 def write_report(a, results, settings, rows, adapter_names, adapters, weights, base_warnings=None) -> dict:
     """Rank 0: the weighted total, the summary, gallery.png, evaluate.png, each export's export.json and
     report.html; returns evaluate.json's content."""
-    from ..advantages import weighted_total
     from ..evaluation.html_report import REPORT, write_html
     from ..evaluation.paired import BASE
     from ..evaluation.report import (
@@ -60,16 +59,15 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
         summarise,
         summarise_statistics,
         table,
+        weighted_sum,
         write_gallery,
         write_plot,
     )
-    from ..evaluation.stats import CAVEAT_BELOW, LEVEL, METHOD, MIN_PROMPTS
+    from ..evaluation.stats import CAVEAT_BELOW, LEVEL, METHOD, MIN_PROMPTS, prompt_means
 
-    k = a.samples_per_prompt
-    if len(weights) > 1:  # the weighted total, as training combines the rewards
+    if len(weights) > 1:
         for result in results.values():
-            flat = {label: v.reshape(-1) for label, v in result.rewards.items()}
-            result.rewards[TOTAL] = weighted_total(flat, weights, k).view(len(rows), k)
+            result.rewards[TOTAL] = weighted_sum(result.rewards, weights)
     has_categories = any(row.extra.get(a.category_key) is not None for row in rows)
     categories = [str(row.extra.get(a.category_key)) for row in rows] if has_categories else None
     named = dict(zip(adapter_names, adapters))
@@ -94,7 +92,8 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
         # how it was asked for (not part of the resume check: an override that changes no figure is no other run)
         "invocation": {"config": a.config, "model_flag": a.model, "rewards_flag": a.rewards, "overrides": a.overrides},
         "adapters": named,
-        "base": {label: torch.nanmean(v).item() for label, v in results[BASE].rewards.items()},
+        # over prompts, each prompt's samples first, as the table's
+        "base": {label: torch.nanmean(prompt_means(v)).item() for label, v in results[BASE].rewards.items()},
         "summary": summary,
         "image_statistics": summarise_statistics(results, named),
         "interval": {"method": METHOD, "level": LEVEL, "min_prompts": MIN_PROMPTS, "caveat_below": CAVEAT_BELOW},

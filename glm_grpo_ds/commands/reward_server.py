@@ -10,8 +10,9 @@ glm_grpo_ds/rewards/remote/protocol.py (docs/rewards.md#remote-rewards): ``GET /
 Concurrent requests (every training rank sends its own batch) are batched into reward calls of up to
 ``--max-batch`` images (glm_grpo_ds/rewards/remote/serving.py). Bound to 127.0.0.1 unless ``--host`` says
 otherwise; with ``--token-file`` every request must carry ``Authorization: Bearer <token>`` (401
-otherwise). The first line on stdout says where it serves (``serving NAME on http://HOST:PORT``);
-Ctrl-C / SIGTERM stop it. Exit status 2: a bad reward, argument, token file or port (one line).
+otherwise). The first line on stdout says where it serves (``glm-grpo reward-server: serving NAME on
+http://HOST:PORT (...)``); Ctrl-C / SIGTERM stop it. Exit status 2: a bad reward, argument, token file or port
+(one line).
 """
 
 from __future__ import annotations

@@ -27,11 +27,12 @@ SUPPLY = {
 def parse_reward_arg(item: str):
     """``key=value`` of ``--reward-arg`` -> (key, value parsed like a config scalar)."""
     from ..config import parse_scalar
+    from ..config.yaml_file import plain
 
     if "=" not in item:
         raise ValueError(f"--reward-arg {item!r} must look like key=value")
     key, value = item.split("=", 1)
-    return key, parse_scalar(value)
+    return key, plain(parse_scalar(value))  # `k=` null, as a reward's args in a file
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "train": Subcommand(
         "glm_grpo_ds.train",
         "GRPO training (one process; use the deepspeed launcher for more)",
-        usage="glm-grpo train --config CFG --deepspeed DS.json [key=value ...]",
+        usage=(
+            "glm-grpo train --config CFG --deepspeed DS.json [--check [--num-gpus N] [--num-nodes N] [--hostfile F] "
+            "[--gpu-memory-gb G] [--device cuda\\|cpu]] [--debug] [--log-level info] [key=value ...]"
+        ),
         doc=(
             "one-process training (same as `python -m glm_grpo_ds.train`; several processes: `deepspeed "
             "--module glm_grpo_ds.train`, see [training.md](training.md))"
@@ -116,9 +119,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         doc=(
             "serve a built-in or plugin reward over HTTP for the `remote` reward of runs on other GPUs / "
             "nodes; concurrent requests batched up to `--max-batch` images; loopback only unless `--host`; "
-            "with `--token-file` requests need `Authorization: Bearer <token>`; first stdout line `serving "
-            "NAME on http://HOST:PORT`; exit 2 on a bad reward, argument, token file or port; needs `pip "
-            "install 'glm-grpo-ds[server]'` ([rewards.md](rewards.md#remote-rewards))"
+            "with `--token-file` requests need `Authorization: Bearer <token>`; first stdout line `glm-grpo "
+            "reward-server: serving NAME on http://HOST:PORT (...)`; exit 2 on a bad reward, argument, token file "
+            "or port; needs `pip install 'glm-grpo-ds[server]'` ([rewards.md](rewards.md#remote-rewards))"
         ),
         example="glm-grpo reward-server --reward clip --reward-arg model=/models/clip-vit-large-patch14 --port 8123",
         code="(app and batcher: `rewards/remote/serving.py`)",
@@ -167,7 +170,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         usage=(
             "glm-grpo evaluate [--config CFG] [--model DIR\\|ID] [--adapter DIR ...] [--prompts FILE] [--rewards NAME "
             "...] [--num-prompts N] [--samples-per-prompt K] [--seed N] [--category-key category] [--batch-prompts 4] "
-            "[--out outputs/evaluate] [--export LAYOUT DIR ...] [--fresh] [key=value ...]"
+            "[--gallery-prompts 16] [--thumbnail PX] [--device auto] [--out outputs/evaluate] [--export LAYOUT DIR "
+            "...] [--fresh] [key=value ...]"
         ),
         doc=(
             "samples the base and every adapter on the same prompts with the same rollout noise and decode seeds, "
@@ -259,7 +263,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "every wheel a node without a package index needs, in one folder, checked complete",
         usage=(
             "glm-grpo wheelhouse OUT [--python 3.12] [--platform manylinux_2_28_x86_64] [--skip-installed FREEZE] "
-            "[--extras ocr,tracking,server,dev] [--constraints FILE] [--find-links DIR] [--check]"
+            "[--extras ocr,tracking,server,dev] [--constraints FILE] [--find-links DIR] [--project DIR] [--check]"
         ),
         doc=(
             "the offline bundle for a GPU node without a package index: glm-grpo-ds's wheel and every dependency's "
@@ -295,7 +299,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "tiny-data": Subcommand(
         "glm_grpo_ds.commands.tiny:tiny_data",
         "write a learnable prompt set with target images for the tiny model",
-        usage="glm-grpo tiny-data --config CFG [key=value ...]",
+        usage="glm-grpo tiny-data --config CFG [--num-prompts N] [key=value ...]",
         doc="write the learnable prompt set + target images to the config's `data.train_file`",
         example="glm-grpo tiny-data --config launch/configs/tiny_cpu.yaml",
         code="(builder: `testing/tiny_data.py`)",
@@ -314,7 +318,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "tiny-world": Subcommand(
         "glm_grpo_ds.commands.tiny:tiny_world",
         "write the learnable tiny world: colour-block decoder, colour prompts",
-        usage="glm-grpo tiny-world OUT_DIR [--seed N]",
+        usage="glm-grpo tiny-world OUT_DIR [--seed N] [--seed-layout]",
         doc=(
             "write the learnable tiny world: colour-block decoder pipeline (`OUT/model`), `train.jsonl`, "
             "`heldout.jsonl`, `layouts.jsonl`, `best.json`"

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import load_config, parse_with_overrides
+from ..config import ConfigError, load_config, parse_with_overrides
 from ..testing.slice import build_slice_pipeline, source_configs
 from ..testing.tiny import build_tiny_pipeline
 from ..testing.tiny_data import PROMPTS, write_tiny_dataset
@@ -113,7 +113,11 @@ def tiny_data(argv: list[str] | None = None) -> int:
     p.add_argument("--num-prompts", type=int, default=len(PROMPTS), help="prompts to write")
     p.add_argument("overrides", nargs="*", help="key=value overrides, as for training")
     a = parse_with_overrides(p, argv)
-    cfg = load_config(a.config, a.overrides)
+    try:
+        cfg = load_config(a.config, a.overrides)
+    except ConfigError as err:  # one line, as train's
+        print(f"glm-grpo tiny-data: {err}", file=sys.stderr)
+        return 2
     train_file = Path(cfg.data.train_file)
     if train_file.suffix != ".jsonl":
         raise SystemExit(f"glm-grpo tiny-data: data.train_file must be a .jsonl path, got {train_file}")

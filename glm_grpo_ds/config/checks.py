@@ -4,6 +4,8 @@ settings, which the training decode (``decoder.*``), the evaluation decode (``ev
 
 from __future__ import annotations
 
+import math
+
 
 def raise_problems(problems: list[str]) -> None:
     """The one way a config section reports problems: ValueError with one line per problem (TrainConfig.validate
@@ -25,8 +27,8 @@ def decode_problems(
     problems = []
     if num_inference_steps is not None and num_inference_steps < 1:
         problems.append(f"{prefix}num_inference_steps must be >= 1, got {num_inference_steps}")
-    if guidance_scale is not None and not guidance_scale > 0:
-        problems.append(f"{prefix}guidance_scale must be > 0 (<= 1: no guidance pass), got {guidance_scale}")
+    if guidance_scale is not None and not 0 < guidance_scale < math.inf:
+        problems.append(f"{prefix}guidance_scale must be > 0 and finite (<= 1: no guidance pass), got {guidance_scale}")
     if guidance_steps is not None:
         steps = num_inference_steps
         if guidance_steps < 1 or (steps is not None and guidance_steps > steps):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
 import re
 import types
 import typing
@@ -145,7 +146,7 @@ def _convert(value, tp, where: str):
         if section is not None and optional:
             keys = ", ".join(f.name for f in dataclasses.fields(section))
             raise ConfigError(
-                f"{where} is empty (`{where}:` with nothing under it): give its keys ({keys}), or write "
+                f"{where} is empty (`{where}:` with nothing under it, or `{where}=`): give its keys ({keys}), or write "
                 f"`{where}: null` if null is what you mean (docs/config_reference.md says what it does)"
             )
         value = {} if section is not None else None  # a section that is always there: its defaults
@@ -209,13 +210,19 @@ def _convert(value, tp, where: str):
 
 
 def _from_dict(cls, data: dict, prefix: str = ""):
+    """``cls`` from its mapping; ConfigError naming every value of the wrong type, one line each (not the first)."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
+    kwargs, problems = {}, []
     for key, value in data.items():
         if key not in names:
             raise _unknown(key, names, prefix)
-        kwargs[key] = _convert(value, hints[key], prefix + key)
+        try:
+            kwargs[key] = _convert(value, hints[key], prefix + key)
+        except ConfigError as err:
+            problems.append(str(err))
+    if problems:
+        raise ConfigError("\n".join(problems))
     return cls(**kwargs)
 
 
@@ -299,6 +306,10 @@ def load_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -
         tree = read_yaml(path)
         _rename_keys(tree)
     unknown = _unknown_keys(TrainConfig, tree)
+    given = {item.split("=", 1)[0].strip() for item in overrides}
+    for old, new in RENAMED.items():
+        if old in given and new in given:  # as in a file: which one was meant is not for us to guess
+            raise ConfigError(f"{old} and {new} are the same setting ({old} is its old name): give {new} only")
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. grpo.beta=0.0)")
@@ -306,8 +317,24 @@ def load_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -
         apply_override(tree, key.strip(), parse_scalar(text), TrainConfig(), unknown)
     _raise_unknown(unknown, path)
     cfg = _from_dict(TrainConfig, tree)
+    _expand_home(cfg)
     cfg.validate()
     return cfg
+
+
+def _expand_home(cfg: TrainConfig) -> None:
+    """``~/...`` in the path settings as the shell would expand it (model.path is, by model/source.py): a YAML
+    value or a quoted override keeps the ``~``, and output_dir made a directory named ``~`` in the working one."""
+    for section, key in (
+        (cfg, "output_dir"),
+        (cfg.data, "train_file"),
+        (cfg.eval, "file"),
+        (cfg, "resume_from"),
+        (cfg.lora, "init_from"),
+    ):
+        value = getattr(section, key, None) if section is not None else None
+        if isinstance(value, str) and value.startswith("~"):
+            setattr(section, key, os.path.expanduser(value))
 
 
 def to_dict(cfg) -> dict:

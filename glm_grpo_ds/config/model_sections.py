@@ -4,6 +4,7 @@ sections together (LoRA-only rollout settings with ``lora: null``, the entropy q
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -332,8 +333,8 @@ class SamplingConfig:
     def problems(self, prefix: str = "sampling.") -> list[str]:
         """One line per problem, keys written ``<prefix>key`` (GRPOConfig.problems passes ``grpo.sampling.``)."""
         problems = []
-        if self.temperature is not None and not self.temperature > 0:
-            problems.append(f"{prefix}temperature must be > 0, got {self.temperature}")
+        if self.temperature is not None and not 0 < self.temperature < math.inf:
+            problems.append(f"{prefix}temperature must be > 0 and finite, got {self.temperature}")
         if self.top_k is not None and self.top_k < 0:
             problems.append(f"{prefix}top_k must be >= 0 (0 = off), got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:

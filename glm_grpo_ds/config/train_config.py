@@ -263,6 +263,8 @@ class TrainConfig:
         problems = []
         if not self.max_steps >= 1:
             problems.append(f"max_steps must be >= 1, got {self.max_steps}")
+        if not self.output_dir.strip():  # "" would be the working directory: its config.json, logs/, checkpoints/
+            problems.append("output_dir is empty: give the run's directory, e.g. output_dir=outputs/my_run")
         if not self.save_steps >= 0:
             problems.append(f"save_steps must be >= 0 (0 = no checkpoints), got {self.save_steps}")
         if not self.max_consecutive_skips >= 0:

@@ -85,7 +85,7 @@ class GRPOConfig:
         1.0,
         "Train the policy term on the tokens whose policy entropy is in this top fraction of each micro-batch's tokens "
         "on all ranks (TRL's top_entropy_quantile, arXiv:2506.01939), in [0, 1]; 1 = every token. The KL term keeps "
-        "all tokens.",
+        "all tokens. Below 1 the tokens that train move with batch.micro_batch_size and the rank count, as TRL's.",
     )
     preview_weight: float = setting(
         1.0,
@@ -137,7 +137,7 @@ class GRPOConfig:
             self.group_size >= 2,
             f"{prefix}group_size must be >= 2 (advantages compare samples of a prompt), got {self.group_size}",
         )
-        need(problems, self.beta >= 0, f"{prefix}beta must be >= 0, got {self.beta}")
+        need(problems, 0 <= self.beta < math.inf, f"{prefix}beta must be >= 0 and finite, got {self.beta}")
         need(problems, 0 <= self.epsilon_low < 1, f"{prefix}epsilon_low must be in [0, 1), got {self.epsilon_low}")
         need(problems, self.epsilon_high >= 0, f"{prefix}epsilon_high must be >= 0, got {self.epsilon_high}")
         need(problems, self.num_iterations >= 1, f"{prefix}num_iterations must be >= 1, got {self.num_iterations}")
@@ -151,7 +151,11 @@ class GRPOConfig:
             0 <= self.top_entropy_quantile <= 1,
             f"{prefix}top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}",
         )
-        need(problems, self.entropy_coef >= 0, f"{prefix}entropy_coef must be >= 0, got {self.entropy_coef}")
+        need(
+            problems,
+            0 <= self.entropy_coef < math.inf,
+            f"{prefix}entropy_coef must be >= 0 and finite, got {self.entropy_coef}",
+        )
         need(
             problems,
             0 <= self.preview_weight <= 1,
@@ -201,6 +205,13 @@ class GRPOConfig:
             f"{prefix}sampler_correction_min={low} caps weights that {prefix}sampler_correction=none never computes: "
             "choose a sampler_correction or drop the cap",
         )
+        high, default_high = self.sampler_correction_max, type(self).__dataclass_fields__["sampler_correction_max"]
+        need(
+            problems,
+            self.sampler_correction != "none" or high == default_high.default,
+            f"{prefix}sampler_correction_max={high} caps weights that {prefix}sampler_correction=none never computes: "
+            "choose a sampler_correction or drop the cap",
+        )
         return problems
 
 
@@ -221,6 +232,8 @@ class RewardSpec:
         problems = choice_problems(self, prefix)
         if not self.name:
             problems.append(f"{prefix}name is required")
+        if not math.isfinite(self.weight):  # a NaN weight made every reward undefined, blamed on the reward
+            problems.append(f"{prefix}weight must be a finite number, got {self.weight}")
         return problems
 
 

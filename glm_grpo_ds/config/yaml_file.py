@@ -101,13 +101,14 @@ def _sourced(number, text: str):
 def parse_scalar(text: str):
     """A command-line ``key=value``'s value: YAML syntax (numbers, true/false, null, [lists], {maps}) read as the
     file's would be (a number keeps its text for a text setting), ``1e-4`` a number too (YAML 1.1 reads it as text)
-    and an empty one null; text that is not YAML stays text."""
+    and an empty one :data:`EMPTY` as in the file (``lora=`` with an unset shell variable is refused, not full
+    fine-tuning; :func:`plain` reads it as null); text that is not YAML stays text."""
+    if not text.strip():
+        return EMPTY  # an empty YAML document: None, not the empty-value node
     try:
         value = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError:
         return text
-    if value is EMPTY:
-        return None
     if isinstance(value, str):
         try:
             return _sourced(float(value) if any(c in value for c in ".eE") else int(value), value)
@@ -128,6 +129,8 @@ def read_yaml(path: str) -> dict:
         loaded = yaml.load(p.read_text(encoding="utf-8"), Loader=_StrictLoader)  # noqa: S506 - a SafeLoader
     except UnicodeDecodeError as err:
         raise ConfigError(f"config file {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except OSError as err:  # unreadable: permissions, a file gone from shared storage
+        raise ConfigError(f"config file {path} cannot be read ({err.strerror or err}); check its permissions") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

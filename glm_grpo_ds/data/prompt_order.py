@@ -56,6 +56,9 @@ class PromptOrder:
         self.rows, self.world_size, self.rank = rows, world_size, rank
         self.per_rank, self.seed, self.shuffle = prompts_per_rank, seed, shuffle
         self.epoch, self.position = 0, 0
+        # the permutation of the current epoch is drawn with these (a resume with another seed / data.shuffle keeps
+        # the checkpoint's to the end of its epoch: else its rows would be partly repeated, partly never drawn)
+        self._epoch_seed, self._epoch_shuffle = seed, shuffle
         self._order = self._permutation(0)
         self.dead_skip_prob = dead_skip_prob
         self.dead: set[int] = set()  # rows whose last group had no reward variance
@@ -66,10 +69,10 @@ class PromptOrder:
 
     def _permutation(self, epoch: int) -> Sequence[int]:
         n = len(self.rows)
-        if not self.shuffle:
+        if not self._epoch_shuffle:
             return range(n)  # file order, no memory at all
         order = array("i" if n < 2**31 else "q", range(n))
-        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)  # same swaps as on a list
+        random.Random(self._epoch_seed * 1_000_003 + epoch).shuffle(order)  # same swaps as on a list
         return order
 
     def _skips(self, row: int) -> bool:
@@ -82,20 +85,26 @@ class PromptOrder:
         """Row numbers of the next step, every rank's, rank-major."""
         need = self.world_size * self.per_rank
         # rows a step crossing into a new epoch met again: taken first now (see below)
-        picked: list[int] = self.deferred[:need]
-        self.deferred = self.deferred[need:]
+        picked: list[int] = []
+        rest: list[int] = []
+        for row in self.deferred:
+            (picked if len(picked) < need and row not in picked else rest).append(row)
+        self.deferred = rest
         skipped = 0
         while len(picked) < need:
             if self.position >= len(self._order):
                 self.epoch += 1
                 self.position = 0
+                self._epoch_seed, self._epoch_shuffle = self.seed, self.shuffle  # a resume's own from here
                 self._order = self._permutation(self.epoch)
             # one row at a time: each may be skipped; a step that crosses into a new epoch may meet a row it
             # already took at the end of the last one: no prompt twice in a step, that row waits for the next
             row = self._order[self.position]
             self.position += 1
             if row in picked:
-                self.deferred.append(row)
+                # skipped dead rows can carry a step across two epochs: a row owed already is owed once
+                if row not in self.deferred:
+                    self.deferred.append(row)
             elif skipped < len(self.rows) and self._skips(row):
                 skipped += 1
             else:
@@ -133,7 +142,8 @@ class PromptOrder:
         return [self.rows[i] for i in picked[self.rank * self.per_rank : (self.rank + 1) * self.per_rank]]
 
     def state(self) -> dict:
-        state = {"epoch": self.epoch, "position": self.position}
+        state = {"epoch": self.epoch, "position": self.position, "seed": self._epoch_seed}
+        state["shuffle"] = self._epoch_shuffle
         if self.deferred:
             state["deferred"] = list(self.deferred)
         if self.dead_skip_prob > 0:
@@ -142,8 +152,13 @@ class PromptOrder:
 
     def load_state(self, state: dict) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        # the epoch under way goes on in its own order (checkpoints before these keys: this run's settings)
+        self._epoch_seed = int(state.get("seed", self.seed))
+        self._epoch_shuffle = bool(state.get("shuffle", self.shuffle))
         self._order = self._permutation(self.epoch)
-        self.deferred = [int(row) for row in state.get("deferred", [])]
+        # rows past the end of a prompt file shortened since (its change is warned of at start) are gone
+        n = len(self.rows)
+        self.deferred = [int(row) for row in state.get("deferred", []) if int(row) < n]
         # a checkpoint of a run without skipping has none: every prompt starts alive
-        self.dead = set(state.get("dead", [])) if self.dead_skip_prob > 0 else set()
+        self.dead = {int(row) for row in state.get("dead", []) if int(row) < n} if self.dead_skip_prob > 0 else set()
         self.skipped_total = int(state.get("skipped_total", 0))

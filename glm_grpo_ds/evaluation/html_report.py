@@ -74,9 +74,14 @@ def _diff_cell(r: dict, signed: bool = True) -> tuple[str, str]:
 
 
 def _ci(r: dict) -> str:
+    """The interval, with its level where it is one of a family's (evaluation/stats.py family_level)."""
+    from .stats import LEVEL
+
     if r.get("verdict") == "too few prompts":
         return "too few prompts"
-    return f"[{_num(r['ci'][0], '+.4f')}, {_num(r['ci'][1], '+.4f')}]"
+    level = r.get("level", LEVEL)
+    shown = "" if level == LEVEL else f" ({level:.1%})"
+    return f"[{_num(r['ci'][0], '+.4f')}, {_num(r['ci'][1], '+.4f')}]{shown}"
 
 
 def protocol_rows(record: dict) -> list[list[str]]:
@@ -139,7 +144,7 @@ def statistics_section(name: str, stats: dict) -> str:
          _diff_cell(r, signed=False), (_ci(r), "num"), (str(r["prompts"]), "num")]
         for stat, r in stats.items()
     ]  # fmt: skip
-    return _table(["statistic", "what it measures", "base", name, "difference", "95 % interval", "prompts"], rows)
+    return _table(["statistic", "what it measures", "base", name, "difference", "interval", "prompts"], rows)
 
 
 def alarms_section(alarms: dict | None) -> str:

@@ -128,8 +128,8 @@ class Evaluator:
         record = {"step": step, "eval/reward_mean": nan_mean(totals), "eval/reward_std": nan_std(totals)}
         for label, values in all_per_reward.items():
             record[f"eval/reward/{label}"] = nan_mean(values)
-            # a reward that failed on some samples (a remote one timed out) counts 0 in their total, as TRL's
-            # nansum: this says how many
+            # a reward that failed on some samples (a remote one timed out) is filled by its group's mean in their
+            # total, 0 where it failed for the whole group (TRL's nansum): this says how many
             record[f"eval/reward/{label}_undefined"] = int(torch.isnan(values).sum())
         record["eval/num_prompts"] = len(self.rows)
         record["eval/decode_steps"] = self.decode.num_inference_steps

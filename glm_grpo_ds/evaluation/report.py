@@ -15,13 +15,21 @@ from pathlib import Path
 
 import torch
 
-from .stats import paired_summary
+from .stats import family_level, paired_summary
 
 EVALUATE_JSON = "evaluate.json"
 GALLERY = "gallery.png"
 PLOT = "evaluate.png"
 TOTAL = "total"  # the weighted sum of the rewards, when there are several
 DOMAIN = {True: "trained on", False: "out of domain", None: "? (no run config.json beside the adapter)"}
+
+
+def weighted_sum(rewards: dict[str, torch.Tensor], weights: dict[str, float]) -> torch.Tensor:
+    """``[P, K]`` sum_k w_k r_k, NaN where any reward is undefined. Training fills a failed reward from its group
+    (advantages.weighted_total); here each model would fill it from its own samples, and a reward that timed out
+    under one model only would move the paired total of two identical models. NaN leaves that sample out of the
+    comparison under both (stats.paired_summary)."""
+    return sum(weights[label] * values.double() for label, values in rewards.items())
 
 
 def run_config(adapter: str) -> tuple[Path, dict] | None:
@@ -100,10 +108,11 @@ def summarise(results: dict, adapters: dict[str, str], categories: list[str] | N
         }
         by_category = {}
         if categories is not None:
+            level = family_level(len(set(categories)))  # a reward's categories are read together
             for cat in sorted(set(categories)):
                 rows = torch.tensor([c == cat for c in categories])
                 by_category[cat] = {
-                    label: paired_summary(base.rewards[label][rows], model.rewards[label][rows])
+                    label: paired_summary(base.rewards[label][rows], model.rewards[label][rows], level)
                     for label in base.rewards
                 }
         trained_names = None if trained is None else [t.get("name") for t in trained]
@@ -113,12 +122,14 @@ def summarise(results: dict, adapters: dict[str, str], categories: list[str] | N
 
 def summarise_statistics(results: dict, adapters: dict[str, str]) -> dict:
     """``{adapter name: {statistic: paired summary}}``: each image statistic (monitoring/image_stats.py) of the
-    adapter's images against the base's on the same prompts and seeds, with the rewards' interval over prompts."""
+    adapter's images against the base's on the same prompts and seeds, with the rewards' interval over prompts, at
+    the level of one of a family (all the statistics are read together)."""
     from .paired import BASE
 
     base = results[BASE]
+    level = family_level(len(base.stats))
     return {
-        name: {stat: paired_summary(base.stats[stat], results[name].stats[stat]) for stat in base.stats}
+        name: {stat: paired_summary(base.stats[stat], results[name].stats[stat], level) for stat in base.stats}
         for name in adapters
     }
 
@@ -149,7 +160,7 @@ def table(summary: dict) -> str:
     head = (
         f"{'reward':<24} {'base':>9} {'adapter':>9} {'diff':>9} {'95% CI':>21} {'win rate':>8} {'prompts':>7}  domain"
     )
-    caveat = few = False
+    caveat = few = signs = False
     for name, s in summary.items():
         other = "  (trained on another base model: see its warning)" if s.get("base_warning") else ""
         lines.append(f"{name}: {_shown_path(s['path'])}{other}")
@@ -169,6 +180,7 @@ def table(summary: dict) -> str:
         rows = [*s["rewards"].values(), *(r for per in s["categories"].values() for r in per.values())]
         caveat |= any(r.get("caveat") for r in rows)
         few |= any(r.get("verdict") == "too few prompts" for r in rows)
+        signs |= any(r.get("sign_test") and r["diff"] != 0 for r in rows)
     if caveat:
         lines.append(
             f"95% CI: {METHOD}; with fewer than {CAVEAT_BELOW} prompts its level rests on the differences being "
@@ -176,6 +188,18 @@ def table(summary: dict) -> str:
         )
     if few:
         lines.append(f"too few prompts: no interval below {MIN_PROMPTS} prompts; evaluate more prompts")
+    if signs:
+        lines.append(
+            "an interval with no width: every prompt moved by the same amount; whether that is a difference is the "
+            "exact sign test's (3 of 3 prompts up: p = 0.25; 6 of 6 are needed)"
+        )
+    levels = {r["level"] for s in summary.values() for per in s["categories"].values() for r in per.values()}
+    if levels:
+        level, count = levels.pop(), len(next(iter(summary.values()))["categories"])
+        lines.append(
+            f"categories: each interval at {level:.1%} (Bonferroni over the {count} categories: all of a reward's "
+            "together at 95%)"
+        )
     return "\n".join(lines)
 
 

@@ -43,6 +43,16 @@ class Drawn:
             "timings": dict(self.timings),
         }
 
+    @staticmethod
+    def same_prompts(state: dict, rows) -> bool:
+        """Whether :meth:`state`'s samples were drawn for the prompts ``rows`` (the prompt set) holds at its row
+        numbers now: a prompt file edited in place keeps its row numbers and changes what they say."""
+        try:
+            index = state["batch"]["prompt_index"].tolist()
+            return [rows[state["rows"][i]].prompt for i in index] == list(state["prompts"])
+        except (IndexError, KeyError, TypeError):
+            return False
+
     @classmethod
     def from_state(cls, state: dict, rows, device: torch.device) -> Drawn:
         """:meth:`state`'s inverse; ``rows``: the prompt set (``rows[i]`` is dataset row ``i``); ValueError when

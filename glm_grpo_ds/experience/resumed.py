@@ -36,11 +36,15 @@ def take_pending(ahead, path, rank: int, per: int, order, device: torch.device, 
     if state is None:
         return
     drawn_with = sorted(key for key in changes or {} if key.startswith(DRAW_SETTINGS))
-    if len(state["rows"]) != per or drawn_with:
+    # every rank decides alike: a rank whose prompts differ requeues them all (checkpoint.ahead_rows: every rank's)
+    edited = not all(Drawn.same_prompts(other, order.rows) for other in checkpoint.ahead_states(path))
+    if len(state["rows"]) != per or drawn_with or edited:
         rows = checkpoint.ahead_rows(path)
         why = (
             f"was drawn with other {', '.join(drawn_with)}"
             if drawn_with
+            else "was drawn for other prompts at these rows of the prompt file (edited since)"
+            if edited
             else f"holds {len(state['rows'])} prompts per rank, this run takes {per}"
         )
         log.info(

@@ -376,11 +376,15 @@ def load_ahead(path: Path, rank: int) -> dict | None:
     return torch.load(file, map_location="cpu", weights_only=True) if file.is_file() else None
 
 
+def ahead_states(path: Path) -> list[dict]:
+    """Every rank's rollout drawn ahead in checkpoint ``path``, in rank order ([] when it holds none)."""
+    files = sorted((path / AHEAD).glob("rank_*.pt"), key=lambda f: int(f.stem.split("_")[1]))
+    return [torch.load(f, map_location="cpu", weights_only=True) for f in files]
+
+
 def ahead_rows(path: Path) -> list[int] | None:
     """The dataset rows of the rollout drawn ahead in checkpoint ``path``, every rank's in rank order (the global
     batch of the step it was drawn for), None when it holds none: what a resume on another world size samples
     again."""
-    files = sorted((path / AHEAD).glob("rank_*.pt"), key=lambda f: int(f.stem.split("_")[1]))
-    if not files:
-        return None
-    return [int(row) for f in files for row in torch.load(f, map_location="cpu", weights_only=True)["rows"]]
+    states = ahead_states(path)
+    return [int(row) for state in states for row in state["rows"]] if states else None

@@ -8,7 +8,7 @@ tests/unit/test_run_life.py, the rest by the training runs of tests/integration 
     life = RunLife(cfg, out, start, rank, world, zero_stage, data_fingerprint, publisher, later)
     life.tidy(); dist.barrier(); step, skipped = life.restore(engine, prompt_order)
     ... life.save_checkpoint(engine, prompt_order, step, skipped) ... life.stop_if_asked(...)
-    ... life.save_final(engine)
+    ... life.save_final(engine, step)
 """
 
 from __future__ import annotations
@@ -213,6 +213,12 @@ class RunLife:
                 f"{cfg.total_optimizer_steps} optimizer steps with warmup_steps={cfg.optimizer.warmup_steps}, at the "
                 "checkpoint's position in it)"
             )
+        order_keys = [key for key in ("seed", "data.shuffle") if key in self.start.changes]
+        if order_keys:
+            log.info(
+                f"glm-grpo: the prompts of epoch {prompt_order.epoch} come in the checkpoint's order to its end (each "
+                f"once); the new {' and '.join(order_keys)} orders the epochs after it"
+            )
         return int(state["step"]), int(state.get("skipped_steps", 0))
 
     def save_checkpoint(self, engine, prompt_order, step: int, skipped_steps: int, ahead: dict | None = None) -> Path:
@@ -233,8 +239,9 @@ class RunLife:
         path = checkpoint.save(engine, self.out, step, state, self.rank, is_lora, limit, later=self.later, ahead=ahead)
         return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
 
-    def save_final(self, engine) -> None:
-        """``final_adapter/`` (LoRA) or ``final_model/`` (collective), with the step it holds and its card."""
+    def save_final(self, engine, step: int) -> None:
+        """``final_adapter/`` (LoRA) or ``final_model/`` (collective), with the step it holds (``step``: max_steps, or
+        the resumed checkpoint's when max_steps was lowered below it) and its card."""
         final = self.final_dir
         # written beside it, then renamed: a run killed while writing leaves final_*.tmp (removed when they are next
         # written), not a final_*/ of half the files, and its resume writes them again (resume.finished)
@@ -246,7 +253,7 @@ class RunLife:
         else:
             ds_io.save_full_model(engine, partial, self.rank)
         if self.rank == 0:  # which step these weights are: a later resume sets them aside by it
-            resume.write_final_state(partial, self.cfg.max_steps)
+            resume.write_final_state(partial, step)
             if final.exists():  # an earlier end's (not set aside: the same step), or a pre-.tmp half-written one
                 shutil.rmtree(final)
             partial.rename(final)

@@ -64,6 +64,7 @@ class Sizes:
     dit_fp8_weights: int = 0
     dit_fp8_rows: int = 0
     dit_fp8_largest: int = 0  # elements of the largest such weight (its conversion's scratch)
+    dit_heads: int = 32  # the DiT's attention heads (decoder.attention=sdpa_math holds their scores)
 
 
 def _as_dtype(value) -> torch.dtype | None:
@@ -144,6 +145,7 @@ def model_sizes(cfg) -> Sizes:
         largest_trainable=max((p.numel() for _, p in named if p.requires_grad), default=0),
         decoder=sum(decoder),
         dit_hidden=int(dit_cfg["num_attention_heads"] * dit_cfg["attention_head_dim"]),
+        dit_heads=int(dit_cfg["num_attention_heads"]),
         text=text_sizes(ar_cfg.text_config),
         source=source,
         checkpoint_dtype=_as_dtype(getattr(ar_cfg, "dtype", None)) if local else None,

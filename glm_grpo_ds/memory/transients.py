@@ -148,6 +148,10 @@ def decode_activations(s: Basis) -> tuple[int, str]:
     dit = images * latent_tokens * s.sizes.dit_hidden * s.dec_b * 12
     if cfg.decoder.fp8:  # the feed-forward's 4 x hidden input quantized (decoder/fp8.py): fp32 copy + e4m3
         dit += images * latent_tokens * 4 * s.sizes.dit_hidden * QUANTIZE_BYTES
+    if cfg.decoder.attention == "sdpa_math":  # the reference kernel materialises heads x L x L scores and their
+        # softmax (computed, not yet measured; the glyph tokens beside the latent ones left out): 1024^2, 32 heads,
+        # bf16: 2 GiB an image, where the fused kernels hold none
+        dit += images * s.sizes.dit_heads * latent_tokens**2 * s.dec_b * 2
     vae_maps = 4 if s.on_gpu else 3
     vae = images * s.sizes.vae_full_res_channels * cfg.rollout.height * cfg.rollout.width * s.dec_b * vae_maps
     nbytes = max(dit, vae) + (s.decoder_bytes if cfg.decoder.offload else 0)  # an offloaded decoder visits

@@ -13,7 +13,8 @@ PROFILE_TOOLS: dict[str, ProfileTool] = {
         "glm_grpo_ds.profiling.bench",
         "benchmark rollout / decode / reward / update and print side-by-side ratios",
         usage=(
-            "glm-grpo profile bench [--model DIR\\|ID [--revision R] --data FILE] [--size 256] [--group-size 16] "
+            "glm-grpo profile bench [--model DIR\\|ID [--revision R] --data FILE] [--config CFG] [--deepspeed DS.json] "
+            "[--size 256] [--group-size 16] "
             "[--steps 3] [--repeats 3] [--out outputs/bench] [--hbm-gbps X] [--count-variants V,...\\|none] "
             "[--gathers [--gathers-micro-batches 2,4,8]] [key=value ...]"
         ),
@@ -54,9 +55,9 @@ PROFILE_TOOLS: dict[str, ProfileTool] = {
         "glm_grpo_ds.profiling.decode_timing",
         "time the rollout's decode step per variant (eager, LoRA merged, CUDA graph, compiled, HF generate)",
         usage=(
-            "glm-grpo profile decode-timing [--model random:glm-image|DIR | --tiny] [--layers N] [--group-size 16] "
-            "[--size 1024] [--steps 64] [--lora-r 64] "
-            "[--variants eager,merged,...] [--hbm-gbps X] [--out FILE]"
+            "glm-grpo profile decode-timing [--model random:glm-image\\|DIR \\| --tiny] [--layers N] [--group-size 16] "
+            "[--size 1024] [--steps 64] [--lora-r 64] [--temperature T] [--top-k K] [--top-p P] "
+            "[--variants eager,merged,...] [--device D] [--hbm-gbps X] [--seed N] [--out FILE]"
         ),
         doc=(
             "builds the full-size AR (random weights, LoRA) on the GPU, times `--steps` decode steps per variant with "

@@ -10,6 +10,7 @@ from typing import Callable
 
 import torch
 
+from ..runtime import log
 from .targets import load_target
 
 
@@ -56,13 +57,19 @@ class FrozenModel:
 
 
 def stack_targets(samples: list[dict], height: int, width: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(targets [N, 3, H, W] in [0, 1], has_target [N] bool)``; rows without a target get zeros."""
+    """``(targets [N, 3, H, W] in [0, 1], has_target [N] bool)``; rows without a target get zeros, and so do rows
+    whose target cannot be read (a file truncated or replaced since the start's check): warned once per file, the
+    reward undefined for that row alone, not the batch."""
     targets = torch.zeros(len(samples), 3, height, width, device=device)
     has = torch.zeros(len(samples), dtype=torch.bool, device=device)
     for i, sample in enumerate(samples):
         path = sample.get("target_image")
         if path:
-            targets[i] = load_target(path, height, width).to(device)
+            try:
+                targets[i] = load_target(path, height, width).to(device)
+            except ValueError as err:
+                log.warning_once(f"target:{path}", f"glm-grpo: {err}; the rows with it score undefined", True)
+                continue
             has[i] = True
     return targets, has
 

@@ -58,7 +58,7 @@ def test_bad_decode_settings_are_one_line_exit_2(tiny_model_dir, data64, tmp_pat
         (["--candidate", "8:1.5+int8"], "--candidate '8:1.5+int8': the only option after '+' is fp8 (e.g. 8:1.5+fp8)"),
         (["--candidate", "8:1.5+fp8", "--device", "meta"], "decoder.fp8=true: FP8 matmuls (e4m3fn) are not supported"),
         (["decoder.attention=fast"], "decoder.attention"),
-        (["eval.guidance_scale=0"], "eval.guidance_scale must be > 0 (<= 1: no guidance pass), got 0"),
+        (["eval.guidance_scale=0"], "eval.guidance_scale must be > 0 and finite (<= 1: no guidance pass), got 0"),
     ):
         code, _, stderr = glm_grpo(base + extra, capfd)
         lines = stderr.strip().splitlines()

@@ -287,3 +287,31 @@ def test_a_batch_of_glyph_embeddings_of_two_lengths_changes_the_dit_output_even_
 
     gaps = load_benchmark("glyph_padding").padding_gaps(glyph_tokens=5, pad=7)
     assert gaps["unmasked"] > 1e-3 * gaps["scale"] and gaps["masked"] > 1e-3 * gaps["scale"]
+
+
+def test_decode_agreement_warms_up_every_dit_shape_its_timed_decodes_meet(decoder):
+    """decode-agreement times the reference decode first; its warm-up decoded one image, so with decoder.compile the
+    reference alone paid the recompiles of every other DiT batch shape (the batch's split, each prompt's glyph
+    length, guided or not) and every candidate looked faster. Each shape the timed decodes meet is warmed now."""
+    from glm_grpo_ds.commands.decode_agreement import warm_up_shapes
+
+    grids, seeds = _grids(6, seed=3), list(range(6))
+    prompts = ["a 'AB'", "b", "c 'A LONGER TEXT'", "d", "e 'AB'", "f"]
+    shapes = []
+
+    def record(module, args, kwargs):
+        shapes.append(tuple(tuple(v.shape) for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)))
+
+    hook = decoder.pipe.transformer.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        every = [DecodeSettings(3, 1.5), DecodeSettings(2, 1.0), DecodeSettings(3, 1.5, 1)]
+        decoder.decode(grids[:1], prompts[:1], 64, 96, seeds[:1])  # the old warm-up
+        one_image, shapes[:] = set(shapes), []
+        warm_up_shapes(decoder, grids, prompts, (64, 96), seeds, every)
+        warmed, shapes[:] = set(shapes), []
+        for settings in every:
+            decoder.decode(grids, prompts, 64, 96, seeds, settings)
+    finally:
+        hook.remove()
+    assert set(shapes) <= warmed, set(shapes) - warmed
+    assert set(shapes) - one_image  # what the old warm-up left to the reference's timed decode

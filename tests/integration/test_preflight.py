@@ -187,3 +187,13 @@ def test_cpu_ranks_are_checked_as_they_run(tiny_model_dir, tiny_data, tmp_path, 
     assert code == 2 and "bf16" in stdout, stdout
     code, stdout, _ = glm_grpo([*argv, "--device", "cpu"], capfd)
     assert code == 0, stdout
+
+
+def test_the_eval_file_is_checked_as_the_ranks_check_it(tiny_model_dir, tiny_data, tmp_path, capfd):
+    """The start refuses an eval.file whose rows lack what a reward needs (pixel_mse: target_image) or whose prompts
+    hold ids the model has no embedding for; the check read the eval file and said the job would start."""
+    (tmp_path / "eval.jsonl").write_text('{"prompt": "a red square"}\n{"prompt": "a blue square"}\n')
+    code, lines, _ = _check(tiny_model_dir, tiny_data, tmp_path / "run", capfd, f"eval.file={tmp_path / 'eval.jsonl'}")
+    assert code == 2, lines
+    (fail,) = _fails(lines)
+    assert "pixel_mse needs target_image but no row of eval.file" in fail, fail

@@ -232,3 +232,35 @@ def test_a_target_is_read_upright_by_its_exif_orientation_and_transparency_over_
     got = load_target(str(tmp_path / "logo.png"), 8, 8)
     assert got[:, :, :4].tolist() == torch.tensor([0.0, 0.0, 1.0])[:, None, None].expand(3, 8, 4).tolist()
     assert (got[:, :, 4:] == 1.0).all()  # white, not the black under alpha 0
+
+
+def test_16_bit_and_float_greyscale_targets_keep_their_grey(tmp_path):
+    """PIL's own conversion clips a 16-bit PNG's 0..65535 to 255 (mid-grey read as white) and a float image's 0..1
+    to 0 (black): the likeness rewards trained against a blank target."""
+    import numpy as np
+    from PIL import Image
+
+    from glm_grpo_ds.rewards.targets import load_target
+
+    Image.fromarray(np.full((8, 8), 30000, dtype=np.uint16)).save(tmp_path / "grey16.png")
+    assert load_target(str(tmp_path / "grey16.png"), 8, 8).mean().item() == pytest.approx(round(30000 / 257) / 255)
+    Image.fromarray(np.full((8, 8), 0.5, dtype=np.float32), mode="F").save(tmp_path / "grey.tif")
+    assert load_target(str(tmp_path / "grey.tif"), 8, 8).mean().item() == pytest.approx(128 / 255)
+    Image.fromarray(np.full((8, 8), 7.0, dtype=np.float32), mode="F").save(tmp_path / "hdr.tif")
+    with pytest.raises(ValueError, match=r"hdr.tif: a float image with values in \[7, 7\], not \[0, 1\]"):
+        load_target(str(tmp_path / "hdr.tif"), 8, 8)
+
+
+def test_a_target_truncated_after_the_start_leaves_only_its_own_rows_undefined(tmp_path):
+    """The start reads each target's header; a file cut short later raised for the whole batch, every sample of the
+    rank then undefined at every step that drew it."""
+    Image.new("RGB", (16, 16), (255, 0, 0)).save(tmp_path / "red.png")
+    noise = Image.fromarray((torch.rand(64, 64, 3) * 255).to(torch.uint8).numpy())
+    noise.save(tmp_path / "full.png")
+    data = (tmp_path / "full.png").read_bytes()
+    (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
+    samples = [{"target_image": str(tmp_path / "red.png")}, {"target_image": str(tmp_path / "cut.png")}]
+    images = torch.zeros(2, 3, 16, 16)
+    images[:, 0] = 1.0  # red: the first row's target exactly
+    got = build_reward("pixel_mse", {})(images, ["p", "p"], samples)
+    assert got[0].item() == pytest.approx(0.0, abs=1e-6) and torch.isnan(got[1])

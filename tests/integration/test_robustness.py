@@ -95,6 +95,13 @@ def test_resume_from_auto_starts_fresh_then_continues(tiny_model_dir, data64, tm
     assert done.returncode == 0, done.stderr[-3000:]
     assert "nothing to do: the run finished at step 2 of max_steps=2" in done.stdout
     assert tree_hash(out) == before
+    # killed before its final weights, relaunched with max_steps lowered below the checkpoint: the weights written
+    # are step 2's and say so, and the next relaunch finds the run finished
+    shutil.rmtree(out / "final_adapter")
+    lowered = common(tiny_model_dir, changed, out, "max_steps=1", "save_steps=1", "resume_from=auto", *FAST)
+    assert run_train(*lowered).returncode == 0
+    assert json.loads((out / "final_adapter" / "training_state.json").read_text()) == {"step": 2}
+    assert "nothing to do: the run finished at step 2 of max_steps=1" in run_train(*lowered).stdout
 
 
 def test_bad_input_under_the_launcher_exits_2_with_one_line(tiny_model_dir, data64, tmp_path):

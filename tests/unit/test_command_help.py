@@ -114,3 +114,19 @@ def test_train_says_what_it_runs_without_a_config(monkeypatch):
     """--config is optional for train (the defaults plus key=value overrides make a run); its help says so."""
     (config,) = [a for a in _parser_of("train", monkeypatch)._actions if "--config" in a.option_strings]
     assert not config.required and "optional: without it the run is the defaults" in config.help
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_synopsis_names_every_option(name, monkeypatch):
+    """docs/commands.md's table and ``glm-grpo --help`` show each command's synopsis (its SUBCOMMANDS / PROFILE_TOOLS
+    ``usage``), written by hand: an option added to the parser and not to it was missing from the manual (train's
+    --check, evaluate's --gallery-prompts, tiny-world's --seed-layout...)."""
+    parser = _parser_of(name, monkeypatch)
+    usage = _entry(name).usage
+    missing = [
+        action.option_strings[-1]
+        for action in _arguments(parser)
+        if action.option_strings and not any(option in usage for option in action.option_strings)
+    ]
+    assert not missing, (name, missing)
+    assert "|" not in usage.replace("\\|", ""), "a bare | splits the cell of docs/commands.md's table: write \\|"

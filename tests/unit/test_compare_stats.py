@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from glm_grpo_ds.evaluation.report import table
-from glm_grpo_ds.evaluation.stats import mean_interval, paired_summary
+from glm_grpo_ds.evaluation.report import summarise, table, weighted_sum
+from glm_grpo_ds.evaluation.stats import family_level, mean_interval, paired_summary
 
 NAN = float("nan")
 
@@ -69,6 +69,57 @@ def test_two_prompts_get_no_interval_and_the_table_says_so():
     )
     with pytest.raises(ValueError, match="differ in shape"):
         paired_summary(torch.zeros(2, 3), torch.zeros(3, 2))
+
+
+def test_every_prompt_moving_by_the_same_amount_is_judged_by_the_sign_test():
+    """No spread leaves the t interval no width; 3 of 3 prompts up is p = 0.25 by the exact sign test (not "up"),
+    6 of 6 is p = 0.031."""
+    three = paired_summary(torch.zeros(3, 1), torch.ones(3, 1))
+    assert three["ci"] == [1.0, 1.0] and three["verdict"] == "holds 0" and not three["ci_excludes_0"]
+    assert three["sign_test"]
+    assert "exact sign test" in table(
+        {"a": {"path": "a", "rewards": {"r": {**three, "trained_on": None}}, "categories": {}}}
+    )
+    assert paired_summary(torch.zeros(6, 2), torch.full((6, 2), 0.25))["verdict"] == "up"
+    assert paired_summary(torch.ones(6, 2), torch.full((6, 2), 0.75))["verdict"] == "down"
+    spread = paired_summary(torch.zeros(3, 1), torch.tensor([[1.0], [1.1], [1.2]]))
+    assert spread["verdict"] == "up" and not spread["sign_test"]  # t: 1.1 +- 4.303 x 0.1 / sqrt(3)
+
+
+def test_a_reward_failing_under_one_model_only_leaves_the_total_of_identical_models_unmoved():
+    """The helper's finding: reward a timed out for 5 of 20 prompts under the adapter; the total filled it from the
+    adapter's own samples and said "down" (-0.107) for identical models."""
+    g = torch.Generator().manual_seed(0)
+    base = {"a": torch.rand(20, 2, generator=g), "b": torch.rand(20, 2, generator=g)}
+    model = {label: v.clone() for label, v in base.items()}
+    model["a"][:5] = NAN
+    weights = {"a": 1.0, "b": 0.5}
+    s = paired_summary(weighted_sum(base, weights), weighted_sum(model, weights))
+    assert s["diff"] == 0.0 and s["verdict"] == "holds 0" and s["prompts"] == 15
+    assert weighted_sum(base, weights)[7, 1].item() == pytest.approx(
+        base["a"][7, 1].item() + 0.5 * base["b"][7, 1].item()
+    )
+
+
+def test_a_rewards_categories_are_read_together_at_the_bonferroni_level():
+    """6 categories: each interval at 1 - 0.05 / 6 = 99.17 %, wider than the 95 % one over the same prompts."""
+    assert family_level(6) == pytest.approx(1 - 0.05 / 6) and family_level(1) == pytest.approx(0.95)
+
+    class Result:
+        def __init__(self, rewards):
+            self.rewards = rewards
+
+    g = torch.Generator().manual_seed(2)
+    base = torch.rand(24, 2, generator=g)
+    results = {"base": Result({"r": base}), "a": Result({"r": base + 0.1 * torch.randn(24, 2, generator=g)})}
+    categories = [f"c{i % 6}" for i in range(24)]
+    summary = summarise(results, {"a": "a"}, categories, [{"name": "r"}])
+    c0 = summary["a"]["categories"]["c0"]["r"]
+    alone = paired_summary(base[0::6], results["a"].rewards["r"][0::6])
+    assert c0["level"] == pytest.approx(1 - 0.05 / 6) and c0["diff"] == pytest.approx(alone["diff"])
+    assert c0["ci"][0] < alone["ci"][0] and c0["ci"][1] > alone["ci"][1]
+    assert summary["a"]["rewards"]["r"]["level"] == 0.95
+    assert "each interval at 99.2% (Bonferroni over the 6 categories" in table(summary)
 
 
 def test_the_95_interval_holds_the_true_difference_95_percent_of_the_time_at_8_prompts():

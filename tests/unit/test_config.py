@@ -1,5 +1,6 @@
 """Config: YAML + dotted overrides into the dataclasses, type conversion, one line per problem."""
 
+import re
 import typing
 
 import pytest
@@ -31,6 +32,42 @@ def test_lora_null_is_full_finetuning_and_back():
     assert load_config(None, BASE + ["lora=null"]).lora is None
     cfg = load_config(None, BASE + ["lora=null", "lora.r=4"])
     assert cfg.lora is not None and cfg.lora.r == 4 and cfg.lora.alpha == TrainConfig().lora.alpha
+    # `lora=` (an unset shell variable: lora=$X) is refused as `lora:` in a file is, not full fine-tuning
+    with pytest.raises(ConfigError, match=r"^lora is empty \(`lora:` with nothing under it, or `lora=`\)"):
+        load_config(None, BASE + ["lora="])
+
+
+def test_an_empty_output_dir_is_refused_and_home_is_expanded_in_the_paths(monkeypatch, tmp_path):
+    """output_dir= was the working directory (its config.json overwritten, with overwrite_output_dir its contents
+    deleted); a quoted ~ in a path was a directory named ~."""
+    with pytest.raises(ConfigError, match=r"^output_dir is empty: give the run's directory"):
+        load_config(None, BASE + ["output_dir="])
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = load_config(None, BASE + ["output_dir=~/run", "data.train_file=~/p.jsonl", "eval.file=~/e.jsonl"])
+    assert (cfg.output_dir, cfg.data.train_file, cfg.eval.file) == tuple(
+        str(tmp_path / name) for name in ("run", "p.jsonl", "e.jsonl")
+    )
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("rewards[0].weight=.nan", "rewards[0].weight must be a finite number, got nan"),
+        ("grpo.beta=.inf", "grpo.beta must be >= 0 and finite, got inf"),
+        ("grpo.entropy_coef=.inf", "grpo.entropy_coef must be >= 0 and finite, got inf"),
+        ("decoder.guidance_scale=.inf", "decoder.guidance_scale must be > 0 and finite"),
+        ("grpo.sampling.temperature=.inf", "grpo.sampling.temperature must be > 0 and finite, got inf"),
+    ],
+)
+def test_a_number_that_is_not_finite_is_refused(override, message):
+    """A NaN reward weight made every reward undefined and the run blamed the rewards (exit 3 after loading)."""
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        load_config(None, BASE + [override])
+
+
+def test_an_unreadable_config_file_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"^config file /proc/self/mem cannot be read \("):
+        load_config("/proc/self/mem", BASE)
 
 
 def test_an_empty_or_null_text_field_is_off_and_a_null_number_says_what_to_write(tmp_path):
@@ -51,7 +88,7 @@ def test_what_safe_load_changed_silently_is_kept_or_refused_with_the_file_and_li
     with pytest.raises(ConfigError, match=r"c.yaml line 3, column 1 is not valid YAML: key 'grpo' is given twice in "):
         load_config(str(c), BASE)
     c.write_text("lora:\n  # r: 8\n")
-    with pytest.raises(ConfigError, match=r"^lora is empty \(`lora:` with nothing under it\): give its keys \(r, "):
+    with pytest.raises(ConfigError, match=r"^lora is empty \(`lora:` with nothing under it, or `lora=`\): give its"):
         load_config(str(c), BASE)
     assert load_config(str(tmp_path / "c.yaml"), BASE + ["lora=null"]).lora is None  # a command line's null wins
     c.write_text("lora: null\ngrpo:\n")  # null is null; an empty section that is always there: its defaults
@@ -103,6 +140,14 @@ def test_type_errors_name_the_key():
         load_config(None, BASE + ["grpo.group_size=many"])
     with pytest.raises(ConfigError, match="model.gradient_checkpointing must be true or false"):
         load_config(None, BASE + ["model.gradient_checkpointing=maybe"])
+    # every one at once, as the other problems (the first alone was said, the next one at the next launch)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, BASE + ["max_steps=abc", "seed=xyz", "grpo.group_size=many"])
+    assert sorted(str(err.value).splitlines()) == [
+        "grpo.group_size must be an integer, got 'many'",
+        "max_steps must be an integer, got 'abc'",
+        "seed must be an integer, got 'xyz'",
+    ]
 
 
 def test_validation_reports_every_problem_one_line_each():
@@ -177,7 +222,7 @@ def test_bad_choice_did_you_mean_and_every_problem_still_reported():
         load_config(None, BASE + ["grpo.aggregation=dr_grop", "optimizer.schedule=linaer", "grpo.beta=-1"])
     assert sorted(str(err.value).splitlines()) == [
         "grpo.aggregation: unknown aggregation 'dr_grop'; did you mean 'dr_grpo'? known: token_mean, seq_mean, dr_grpo",
-        "grpo.beta must be >= 0, got -1.0",
+        "grpo.beta must be >= 0 and finite, got -1.0",
         "optimizer.schedule: unknown schedule 'linaer'; did you mean 'linear'? known: constant, linear, cosine",
     ]
     with pytest.raises(ConfigError, match=r"^grpo\.aggregation must be a string, got \['token_mean'\]$"):
@@ -228,6 +273,8 @@ def test_a_renamed_key_is_read_under_its_old_name_with_one_warning(tmp_path, mon
     both.write_text("grpo:\n  advantage_scale: batch\n  advantage_estimator: group\n")
     with pytest.raises(ConfigError, match="give grpo.advantage_estimator only"):
         load_config(str(both), BASE)
+    with pytest.raises(ConfigError, match="give grpo.advantage_estimator only"):  # on the command line too
+        load_config(None, BASE + ["grpo.advantage_estimator=none", "grpo.advantage_scale=batch"])
 
 
 # ----------------------------------------------------------------------------- command lines
@@ -351,6 +398,7 @@ def test_sections_report_every_problem_one_line_each():
         (["grpo.preview_in_loss=false", "grpo.preview_weight=0.5"], "grpo.preview_weight=0.5 weighs preview tokens"),
         (["grpo.rank_tie_tolerance=0.01"], "grpo.rank_tie_tolerance=0.01 applies to the win_rate combinations only"),
         (["grpo.sampler_correction_min=0.5"], "grpo.sampler_correction_min=0.5 caps weights"),
+        (["grpo.sampler_correction_max=2"], "grpo.sampler_correction_max=2.0 caps weights"),
         (["lora=null", "rollout.adapters_in_model_dtype=true"], "rollout.adapters_in_model_dtype casts LoRA adapters"),
         (["lora=null", "rollout.merge_lora=true"], "rollout.merge_lora merges LoRA adapters"),
         (["lora=null", "rollout.fuse_lora=true"], "rollout.fuse_lora fuses LoRA adapters"),
@@ -369,6 +417,7 @@ def test_a_setting_the_others_make_ineffective_is_refused_in_one_line(overrides,
         "grpo.preview_weight=0.5": "grpo.preview_in_loss=true",
         "grpo.rank_tie_tolerance=0.01": "grpo.reward_combination=win_rate",
         "grpo.sampler_correction_min=0.5": "grpo.sampler_correction=token_truncate",
+        "grpo.sampler_correction_max=2": "grpo.sampler_correction=token_truncate",
         "rollout.adapters_in_model_dtype=true": "lora.r=8",
         "rollout.merge_lora=true": "lora.r=8",
         "rollout.fuse_lora=true": "lora.r=8",
@@ -413,3 +462,14 @@ def test_fused_and_merged_sampling_together_are_refused_in_one_line():
     assert "\n" not in str(err.value)
     for one in ("rollout.fuse_lora=true", "rollout.merge_lora=true"):
         load_config(None, BASE + ["lora.r=8", one])
+
+
+def test_tiny_data_says_a_config_error_in_one_line(capsys):
+    """It printed a traceback (exit 1) for a bad override or a missing config file."""
+    from pathlib import Path
+
+    from glm_grpo_ds.commands.tiny import tiny_data
+
+    config = str(Path(__file__).parents[2] / "launch" / "configs" / "tiny_cpu.yaml")
+    assert tiny_data(["--config", config, "max_steps=abc"]) == 2
+    assert capsys.readouterr().err == "glm-grpo tiny-data: max_steps must be an integer, got 'abc'\n"

@@ -98,3 +98,28 @@ def test_a_step_across_an_epoch_end_never_repeats_a_prompt_and_resume_keeps_the_
     assert deferred_states > 0  # the case happened
     counts = [seen.count(i) for i in range(5)]
     assert max(counts) - min(counts) <= 1  # every prompt still once per epoch, a deferral at most one step late
+
+
+@pytest.mark.parametrize("change", [{"seed": 2}, {"shuffle": False}])
+def test_a_resume_with_another_seed_or_shuffle_finishes_the_epoch_in_its_order(tmp_path, change):
+    """The checkpoint holds a position in its epoch's permutation; a resume that drew the permutation with a new seed
+    (or in file order) repeated some prompts of that epoch and never drew others (79 of 100 seen)."""
+    (tmp_path / "p.txt").write_text("\n".join(f"p{i}" for i in range(100)))
+    rows = load_prompts(tmp_path / "p.txt")
+    first = PromptOrder(rows, 1, 0, 10, seed=1)
+    seen = [r.index for _ in range(5) for r in first.next()]
+    resumed = PromptOrder(rows, 1, 0, 10, **{"seed": 1, "shuffle": True, **change})
+    resumed.load_state(first.state())
+    seen += [r.index for _ in range(5) for r in resumed.next()]
+    assert sorted(seen) == list(range(100))  # epoch 0 whole
+    epoch_1 = [r.index for r in resumed.next()]
+    fresh = PromptOrder(rows, 1, 0, 10, **{"seed": 1, "shuffle": True, **change})
+    fresh.load_state({"epoch": 1, "position": 0})  # the new settings from the next epoch on
+    assert epoch_1 == [r.index for r in fresh.next()]
+
+
+def test_a_resume_on_a_shorter_prompt_file_drops_the_rows_it_no_longer_has(tmp_path):
+    (tmp_path / "p.txt").write_text("\n".join(f"p{i}" for i in range(6)))
+    order = PromptOrder(load_prompts(tmp_path / "p.txt"), 1, 0, 2, seed=0)
+    order.load_state({"epoch": 3, "position": 2, "deferred": [8, 1, 9]})  # written with 10 rows
+    assert order.deferred == [1] and order.next()[0].index == 1

@@ -129,6 +129,23 @@ def test_when_every_prompt_is_dead_a_step_still_gets_its_prompts(tmp_path):
     assert len(picked) == 2 and s.last_skipped == 3  # at most len(rows) skips, then taken anyway
 
 
+@pytest.mark.parametrize("n, world, per, seed", [(5, 1, 3, 197), (100, 8, 8, 0)])
+def test_skips_that_carry_a_step_across_two_epochs_never_repeat_a_prompt_in_it(tmp_path, n, world, per, seed):
+    """The helper's finding: half the prompts dead at p 0.9 used up whole epochs within a step; a row met twice went
+    to the deferred list twice and came back twice in one step (5 rows, 3 a step: [2, 1, 2]; 100 rows, 64 a step:
+    up to 21 repeats, the list past 100 rows)."""
+    import random
+
+    rows = rows_of(tmp_path, n)
+    order = PromptOrder(rows, world, 0, per, seed=seed, dead_skip_prob=0.9)
+    dead = set(random.Random(1).sample(range(n), int(0.6 * n)))
+    for _ in range(400):
+        picked = [r.index for part in order.next_global() for r in part]
+        assert len(set(picked)) == len(picked) == world * per, picked
+        assert len(order.deferred) == len(set(order.deferred)) <= n
+        order.observe([row in dead for row in picked])
+
+
 def test_probability_must_be_below_1():
     from glm_grpo_ds.config import ConfigError, load_config
 

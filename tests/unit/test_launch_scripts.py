@@ -65,7 +65,7 @@ def run(
     process and what the fake deepspeed recorded (argv, env). PREFLIGHT=0 unless ``env`` sets it: the tests of
     what reaches the launcher need no valid config."""
     ours = ("DS_ACCELERATOR", "CUDA_VISIBLE_DEVICES", "NUM_GPUS", "CONFIG", "DS_CONFIG", "HOSTFILE", "MASTER_ADDR")
-    ours += ("NUM_NODES", "NODE_RANK", "MASTER_PORT", "DS_ENV_FILE", "GPUS_PER_NODE")
+    ours += ("NUM_NODES", "NODE_RANK", "MASTER_PORT", "DS_ENV_FILE", "GPUS_PER_NODE", "JOB_HOSTFILE")
     base = {k: v for k, v in os.environ.items() if k not in ours}
     base.update(
         PATH=f"{fakes(tmp_path, 'deepspeed', *fake)}:{VENV_BIN}:/usr/bin:/bin",
@@ -170,7 +170,7 @@ def test_slurm_job_hands_deepspeed_env_to_the_srun_tasks(tmp_path):
     (tmp_path / ".deepspeed_env").write_text("MARKER=reached-the-task\n")
     slurm = dict(SLURM_JOB_NODELIST="n1", SLURM_JOB_ID="7", SLURM_NODEID="0", SLURM_JOB_NUM_NODES="1")
     proc, seen = run(
-        "launch/slurm.sbatch", tmp_path, ("srun", "scontrol"), HOSTFILE=str(tmp_path / "hostfile"), **slurm
+        "launch/slurm.sbatch", tmp_path, ("srun", "scontrol"), JOB_HOSTFILE=str(tmp_path / "hostfile"), **slurm
     )
     assert proc.returncode == 0, proc.stderr
     assert "--no_ssh" in seen["argv"] and seen["env"]["MARKER"] == "reached-the-task"
@@ -192,10 +192,12 @@ def test_slurm_gives_each_node_the_jobs_gpus_and_cpus(tmp_path):
     bin_dir = fakes(tmp_path, "scontrol")
     (bin_dir / "srun").write_text(RECORDING_SRUN)
     (bin_dir / "srun").chmod(0o755)
-    env = dict(SLURM, HOSTFILE=str(tmp_path / "hostfile"), SLURM_GPUS_ON_NODE="4", SLURM_CPUS_PER_TASK="32")
-    proc, seen = run("launch/slurm.sbatch", tmp_path, (), **env)
+    env = dict(SLURM, JOB_HOSTFILE=str(tmp_path / "hostfile"), SLURM_GPUS_ON_NODE="4", SLURM_CPUS_PER_TASK="32")
+    (tmp_path / "mine").write_text("node-0 slots=8\nnode-1 slots=8\n")  # exported for train_multinode.sh
+    proc, seen = run("launch/slurm.sbatch", tmp_path, (), HOSTFILE=str(tmp_path / "mine"), **env)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "hostfile").read_text() == "n1 slots=4\n"
+    assert (tmp_path / "mine").read_text() == "node-0 slots=8\nnode-1 slots=8\n"  # not the job's to overwrite
     # one launcher per node even where the job asked for more tasks (--ntasks-per-node=8: 8 launchers, one port)
     assert (
         "--kill-on-bad-exit=1 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=32 bash -c"
@@ -220,7 +222,7 @@ def test_slurm_gives_each_node_the_jobs_gpus_and_cpus(tmp_path):
 def test_the_preflight_plans_for_the_nodes_gpu_memory(tmp_path, script, fake, env):
     """The check plans against the node's smallest GPU as nvidia-smi reports it (MiB / 1024: 40 GiB of a 40 GB GPU,
     where the default 80 would pass a plan that cannot load), or GPU_MEMORY_GB when set."""
-    env = dict(env, HOSTFILE=str(tmp_path / "hostfile"), PREFLIGHT="1")
+    env = dict(env, HOSTFILE=str(tmp_path / "hostfile"), JOB_HOSTFILE=str(tmp_path / "hostfile"), PREFLIGHT="1")
     for extra, want in ((dict(FAKE_GPU_MIB="40960"), "40.0"), (dict(GPU_MEMORY_GB="141"), "141")):
         (tmp_path / "called").unlink(missing_ok=True)
         proc, _ = run(script, tmp_path, (*fake, "nvidia-smi", "python"), **env, **extra)
@@ -356,7 +358,7 @@ def test_the_training_scripts_default_to_the_lora_config_at_zero2(tmp_path):
     cases = [
         ("launch/train.sh", (), dict(DS_ACCELERATOR="cpu")),
         ("launch/train_multinode.sh", (), dict(HOSTFILE=str(hostfile), MASTER_ADDR="node-0")),
-        ("launch/slurm.sbatch", ("srun", "scontrol"), dict(HOSTFILE=str(tmp_path / "hf_slurm"), **SLURM)),
+        ("launch/slurm.sbatch", ("srun", "scontrol"), dict(JOB_HOSTFILE=str(tmp_path / "hf_slurm"), **SLURM)),
     ]
     for i, (script, fake, env) in enumerate(cases):
         where = tmp_path / str(i)

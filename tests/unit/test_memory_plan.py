@@ -346,6 +346,10 @@ def test_decode_activations_are_the_larger_of_dit_and_vae_and_cfg_does_not_doubl
     narrow = dataclasses.replace(sizes(1280), vae_full_res_channels=1, dit_hidden=4096)
     p = plan(cfg(*common), ZERO[3], EstimateConfig(num_gpus=1), narrow)
     assert p["components"]["decode_activations"] == 2 * 16 * 4096 * 2 * 12  # the DiT's, now the larger
+    # the reference math attention holds each head's 16 x 16 scores and their softmax (the fused kernels none)
+    math = dataclasses.replace(narrow, dit_heads=3)
+    p = plan(cfg(*common, "decoder.attention=sdpa_math"), ZERO[3], EstimateConfig(num_gpus=1), math)
+    assert p["components"]["decode_activations"] == 2 * 16 * 4096 * 2 * 12 + 2 * 3 * 16 * 16 * 2 * 2
     # the evaluation decodes its 8 samples of a prompt 4 at a time (decoder.batch_size) through the same decoder
     evaluating = cfg(*common, "eval.file=x", "eval.group_size=8")
     p = plan(evaluating, ZERO[3], EstimateConfig(num_gpus=1), sizes(1280))

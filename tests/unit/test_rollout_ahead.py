@@ -23,7 +23,7 @@ def _drawn(rows):
         sampler_logps=-torch.rand(n, tokens, generator=g),
         position_ids=torch.arange(length + tokens).repeat(3, n, 1),
         prompt_index=torch.tensor([0, 0, 1, 1]),
-        prompts=["a", "a", "b", "b"],
+        prompts=[rows[0].prompt] * 2 + [rows[1].prompt] * 2,
         grid=GridSpec((2, 2), (1, 1)),
     )
     return Drawn(rows, Sampled(batch, ref_logps=-torch.rand(n, tokens, generator=g)), {"rollout": 1.5}, {})
@@ -38,7 +38,9 @@ def test_the_pending_rollout_survives_a_checkpoint_file(tmp_path):
     assert [r.index for r in back.rows] == [3, 1] and back.timings == {"rollout": 1.5}
     for name in ("prompt_ids", "completion_ids", "sampler_logps", "position_ids", "prompt_index"):
         assert torch.equal(getattr(back.got.batch, name), getattr(drawn.got.batch, name)), name
-    assert back.got.batch.prompts == ["a", "a", "b", "b"] and back.got.batch.grid == GridSpec((2, 2), (1, 1))
+    assert back.got.batch.prompts == ["prompt 3"] * 2 + ["prompt 1"] * 2 and back.got.batch.grid == GridSpec(
+        (2, 2), (1, 1)
+    )
     assert torch.equal(back.got.ref_logps, drawn.got.ref_logps) and back.got.old_logps is None
     assert checkpoint.load_ahead(tmp_path, 0) is None  # no file: nothing pending, the step samples anew
     other = [PromptRow(i + 100, f"prompt {i}") for i in range(5)]  # another prompt set at those positions
@@ -112,6 +114,14 @@ def test_a_pending_rollout_of_another_batch_is_not_taken_and_its_prompts_come_fi
         assert ahead.pending is None and order.deferred == [3, 1, 4, 0]
     resumed.take_pending(ahead, tmp_path, 1, 2, order, torch.device("cpu"), changes={"optimizer.lr": [1, 2]})
     assert ahead.pending is not None  # a change the draw did not depend on
+
+    # the prompt file edited in place (same row numbers; rank 0's row 3 says something else now): the samples are
+    # not of these prompts; every rank requeues (rank 1's own rows are unchanged)
+    ahead.pending = None
+    edited = [PromptRow(i, "a red cube" if i == 3 else f"prompt {i}") for i in range(8)]
+    order = PromptOrder(edited, world_size=2, rank=1, prompts_per_rank=2, seed=0)
+    resumed.take_pending(ahead, tmp_path, 1, 2, order, torch.device("cpu"))
+    assert ahead.pending is None and order.deferred == [3, 1, 4, 0]
 
     order = PromptOrder(rows, world_size=1, rank=0, prompts_per_rank=2, seed=0)
     order.deferred = [6]

@@ -252,7 +252,7 @@ def test_write_docs_rewrites_the_anchors_the_planned_step_and_the_regions(tmp_pa
     assert "Planned for the shipped LoRA config at its 30 guided DiT steps: ~145 s per step at ZeRO-2" in " ".join(
         readme.split()
     )
-    assert readme.split()[:4] == ["Measured", "on", "an", "H200"]  # no full-size training part: its step stays
+    assert readme.split()[:4] == ["Measured", "on", "one", "H200"]  # no full-size training part: its step stays
     decode = region(docs, "decode")
     assert "| 64 | `graph_fused` | 11.50 |" in decode
     # each captured sampler beside its eager loop: their tokens' agreement and largest log-prob gap; a failed check
