@@ -63,7 +63,7 @@ from .observability.metrics import (
     step_record,
     timer,
 )
-from .observability.plot import PLOT_NAME, plot_training
+from .observability.plot import PLOT_NAME, plot_training_or_warn
 from .observability.records import fired_alarms
 from .observability.update_stats import UpdateStats
 from .runtime import log, process_exit, run_log
@@ -254,7 +254,7 @@ class Trainer:
             run.watchdog.phase("final save")
             self._finishing = True
             if run.is_main and lg.plot:  # before save_final: the model card shows it
-                plot_training(run.out / "metrics.jsonl", run.out / PLOT_NAME, run.out / "eval.jsonl")
+                plot_training_or_warn(run.out)
             run.life.save_final(run.engine, max(run.start_step, run.cfg.max_steps))
         final = run.life.final_dir
         log.info(f"done: metrics {run.out / 'metrics.jsonl'}")

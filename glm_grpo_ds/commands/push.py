@@ -52,9 +52,11 @@ def _checkpoint_adapters(out: Path) -> list[tuple[int, Path]]:
 
 
 def _ensure_card(out: Path, weights: Path, step: int | None, target: dict, elsewhere: bool) -> None:
-    """A card of ours for ``weights``, written when missing, or when the upload goes ``elsewhere`` than the run's
-    ``hub`` section said (its card would name a local path, another repo or no subfolder / revision)."""
-    if elsewhere or not is_ours(weights / CARD):
+    """A card of ours for ``weights``, written when missing, when the upload goes ``elsewhere`` than the run's
+    ``hub`` section said (its card would name a local path, another repo or no subfolder / revision), or when the
+    card names another repo (written by an earlier push elsewhere)."""
+    card = weights / CARD
+    if elsewhere or not is_ours(card) or f'"{target["repo_id"]}"' not in card.read_text(encoding="utf-8"):
         write_run_card(out, weights, step, hub=target)
         print(f"wrote the model card {weights / CARD}")
 
@@ -91,10 +93,10 @@ def push_run(output_dir, repo_id=None, private=None, revision=None, checkpoints=
     target = dict(hub, repo_id=repo_id, revision=revision, push_checkpoints=checkpoints)
     said = (hub.get("repo_id"), hub.get("revision"), hub.get("push_checkpoints", False))  # the run's own target
     elsewhere = (repo_id, revision, checkpoints) != said
+    api = HfApi()
+    url = prepare_repo(api, repo_id, private, revision)  # first: a refused push leaves the local cards alone
     for folder, step, _ in jobs:
         _ensure_card(out, folder, step, target, elsewhere)
-    api = HfApi()
-    url = prepare_repo(api, repo_id, private, revision)
     failed = 0
     for folder, step, path_in_repo in jobs:
         message = f"glm-grpo {'checkpoint at step ' + str(step) if step else 'final ' + folder.name}"

@@ -5,8 +5,9 @@
         --prompt "a red cube" --height 1024 --width 1024 --steps 30 --out outputs/render
 
 Useful to look at a base model, a trained adapter (``--adapter``: loaded into the pipeline's
-``vision_language_encoder`` with ``load_adapter``, not merged; the images equal those of a
-``glm-grpo merge --dtype fp32`` output for the same seeds: a bf16 merge rounds small adapter deltas away),
+``vision_language_encoder`` with ``load_adapter``, not merged, as it was trained; the images equal those of a
+``glm-grpo merge --dtype fp32`` output rendered with ``--dtype fp32`` for the same seeds: a bf16 merge, or that
+merge cast to bf16 at load, rounds small adapter deltas away),
 a merged model, or the embedded tiny model. ``--model``
 is a pipeline directory or a Hub id (glm_grpo_ds/model/source.py). Writes ``<out>/000.png``, ``001.png``,
 ... (prompt i with seed ``--seed`` + i) and ``<out>/index.jsonl`` (one line per image: file, prompt, seed,

@@ -349,8 +349,8 @@ class HubConfig:
         False,
         "Also upload each saved checkpoint's adapter (LoRA only) to checkpoints/step_N/ in the repo, as it is saved "
         "(while training goes on); one whose previous upload is still running after a quarter of "
-        "dist_timeout_minutes (at most 10 min) is skipped, with a warning (`glm-grpo push --checkpoints` uploads "
-        "it later); false = the final adapter / model only.",
+        "dist_timeout_minutes (at most 10 min) is skipped, with a warning, and the run ends with exit status 4 as "
+        "for a failed upload (`glm-grpo push` uploads it later); false = the final adapter / model only.",
     )
     base_model: str | None = setting(
         None,

@@ -102,6 +102,19 @@ class StopSignals:
         os.close(self._read_fd)
 
 
+@contextlib.contextmanager
+def terms_ignored():
+    """Inside the block a SIGTERM is passed over (the run is already stopping: its checkpoint is saved and the ranks
+    wait for rank 0's upload). Out of :class:`StopSignals`, SIGTERM's default handler was back, and a scheduler's
+    repeated SIGTERM (launch/signals.sh forwards each) killed every rank silently mid-upload, exit -15.
+    Ctrl-C keeps its KeyboardInterrupt (the caller's one line)."""
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _say(line: str) -> None:
     """One line on stderr from the watcher thread: os.write, unbuffered, cannot collide with a
     buffered write the main thread was in the middle of."""

@@ -27,7 +27,7 @@ from ..ds import io as ds_io
 from ..runtime import log
 from ..runtime.seeding import derive_seed
 from . import checkpoint, resume
-from .preempt import EXIT_ALARM, EXIT_NONFINITE, Stopped, exit_code, signal_name
+from .preempt import EXIT_ALARM, EXIT_NONFINITE, Stopped, exit_code, signal_name, terms_ignored
 
 # How long the other ranks wait for rank 0 to convert a checkpoint for another world size or stage (ds/portable.py).
 CONVERT_WAIT_S = 6 * 3600
@@ -267,7 +267,7 @@ class RunLife:
         up after ``dist_timeout_minutes``, and the launcher then ended rank 0 mid-upload."""
         log.fatal(str(stop))
         try:
-            with dist.patient_group(UPLOAD_WAIT_S) as barrier:
+            with terms_ignored(), dist.patient_group(UPLOAD_WAIT_S) as barrier:
                 self.publisher.wait()
                 barrier(False)
         except KeyboardInterrupt:  # a (second) Ctrl-C while rank 0 uploads: its line, not a chained traceback

@@ -107,3 +107,14 @@ def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str 
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def plot_training_or_warn(out: Path) -> None:
+    """The trainer's end-of-run curve of ``out`` (rank 0): one it cannot draw (a records file edited by hand, a full
+    disk) is a warning, not rank 0 ending alone while the others wait in the final save's collectives."""
+    from ..runtime import log
+
+    try:
+        plot_training(out / "metrics.jsonl", out / PLOT_NAME, out / "eval.jsonl")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        log.warning(f"glm-grpo: warning: {out / PLOT_NAME} could not be drawn ({type(err).__name__}: {err})")

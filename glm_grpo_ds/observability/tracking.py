@@ -189,6 +189,9 @@ def build_tracker(cfg, is_main: bool, resume_step: int | None = None) -> Tracker
     streams = STREAMS if cfg.eval.file else {"train": STREAMS["train"]}
     if is_main and resume_step is None and not cfg.eval.file:  # an earlier attempt's (it died before its first
         (out / STREAMS["eval"]).unlink(missing_ok=True)  # step), which the plot and progress would read as this run's
+    elif is_main and not cfg.eval.file and (out / STREAMS["eval"]).is_file():  # resumed without evaluating: the
+        MetricsWriter(out, True, resume_step, STREAMS["eval"]).close()  # records past the checkpoint are of a
+        # branch thrown away, which the card, the curve and the closing line would report as this run's
     writers = {stream: MetricsWriter(out, is_main, resume_step, name) for stream, name in streams.items()}
     trackers = {name: start_tracker(name, cfg, resume_step) for name in cfg.logging.trackers()} if is_main else {}
     return Tracker(writers, trackers)

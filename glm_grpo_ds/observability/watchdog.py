@@ -230,11 +230,14 @@ class Watchdog:
             self.check()
 
     def close(self) -> None:
-        """Stop the thread (a report under way finishes first)."""
+        """Stop the thread (a report under way finishes first); a reported phase that ended since its last look gets
+        its line now (a slow final save, closed within one poll of its end, left "has been in" without a sequel)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            for ended in self.ended():
+                self.report(self.ended_line(ended))
 
     def __enter__(self) -> Watchdog:
         self.start()

@@ -86,7 +86,7 @@ def text_to_render(prompt: str, sample: dict) -> str | None:
     joined by spaces; None if neither."""
     text = sample.get("text")
     if isinstance(text, (list, tuple)):
-        text = " ".join(str(t) for t in text if str(t).strip())
+        text = " ".join(str(t) for t in text if t is not None and str(t).strip())  # a JSON null is no region
     if text:
         return str(text)
     spans = [s for s in glyph_texts(prompt) if s.strip()]

@@ -61,12 +61,23 @@ def random_lines(name: str) -> list[str]:
             "and results mean nothing"]  # fmt: skip
 
 
-def usage_lines(kind: str, base_ref: str, weights: str, extra: str = "", render: dict | None = None) -> list[str]:
+def usage_lines(
+    kind: str,
+    base_ref: str,
+    weights: str,
+    extra: str = "",
+    render: dict | None = None,
+    base_revision: str | None = None,
+) -> list[str]:
     """How to load the weights: ``kind`` adapter | model | pipeline; ``base_ref`` / ``weights``: Hub ids or
     absolute directories (a card is read from anywhere, so never a path relative to where training ran);
     ``extra``: more from_pretrained arguments of the weights (``, subfolder=..., revision=...``);
-    ``render``: the run's image size, decoder steps and guidance (else GLM-Image's 1024, 30 and 1.5)."""
+    ``render``: the run's image size, decoder steps and guidance (else GLM-Image's 1024, 30 and 1.5);
+    ``base_revision``: the base's commit the run trained on (a Hub base): the code and commands load that one,
+    not whatever its main is by then."""
     r = {"height": 1024, "width": 1024, "num_inference_steps": 30, "guidance_scale": 1.5, **(render or {})}
+    pin = f', revision="{base_revision}"' if base_revision else ""
+    pin_flag = f" --revision {base_revision}" if base_revision else ""
     call = (
         f'image = pipe("a red cube on a wooden table", height={r["height"]}, width={r["width"]}, '
         f"num_inference_steps={r['num_inference_steps']}, guidance_scale={r['guidance_scale']}).images[0]"
@@ -77,17 +88,18 @@ def usage_lines(kind: str, base_ref: str, weights: str, extra: str = "", render:
         load = [
             "from peft import PeftModel",
             "",
-            f'pipe = GlmImagePipeline.from_pretrained("{base_ref}", dtype=dtype)',
+            f'pipe = GlmImagePipeline.from_pretrained("{base_ref}"{pin}, dtype=dtype)',
+            "# unmerged, as it was trained: merged into bf16 weights, a small change is mostly rounded away",
             "pipe.vision_language_encoder = PeftModel.from_pretrained(",
             f'    pipe.vision_language_encoder, "{weights}"{extra}',
-            ").merge_and_unload()",
+            ")",
         ]
     else:
         load = [
             "from transformers import GlmImageForConditionalGeneration",
             "",
             f'ar = GlmImageForConditionalGeneration.from_pretrained("{weights}"{extra}, dtype=dtype)',
-            f'pipe = GlmImagePipeline.from_pretrained("{base_ref}", vision_language_encoder=ar, dtype=dtype)',
+            f'pipe = GlmImagePipeline.from_pretrained("{base_ref}"{pin}, vision_language_encoder=ar, dtype=dtype)',
         ]
     code = [
         "import torch",
@@ -112,8 +124,9 @@ def usage_lines(kind: str, base_ref: str, weights: str, extra: str = "", render:
             + ":",
             "",
             "```bash",
-            f'glm-grpo render --model {base_ref} --adapter {adapter} --prompt "a red cube on a wooden table" {size}',
-            f"glm-grpo merge --base {base_ref} --adapter {adapter} --out GLM-Image-grpo   # a complete pipeline",
+            f'glm-grpo render --model {base_ref}{pin_flag} --adapter {adapter} --prompt "a red cube on a wooden table" '
+            + size,
+            f"glm-grpo merge --base {base_ref}{pin_flag} --adapter {adapter} --out GLM-Image-grpo   # a pipeline",
             "```",
             "",
         ]

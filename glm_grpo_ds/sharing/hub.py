@@ -147,17 +147,22 @@ class Publisher:
         ``hub.push_checkpoints``. Returns ``path``."""
         adapter = path / "adapter"
         if self.is_main and adapter.is_dir():
-            write_run_card(self.out, adapter, step)
+            self._card(adapter, step)
             if self.hub.repo_id and self.hub.push_checkpoints:
                 where, message = f"{CHECKPOINT_PREFIX}/{path.name}", f"glm-grpo checkpoint at step {step}"
-                busy = functools.partial(
-                    log.warning,
-                    f"glm-grpo: warning: an earlier checkpoint's upload to {self.hub.repo_id} is still running: "
-                    f"{path.name} is not uploaded now (`glm-grpo push {self.out} --checkpoints` uploads it later)",
-                )
+                busy = functools.partial(self._skipped, path)
                 upload = functools.partial(self._push, adapter, where, message)
                 self.background.submit("upload", upload, self.upload_wait_s, busy)
         return path
+
+    def _skipped(self, path: Path) -> None:
+        """Checkpoint ``path``'s upload skipped (the previous one still running): a warning now, and at the end the
+        run's exit status 4 with the retry, as for an upload that failed: the job asked for it and it did not happen."""
+        log.warning(
+            f"glm-grpo: warning: an earlier checkpoint's upload to {self.hub.repo_id} is still running: "
+            f"{path.name} is not uploaded now (`glm-grpo push {self.out} --checkpoints` uploads it later)"
+        )
+        self.failed.append(f"{path.name} (skipped)")
 
     def wait(self) -> None:
         """Until rank 0's pending checkpoint upload (and pruning) is done."""
@@ -166,8 +171,19 @@ class Publisher:
     def final(self, weights: Path) -> None:
         """After the final weights were saved in ``weights``: their card (uploaded by :meth:`finish`)."""
         if self.is_main:
-            write_run_card(self.out, weights)
+            self._card(weights)
             self.final_weights = weights
+
+    def _card(self, weights: Path, step: int | None = None) -> None:
+        """Rank 0 writes ``weights``' model card; one it cannot write (a records file edited by hand, a full disk) is
+        a warning: raised, it ended rank 0 alone and the others waited in the next collective for its timeout."""
+        try:
+            write_run_card(self.out, weights, step)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            log.warning(
+                f"glm-grpo: warning: the model card of {weights} could not be written ({type(err).__name__}: {err}); "
+                f"the weights are saved; `glm-grpo push {self.out}` writes it again"
+            )
 
     def finish(self) -> int:
         """The run's exit status, after the process group is gone (a long upload keeps no rank waiting in

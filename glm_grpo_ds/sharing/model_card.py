@@ -88,6 +88,15 @@ def _base(saved: dict) -> tuple[str, str | None, str | None, str | None]:
     return base, random_name, *base_model_id(base, model.get("revision"), hub.get("base_model"))
 
 
+def _as_of(saved: dict, trainer_state: Path, step: int) -> dict:
+    """``saved`` (config.json) as it was when checkpoint ``step`` was written: the training config its
+    ``trainer_state.json`` holds (when it does) and the resumes' changes that came before it."""
+    state = json.loads(trainer_state.read_text(encoding="utf-8")) if trainer_state.is_file() else {}
+    segments = [seg for seg in saved.get("segments") or [] if int(seg.get("from_step", 0)) < step]
+    config = state.get("config") if isinstance(state.get("config"), dict) else saved["train"]
+    return {**saved, "train": config, "segments": segments}
+
+
 def _where(hub: dict, weights: Path, step: int | None) -> tuple[str, str]:
     """Where readers of the card get the weights and the loading call's extra arguments: the Hub repo when the run
     uploads them there (a checkpoint's subfolder, the revision), else ``weights``' directory."""
@@ -104,6 +113,8 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     options of its own passes those)."""
     run, weights = Path(run_dir), Path(weights_dir)
     saved = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    if step is not None:  # a checkpoint's card, written again later (glm-grpo push): its own settings, not a later
+        saved = _as_of(saved, weights.parent / "trainer_state.json", step)  # launch's, and the changes before it
     cfg, ds = saved["train"], saved.get("deepspeed", {})
     hub = (cfg.get("hub") or {}) if hub is None else hub
     base, random_name, hub_id, revision = _base(saved)
@@ -145,6 +156,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
         where,
         extra,
         render,
+        base_revision=revision if hub_id else None,
     )
     body += versions_section(saved)
     tags = [*TAGS, *(["lora"] if is_adapter else []), TAG]

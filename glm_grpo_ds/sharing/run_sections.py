@@ -66,7 +66,9 @@ def _table(rows: list[tuple[str, object]]) -> str:
 
 
 def results_section(res: dict, cfg: dict, labels: list[str]) -> list[str]:
-    rows = [("steps done", f"{res['steps_done']} of {cfg['max_steps']}")]
+    done, planned = res["steps_done"], cfg["max_steps"]
+    # resumed past a max_steps lowered below its checkpoint: no "80 of 60"
+    rows = [("steps done", f"{done} of {planned}" if done <= planned else f"{done} (max_steps lowered to {planned})")]
     rows.append(("final training reward (last step, mean over its samples)", _fmt(res["final_train_reward"])))
     if res["rewarded_steps"] >= 2 * WINDOW:  # the first and last windows do not overlap
         rows.append(
@@ -81,7 +83,9 @@ def results_section(res: dict, cfg: dict, labels: list[str]) -> list[str]:
         (s0, r0), (s1, r1) = res["first_eval"], res["final_eval"]
         rows.append((f"eval reward (fixed seeds), step {s0} -> step {s1}", f"{_fmt(r0)} -> {_fmt(r1)}"))
     elif res["final_eval"] is not None:
-        rows.append((f"eval reward (fixed seeds) at step {res['final_eval'][0]}", _fmt(res["final_eval"][1])))
+        at = res["final_eval"][0]
+        when = f"at step {at}" + (" (before training: the base model's)" if at == 0 else "")
+        rows.append((f"eval reward (fixed seeds) {when}", _fmt(res["final_eval"][1])))
     else:
         rows.append(("eval reward", "no evaluation (eval.file unset)"))
     return ["## Results", "", _table(rows), ""]

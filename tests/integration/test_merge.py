@@ -133,3 +133,24 @@ def test_a_bf16_merge_that_rounds_the_adapter_away_says_so(tiny_model_dir, adapt
     assert kept < 50 and "--dtype fp32 keeps all of it" in warned[0], warned
     code, _, err = glm_grpo([*merge, "--adapter", adapter, "--out", tmp_path / "merged"], capfd)
     assert code == 0 and "warning" not in err, err
+
+
+def test_the_adapter_cards_loading_code_gives_the_trained_policy_in_bf16(tiny_model_dir, adapter):
+    """The card's code merged the adapter into the bf16 AR (peft rounds the change into the weights' dtype: 4-28 %
+    of a small one kept): on a GPU readers got mostly the base model. Run as written with bf16, its AR computes what
+    the trainer's policy (base + unmerged LoRA in bf16) computes, to the bit."""
+    from peft import PeftModel
+
+    from glm_grpo_ds.sharing.card_parts import usage_lines
+
+    lines = usage_lines("adapter", str(tiny_model_dir), str(adapter))
+    start = lines.index("```python") + 1
+    code = "\n".join(lines[start : lines.index("```", start)]).split("pipe.to(device)")[0]
+    gpu_dtype = 'dtype = torch.bfloat16 if device == "cuda" else torch.float32'
+    assert gpu_dtype in code
+    scope: dict = {}
+    exec(code.replace(gpu_dtype, "dtype = torch.bfloat16"), scope)  # what a GPU reader runs, here on the CPU
+    trained = PeftModel.from_pretrained(load_ar(tiny_model_dir, "bf16"), adapter)
+    processor = load_processor(tiny_model_dir)
+    card_ar = scope["pipe"].vision_language_encoder
+    assert torch.equal(_logits(card_ar.eval(), processor), _logits(trained, processor))

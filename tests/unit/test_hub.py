@@ -96,12 +96,20 @@ def test_run_card_numbers_metadata_and_curve(tmp_path):
     assert f'PeftModel.from_pretrained(\n    pipe.vision_language_encoder, "{out / "final_adapter"}"' in text
     assert "glm-grpo merge --base" in text and "glm-grpo render --model" in text
 
+    lowered, _ = make_run(tmp_path / "lowered", steps=25)  # resumed at 25 with max_steps lowered to 20
+    saved = json.loads((lowered / "config.json").read_text())
+    saved["train"]["max_steps"] = 20
+    (lowered / "config.json").write_text(json.dumps(saved))
+    lowered_card = ModelCard.load(write_run_card(lowered, lowered / "final_adapter")).text
+    assert "| steps done | 25 (max_steps lowered to 20) |" in lowered_card
+
     ckpt_card = ModelCard.load(write_run_card(out, out / "checkpoints" / "step_000010" / "adapter", step=10))
     assert (
         "| steps done | 10 of 25 |" in ckpt_card.text
         and "| final training reward (last step, mean over its samples) | 0.1 |" in ckpt_card.text
     )
-    assert "eval reward (fixed seeds) at step 0 | 0.5 |" in ckpt_card.text  # the step-25 eval came later
+    # the step-25 eval came later
+    assert "eval reward (fixed seeds) at step 0 (before training: the base model's) | 0.5 |" in ckpt_card.text
 
 
 def test_the_cards_list_the_alarms_that_fired_with_step_value_and_bound(tmp_path):
@@ -290,6 +298,19 @@ def test_push_elsewhere_than_the_run_said_uploads_cards_that_point_there(tmp_pat
     assert len(err) == 1 and err[0].startswith(f"glm-grpo push: uploading {out / 'final_adapter'} to me/other failed")
 
 
+def test_a_push_to_the_runs_own_repo_after_one_elsewhere_uploads_a_card_naming_its_own(tmp_path, hub_env):
+    """The card the push to me/other wrote stayed: the run's own repo got a card whose title and code named
+    me/other."""
+    from glm_grpo_ds.commands.push import main as push_main
+
+    hub = hub_env()
+    out, _ = make_run(tmp_path, repo_id="me/own")
+    assert push_main([str(out), "--repo-id", "me/other"]) == 0
+    assert push_main([str(out)]) == 0
+    card = hub.files("me/own")["README.md"].decode()
+    assert "# me/own" in card and '"me/own"' in card and "me/other" not in card
+
+
 def test_push_of_a_folder_with_a_models_config_json_is_one_line(tmp_path, capsys):
     """A model directory has a config.json too: push stopped with KeyError: 'train'."""
     from glm_grpo_ds.commands.push import main as push_main
@@ -359,3 +380,73 @@ def test_full_model_and_merged_cards(tmp_path):
     assert "lora" in merged.data.tags and "## Results (of the adapter)" in merged.text
     assert "| steps done | 25 of 25 |" in merged.text and (tmp_path / "m2" / "reward_curve.png").is_file()
     assert f'GlmImagePipeline.from_pretrained("{tmp_path / "M"}"' in merged.text
+
+
+def test_the_cards_code_loads_the_base_commit_the_run_trained_on(tmp_path):
+    """The card named the base's commit in its text only: its code and the render / merge commands loaded the Hub
+    id's main, another model once the base repo moves (or for a run on another revision)."""
+    out, _ = make_run(tmp_path)
+    saved = json.loads((out / "config.json").read_text())
+    saved["model_source"] = {"path": str(tmp_path / "base"), "repo_id": "zai-org/GLM-Image", "commit": "abc123"}
+    (out / "config.json").write_text(json.dumps(saved))
+    text = ModelCard.load(write_run_card(out, out / "final_adapter")).text
+    assert 'GlmImagePipeline.from_pretrained("zai-org/GLM-Image", revision="abc123", dtype=dtype)' in text
+    assert "glm-grpo render --model zai-org/GLM-Image --revision abc123 --adapter" in text
+    assert "glm-grpo merge --base zai-org/GLM-Image --revision abc123 --adapter" in text
+
+
+def test_a_card_or_curve_rank_0_cannot_write_is_a_warning_not_rank_0_ending_alone(tmp_path, caplog):
+    """A records file edited by hand made the card (and the curve) raise on rank 0 alone, after the checkpoint's last
+    barrier: the other ranks waited in the next collective until it timed out."""
+    from glm_grpo_ds.observability.plot import PLOT_NAME, plot_training_or_warn
+
+    out, _ = make_run(tmp_path)
+    (out / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.1}\nnot json\n')
+    with pytest.raises(ValueError):
+        write_run_card(out, out / "final_adapter")  # what rank 0 met
+    publisher = Publisher(TrainConfig(), out, 0)
+    with caplog.at_level(logging.WARNING):
+        publisher.final(out / "final_adapter")
+        publisher.checkpoint(out / "checkpoints" / "step_000010", 10)
+        plot_training_or_warn(out)
+    assert publisher.final_weights == out / "final_adapter" and not (out / PLOT_NAME).exists()
+    said = [r.getMessage() for r in caplog.records if "could not be" in r.getMessage()]
+    assert len(said) == 3 and "`glm-grpo push" in said[0], said
+
+
+def test_a_checkpoints_card_written_again_has_its_own_settings_not_a_later_launchs(tmp_path):
+    """glm-grpo push --checkpoints rewrote step 10's card from the last launch's config.json: its training table had
+    the later lr and max_steps, and it listed a resume's change from step 21 that came after it."""
+    out, cfg = make_run(tmp_path)
+    saved = json.loads((out / "config.json").read_text())
+    at_10 = json.loads(json.dumps(saved["train"]))
+    saved["train"]["max_steps"], saved["train"]["optimizer"]["lr"] = 40, 2e-5
+    saved["segments"] = [{"from_step": 0}, {"from_step": 20, "changed": {"optimizer.lr": [1e-5, 2e-5]}}]
+    (out / "config.json").write_text(json.dumps(saved))
+    state = out / "checkpoints" / "step_000010" / "trainer_state.json"
+    state.write_text(json.dumps({"step": 10, "config": at_10}))
+    text = ModelCard.load(write_run_card(out, state.parent / "adapter", step=10)).text
+    assert "| steps done | 10 of 25 |" in text and "from step 21" not in text
+    final = ModelCard.load(write_run_card(out, out / "final_adapter")).text
+    assert "| steps done | 25 of 40 |" in final and "from step 21: `optimizer.lr` 1e-05 -> 2e-05" in final
+
+
+def test_a_checkpoint_upload_skipped_behind_a_slow_one_ends_the_run_with_4_and_the_retry(tmp_path, hub_env, caplog):
+    """The skip was a warning only and the run exited 0: a job script that asked for the checkpoints on the Hub saw
+    success with one missing."""
+    hub = hub_env(slow_commits=lambda paths: 3.0 if "step_000010" in paths[0] else 0.0)
+    out, cfg = make_run(tmp_path, repo_id="me/run", push_checkpoints=True)
+    second = out / "checkpoints" / "step_000020"
+    save_adapter(second / "adapter", seed=2)
+    (second / "trainer_state.json").write_text(json.dumps({"step": 20}))
+    publisher = Publisher(cfg, out, rank=0)
+    publisher.upload_wait_s = 0.2
+    publisher.checkpoint(out / "checkpoints" / "step_000010", 10)
+    publisher.checkpoint(second, 20)  # the first still uploading: skipped
+    publisher.final(out / "final_adapter")
+    with caplog.at_level(logging.WARNING):
+        assert publisher.finish() == EXIT_PUSH_FAILED
+    said = [r.getMessage() for r in caplog.records]
+    assert any("step_000020 is not uploaded now" in line for line in said), said
+    assert "failed (step_000020 (skipped)); retry with `glm-grpo push" in said[-1], said[-1]
+    assert "checkpoints/step_000010/adapter_model.safetensors" in hub.files("me/run")

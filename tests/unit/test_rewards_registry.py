@@ -260,3 +260,10 @@ def test_score_prints_nan_for_a_reward_that_says_none_or_inf(tmp_path, capsys):
         argv = ["--reward", f"{tmp_path / 'plug.py'}:{fn}", "--prompt", "a cat", "--image", str(tmp_path / "a.png")]
         assert score.main(argv) == 0
         assert capsys.readouterr().out == "nan\n"
+
+
+def test_a_null_region_in_a_rows_text_list_is_no_text_to_render():
+    """A row's ``"text": ["HELLO", null]`` expected the OCR to read "HELLO None"."""
+    from glm_grpo_ds.rewards.base import text_to_render
+
+    assert text_to_render("a sign", {"text": ["HELLO", None, " ", "WORLD"]}) == "HELLO WORLD"

@@ -301,6 +301,42 @@ def test_a_ctrl_c_while_a_stopped_run_waits_for_rank_0s_upload_or_pruning_is_one
     assert "preempted by SIGINT at step 3" in err and what in err and f"saved in {tmp_path}" in err, err
 
 
+def test_a_repeated_sigterm_while_a_stopped_run_waits_for_rank_0s_upload_is_passed_over(tmp_path):
+    """The stop's checkpoint is saved and the ranks wait for rank 0's upload; out of StopSignals SIGTERM's default
+    handler was back, and a scheduler's repeated SIGTERM (launch/signals.sh forwards each) killed the ranks
+    mid-upload, silently, exit -15. The wait goes on and the run exits as the stop said."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from glm_grpo_ds.lifecycle.preempt import Stopped
+    from glm_grpo_ds.lifecycle.run import RunLife
+    from glm_grpo_ds.sharing.hub import Publisher
+
+    submitted, uploaded = threading.Event(), threading.Event()
+
+    def term_then_finish():
+        submitted.wait(30)
+        while publisher.background._pending:  # until the main thread waits for this job
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)
+        uploaded.set()
+
+    publisher = Publisher(TrainConfig(), tmp_path, 0)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        life = RunLife(TrainConfig(), tmp_path, Start(), 0, 1, 2, DATA, publisher=publisher, later=None)
+        publisher.background.submit("upload", term_then_finish)
+        submitted.set()
+        code = life.end_stopped(Stopped("glm-grpo train: preempted by SIGTERM at step 3; checkpoint at X", 143))
+    finally:
+        publisher.wait()
+        assert signal.getsignal(signal.SIGTERM) is previous  # put back as it was
+    assert code == 143 and uploaded.is_set()
+
+
 def test_going_back_to_an_earlier_checkpoint_points_latest_at_it(tmp_path):
     """resume_from=<step 4's path> with step 6 the latest: `latest` named step 6 until the first save, so a run killed
     before it and relaunched with resume_from=auto (the launch scripts) went on with the steps it had gone back from.

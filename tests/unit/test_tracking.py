@@ -139,9 +139,11 @@ def test_a_fresh_run_without_evaluation_leaves_no_earlier_attempts_evaluations(t
     eval.jsonl, which the plot and glm-grpo progress of the next run, not evaluating, read as its own."""
     cfg = load_config(None, BASE + [f"output_dir={tmp_path / 'r'}"])
     (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "eval.jsonl").write_text('{"step": 0, "eval/reward_mean": 0.5}\n')
+    (tmp_path / "r" / "eval.jsonl").write_text('{"step": 0, "eval/reward_mean": 0.5}\n{"step": 5, "x": 1}\n')
     build_tracker(cfg, is_main=True, resume_step=3).close()
-    assert (tmp_path / "r" / "eval.jsonl").is_file()  # a resumed run's history stays
+    # a resumed run's history up to its checkpoint stays; the step-5 evaluation was of a branch thrown away (the
+    # card reported "step 0 -> step 5" for a run resumed at 3 without evaluation)
+    assert [r["step"] for r in map(json.loads, (tmp_path / "r" / "eval.jsonl").read_text().splitlines())] == [0]
     build_tracker(cfg, is_main=True).close()
     assert not (tmp_path / "r" / "eval.jsonl").exists()
 

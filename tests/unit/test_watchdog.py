@@ -221,6 +221,32 @@ def test_the_thread_reports_a_late_phase_and_stops():
     assert len(reports) == 1 and "has been in update of step 3" in reports[0]
 
 
+def test_a_reported_phase_that_ends_as_the_watchdog_closes_still_gets_its_line():
+    """The thread stopped without a last look: a slow final save reported, then ended and closed within one poll,
+    left "has been in final save" with no "ended after" (the docs promise the sequel)."""
+    said = threading.Event()
+    reports = []
+
+    def report(text):
+        reports.append(text)
+        said.set()
+
+    dog, clock = watchdog(min_seconds=0.1, reports=report)
+    dog.poll_s = 3600  # the thread's next look would come long after the close
+    dog.begin(None)
+    dog.phase("final save")
+    clock.now += 1
+    dog.check()  # reported
+    assert said.is_set()
+    dog.start()
+    clock.now += 2
+    dog.idle()  # ended
+    dog.close()
+    assert (
+        len(reports) == 2 and reports[1] == "glm-grpo: watchdog: rank 1: final save ended after 3.0 s (reported above)"
+    )
+
+
 def test_the_step_status_phases_reach_it_with_their_prefix():
     class Status:
         in_place = False
