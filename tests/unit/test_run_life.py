@@ -260,40 +260,52 @@ def test_a_stopped_runs_ranks_wait_for_rank_0s_upload_longer_than_the_process_gr
     assert got[1][2] >= 3.5  # rank 1 waited for the upload
 
 
+def _signal_during_the_stops_wait(tmp_path, signum, stop_code: int, repo=None) -> tuple[int, bool]:
+    """A stopped run's ``end_stopped`` on rank 0 while its upload runs; the upload sends ``signum`` to this process once
+    the main thread waits for it. (The exit status, whether the upload ran to its end.)"""
+    import os
+    import threading
+    import time
+
+    from glm_grpo_ds.lifecycle.preempt import Stopped, signal_name
+    from glm_grpo_ds.lifecycle.run import RunLife
+    from glm_grpo_ds.sharing.hub import Publisher
+
+    submitted, uploaded = threading.Event(), threading.Event()
+
+    def signal_then_finish():
+        submitted.wait(30)  # the job is pending (it starts before submit has recorded it)
+        while publisher.background._pending:  # until the main thread's wait in end_stopped has taken this job
+            time.sleep(0.005)
+        os.kill(os.getpid(), signum)  # lands in the main thread, which waits for this job
+        time.sleep(0.5)
+        uploaded.set()
+
+    publisher = Publisher(TrainConfig(), tmp_path, 0)  # no repo: prepares nothing on the Hub
+    publisher.hub.repo_id = repo  # what a line names
+    try:
+        life = RunLife(TrainConfig(), tmp_path, Start(), 0, 1, 2, DATA, publisher=publisher, later=None)
+        publisher.background.submit("upload", signal_then_finish)
+        submitted.set()
+        line = f"glm-grpo train: preempted by {signal_name(signum)} at step 3; checkpoint at X"
+        code = life.end_stopped(Stopped(line, stop_code))
+    finally:
+        publisher.wait()
+    return code, uploaded.is_set()
+
+
 @pytest.mark.parametrize("repo", [None, "me/run"])
 def test_a_ctrl_c_while_a_stopped_run_waits_for_rank_0s_upload_or_pruning_is_one_line(tmp_path, capfd, repo):
     """The stop's line, then a second Ctrl-C during the wait for the checkpoint's upload (or the pruning of old
     checkpoints): one line saying what is saved and how to upload it, exit 130; it was a chained traceback (the
     KeyboardInterrupt raised inside ``except Stopped``)."""
-    import os
     import signal
-    import threading
-    import time
 
-    from glm_grpo_ds.lifecycle.preempt import Stopped
-    from glm_grpo_ds.lifecycle.run import RunLife
-    from glm_grpo_ds.sharing.hub import Publisher
-
-    submitted = threading.Event()
-
-    def ctrl_c_then_busy():
-        submitted.wait(30)  # the job is pending (it starts before submit has recorded it)
-        while publisher.background._pending:  # until the main thread's wait in end_stopped has taken this job
-            time.sleep(0.005)
-        os.kill(os.getpid(), signal.SIGINT)  # lands in the main thread, which waits for this job
-        time.sleep(2)
-
-    publisher = Publisher(TrainConfig(), tmp_path, 0)  # no repo: prepares nothing on the Hub
-    publisher.hub.repo_id = repo  # what the line names
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's, whatever pytest inherited
     try:
-        life = RunLife(TrainConfig(), tmp_path, Start(), 0, 1, 2, DATA, publisher=publisher, later=None)
-        publisher.background.submit("upload", ctrl_c_then_busy)
-        submitted.set()
-        code = life.end_stopped(Stopped("glm-grpo train: preempted by SIGINT at step 3; checkpoint at X", 130))
+        code, _ = _signal_during_the_stops_wait(tmp_path, signal.SIGINT, 130, repo)
     finally:
         signal.signal(signal.SIGINT, previous)
-        publisher.wait()
     err = capfd.readouterr().err
     assert code == 130
     what = "while pruning" if repo is None else f"upload to {repo} interrupted by SIGINT"
@@ -305,36 +317,11 @@ def test_a_repeated_sigterm_while_a_stopped_run_waits_for_rank_0s_upload_is_pass
     """The stop's checkpoint is saved and the ranks wait for rank 0's upload; out of StopSignals SIGTERM's default
     handler was back, and a scheduler's repeated SIGTERM (launch/signals.sh forwards each) killed the ranks
     mid-upload, silently, exit -15. The wait goes on and the run exits as the stop said."""
-    import os
     import signal
-    import threading
-    import time
 
-    from glm_grpo_ds.lifecycle.preempt import Stopped
-    from glm_grpo_ds.lifecycle.run import RunLife
-    from glm_grpo_ds.sharing.hub import Publisher
-
-    submitted, uploaded = threading.Event(), threading.Event()
-
-    def term_then_finish():
-        submitted.wait(30)
-        while publisher.background._pending:  # until the main thread waits for this job
-            time.sleep(0.005)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.5)
-        uploaded.set()
-
-    publisher = Publisher(TrainConfig(), tmp_path, 0)
     previous = signal.getsignal(signal.SIGTERM)
-    try:
-        life = RunLife(TrainConfig(), tmp_path, Start(), 0, 1, 2, DATA, publisher=publisher, later=None)
-        publisher.background.submit("upload", term_then_finish)
-        submitted.set()
-        code = life.end_stopped(Stopped("glm-grpo train: preempted by SIGTERM at step 3; checkpoint at X", 143))
-    finally:
-        publisher.wait()
-        assert signal.getsignal(signal.SIGTERM) is previous  # put back as it was
-    assert code == 143 and uploaded.is_set()
+    assert _signal_during_the_stops_wait(tmp_path, signal.SIGTERM, 143) == (143, True)
+    assert signal.getsignal(signal.SIGTERM) is previous  # put back as it was
 
 
 def test_going_back_to_an_earlier_checkpoint_points_latest_at_it(tmp_path):
