@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from .config import ConfigError, load_config
+from .config.notes import unused_settings
 from .data import FROM_DATA, DataError, check_source, load_prompts
 from .data.prompt_order import check_enough
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
@@ -253,6 +254,8 @@ def check(cfg, ds_path: str, est: EstimateConfig, report: Report) -> Report:
     opens a process group."""
     shape = f"{est.num_nodes} node(s) x {est.num_gpus} GPU(s)" if est.ranks is None else f"{est.num_nodes} node(s)"
     report.add("ok", f"config: {shape} = {est.world} ranks")
+    for line in unused_settings(cfg):  # accepted, not acted on by this run (config/notes.py)
+        report.add("note", line)
     _checked(report, "rewards", lambda: check_reward_specs(cfg.rewards))
     if cfg.lora is not None and cfg.lora.init_from:
         _checked(report, "lora.init_from", lambda: check_init_adapter(cfg.lora))

@@ -18,6 +18,7 @@ import torch
 
 from . import preflight
 from .config import TrainConfig
+from .config.notes import unused_settings
 from .data import PromptOrder, check_source, load_prompts
 from .decoder import ImageDecoder
 from .decoder.compute import check_device
@@ -148,6 +149,9 @@ class _Hall:
     def _check_each_input(self, ds_config_path: str) -> None:
         cfg = self.cfg
         self.status.phase("input checks")
+        if log.env_rank() == 0:  # settings this run accepts and does not act on (config/notes.py)
+            for line in unused_settings(cfg):
+                log.warning(f"glm-grpo: warning: {line}")
         cuda_check.check_rank()
         check_source(cfg.data.train_file, "data.train_file", cfg.data)
         if cfg.eval.file:

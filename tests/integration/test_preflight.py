@@ -197,3 +197,9 @@ def test_the_eval_file_is_checked_as_the_ranks_check_it(tiny_model_dir, tiny_dat
     assert code == 2, lines
     (fail,) = _fails(lines)
     assert "pixel_mse needs target_image but no row of eval.file" in fail, fail
+
+
+def test_a_setting_the_run_will_not_act_on_is_a_note_not_a_failure(tiny_model_dir, tiny_data, tmp_path, capfd):
+    code, lines, _ = _check(tiny_model_dir, tiny_data, tmp_path / "run", capfd, "optimizer.warmup_steps=1000")
+    assert code == 0, lines
+    assert any(line.startswith("note  optimizer.warmup_steps=1000 is not shorter than the run's") for line in lines)

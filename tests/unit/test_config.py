@@ -473,3 +473,33 @@ def test_tiny_data_says_a_config_error_in_one_line(capsys):
     config = str(Path(__file__).parents[2] / "launch" / "configs" / "tiny_cpu.yaml")
     assert tiny_data(["--config", config, "max_steps=abc"]) == 2
     assert capsys.readouterr().err == "glm-grpo tiny-data: max_steps must be an integer, got 'abc'\n"
+
+
+def test_settings_a_run_accepts_and_does_not_act_on_are_said(tmp_path):
+    """A checkpoint limit with checkpoints off, a split of one prompt file, a warmup as long as the run: accepted (a
+    short try of a longer plan) and said, by train --check as notes and at start as warnings; the shipped configs
+    say none."""
+    from pathlib import Path
+
+    from glm_grpo_ds.config.notes import unused_settings
+
+    said = unused_settings(
+        load_config(
+            None,
+            BASE
+            + ["save_steps=0", "save_total_limit=3", "data.split=validation", "max_steps=5"]
+            + ["optimizer.warmup_steps=10", "grpo.num_iterations=2"],
+        )
+    )
+    assert said == [
+        "save_total_limit=3 with save_steps=0: this run saves no checkpoint",
+        "data.split=validation on one .jsonl file, which has no splits",
+        "optimizer.warmup_steps=10 is not shorter than the run's 10 optimizer steps: the learning rate never "
+        "reaches optimizer.lr=1e-05",
+    ]
+    assert (
+        unused_settings(load_config(None, BASE + ["optimizer.warmup_steps=9", "max_steps=5", "grpo.num_iterations=2"]))
+        == []
+    )
+    for config in sorted((Path(__file__).parents[2] / "launch" / "configs").glob("*.yaml")):
+        assert unused_settings(load_config(str(config))) == [], config

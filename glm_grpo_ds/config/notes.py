@@ -1,0 +1,30 @@
+"""Settings a training run accepts and does not act on, said rather than refused (a run is often a short try of a
+longer plan: a warmup longer than the run; a checkpoint limit kept while checkpoints are off). ``train --check``
+prints them as notes and rank 0 logs them as warnings at start. What can mean nothing anywhere is refused by
+``TrainConfig.validate``; eval.* without eval.file and hub.* without hub.repo_id are neither (``glm-grpo evaluate``
+and ``glm-grpo push`` read them; the shipped configs keep an eval section ready).
+
+    for line in unused_settings(cfg): ...
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LINE_FILES = (".txt", ".jsonl")  # one file: no splits (data/lines.py)
+
+
+def unused_settings(cfg) -> list[str]:
+    """One line per setting of ``cfg`` (a TrainConfig) this run will not act on."""
+    lines = []
+    if cfg.save_steps == 0 and cfg.save_total_limit != type(cfg)().save_total_limit:
+        lines.append(f"save_total_limit={cfg.save_total_limit} with save_steps=0: this run saves no checkpoint")
+    if Path(cfg.data.train_file).suffix in LINE_FILES and cfg.data.split != type(cfg.data)().split:
+        lines.append(f"data.split={cfg.data.split} on one {Path(cfg.data.train_file).suffix} file, which has no splits")
+    steps = cfg.total_optimizer_steps
+    if cfg.optimizer.warmup_steps >= steps:
+        lines.append(
+            f"optimizer.warmup_steps={cfg.optimizer.warmup_steps} is not shorter than the run's {steps} optimizer "
+            f"steps: the learning rate never reaches optimizer.lr={cfg.optimizer.lr:g}"
+        )
+    return lines
