@@ -67,7 +67,7 @@ floor-venv: setup
 		--find-links $(FLOOR)-wheels -c $(FLOOR)-wheels/constraints.txt "glm-grpo-ds[dev]"
 
 test-floor: floor-venv
-	$(FLOOR)/bin/glm-grpo env | tail -n +3
+	bash -o pipefail -c '$(FLOOR)/bin/glm-grpo env | tail -n +3'  # env's exit 1 (a version out of range) stops it
 	$(FLOOR_FAST)
 	$(FLOOR_PYTEST) $(FLOOR_SLOW)
 
@@ -82,7 +82,7 @@ test-container: setup
 	{ grep -vE '^(torch|torchvision)==' constraints.txt; grep -E '^(torch|torchvision)==' constraints-floor.txt; } \
 		> $(CONTAINER_PINS)
 	$(FLOOR)/bin/python -m pip install -q -c $(CONTAINER_PINS) ".[dev]"
-	$(FLOOR)/bin/glm-grpo env | tail -n +3
+	bash -o pipefail -c '$(FLOOR)/bin/glm-grpo env | tail -n +3'  # env's exit 1 (a version out of range) stops it
 	$(FLOOR_FAST)
 	$(FLOOR_PYTEST) tests/integration/test_gpu_timing_lease.py tests/integration/test_gpu_check.py
 

@@ -27,8 +27,10 @@ def tested(requirements: list[str]) -> list[str]:
 
 
 REQUIRES = [
-    "torch>=2.11.0",
-    "torchvision>=0.26.0",  # lpips needs it; must match torch's build
+    # a0: NVIDIA's containers carry their own builds of a release as its pre-release (torch 2.11.0a0+ecf3bae40a), which
+    # ">=2.11.0" refused: glm-grpo env said too old, and the offline bundle replaced the container's torch
+    "torch>=2.11.0a0",
+    "torchvision>=0.26.0a0",  # lpips needs it; must match torch's build
     "transformers>=5.23.0",  # GlmImageForConditionalGeneration
     "diffusers>=0.40.0",  # GlmImagePipeline
     # model.path Hub ids (snapshot_download, the `hf download` CLI), model cards (ModelCard), uploads (HfApi)

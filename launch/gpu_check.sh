@@ -3,8 +3,8 @@
 # training run (launch/configs/gpu_check.yaml: bf16, flash-attention when installed, NCCL collectives
 # forced on at world size 1, top-k 8 / top-p 0.75 sampling, LoRA, 8-bit AdamW, ZeRO-3), then
 # verify-logprobs in bf16 with the same cuts, then PASS/FAIL lines (glm-grpo check-run): no non-finite
-# step, ratio 1 on the first iteration, sampler-vs-trainer parity within 5e-2, measured peak vs the
-# memory planner.
+# step, every step run, sampler-vs-trainer parity within 5e-2, measured peak vs the memory planner (the
+# first-iteration ratio is INFO: 1 by construction at the config's grpo.num_iterations=1).
 #
 #   glm-grpo tiny-model outputs/glm_full --full-size-ar   # the real AR size, random weights
 #   bash launch/gpu_check.sh outputs/glm_full                # or a real GLM-Image pipeline directory

@@ -101,16 +101,15 @@ def check_run(
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
     if not rows:
         raise ValueError(f"{out / 'metrics.jsonl'} has no training steps")
+    saved = json.loads((out / "config.json").read_text(encoding="utf-8")) if (out / "config.json").is_file() else {}
+    train = saved.get("train") or {}
     results = []
     bad = [r["step"] for r in rows if r.get("skipped") or r.get("loss") is None]
     results.append(("no non-finite step", not bad, f"{len(rows)} steps, non-finite/skipped: {bad or 'none'}"))
-    lo = [r.get("first_iteration_ratio_min") for r in rows]
-    hi = [r.get("first_iteration_ratio_max") for r in rows]
-    ok = all(v == 1.0 for v in lo + hi)  # None (non-finite) fails too
-    lowest = min((v for v in lo if v is not None), default=None)
-    highest = max((v for v in hi if v is not None), default=None)
-    span = f"[{lowest}, {highest}]"
-    results.append(("ratio 1 on the first iteration", ok, f"first-iteration ratio in {span} over all steps"))
+    if "max_steps" in train:  # a run that died early (out of memory: the failed step writes no record) is no PASS
+        last, planned = max(r["step"] for r in rows), int(train["max_steps"])
+        results.append(("run complete", last >= planned, f"last step {last} of max_steps={planned}"))
+    results.append(ratio_result(rows, train))
     if verify_text is not None:
         found = re.search(r"max_abs_diff=(\S+) mean_abs_diff=(\S+) nonfinite_logprobs=(\d+)", verify_text)
         if found is None:
@@ -126,11 +125,36 @@ def check_run(
                 )
             )
     plan = json.loads((out / "memory_plan.json").read_text(encoding="utf-8"))
-    results += memory_results(rows, plan)
+    results += memory_results(since_last_shape(rows, saved), plan)
     results += alarm_results(out)
     results += history_results(out)
     results += random_results(out)
     return results
+
+
+def ratio_result(rows: list[dict], train: dict) -> tuple[str, bool | None, str]:
+    """The first-iteration ratio over all steps: exactly 1 (the old log-probs are the sampling policy's). With
+    ``grpo.num_iterations`` 1 the update takes them from its own pass, so the ratio is 1 by construction: not a test
+    of anything, said as INFO (``num_iterations`` > 1 tests it)."""
+    lo = [r.get("first_iteration_ratio_min") for r in rows]
+    hi = [r.get("first_iteration_ratio_max") for r in rows]
+    lowest = min((v for v in lo if v is not None), default=None)
+    highest = max((v for v in hi if v is not None), default=None)
+    span = f"first-iteration ratio in [{lowest}, {highest}] over all steps"
+    if (train.get("grpo") or {}).get("num_iterations") == 1:
+        return "ratio 1 on the first iteration", None, f"{span}; 1 by construction at grpo.num_iterations=1"
+    return "ratio 1 on the first iteration", all(v == 1.0 for v in lo + hi), span  # None (non-finite) fails too
+
+
+def since_last_shape(rows: list[dict], saved: dict) -> list[dict]:
+    """The rows measured on the cluster shape memory_plan.json plans (every launch writes it again): those after the
+    last resume that changed the world size or the ZeRO stage (config.json's segments)."""
+    moved = [
+        int(seg["from_step"])
+        for seg in saved.get("segments") or []
+        if {"world_size", "zero_stage"} & set(seg.get("changed") or {})
+    ]
+    return [r for r in rows if r.get("step", 0) > max(moved)] if moved else rows
 
 
 def random_results(out: Path) -> list[tuple[str, None, str]]:

@@ -54,6 +54,8 @@ def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10
         b = _mean_best(best, cfg["eval"]["file"], cfg["eval"]["num_prompts"])
         start, end = evals[0]["eval/reward_mean"], evals[-1]["eval/reward_mean"]
         result["eval"] = (start, end, b, fraction_of_way(start, end, b), evals[0]["step"], evals[-1]["step"])
+    if window < 1:
+        raise ValueError(f"--window {window}: give the steps averaged at each end, 1 or more")
     rewards = [r["reward_mean"] for r in read_metrics(out / "metrics.jsonl") if r.get("reward_mean") is not None]
     if len(rewards) < 2 * window:
         raise ValueError(

@@ -234,10 +234,12 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "PASS/FAIL: finite steps, first-iteration ratio 1, log-prob parity, peak vs plan",
         usage="glm-grpo check-run OUTPUT_DIR [--verify FILE] [--parity-tolerance TOL]",
         doc=(
-            "PASS/FAIL: no non-finite step, first-iteration ratio exactly 1, verify-logprobs parity "
+            "PASS/FAIL: no non-finite step, every step of max_steps run, first-iteration ratio exactly 1 (INFO at "
+            "grpo.num_iterations=1, where it is 1 by construction), verify-logprobs parity "
             "(`--verify`: a file holding `glm-grpo verify-logprobs` output; the tolerance is verify-logprobs' own "
             "for the dtype it names, 1e-4 in fp32, 5e-2 in bf16), measured peak vs `memory_plan.json`, per phase and "
-            "whole run (GPU; on a CPU all of it in one INFO line, reported, not judged), a WARN per image-statistics "
+            "whole run since the last change of cluster shape (GPU; on a CPU all of it in one INFO line, reported, "
+            "not judged), a WARN per image-statistics "
             "alarm that fired (with its step, value and bound); exit 1 on a FAIL (WARN and INFO: 0) "
             "([memory-and-speed.md](memory-and-speed.md#one-gpu-check-of-the-multi-gpu--bf16-paths))"
         ),

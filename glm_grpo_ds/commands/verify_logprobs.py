@@ -140,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tol = cfg.resolved_tolerance()
     print(f"sampling: temperature {sampling.temperature} top_k {sampling.top_k} top_p {sampling.top_p}")
-    print(f"max_abs_diff={max_diff:.3e} mean_abs_diff={mean_diff:.3e} nonfinite_logprobs={nonfinite}")
+    # the dtype on the result line too: a file of stdout alone (the FAIL line goes to stderr) names it for check-run
+    print(
+        f"max_abs_diff={max_diff:.3e} mean_abs_diff={mean_diff:.3e} nonfinite_logprobs={nonfinite} "
+        f"({cfg.dtype}, attn={cfg.attn})"
+    )
     if nonfinite:
         print(f"FAIL: {nonfinite} sampled tokens have a non-finite teacher-forced log-prob", file=sys.stderr)
         return 1

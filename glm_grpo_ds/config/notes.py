@@ -1,8 +1,9 @@
 """Settings a training run accepts and does not act on, said rather than refused (a run is often a short try of a
 longer plan: a warmup longer than the run; a checkpoint limit kept while checkpoints are off). ``train --check``
-prints them as notes and rank 0 logs them as warnings at start. What can mean nothing anywhere is refused by
-``TrainConfig.validate``; eval.* without eval.file and hub.* without hub.repo_id are neither (``glm-grpo evaluate``
-and ``glm-grpo push`` read them; the shipped configs keep an eval section ready).
+prints them as notes and rank 0 logs them as warnings at start (alarms that cannot fire with one evaluation
+too: evaluating once is a choice, fail_on_alarm counting on them is the surprise). What can mean nothing anywhere
+is refused by ``TrainConfig.validate``; eval.* without eval.file and hub.* without hub.repo_id are neither
+(``glm-grpo evaluate`` and ``glm-grpo push`` read them; the shipped configs keep an eval section ready).
 
     for line in unused_settings(cfg): ...
 """
@@ -21,6 +22,13 @@ def unused_settings(cfg) -> list[str]:
         lines.append(f"save_total_limit={cfg.save_total_limit} with save_steps=0: this run saves no checkpoint")
     if Path(cfg.data.train_file).suffix in LINE_FILES and cfg.data.split != type(cfg.data)().split:
         lines.append(f"data.split={cfg.data.split} on one {Path(cfg.data.train_file).suffix} file, which has no splits")
+    ev = cfg.eval
+    if ev.file and cfg.monitor.alarms and _evaluations(ev, cfg.max_steps) < 2:
+        lines.append(
+            "monitor.alarms compare each evaluation with the first, and this run evaluates once (eval.steps="
+            f"{ev.steps}, eval.at_start={str(ev.at_start).lower()}): they cannot fire; set eval.steps=N or "
+            "eval.at_start=true"
+        )
     steps = cfg.total_optimizer_steps
     if cfg.optimizer.warmup_steps >= steps:
         lines.append(
@@ -28,3 +36,10 @@ def unused_settings(cfg) -> list[str]:
             f"steps: the learning rate never reaches optimizer.lr={cfg.optimizer.lr:g}"
         )
     return lines
+
+
+def _evaluations(ev, max_steps: int) -> int:
+    """How many evaluations a run of ``max_steps`` makes: step 0 (eval.at_start), every eval.steps, the last step."""
+    every = max_steps // ev.steps if ev.steps > 0 else 0
+    last = 0 if ev.steps > 0 and max_steps % ev.steps == 0 else 1
+    return int(ev.at_start) + every + last

@@ -26,11 +26,14 @@ import zipfile
 from dataclasses import dataclass, field
 from email.parser import Parser
 from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from .markers import lacking, target_environment
 from .pip_runs import (
     BundleError,
     Resolved,
@@ -172,7 +175,7 @@ def build(
         _pinned_constraints(constraints, freeze, pins)
         resolved = _resolve_rounds(bundle, pins, [built, stand_ins, *find_links], work, built, log)
         _record_versions(bundle, resolved)
-        _fetch(resolved, freeze, built, target, partial)
+        _fetch(resolved, freeze, target, partial)
         _write_records(partial, bundle, resolved)
     check(partial)
     if out.exists():
@@ -279,14 +282,23 @@ def _conflict_message(err: Unresolved, kept: dict[str, str]) -> str:
     return f"no set of wheels satisfies glm-grpo-ds for the target: {err}{hint}"
 
 
-def _fetch(resolved: list[Resolved], kept: dict[str, str], built: Path, target: Target, folder: Path) -> None:
-    """Download what the target lacks into ``folder``; copy the wheels built here."""
-    local = {path.resolve().as_uri(): path for path in built.glob("*.whl")}
+def _local_wheel(url: str) -> Path | None:
+    """The file a ``file://`` URL of a resolution names (a wheel built here or one of a --find-links folder)."""
+    if not url.startswith("file:"):
+        return None
+    path = Path(url2pathname(urlparse(url).path))
+    return path if path.is_file() else None
+
+
+def _fetch(resolved: list[Resolved], kept: dict[str, str], target: Target, folder: Path) -> None:
+    """Download what the target lacks into ``folder``; copy the wheels pip took from this machine (built here, or
+    from a --find-links folder: downloaded by name instead, the index's build, or nothing, replaced the user's)."""
     wanted = [item for item in resolved if item.key not in kept]
+    local = {item.url: _local_wheel(item.url) for item in wanted}
     for item in wanted:
-        if item.url in local:
+        if local[item.url] is not None:
             shutil.copy2(local[item.url], folder / local[item.url].name)
-    remote = [f"{item.name}=={item.version}" for item in wanted if item.url not in local]
+    remote = [f"{item.name}=={item.version}" for item in wanted if local[item.url] is None]
     if remote:
         proc = run_pip(["download", "--no-deps", "--quiet", "-d", str(folder), *target.pip_flags(), *remote])
         if proc.returncode != 0:
@@ -355,5 +367,14 @@ def check(folder: Path) -> Bundle:
                     f"{bundle.target.describe()}; build the bundle again (glm-grpo wheelhouse)"
                 ) from None
             raise BundleError(f"the bundle in {folder} does not resolve: {err}") from None
+    # pip resolved with this machine's markers; the target's may need more (install/markers.py)
+    env = target_environment(bundle.target.python, bundle.target.platform)
+    missing = lacking(folder, bundle.kept, env, PROJECT, bundle.extras)
+    if missing:
+        raise BundleError(
+            f"the bundle in {folder} lacks what {bundle.target.describe()} needs: {', '.join(missing)} (pip "
+            "evaluates dependency markers for the machine it runs on); build the bundle on a machine with the "
+            "target's Python and platform, or give those wheels with --find-links"
+        )
     bundle.wheels = sorted(folder.glob("*.whl"))
     return bundle

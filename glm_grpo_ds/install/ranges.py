@@ -45,8 +45,10 @@ class DependencyRow:
 
     @property
     def floor(self) -> str | None:
+        """The oldest release in range: ``>=2.11.0a0`` (which admits the NGC containers' own ``2.11.0a0+...``
+        builds of a release) is the 2.11.0 floor CI tests."""
         lows = [spec.version for spec in self.specifier if spec.operator in (">=", "==", "~=")]
-        return lows[0] if lows else None
+        return Version(lows[0]).base_version if lows else None
 
     @property
     def tested_range(self) -> str:

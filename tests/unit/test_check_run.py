@@ -82,3 +82,60 @@ def test_a_directory_that_is_not_a_run_is_one_line(tmp_path, capsys):
     assert err == f"glm-grpo check-run: {tmp_path / 'typo'} is not a directory; give a training run's output_dir\n"
     assert main([str(tmp_path)]) == 2
     assert "holds no metrics.jsonl: not a training run's output_dir" in capsys.readouterr().err
+
+
+def _gpu_rows(out, peaks: dict[int, float]):
+    rows = []
+    for step, peak in peaks.items():
+        row = {"step": step, "loss": 0.1, "skipped": 0, "first_iteration_ratio_min": 1.0}
+        row.update(first_iteration_ratio_max=1.0, peak_gpu_memory_mb=peak, **{"memory/update_peak_mb": peak})
+        rows.append(row)
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_run_that_died_early_fails_and_one_iteration_does_not_pass_the_ratio(tmp_path, capsys):
+    """A run that stopped at step 3 of 10 (out of memory: the failed step writes no record) passed every check;
+    at grpo.num_iterations=1 the first-iteration ratio is the update's own log-probs over themselves: 1 whatever the
+    math, so a PASS there tested nothing."""
+    out = _run(tmp_path, update_peak_mb=90.0)
+    _gpu_rows(out, {1: 80.0, 2: 80.0, 3: 80.0})
+    (out / "config.json").write_text(json.dumps({"train": {"max_steps": 10, "grpo": {"num_iterations": 1}}}))
+    assert main([str(out)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "FAIL  run complete: last step 3 of max_steps=10" in lines
+    assert any(line.startswith("INFO  ratio 1 on the first iteration: ") for line in lines), lines
+    (out / "config.json").write_text(json.dumps({"train": {"max_steps": 3, "grpo": {"num_iterations": 2}}}))
+    assert main([str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "PASS  run complete: last step 3 of max_steps=3" in lines
+    assert "PASS  ratio 1 on the first iteration: first-iteration ratio in [1.0, 1.0] over all steps" in lines
+
+
+def test_the_peaks_are_judged_against_the_plan_of_the_cluster_shape_they_ran_on(tmp_path, capsys):
+    """memory_plan.json is the last launch's: a run resumed from 1 GPU at ZeRO-2 onto 8 at ZeRO-3 failed its check
+    on the first launch's peaks (150 MiB against the new plan's 100)."""
+    out = _run(tmp_path, update_peak_mb=90.0)
+    _gpu_rows(out, {1: 150.0, 2: 150.0, 3: 80.0, 4: 80.0})
+    segments = [
+        {"from_step": 0, "changed": {}},
+        {"from_step": 2, "changed": {"world_size": [1, 8], "zero_stage": [2, 3]}},
+    ]
+    (out / "config.json").write_text(json.dumps({"train": {"max_steps": 4}, "segments": segments}))
+    assert main([str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("PASS  measured peak <= planner: measured 0.08 GiB") for line in lines), lines
+    segments[1]["changed"] = {"optimizer.lr": [1e-5, 2e-5]}  # a setting, not the shape: every step counts
+    (out / "config.json").write_text(json.dumps({"train": {"max_steps": 4}, "segments": segments}))
+    assert main([str(out)]) == 1
+
+
+def test_progress_refuses_a_window_below_one(tmp_path):
+    """--window 0 divided by zero (a traceback, exit 1 like a --min-fraction failure)."""
+    import pytest
+
+    from glm_grpo_ds.commands.progress import run_progress
+
+    (tmp_path / "config.json").write_text(json.dumps({"train": {"data": {"train_file": "x"}}}))
+    (tmp_path / "best.json").write_text('{"best": {}}')
+    with pytest.raises(ValueError, match="--window 0: give the steps averaged at each end, 1 or more"):
+        run_progress(tmp_path, tmp_path / "best.json", 0)

@@ -501,5 +501,12 @@ def test_settings_a_run_accepts_and_does_not_act_on_are_said(tmp_path):
         unused_settings(load_config(None, BASE + ["optimizer.warmup_steps=9", "max_steps=5", "grpo.num_iterations=2"]))
         == []
     )
+    # alarms compare evaluations with the first: one evaluation, and fail_on_alarm counts on rules that cannot fire
+    once = ["eval.file=e.jsonl", "eval.steps=0", "eval.at_start=false", "monitor.fail_on_alarm=true"]
+    (line,) = unused_settings(load_config(None, BASE + once))
+    assert line.startswith("monitor.alarms compare each evaluation with the first, and this run evaluates once")
+    assert unused_settings(load_config(None, BASE + once + ["eval.at_start=true"])) == []
+    assert unused_settings(load_config(None, BASE + [*once[:3], "eval.steps=100", "max_steps=100"])) != []
+    assert unused_settings(load_config(None, BASE + [*once[:3], "eval.steps=40", "max_steps=100"])) == []  # 40 80 100
     for config in sorted((Path(__file__).parents[2] / "launch" / "configs").glob("*.yaml")):
         assert unused_settings(load_config(str(config))) == [], config

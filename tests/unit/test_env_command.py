@@ -171,3 +171,17 @@ def test_env_runs_from_a_checkout_that_is_not_pip_installed(tmp_path):
     shown = [line.split() for line in proc.stdout.split("(constraints.txt):\n", 1)[1].splitlines()[:-1]]
     assert [row[0] for row in shown] == [row.name for row in dependency_rows()]
     assert [" ".join(row[2:]) for row in shown] == [row.tested_range for row in dependency_rows()]
+
+
+def test_a_containers_own_build_of_the_floor_release_is_in_range():
+    """NVIDIA's containers carry torch 2.11.0a0+<commit>, their build of 2.11.0: setup.py's >=2.11.0 counted it too
+    old (glm-grpo env said OUTSIDE; the offline bundle replaced the container's torch with PyPI's)."""
+    from packaging.specifiers import SpecifierSet
+
+    from glm_grpo_ds.install.ranges import CHECKOUT, DependencyRow, checkout_requirements
+
+    torch_req = next(r for r in checkout_requirements(CHECKOUT / "setup.py") if r.name == "torch")
+    row = DependencyRow("torch", torch_req.specifier, "2.15.0", "2.11.0a0+ecf3bae40a")
+    assert row.problem is None and row.floor == "2.11.0"
+    assert DependencyRow("torch", torch_req.specifier, "2.15.0", "2.10.0").problem is not None
+    assert DependencyRow("torch", SpecifierSet(">=2.11.0"), "2.15.0", "2.11.0a0+ecf3bae40a").problem is not None

@@ -96,3 +96,52 @@ def test_a_tested_top_pin_that_misses_the_targets_torch_is_the_one_that_gives_wa
     assert err.missing == "torch"
     assert _misfits(err, {"torch": "2.11.0+cu130"}) == ["torchvision"]
     assert _misfits(err, {"torch": "2.15.0"}) == []  # nothing misses it: a real conflict, reported
+
+
+def test_wheels_pip_took_from_a_find_links_folder_are_copied_not_downloaded_by_name(tmp_path, monkeypatch):
+    """Only the wheels built here were copied: one of the user's --find-links folder (what docs/install.md prescribes
+    for a wheel the index lacks) was downloaded again as name==version: not found, or the index's build instead."""
+    from glm_grpo_ds.install import bundle
+    from glm_grpo_ds.install.pip_runs import Resolved
+
+    links, folder = tmp_path / "links", tmp_path / "bundle"
+    links.mkdir()
+    folder.mkdir()
+    wheel = links / "mypkg-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"a wheel")
+    asked = []
+    monkeypatch.setattr(bundle, "run_pip", lambda args: asked.append(args))
+    bundle._fetch([Resolved("mypkg", "1.0", wheel.resolve().as_uri())], {}, Target(), folder)
+    assert (folder / wheel.name).read_bytes() == b"a wheel" and asked == []
+
+
+def _wheel(folder, name: str, requires: list[str], extras: list[str] = ()):
+    """A wheel holding only its METADATA (what the markers' check reads)."""
+    meta = [f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0"]
+    meta += [f"Provides-Extra: {e}" for e in extras] + [f"Requires-Dist: {r}" for r in requires]
+    path = folder / f"{name.replace('-', '_')}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{name.replace('-', '_')}-1.0.dist-info/METADATA", "\n".join(meta) + "\n")
+    return path
+
+
+def test_what_the_target_needs_by_its_own_markers_is_named_when_the_bundle_lacks_it(tmp_path):
+    """pip evaluates markers for the machine it runs on (pypa/pip#11664): a bundle built on Python 3.12 for a 3.10
+    node lacked tomli (huggingface_hub's, python_version < "3.11"), one built on a Mac lacked torch's Linux CUDA
+    wheels; the check resolved on the same machine and passed them."""
+    from glm_grpo_ds.install.markers import lacking, target_environment
+
+    _wheel(tmp_path, "huggingface-hub", ['tomli; python_version < "3.11"', "filelock"])
+    _wheel(tmp_path, "torch", ['nvidia-nccl-cu13; platform_system == "Linux"', 'setuptools; python_version >= "3.12"'])
+    _wheel(tmp_path, "glm-grpo-ds", ["torch", 'rapidfuzz; extra == "ocr"', 'wandb; extra == "tracking"'], ["ocr"])
+    _wheel(tmp_path, "filelock", [])
+    kept = {"setuptools": "80.0"}  # the target's own packages
+    linux_310 = target_environment("3.10", "manylinux_2_28_x86_64")
+    assert lacking(tmp_path, kept, linux_310, "glm-grpo-ds", ["ocr"]) == [
+        "nvidia-nccl-cu13 (torch needs it)",
+        "rapidfuzz (glm-grpo-ds needs it)",
+        "tomli (huggingface-hub needs it)",
+    ]
+    mac_312 = target_environment("3.12", "macosx_14_0_arm64")
+    assert lacking(tmp_path, kept, mac_312, "glm-grpo-ds", []) == []
+    assert lacking(tmp_path, {}, mac_312, "glm-grpo-ds", []) == ["setuptools (torch needs it)"]
