@@ -27,7 +27,7 @@ from .config import ConfigError, load_config
 from .config.notes import unused_settings
 from .data import FROM_DATA, DataError, check_source, load_prompts
 from .data.prompt_order import check_enough
-from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, read_ds_config, zero_stage
+from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, offloads, read_ds_config, zero_stage
 from .lifecycle import checkpoint, resume
 from .lifecycle.run import decide_start
 from .memory.basis import EstimateConfig
@@ -265,6 +265,14 @@ def check(cfg, ds_path: str, est: EstimateConfig, report: Report) -> Report:
         _checked(report, "data.train_file", lambda: check_enough(len(rows), est.world, cfg.batch.prompts_per_rank))
     text = _model(cfg, sources, report)
     raw = _deepspeed(cfg, ds_path, est, text, report)
+    if raw is not None and offloads(raw.get("zero_optimization") or {}, "offload_optimizer"):
+        from .ds.process_group import cpu_adam_problem
+
+        problem = cpu_adam_problem()  # the offloaded optimizer's op, which every rank builds at start
+        if problem:
+            report.add("FAIL", f"{ds_path}: {problem} (on the machine this check runs on)")
+        else:
+            report.add("ok", f"{ds_path}: DeepSpeed's cpu_adam op for the offloaded optimizer loads here")
     _output_dir(cfg, est, raw, rows, report)
     if raw is not None:
         _memory(cfg, ds_path, raw, est, report)

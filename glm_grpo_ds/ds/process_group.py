@@ -109,6 +109,34 @@ def cpu_comm_op_needs_build() -> bool:
     return any(os.path.abspath(builder.deepspeed_src_path(src)) not in recipe for src in builder.sources())
 
 
+def cpu_adam_problem() -> str | None:
+    """Why DeepSpeed's CPU Adam (what ``zero_optimization.offload_optimizer`` steps with) cannot load on this machine,
+    or None: its op is not compatible with this install, or it is not prebuilt and the build it starts with on every
+    rank lacks a C++ compiler (``CXX``, else ``c++``) or ninja. The ranks met it after the job queued and the model
+    loaded."""
+    import shutil
+
+    import deepspeed.git_version_info as built
+    from deepspeed.ops.op_builder import CPUAdamBuilder
+    from torch.utils.cpp_extension import verify_ninja_availability
+
+    builder = CPUAdamBuilder()
+    if not builder.is_compatible(verbose=False):
+        return "DeepSpeed's cpu_adam op is not compatible with this install (`ds_report` says why)"
+    if built.installed_ops.get(builder.NAME):
+        return None  # prebuilt (DS_BUILD_CPU_ADAM=1 at install)
+    compiler = os.environ.get("CXX", "c++")
+    fix = "install one, or reinstall DeepSpeed with DS_BUILD_CPU_ADAM=1 to prebuild the op"
+    if shutil.which(compiler) is None:
+        return f"DeepSpeed's cpu_adam op builds at start and needs a C++ compiler: {compiler} is not found; {fix}"
+    try:
+        with this_environments_ninja():
+            verify_ninja_availability()
+    except RuntimeError:
+        return f"DeepSpeed's cpu_adam op builds at start and needs ninja: not found; {fix}"
+    return None
+
+
 def build_cpu_comm_op() -> str:
     """Compile DeepSpeed's CPU communication op now, when a CPU process group would first build it (``make setup``:
     the first CPU run or test after it then starts at once instead of spending ~40 s, or waiting on the build lock

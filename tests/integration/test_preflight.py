@@ -203,3 +203,21 @@ def test_a_setting_the_run_will_not_act_on_is_a_note_not_a_failure(tiny_model_di
     code, lines, _ = _check(tiny_model_dir, tiny_data, tmp_path / "run", capfd, "optimizer.warmup_steps=1000")
     assert code == 0, lines
     assert any(line.startswith("note  optimizer.warmup_steps=1000 is not shorter than the run's") for line in lines)
+
+
+def test_an_offloaded_optimizer_whose_op_cannot_build_here_is_refused(
+    tiny_model_dir, tiny_data, tmp_path, capfd, monkeypatch
+):
+    """zero3_offload.json steps with DeepSpeed's CPU Adam, an op every rank builds at start: without the compiler
+    (CXX here names one that is not there) the ranks failed after the job queued and the model loaded."""
+    offload = ["--deepspeed", "ds_configs/zero3_offload.json", "optimizer.name=adamw", "--device", "cpu"]
+    code, lines, _ = _check(tiny_model_dir, tiny_data, tmp_path / "run", capfd, *offload)
+    assert (
+        "ok    ds_configs/zero3_offload.json: DeepSpeed's cpu_adam op for the offloaded optimizer loads here" in lines
+    )
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    code, lines, _ = _check(tiny_model_dir, tiny_data, tmp_path / "run", capfd, *offload)
+    assert code == 2, lines
+    (fail,) = _fails(lines)
+    assert fail.startswith("ds_configs/zero3_offload.json: DeepSpeed's cpu_adam op builds at start and needs a C++ ")
+    assert "DS_BUILD_CPU_ADAM=1" in fail and fail.endswith("(on the machine this check runs on)")
