@@ -187,7 +187,8 @@ def test_cli_verify_logprobs(tiny_model_dir, capfd):
     code, out, err = glm_grpo(cmd, capfd)
     assert code == 0, err
     line = next(text for text in out.splitlines() if text.startswith("max_abs_diff="))
-    fields = dict(kv.split("=") for kv in line.split())
+    fields = dict(kv.split("=") for kv in line.split()[:3])
+    assert line.endswith(" (fp32, attn=sdpa)")  # the dtype its tolerance is for, on stdout (glm-grpo check-run)
     assert float(fields["max_abs_diff"]) <= 1e-5 and float(fields["mean_abs_diff"]) <= float(fields["max_abs_diff"])
     code, _, err = glm_grpo(cmd + ["--dtype", "bf16", "--tolerance", "1e-9"], capfd)
     assert code == 1 and "FAIL" in err
