@@ -73,6 +73,7 @@ def run(
         HOME=str(tmp_path),
         RECORD=str(tmp_path),
         PREFLIGHT="0",
+        JOB_HOSTFILE=str(tmp_path / "job_hostfile"),  # slurm.sbatch's default is the working directory: the repo
     )
     proc = subprocess.run(
         ["bash", script, *_args], cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=120
