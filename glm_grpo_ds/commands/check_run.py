@@ -101,8 +101,8 @@ def check_run(
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
     if not rows:
         raise ValueError(f"{out / 'metrics.jsonl'} has no training steps")
-    saved = json.loads((out / "config.json").read_text(encoding="utf-8")) if (out / "config.json").is_file() else {}
-    train = saved.get("train") or {}
+    saved = run_record(out)
+    train = (saved or {}).get("train") or {}
     results = []
     bad = [r["step"] for r in rows if r.get("skipped") or r.get("loss") is None]
     results.append(("no non-finite step", not bad, f"{len(rows)} steps, non-finite/skipped: {bad or 'none'}"))
@@ -125,11 +125,17 @@ def check_run(
                 )
             )
     plan = json.loads((out / "memory_plan.json").read_text(encoding="utf-8"))
-    results += memory_results(since_last_shape(rows, saved), plan)
+    results += memory_results(since_last_shape(rows, saved or {}), plan)
     results += alarm_results(out)
-    results += history_results(out)
-    results += random_results(out)
+    results += history_results(saved)
+    results += random_results(saved)
     return results
+
+
+def run_record(out: Path) -> dict | None:
+    """The run's ``config.json`` (the training config, its segments, the model source), None without one."""
+    record = out / "config.json"
+    return json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
 
 
 def ratio_result(rows: list[dict], train: dict) -> tuple[str, bool | None, str]:
@@ -157,23 +163,22 @@ def since_last_shape(rows: list[dict], saved: dict) -> list[dict]:
     return [r for r in rows if r.get("step", 0) > max(moved)] if moved else rows
 
 
-def random_results(out: Path) -> list[tuple[str, None, str]]:
-    """An INFO line when the run trained a ``random:`` model (config.json's ``model_source``): its figures of time and
-    memory hold, its rewards and learning do not."""
-    record = out / "config.json"
-    source = json.loads(record.read_text(encoding="utf-8")).get("model_source") or {} if record.is_file() else {}
+def random_results(saved: dict | None) -> list[tuple[str, None, str]]:
+    """An INFO line when the run trained a ``random:`` model (config.json's ``model_source``; ``saved``:
+    :func:`run_record`): its figures of time and memory hold, its rewards and learning do not."""
+    source = (saved or {}).get("model_source") or {}
     if not source.get("random_weights"):
         return []
     return [("model", None, f"{source['random_weights']}: {RANDOM_NOTE}")]
 
 
-def history_results(out: Path) -> list[tuple[str, None, str]]:
+def history_results(saved: dict | None) -> list[tuple[str, None, str]]:
     """An INFO line with what resumes changed, cluster shape included (``config.json``'s segments: another world size
-    or ZeRO stage, a setting), from which step; nothing for a run without ``config.json``."""
-    record = out / "config.json"
-    if not record.is_file():
+    or ZeRO stage, a setting), from which step; nothing for a run without ``config.json`` (``saved``:
+    :func:`run_record`)."""
+    if saved is None:
         return []
-    later = [seg for seg in json.loads(record.read_text(encoding="utf-8")).get("segments") or [] if seg["changed"]]
+    later = [seg for seg in saved.get("segments") or [] if seg["changed"]]
     if not later:
         return [("history", None, "one launch shape and one set of settings throughout")]
     said = [

@@ -37,6 +37,13 @@ def setting(default=dataclasses.MISSING, help: str = "", *, factory=dataclasses.
     return field(default=default, default_factory=factory, metadata={"help": help, **metadata})
 
 
+def default_of(section, name: str):
+    """The dataclass default of field ``name`` of ``section`` (a section instance or class): what a setting left
+    unset holds, for the rules that tell a value given from the default."""
+    f = {f.name: f for f in dataclasses.fields(section)}[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
 # dtype names of model.dtype and decoder.dtype.
 Dtype = Literal["auto", "bf16", "fp32", "fp16"]
 

@@ -11,7 +11,7 @@ from typing import Literal
 from ..advantages import COMBINATIONS, ESTIMATORS
 from ..grpo import AGGREGATIONS, IMPORTANCE_LEVELS, SAMPLER_CORRECTIONS
 from .checks import need
-from .fields import choice_problems, setting
+from .fields import choice_problems, default_of, setting
 from .model_sections import SamplingConfig
 
 
@@ -205,10 +205,10 @@ class GRPOConfig:
             f"{prefix}sampler_correction_min={low} caps weights that {prefix}sampler_correction=none never computes: "
             "choose a sampler_correction or drop the cap",
         )
-        high, default_high = self.sampler_correction_max, type(self).__dataclass_fields__["sampler_correction_max"]
+        high = self.sampler_correction_max
         need(
             problems,
-            self.sampler_correction != "none" or high == default_high.default,
+            self.sampler_correction != "none" or high == default_of(self, "sampler_correction_max"),
             f"{prefix}sampler_correction_max={high} caps weights that {prefix}sampler_correction=none never computes: "
             "choose a sampler_correction or drop the cap",
         )

@@ -36,10 +36,11 @@ def take_pending(ahead, path, rank: int, per: int, order, device: torch.device, 
     if state is None:
         return
     drawn_with = sorted(key for key in changes or {} if key.startswith(DRAW_SETTINGS))
-    # every rank decides alike: a rank whose prompts differ requeues them all (checkpoint.ahead_rows: every rank's)
-    edited = not all(Drawn.same_prompts(other, order.rows) for other in checkpoint.ahead_states(path))
+    # every rank decides alike: a rank whose prompts differ requeues them all (every rank's rollout is read)
+    states = checkpoint.ahead_states(path)
+    edited = not all(Drawn.same_prompts(other, order.rows) for other in states)
     if len(state["rows"]) != per or drawn_with or edited:
-        rows = checkpoint.ahead_rows(path)
+        rows = checkpoint.drawn_rows(states)
         why = (
             f"was drawn with other {', '.join(drawn_with)}"
             if drawn_with

@@ -22,9 +22,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import zipfile
 from dataclasses import dataclass, field
-from email.parser import Parser
 from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import url2pathname
@@ -33,7 +31,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from .markers import lacking, target_environment
+from .markers import lacking, requirements, target_environment, wheel_metadata
 from .pip_runs import (
     BundleError,
     Resolved,
@@ -93,14 +91,12 @@ def project_root(start: Path | None = None) -> Path:
 
 def _wheel_requirements(wheel: Path, extras: list[str]) -> list[Requirement]:
     """The Requires-Dist of ``wheel`` that apply with ``extras``."""
-    with zipfile.ZipFile(wheel) as archive:
-        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        metadata = Parser().parsestr(archive.read(name).decode())
+    metadata = wheel_metadata(wheel)
     known = set(metadata.get_all("Provides-Extra") or [])
     unknown = sorted(set(extras) - known)
     if unknown:
         raise BundleError(f"--extras {','.join(unknown)}: glm-grpo-ds has the extras {', '.join(sorted(known))}")
-    reqs = [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
+    reqs = requirements(metadata)
     applies = lambda r: r.marker is None or any(r.marker.evaluate({"extra": e}) for e in ["", *extras])  # noqa: E731
     return [r for r in reqs if applies(r)]
 

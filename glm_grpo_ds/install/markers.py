@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import sys
 import zipfile
+from email.message import Message
 from email.parser import Parser
 from pathlib import Path
 
@@ -49,11 +50,16 @@ def target_environment(python: str | None, platform: str | None) -> dict[str, st
     return env
 
 
-def _requires(wheel: Path) -> tuple[str, list[Requirement]]:
+def wheel_metadata(wheel: Path) -> Message:
+    """The METADATA of ``wheel`` (its name, Requires-Dist, Provides-Extra, ...)."""
     with zipfile.ZipFile(wheel) as archive:
         name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        metadata = Parser().parsestr(archive.read(name).decode("utf-8"))
-    return metadata["Name"], [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
+        return Parser().parsestr(archive.read(name).decode("utf-8"))
+
+
+def requirements(metadata: Message) -> list[Requirement]:
+    """Every Requires-Dist of ``metadata``, markers and all."""
+    return [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
 
 
 def lacking(folder: Path, kept: dict[str, str], env: dict[str, str], own: str, own_extras: list[str]) -> list[str]:
@@ -64,7 +70,8 @@ def lacking(folder: Path, kept: dict[str, str], env: dict[str, str], own: str, o
     held = {canonicalize_name(parse_wheel_filename(w.name)[0]) for w in wheels} | set(kept)
     out = []
     for wheel in wheels:
-        name, requires = _requires(wheel)
+        metadata = wheel_metadata(wheel)
+        name, requires = metadata["Name"], requirements(metadata)
         extras = ["", *own_extras] if canonicalize_name(name) == canonicalize_name(own) else [""]
         for req in requires:
             if req.marker is not None and not any(req.marker.evaluate({**env, "extra": e}) for e in extras):

@@ -386,5 +386,9 @@ def ahead_rows(path: Path) -> list[int] | None:
     """The dataset rows of the rollout drawn ahead in checkpoint ``path``, every rank's in rank order (the global
     batch of the step it was drawn for), None when it holds none: what a resume on another world size samples
     again."""
-    states = ahead_states(path)
+    return drawn_rows(ahead_states(path))
+
+
+def drawn_rows(states: list[dict]) -> list[int] | None:
+    """The dataset rows of :func:`ahead_states`' rollouts, rank after rank; None for none."""
     return [int(row) for state in states for row in state["rows"]] if states else None
