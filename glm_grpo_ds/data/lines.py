@@ -42,10 +42,12 @@ def check_target(base: Path, where: str, target, relative_to: str) -> Path:
 
 def check_image(source, where: str, fix: str) -> None:
     """Open ``source()`` (a path or a file object) with PIL and read its header, else one DataError line."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
+
+    from .image_files import open_image
 
     try:
-        with Image.open(source()) as img:
+        with open_image(source()) as img:
             img.size  # noqa: B018 - the header is read lazily; make sure it parses
     except (OSError, UnidentifiedImageError) as err:
         raise DataError(f"{where} cannot be read as an image ({err}); {fix}") from None

@@ -26,9 +26,9 @@ class DatasetImage:
     label: str  # where it comes from, e.g. "prompts.parquet row 17", for messages
 
     def open(self):
-        from PIL import Image
+        from .image_files import open_image
 
-        return Image.open(io.BytesIO(self.data))
+        return open_image(io.BytesIO(self.data))
 
     def __str__(self) -> str:
         return f"<image in {self.label}>"

@@ -21,9 +21,9 @@ import torch
 
 def open_target(target):
     """A sample's ``target_image`` (a path or a DatasetImage) as a PIL image (decoded lazily by PIL)."""
-    from PIL import Image
+    from ..data.image_files import open_image
 
-    return target.open() if hasattr(target, "open") else Image.open(target)
+    return target.open() if hasattr(target, "open") else open_image(target)
 
 
 def as_rgb(img):

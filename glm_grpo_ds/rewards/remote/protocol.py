@@ -52,11 +52,14 @@ def encode_pngs(images: torch.Tensor) -> list[str]:
 
 
 def decode_png(data: str) -> torch.Tensor:
-    """base64 image (PNG or any format PIL reads) -> ``[3, H, W]`` uint8; ValueError if unreadable."""
-    from PIL import Image, UnidentifiedImageError
+    """base64 image (PNG, or another format of data/image_files.READ_FORMATS) -> ``[3, H, W]`` uint8; ValueError if
+    unreadable."""
+    from PIL import UnidentifiedImageError
+
+    from ...data.image_files import open_image
 
     try:
-        img = Image.open(io.BytesIO(base64.b64decode(data, validate=True))).convert("RGB")
+        img = open_image(io.BytesIO(base64.b64decode(data, validate=True))).convert("RGB")
     except (ValueError, OSError, UnidentifiedImageError) as err:
         raise ValueError(f"not a base64 image ({type(err).__name__}: {err})") from None
     return torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3).permute(2, 0, 1)
