@@ -39,7 +39,9 @@ class ServerConfig:
 
 
 def parse_args(argv: list[str] | None):
-    d = ServerConfig()
+    from ..rewards.remote.serving import ServingLimits
+
+    d, limits = ServerConfig(), ServingLimits()
     p = parser_for("reward-server")
     p.add_argument("--reward", required=True, help="built-in name or python:module:function / file.py:function")
     p.add_argument("--reward-arg", action="append", default=[], help="key=value argument of the reward (repeatable)")
@@ -52,6 +54,20 @@ def parse_args(argv: list[str] | None):
         type=float,
         default=d.max_wait_ms,
         help=f"wait for concurrent requests to join a call (default {d.max_wait_ms})",
+    )
+    p.add_argument(
+        "--max-request-mb",
+        type=int,
+        default=limits.max_request_mb,
+        help=f"a request's body, and its images and targets decoded as 8-bit RGB, at most (default "
+        f"{limits.max_request_mb}); larger ones get HTTP 413",
+    )
+    p.add_argument(
+        "--target-cache-mb",
+        type=int,
+        default=limits.target_cache_mb,
+        help=f"target image files kept for the rewards (default {limits.target_cache_mb}); past it the least "
+        "recently used, idle 10 minutes, are removed",
     )
     p.add_argument("--device", default=d.device, help="cpu, cuda, cuda:1, ... (default: cuda when available)")
     p.add_argument(
@@ -74,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--max-batch {a.max_batch} must be at least 1")
         if a.max_wait_ms < 0:
             raise ValueError(f"--max-wait-ms {a.max_wait_ms} must be >= 0")
+        for flag, value in (("--max-request-mb", a.max_request_mb), ("--target-cache-mb", a.target_cache_mb)):
+            if value < 1:
+                raise ValueError(f"{flag} {value} must be at least 1")
         import torch
 
         from ..rewards.remote.protocol import read_token
@@ -81,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         token = read_token(a.token_file, "--token-file") if a.token_file else None
 
         from ..rewards import RewardError, build_reward, reward_needs
-        from ..rewards.remote.serving import bind, build_app
+        from ..rewards.remote.serving import ServingLimits, bind, build_app
         from .score import parse_reward_arg
 
         device = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
@@ -110,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-    app = build_app(fn, a.reward, need, a.max_batch, a.max_wait_ms / 1000, device, token)
+    limits = ServingLimits(max_request_mb=a.max_request_mb, target_cache_mb=a.target_cache_mb)
+    app = build_app(fn, a.reward, need, a.max_batch, a.max_wait_ms / 1000, device, token, limits)
     server = uvicorn.Server(uvicorn.Config(app, log_level=a.log_level, timeout_graceful_shutdown=5))
     server.run(sockets=[sock])
     return 0

@@ -114,12 +114,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "serve a reward over HTTP for the `remote` reward (reward models on other GPUs / nodes)",
         usage=(
             "glm-grpo reward-server --reward NAME [--reward-arg k=v ...] [--host 127.0.0.1] [--port 8000] "
-            "[--token-file F] [--max-batch 32] [--max-wait-ms 5] [--device auto] [--log-level info]"
+            "[--token-file F] [--max-batch 32] [--max-wait-ms 5] [--max-request-mb 1024] [--target-cache-mb 4096] "
+            "[--device auto] [--log-level info]"
         ),
         doc=(
             "serve a built-in or plugin reward over HTTP for the `remote` reward of runs on other GPUs / "
             "nodes; concurrent requests batched up to `--max-batch` images; loopback only unless `--host`; "
-            "with `--token-file` requests need `Authorization: Bearer <token>`; first stdout line `glm-grpo "
+            "with `--token-file` requests need `Authorization: Bearer <token>`; a request past `--max-request-mb` "
+            "(its body, or its images decoded) is answered 413; first stdout line `glm-grpo "
             "reward-server: serving NAME on http://HOST:PORT (...)`; exit 2 on a bad reward, argument, token file "
             "or port; needs `pip install 'glm-grpo-ds[server]'` ([rewards.md](rewards.md#remote-rewards))"
         ),

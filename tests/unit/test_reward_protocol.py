@@ -155,8 +155,26 @@ def test_remote_reward_args_are_checked_before_anything_is_contacted(tmp_path):
     (tmp_path / "tok").write_text("two words\n")
     with pytest.raises(ValueError, match="must hold one token"):
         read_token(str(tmp_path / "tok"), "--token-file")
+    (tmp_path / "tok").write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match="--token-file .*tok cannot be read"):
+        read_token(str(tmp_path / "tok"), "--token-file")
     (tmp_path / "tok").write_text("  s3cret\n")
+    (tmp_path / "tok").chmod(0o600)
     assert read_token(str(tmp_path / "tok"), "--token-file") == "s3cret"
+
+
+def test_a_token_file_others_can_read_is_warned_about(tmp_path, capsys):
+    from glm_grpo_ds.runtime import log
+
+    log.setup("info", 0)
+    token = tmp_path / "tok"
+    token.write_text("s3cret\n")
+    token.chmod(0o600)
+    read_token(str(token), "--token-file")
+    assert "readable by other users" not in capsys.readouterr().err
+    token.chmod(0o644)  # what `openssl rand -hex 32 > FILE` makes under the usual umask 022
+    assert read_token(str(token), "--token-file") == "s3cret"
+    assert "--token-file " + str(token) + " is readable by other users (0o644): chmod 600 it" in capsys.readouterr().err
 
 
 def test_requests_that_bring_the_same_new_target_at_once_all_get_it(tmp_path):
@@ -167,17 +185,17 @@ def test_requests_that_bring_the_same_new_target_at_once_all_get_it(tmp_path):
 
     from glm_grpo_ds.rewards.remote import serving
 
-    data = base64.b64encode(b"\x89PNG the same target, many times" * 5000).decode()
-    body = SimpleNamespace(target_images={"t": data}, samples=[{"target_image": "t"}], prompts=["a"])
+    raw = b"\x89PNG the same target, many times" * 5000
+    body = SimpleNamespace(samples=[{"target_image": "t"}], prompts=["a"])
     for round_ in range(5):
         where = tmp_path / str(round_)
         where.mkdir()
-        start, errors = threading.Barrier(8), []
+        start, errors, files = threading.Barrier(8), [], serving.TargetFiles(where, 2**30)
 
-        def request(where=where, start=start, errors=errors):
+        def request(files=files, start=start, errors=errors):
             start.wait()
             try:
-                serving._samples(body, where)
+                serving._samples(body, {"t": raw}, files)
             except OSError as err:
                 errors.append(err)
 

@@ -217,7 +217,10 @@ class RemoteReward:
                 f"{s.url} did not score the batch ({_reason(err)}, after {s.retries} retries)"
             ) from None
         if r.status_code != 200:
-            raise RemoteRewardError(f"{s.url}/score answered HTTP {r.status_code}: {_detail(r)}")
+            detail = _detail(r)
+            if r.status_code == 413 and "--max-request-mb" not in detail:  # the body limit's own text
+                detail += " (past the server's --max-request-mb: raise it, or send fewer images a request)"
+            raise RemoteRewardError(f"{s.url}/score answered HTTP {r.status_code}: {detail}")
         try:
             values = rewards_from_json(r.json()["rewards"])
         except (ValueError, KeyError, TypeError) as err:

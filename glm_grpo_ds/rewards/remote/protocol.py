@@ -54,13 +54,38 @@ def encode_pngs(images: torch.Tensor) -> list[str]:
 def decode_png(data: str) -> torch.Tensor:
     """base64 image (PNG, or another format of data/image_files.READ_FORMATS) -> ``[3, H, W]`` uint8; ValueError if
     unreadable."""
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError as err:  # binascii.Error is one
+        raise ValueError(f"not a base64 image ({type(err).__name__}: {err})") from None
+    return decode_image(raw)
+
+
+def _opened(raw: bytes):
     from PIL import UnidentifiedImageError
 
     from ...data.image_files import open_image
 
     try:
-        img = open_image(io.BytesIO(base64.b64decode(data, validate=True))).convert("RGB")
-    except (ValueError, OSError, UnidentifiedImageError) as err:
+        return open_image(io.BytesIO(raw))
+    except (OSError, UnidentifiedImageError) as err:
+        raise ValueError(f"not a base64 image ({type(err).__name__}: {err})") from None
+
+
+def image_size(raw: bytes) -> tuple[int, int]:
+    """``(width, height)`` of an image file's bytes, from its header alone; ValueError if unreadable."""
+    with _opened(raw) as img:
+        return img.size
+
+
+def decode_image(raw: bytes) -> torch.Tensor:
+    """An image file's bytes -> ``[3, H, W]`` uint8 RGB; ValueError if unreadable."""
+    from PIL import UnidentifiedImageError
+
+    try:
+        with _opened(raw) as img:
+            img = img.convert("RGB")
+    except (OSError, UnidentifiedImageError) as err:  # a truncated file fails when decoded, not at its header
         raise ValueError(f"not a base64 image ({type(err).__name__}: {err})") from None
     return torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3).permute(2, 0, 1)
 
@@ -158,8 +183,16 @@ def read_token(path: str, flag: str) -> str:
     """The token in file ``path`` (surrounding whitespace stripped); ValueError naming ``flag``."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise ValueError(f"{flag} {path} does not exist; write a secret token into it (e.g. `openssl rand -hex 32`)")
-    token = p.read_text(encoding="utf-8").strip()
+        raise ValueError(
+            f"{flag} {path} does not exist; write a secret token into it: (umask 077; openssl rand -hex 32 > {path})"
+        )
+    try:
+        token = p.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{flag} {path} cannot be read ({type(err).__name__}: {err})") from None
+    if p.stat().st_mode & 0o077:  # as ssh says of a private key: others on the machine (or the NFS home) can read it
+        mode = oct(p.stat().st_mode & 0o777)
+        log.warning_once(f"token-mode:{p}", f"{flag} {path} is readable by other users ({mode}): chmod 600 it")
     if not token or any(c.isspace() for c in token):
         raise ValueError(f"{flag} {path} must hold one token (no spaces or newlines inside it)")
     return token

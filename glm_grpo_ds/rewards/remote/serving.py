@@ -13,6 +13,11 @@ runs it on its own worker thread (one call at a time: the reward model is not sh
 the event loop stays free to receive the next requests meanwhile) and hands each request its own
 values. A request larger than ``max_batch`` is split. A reward that raises fails every request of
 that call with HTTP 500 and the exception message; the server goes on.
+
+What one request may cost is bounded (:class:`ServingLimits`): its body, and its images and targets as decoded
+8-bit RGB - counted from their headers before any is decoded, since a PNG of a few hundred KB can decode to GBs -
+get HTTP 413 past ``max_request_mb``; the target files kept for the rewards (:class:`TargetFiles`) stay under
+``target_cache_mb``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ import base64
 import binascii
 import hmac
 import logging
-import os
 import socket
 import tempfile
 from collections import deque
@@ -36,9 +40,22 @@ import torch
 from pydantic import BaseModel, Field
 
 from ..base import SampleNeed, reward_values
-from .protocol import PROTOCOL, decode_png, file_key, rewards_to_json
+from .protocol import PROTOCOL, decode_image, image_size, rewards_to_json
+from .target_files import TargetFiles
 
 LOG = logging.getLogger("uvicorn.error")  # uvicorn's own server log: one stream, one format
+
+
+@dataclass(frozen=True)
+class ServingLimits:
+    """What one request may cost the server (``glm-grpo reward-server --max-request-mb / --target-cache-mb``)."""
+
+    max_request_mb: int = 1024  # a request's body, and its images and targets decoded as 8-bit RGB: HTTP 413 past it
+    target_cache_mb: int = 4096  # target files kept for the rewards; past it the least recently used idle ones go
+
+
+class RequestTooLarge(ValueError):
+    """A request past :attr:`ServingLimits.max_request_mb` (HTTP 413)."""
 
 
 class ScoreRequest(BaseModel):
@@ -177,29 +194,33 @@ def health_body(label: str, need: SampleNeed | None, max_batch: int, token_requi
     }
 
 
-def _samples(body, target_dir: Path) -> list[dict]:
-    """The request's samples with ``target_image`` keys replaced by files in ``target_dir`` (one file
-    per content, so load_target's cache by path serves repeated targets); raises ValueError."""
-    paths = {}
-    for key, data in body.target_images.items():
-        try:
-            raw = base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError) as err:
-            raise ValueError(f"target_images[{key!r}] is not base64 ({err})") from None
-        path = target_dir / file_key(raw)
-        if not path.exists():  # a temporary file of this request's own: two requests may bring the same target
-            with tempfile.NamedTemporaryFile(dir=target_dir, suffix=".part", delete=False) as tmp:
-                tmp.write(raw)
-            os.replace(tmp.name, path)
-        paths[key] = str(path)
+def _bytes(data: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise ValueError(f"{where} is not base64 ({err})") from None
+
+
+def _size(raw: bytes, where: str) -> tuple[int, int]:
+    try:
+        return image_size(raw)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
+def _samples(body, targets: dict[str, bytes], files: TargetFiles) -> list[dict]:
+    """The request's samples with ``target_image`` keys replaced by files (:class:`TargetFiles`; a target no sample
+    names is not kept); raises ValueError."""
     samples = body.samples if body.samples is not None else [{} for _ in body.prompts]
-    out = []
+    paths, out = {}, []
     for i, sample in enumerate(samples):
         sample = dict(sample)
         key = sample.get("target_image")
         if key is not None:
-            if key not in paths:
+            if not isinstance(key, str) or key not in targets:
                 raise ValueError(f"samples[{i}].target_image {key!r} is not a key of target_images")
+            if key not in paths:
+                paths[key] = files.put(targets[key])
             sample["target_image"] = paths[key]
         out.append(sample)
     return out
@@ -220,22 +241,31 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def decode_request(body: ScoreRequest, target_dir: Path) -> tuple[torch.Tensor, list[dict]]:
-    """A /score request's images ``[N, 3, H, W]`` uint8 (all of one size) and its samples (their target images
-    written under ``target_dir``); ValueError naming what is wrong (the server answers 422)."""
+def decode_request(
+    body: ScoreRequest, files: TargetFiles, max_bytes: int | None = None
+) -> tuple[torch.Tensor, list[dict]]:
+    """A /score request's images ``[N, 3, H, W]`` uint8 (all of one size) and its samples (their target images kept
+    in ``files``); ValueError naming what is wrong (the server answers 422), :class:`RequestTooLarge` when its images
+    and targets decoded as 8-bit RGB would pass ``max_bytes`` (413; read from their headers, before decoding)."""
     n = len(body.images)
     if len(body.prompts) != n or (body.samples is not None and len(body.samples) != n):
         sizes = f"{n} images, {len(body.prompts)} prompts, {len(body.samples or [])} samples"
         raise ValueError(f"images, prompts and samples must have one entry per image (got {sizes})")
-    images = []
-    for i, data in enumerate(body.images):
-        try:
-            images.append(decode_png(data))
-        except ValueError as err:
-            raise ValueError(f"images[{i}]: {err}") from None
-        if images[i].shape != images[0].shape:
-            raise ValueError(f"images[{i}] is {tuple(images[i].shape[1:])}, images[0] {tuple(images[0].shape[1:])}")
-    samples = _samples(body, target_dir)
+    raw = [_bytes(data, f"images[{i}]") for i, data in enumerate(body.images)]
+    sizes = [_size(r, f"images[{i}]") for i, r in enumerate(raw)]
+    for i, size in enumerate(sizes):
+        if size != sizes[0]:
+            raise ValueError(f"images[{i}] is {size[::-1]}, images[0] {sizes[0][::-1]}")
+    targets = {key: _bytes(data, f"target_images[{key!r}]") for key, data in body.target_images.items()}
+    target_sizes = [_size(r, f"target_images[{key!r}]") for key, r in targets.items()]
+    decoded = 3 * sum(w * h for w, h in sizes + target_sizes)
+    if max_bytes is not None and decoded > max_bytes:
+        raise RequestTooLarge(
+            f"the request's {n} images and {len(targets)} targets are {decoded / 2**20:.0f} MiB decoded, over this "
+            f"server's --max-request-mb {max_bytes / 2**20:.0f}: send fewer images a request, or raise it"
+        )
+    samples = _samples(body, targets, files)
+    images = [decode_image(r) for r in raw]
     return (torch.stack(images) if images else torch.empty(0, 3, 1, 1, dtype=torch.uint8)), samples
 
 
@@ -257,17 +287,29 @@ async def _unless_gone(scoring, request):
             return None
 
 
-def build_app(fn: Callable, label: str, need: SampleNeed | None, max_batch: int, max_wait_s: float, device, token):
+def build_app(
+    fn: Callable,
+    label: str,
+    need: SampleNeed | None,
+    max_batch: int,
+    max_wait_s: float,
+    device,
+    token,
+    limits: ServingLimits = ServingLimits(),
+):
     """The FastAPI application serving reward ``fn`` (named ``label``) on ``device``."""
     from fastapi import FastAPI, HTTPException, Request, Response
     from starlette.concurrency import run_in_threadpool
+    from starlette.middleware.body_limit import RequestBodyLimitMiddleware
+
+    max_bytes = limits.max_request_mb * 2**20
 
     @asynccontextmanager
     async def lifespan(app):
         app.state.batcher = Batcher(fn, label, max_batch, max_wait_s, torch.device(device))
         task = asyncio.create_task(app.state.batcher.run())
         with tempfile.TemporaryDirectory(prefix="glm_grpo_targets_") as target_dir:
-            app.state.target_dir = Path(target_dir)
+            app.state.targets = TargetFiles(Path(target_dir), limits.target_cache_mb * 2**20)
             try:
                 yield
             finally:
@@ -275,6 +317,7 @@ def build_app(fn: Callable, label: str, need: SampleNeed | None, max_batch: int,
                 app.state.batcher.close()
 
     app = FastAPI(title=f"glm-grpo reward server ({label})", lifespan=lifespan, description=TOKEN_HELP if token else "")
+    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_bytes)  # 413 before the body is read
     auth = []
     if token:
         from fastapi import Depends
@@ -290,7 +333,9 @@ def build_app(fn: Callable, label: str, need: SampleNeed | None, max_batch: int,
 
     async def score(body: ScoreRequest, request):
         try:
-            images, samples = await run_in_threadpool(decode_request, body, app.state.target_dir)
+            images, samples = await run_in_threadpool(decode_request, body, app.state.targets, max_bytes)
+        except RequestTooLarge as err:
+            raise HTTPException(413, str(err)) from None
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
         if images.shape[0] == 0:

@@ -1,0 +1,91 @@
+"""What one request may cost a reward server (rewards/remote/serving.py ServingLimits, target_files.py): a body past
+``--max-request-mb`` and images whose decoded size would pass it are answered 413 before anything is decoded (a PNG of
+a few KB decodes to MBs), a target that is no image is 422, targets no sample names are not kept, the kept files stay
+under ``--target-cache-mb``, and the server scores the next request as before. Served in a thread (uvicorn)."""
+
+import base64
+import io
+import os
+import time
+
+import pytest
+import requests
+import torch
+from PIL import Image
+
+from glm_grpo_ds.rewards import build_reward
+from glm_grpo_ds.rewards.remote import target_files
+from glm_grpo_ds.rewards.remote.client import RemoteRewardError
+from glm_grpo_ds.rewards.remote.serving import ServingLimits, TargetFiles, build_app
+from glm_grpo_ds.testing.reward_servers import SlowMean, serve_in_thread
+
+
+def _png(width: int, height: int) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height)).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def server():
+    fn = SlowMean()  # the images' mean: any request that reaches the reward is scored
+    app = build_app(fn, "mean", None, 8, 0.0, "cpu", None, ServingLimits(max_request_mb=1, target_cache_mb=1))
+    with serve_in_thread(app) as (url, _):
+        yield url, app, fn
+
+
+def _score(url, body) -> requests.Response:
+    return requests.post(f"{url}/score", json=body, timeout=30)
+
+
+def test_images_that_decode_past_the_limit_are_413_naming_the_option_and_never_reach_the_reward(server):
+    url, app, _ = server
+    big = _png(1000, 1000)  # ~4 KB of PNG, 3 MB decoded: past 1 MB
+    assert len(big) < 10_000
+    calls = len(app.state.batcher.calls)
+    r = _score(url, {"images": [big], "prompts": ["p"]})
+    assert r.status_code == 413 and "--max-request-mb 1" in r.json()["detail"]
+    r = _score(url, {"images": [_png(8, 8)], "prompts": ["p"], "target_images": {"t": big}})  # a target counts too
+    assert r.status_code == 413
+    assert len(app.state.batcher.calls) == calls  # nothing was scored
+    small = _score(url, {"images": [_png(8, 8)] * 2, "prompts": ["p", "q"]})
+    assert small.status_code == 200 and len(small.json()["rewards"]) == 2
+
+
+def test_a_body_past_the_limit_is_413_and_the_client_says_which_option(server):
+    url, _, _ = server
+    long_prompt = "x" * (3 * 2**19)  # 1.5 MB of text beside an 8 x 8 image: the body alone passes 1 MB
+    r = _score(url, {"images": [_png(8, 8)], "prompts": [long_prompt]})
+    assert r.status_code == 413
+    remote = build_reward("remote", {"url": url, "retries": 0, "timeout_s": 20})
+    with pytest.raises(RemoteRewardError, match="HTTP 413.*--max-request-mb"):
+        remote(torch.rand(1, 3, 8, 8), [long_prompt], [{}])
+
+
+def test_a_target_that_is_no_image_is_422_and_targets_no_sample_names_are_not_kept(server):
+    url, app, _ = server
+    image = _png(8, 8)
+    r = _score(url, {"images": [image], "prompts": ["p"], "target_images": {"t": base64.b64encode(b"text").decode()}})
+    assert r.status_code == 422 and "target_images['t']" in r.json()["detail"]
+    folder = app.state.targets.folder
+    before = set(os.listdir(folder))
+    unused = _png(9, 9)
+    r = _score(url, {"images": [image], "prompts": ["p"], "samples": [{}], "target_images": {"u": unused}})
+    assert r.status_code == 200 and set(os.listdir(folder)) == before
+    listed = {"images": [image], "prompts": ["p"], "samples": [{"target_image": ["u"]}], "target_images": {"u": unused}}
+    r = _score(url, listed)  # a key that is no string: one line, not a 500
+    assert r.status_code == 422 and "is not a key of target_images" in r.json()["detail"]
+
+
+def test_target_files_stay_under_the_budget_by_removing_the_least_recently_used_idle_ones(tmp_path):
+    files = TargetFiles(tmp_path, budget=250)
+    paths = [files.put(bytes([i]) * 100) for i in range(2)]  # 200 bytes: under the budget
+    old = time.time() - target_files.TARGET_IDLE_S - 1
+    os.utime(paths[0], (old, old))
+    os.utime(paths[1], (old - 5, old - 5))
+    assert files.put(bytes([0]) * 100) == paths[0]  # used again: its time refreshed, nothing written
+    third = files.put(bytes([2]) * 100)  # 300 bytes: the least recently used idle file goes
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in (paths[0], third))
+    assert files.bytes == 200
+    fourth = files.put(bytes([3]) * 100)  # over again, but every file was used within the idle time: all kept
+    assert len(os.listdir(tmp_path)) == 3 and os.path.exists(fourth)
