@@ -35,10 +35,11 @@ from pathlib import Path
 
 import torch
 
-from ..config import DecoderConfig
+from ..config import ConfigError, DecoderConfig
 from ..model.glm_image import check_pipeline_dir, resolve_dtype
 from ..model.random_weights import build_component, spec_of
 from ..runtime.capture_gate import CAPTURE_SAFE
+from ..runtime.loading_info import refusal, unread_weights
 from .compute import apply, check_device
 from .settings import DecodeSettings, guidance_stop
 
@@ -57,7 +58,16 @@ def load_component(root: Path, name: str, dtype: torch.dtype, device: torch.devi
     if spec is not None:  # a random: model (glm_grpo_ds/model/random_weights.py): built on the device
         return build_component(root, spec, name, library, class_name, dtype, device)
     cls = getattr(importlib.import_module(library), class_name)
-    return cls.from_pretrained(root / name, dtype=dtype, device_map={"": device})
+    try:
+        model, info = cls.from_pretrained(root / name, dtype=dtype, device_map={"": device}, output_loading_info=True)
+    except NotImplementedError as err:  # diffusers placing a weight it left on the meta device: one it did not read
+        if "meta tensor" not in str(err):
+            raise
+        raise ConfigError(refusal(root / name, "weights are not in its files")) from None
+    problem = unread_weights(info)
+    if problem:
+        raise ConfigError(refusal(root / name, problem))
+    return model
 
 
 def load_pipeline(root: Path, dtype: torch.dtype, device: torch.device):

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import torch
 
+from ..config import ConfigError
 from ..runtime import log
+from ..runtime.loading_info import refusal, unread_weights
 from .adapters import (
     check_adapters,
     check_init_adapter,
@@ -59,12 +61,16 @@ def load_ar(
     spec = spec_of(root)
     if spec is not None:
         return build_ar(root, spec, dtype, attn_implementation)
-    model = GlmImageForConditionalGeneration.from_pretrained(
+    model, info = GlmImageForConditionalGeneration.from_pretrained(
         ar_dir,
         dtype=dtype,
         attn_implementation=attn_implementation,
         trust_remote_code=trust_remote_code,
+        output_loading_info=True,
     )
+    problem = unread_weights(info)
+    if problem:
+        raise ConfigError(refusal(ar_dir, problem))
     return model.eval()
 
 
