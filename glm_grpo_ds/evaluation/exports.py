@@ -72,6 +72,18 @@ def _field(row, key: str, layout: str):
     return value
 
 
+def _file_name(row, key: str, layout: str, value=None) -> str:
+    """A row's field as one file or folder name inside the export directory: a field holding a path (``/x``,
+    ``../x``, ``a/b``) would write outside it (a third-party prompt file's ``item_id`` could overwrite any file)."""
+    name = str(_field(row, key, layout) if value is None else value)
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+        raise ValueError(
+            f"--export {layout}: prompt row {row.index}'s {key!r} is {name!r}, not a plain file name; the layout "
+            "names files by it"
+        )
+    return name
+
+
 @EXPORTERS.register("geneval")
 def _geneval(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list[Path]:
     written = []
@@ -93,7 +105,7 @@ def _dpg(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list[Path
     (out / model).mkdir(parents=True, exist_ok=True)
     written = []
     for i, row in enumerate(rows):
-        written.append(out / model / f"{row.extra.get('item_id', row.index)}.png")
+        written.append(out / model / f"{_file_name(row, 'item_id', 'dpg', row.extra.get('item_id', row.index))}.png")
         grid_2x2(images[i * k : (i + 1) * k]).save(written[-1])
     return written
 
@@ -114,7 +126,7 @@ def _longtext(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list
 def _oneig(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list[Path]:
     written = []
     for i, row in enumerate(rows):
-        category = str(_field(row, "category", "oneig"))
+        category = _file_name(row, "category", "oneig")
         folder = out / ONEIG_FOLDERS.get(category, category) / model
         folder.mkdir(parents=True, exist_ok=True)
         written.append(folder / f"{int(_field(row, 'id', 'oneig')):03d}.webp")
@@ -129,6 +141,10 @@ def check_rows(layout: str, rows, samples_per_prompt: int, size: tuple[int, int]
     for row in rows:
         for key in needs:
             _field(row, key, layout)
+        if layout == "oneig":
+            _file_name(row, "category", layout)
+        if layout == "dpg":
+            _file_name(row, "item_id", layout, row.extra.get("item_id", row.index))
     if layout in ("dpg", "oneig") and samples_per_prompt < 4:
         raise ValueError(f"--export {layout} writes 2x2 grids: give --samples-per-prompt 4 or more")
     if layout == "dpg" and size[0] != size[1]:
