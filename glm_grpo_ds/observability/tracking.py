@@ -36,6 +36,7 @@ import os
 from pathlib import Path
 
 from ..config import ConfigError, to_dict
+from ..config.redact import redacted
 from .records import MetricsWriter
 
 STREAMS = {"train": "metrics.jsonl", "eval": "eval.jsonl"}
@@ -67,7 +68,7 @@ def hyperparameters(cfg) -> dict[str, bool | int | float | str]:
         else:
             flat[key] = json.dumps(value)
 
-    walk("", to_dict(cfg))
+    walk("", redacted(to_dict(cfg)))  # a tracker's server is another machine: secrets masked (config/redact.py)
     return flat
 
 

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from ..config.fields import is_repo_id
+from ..config.redact import redacted
 from ..monitoring.alarms import describe
 from ..observability.records import fired_alarms, read_metrics, reward_means
 from ..runtime.versions import NOT_INSTALLED
@@ -144,7 +145,7 @@ def training_section(cfg: dict, ds: dict, labels: list[str]) -> list[str]:
     lines = ["## Training", "", _table([(k, _fmt(v)) for k, v in rows]), "", "Rewards:", ""]
     lines += ["| reward | weight | arguments |", "|---|---|---|"]
     for label, spec in zip(labels, cfg["rewards"]):
-        args = ", ".join(f"{k}={v}" for k, v in spec.get("args", {}).items()) or "-"
+        args = ", ".join(f"{k}={v}" for k, v in redacted(spec.get("args", {})).items()) or "-"  # the card is public
         lines.append(f"| {label} | {spec['weight']} | {args} |")
     if len(labels) > 1:
         lines += ["", f"Combined with `{g['reward_combination']}`."]
