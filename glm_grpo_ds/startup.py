@@ -40,7 +40,7 @@ from .model.policy import load_policy, load_reference
 from .model.source import ModelSource, check_local_model, resolve_for_training
 from .model.token_ids import check_token_ids, embedding_rows
 from .monitoring.alarms import Monitor, parse_rules
-from .observability.records import first_record
+from .observability.records import first_record, read_run_record
 from .observability.step_status import NO_STATUS, NoStatus, StepStatus, for_rank
 from .observability.summary import print_startup_summary
 from .observability.tracking import Tracker, build_tracker
@@ -50,6 +50,7 @@ from .rewards import RewardError, RewardSet, build_rewards, check_reward_inputs,
 from .rollout.backends import EngineSampler
 from .rollout.merged_lora import BaseCopy
 from .runtime import cuda_check, log, memory_probe, run_log, threads
+from .runtime.atomic_files import write_text_atomic
 from .runtime.cuda_check import CudaUnusable
 from .runtime.seeding import derive_seed, rollout_seeds, seed_everything
 from .runtime.versions import framework_versions
@@ -369,8 +370,7 @@ class _Hall:
         and the startup summary with the memory plan."""
         if not self.is_main:
             return
-        previous = self.out / "config.json"
-        previous = json.loads(previous.read_text()) if previous.is_file() and self.start_step else None
+        previous = read_run_record(self.out) if self.start_step else None
         record = {
             "train": recorded_config(self.cfg, self.base_copy_where),  # merge_copy=auto: the placement taken
             # the history: from which step which settings changed (resumes with other settings; lifecycle/resume.py)
@@ -380,7 +380,7 @@ class _Hall:
             "data": self.data_fingerprint,  # what the cards name: the source and its number of prompts
             "versions": framework_versions(),
         }
-        (self.out / "config.json").write_text(json.dumps(record, indent=2))
+        write_text_atomic(self.out / "config.json", json.dumps(record, indent=2))  # a kill leaves the old one whole
         print_startup_summary(
             self.cfg, model, self.ds_config, self.world, self.device, self.dtype, self.attn, self.out, self.memory_plan
         )

@@ -38,7 +38,7 @@ from pathlib import Path
 from ..memory.plan import MEASURED_PHASES, phase_totals
 from ..model.source import RANDOM_NOTE
 from ..monitoring.alarms import describe
-from ..observability.records import fired_alarms, read_metrics
+from ..observability.records import fired_alarms, read_metrics, read_run_record
 from .cli import parser_for
 
 DEFAULT_PARITY_TOLERANCE = 5e-2  # when the verify output names no dtype: bf16's (README "GPU check" says why)
@@ -134,8 +134,7 @@ def check_run(
 
 def run_record(out: Path) -> dict | None:
     """The run's ``config.json`` (the training config, its segments, the model source), None without one."""
-    record = out / "config.json"
-    return json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
+    return read_run_record(out)
 
 
 def ratio_result(rows: list[dict], train: dict) -> tuple[str, bool | None, str]:

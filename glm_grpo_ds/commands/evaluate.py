@@ -58,6 +58,7 @@ from pathlib import Path
 
 import torch
 
+from ..runtime.atomic_files import write_text_atomic
 from .cli import parser_for
 from .evaluate_report import export_hook, gather_results, write_report
 from .evaluate_settings import PROGRESS, load_settings, progress_store, read_rows, run_settings
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.shutdown()
     if result is None:  # not rank 0
         return 0
-    (Path(a.out) / EVALUATE_JSON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(Path(a.out) / EVALUATE_JSON, json.dumps(result, indent=2) + "\n")  # a rerun's old one whole
     print(result["table"])
     for line in alarm_lines(result["alarms"]):  # the adapters' runs: one line per alarm that fired, or none
         print(line)

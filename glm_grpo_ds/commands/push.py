@@ -24,6 +24,8 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..config.fields import is_repo_id
+from ..lifecycle.checkpoint import OutputDirError
+from ..observability.records import read_run_record
 from ..sharing.card_parts import CARD, is_ours
 from ..sharing.hub import prepare_repo, short_error, upload
 from ..sharing.model_card import CHECKPOINT_PREFIX, write_run_card
@@ -67,14 +69,9 @@ def push_run(output_dir, repo_id=None, private=None, revision=None, checkpoints=
     from huggingface_hub import HfApi
 
     out = Path(output_dir)
-    if not (out / "config.json").is_file():
+    saved = read_run_record(out)  # OutputDirError: not one (a model's config.json, say)
+    if saved is None:
         raise FileNotFoundError(f"{out}/config.json not found: {out} is not a glm-grpo run directory")
-    saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    if not isinstance(saved, dict) or not isinstance(saved.get("train"), dict):  # a model's config.json, say
-        raise FileNotFoundError(
-            f"{out}/config.json is not a glm-grpo run's (no train section): {out} is not a glm-grpo run directory; "
-            "give the training run's output_dir"
-        )
     hub = saved["train"].get("hub") or {}
     repo_id = repo_id or hub.get("repo_id")
     if not repo_id:
@@ -131,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         failed = push_run(a.output_dir, a.repo_id, a.private, a.revision, a.checkpoints)
-    except (FileNotFoundError, ConfigError) as err:  # HubError is a ConfigError
+    except (FileNotFoundError, ConfigError, OutputDirError) as err:  # HubError is a ConfigError
         print(f"glm-grpo push: {err}", file=sys.stderr)
         return 2
     return 1 if failed else 0

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from ..runtime.atomic_files import write_text_atomic
+
 REPORT = "report.html"
 TILE_PX = 160  # a thumbnail is shown at least this wide (small ones scaled up, pixelated: nothing invented)
 
@@ -244,5 +246,5 @@ def write_html(
         f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
+    write_text_atomic(path, page)
     return path

@@ -45,6 +45,7 @@ import torch
 from ..ds import dist, portable
 from ..ds import io as ds_io
 from ..runtime import log
+from ..runtime.atomic_files import write_text_atomic
 from ..runtime.seeding import rng_state, seed_everything, set_rng_state
 
 CHECKPOINTS = "checkpoints"
@@ -161,15 +162,9 @@ def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def point_latest(output_dir: Path, name: str) -> None:
     """``checkpoints/latest`` names checkpoint ``name`` (replaced atomically)."""
-    _write_text_atomic(Path(output_dir) / CHECKPOINTS / LATEST, name)
+    write_text_atomic(Path(output_dir) / CHECKPOINTS / LATEST, name)
 
 
 def remove_stale(output_dir: str | os.PathLike) -> None:

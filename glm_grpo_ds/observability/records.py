@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..runtime.atomic_files import write_text_atomic
+
 
 class MetricsWriter:
     """``output_dir/name`` (JSON lines with a ``step``); ``resume_step`` keeps the records up to that
     step and appends after them (records a killed run wrote after its last checkpoint are dropped,
-    not duplicated)."""
+    not duplicated; the kept ones are rewritten in one rename, so a kill meanwhile loses none)."""
 
     def __init__(
         self, output_dir: str | Path, enabled: bool, resume_step: int | None = None, name: str = "metrics.jsonl"
@@ -23,18 +25,44 @@ class MetricsWriter:
             kept = []
             if resume_step is not None and self.path.is_file():
                 kept = [r for r in read_metrics(self.path) if r["step"] <= resume_step]
-            self._fh = open(self.path, "w", encoding="utf-8")
-            for record in kept:
-                self.write(record)
+            write_text_atomic(self.path, "".join(_line(r) for r in kept))
+            self._fh = open(self.path, "a", encoding="utf-8")
 
     def write(self, record: dict) -> None:
         if self.enabled:
-            self._fh.write(json.dumps(record, sort_keys=True) + "\n")
+            self._fh.write(_line(record))
             self._fh.flush()
 
     def close(self) -> None:
         if self.enabled:
             self._fh.close()
+
+
+RUN_RECORD = "config.json"
+
+
+def read_run_record(run: str | Path) -> dict | None:
+    """The run record ``run/config.json`` the trainer writes (``{"train": config, "segments", "model_source", ...}``),
+    None when there is none; an OutputDirError naming it when it is not one (cut off, edited, another program's)."""
+    from ..lifecycle.checkpoint import OutputDirError
+
+    path = Path(run) / RUN_RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise OutputDirError(f"{path} cannot be read as a glm-grpo run record ({type(err).__name__}: {err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("train"), dict):
+        raise OutputDirError(
+            f"{path} is not a glm-grpo run's (no train section): {run} is not a glm-grpo run directory; give the "
+            "training run's output_dir"
+        )
+    return record
+
+
+def _line(record: dict) -> str:
+    return json.dumps(record, sort_keys=True) + "\n"
 
 
 def first_record(path: Path) -> dict | None:
@@ -82,8 +110,8 @@ def fired_alarms(run: Path, step: int | None = None) -> dict | None:
     held at, whether it held at the end); None when neither file holds image statistics."""
     from ..monitoring.alarms import RuleError, parse_rules, replay
 
-    config = run / "config.json"
-    train = json.loads(config.read_text(encoding="utf-8")).get("train", {}) if config.is_file() else {}
+    config = run / RUN_RECORD
+    train = (read_run_record(run) or {}).get("train", {})
     files = ((run / "eval.jsonl", "eval/images/"), (run / "metrics.jsonl", "images/"))
     if "file" in train.get("eval", {}):  # the file the run's monitor checked (startup.py): a resume may change it
         files = files[:1] if train["eval"]["file"] else files[1:]

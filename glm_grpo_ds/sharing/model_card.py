@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..model.glm_image import AR_DIR
 from ..observability.plot import PLOT_NAME, plot_training
+from ..observability.records import read_run_record
 from ..rewards.registry import reward_labels
 from .card_parts import (
     CARD,
@@ -112,7 +113,9 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     (``repo_id``, ``revision``, ``push_checkpoints``; default: the run's ``hub`` section; ``glm-grpo push`` with
     options of its own passes those)."""
     run, weights = Path(run_dir), Path(weights_dir)
-    saved = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    saved = read_run_record(run)
+    if saved is None:
+        raise FileNotFoundError(f"{run}/config.json not found: {run} is not a glm-grpo run directory")
     if step is not None:  # a checkpoint's card, written again later (glm-grpo push): its own settings, not a later
         saved = _as_of(saved, weights.parent / "trainer_state.json", step)  # launch's, and the changes before it
     cfg, ds = saved["train"], saved.get("deepspeed", {})
