@@ -57,9 +57,18 @@ class DeepSpeedConfigError(ValueError):
     """A problem with a ds_configs JSON; the message names the file and the fix."""
 
 
+# sections (dotted) that must be JSON objects when present: our checks and DeepSpeed read keys of them
+OBJECT_SECTIONS = (
+    "zero_optimization", "zero_optimization.offload_optimizer", "zero_optimization.offload_param", "optimizer",
+    "optimizer.params", "scheduler", "scheduler.params", "bf16", "fp16", "activation_checkpointing",
+)  # fmt: skip
+
+
 def read_ds_config(path: str | os.PathLike) -> dict:
+    """The JSON object of a DeepSpeed config file, its sections of the right kind; DeepSpeedConfigError naming the
+    file and the fix otherwise."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise DeepSpeedConfigError(f"DeepSpeed config {p} does not exist; pick one of ds_configs/*.json")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
@@ -67,9 +76,30 @@ def read_ds_config(path: str | os.PathLike) -> dict:
         raise DeepSpeedConfigError(
             f"{p} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
         ) from None
+    except (OSError, UnicodeDecodeError) as err:  # a directory, no permission, not UTF-8
+        raise DeepSpeedConfigError(f"DeepSpeed config {p} cannot be read ({type(err).__name__}: {err})") from None
     if not isinstance(data, dict):
         raise DeepSpeedConfigError(f"{p} must hold a JSON object")
+    _check_kinds(data, p)
     return data
+
+
+def _check_kinds(data: dict, p: Path) -> None:
+    """Sections that are objects, a ZeRO stage that is a number: DeepSpeed takes ``"stage": "3"`` as 3, our checks of
+    what ZeRO-3 cannot run would compare the text with 3 and pass it."""
+    for dotted in OBJECT_SECTIONS:
+        *parents, last = dotted.split(".")
+        node = data
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node and not isinstance(node[last], dict):
+            example = ' like {"device": "cpu"}' if last.startswith("offload") else ""
+            raise DeepSpeedConfigError(f"{p}: {dotted} must be a JSON object{example}, got {json.dumps(node[last])}")
+    stage = data.get("zero_optimization", {}).get("stage", 0)
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        raise DeepSpeedConfigError(
+            f"{p}: zero_optimization.stage must be the number 0, 1, 2 or 3, got {json.dumps(stage)}"
+        )
 
 
 def _walk(tree: dict, prefix: str = ""):

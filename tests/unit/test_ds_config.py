@@ -155,3 +155,36 @@ def test_invalid_json_names_file_and_position(tmp_path):
     bad.write_text('{"zero_optimization": {"stage": 3,}}')
     with pytest.raises(DeepSpeedConfigError, match=r"bad.json is not valid JSON: .* at line 1, column \d+"):
         read_ds_config(bad)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            '{"zero_optimization": {"stage": 2, "offload_optimizer": true}}',
+            r"zero_optimization.offload_optimizer must be a JSON object like",
+        ),
+        (
+            '{"zero_optimization": {"stage": 3, "offload_param": "cpu"}}',
+            r"zero_optimization.offload_param must be a JSON object",
+        ),
+        ('{"zero_optimization": 2}', r"zero_optimization must be a JSON object, got 2"),
+        ('{"optimizer": "AdamW"}', r'optimizer must be a JSON object, got "AdamW"'),
+        ('{"bf16": true}', r"bf16 must be a JSON object, got true"),
+        # DeepSpeed reads "3" as ZeRO-3; compared with 3, the text passed the checks of what ZeRO-3 cannot run
+        ('{"zero_optimization": {"stage": "3"}}', r'zero_optimization.stage must be the number 0, 1, 2 or 3, got "3"'),
+    ],
+)
+def test_sections_of_the_wrong_kind_are_one_line_naming_the_key(tmp_path, text, message):
+    path = tmp_path / "ds.json"
+    path.write_text(text)
+    with pytest.raises(DeepSpeedConfigError, match=rf"{path}: {message}"):
+        read_ds_config(path)
+
+
+def test_an_unreadable_file_is_one_line(tmp_path):
+    (tmp_path / "latin1.json").write_bytes('{"comment": "caf\xe9"}'.encode("latin-1"))
+    with pytest.raises(DeepSpeedConfigError, match=r"latin1.json cannot be read \(UnicodeDecodeError"):
+        read_ds_config(tmp_path / "latin1.json")
+    with pytest.raises(DeepSpeedConfigError, match=r"cannot be read \(IsADirectoryError"):
+        read_ds_config(tmp_path)
