@@ -287,7 +287,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "write a random-weight tiny GLM-Image pipeline directory",
         usage=(
             "glm-grpo tiny-model OUT_DIR [--seed N] [--full-size-ar \\| --real-width --ar-layers N "
-            "--dit-layers M [--device cpu\\|cuda] [--configs-from DIR\\|ID [--revision R]]]"
+            "--dit-layers M [--device cpu\\|cuda] [--configs-from DIR\\|ID [--revision R]]] [--overwrite]"
         ),
         doc=(
             "write a complete random-weight tiny `GlmImagePipeline` directory (~1.1 MB, offline, "
@@ -295,7 +295,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "bf16) for GPU benchmarks ([tiny-models.md](tiny-models.md)); `--real-width`: every component at "
             "real widths with N AR / M DiT layers, bf16, from the built-in GLM-Image configs or "
             "`--configs-from DIR\\|ID` ([real-width.md](real-width.md)); `--device cuda` creates the weights on the "
-            "GPU (GLM-Image at full size, 40 + 30 layers, in seconds: `launch/gpu_timing.sh`)"
+            "GPU (GLM-Image at full size, 40 + 30 layers, in seconds: `launch/gpu_timing.sh`); a directory holding "
+            "files it did not write (a real pipeline) is refused unless `--overwrite`"
         ),
         example="glm-grpo tiny-model outputs/tiny --seed 0",
         code="(builder: `testing/tiny.py`)",
@@ -303,7 +304,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "tiny-data": Subcommand(
         "glm_grpo_ds.commands.tiny:tiny_data",
         "write a learnable prompt set with target images for the tiny model",
-        usage="glm-grpo tiny-data --config CFG [--num-prompts N] [key=value ...]",
+        usage="glm-grpo tiny-data --config CFG [--num-prompts N] [--overwrite] [key=value ...]",
         doc="write the learnable prompt set + target images to the config's `data.train_file`",
         example="glm-grpo tiny-data --config launch/configs/tiny_cpu.yaml",
         code="(builder: `testing/tiny_data.py`)",

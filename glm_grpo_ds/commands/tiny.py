@@ -41,6 +41,20 @@ def device_problem(name: str) -> str | None:
     return None
 
 
+# Written into each directory tiny-model / tiny-data write: a later call may write there again.
+MARK = ".glm-grpo-tiny"
+
+
+def foreign_files(folder: Path, command: str) -> str | None:
+    """The one line refusing to write into ``folder`` when it holds files these commands did not write (a real
+    pipeline, a dataset): transformers' and diffusers' save_pretrained delete the weight shards they do not write
+    (a 34 GB download), tiny-data replaces the prompt file. None: new, empty or ours."""
+    if not folder.exists() or (folder / MARK).exists() or (folder.is_dir() and not any(folder.iterdir())):
+        return None
+    what = "is a file" if not folder.is_dir() else f"holds files glm-grpo {command} did not write"
+    return f"glm-grpo {command}: {folder} {what}; give a new or empty directory, or --overwrite to write into it"
+
+
 def tiny_model(argv: list[str] | None = None) -> int:
     parser = parser_for("tiny-model")
     parser.add_argument("out_dir", help="the pipeline directory to write")
@@ -64,6 +78,7 @@ def tiny_model(argv: list[str] | None = None) -> int:
         "(default: the built-in GLM-Image configs)",
     )
     parser.add_argument("--revision", default=None, help="with --configs-from a Hub id: its revision (default: main)")
+    parser.add_argument("--overwrite", action="store_true", help="write into a directory holding other files")
     parser.add_argument(
         "--device",
         default=None,
@@ -85,6 +100,10 @@ def tiny_model(argv: list[str] | None = None) -> int:
     if problem:
         print(f"glm-grpo tiny-model: --device {args.device}: {problem}", file=sys.stderr)
         return 2
+    refused = not args.overwrite and foreign_files(Path(args.out_dir), "tiny-model")
+    if refused:
+        print(refused, file=sys.stderr)
+        return 2
     start = time.monotonic()
     if args.real_width:
         configs = None
@@ -102,6 +121,7 @@ def tiny_model(argv: list[str] | None = None) -> int:
     else:
         path = build_tiny_pipeline(args.out_dir, seed=args.seed, full_size_ar=args.full_size_ar)
         kind = "tiny GLM-Image pipeline"
+    (path / MARK).touch()
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     print(f"wrote {kind} to {path} ({size / 1e6:.2f} MB, {time.monotonic() - start:.0f} s)")
     return 0
@@ -111,6 +131,7 @@ def tiny_data(argv: list[str] | None = None) -> int:
     p = parser_for("tiny-data")
     p.add_argument("--config", required=True, help="the training config the data is for")
     p.add_argument("--num-prompts", type=int, default=len(PROMPTS), help="prompts to write")
+    p.add_argument("--overwrite", action="store_true", help="write into a folder holding other files")
     p.add_argument("overrides", nargs="*", help="key=value overrides, as for training")
     a = parse_with_overrides(p, argv)
     try:
@@ -121,11 +142,16 @@ def tiny_data(argv: list[str] | None = None) -> int:
     train_file = Path(cfg.data.train_file)
     if train_file.suffix != ".jsonl":
         raise SystemExit(f"glm-grpo tiny-data: data.train_file must be a .jsonl path, got {train_file}")
+    refused = not a.overwrite and foreign_files(train_file.parent, "tiny-data")
+    if refused:
+        print(refused, file=sys.stderr)
+        return 2
     path = write_tiny_dataset(
         cfg.model.path, train_file.parent, cfg.rollout.height, cfg.rollout.width, cfg.decoder, a.num_prompts
     )
     if path != train_file:
         path.replace(train_file)
+    (train_file.parent / MARK).touch()
     print(f"wrote {a.num_prompts} prompts with target images to {train_file}")
     return 0
 

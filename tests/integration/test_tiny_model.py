@@ -113,6 +113,30 @@ def test_cli_tiny_model(tmp_path, capfd):
     code, stdout, err = glm_grpo(["tiny-model", out, "--seed", "3"], capfd)
     assert code == 0, err
     assert (out / "model_index.json").is_file() and "wrote tiny GLM-Image pipeline" in stdout
+    assert glm_grpo(["tiny-model", out, "--seed", "3"], capfd)[0] == 0  # its own directory: written again
+
+
+def test_tiny_model_and_tiny_data_do_not_write_over_files_they_did_not_write(tmp_path, capfd):
+    """A real pipeline (its weights: save_pretrained would delete the shards it does not write) or a prompt folder
+    given by mistake is refused in one line; --overwrite writes into it."""
+    real = tmp_path / "GLM-Image"
+    (real / "transformer").mkdir(parents=True)
+    (real / "transformer" / "diffusion_pytorch_model-00001-of-00003.safetensors").write_bytes(b"weights")
+    code, _, err = glm_grpo(["tiny-model", real], capfd)
+    assert code == 2 and err.strip() == (
+        f"glm-grpo tiny-model: {real} holds files glm-grpo tiny-model did not write; give a new or empty directory, "
+        "or --overwrite to write into it"
+    )
+    assert (real / "transformer" / "diffusion_pytorch_model-00001-of-00003.safetensors").read_bytes() == b"weights"
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "prompts.jsonl").write_text('{"prompt": "mine"}\n')
+    config = ["--config", "launch/configs/tiny_cpu.yaml", f"model.path={real}", f"data.train_file={data}/prompts.jsonl"]
+    code, _, err = glm_grpo(["tiny-data", *config], capfd)
+    assert code == 2 and "holds files glm-grpo tiny-data did not write" in err
+    assert (data / "prompts.jsonl").read_text() == '{"prompt": "mine"}\n'
+    code, stdout, err = glm_grpo(["tiny-model", real, "--overwrite"], capfd)
+    assert code == 0 and "wrote tiny GLM-Image pipeline" in stdout, err
 
 
 def test_cli_render_writes_pngs_and_rejects_bad_size(tiny_model_dir, tmp_path, capfd):
