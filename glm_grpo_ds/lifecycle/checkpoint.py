@@ -177,10 +177,13 @@ def remove_stale(output_dir: str | os.PathLike) -> None:
             shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
 
 
-def prune(root: Path, keep: int, run_id: str | None) -> list[Path]:
+def prune(root: Path, keep: int, run_id: str | None, launch: dict | None = None) -> list[Path]:
     """Delete all but the newest ``keep`` checkpoints of run ``run_id`` under ``root`` (rank 0; call
     only after ``latest`` names the newest). Ordered by the step in their trainer state; other runs'
-    checkpoints and the one ``latest`` names are never deleted. Returns the deleted paths."""
+    checkpoints and the one ``latest`` names are never deleted, nor a branch this launch went back from
+    (``launch``: ``{"id", "from_step"}``; a checkpoint past ``from_step`` that another launch wrote): resumed from
+    step_300 with step_347 left from a run that diverged, the limit counts 300 and this launch's, and deletes 300
+    last. Returns the deleted paths."""
     pointer = root / LATEST
     latest = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else None
     mine = []
@@ -189,7 +192,10 @@ def prune(root: Path, keep: int, run_id: str | None) -> list[Path]:
             continue
         try:
             state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-            if state.get("run_id") == run_id:
+            left_behind = launch is not None and int(state["step"]) > launch["from_step"]
+            if state.get("run_id") == run_id and not (
+                left_behind and state.get("launch", {}).get("id") != launch["id"]
+            ):
                 mine.append((int(state["step"]), path))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):  # JSONDecodeError is a ValueError
             # not a complete checkpoint of ours (a hand-edited or foreign state): never pruned. Raised, it would
@@ -204,11 +210,11 @@ def prune(root: Path, keep: int, run_id: str | None) -> list[Path]:
     return deleted
 
 
-def prune_or_warn(root: Path, keep: int, run_id: str | None) -> None:
+def prune_or_warn(root: Path, keep: int, run_id: str | None, launch: dict | None = None) -> None:
     """:func:`prune`, with a failure (a file system error) as one warning line: the new checkpoint is
     complete, the run goes on, and the next prune tries again."""
     try:
-        prune(root, keep, run_id)
+        prune(root, keep, run_id, launch)
     except OSError as err:
         log.warning(
             f"glm-grpo: warning: pruning old checkpoints in {root} (save_total_limit={keep}) failed "
@@ -270,7 +276,9 @@ def save(
             shutil.rmtree(earlier)
     dist.barrier()
     if rank == 0 and total_limit > 0:  # `latest` names the new checkpoint; no rank waits for the deletion
-        job = functools.partial(prune_or_warn, root, total_limit, trainer_state.get("run_id"))
+        job = functools.partial(
+            prune_or_warn, root, total_limit, trainer_state.get("run_id"), trainer_state.get("launch")
+        )
         if later is None:
             job()
         else:

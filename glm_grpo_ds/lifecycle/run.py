@@ -113,6 +113,8 @@ class RunLife:
         # Names this run's checkpoints (pruning counts only those); a resumed run keeps its checkpoint's.
         # Only rank 0 writes trainer_state.json and prunes, so the ranks' ids need not agree.
         self.run_id: str | None = uuid.uuid4().hex
+        # This launch and the step it started from: pruning leaves alone a branch it went back from (checkpoint.prune)
+        self.launch = {"id": uuid.uuid4().hex, "from_step": start.step}
 
     @property
     def final_dir(self) -> Path:
@@ -227,6 +229,7 @@ class RunLife:
         state = {
             "step": step,
             "run_id": self.run_id,
+            "launch": self.launch,
             "skipped_steps": skipped_steps,
             "sampler": prompt_order.state(),
             "data": self.data,

@@ -14,10 +14,11 @@ from glm_grpo_ds.lifecycle import checkpoint
 from glm_grpo_ds.runtime import seeding
 
 
-def fake_checkpoint(root, step, run_id):
+def fake_checkpoint(root, step, run_id, launch=None):
     path = root / checkpoint.CHECKPOINTS / checkpoint.step_dir_name(step)
     (path / "ds").mkdir(parents=True)
-    (path / "trainer_state.json").write_text(json.dumps({"step": step, "run_id": run_id}))
+    state = {"step": step, "run_id": run_id} if launch is None else {"step": step, "run_id": run_id, "launch": launch}
+    (path / "trainer_state.json").write_text(json.dumps(state))
     return path
 
 
@@ -144,6 +145,24 @@ def test_pruning_keeps_this_runs_newest_by_step_and_never_latest(tmp_path):
     checkpoint.prune(root, 1, "mine")
     assert (root / "step_000002").is_dir() and (root / "step_000010").is_dir() and not (root / "step_000003").exists()
     assert checkpoint.resolve(tmp_path, "latest") == root / "step_000002"
+
+
+def test_pruning_leaves_alone_the_branch_a_resume_went_back_from(tmp_path):
+    """A run stopped at step 347 (diverged) and resumed from step_300 with a lower lr: with save_total_limit=2 its
+    save at 350 deleted step_300, the point it went back to, and kept step_347, the branch it left behind."""
+    root = tmp_path / checkpoint.CHECKPOINTS
+    first = {"id": "first", "from_step": 0}
+    for step in (100, 200, 300, 347):
+        fake_checkpoint(tmp_path, step, "mine", first)
+    second = {"id": "second", "from_step": 300}  # this launch, resumed from step_300
+    fake_checkpoint(tmp_path, 350, "mine", second)
+    point_latest(tmp_path, 350)
+    assert [p.name for p in checkpoint.prune(root, 2, "mine", second)] == ["step_000100", "step_000200"]
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step_000300", "step_000347", "step_000350"]
+    fake_checkpoint(tmp_path, 400, "mine", second)
+    point_latest(tmp_path, 400)
+    assert [p.name for p in checkpoint.prune(root, 2, "mine", second)] == ["step_000300"]  # this branch's newest 2
+    assert (root / "step_000347").is_dir()  # the other branch: the user's to keep or delete
 
 
 def test_pruning_passes_over_a_checkpoint_whose_state_is_not_ours(tmp_path):
