@@ -21,7 +21,7 @@ import torch
 
 from ..model.glm_image import AR_DIR
 from ..model.random_weights import FORMAT, MARKER, is_random
-from ..model.source import random_spec
+from ..model.source import ModelSourceError, random_spec
 
 
 def _components(spec) -> dict:
@@ -60,6 +60,21 @@ def _format(marker: Path) -> int | None:
         return None
 
 
+def _private(root: Path, flag: str, name: str) -> None:
+    """The per-user folder of ``random:`` configs (under the shared TMPDIR, at a name anyone can predict) is made this
+    user's alone: another user who made it first could give the model other shapes, or name another class to load, in
+    ``model_index.json``. Refused (one line) when it belongs to someone else or is a link; closed (0700) when ours."""
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = root.lstat()
+    if root.is_symlink() or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+        raise ModelSourceError(
+            f"{flag}={name}: {root} is a link or another user's (uid {st.st_uid}): its configs could be anyone's; "
+            "remove it, or set TMPDIR to a directory of your own"
+        )
+    if st.st_mode & 0o077:
+        root.chmod(0o700)  # ours, made open to reading by an earlier version
+
+
 def materialize(name: str, flag: str = "model.path") -> str:
     """``name`` unchanged unless it is a ``random:`` name; then its configs directory is made sure of (written in a
     directory of its own and renamed into place, so ranks and processes starting together never read half of it)
@@ -69,9 +84,9 @@ def materialize(name: str, flag: str = "model.path") -> str:
     spec = random_spec(name, flag)
     final = spec.directory()
     marker = final / MARKER
+    _private(final.parent, flag, name)
     if _format(marker) == FORMAT:
         return name
-    final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f"{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     _write(spec, tmp)

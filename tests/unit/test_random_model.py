@@ -4,6 +4,7 @@ it reads the slice ``glm-grpo tiny-model --real-width`` writes, and the loaders 
 without touching the caller's random streams."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -77,6 +78,29 @@ def test_a_directory_of_another_format_is_written_again():
     (path / MARKER).write_text(json.dumps({**record, "format": 0}))
     materialize("random:tiny")
     assert json.loads((path / MARKER).read_text())["format"] == random_weights.FORMAT
+
+
+def test_the_per_user_folder_is_this_users_alone(tmp_path):
+    """Its name under the shared TMPDIR is predictable: a folder another user made first (or a link) could hold
+    configs of their choosing (other shapes, another class in model_index.json); it is refused, ours is closed."""
+    root = parse("random:tiny").directory().parent
+    root.mkdir(mode=0o755)
+    root.chmod(0o755)
+    materialize("random:tiny")
+    assert root.stat().st_mode & 0o777 == 0o700  # an earlier version's, open to reading: closed
+    elsewhere = tmp_path / "elsewhere"
+    root.rename(elsewhere)
+    root.symlink_to(elsewhere)
+    with pytest.raises(ModelSourceError, match=rf"model.path=random:tiny: {root} is a link or another user's"):
+        materialize("random:tiny")
+    root.unlink()
+    elsewhere.rename(root)
+    try:
+        os.chown(root, 12345, -1)
+    except PermissionError:
+        pytest.skip("not allowed to give a folder to another user here (root can)")
+    with pytest.raises(ModelSourceError, match=r"another user's \(uid 12345\)"):
+        materialize("random:tiny")
 
 
 def test_the_planner_reads_it_as_the_slice_tiny_model_writes(tmp_path):
