@@ -3,6 +3,8 @@
 #
 # (a) ssh mode - run once, on the first node of the hostfile; DeepSpeed ssh-es into the others:
 #   HOSTFILE=launch/hostfile MASTER_ADDR=node-0 bash launch/train_multinode.sh model.path=/shared/GLM-Image
+#   (DeepSpeed passes the overrides through each node's shell: one holding $ ` \ ; & | < > ( ), quotes without a
+#   space or a {a,b} brace is refused; put such a value in CONFIG, or use no-ssh mode)
 # (b) no-ssh mode - run on every node with its NODE_RANK (0 on the MASTER_ADDR node):
 #   NODE_RANK=1 HOSTFILE=launch/hostfile MASTER_ADDR=node-0 bash launch/train_multinode.sh ...
 #   bash launch/train_multinode.sh --help                # this text; nothing is launched
@@ -52,6 +54,21 @@ NUM_NODES=${NUM_NODES:-$hosts}
   fail "NODE_RANK=$NODE_RANK: give this node's rank, 0 to $((NUM_NODES - 1)) ($NUM_NODES nodes), 0 on MASTER_ADDR"
 CONFIG=${CONFIG:-launch/configs/glm_image_lora.yaml}
 DS_CONFIG=${DS_CONFIG:-ds_configs/zero2.json}
+# ssh mode: DeepSpeed's pdsh runner hands the working directory and the arguments to a shell on every node, an
+# argument in double quotes only when it holds a space: a $, a backquote or a backslash there, and outside quotes
+# also ; & | < > ( ) quotes and a {a,b} brace, would run a command on every node or change the value it trains with.
+if [ -z "${NODE_RANK:-}" ]; then
+  [[ $PWD =~ ^[A-Za-z0-9_./+@:,=%~-]+$ ]] || fail "the working directory '$PWD' holds a space or a character the \
+nodes' shell would read (ssh mode runs \`cd' to it unquoted): run from another path, or launch each node with its NODE_RANK"
+  brace='\{[^}]*(,|\.\.)[^}]*\}'
+  for arg in "$CONFIG" "$DS_CONFIG" "$@"; do
+    if [[ $arg == *$'\n'* || $arg == *[\$\`\\]* ]] ||
+      [[ $arg != *" "* && ( $arg == *[\;\&\|\<\>\(\)\"\']* || $arg =~ $brace ) ]]; then
+      fail "'$arg' holds a character the nodes' shell would read (ssh mode passes it through one): put the value in \
+the config file (CONFIG), or launch each node with its NODE_RANK (no-ssh mode passes arguments as they are)"
+    fi
+  done
+fi
 # Node 0 checks for the job (the inputs live on shared storage); the same check on every node would only repeat it.
 if [ "${PREFLIGHT:-1}" != 0 ] && [ "${NODE_RANK:-0}" = 0 ]; then
   # GPUs per node: the hostfile's slots, which the check reads (the launcher gives each node its slots)

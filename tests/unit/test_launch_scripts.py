@@ -454,6 +454,24 @@ def test_train_multinode_refuses_a_bad_hostfile_in_one_line(tmp_path, text, env,
     assert proc.stderr.startswith(line.format(h=hostfile)) and len(proc.stderr.splitlines()) == 1, proc.stderr
 
 
+def test_ssh_mode_refuses_overrides_the_nodes_shell_would_read_and_no_ssh_mode_passes_them(tmp_path):
+    """ssh mode: DeepSpeed's pdsh runner sends the arguments through a shell on every node, in double quotes only
+    when they hold a space: `a$(touch x)` ran on every node, `{a,b}` was expanded into two arguments."""
+    hostfile = two_node_hostfile(tmp_path)
+    env = dict(HOSTFILE=str(hostfile), MASTER_ADDR="node-0")
+    for bad in ("logging.run_name=a$(touch pwned)", "logging.run_name=a;b", "grpo.sampling={top_k:8,top_p:0.9}",
+                "data.train_file=/data/v`id`.jsonl", 'logging.run_name=with space and $HOME'):  # fmt: skip
+        proc, seen = run("launch/train_multinode.sh", tmp_path, (), (bad,), **env)
+        assert proc.returncode == 2 and not seen and len(proc.stderr.splitlines()) == 1, (bad, proc.stderr)
+        assert proc.stderr.startswith(f"glm-grpo launch/train_multinode.sh: '{bad}' holds a character"), proc.stderr
+    # what the docs pass: a value with spaces and single quotes (quoted whole), a list
+    fine = ("rewards=[{name: remote, weight: 1.0, args: {url: 'http://127.0.0.1:8123'}}]", "lora.r=8")
+    proc, seen = run("launch/train_multinode.sh", tmp_path, (), fine, **env)
+    assert proc.returncode == 0 and seen["argv"][-2:] == list(fine), proc.stderr
+    proc, seen = run("launch/train_multinode.sh", tmp_path, (), ("logging.run_name=a;b",), NODE_RANK="0", **env)
+    assert proc.returncode == 0 and seen["argv"][-1] == "logging.run_name=a;b", proc.stderr
+
+
 def test_train_multinode_checks_on_node_0_only(tmp_path):
     """NODE_RANK=1 starts its launcher without the preflight (node 0 checks the shared inputs), whatever the
     config: a check there would refuse this missing one."""
