@@ -56,7 +56,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "merge an adapter (or a checkpoint, or a full fine-tuning's `final_model/`) into a complete "
             "GlmImagePipeline directory with a model card; the AR is written in bf16 unless `--dtype` says otherwise, "
             "and a cast that keeps under 90 % of the adapter's change says so "
-            "([checkpoints.md](checkpoints.md#merging-and-shipping))"
+            "([checkpoints.md](checkpoints.md#merging-and-shipping)); a checkpoint without `adapter/` is read by "
+            "DeepSpeed with pickle: merge only checkpoints you trust ([checkpoints.md](checkpoints.md#security))"
         ),
         example="glm-grpo merge --base zai-org/GLM-Image --adapter outputs/run/final_adapter --out outputs/run/merged",
     ),
