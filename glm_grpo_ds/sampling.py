@@ -15,7 +15,8 @@ re-applied cut can exclude a token the sampler drew (log-prob -inf, ratio NaN, a
 measured on the tiny model in bf16: 3 to 11 of 6 072 tokens per setting). Every codebook token has a
 finite policy log-prob, so the ratio is always defined and is exactly 1 on the first iteration.
 This is TRL's choice too (temperature-scaled log-probs, no re-truncation); the cost is that
-top-k / top-p make the draw slightly off-policy, a bias that vanishes without them.
+top-k / top-p make the draw off-policy by the policy mass the cut leaves out (a drawn token is 1/Z times likelier
+under the cut; docs/training.md says how large), a bias that vanishes without them.
 
 Everything is computed in fp32 on one chunk of logits at a time: bf16 logits are upcast chunk by
 chunk, so a ``[B, T, vocab]`` fp32 tensor never exists and the log-softmax is exact to fp32.

@@ -37,6 +37,14 @@ def grpo_options_line(grpo) -> str | None:
     return "grpo options (not the defaults): " + ", ".join(changed) if changed else None
 
 
+def _cut_note(sampling) -> str:
+    """Said beside the sampling knobs when top-k / top-p cut the draw: the tokens come from another distribution than
+    the one trained (docs/training.md#which-distribution-the-ratio-is-taken-under)."""
+    if not (sampling.top_k or (sampling.top_p is not None and sampling.top_p < 1)):
+        return ""
+    return " (the cut draws off-policy, by the policy mass it leaves out; top_k 0, top_p 1.0 draw on-policy)"
+
+
 def print_startup_summary(cfg, model, ds_config, world, device, dtype, attn, out: Path, planned: dict) -> None:
     """``planned``: the memory plan of this run (glm_grpo_ds/memory/startup.py ``startup_plan``), written to
     ``out/memory_plan.json``."""
@@ -52,7 +60,7 @@ def print_startup_summary(cfg, model, ds_config, world, device, dtype, attn, out
         f"          effective batch {world * c.batch.prompts_per_rank} prompts x G={c.grpo.group_size} = "
         f"{world * c.sequences_per_rank} sequences/step, micro-batch {c.batch.micro_batch_size}, "
         f"{c.rollout.height}x{c.rollout.width}, sampling temperature {c.grpo.sampling.temperature} "
-        f"top_k {c.grpo.sampling.top_k} top_p {c.grpo.sampling.top_p}"
+        f"top_k {c.grpo.sampling.top_k} top_p {c.grpo.sampling.top_p}{_cut_note(c.grpo.sampling)}"
         f"{' (collectives forced on)' if c.force_collectives else ''}"
     )
     # The planner's peak for this very setup (exact model-state bytes; activations estimated),

@@ -348,3 +348,12 @@ def test_only_fail_on_alarm_with_a_fired_alarm_makes_a_finished_run_exit_6():
     assert alarm_failure(fired, True) and not alarm_failure([], True) and not alarm_failure(fired, False)
     assert TrainConfig().monitor.fail_on_alarm is False
     assert EXIT_ALARMS_FIRED == 6
+
+
+def test_the_startup_summary_says_when_top_k_or_top_p_draw_off_policy():
+    from glm_grpo_ds.config import SamplingConfig
+    from glm_grpo_ds.observability.summary import _cut_note
+
+    assert "draws off-policy" in _cut_note(SamplingConfig(temperature=0.9, top_k=50, top_p=0.75))
+    assert "draws off-policy" in _cut_note(SamplingConfig(temperature=1.0, top_k=0, top_p=0.9))
+    assert _cut_note(SamplingConfig(temperature=0.9, top_k=0, top_p=1.0)) == ""
