@@ -26,7 +26,7 @@ from ..config import ConfigError
 from ..config.fields import is_repo_id
 from ..lifecycle.checkpoint import OutputDirError
 from ..observability.records import read_run_record
-from ..sharing.card_parts import CARD, is_ours
+from ..sharing.card_parts import CARD, is_ours, is_users
 from ..sharing.hub import prepare_repo, short_error, upload
 from ..sharing.model_card import CHECKPOINT_PREFIX, write_run_card
 from .cli import parser_for
@@ -56,8 +56,11 @@ def _checkpoint_adapters(out: Path) -> list[tuple[int, Path]]:
 def _ensure_card(out: Path, weights: Path, step: int | None, target: dict, elsewhere: bool) -> None:
     """A card of ours for ``weights``, written when missing, when the upload goes ``elsewhere`` than the run's
     ``hub`` section said (its card would name a local path, another repo or no subfolder / revision), or when the
-    card names another repo (written by an earlier push elsewhere)."""
+    card names another repo (written by an earlier push elsewhere); a card the user wrote is kept."""
     card = weights / CARD
+    if is_users(card):
+        print(f"kept the model card {card}: not one glm-grpo or peft wrote, it is uploaded as it is")
+        return
     if elsewhere or not is_ours(card) or f'"{target["repo_id"]}"' not in card.read_text(encoding="utf-8"):
         write_run_card(out, weights, step, hub=target)
         print(f"wrote the model card {weights / CARD}")

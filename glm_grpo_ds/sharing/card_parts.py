@@ -140,8 +140,20 @@ def make_card(data_kwargs: dict, body: list[str]):
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(body).rstrip() + "\n")
 
 
+# huggingface_hub's model card template, which peft's save_pretrained fills in an adapter directory
+TEMPLATE_MARK = "<!-- Provide a quick summary of what the model is/does. -->"
+
+
+def is_users(card_path: str | os.PathLike) -> bool:
+    """Whether ``card_path`` is a card someone wrote: there, neither this module's (:func:`is_ours`) nor the template
+    peft fills in when it saves an adapter. ``glm-grpo push`` uploads such a card as it is."""
+    path = Path(card_path)
+    return path.is_file() and not is_ours(path) and TEMPLATE_MARK not in path.read_text(encoding="utf-8")
+
+
 def is_ours(card_path: str | os.PathLike) -> bool:
-    """Whether ``card_path`` is a card this module wrote (``glm-grpo push`` keeps those, replaces others)."""
+    """Whether ``card_path`` is a card this module wrote (``glm-grpo push`` keeps those, writes them again for another
+    repo, replaces peft's template)."""
     from huggingface_hub import ModelCard
 
     if not Path(card_path).is_file():

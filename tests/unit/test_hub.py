@@ -298,6 +298,25 @@ def test_push_elsewhere_than_the_run_said_uploads_cards_that_point_there(tmp_pat
     assert len(err) == 1 and err[0].startswith(f"glm-grpo push: uploading {out / 'final_adapter'} to me/other failed")
 
 
+def test_push_keeps_a_card_the_user_wrote_and_replaces_peft_s_template(tmp_path, hub_env, capsys):
+    """final_adapter/README.md written by hand was replaced by push without a copy; peft's filled-in template (what
+    save_pretrained leaves) is still replaced by a glm-grpo card."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    from glm_grpo_ds.commands.push import main as push_main
+
+    hub = hub_env()
+    out, _ = make_run(tmp_path, repo_id="me/own")
+    card = out / "final_adapter" / "README.md"
+    card.write_text("# My adapter\n\nTrained on our house style; ask Ana before using it.\n")
+    assert push_main([str(out)]) == 0
+    assert hub.files("me/own")["README.md"].decode().startswith("# My adapter") and "ask Ana" in card.read_text()
+    assert f"kept the model card {card}" in capsys.readouterr().out
+    ModelCard.from_template(ModelCardData(library_name="peft")).save(card)  # what peft's save_pretrained writes
+    assert push_main([str(out)]) == 0
+    assert '"me/own"' in hub.files("me/own")["README.md"].decode()  # ours: the code loads the repo's adapter
+
+
 def test_a_push_to_the_runs_own_repo_after_one_elsewhere_uploads_a_card_naming_its_own(tmp_path, hub_env):
     """The card the push to me/other wrote stayed: the run's own repo got a card whose title and code named
     me/other."""
