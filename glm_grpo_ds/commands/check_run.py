@@ -13,6 +13,7 @@ output of ``glm-grpo verify-logprobs``, and checks:
 * measured peak vs the planner: on a GPU ``peak_gpu_memory_mb`` must not exceed the plan's peak;
 * the same per phase (rollout, decode, reward, update): the highest ``memory/<phase>_peak_mb`` of the
   run against the plan's persistent memory + that phase's transient (:func:`phase_comparison`);
+* a WARN line per reward that raised on some samples (``reward/<label>_failed``), with how many and where;
 * the image-statistics alarms (monitoring/alarms.py): a WARN line per rule that fired, with its step, value
   and bound (a person looks at the samples: a short check run on random weights is no judge of what the images
   become), an INFO line when none fired; then the reward and image statistics' curves drawn again into
@@ -127,6 +128,7 @@ def check_run(
     plan = json.loads((out / "memory_plan.json").read_text(encoding="utf-8"))
     results += memory_results(since_last_shape(rows, saved or {}), plan)
     results += alarm_results(out)
+    results += reward_failure_results(rows)
     results += history_results(saved)
     results += random_results(saved)
     return results
@@ -217,6 +219,28 @@ def memory_results(rows: list[dict], plan: dict) -> list[tuple[str, bool | str |
         "libraries that the plan (a GPU's) leaves out, so on a GPU these are PASS / FAIL"
     )
     return [("not judged on a CPU", None, detail)]
+
+
+def reward_failure_results(rows: list[dict]) -> list[tuple[str, str | None, str]]:
+    """A WARN per reward that raised on some samples (``reward/<label>_failed``: a server down, a token rotated, a
+    plugin's bug): the run trained those steps on its other rewards, or skipped them, a change of objective the
+    console said once; else one INFO line."""
+    failed: dict[str, list[tuple[int, int]]] = {}
+    for r in rows:
+        for key, value in r.items():
+            if key.startswith("reward/") and key.endswith("_failed") and value:
+                failed.setdefault(key[len("reward/") : -len("_failed")], []).append((r["step"], int(value)))
+    if not failed:
+        return [("reward failures", None, "no reward raised")]
+    return [
+        (
+            "reward failures",
+            WARN,
+            f"{label}: {sum(n for _, n in hits)} samples undefined by failures in {len(hits)} of {len(rows)} steps "
+            f"(steps {hits[0][0]}-{hits[-1][0]}; reward/{label}_failed in metrics.jsonl, the reason in logs/)",
+        )
+        for label, hits in sorted(failed.items())
+    ]
 
 
 def alarm_results(out: Path) -> list[tuple[str, str | None, str]]:

@@ -243,7 +243,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "for the dtype it names, 1e-4 in fp32, 5e-2 in bf16), measured peak vs `memory_plan.json`, per phase and "
             "whole run since the last change of cluster shape (GPU; on a CPU all of it in one INFO line, reported, "
             "not judged), a WARN per image-statistics "
-            "alarm that fired (with its step, value and bound); exit 1 on a FAIL (WARN and INFO: 0) "
+            "alarm that fired (with its step, value and bound) and per reward that raised on some samples (how many, "
+            "which steps); exit 1 on a FAIL (WARN and INFO: 0) "
             "([memory-and-speed.md](memory-and-speed.md#one-gpu-check-of-the-multi-gpu--bf16-paths))"
         ),
         example="glm-grpo check-run outputs/gpu_check --verify outputs/gpu_check/verify.txt",

@@ -76,6 +76,25 @@ def test_an_alarm_that_fired_is_a_warn_with_its_step_value_and_bound(tmp_path, c
     assert not any(line.startswith("WARN") for line in lines)
 
 
+def test_a_reward_that_raised_is_a_warn_with_how_many_samples_and_where(tmp_path, capsys):
+    """A remote reward down for two steps: the run trained them on its other rewards, which the console said once;
+    check-run says it again (exit 0: a WARN is no failure), and one INFO line when no reward raised."""
+    out = _run(tmp_path, update_peak_mb=90.0)
+    row = json.loads((out / "metrics.jsonl").read_text())
+    failed = {1: 0, 2: 16, 3: 8, 4: 0}
+    rows = [{**row, "step": s, "reward/remote_failed": n, "reward/pixel_mse_failed": 0} for s, n in failed.items()]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main([str(out)]) == 0
+    warns = [line for line in capsys.readouterr().out.splitlines() if line.startswith("WARN")]
+    assert warns == [
+        "WARN  reward failures: remote: 24 samples undefined by failures in 2 of 4 steps (steps 2-3; "
+        "reward/remote_failed in metrics.jsonl, the reason in logs/)"
+    ]
+    (out / "metrics.jsonl").write_text("".join(json.dumps({**r, "reward/remote_failed": 0}) + "\n" for r in rows))
+    assert main([str(out)]) == 0
+    assert "INFO  reward failures: no reward raised" in capsys.readouterr().out.splitlines()
+
+
 def test_a_directory_that_is_not_a_run_is_one_line(tmp_path, capsys):
     assert main([str(tmp_path / "typo")]) == 2
     err = capsys.readouterr().err
