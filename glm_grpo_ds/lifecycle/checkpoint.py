@@ -320,11 +320,13 @@ def resolve(output_dir, resume_from: str) -> Path:
 
 def read_state(path: Path) -> dict:
     try:
-        return json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise CheckpointError(
-            f"{path}/trainer_state.json is not valid JSON ({err.msg}); resume from another checkpoint"
-        ) from None
+        state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+        int(state["step"]), written_on(state)  # what a resume reads of it first
+        return state
+    except (OSError, ValueError, KeyError, TypeError) as err:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
+        what = err.msg if isinstance(err, json.JSONDecodeError) else f"{type(err).__name__}: {err}"
+        msg = f"{path}/trainer_state.json is not a trainer state ({what}); resume from another checkpoint"
+        raise CheckpointError(msg) from None
 
 
 def check_compatible(path: Path, world_size: int, zero_stage: int) -> dict:

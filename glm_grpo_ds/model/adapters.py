@@ -127,8 +127,10 @@ def check_init_adapter(lora) -> Path | None:
         raise FileNotFoundError(f"{where} has no {ADAPTER_WEIGHTS}; give an adapter saved by peft (safetensors)")
     try:
         saved = json.loads((adapter / ADAPTER_CONFIG).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{where}: {ADAPTER_CONFIG} is not valid JSON ({err.msg})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{where}: {ADAPTER_CONFIG} is not valid JSON ({getattr(err, 'msg', err)})") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{where}: {ADAPTER_CONFIG} holds no JSON object; give an adapter saved by peft")
     for key, value in PLAIN_LORA.items():
         if saved.get(key, value) != value:
             raise ConfigError(

@@ -50,6 +50,10 @@ def test_init_from_must_match_the_lora_section(adapter, tmp_path):
     (dora / "adapter_model.safetensors").write_bytes((adapter / "adapter_model.safetensors").read_bytes())
     with pytest.raises(ConfigError, match=r"has use_dora=True; this trainer continues plain LoRA adapters only"):
         check_init_adapter(LoraConfig(r=4, alpha=8, init_from=str(dora)))
+    for text, message in ((b"[]", "holds no JSON object"), (b'{"r": "\xff"}', "is not valid JSON")):
+        (dora / "adapter_config.json").write_bytes(text)  # an AttributeError / UnicodeDecodeError traceback before
+        with pytest.raises(ConfigError, match=rf"^lora.init_from .*dora: adapter_config.json {message}"):
+            check_init_adapter(LoraConfig(r=4, alpha=8, init_from=str(dora)))
     with pytest.raises(FileNotFoundError, match=r"^lora.init_from .*nope does not exist; give a run's final_adapter/"):
         check_init_adapter(LoraConfig(init_from=str(tmp_path / "nope")))
     with pytest.raises(FileNotFoundError, match=r"^lora.init_from .* holds no peft adapter \(adapter_config.json\)"):

@@ -165,6 +165,16 @@ def test_pruning_leaves_alone_the_branch_a_resume_went_back_from(tmp_path):
     assert (root / "step_000347").is_dir()  # the other branch: the user's to keep or delete
 
 
+@pytest.mark.parametrize("text", ["[]", '{"step": 4}', '{"step": 4, "world_size": 2, "zero_stage": "two"}', "{"])
+def test_a_trainer_state_that_is_not_one_is_a_one_line_checkpoint_error(tmp_path, text):
+    """A list, a state without world_size, a stage that is no number: a KeyError / TypeError traceback on resume."""
+    path = tmp_path / "step_000004"
+    path.mkdir()
+    (path / "trainer_state.json").write_text(text)
+    with pytest.raises(checkpoint.CheckpointError, match=rf"^{path}/trainer_state.json is not a trainer state \("):
+        checkpoint.check_compatible(path, 2, 2)
+
+
 def test_pruning_passes_over_a_checkpoint_whose_state_is_not_ours(tmp_path):
     """A trainer_state.json that is valid JSON but not a state (a list, a step that is no number): pruning raised on
     rank 0's background thread, which surfaced at its next checkpoint while the other ranks waited in a collective."""
