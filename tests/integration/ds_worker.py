@@ -5,7 +5,10 @@
 Scenarios (rank 0 writes OUT_DIR/result.pt):
   train  - record LoRA / base parameters and reference log-probs of a probe batch, train, record again
   grads  - full gradients of one update on a fixed rollout, for several micro-batch sizes
-  dp     - loss and gradients of one update on a fixed global rollout split over the ranks
+  dp     - per --option-sets entry, loss and gradients of one update on a fixed global rollout split over the ranks,
+            each rank's advantages from every rank's share of the rewards as the trainer computes them
+  options - per --option-sets entry, the gradients of one update with those loss options on, and of the same loss
+            written out by hand (tests/integration/loss_by_hand.py), with every option on and off
   sharded - the same rollout with ZeRO-3 parameters gathered once and left sharded
   memory - bytes of the model states DeepSpeed holds (testing.model_state) around one update
   before - reference / old log-probs in the rollout's gather vs in the update, and the bytes each gathers
@@ -24,12 +27,12 @@ import sys
 from pathlib import Path
 
 import torch
+from loss_by_hand import hand_gradients, shifted_sampler_logps  # tests/integration/loss_by_hand.py
 
-from glm_grpo_ds.advantages import group_advantages
+from glm_grpo_ds.advantages import combine_advantages, group_advantages
 from glm_grpo_ds.config import load_config
 from glm_grpo_ds.ds import dist
 from glm_grpo_ds.ds import engine as ds_engine
-from glm_grpo_ds.logprobs import completion_logprobs
 from glm_grpo_ds.rollout.backends import EngineSampler
 from glm_grpo_ds.train import Trainer
 from glm_grpo_ds.update import grpo_update, reference_logprobs
@@ -86,6 +89,53 @@ def grads_of_update(trainer, batch, advantages):
 def synthetic_rewards(n: int) -> torch.Tensor:
     # deterministic, non-constant within every group
     return torch.sin(torch.arange(n, dtype=torch.float32) * 1.7) + 0.1 * torch.arange(n, dtype=torch.float32)
+
+
+def trainer_advantages(trainer, own_rewards: torch.Tensor, mine: slice) -> torch.Tensor:
+    """This rank's advantages as Trainer.step computes them: every rank's own rewards (here one synthetic reward per
+    label of the run's rewards) gathered in rank order, combined over the global batch with the configured
+    combination and estimator, this rank's slice ``mine`` taken."""
+    g = trainer.run.cfg.grpo
+    weights = trainer.run.reward_fn.weights
+    per_reward = {label: dist.all_gather(own_rewards * (k + 1)) for k, label in enumerate(weights)}
+    advantages, _ = combine_advantages(
+        per_reward, weights, g.group_size, g.reward_combination, g.advantage_estimator, tie=g.rank_tie_tolerance
+    )
+    return advantages[mine]
+
+
+def dp_result(a) -> dict:
+    """One global rollout of 2 groups (sampled once, the same on every rank), rank r training on its share, per
+    ``--option-sets`` entry (a Trainer of its own): the loss averaged over the ranks, rank 0's gradients of one update
+    and every rank's advantages, computed from each rank's own rewards as the trainer does (trainer_advantages)."""
+    result, batch = {}, None
+    for i, options in enumerate(a.option_sets.split(";")):
+        trainer = Trainer.from_config(load_config(a.config, a.overrides + options.split()), a.deepspeed)
+        batch = fixed_rollout(trainer, PROBE_PROMPTS) if batch is None else batch
+        n = len(batch) // trainer.run.world
+        mine = slice(trainer.run.rank * n, (trainer.run.rank + 1) * n)
+        adv = trainer_advantages(trainer, synthetic_rewards(len(batch))[mine], mine)  # this rank's rewards only
+        grads, stats = grads_of_update(trainer, batch.select(mine), adv)
+        loss = dist.all_reduce_mean(torch.tensor(stats["loss"])).item()
+        result[i] = {"loss": loss, "grads": grads, "advantages": dist.all_gather(adv)}
+    return result
+
+
+def options_result(a) -> dict:
+    """Per ``--option-sets`` entry (a Trainer of its own): the gradients grpo_update produces on a fixed rollout
+    whose sampler log-probs are shifted (loss_by_hand.shifted_sampler_logps), and those of the loss written out by
+    hand at the same weights before the update, with the options on (``hand``) and off (``hand_off``)."""
+    result, batch = {}, None
+    for i, options in enumerate(a.option_sets.split(";")):
+        trainer = Trainer.from_config(load_config(a.config, a.overrides + options.split()), a.deepspeed)
+        cfg = trainer.run.cfg
+        if batch is None:  # one rollout for every set (any fixed batch does: the update and the hand see the same)
+            batch = shifted_sampler_logps(fixed_rollout(trainer, PROBE_PROMPTS[: cfg.batch.prompts_per_rank]))
+        adv = group_advantages(synthetic_rewards(len(batch)), cfg.grpo.group_size)
+        hand = hand_gradients(ds_engine.unwrap(trainer.run.engine), batch, adv, cfg.grpo)
+        grads, stats = grads_of_update(trainer, batch, adv)
+        result[i] = {"update": grads, "truncated": stats.get("correction/outside_fraction"), **hand}
+    return result
 
 
 def run_with_nan_loss(a) -> int:
@@ -189,12 +239,14 @@ def run_from_parts(a) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument(
-        "scenario", choices=["train", "grads", "dp", "sharded", "memory", "nonfinite", "before", "sync", "parts"]
+        "scenario",
+        choices=["train", "grads", "dp", "options", "sharded", "memory", "nonfinite", "before", "sync", "parts"],
     )
     p.add_argument("out")
     p.add_argument("--deepspeed", required=True)
     p.add_argument("--config", default="launch/configs/tiny_cpu.yaml")
     p.add_argument("--micro-batch-sizes", default="1,2,8")
+    p.add_argument("--option-sets", default="", help="options, dp: key=value overrides of each run, ; between the runs")
     p.add_argument("--local_rank", type=int, default=None)
     a, overrides = p.parse_known_args(argv)
     a.overrides = overrides
@@ -208,6 +260,9 @@ def main(argv=None) -> int:
 
     elif a.scenario == "parts":
         result = run_from_parts(a)
+
+    elif a.scenario == "options":
+        result = options_result(a)
 
     elif a.scenario == "train":
         trainer = Trainer.from_config(load_config(a.config, a.overrides), a.deepspeed)
@@ -325,22 +380,8 @@ def main(argv=None) -> int:
             cfg, read_ds_config(a.deepspeed), EstimateConfig(num_gpus=trainer.run.world, num_nodes=1, device="cpu")
         )
 
-    else:  # dp: one global rollout of 2 groups; rank r trains on its share
-        trainer = Trainer.from_config(load_config(a.config, a.overrides), a.deepspeed)
-        world, rank = trainer.run.world, trainer.run.rank
-        batch = fixed_rollout(trainer, PROBE_PROMPTS)
-        adv = group_advantages(synthetic_rewards(len(batch)), trainer.run.cfg.grpo.group_size)
-        n = len(batch) // world
-        local = batch.select(slice(rank * n, (rank + 1) * n))
-        grads, stats = grads_of_update(trainer, local, adv[rank * n : (rank + 1) * n])
-        result["loss"] = dist.all_reduce_mean(torch.tensor(stats["loss"])).item()
-        result["grads"] = grads
-        with torch.no_grad():
-            result["logp_check"] = (
-                completion_logprobs(ds_engine.unwrap(trainer.run.engine), local, trainer.run.cfg.grpo.sampling)
-                .sum()
-                .item()
-            )
+    else:  # dp
+        result = dp_result(a)
 
     if dist.rank() == 0:
         out.mkdir(parents=True, exist_ok=True)

@@ -140,7 +140,16 @@ def test_gradients_do_not_depend_on_micro_batch_size(lora, ds_config, tiny_model
         )
 
 
+ESTIMATORS = ("batch", "rloo")  # batch: one std over the global batch; rloo: leave-one-out within each group
+
+
 def test_same_rollouts_same_loss_and_gradients_on_one_and_two_ranks(tiny_model_dir, tiny_data, tmp_path):
+    """The same global rollout (2 groups of 4) trained on 1 rank or split over 2 gives the same advantages, loss and
+    gradients, for each advantage estimator in ESTIMATORS (a Trainer each, one launch per world size). Every rank
+    holds only its own share of the rewards and gets its advantages the trainer's way (ds_worker.trainer_advantages:
+    all_gather, combine_advantages with the configured estimator over the global batch, this rank's slice), so a
+    gather out of rank order or an estimator over one rank's rewards (batch's std) shows up as different advantages
+    and gradients on 2 ranks."""
     base = common(
         tiny_model_dir,
         tiny_data,
@@ -150,16 +159,21 @@ def test_same_rollouts_same_loss_and_gradients_on_one_and_two_ranks(tiny_model_d
         "grpo.group_size=4",
         "batch.micro_batch_size=2",
         "grpo.beta=0.04",
-        "grpo.advantage_estimator=batch",
         "optimizer.name=adamw",
     )
-    one = worker(1, "dp", tmp_path / "w1", "zero3.json", base + ["batch.prompts_per_rank=2"])
-    two = worker(2, "dp", tmp_path / "w2", "zero3.json", base + ["batch.prompts_per_rank=1"])
-    assert two["loss"] == pytest.approx(one["loss"], rel=1e-5, abs=1e-6)
-    nonzero = [n for n, g in one["grads"].items() if g is not None and g.abs().sum() > 0]
-    assert nonzero
-    for n in nonzero:
-        assert _rel_close(two["grads"][n], one["grads"][n], 1e-5), n
+    sets = ["--option-sets", ";".join(f"grpo.advantage_estimator={e}" for e in ESTIMATORS)]
+    one = worker(1, "dp", tmp_path / "w1", "zero3.json", base + ["batch.prompts_per_rank=2"], extra=sets)
+    two = worker(2, "dp", tmp_path / "w2", "zero3.json", base + ["batch.prompts_per_rank=1"], extra=sets)
+    assert not torch.allclose(one[0]["advantages"], one[1]["advantages"])  # the configured estimator is the one used
+    for i, estimator in enumerate(ESTIMATORS):
+        torch.testing.assert_close(
+            two[i]["advantages"], one[i]["advantages"], rtol=1e-6, atol=1e-7, msg=lambda m, e=estimator: f"{e}: {m}"
+        )
+        assert two[i]["loss"] == pytest.approx(one[i]["loss"], rel=1e-5, abs=1e-6), estimator
+        nonzero = [n for n, g in one[i]["grads"].items() if g is not None and g.abs().sum() > 0]
+        assert nonzero, estimator
+        for n in nonzero:
+            assert _rel_close(two[i]["grads"][n], one[i]["grads"][n], 1e-5), (estimator, n)
 
 
 def test_sharded_rollout_equals_gathered_rollout_zero3(tiny_model_dir, tiny_data, tmp_path):
