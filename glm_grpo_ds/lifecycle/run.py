@@ -248,9 +248,10 @@ class RunLife:
         final = self.final_dir
         # written beside it, then renamed: a run killed while writing leaves final_*.tmp (removed when they are next
         # written), not a final_*/ of half the files, and its resume writes them again (resume.finished)
-        partial = final.with_name(final.name + ".tmp")
+        partial, replaced = final.with_name(final.name + ".tmp"), final.with_name(final.name + ".old")
         if self.rank == 0:
             shutil.rmtree(partial, ignore_errors=True)
+            shutil.rmtree(replaced, ignore_errors=True)
         if self.cfg.lora is not None:
             ds_io.save_adapter(engine, partial, self.rank)
         else:
@@ -258,8 +259,9 @@ class RunLife:
         if self.rank == 0:  # which step these weights are: a later resume sets them aside by it
             resume.write_final_state(partial, step)
             if final.exists():  # an earlier end's (not set aside: the same step), or a pre-.tmp half-written one
-                shutil.rmtree(final)
+                final.rename(replaced)  # renamed, not deleted first: final_*/ is missing for two renames, not a delete
             partial.rename(final)
+            shutil.rmtree(replaced, ignore_errors=True)
         dist.barrier()  # every rank sees final_*/ whole
         self.publisher.final(final)
 
