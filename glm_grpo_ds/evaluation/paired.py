@@ -18,7 +18,8 @@ row>.pt`` as soon as it is scored (written to a temporary name, then renamed), a
 store loads what is there instead of sampling it again. Whether the store belongs to the same settings is the
 caller's check (glm_grpo_ds/commands/evaluate.py). With ``on_images`` (the benchmark exports), a batch's record
 also lists the files ``on_images`` wrote for it; a stored batch whose record lacks that list, or one of whose
-files is gone, is sampled again (same seeds, same images), so a resumed export is never missing a batch.
+files is gone, is sampled again (same seeds, same images), so a resumed export is never missing a batch. A batch
+on which a reward raised (a remote server down: its samples undefined) is not stored, so a rerun scores it again.
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def evaluate_models(
                 }
                 if written is not None:
                     done["exported"] = written
-                if saved is not None:
+                # a batch a reward raised on is not kept: a rerun (the server back up) scores it again
+                if saved is not None and not any(maker.reward_fn.failed.values()):
                     saved.parent.mkdir(parents=True, exist_ok=True)
                     torch.save(done, saved.with_suffix(".tmp"))
                     os.replace(saved.with_suffix(".tmp"), saved)

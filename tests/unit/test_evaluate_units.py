@@ -196,3 +196,38 @@ def test_trained_on_compares_each_reward_with_its_arguments_not_its_label(tmp_pa
         "pixel_mse": False,
     }
     assert out["trained_on"] == ["ssim", "ssim", "pixel_mse"]
+
+
+def test_a_batch_a_reward_raised_on_is_not_stored_so_a_rerun_scores_it_again(tmp_path):
+    """evaluate's progress store kept a batch whose remote reward was down (its rewards NaN) and a rerun, the server
+    back, reused it without a word. The maker here stands in for the sampling (what is under test is the store):
+    the real RewardSet scores, its reward raising on the first run only."""
+    from types import SimpleNamespace
+
+    from glm_grpo_ds.data.rows import PromptRow
+    from glm_grpo_ds.evaluation.paired import BASE, evaluate_models
+    from glm_grpo_ds.rewards.registry import RewardSet
+
+    down = [True]
+
+    def remote(images, prompts, samples):
+        if down[0]:
+            raise ConnectionError("server down")
+        return images.mean(dim=(1, 2, 3))
+
+    rewards = RewardSet([("remote", 1.0, remote)])
+
+    class Maker:
+        reward_fn = rewards
+
+        def collect(self, rows, seeds, decode_seed, k, settings):
+            images = torch.full((len(rows) * k, 3, 8, 8), 0.5)
+            return SimpleNamespace(images=images, per_reward=rewards(images, [r.prompt for r in rows] * k, [{}] * k))
+
+    rows = [PromptRow(index=0, prompt="a cat")]
+    args = dict(rows=rows, samples_per_prompt=2, seed=0, decode_settings=None, store=tmp_path)
+    first = evaluate_models(object(), [BASE], Maker(), **args)
+    assert torch.isnan(first[BASE].rewards["remote"]).all() and not list(tmp_path.rglob("*.pt"))
+    down[0] = False
+    again = evaluate_models(object(), [BASE], Maker(), **args)
+    assert again[BASE].rewards["remote"].tolist() == [[0.5, 0.5]] and len(list(tmp_path.rglob("*.pt"))) == 1
