@@ -162,7 +162,14 @@ class AestheticReward:
 
     def __init__(self, clip_model: str = "", head: str = "", offload: bool = False):
         self.scorer = CLIPScorer(clip_model, offload)
-        self.head = FrozenModel(load_aesthetic_head(head), offload)
+        mlp = load_aesthetic_head(head)
+        width, dim = mlp.layers[0].in_features, self.scorer.model.module.config.projection_dim
+        if width != dim:  # else a matmul error at the first step, taken for a failing reward and the run going on
+            raise RewardError(
+                f"reward aesthetic: head {head} takes {width}-wide embeddings but clip_model {clip_model} gives {dim}: "
+                "give the head made for this CLIP model (LAION's for ViT-L/14: 768)"
+            )
+        self.head = FrozenModel(mlp, offload)
 
     def __call__(self, images, prompts, samples):
         emb = self.scorer.image_embeds(images)

@@ -119,6 +119,9 @@ def test_clip_family_loaders_on_tiny_random_checkpoints(tmp_path):
         build_reward("clip", {"model": str(tmp_path / "missing")})
     with pytest.raises(ValueError, match=r"reward aesthetic: head .*nope.pth does not exist; get it with `wget"):
         build_reward("aesthetic", {"clip_model": str(clip_dir), "head": str(tmp_path / "nope.pth")})
+    wide = write_aesthetic_head(tmp_path / "wide.pth", dim=768)  # LAION's, beside a CLIP of another width
+    with pytest.raises(ValueError, match=r"reward aesthetic: head .*wide.pth takes 768-wide embeddings but clip_model"):
+        build_reward("aesthetic", {"clip_model": str(clip_dir), "head": str(wide)})  # a matmul error at step 1
 
 
 @pytest.mark.slow
