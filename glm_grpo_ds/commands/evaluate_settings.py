@@ -210,6 +210,7 @@ def run_settings(a, cfg, loaded, adapters, rows, prompts_name, decode, seed, wor
         "batch_prompts": a.batch_prompts,
         "thumbnail": a.thumbnail,
         "dtype": str(loaded.dtype),
+        "attention": loaded.attn,  # auto resolved: another node's kernel rounds the AR's logits otherwise
         "export": a.export,
         "world_size": world,
     }

@@ -165,6 +165,7 @@ class ForSampling:
     dtype: torch.dtype
     # per adapter: the one-line warning when it records another base model than this one, else None
     adapter_warnings: list[str | None] = field(default_factory=list)
+    attn: str = ""  # the AR's attention kernel, ``auto`` resolved on this node (flash_attention_2 or sdpa)
 
 
 def load_for_sampling(
@@ -187,11 +188,12 @@ def load_for_sampling(
     model_dir = source.path
     on_gpu = device.type == "cuda"
     torch_dtype = resolve_dtype(dtype, on_gpu)
-    ar = load_ar(model_dir, torch_dtype, resolve_attn(attn_implementation, on_gpu, torch_dtype), trust_remote_code)
+    attn = resolve_attn(attn_implementation, on_gpu, torch_dtype)
+    ar = load_ar(model_dir, torch_dtype, attn, trust_remote_code)
     warnings = check_adapters(list(adapters), ar, source.adapter_base())  # a shape that does not fit: one line
     for warning in filter(None, warnings):
         log.warning(warning)
     model, names = with_adapters(ar, list(adapters))
     model.to(device)
     sampling = resolve_sampling(sampling, model_dir)
-    return ForSampling(model, names, load_processor(model_dir), sampling, Path(model_dir), torch_dtype, warnings)
+    return ForSampling(model, names, load_processor(model_dir), sampling, Path(model_dir), torch_dtype, warnings, attn)

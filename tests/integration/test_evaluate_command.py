@@ -77,6 +77,7 @@ def test_categories_settings_and_files(evaluated):
     assert set(cats) == {"even", "odd"} and all(cats[c]["ssim"]["prompts"] == 3 for c in cats)
     assert (result["num_prompts"], result["samples_per_prompt"], result["image"]) == (6, 3, [64, 64])
     assert result["decode"] == {"num_inference_steps": 1, "guidance_scale": 1.0}
+    assert result["attention"] == "sdpa"  # model.attn_implementation auto, resolved on this (CPU) node
     # the protocol travels with the numbers: seeds, the prompts' content, and how the run was asked for
     assert result["seeds"] == "eval-rollout/eval-decode" and len(result["prompts_sha256"]) == 64
     assert result["invocation"]["rewards_flag"] == ["pixel_mse", "ssim"]
