@@ -119,14 +119,26 @@ def test_normalize_then_sum_by_hand():
 
 
 def test_weights_scale_normalize_then_sum_but_not_group_ranking():
-    per = {"easy": torch.tensor([0.0, 10.0, 20.0]), "hard": torch.tensor([1.0, 0.0, 0.0])}
-    adv_sum, _ = combine_advantages(per, {"easy": 1.0, "hard": 1.0}, 3, "sum_then_normalize", "group")
-    adv_norm, _ = combine_advantages(per, {"easy": 1.0, "hard": 1.0}, 3, "normalize_then_sum", "group")
-    # the raw sum is dominated by the easy reward; normalising first gives the hard one equal say
-    assert adv_sum.argmax() == 2
-    assert adv_norm[0] > adv_sum[0]
+    """Weights {easy: 1, hard: 2}: normalize_then_sum is exactly A_easy + 2 A_hard (each reward's own group z-score),
+    so the hard reward's winner ranks first; summed raw first (sum_then_normalize), the easy reward's scale (0-20
+    against 0-1) still ranks the group as it alone would, weight 2 or not."""
+    f64 = torch.float64
+    per = {"easy": torch.tensor([0.0, 10.0, 20.0], dtype=f64), "hard": torch.tensor([1.0, 0.0, 0.0], dtype=f64)}
+    weights = {"easy": 1.0, "hard": 2.0}
+    adv_sum, total = combine_advantages(per, weights, 3, "sum_then_normalize", "group", eps=0.0)
+    adv_norm, _ = combine_advantages(per, weights, 3, "normalize_then_sum", "group", eps=0.0)
+    # by hand (unbiased group std): easy centered [-10, 0, 10], std 10 -> [-1, 0, 1]; hard mean 1/3, centered
+    # [2, -1, -1] / 3, std 1/sqrt3 -> [2, -1, -1] / sqrt3
+    a_easy = torch.tensor([-1.0, 0.0, 1.0], dtype=f64)
+    a_hard = torch.tensor([2.0, -1.0, -1.0], dtype=f64) / math.sqrt(3.0)
+    torch.testing.assert_close(adv_norm, a_easy + 2 * a_hard)
+    assert adv_norm.argmax() == 0  # -1 + 4/sqrt3 = 1.31 against 1 - 2/sqrt3 = -0.15 for the easy reward's winner
+    # the raw weighted sum [0 + 2, 10, 20]: centered [-26, -2, 28] / 3, ranked as the easy reward alone ranks the group
+    torch.testing.assert_close(total, torch.tensor([2.0, 10.0, 20.0], dtype=f64))
+    torch.testing.assert_close(adv_sum, torch.tensor([-26.0, -2.0, 28.0], dtype=f64) / 3 / total.std())
+    assert adv_sum.argsort().tolist() == per["easy"].argsort().tolist() == [0, 1, 2]
     with pytest.raises(ValueError, match="unknown reward combination"):
-        combine_advantages(per, {"easy": 1, "hard": 1}, 3, "mean")
+        combine_advantages(per, weights, 3, "mean")
 
 
 def test_reward_that_raises_scores_nan_counts_and_warns_once(capsys):

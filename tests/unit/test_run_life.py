@@ -195,8 +195,13 @@ def test_a_changed_optimizer_is_refused_in_one_line_and_other_optimizer_settings
     assert "resuming at step 4 with 3 changed setting(s)" in caplog.text
 
 
+GROUP_TIMEOUT_S = 1  # the process group's timeout in the ranks below; rank 0's long work outlasts it 3-4 times
+
+
 def _converting_rank(rank, port, out, results):
-    """One of two gloo ranks whose process group times out after 1 s: rank 0's conversion takes 3 s."""
+    """One of two gloo ranks whose process group times out after 1 s: rank 0's conversion takes 3 s. Each puts (rank,
+    gloo's error or None, when it entered ``convert``, when rank 0's conversion began and ended (rank 0) or when it
+    returned (rank 1)): times of one clock for every process of the machine (time.monotonic)."""
     import time
 
     import torch
@@ -204,32 +209,45 @@ def _converting_rank(rank, port, out, results):
     from glm_grpo_ds.ds import portable
     from glm_grpo_ds.lifecycle.run import RunLife
 
-    init_gloo(rank, port, 2, timeout_s=1)
+    init_gloo(rank, port, 2, timeout_s=GROUP_TIMEOUT_S)
     try:
         start = Start(out / "checkpoints" / "step_000002", 2, {}, written_on=(4, 2))
         life = RunLife(TrainConfig(), out, start, rank, 2, 2, DATA, publisher=None, later=None)
         portable.check_converted = lambda universal, ds_dir: False  # not converted yet
-        life._convert = lambda ds_dir, universal: time.sleep(3)  # the conversion itself: test_reshape_resume.py
-        began = time.monotonic()
+        slept = []
+
+        def conversion(ds_dir, universal):  # the conversion itself: test_reshape_resume.py
+            slept.append(time.monotonic())
+            time.sleep(3 * GROUP_TIMEOUT_S)
+            slept.append(time.monotonic())
+
+        life._convert = conversion
+        began, err = time.monotonic(), None
         try:
             life.convert()
-            results.put((rank, None, time.monotonic() - began))
-        except RuntimeError as err:  # gloo's timeout
-            results.put((rank, str(err).splitlines()[0], time.monotonic() - began))
+        except RuntimeError as gloo:  # gloo's timeout
+            err = str(gloo).splitlines()[0]
+        results.put((rank, err, began, *(slept if rank == 0 else [time.monotonic()])))
     finally:
         torch.distributed.destroy_process_group()
 
 
 def test_the_other_ranks_wait_for_a_conversion_longer_than_the_process_groups_timeout(tmp_path):
     """Rank 0 converts a checkpoint of another cluster shape while the others wait: on a group of their own, so a
-    conversion longer than dist_timeout_minutes (which is there to catch hangs) does not end the run."""
+    conversion longer than dist_timeout_minutes (which is there to catch hangs) does not end the run. Timed across
+    the ranks (a rank that starts late under load still waits for the whole conversion)."""
     got = sorted(two_gloo_ranks(_converting_rank, tmp_path))
-    assert [(rank, err) for rank, err, _ in got] == [(0, None), (1, None)], got
-    assert got[1][2] >= 2.5  # rank 1 waited for the whole conversion
+    assert [(rank, err) for rank, err, *_ in got] == [(0, None), (1, None)], got
+    (_, _, _, converting, converted), (_, _, waiting, returned) = got
+    assert converted - converting >= 3 * GROUP_TIMEOUT_S
+    # rank 1 waited from before the conversion began (convert's group is collective) to after it ended
+    assert waiting <= converting and returned >= converted, got
 
 
 def _stopped_rank(rank, port, results):
-    """One rank of a stopped run whose rank 0 uploads the checkpoint for 4 s, with a process group timeout of 1 s."""
+    """One rank of a stopped run whose rank 0 uploads the checkpoint for 4 s, with a process group timeout of 1 s.
+    Each puts (rank, its exit status or gloo's error, when it entered ``end_stopped``, when rank 0's upload began and
+    ended (rank 0) or when it returned (rank 1)): times of one clock for every process of the machine."""
     import time
 
     from glm_grpo_ds.config import TrainConfig
@@ -238,26 +256,34 @@ def _stopped_rank(rank, port, results):
     from glm_grpo_ds.runtime import log
 
     log.FATAL_GRACE_S = 0  # the other ranks' wait for rank 0's line: not what is measured here
-    init_gloo(rank, port, 2, timeout_s=1)
+    init_gloo(rank, port, 2, timeout_s=GROUP_TIMEOUT_S)
+    slept = []
 
     class Upload:
         def wait(self):
-            time.sleep(4 if rank == 0 else 0)
+            if rank == 0:
+                slept.append(time.monotonic())
+                time.sleep(4 * GROUP_TIMEOUT_S)
+                slept.append(time.monotonic())
 
     life = RunLife(TrainConfig(), Path("."), Start(), rank, 2, 2, DATA, publisher=Upload(), later=None)
     began = time.monotonic()
     try:
-        results.put((rank, life.end_stopped(Stopped("preempted", 143)), time.monotonic() - began))
+        code = life.end_stopped(Stopped("preempted", 143))
     except RuntimeError as err:  # gloo's timeout
-        results.put((rank, str(err).splitlines()[0], time.monotonic() - began))
+        code = str(err).splitlines()[0]
+    results.put((rank, code, began, *(slept if rank == 0 else [time.monotonic()])))
 
 
 def test_a_stopped_runs_ranks_wait_for_rank_0s_upload_longer_than_the_process_groups_timeout():
     """They waited in the process group's barrier, which gave up after dist_timeout_minutes: rank 1 exited with an
-    error, and the launcher ended rank 0 mid-upload."""
+    error, and the launcher ended rank 0 mid-upload. Timed across the ranks, as the conversion's wait above."""
     got = sorted(two_gloo_ranks(_stopped_rank))
-    assert [(rank, code) for rank, code, _ in got] == [(0, 143), (1, 143)], got
-    assert got[1][2] >= 3.5  # rank 1 waited for the upload
+    assert [(rank, code) for rank, code, *_ in got] == [(0, 143), (1, 143)], got
+    (_, _, _, uploading, uploaded), (_, _, waiting, returned) = got
+    assert uploaded - uploading >= 4 * GROUP_TIMEOUT_S
+    # rank 1 waited from before the upload began (end_stopped's group is collective) to after it ended
+    assert waiting <= uploading and returned >= uploaded, got
 
 
 def _signal_during_the_stops_wait(tmp_path, signum, stop_code: int, repo=None) -> tuple[int, bool]:
