@@ -173,6 +173,10 @@ def changes_line(changes: dict[str, list], step: int) -> str:
 NOT_ON_RESUME = {
     "optimizer.name": "the optimizer state it holds is that optimizer's (adamw: fp32 moments; adamw_8bit, "
     "paged_adamw_8bit: bitsandbytes' 8-bit blocks and scales)",
+    # the checkpoint's trainable weights would not fit the model built: found only after the whole model loaded
+    "lora.r": "its trainable weights and their optimizer state are adapters of that rank (null: the whole model, "
+    "full fine-tuning)",
+    "lora.target_modules": "its adapters and their optimizer state sit on those modules",
 }
 
 
@@ -186,7 +190,7 @@ def refused_change(changes: dict[str, list], path: Path, lora: bool) -> str | No
         old, new = changes[key]
         fresh = (
             f"lora.init_from={path}"
-            if lora
+            if lora and not key.startswith("lora.")  # lora.init_from takes an adapter of the same shape only
             else f"model.path=DIR after glm-grpo merge --base MODEL --adapter {path} --out DIR"
         )
         return (

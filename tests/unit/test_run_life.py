@@ -195,6 +195,34 @@ def test_a_changed_optimizer_is_refused_in_one_line_and_other_optimizer_settings
     assert "resuming at step 4 with 3 changed setting(s)" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "change, key, old, new",
+    [
+        ({"r": 8}, "lora.r", 16, 8),
+        ({"target_modules": ["q_proj", "v_proj"]}, "lora.target_modules", None, ["q_proj", "v_proj"]),
+        (None, "lora.r", 16, None),  # LoRA -> full fine-tuning
+    ],
+)
+def test_a_changed_lora_shape_is_refused_before_any_model_loads(tmp_path, change, key, old, new):
+    """A checkpoint's adapters (and their optimizer state) of another rank or on other modules, or a LoRA checkpoint
+    resumed as full fine-tuning, cannot load into the model this launch builds: it was a warning at the start and
+    a RuntimeError traceback on every rank after the whole model had loaded. The way on: the merged weights."""
+    import dataclasses
+
+    from glm_grpo_ds.config import LoraConfig
+
+    path = _checkpoint(tmp_path, 4, config=_cfg(max_steps=10))
+    old = LoraConfig().target_modules if old is None else old
+    lora = None if change is None else dataclasses.replace(LoraConfig(), **change)
+    before = _tree(tmp_path)
+    with pytest.raises(CheckpointError) as refused:
+        decide_start(tmp_path, path, _cfg(max_steps=10, lora=lora), 2, 3, DATA, 0)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"{key} {json.dumps(old)} -> {json.dumps(new)} cannot change on resume")
+    assert f"model.path=DIR after glm-grpo merge --base MODEL --adapter {path} --out DIR" in line
+    assert _tree(tmp_path) == before  # nothing was changed
+
+
 GROUP_TIMEOUT_S = 1  # the process group's timeout in the ranks below; rank 0's long work outlasts it 3-4 times
 
 
