@@ -45,11 +45,14 @@ def device_problem(name: str) -> str | None:
 MARK = ".glm-grpo-tiny"
 
 
-def foreign_files(folder: Path, command: str) -> str | None:
+def foreign_files(folder: Path, command: str, writes: tuple[Path, ...] = ()) -> str | None:
     """The one line refusing to write into ``folder`` when it holds files these commands did not write (a real
     pipeline, a dataset): transformers' and diffusers' save_pretrained delete the weight shards they do not write
-    (a 34 GB download), tiny-data replaces the prompt file. None: new, empty or ours."""
+    (a 34 GB download), tiny-data replaces the prompt file. ``writes``: the paths the command writes, when only those
+    matter (tiny-data: other files beside them are left alone). None: new, empty, ours, or none of ``writes`` there."""
     if not folder.exists() or (folder / MARK).exists() or (folder.is_dir() and not any(folder.iterdir())):
+        return None
+    if writes and not any(p.is_file() or (p.is_dir() and any(p.iterdir())) for p in writes):
         return None
     what = "is a file" if not folder.is_dir() else f"holds files glm-grpo {command} did not write"
     return f"glm-grpo {command}: {folder} {what}; give a new or empty directory, or --overwrite to write into it"
@@ -142,7 +145,8 @@ def tiny_data(argv: list[str] | None = None) -> int:
     train_file = Path(cfg.data.train_file)
     if train_file.suffix != ".jsonl":
         raise SystemExit(f"glm-grpo tiny-data: data.train_file must be a .jsonl path, got {train_file}")
-    refused = not a.overwrite and foreign_files(train_file.parent, "tiny-data")
+    writes = (train_file, train_file.parent / "prompts.jsonl", train_file.parent / "targets")
+    refused = not a.overwrite and foreign_files(train_file.parent, "tiny-data", writes)
     if refused:
         print(refused, file=sys.stderr)
         return 2

@@ -135,6 +135,11 @@ def test_tiny_model_and_tiny_data_do_not_write_over_files_they_did_not_write(tmp
     code, _, err = glm_grpo(["tiny-data", *config], capfd)
     assert code == 2 and "holds files glm-grpo tiny-data did not write" in err
     assert (data / "prompts.jsonl").read_text() == '{"prompt": "mine"}\n'
+    # other files beside what tiny-data writes are left alone, and do not stop it (a project folder, a venv)
+    from glm_grpo_ds.commands.tiny import foreign_files
+
+    (data / "prompts.jsonl").rename(data / "notes.jsonl")
+    assert foreign_files(data, "tiny-data", (data / "prompts.jsonl", data / "targets")) is None
     code, stdout, err = glm_grpo(["tiny-model", real, "--overwrite"], capfd)
     assert code == 0 and "wrote tiny GLM-Image pipeline" in stdout, err
 
