@@ -102,7 +102,7 @@ def check_run(
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
     if not rows:
         raise ValueError(f"{out / 'metrics.jsonl'} has no training steps")
-    saved = run_record(out)
+    saved = read_run_record(out)
     train = (saved or {}).get("train") or {}
     results = []
     bad = [r["step"] for r in rows if r.get("skipped") or r.get("loss") is None]
@@ -134,11 +134,6 @@ def check_run(
     return results
 
 
-def run_record(out: Path) -> dict | None:
-    """The run's ``config.json`` (the training config, its segments, the model source), None without one."""
-    return read_run_record(out)
-
-
 def ratio_result(rows: list[dict], train: dict) -> tuple[str, bool | None, str]:
     """The first-iteration ratio over all steps: exactly 1 (the old log-probs are the sampling policy's). With
     ``grpo.num_iterations`` 1 the update takes them from its own pass, so the ratio is 1 by construction: not a test
@@ -166,7 +161,7 @@ def since_last_shape(rows: list[dict], saved: dict) -> list[dict]:
 
 def random_results(saved: dict | None) -> list[tuple[str, None, str]]:
     """An INFO line when the run trained a ``random:`` model (config.json's ``model_source``; ``saved``:
-    :func:`run_record`): its figures of time and memory hold, its rewards and learning do not."""
+    :func:`read_run_record`): its figures of time and memory hold, its rewards and learning do not."""
     source = (saved or {}).get("model_source") or {}
     if not source.get("random_weights"):
         return []
@@ -176,7 +171,7 @@ def random_results(saved: dict | None) -> list[tuple[str, None, str]]:
 def history_results(saved: dict | None) -> list[tuple[str, None, str]]:
     """An INFO line with what resumes changed, cluster shape included (``config.json``'s segments: another world size
     or ZeRO stage, a setting), from which step; nothing for a run without ``config.json`` (``saved``:
-    :func:`run_record`)."""
+    :func:`read_run_record`)."""
     if saved is None:
         return []
     later = [seg for seg in saved.get("segments") or [] if seg["changed"]]

@@ -72,16 +72,27 @@ def _field(row, key: str, layout: str):
     return value
 
 
-def _file_name(row, key: str, layout: str, value=None) -> str:
-    """A row's field as one file or folder name inside the export directory: a field holding a path (``/x``,
-    ``../x``, ``a/b``) would write outside it (a third-party prompt file's ``item_id`` could overwrite any file)."""
-    name = str(_field(row, key, layout) if value is None else value)
+def _file_name(row, key: str, layout: str, value) -> str:
+    """A row's field ``key`` (its ``value``) as one file or folder name inside the export directory: a field holding a
+    path (``/x``, ``../x``, ``a/b``) would write outside it (a third-party prompt file's ``item_id`` could overwrite
+    any file)."""
+    name = str(value)
     if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
         raise ValueError(
             f"--export {layout}: prompt row {row.index}'s {key!r} is {name!r}, not a plain file name; the layout "
             "names files by it"
         )
     return name
+
+
+def _dpg_name(row) -> str:
+    """A DPG grid's file name: the row's ``item_id`` (the DPG prompt file's stem), else its row number."""
+    item = row.extra.get("item_id", row.index)
+    return _file_name(row, "item_id", "dpg", _field(row, "item_id", "dpg") if item is None else item)  # None: refused
+
+
+def _oneig_category(row) -> str:
+    return _file_name(row, "category", "oneig", _field(row, "category", "oneig"))
 
 
 @EXPORTERS.register("geneval")
@@ -105,7 +116,7 @@ def _dpg(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list[Path
     (out / model).mkdir(parents=True, exist_ok=True)
     written = []
     for i, row in enumerate(rows):
-        written.append(out / model / f"{_file_name(row, 'item_id', 'dpg', row.extra.get('item_id', row.index))}.png")
+        written.append(out / model / f"{_dpg_name(row)}.png")
         grid_2x2(images[i * k : (i + 1) * k]).save(written[-1])
     return written
 
@@ -126,7 +137,7 @@ def _longtext(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list
 def _oneig(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list[Path]:
     written = []
     for i, row in enumerate(rows):
-        category = _file_name(row, "category", "oneig")
+        category = _oneig_category(row)
         folder = out / ONEIG_FOLDERS.get(category, category) / model
         folder.mkdir(parents=True, exist_ok=True)
         written.append(folder / f"{int(_field(row, 'id', 'oneig')):03d}.webp")
@@ -142,9 +153,9 @@ def check_rows(layout: str, rows, samples_per_prompt: int, size: tuple[int, int]
         for key in needs:
             _field(row, key, layout)
         if layout == "oneig":
-            _file_name(row, "category", layout)
+            _oneig_category(row)
         if layout == "dpg":
-            _file_name(row, "item_id", layout, row.extra.get("item_id", row.index))
+            _dpg_name(row)
     if layout in ("dpg", "oneig") and samples_per_prompt < 4:
         raise ValueError(f"--export {layout} writes 2x2 grids: give --samples-per-prompt 4 or more")
     if layout == "dpg" and size[0] != size[1]:

@@ -26,6 +26,7 @@ from safetensors.torch import load_file
 
 from glm_grpo_ds.commands import check_run
 from glm_grpo_ds.ds import portable
+from glm_grpo_ds.observability.records import read_run_record
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -155,7 +156,7 @@ def test_the_resumed_runs_history_is_continuous(chain):
     at = {line.split(":")[0]: line for line in card if line.startswith("- from step ")}
     assert "`world_size` 2 -> 1" in at["- from step 3"] and "`batch.prompts_per_rank` 1 -> 2" in at["- from step 3"]
     assert "`zero_stage` 3 -> 2" in at["- from step 9"]
-    history = dict((name, detail) for name, _, detail in check_run.history_results(check_run.run_record(z2)))["history"]
+    history = dict((name, detail) for name, _, detail in check_run.history_results(read_run_record(z2)))["history"]
     assert "from step 3: batch.prompts_per_rank 1 -> 2" in history and "zero_stage 3 -> 2" in history
     log = (chain["moves"][4] / "logs" / "rank_0.log").read_text()
     assert "step_000002 was written on 2 rank(s) at ZeRO-2; this run has 1 at ZeRO-2: converting" in log

@@ -57,8 +57,12 @@ def decode_png(data: str) -> torch.Tensor:
     try:
         raw = base64.b64decode(data, validate=True)
     except ValueError as err:  # binascii.Error is one
-        raise ValueError(f"not a base64 image ({type(err).__name__}: {err})") from None
+        raise _unreadable(err) from None
     return decode_image(raw)
+
+
+def _unreadable(err: Exception) -> ValueError:
+    return ValueError(f"not a base64 image ({type(err).__name__}: {err})")
 
 
 def _opened(raw: bytes):
@@ -69,7 +73,7 @@ def _opened(raw: bytes):
     try:
         return open_image(io.BytesIO(raw))
     except (OSError, UnidentifiedImageError) as err:
-        raise ValueError(f"not a base64 image ({type(err).__name__}: {err})") from None
+        raise _unreadable(err) from None
 
 
 def image_size(raw: bytes) -> tuple[int, int]:
@@ -86,7 +90,7 @@ def decode_image(raw: bytes) -> torch.Tensor:
         with _opened(raw) as img:
             img = img.convert("RGB")
     except (OSError, UnidentifiedImageError) as err:  # a truncated file fails when decoded, not at its header
-        raise ValueError(f"not a base64 image ({type(err).__name__}: {err})") from None
+        raise _unreadable(err) from None
     return torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3).permute(2, 0, 1)
 
 
