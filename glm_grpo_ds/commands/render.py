@@ -177,13 +177,17 @@ def _pipeline(args, source, adapter):
     """The pipeline on its device, with the adapter loaded onto the AR unmerged (base weights untouched)."""
     import torch
 
+    from ..config import ConfigError
     from ..decoder.image_decoder import load_pipeline
     from ..model.glm_image import resolve_dtype
 
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     if source.random_weights:
         print(f"glm-grpo render: {source.random_weights}: random weights, the images are noise", file=sys.stderr)
-    pipe = load_pipeline(source.path, resolve_dtype(args.dtype, device.type == "cuda"), device)
+    try:  # a file missing a weight: one line (runtime/loading_info.py), not an image of partly random weights
+        pipe = load_pipeline(source.path, resolve_dtype(args.dtype, device.type == "cuda"), device)
+    except ConfigError as err:
+        raise _Refused(err) from None
     if adapter is not None:
         from ..model.adapters import check_adapters
 

@@ -72,19 +72,18 @@ def load_component(root: Path, name: str, dtype: torch.dtype, device: torch.devi
 
 def load_pipeline(root: Path, dtype: torch.dtype, device: torch.device):
     """The whole ``GlmImagePipeline`` of a pipeline directory, AR included, for the tools that call diffusers' own
-    pipeline (``glm-grpo render``, ``glm-grpo profile bench``'s comparison): its weights read, or a ``random:`` model's
-    components built on ``device`` (the AR as :func:`glm_grpo_ds.model.policy.load_ar` builds it, so the same
-    weights as a trainer's on this device)."""
+    pipeline (``glm-grpo render``, ``glm-grpo profile bench``'s comparison). Every weighted component comes from the
+    loaders that refuse a file missing a weight (:func:`load_component`, :func:`glm_grpo_ds.model.policy.load_ar`):
+    diffusers' own ``from_pretrained`` fills such a weight with random values and says so only in its log. A
+    ``random:`` model's components are built on ``device`` (the AR as a trainer's on this device)."""
     from diffusers import GlmImagePipeline
 
     from ..model.glm_image import AR_DIR
     from ..model.policy import load_ar
 
     root = check_pipeline_dir(root)
-    parts = {}
-    if spec_of(root) is not None:
-        parts = {name: load_component(root, name, dtype, device) for name in WEIGHTS}
-        parts[AR_DIR] = load_ar(root, dtype, "sdpa")
+    parts = {name: load_component(root, name, dtype, device) for name in WEIGHTS}
+    parts[AR_DIR] = load_ar(root, dtype, "sdpa")
     return GlmImagePipeline.from_pretrained(root, dtype=dtype, **parts)
 
 

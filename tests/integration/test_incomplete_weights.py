@@ -58,3 +58,18 @@ def test_a_clip_reward_model_without_a_weight_is_refused(tmp_path):
     name = _drop(Path(clip_dir), "visual_projection")
     with pytest.raises(RewardError, match=rf"CLIP model .*: 1 weight is not in its files \({name}\)"):
         CLIPScorer(str(clip_dir))
+
+
+@pytest.mark.parametrize("component, part", [("vision_language_encoder", "q_proj"), ("transformer", "image_projector")])
+def test_render_refuses_a_pipeline_without_a_weight_in_one_line(copy_of, tmp_path, capsys, component, part):
+    """``glm-grpo render`` calls diffusers' pipeline, whose own ``from_pretrained`` filled an AR weight at random
+    (a DiT's left on the meta device ended in a traceback)."""
+    from glm_grpo_ds.commands import render
+
+    _drop(copy_of / component, part)
+    args = ["--model", str(copy_of), "--prompt", "a cat", "--height", "32", "--width", "32", "--steps", "1"]
+    args += ["--guidance", "1.5"]
+    assert render.main(args + ["--out", str(tmp_path / "out")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "glm-grpo" in line]  # in-process: loading bars too
+    assert len(err) == 1 and f"{component}: " in err[0] and "not in its files" in err[0], err
+    assert not (tmp_path / "out").exists()
