@@ -64,7 +64,10 @@ class LineFile:
         self.lines = array("q")  # the 1-based line number of each row (for a target_images/ folder's names)
         stat = path.stat()
         self.stamp = (stat.st_size, stat.st_mtime_ns)
-        total_lines = self._scan()
+        try:
+            total_lines = self._scan()
+        except OSError as err:  # unreadable (permissions, an I/O error): one line, before any rank loads a model
+            raise DataError(f"{key} {path} cannot be read ({err.strerror or err}); check the file and its permissions")
         if not self.offsets:
             hint = "one prompt per line" if not self.jsonl else f'one JSON object per line with a "{keys[0]}" field'
             raise DataError(f"{key} {path} holds no prompts; add {hint}")

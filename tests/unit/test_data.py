@@ -1,6 +1,7 @@
 """Prompt files and the per-rank split."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +36,17 @@ def test_bad_jsonl_names_file_and_line(tmp_path, content, message):
     (tmp_path / "p.jsonl").write_text(content)
     with pytest.raises(DataError, match=message):
         load_prompts(tmp_path / "p.jsonl")
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+def test_a_prompt_file_that_cannot_be_read_is_one_line(tmp_path, suffix):
+    """A read error (here an I/O error: a link to this process's /proc/self/mem, which read() refuses at offset 0,
+    as root too; permissions for another user) is a DataError naming the file, not an OSError traceback."""
+    link = tmp_path / f"prompts{suffix}"
+    link.symlink_to("/proc/self/mem")
+    with pytest.raises(DataError, match=rf"prompts{suffix} cannot be read \(Input/output error\); check the file"):
+        load_prompts(link)
 
 
 def test_ranks_get_distinct_prompts_deterministically(tmp_path):
