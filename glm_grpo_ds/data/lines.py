@@ -67,7 +67,9 @@ class LineFile:
         try:
             total_lines = self._scan()
         except OSError as err:  # unreadable (permissions, an I/O error): one line, before any rank loads a model
-            raise DataError(f"{key} {path} cannot be read ({err.strerror or err}); check the file and its permissions")
+            raise DataError(
+                f"{key} {path} cannot be read ({err.strerror or err}); check the file and its permissions"
+            ) from None
         if not self.offsets:
             hint = "one prompt per line" if not self.jsonl else f'one JSON object per line with a "{keys[0]}" field'
             raise DataError(f"{key} {path} holds no prompts; add {hint}")
