@@ -52,7 +52,8 @@ from .evaluation.in_training import eval_line, eval_summary, gallery_to_main
 from .lifecycle import resume
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
 from .model.source import RANDOM_NOTE
-from .monitoring.alarms import EXIT_ALARMS_FIRED, alarm_failure, describe
+from .monitoring.alarms import EXIT_ALARMS_FIRED, alarm_failure
+from .observability.closing import warn_at_the_end
 from .observability.metrics import (
     Progress,
     StepFacts,
@@ -64,7 +65,6 @@ from .observability.metrics import (
     timer,
 )
 from .observability.plot import PLOT_NAME, plot_training_or_warn
-from .observability.records import fired_alarms
 from .observability.update_stats import UpdateStats
 from .runtime import log, process_exit, run_log
 from .runtime.seeding import decoder_seed
@@ -267,24 +267,7 @@ class Trainer:
         log.info(f"      {final.name.replace('_', ' ')} {final}")
         if run.model_source.random_weights:  # glm_grpo_ds/model/random_weights.py
             log.info(f"      model {run.model_source.random_weights}: {RANDOM_NOTE}")
-        self.fired = self._alarm_summary()
-
-    def _alarm_summary(self) -> list[dict]:
-        """Rank 0: the alarms that fired in the whole run (its records on disk, before any resume too), one line
-        each in the closing lines; the same list decides the exit status with monitor.fail_on_alarm."""
-        run = self.run
-        if not run.is_main:
-            return []
-        alarms = fired_alarms(run.out)
-        if alarms is None or not alarms["fired"]:
-            return []
-        log.warning(
-            f"      alarms that fired ({len(alarms['fired'])}; {Path(alarms['file']).name}): look at the samples "
-            "(samples/) before trusting the reward or the adapter"
-        )
-        for alarm in alarms["fired"]:
-            log.warning(f"        {describe(alarm)}")
-        return alarms["fired"]
+        self.fired = warn_at_the_end(run.out) if run.is_main else []  # alarms, failed rewards
 
     def exit_status(self) -> int:
         """Rank 0's status for a run that finished and saved everything: :data:`EXIT_ALARMS_FIRED`, with its line,

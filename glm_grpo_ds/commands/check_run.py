@@ -39,6 +39,7 @@ from pathlib import Path
 from ..memory.plan import MEASURED_PHASES, phase_totals
 from ..model.source import RANDOM_NOTE
 from ..monitoring.alarms import describe
+from ..observability.closing import failure_phrase, reward_failures
 from ..observability.records import fired_alarms, read_metrics, read_run_record
 from .cli import parser_for
 
@@ -217,25 +218,11 @@ def memory_results(rows: list[dict], plan: dict) -> list[tuple[str, bool | str |
 
 
 def reward_failure_results(rows: list[dict]) -> list[tuple[str, str | None, str]]:
-    """A WARN per reward that raised on some samples (``reward/<label>_failed``: a server down, a token rotated, a
-    plugin's bug): the run trained those steps on its other rewards, or skipped them, a change of objective the
-    console said once; else one INFO line."""
-    failed: dict[str, list[tuple[int, int]]] = {}
-    for r in rows:
-        for key, value in r.items():
-            if key.startswith("reward/") and key.endswith("_failed") and value:
-                failed.setdefault(key[len("reward/") : -len("_failed")], []).append((r["step"], int(value)))
+    """A WARN per reward that raised on some samples (observability/closing.py), else one INFO line."""
+    failed = reward_failures(rows)
     if not failed:
         return [("reward failures", None, "no reward raised")]
-    return [
-        (
-            "reward failures",
-            WARN,
-            f"{label}: {sum(n for _, n in hits)} samples undefined by failures in {len(hits)} of {len(rows)} steps "
-            f"(steps {hits[0][0]}-{hits[-1][0]}; reward/{label}_failed in metrics.jsonl, the reason in logs/)",
-        )
-        for label, hits in sorted(failed.items())
-    ]
+    return [("reward failures", WARN, failure_phrase(label, hits, len(rows))) for label, hits in sorted(failed.items())]
 
 
 def alarm_results(out: Path) -> list[tuple[str, str | None, str]]:

@@ -153,6 +153,10 @@ def test_reward_that_raises_or_returns_nan_is_counted_and_warned_once(tiny_model
     assert "call 3" not in proc.stderr  # warned once, not every step
     assert proc.stderr.count("returned None/NaN/inf for 1 of 4 samples") == 1
     assert "glm-grpo: world size" not in proc.stdout  # --log-level warning hides the info summary
+    # the closing lines say it again: the console's one warning was at step 1, long scrolled away in a real run
+    closing = f"{spec}: 8 samples undefined by failures in 2 of 3 steps (steps 1-3; reward/{spec}_failed in"
+    assert (proc.stdout + proc.stderr).count(closing) == 1, proc.stderr[-2000:]
+    assert "rewards that failed on some samples (1; check the reward's server or plugin)" in proc.stdout + proc.stderr
 
 
 def test_steps_whose_rewards_are_all_undefined_are_skipped_then_the_run_stops(tiny_model_dir, data64, tmp_path):
