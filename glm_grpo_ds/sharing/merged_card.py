@@ -1,7 +1,7 @@
 """The model card (``README.md``) of a merged pipeline, written by ``glm-grpo merge``
 (glm_grpo_ds/commands/merge.py): the base model, the adapter (or checkpoint) it came from, the merged
 dtype, and, when the adapter has a glm-grpo card (glm_grpo_ds/sharing/model_card.py), that card's results,
-alarms and training sections with its reward curve.
+alarms, reward failures and training sections with its reward curve.
 
     write_merged_card(OUT.tmp, BASE, ADAPTER, "bf16", final_dir=OUT)
 """
@@ -67,7 +67,7 @@ def merged_card(base, adapter_src, card_src: Path | None, dtype: str, out_dir):
     tags = [*TAGS, *(["lora"] if _is_lora(Path(adapter_src)) else []), "merged", TAG]
     if card_src is not None and is_ours(card_src):
         text = ModelCard.load(card_src).text
-        for heading in ("Results", "Alarms", "Training"):
+        for heading in ("Results", "Alarms", "Reward failures", "Training"):
             section = _section(text, heading)
             if section:
                 body += [f"## {heading} (of the adapter)", *section]

@@ -48,6 +48,7 @@ from .run_sections import (
     alarms_section,
     data_lines,
     results_section,
+    reward_failures_section,
     run_results,
     segments_lines,
     training_section,
@@ -143,6 +144,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     if curve and _curve(run, weights):
         body += [f"![reward curve]({PLOT_NAME})", ""]
     body += alarms_section(run, step)
+    body += reward_failures_section(run, step)
     body += training_section(cfg, ds, labels)
     body += segments_lines(saved)
     where, extra = _where(hub, weights, step)

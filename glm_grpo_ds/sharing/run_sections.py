@@ -15,6 +15,7 @@ from pathlib import Path
 from ..config.fields import is_repo_id
 from ..config.redact import redacted
 from ..monitoring.alarms import describe
+from ..observability.closing import failure_phrase, reward_failures
 from ..observability.records import fired_alarms, read_metrics, reward_means
 from ..runtime.versions import NOT_INSTALLED
 
@@ -108,6 +109,25 @@ def alarms_section(run: Path, step: int | None) -> list[str]:
         "the reward may not see (reward hacking, collapse); look at the samples before trusting the reward.",
         "",
         *(f"- {describe(a)}" for a in alarms["fired"]),
+        "",
+    ]
+
+
+def reward_failures_section(run: Path, step: int | None) -> list[str]:
+    """The rewards that raised on some samples during training (up to ``step``; observability/closing.py): those
+    steps trained on the other rewards, or were skipped. Nothing when every reward scored every sample."""
+    path = run / "metrics.jsonl"
+    records = [r for r in read_metrics(path) if step is None or r["step"] <= step] if path.is_file() else []
+    failed = reward_failures(records)
+    if not failed:
+        return []
+    return [
+        "## Reward failures",
+        "",
+        "Rewards that raised on some samples during training: their samples were left out of those steps' "
+        "advantages, so those steps trained on the other rewards (or were skipped).",
+        "",
+        *(f"- {failure_phrase(label, hits, len(records))}" for label, hits in sorted(failed.items())),
         "",
     ]
 

@@ -136,6 +136,27 @@ def test_the_cards_list_the_alarms_that_fired_with_step_value_and_bound(tmp_path
     assert "## Alarms (of the adapter)" in merged.text and line in merged.text
 
 
+def test_the_cards_list_the_rewards_that_failed_up_to_their_step(tmp_path):
+    """A reward that raised on some samples (reward/<label>_failed in metrics.jsonl): the final adapter's card has a
+    line for it, a checkpoint's card counts only up to its step, a merged pipeline's card carries the adapter's; a
+    run whose rewards never failed gets no section."""
+    from glm_grpo_ds.sharing.merged_card import merged_card
+
+    out, _ = make_run(tmp_path)
+    assert "## Reward failures" not in ModelCard.load(write_run_card(out, out / "final_adapter")).text
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["reward/pixel_mse#2_failed"] = 4 if r["step"] in (3, 4, 12) else 0
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = ModelCard.load(write_run_card(out, out / "final_adapter")).text
+    assert "## Reward failures" in text
+    assert "- pixel_mse#2: 12 samples undefined by failures in 3 of 25 steps (steps 3-12;" in text
+    ckpt = ModelCard.load(write_run_card(out, out / "checkpoints" / "step_000010" / "adapter", step=10)).text
+    assert "- pixel_mse#2: 8 samples undefined by failures in 2 of 10 steps (steps 3-4;" in ckpt
+    merged = merged_card(tmp_path / "base", out / "final_adapter", out / "final_adapter" / "README.md", "fp32", out)
+    assert "## Reward failures (of the adapter)" in merged.text and "in 3 of 25 steps" in merged.text
+
+
 def test_base_model_ids(tmp_path):
     snapshot = tmp_path / "hub" / "models--zai-org--GLM-Image" / "snapshots" / ("a" * 40)
     snapshot.mkdir(parents=True)
