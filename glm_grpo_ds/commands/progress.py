@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from ..data import load_prompts
-from ..observability.records import read_metrics
+from ..observability.records import read_metrics, read_run_record
 from .cli import parser_for
 
 
@@ -45,7 +45,10 @@ def _mean_best(best: dict[str, float], prompt_file: str, num_prompts: int = 0) -
 def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10) -> dict:
     """``{"eval": (start, end, best, fraction) or None, "train": (start, end, best, fraction)}``."""
     out = Path(output_dir)
-    cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))["train"]
+    record = read_run_record(out)  # OutputDirError (a ValueError): a config.json that is not a run's
+    if record is None:
+        raise ValueError(f"{out} holds no config.json: give a training run's output_dir")
+    cfg = record["train"]
     best = json.loads(Path(best_path).read_text(encoding="utf-8"))["best"]
     result: dict = {"eval": None}
     evals = read_metrics(out / "eval.jsonl") if (out / "eval.jsonl").exists() else []

@@ -112,6 +112,12 @@ def test_progress_fraction(tmp_path):
     res = run_progress(tmp_path, tmp_path / "best.json", window=2)
     assert res["eval"] == pytest.approx((0.2, 0.6, 1.0, 0.5, 0, 10))  # eval: first prompt only, best 1.0
     assert res["train"] == pytest.approx((0.45, 0.75, 0.9, 0.3 / 0.45))  # train: both prompts, best 0.9
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["a model's config"]}))
+    with pytest.raises(ValueError, match=r"config.json is not a glm-grpo run's \(no train section\)"):
+        run_progress(tmp_path, tmp_path / "best.json", window=2)  # was a KeyError traceback
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(ValueError, match="holds no config.json: give a training run's output_dir"):
+        run_progress(tmp_path, tmp_path / "best.json", window=2)  # was a FileNotFoundError's own words
 
 
 def _eval_fraction(run_dir, best=1.0):
