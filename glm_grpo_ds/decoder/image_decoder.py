@@ -41,6 +41,7 @@ from ..model.random_weights import build_component, spec_of
 from ..runtime.capture_gate import CAPTURE_SAFE
 from ..runtime.loading_info import refusal, unread_weights
 from .compute import apply, check_device
+from .first_uncond import FirstUncond
 from .settings import DecodeSettings, guidance_stop
 
 WEIGHTS = ("transformer", "vae", "text_encoder")  # the pipeline components with weights (besides the AR)
@@ -134,6 +135,7 @@ class ImageDecoder:
         # each call that runs the decoder's kernels is shared work of the capture gate (see _outside_captures)
         for module, method in ((pipe.transformer, "forward"), (pipe.text_encoder, "forward"), (pipe.vae, "decode")):
             _outside_captures(module, method)
+        pipe.transformer.forward = self._first_uncond = FirstUncond(pipe, pipe.transformer.forward)
         self.training = DecodeSettings(cfg.num_inference_steps, cfg.guidance_scale, cfg.guidance_steps)
 
     def _latents(self, seeds: list[int], height: int, width: int) -> torch.Tensor:
@@ -193,7 +195,9 @@ class ImageDecoder:
             for prompt, rows in by_prompt.items():
                 for start in range(0, len(rows), self.cfg.batch_size):
                     idx = rows[start : start + self.cfg.batch_size]
-                    with torch.no_grad():
+                    seed = {seeds[i] for i in idx}  # one seed: the first unconditional pass is shared
+                    key = (prompt, *seed, height, width, settings) if len(seed) == 1 else None
+                    with torch.no_grad(), self._first_uncond.pipeline_call(key):
                         out = self.pipe(
                             callback_on_step_end=guidance_stop(settings),
                             prompt=[prompt] * len(idx),
@@ -207,6 +211,7 @@ class ImageDecoder:
                         ).images
                     yield idx, out.to(device=self.device, dtype=torch.float32)
         finally:
+            self._first_uncond.forget()
             if self.cfg.offload:
                 self.pipe.to(self.home)
 

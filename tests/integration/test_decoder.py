@@ -315,3 +315,51 @@ def test_decode_agreement_warms_up_every_dit_shape_its_timed_decodes_meet(decode
         hook.remove()
     assert set(shapes) <= warmed, set(shapes) - warmed
     assert set(shapes) - one_image  # what the old warm-up left to the reference's timed decode
+
+
+def _dit_rows(decoder, run) -> int:
+    """The image rows the DiT's blocks computed while ``run()`` decoded (a pre-hook on its first block)."""
+    (name,) = decoder.pipe.transformer._repeated_blocks
+    block = next(m for m in decoder.pipe.transformer.modules() if type(m).__name__ == name)
+    rows = []
+    hook = block.register_forward_pre_hook(lambda module, args: rows.append(args[0].shape[0]))
+    try:
+        out = run()
+    finally:
+        hook.remove()
+    return sum(rows), out
+
+
+def test_a_groups_first_unconditional_pass_is_computed_once_with_the_pipelines_images(tiny_model_dir, decoder):
+    """The G rows of a group share a seed: the first step's unconditional pass (noise, empty prompt, tokens dropped)
+    is one row's (decoder/first_uncond.py). Decoded with it shared, a group of 6 in DiT batches of 4 and 2 runs the
+    DiT on 2*6*3 - 5 rows and its images are diffusers' own pipeline's up to batch rounding; rows of two seeds in one
+    batch share nothing."""
+    from glm_grpo_ds.decoder.image_decoder import load_pipeline
+    from glm_grpo_ds.decoder.settings import guidance_stop
+
+    reference = load_pipeline(tiny_model_dir, torch.float32, torch.device("cpu"))
+    reference.set_progress_bar_config(disable=True)
+    grids, prompt = _grids(6, seed=11), "p 'X'"
+
+    def theirs(seeds, idx):
+        with torch.no_grad():
+            return reference(
+                callback_on_step_end=guidance_stop(decoder.training),
+                prompt=[prompt] * len(idx),
+                prior_token_ids=grids[idx],
+                height=64,
+                width=96,
+                num_inference_steps=3,
+                guidance_scale=1.5,
+                latents=decoder._latents([seeds[i] for i in idx], 64, 96),
+                output_type="pt",
+            ).images
+
+    for seeds, passes in (([7] * 6, 2 * 6 * 3 - 5), ([7, 7, 8, 8, 7, 7], 2 * 6 * 3 - 1)):
+        rows, ours = _dit_rows(decoder, lambda s=seeds: decoder.decode(grids, [prompt] * 6, 64, 96, s))
+        assert rows == passes, seeds  # first batch of two seeds: unshared; the second batch's one seed: 1 row
+        expected = torch.cat([theirs(seeds, [0, 1, 2, 3]), theirs(seeds, [4, 5])])
+        torch.testing.assert_close(ours, expected, rtol=0, atol=1e-5)
+    unguided = _dit_rows(decoder, lambda: decoder.decode(grids, [prompt] * 6, 64, 96, [7] * 6, DecodeSettings(3, 1.0)))
+    assert unguided[0] == 6 * 3  # no unconditional pass to share
