@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.shutdown()
     # rank 0 uploads now, no peer waiting on it: 0, or 4 if an upload failed (its line says how to retry; it comes
     # before the alarms' 6, whose lines are printed above either way)
-    return trainer.run.publisher.finish() or trainer.exit_status()
+    return trainer.run.life.finish_uploads() or trainer.exit_status()
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ class StopSignals:
     ``notice(signum)`` -> the line to print at the first signal (rank 0), or None to print nothing
     (other ranks; then the abort prints nothing either)."""
 
+    JOIN_S = 5.0  # how long leaving the block waits for the watcher thread
+
     def __init__(self, notice: Callable[[int], str] | None = None):
         self.received = 0
         self._notice = notice
@@ -62,6 +64,12 @@ class StopSignals:
         self.received = self.received or signum
 
     def _watch(self, read_fd: int) -> None:
+        try:
+            self._watch_pipe(read_fd)
+        finally:  # closed here, not by __exit__: a watcher still printing would read whatever file reused the number
+            os.close(read_fd)
+
+    def _watch_pipe(self, read_fd: int) -> None:
         while True:
             data = os.read(read_fd, 64)
             if not data:  # the write end closed: __exit__
@@ -97,9 +105,8 @@ class StopSignals:
         signal.set_wakeup_fd(self._previous_wakeup)
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
-        os.close(self._write_fd)  # the watcher reads EOF and returns
-        self._watcher.join(timeout=5)
-        os.close(self._read_fd)
+        os.close(self._write_fd)  # the watcher reads EOF, closes its end and returns
+        self._watcher.join(timeout=self.JOIN_S)  # a notice blocked on a full stderr pipe: the daemon thread is left
 
 
 @contextlib.contextmanager

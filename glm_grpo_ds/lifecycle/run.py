@@ -270,17 +270,25 @@ class RunLife:
         the checkpoint it just saved, then the exit status. The other ranks wait for that upload before they exit
         (once they have, the launcher would end rank 0), on a group of their own: the process group's barrier gave
         up after ``dist_timeout_minutes``, and the launcher then ended rank 0 mid-upload."""
-        log.fatal(str(stop))
         try:
-            with terms_ignored(), dist.patient_group(UPLOAD_WAIT_S) as barrier:
-                self.publisher.wait()
-                barrier(False)
+            with terms_ignored():  # from the first instant: a rank other than 0 sleeps in log.fatal (its grace)
+                log.fatal(str(stop))
+                with dist.patient_group(UPLOAD_WAIT_S) as barrier:
+                    self.publisher.wait()
+                    barrier(False)
         except KeyboardInterrupt:  # a (second) Ctrl-C while rank 0 uploads: its line, not a chained traceback
             if self.rank == 0:
                 log.fatal(self.publisher.interrupted_line())
             return exit_code(signal.SIGINT)
         dist.shutdown()
         return stop.exit_code
+
+    def finish_uploads(self) -> int:
+        """Rank 0's final upload after training, the process group gone (:meth:`Publisher.finish`): its exit status.
+        A scheduler's SIGTERM (a job's time limit, launch/slurm.sbatch) is passed over: it killed rank 0 mid-upload,
+        silently, and the requeued job found the run finished and never uploaded. Ctrl-C still interrupts it."""
+        with terms_ignored():
+            return self.publisher.finish()
 
     def stop_if_asked(
         self,

@@ -141,3 +141,35 @@ def test_a_swallowed_startup_signal_wins_over_the_error_it_caused_later():
             pass
         raise ImportError("cannot import name 'x'")  # ... fails the next use
     assert err.value.signum == signal.SIGTERM
+
+
+LATE_WATCHER = """
+import os, signal, tempfile, threading, time
+from glm_grpo_ds.lifecycle.preempt import StopSignals
+
+StopSignals.JOIN_S = 0.2  # leaving the block gives up on the watcher, still printing its notice
+
+
+def slow_notice(signum):
+    time.sleep(1.0)  # os.write(2) blocked on a full stderr pipe (srun / pdsh stalled)
+    return "notice"
+
+
+stop = StopSignals(slow_notice)
+with stop:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+with tempfile.TemporaryFile() as f:  # opened next: took the number of the pipe's read end when __exit__ closed it
+    f.write(bytes([signal.SIGINT]) * 4 + b"payload")
+    f.flush()
+    f.seek(0)
+    time.sleep(1.5)  # the watcher wakes up and reads again
+    print("left", f.read(), flush=True)
+"""
+
+
+def test_a_watcher_still_printing_when_the_block_ends_reads_no_other_file():
+    """Leaving StopSignals closed the pipe's read end after giving up on the watcher; the next file opened took its
+    number and the watcher read it: its bytes were gone, and a byte 2 (SIGINT) aborted the process at once."""
+    proc = subprocess.run([sys.executable, "-c", LATE_WATCHER], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "left b'\\x02\\x02\\x02\\x02payload'"), proc.stderr[-2000:]

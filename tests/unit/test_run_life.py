@@ -398,3 +398,75 @@ def test_going_back_to_an_earlier_checkpoint_points_latest_at_it(tmp_path):
     assert latest.read_text() == "step_000006"
     tidy(Start(four, 4))
     assert latest.read_text() == "step_000004"
+
+
+STOPPED_RANK_1 = """
+import os, signal, sys, threading, time
+from pathlib import Path
+from glm_grpo_ds.config import TrainConfig
+from glm_grpo_ds.lifecycle.preempt import Stopped, StopSignals
+from glm_grpo_ds.lifecycle.run import RunLife, Start
+from glm_grpo_ds.runtime import log
+
+log.setup("info", 1)  # rank 1: log.fatal waits FATAL_GRACE_S for rank 0's line first
+
+
+class Upload:
+    def wait(self):
+        time.sleep(0.5)  # rank 0's upload, waited for
+
+
+life = RunLife(TrainConfig(), Path("."), Start(), 1, 2, 2, {}, publisher=Upload(), later=None)
+with StopSignals(None) as signals:  # the loop: the first SIGTERM is recorded, the step ends, Stopped is raised
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+threading.Timer(float(sys.argv[1]), os.kill, (os.getpid(), signal.SIGTERM)).start()  # the scheduler repeats it
+print("returned", life.end_stopped(Stopped("glm-grpo train: preempted by SIGTERM", 143)), flush=True)
+"""
+
+
+@pytest.mark.parametrize("delay", [0.5, 2.0])
+def test_a_repeated_sigterm_while_a_stopped_rank_says_its_line_is_passed_over(delay):
+    """A rank other than 0 waits ``FATAL_GRACE_S`` (3 s) in log.fatal before its stop line; that wait was before
+    terms_ignored, and a repeated SIGTERM then killed the rank, silently (-15), and the launcher the node's ranks
+    with it, rank 0 mid-upload."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", STOPPED_RANK_1, str(delay)], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stdout.splitlines()[-1:]) == (0, ["returned 143"]), proc.stderr[-2000:]
+
+
+FINAL_UPLOAD = """
+import os, signal, sys, threading, time
+from pathlib import Path
+from glm_grpo_ds.config import TrainConfig
+from glm_grpo_ds.lifecycle.run import RunLife, Start
+from glm_grpo_ds.sharing import hub
+
+out = Path(sys.argv[1])
+uploads = []
+hub.upload = lambda folder, *args, **kwargs: (time.sleep(1.5), uploads.append(folder), "https://hub/commit")[-1]
+publisher = hub.Publisher(TrainConfig(), out, 0)
+publisher.hub.repo_id = "me/run"
+publisher.final_weights = out / "final_adapter"
+life = RunLife(TrainConfig(), out, Start(), 0, 1, 1, {}, publisher=publisher, later=None)
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()  # a job's time limit, mid-upload
+print("exit", life.finish_uploads(), "uploads", len(uploads), flush=True)
+"""
+
+
+def test_a_sigterm_during_the_final_upload_is_passed_over(tmp_path):
+    """Rank 0 uploads the final weights after the process group is gone, outside the training's signal handling: a
+    scheduler's SIGTERM (launch/slurm.sbatch forwards the time limit's) killed it mid-upload, silently, and the
+    requeued job found the run finished and never uploaded."""
+    import subprocess
+    import sys
+
+    (tmp_path / "final_adapter").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", FINAL_UPLOAD, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stdout.splitlines()[-1:]) == (0, ["exit 0 uploads 1"]), proc.stderr[-2000:]
