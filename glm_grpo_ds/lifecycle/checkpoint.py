@@ -137,12 +137,10 @@ def start_fresh(output_dir: Path, overwrite: bool, rank: int) -> None:
             ways = f"it has no checkpoint to resume from {NO_CHECKPOINT}; {over}, or pick another output_dir="
         raise OutputDirError(f"output_dir {output_dir} holds an earlier run ({what}); {ways}")
     if rank == 0:
-        for name in OVERWRITTEN_OUTPUTS:
-            path = output_dir / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
+        # `latest` first: a kill mid-delete must not leave it naming a half-deleted checkpoint (resume_from=auto)
+        (output_dir / CHECKPOINTS / LATEST).unlink(missing_ok=True)
+        for path in (output_dir / name for name in OVERWRITTEN_OUTPUTS):
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     dist.barrier()
 
 

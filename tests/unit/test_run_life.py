@@ -57,6 +57,31 @@ def test_an_earlier_run_is_refused_unless_overwritten(tmp_path):
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
+def test_an_overwrite_killed_mid_delete_leaves_no_latest_naming_a_half_deleted_checkpoint(tmp_path, monkeypatch):
+    """overwrite_output_dir deletes the earlier run in place: a kill during the checkpoints' delete (here the delete
+    interrupted) left `latest` naming a half-deleted step, which a relaunch with resume_from=auto resumed."""
+    import shutil
+
+    from glm_grpo_ds.lifecycle import checkpoint
+
+    _checkpoint(tmp_path, 4)
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+
+    rmtree = shutil.rmtree
+
+    def killed(path, *args, **kwargs):
+        rmtree(next(Path(path).rglob("*.json")).parent)  # part of it gone
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        decide_start(tmp_path, None, _cfg(overwrite_output_dir=True), 2, 3, DATA, 0)
+    assert not (tmp_path / "checkpoints" / "latest").exists()
+    monkeypatch.undo()
+    with pytest.raises(OutputDirError, match="holds an earlier run"):  # the relaunch: no checkpoint to resume
+        decide_start(tmp_path, None, _cfg(resume_from="auto"), 2, 3, DATA, 0)
+
+
 def test_a_checkpoint_is_resumed_at_its_step(tmp_path, caplog):
     path = _checkpoint(tmp_path, 4)
     with caplog.at_level(logging.WARNING, logger="glm_grpo_ds"):
