@@ -2,6 +2,7 @@
 # make test  - set up .venv and run the test suite
 # make setup - only create .venv and install the package with the tested pins
 # make test-fast - unit + fast integration tests (not `slow`, not `distributed`), a few minutes
+# make test-tools - the profilers' end-to-end runs (`tools` marker), after `make test`
 # make slice-check - GLM-Image's real-width slice trained at 1024x1024, LoRA and full FT (docs/real-width.md)
 # make lint  - ruff check + ruff format --check (what CI runs before the tests)
 # make test-install - the tests that download from the package index (glm-grpo wheelhouse; tests/install/)
@@ -9,6 +10,8 @@
 #                   installed from a wheelhouse bundle with no index (docs/install.md)
 # make test-container - a GPU container's set: the floor's torch with the tested top of everything else, in
 #                   .venv-floor (made by test-floor first when missing): the fast suite, the GPU checks' CPU forms
+# make floor-venv - only build .venv-floor from a wheelhouse of constraints-floor.txt
+# make clean - remove .venv, .venv-floor, its wheelhouse, outputs/ and .pytest_cache
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python

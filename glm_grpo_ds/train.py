@@ -1,9 +1,9 @@
 """GRPO training of the GLM-Image AR policy with DeepSpeed.
 
-    deepspeed --num_gpus 8 --module glm_grpo_ds.train --config configs/glm_image_lora.yaml \
+    deepspeed --num_gpus 8 --module glm_grpo_ds.train --config launch/configs/glm_image_lora.yaml \
         --deepspeed ds_configs/zero2.json [key=value ...]
     python -m glm_grpo_ds.train --check --config ... --deepspeed ... --num-gpus 8   # checked, not run (preflight.py)
-    python -m glm_grpo_ds.train --config configs/tiny_cpu.yaml --deepspeed ds_configs/zero2.json   # one process
+    python -m glm_grpo_ds.train --config launch/configs/tiny_cpu.yaml --deepspeed ds_configs/zero2.json   # one process
 
 One step: each rank samples G token grids for its prompts (rollout) -> the frozen DiT renders them
 (decode) -> rewards score the images -> group-relative advantages over the global batch -> for each

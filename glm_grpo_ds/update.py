@@ -1,7 +1,7 @@
 """The GRPO update of one rollout: reference / old log-probs, then micro-batched loss and backward.
 
 Gradient of a step = gradient of the full-batch loss, whatever the micro-batch size: every
-micro-batch loss is divided by the *whole* rollout's normaliser (``grpo.loss_normalizer``) and
+micro-batch loss is divided by the *whole* rollout's normaliser (``loss_normalizer`` in grpo.py) and
 DeepSpeed's own 1/gradient_accumulation_steps scaling is turned off. Across ranks DeepSpeed
 averages gradients; every rank holds the same number of sequences and tokens (fixed-size grids),
 so the average equals the gradient over the union of all ranks' rollouts. One exception, as TRL's:

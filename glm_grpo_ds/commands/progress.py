@@ -3,7 +3,7 @@
 
 ``best.json`` maps each prompt to its best reward (``glm-grpo tiny-world`` computes it for the tiny
 world); the run's ``config.json`` says which prompts were trained and evaluated, so the best is the
-mean over exactly those prompts. ``make demo`` ends with this::
+mean over exactly those prompts. ``make demo`` runs it before its ``glm-grpo evaluate``::
 
     glm-grpo progress OUTPUT_DIR --best outputs/world/best.json [--window 10] [--min-fraction 0.6]
 
@@ -43,7 +43,8 @@ def _mean_best(best: dict[str, float], prompt_file: str, num_prompts: int = 0) -
 
 
 def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10) -> dict:
-    """``{"eval": (start, end, best, fraction) or None, "train": (start, end, best, fraction)}``."""
+    """``{"eval": (start, end, best, fraction, first eval step, last eval step) or None, "train": (start, end, best,
+    fraction)}``."""
     out = Path(output_dir)
     record = read_run_record(out)  # OutputDirError (a ValueError): a config.json that is not a run's
     if record is None:

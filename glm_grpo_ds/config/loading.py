@@ -226,7 +226,7 @@ def _from_dict(cls, data: dict, prefix: str = ""):
     return cls(**kwargs)
 
 
-def apply_override(tree: dict, dotted: str, value, defaults: TrainConfig, unknown: list | None = None) -> None:
+def apply_override(tree: dict, dotted: str, value, unknown: list | None = None) -> None:
     """Set ``tree[a][b][c] = value`` for ``a.b.c``, checking every key against the dataclasses. An unknown key
     raises, or, given the list ``unknown``, adds its ``(dotted key, hint)`` there and sets nothing."""
     keys = _new_name(dotted).split(".")
@@ -314,7 +314,7 @@ def load_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. grpo.beta=0.0)")
         key, text = item.split("=", 1)
-        apply_override(tree, key.strip(), parse_scalar(text), TrainConfig(), unknown)
+        apply_override(tree, key.strip(), parse_scalar(text), unknown)
     _raise_unknown(unknown, path)
     cfg = _from_dict(TrainConfig, tree)
     _expand_home(cfg)

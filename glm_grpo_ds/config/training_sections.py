@@ -34,8 +34,8 @@ class GRPOConfig:
     )
     aggregation: Literal[tuple(AGGREGATIONS)] = setting(
         "token_mean",
-        "Loss normaliser (grpo.loss_normalizer): token_mean = number of loss tokens; seq_mean = per-sequence token "
-        "mean, then mean over sequences; dr_grpo = sequences x padded length, a constant (Dr. GRPO).",
+        "Loss normaliser (loss_normalizer in grpo.py): token_mean = number of loss tokens; seq_mean = per-sequence "
+        "token mean, then mean over sequences; dr_grpo = sequences x padded length, a constant (Dr. GRPO).",
         noun="aggregation",
     )
     advantage_estimator: Literal[tuple(ESTIMATORS)] = setting(

@@ -144,7 +144,7 @@ COMPONENTS = (
 
 
 def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
-    """The memory plan as ``{"components": {name: bytes}, "phases": ..., "host": ..., ...}``.
+    """The memory plan as ``{"components": {name: bytes}, "phases": ..., "host_bytes": ..., "host_node": ..., ...}``.
 
     ``cfg`` = TrainConfig, ``ds_raw`` = the ds_configs JSON as read, ``est`` = EstimateConfig.
     """

@@ -15,7 +15,8 @@ Where each built-in reward runs (glm_grpo_ds/rewards/):
   published configs of the CLIP checkpoints the reward docs name; an unknown directory without a config is
   planned as ViT-L/14 and says so. The aesthetic head is the LAION MLP (fp32, its ``load_state_dict`` copies
   into fp32 parameters); LPIPS is torchvision's backbone + lpips' linear heads (fp32).
-* ``ocr``: RapidOCR's onnxruntime sessions, on the CPU (its ~16 MB of ONNX models are in the host allowance).
+* ``ocr``, ``ocr_word_accuracy``, ``ocr_region_ned``: RapidOCR's onnxruntime sessions, on the CPU (its ~16 MB of
+  ONNX models are in the host allowance).
 * ``remote``: scored by a reward server: 0 bytes on this GPU.
 * ``pixel_mse``, ``ssim``, ``colour_layout``: arithmetic on the images, no model.
 * ``python:`` / ``file.py:`` plugins: unknown to the planner, listed as not counted.

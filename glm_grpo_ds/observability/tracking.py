@@ -176,7 +176,8 @@ class Tracker:
 
     def log_image(self, tag: str, path: Path, step: int) -> None:
         for name, tracker in self.trackers.items():
-            log_image(name, tracker, tag, Path(path), step)
+            if name in IMAGE_TRACKERS:  # the others (trackio, comet_ml, dvclive) take none: the PNG is not read
+                log_image(name, tracker, tag, Path(path), step)
 
     def close(self) -> None:
         for writer in self.writers.values():

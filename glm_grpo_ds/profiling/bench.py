@@ -14,19 +14,20 @@ resolved once here; the measurement processes read the local directory with HF_H
 Without ``--model`` it builds the tiny GLM-Image and its learnable dataset in a temp dir (CPU).
 Prints a table and writes ``OUT/bench.json``. Measured:
 
-* phases of ``Trainer.step`` (ZeRO-3, one process, LoRA, 8-bit AdamW, checkpointing): rollout
+* ``phases``: of ``Trainer.step`` (ZeRO-3, one process, LoRA, 8-bit AdamW, checkpointing): rollout
   tokens/s, decode images/s, reward images/s, update tokens/s, peak memory (median of the steps
   after a warm-up step);
-* ``rollout_vs_pipeline``: our KV-cached rollout, eager and with ``rollout.compile``, vs
-  ``GlmImagePipeline.generate_prior_tokens``, same model, batch (G rows of one prompt) and size, tokens/s ratios;
-* ``zero3_gathered_vs_sharded``: ZeRO-3 rollout on 2 ranks (``deepspeed --num_gpus 2``; CPU ranks
-  without a GPU) with the parameters gathered once vs left sharded, tokens/s ratio;
-* ``update_peak_mb2_vs_mbG``: peak memory of one update at micro-batch 2 vs micro-batch G, each in a
-  fresh process (CPU: resident set, with glibc told to unmap freed blocks above 16 KiB so it
-  follows the live tensors, its peak reset through /proc/self/clear_refs before the update; GPU:
+* in ``phases`` too, and as ``ratios.rollout_ours_over_pipeline`` / ``rollout_compiled_over_pipeline``: our
+  KV-cached rollout, eager and with ``rollout.compile``, vs ``GlmImagePipeline.generate_prior_tokens``, same model,
+  batch (G rows of one prompt) and size, tokens/s;
+* ``zero3_rollout_2_ranks`` (ratio ``ratios.zero3_gathered_over_sharded``): ZeRO-3 rollout on 2 ranks
+  (``deepspeed --num_gpus 2``; CPU ranks without a GPU) with the parameters gathered once vs left sharded, tokens/s;
+* ``update_memory`` (ratio ``ratios.update_peak_mb2_over_mb<G>``): peak memory of one update at micro-batch 2 vs
+  micro-batch G, each in a fresh process (CPU: resident set, with glibc told to unmap freed blocks above 16 KiB so
+  it follows the live tensors, its peak reset through /proc/self/clear_refs before the update; GPU:
   ``torch.cuda.max_memory_allocated`` after a reset);
 * ``decode_step_counts``: per decode step, kernels launched, module calls, Python calls, host syncs and
-  tokens/s of HF generate, the eager LoRA loop, the merged loop and the compiled loop (and the plain model
+  tokens/s of HF generate, the eager LoRA loop, the merged, fused and compiled loops (and the plain model
   without peft), on the tiny configuration at 2 and 4 layers, extrapolated to 40, as ratios over the eager
   loop (glm_grpo_ds/profiling/decode_counts.py; ``--count-variants`` picks them, ``none`` skips the section).
 """

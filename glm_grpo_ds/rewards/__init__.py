@@ -12,7 +12,8 @@ sample field it needs as ``needs = SampleNeed(...)`` (rewards/base.py); a prompt
 it is refused at startup. Configure rewards by
 name with weights and arguments (``rewards: [{name: ocr, weight: 2.0}, {name: lpips, args: {net: vgg}}]``),
 or load your own with ``name: python:package.module:function`` / ``name: path/to/file.py:function``.
-Built-ins: pixel_mse, lpips, ssim, ocr, clip, preference, aesthetic, colour_layout (see each module's docstring),
+Built-ins: pixel_mse, lpips, ssim, ocr, ocr_word_accuracy, ocr_region_ned, clip, preference, aesthetic, colour_layout
+(see each module's docstring),
 and remote (a reward served by ``glm-grpo reward-server`` on other GPUs / nodes: remote/: client.py, serving.py,
 protocol.py).
 """

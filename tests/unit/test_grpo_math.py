@@ -235,7 +235,8 @@ def test_registry_lookups_list_the_valid_names():
     ):
         AGGREGATIONS.get("nope")
     with pytest.raises(
-        ValueError, match=r"^unknown advantage scale 'zscore'; expected one of \('group', 'batch', 'none', 'rloo'\)$"
+        ValueError,
+        match=r"^unknown advantage estimator 'zscore'; expected one of \('group', 'batch', 'none', 'rloo'\)$",
     ):
         ESTIMATORS.get("zscore")
     with pytest.raises(
