@@ -42,6 +42,7 @@ from ..runtime.capture_gate import CAPTURE_SAFE
 from ..runtime.loading_info import refusal, unread_weights
 from .compute import apply, check_device
 from .first_uncond import FirstUncond
+from .glyph_memo import GlyphMemo
 from .settings import DecodeSettings, guidance_stop
 
 WEIGHTS = ("transformer", "vae", "text_encoder")  # the pipeline components with weights (besides the AR)
@@ -136,13 +137,15 @@ class ImageDecoder:
         for module, method in ((pipe.transformer, "forward"), (pipe.text_encoder, "forward"), (pipe.vae, "decode")):
             _outside_captures(module, method)
         pipe.transformer.forward = self._first_uncond = FirstUncond(pipe, pipe.transformer.forward)
+        pipe._get_glyph_embeds = self._glyphs = GlyphMemo(pipe._get_glyph_embeds)
         self.training = DecodeSettings(cfg.num_inference_steps, cfg.guidance_scale, cfg.guidance_steps)
 
     def _latents(self, seeds: list[int], height: int, width: int) -> torch.Tensor:
         vsf = self.pipe.vae_scale_factor
         shape = (self.pipe.transformer.config.in_channels, height // vsf, width // vsf)
-        noise = [torch.randn(shape, generator=torch.Generator().manual_seed(s)) for s in seeds]
-        return torch.stack(noise).to(self.device, self.dtype)
+        # drawn once per seed: the G rows of a group share one (glm_grpo_ds/runtime/seeding.py)
+        noise = {s: torch.randn(shape, generator=torch.Generator().manual_seed(s)) for s in dict.fromkeys(seeds)}
+        return torch.stack([noise[s] for s in seeds]).to(self.device, self.dtype)
 
     def decode(
         self,
@@ -212,6 +215,7 @@ class ImageDecoder:
                     yield idx, out.to(device=self.device, dtype=torch.float32)
         finally:
             self._first_uncond.forget()
+            self._glyphs.forget()
             if self.cfg.offload:
                 self.pipe.to(self.home)
 

@@ -330,16 +330,23 @@ def _dit_rows(decoder, run) -> int:
     return sum(rows), out
 
 
-def test_a_groups_first_unconditional_pass_is_computed_once_with_the_pipelines_images(tiny_model_dir, decoder):
+@pytest.fixture(scope="module")
+def reference(tiny_model_dir):
+    """diffusers' own pipeline of the tiny model, none of the decoder's wrappers."""
+    from glm_grpo_ds.decoder.image_decoder import load_pipeline
+
+    pipe = load_pipeline(tiny_model_dir, torch.float32, torch.device("cpu"))
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def test_a_groups_first_unconditional_pass_is_computed_once_with_the_pipelines_images(decoder, reference):
     """The G rows of a group share a seed: the first step's unconditional pass (noise, empty prompt, tokens dropped)
     is one row's (decoder/first_uncond.py). Decoded with it shared, a group of 6 in DiT batches of 4 and 2 runs the
     DiT on 2*6*3 - 5 rows and its images are diffusers' own pipeline's up to batch rounding; rows of two seeds in one
     batch share nothing."""
-    from glm_grpo_ds.decoder.image_decoder import load_pipeline
     from glm_grpo_ds.decoder.settings import guidance_stop
 
-    reference = load_pipeline(tiny_model_dir, torch.float32, torch.device("cpu"))
-    reference.set_progress_bar_config(disable=True)
     grids, prompt = _grids(6, seed=11), "p 'X'"
 
     def theirs(seeds, idx):
@@ -363,3 +370,21 @@ def test_a_groups_first_unconditional_pass_is_computed_once_with_the_pipelines_i
         torch.testing.assert_close(ours, expected, rtol=0, atol=1e-5)
     unguided = _dit_rows(decoder, lambda: decoder.decode(grids, [prompt] * 6, 64, 96, [7] * 6, DecodeSettings(3, 1.0)))
     assert unguided[0] == 6 * 3  # no unconditional pass to share
+
+
+def test_the_glyph_encoder_runs_once_per_text_of_a_decode_with_the_pipelines_embeddings(decoder):
+    """A DiT batch of rows of one prompt encoded its quoted text once per row and the empty negative prompt once more
+    per row (decoder/glyph_memo.py): 6 rows in batches of 4 and 2 ran the glyph encoder 12 times, now 2. The
+    embeddings are those of diffusers' own method on the same modules, bit for bit; two texts are left to it."""
+    calls = []
+    hook = decoder.pipe.text_encoder.encoder.register_forward_pre_hook(lambda module, args: calls.append(1))
+    memo, cpu = decoder.pipe._get_glyph_embeds, torch.device("cpu")
+    try:
+        decoder.decode(_grids(6), ["p 'X'"] * 6, 64, 96, [3] * 6)
+        assert len(calls) == 2
+        for prompts in (["p 'HELLO'"] * 3, [""] * 2, ["p 'A'", "q 'LONGER TEXT'"]):
+            ours = memo(prompts, 2048, cpu, torch.float32)
+            assert torch.equal(ours, memo._encode(prompts, 2048, cpu, torch.float32)), prompts
+    finally:
+        hook.remove()
+        memo.forget()
