@@ -89,7 +89,9 @@ def prepare_rows(ar, processor, prompts: list[str], group_size: int, height: int
     inputs = build_prompt_inputs(processor, prompts, height, width, device=device)
     grid = grid_spec_from_inputs(inputs)
     rows = _repeat_rows(inputs, group_size)
-    prompt_pos = prompt_position_ids(ar, rows)
+    # a row's positions are its own alone: found once per prompt (transformers' get_rope_index loops over rows, with
+    # host syncs in each), then repeated like the rows
+    prompt_pos = prompt_position_ids(ar, inputs).repeat_interleave(group_size, dim=1)
     positions = torch.cat([prompt_pos, decode_position_ids(prompt_pos, rows["attention_mask"], grid)], dim=2)
     return rows, positions, grid
 

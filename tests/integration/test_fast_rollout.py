@@ -129,6 +129,20 @@ def reference_loop(policy, rows, positions, grid, seed):
     return torch.stack([*ids, token], 1), torch.stack([*logps, logp], 1)
 
 
+def test_the_rows_positions_are_found_once_per_prompt_as_for_every_row(policy, processor, monkeypatch):
+    """GLM-Image's get_rope_index loops over its rows (with nonzero/tolist host syncs in each): prepare_rows gives it
+    the P prompts, not the P x G rows, and repeats the positions, equal to those of every row found alone."""
+    from glm_grpo_ds.rollout.generate import _repeat_rows, build_prompt_inputs, prompt_position_ids
+
+    body, _, _ = ar_parts(policy)
+    seen, rope_index = [], body.get_rope_index
+    monkeypatch.setattr(body, "get_rope_index", lambda ids, **kw: (seen.append(len(ids)), rope_index(ids, **kw))[1])
+    rows, positions, grid = prepare_rows(policy, processor, PROMPTS, G, 64, 64, "cpu")
+    assert seen == [len(PROMPTS)]
+    every_row = prompt_position_ids(policy, _repeat_rows(build_prompt_inputs(processor, PROMPTS, 64, 64), G))
+    assert torch.equal(positions[:, :, : every_row.shape[2]], every_row) and positions.shape[1] == len(PROMPTS) * G
+
+
 @torch.no_grad()
 def test_the_capture_ready_step_is_the_eager_loop_bitwise_at_fixed_addresses_without_host_syncs(policy, processor):
     rows, positions, grid = prepare_rows(policy, processor, PROMPTS, G, 64, 64, "cpu")
