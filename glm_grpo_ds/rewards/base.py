@@ -62,14 +62,17 @@ def stack_targets(samples: list[dict], height: int, width: int, device) -> tuple
     reward undefined for that row alone, not the batch."""
     targets = torch.zeros(len(samples), 3, height, width, device=device)
     has = torch.zeros(len(samples), dtype=torch.bool, device=device)
+    on_device: dict[str, torch.Tensor | None] = {}  # each file copied once: a group's G rows share their target
     for i, sample in enumerate(samples):
         path = sample.get("target_image")
-        if path:
+        if path and path not in on_device:
             try:
-                targets[i] = load_target(path, height, width).to(device)
+                on_device[path] = load_target(path, height, width).to(device)
             except ValueError as err:
                 log.warning_once(f"target:{path}", f"glm-grpo: {err}; the rows with it score undefined", True)
-                continue
+                on_device[path] = None
+        if path and on_device[path] is not None:
+            targets[i] = on_device[path]
             has[i] = True
     return targets, has
 

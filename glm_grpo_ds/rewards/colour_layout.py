@@ -82,5 +82,8 @@ def best_reward(prompt: str, palette_rgb: torch.Tensor, height: int, width: int)
 class ColourLayoutReward:
     def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
         _, _, h, w = images.shape
-        targets = torch.stack([prompt_target(p, h, w) for p in prompts]).to(images.device)
+        # one target per prompt, built and copied to the device once: a group's G rows share theirs
+        distinct = list(dict.fromkeys(prompts))
+        built = torch.stack([prompt_target(p, h, w) for p in distinct]).to(images.device)
+        targets = built[torch.tensor([distinct.index(p) for p in prompts], device=images.device)]
         return 1.0 - (images.float() - targets).abs().mean(dim=(1, 2, 3))

@@ -86,6 +86,29 @@ def test_ssim_lpips_pixel_on_targets(tmp_path):
     assert torch.isnan(build_reward("ssim", {})(batch[:1], ["p"], [{}])).all()
 
 
+def test_each_target_file_is_read_and_copied_once_per_batch_and_every_row_meets_its_own(tmp_path, monkeypatch):
+    """A group's G rows share a target: stack_targets reads it (and copies it to the device) once per batch, not per
+    row; rows of two targets in any order get their own, a row without one zeros, an unreadable file undefined."""
+    from glm_grpo_ds.rewards import base
+    from glm_grpo_ds.rewards.targets import load_target
+
+    for name, colour in (("a.png", (255, 0, 0)), ("b.png", (0, 0, 255))):
+        Image.new("RGB", (32, 32), colour).save(tmp_path / name)
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    read = []
+    monkeypatch.setattr(
+        base, "load_target", lambda path, h, w: (read.append(Path(path).name), load_target(path, h, w))[1]
+    )
+    paths = ["a.png", "b.png", None, "a.png", "bad.png", "b.png", "bad.png"]
+    samples = [{"target_image": str(tmp_path / p)} if p else {} for p in paths]
+    targets, has = base.stack_targets(samples, 32, 32, "cpu")
+    assert read == ["a.png", "b.png", "bad.png"]
+    assert has.tolist() == [True, True, False, True, False, True, False]
+    red, blue = load_target(str(tmp_path / "a.png"), 32, 32), load_target(str(tmp_path / "b.png"), 32, 32)
+    expected = [red, blue, torch.zeros(3, 32, 32), red, torch.zeros(3, 32, 32), blue, torch.zeros(3, 32, 32)]
+    assert torch.equal(targets, torch.stack(expected))
+
+
 def test_target_rule_resize_to_cover_then_center_crop(tmp_path):
     from glm_grpo_ds.rewards.targets import load_target
 

@@ -38,6 +38,21 @@ def test_reward_hand_computed():
     assert torch.equal(prompt_target(prompt, 64, 64), exact[0])
 
 
+def test_each_prompt_s_target_is_built_once_and_every_row_scored_against_its_own(monkeypatch):
+    """A group's G rows share a prompt: its target is built (and copied to the device) once, not per row, and rows
+    of two prompts in any order each meet their own."""
+    from glm_grpo_ds.rewards import colour_layout
+
+    built = []
+    monkeypatch.setattr(colour_layout, "prompt_target", lambda p, h, w: (built.append(p), prompt_target(p, h, w))[1])
+    left_red, left_blue = "red on the left, blue on the right", "blue on the left, red on the right"
+    red_blue, blue_red = _image([[RED, BLUE], [RED, BLUE]]), _image([[BLUE, RED], [BLUE, RED]])
+    images = torch.cat([red_blue, blue_red, blue_red, red_blue, red_blue])
+    values = build_reward("colour_layout", {})(images, [left_red, left_blue, left_red, left_blue, left_red], [{}] * 5)
+    torch.testing.assert_close(values, torch.tensor([1.0, 1.0, 1 - 2 / 3, 1 - 2 / 3, 1.0]))
+    assert built == [left_red, left_blue]
+
+
 def test_best_reward_with_a_limited_palette():
     palette = torch.tensor([[1.0, 0, 0], [0, 0, 0]])  # red and black only
     assert best_reward("red image", palette, 64, 64) == 1.0
