@@ -58,12 +58,16 @@ def _streamed(decoder, reward_fn, todo: ToScore, meter: Meter, status) -> tuple[
     scored = []
     # one worker: the reward functions are called one batch at a time, in order, as without streaming
     with device_thread(device, "glm-grpo-reward") as pool:
-        with meter.measure("decode"):
-            for rows, part in decoder.decode_batches(todo.prior, prompts, h, w, todo.seeds, todo.settings):
-                images[rows] = part
-                job = pool.submit(reward_fn.score, part, [prompts[i] for i in rows], [samples[i] for i in rows])
-                scored.append((rows, job))
-                status.advance(len(rows))
+        try:
+            with meter.measure("decode"):
+                for rows, part in decoder.decode_batches(todo.prior, prompts, h, w, todo.seeds, todo.settings):
+                    images[rows] = part
+                    job = pool.submit(reward_fn.score, part, [prompts[i] for i in rows], [samples[i] for i in rows])
+                    scored.append((rows, job))
+                    status.advance(len(rows))
+        except BaseException:  # the decode failed: the step is lost, its queued batches are not scored first
+            pool.shutdown(cancel_futures=True)  # (a remote reward may take minutes per batch before giving up)
+            raise
         status.phase("reward", total=len(prompts), unit="images scored")
         with meter.measure("reward"):
             results = []

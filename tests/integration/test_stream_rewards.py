@@ -66,6 +66,35 @@ def test_same_images_rewards_order_and_failures(decoder, stream):
     assert set(meter.timings) == {"decode", "reward"}
 
 
+def test_a_decode_that_fails_mid_stream_does_not_score_the_queued_batches_first(decoder):
+    """The error ends the step; the batches already queued behind a slow reward (a remote one may retry for minutes
+    per batch) were all scored, one after another, before it surfaced. The third DiT batch fails while the first is
+    being scored and the second waits: the second is not scored."""
+    grids, prompts, size, seeds, samples = inputs()
+    forwards, failed, called = [], threading.Event(), []
+
+    def third_batch_fails(*_):
+        forwards.append(1)
+        if len(forwards) == 2 * 2 * 2 + 1:  # 2 DiT steps x (conditional + guidance pass) x 2 batches, then
+            failed.set()
+            raise RuntimeError("the DiT failed")
+
+    def slow(images, prompts, samples):
+        called.append(len(samples))
+        failed.wait(timeout=10)
+        time.sleep(0.5)  # still scoring when the error ends the decode
+        return torch.zeros(len(samples))
+
+    hook = decoder.pipe.transformer.register_forward_pre_hook(third_batch_fails)
+    try:
+        with pytest.raises(RuntimeError, match="the DiT failed"):
+            todo = ToScore(grids, prompts, size, seeds, samples)
+            decode_and_score(decoder, RewardSet([("r", 1.0, slow)]), todo, None, True)
+    finally:
+        hook.remove()
+    assert called == [2]
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_a_batch_is_scored_while_the_next_one_decodes(decoder, stream):
     """The decoder's third DiT batch waits for the first reward call to start: with streaming it starts
