@@ -25,6 +25,7 @@ import torch
 
 from ..ds import engine as ds_engine
 from ..observability.step_status import NO_STATUS
+from ..runtime import log
 from ..runtime.threads import device_thread
 from .drawn import Drawn
 
@@ -166,9 +167,17 @@ class RolloutAhead:
         return drawn
 
     def close(self) -> None:
-        """Wait for a rollout still running (an error ended the step) and stop the thread."""
+        """Wait for a rollout still running (an error ended the step, or the last step started one) and stop the
+        thread. Its error is a warning: the step's own is the one raised, but it may be the cause (an out-of-memory
+        in the rollout beside the decode) and was dropped unsaid."""
+        job, self._job = self._job, None
         self._pool.shutdown(wait=True)
         self._busy = False
+        err = None if job is None else job.exception()
+        if err is not None:
+            log.warning(
+                f"glm-grpo: the rollout drawn ahead (rollout.one_step_off) failed too: {type(err).__name__}: {err}"
+            )
 
 
 def for_run(cfg, maker, engine, device: torch.device, order, seeds: Callable[[int], list[int]]):

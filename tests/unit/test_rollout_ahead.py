@@ -80,6 +80,21 @@ def test_the_thread_draws_what_start_asked_and_wait_hands_it_over_or_raises():
     ahead.close()
 
 
+def test_a_rollout_ahead_that_failed_when_the_step_ended_is_said_at_close(caplog):
+    """An error ended the step while the rollout ahead ran; that rollout failed too (it may be the cause: an
+    out-of-memory beside the decode): close() said nothing of it."""
+    ahead = RolloutAhead(_Maker(), torch.device("cpu"))
+    ahead.start([PromptRow(0, "a"), PromptRow(1, "b")], [13])
+    with caplog.at_level("WARNING"):
+        ahead.close()
+    assert "the rollout drawn ahead (rollout.one_step_off) failed too: RuntimeError: sampler failed" in caplog.text
+    ahead = RolloutAhead(_Maker(), torch.device("cpu"))
+    ahead.start([PromptRow(0, "a"), PromptRow(1, "b")], [7])
+    caplog.clear()
+    ahead.close()
+    assert "failed" not in caplog.text and ahead.pending is None
+
+
 def _checkpoint_ahead(path, per_rank_rows):
     (path / checkpoint.AHEAD).mkdir(parents=True)
     rows = [PromptRow(i, f"prompt {i}") for i in range(8)]
