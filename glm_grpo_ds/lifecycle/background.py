@@ -49,6 +49,13 @@ class Background:
         return True
 
     def wait(self) -> None:
-        """Until every submitted job is done."""
-        while self._pending:
-            self._pending.pop(next(iter(self._pending))).result()
+        """Until every submitted job is done; then the idle worker ends (a later submit starts another): a non-daemon
+        thread left alive made the process's exit wait for the interpreter's whole teardown (runtime/process_exit.py)
+        and, after an error, for a job still running while the other ranks waited in a collective."""
+        try:
+            while self._pending:
+                self._pending.pop(next(iter(self._pending))).result()
+        finally:
+            if self._pool is not None and not self._pending:
+                self._pool.shutdown(wait=True)
+                self._pool = None

@@ -317,3 +317,8 @@ def test_rank_zero_background_jobs_run_in_order_beside_the_caller():
     assert background.submit("upload", lambda: events.append("upload 4"), wait_s=10)  # it finished meanwhile
     background.wait()
     assert events[-2:] == ["upload 3", "upload 4"]
+    # its worker ended with the wait: a non-daemon thread left idle held the process's exit in the slow teardown
+    assert not [t for t in threading.enumerate() if t.name.startswith("glm-grpo-rank0")]
+    assert background.submit("prune", lambda: events.append("prune 3"))  # a new worker for it
+    background.wait()
+    assert events[-1] == "prune 3"
