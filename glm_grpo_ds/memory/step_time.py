@@ -11,11 +11,13 @@ glm_grpo_ds/memory/timing_docs.py). What this module does with them is arithmeti
 
     rollout = generated tokens x ms per decode step of the config's variant at its rows (:func:`decode_step_ms`:
               the 16-row measurement, moved to other rows and cache lengths by a computed roofline model)
-    decode  = images x (DiT forwards x seconds per forward + the glyph encoder and VAE per image), x latent tokens
-              / 4 096 (1024x1024). A forward is half the seconds of a guided image-step (0.289 s: a guided step runs
-              two forwards, an unguided one, decoder.guidance_steps' later steps too), over the measured speed-up of
-              the config's DiT options (DIT_SPEEDUP; eager sdpa's figure where none is measured); the glyph encoder
-              and the VAE ride inside the 0.289 s until a DiT timing measures them apart (DECODE_FIXED_S)
+    decode  = (images x DiT forwards - (G - 1) per group when the first step is guided: its unconditional pass runs
+              once per group, decoder/first_uncond.py) x seconds per forward + the glyph encoder and VAE per image,
+              x latent tokens / 4 096 (1024x1024). A forward is half the seconds of a guided image-step (0.289 s: a
+              guided step runs two forwards, an unguided one, decoder.guidance_steps' later steps too), over the
+              measured speed-up of the config's DiT options (DIT_SPEEDUP; eager sdpa's figure where none is
+              measured); the glyph encoder and the VAE ride inside the 0.289 s until a DiT timing measures them
+              apart (DECODE_FIXED_S)
     update  = the measured update x (sequences x tokens) / (16 x 1 280) (LoRA; ZeRO-2 or ZeRO-3 at world size 1)
 
 Rows per decode step (``batch.prompts_per_rank`` x G, all decoded as one batch) are **computed, not measured**
@@ -154,14 +156,20 @@ def step_time(cfg, zero_stage: int, tokens: int, prompt_tokens: int = 128) -> St
     scale = (cfg.rollout.height // 16) * (cfg.rollout.width // 16) / MEASURED_LATENT_TOKENS
     speedup, options = _decoder_speedup(d)
     per_forward, fixed = GUIDED_IMAGE_STEP_S / 2 * scale / speedup, DECODE_FIXED_S * scale
-    decode_s = rows * ((steps + guided) * per_forward + fixed)
+    # the first step's unconditional pass runs on one row per group (decoder/first_uncond.py): G - 1 forwards fewer
+    shared = cfg.batch.prompts_per_rank * (cfg.grpo.group_size - 1) if guided else 0
+    forwards = rows * (steps + guided) - shared
+    decode_s = forwards * per_forward + rows * fixed
     unmeasured_fused = cfg.rollout.fuse_lora and not variant[1] and variant[0] != "graph_fused"
     parts = {
         "rollout": f"{tokens} tokens x {ms:.1f} ms ({variant[0]}, LoRA {'merged' if variant[1] else 'unmerged'})"
         + (", fused: not yet measured, at most this" if unmeasured_fused else "")
         + ("" if rows == MEASURED_ROWS else f" at {rows} rows (computed from the {MEASURED_ROWS}-row measurement)"),
-        "decode": f"{rows} images x {steps + guided} DiT forwards ({steps} steps, {guided} guided) x "
-        f"{per_forward:.4f} s" + (f" + {fixed:.3f} s an image (glyph encoder, VAE)" if fixed else "") + options,
+        "decode": f"{rows} images x {steps + guided} DiT forwards ({steps} steps, {guided} guided)"
+        + (f" - {shared} (the first unconditional pass once per group)" if shared else "")
+        + f" x {per_forward:.4f} s"
+        + (f" + {fixed:.3f} s an image (glyph encoder, VAE)" if fixed else "")
+        + options,
     }
     update_s = None
     if cfg.lora is not None:
@@ -174,7 +182,7 @@ def step_time(cfg, zero_stage: int, tokens: int, prompt_tokens: int = 128) -> St
 
 def describe(t: StepTime) -> str:
     """The line estimate-memory prints. Without a measured update (full fine-tuning) the total says it leaves the
-    update out: ``~163 s + the update (not measured)``."""
+    update out: ``~161 s + the update (not measured)``."""
     update = "update not counted" if t.update_s is None else f"update {t.update_s:.1f} s"
     join = "beside" if t.overlapped else "+"
     off = " (one step off: the longer of the two, not yet measured)" if t.overlapped else ""
