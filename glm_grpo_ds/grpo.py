@@ -239,7 +239,10 @@ class LossSettings:
     an :data:`AGGREGATIONS` name (see :func:`loss_normalizer`); ``importance_sampling_level``: ``token`` (GRPO) or
     ``sequence`` (GSPO: :func:`log_importance_weights`); ``entropy_coef``: the entropy bonus's coefficient, the loss
     getting ``- entropy_coef`` x the mean entropy of the tokens the policy term trains on (weighted by the call's
-    ``token_weights``), whatever the aggregation: TRL's bonus, the documented objective ``L_policy - c * H``."""
+    ``token_weights``), whatever the aggregation: TRL's bonus, the documented objective ``L_policy - c * H``.
+    ``delta``: the two-sided clip's cap on the unclipped ratio (None: none); ``off_policy_mask_threshold``: the
+    off-policy sequence mask's KL bound (:func:`off_policy_keep`; None: no mask); ``kl_bias_correction``: the KL term
+    weighted by the importance ratio."""
 
     beta: float
     epsilon_low: float
@@ -247,6 +250,23 @@ class LossSettings:
     aggregation: str
     importance_sampling_level: str
     entropy_coef: float
+    delta: float | None
+    off_policy_mask_threshold: float | None
+    kl_bias_correction: bool
+
+
+def off_policy_keep(
+    advantages: torch.Tensor, logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, threshold: float
+) -> torch.Tensor:
+    """``[N, 1]`` 1.0 for the sequences the policy term keeps, 0.0 for those off-policy sequence masking drops
+    (DeepSeek-V3.2): a negative advantage ``[N]`` and a mean sampler-to-policy KL over the sequence's masked tokens,
+    ``log pi_sampler - log pi_theta`` (a single-sample estimate of KL(pi_sampler || pi_theta)), above ``threshold``.
+    A sample the policy has moved away from is a noisy signal to push further down; one with a positive advantage
+    stays. No gradient flows through the mask."""
+    m = mask.to(logp.dtype)
+    kl = ((sampler_logp.detach().to(logp.dtype) - logp.detach()) * m).sum(-1) / m.sum(-1).clamp(min=1.0)  # [N]
+    keep = (advantages.reshape(-1) >= 0) | (kl <= threshold)
+    return keep.to(logp.dtype).unsqueeze(1)
 
 
 def policy_loss(
@@ -262,6 +282,7 @@ def policy_loss(
     is_weights: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     entropy_share: torch.Tensor | float = 1.0,
+    sampler_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped GRPO surrogate plus ``beta`` * k3 KL, aggregated over masked tokens, as ``settings`` say.
 
@@ -274,36 +295,46 @@ def policy_loss(
     ``is_weights`` ``[N, T]`` or ``[N, 1]``: the sampler correction's (:func:`sampler_correction`) on the policy term;
     ``entropy`` ``[N, T]``: the policy's entropies (with grad), for the bonus; ``entropy_share``: this call's share of
     the step's bonus, its masked tokens / the whole rollout's (1 for the whole batch), as TRL's gradient accumulation
-    counts each micro-batch by 1 / their number.
+    counts each micro-batch by 1 / their number; ``sampler_logp`` ``[N, T]``: the sampler's log-probs, for the
+    off-policy sequence mask (``settings.off_policy_mask_threshold``).
 
     Returns ``(loss, stats)``: the scalar loss and detached scalars ``clip_frac_low``, ``clip_frac_high``,
-    ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``kl``, ``entropy`` (token means over this call's masked tokens) and
-    ``num_tokens``.
+    ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``kl``, ``entropy`` (token means over this call's masked tokens),
+    ``num_tokens``, and with the off-policy mask ``off_policy_masked`` (the masked tokens of the sequences it dropped).
     """
     s = settings
-    _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, s, entropy)
+    _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, s, entropy, sampler_logp)
     aggregate = AGGREGATIONS.get(s.aggregation)  # unknown name -> ValueError listing the registered ones
     mask = mask.to(logp.dtype)  # [N, T]
     adv = advantages.detach().to(logp.dtype).unsqueeze(1)  # [N, 1], same for every token of a row
     ratio = torch.exp(log_importance_weights(logp, old_logp, mask, s.importance_sampling_level))  # [N, T] or [N, 1]
     per_token = _policy_term(ratio, adv, s, token_weights, is_weights, logp.dtype)  # [N, T] or [N, 1]
+    keep = None
+    if s.off_policy_mask_threshold is not None:  # the policy term only: the KL and the entropy bonus stay, as TRL's
+        keep = off_policy_keep(adv, logp, sampler_logp, mask, s.off_policy_mask_threshold)  # [N, 1]
+        per_token = per_token * keep
     kl = None
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp.detach())  # [N, T]
-        if s.beta != 0.0:
-            per_token = per_token + s.beta * kl
+        if s.beta != 0.0:  # bias-corrected: weighted by the ratio (with its gradient), the samples being pi_old's
+            per_token = per_token + s.beta * (kl * ratio if s.kl_bias_correction else kl)
     per_seq = aggregate.per_sequence(per_token, mask)  # [N]
     loss = per_seq.sum() / (aggregate.normalizer(mask) if normalizer is None else normalizer)  # scalar
     if s.entropy_coef != 0.0:
         loss = loss - s.entropy_coef * _mean_trained_entropy(entropy, mask, token_weights) * entropy_share
-    return loss, _loss_stats(ratio, adv, mask, kl, entropy, logp, s)
+    stats = _loss_stats(ratio, adv, mask, kl, entropy, logp, s)
+    if keep is not None:
+        stats["off_policy_masked"] = ((1.0 - keep) * mask).sum().detach()
+    return loss, stats
 
 
 def _policy_term(ratio, adv, s: LossSettings, token_weights, is_weights, dtype: torch.dtype) -> torch.Tensor:
     """The clipped surrogate per token ``[N, T]`` (or per sequence ``[N, 1]``), negated (we minimise), times the
     token weights and the sampler correction's importance weights where given."""
     clipped = torch.clamp(ratio, 1.0 - s.epsilon_low, 1.0 + s.epsilon_high)
-    per_token = -torch.min(ratio * adv, clipped * adv)  # the pessimistic bound: the min of the two surrogates
+    # two-sided clip: the unclipped ratio capped at delta, so a negative advantage's loss stops growing with it
+    unclipped = ratio if s.delta is None else torch.clamp(ratio, max=s.delta)
+    per_token = -torch.min(unclipped * adv, clipped * adv)  # the pessimistic bound: the min of the two surrogates
     if token_weights is not None:
         per_token = per_token * token_weights.to(dtype)  # [N, T]
     if is_weights is not None:
@@ -311,7 +342,7 @@ def _policy_term(ratio, adv, s: LossSettings, token_weights, is_weights, dtype: 
     return per_token
 
 
-def _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, s: LossSettings, entropy) -> None:
+def _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, s: LossSettings, entropy, sampler_logp) -> None:
     """One ValueError naming the shapes or the missing input :func:`policy_loss` needs."""
     if logp.shape != old_logp.shape or logp.shape != mask.shape:
         raise ValueError(f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, mask {tuple(mask.shape)} differ")
@@ -323,6 +354,8 @@ def _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, s: LossSettin
         raise ValueError(f"ref_logp {tuple(ref_logp.shape)} must match logp {tuple(logp.shape)}")
     if s.entropy_coef != 0.0 and entropy is None:
         raise ValueError("entropy_coef != 0 needs entropy")
+    if s.off_policy_mask_threshold is not None and (sampler_logp is None or sampler_logp.shape != logp.shape):
+        raise ValueError(f"off_policy_mask_threshold needs sampler_logp of logp's shape {tuple(logp.shape)}")
 
 
 def _mean_trained_entropy(entropy: torch.Tensor, mask: torch.Tensor, token_weights: torch.Tensor | None):

@@ -155,6 +155,9 @@ def loss_settings(grpo_cfg) -> LossSettings:
         aggregation=g.aggregation,
         importance_sampling_level=g.importance_sampling_level,
         entropy_coef=g.entropy_coef,
+        delta=g.delta,
+        off_policy_mask_threshold=g.off_policy_mask_threshold,
+        kl_bias_correction=g.kl_bias_correction,
     )
 
 
@@ -206,7 +209,7 @@ def grpo_update(
             value, loss_stats = policy_loss(
                 logp, old_logp, advantages[rows], mask, settings, ref_logp=None if ref is None else ref[rows],
                 normalizer=norm, token_weights=token_weights, is_weights=is_weights, entropy=entropy,
-                entropy_share=mask.sum() / total_tokens,
+                entropy_share=mask.sum() / total_tokens, sampler_logp=micro.sampler_logps,
             )  # fmt: skip
             ds_engine.backward(engine, value)
             if j == len(slices) - 1 and on_boundary is not None:

@@ -48,6 +48,10 @@ def trl_loss(
     entropies: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
     importance_sampling_ratio: torch.Tensor | None = None,
+    delta: float | None = None,
+    off_policy_mask_threshold: float | None = None,
+    sampling_logp: torch.Tensor | None = None,
+    use_bias_correction_kl: bool = False,
 ) -> torch.Tensor:
     """TRL 1.16's loss for one micro-batch (gradient accumulation 1, train mode). TRL's loss types: ``bnpo`` =
     our token_mean, ``grpo`` = our seq_mean, ``dr_grpo`` = ours with T = the completion length."""
@@ -57,10 +61,11 @@ def trl_loss(
         aux_loss_enabled=False,
         top_entropy_quantile=top_entropy_quantile,
         accelerator=_OneProcess(),
-        off_policy_mask_threshold=None,
+        off_policy_mask_threshold=off_policy_mask_threshold,
+        get_off_policy_mask=GRPOTrainer.get_off_policy_mask,  # a staticmethod: TRL's own, unchanged
         importance_sampling_level=importance_sampling_level,
         beta=beta,
-        args=types.SimpleNamespace(use_bias_correction_kl=False, delta=None),
+        args=types.SimpleNamespace(use_bias_correction_kl=use_bias_correction_kl, delta=delta),
         loss_type=loss_type,
         epsilon_low=epsilon_low,
         epsilon_high=epsilon_high,
@@ -88,4 +93,6 @@ def trl_loss(
         inputs["ref_per_token_logps"] = ref_logp
     if importance_sampling_ratio is not None:
         inputs["importance_sampling_ratio"] = importance_sampling_ratio
+    if sampling_logp is not None:  # the sampler's log-probs (TRL's vLLM ones), which its off-policy mask reads
+        inputs["sampling_per_token_logps"] = sampling_logp
     return GRPOTrainer._compute_loss(fake, None, inputs)

@@ -112,6 +112,23 @@ class GRPOConfig:
     sampler_correction_min: float | None = setting(
         None, "Lower cap of the sampler-correction weights (null = none; 0 <= min < max)."
     )
+    delta: float | None = setting(
+        None,
+        "Two-sided clip (INTELLECT-2, TRL's delta): the unclipped ratio is capped at delta, so a negative "
+        "advantage's loss stops growing with a ratio far above 1 + epsilon_high (> 1 + epsilon_high); null = off.",
+    )
+    off_policy_mask_threshold: float | None = setting(
+        None,
+        "Off-policy sequence masking (DeepSeek-V3.2, TRL's off_policy_mask_threshold): a sequence with a negative "
+        "advantage whose mean KL from the sampler to the policy (log pi_sampler - log pi_theta over its tokens) "
+        "exceeds this leaves the policy term: stale samples (rollout.one_step_off, num_iterations > 1) (>= 0); "
+        "null = off.",
+    )
+    kl_bias_correction: bool = setting(
+        False,
+        "Weight the k3 KL term by the importance ratio pi_theta / pi_old (TRL's use_bias_correction_kl, "
+        "DeepSeek-V3.2): the KL estimated under the policy, not the one that sampled; needs beta > 0.",
+    )
     mismatch_threshold: float = setting(
         0.1,
         "The `mismatch/frac_beyond` metric counts tokens whose sampler and trainer log-probs differ by more than this.",
@@ -180,6 +197,17 @@ class GRPOConfig:
         )
         gate = self.disagreement_gate
         need(problems, gate is None or gate > 0, f"{prefix}disagreement_gate must be null or > 0, got {gate}")
+        need(
+            problems,
+            self.delta is None or 1 + self.epsilon_high < self.delta < math.inf,
+            f"{prefix}delta must be null or above 1 + epsilon_high = {1 + self.epsilon_high}, got {self.delta}",
+        )
+        bound = self.off_policy_mask_threshold
+        need(
+            problems,
+            bound is None or 0 <= bound < math.inf,
+            f"{prefix}off_policy_mask_threshold must be null or >= 0 and finite, got {bound}",
+        )
         return problems
 
     def _ineffective_problems(self, prefix: str) -> list[str]:
@@ -211,6 +239,12 @@ class GRPOConfig:
             self.sampler_correction != "none" or high == default_of(self, "sampler_correction_max"),
             f"{prefix}sampler_correction_max={high} caps weights that {prefix}sampler_correction=none never computes: "
             "choose a sampler_correction or drop the cap",
+        )
+        need(
+            problems,
+            not self.kl_bias_correction or self.beta > 0,
+            f"{prefix}kl_bias_correction=true weights a KL term that {prefix}beta=0 leaves out: set beta > 0 or "
+            "drop the correction",
         )
         return problems
 

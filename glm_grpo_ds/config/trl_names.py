@@ -62,6 +62,12 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
     "importance_sampling_level": ("grpo.importance_sampling_level", "token or sequence (GSPO)"),
     "top_entropy_quantile": ("grpo.top_entropy_quantile", "the top-entropy token fraction"),
     "entropy_coef": ("grpo.entropy_coef", "the entropy bonus"),
+    "delta": ("grpo.delta", "the two-sided clip's cap on the unclipped ratio (INTELLECT-2)"),
+    "off_policy_mask_threshold": (
+        "grpo.off_policy_mask_threshold",
+        "off-policy sequence masking's KL bound, on the sampler's log-probs",
+    ),
+    "use_bias_correction_kl": ("grpo.kl_bias_correction", "the KL term weighted by the importance ratio"),
 }
 
 # (our dotted key, a value TRL writes for the matching field) -> our value

@@ -190,6 +190,7 @@ _OPTIONAL_MEANS = (
     "correction/outside_fraction",
     "top_entropy/threshold",
     "top_entropy/kept_fraction",
+    "off_policy/masked_fraction",
 )
 _MEAN_OVER_RANKS = (
     "loss",

@@ -33,6 +33,7 @@ class UpdateStats:
         self.mismatch: dict[str, float] = defaultdict(float)
         self.correction: dict[str, float] = defaultdict(float)
         self.selection: dict[str, float] = defaultdict(float)
+        self.masked: dict[str, float] = defaultdict(float)  # grpo.off_policy_mask_threshold, every iteration
         self._new_iteration()
 
     def _new_iteration(self) -> None:
@@ -74,6 +75,9 @@ class UpdateStats:
         tokens = loss_stats["num_tokens"].item()
         self.sums["loss"] += loss.item()
         self.sums["tokens"] += tokens
+        if "off_policy_masked" in loss_stats:
+            self.masked["dropped"] += loss_stats["off_policy_masked"].item()
+            self.masked["tokens"] += tokens
         for key in TOKEN_MEANS:
             self.sums[key] += loss_stats[key].item() * tokens
         self.ratio_mins.append(loss_stats["ratio_min"].item())
@@ -112,6 +116,8 @@ class UpdateStats:
         if sel["calls"]:  # grpo.top_entropy_quantile < 1: over every iteration's micro-batches
             out["top_entropy/threshold"] = sel["threshold"] / sel["calls"]
             out["top_entropy/kept_fraction"] = sel["kept"] / max(sel["tokens"], 1.0)
+        if self.masked["tokens"]:  # grpo.off_policy_mask_threshold: the tokens of the sequences it took out
+            out["off_policy/masked_fraction"] = self.masked["dropped"] / self.masked["tokens"]
         return out
 
     @staticmethod

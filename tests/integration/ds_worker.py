@@ -134,7 +134,8 @@ def options_result(a) -> dict:
         adv = group_advantages(synthetic_rewards(len(batch)), cfg.grpo.group_size)
         hand = hand_gradients(ds_engine.unwrap(trainer.run.engine), batch, adv, cfg.grpo)
         grads, stats = grads_of_update(trainer, batch, adv)
-        result[i] = {"update": grads, "truncated": stats.get("correction/outside_fraction"), **hand}
+        masked = stats.get("off_policy/masked_fraction")
+        result[i] = {"update": grads, "truncated": stats.get("correction/outside_fraction"), "masked": masked, **hand}
     return result
 
 

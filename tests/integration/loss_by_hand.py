@@ -1,8 +1,9 @@
 """The GRPO loss of one update written out by hand, for tests/integration/ds_worker.py's ``options`` scenario: the
 gradients grpo_update should produce with the loss options on (top-entropy selection, preview weight, token-level
-truncated sampler correction, entropy bonus, preview left out of the loss), computed here in the test's own terms
-from the model's log-probs and entropies, without glm_grpo_ds.grpo's policy_loss or glm_grpo_ds.update's
-loss_weights (their maths has unit tests of its own: tests/unit/test_grpo_*; this is what checks the wiring).
+truncated sampler correction, entropy bonus, preview left out of the loss, off-policy sequence mask), computed here
+in the test's own terms from the model's log-probs and entropies, without glm_grpo_ds.grpo's policy_loss or
+glm_grpo_ds.update's loss_weights (their maths has unit tests of its own: tests/unit/test_grpo_*; this is what
+checks the wiring).
 
 One iteration, beta 0, aggregation token_mean, one row per micro-batch; every rank (one here) sees the whole batch.
 """
@@ -57,12 +58,23 @@ def _row_correction(logp, sampler_logp, grpo_cfg) -> torch.Tensor:
     return torch.exp(logp.detach() - sampler_logp).clamp(max=grpo_cfg.sampler_correction_max)
 
 
+def _row_kept(logp, sampler_logp, advantage, m, grpo_cfg) -> float:
+    """0 when off-policy sequence masking drops the row (a negative advantage and a mean of log pi_sampler - log pi
+    over its loss tokens above grpo.off_policy_mask_threshold), else 1."""
+    bound = grpo_cfg.off_policy_mask_threshold
+    if bound is None or advantage >= 0:
+        return 1.0
+    return float(((sampler_logp - logp.detach()) * m).sum() / m.sum() <= bound)
+
+
 def row_loss(logp, entropy, row, advantage, m, total, grpo_cfg, options: bool = True) -> torch.Tensor:
     """The loss of a one-row micro-batch (scalar, with grad) from its log-probs and entropies ``[1, n]``: with
     ``ratio = exp(logp - logp.detach())`` (1 in value, its gradient that of logp), ``m`` the row's loss mask, ``w``
     the token weights, ``c`` the correction and ``N`` = ``total`` the masked tokens of the whole batch,
 
-        sum_t[-A w_t c_t ratio_t m_t] / N  -  entropy_coef * (sum_t H_t m_t w_t / sum_t m_t w_t) * (sum_t m_t / N)
+        k sum_t[-A w_t c_t ratio_t m_t] / N  -  entropy_coef * (sum_t H_t m_t w_t / sum_t m_t w_t) * (sum_t m_t / N)
+
+    with ``k`` the off-policy sequence mask's 0 or 1 for the row (:func:`_row_kept`).
 
     ``options=False``: the same formula with every option off (w = c = 1, no bonus)."""
     ratio = torch.exp(logp - logp.detach())
@@ -70,7 +82,7 @@ def row_loss(logp, entropy, row, advantage, m, total, grpo_cfg, options: bool = 
         return (-advantage * ratio * m).sum() / total
     w = _row_weights(entropy, m, row.grid.num_preview, grpo_cfg)
     c = _row_correction(logp, row.sampler_logps, grpo_cfg)
-    policy = (-advantage * w * c * ratio * m).sum() / total
+    policy = (-advantage * w * c * ratio * m).sum() / total * _row_kept(logp, row.sampler_logps, advantage, m, grpo_cfg)
     bonus = (entropy * m * w).sum() / (m * w).sum() * (m.sum() / total)
     return policy - grpo_cfg.entropy_coef * bonus
 

@@ -2,7 +2,8 @@
 tiny LoRA policy) equal those of the loss written out by hand in the test's own terms (tests/integration/
 loss_by_hand.py) with the options on. The unit tests (tests/unit/test_grpo_*) prove each helper's maths; only this
 checks by its effect that grpo_update passes the token weights, the sampler correction's weights, the entropy
-bonus with its per-micro-batch share, the preview mask and the run's loss settings to policy_loss."""
+bonus with its per-micro-batch share, the preview mask, the sampler's log-probs (the off-policy sequence mask) and
+the run's loss settings to policy_loss."""
 
 import pytest
 import torch
@@ -30,6 +31,10 @@ OPTION_SETS = {
     # the preview grid out of the loss: out of the policy term, the bonus, the threshold's pool and the token count
     "no_preview": "grpo.preview_in_loss=false grpo.top_entropy_quantile=0.8 grpo.sampler_correction=token_truncate "
     "grpo.sampler_correction_max=3 grpo.entropy_coef=0.1",
+    # off-policy sequence masking on the sampler's log-probs (shifted: a mean of ~+0.006 a row, above the bound 0):
+    # the rows with a negative advantage leave the policy term
+    "off_policy": "grpo.off_policy_mask_threshold=0 grpo.sampler_correction=token_truncate "
+    "grpo.sampler_correction_max=3",
 }
 TOLERANCE = 1e-5
 
@@ -55,6 +60,8 @@ def test_update_gradients_equal_the_loss_written_out_by_hand_with_the_options_on
     for i, name in enumerate(OPTION_SETS):
         got = r[i]
         assert got["truncated"] > 0, f"{name}: no pi_old / pi_sampler above the cap, the truncation is not tested"
+        if name == "off_policy":  # some rows dropped, not all: the mask acts and the comparison sees which
+            assert 0 < got["masked"] < 1, got["masked"]
         trained = [n for n, g in got["update"].items() if g is not None and g.abs().sum() > 0]
         assert trained and all(got["hand"][n] is not None for n in trained), name
         off = [n for n, g in got["update"].items() if n not in trained]

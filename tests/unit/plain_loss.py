@@ -5,9 +5,9 @@ from glm_grpo_ds.grpo import LossSettings
 
 def plain(**given) -> LossSettings:
     """The loss's settings: ``given``, the rest plain GRPO (no KL, the ratio clipped to [0.8, 1.2], token mean,
-    token-level ratios, no entropy bonus)."""
+    token-level ratios, no entropy bonus, no two-sided clip, no off-policy mask, the KL uncorrected)."""
     base = dict(
         beta=0.0, epsilon_low=0.2, epsilon_high=0.2, aggregation="token_mean", importance_sampling_level="token",
-        entropy_coef=0.0,
+        entropy_coef=0.0, delta=None, off_policy_mask_threshold=None, kl_bias_correction=False,
     )  # fmt: skip
     return LossSettings(**{**base, **given})

@@ -65,6 +65,25 @@ def test_a_number_that_is_not_finite_is_refused(override, message):
         load_config(None, BASE + [override])
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["grpo.delta=1.2"], "grpo.delta must be null or above 1 + epsilon_high = 1.2, got 1.2"),
+        (["grpo.epsilon_high=0.5", "grpo.delta=1.4"], "grpo.delta must be null or above 1 + epsilon_high = 1.5"),
+        (["grpo.off_policy_mask_threshold=-0.1"], "grpo.off_policy_mask_threshold must be null or >= 0 and finite"),
+        (["grpo.beta=0", "grpo.kl_bias_correction=true"], "grpo.kl_bias_correction=true weights a KL term that"),
+    ],
+)
+def test_the_two_sided_clip_off_policy_mask_and_kl_correction_are_checked(overrides, message):
+    """A delta at or under 1 + epsilon_high would cap ratios the clip already bounds; a correction of a KL term
+    beta=0 leaves out would do nothing."""
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        load_config(None, BASE + overrides)
+    fine = ["grpo.delta=1.5", "grpo.off_policy_mask_threshold=0", "grpo.kl_bias_correction=true", "grpo.beta=0.04"]
+    g = load_config(None, BASE + fine).grpo
+    assert (g.delta, g.off_policy_mask_threshold, g.kl_bias_correction) == (1.5, 0.0, True)
+
+
 def test_an_unreadable_config_file_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"^config file /proc/self/mem cannot be read \("):
         load_config("/proc/self/mem", BASE)
@@ -129,7 +148,9 @@ def test_an_override_sets_one_entry_of_the_rewards_as_the_errors_name_it(tmp_pat
 
 
 def test_unknown_key_suggests_close_match():
-    with pytest.raises(ConfigError, match=r"unknown config key 'grpo\.betta'; did you mean 'grpo\.beta'\?"):
+    with pytest.raises(
+        ConfigError, match=r"unknown config key 'grpo\.betta'; did you mean 'grpo\.beta', 'grpo\.delta'\?"
+    ):
         load_config(None, BASE + ["grpo.betta=0.1"])
     with pytest.raises(ConfigError, match="did you mean 'optimizer'"):
         load_config(None, BASE + ["optimiser.lr=1"])

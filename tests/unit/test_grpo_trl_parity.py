@@ -27,8 +27,11 @@ def inputs(seed=0, n=6, t=9):
     return logp, old, adv, mask, ref, entropy
 
 
-def both(loss_type, beta=0.0, level="token", quantile=1.0, coef=0.0, is_ratio=None, eps=(0.2, 0.28)):
+def both(loss_type, beta=0.0, level="token", quantile=1.0, coef=0.0, is_ratio=None, eps=(0.2, 0.28), **new):
+    """Ours and TRL's ``(loss, gradients)``; ``new``: ``delta``, ``off_policy_mask_threshold`` (with the sampler's
+    log-probs of :func:`sampler_logp`), ``kl_bias_correction`` (TRL's use_bias_correction_kl)."""
     logp, old, adv, mask, ref, entropy = inputs()
+    sampler = sampler_logp(old) if new.get("off_policy_mask_threshold") is not None else None
     theirs = trl_loss(
         logp,
         old,
@@ -44,6 +47,10 @@ def both(loss_type, beta=0.0, level="token", quantile=1.0, coef=0.0, is_ratio=No
         entropies=entropy,
         entropy_coef=coef,
         importance_sampling_ratio=is_ratio,
+        delta=new.get("delta"),
+        off_policy_mask_threshold=new.get("off_policy_mask_threshold"),
+        sampling_logp=sampler,
+        use_bias_correction_kl=new.get("kl_bias_correction", False),
     )
     grads_theirs = torch.autograd.grad(theirs, [logp, entropy], allow_unused=True)
     ours, _ = policy_loss(
@@ -58,15 +65,23 @@ def both(loss_type, beta=0.0, level="token", quantile=1.0, coef=0.0, is_ratio=No
             aggregation=OURS[loss_type],
             importance_sampling_level=level,
             entropy_coef=coef,
+            **new,
         ),
         ref_logp=ref,
         normalizer=loss_normalizer(mask, OURS[loss_type]),
         token_weights=high_entropy_mask(entropy, mask, quantile) if quantile < 1 else None,
         is_weights=is_ratio,
         entropy=entropy,
+        sampler_logp=sampler,
     )
     grads_ours = torch.autograd.grad(ours, [logp, entropy], allow_unused=True)
     return (ours, grads_ours), (theirs, grads_theirs)
+
+
+def sampler_logp(old):
+    """The sampler's log-probs: the old policy's, off by enough that some sequences' mean KL passes 0.1."""
+    g = torch.Generator().manual_seed(9)
+    return old + torch.randn(old.shape, generator=g, dtype=old.dtype) * 0.6 + 0.05
 
 
 def assert_same(pair):
@@ -154,3 +169,35 @@ def test_entropy_equals_trls_on_unmasked_logits_and_ignores_forbidden_ids():
     h = entropy_of(masked)
     h.sum().backward()
     assert h.item() == pytest.approx(torch.log(torch.tensor(2.0)).item()) and torch.isfinite(masked.grad).all()
+
+
+@pytest.mark.parametrize("loss_type", ["bnpo", "grpo", "dr_grpo"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_two_sided_clip_equals_trl(loss_type, level):
+    """grpo.delta (TRL's delta, INTELLECT-2): the unclipped ratio capped at 1.3, above 1 + epsilon_high = 1.28."""
+    assert_same(both(loss_type, 0.04, level=level, delta=1.3))
+    if level == "token":  # tokens' ratios reach 1.56: the cap acts
+        capped, uncapped = both(loss_type, 0.04, delta=1.3)[0][0], both(loss_type, 0.04)[0][0]
+        assert not torch.equal(capped, uncapped)
+
+
+@pytest.mark.parametrize("loss_type", ["bnpo", "grpo"])
+@pytest.mark.parametrize("threshold", [0.0, 0.1, 10.0])
+def test_off_policy_sequence_mask_equals_trl(loss_type, threshold):
+    """grpo.off_policy_mask_threshold (TRL's, DeepSeek-V3.2) on the sampler's log-probs: 0 drops every negative-
+    advantage sequence the sampler rated likelier, 10 none; 0.1 some. The KL term and the entropy bonus stay."""
+    assert_same(both(loss_type, 0.04, coef=0.1, off_policy_mask_threshold=threshold))
+    logp, old, adv, mask, *_ = inputs()
+    from glm_grpo_ds.grpo import off_policy_keep
+
+    keep = off_policy_keep(adv, logp, sampler_logp(old), mask, threshold).squeeze(1)
+    dropped = {0.0: (0 < keep.numel() - keep.sum()), 0.1: (0 < keep.numel() - keep.sum() < (adv < 0).sum())}
+    assert dropped.get(threshold, keep.all()), keep
+    assert keep[adv >= 0].all()
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_bias_corrected_kl_equals_trl(level):
+    """grpo.kl_bias_correction (TRL's use_bias_correction_kl): the k3 term weighted by the ratio, its gradient too."""
+    assert_same(both("bnpo", 0.04, level=level, kl_bias_correction=True))
+    assert not torch.equal(both("bnpo", 0.04, kl_bias_correction=True)[0][0], both("bnpo", 0.04)[0][0])

@@ -42,7 +42,7 @@ def test_every_other_name_leads_to_a_key_of_ours_and_is_not_one():
         ("grpo.lr=1e-5", "unknown config key 'grpo.lr'; it is 'optimizer.lr'"),
         ("weight_decay=0.01", "it is 'optimizer.weight_decay'"),
         # spelling, as before
-        ("grpo.betta=0.1", "unknown config key 'grpo.betta'; did you mean 'grpo.beta'?"),
+        ("grpo.betta=0.1", "unknown config key 'grpo.betta'; did you mean 'grpo.beta', 'grpo.delta'?"),
     ],
 )
 def test_one_unknown_key_names_what_it_means(override, expected):
