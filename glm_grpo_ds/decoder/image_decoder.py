@@ -11,7 +11,9 @@ common length and the DiT attends to that padding, so an image would depend on t
 in its DiT batch; we therefore only ever batch rows that share a prompt. The image of a row is then
 a function of (prompt, tokens, seed, size) alone - independent of the other prompts, rank count or
 micro-batching - up to the rounding of the batch's size (a group of 12 decodes in batches of 8 and 4; a GEMM
-may round rows of different batch sizes differently: 1e-5 measured on a CPU, more in bf16 on a GPU).
+may round rows of different batch sizes differently: 1e-5 measured on a CPU, more in bf16 on a GPU). What the rows
+of a group share is computed once: the first step's unconditional DiT pass (first_uncond.py), the glyph encoder's
+embeddings (glyph_memo.py) and the initial noise.
 
 Two decodes. The one that feeds training rewards uses ``decoder.num_inference_steps`` /
 ``decoder.guidance_scale`` (cheap: few steps, guidance 1.0 skips the DiT's unconditional pass); evaluation
