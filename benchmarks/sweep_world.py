@@ -105,11 +105,17 @@ VARIANTS = {
         "one step off policy (rollout.one_step_off), sampler correction token_truncate, ZeRO-2",
         ["rollout.one_step_off=true", "grpo.sampler_correction=token_truncate"],
     ),
+    # off-policy sequence masking on the one-step-off samples (a mean log pi_sampler - log pi above 0.02 with a
+    # negative advantage leaves the policy term)
+    "one_step_off_opsm": (
+        "one step off policy, sampler correction token_truncate, off-policy sequence mask 0.02, ZeRO-2",
+        ["rollout.one_step_off=true", "grpo.sampler_correction=token_truncate", "grpo.off_policy_mask_threshold=0.02"],
+    ),
 }
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "launch" / "configs" / "tiny_world.yaml"
 DS_CONFIG = ROOT / "ds_configs" / "zero3.json"
-VARIANT_DS_CONFIG = {"tis_zero2": "zero2.json", "one_step_off": "zero2.json"}  # the others: DS_CONFIG
+VARIANT_DS_CONFIG = dict.fromkeys(("tis_zero2", "one_step_off", "one_step_off_opsm"), "zero2.json")  # else DS_CONFIG
 LEVEL = 0.95
 
 
@@ -275,6 +281,7 @@ def collect(run_dir: Path, name: str, variant: str, world: Path, steps: int, wal
         # policy entropy over the first and last 10 steps; the sampler-vs-trainer mismatch over all steps
         "entropy": (mean(values("entropy")[:10]), mean(values("entropy")[-10:])),
         "frac_reward_zero_std": mean(values("frac_reward_zero_std")),
+        "off_policy_masked": mean(values("off_policy/masked_fraction")),  # grpo.off_policy_mask_threshold; else NaN
         "mismatch": {
             "logp_abs_mean": mean(values("mismatch/logp_abs_mean")),
             "logp_abs_max": max(values("mismatch/logp_abs_max"), default=float("nan")),
