@@ -82,7 +82,7 @@ def _stage_without_partitions(tmp):
 
 
 def _unknown_key(tmp):
-    return ["grpo.bta=0.1"], r"unknown config key 'grpo.bta'; did you mean 'grpo.beta'\?"
+    return ["grpo.bta=0.1"], r"unknown config key 'grpo.bta'; did you mean 'grpo.beta', 'grpo.delta'\?"
 
 
 def _bad_ds_json(tmp):
