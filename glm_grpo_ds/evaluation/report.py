@@ -9,12 +9,12 @@ by category when the prompts have one.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
 
+from ..observability.records import read_run_record
 from .stats import family_level, paired_summary
 
 EVALUATE_JSON = "evaluate.json"
@@ -37,11 +37,10 @@ def run_config(adapter: str) -> tuple[Path, dict] | None:
     ``<run>/checkpoints/step_N/adapter``): the nearest parent with the trainer's ``config.json``; None when none."""
     path = Path(adapter).resolve()
     for parent in (path.parent, *path.parents[:3]):
-        config = parent / "config.json"
-        if config.is_file():
-            train = json.loads(config.read_text()).get("train")  # the trainer's config.json: {"train": config, ...}
-            if isinstance(train, dict):
-                return parent, train
+        # a model's config.json on the way up is passed over; the run's, cut off or edited, is one line (ValueError)
+        record = read_run_record(parent, others_ok=True)
+        if record is not None:
+            return parent, record["train"]
     return None
 
 

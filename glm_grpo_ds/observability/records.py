@@ -41,9 +41,10 @@ class MetricsWriter:
 RUN_RECORD = "config.json"
 
 
-def read_run_record(run: str | Path) -> dict | None:
+def read_run_record(run: str | Path, others_ok: bool = False) -> dict | None:
     """The run record ``run/config.json`` the trainer writes (``{"train": config, "segments", "model_source", ...}``),
-    None when there is none; an OutputDirError naming it when it is not one (cut off, edited, another program's)."""
+    None when there is none; an OutputDirError naming it when it is not one (cut off, edited, another program's).
+    ``others_ok``: another program's JSON (a model's config.json, no train section) is None too, not an error."""
     from ..lifecycle.checkpoint import OutputDirError
 
     path = Path(run) / RUN_RECORD
@@ -54,6 +55,8 @@ def read_run_record(run: str | Path) -> dict | None:
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise OutputDirError(f"{path} cannot be read as a glm-grpo run record ({type(err).__name__}: {err})") from None
     if not isinstance(record, dict) or not isinstance(record.get("train"), dict):
+        if others_ok:
+            return None
         raise OutputDirError(
             f"{path} is not a glm-grpo run's (no train section): {run} is not a glm-grpo run directory; give the "
             "training run's output_dir"

@@ -231,3 +231,23 @@ def test_a_batch_a_reward_raised_on_is_not_stored_so_a_rerun_scores_it_again(tmp
     down[0] = False
     again = evaluate_models(object(), [BASE], Maker(), **args)
     assert again[BASE].rewards["remote"].tolist() == [[0.5, 0.5]] and len(list(tmp_path.rglob("*.pt"))) == 1
+
+
+def test_the_adapters_run_record_is_found_past_a_models_config_and_a_cut_off_one_is_one_line(tmp_path):
+    """evaluate reads the run's config.json beside the adapter (or up to three folders up): a model's config.json on
+    the way is passed over; the run's cut off (a full disk) was a JSONDecodeError naming no file, and one holding a
+    JSON list an AttributeError traceback."""
+    from glm_grpo_ds.evaluation.report import run_config, trained_rewards
+
+    run = tmp_path / "run"
+    adapter = run / "checkpoints" / "step_000010" / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter.parent / "config.json").write_text(json.dumps({"architectures": ["a model"]}))
+    (run / "config.json").write_text(json.dumps({"train": {"rewards": [{"name": "pixel_mse"}]}}))
+    assert run_config(str(adapter)) == (run, {"rewards": [{"name": "pixel_mse"}]})
+    assert trained_rewards(str(adapter)) == [{"name": "pixel_mse"}]
+    (run / "config.json").write_text('{"train": {"rewards": [')
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(run / 'config.json'))} cannot be read as a glm-grpo run"):
+        run_config(str(adapter))
+    (run / "config.json").write_text("[1, 2]")
+    assert run_config(str(adapter)) is None  # not a run record: passed over like the model's
