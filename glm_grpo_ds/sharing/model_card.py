@@ -144,7 +144,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     if curve and _curve(run, weights):
         body += [f"![reward curve]({PLOT_NAME})", ""]
     body += alarms_section(run, step)
-    body += reward_failures_section(run, step)
+    body += reward_failures_section(res)
     body += training_section(cfg, ds, labels)
     body += segments_lines(saved)
     where, extra = _where(hub, weights, step)

@@ -34,7 +34,8 @@ def run_results(run_dir: str | os.PathLike, step: int | None = None) -> dict:
     """The numbers a card reports, from ``metrics.jsonl`` / ``eval.jsonl`` (records up to ``step`` when
     given): ``steps_done``, ``final_train_reward`` (the last step's ``reward_mean``), ``last_window_reward``
     / ``first_window_reward`` (mean of the last / first ``WINDOW`` steps with a reward), ``final_rewards``
-    ({label: last step's value}), ``first_eval`` / ``final_eval`` ((step, eval reward) or None)."""
+    ({label: last step's value}), ``first_eval`` / ``final_eval`` ((step, eval reward) or None), ``recorded_steps``
+    (the records read) and ``reward_failures`` (observability/closing.py's, over them)."""
     run = Path(run_dir)
     rows = read_metrics(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else []
     evals = read_metrics(run / "eval.jsonl") if (run / "eval.jsonl").is_file() else []
@@ -54,6 +55,8 @@ def run_results(run_dir: str | os.PathLike, step: int | None = None) -> dict:
         "final_rewards": labelled,
         "first_eval": (evals[0]["step"], evals[0]["eval/reward_mean"]) if evals else None,
         "final_eval": (evals[-1]["step"], evals[-1]["eval/reward_mean"]) if evals else None,
+        "recorded_steps": len(rows),
+        "reward_failures": reward_failures(rows),
     }
 
 
@@ -113,12 +116,10 @@ def alarms_section(run: Path, step: int | None) -> list[str]:
     ]
 
 
-def reward_failures_section(run: Path, step: int | None) -> list[str]:
-    """The rewards that raised on some samples during training (up to ``step``; observability/closing.py): those
+def reward_failures_section(res: dict) -> list[str]:
+    """The rewards that raised on some samples during training (``res``: :func:`run_results`, up to its step): those
     steps trained on the other rewards, or were skipped. Nothing when every reward scored every sample."""
-    path = run / "metrics.jsonl"
-    records = [r for r in read_metrics(path) if step is None or r["step"] <= step] if path.is_file() else []
-    failed = reward_failures(records)
+    failed = res["reward_failures"]
     if not failed:
         return []
     return [
@@ -127,7 +128,7 @@ def reward_failures_section(run: Path, step: int | None) -> list[str]:
         "Rewards that raised on some samples during training: their samples were left out of those steps' "
         "advantages, so those steps trained on the other rewards (or were skipped).",
         "",
-        *(f"- {failure_phrase(label, hits, len(records))}" for label, hits in sorted(failed.items())),
+        *(f"- {failure_phrase(label, hits, res['recorded_steps'])}" for label, hits in sorted(failed.items())),
         "",
     ]
 
