@@ -1,5 +1,5 @@
 """Memory of a rank's prompt data as the prompt set grows: load + check a synthetic prompt set, build
-the sampler, draw steps, and print the process's RSS at each stage (docs/benchmarks.md#prompt-data).
+the sampler, draw steps, and print the process's RSS at each stage (docs/benchmarks-2026-11-early.md#prompt-data).
 
     python benchmarks/bench_data.py                                  # parquet + jsonl, 10k and 1M prompts
     python benchmarks/bench_data.py --sizes 10000 1000000 10000000 --formats parquet --steps 100

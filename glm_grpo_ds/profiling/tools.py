@@ -23,7 +23,8 @@ PROFILE_TOOLS: dict[str, ProfileTool] = {
             "+ `OUT/bench.json`; its `decode_step_counts` section: kernels, module calls, Python calls, host syncs "
             "and tokens/s per decode step of HF generate and the eager / merged / compiled loops, extrapolated to "
             "40 layers (`glm-grpo profile decode-counts` alone; "
-            "[benchmarks.md](benchmarks.md#glm-grpo-profile-bench-on-the-tiny-model)); `--gathers`: only what a "
+            "[benchmarks-2026-11-early.md](benchmarks-2026-11-early.md#glm-grpo-profile-bench-on-the-tiny-model)); "
+            "`--gathers`: only what a "
             "LoRA step gathers under ZeRO-3 on 2 ranks per micro-batch size, `OUT/bench_gathers.json` "
             "([memory-and-speed.md](memory-and-speed.md#what-a-step-gathers-under-zero-3))"
         ),
@@ -45,8 +46,8 @@ PROFILE_TOOLS: dict[str, ProfileTool] = {
             "step, and the plain model without peft): kernels, module calls, Python calls and host syncs "
             "(deterministic) and tokens/s, on the tiny model at two layer counts extrapolated to GLM-Image's 40, "
             "as ratios over the eager LoRA loop; the `decode_step_counts` section of `glm-grpo profile bench` "
-            "([benchmarks.md](benchmarks.md#per-decode-step-kernels-module-calls-python-calls-host-syncs-"
-            "decode_step_counts))"
+            "([benchmarks-2026-11-early.md](benchmarks-2026-11-early.md#per-decode-step-kernels-module-calls-"
+            "python-calls-host-syncs-decode_step_counts))"
         ),
         example="glm-grpo profile decode-counts --layers 2,4 --group-size 16 --size 256 --out counts.json",
         code="(counters: `profiling/decode_counters.py`, report: `profiling/decode_counts_report.py`)",
