@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..config import ConfigError
     from ..ds import dist
     from ..evaluation.html_report import REPORT
-    from ..evaluation.report import EVALUATE_JSON, alarm_lines
+    from ..evaluation.report import EVALUATE_JSON, alarm_lines, reward_failure_lines
 
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -219,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     write_text_atomic(Path(a.out) / EVALUATE_JSON, json.dumps(result, indent=2) + "\n")  # a rerun's old one whole
     print(result["table"])
     for line in alarm_lines(result["alarms"]):  # the adapters' runs: one line per alarm that fired, or none
+        print(line)
+    for line in reward_failure_lines(result["reward_failures"]):  # and per reward that failed in them
         print(line)
     print(f"wrote {Path(a.out) / EVALUATE_JSON}")
     print(f"report: {Path(a.out) / REPORT}")

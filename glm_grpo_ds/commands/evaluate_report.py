@@ -56,6 +56,7 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
         TOTAL,
         base_table,
         run_alarms,
+        run_reward_failures,
         summarise,
         summarise_statistics,
         table,
@@ -105,6 +106,7 @@ def write_report(a, results, settings, rows, adapter_names, adapters, weights, b
     }
     alarms = {name: run_alarms(path) for name, path in named.items()}
     record["alarms"] = alarms  # what the console prints under the table, as the report shows them
+    record["reward_failures"] = {name: run_reward_failures(path) for name, path in named.items()}
     prompts = [row.prompt for row in rows]
     write_html(
         out / REPORT, record, results, prompts, categories, alarms, first_label,

@@ -210,8 +210,10 @@ def write_html(
     (evaluation/paired.py), ``alarms`` per adapter name (evaluation/report.py ``run_alarms``), ``label`` the
     reward the gallery captions show."""
     from .paired import BASE
+    from .report import reward_failure_lines, undefined_lines
 
     names = [BASE, *record["adapters"]]
+    failures = record.get("reward_failures") or {}
     body = [
         "<h1>glm-grpo evaluate: base vs adapter</h1>",
         '<p class="note">Paired: every model draws each prompt\'s tokens with the same noise and decodes them with '
@@ -230,12 +232,14 @@ def write_html(
             f"<h2>{html.escape(name)}: rewards</h2>",
             f'<p class="alarm">{html.escape(warning)}</p>' if warning else "",
             reward_section(name, s),
+            *(f'<p class="note">{html.escape(line)}</p>' for line in undefined_lines({name: s})),
             f"<h2>{html.escape(name)}: image statistics</h2>",
             '<p class="note">Per prompt, the mean over its samples (diversity and near-duplicates: over its '
             "sample pairs); a reward that rises while these move far is worth a look at the images.</p>",
             statistics_section(name, record["image_statistics"][name]),
             f"<h2>{html.escape(name)}: alarms during training</h2>",
             alarms_section(alarms.get(name)),
+            *(f'<p class="alarm">{html.escape(line)}</p>' for line in reward_failure_lines({name: failures.get(name)})),
         ]
     body += ["<h2>Images, same seeds</h2>", gallery_section(results, names, prompts, categories, label, per_category)]
     if plot is not None and plot.is_file():

@@ -69,6 +69,50 @@ def run_alarms(adapter: str) -> dict | None:
     return None if found is None else fired_alarms(found[0])
 
 
+def run_reward_failures(adapter: str) -> dict | None:
+    """The rewards that failed on some samples during the run that wrote ``adapter`` (``{"file", "steps",
+    "failed": {label: [[step, samples], ...]}}``, observability/closing.py's reading); None when no run is found."""
+    from ..observability.closing import reward_failures
+    from ..observability.records import read_metrics
+
+    found = run_config(adapter)
+    if found is None:
+        return None
+    metrics = found[0] / "metrics.jsonl"
+    records = read_metrics(metrics) if metrics.is_file() else []
+    failed = {label: [list(hit) for hit in hits] for label, hits in reward_failures(records).items()}
+    return {"file": str(metrics), "steps": len(records), "failed": failed}
+
+
+def reward_failure_lines(failures: dict[str, dict | None]) -> list[str]:
+    """The console's lines under the table for the adapters whose run had a reward fail on some samples (those
+    steps trained on the other rewards or were skipped): one per reward, in check-run's words; none otherwise."""
+    from ..observability.closing import failure_phrase
+
+    lines = []
+    for name, found in failures.items():
+        head = "reward failures during training" + ("" if len(failures) == 1 else f" ({name})")
+        for label, hits in sorted((found or {}).get("failed", {}).items()):
+            lines.append(f"{head}: {failure_phrase(label, [tuple(h) for h in hits], found['steps'])}")
+    return lines
+
+
+def undefined_lines(summary: dict) -> list[str]:
+    """A line per (adapter, reward) whose reward this evaluation left undefined on some samples (it raised or
+    returned NaN): those seeds are left out under both models, so its means rest on fewer samples."""
+    lines = []
+    for name, s in summary.items():
+        for label, r in s["rewards"].items():
+            base, model = r.get("undefined", (0, 0))
+            if base or model:
+                lines.append(
+                    f"undefined: {label} on {base} of {r['samples']} base samples and {model} of {r['samples']} "
+                    f"{name} samples (the reward raised or returned NaN: its warning above; a rerun scores a batch "
+                    "it raised on again); left out under both"
+                )
+    return lines
+
+
 def alarm_lines(alarms: dict[str, dict | None]) -> list[str]:
     """The console's lines under the table: per adapter (``alarms``: its name -> :func:`run_alarms`) one line per
     alarm that fired during its run, or one saying none did or that its run's records were not found."""
@@ -180,6 +224,7 @@ def table(summary: dict) -> str:
         caveat |= any(r.get("caveat") for r in rows)
         few |= any(r.get("verdict") == "too few prompts" for r in rows)
         signs |= any(r.get("sign_test") and r["diff"] != 0 for r in rows)
+    lines += undefined_lines(summary)
     if caveat:
         lines.append(
             f"95% CI: {METHOD}; with fewer than {CAVEAT_BELOW} prompts its level rests on the differences being "
@@ -214,6 +259,12 @@ def base_table(rewards: dict[str, torch.Tensor]) -> str:
         low, high = mean_interval(means)
         ci = "too few prompts" if prompts < MIN_PROMPTS else f"[{_num(low, '.4f')}, {_num(high, '.4f')}]"
         lines.append(f"{label:<24} {_num(torch.nanmean(means).item(), '.4f'):>9} {ci:>21} {prompts:>7}")
+    for label, values in rewards.items():
+        if undefined := int(torch.isnan(values).sum()):
+            lines.append(
+                f"undefined: {label} on {undefined} of {values.numel()} samples (the reward raised or returned NaN: "
+                "its warning above; a rerun scores a batch it raised on again); left out of its mean"
+            )
     return "\n".join(lines)
 
 

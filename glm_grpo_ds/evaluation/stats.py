@@ -110,4 +110,7 @@ def paired_summary(base: torch.Tensor, model: torch.Tensor, level: float = LEVEL
         "sign_test": equal_moves is not None,  # the interval has no width: the verdict is the sign test's
         "win_rate": wins.mean().item() if wins.numel() else nan,
         "prompts": n,
+        # samples each model's reward left undefined (raised, or NaN): left out under both, so said beside the table
+        "undefined": [int(torch.isnan(base).sum()), int(torch.isnan(model).sum())],
+        "samples": int(base.numel()),
     }

@@ -517,3 +517,25 @@ def test_without_config_evaluate_takes_the_adapters_run_settings_and_says_so(sho
     start = err.index("evaluate: 2 models x 2 prompts x 1 samples = 4 images at 64x64, decoded with 1 DiT step "
                       "(guidance 1.5), rewards pixel_mse")  # fmt: skip
     assert start < next(i for i, line in enumerate(err) if line.startswith("evaluate (2 models x 1 samples): "))
+
+
+def test_a_reward_undefined_on_some_samples_is_said_under_the_table(tiny_model_dir, prompts, tmp_path, capfd):
+    """A plugin reward that returns NaN for the first prompt's samples: the table's line says how many of the
+    base's samples it left out (2 of 8), and its mean is the other prompts'."""
+    rows = [json.loads(line) for line in Path(prompts).read_text().splitlines()][:4]
+    plugin = tmp_path / "first_undefined.py"
+    plugin.write_text(
+        "import torch\n"
+        f"FIRST = {rows[0]['prompt']!r}\n"
+        "def score(images, prompts, samples):\n"
+        "    return torch.tensor([float('nan') if p == FIRST else 0.5 for p in prompts])\n"
+    )
+    args = ["evaluate", "--model", str(tiny_model_dir), "--prompts", str(prompts), "--rewards", f"{plugin}:score"]
+    args += ["--samples-per-prompt", "2", "--num-prompts", "4", "--out", str(tmp_path / "ev")]
+    code, out, err = glm_grpo([*args, *FAST], capfd)
+    assert code == 0, err
+    label = f"{plugin}:score"  # a plugin is labelled by its spec
+    assert f"undefined: {label} on 2 of 8 samples (the reward raised or returned NaN" in out, out
+    assert "returned None/NaN/inf for 2 of" in err  # the warning the line points to
+    row = out.splitlines()[2].split()
+    assert row[:2] == [label, "0.5000"] and row[-1] == "3"  # the mean and prompt count of the 3 others

@@ -38,6 +38,9 @@ def test_a_seed_undefined_under_one_model_is_left_out_under_the_other_too():
     assert s["prompts"] == 3 and s["base"] == 0.0 and s["model"] == 0.0 and s["diff"] == 0.0
     assert s["verdict"] == "holds 0" and s["win_rate"] == 0.5
     assert paired_summary(model, base)["diff"] == 0.0  # either side
+    # each model's own undefined samples are counted, for the line under the table (evaluation/report.py)
+    assert s["undefined"] == [0, 3] and s["samples"] == 6
+    assert paired_summary(model, base)["undefined"] == [3, 0]
 
 
 def test_the_same_rewards_give_exactly_zero_and_an_interval_that_holds_it():

@@ -1,8 +1,11 @@
 """The console lines of the in-training evaluation (glm_grpo_ds/evaluation/in_training.py): one per evaluation,
 and the closing line's summary of eval.jsonl; `glm-grpo evaluate`'s progress count (runtime/progress_count.py) and
-the lines under its table naming the alarms of each adapter's run (evaluation/report.py ``alarm_lines``)."""
+the lines under its table naming the alarms and the failed rewards of each adapter's run and the samples the evaluation
+left undefined (evaluation/report.py)."""
 
 import json
+
+import torch
 
 from glm_grpo_ds.evaluation.in_training import eval_line, eval_summary
 
@@ -88,3 +91,66 @@ def test_under_the_table_each_adapters_run_alarms_one_line_each_or_none(tmp_path
         "alarms (lone): unknown, no run records beside the adapter (config.json, eval.jsonl, metrics.jsonl)",
     ]
     assert alarm_lines({}) == []  # the base alone: no line
+
+
+def test_under_the_table_the_rewards_that_failed_during_each_adapters_run(tmp_path):
+    """The run's metrics.jsonl with reward/ocr_failed on two of three steps: one line per failed reward in
+    check-run's words (steps, samples, first and last); a run whose rewards never failed and an adapter with no run
+    beside it add no line (the alarms' line already says the run was not found)."""
+    from glm_grpo_ds.evaluation.report import reward_failure_lines, run_reward_failures
+
+    run = tmp_path / "run"
+    (run / "final_adapter").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"train": {"rewards": [{"name": "ocr"}]}}))
+    steps = [
+        {"step": 1, "reward/ocr_failed": 0},
+        {"step": 2, "reward/ocr_failed": 16},
+        {"step": 3, "reward/ocr_failed": 4},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    adapter = str(run / "final_adapter")
+    found = run_reward_failures(adapter)
+    assert found["failed"] == {"ocr": [[2, 16], [3, 4]]} and found["steps"] == 3
+    assert reward_failure_lines({"adapter_0": found}) == [
+        "reward failures during training: ocr: 20 samples undefined by failures in 2 of 3 steps (steps 2-3; "
+        "reward/ocr_failed in metrics.jsonl, the reason in logs/)"
+    ]
+    json.loads(json.dumps(found))  # evaluate.json holds it as it is
+    steps[1]["reward/ocr_failed"] = steps[2]["reward/ocr_failed"] = 0
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    lone = tmp_path / "lone_adapter"
+    lone.mkdir()
+    assert run_reward_failures(str(lone)) is None
+    assert reward_failure_lines({"adapter_0": run_reward_failures(adapter), "lone": None}) == []
+
+
+def test_under_the_table_the_samples_this_evaluation_left_undefined():
+    """A reward that returned NaN on 3 of the adapter's 8 samples (and 1 of the base's): the table says so, with
+    both counts; the base-only table says its own; rewards defined everywhere add no line."""
+    from glm_grpo_ds.evaluation.report import base_table, table
+    from glm_grpo_ds.evaluation.stats import paired_summary
+
+    nan = float("nan")
+    base = torch.tensor([[0.1, 0.2], [nan, 0.4], [0.5, 0.6], [0.7, 0.8]])
+    model = torch.tensor([[nan, 0.3], [nan, 0.5], [0.6, nan], [0.8, 0.9]])
+    summary = {
+        "adapter_0": {
+            "path": "run/final_adapter",
+            "rewards": {
+                "ocr": {**paired_summary(base, model), "trained_on": True},
+                "mse": {**paired_summary(torch.zeros(4, 2), torch.ones(4, 2)), "trained_on": False},
+            },
+            "categories": {},
+        }
+    }
+    lines = [line for line in table(summary).splitlines() if line.startswith("undefined")]
+    assert lines == [
+        "undefined: ocr on 1 of 8 base samples and 3 of 8 adapter_0 samples (the reward raised or returned NaN: its "
+        "warning above; a rerun scores a batch it raised on again); left out under both"
+    ]
+    assert [
+        line for line in base_table({"ocr": base, "mse": torch.zeros(4, 2)}).splitlines() if "undefined" in line
+    ] == [
+        "undefined: ocr on 1 of 8 samples (the reward raised or returned NaN: its warning above; a rerun scores a "
+        "batch it raised on again); left out of its mean"
+    ]
