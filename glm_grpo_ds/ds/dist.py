@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 
 import torch
 
@@ -85,14 +86,17 @@ def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
 
 def reduce_stats(sums: dict[str, float], maxima: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
     """Global sums and maxima of per-rank scalars in two collectives (float64, so counts stay exact).
-    For a minimum pass ``-x`` as a maximum and negate the result. Collective: every rank passes the
-    same keys in the same order."""
+    For a minimum pass ``-x`` as a maximum and negate the result. A maximum that is NaN on any rank is +inf (a
+    reduction's max keeps or drops a NaN by the ranks' order; the step record writes both as null). Collective:
+    every rank passes the same keys in the same order."""
 
     def stacked(values: dict[str, float]) -> torch.Tensor:  # built where the collective runs: no extra copy
         return torch.tensor(list(values.values()), dtype=torch.float64, device=comm_device())
 
     s = all_reduce_sum(stacked(sums)).tolist() if sums else []
-    m = all_reduce_max(stacked(maxima)).tolist() if maxima else []
+    m = []
+    if maxima:
+        m = all_reduce_max(stacked(maxima).nan_to_num(nan=math.inf, posinf=math.inf, neginf=-math.inf)).tolist()
     return dict(zip(sums, s)), dict(zip(maxima, m))
 
 

@@ -26,6 +26,12 @@ TOKEN_MEANS = ("clip_frac_low", "clip_frac_high", "ratio_mean", "kl", "entropy")
 MISMATCH_KEYS = ("mismatch/logp_abs_mean", "mismatch/logp_abs_max", "mismatch/kl_k3", "mismatch/frac_beyond")
 
 
+def extreme(pick, *values: float) -> float:
+    """``pick`` (min or max) of ``values``, NaN when any is: Python's min/max keep whichever comes first of a NaN and
+    a number, so a NaN ratio would show as 1.0 or not by micro-batch order."""
+    return math.nan if any(math.isnan(v) for v in values) else pick(values)
+
+
 class UpdateStats:
     def __init__(self):
         self.iterations: list[dict] = []
@@ -45,7 +51,7 @@ class UpdateStats:
         """One micro-batch's :func:`glm_grpo_ds.grpo.mismatch_sums` (tensors): summed, ``max`` maximised."""
         for key, value in sums.items():
             v = value.item()
-            self.mismatch[key] = max(self.mismatch[key], v) if key == "max" else self.mismatch[key] + v
+            self.mismatch[key] = extreme(max, self.mismatch[key], v) if key == "max" else self.mismatch[key] + v
 
     def add_correction(self, sums: dict | None) -> None:
         """One micro-batch's :func:`glm_grpo_ds.grpo.correction_sums` (None: no sampler correction)."""
@@ -55,8 +61,8 @@ class UpdateStats:
         c["sum"] += sums["sum"].item()
         c["outside"] += sums["outside"].item()
         c["units"] += sums["units"].item()
-        c["min"] = min(c.get("min", math.inf), sums["min"].item())
-        c["max"] = max(c.get("max", -math.inf), sums["max"].item())
+        c["min"] = extreme(min, c.get("min", math.inf), sums["min"].item())
+        c["max"] = extreme(max, c.get("max", -math.inf), sums["max"].item())
 
     def add_selection(self, selection: dict) -> None:
         """One micro-batch's top-entropy selection (update.policy_token_weights; empty: none)."""
@@ -88,8 +94,8 @@ class UpdateStats:
         iteration = {key: self.sums[key] / tokens for key in TOKEN_MEANS}
         iteration.update(
             loss=self.sums["loss"],
-            ratio_min=min(self.ratio_mins),
-            ratio_max=max(self.ratio_maxs),
+            ratio_min=extreme(min, *self.ratio_mins),
+            ratio_max=extreme(max, *self.ratio_maxs),
             tokens=self.sums["tokens"],
         )
         self.iterations.append(iteration)
@@ -98,8 +104,8 @@ class UpdateStats:
     def result(self) -> dict:
         its = self.iterations
         out = {key: sum(it[key] for it in its) / len(its) for key in its[0]}
-        out["ratio_min"] = min(it["ratio_min"] for it in its)
-        out["ratio_max"] = max(it["ratio_max"] for it in its)
+        out["ratio_min"] = extreme(min, *(it["ratio_min"] for it in its))
+        out["ratio_max"] = extreme(max, *(it["ratio_max"] for it in its))
         out["iterations"] = its
         out["skipped"] = self.skipped
         n = max(self.mismatch["tokens"], 1.0)

@@ -3,6 +3,7 @@ communication device; the step's statistics take two collectives; collectives ca
 world size 1 (so a single GPU with NCCL runs every one of them)."""
 
 import ast
+import math
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,22 @@ def test_deepspeeds_own_groups_time_out_after_dist_timeout_minutes():
     default (NCCL 10 min, gloo 30), so a reduction in the update aborted at 10 minutes whatever the setting said."""
     got = {rank: (err, waited) for rank, err, waited in two_gloo_ranks(_late_rank)}
     assert got[0][0] == "timed out" and got[0][1] < 3.5, got  # rank 1 came 4 s late: rank 0 gave up first
+
+
+def _nan_rank(rank, port, nan_on, results):
+    """One of two gloo ranks; rank ``rank`` holds a NaN ratio maximum and minimum (-x), the other 1.0."""
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        value = math.nan if rank == nan_on else 1.0
+        _, top = dist.reduce_stats({"a": 1.0}, {"ratio_max": value, "-ratio_min": -value, "time": 2.0 + rank})
+        results.put((nan_on, rank, top["ratio_max"], top["-ratio_min"], top["time"]))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize("nan_on", [0, 1])
+def test_a_maximum_nan_on_any_rank_is_infinite_on_every_rank(nan_on):
+    """A reduction's max keeps or drops a NaN by the ranks' order (gloo's std::max): the NaN ratio of one rank
+    read as the other's 1.0. Now +inf on every rank (the step record's null, as a NaN's), the rest unchanged."""
+    got = sorted(two_gloo_ranks(_nan_rank, nan_on))
+    assert got == [(nan_on, 0, math.inf, math.inf, 3.0), (nan_on, 1, math.inf, math.inf, 3.0)]

@@ -281,3 +281,25 @@ def test_the_startup_summary_echoes_the_grpo_options_that_are_not_the_defaults()
     assert grpo_options_line(changed) == (
         'grpo options (not the defaults): aggregation="seq_mean", sampler_correction="token_truncate"'
     )
+
+
+@pytest.mark.parametrize("order", [(1.0, math.nan), (math.nan, 1.0)])
+def test_a_nan_extreme_is_nan_whichever_micro_batch_it_comes_in(order):
+    """Python's min/max keep whichever comes first of a NaN and a number: a NaN ratio in the second micro-batch
+    read as ratio_min = ratio_max = 1.0 (check-run's "ratio 1" passed on it), in the first as NaN. Now NaN either
+    way, for the ratio extremes, the sampler-vs-trainer maximum and the correction weights' extremes."""
+    from glm_grpo_ds.observability.update_stats import UpdateStats
+
+    stats = UpdateStats()
+    for value in order:
+        v = torch.tensor(value)
+        stats.add_mismatch({"abs": torch.tensor(1.0), "max": v, "k3": torch.tensor(0.0), "beyond": torch.tensor(0.0),
+                            "tokens": torch.tensor(10.0)})  # fmt: skip
+        stats.add_correction({"sum": torch.tensor(1.0), "outside": torch.tensor(0.0), "units": torch.tensor(1.0),
+                              "min": v, "max": v})  # fmt: skip
+        stats.add(torch.tensor(0.0), {**_loss_stats(), "ratio_min": v, "ratio_max": v}, True)
+    stats.end_iteration()
+    out = stats.result()
+    for key in ("ratio_min", "ratio_max", "mismatch/logp_abs_max", "correction/weight_min", "correction/weight_max"):
+        assert math.isnan(out[key]), (key, out[key])
+    assert math.isnan(out["iterations"][0]["ratio_min"])
