@@ -16,8 +16,8 @@ registered in :data:`ESTIMATORS` (verl's level: an estimator sees the rewards an
 
 Every estimator gives exactly 0 to a group whose defined rewards are all equal (no preference signal, not
 rounding noise from ``r - mean``) or that has fewer than two of them; :func:`signal_free_groups` finds the
-groups where that holds for every reward (``data.dead_prompt_skip_prob``), :func:`zero_std_groups` those of them
-whose rewards were all measured (the ``frac_reward_zero_std`` metric).
+groups whose advantages are all 0 (``data.dead_prompt_skip_prob``, and the ``frac_reward_zero_std`` metric over
+the groups :func:`unmeasured_groups` does not flag).
 
 Reward combinations (``grpo.reward_combination``, :data:`COMBINATIONS`), for several rewards:
 
@@ -147,28 +147,28 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
     return ESTIMATORS.get(scale)(rewards, group_size, eps)
 
 
-def signal_free_groups(per_reward: dict[str, torch.Tensor], group_size: int) -> torch.Tensor:
-    """``[num_groups]`` bool: True for a group in which every reward is constant over its defined samples
-    (or has fewer than two): every estimator and both combinations give all its samples advantage 0, so it
-    teaches nothing (TRL's ``frac_reward_zero_std`` counts such groups by the total's std instead)."""
-    flags = [groups(values, group_size).constant.squeeze(1) for values in per_reward.values()]
-    return torch.stack(flags).all(dim=0)
+def signal_free_groups(advantages: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``[num_groups]`` bool: True for a group whose advantages (before the disagreement gate) are all 0, so it
+    teaches nothing: every reward constant over its defined samples (or with fewer than two), a weight-0 reward
+    aside, or rewards whose weighted total is constant. Every estimator and combination gives exactly 0 there (not
+    rounding noise); TRL's ``frac_reward_zero_std`` counts groups by the total's std, the same groups for
+    ``sum_then_normalize``."""
+    return (advantages.view(-1, group_size) == 0).all(dim=1)
 
 
-def unmeasured_groups(per_reward: dict[str, torch.Tensor], group_size: int) -> torch.Tensor:
-    """``[num_groups]`` bool: True for a group in which some reward has fewer than two defined samples (it raised,
-    its server was down, it returned NaN): whether the prompt still has variance is unknown, so a failure never
-    marks it dead (``data.dead_prompt_skip_prob``) nor counts in ``frac_reward_zero_std``, though
-    :func:`signal_free_groups` counts it as teaching nothing."""
-    flags = [(groups(values, group_size).count < 2).squeeze(1) for values in per_reward.values()]
+def unmeasured_groups(
+    per_reward: dict[str, torch.Tensor], group_size: int, weights: dict[str, float] | None = None
+) -> torch.Tensor:
+    """``[num_groups]`` bool: True for a group in which some reward that enters the advantages (``weights``: a weight
+    other than 0; None: every reward) has fewer than two defined samples (it raised, its server was down, it
+    returned NaN): whether the prompt still has variance is unknown, so a failure never marks it dead
+    (``data.dead_prompt_skip_prob``) nor counts in ``frac_reward_zero_std``, though its advantages may all be 0."""
+    counted = [v for label, v in per_reward.items() if weights is None or weights[label] != 0]
+    if not counted:  # no reward enters the advantages: nothing to be unsure of
+        first = next(iter(per_reward.values()))
+        return torch.zeros(first.numel() // group_size, dtype=torch.bool, device=first.device)
+    flags = [(groups(values, group_size).count < 2).squeeze(1) for values in counted]
     return torch.stack(flags).any(dim=0)
-
-
-def zero_std_groups(per_reward: dict[str, torch.Tensor], group_size: int) -> torch.Tensor:
-    """``[num_groups]`` bool, the ``frac_reward_zero_std`` metric's groups: every reward measured (two or more defined
-    samples) and constant. A group whose reward failed is a failure (``reward/<name>_failed``), not an easy prompt:
-    a reward server down for a step must not read as every prompt being solved."""
-    return signal_free_groups(per_reward, group_size) & ~unmeasured_groups(per_reward, group_size)
 
 
 def group_win_rates(rewards: torch.Tensor, group_size: int, tie: float = 0.0) -> torch.Tensor:

@@ -42,7 +42,6 @@ from .advantages import (
     reward_disagreement,
     signal_free_groups,
     unmeasured_groups,
-    zero_std_groups,
 )
 from .config import load_config
 from .config.arguments import parse_train_args
@@ -118,15 +117,16 @@ class Trainer:
             grpo_cfg.advantage_estimator,
             tie=grpo_cfg.rank_tie_tolerance,
         )
+        # groups whose advantages are all 0 teach nothing: counted every step, and their prompts may be skipped
+        dead = signal_free_groups(advantages, grpo_cfg.group_size)  # before the gate: a gated group is not easy
+        unknown = unmeasured_groups(all_per_reward, grpo_cfg.group_size, run.reward_fn.weights)  # a reward failed
+        run.prompt_order.observe([None if u else d for d, u in zip(dead.tolist(), unknown.tolist())])
         # several rewards: where they disagree (logged), optionally gated out of the advantages
         disagreement = reward_disagreement(all_per_reward, grpo_cfg.group_size)
         advantages = gate_disagreeing(advantages, disagreement, grpo_cfg.disagreement_gate)
-        # groups whose rewards are all equal teach nothing: counted every step, and their prompts may be skipped
-        dead = signal_free_groups(all_per_reward, grpo_cfg.group_size)
-        unknown = unmeasured_groups(all_per_reward, grpo_cfg.group_size)  # a reward failed there: left as it was
-        run.prompt_order.observe([None if u else d for d, u in zip(dead.tolist(), unknown.tolist())])
         mine = slice(run.rank * len(exp.batch), (run.rank + 1) * len(exp.batch))
         run.rollout.before_update(exp.timings, run.step_status)  # one step off: the next rollout reads these weights
+        lr = ds_engine.current_lr(run.engine)  # the rate this update runs at: its optimizer step moves the schedule
         with measure(exp.timings, exp.peaks, "update", run.device):
             if torch.isnan(all_rewards).all():  # the same global batch on every rank: all agree
                 stats = self._skip_undefined(index + 1, all_per_reward)
@@ -145,8 +145,8 @@ class Trainer:
         run.step_status.phase("record")  # the weights to the samplers, the step's statistics (collectives), its line
         for maker in (run.experience, run.eval_experience):  # the sampling backends take the updated weights
             maker.sampler.sync_weights(index + 1)
-        zero_std = zero_std_groups(all_per_reward, grpo_cfg.group_size)  # frac_reward_zero_std's
-        record = self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, zero_std)
+        measured_dead = dead[~unknown]  # frac_reward_zero_std's: over the groups every counted reward measured
+        record = self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, measured_dead, lr)
         record.update(disagreement_fields(disagreement, grpo_cfg.disagreement_gate))
         record.update(advantage_fields(advantages))  # the global batch's, as the update uses them (after the gate)
         record.update(run.rollout.record())
@@ -166,15 +166,16 @@ class Trainer:
         )
         return UpdateStats.not_run(run.cfg.grpo.num_iterations)
 
-    def _record(self, step: int, exp, stats: dict, my_rewards, all_rewards, all_per_reward, dead) -> dict:
-        """The ``metrics.jsonl`` record after ``step`` steps (collective), and the training gallery when due."""
+    def _record(self, step: int, exp, stats: dict, my_rewards, all_rewards, all_per_reward, dead, lr) -> dict:
+        """The ``metrics.jsonl`` record after ``step`` steps (collective), and the training gallery when due; ``lr``:
+        the learning rate the step's (first) optimizer step ran at, read before it (HF Trainer's, not the next)."""
         run = self.run
         facts = StepFacts(
             dead_groups=dead,
             prompts_skipped=run.prompt_order.last_skipped,
             dead_prompts=len(run.prompt_order.dead) if run.cfg.data.dead_prompt_skip_prob > 0 else None,
             skipped_before=self.skipped_steps,
-            lr=ds_engine.current_lr(run.engine),
+            lr=lr,
             grad_norm=ds_engine.grad_norm(run.engine) if stats["tokens"] else None,  # 0 tokens: no update ran
             before_load_mb=run.before_load_mb,
         )

@@ -50,8 +50,8 @@ class DataConfig:
     )
     dead_prompt_skip_prob: float = setting(
         0.0,
-        "In [0, 1). A dead prompt is one whose last group had no reward variance (every reward equal across its "
-        "samples: all advantages 0, nothing learnt). When its turn comes again it is skipped with this "
+        "In [0, 1). A dead prompt is one whose last group had all advantages 0, nothing learnt (every reward equal "
+        "across its samples, a weight-0 reward aside). When its turn comes again it is skipped with this "
         "probability, drawn per (epoch, prompt) alike on every rank, and the next prompt is taken, so no rollout "
         "or decode goes to it (GRESO-style selective rollouts); on average it is retried after p / (1 - p) of "
         "its turns, and a step never skips more prompts than the set holds. 0 = off. frac_reward_zero_std and "

@@ -209,7 +209,7 @@ _MEAN_OVER_RANKS = (
 class StepFacts:
     """What the trainer knows of a step besides the update's statistics: the record's run-level fields."""
 
-    dead_groups: torch.Tensor  # [groups] True where every reward of the group was measured and is constant
+    dead_groups: torch.Tensor  # [measured groups] True where the group's advantages are all 0 (advantages.py)
     prompts_skipped: int  # dead prompts passed over to pick this step's (data.dead_prompt_skip_prob)
     dead_prompts: int | None  # prompts known dead so far; None when not tracked
     skipped_before: int  # optimizer steps skipped before this step
@@ -319,7 +319,9 @@ def _add_facts(record: dict, facts: StepFacts) -> None:
     """The run-level fields of :class:`StepFacts`."""
     if facts.before_load_mb is not None:
         record["memory/before_load_mb"] = facts.before_load_mb
-    record["frac_reward_zero_std"] = facts.dead_groups.float().mean().item()  # TRL's name (docs/training.md)
+    # TRL's name (docs/training.md): the share of the measured groups (none measured: null)
+    dead = facts.dead_groups
+    record["frac_reward_zero_std"] = dead.float().mean().item() if dead.numel() else None
     record["prompts_skipped"] = facts.prompts_skipped
     if facts.dead_prompts is not None:
         record["dead_prompts"] = facts.dead_prompts

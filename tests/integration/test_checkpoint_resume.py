@@ -130,6 +130,17 @@ def test_a_resume_with_another_lr_runs_with_it(short_run, tiny_model_dir, data64
     assert moved[1e-12] < 1e-9 < 1e-4 < moved[3e-2], moved
 
 
+def test_the_logged_lr_is_the_one_each_step_trained_at(tiny_model_dir, data64, tmp_path):
+    """Linear schedule, warmup 1 of 2 steps, lr 1e-2: step 1 trains at 0 and step 2 at 1e-2 (transformers' linear
+    warmup). The record read the rate after the optimizer step had moved the schedule, the next step's: [1e-2, 0.0],
+    the last step of a decaying run always 0 (HF Trainer logs the rate before the step)."""
+    out = tmp_path / "run"
+    args = common(tiny_model_dir, data64, out, "max_steps=2", "optimizer.lr=1e-2", "optimizer.schedule=linear")
+    proc = run_train(*args, "optimizer.warmup_steps=1", *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [(r["step"], r["lr"]) for r in metrics(out)] == [(1, 0.0), (2, 1e-2)]
+
+
 def test_zero_engines_step_with_the_resumed_launchs_optimizer_settings(tmp_path):
     """Real ZeRO-2 / ZeRO-3 engines, torch AdamW and bitsandbytes AdamW8bit wrapped by ZeRO
     (tests/integration/optimizer_resume_worker.py): trained 2 steps at lr 3e-3 (warmup 4, clipping 1.0), loaded into

@@ -8,12 +8,15 @@ from run_files import metrics  # noqa: E402  (tests/run_files.py)
 
 pytestmark = pytest.mark.slow  # a training run
 
-# 1.0 for the prompts that say "flat" (every sample alike: a dead group), the image mean otherwise
+# 1.0 for the prompts that say "flat" (every sample alike: a dead group), the image mean otherwise; and the image
+# mean everywhere, logged at weight 0 (it varies in the flat prompts' groups too, and must not keep them alive)
 PLUGIN = """
 import torch
 def flat_or_mean(images, prompts, samples):
     flat = torch.tensor(["flat" in p for p in prompts])
     return torch.where(flat, torch.ones(len(prompts)), images.mean(dim=(1, 2, 3)))
+def image_mean(images, prompts, samples):
+    return images.mean(dim=(1, 2, 3))
 """
 
 
@@ -24,7 +27,9 @@ def test_dead_prompts_are_skipped_after_their_first_group(tiny_model_dir, tmp_pa
     cmd = train_cmd()
     cmd += [f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={out}", *FAST]
     cmd += ["grpo.group_size=2", "batch.micro_batch_size=2", "data.shuffle=false", "max_steps=8"]
-    cmd += ["data.dead_prompt_skip_prob=0.999999", f"rewards=[{{name: '{tmp_path / 'flat.py'}:flat_or_mean'}}]"]
+    plugin = tmp_path / "flat.py"
+    rewards = f"rewards=[{{name: '{plugin}:flat_or_mean'}}, {{name: '{plugin}:image_mean', weight: 0}}]"
+    cmd += ["data.dead_prompt_skip_prob=0.999999", rewards]
     proc = run_cmd(cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = metrics(out)

@@ -149,6 +149,8 @@ def test_reward_that_raises_or_returns_nan_is_counted_and_warned_once(tiny_model
     assert [r[f"reward/{spec}_failed"] for r in rows] == [4, 0, 4]
     assert [r[f"reward/{spec}_undefined"] for r in rows] == [4, 1, 4]
     assert all(r["reward/pixel_mse_failed"] == 0 and r["skipped"] == 0 for r in rows)
+    # over the groups every reward measured: none at steps 1 and 3 (null, not 0.0: an outage is no easy prompts)
+    assert [r["frac_reward_zero_std"] for r in rows] == [None, 0.0, None]
     assert proc.stderr.count("raised RuntimeError: scorer offline (call 1)") == 1
     assert "call 3" not in proc.stderr  # warned once, not every step
     assert proc.stderr.count("returned None/NaN/inf for 1 of 4 samples") == 1

@@ -10,7 +10,6 @@ from glm_grpo_ds.advantages import (
     combine_advantages,
     signal_free_groups,
     unmeasured_groups,
-    zero_std_groups,
 )
 from glm_grpo_ds.data import PromptOrder, load_prompts
 
@@ -24,7 +23,26 @@ def test_signal_free_groups_by_hand():
     }
     # 1: both constant; 2: a varies; 3: a has one defined value, b constant; 4: a undefined, b constant;
     # 5: b varies
-    assert signal_free_groups(per_reward, 2).tolist() == [True, False, True, True, False]
+    advantages, _ = combine_advantages(per_reward, {"a": 1.0, "b": 1.0}, 2)
+    assert signal_free_groups(advantages, 2).tolist() == [True, False, True, True, False]
+
+
+@pytest.mark.parametrize("combination", list(COMBINATIONS))
+def test_a_weight_0_reward_or_rewards_that_cancel_leave_a_group_dead(combination):
+    """The groups whose advantages are all 0, not those whose every reward is constant: a weight-0 reward (logged,
+    not trained on) that varies beside a constant one, and two rewards whose sum is constant, teach nothing either
+    (the per-reward test called both alive: frac_reward_zero_std 0 where TRL's is 1, and their prompts never
+    skipped). A weight-0 reward's failure leaves the group measured."""
+    a, b = torch.tensor([1.0, 1.0, 0.0, 1.0]), torch.tensor([0.3, 0.7, 1.0, 0.0])
+    advantages, _ = combine_advantages({"a": a, "b": b}, {"a": 1.0, "b": 0.0}, 2, combination)
+    assert signal_free_groups(advantages, 2).tolist() == [True, False]  # group 2: a itself varies
+    if combination.startswith("sum"):  # the weighted total [1, 1] is constant (win rates rank each reward apart)
+        advantages, _ = combine_advantages({"a": a, "b": b}, {"a": 1.0, "b": 1.0}, 2, combination)
+        assert signal_free_groups(advantages, 2).tolist() == [False, True]
+    failed = {"a": a, "b": torch.tensor([NAN, NAN, 1.0, 0.0])}
+    assert unmeasured_groups(failed, 2, {"a": 1.0, "b": 0.0}).tolist() == [False, False]
+    assert unmeasured_groups(failed, 2, {"a": 1.0, "b": 0.5}).tolist() == [True, False]
+    assert unmeasured_groups(failed, 2).tolist() == [True, False]  # no weights: every reward counts
 
 
 @pytest.mark.parametrize("combination", list(COMBINATIONS))
@@ -39,10 +57,9 @@ def test_flagged_exactly_where_every_advantage_is_zero(combination, scale):
     a[20:24], b[20:24] = torch.tensor([0.003, NAN, 0.003, 0.003]), 0.0
     per_reward = {"a": a, "b": b}
     advantages, _ = combine_advantages(per_reward, {"a": 1.0, "b": 0.5}, 4, combination, scale)
-    zero = (advantages.view(-1, 4) == 0).all(dim=1)
-    dead = signal_free_groups(per_reward, 4)
+    # exactly 0 (not rounding noise) where every reward is constant, and nowhere else
+    dead = signal_free_groups(advantages, 4)
     assert dead.tolist() == [True, True, False, False, False, True, False, False, False, False]
-    assert torch.equal(dead, zero)
 
 
 def rows_of(tmp_path, n):
@@ -75,10 +92,10 @@ def test_a_failed_reward_never_marks_a_prompt_dead_nor_alive(tmp_path):
     failing reward server made every prompt of the step dead, then skipped for epochs)."""
     nan = float("nan")
     per_reward = {"a": torch.tensor([nan, nan, 1.0, 1.0, 0.5, nan]), "b": torch.tensor([0.0, 0.0, 2.0, 2.0, 3.0, 3.0])}
-    assert signal_free_groups(per_reward, 2).tolist() == [True, True, True]
-    assert unmeasured_groups(per_reward, 2).tolist() == [True, False, True]
+    advantages, _ = combine_advantages(per_reward, {"a": 1.0, "b": 1.0}, 2)
+    assert signal_free_groups(advantages, 2).tolist() == [True, True, True]
     # nor counts in frac_reward_zero_std (TRL's nanstd is NaN there, not 0, too): an outage is not easy prompts
-    assert zero_std_groups(per_reward, 2).tolist() == [False, True, False]
+    assert unmeasured_groups(per_reward, 2, {"a": 1.0, "b": 1.0}).tolist() == [True, False, True]
     s = PromptOrder(rows_of(tmp_path, 3), 1, 0, 3, seed=0, shuffle=False, dead_skip_prob=0.5)
     s.next()
     s.dead = {2}
