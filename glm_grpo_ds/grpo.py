@@ -322,7 +322,9 @@ def policy_loss(
     loss = per_seq.sum() / (aggregate.normalizer(mask) if normalizer is None else normalizer)  # scalar
     if s.entropy_coef != 0.0:
         loss = loss - s.entropy_coef * _mean_trained_entropy(entropy, mask, token_weights) * entropy_share
-    stats = _loss_stats(ratio, adv, mask, kl, entropy, logp, s)
+    # the KL logged is the one the loss takes: bias-corrected, weighted by the ratio (TRL's kl metric too)
+    logged_kl = kl * ratio if kl is not None and s.kl_bias_correction else kl
+    stats = _loss_stats(ratio, adv, mask, logged_kl, entropy, logp, s)
     if keep is not None:
         stats["off_policy_masked"] = ((1.0 - keep) * mask).sum().detach()
     return loss, stats

@@ -52,9 +52,11 @@ def trl_loss(
     off_policy_mask_threshold: float | None = None,
     sampling_logp: torch.Tensor | None = None,
     use_bias_correction_kl: bool = False,
+    metrics: dict | None = None,
 ) -> torch.Tensor:
     """TRL 1.16's loss for one micro-batch (gradient accumulation 1, train mode). TRL's loss types: ``bnpo`` =
-    our token_mean, ``grpo`` = our seq_mean, ``dr_grpo`` = ours with T = the completion length."""
+    our token_mean, ``grpo`` = our seq_mean, ``dr_grpo`` = ours with T = the completion length. ``metrics``: filled
+    with what TRL logs for the call (its ``_metrics["train"]``: ``kl``, ``entropy``, ``clip_ratio/low_mean``, ...)."""
     n, t = logp.shape
     entropies = torch.zeros_like(logp) if entropies is None else entropies
     fake = types.SimpleNamespace(
@@ -95,4 +97,7 @@ def trl_loss(
         inputs["importance_sampling_ratio"] = importance_sampling_ratio
     if sampling_logp is not None:  # the sampler's log-probs (TRL's vLLM ones), which its off-policy mask reads
         inputs["sampling_per_token_logps"] = sampling_logp
-    return GRPOTrainer._compute_loss(fake, None, inputs)
+    loss = GRPOTrainer._compute_loss(fake, None, inputs)
+    if metrics is not None:
+        metrics.update({key: values[-1] for key, values in fake._metrics["train"].items()})
+    return loss

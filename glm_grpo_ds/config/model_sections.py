@@ -65,9 +65,10 @@ class LoraConfig:
     alpha: int = setting(32, "LoRA scaling: the adapter's update is multiplied by alpha / r (> 0).")
     dropout: float = setting(
         0.0,
-        "Dropout on the input of the LoRA adapters, in [0, 1). Keep 0 for GRPO: the sampler and the old / reference "
-        "log-probs run without it, so above 0 the policy ratio of the first iteration is not 1 and the clip acts "
-        "on dropout noise (first_iteration_ratio_min / max in metrics.jsonl show it; TRL's disable_dropout).",
+        "Dropout on the input of the LoRA adapters, in [0, 1). Keep 0 for GRPO: the sampler and the reference "
+        "log-probs run without it, so above 0 the trainer scores a noisier policy than the one that sampled "
+        "(mismatch/* in metrics.jsonl show it; with grpo.num_iterations > 1 the first iteration's ratio is not 1 "
+        "and the clip acts on dropout noise; TRL's disable_dropout).",
     )
     target_modules: list[str] = setting(
         help="Module names that get adapters (at least one): the attention and MLP projections of "

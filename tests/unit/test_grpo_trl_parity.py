@@ -201,3 +201,23 @@ def test_bias_corrected_kl_equals_trl(level):
     """grpo.kl_bias_correction (TRL's use_bias_correction_kl): the k3 term weighted by the ratio, its gradient too."""
     assert_same(both("bnpo", 0.04, level=level, kl_bias_correction=True))
     assert not torch.equal(both("bnpo", 0.04, kl_bias_correction=True)[0][0], both("bnpo", 0.04)[0][0])
+
+
+@pytest.mark.parametrize("options", [{}, {"kl_bias_correction": True}, {"delta": 1.5}], ids=["plain", "bias", "delta"])
+def test_the_logged_kl_entropy_and_clip_fractions_equal_trls(options):
+    """What metrics.jsonl logs of a loss call (kl, entropy, clip_frac_low / high) against what TRL logs of the same
+    call (kl, entropy, clip_ratio/low_mean / high_mean), token level. The bias-corrected KL logged the plain k3 mean
+    (0.0405 where TRL's, the one the loss takes, was 0.0396)."""
+    logp, old, adv, mask, ref, entropy = inputs(seed=1)  # seed 1: ratios clipped on both sides
+    theirs: dict = {}
+    trl_loss(logp, old, adv, mask, beta=0.04, ref_logp=ref, epsilon_high=0.28, entropies=entropy, metrics=theirs,
+             delta=options.get("delta"), use_bias_correction_kl=options.get("kl_bias_correction", False))  # fmt: skip
+    _, ours = policy_loss(
+        logp, old, adv, mask, plain(beta=0.04, epsilon_high=0.28, **options), ref_logp=ref, entropy=entropy,
+        normalizer=loss_normalizer(mask, "token_mean"),
+    )  # fmt: skip
+    pairs = {"kl": "kl", "entropy": "entropy", "clip_frac_low": "clip_ratio/low_mean"}
+    pairs["clip_frac_high"] = "clip_ratio/high_mean"
+    for key, trl_key in pairs.items():
+        assert ours[key].item() == pytest.approx(theirs[trl_key], rel=1e-12, abs=1e-15), key
+    assert 0 < theirs["clip_ratio/low_mean"] and 0 < theirs["clip_ratio/high_mean"]  # the inputs clip both ways
