@@ -4,7 +4,9 @@
     glm-grpo score --reward lpips --reward-arg net=vgg --prompt "a cat" --image out.png --target ref.png
     glm-grpo score --reward clip --reward-arg model=/models/clip-vit-large-patch14 --prompt "a cat" --image *.png
 
-Prints one number per image, one per line, in the order given (``nan`` = undefined for that image).
+Prints one number per image, one per line, in the order given (``nan`` = undefined for that image). Images of one
+size are scored as one batch, as training scores them; a reward that does not return one value per image of a batch
+is a one-line error.
 ``--text`` sets the text to render (else the prompt's quoted spans). A reward that needs what the
 command line does not give (``--target`` for pixel_mse / ssim / lpips; ``--text`` or a quoted span in
 the prompt for ocr) is a one-line error, exit 2.
@@ -35,6 +37,21 @@ def parse_reward_arg(item: str):
     return key, plain(parse_scalar(value))  # `k=` null, as a reward's args in a file
 
 
+def read_image(path: str):
+    """``[3, H, W]`` float in [0, 1]: upright, transparency over white, as targets are read."""
+    import torch
+    from PIL import Image
+
+    from ..rewards.targets import as_rgb
+
+    try:
+        img = as_rgb(Image.open(path))
+    except OSError as err:
+        raise ValueError(f"cannot read image {path}: {err}") from None
+    x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3)
+    return x.permute(2, 0, 1).float().div(255)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser_for("score")
     p.add_argument("--reward", required=True, help="built-in name or python:module:function / file.py:function")
@@ -47,11 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import torch
-        from PIL import Image
 
         from ..rewards import build_reward, reward_needs
         from ..rewards.base import reward_values
-        from ..rewards.targets import as_rgb
 
         sample = {"target_image": a.target, "text": a.text}
         if a.target and not os.path.isfile(a.target):
@@ -63,14 +78,19 @@ def main(argv: list[str] | None = None) -> int:
             how = SUPPLY.get(need.field, "glm-grpo score cannot supply it; score it in a training run's data")
             raise ValueError(f"reward {a.reward} needs {need.field}: {how}")
         fn = build_reward(a.reward, args)
-        for path in a.image:
-            try:
-                img = as_rgb(Image.open(path))  # upright, transparency over white: as targets are read
-            except OSError as err:
-                raise ValueError(f"cannot read image {path}: {err}") from None
-            x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3)
-            x = x.permute(2, 0, 1).float().div(255).unsqueeze(0)
-            value = reward_values(a.reward, fn(x, [a.prompt], [sample]), 1)[0].item()  # None / inf: nan (undefined)
+        images = [read_image(path) for path in a.image]
+        by_size: dict[tuple, list[int]] = {}  # a batch per image size, as training scores a batch of N images
+        for i, x in enumerate(images):
+            by_size.setdefault(tuple(x.shape), []).append(i)
+        values = [0.0] * len(images)
+        for rows in by_size.values():
+            batch = torch.stack([images[i] for i in rows])
+            scored = reward_values(a.reward, fn(batch, [a.prompt] * len(rows), [sample] * len(rows)), len(rows))
+            for i, value in zip(rows, scored.tolist()):  # None / inf: nan (undefined)
+                values[i] = value
+        if max(len(rows) for rows in by_size.values()) == 1:  # a reward that scores one image, never a batch
+            reward_values(a.reward, fn(torch.stack([images[0]] * 2), [a.prompt] * 2, [sample] * 2), 2)
+        for value in values:
             print(f"{value:.6g}")
     except ValueError as err:
         print(f"glm-grpo score: {err}", file=sys.stderr)

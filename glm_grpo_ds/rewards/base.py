@@ -108,13 +108,21 @@ def normalise_text(text: str, case_sensitive: bool) -> str:
     return text if case_sensitive else text.lower()
 
 
+class RewardError(ValueError):
+    """A reward that cannot be built (unknown name, bad plugin, bad args) or that broke its contract (not one value
+    per image); the message says which."""
+
+
 def reward_values(label: str, raw, n: int, device=None) -> torch.Tensor:
     """A reward function's return for ``n`` images as ``[n]`` float32, NaN where it is undefined: None (not applicable
     to that sample, TRL's convention), NaN and +-inf (an infinite reward would make every advantage of its group
-    NaN). A count other than ``n`` is a ValueError."""
+    NaN). A count other than ``n`` is a RewardError (an input error: one line, exit 2)."""
     if isinstance(raw, (list, tuple)):
         raw = [float("nan") if value is None else value for value in raw]
     values = torch.as_tensor(raw, dtype=torch.float32).detach().to(device).reshape(-1)
     if values.shape[0] != n:
-        raise ValueError(f"reward {label} returned {values.shape[0]} values for {n} images")
+        raise RewardError(
+            f"reward {label} returned {values.shape[0]} values for {n} images: a reward returns one per image (a "
+            "[N] tensor or a list; None or NaN where it is undefined)"
+        )
     return torch.where(torch.isfinite(values), values, torch.full_like(values, float("nan")))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -14,12 +15,7 @@ import torch
 from ..runtime import log, run_log
 from ..runtime.capture_gate import CAPTURE_SAFE
 from ..runtime.registries import Registry
-from .base import SampleNeed, reward_values
-
-
-class RewardError(ValueError):
-    """A reward that cannot be built (unknown name, bad plugin, bad args); the message says which."""
-
+from .base import RewardError, SampleNeed, reward_values
 
 # name -> a factory ``(**args) -> reward``, or a "module:Class" string inside this package (imported on use, so
 # e.g. OCR deps are only needed when asked for). ``REWARDS.register(name, factory)`` makes ``name`` usable in
@@ -58,7 +54,11 @@ def _load_plugin(spec: str) -> Callable:
             raise RewardError(f"reward {spec!r}: file {path} does not exist")
         mod_spec = importlib.util.spec_from_file_location(f"glm_grpo_reward_{path.stem}", path)
         module = importlib.util.module_from_spec(mod_spec)
-        mod_spec.loader.exec_module(module)
+        try:
+            mod_spec.loader.exec_module(module)
+        except Exception as err:  # noqa: BLE001 - the user's file: any error importing it is one line naming it
+            where = f"{path}:{err.lineno}" if isinstance(err, SyntaxError) and err.lineno else str(path)
+            raise RewardError(f"reward {spec!r}: cannot import {where} ({type(err).__name__}: {err})") from None
     else:
         try:
             module = importlib.import_module(module_name)
@@ -107,12 +107,42 @@ def reward_needs(name: str, args: dict | None = None) -> SampleNeed | None:
     return getattr(factory, "needs", None)
 
 
+def _plugin_form(name: str, target: Callable, args: dict) -> str:
+    """How a plugin takes its ``args``: ``"class"`` (built with them, the instance scores), ``"reward"`` (a function
+    ``fn(images, prompts, samples, **args)``: called with them each time), ``"factory"`` (a function ``fn(**args)``
+    returning the reward) or ``"plain"`` (a function without args: the reward itself). One-line RewardError when
+    ``args`` fit neither a reward's nor a factory's signature."""
+    if isinstance(target, type):
+        return "class"
+    if not args:
+        return "plain"
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin without a signature: let the call decide
+        return "factory"
+    for form, bound in (("reward", (None, None, None)), ("factory", ())):
+        try:
+            signature.bind(*bound, **args)
+            return form
+        except TypeError:
+            continue
+    raise RewardError(
+        f"reward {name}: args {', '.join(sorted(args))} fit neither {getattr(target, '__name__', 'it')}"
+        f"{signature} as a reward (images, prompts, samples, then the args by name) nor as a factory taking only "
+        "the args and returning the reward"
+    )
+
+
 def check_reward_args(name: str, args: dict) -> None:
-    """Cheap checks of a built-in reward's ``args`` before anything is built: each name is one its constructor
-    takes, and its ``check_args`` (model files, libraries: rewards/model_files.py) passes. One-line RewardError."""
+    """Cheap checks of a reward's ``args`` before anything is built: for a built-in each name is one its constructor
+    takes, and its ``check_args`` (model files, libraries: rewards/model_files.py) passes; for a plugin the args fit
+    its signature (:func:`_plugin_form`). One-line RewardError."""
     if _is_plugin(name):
-        return
-    target = _factory(name)
+        target = _factory(name)
+        if _plugin_form(name, target, args) != "class":
+            return
+    else:
+        target = _factory(name)
     signature = inspect.signature(target)
     try:
         signature.bind(**args)
@@ -128,7 +158,11 @@ def check_reward_args(name: str, args: dict) -> None:
 def build_reward(name: str, args: dict) -> Callable:
     target = _factory(name)
     if _is_plugin(name):
-        return target(**args) if args else target
+        form = _plugin_form(name, target, args)
+        if form == "plain":
+            return target
+        if form == "reward":
+            return functools.wraps(target)(functools.partial(target, **args))
     check_reward_args(name, args)
     try:
         return target(**args)

@@ -162,6 +162,47 @@ def test_score_command(hello, capfd):
     assert code == 2 and "did you mean ocr" in err
 
 
+SCALAR = """
+import torch
+def scaled_mean(images, prompts, samples, k=1.0):
+    return k * images.mean(dim=(1, 2, 3))
+def scalar(images, prompts, samples, k=1.0):
+    return k * images.mean()  # one number for the whole batch: not a reward
+"""
+
+
+def test_score_scores_a_batch_as_training_does(hello, tmp_path, capfd):
+    """`glm-grpo score` called the reward one image at a time: a reward returning one number per batch passed it, then
+    training stopped on it at step 1. Images of a size are one batch now (a single image is also checked doubled);
+    --reward-arg reaches a reward function's own parameters."""
+    (tmp_path / "r.py").write_text(SCALAR)
+    base = ["score", "--prompt", "x", "--image", str(hello), str(hello), "--reward-arg", "k=2"]
+    code, out, err = glm_grpo([*base, "--reward", f"{tmp_path / 'r.py'}:scaled_mean"], capfd)
+    assert code == 0, err
+    mean = torch.tensor(list(Image.open(hello).convert("RGB").getdata()), dtype=torch.float64).mean().item() / 255
+    assert [float(v) for v in out.split()] == pytest.approx([2 * mean] * 2, rel=1e-5)
+    for images in ([str(hello), str(hello)], [str(hello)]):
+        args = ["score", "--prompt", "x", "--image", *images, "--reward", f"{tmp_path / 'r.py'}:scalar"]
+        code, _, err = glm_grpo(args, capfd)
+        assert code == 2 and "returned 1 values for 2 images: a reward returns one per image" in err, err
+        assert "Traceback" not in err
+
+
+def test_a_reward_that_breaks_its_contract_stops_training_in_one_line(tiny_model_dir, tmp_path):
+    """A plugin returning one number for a batch: a traceback on every rank at step 1 before; now one line naming
+    the reward and what it must return, exit 2 (an input error), and its args reached it (no TypeError)."""
+    (tmp_path / "r.py").write_text(SCALAR)
+    (tmp_path / "p.txt").write_text("a red apple\n")
+    out = tmp_path / "run"
+    cmd = [*train_cmd(), f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={out}"]
+    cmd += ["max_steps=1", "rollout.height=64", "rollout.width=64", "grpo.group_size=2", "batch.micro_batch_size=2"]
+    cmd += ["logging.progress_bar=false", f"rewards=[{{name: '{tmp_path / 'r.py'}:scalar', args: {{k: 2}}}}]"]
+    proc = run_cmd(cmd)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "returned 1 values for 2 images: a reward returns one per image" in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+
+
 def test_custom_python_reward_through_training(tiny_model_dir, tmp_path):
     plugin = tmp_path / "my_rewards.py"
     plugin.write_text(

@@ -40,6 +40,55 @@ def test_file_plugin_and_labels(tmp_path):
     assert rewards.weights[f"{plugin}:make_const"] == 0.5
 
 
+def test_a_plugins_args_reach_a_reward_a_factory_or_a_class(tmp_path):
+    """``args`` given to a plugin function that takes (images, prompts, samples, **args) are passed on each call (it
+    was called as a factory with only the args: a TypeError traceback at step 1 after the model had loaded); a
+    factory taking only the args still builds the reward; a class is built (with its args or none: given none it
+    was called as the reward, and every step was skipped); args that fit nothing are one line at --check."""
+    from glm_grpo_ds.rewards.registry import RewardError, check_reward_args
+
+    plugin = tmp_path / "forms.py"
+    plugin.write_text(
+        "import torch\n"
+        "def scaled(images, prompts, samples, scale=1.0):\n    return scale * images.mean(dim=(1, 2, 3))\n"
+        "def make(value):\n    return lambda images, prompts, samples: torch.full((images.shape[0],), value)\n"
+        "class Sharp:\n"
+        "    def __init__(self, gain=1.0):\n        self.gain = gain\n"
+        "    def __call__(self, images, prompts, samples):\n        return self.gain * images.amax(dim=(1, 2, 3))\n"
+    )
+    images = torch.stack([torch.full((3, 4, 4), 0.25), torch.full((3, 4, 4), 0.5)])
+    scored = {
+        "scaled": build_reward(f"{plugin}:scaled", {"scale": 2.0}),
+        "scaled_plain": build_reward(f"{plugin}:scaled", {}),
+        "make": build_reward(f"{plugin}:make", {"value": 3.0}),
+        "sharp": build_reward(f"{plugin}:Sharp", {}),
+        "sharp_gain": build_reward(f"{plugin}:Sharp", {"gain": 4.0}),
+    }
+    got = {name: fn(images, ["a", "b"], [{}, {}]).tolist() for name, fn in scored.items()}
+    assert got == {"scaled": [0.5, 1.0], "scaled_plain": [0.25, 0.5], "make": [3.0, 3.0], "sharp": [0.25, 0.5],
+                   "sharp_gain": [1.0, 2.0]}  # fmt: skip
+    assert scored["scaled"].__name__ == "scaled"
+    with pytest.raises(RewardError, match=r"args scal fit neither scaled\(images, prompts, samples, scale=1.0\)"):
+        check_reward_args(f"{plugin}:scaled", {"scal": 2.0})
+    with pytest.raises(RewardError, match=f"reward {plugin}:Sharp: unknown args gian; it takes gain"):
+        check_reward_args(f"{plugin}:Sharp", {"gian": 2.0})
+
+
+def test_a_plugin_file_that_fails_to_import_is_one_line_naming_it(tmp_path):
+    """A ``file.py:fn`` plugin whose import raises (a missing package, a syntax error) was a traceback through
+    --check's preflight; ``python:module:fn`` already said "cannot import"."""
+    from glm_grpo_ds.rewards.registry import RewardError, check_reward_name
+
+    missing = tmp_path / "missing.py"
+    missing.write_text("import notapkg_xyz\ndef f(images, prompts, samples):\n    return images.mean()\n")
+    with pytest.raises(RewardError, match=f"cannot import {missing} \\(ModuleNotFoundError: No module named"):
+        check_reward_name(f"{missing}:f")
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(images, prompts, samples):\n    return (\n")
+    with pytest.raises(RewardError, match=f"cannot import {broken}:2 \\(SyntaxError: "):
+        check_reward_name(f"{broken}:f")
+
+
 def test_python_module_plugin():
     assert build_reward("python:math:fabs", {})(-2.0) == 2.0
     with pytest.raises(ValueError, match="cannot import"):
