@@ -376,6 +376,7 @@ class _Hall:
             # the history: from which step which settings changed (resumes with other settings; lifecycle/resume.py)
             "segments": resume.segments(previous, self.start_step, self.life.start.changes),
             "model_source": self.model_source.record(),
+            "launch_dir": str(Path.cwd()),  # where the config's relative paths start (glm-grpo evaluate reads them)
             "deepspeed": self.ds_config,
             "data": self.data_fingerprint,  # what the cards name: the source and its number of prompts
             "versions": framework_versions(),

@@ -66,6 +66,24 @@ def _shown(key: str, value) -> str:
     return f"{key}={json.dumps(value)}"
 
 
+def _from_anywhere(run: Path, key: str, value):
+    """A run's ``model.path`` as a path that holds from any directory: the config's, relative to where the run was
+    launched (``launch_dir`` in its config.json), else the directory the run resolved it to (``model_source``); a
+    Hub id or an absolute path as it is."""
+    from ..observability.records import read_run_record
+
+    if key != "model.path" or not isinstance(value, str) or Path(value).is_absolute() or Path(value).exists():
+        return value
+    record = read_run_record(run, others_ok=True) or {}
+    if (record.get("model_source") or {}).get("repo_id"):  # a Hub id: the same from anywhere
+        return value
+    launched = record.get("launch_dir")
+    if isinstance(launched, str) and (Path(launched) / value).exists():
+        return str(Path(launched) / value)
+    resolved = (record.get("model_source") or {}).get("path")
+    return resolved if isinstance(resolved, str) and Path(resolved).is_dir() else value
+
+
 def run_overrides(a, adapters: list[str]) -> tuple[list[str], list[str]]:
     """Without ``--config``: ``(overrides, lines)``, the :data:`RUN_KEYS` of the first adapter's run that this
     command line does not set, as ``key=value`` overrides, and the lines saying so (the file, the keys; one more
@@ -82,7 +100,7 @@ def run_overrides(a, adapters: list[str]) -> tuple[list[str], list[str]]:
         values = {}
         for key in RUN_KEYS:
             try:
-                values[key] = _lookup(train, key)
+                values[key] = _from_anywhere(run, key, _lookup(train, key))
             except KeyError:
                 continue
         taken[i] = (run, {key: value for key, value in values.items() if not _given(a, key)})
@@ -113,6 +131,10 @@ def load_settings(a, adapters: list[str] = ()):
     from_run, lines = run_overrides(a, list(adapters))
     if a.config is None and not _given(a, "rewards") and not any(o.startswith("rewards=") for o in from_run):
         raise ValueError(f"no rewards to score the images with: {REWARDS_HINT}")
+    if a.config is None and not a.prompts:  # else load_config asks for data.train_file, a key never set here
+        raise ValueError(
+            "no prompts to evaluate on: give --prompts FILE (a run's eval.file is taken with --config RUN_CONFIG)"
+        )
     overrides = [*from_run, *a.overrides]
     if a.model:
         overrides.append(f"model.path={a.model}")

@@ -501,7 +501,9 @@ def test_without_config_evaluate_takes_the_adapters_run_settings_and_says_so(sho
     before the models load says what is coming; the count follows."""
     from glm_grpo_ds.commands.evaluate import main
 
-    run = json.loads((short_run / "config.json").read_text())["train"]
+    record = json.loads((short_run / "config.json").read_text())
+    run = record["train"]
+    assert Path(record["launch_dir"]).is_dir()  # where a relative model.path starts, from any directory
     out = tmp_path / "ev"
     args = ["--adapter", str(short_run / "final_adapter"), "--prompts", str(prompts), "--num-prompts", "2"]
     assert main([*args, "--samples-per-prompt", "1", "--out", str(out), "eval.num_inference_steps=1"]) == 0

@@ -71,6 +71,39 @@ def test_without_config_the_adapters_run_gives_size_decode_sampling_and_rewards_
     assert cfg.rollout.width == 96 and str(tmp_path / "run2" / "config.json") in err[0]
 
 
+def test_a_runs_relative_model_path_holds_from_any_directory(tmp_path, monkeypatch):
+    """A run launched with model.path=outputs/world/model (relative) and evaluated from another directory: "model.path
+    outputs/world/model ... does not exist". It is taken relative to the run's launch_dir; a run older than
+    launch_dir gives the directory it resolved (model_source); a Hub id stays an id."""
+    launched = tmp_path / "project"
+    (launched / "outputs/world/model").mkdir(parents=True)
+    adapter = make_run(tmp_path / "run", *RUN[1:], "model.path=outputs/world/model")
+    record = json.loads((tmp_path / "run/config.json").read_text())
+    record.update(launch_dir=str(launched), model_source={"path": "/elsewhere/model", "repo_id": None})
+    (tmp_path / "run/config.json").write_text(json.dumps(record))
+    monkeypatch.chdir(tmp_path)  # not where the run was launched
+    _, cfg, err = settings(["--adapter", str(adapter)], [adapter])
+    assert cfg.model.path == str(launched / "outputs/world/model") and cfg.model.path in err[0]
+    del record["launch_dir"]  # a run written before launch_dir: model_source's directory
+    record["model_source"]["path"] = str(launched / "outputs/world/model")
+    (tmp_path / "run/config.json").write_text(json.dumps(record))
+    assert settings(["--adapter", str(adapter)], [adapter])[1].model.path == str(launched / "outputs/world/model")
+    record["train"]["model"]["path"] = "zai-org/GLM-Image"
+    record["model_source"] = {"path": str(launched / "outputs/world/model"), "repo_id": "zai-org/GLM-Image"}
+    (tmp_path / "run/config.json").write_text(json.dumps(record))
+    assert settings(["--adapter", str(adapter)], [adapter])[1].model.path == "zai-org/GLM-Image"
+
+
+def test_without_config_or_prompts_the_line_asks_for_prompts(tmp_path, capfd):
+    """It said "data.train_file is required", a key evaluate never asks for."""
+    adapter = make_run(tmp_path / "run", *RUN)
+    assert evaluate.main(["--adapter", str(adapter), "--out", str(tmp_path / "o")]) == 2
+    assert capfd.readouterr().err == (
+        "glm-grpo evaluate: no prompts to evaluate on: give --prompts FILE (a run's eval.file is taken with --config "
+        "RUN_CONFIG)\n"
+    )
+
+
 def test_flags_and_overrides_given_here_win_over_the_run(tmp_path):
     adapter = make_run(tmp_path / "run", *RUN)
     argv = ["rollout.height=128", "grpo.sampling={temperature: 1.0}", "--adapter", str(adapter), "--model", "/models/o"]
