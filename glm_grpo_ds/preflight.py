@@ -104,6 +104,15 @@ def cluster_shape(num_gpus, num_nodes, hostfile: str | None, gpu_memory_gb: floa
                 report.add("FAIL", f"--num-nodes {num_nodes} but hostfile {hostfile} lists {len(hosts)} node(s)")
             hosts = hosts[:num_nodes] if num_nodes else hosts
             slots = [n for _, n in hosts]
+            if num_gpus and num_gpus > min(slots):  # deepspeed --num_gpus N starts N ranks per node, slots or not
+                few = next(host for host, n in hosts if n == min(slots))
+                report.add(
+                    "FAIL",
+                    f"--num-gpus {num_gpus} but hostfile {hostfile} gives {few} slots={min(slots)}: the launcher would "
+                    f"start {num_gpus} ranks there; give --num-gpus {min(slots)} or leave it out (the slots decide)",
+                )
+            elif num_gpus and num_gpus < max(slots):
+                report.add("note", f"--num-gpus {num_gpus}: {num_gpus} of each node's slots in hostfile {hostfile}")
             ranks = None if num_gpus or len(set(slots)) == 1 else sum(slots)  # --num-gpus: every node's
             if ranks is not None:
                 report.add(

@@ -133,3 +133,26 @@ def test_the_module_runs_as_a_script_without_torch(tmp_path):
     assert proc.stderr == f"glm-grpo hostfile: hostfile {path} line 2: node-0 is listed again (first on line 1); " + (
         "one line per node, with all its GPUs in slots=N\n"
     )
+
+
+def test_num_gpus_beyond_a_nodes_slots_fails_the_check_as_deepspeeds_launcher_would_start_them(tmp_path):
+    """deepspeed --num_gpus N with a hostfile starts N ranks on every node (runner.apply_num_nodes_and_gpus), whatever
+    its slots: --num-gpus 8 on two slots=4 nodes was planned as 16 ranks, "ok". Now a FAIL naming the node and the
+    fix; fewer than the slots is a note (the launcher takes that many of each node's)."""
+    from glm_grpo_ds.preflight import Report, cluster_shape
+
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node-0 slots=4\nnode-1 slots=2\n")
+    report = Report()
+    cluster_shape(8, None, str(hostfile), None, report)
+    assert [kind for kind, _ in report.lines] == ["FAIL", "ok"] and report.lines[0][1] == (
+        f"--num-gpus 8 but hostfile {hostfile} gives node-1 slots=2: the launcher would start 8 ranks there; give "
+        "--num-gpus 2 or leave it out (the slots decide)"
+    )
+    report = Report()
+    est = cluster_shape(2, None, str(hostfile), None, report)
+    assert report.lines[0] == ("note", f"--num-gpus 2: 2 of each node's slots in hostfile {hostfile}")
+    assert report.failed == 0 and (est.num_gpus, est.num_nodes) == (2, 2)
+    report = Report()
+    est = cluster_shape(None, None, str(hostfile), None, report)
+    assert report.failed == 0 and est.ranks == 6  # the slots decide: 4 + 2
