@@ -42,6 +42,18 @@ def _mean_best(best: dict[str, float], prompt_file: str, num_prompts: int = 0) -
     return sum(best[p] for p in prompts) / len(prompts)
 
 
+def read_best(path: Path) -> dict[str, float]:
+    """``best.json``'s ``{prompt: best reward}``; a file that is not one is a ValueError naming it and the shape."""
+    shape = '{"best": {"<prompt>": <best reward>, ...}} (glm-grpo tiny-world writes one for the tiny world)'
+    try:
+        best = json.loads(path.read_text(encoding="utf-8")).get("best")
+    except (UnicodeDecodeError, ValueError, AttributeError) as err:
+        raise ValueError(f"--best {path} is not a best.json ({type(err).__name__}): it holds {shape}") from None
+    if not isinstance(best, dict) or not all(isinstance(v, (int, float)) for v in best.values()):
+        raise ValueError(f"--best {path} has no best rewards: it holds {shape}")
+    return best
+
+
 def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10) -> dict:
     """``{"eval": (start, end, best, fraction, first eval step, last eval step) or None, "train": (start, end, best,
     fraction)}``."""
@@ -50,7 +62,7 @@ def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10
     if record is None:
         raise ValueError(f"{out} holds no config.json: give a training run's output_dir")
     cfg = record["train"]
-    best = json.loads(Path(best_path).read_text(encoding="utf-8"))["best"]
+    best = read_best(Path(best_path))
     result: dict = {"eval": None}
     evals = read_metrics(out / "eval.jsonl") if (out / "eval.jsonl").exists() else []
     evals = [e for e in evals if e.get("eval/reward_mean") is not None]  # null: every reward undefined there

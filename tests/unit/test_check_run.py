@@ -158,3 +158,19 @@ def test_progress_refuses_a_window_below_one(tmp_path):
     (tmp_path / "best.json").write_text('{"best": {}}')
     with pytest.raises(ValueError, match="--window 0: give the steps averaged at each end, 1 or more"):
         run_progress(tmp_path, tmp_path / "best.json", 0)
+
+
+def test_progress_names_a_best_file_that_is_not_one_and_its_shape(tmp_path, capsys):
+    """--best given the prompt file (a user's natural mistake) said "Expecting value: line 1 column 1 (char 0)"."""
+    from glm_grpo_ds.commands.progress import main
+
+    (tmp_path / "config.json").write_text(json.dumps({"train": {"data": {"train_file": "x"}}}))
+    shape = '{"best": {"<prompt>": <best reward>, ...}} (glm-grpo tiny-world writes one for the tiny world)'
+    for name, text, why in [
+        ("prompts.txt", "a red apple\n", "is not a best.json (JSONDecodeError): it holds "),
+        ("list.json", "[1, 2]", "is not a best.json (AttributeError): it holds "),
+        ("other.json", '{"best": {"a": "high"}}', "has no best rewards: it holds "),
+    ]:
+        (tmp_path / name).write_text(text)
+        assert main([str(tmp_path), "--best", str(tmp_path / name)]) == 2
+        assert capsys.readouterr().err == f"glm-grpo progress: --best {tmp_path / name} {why}{shape}\n"
