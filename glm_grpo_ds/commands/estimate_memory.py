@@ -21,6 +21,7 @@ import sys
 from ..config import ConfigError, load_config, parse_with_overrides
 from ..config.arguments import gib
 from ..ds.ds_config import DeepSpeedConfigError, read_ds_config
+from ..memory.levers import candidate_changes, lever_text
 from ..memory.plan import GIB, EstimateConfig, grid_tokens, plan
 from ..memory.sizes import model_sizes
 from ..memory.stages import fastest_that_fits
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     fits = p["headroom_bytes"] >= 0
     fastest = fastest_that_fits(cfg, a.deepspeed, p, est, sizes)
+    advice = None if fits else lever_text(p, planned_changes(a, cfg, est, sizes, p))
     timed = step_time(
         cfg, p["setup"]["zero_stage"], grid_tokens(cfg.rollout.height, cfg.rollout.width), est.prompt_tokens
     )
@@ -113,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                     "merge_copy": p["merge_copy"],
                     "setup": p["setup"],
                     "fastest_that_fits": fastest,
+                    "levers": advice,  # when it does not fit: the settings that plan less (memory/levers.py)
                     "step_time": {
                         "total_s": timed.total_s,
                         "rollout_s": timed.rollout_s,
@@ -132,12 +135,24 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"WARNING: the plan needs {p['total_bytes'] / GIB:.1f} GiB per GPU, "
         f"{-p['headroom_bytes'] / GIB:.1f} GiB more "
-        f"than --gpu-memory-gb {a.gpu_memory_gb:g}; lower batch.micro_batch_size, use LoRA, ZeRO-3, "
-        "more GPUs, decoder.offload=true or offload: true on the reward models"
+        f"than --gpu-memory-gb {a.gpu_memory_gb:g}; planned again with one change each: {advice}"
         + ("" if a.allow_over_budget else f" (exit {OVER_BUDGET}; --allow-over-budget exits 0)"),
         file=sys.stderr,
     )
     return 0 if a.allow_over_budget else OVER_BUDGET
+
+
+def planned_changes(a, cfg, est, sizes, given: dict) -> list[tuple[str, str, dict]]:
+    """``(change, why, plan)`` of each of :func:`~glm_grpo_ds.memory.levers.candidate_changes`: the config loaded
+    again with that override added (a change the config refuses is left out)."""
+    raw = read_ds_config(a.deepspeed)
+    out = []
+    for change, why in candidate_changes(cfg, given):
+        try:
+            out.append((change, why, plan(load_config(a.config, [*a.overrides, change]), raw, est, sizes)))
+        except (ConfigError, DeepSpeedConfigError):
+            continue
+    return out
 
 
 def format_plan(p: dict) -> str:

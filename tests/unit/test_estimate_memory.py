@@ -134,3 +134,35 @@ def test_the_planned_rollout_reads_the_prompt_tokens_of_the_kv_cache(capsys):
         assert estimate_memory.main(argv) == 0
         times.append(json.loads(capsys.readouterr().out)["step_time"]["rollout_s"])
     assert times[1] > times[0]
+
+
+def test_over_budget_names_each_setting_that_plans_less_with_its_saving(capsys):
+    """The shipped LoRA config at ZeRO-2 on 8 GPUs of 44 GiB (it plans 44.5): each change of this run planned again
+    alone, largest saving first, with whether it fits alone. Not the fixed list it printed (it told a LoRA run to use
+    LoRA and named decoder.offload, which saves nothing where the decode is the peak); every figure is the
+    planner's own."""
+    from glm_grpo_ds.config import load_config
+    from glm_grpo_ds.ds.ds_config import read_ds_config
+    from glm_grpo_ds.memory.levers import candidate_changes
+    from glm_grpo_ds.memory.plan import GIB, EstimateConfig, plan
+    from glm_grpo_ds.memory.sizes import model_sizes
+
+    config, zero2 = str(ROOT / "launch/configs/glm_image_lora.yaml"), str(ROOT / "ds_configs/zero2.json")
+    assert estimate_memory.main(["--config", config, "--deepspeed", zero2, "--gpu-memory-gb", "44"]) == 3
+    err = capsys.readouterr().err
+    cfg = load_config(config, [])
+    est, raw = EstimateConfig(8, 1, 44.0), read_ds_config(zero2)
+    sizes = model_sizes(cfg)
+    given = plan(cfg, raw, est, sizes)
+    saved = {}
+    for change, _ in candidate_changes(cfg, given):
+        p = plan(load_config(config, [change]), raw, est, sizes)
+        saved[change] = ((given["total_bytes"] - p["total_bytes"]) / GIB, p["headroom_bytes"] >= 0)
+    assert "model.gradient_checkpointing=true" not in saved  # on already
+    assert "decoder.offload=true" in saved and "decoder.offload=true -" not in err  # saves nothing at a decode peak
+    named = [c for c, (gib, _) in sorted(saved.items(), key=lambda kv: -kv[1][0]) if gib >= 0.05]
+    assert named and err.index(named[0]) < err.index(named[-1])
+    for change in named:
+        gib, fits = saved[change]
+        assert f"{change} -{gib:.1f} GiB{' (fits alone)' if fits else ''}: " in err, (change, err)
+    assert "use LoRA" not in err

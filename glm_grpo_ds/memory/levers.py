@@ -1,0 +1,54 @@
+"""What ``glm-grpo estimate-memory`` says when a plan does not fit: each setting of the run that would plan less,
+with its saving, planned again with that one change (the DeepSpeed configs are :mod:`.stages`' line).
+
+    changes = candidate_changes(cfg, plan)            # [(override, why)] that apply to this run
+    saved = [(change, why, plan_of(change)) ...]      # the command plans each (it holds the config's sources)
+    lever_text(plan, saved)                           # "decoder.offload=true -13.5 GiB (fits alone), ..."
+
+Only changes that apply are offered (a config already on LoRA is not told to use LoRA; a decoder already offloaded
+is not told to offload it), so each figure is one the user can have by setting that key.
+"""
+
+from __future__ import annotations
+
+from .plan import GIB
+
+# a change must save at least this much to be named (a rounding-size saving is not advice)
+MIN_SAVING = 0.05 * GIB
+
+
+def candidate_changes(cfg, given: dict) -> list[tuple[str, str]]:
+    """``[(key=value override, what it does)]``: the run's settings whose change plans less GPU memory, among those
+    this run has not made yet."""
+    out = []
+    if not cfg.decoder.offload:
+        out.append(("decoder.offload=true", "the DiT on the host between decodes"))
+    if cfg.decoder.batch_size > 1:
+        out.append((f"decoder.batch_size={cfg.decoder.batch_size // 2}", "fewer images per DiT forward"))
+    micro = cfg.batch.micro_batch_size
+    if micro > 1:
+        out.append((f"batch.micro_batch_size={micro // 2}", "smaller update activations"))
+    if cfg.batch.prompts_per_rank > 1:
+        out.append((f"batch.prompts_per_rank={cfg.batch.prompts_per_rank // 2}", "fewer sequences per GPU per step"))
+    if not cfg.model.gradient_checkpointing:
+        out.append(("model.gradient_checkpointing=true", "activations recomputed in the backward"))
+    if not cfg.decoder.fp8:
+        out.append(("decoder.fp8=true", "the DiT's linears in FP8; changes the images: glm-grpo decode-agreement"))
+    for i, reward in enumerate(given.get("rewards", [])):
+        if reward["where"] == "gpu":
+            out.append((f"rewards[{i}].args.offload=true", f"the {reward['name']} model on the host between scores"))
+    return out
+
+
+def lever_text(given: dict, planned: list[tuple[str, str, dict]]) -> str:
+    """The changes that save at least :data:`MIN_SAVING`, largest first, each with its saving and whether it fits
+    alone; or a sentence saying none does. ``planned``: ``(change, why, its plan)``."""
+    rows = []
+    for change, why, p in planned:
+        saved = given["total_bytes"] - p["total_bytes"]
+        if saved >= MIN_SAVING:
+            fits = " (fits alone)" if p["headroom_bytes"] >= 0 else ""
+            rows.append((saved, f"{change} -{saved / GIB:.1f} GiB{fits}: {why}"))
+    if not rows:
+        return "no setting of this run plans less; more GPUs with ZeRO-3 or GPUs with more memory"
+    return "; ".join(text for _, text in sorted(rows, key=lambda r: -r[0]))
