@@ -127,7 +127,8 @@ class LineFile:
         if check and (
             not isinstance(obj, dict) or not isinstance(obj.get(prompt_key), str) or not obj[prompt_key].strip()
         ):
-            raise DataError(f'{p}:{lineno}: each line needs a non-empty string field "{prompt_key}"')
+            hint = _key_hint(obj, (target_key, text_key))
+            raise DataError(f'{p}:{lineno}: each line needs a non-empty string field "{prompt_key}"{hint}')
         target = obj.pop(target_key, None)
         if target is not None:
             where = f"{p}:{lineno}: {target_key} {target}"
@@ -152,3 +153,13 @@ class LineFile:
 
     def rows(self) -> PromptRows:
         return PromptRows(self.read, len(self.offsets), str(self.path))
+
+
+def _key_hint(obj, others: tuple[str, ...]) -> str:
+    """`` (this line has ...: set data.prompt_key=...)`` naming the line's keys and the first holding text that is
+    not one of the ``others`` fields (the target image's, the text to render's)."""
+    if not isinstance(obj, dict) or not obj:
+        return ""
+    text = next((k for k, v in obj.items() if isinstance(v, str) and v.strip() and k not in others), None)
+    fix = f": set data.prompt_key={text} if it holds the prompts" if text else ""
+    return f" (this line has {', '.join(obj)}{fix})"

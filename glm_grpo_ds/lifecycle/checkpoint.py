@@ -19,12 +19,11 @@ A checkpoint is written to ``step_N.tmp/`` and renamed when complete; ``latest``
 atomically afterwards. A run killed mid-write leaves a ``.tmp`` directory (removed on the next
 start) and the previous ``latest`` intact.
 
-Pruning (``save_total_limit``) runs on rank 0 after the save's last barrier (with ``later``, on rank 0's
-worker thread, glm_grpo_ds/lifecycle/background.py: no rank waits while it deletes), only after ``latest`` points
-at the new checkpoint, counts only
-this run's checkpoints (``run_id`` in ``trainer_state.json``, kept across resumes) ordered by their
-step, never deletes the one ``latest`` names, and renames a checkpoint to ``step_N.deleting`` before
-deleting it, so a crash while pruning leaves ``latest`` loadable and no half-deleted ``step_N``.
+Pruning (``save_total_limit``) runs on rank 0 after the save's last barrier (with ``later``, on rank 0's worker
+thread, glm_grpo_ds/lifecycle/background.py: no rank waits while it deletes), only after ``latest`` points at the new
+checkpoint, counts only this run's checkpoints (``run_id`` in ``trainer_state.json``, kept across resumes) ordered by
+their step, never deletes the one ``latest`` names, and renames a checkpoint to ``step_N.deleting`` before deleting
+it, so a crash while pruning leaves ``latest`` loadable and no half-deleted ``step_N``.
 
 A fresh run (no ``resume_from``, or ``resume_from=auto`` without a ``latest``) refuses an
 ``output_dir`` that holds an earlier run's checkpoints, metrics or final weights (:func:`start_fresh`)
@@ -311,6 +310,10 @@ def resolve(output_dir, resume_from: str) -> Path:
         path = pointer.parent / pointer.read_text(encoding="utf-8").strip()
     else:
         path = Path(resume_from)
+    if not path.exists():
+        there = ", ".join(sorted(p.name for p in path.parent.glob("step_*") if (p / "trainer_state.json").is_file()))
+        listed = f"the checkpoints in {path.parent}: {there}" if there else f"{path.parent} holds none"
+        raise CheckpointError(f"resume_from {path} does not exist ({listed}; resume_from=latest takes the newest)")
     if not (path / "trainer_state.json").is_file() or not (path / ds_io.DS_TAG).is_dir():
         raise CheckpointError(f"{path} is not a complete checkpoint (needs trainer_state.json and {ds_io.DS_TAG}/)")
     return path

@@ -77,6 +77,13 @@ class ModelSource:
         return str(self.path / AR_DIR), None
 
 
+def names_a_local_path(name: str) -> bool:
+    """Whether ``name`` is read as a local path: it exists, it is not spelled like a Hub id, or its first part is a
+    directory here (``outputs/model`` mistyped is a missing directory, not a Hub repository to download)."""
+    local = Path(name).expanduser()
+    return local.exists() or not is_repo_id(name) or Path(name.split("/")[0]).is_dir()
+
+
 def _download_hint(name: str, revision: str | None) -> str:
     cmd = f"hf download {name}" + (f" --revision {revision}" if revision else "")
     return f"`{cmd}` (`huggingface-cli download` with huggingface_hub < 1.0)"
@@ -104,7 +111,7 @@ def resolve_model(
     if is_random(name):
         return _random(name, revision, flag, revision_flag)
     local = Path(name).expanduser()
-    if local.exists() or not is_repo_id(name):
+    if names_a_local_path(name):
         if local.exists() and revision:
             raise ModelSourceError(
                 f"{revision_flag}={revision} applies to Hugging Face Hub ids, but {flag} {name} is a local "
@@ -204,7 +211,7 @@ def cached_model_dir(name: str, revision: str | None = None) -> Path | None:
 def check_local_model(name: str, revision: str | None) -> None:
     """The part of :func:`resolve_for_training` that needs no other rank: a local path (or anything that
     is not a Hub id) is checked now; a Hub id waits for the process group (rank 0 may download it)."""
-    if not name or Path(str(name)).expanduser().exists() or not is_repo_id(str(name)):
+    if not name or names_a_local_path(str(name)):
         resolve_model(name, revision)
 
 
@@ -215,7 +222,7 @@ def resolve_for_training(name: str, revision: str | None, rank: int) -> ModelSou
     the cache only. Every rank fails alike when one fails: rank 0 prints the reason, a rank whose own cache
     lacks the model also logs its line.
     """
-    if Path(str(name)).expanduser().exists() or not is_repo_id(str(name)):
+    if names_a_local_path(str(name)):
         return resolve_model(name, revision)  # local (or bad) path: each rank checks its own filesystem
     from ..ds import dist
     from ..runtime import log

@@ -81,7 +81,8 @@ def check_reward_name(name: str, where: str = "") -> None:
         close = difflib.get_close_matches(name, list(REWARDS), n=3, cutoff=0.4)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise RewardError(
-            f"{where}unknown reward {name!r}{hint} (built-ins: {', '.join(builtin_names())}; or python:module:function)"
+            f"{where}unknown reward {name!r}{hint} (built-ins: {', '.join(builtin_names())}; or "
+            "python:module:function, path/file.py:function)"
         )
 
 

@@ -78,6 +78,16 @@ def test_local_directory_is_used_as_is(tiny_model_dir, tmp_path, monkeypatch):
         resolve_model("org/x")
 
 
+def test_a_mistyped_path_under_a_local_directory_is_missing_not_a_hub_id(tmp_path, monkeypatch):
+    """model.path=outputs/nomodel (the directory mistyped) was read as a Hub id: offline "hf download outputs/nomodel",
+    online a download attempt. Its first part is a directory here, so it is a path that does not exist."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs").mkdir()
+    assert is_repo_id("outputs/nomodel")
+    with pytest.raises(FileNotFoundError, match=r"^model.path outputs/nomodel is not a GLM-Image pipeline directory"):
+        resolve_model("outputs/nomodel")
+
+
 @pytest.mark.parametrize("name", ["/models/GLM-Image", "a/b/c", "./org/name", "org/na me", "org/", "~/x"])
 def test_neither_directory_nor_hub_id_is_the_pipeline_directory_error(name):
     assert not is_repo_id(name)

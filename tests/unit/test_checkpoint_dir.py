@@ -101,6 +101,20 @@ def test_resume_from_auto_resumes_from_latest_when_there_is_one(tmp_path):
     assert checkpoint.resume_path(out, "auto") == newest == checkpoint.resume_path(out, "latest")
 
 
+def test_a_resume_path_that_does_not_exist_lists_the_checkpoints_there(tmp_path):
+    """resume_from=.../step_9 mistyped said "is not a complete checkpoint (needs trainer_state.json and ds/)"."""
+    out = tmp_path / "run"
+    fake_checkpoint(out, 1, "r")
+    fake_checkpoint(out, 2, "r")
+    gone = out / "checkpoints" / "step_000009"
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.resume_path(out, str(gone))
+    assert str(err.value) == (
+        f"resume_from {gone} does not exist (the checkpoints in {gone.parent}: step_000001, step_000002; "
+        "resume_from=latest takes the newest)"
+    )
+
+
 def test_overwrite_deletes_the_earlier_run(earlier):
     checkpoint.start_fresh(earlier, overwrite=True, rank=0)
     assert sorted(p.name for p in earlier.iterdir()) == ["config.json"]  # rewritten by every run anyway

@@ -25,7 +25,14 @@ def test_txt_and_jsonl(tmp_path):
     "content,message",
     [
         ('{"prompt": "ok"}\n{"prompt": broken}\n', r"p.jsonl:2: not valid JSON"),
-        ('{"text": "no prompt"}\n', r"p.jsonl:1: each line needs a non-empty string field \"prompt\""),
+        (
+            '{"text": "no prompt"}\n',
+            r"p.jsonl:1: each line needs a non-empty string field \"prompt\" \(this line has text\)",
+        ),
+        (
+            '{"caption": "a cat", "text": "HI"}\n',
+            r"field \"prompt\" \(this line has caption, text: set data.prompt_key=caption if it holds the prompts\)$",
+        ),
         ('{"prompt": "x", "target_image": "missing.png"}\n', r"p.jsonl:1: target_image missing.png not found"),
         ('{"prompt": "x", "target_image": "bad.png"}\n', r"p.jsonl:1: target_image bad.png cannot be read as an image"),
         ("\n\n", "holds no prompts"),
