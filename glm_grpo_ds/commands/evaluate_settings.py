@@ -228,7 +228,8 @@ def run_settings(a, cfg, loaded, adapters, rows, prompts_name, decode, seed, wor
         # the DiT that decoded: each changes the images (attention and compile by float rounding only)
         "decoder": {key: getattr(cfg.decoder, key) for key in ("dtype", "fp8", "attention", "compile")},
         "sampling": {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p},
-        "rewards": [dataclasses.asdict(spec) for spec in cfg.rewards],
+        # an empty label left out: the settings an evaluation's progress store was recorded with before it existed
+        "rewards": [{k: v for k, v in dataclasses.asdict(spec).items() if k != "label" or v} for spec in cfg.rewards],
         "batch_prompts": a.batch_prompts,
         "thumbnail": a.thumbnail,
         "dtype": str(loaded.dtype),

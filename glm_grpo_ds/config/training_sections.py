@@ -5,6 +5,7 @@ micro-batch against the group size, the disagreement gate against the number of 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -260,12 +261,20 @@ class RewardSpec:
     )
     weight: float = setting(1.0, "Weight of this reward in the combination (see grpo.reward_combination).")
     args: dict = setting(help="Keyword arguments of the reward, e.g. {net: vgg} for lpips.", factory=dict)
+    label: str = setting(
+        "",
+        "The reward's name in metrics.jsonl (reward/<label>), the trackers, the console and the reports; empty = "
+        "its name (a plugin's is its path: path/file.py:function), a second use of one getting #2. Letters, "
+        "digits, _ . - only.",
+    )
 
     def problems(self, prefix: str = "") -> list[str]:
         """One line per problem, keys written ``<prefix>key`` (TrainConfig.validate passes ``rewards[i].``)."""
         problems = choice_problems(self, prefix)
         if not self.name:
             problems.append(f"{prefix}name is required")
+        if self.label and not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.label):
+            problems.append(f"{prefix}label {self.label!r}: letters, digits, _ . - only (it names metrics and tags)")
         if not math.isfinite(self.weight):  # a NaN weight made every reward undefined, blamed on the reward
             problems.append(f"{prefix}weight must be a finite number, got {self.weight}")
         return problems

@@ -137,7 +137,7 @@ def summarise(results: dict, adapters: dict[str, str], categories: list[str] | N
     from .paired import BASE
 
     base = results[BASE]
-    by_label = dict(zip(reward_labels([s["name"] for s in specs]), specs))
+    by_label = dict(zip(reward_labels(specs), specs))
     out = {}
     for name, path in adapters.items():
         model = results[name]

@@ -143,6 +143,16 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _entry_defaults(entry):
+    """A ``rewards`` entry of a checkpoint's config with the RewardSpec settings added since at their defaults."""
+    if not isinstance(entry, dict):
+        return entry
+    from ..config import RewardSpec
+    from ..config.loading import to_dict
+
+    return {**to_dict(RewardSpec()), **entry}
+
+
 def config_changes(saved: dict | None, now: dict, defaults: dict | None = None) -> dict[str, list]:
     """``{dotted key: [old, new]}`` between the checkpoint's config (``to_dict`` form; None for checkpoints from
     before it was kept) and this launch's, :data:`START_KEYS` left out. A key the checkpoint's config lacks (a setting
@@ -150,6 +160,8 @@ def config_changes(saved: dict | None, now: dict, defaults: dict | None = None) 
     if not saved:
         return {}
     before, after, default = _flat(saved), _flat(now), _flat(defaults or {})
+    if isinstance(before.get("rewards"), list):  # an entry's setting added since (label) had its default
+        before["rewards"] = [_entry_defaults(r) for r in before["rewards"]]
     # only a key new in a section the checkpoint has: a section it holds as null (lora for full fine-tuning) stays
     # null, so switching to LoRA still lists lora.* as changes
     sections = {key.rpartition(".")[0] for key in before}

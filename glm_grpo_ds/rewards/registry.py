@@ -275,11 +275,14 @@ def check_reward_inputs(specs, rows, key: str, path) -> None:
             )
 
 
-def reward_labels(names: list[str]) -> list[str]:
-    """The rewards' labels in metrics and reports: each name, with ``#2``, ``#3`` appended to a name used again."""
+def reward_labels(specs) -> list[str]:
+    """The rewards' labels in metrics and reports: each spec's ``label`` (a RewardSpec, or its dict in a run's
+    config.json), else its name, with ``#2``, ``#3`` appended to one used again."""
     seen: dict[str, int] = {}
     labels = []
-    for name in names:
+    for spec in specs:
+        label = spec.get("label") if isinstance(spec, dict) else spec.label
+        name = label or (spec.get("name") if isinstance(spec, dict) else spec.name)
         seen[name] = seen.get(name, 0) + 1
         labels.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
     return labels
@@ -287,7 +290,7 @@ def reward_labels(names: list[str]) -> list[str]:
 
 def build_rewards(specs) -> RewardSet:
     """From config ``RewardSpec``s, labelled by :func:`reward_labels`."""
-    labels = reward_labels([s.name for s in specs])
+    labels = reward_labels(specs)
     built = [(label, s.weight, build_reward(s.name, dict(s.args))) for label, s in zip(labels, specs)]
     run_log.adopt_library_loggers()  # reward libraries that print by themselves (torchmetrics) -> the run's log
     return RewardSet(built)

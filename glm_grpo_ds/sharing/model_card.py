@@ -123,7 +123,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     hub = (cfg.get("hub") or {}) if hub is None else hub
     base, random_name, hub_id, revision = _base(saved)
     is_adapter = (weights / "adapter_config.json").is_file()
-    labels = reward_labels([r["name"] for r in cfg["rewards"]])
+    labels = reward_labels(cfg["rewards"])
     res = run_results(run, step)
     what = "LoRA adapter" if is_adapter else "fine-tuned autoregressive model"
     title = f"# {hub.get('repo_id') or run.resolve().name}" + (f": checkpoint at step {step}" if step else "")

@@ -227,14 +227,17 @@ def test_custom_python_reward_through_training(tiny_model_dir, tmp_path):
         "grpo.group_size=4",
         "grpo.reward_combination=normalize_then_sum",
         "logging.progress_bar=false",
-        f"rewards=[{{name: '{plugin}:redness', weight: 1.0}}, {{name: '{plugin}:sometimes', weight: 0.5}}]",
+        f"rewards=[{{name: '{plugin}:redness', weight: 1.0, label: redness}}, "
+        f"{{name: '{plugin}:sometimes', weight: 0.5}}]",
     ]
     proc = run_cmd(cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = metrics(out)
     assert len(rows) == 2
     assert rows[0][f"reward/{plugin}:sometimes_undefined"] == 2  # half of 1 prompt x G=4
-    assert rows[0][f"reward/{plugin}:redness"] is not None and math.isfinite(rows[0]["loss"])
+    # rewards[0].label names its metrics (not the plugin's path)
+    assert rows[0]["reward/redness"] is not None and math.isfinite(rows[0]["loss"])
+    assert not any(key.startswith(f"reward/{plugin}:redness") for key in rows[0])
 
 
 @pytest.mark.slow

@@ -65,6 +65,12 @@ def test_a_number_that_is_not_finite_is_refused(override, message):
         load_config(None, BASE + [override])
 
 
+def test_a_reward_label_names_metrics_and_tags_so_it_takes_plain_characters():
+    assert load_config(None, BASE + ["rewards[0].label=text_v2"]).rewards[0].label == "text_v2"
+    with pytest.raises(ConfigError, match=re.escape("rewards[0].label 'my/reward:x': letters, digits, _ . - only")):
+        load_config(None, BASE + ["rewards[0].label=my/reward:x"])
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

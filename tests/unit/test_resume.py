@@ -58,6 +58,12 @@ def test_config_changes_list_each_changed_key_and_the_history_grows_by_segment()
     assert config_changes(saved, {**newer, "optimizer": {**newer["optimizer"], "fp8": True}}, defaults) == {
         "optimizer.fp8": [False, True]
     }
+    # a rewards entry saved before rewards[i].label existed had label "": no change; a label set now is one
+    old_rewards = {**saved, "rewards": [{"name": "ocr", "weight": 1.0, "args": {}}]}
+    labelled = [{"name": "ocr", "weight": 1.0, "args": {}, "label": ""}]
+    assert config_changes(old_rewards, {**saved, "rewards": labelled}) == {}
+    renamed = [{**labelled[0], "label": "text"}]
+    assert config_changes(old_rewards, {**saved, "rewards": renamed}) == {"rewards": [labelled, renamed]}
     full_ft = {**saved, "lora": None}  # a section held as null stays null: switching to LoRA is a change
     assert config_changes(full_ft, {**saved, "lora": {"r": 16}}, defaults) == {"lora.r": [None, 16]}
     line = changes_line(changes, 40)
