@@ -35,7 +35,7 @@ from .lifecycle.background import Background
 from .lifecycle.run import RunLife, decide_start
 from .memory.startup import base_copy_placement, recorded_config, startup_plan
 from .model.adapters import check_init_adapter, check_target_modules, text_layer_linear_names
-from .model.glm_image import load_processor, read_ar_config, resolve_attn, resolve_dtype, resolve_sampling
+from .model.glm_image import ar_parts, load_processor, read_ar_config, resolve_attn, resolve_dtype, resolve_sampling
 from .model.policy import load_policy, load_reference
 from .model.source import ModelSource, check_local_model, resolve_for_training
 from .model.token_ids import check_token_ids, embedding_rows
@@ -383,6 +383,7 @@ class _Hall:
         }
         write_text_atomic(self.out / "config.json", json.dumps(record, indent=2))  # a kill leaves the old one whole
         print_startup_summary(
-            self.cfg, model, self.ds_config, self.world, self.device, self.dtype, self.attn, self.out, self.memory_plan
-        )
+            self.cfg, model, self.ds_config, self.world, self.device, self.dtype, self.attn, self.out, self.memory_plan,
+            codebook_size=ar_parts(model)[2],
+        )  # fmt: skip
         log.info(f"          model: {self.model_source.describe()}")

@@ -37,17 +37,21 @@ def grpo_options_line(grpo) -> str | None:
     return "grpo options (not the defaults): " + ", ".join(changed) if changed else None
 
 
-def _cut_note(sampling) -> str:
+def _cut_note(sampling, codebook_size: int | None) -> str:
     """Said beside the sampling knobs when top-k / top-p cut the draw: the tokens come from another distribution than
-    the one trained (docs/training.md#which-distribution-the-ratio-is-taken-under)."""
-    if not (sampling.top_k or (sampling.top_p is not None and sampling.top_p < 1)):
+    the one trained (docs/training.md#which-distribution-the-ratio-is-taken-under). A top-k of the whole codebook or
+    more (the tiny model's 16 ids under top_k 50) cuts nothing."""
+    cuts_k = sampling.top_k and (codebook_size is None or sampling.top_k < codebook_size)
+    if not (cuts_k or (sampling.top_p is not None and sampling.top_p < 1)):
         return ""
     return " (the cut draws off-policy, by the policy mass it leaves out; top_k 0, top_p 1.0 draw on-policy)"
 
 
-def print_startup_summary(cfg, model, ds_config, world, device, dtype, attn, out: Path, planned: dict) -> None:
+def print_startup_summary(
+    cfg, model, ds_config, world, device, dtype, attn, out: Path, planned: dict, codebook_size: int | None = None
+) -> None:
     """``planned``: the memory plan of this run (glm_grpo_ds/memory/startup.py ``startup_plan``), written to
-    ``out/memory_plan.json``."""
+    ``out/memory_plan.json``; ``codebook_size``: the visual ids the sampler draws from (whether top-k cuts)."""
     total = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
     trainable = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters() if p.requires_grad)
     c = cfg
@@ -60,7 +64,7 @@ def print_startup_summary(cfg, model, ds_config, world, device, dtype, attn, out
         f"          effective batch {world * c.batch.prompts_per_rank} prompts x G={c.grpo.group_size} = "
         f"{world * c.sequences_per_rank} sequences/step, micro-batch {c.batch.micro_batch_size}, "
         f"{c.rollout.height}x{c.rollout.width}, sampling temperature {c.grpo.sampling.temperature} "
-        f"top_k {c.grpo.sampling.top_k} top_p {c.grpo.sampling.top_p}{_cut_note(c.grpo.sampling)}"
+        f"top_k {c.grpo.sampling.top_k} top_p {c.grpo.sampling.top_p}{_cut_note(c.grpo.sampling, codebook_size)}"
         f"{' (collectives forced on)' if c.force_collectives else ''}"
     )
     # The planner's peak for this very setup (exact model-state bytes; activations estimated),

@@ -354,6 +354,10 @@ def test_the_startup_summary_says_when_top_k_or_top_p_draw_off_policy():
     from glm_grpo_ds.config import SamplingConfig
     from glm_grpo_ds.observability.summary import _cut_note
 
-    assert "draws off-policy" in _cut_note(SamplingConfig(temperature=0.9, top_k=50, top_p=0.75))
-    assert "draws off-policy" in _cut_note(SamplingConfig(temperature=1.0, top_k=0, top_p=0.9))
-    assert _cut_note(SamplingConfig(temperature=0.9, top_k=0, top_p=1.0)) == ""
+    assert "draws off-policy" in _cut_note(SamplingConfig(temperature=0.9, top_k=50, top_p=0.75), 16384)
+    assert "draws off-policy" in _cut_note(SamplingConfig(temperature=1.0, top_k=0, top_p=0.9), 16384)
+    assert _cut_note(SamplingConfig(temperature=0.9, top_k=0, top_p=1.0), 16384) == ""
+    # a top-k of the whole codebook or more cuts nothing (the tiny model: 16 ids under the shipped top_k 50)
+    assert _cut_note(SamplingConfig(temperature=1.0, top_k=50, top_p=1.0), 16) == ""
+    assert "draws off-policy" in _cut_note(SamplingConfig(temperature=1.0, top_k=50, top_p=1.0), 16384)
+    assert "draws off-policy" in _cut_note(SamplingConfig(temperature=1.0, top_k=50, top_p=1.0), None)
