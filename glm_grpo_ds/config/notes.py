@@ -21,7 +21,9 @@ def unused_settings(cfg) -> list[str]:
     """One line per setting of ``cfg`` (a TrainConfig) this run will not act on."""
     lines = []
     if cfg.save_steps == 0 and cfg.save_total_limit != default_of(cfg, "save_total_limit"):
-        lines.append(f"save_total_limit={cfg.save_total_limit} with save_steps=0: this run saves no checkpoint")
+        lines.append(
+            f"save_steps=0: this run saves no checkpoint (save_total_limit={cfg.save_total_limit} prunes nothing)"
+        )
     if Path(cfg.data.train_file).suffix in LINE_FILES and cfg.data.split != default_of(cfg.data, "split"):
         lines.append(f"data.split={cfg.data.split} on one {Path(cfg.data.train_file).suffix} file, which has no splits")
     ev = cfg.eval

@@ -519,7 +519,7 @@ def test_settings_a_run_accepts_and_does_not_act_on_are_said(tmp_path):
         )
     )
     assert said == [
-        "save_total_limit=3 with save_steps=0: this run saves no checkpoint",
+        "save_steps=0: this run saves no checkpoint (save_total_limit=3 prunes nothing)",
         "data.split=validation on one .jsonl file, which has no splits",
         "optimizer.warmup_steps=10 is not shorter than the run's 10 optimizer steps: the learning rate never "
         "reaches optimizer.lr=1e-05",
