@@ -249,19 +249,26 @@ def _memory(cfg, ds_path: str, raw: dict, est: EstimateConfig, report: Report) -
     if planned is None:
         return
     total, gpu = planned["total_bytes"] / GIB, planned["gpu_memory_bytes"] / GIB
-    host = planned["host_node"]["request_bytes"] // GIB
+    host, per = planned["host_node"]["request_bytes"] // GIB, _unit(est)
     if planned["headroom_bytes"] >= 0:
-        report.add("ok", f"memory plan: {total:.1f} of {gpu:.0f} GiB per GPU; host RAM per node: ask for {host} GiB")
+        report.add("ok", f"memory plan: {total:.1f} of {gpu:.0f} GiB per {per}; host RAM per node: ask for {host} GiB")
         return
     fastest = fastest_that_fits(cfg, ds_path, planned, est, sizes)
     report.over_budget = True
-    report.add("FAIL", f"memory plan: {total:.1f} GiB per GPU does not fit in {gpu:.0f} GiB; {fastest['line']}")
+    report.add("FAIL", f"memory plan: {total:.1f} GiB per {per} does not fit in {gpu:.0f} GiB; {fastest['line']}")
+
+
+def _unit(est: EstimateConfig) -> str:
+    """What a rank runs on, in the check's lines: a GPU, or a CPU rank (``--device cpu``)."""
+    return "GPU" if est.device == "cuda" else "CPU rank"
 
 
 def check(cfg, ds_path: str, est: EstimateConfig, report: Report) -> Report:
     """Every check of the job, in order (see the module docstring), added to ``report``; none loads a model or
     opens a process group."""
-    shape = f"{est.num_nodes} node(s) x {est.num_gpus} GPU(s)" if est.ranks is None else f"{est.num_nodes} node(s)"
+    shape = (
+        f"{est.num_nodes} node(s) x {est.num_gpus} {_unit(est)}(s)" if est.ranks is None else f"{est.num_nodes} node(s)"
+    )
     report.add("ok", f"config: {shape} = {est.world} ranks")
     for line in unused_settings(cfg):  # accepted, not acted on by this run (config/notes.py)
         report.add("note", line)

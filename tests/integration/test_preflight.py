@@ -185,6 +185,8 @@ def test_cpu_ranks_are_checked_as_they_run(tiny_model_dir, tiny_data, tmp_path, 
     assert code == 2 and "bf16" in stdout, stdout
     code, stdout, _ = glm_grpo([*argv, "--device", "cpu"], capfd)
     assert code == 0, stdout
+    # and says so: CPU ranks, not GPUs
+    assert "config: 1 node(s) x 8 CPU rank(s) = 8 ranks" in stdout and " GiB per CPU rank; host RAM" in stdout
 
 
 def test_the_eval_file_is_checked_as_the_ranks_check_it(tiny_model_dir, tiny_data, tmp_path, capfd):
