@@ -10,8 +10,8 @@ One step: each rank samples G token grids for its prompts (rollout) -> the froze
 micro-batch backward -> optimizer step (``grpo.num_iterations`` times; glm_grpo_ds/update.py). Outputs in
 ``output_dir``: ``metrics.jsonl``, ``config.json``, ``reward_curve.png``, ``final_adapter/`` (LoRA) or
 ``final_model/`` (full fine-tuning) with its model card, uploaded with ``hub.repo_id`` (sharing/hub.py); with
-``eval.file`` ``eval.jsonl``, ``samples/`` galleries (``logging.gallery_steps``, evals); trackers
-(``logging.report_to``).
+``eval.file`` ``eval.jsonl``, ``samples/`` galleries (``logging.gallery_steps``, evals), ``samples.jsonl``
+(``logging.sample_records``); trackers (``logging.report_to``).
 
 Exit status: 0 done; 2 bad input (config, data, ds_config, model path, output_dir, checkpoint,
 reward name or a reward's missing sample field: one line on stderr, ``--debug`` for the traceback); 3
@@ -64,6 +64,7 @@ from .observability.metrics import (
     timer,
 )
 from .observability.plot import PLOT_NAME, plot_training_or_warn
+from .observability.sample_records import record_samples
 from .observability.update_stats import UpdateStats
 from .runtime import log, process_exit, run_log
 from .runtime.seeding import decoder_seed
@@ -149,6 +150,11 @@ class Trainer:
         record = self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, measured_dead, lr)
         record.update(disagreement_fields(disagreement, grpo_cfg.disagreement_gate))
         record.update(advantage_fields(advantages))  # the global batch's, as the update uses them (after the gate)
+        if run.cfg.logging.sample_records and (index + 1) % run.cfg.logging.sample_records == 0:  # samples.jsonl
+            g = grpo_cfg.group_size
+            record_samples(
+                run.tracker, index + 1, exp.rows, run.prompt_order.rows, all_per_reward, all_rewards, advantages, g
+            )
         record.update(run.rollout.record())
         return record
 

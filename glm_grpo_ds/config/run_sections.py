@@ -186,6 +186,11 @@ class LoggingConfig:
         factory=dict,
     )
     gallery_steps: int = setting(0, "Training gallery samples/step_N.png every N steps (0 = off).")
+    sample_records: int = setting(
+        0,
+        "Every N steps, a line per sample of the step in samples.jsonl: its prompt, each reward, the weighted total "
+        "and the advantage the update used (0 = off; ~300 bytes a sample).",
+    )
     gallery_max_prompts: int = setting(4, "Rows (prompts) per gallery, training and eval; >= 1.")
     gallery_thumbnail: int = setting(128, "Longest side of a gallery tile in pixels (never upscaled); >= 16.")
     watchdog: bool = setting(
@@ -250,6 +255,11 @@ class LoggingConfig:
         )
         need(
             problems, self.gallery_steps >= 0, f"{prefix}gallery_steps must be >= 0 (0 = off), got {self.gallery_steps}"
+        )
+        need(
+            problems,
+            self.sample_records >= 0,
+            f"{prefix}sample_records must be >= 0 (0 = off), got {self.sample_records}",
         )
         need(
             problems,

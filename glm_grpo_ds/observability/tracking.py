@@ -39,7 +39,7 @@ from ..config import ConfigError, to_dict
 from ..config.redact import redacted
 from .records import MetricsWriter
 
-STREAMS = {"train": "metrics.jsonl", "eval": "eval.jsonl"}
+STREAMS = {"train": "metrics.jsonl", "eval": "eval.jsonl", "samples": "samples.jsonl"}
 # Trackers whose accelerate class takes images (log_images; MLflow: the PNG as an artifact).
 IMAGE_TRACKERS = ("tensorboard", "wandb", "mlflow", "clearml", "swanlab", "aim")
 
@@ -174,6 +174,10 @@ class Tracker:
         for tracker in self.trackers.values():
             tracker.log(values, step=int(record["step"]))
 
+    def write(self, stream: str, record: dict) -> None:
+        """A record to ``stream``'s file only (``samples``: a line per sample, not a tracker's scalars)."""
+        self.writers[stream].write(record)
+
     def log_image(self, tag: str, path: Path, step: int) -> None:
         for name, tracker in self.trackers.items():
             if name in IMAGE_TRACKERS:  # the others (trackio, comet_ml, dvclive) take none: the PNG is not read
@@ -188,7 +192,11 @@ class Tracker:
 
 def build_tracker(cfg, is_main: bool, resume_step: int | None = None) -> Tracker:
     out = Path(cfg.output_dir)
-    streams = STREAMS if cfg.eval.file else {"train": STREAMS["train"]}
+    streams = {"train": STREAMS["train"]} | ({"eval": STREAMS["eval"]} if cfg.eval.file else {})
+    if cfg.logging.sample_records:  # observability/sample_records.py
+        streams["samples"] = STREAMS["samples"]
+    elif is_main and resume_step is not None and (out / STREAMS["samples"]).is_file():  # off now: a killed branch's
+        MetricsWriter(out, True, resume_step, STREAMS["samples"]).close()  # lines past the checkpoint dropped
     if is_main and resume_step is None and not cfg.eval.file:  # an earlier attempt's (it died before its first
         (out / STREAMS["eval"]).unlink(missing_ok=True)  # step), which the plot and progress would read as this run's
     elif is_main and not cfg.eval.file and (out / STREAMS["eval"]).is_file():  # resumed without evaluating: the

@@ -117,8 +117,26 @@ def dp_result(a) -> dict:
         adv = trainer_advantages(trainer, synthetic_rewards(len(batch))[mine], mine)  # this rank's rewards only
         grads, stats = grads_of_update(trainer, batch.select(mine), adv)
         loss = dist.all_reduce_mean(torch.tensor(stats["loss"])).item()
-        result[i] = {"loss": loss, "grads": grads, "advantages": dist.all_gather(adv)}
+        record = logged_statistics(trainer, stats, len(batch))
+        result[i] = {"loss": loss, "grads": grads, "advantages": dist.all_gather(adv), "record": record}
     return result
+
+
+# what metrics.jsonl logs of an update, reduced over the ranks as the trainer's step record reduces it
+LOGGED = ("kl", "entropy", "clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_min", "ratio_max",
+          "first_iteration_ratio_min", "first_iteration_ratio_max", "mismatch/logp_abs_mean", "mismatch/logp_abs_max",
+          "mismatch/kl_k3", "mismatch/frac_beyond")  # fmt: skip
+
+
+def logged_statistics(trainer, stats: dict, rows: int) -> dict:
+    """The :data:`LOGGED` fields of the step record (observability/metrics.py ``step_record``, collective) of this
+    rank's update statistics."""
+    from glm_grpo_ds.observability.metrics import step_record
+
+    timings = {"rollout": 1.0, "decode": 1.0, "reward": 1.0, "update": 1.0}
+    g = trainer.run.cfg.grpo
+    record = step_record(1, stats, torch.zeros(rows), {}, {}, timings, {}, 0, g.num_iterations, torch.device("cpu"))
+    return {key: record[key] for key in LOGGED}
 
 
 def options_result(a) -> dict:

@@ -2,6 +2,8 @@
 over in later epochs (no rollout, no decode), and every step records `frac_reward_zero_std`. The sampler's
 draws, their agreement across ranks and resume: tests/unit/test_dead_prompts.py."""
 
+import json
+
 import pytest
 from launching import FAST, run_cmd, train_cmd  # noqa: E402  (tests/integration/launching.py)
 from run_files import metrics  # noqa: E402  (tests/run_files.py)
@@ -29,7 +31,7 @@ def test_dead_prompts_are_skipped_after_their_first_group(tiny_model_dir, tmp_pa
     cmd += ["grpo.group_size=2", "batch.micro_batch_size=2", "data.shuffle=false", "max_steps=8"]
     plugin = tmp_path / "flat.py"
     rewards = f"rewards=[{{name: '{plugin}:flat_or_mean'}}, {{name: '{plugin}:image_mean', weight: 0}}]"
-    cmd += ["data.dead_prompt_skip_prob=0.999999", rewards]
+    cmd += ["data.dead_prompt_skip_prob=0.999999", rewards, "logging.sample_records=1"]
     proc = run_cmd(cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = metrics(out)
@@ -39,3 +41,18 @@ def test_dead_prompts_are_skipped_after_their_first_group(tiny_model_dir, tmp_pa
     assert [r["prompts_skipped"] for r in rows] == [0, 0, 0, 0, 2, 0, 2, 0]
     assert all(r["dead_prompts"] == 2 for r in rows[1:])
     assert [r["reward_mean"] == 1.0 for r in rows] == [True, True] + [False] * 6
+    # samples.jsonl: a line per sample, its prompt, each reward, the total and the advantage the update used
+    lines = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [(s["step"], s["sample"], s["group_member"]) for s in lines] == [
+        (i // 2 + 1, i % 2, i % 2) for i in range(16)
+    ]
+    flat = [s for s in lines if "flat" in s["prompt"]]
+    assert [s["step"] for s in flat] == [1, 1, 2, 2]  # passed over after their dead first groups
+    assert all(
+        s["advantage"] == 0.0 and s["reward"] == 1.0 and s["rewards"][f"{plugin}:flat_or_mean"] == 1.0 for s in flat
+    )
+    for step, r in enumerate(rows, 1):
+        mine = [s for s in lines if s["step"] == step]
+        assert sum(s["reward"] for s in mine) / 2 == pytest.approx(r["reward_mean"])
+        assert sum(s["advantage"] for s in mine) == pytest.approx(0.0, abs=1e-3)  # centred within the group (float32)
+        assert mine[0]["rewards"][f"{plugin}:image_mean"] != mine[1]["rewards"][f"{plugin}:image_mean"]  # weight 0

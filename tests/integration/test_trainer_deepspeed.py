@@ -121,6 +121,7 @@ def test_gradients_do_not_depend_on_micro_batch_size(lora, ds_config, tiny_model
         "batch.prompts_per_rank=1",
         "grpo.group_size=8",
         "grpo.beta=0.04",
+        "grpo.num_iterations=2",  # the second iteration's statistics are the moved policy's
         "optimizer.name=adamw",
     )
     if lora == "full":
@@ -138,14 +139,20 @@ def test_gradients_do_not_depend_on_micro_batch_size(lora, ds_config, tiny_model
         assert (
             first["ratio_min"] == first["ratio_max"] == 1.0 and first["clip_frac_low"] == first["clip_frac_high"] == 0.0
         )
+        # each iteration's logged statistics: token-weighted over the micro-batches, extremes over all of them
+        for it, (got, want) in enumerate(zip(r[m]["iterations"], ref["iterations"])):
+            for key in ("kl", "entropy", "ratio_mean", "ratio_min", "ratio_max", "clip_frac_low", "clip_frac_high"):
+                assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), (m, it, key)
+    assert ref["iterations"][1]["ratio_max"] > 1.0 > ref["iterations"][1]["ratio_min"]  # the policy moved
 
 
 ESTIMATORS = ("batch", "rloo")  # batch: one std over the global batch; rloo: leave-one-out within each group
 
 
 def test_same_rollouts_same_loss_and_gradients_on_one_and_two_ranks(tiny_model_dir, tiny_data, tmp_path):
-    """The same global rollout (2 groups of 4) trained on 1 rank or split over 2 gives the same advantages, loss and
-    gradients, for each advantage estimator in ESTIMATORS (a Trainer each, one launch per world size). Every rank
+    """The same global rollout (2 groups of 4) trained on 1 rank or split over 2 gives the same advantages, loss,
+    gradients and logged statistics (two iterations: the second's ratios are not 1), for each advantage estimator in
+    ESTIMATORS (a Trainer each, one launch per world size). Every rank
     holds only its own share of the rewards and gets its advantages the trainer's way (ds_worker.trainer_advantages:
     all_gather, combine_advantages with the configured estimator over the global batch, this rank's slice), so a
     gather out of rank order or an estimator over one rank's rewards (batch's std) shows up as different advantages
@@ -159,6 +166,7 @@ def test_same_rollouts_same_loss_and_gradients_on_one_and_two_ranks(tiny_model_d
         "grpo.group_size=4",
         "batch.micro_batch_size=2",
         "grpo.beta=0.04",
+        "grpo.num_iterations=2",  # the second iteration's ratios and clips are the moved policy's, not 1 and 0
         "optimizer.name=adamw",
     )
     sets = ["--option-sets", ";".join(f"grpo.advantage_estimator={e}" for e in ESTIMATORS)]
@@ -174,6 +182,10 @@ def test_same_rollouts_same_loss_and_gradients_on_one_and_two_ranks(tiny_model_d
         assert nonzero, estimator
         for n in nonzero:
             assert _rel_close(two[i]["grads"][n], one[i]["grads"][n], 1e-5), (estimator, n)
+        # what metrics.jsonl logs of the update (reduced over the ranks as the step record reduces it) too
+        for key, value in one[i]["record"].items():
+            assert two[i]["record"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), (estimator, key)
+        assert one[i]["record"]["ratio_max"] > 1.0 > one[i]["record"]["ratio_min"]  # the policy moved in iteration 2
 
 
 def test_sharded_rollout_equals_gathered_rollout_zero3(tiny_model_dir, tiny_data, tmp_path):

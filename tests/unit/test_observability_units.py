@@ -361,3 +361,28 @@ def test_the_startup_summary_says_when_top_k_or_top_p_draw_off_policy():
     assert _cut_note(SamplingConfig(temperature=1.0, top_k=50, top_p=1.0), 16) == ""
     assert "draws off-policy" in _cut_note(SamplingConfig(temperature=1.0, top_k=50, top_p=1.0), 16384)
     assert "draws off-policy" in _cut_note(SamplingConfig(temperature=1.0, top_k=50, top_p=1.0), None)
+
+
+def test_sample_lines_by_hand():
+    """samples.jsonl's lines (observability/sample_records.py): one per sample, group by group; an undefined reward
+    or advantage is null, not NaN (which JSON has not)."""
+    import json
+
+    from glm_grpo_ds.observability.sample_records import sample_lines
+
+    nan = float("nan")
+    lines = sample_lines(
+        7,
+        [3, 3, 9, 9],
+        ["a cat", "a cat", "a dog", "a dog"],
+        {"ocr": torch.tensor([0.5, nan, 1.0, 0.0]), "mse": torch.tensor([-0.1, -0.2, -0.3, -0.4])},
+        torch.tensor([0.4, 0.3, 0.7, -0.4]),
+        torch.tensor([0.7, -0.7, 0.0, 0.0]),
+        2,
+    )
+    assert [(s["sample"], s["prompt_index"], s["group_member"], s["prompt"]) for s in lines] == [
+        (0, 3, 0, "a cat"), (1, 3, 1, "a cat"), (2, 9, 0, "a dog"), (3, 9, 1, "a dog")
+    ]  # fmt: skip
+    assert lines[1]["rewards"] == {"ocr": None, "mse": pytest.approx(-0.2)} and lines[1]["step"] == 7
+    assert lines[0]["reward"] == pytest.approx(0.4) and lines[1]["advantage"] == pytest.approx(-0.7)
+    assert "NaN" not in json.dumps(lines)
