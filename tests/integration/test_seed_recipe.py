@@ -1,4 +1,4 @@
-"""The seeds' recipe end to end (docs/training.md#from-the-seeds-plan): launch/configs/seed_recipe.yaml with the
+"""The seeds' recipe end to end (docs/seed-recipe.md): launch/configs/seed_recipe.yaml with the
 tiny world in the seeds' data layout (prompts.txt + target_images/, glm_grpo_ds/testing/world.py
 write_seed_layout) and their reward mix (0.4 lpips + 0.2 ssim + 0.3 ocr + 0.1 aesthetic) on 2 CPU ranks under
 ZeRO-2 - the command of docs/training.md, for 2 steps. It proves the layout's targets reach the likeness rewards

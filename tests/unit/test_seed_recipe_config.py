@@ -1,4 +1,4 @@
-"""launch/configs/seed_recipe.yaml, the seeds' recipe in our keys (docs/training.md#from-the-seeds-plan): it loads,
+"""launch/configs/seed_recipe.yaml, the seeds' recipe in our keys (docs/seed-recipe.md): it loads,
 holds their reward mix and data layout, gives every key the seeds named its seeds' name in a comment, and plans
 on 8 GPUs at ZeRO-2 as its header says (`glm-grpo estimate-memory`, in-process; the run itself is
 tests/integration/test_seed_recipe.py)."""
