@@ -87,6 +87,7 @@ class Trainer:
         # what the signal watcher thread reads to say when the run will stop (_stop_notice)
         self._current_step, self._finishing = run.start_step + 1, False
         self._step_started, self._last_step_seconds = time.monotonic(), None
+        self._evaluated: tuple[int, float | None] | None = None  # rank 0: the last evaluation's (step, reward)
 
     @classmethod
     def from_config(cls, cfg, ds_config_path: str) -> Trainer:
@@ -272,6 +273,9 @@ class Trainer:
             log.info(f"      evaluations {run.out / 'eval.jsonl'}: {evals}")
             log.info(f"      samples {run.out / 'samples'}/ (eval_step_*.png: the held-out prompts, fixed seeds)")
         log.info(f"      {final.name.replace('_', ' ')} {final}")
+        best = run.life.best  # save_best (lifecycle/best.py)
+        if best.step is not None:
+            log.info(f"      best checkpoint: step {best.step}, eval reward {best.value:.4f} (checkpoints/best)")
         if run.model_source.random_weights:  # glm_grpo_ds/model/random_weights.py
             log.info(f"      model {run.model_source.random_weights}: {RANDOM_NOTE}")
         self.fired = warn_at_the_end(run.out) if run.is_main else []  # alarms, failed rewards
@@ -326,6 +330,7 @@ class Trainer:
             self._alarms(record)
             alarms = {k: v for k, v in record.items() if k.startswith("alarm/")}
             run.tracker.log("eval", record)
+            self._evaluated = (step, record.get("eval/reward_mean"))  # save_best's (lifecycle/best.py)
         if gallery is not None:
             run.tracker.log_image("eval/samples", gallery, step)
         return alarms
@@ -334,7 +339,10 @@ class Trainer:
         """Checkpoint ``step`` (collective; lifecycle/run.py)."""
         self.run.watchdog.phase("checkpoint save")
         run = self.run
-        return run.life.save_checkpoint(run.engine, run.prompt_order, step, self.skipped_steps, run.rollout.state())
+        reward = self._evaluated[1] if self._evaluated and self._evaluated[0] == step else None  # rank 0's
+        return run.life.save_checkpoint(
+            run.engine, run.prompt_order, step, self.skipped_steps, run.rollout.state(), eval_reward=reward
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,6 +60,12 @@ class TrainConfig:
         0,
         "Keep this run's newest K checkpoints (0 = keep all); never deletes the one `latest` names, nor another run's.",
     )
+    save_best: bool = setting(
+        False,
+        "Keep the checkpoint with the highest eval/reward_mean among those saved at an evaluated step, named by "
+        "checkpoints/best (best.json: its step and reward) and never pruned while it is the best; needs eval.file "
+        "and a save step that is an evaluation step (save_steps a multiple of eval.steps, or the last step).",
+    )
     resume_from: str | None = setting(
         None,
         '"auto" (resume from output_dir\'s latest checkpoint when it has one, else start fresh: what the launch '
@@ -280,4 +286,16 @@ class TrainConfig:
             )
         if not self.save_total_limit >= 0:
             problems.append(f"save_total_limit must be >= 0 (0 = keep all), got {self.save_total_limit}")
+        if self.save_best and not self._best_can_be_kept():
+            problems.append(
+                "save_best=true keeps the best evaluated checkpoint, and this run has none: give eval.file, and "
+                f"save_steps (now {self.save_steps}) a multiple of eval.steps (now {self.eval.steps}) within max_steps"
+            )
         return problems
+
+    def _best_can_be_kept(self) -> bool:
+        """Whether some step is both evaluated (every eval.steps, and the last) and checkpointed (every save_steps)."""
+        if not self.eval.file or not self.save_steps:
+            return False
+        saves = range(self.save_steps, self.max_steps + 1, self.save_steps)
+        return any(s == self.max_steps or (self.eval.steps and s % self.eval.steps == 0) for s in saves)

@@ -88,6 +88,8 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
     "ddp_timeout": ("dist_timeout_minutes", "minutes here (TRL: seconds)"),
     "torch_compile": ("rollout.compile", "the sampler's decode step (decoder.compile: the DiT's)"),
     "fp16": ("model.dtype", "bf16, fp32, fp16 or auto"),
+    "metric_for_best_model": ("save_best", "by eval/reward_mean: checkpoints/best, never pruned while the best"),
+    "load_best_model_at_end": ("save_best", "the best is kept and named (checkpoints/best), not loaded at the end"),
 }
 
 # (our dotted key, a value TRL writes for the matching field) -> our value

@@ -48,7 +48,7 @@ from ..runtime.atomic_files import write_text_atomic
 from ..runtime.seeding import rng_state, seed_everything, set_rng_state
 
 CHECKPOINTS = "checkpoints"
-LATEST = "latest"
+LATEST, BEST = "latest", "best"  # pointers: the newest complete checkpoint; the best evaluated one (best.py)
 AHEAD = "ahead"
 
 
@@ -96,7 +96,7 @@ def check_output_dir(output_dir, rank: int, create: bool = True) -> Path:
 EARLIER_RUN_OUTPUTS = (CHECKPOINTS, "metrics.jsonl", "final_adapter", "final_model")
 # Deleted too by overwrite_output_dir=true: outputs a new run would otherwise mix with its own records
 # (config.json, memory_plan.json and the plot are rewritten whole by every run).
-OVERWRITTEN_OUTPUTS = (*EARLIER_RUN_OUTPUTS, "eval.jsonl", "samples", "tensorboard", "logs")
+OVERWRITTEN_OUTPUTS = (*EARLIER_RUN_OUTPUTS, "eval.jsonl", "samples", "samples.jsonl", "tensorboard", "logs")
 
 
 def earlier_run(output_dir: Path) -> list[str]:
@@ -177,12 +177,11 @@ def remove_stale(output_dir: str | os.PathLike) -> None:
 def prune(root: Path, keep: int, run_id: str | None, launch: dict | None = None) -> list[Path]:
     """Delete all but the newest ``keep`` checkpoints of run ``run_id`` under ``root`` (rank 0; call
     only after ``latest`` names the newest). Ordered by the step in their trainer state; other runs'
-    checkpoints and the one ``latest`` names are never deleted, nor a branch this launch went back from
+    checkpoints and the ones ``latest`` and ``best`` name are never deleted, nor a branch this launch went back from
     (``launch``: ``{"id", "from_step"}``; a checkpoint past ``from_step`` that another launch wrote): resumed from
     step_300 with step_347 left from a run that diverged, the limit counts 300 and this launch's, and deletes 300
     last. Returns the deleted paths."""
-    pointer = root / LATEST
-    latest = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else None
+    named = {p.read_text(encoding="utf-8").strip() for p in (root / LATEST, root / BEST) if p.is_file()}
     mine = []
     for path in root.glob("step_*"):
         if not path.is_dir() or path.suffix in (".tmp", ".deleting"):
@@ -200,7 +199,7 @@ def prune(root: Path, keep: int, run_id: str | None, launch: dict | None = None)
             continue
     deleted = []
     for _, path in sorted(mine)[:-keep]:
-        if path.name == latest:
+        if path.name in named:  # the newest, and save_best's best (lifecycle/best.py)
             continue
         shutil.rmtree(_set_aside(path))  # a crash mid-delete leaves a .deleting dir, not a broken step_N
         deleted.append(path)

@@ -27,6 +27,7 @@ from ..ds import io as ds_io
 from ..runtime import log
 from ..runtime.seeding import derive_seed
 from . import checkpoint, resume
+from .best import BestCheckpoint
 from .preempt import EXIT_ALARM, EXIT_NONFINITE, Stopped, exit_code, signal_name, terms_ignored
 
 # How long the other ranks wait for rank 0 to convert a checkpoint for another world size or stage (ds/portable.py).
@@ -115,6 +116,8 @@ class RunLife:
         self.run_id: str | None = uuid.uuid4().hex
         # This launch and the step it started from: pruning leaves alone a branch it went back from (checkpoint.prune)
         self.launch = {"id": uuid.uuid4().hex, "from_step": start.step}
+        # save_best: the best evaluated checkpoint so far, kept from pruning (a resume goes on with its best)
+        self.best = BestCheckpoint(out, cfg.save_best, rank == 0, start.step if start.checkpoint else None)
 
     @property
     def final_dir(self) -> Path:
@@ -223,9 +226,12 @@ class RunLife:
             )
         return int(state["step"]), int(state.get("skipped_steps", 0))
 
-    def save_checkpoint(self, engine, prompt_order, step: int, skipped_steps: int, ahead: dict | None = None) -> Path:
+    def save_checkpoint(
+        self, engine, prompt_order, step: int, skipped_steps: int, ahead: dict | None = None, eval_reward=None
+    ) -> Path:
         """Checkpoint ``step`` (collective), its adapter's model card; its path. ``ahead``: this rank's rollout
-        drawn ahead for the next step (``rollout.one_step_off``; glm_grpo_ds/experience/drawn.py Drawn.state)."""
+        drawn ahead for the next step (``rollout.one_step_off``; glm_grpo_ds/experience/drawn.py Drawn.state);
+        ``eval_reward``: rank 0's evaluation at this step, for ``save_best`` (None: not evaluated here)."""
         state = {
             "step": step,
             "run_id": self.run_id,
@@ -240,6 +246,7 @@ class RunLife:
         }
         is_lora, limit = self.cfg.lora is not None, self.cfg.save_total_limit
         path = checkpoint.save(engine, self.out, step, state, self.rank, is_lora, limit, later=self.later, ahead=ahead)
+        self.best.consider(step, eval_reward, path)
         return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
 
     def save_final(self, engine, step: int) -> None:

@@ -62,8 +62,26 @@ def run1(tiny_model_dir, data64, tmp_path_factory):
         "logging.gallery_steps=1",
         "logging.gallery_max_prompts=2",
         "eval.steps=1",
+        "save_steps=1",
+        "save_total_limit=1",
+        "save_best=true",
     )
     return out, proc
+
+
+def test_save_best_names_the_checkpoint_of_the_highest_eval_reward(run1):
+    """save_best with a checkpoint and an evaluation every step: checkpoints/best names the step whose eval reward is
+    the highest (step 0's evaluation has no checkpoint), that checkpoint is kept beside the latest under
+    save_total_limit=1, and the closing lines say which."""
+    out, proc = run1
+    evals = {r["step"]: r["eval/reward_mean"] for r in jsonl(out / "eval.jsonl") if r["step"] > 0}
+    step = max(evals, key=lambda s: (evals[s], -s))  # the first of equal rewards: a tie does not move it
+    root = out / "checkpoints"
+    assert (root / "best").read_text() == f"step_{step:06d}" and (root / f"step_{step:06d}").is_dir()
+    assert sorted(p.name for p in root.glob("step_*")) == sorted({f"step_{step:06d}", "step_000002"})
+    assert (
+        f"best checkpoint: step {step}, eval reward {evals[step]:.4f} (checkpoints/best)" in proc.stdout + proc.stderr
+    )
 
 
 def is_grid(size, rows: int, cols: int) -> bool:

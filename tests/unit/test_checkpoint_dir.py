@@ -336,3 +336,33 @@ def test_rank_zero_background_jobs_run_in_order_beside_the_caller():
     assert background.submit("prune", lambda: events.append("prune 3"))  # a new worker for it
     background.wait()
     assert events[-1] == "prune 3"
+
+
+def test_save_best_names_the_best_evaluated_checkpoint_and_pruning_keeps_it(tmp_path):
+    """lifecycle/best.py: checkpoints/best follows the highest eval reward (a tie or a NaN does not move it), pruning
+    (save_total_limit=1) deletes every other old checkpoint but that one, and a resume keeps the best of the steps it
+    goes on from but forgets one past its checkpoint (a branch it went back from)."""
+    from glm_grpo_ds.lifecycle.best import BEST_RECORD, BestCheckpoint
+
+    out = tmp_path / "run"
+    root = out / checkpoint.CHECKPOINTS
+    best = BestCheckpoint(out, True, True)
+    moved = []
+    for step, reward in [(1, 0.2), (2, 0.7), (3, 0.7), (4, float("nan")), (5, 0.5), (6, None)]:
+        path = fake_checkpoint(out, step, "r")
+        point_latest(out, step)
+        moved.append(best.consider(step, reward, path))
+        checkpoint.prune(root, 1, "r")
+    assert moved == [True, True, False, False, False, False]
+    assert (root / checkpoint.BEST).read_text() == "step_000002" and (best.step, best.value) == (2, 0.7)
+    assert json.loads((root / BEST_RECORD).read_text()) == {
+        "step": 2,
+        "checkpoint": "step_000002",
+        "eval/reward_mean": 0.7,
+    }
+    assert sorted(p.name for p in root.glob("step_*")) == ["step_000002", "step_000006"]  # the best and the latest
+    assert BestCheckpoint(out, True, True, resume_step=6).value == 0.7  # resumed: 0.6 later does not move it
+    assert BestCheckpoint(out, True, False, resume_step=6).value is None  # only rank 0 keeps it
+    gone_back = BestCheckpoint(out, True, True, resume_step=1)  # resumed from step 1: step 2 is a branch left
+    assert gone_back.value is None and not (root / checkpoint.BEST).exists() and not (root / BEST_RECORD).exists()
+    assert not BestCheckpoint(out, False, True).consider(7, 9.0, root / "step_000006")  # off: nothing written

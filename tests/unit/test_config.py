@@ -537,3 +537,13 @@ def test_settings_a_run_accepts_and_does_not_act_on_are_said(tmp_path):
     assert unused_settings(load_config(None, BASE + [*once[:3], "eval.steps=40", "max_steps=100"])) == []  # 40 80 100
     for config in sorted((Path(__file__).parents[2] / "launch" / "configs").glob("*.yaml")):
         assert unused_settings(load_config(str(config))) == [], config
+
+
+def test_save_best_needs_a_checkpoint_at_an_evaluated_step():
+    """save_best keeps the best evaluated checkpoint: a run that evaluates no checkpointed step could never keep one."""
+    ok = ["save_best=true", "eval.file=e.jsonl", "eval.steps=10", "save_steps=20", "max_steps=40"]
+    assert load_config(None, BASE + ok).save_best
+    assert load_config(None, BASE + [*ok, "eval.steps=0", "max_steps=20"]).save_best  # the last step is evaluated
+    for bad in (["eval.file=null"], ["save_steps=0"], ["eval.steps=30", "save_steps=20", "max_steps=50"]):
+        with pytest.raises(ConfigError, match=r"save_best=true keeps the best evaluated checkpoint, and this run has"):
+            load_config(None, BASE + ok + bad)
