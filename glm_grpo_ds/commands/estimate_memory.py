@@ -149,7 +149,7 @@ def planned_changes(a, cfg, est, sizes, given: dict) -> list[tuple[str, str, dic
     out = []
     for change, why in candidate_changes(cfg, given):
         try:
-            out.append((change, why, plan(load_config(a.config, [*a.overrides, change]), raw, est, sizes)))
+            out.append((change, why, plan(load_config(a.config, [*a.overrides, *change.split()]), raw, est, sizes)))
         except (ConfigError, DeepSpeedConfigError):
             continue
     return out

@@ -68,20 +68,24 @@ def _shown(key: str, value) -> str:
 
 def _from_anywhere(run: Path, key: str, value):
     """A run's ``model.path`` as a path that holds from any directory: the config's, relative to where the run was
-    launched (``launch_dir`` in its config.json), else the directory the run resolved it to (``model_source``); a
-    Hub id or an absolute path as it is."""
+    launched (``launch_dir`` in its config.json, before this directory: another ``model/`` here is another model),
+    else the directory the run resolved it to (``model_source``); a Hub id, a ``random:`` name or an absolute path as
+    it is."""
     from ..observability.records import read_run_record
 
-    if key != "model.path" or not isinstance(value, str) or Path(value).is_absolute() or Path(value).exists():
+    if key != "model.path" or not isinstance(value, str) or Path(value).is_absolute():
         return value
     record = read_run_record(run, others_ok=True) or {}
-    if (record.get("model_source") or {}).get("repo_id"):  # a Hub id: the same from anywhere
+    source = record.get("model_source") or {}
+    if source.get("repo_id") or source.get("random_weights"):  # a Hub id, random: the same from anywhere
         return value
     launched = record.get("launch_dir")
     if isinstance(launched, str) and (Path(launched) / value).exists():
         return str(Path(launched) / value)
-    resolved = (record.get("model_source") or {}).get("path")
-    return resolved if isinstance(resolved, str) and Path(resolved).is_dir() else value
+    resolved = source.get("path")
+    if not isinstance(launched, str) and isinstance(resolved, str) and Path(resolved).is_dir():
+        return resolved  # a run from before launch_dir: where it found its model
+    return value
 
 
 def run_overrides(a, adapters: list[str]) -> tuple[list[str], list[str]]:
@@ -131,7 +135,7 @@ def load_settings(a, adapters: list[str] = ()):
     from_run, lines = run_overrides(a, list(adapters))
     if a.config is None and not _given(a, "rewards") and not any(o.startswith("rewards=") for o in from_run):
         raise ValueError(f"no rewards to score the images with: {REWARDS_HINT}")
-    if a.config is None and not a.prompts:  # else load_config asks for data.train_file, a key never set here
+    if a.config is None and not a.prompts and not _given(a, "eval.file"):  # else data.train_file is asked for
         raise ValueError(
             "no prompts to evaluate on: give --prompts FILE (a run's eval.file is taken with --config RUN_CONFIG)"
         )

@@ -1,7 +1,7 @@
 """What ``glm-grpo estimate-memory`` says when a plan does not fit: each setting of the run that would plan less,
 with its saving, planned again with that one change (the DeepSpeed configs are :mod:`.stages`' line).
 
-    changes = candidate_changes(cfg, plan)            # [(override, why)] that apply to this run
+    changes = candidate_changes(cfg, plan)            # [(overrides, why)] that apply to this run (space-separated)
     saved = [(change, why, plan_of(change)) ...]      # the command plans each (it holds the config's sources)
     lever_text(plan, saved)                           # "decoder.offload=true -13.5 GiB (fits alone), ..."
 
@@ -25,11 +25,14 @@ def candidate_changes(cfg, given: dict) -> list[tuple[str, str]]:
         out.append(("decoder.offload=true", "the DiT on the host between decodes"))
     if cfg.decoder.batch_size > 1:
         out.append((f"decoder.batch_size={cfg.decoder.batch_size // 2}", "fewer images per DiT forward"))
-    micro = cfg.batch.micro_batch_size
-    if micro > 1:
-        out.append((f"batch.micro_batch_size={micro // 2}", "smaller update activations"))
-    if cfg.batch.prompts_per_rank > 1:
-        out.append((f"batch.prompts_per_rank={cfg.batch.prompts_per_rank // 2}", "fewer sequences per GPU per step"))
+    micro, group, prompts = cfg.batch.micro_batch_size, cfg.grpo.group_size, cfg.batch.prompts_per_rank
+    if micro > 1:  # the largest micro-batch below this one that still divides the rank's sequences
+        out.append((f"batch.micro_batch_size={_divisor_below(prompts * group, micro)}", "smaller update activations"))
+    if prompts > 1:
+        fewer, change = prompts // 2, f"batch.prompts_per_rank={prompts // 2}"
+        if (fewer * group) % micro:  # the micro-batch must divide the fewer sequences too
+            change += f" batch.micro_batch_size={_divisor_below(fewer * group, micro + 1)}"
+        out.append((change, "fewer sequences per GPU per step"))
     if not cfg.model.gradient_checkpointing:
         out.append(("model.gradient_checkpointing=true", "activations recomputed in the backward"))
     if not cfg.decoder.fp8:
@@ -38,6 +41,11 @@ def candidate_changes(cfg, given: dict) -> list[tuple[str, str]]:
         if reward["where"] == "gpu":
             out.append((f"rewards[{i}].args.offload=true", f"the {reward['name']} model on the host between scores"))
     return out
+
+
+def _divisor_below(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` below ``limit`` (1 at least)."""
+    return max(d for d in range(1, max(limit, 2)) if n % d == 0)
 
 
 def lever_text(given: dict, planned: list[tuple[str, str, dict]]) -> str:

@@ -19,8 +19,6 @@ import torch
 
 from ..ds import dist
 
-SAMPLES = "samples.jsonl"
-
 
 def _number(value: float) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else value
@@ -58,6 +56,10 @@ def record_samples(tracker, step: int, rows, all_rows, per_reward, totals, advan
     """Collective (every rank calls it): gathers each rank's samples' dataset rows (``rows``, this rank's, whose
     ``index`` points into ``all_rows``); rank 0's ``tracker`` writes :func:`sample_lines` to ``samples.jsonl``."""
     index = dist.all_gather(torch.tensor([r.index for r in rows], dtype=torch.int64)).tolist()
-    prompts = [all_rows[i].prompt for i in index]
+    writer = tracker.writers.get("samples")
+    if writer is None or not writer.enabled:  # only rank 0 writes: the others read no rows
+        return
+    text = {i: all_rows[i].prompt for i in set(index)}  # a row read once, not once per sample
+    prompts = [text[i] for i in index]
     for line in sample_lines(step, index, prompts, per_reward, totals.float(), advantages.float(), group_size):
         tracker.write("samples", line)

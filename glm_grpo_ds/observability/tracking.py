@@ -195,8 +195,10 @@ def build_tracker(cfg, is_main: bool, resume_step: int | None = None) -> Tracker
     streams = {"train": STREAMS["train"]} | ({"eval": STREAMS["eval"]} if cfg.eval.file else {})
     if cfg.logging.sample_records:  # observability/sample_records.py
         streams["samples"] = STREAMS["samples"]
-    elif is_main and resume_step is not None and (out / STREAMS["samples"]).is_file():  # off now: a killed branch's
-        MetricsWriter(out, True, resume_step, STREAMS["samples"]).close()  # lines past the checkpoint dropped
+    elif is_main and resume_step is None:  # an earlier attempt's, which no step of this run wrote
+        (out / STREAMS["samples"]).unlink(missing_ok=True)
+    elif is_main and (out / STREAMS["samples"]).is_file():  # resumed with it off: a killed branch's lines dropped
+        MetricsWriter(out, True, resume_step, STREAMS["samples"]).close()
     if is_main and resume_step is None and not cfg.eval.file:  # an earlier attempt's (it died before its first
         (out / STREAMS["eval"]).unlink(missing_ok=True)  # step), which the plot and progress would read as this run's
     elif is_main and not cfg.eval.file and (out / STREAMS["eval"]).is_file():  # resumed without evaluating: the

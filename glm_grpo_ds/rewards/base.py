@@ -119,7 +119,13 @@ def reward_values(label: str, raw, n: int, device=None) -> torch.Tensor:
     NaN). A count other than ``n`` is a RewardError (an input error: one line, exit 2)."""
     if isinstance(raw, (list, tuple)):
         raw = [float("nan") if value is None else value for value in raw]
-    values = torch.as_tensor(raw, dtype=torch.float32).detach().to(device).reshape(-1)
+    try:
+        values = torch.as_tensor(raw, dtype=torch.float32).detach().to(device).reshape(-1)
+    except (TypeError, ValueError, RuntimeError) as err:  # a function, a string, ragged lists: not numbers
+        raise RewardError(
+            f"reward {label} returned {type(raw).__name__}, not numbers ({err}): a reward returns one value per "
+            "image (a [N] tensor or a list; None or NaN where it is undefined)"
+        ) from None
     if values.shape[0] != n:
         raise RewardError(
             f"reward {label} returned {values.shape[0]} values for {n} images: a reward returns one per image (a "

@@ -121,7 +121,9 @@ def _plugin_form(name: str, target: Callable, args: dict) -> str:
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # a builtin without a signature: let the call decide
         return "factory"
-    for form, bound in (("reward", (None, None, None)), ("factory", ())):
+    # the factory first: a reward's images, prompts and samples have no defaults, so it never fits the args alone,
+    # while a factory whose first parameters have defaults would fit (None, None, None, **args)
+    for form, bound in (("factory", ()), ("reward", (None, None, None))):
         try:
             signature.bind(*bound, **args)
             return form

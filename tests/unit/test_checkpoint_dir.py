@@ -4,6 +4,7 @@ pruning counts only this run's checkpoints by step, never deletes `latest`, and 
 leaves `latest` loadable."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -339,14 +340,13 @@ def test_rank_zero_background_jobs_run_in_order_beside_the_caller():
 
 
 def test_save_best_names_the_best_evaluated_checkpoint_and_pruning_keeps_it(tmp_path):
-    """lifecycle/best.py: checkpoints/best follows the highest eval reward (a tie or a NaN does not move it), pruning
-    (save_total_limit=1) deletes every other old checkpoint but that one, and a resume keeps the best of the steps it
-    goes on from but forgets one past its checkpoint (a branch it went back from)."""
+    """lifecycle/best.py: checkpoints/best follows the highest eval reward (a tie or a NaN does not move it) and
+    pruning (save_total_limit=1) deletes every other old checkpoint but that one."""
     from glm_grpo_ds.lifecycle.best import BEST_RECORD, BestCheckpoint
 
     out = tmp_path / "run"
     root = out / checkpoint.CHECKPOINTS
-    best = BestCheckpoint(out, True, True)
+    best = BestCheckpoint(out, True, True, resume_step=0)
     moved = []
     for step, reward in [(1, 0.2), (2, 0.7), (3, 0.7), (4, float("nan")), (5, 0.5), (6, None)]:
         path = fake_checkpoint(out, step, "r")
@@ -355,14 +355,31 @@ def test_save_best_names_the_best_evaluated_checkpoint_and_pruning_keeps_it(tmp_
         checkpoint.prune(root, 1, "r")
     assert moved == [True, True, False, False, False, False]
     assert (root / checkpoint.BEST).read_text() == "step_000002" and (best.step, best.value) == (2, 0.7)
-    assert json.loads((root / BEST_RECORD).read_text()) == {
-        "step": 2,
-        "checkpoint": "step_000002",
-        "eval/reward_mean": 0.7,
-    }
+    record = json.loads((root / BEST_RECORD).read_text())
+    assert (record["step"], record["checkpoint"], record["eval/reward_mean"]) == (2, "step_000002", 0.7)
     assert sorted(p.name for p in root.glob("step_*")) == ["step_000002", "step_000006"]  # the best and the latest
-    assert BestCheckpoint(out, True, True, resume_step=6).value == 0.7  # resumed: 0.6 later does not move it
-    assert BestCheckpoint(out, True, False, resume_step=6).value is None  # only rank 0 keeps it
-    gone_back = BestCheckpoint(out, True, True, resume_step=1)  # resumed from step 1: step 2 is a branch left
-    assert gone_back.value is None and not (root / checkpoint.BEST).exists() and not (root / BEST_RECORD).exists()
-    assert not BestCheckpoint(out, False, True).consider(7, 9.0, root / "step_000006")  # off: nothing written
+    assert not BestCheckpoint(out, False, False).consider(7, 9.0, root / "step_000006")  # not rank 0: nothing
+
+
+def test_a_resume_takes_the_best_again_among_the_checkpoints_it_goes_on_from(tmp_path):
+    """Rewards 0.3, 0.5, 0.4, 0.6 at steps 1-4, resumed from step 3: step 4 (a branch left behind) is no candidate and
+    step 2 is the best again (it was forgotten: a later 0.45 became "best"); step 2 pruned meanwhile: step 3. A
+    fresh start, or save_best off, removes an earlier run's pointer (pruning honoured it forever)."""
+    from glm_grpo_ds.lifecycle.best import BEST_RECORD, BestCheckpoint
+
+    out = tmp_path / "run"
+    root = out / checkpoint.CHECKPOINTS
+    best = BestCheckpoint(out, True, True, resume_step=0)
+    for step, reward in [(1, 0.3), (2, 0.5), (3, 0.4), (4, 0.6)]:
+        best.consider(step, reward, fake_checkpoint(out, step, "r"))
+    assert best.step == 4
+    resumed = BestCheckpoint(out, True, True, resume_step=3)
+    assert (resumed.step, resumed.value) == (2, 0.5) and (root / checkpoint.BEST).read_text() == "step_000002"
+    assert not resumed.consider(5, 0.45, fake_checkpoint(out, 5, "r")) and resumed.step == 2
+    shutil.rmtree(root / "step_000002")
+    assert BestCheckpoint(out, True, True, resume_step=3).step == 3
+    assert BestCheckpoint(out, True, True, resume_step=None).step is None  # a fresh start
+    assert not (root / checkpoint.BEST).exists() and not (root / BEST_RECORD).exists()
+    BestCheckpoint(out, True, True, resume_step=0).consider(6, 0.9, fake_checkpoint(out, 6, "r"))
+    BestCheckpoint(out, False, True, resume_step=6)  # resumed with save_best off
+    assert not (root / checkpoint.BEST).exists()

@@ -166,3 +166,21 @@ def test_over_budget_names_each_setting_that_plans_less_with_its_saving(capsys):
         gib, fits = saved[change]
         assert f"{change} -{gib:.1f} GiB{' (fits alone)' if fits else ''}: " in err, (change, err)
     assert "use LoRA" not in err
+
+
+def test_a_smaller_batch_lever_keeps_the_micro_batch_a_divisor_of_the_sequences():
+    """Halving was offered blindly: micro 5 of 10 sequences became 2 (refused by the config: the change vanished);
+    2 prompts x G=8 at micro 16 down to 1 prompt left micro 16 above its 8 sequences."""
+    from glm_grpo_ds.config import load_config
+    from glm_grpo_ds.memory.levers import candidate_changes
+
+    base = ["model.path=/m", "data.train_file=/d.jsonl", "rewards=[{name: pixel_mse}]"]
+    cfg = load_config(None, [*base, "grpo.group_size=5", "batch.prompts_per_rank=2", "batch.micro_batch_size=5"])
+    changes = dict(candidate_changes(cfg, {"rewards": []}))
+    assert "batch.micro_batch_size=2" in changes and "batch.prompts_per_rank=1" in changes  # 10 = 2 x 5; 5 of 5
+    cfg = load_config(None, [*base, "grpo.group_size=8", "batch.prompts_per_rank=2", "batch.micro_batch_size=16"])
+    changes = dict(candidate_changes(cfg, {"rewards": []}))
+    assert "batch.micro_batch_size=8" in changes and "batch.prompts_per_rank=1 batch.micro_batch_size=8" in changes
+    for change in changes:  # each loads: none is dropped by the config's own check
+        load_config(None, [*base, "grpo.group_size=8", "batch.prompts_per_rank=2", "batch.micro_batch_size=16",
+                           *change.split()])  # fmt: skip

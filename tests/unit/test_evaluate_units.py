@@ -81,10 +81,12 @@ def test_a_runs_relative_model_path_holds_from_any_directory(tmp_path, monkeypat
     record = json.loads((tmp_path / "run/config.json").read_text())
     record.update(launch_dir=str(launched), model_source={"path": "/elsewhere/model", "repo_id": None})
     (tmp_path / "run/config.json").write_text(json.dumps(record))
-    monkeypatch.chdir(tmp_path)  # not where the run was launched
+    monkeypatch.chdir(tmp_path)  # not where the run was launched, and with a model of its own at that path
+    (tmp_path / "outputs/world/model").mkdir(parents=True)
     _, cfg, err = settings(["--adapter", str(adapter)], [adapter])
     assert cfg.model.path == str(launched / "outputs/world/model") and cfg.model.path in err[0]
     del record["launch_dir"]  # a run written before launch_dir: model_source's directory
+    (tmp_path / "outputs/world/model").rmdir()
     record["model_source"]["path"] = str(launched / "outputs/world/model")
     (tmp_path / "run/config.json").write_text(json.dumps(record))
     assert settings(["--adapter", str(adapter)], [adapter])[1].model.path == str(launched / "outputs/world/model")

@@ -52,6 +52,8 @@ def test_a_plugins_args_reach_a_reward_a_factory_or_a_class(tmp_path):
         "import torch\n"
         "def scaled(images, prompts, samples, scale=1.0):\n    return scale * images.mean(dim=(1, 2, 3))\n"
         "def make(value):\n    return lambda images, prompts, samples: torch.full((images.shape[0],), value)\n"
+        "def make_judge(path=None, device='cpu', batch=8, threshold=0.5):\n"
+        "    return lambda images, prompts, samples: torch.full((images.shape[0],), threshold)\n"
         "class Sharp:\n"
         "    def __init__(self, gain=1.0):\n        self.gain = gain\n"
         "    def __call__(self, images, prompts, samples):\n        return self.gain * images.amax(dim=(1, 2, 3))\n"
@@ -61,12 +63,14 @@ def test_a_plugins_args_reach_a_reward_a_factory_or_a_class(tmp_path):
         "scaled": build_reward(f"{plugin}:scaled", {"scale": 2.0}),
         "scaled_plain": build_reward(f"{plugin}:scaled", {}),
         "make": build_reward(f"{plugin}:make", {"value": 3.0}),
+        # a factory whose first parameters have defaults also fits (images, prompts, samples, **args): a factory
+        "judge": build_reward(f"{plugin}:make_judge", {"threshold": 0.7}),
         "sharp": build_reward(f"{plugin}:Sharp", {}),
         "sharp_gain": build_reward(f"{plugin}:Sharp", {"gain": 4.0}),
     }
     got = {name: fn(images, ["a", "b"], [{}, {}]).tolist() for name, fn in scored.items()}
     assert got == {"scaled": [0.5, 1.0], "scaled_plain": [0.25, 0.5], "make": [3.0, 3.0], "sharp": [0.25, 0.5],
-                   "sharp_gain": [1.0, 2.0]}  # fmt: skip
+                   "sharp_gain": [1.0, 2.0], "judge": pytest.approx([0.7, 0.7])}  # fmt: skip
     assert scored["scaled"].__name__ == "scaled"
     with pytest.raises(RewardError, match=r"args scal fit neither scaled\(images, prompts, samples, scale=1.0\)"):
         check_reward_args(f"{plugin}:scaled", {"scal": 2.0})
@@ -328,3 +332,16 @@ def test_a_null_region_in_a_rows_text_list_is_no_text_to_render():
     from glm_grpo_ds.rewards.base import text_to_render
 
     assert text_to_render("a sign", {"text": ["HELLO", None, " ", "WORLD"]}) == "HELLO WORLD"
+
+
+def test_a_reward_that_returns_no_numbers_is_a_reward_error():
+    """A function, a string or ragged lists from a reward were a TypeError/ValueError traceback at step 1 (not an
+    input error); now the RewardError train prints in one line, exit 2, as a wrong count is."""
+    from glm_grpo_ds.rewards.base import reward_values
+    from glm_grpo_ds.rewards.registry import RewardError
+
+    for raw in (lambda x: x, "high", [[1.0], [1.0, 2.0]]):
+        with pytest.raises(RewardError, match=r"reward r returned \w+, not numbers .*: a reward returns one value"):
+            reward_values("r", raw, 2)
+    with pytest.raises(RewardError, match="reward r returned 1 values for 2 images"):
+        reward_values("r", torch.tensor(0.5), 2)
