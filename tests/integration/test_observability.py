@@ -9,6 +9,7 @@ console). ~3 min on 2 idle cores.
 """
 
 import importlib.util
+import json
 import math
 import subprocess
 from pathlib import Path
@@ -175,6 +176,7 @@ def test_two_ranks_gather_galleries_and_give_the_same_eval(run1, tiny_model_dir,
                 "seed=7",
                 "logging.gallery_steps=1",
                 "logging.gallery_max_prompts=4",
+                "logging.sample_records=1",
                 "logging.plot=false",
                 *(["logging.report_to=[tensorboard, wandb]"] if TRACKING else []),
             ),
@@ -196,6 +198,18 @@ def test_two_ranks_gather_galleries_and_give_the_same_eval(run1, tiny_model_dir,
     for key in ("eval/reward_mean", "eval/reward/pixel_mse"):
         # CPU GEMMs on 1 vs 2 threads may round differently; a different sample would move it by ~1e-3
         assert two[key] == pytest.approx(first[key], rel=1e-5), key
+    # samples.jsonl gathers both ranks' groups in rank order, each line beside its own reward and advantage
+    lines, (record,) = jsonl(out / "samples.jsonl"), jsonl(out / "metrics.jsonl")
+    assert [(s["sample"], s["group_member"]) for s in lines] == [(i, i % 8) for i in range(16)]
+    groups = [{(s["prompt_index"], s["prompt"]) for s in lines[g * 8 : (g + 1) * 8]} for g in (0, 1)]
+    assert all(len(g) == 1 for g in groups) and groups[0] != groups[1]  # one prompt per rank's group
+    prompts = {json.loads(line)["prompt"] for line in Path(data64).read_text().splitlines()}
+    assert {next(iter(g))[1] for g in groups} <= prompts
+    assert sum(s["reward"] for s in lines) / 16 == pytest.approx(record["reward_mean"], rel=1e-5)
+    pixel = [s["rewards"]["pixel_mse"] for s in lines]
+    assert sum(pixel) / 16 == pytest.approx(record["reward/pixel_mse"], rel=1e-5)
+    for g in (0, 1):  # the advantages of a group, as the update took them: centred within it
+        assert sum(s["advantage"] for s in lines[g * 8 : (g + 1) * 8]) == pytest.approx(0.0, abs=1e-3)
 
 
 def test_unknown_report_to_is_a_config_error(capsys):
