@@ -262,7 +262,7 @@ def test_hyperparameters_are_flat_scalars():
     hp = hyperparameters(cfg)
     assert all(isinstance(v, (bool, int, float, str)) for v in hp.values())
     assert hp["grpo.beta"] == cfg.grpo.beta and hp["lora"] == "null" and hp["logging.tracker_kwargs"] == "{}"
-    assert json.loads(hp["rewards"]) == [{"name": "pixel_mse", "weight": 1.0, "args": {"a": 1}}]
+    assert json.loads(hp["rewards"]) == [{"name": "pixel_mse", "weight": 1.0, "args": {"a": 1}, "label": ""}]
 
 
 def test_tracker_fans_out_to_jsonl_and_drops_non_numbers(tmp_path):
