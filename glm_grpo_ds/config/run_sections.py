@@ -108,6 +108,10 @@ class EvalConfig:
         None, "Classifier-free guidance of the evaluation decode (> 0); null = the pipeline's own (1.5 for GLM-Image)."
     )
 
+    def evaluates(self, step: int, max_steps: int) -> bool:
+        """Whether the run evaluates after training step ``step`` (1-based): every ``steps``, and the last."""
+        return step == max_steps or bool(self.steps and step % self.steps == 0)
+
     def problems(self, prefix: str = "eval.") -> list[str]:
         """One line per problem, keys written ``<prefix>key``."""
         problems = choice_problems(self, prefix)  # none today: any Literal[...] field added later is checked

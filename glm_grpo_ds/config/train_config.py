@@ -298,4 +298,4 @@ class TrainConfig:
         if not self.eval.file or not self.save_steps:
             return False
         saves = range(self.save_steps, self.max_steps + 1, self.save_steps)
-        return any(s == self.max_steps or (self.eval.steps and s % self.eval.steps == 0) for s in saves)
+        return any(self.eval.evaluates(s, self.max_steps) for s in saves)

@@ -87,8 +87,7 @@ class Evaluator:
 
     def due(self, step: int) -> bool:
         """Evaluate after training step ``step`` (1-based)?"""
-        ev = self.cfg.eval
-        return step == self.cfg.max_steps or bool(ev.steps and step % ev.steps == 0)
+        return self.cfg.eval.evaluates(step, self.cfg.max_steps)
 
     def run(self, step: int, experience, out: Path, is_main: bool) -> tuple[dict | None, Path | None]:
         """Collective. Returns ``(record, gallery path)`` on rank 0, ``(None, None)`` elsewhere."""
