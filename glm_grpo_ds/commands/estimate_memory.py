@@ -88,13 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         est = EstimateConfig(a.num_gpus, a.num_nodes, a.gpu_memory_gb, a.prompt_tokens, a.device)
         materialize(cfg.model.path)  # a random: model's configs (glm_grpo_ds/model/random_weights.py)
         sizes = model_sizes(cfg)
-        p = plan(cfg, read_ds_config(a.deepspeed), est, sizes)
+        raw = read_ds_config(a.deepspeed)
+        p = plan(cfg, raw, est, sizes)
     except (ConfigError, DeepSpeedConfigError, OSError, RewardError) as err:
         print(f"glm-grpo estimate-memory: {err}", file=sys.stderr)
         return 2
     fits = p["headroom_bytes"] >= 0
     fastest = fastest_that_fits(cfg, a.deepspeed, p, est, sizes)
-    advice = None if fits else lever_text(p, planned_changes(a, cfg, est, sizes, p))
+    advice = None if fits else lever_text(p, planned_changes(a, cfg, raw, est, sizes, p))
     timed = step_time(
         cfg, p["setup"]["zero_stage"], grid_tokens(cfg.rollout.height, cfg.rollout.width), est.prompt_tokens
     )
@@ -142,10 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if a.allow_over_budget else OVER_BUDGET
 
 
-def planned_changes(a, cfg, est, sizes, given: dict) -> list[tuple[str, str, dict]]:
+def planned_changes(a, cfg, raw: dict, est, sizes, given: dict) -> list[tuple[str, str, dict]]:
     """``(change, why, plan)`` of each of :func:`~glm_grpo_ds.memory.levers.candidate_changes`: the config loaded
-    again with that override added (a change the config refuses is left out)."""
-    raw = read_ds_config(a.deepspeed)
+    again with that override added (a change the config refuses is left out), with the DeepSpeed config ``raw``."""
     out = []
     for change, why in candidate_changes(cfg, given):
         try:

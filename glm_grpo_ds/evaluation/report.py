@@ -97,6 +97,10 @@ def reward_failure_lines(failures: dict[str, dict | None]) -> list[str]:
     return lines
 
 
+# why a reward's samples are undefined, and what to do, in both tables' lines
+UNDEFINED_WHY = "the reward raised or returned NaN: its warning above; a rerun scores a batch it raised on again"
+
+
 def undefined_lines(summary: dict) -> list[str]:
     """A line per (adapter, reward) whose reward this evaluation left undefined on some samples (it raised or
     returned NaN): those seeds are left out under both models, so its means rest on fewer samples."""
@@ -107,8 +111,7 @@ def undefined_lines(summary: dict) -> list[str]:
             if base or model:
                 lines.append(
                     f"undefined: {label} on {base} of {r['samples']} base samples and {model} of {r['samples']} "
-                    f"{name} samples (the reward raised or returned NaN: its warning above; a rerun scores a batch "
-                    "it raised on again); left out under both"
+                    f"{name} samples ({UNDEFINED_WHY}); left out under both"
                 )
     return lines
 
@@ -262,8 +265,7 @@ def base_table(rewards: dict[str, torch.Tensor]) -> str:
     for label, values in rewards.items():
         if undefined := int(torch.isnan(values).sum()):
             lines.append(
-                f"undefined: {label} on {undefined} of {values.numel()} samples (the reward raised or returned NaN: "
-                "its warning above; a rerun scores a batch it raised on again); left out of its mean"
+                f"undefined: {label} on {undefined} of {values.numel()} samples ({UNDEFINED_WHY}); left out of its mean"
             )
     return "\n".join(lines)
 

@@ -13,15 +13,10 @@ update used (after ``grpo.disagreement_gate``). A resumed run keeps the lines up
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..ds import dist
-
-
-def _number(value: float) -> float | None:
-    return None if math.isnan(value) or math.isinf(value) else value
+from .metrics import finite_or_none
 
 
 def sample_lines(
@@ -44,9 +39,9 @@ def sample_lines(
             "prompt_index": prompt_index[i],
             "group_member": i % group_size,
             "prompt": prompts[i],
-            "reward": _number(total[i]),
-            "rewards": {label: _number(v[i]) for label, v in values.items()},
-            "advantage": _number(adv[i]),
+            "reward": finite_or_none(total[i]),
+            "rewards": {label: finite_or_none(v[i]) for label, v in values.items()},
+            "advantage": finite_or_none(adv[i]),
         }
         for i in range(len(prompt_index))
     ]
