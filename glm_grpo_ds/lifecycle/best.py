@@ -42,11 +42,14 @@ class BestCheckpoint:
             history = [[int(s), float(v), str(name)] for s, v, name in saved.get("history", [])]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none, or unreadable: found again
             history = []
-        # the steps this launch goes on from, whose checkpoints are still there
-        self.history = [h for h in history if h[0] <= resume_step and (self.root / h[2]).is_dir()]
-        self._forget()
-        for step, value, name in sorted(self.history, key=lambda h: h[0]):
-            self._take(step, value, name, quiet=True)
+        # the steps this launch goes on from, whose checkpoints are still there; the best of them (the first of
+        # equal rewards, as consider keeps it), written once
+        self.history = sorted((h for h in history if h[0] <= resume_step and (self.root / h[2]).is_dir()))
+        if not self.history:
+            self._forget()
+            return
+        self.step, self.value, self.name = max(self.history, key=lambda h: (h[1], -h[0]))
+        self._write()
 
     def _forget(self) -> None:
         (self.root / BEST).unlink(missing_ok=True)
@@ -58,21 +61,15 @@ class BestCheckpoint:
         if not (self.enabled and self.is_main) or value is None or not math.isfinite(value):
             return False
         self.history.append([step, value, path.name])
-        return self._take(step, value, path.name)
-
-    def _take(self, step: int, value: float, name: str, quiet: bool = False) -> bool:
-        if self.value is not None and value <= self.value:
-            self._write()  # the history grew
-            return False
-        self.value, self.step, self.name = value, step, name
-        self._write()
-        if not quiet:
-            log.info(f"glm-grpo: checkpoints/best names {name} (eval reward {value:.4f}, the highest so far)")
-        return True
+        better = self.value is None or value > self.value
+        if better:
+            self.value, self.step, self.name = value, step, path.name
+        self._write()  # the history grew either way
+        if better:
+            log.info(f"glm-grpo: checkpoints/best names {path.name} (eval reward {value:.4f}, the highest so far)")
+        return better
 
     def _write(self) -> None:
-        if self.step is None:
-            return
         record = {"step": self.step, "checkpoint": self.name, "eval/reward_mean": self.value, "history": self.history}
         write_text_atomic(self.root / BEST_RECORD, json.dumps(record) + "\n")
         write_text_atomic(self.root / BEST, self.name)  # the pointer last: it protects the checkpoint from pruning
