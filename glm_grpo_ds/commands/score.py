@@ -39,17 +39,15 @@ def parse_reward_arg(item: str):
 
 def read_image(path: str):
     """``[3, H, W]`` float in [0, 1]: upright, transparency over white, as targets are read."""
-    import torch
     from PIL import Image
 
-    from ..rewards.targets import as_rgb
+    from ..rewards.targets import as_rgb, rgb_tensor
 
     try:
         img = as_rgb(Image.open(path))
     except OSError as err:
         raise ValueError(f"cannot read image {path}: {err}") from None
-    x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3)
-    return x.permute(2, 0, 1).float().div(255)
+    return rgb_tensor(img).float().div(255)
 
 
 def main(argv: list[str] | None = None) -> int:

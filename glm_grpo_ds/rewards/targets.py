@@ -26,6 +26,11 @@ def open_target(target):
     return target.open() if hasattr(target, "open") else open_image(target)
 
 
+def rgb_tensor(img) -> torch.Tensor:
+    """An RGB PIL image as uint8 ``[3, H, W]`` (a view of its bytes, channels first)."""
+    return torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3).permute(2, 0, 1)
+
+
 def as_rgb(img):
     """A PIL image as the picture it shows, in RGB: upright by its EXIF orientation, transparency over white."""
     from PIL import Image, ImageOps
@@ -77,5 +82,4 @@ def _fitted(target, height: int, width: int) -> torch.Tensor:
     img = img.resize(size, Image.BICUBIC)
     left, top = (img.width - width) // 2, (img.height - height) // 2
     img = img.crop((left, top, left + width, top + height))
-    data = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(height, width, 3)
-    return data.permute(2, 0, 1).contiguous()
+    return rgb_tensor(img).contiguous()

@@ -91,7 +91,9 @@ def decode_image(raw: bytes) -> torch.Tensor:
             img = img.convert("RGB")
     except (OSError, UnidentifiedImageError) as err:  # a truncated file fails when decoded, not at its header
         raise _unreadable(err) from None
-    return torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(img.height, img.width, 3).permute(2, 0, 1)
+    from ..targets import rgb_tensor
+
+    return rgb_tensor(img)
 
 
 def quantize_u8(images: torch.Tensor) -> torch.Tensor:
