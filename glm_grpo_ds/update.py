@@ -16,18 +16,10 @@ import dataclasses
 
 import torch
 
+from .corrections import correction_sums, mismatch_sums, sampler_correction
 from .ds import dist as ds_dist
 from .ds import engine as ds_engine
-from .grpo import (
-    LossSettings,
-    correction_sums,
-    high_entropy_mask,
-    high_entropy_threshold,
-    loss_normalizer,
-    mismatch_sums,
-    policy_loss,
-    sampler_correction,
-)
+from .grpo import LossSettings, high_entropy_mask, high_entropy_threshold, loss_normalizer, policy_loss
 from .logprobs import completion_logprobs
 from .observability.step_status import NO_STATUS
 from .observability.update_stats import UpdateStats

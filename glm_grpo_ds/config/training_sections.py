@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..advantages import COMBINATIONS, ESTIMATORS
-from ..grpo import AGGREGATIONS, IMPORTANCE_LEVELS, SAMPLER_CORRECTIONS
+from ..corrections import SAMPLER_CORRECTIONS
+from ..grpo import AGGREGATIONS, IMPORTANCE_LEVELS
 from .checks import need
 from .fields import choice_problems, default_of, setting
 from .model_sections import SamplingConfig

@@ -3,8 +3,8 @@
     stats = UpdateStats()
     for iteration ...:
         for micro-batch ...:
-            stats.add_mismatch(sums)                 # first iteration: sampler vs trainer (grpo.mismatch_sums)
-            stats.add_correction(sums)               # first iteration: grpo.correction_sums (None: no correction)
+            stats.add_mismatch(sums)                 # first iteration: sampler vs trainer (corrections.mismatch_sums)
+            stats.add_correction(sums)               # first iteration: corrections.correction_sums (None: none)
             stats.add_selection(selection)           # the top-entropy selection of update.policy_token_weights
             stats.add(loss, loss_stats, applied)     # policy_loss's stats, whether DeepSpeed applied the step
         stats.end_iteration()
@@ -48,13 +48,13 @@ class UpdateStats:
         self.ratio_maxs: list[float] = []
 
     def add_mismatch(self, sums: dict) -> None:
-        """One micro-batch's :func:`glm_grpo_ds.grpo.mismatch_sums` (tensors): summed, ``max`` maximised."""
+        """One micro-batch's :func:`glm_grpo_ds.corrections.mismatch_sums` (tensors): summed, ``max`` maximised."""
         for key, value in sums.items():
             v = value.item()
             self.mismatch[key] = extreme(max, self.mismatch[key], v) if key == "max" else self.mismatch[key] + v
 
     def add_correction(self, sums: dict | None) -> None:
-        """One micro-batch's :func:`glm_grpo_ds.grpo.correction_sums` (None: no sampler correction)."""
+        """One micro-batch's :func:`glm_grpo_ds.corrections.correction_sums` (None: no sampler correction)."""
         if sums is None:
             return
         c = self.correction

@@ -8,7 +8,8 @@ import pytest
 import torch
 from plain_loss import plain
 
-from glm_grpo_ds.grpo import high_entropy_mask, mismatch_sums, policy_loss, sampler_correction
+from glm_grpo_ds.corrections import mismatch_sums, sampler_correction
+from glm_grpo_ds.grpo import high_entropy_mask, policy_loss
 from glm_grpo_ds.runtime.ports import free_port
 
 
@@ -232,12 +233,12 @@ def _loss_stats():
 
 
 def test_correction_sums_by_hand_and_the_metrics_they_give():
-    """grpo.correction_sums: the raw weights exp(old - sampler) of the masked tokens (e^1, 1, e^-2; the masked-out
-    one ignored), their min / max / mean and the share outside [min, max] = [0.5, 2]: clipped by a truncate mode,
-    zeroed by a mask mode."""
+    """corrections.correction_sums: the raw weights exp(old - sampler) of the masked tokens (e^1, 1, e^-2; the
+    masked-out one ignored), their min / max / mean and the share outside [min, max] = [0.5, 2]: clipped by a
+    truncate mode, zeroed by a mask mode."""
     import math
 
-    from glm_grpo_ds.grpo import correction_sums
+    from glm_grpo_ds.corrections import correction_sums
     from glm_grpo_ds.observability.update_stats import UpdateStats
 
     old = torch.tensor([[1.0, 0.0, -2.0, 5.0]])

@@ -188,7 +188,7 @@ def test_off_policy_sequence_mask_equals_trl(loss_type, threshold):
     advantage sequence the sampler rated likelier, 10 none; 0.1 some. The KL term and the entropy bonus stay."""
     assert_same(both(loss_type, 0.04, coef=0.1, off_policy_mask_threshold=threshold))
     logp, old, adv, mask, *_ = inputs()
-    from glm_grpo_ds.grpo import off_policy_keep
+    from glm_grpo_ds.corrections import off_policy_keep
 
     keep = off_policy_keep(adv, logp, sampler_logp(old), mask, threshold).squeeze(1)
     dropped = {0.0: (0 < keep.numel() - keep.sum()), 0.1: (0 < keep.numel() - keep.sum() < (adv < 0).sum())}
