@@ -50,6 +50,15 @@ VARIANTS = {
         "num_iterations 2, sequence-level ratios (GSPO)",
         ["grpo.num_iterations=2", "grpo.importance_sampling_level=sequence"],
     ),
+    # the objectives (grpo.objective) differ from the clip only where a ratio leaves 1: with reused rollouts
+    "iters2_cispo": (
+        "num_iterations 2, CISPO (the ratio capped at 5 and detached)",
+        ["grpo.num_iterations=2", "grpo.objective=cispo"],
+    ),
+    "iters2_sapo": (
+        "num_iterations 2, SAPO (the soft gate, temperatures 1 / 1.05)",
+        ["grpo.num_iterations=2", "grpo.objective=sapo"],
+    ),
     "top_entropy0.2": ("train on the top 20 % of tokens by entropy", ["grpo.top_entropy_quantile=0.2"]),
     "entropy0.01": ("entropy bonus 0.01", ["grpo.entropy_coef=0.01"]),
     "tis": ("sampler correction token_truncate (cap 3)", ["grpo.sampler_correction=token_truncate"]),

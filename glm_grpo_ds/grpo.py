@@ -1,4 +1,5 @@
-"""GRPO math: the clipped, KL-regularised policy loss (the advantages it takes: advantages.py).
+"""GRPO math: the clipped, KL-regularised policy loss (the advantages it takes: advantages.py; its policy term's
+other forms, CISPO and SAPO: objectives.py; the sampler correction and off-policy mask it applies: corrections.py).
 
 Pure torch (plus the standard library and the registry helper), so it can be read, tested and reused alone. GRPO is
 DeepSeekMath's Group Relative Policy Optimization (arXiv:2402.03300): sample G completions per
@@ -26,6 +27,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from .corrections import off_policy_keep
+from .objectives import OBJECTIVES
 from .runtime.registries import Registry
 
 
@@ -136,6 +138,8 @@ class LossSettings:
     """How :func:`policy_loss` computes, the same for every call of a run: built once from the ``grpo`` config section
     (:func:`glm_grpo_ds.update.loss_settings`; the defaults live there, not here).
 
+    ``objective``: an :data:`glm_grpo_ds.objectives.OBJECTIVES` name, the policy term (clip, cispo, sapo) with its
+    numbers ``cispo_max``, ``sapo_temperature_pos`` / ``sapo_temperature_neg``;
     ``beta``: the k3 KL coefficient (``ref_logp`` needed when not 0); ``epsilon_low`` / ``epsilon_high``: the ratio
     clip range ``[1 - epsilon_low, 1 + epsilon_high]`` (asymmetric "clip-higher" when they differ); ``aggregation``:
     an :data:`AGGREGATIONS` name (see :func:`loss_normalizer`); ``importance_sampling_level``: ``token`` (GRPO) or
@@ -146,6 +150,7 @@ class LossSettings:
     off-policy sequence mask's KL bound (:func:`off_policy_keep`; None: no mask); ``kl_bias_correction``: the KL term
     weighted by the importance ratio."""
 
+    objective: str
     beta: float
     epsilon_low: float
     epsilon_high: float
@@ -155,6 +160,9 @@ class LossSettings:
     delta: float | None
     off_policy_mask_threshold: float | None
     kl_bias_correction: bool
+    cispo_max: float
+    sapo_temperature_pos: float
+    sapo_temperature_neg: float
 
 
 def policy_loss(
@@ -172,7 +180,8 @@ def policy_loss(
     entropy_share: torch.Tensor | float = 1.0,
     sampler_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped GRPO surrogate plus ``beta`` * k3 KL, aggregated over masked tokens, as ``settings`` say.
+    """The objective's surrogate (PPO's clipped one by default: objectives.py) plus ``beta`` * k3 KL, aggregated over
+    masked tokens, as ``settings`` say.
 
     ``logp`` ``[N, T]``: log-probs of the sampled tokens under the current policy (with grad); ``old_logp``
     ``[N, T]``: under the policy that sampled them; ``advantages`` ``[N]``: one per completion (no grad is taken of
@@ -196,7 +205,7 @@ def policy_loss(
     mask = mask.to(logp.dtype)  # [N, T]
     adv = advantages.detach().to(logp.dtype).unsqueeze(1)  # [N, 1], same for every token of a row
     ratio = torch.exp(log_importance_weights(logp, old_logp, mask, s.importance_sampling_level))  # [N, T] or [N, 1]
-    per_token = _policy_term(ratio, adv, s, token_weights, is_weights, logp.dtype)  # [N, T] or [N, 1]
+    per_token = _policy_term(ratio, adv, logp, s, token_weights, is_weights)  # [N, T] or [N, 1]
     keep = None
     if s.off_policy_mask_threshold is not None:  # the policy term only: the KL and the entropy bonus stay, as TRL's
         keep = off_policy_keep(adv, logp, sampler_logp, mask, s.off_policy_mask_threshold)  # [N, 1]
@@ -218,13 +227,11 @@ def policy_loss(
     return loss, stats
 
 
-def _policy_term(ratio, adv, s: LossSettings, token_weights, is_weights, dtype: torch.dtype) -> torch.Tensor:
-    """The clipped surrogate per token ``[N, T]`` (or per sequence ``[N, 1]``), negated (we minimise), times the
+def _policy_term(ratio, adv, logp, s: LossSettings, token_weights, is_weights) -> torch.Tensor:
+    """The objective's surrogate per token ``[N, T]`` (or per sequence ``[N, 1]``), negated (we minimise), times the
     token weights and the sampler correction's importance weights where given."""
-    clipped = torch.clamp(ratio, 1.0 - s.epsilon_low, 1.0 + s.epsilon_high)
-    # two-sided clip: the unclipped ratio capped at delta, so a negative advantage's loss stops growing with it
-    unclipped = ratio if s.delta is None else torch.clamp(ratio, max=s.delta)
-    per_token = -torch.min(unclipped * adv, clipped * adv)  # the pessimistic bound: the min of the two surrogates
+    dtype = logp.dtype
+    per_token = OBJECTIVES.get(s.objective).term(ratio, adv, logp, s)
     if token_weights is not None:
         per_token = per_token * token_weights.to(dtype)  # [N, T]
     if is_weights is not None:
@@ -264,10 +271,7 @@ def _loss_stats(ratio, adv, mask, kl, entropy, logp, s: LossSettings) -> dict:
     ratio = ratio.expand_as(mask)  # [N, T]: a sequence ratio counts once per token in the stats
     n_tok = mask.sum()
     denom = n_tok.clamp(min=1.0)
-    # Clipping is active (gradient zero) only where the clipped term is the min:
-    # ratio below the range with A < 0, or above it with A > 0.
-    low = ((ratio < 1.0 - s.epsilon_low) & (adv < 0)).to(logp.dtype)
-    high = ((ratio > 1.0 + s.epsilon_high) & (adv > 0)).to(logp.dtype)
+    low, high = (clipped.to(logp.dtype) for clipped in OBJECTIVES.get(s.objective).clipped(ratio, adv, s))
     valid = mask > 0
     big = torch.finfo(ratio.dtype).max
     stats = {

@@ -138,19 +138,9 @@ def loss_weights(
 
 
 def loss_settings(grpo_cfg) -> LossSettings:
-    """The grpo section's settings of :func:`glm_grpo_ds.grpo.policy_loss`, built once per run."""
-    g = grpo_cfg
-    return LossSettings(
-        beta=g.beta,
-        epsilon_low=g.epsilon_low,
-        epsilon_high=g.epsilon_high,
-        aggregation=g.aggregation,
-        importance_sampling_level=g.importance_sampling_level,
-        entropy_coef=g.entropy_coef,
-        delta=g.delta,
-        off_policy_mask_threshold=g.off_policy_mask_threshold,
-        kl_bias_correction=g.kl_bias_correction,
-    )
+    """The grpo section's settings of :func:`glm_grpo_ds.grpo.policy_loss`, built once per run: each field is the
+    grpo key of its name."""
+    return LossSettings(**{field.name: getattr(grpo_cfg, field.name) for field in dataclasses.fields(LossSettings)})
 
 
 def grpo_update(

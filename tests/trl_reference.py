@@ -16,6 +16,7 @@ class _OneProcess:
     """The accelerate calls ``_compute_loss`` makes, for a single process."""
 
     sync_gradients = True
+    num_processes = 1
 
     @staticmethod
     def pad_across_processes(tensor, dim=0, pad_index=0):
@@ -52,11 +53,14 @@ def trl_loss(
     off_policy_mask_threshold: float | None = None,
     sampling_logp: torch.Tensor | None = None,
     use_bias_correction_kl: bool = False,
+    sapo_temperatures: tuple[float, float] = (1.0, 1.05),
     metrics: dict | None = None,
 ) -> torch.Tensor:
-    """TRL 1.16's loss for one micro-batch (gradient accumulation 1, train mode). TRL's loss types: ``bnpo`` =
-    our token_mean, ``grpo`` = our seq_mean, ``dr_grpo`` = ours with T = the completion length. ``metrics``: filled
-    with what TRL logs for the call (its ``_metrics["train"]``: ``kl``, ``entropy``, ``clip_ratio/low_mean``, ...)."""
+    """TRL 1.16's loss for one micro-batch (gradient accumulation 1, train mode). TRL's loss types: ``bnpo`` = our
+    token_mean, ``grpo`` = our seq_mean, ``dr_grpo`` = ours with T = the completion length; ``cispo`` = our objective
+    cispo (its cap TRL's ``epsilon_high``) with token_mean, ``sapo`` = our objective sapo (``sapo_temperatures``:
+    positive, negative) with seq_mean. ``metrics``: filled with what TRL logs for the call (its
+    ``_metrics["train"]``: ``kl``, ``entropy``, ``clip_ratio/low_mean``, ...)."""
     n, t = logp.shape
     entropies = torch.zeros_like(logp) if entropies is None else entropies
     fake = types.SimpleNamespace(
@@ -67,7 +71,13 @@ def trl_loss(
         get_off_policy_mask=GRPOTrainer.get_off_policy_mask,  # a staticmethod: TRL's own, unchanged
         importance_sampling_level=importance_sampling_level,
         beta=beta,
-        args=types.SimpleNamespace(use_bias_correction_kl=use_bias_correction_kl, delta=delta),
+        args=types.SimpleNamespace(
+            use_bias_correction_kl=use_bias_correction_kl,
+            delta=delta,
+            sapo_temperature_pos=sapo_temperatures[0],
+            sapo_temperature_neg=sapo_temperatures[1],
+            steps_per_generation=1,
+        ),
         loss_type=loss_type,
         epsilon_low=epsilon_low,
         epsilon_high=epsilon_high,
@@ -90,6 +100,7 @@ def trl_loss(
         "completion_mask": mask,
         "advantages": advantages,
         "old_per_token_logps": old_logp,
+        "num_items_in_batch": mask.sum(),  # cispo's normaliser: the batch's masked tokens (one process, one step)
     }
     if ref_logp is not None:
         inputs["ref_per_token_logps"] = ref_logp

@@ -33,6 +33,7 @@ def unused_settings(cfg) -> list[str]:
             f"{ev.steps}, eval.at_start={str(ev.at_start).lower()}): they cannot fire; set eval.steps=N or "
             "eval.at_start=true"
         )
+    lines += _clip_range_unused(cfg.grpo)
     steps = cfg.total_optimizer_steps
     if cfg.optimizer.warmup_steps >= steps:
         lines.append(
@@ -40,6 +41,17 @@ def unused_settings(cfg) -> list[str]:
             f"steps: the learning rate never reaches optimizer.lr={cfg.optimizer.lr:g}"
         )
     return lines
+
+
+def _clip_range_unused(grpo) -> list[str]:
+    """The clip range given to an objective that has none (the shipped configs set it for the default, clip)."""
+    keys = [key for key in ("epsilon_low", "epsilon_high") if getattr(grpo, key) != default_of(grpo, key)]
+    if grpo.objective == "clip" or not keys:
+        return []
+    given = ", ".join(f"grpo.{key}={getattr(grpo, key)}" for key in keys)
+    reads = {"cispo": "its weight's cap, grpo.cispo_max (TRL's epsilon_high under loss_type cispo)"}
+    reads["sapo"] = "its gate's temperatures, grpo.sapo_temperature_pos / _neg"
+    return [f"{given}: the clip objective's range; grpo.objective={grpo.objective} reads {reads[grpo.objective]}"]
 
 
 def _evaluations(ev, max_steps: int) -> int:

@@ -15,8 +15,10 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
     "num_generations": ("grpo.group_size", "G completions per prompt"),
     "loss_type": (
         "grpo.aggregation",
-        "the loss normaliser: TRL's dapo / bnpo = token_mean, grpo = seq_mean, dr_grpo = dr_grpo; cispo, sapo, "
-        "luspo and vespo have no counterpart",
+        "the loss normaliser: TRL's dapo / bnpo = token_mean, grpo = seq_mean, dr_grpo = dr_grpo; cispo and sapo "
+        "are grpo.objective cispo / sapo (TRL sums them as token_mean / seq_mean); luspo, with every image's token "
+        "count equal, is importance_sampling_level sequence with seq_mean times that count (the lr scaled by it); "
+        "vespo has no counterpart",
     ),
     "scale_rewards": ("grpo.advantage_estimator", "TRL's group / true = group, batch = batch, none / false = none"),
     "epsilon": ("grpo.epsilon_low", "the lower clip; grpo.epsilon_high is the upper one, as in TRL"),
@@ -68,6 +70,8 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
         "off-policy sequence masking's KL bound, on the sampler's log-probs",
     ),
     "use_bias_correction_kl": ("grpo.kl_bias_correction", "the KL term weighted by the importance ratio"),
+    "sapo_temperature_pos": ("grpo.sapo_temperature_pos", "objective sapo: the gate's temperature for A > 0"),
+    "sapo_temperature_neg": ("grpo.sapo_temperature_neg", "objective sapo: the gate's temperature for A <= 0"),
     "log_completions": ("logging.sample_records", "every N steps, a line per sample in samples.jsonl"),
     "num_generations_eval": ("eval.group_size", "samples per prompt at an evaluation"),
     "shuffle_dataset": ("data.shuffle", "the prompts' order each epoch"),
@@ -92,13 +96,15 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
     "load_best_model_at_end": ("save_best", "the best is kept and named (checkpoints/best), not loaded at the end"),
 }
 
-# (our dotted key, a value TRL writes for the matching field) -> our value
+# (our dotted key, a value TRL writes for the matching field) -> (TRL's field, what it is here)
 TRL_VALUES: dict[tuple[str, str], tuple[str, str]] = {
-    ("grpo.aggregation", "dapo"): ("loss_type", "token_mean"),
-    ("grpo.aggregation", "bnpo"): ("loss_type", "token_mean"),
-    ("grpo.aggregation", "grpo"): ("loss_type", "seq_mean"),
-    ("grpo.advantage_estimator", "true"): ("scale_rewards", "group"),
-    ("grpo.advantage_estimator", "false"): ("scale_rewards", "none"),
+    ("grpo.aggregation", "dapo"): ("loss_type", "aggregation 'token_mean'"),
+    ("grpo.aggregation", "bnpo"): ("loss_type", "aggregation 'token_mean'"),
+    ("grpo.aggregation", "grpo"): ("loss_type", "aggregation 'seq_mean'"),
+    ("grpo.aggregation", "cispo"): ("loss_type", "grpo.objective 'cispo' (TRL sums it as aggregation 'token_mean')"),
+    ("grpo.aggregation", "sapo"): ("loss_type", "grpo.objective 'sapo' (TRL sums it as aggregation 'seq_mean')"),
+    ("grpo.advantage_estimator", "true"): ("scale_rewards", "advantage_estimator 'group'"),
+    ("grpo.advantage_estimator", "false"): ("scale_rewards", "advantage_estimator 'none'"),
 }
 
 
@@ -118,7 +124,7 @@ def trl_value_hint(where: str, value) -> str | None:
         return None
     field, ours = found
     shown = str(value).lower() if str(value).lower() in ("true", "false") else value  # YAML's false reads False
-    return f"TRL's {field} {shown!r} is {where.rsplit('.', 1)[-1]} {ours!r} here"
+    return f"TRL's {field} {shown!r} is {ours} here"
 
 
 def trl_table() -> str:

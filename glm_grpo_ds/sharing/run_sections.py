@@ -133,14 +133,35 @@ def reward_failures_section(res: dict) -> list[str]:
     ]
 
 
+_OBJECTIVE_WORDS = {
+    "clip": "clipped surrogate",
+    "cispo": "CISPO's capped, detached importance weights",
+    "sapo": "SAPO's soft gate",
+}
+
+
+def _objective_row(g: dict) -> tuple[str, str]:
+    """The card's row of the policy term's numbers (runs before grpo.objective existed clipped)."""
+    objective = g.get("objective", "clip")
+    if objective == "cispo":
+        return "CISPO weight cap", str(g["cispo_max"])
+    if objective == "sapo":
+        return "SAPO temperatures positive / negative", f"{g['sapo_temperature_pos']} / {g['sapo_temperature_neg']}"
+    return "clip epsilon low / high", f"{g['epsilon_low']} / {g['epsilon_high']}"
+
+
 def training_section(cfg: dict, ds: dict, labels: list[str]) -> list[str]:
     g, o, lora = cfg["grpo"], cfg["optimizer"], cfg.get("lora")
     world, stage = _world_and_stage(ds)
     rows = [
-        ("method", "GRPO (group-relative advantages, clipped surrogate, k3 KL to the frozen reference)"),
+        (
+            "method",
+            f"GRPO (group-relative advantages, {_OBJECTIVE_WORDS[g.get('objective', 'clip')]}, k3 KL to the "
+            "frozen reference)",
+        ),  # fmt: skip
         ("group size G", g["group_size"]),
         ("beta (KL)", g["beta"]),
-        ("clip epsilon low / high", f"{g['epsilon_low']} / {g['epsilon_high']}"),
+        _objective_row(g),
         ("updates per rollout", g["num_iterations"]),
         (
             "loss aggregation / advantage estimator",

@@ -94,15 +94,16 @@ def _top_level_imports(path: Path) -> set[str]:
 
 
 def test_math_modules_import_only_torch():
-    """The loss (grpo.py, corrections.py), the advantages (advantages.py) and the image statistics import torch, the
-    standard library and of the package only the registry helper (runtime/registries.py), which itself imports the
-    standard library, and each other's pure-torch modules (the loss takes corrections.py's mask)."""
+    """The loss (grpo.py, corrections.py, objectives.py), the advantages (advantages.py) and the image statistics
+    import torch, the standard library and of the package only the registry helper (runtime/registries.py), which
+    itself imports the standard library, and each other's pure-torch modules (the loss takes corrections.py's mask,
+    objectives.py's policy terms)."""
     assert _top_level_imports(PACKAGE / "runtime" / "registries.py") <= STDLIB
-    for name in ("grpo.py", "corrections.py", "advantages.py", "monitoring/image_stats.py"):
+    for name in ("grpo.py", "corrections.py", "objectives.py", "advantages.py", "monitoring/image_stats.py"):
         tree = ast.parse((PACKAGE / name).read_text())
         outside = {n for n in _top_level_imports(PACKAGE / name) if n not in STDLIB | {"torch"}}
         package = {n for _, n in _imported(tree) if n.startswith("runtime")} - {"runtime"}
-        assert outside <= {".runtime", ".corrections"}, (name, outside)
+        assert outside <= {".runtime", ".corrections", ".objectives"}, (name, outside)
         assert package <= {"runtime.registries", "runtime.registries.Registry"}, (name, package)
 
 
@@ -150,7 +151,7 @@ FLOORS = [
     # threads, versions, seeds, the registry helper; install: the dependency ranges, the offline wheel bundle)
     "runtime install",
     # 1 pure torch math: the loss, the advantages, the policy distribution, the image statistics and their alarms
-    "grpo corrections advantages sampling monitoring",
+    "grpo corrections objectives advantages sampling monitoring",
     # 2 configuration, and the only DeepSpeed / torch.distributed toucher
     "config ds",
     # 3 services of a run: prompt data, rewards, what a run shows, its life on disk

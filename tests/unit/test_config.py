@@ -78,6 +78,9 @@ def test_a_reward_label_names_metrics_and_tags_so_it_takes_plain_characters():
         (["grpo.epsilon_high=0.5", "grpo.delta=1.4"], "grpo.delta must be null or above 1 + epsilon_high = 1.5"),
         (["grpo.off_policy_mask_threshold=-0.1"], "grpo.off_policy_mask_threshold must be null or >= 0 and finite"),
         (["grpo.beta=0", "grpo.kl_bias_correction=true"], "grpo.kl_bias_correction=true weights a KL term that"),
+        (["grpo.objective=cispo", "grpo.cispo_max=0"], "grpo.cispo_max must be > 0 and finite, got 0.0"),
+        (["grpo.objective=sapo", "grpo.sapo_temperature_pos=inf"], "grpo.sapo_temperature_pos must be > 0 and fini"),
+        (["grpo.objective=ppo"], "grpo.objective: unknown objective 'ppo'"),
     ],
 )
 def test_the_two_sided_clip_off_policy_mask_and_kl_correction_are_checked(overrides, message):
@@ -431,6 +434,9 @@ def test_sections_report_every_problem_one_line_each():
         (["lora=null", "rollout.fuse_lora=true"], "rollout.fuse_lora fuses LoRA adapters"),
         (["rollout.compile_scope=layers"], "rollout.compile_scope=layers chooses what rollout.compile=false"),
         (["rollout.merge_copy=host"], "rollout.merge_copy=host places a copy"),
+        (["grpo.cispo_max=3"], "grpo.cispo_max=3.0 is read by objective cispo only, but grpo.objective=clip"),
+        (["grpo.sapo_temperature_neg=2"], "grpo.sapo_temperature_neg=2.0 is read by objective sapo only"),
+        (["grpo.objective=cispo", "grpo.delta=2"], "grpo.delta=2.0 is read by objective clip only, but grpo.objectiv"),
         # alarms are checked at the evaluations when the run evaluates: at eval.steps=0 only before and at the end
         (["monitor.stop_on_alarm=true", "eval.file=x"], "monitor.stop_on_alarm checks the alarms at each evaluation"),
     ],
@@ -451,6 +457,9 @@ def test_a_setting_the_others_make_ineffective_is_refused_in_one_line(overrides,
         "rollout.compile_scope=layers": "rollout.compile=true",
         "rollout.merge_copy=host": "rollout.merge_lora=true",
         "monitor.stop_on_alarm=true": "eval.steps=5",
+        "grpo.cispo_max=3": "grpo.objective=cispo",
+        "grpo.sapo_temperature_neg=2": "grpo.objective=sapo",
+        "grpo.objective=cispo": "grpo.objective=clip",
     }
     kept = [o for o in overrides if o != "lora=null" and o not in fixes.values()]
     load_config(None, BASE + kept + [fixes[o] for o in kept if o in fixes])
@@ -537,6 +546,13 @@ def test_settings_a_run_accepts_and_does_not_act_on_are_said(tmp_path):
     assert unused_settings(load_config(None, BASE + [*once[:3], "eval.steps=40", "max_steps=100"])) == []  # 40 80 100
     for config in sorted((Path(__file__).parents[2] / "launch" / "configs").glob("*.yaml")):
         assert unused_settings(load_config(str(config))) == [], config
+    # the clip range under an objective without one (the shipped GPU configs set it): said, with the key it reads
+    (line,) = unused_settings(load_config(None, BASE + ["grpo.objective=cispo", "grpo.epsilon_high=5"]))
+    assert line == (
+        "grpo.epsilon_high=5.0: the clip objective's range; grpo.objective=cispo reads its weight's cap, "
+        "grpo.cispo_max (TRL's epsilon_high under loss_type cispo)"
+    )
+    assert unused_settings(load_config(None, BASE + ["grpo.objective=sapo"])) == []
 
 
 def test_save_best_needs_a_checkpoint_at_an_evaluated_step():

@@ -326,3 +326,51 @@ def test_advantage_record_by_hand():
     assert fields["advantages/mean"] == pytest.approx(0.0, abs=1e-7)
     assert fields["advantages/std"] == pytest.approx(math.sqrt(0.4) / 1.0001, rel=1e-6)
     assert advantage_fields(torch.tensor([0.5])) == {"advantages/mean": 0.5, "advantages/std": None}
+
+
+# ---------------------------------------------------------------- objectives (grpo.objective)
+def _two_tokens(objective: str, **settings):
+    """Two one-token rows: ratio 7 with A = +2 and log pi = -0.5; ratio 0.5 with A = -1 and log pi = -1.0."""
+    logp = torch.tensor([[-0.5], [-1.0]], dtype=torch.float64, requires_grad=True)
+    old = logp.detach() - torch.tensor([[math.log(7.0)], [math.log(0.5)]], dtype=torch.float64)
+    adv = torch.tensor([2.0, -1.0], dtype=torch.float64)
+    loss, stats = policy_loss(logp, old, adv, torch.ones_like(old), plain(objective=objective, **settings))
+    (grad,) = torch.autograd.grad(loss, logp)
+    return loss.item(), grad.flatten().tolist(), stats
+
+
+def test_cispo_by_hand():
+    # loss per token -min(r, cap) A log pi, the weight detached; token mean over 2 tokens:
+    # row 1: -min(7, 5) * 2 * -0.5 = 5; row 2: -0.5 * -1 * -1.0 = -0.5; (5 - 0.5) / 2 = 2.25
+    # d/dlogp: -min(r, cap) A / 2 = -5, +0.25 (the weight's own dependence on logp cut)
+    loss, grad, stats = _two_tokens("cispo", cispo_max=5.0)
+    assert loss == pytest.approx(2.25, abs=1e-12) and grad == pytest.approx([-5.0, 0.25], abs=1e-12)
+    assert stats["clip_frac_high"].item() == 0.5 and stats["clip_frac_low"].item() == 0  # row 1 capped, A > 0
+
+
+def test_sapo_by_hand():
+    # loss per token -(4 / tau) sigmoid(tau (r - 1)) A, tau 1 for A > 0 and 1.05 otherwise; token mean over 2:
+    # d/dlogp = -(4 / tau) sigmoid'(tau (r - 1)) tau r A / 2 = -4 s (1 - s) r A / 2 with s the sigmoid
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    s1, s2 = sig(1.0 * (7 - 1)), sig(1.05 * (0.5 - 1))
+    loss, grad, stats = _two_tokens("sapo", sapo_temperature_pos=1.0, sapo_temperature_neg=1.05)
+    assert loss == pytest.approx((-4 * s1 * 2 - 4 / 1.05 * s2 * -1) / 2, abs=1e-12)
+    assert grad == pytest.approx([-4 * s1 * (1 - s1) * 7 * 2 / 2, -4 * s2 * (1 - s2) * 0.5 * -1 / 2], abs=1e-12)
+    assert stats["clip_frac_high"].item() == 0 and stats["clip_frac_low"].item() == 0  # a soft gate cuts nothing
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_on_policy_every_objective_has_the_clipped_surrogates_gradient(level):
+    """At ratio 1 (one update per rollout, the sampler exact) the objectives differ in value only: CISPO's weight
+    is 1 under its cap, SAPO's gate has slope 1 at r = 1 (sigmoid'(0) x 4 = 1), so each gives -A grad log pi."""
+    g = torch.Generator().manual_seed(3)
+    old = -torch.rand(4, 5, generator=g, dtype=torch.float64) * 3
+    adv = torch.randn(4, generator=g, dtype=torch.float64)
+    grads = {}
+    for objective in ("clip", "cispo", "sapo"):
+        logp = old.clone().requires_grad_()
+        loss, _ = policy_loss(logp, old, adv, torch.ones_like(old), plain(objective=objective,
+                              importance_sampling_level=level))  # fmt: skip
+        grads[objective] = torch.autograd.grad(loss, logp)[0]
+    torch.testing.assert_close(grads["cispo"], grads["clip"], rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(grads["sapo"], grads["clip"], rtol=1e-12, atol=1e-14)

@@ -21,7 +21,8 @@ def test_the_loss_settings_are_the_grpo_sections_own_values():
     from glm_grpo_ds.update import loss_settings
 
     changed = dict(beta=0.04, epsilon_high=0.28, aggregation="seq_mean", entropy_coef=0.01, delta=1.5)
-    changed.update(off_policy_mask_threshold=0.1, kl_bias_correction=True)
+    changed.update(off_policy_mask_threshold=0.1, kl_bias_correction=True, objective="sapo", cispo_max=3.0)
+    changed.update(sapo_temperature_pos=0.5, sapo_temperature_neg=2.0)
     for g in (GRPOConfig(), GRPOConfig(**changed)):
         s = loss_settings(g)
         assert {f.name: getattr(g, f.name) for f in dataclasses.fields(s)} == dataclasses.asdict(s)

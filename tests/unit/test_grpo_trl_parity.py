@@ -11,7 +11,14 @@ from trl_reference import trl_loss
 from glm_grpo_ds.grpo import high_entropy_mask, loss_normalizer, policy_loss
 from glm_grpo_ds.sampling import entropy_of
 
-OURS = {"bnpo": "token_mean", "grpo": "seq_mean", "dr_grpo": "dr_grpo"}  # TRL loss_type -> our aggregation
+# TRL loss_type -> our (objective, aggregation)
+OURS = {
+    "bnpo": ("clip", "token_mean"),
+    "grpo": ("clip", "seq_mean"),
+    "dr_grpo": ("clip", "dr_grpo"),
+    "cispo": ("cispo", "token_mean"),
+    "sapo": ("sapo", "seq_mean"),
+}
 
 
 def inputs(seed=0, n=6, t=9):
@@ -29,7 +36,13 @@ def inputs(seed=0, n=6, t=9):
 
 def both(loss_type, beta=0.0, level="token", quantile=1.0, coef=0.0, is_ratio=None, eps=(0.2, 0.28), **new):
     """Ours and TRL's ``(loss, gradients)``; ``new``: ``delta``, ``off_policy_mask_threshold`` (with the sampler's
-    log-probs of :func:`sampler_logp`), ``kl_bias_correction`` (TRL's use_bias_correction_kl)."""
+    log-probs of :func:`sampler_logp`), ``kl_bias_correction`` (TRL's use_bias_correction_kl), ``sapo_temperature_pos``
+    / ``_neg``. Under cispo ``eps[1]`` is the weight's cap (TRL's epsilon_high, our cispo_max). SAPO's temperatures
+    default to 1 and 1.25 here, not 1.05: TRL rounds them to float32 (``torch.where`` of two Python floats), we keep
+    the loss's dtype, and 1.05 differs by 5e-8 in float32 (tests/unit/test_grpo_math.py checks 1.05 by hand)."""
+    objective, aggregation = OURS[loss_type]
+    new = {"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.25, **new} if objective == "sapo" else new
+    temperatures = (new.get("sapo_temperature_pos"), new.get("sapo_temperature_neg"))
     logp, old, adv, mask, ref, entropy = inputs()
     sampler = sampler_logp(old) if new.get("off_policy_mask_threshold") is not None else None
     theirs = trl_loss(
@@ -51,6 +64,7 @@ def both(loss_type, beta=0.0, level="token", quantile=1.0, coef=0.0, is_ratio=No
         off_policy_mask_threshold=new.get("off_policy_mask_threshold"),
         sampling_logp=sampler,
         use_bias_correction_kl=new.get("kl_bias_correction", False),
+        sapo_temperatures=temperatures if objective == "sapo" else (1.0, 1.05),
     )
     grads_theirs = torch.autograd.grad(theirs, [logp, entropy], allow_unused=True)
     ours, _ = policy_loss(
@@ -62,13 +76,13 @@ def both(loss_type, beta=0.0, level="token", quantile=1.0, coef=0.0, is_ratio=No
             beta=beta,
             epsilon_low=eps[0],
             epsilon_high=eps[1],
-            aggregation=OURS[loss_type],
+            aggregation=aggregation,
             importance_sampling_level=level,
             entropy_coef=coef,
-            **new,
+            **{"objective": objective, "cispo_max": eps[1], **new},
         ),
         ref_logp=ref,
-        normalizer=loss_normalizer(mask, OURS[loss_type]),
+        normalizer=loss_normalizer(mask, aggregation),
         token_weights=high_entropy_mask(entropy, mask, quantile) if quantile < 1 else None,
         is_weights=is_ratio,
         entropy=entropy,
@@ -221,3 +235,45 @@ def test_the_logged_kl_entropy_and_clip_fractions_equal_trls(options):
     for key, trl_key in pairs.items():
         assert ours[key].item() == pytest.approx(theirs[trl_key], rel=1e-12, abs=1e-15), key
     assert 0 < theirs["clip_ratio/low_mean"] and 0 < theirs["clip_ratio/high_mean"]  # the inputs clip both ways
+
+
+@pytest.mark.parametrize("loss_type", ["cispo", "sapo"])
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_cispo_and_sapo_objectives_equal_trl(loss_type, beta, level):
+    """grpo.objective cispo (TRL's loss_type cispo, with token_mean) and sapo (with seq_mean), values and gradients;
+    the cap at 1.3 acts on the inputs' ratios (up to ~2.5), and SAPO at other temperatures too."""
+    assert_same(both(loss_type, beta, level=level, eps=(0.2, 1.3)))
+    assert_same(both(loss_type, beta, level=level, eps=(0.2, 5.0), sapo_temperature_pos=0.5, sapo_temperature_neg=3))
+    if loss_type == "cispo" and level == "token":
+        assert not torch.equal(both(loss_type, beta, eps=(0.2, 1.3))[0][1][0], both(loss_type, beta)[0][1][0])
+
+
+@pytest.mark.parametrize("loss_type", ["cispo", "sapo"])
+def test_cispo_and_sapo_compose_with_the_other_options_as_in_trl(loss_type):
+    """The top-entropy selection, the entropy bonus, the sampler correction's weights, the off-policy mask and the
+    bias-corrected KL around either objective, as TRL applies them."""
+    logp, *_ = inputs()
+    ratio = torch.rand(logp.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 2
+    assert_same(both(loss_type, 0.04, quantile=0.5, coef=0.1, is_ratio=ratio, eps=(0.2, 1.3)))
+    assert_same(both(loss_type, 0.04, off_policy_mask_threshold=0.1, kl_bias_correction=True, eps=(0.2, 1.3)))
+
+
+def test_cispo_and_sapo_logged_clip_fractions_equal_trls():
+    """clip_frac_high under cispo is TRL's cispo_clip_ratio (capped weights of tokens with A > 0), clip_frac_low 0;
+    sapo clips nothing (TRL logs no clip ratio for it): both 0. The kl and entropy logged as TRL's."""
+    logp, old, adv, mask, ref, entropy = inputs(seed=1)
+    for loss_type in ("cispo", "sapo"):
+        theirs: dict = {}
+        trl_loss(logp, old, adv, mask, loss_type=loss_type, beta=0.04, ref_logp=ref, epsilon_high=1.3,
+                 entropies=entropy, metrics=theirs)  # fmt: skip
+        objective, aggregation = OURS[loss_type]
+        _, ours = policy_loss(
+            logp, old, adv, mask, plain(beta=0.04, objective=objective, aggregation=aggregation, cispo_max=1.3),
+            ref_logp=ref, entropy=entropy, normalizer=loss_normalizer(mask, aggregation),
+        )  # fmt: skip
+        for key in ("kl", "entropy"):
+            assert ours[key].item() == pytest.approx(theirs[key], rel=1e-12), (loss_type, key)
+        high = theirs.get("cispo_clip_ratio", 0.0)
+        assert ours["clip_frac_high"].item() == pytest.approx(high, rel=1e-12) and ours["clip_frac_low"] == 0
+    assert high == 0 and theirs.keys().isdisjoint({"clip_ratio/high_mean", "clip_ratio/low_mean"})

@@ -46,6 +46,7 @@ def test_every_trl_name_is_trls_and_every_key_is_ours():
         ("grpo.loss_type=dapo", "TRL's loss_type is grpo.aggregation here: the loss normaliser: TRL's dapo / bnpo = "),
         ("grpo.scale_rewards=batch", "TRL's scale_rewards is grpo.advantage_estimator here"),
         ("grpo.aggregation=dapo", "aggregation 'dapo'; TRL's loss_type 'dapo' is aggregation 'token_mean' here"),
+        ("grpo.aggregation=cispo", "TRL's loss_type 'cispo' is grpo.objective 'cispo' (TRL sums it as aggregation "),
         ("grpo.advantage_estimator=false", "TRL's scale_rewards 'false' is advantage_estimator 'none' here"),
         ("learning_rate=1e-5", "TRL's learning_rate is optimizer.lr here"),
     ],
