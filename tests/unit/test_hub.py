@@ -490,3 +490,27 @@ def test_a_checkpoint_upload_skipped_behind_a_slow_one_ends_the_run_with_4_and_t
     assert any("step_000020 is not uploaded now" in line for line in said), said
     assert "failed (step_000020 (skipped)); retry with `glm-grpo push" in said[-1], said[-1]
     assert "checkpoints/step_000010/adapter_model.safetensors" in hub.files("me/run")
+
+
+@pytest.mark.parametrize(
+    "objective, row",
+    [
+        ([], "| clip epsilon low / high | 0.2 / 0.28 |"),
+        (["grpo.objective=cispo", "grpo.cispo_max=4"], "| CISPO weight cap | 4.0 |"),
+        (["grpo.objective=sapo"], "| SAPO temperatures positive / negative | 1.0 / 1.05 |"),
+    ],
+)
+def test_the_cards_training_table_names_the_objective_and_its_numbers(objective, row):
+    """The card's method and the policy term's numbers are the run's objective's; a config.json from before
+    grpo.objective (no key) reads as clip."""
+    from glm_grpo_ds.sharing.run_sections import training_section
+
+    base = ["model.path=/m", "data.train_file=/d.jsonl", "rewards=[{name: pixel_mse}]", "grpo.epsilon_high=0.28"]
+    cfg = to_dict(load_config(None, base + objective))
+    card = "\n".join(training_section(cfg, {}, ["r"]))
+    assert row in card
+    words = {"cispo": "CISPO's capped, detached importance weights", "sapo": "SAPO's soft gate"}
+    assert words.get(cfg["grpo"]["objective"], "clipped surrogate") in card
+    if not objective:
+        del cfg["grpo"]["objective"]
+        assert "\n".join(training_section(cfg, {}, ["r"])) == card
