@@ -47,7 +47,7 @@ import torch
 from .runtime.registries import Registry
 
 # name -> fn(rewards [N], group_size, eps) -> advantages [N]; the one list of valid ``grpo.advantage_estimator``
-# values (glm_grpo_ds/config/training_sections.py takes its choices from it)
+# values (glm_grpo_ds/config/grpo_section.py takes its choices from it)
 ESTIMATORS: Registry[Callable[[torch.Tensor, int, float], torch.Tensor]] = Registry("advantage estimator")
 # name -> fn(per_reward, weights, group_size, total, scale, eps, tie) -> advantages [N]; ``total`` is
 # :func:`weighted_total`, ``tie`` the win rates' tie tolerance; the one list of valid ``grpo.reward_combination``

@@ -41,7 +41,7 @@ class Aggregation(NamedTuple):
 
 
 # name -> Aggregation (the pattern of verl's core_algos.py); the one list of valid ``grpo.aggregation``
-# values (glm_grpo_ds/config/training_sections.py takes its choices from it). Advantage estimators: advantages.py.
+# values (glm_grpo_ds/config/grpo_section.py takes its choices from it). Advantage estimators: advantages.py.
 AGGREGATIONS: Registry[Aggregation] = Registry("aggregation")
 
 

@@ -13,8 +13,8 @@ advantages.py). docs/config_reference.md is generated from the fields' help
 
 * ``fields.py``: ``ConfigError``, :func:`setting` (a field with its help), the ``Literal`` choice check;
 * every section's dataclass (``model``, ``lora``, ``grpo``, ...), each checking its own fields (``problems()``):
-  ``model_sections.py`` (model, lora, rollout, decoder, sampling), ``training_sections.py`` (grpo, rewards,
-  optimizer, batch) and ``run_sections.py`` (data, eval, logging, monitor, hub); ``checks.py``: how a section
+  ``model_sections.py`` (model, lora, rollout, decoder, sampling), ``grpo_section.py`` (grpo), ``training_sections.py``
+  (rewards, optimizer, batch) and ``run_sections.py`` (data, eval, logging, monitor, hub); ``checks.py``: how a section
   reports problems, and the checks of a decode's settings;
 * ``train_config.py``: :class:`TrainConfig` and the rules that tie sections together;
 * ``loading.py``: YAML + overrides -> validated :class:`TrainConfig`;
@@ -23,11 +23,12 @@ advantages.py). docs/config_reference.md is generated from the fields' help
 
 from .arguments import parse_with_overrides
 from .fields import ConfigError
+from .grpo_section import GRPOConfig
 from .loading import apply_override, load_config, to_dict
 from .model_sections import DecoderConfig, LoraConfig, ModelConfig, RolloutConfig, SamplingConfig
 from .run_sections import TRACKERS, DataConfig, EvalConfig, HubConfig, LoggingConfig, MonitorConfig
 from .train_config import TrainConfig
-from .training_sections import BatchConfig, GRPOConfig, OptimizerConfig, RewardSpec
+from .training_sections import BatchConfig, OptimizerConfig, RewardSpec
 from .yaml_file import parse_scalar
 
 __all__ = [

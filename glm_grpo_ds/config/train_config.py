@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from .checks import need
 from .fields import ConfigError, choice_problems, setting
+from .grpo_section import GRPOConfig
 from .model_sections import DecoderConfig, LoraConfig, ModelConfig, RolloutConfig
 from .run_sections import DataConfig, EvalConfig, HubConfig, LoggingConfig, MonitorConfig
-from .training_sections import BatchConfig, GRPOConfig, OptimizerConfig, RewardSpec
+from .training_sections import BatchConfig, OptimizerConfig, RewardSpec
 
 
 @dataclass
