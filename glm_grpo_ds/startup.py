@@ -26,6 +26,7 @@ from .ds import dist
 from .ds import engine as ds_engine
 from .ds.ds_config import fill_ds_config, read_ds_config, zero_stage
 from .ds.portable import cannot_load, universal_config
+from .entropy_control import EntropyControl
 from .evaluation.in_training import Evaluator
 from .experience import ExperienceMaker, NoAhead, RolloutAhead, off_policy
 from .experience import resumed as pending
@@ -80,6 +81,7 @@ class Run:
     evaluator: Evaluator | None  # the in-training evaluation (eval.file), None without one
     reward_fn: RewardSet  # the configured rewards and their weights
     loss: LossSettings  # the policy loss's settings (grpo.*), built once
+    entropy_control: EntropyControl | None  # grpo.entropy_target's adaptive coefficient (None: entropy_coef fixed)
     engine: torch.nn.Module  # the policy's DeepSpeed engine (ds/engine.py: the one module that imports DeepSpeed)
     ref_engine: torch.nn.Module | None  # full fine-tuning's reference (LoRA's is the policy with adapters off)
     processor: ProcessorMixin  # GLM-Image's processor (tokenizer and image-grid helpers)
@@ -328,7 +330,8 @@ class _Hall:
         dist.barrier()
         if self.life.start.checkpoint is not None:
             self.status.phase("checkpoint")
-        self.start_step, skipped_steps = self.life.restore(self.engine, self.prompt_order)
+        control = EntropyControl.for_config(cfg.grpo)
+        self.start_step, skipped_steps = self.life.restore(self.engine, self.prompt_order, control)
         seeds = partial(rollout_seeds, cfg.seed, rank=self.rank, prompts_per_rank=cfg.batch.prompts_per_rank)
         rollout = off_policy.for_run(cfg, self.experience, self.engine, self.device, self.prompt_order, seeds)
         path, moved, order = self.life.start.checkpoint, self.life.start.written_on is not None, self.prompt_order
@@ -349,7 +352,8 @@ class _Hall:
         return Run(
             cfg=cfg, rank=self.rank, world=self.world, device=self.device, out=self.out, status=self.status,
             step_status=self.step_status, watchdog=self.watchdog, prompt_order=self.prompt_order,
-            evaluator=self.evaluator, reward_fn=self.reward_fn, loss=loss_settings(cfg.grpo), engine=self.engine,
+            evaluator=self.evaluator, reward_fn=self.reward_fn, loss=loss_settings(cfg.grpo), entropy_control=control,
+            engine=self.engine,
             ref_engine=self.ref_engine, processor=self.processor, dtype=self.dtype, base_copy=self.base_copy,
             experience=self.experience,
             eval_experience=self.eval_experience, rollout=rollout, life=self.life, publisher=self.publisher,

@@ -143,6 +143,7 @@ class Trainer:
                     old_logps=exp.old_logps,
                     status=run.step_status,
                     loss=run.loss,
+                    entropy_control=run.entropy_control,
                 )
         run.step_status.phase("record")  # the weights to the samplers, the step's statistics (collectives), its line
         for maker in (run.experience, run.eval_experience):  # the sampling backends take the updated weights
@@ -341,7 +342,7 @@ class Trainer:
         run = self.run
         reward = self._evaluated[1] if self._evaluated and self._evaluated[0] == step else None  # rank 0's
         return run.life.save_checkpoint(
-            run.engine, run.prompt_order, step, self.skipped_steps, run.rollout.state(), eval_reward=reward
+            run.engine, run.prompt_order, step, self.skipped_steps, run.rollout.state(), reward, run.entropy_control
         )
 
 

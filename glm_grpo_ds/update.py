@@ -19,6 +19,7 @@ import torch
 from .corrections import correction_sums, mismatch_sums, sampler_correction
 from .ds import dist as ds_dist
 from .ds import engine as ds_engine
+from .entropy_control import EntropyControl
 from .grpo import LossSettings, high_entropy_mask, high_entropy_threshold, loss_normalizer, policy_loss
 from .logprobs import completion_logprobs
 from .observability.step_status import NO_STATUS
@@ -154,13 +155,16 @@ def grpo_update(
     old_logps=None,
     status=NO_STATUS,
     loss: LossSettings | None = None,
+    entropy_control: EntropyControl | None = None,
 ) -> dict:
     """Run ``grpo.num_iterations`` optimizer steps on one rollout; return its statistics (observability/
     update_stats.py; ``skipped``: optimizer steps DeepSpeed skipped because the gradients were not finite).
     ``ref_logps`` / ``old_logps``: computed during the rollout, else here. ``on_boundary(engine)`` runs after the
     last backward of each step, before the optimizer step (tests read the gradients there); ``status``: the step
     status (observability/step_status.py), told each micro-batch done; ``loss``: the run's loss settings
-    (:func:`loss_settings` of ``cfg.grpo`` when None)."""
+    (:func:`loss_settings` of ``cfg.grpo`` when None); ``entropy_control``: ``grpo.entropy_target``'s adaptive
+    coefficient, which sets each optimizer step's bonus and is updated after it (collective: every rank's trained
+    tokens' entropy)."""
     g = cfg.grpo
     settings = loss_settings(g) if loss is None else loss
     batch = batch if g.preview_in_loss else without_preview_loss(batch)
@@ -170,7 +174,12 @@ def grpo_update(
     total_tokens = batch.completion_mask.sum().clamp(min=1.0)  # each micro-batch's share of the entropy bonus
     ref, old = missing_logprobs(engine, ref_engine, batch, cfg, slices, ref_logps, old_logps)
     stats = UpdateStats()
+    applied = []  # the adaptive entropy coefficient of each optimizer step
     for it in range(g.num_iterations):
+        if entropy_control is not None:
+            applied.append(entropy_control.applied)
+            settings = dataclasses.replace(settings, entropy_coef=applied[-1])
+            trained = torch.zeros(2, dtype=torch.float64, device=batch.completion_mask.device)
         for j, rows in enumerate(slices):
             micro = batch.select(rows)
             mask = micro.completion_mask
@@ -193,10 +202,20 @@ def grpo_update(
                 normalizer=norm, token_weights=token_weights, is_weights=is_weights, entropy=entropy,
                 entropy_share=mask.sum() / total_tokens, sampler_logp=micro.sampler_logps,
             )  # fmt: skip
+            if entropy_control is not None:  # what the bonus acts on: the trained tokens, weighted as the policy term
+                weights = mask if token_weights is None else mask * token_weights.to(mask.dtype)
+                trained += torch.stack([(entropy.detach() * weights).sum(), weights.sum()]).double()
             ds_engine.backward(engine, value)
             if j == len(slices) - 1 and on_boundary is not None:
                 on_boundary(engine)
             stats.add(value, loss_stats, ds_engine.step(engine))
             status.advance()  # after stats.add's .item()s: the micro-batch is done on the device too
         stats.end_iteration()
-    return stats.result()
+        if entropy_control is not None:
+            world = ds_dist.all_reduce_sum(trained)
+            entropy_control.update((world[0] / world[1].clamp(min=1.0)).item())
+    result = stats.result()
+    if entropy_control is not None:  # the same on every rank: the record's mean over ranks is the value
+        result["entropy_coef"] = sum(applied) / len(applied)  # what the steps' bonus took
+        result["entropy_control/coef"] = entropy_control.coef  # the controller's after them (TRL's entropy_coef)
+    return result

@@ -33,6 +33,11 @@ class _OneProcess:
         return tensor
 
 
+def _adaptive_args(adaptive: dict) -> dict:
+    keys = {"target": "entropy_target", "delta": "entropy_coef_delta", "min": "entropy_coef_min"}
+    return {"entropy_coef_max": adaptive["max"], **{trl: adaptive[ours] for ours, trl in keys.items()}}
+
+
 def trl_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -54,13 +59,16 @@ def trl_loss(
     sampling_logp: torch.Tensor | None = None,
     use_bias_correction_kl: bool = False,
     sapo_temperatures: tuple[float, float] = (1.0, 1.05),
+    adaptive: dict | None = None,
     metrics: dict | None = None,
 ) -> torch.Tensor:
     """TRL 1.16's loss for one micro-batch (gradient accumulation 1, train mode). TRL's loss types: ``bnpo`` = our
     token_mean, ``grpo`` = our seq_mean, ``dr_grpo`` = ours with T = the completion length; ``cispo`` = our objective
     cispo (its cap TRL's ``epsilon_high``) with token_mean, ``sapo`` = our objective sapo (``sapo_temperatures``:
     positive, negative) with seq_mean. ``metrics``: filled with what TRL logs for the call (its
-    ``_metrics["train"]``: ``kl``, ``entropy``, ``clip_ratio/low_mean``, ...)."""
+    ``_metrics["train"]``: ``kl``, ``entropy``, ``clip_ratio/low_mean``, ...). ``adaptive``: TRL's adaptive entropy
+    coefficient (``use_adaptive_entropy``) across calls, one optimizer step each: ``coef`` and ``last`` (its
+    ``entropy_coef`` and ``_last_world_entropy``, read and written back), ``target``, ``delta``, ``min``, ``max``."""
     n, t = logp.shape
     entropies = torch.zeros_like(logp) if entropies is None else entropies
     fake = types.SimpleNamespace(
@@ -77,6 +85,7 @@ def trl_loss(
             sapo_temperature_pos=sapo_temperatures[0],
             sapo_temperature_neg=sapo_temperatures[1],
             steps_per_generation=1,
+            **({} if adaptive is None else _adaptive_args(adaptive)),
         ),
         loss_type=loss_type,
         epsilon_low=epsilon_low,
@@ -86,9 +95,11 @@ def trl_loss(
         model=types.SimpleNamespace(training=True),
         current_gradient_accumulation_steps=1,
         max_completion_length=t,
-        _entropy_bonus_enabled=entropy_coef != 0.0,
-        entropy_coef=entropy_coef,
-        use_adaptive_entropy=False,
+        _entropy_bonus_enabled=entropy_coef != 0.0 or adaptive is not None,
+        entropy_coef=entropy_coef if adaptive is None else adaptive["coef"],
+        use_adaptive_entropy=adaptive is not None,
+        _last_world_entropy=None if adaptive is None else adaptive["last"],
+        _entropy_window_stats=None,
         _metrics=defaultdict(lambda: defaultdict(list)),
         _get_per_token_logps_and_entropies=lambda *args, **kwargs: (logp, entropies, None),
     )
@@ -109,6 +120,8 @@ def trl_loss(
     if sampling_logp is not None:  # the sampler's log-probs (TRL's vLLM ones), which its off-policy mask reads
         inputs["sampling_per_token_logps"] = sampling_logp
     loss = GRPOTrainer._compute_loss(fake, None, inputs)
+    if adaptive is not None:
+        adaptive.update(coef=fake.entropy_coef, last=fake._last_world_entropy)
     if metrics is not None:
         metrics.update({key: values[-1] for key, values in fake._metrics["train"].items()})
     return loss

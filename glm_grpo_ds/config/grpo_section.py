@@ -109,8 +109,19 @@ class GRPOConfig:
         "Entropy bonus: the loss gets -entropy_coef x the mean policy entropy of the trained tokens (>= 0; TRL's "
         "entropy_coef); a guard against entropy collapse, off at 0. The `entropy` metric is the mean over every "
         "loss token (with top_entropy_quantile < 1 or preview_weight != 1 the bonus acts on the selected, weighted "
-        "ones).",
+        "ones). With entropy_target set: the starting coefficient.",
     )
+    entropy_target: float | None = setting(
+        None,
+        "Adaptive entropy coefficient (Skywork-OR1, TRL's use_adaptive_entropy + entropy_target; glm_grpo_ds/"
+        "entropy_control.py), in nats: after each optimizer step the coefficient grows by entropy_coef_delta while "
+        "the trained tokens' mean entropy (all ranks) is at or below this, else shrinks, within [entropy_coef_min, "
+        "entropy_coef_max]; the bonus applies only while the last step's entropy is at or below the target (>= 0); "
+        "null = entropy_coef stays fixed.",
+    )
+    entropy_coef_delta: float = setting(0.005, "entropy_target: the coefficient's change per optimizer step (> 0).")
+    entropy_coef_min: float = setting(0.0, "entropy_target: the coefficient's floor (>= 0).")
+    entropy_coef_max: float = setting(1.0, "entropy_target: the coefficient's ceiling (>= entropy_coef_min).")
     sampler_correction: Literal[tuple(SAMPLER_CORRECTIONS)] = setting(
         "none",
         "Importance-sampling correction for the sampler's numbers differing from the trainer's (pi_old / "
@@ -232,9 +243,30 @@ class GRPOConfig:
             bound is None or 0 <= bound < math.inf,
             f"{prefix}off_policy_mask_threshold must be null or >= 0 and finite, got {bound}",
         )
+        problems += self._entropy_control_problems(prefix)
         for key in ("cispo_max", "sapo_temperature_pos", "sapo_temperature_neg"):
             value = getattr(self, key)
             need(problems, 0 < value < math.inf, f"{prefix}{key} must be > 0 and finite, got {value}")
+        return problems
+
+    def _entropy_control_problems(self, prefix: str) -> list[str]:
+        """The adaptive coefficient's settings: each in range, the start inside [min, max], none without a target."""
+        problems: list[str] = []
+        target, delta = self.entropy_target, self.entropy_coef_delta
+        low, high, start = self.entropy_coef_min, self.entropy_coef_max, self.entropy_coef
+        bad_target = f"{prefix}entropy_target must be null or >= 0 and finite, got {target}"
+        need(problems, target is None or 0 <= target < math.inf, bad_target)
+        need(problems, 0 < delta < math.inf, f"{prefix}entropy_coef_delta must be > 0 and finite, got {delta}")
+        bad_range = f"{prefix}entropy_coef_min / _max must satisfy 0 <= min <= max < inf, got {low} / {high}"
+        need(problems, 0 <= low <= high < math.inf, bad_range)
+        if target is not None:
+            outside = f"{prefix}entropy_coef={start} starts the adaptive coefficient outside [entropy_coef_min, "
+            need(problems, low <= start <= high, f"{outside}entropy_coef_max] = [{low}, {high}]")
+            return problems
+        for key in ("entropy_coef_delta", "entropy_coef_min", "entropy_coef_max"):
+            value = getattr(self, key)
+            fixed = f"{prefix}{key}={value} moves an adaptive coefficient that {prefix}entropy_target=null leaves fixed"
+            need(problems, value == default_of(self, key), f"{fixed}: set entropy_target")
         return problems
 
     def _objective_problems(self, prefix: str) -> list[str]:

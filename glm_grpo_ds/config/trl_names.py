@@ -64,6 +64,15 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
     "importance_sampling_level": ("grpo.importance_sampling_level", "token or sequence (GSPO)"),
     "top_entropy_quantile": ("grpo.top_entropy_quantile", "the top-entropy token fraction"),
     "entropy_coef": ("grpo.entropy_coef", "the entropy bonus"),
+    "use_adaptive_entropy": (
+        "grpo.entropy_target",
+        "set it (nats) to adapt entropy_coef each optimizer step; null = fixed (TRL's target default 0.2 is an LLM's "
+        "scale, not a codebook's)",
+    ),
+    "entropy_target": ("grpo.entropy_target", "the entropy the coefficient steers to, in nats; null = no adapting"),
+    "entropy_coef_delta": ("grpo.entropy_coef_delta", "the adaptive coefficient's change per optimizer step"),
+    "entropy_coef_min": ("grpo.entropy_coef_min", "the adaptive coefficient's floor"),
+    "entropy_coef_max": ("grpo.entropy_coef_max", "the adaptive coefficient's ceiling"),
     "delta": ("grpo.delta", "the two-sided clip's cap on the unclipped ratio (INTELLECT-2)"),
     "off_policy_mask_threshold": (
         "grpo.off_policy_mask_threshold",

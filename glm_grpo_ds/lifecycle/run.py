@@ -191,9 +191,10 @@ class RunLife:
         portable.convert(ds_dir, universal)
         log.info(f"glm-grpo: converted in {time.perf_counter() - started:.1f} s")
 
-    def restore(self, engine, prompt_order) -> tuple[int, int]:
-        """Load the checkpoint chosen at the start into ``engine`` and ``prompt_order`` (collective): (the step
-        it is at, the optimizer updates skipped so far); (0, 0) for a fresh run."""
+    def restore(self, engine, prompt_order, entropy_control=None) -> tuple[int, int]:
+        """Load the checkpoint chosen at the start into ``engine``, ``prompt_order`` and ``entropy_control`` (the
+        adaptive entropy coefficient, when the run has one and the checkpoint holds it) (collective): (the step it is
+        at, the optimizer updates skipped so far); (0, 0) for a fresh run."""
         if self.start.checkpoint is None:
             return 0, 0
         path, cfg = self.start.checkpoint, self.cfg
@@ -202,6 +203,8 @@ class RunLife:
         state, lr = checkpoint.load(engine, path, self.rank, cfg.optimizer, reseed)
         self.run_id = state.get("run_id")  # None for checkpoints written before run ids
         prompt_order.load_state(state["sampler"])  # the key checkpoints have always had
+        if entropy_control is not None and state.get("entropy_control") is not None:  # else: from entropy_coef
+            entropy_control.load_state(state["entropy_control"])
         shape = ""
         if self.start.written_on is not None:
             shape = (
@@ -227,11 +230,12 @@ class RunLife:
         return int(state["step"]), int(state.get("skipped_steps", 0))
 
     def save_checkpoint(
-        self, engine, prompt_order, step: int, skipped_steps: int, ahead: dict | None = None, eval_reward=None
+        self, engine, prompt_order, step: int, skipped_steps: int, ahead=None, eval_reward=None, entropy_control=None
     ) -> Path:
         """Checkpoint ``step`` (collective), its adapter's model card; its path. ``ahead``: this rank's rollout
         drawn ahead for the next step (``rollout.one_step_off``; glm_grpo_ds/experience/drawn.py Drawn.state);
-        ``eval_reward``: rank 0's evaluation at this step, for ``save_best`` (None: not evaluated here)."""
+        ``eval_reward``: rank 0's evaluation at this step, for ``save_best`` (None: not evaluated here);
+        ``entropy_control``: the adaptive entropy coefficient (grpo.entropy_target), None without one."""
         state = {
             "step": step,
             "run_id": self.run_id,
@@ -243,6 +247,7 @@ class RunLife:
             "zero_stage": self.zero_stage,
             "lora": self.cfg.lora is not None,
             "config": to_dict(self.cfg),
+            "entropy_control": None if entropy_control is None else entropy_control.state(),
         }
         is_lora, limit = self.cfg.lora is not None, self.cfg.save_total_limit
         path = checkpoint.save(engine, self.out, step, state, self.rank, is_lora, limit, later=self.later, ahead=ahead)

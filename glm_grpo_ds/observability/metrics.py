@@ -191,6 +191,8 @@ _OPTIONAL_MEANS = (
     "top_entropy/threshold",
     "top_entropy/kept_fraction",
     "off_policy/masked_fraction",
+    "entropy_coef",
+    "entropy_control/coef",
 )
 _MEAN_OVER_RANKS = (
     "loss",

@@ -1,5 +1,6 @@
-"""Checkpoints under real DeepSpeed: exact resume, a resume with another lr that runs with it, atomic writes, refused
-global-batch and optimizer changes, and `glm-grpo merge` from checkpoint directories (LoRA and full fine-tuning)."""
+"""Checkpoints under real DeepSpeed: exact resume (the adaptive entropy coefficient's state too), a resume with
+another lr that runs with it, atomic writes, refused global-batch and optimizer changes, and `glm-grpo merge` from
+checkpoint directories (LoRA and full fine-tuning)."""
 
 import json
 import shutil
@@ -34,6 +35,8 @@ def train(nprocs, args, timeout=600):
 def runs(tiny_model_dir, data64, tmp_path_factory):
     root, data = tmp_path_factory.mktemp("resume"), data64
     extra = ["rollout.height=64", "rollout.width=64", "optimizer.name=adamw_8bit", "logging.progress_bar=false"]
+    # the adaptive entropy coefficient, a state of the run's own (a target no entropy reaches: it grows every step)
+    extra += ["grpo.entropy_target=100", "grpo.entropy_coef=0.01"]
     straight, resumed = root / "straight", root / "resumed"
     train(2, common(tiny_model_dir, data, straight, "max_steps=4", *extra))
     train(2, common(tiny_model_dir, data, resumed, "max_steps=2", "save_steps=2", *extra))
@@ -53,6 +56,10 @@ def test_resume_is_exact(runs):
     assert [r["step"] for r in ma] == [r["step"] for r in mb] == [1, 2, 3, 4]  # a record per step, none twice
     for x, y in zip(ma, mb, strict=True):
         assert _stable(x) == _stable(y), x["step"]
+    # no bonus before an entropy is measured, then 0.01 + 0.005 a step: the resumed run took step 2's from its
+    # checkpoint (restarted, its step 3 would have had none)
+    assert [r["entropy_coef"] for r in mb] == pytest.approx([0.0, 0.015, 0.02, 0.025], abs=1e-12)
+    assert [r["entropy_control/coef"] for r in mb] == pytest.approx([0.015, 0.02, 0.025, 0.03], abs=1e-12)
 
 
 def test_a_resume_with_other_settings_says_so_and_keeps_the_history(runs):

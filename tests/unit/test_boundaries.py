@@ -151,7 +151,7 @@ FLOORS = [
     # threads, versions, seeds, the registry helper; install: the dependency ranges, the offline wheel bundle)
     "runtime install",
     # 1 pure torch math: the loss, the advantages, the policy distribution, the image statistics and their alarms
-    "grpo corrections objectives advantages sampling monitoring",
+    "grpo corrections objectives entropy_control advantages sampling monitoring",
     # 2 configuration, and the only DeepSpeed / torch.distributed toucher
     "config ds",
     # 3 services of a run: prompt data, rewards, what a run shows, its life on disk

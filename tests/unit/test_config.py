@@ -81,6 +81,9 @@ def test_a_reward_label_names_metrics_and_tags_so_it_takes_plain_characters():
         (["grpo.objective=cispo", "grpo.cispo_max=0"], "grpo.cispo_max must be > 0 and finite, got 0.0"),
         (["grpo.objective=sapo", "grpo.sapo_temperature_pos=inf"], "grpo.sapo_temperature_pos must be > 0 and fini"),
         (["grpo.objective=ppo"], "grpo.objective: unknown objective 'ppo'"),
+        (["grpo.entropy_target=0.5", "grpo.entropy_coef=2"], "grpo.entropy_coef=2.0 starts the adaptive coefficien"),
+        (["grpo.entropy_target=-1"], "grpo.entropy_target must be null or >= 0 and finite, got -1.0"),
+        (["grpo.entropy_target=1", "grpo.entropy_coef_min=0.5", "grpo.entropy_coef_max=0.1"], "grpo.entropy_coef_min"),
     ],
 )
 def test_the_two_sided_clip_off_policy_mask_and_kl_correction_are_checked(overrides, message):
@@ -435,6 +438,7 @@ def test_sections_report_every_problem_one_line_each():
         (["rollout.compile_scope=layers"], "rollout.compile_scope=layers chooses what rollout.compile=false"),
         (["rollout.merge_copy=host"], "rollout.merge_copy=host places a copy"),
         (["grpo.cispo_max=3"], "grpo.cispo_max=3.0 is read by objective cispo only, but grpo.objective=clip"),
+        (["grpo.entropy_coef_delta=0.01"], "grpo.entropy_coef_delta=0.01 moves an adaptive coefficient that"),
         (["grpo.sapo_temperature_neg=2"], "grpo.sapo_temperature_neg=2.0 is read by objective sapo only"),
         (["grpo.objective=cispo", "grpo.delta=2"], "grpo.delta=2.0 is read by objective clip only, but grpo.objectiv"),
         # alarms are checked at the evaluations when the run evaluates: at eval.steps=0 only before and at the end
@@ -458,6 +462,7 @@ def test_a_setting_the_others_make_ineffective_is_refused_in_one_line(overrides,
         "rollout.merge_copy=host": "rollout.merge_lora=true",
         "monitor.stop_on_alarm=true": "eval.steps=5",
         "grpo.cispo_max=3": "grpo.objective=cispo",
+        "grpo.entropy_coef_delta=0.01": "grpo.entropy_target=0.5",
         "grpo.sapo_temperature_neg=2": "grpo.objective=sapo",
         "grpo.objective=cispo": "grpo.objective=clip",
     }
