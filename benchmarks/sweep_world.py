@@ -59,6 +59,13 @@ VARIANTS = {
         "num_iterations 2, SAPO (the soft gate, temperatures 1 / 1.05)",
         ["grpo.num_iterations=2", "grpo.objective=sapo"],
     ),
+    # more updates per rollout by splitting it (batch.mini_batches), against num_iterations 2 (iters2)
+    "mb2": (
+        "2 mini-batches per rollout (two optimizer steps of 4 sequences)",
+        ["batch.mini_batches=2", "batch.micro_batch_size=4"],
+    ),
+    # the adaptive entropy coefficient (grpo.entropy_target): the bonus from when the entropy falls to 1 nat
+    "entropy_target1": ("adaptive entropy coefficient, target 1 nat (from 0, 0.005 a step)", ["grpo.entropy_target=1"]),
     "top_entropy0.2": ("train on the top 20 % of tokens by entropy", ["grpo.top_entropy_quantile=0.2"]),
     "entropy0.01": ("entropy bonus 0.01", ["grpo.entropy_coef=0.01"]),
     "tis": ("sampler correction token_truncate (cap 3)", ["grpo.sampler_correction=token_truncate"]),

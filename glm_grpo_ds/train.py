@@ -172,7 +172,7 @@ class Trainer:
             f"{run.cfg.max_consecutive_skips or 'no'} such steps in a row stop the run; check the rewards and the "
             "fields they need; further ones are not logged",
         )
-        return UpdateStats.not_run(run.cfg.grpo.num_iterations)
+        return UpdateStats.not_run(run.cfg.updates_per_step)
 
     def _record(self, step: int, exp, stats: dict, my_rewards, all_rewards, all_per_reward, dead, lr) -> dict:
         """The ``metrics.jsonl`` record after ``step`` steps (collective), and the training gallery when due; ``lr``:

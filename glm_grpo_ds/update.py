@@ -88,7 +88,7 @@ def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> tuple[torch.Tens
     """Inside the rollout's parameter gather (the engine sampler's ``before_update``, glm_grpo_ds/rollout/
     backends.py), the teacher-forced log-probs ``(ref, old)`` the update would otherwise compute with the engine
     before its first step: ``ref`` (the LoRA policy with its adapters off, ``cfg.reference_in_rollout``) and
-    ``old`` (``cfg.old_logprobs_in_rollout``: more than one iteration, on-policy); None for what is not needed
+    ``old`` (``cfg.old_logprobs_in_rollout``: more than one update per rollout, on-policy); None for what is not needed
     here (full fine-tuning's reference is another engine, computed in the update).
     Under ZeRO-3 every forward of the engine gathers the AR again, module by module; here the whole AR is
     already gathered for sampling, so these passes gather nothing (docs/memory-and-speed.md). The policy
@@ -107,13 +107,14 @@ def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> tuple[torch.Tens
 
 def missing_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices, ref, old) -> tuple:
     """``(ref, old)`` with what the rollout did not compute filled in with the engine: the reference when the KL
-    term needs it (``grpo.beta > 0``), the pre-update log-probs when there is more than one iteration. One
-    iteration needs no old log-probs: the policy that sampled is the current one, so old = logp.detach()."""
+    term needs it (``grpo.beta > 0``), the pre-update log-probs when there is more than one update per rollout
+    (iterations or mini-batches). One update needs no old log-probs: the policy that sampled is the current one, so
+    old = logp.detach()."""
     policy = ds_engine.unwrap(engine)
     policy.eval()  # the no-grad passes need no dropout / checkpointing
     if ref is None and cfg.grpo.beta > 0:
         ref = reference_logprobs(engine, ref_engine, batch, cfg, slices)
-    if old is None and cfg.grpo.num_iterations > 1:
+    if old is None and cfg.updates_per_step > 1:
         old = batched_logprobs(engine, batch, cfg, slices)
     policy.train()
     return ref, old
@@ -157,65 +158,98 @@ def grpo_update(
     loss: LossSettings | None = None,
     entropy_control: EntropyControl | None = None,
 ) -> dict:
-    """Run ``grpo.num_iterations`` optimizer steps on one rollout; return its statistics (observability/
-    update_stats.py; ``skipped``: optimizer steps DeepSpeed skipped because the gradients were not finite).
-    ``ref_logps`` / ``old_logps``: computed during the rollout, else here. ``on_boundary(engine)`` runs after the
-    last backward of each step, before the optimizer step (tests read the gradients there); ``status``: the step
-    status (observability/step_status.py), told each micro-batch done; ``loss``: the run's loss settings
-    (:func:`loss_settings` of ``cfg.grpo`` when None); ``entropy_control``: ``grpo.entropy_target``'s adaptive
-    coefficient, which sets each optimizer step's bonus and is updated after it (collective: every rank's trained
-    tokens' entropy)."""
+    """Run ``grpo.num_iterations`` passes over one rollout, each ``batch.mini_batches`` optimizer steps on the
+    rollout's mini-batches in order; return its statistics (observability/update_stats.py, one entry per optimizer
+    step; ``skipped``: optimizer steps DeepSpeed skipped because the gradients were not finite). ``ref_logps`` /
+    ``old_logps``: computed during the rollout, else here. ``on_boundary(engine)`` runs after the last backward of each
+    optimizer step, before it (tests read the gradients there); ``status``: the step status (observability/
+    step_status.py), told each micro-batch done; ``loss``: the run's loss settings (:func:`loss_settings` of
+    ``cfg.grpo`` when None); ``entropy_control``: ``grpo.entropy_target``'s adaptive coefficient, which sets each
+    optimizer step's bonus and is updated after it (collective: every rank's trained tokens' entropy)."""
     g = cfg.grpo
     settings = loss_settings(g) if loss is None else loss
     batch = batch if g.preview_in_loss else without_preview_loss(batch)
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
     status.phase("update", total=g.num_iterations * len(slices), unit="micro-batches")
-    norm = loss_normalizer(batch.completion_mask, g.aggregation)  # the whole rollout's: micro-batch losses add up
-    total_tokens = batch.completion_mask.sum().clamp(min=1.0)  # each micro-batch's share of the entropy bonus
     ref, old = missing_logprobs(engine, ref_engine, batch, cfg, slices, ref_logps, old_logps)
     stats = UpdateStats()
+    one = _OptimizerStep(engine, batch, advantages, ref, old, cfg, stats, status, on_boundary)
     applied = []  # the adaptive entropy coefficient of each optimizer step
+    minis = micro_batches(len(batch), len(batch) // cfg.batch.mini_batches)
     for it in range(g.num_iterations):
-        if entropy_control is not None:
-            applied.append(entropy_control.applied)
-            settings = dataclasses.replace(settings, entropy_coef=applied[-1])
-            trained = torch.zeros(2, dtype=torch.float64, device=batch.completion_mask.device)
-        for j, rows in enumerate(slices):
-            micro = batch.select(rows)
-            mask = micro.completion_mask
-            # through the engine's forward (not the unwrapped model): ZeRO-3 accumulation needs it
-            logp, entropy = completion_logprobs(engine, micro, g.sampling, g.logprob_chunk_size, with_entropy=True)
-            old_logp = logp.detach() if old is None else old[rows]
-            if it == 0:  # the sampler's numbers vs the trainer's for the same policy: the ratio should be 1
-                stats.add_mismatch(mismatch_sums(old_logp, micro.sampler_logps, mask, g.mismatch_threshold))
-                stats.add_correction(
-                    correction_sums(
-                        old_logp, micro.sampler_logps, mask, g.sampler_correction, g.sampler_correction_max,
-                        g.sampler_correction_min,
-                    )
-                )  # fmt: skip
-            selection: dict = {}
-            token_weights, is_weights = loss_weights(micro, entropy, old_logp, g, selection)
-            stats.add_selection(selection)
-            value, loss_stats = policy_loss(
-                logp, old_logp, advantages[rows], mask, settings, ref_logp=None if ref is None else ref[rows],
-                normalizer=norm, token_weights=token_weights, is_weights=is_weights, entropy=entropy,
-                entropy_share=mask.sum() / total_tokens, sampler_logp=micro.sampler_logps,
-            )  # fmt: skip
-            if entropy_control is not None:  # what the bonus acts on: the trained tokens, weighted as the policy term
-                weights = mask if token_weights is None else mask * token_weights.to(mask.dtype)
-                trained += torch.stack([(entropy.detach() * weights).sum(), weights.sum()]).double()
-            ds_engine.backward(engine, value)
-            if j == len(slices) - 1 and on_boundary is not None:
-                on_boundary(engine)
-            stats.add(value, loss_stats, ds_engine.step(engine))
-            status.advance()  # after stats.add's .item()s: the micro-batch is done on the device too
-        stats.end_iteration()
-        if entropy_control is not None:
-            world = ds_dist.all_reduce_sum(trained)
-            entropy_control.update((world[0] / world[1].clamp(min=1.0)).item())
+        for rows in minis:
+            if entropy_control is not None:
+                applied.append(entropy_control.applied)
+                settings = dataclasses.replace(settings, entropy_coef=applied[-1])
+            trained = one.run(rows, it == 0, settings)
+            stats.end_iteration()
+            if entropy_control is not None:
+                world = ds_dist.all_reduce_sum(trained)
+                entropy_control.update((world[0] / world[1].clamp(min=1.0)).item())
     result = stats.result()
     if entropy_control is not None:  # the same on every rank: the record's mean over ranks is the value
         result["entropy_coef"] = sum(applied) / len(applied)  # what the steps' bonus took
         result["entropy_control/coef"] = entropy_control.coef  # the controller's after them (TRL's entropy_coef)
     return result
+
+
+@dataclasses.dataclass
+class _OptimizerStep:
+    """One optimizer step of :func:`grpo_update` over a mini-batch of its rollout: what every step reads."""
+
+    engine: torch.nn.Module
+    batch: RolloutBatch
+    advantages: torch.Tensor
+    ref: torch.Tensor | None
+    old: torch.Tensor | None
+    cfg: object
+    stats: UpdateStats
+    status: object
+    on_boundary: object
+
+    def run(self, rows: slice, first: bool, settings: LossSettings) -> torch.Tensor:
+        """The backward passes of the mini-batch ``batch[rows]``, its micro-batches each divided by the mini-batch's
+        normaliser (their losses add up to the mini-batch's), each followed by the engine's step (the last one the
+        optimizer step, after ``on_boundary``). ``first``: the first pass over the rollout, where the sampler's
+        numbers are compared with the trainer's. Returns this rank's ``[sum of H x w, sum of w]`` over the trained
+        tokens (the adaptive entropy coefficient's measure)."""
+        g, mini = self.cfg.grpo, self.batch.select(rows)
+        norm = loss_normalizer(mini.completion_mask, g.aggregation)  # the mini-batch's: micro-batch losses add up
+        total_tokens = mini.completion_mask.sum().clamp(min=1.0)  # each micro-batch's share of the entropy bonus
+        trained = torch.zeros(2, dtype=torch.float64, device=mini.completion_mask.device)
+        parts = micro_batches(len(mini), self.cfg.batch.micro_batch_size)
+        for j, part in enumerate(parts):
+            sel = slice(rows.start + part.start, rows.start + part.stop)  # the rows of the whole rollout
+            micro = self.batch.select(sel)
+            mask = micro.completion_mask
+            # through the engine's forward (not the unwrapped model): ZeRO-3 accumulation needs it
+            logp, entropy = completion_logprobs(self.engine, micro, g.sampling, g.logprob_chunk_size, with_entropy=True)
+            old_logp = logp.detach() if self.old is None else self.old[sel]
+            if first:  # the sampler's numbers vs the trainer's for the same policy: the ratio should be 1
+                self._compare_sampler(old_logp, micro)
+            selection: dict = {}
+            token_weights, is_weights = loss_weights(micro, entropy, old_logp, g, selection)
+            self.stats.add_selection(selection)
+            value, loss_stats = policy_loss(
+                logp, old_logp, self.advantages[sel], mask, settings, ref_logp=None if self.ref is None else
+                self.ref[sel], normalizer=norm, token_weights=token_weights, is_weights=is_weights, entropy=entropy,
+                entropy_share=mask.sum() / total_tokens, sampler_logp=micro.sampler_logps,
+            )  # fmt: skip
+            weights = mask if token_weights is None else mask * token_weights.to(mask.dtype)  # the bonus's tokens
+            trained += torch.stack([(entropy.detach() * weights).sum(), weights.sum()]).double()
+            ds_engine.backward(self.engine, value)
+            if j == len(parts) - 1 and self.on_boundary is not None:
+                self.on_boundary(self.engine)
+            self.stats.add(value, loss_stats, ds_engine.step(self.engine))
+            self.status.advance()  # after stats.add's .item()s: the micro-batch is done on the device too
+        return trained
+
+    def _compare_sampler(self, old_logp: torch.Tensor, micro: RolloutBatch) -> None:
+        g, mask = self.cfg.grpo, micro.completion_mask
+        self.stats.add_mismatch(mismatch_sums(old_logp, micro.sampler_logps, mask, g.mismatch_threshold))
+        self.stats.add_correction(
+            correction_sums(
+                old_logp, micro.sampler_logps, mask, g.sampler_correction, g.sampler_correction_max,
+                g.sampler_correction_min,
+            )
+        )  # fmt: skip

@@ -136,15 +136,16 @@ def check_run(
 
 
 def ratio_result(rows: list[dict], train: dict) -> tuple[str, bool | None, str]:
-    """The first-iteration ratio over all steps: exactly 1 (the old log-probs are the sampling policy's). With
-    ``grpo.num_iterations`` 1 the update takes them from its own pass, so the ratio is 1 by construction: not a test
-    of anything, said as INFO (``num_iterations`` > 1 tests it)."""
+    """The first-iteration ratio over all steps: exactly 1 (the old log-probs are the sampling policy's). With one
+    update per rollout (``grpo.num_iterations`` and ``batch.mini_batches`` 1) the update takes them from its own pass,
+    so the ratio is 1 by construction: not a test of anything, said as INFO (more updates test it)."""
     lo = [r.get("first_iteration_ratio_min") for r in rows]
     hi = [r.get("first_iteration_ratio_max") for r in rows]
     lowest = min((v for v in lo if v is not None), default=None)
     highest = max((v for v in hi if v is not None), default=None)
     span = f"first-iteration ratio in [{lowest}, {highest}] over all steps"
-    if (train.get("grpo") or {}).get("num_iterations") == 1:
+    mini_batches = (train.get("batch") or {}).get("mini_batches", 1)  # runs before batch.mini_batches: 1
+    if (train.get("grpo") or {}).get("num_iterations") == 1 and mini_batches == 1:
         return "ratio 1 on the first iteration", None, f"{span}; 1 by construction at grpo.num_iterations=1"
     return "ratio 1 on the first iteration", all(v == 1.0 for v in lo + hi), span  # None (non-finite) fails too
 

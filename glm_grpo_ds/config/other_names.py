@@ -42,6 +42,11 @@ OTHER_KEYS: dict[str, tuple[str, str, str]] = {
     "actor_learning_rate": ("optimizer.lr", "OpenRLHF", "the peak learning rate"),
     "micro_train_batch_size": ("batch.micro_batch_size", "OpenRLHF", "sequences per backward pass"),
     "ppo_micro_batch_size_per_gpu": ("batch.micro_batch_size", "verl", "sequences per backward pass"),
+    "ppo_mini_batch_size": (
+        "batch.mini_batches",
+        "verl",
+        "a count here, not a size: each rank's sequences split into this many mini-batches, one optimizer step each",
+    ),
     "lora_rank": ("lora.r", "OpenRLHF, verl", "the LoRA rank"),
     "lora_alpha": ("lora.alpha", "OpenRLHF, verl", "the LoRA scaling numerator"),
 }

@@ -50,7 +50,9 @@ class TrainConfig:
         factory=HubConfig,
     )
     output_dir: str = setting("outputs/run", "Where the run writes metrics, checkpoints, galleries and config.json.")
-    max_steps: int = setting(100, "Training steps (one rollout and grpo.num_iterations updates each), >= 1.")
+    max_steps: int = setting(
+        100, "Training steps (one rollout and grpo.num_iterations x batch.mini_batches updates each), >= 1."
+    )
     seed: int = setting(
         42,
         "Base seed of the run's random streams (sampling, data order; glm_grpo_ds/runtime/seeding.py); the decoder "
@@ -128,14 +130,19 @@ class TrainConfig:
 
     @property
     def old_logprobs_in_rollout(self) -> bool:
-        """``num_iterations > 1`` on-policy: the rollout's gather computes the pre-update log-probs. One step off
-        policy, the rollout ran before the previous update: the update computes them from its own weights."""
-        return self.grpo.num_iterations > 1 and not self.rollout.one_step_off
+        """More than one update per rollout, on-policy: the rollout's gather computes the pre-update log-probs. One
+        step off policy, the rollout ran before the previous update: the update computes them from its own weights."""
+        return self.updates_per_step > 1 and not self.rollout.one_step_off
+
+    @property
+    def updates_per_step(self) -> int:
+        """Optimizer steps per training step: ``grpo.num_iterations`` passes over ``batch.mini_batches`` each."""
+        return self.grpo.num_iterations * self.batch.mini_batches
 
     @property
     def total_optimizer_steps(self) -> int:
-        """Optimizer steps of the whole run, the length of the lr schedule: ``num_iterations`` per step."""
-        return self.max_steps * self.grpo.num_iterations
+        """Optimizer steps of the whole run, the length of the lr schedule: :attr:`updates_per_step` per step."""
+        return self.max_steps * self.updates_per_step
 
     def validate(self) -> None:
         """Raise ConfigError listing every problem, one line each: each section's own (its ``problems()``), the
@@ -198,12 +205,18 @@ class TrainConfig:
         """The batch section's own problems, and that its micro-batches divide a rank's sequences of a step."""
         b = self.batch
         problems = b.problems("batch.")
-        if b.micro_batch_size >= 1 and b.prompts_per_rank >= 1:
+        if b.micro_batch_size >= 1 and b.prompts_per_rank >= 1 and b.mini_batches >= 1:
             need(
                 problems,
                 self.sequences_per_rank % b.micro_batch_size == 0,
                 f"batch.micro_batch_size={b.micro_batch_size} must divide the sequences per rank per step "
                 f"(batch.prompts_per_rank x grpo.group_size = {self.sequences_per_rank})",
+            )
+            need(
+                problems,
+                b.mini_batches == 1 or self.sequences_per_rank % (b.mini_batches * b.micro_batch_size) == 0,
+                f"batch.mini_batches={b.mini_batches} x batch.micro_batch_size={b.micro_batch_size} must divide the "
+                f"sequences per rank per step (batch.prompts_per_rank x grpo.group_size = {self.sequences_per_rank})",
             )
         return problems
 

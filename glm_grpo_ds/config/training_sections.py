@@ -94,6 +94,14 @@ class BatchConfig:
         "Sequences per forward/backward; must divide prompts_per_rank * G. Larger = fewer passes, more activation "
         "memory.",
     )
+    mini_batches: int = setting(
+        1,
+        "Optimizer steps per rollout (and per grpo.num_iterations pass; TRL's steps_per_generation, verl's "
+        "ppo_mini_batch_size as a count): each rank's sequences split in order into this many equal mini-batches, "
+        "each one optimizer step on its own loss (normalised over the mini-batch); > 1 = more updates per costly "
+        "rollout and decode, the later mini-batches off-policy by the earlier steps (their old log-probs stored, as "
+        "num_iterations > 1 stores them). mini_batches x micro_batch_size must divide prompts_per_rank * G.",
+    )
 
     def problems(self, prefix: str = "batch.") -> list[str]:
         """One line per problem, keys written ``<prefix>key``; that micro_batch_size divides the sequences of a
@@ -103,4 +111,6 @@ class BatchConfig:
             problems.append(f"{prefix}prompts_per_rank must be >= 1, got {self.prompts_per_rank}")
         if not self.micro_batch_size >= 1:
             problems.append(f"{prefix}micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if not self.mini_batches >= 1:
+            problems.append(f"{prefix}mini_batches must be >= 1, got {self.mini_batches}")
         return problems

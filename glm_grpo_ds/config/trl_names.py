@@ -40,8 +40,12 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
     ),
     "gradient_accumulation_steps": (
         "batch.micro_batch_size",
-        "a step's sequences are applied as one update in micro-batches of this size: there is no separate "
-        "accumulation count",
+        "a mini-batch's sequences (a rank's rollout / batch.mini_batches) are one optimizer step in micro-batches of "
+        "this size: there is no separate accumulation count",
+    ),
+    "steps_per_generation": (
+        "batch.mini_batches",
+        "optimizer steps per rollout: the rollout split in order into this many mini-batches",
     ),
     "max_completion_length": (
         "rollout.height",

@@ -47,7 +47,7 @@ SCHEDULER_PARAMS = {
     "warmup_max_lr": ("optimizer.lr", lambda o, total: o.lr),
     "warmup_num_steps": ("optimizer.warmup_steps", lambda o, total: o.warmup_steps),
     "warmup_type": ("linear (the trainer's warmup)", lambda o, total: "linear"),
-    "total_num_steps": ("max_steps x grpo.num_iterations", lambda o, total: total),
+    "total_num_steps": ("max_steps x grpo.num_iterations x batch.mini_batches", lambda o, total: total),
     "warmup_min_ratio": ("0 (warmup starts at lr 0)", lambda o, total: 0),
     "cos_min_ratio": ("0 (cosine decays to lr 0)", lambda o, total: 0),
 }
@@ -217,6 +217,7 @@ def fill_ds_config(
             raise DeepSpeedConfigError(
                 f"{source}: {key}={filled[key]} disagrees with the trainer ({values[key]} from batch.micro_batch_size="
                 f"{cfg.batch.micro_batch_size}, batch.prompts_per_rank x grpo.group_size={cfg.sequences_per_rank}, "
+                f"batch.mini_batches={cfg.batch.mini_batches}, "
                 f'world size {world_size}); set it to "auto"'
             )
         filled[key] = values[key]
@@ -228,7 +229,7 @@ def _trainer_values(cfg, world_size: int, hidden_size: int, dtype: torch.dtype) 
     """The value of every :data:`AUTO_KEYS` key for this run: the batching, clipping and precision of the
     training config, the bucket sizes from the AR's hidden size."""
     micro = cfg.batch.micro_batch_size
-    accum = cfg.sequences_per_rank // micro
+    accum = cfg.sequences_per_rank // cfg.batch.mini_batches // micro  # the micro-batches of one optimizer step
     return {
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": accum,

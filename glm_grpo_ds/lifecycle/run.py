@@ -212,8 +212,9 @@ class RunLife:
                 "from a seed of the run's seed, the step and the rank)"
             )
         log.info(f"glm-grpo: resumed from {path} at step {int(state['step'])}{shape}")
-        # the schedule's length is max_steps x grpo.num_iterations optimizer steps: a change of either moves the lr
-        schedule_keys = ("max_steps", "grpo.num_iterations")
+        # the schedule's length is max_steps x grpo.num_iterations x batch.mini_batches optimizer steps: a change of
+        # any of them moves the lr
+        schedule_keys = ("max_steps", "grpo.num_iterations", "batch.mini_batches")
         if any(key.startswith("optimizer.") or key in schedule_keys for key in self.start.changes):
             log.info(
                 f"glm-grpo: the optimizer runs with this launch's settings from step {int(state['step']) + 1}: lr "

@@ -150,6 +150,16 @@ def _objective_row(g: dict) -> tuple[str, str]:
     return "clip epsilon low / high", f"{g['epsilon_low']} / {g['epsilon_high']}"
 
 
+def _updates(g: dict, batch: dict) -> str:
+    """Optimizer steps per rollout: num_iterations, times the mini-batches when there are several."""
+    mini = batch.get("mini_batches", 1)  # runs before batch.mini_batches had one
+    return (
+        str(g["num_iterations"])
+        if mini == 1
+        else f"{g['num_iterations'] * mini} ({g['num_iterations']} x {mini} mini-batches)"
+    )
+
+
 def training_section(cfg: dict, ds: dict, labels: list[str]) -> list[str]:
     g, o, lora = cfg["grpo"], cfg["optimizer"], cfg.get("lora")
     world, stage = _world_and_stage(ds)
@@ -162,7 +172,7 @@ def training_section(cfg: dict, ds: dict, labels: list[str]) -> list[str]:
         ("group size G", g["group_size"]),
         ("beta (KL)", g["beta"]),
         _objective_row(g),
-        ("updates per rollout", g["num_iterations"]),
+        ("updates per rollout", _updates(g, cfg.get("batch", {}))),
         (
             "loss aggregation / advantage estimator",
             f"{g['aggregation']} / {g.get('advantage_estimator', g.get('advantage_scale'))}",

@@ -9,6 +9,8 @@ Scenarios (rank 0 writes OUT_DIR/result.pt):
             each rank's advantages from every rank's share of the rewards as the trainer computes them
   options - per --option-sets entry, the gradients of one update with those loss options on, and of the same loss
             written out by hand (tests/integration/loss_by_hand.py), with every option on and off
+  minibatch - one update of a 2-prompt rollout in batch.mini_batches=2, and the same as two 1-prompt updates of a
+            twin trainer (the second with the pre-update log-probs): the gradients of each optimizer step, the weights
   sharded - the same rollout with ZeRO-3 parameters gathered once and left sharded
   memory - bytes of the model states DeepSpeed holds (testing.model_state) around one update
   before - reference / old log-probs in the rollout's gather vs in the update, and the bytes each gathers
@@ -157,6 +159,41 @@ def options_result(a) -> dict:
     return result
 
 
+def minibatch_result(a) -> dict:
+    """A trainer with ``batch.prompts_per_rank=2 batch.mini_batches=2`` runs one update of a fixed 2-prompt rollout
+    (two optimizer steps); a twin (same seed, ``prompts_per_rank=1``) runs it as two one-prompt updates, the second
+    with the first prompt's update done and the log-probs from before it as the old ones. Each one's gradients at
+    each optimizer step (``steps``), trainable weights after (``weights``) and update statistics."""
+    from glm_grpo_ds.update import batched_logprobs
+
+    out = {}
+    for name, extra in (("split", ["batch.prompts_per_rank=2", "batch.mini_batches=2"]), ("twin", [])):
+        trainer = Trainer.from_config(load_config(a.config, a.overrides + extra), a.deepspeed)
+        engine, cfg = trainer.run.engine, trainer.run.cfg
+        if name == "split":
+            batch = fixed_rollout(trainer, PROBE_PROMPTS[:2])
+            adv = group_advantages(synthetic_rewards(len(batch)), cfg.grpo.group_size)
+        named = [(n, p) for n, p in ds_engine.unwrap(engine).named_parameters() if p.requires_grad]
+        steps: list = []
+
+        def on_boundary(engine, named=named, steps=steps):
+            steps.append({n: ds_engine.full_grad(p).detach().clone().cpu() for n, p in named})
+
+        if name == "split":
+            stats = [grpo_update(engine, batch, adv, cfg, on_boundary=on_boundary)]
+        else:
+            half, rest = slice(0, len(batch) // 2), slice(len(batch) // 2, len(batch))
+            ds_engine.unwrap(engine).eval()  # the pre-update log-probs, as the update takes them (no dropout)
+            old = batched_logprobs(engine, batch, cfg, [slice(0, len(batch))])
+            ds_engine.unwrap(engine).train()
+            stats = [grpo_update(engine, batch.select(half), adv[half], cfg, on_boundary=on_boundary)]
+            stats.append(grpo_update(engine, batch.select(rest), adv[rest], cfg, on_boundary=on_boundary,
+                                     old_logps=old[rest]))  # fmt: skip
+        weights = named_full_params(trainer, lambda n, p: p.requires_grad)
+        out[name] = {"steps": steps, "weights": weights, "stats": stats}
+    return out
+
+
 def run_with_nan_loss(a) -> int:
     """train.main with a NaN loss on the last rank only, from the second GRPO step on (the only
     injected fault; skipping, agreement across ranks and stopping are the trainer's own code)."""
@@ -259,7 +296,19 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument(
         "scenario",
-        choices=["train", "grads", "dp", "options", "sharded", "memory", "nonfinite", "before", "sync", "parts"],
+        choices=[
+            "train",
+            "grads",
+            "dp",
+            "options",
+            "minibatch",
+            "sharded",
+            "memory",
+            "nonfinite",
+            "before",
+            "sync",
+            "parts",
+        ],  # fmt: skip
     )
     p.add_argument("out")
     p.add_argument("--deepspeed", required=True)
@@ -282,6 +331,8 @@ def main(argv=None) -> int:
 
     elif a.scenario == "options":
         result = options_result(a)
+    elif a.scenario == "minibatch":
+        result = minibatch_result(a)
 
     elif a.scenario == "train":
         trainer = Trainer.from_config(load_config(a.config, a.overrides), a.deepspeed)

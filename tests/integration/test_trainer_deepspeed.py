@@ -220,6 +220,29 @@ def test_num_iterations_two_first_ratio_is_one(tiny_model_dir, tiny_data, tmp_pa
     assert second["ratio_max"] != 1.0 or second["ratio_min"] != 1.0  # the update moved the policy
 
 
+def test_mini_batches_are_the_updates_of_their_halves_one_after_the_other(tiny_model_dir, tiny_data, tmp_path):
+    """batch.mini_batches=2 on a 2-prompt rollout: its two optimizer steps' gradients and the weights after equal a
+    twin's two one-prompt updates, the second with the pre-update log-probs as the old ones (its ratios off 1: the
+    second step trains off-policy). A mini-batch normalised over the whole rollout (half the gradient), or old
+    log-probs taken after the first step (ratio 1), would differ."""
+    overrides = common(
+        tiny_model_dir, tiny_data, tmp_path / "run", "rollout.height=64", "rollout.width=64", "grpo.group_size=4",
+        "batch.micro_batch_size=2", "optimizer.name=adamw", "optimizer.lr=3e-2", "grpo.beta=0",
+    )  # fmt: skip
+    r = worker(1, "minibatch", tmp_path / "w", "zero2.json", overrides)
+    split, twin = r["split"], r["twin"]
+    assert len(split["steps"]) == len(twin["steps"]) == 2
+    for a, b in zip(split["steps"], twin["steps"]):
+        assert a.keys() == b.keys()
+        for n in a:
+            torch.testing.assert_close(a[n], b[n], rtol=1e-5, atol=1e-7)
+    for n in split["weights"]:
+        torch.testing.assert_close(split["weights"][n], twin["weights"][n], rtol=1e-5, atol=1e-7)
+    first, second = split["stats"][0]["iterations"]
+    assert first["ratio_min"] == first["ratio_max"] == 1.0 and second["ratio_max"] > 1.0 + 1e-4, second
+    assert split["stats"][0]["iterations"][1]["ratio_max"] == twin["stats"][1]["ratio_max"]
+
+
 def test_merged_lora_rollout_zero3_leaves_the_base_bitwise_and_samples_the_trained_adapter(
     tiny_model_dir, tiny_data, tmp_path
 ):

@@ -128,6 +128,13 @@ def test_a_run_that_died_early_fails_and_one_iteration_does_not_pass_the_ratio(t
     lines = capsys.readouterr().out.splitlines()
     assert "PASS  run complete: last step 3 of max_steps=3" in lines
     assert "PASS  ratio 1 on the first iteration: first-iteration ratio in [1.0, 1.0] over all steps" in lines
+    # one iteration in two mini-batches: the old log-probs come from a pass of their own, so the ratio tests them
+    train = {"max_steps": 3, "grpo": {"num_iterations": 1}, "batch": {"mini_batches": 2}}
+    (out / "config.json").write_text(json.dumps({"train": train}))
+    assert main([str(out)]) == 0
+    assert "PASS  ratio 1 on the first iteration: first-iteration ratio in [1.0, 1.0] over all steps" in (
+        capsys.readouterr().out.splitlines()
+    )
 
 
 def test_the_peaks_are_judged_against_the_plan_of_the_cluster_shape_they_ran_on(tmp_path, capsys):

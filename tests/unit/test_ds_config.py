@@ -188,3 +188,21 @@ def test_an_unreadable_file_is_one_line(tmp_path):
         read_ds_config(tmp_path / "latin1.json")
     with pytest.raises(DeepSpeedConfigError, match=r"cannot be read \(IsADirectoryError"):
         read_ds_config(tmp_path)
+
+
+def test_mini_batches_make_more_optimizer_steps_of_fewer_micro_batches():
+    """batch.mini_batches=2: each optimizer step accumulates half the rollout's micro-batches, the run has twice the
+    optimizer steps (the lr schedule's length), and a split that leaves a part micro-batch is refused in one line."""
+    from glm_grpo_ds.config import ConfigError
+
+    base = ["model.path=/m", "data.train_file=/d.txt", "rewards=[{name: pixel_mse}]", "batch.prompts_per_rank=2"]
+    base += ["grpo.group_size=8", "batch.micro_batch_size=4", "max_steps=10", "grpo.num_iterations=3"]
+    cfg = load_config(None, [*base, "batch.mini_batches=2"])
+    ds = fill_ds_config(read_ds_config(ROOT / "ds_configs" / "zero2.json"), cfg, 4, 64, torch.float32)
+    assert ds["gradient_accumulation_steps"] == 2 and ds["train_batch_size"] == 4 * 2 * 4  # 16 / 2 / 4
+    assert (cfg.updates_per_step, cfg.total_optimizer_steps) == (6, 60)
+    assert cfg.old_logprobs_in_rollout and load_config(None, [*base[:-1], "batch.mini_batches=2"]).updates_per_step == 2
+    assert not load_config(None, base[:-1]).old_logprobs_in_rollout  # one update per rollout: old = current
+    with pytest.raises(ConfigError, match=r"^batch.mini_batches=3 x batch.micro_batch_size=4 must divide the "
+                       r"sequences per rank per step \(batch.prompts_per_rank x grpo.group_size = 16\)$"):  # fmt: skip
+        load_config(None, [*base, "batch.mini_batches=3"])

@@ -514,3 +514,13 @@ def test_the_cards_training_table_names_the_objective_and_its_numbers(objective,
     if not objective:
         del cfg["grpo"]["objective"]
         assert "\n".join(training_section(cfg, {}, ["r"])) == card
+
+
+def test_the_cards_updates_per_rollout_count_the_mini_batches():
+    from glm_grpo_ds.sharing.run_sections import training_section
+
+    base = ["model.path=/m", "data.train_file=/d.jsonl", "rewards=[{name: pixel_mse}]", "batch.prompts_per_rank=2"]
+    cfg = to_dict(load_config(None, [*base, "grpo.num_iterations=2", "batch.mini_batches=2"]))
+    assert "| updates per rollout | 4 (2 x 2 mini-batches) |" in "\n".join(training_section(cfg, {}, ["r"]))
+    del cfg["batch"]["mini_batches"]  # a config.json from before batch.mini_batches
+    assert "| updates per rollout | 2 |" in "\n".join(training_section(cfg, {}, ["r"]))
