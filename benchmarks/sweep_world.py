@@ -66,7 +66,9 @@ VARIANTS = {
     ),
     # the adaptive entropy coefficient (grpo.entropy_target): the bonus from when the entropy falls to 1 nat
     "entropy_target1": ("adaptive entropy coefficient, target 1 nat (from 0, 0.005 a step)", ["grpo.entropy_target=1"]),
-    "top_entropy0.2": ("train on the top 20 % of tokens by entropy", ["grpo.top_entropy_quantile=0.2"]),
+    # 0.25, not the paper's 0.2: the world's 4 target-grid tokens a sequence make 0.2 keep under one (refused since
+    # 2026-11-27; docs/sweep.md's rows at 0.2 were measured before)
+    "top_entropy0.25": ("train on the top 25 % of tokens by entropy", ["grpo.top_entropy_quantile=0.25"]),
     "entropy0.01": ("entropy bonus 0.01", ["grpo.entropy_coef=0.01"]),
     "tis": ("sampler correction token_truncate (cap 3)", ["grpo.sampler_correction=token_truncate"]),
     "win_rate": ("advantages from within-group win rates", ["grpo.reward_combination=win_rate"]),
@@ -75,9 +77,9 @@ VARIANTS = {
         "bf16 with sampler correction token_truncate",
         ["model.dtype=bf16", "grpo.sampler_correction=token_truncate"],
     ),
-    "top_entropy0.2_entropy0.01": (
-        "top 20 % of tokens by entropy, with an entropy bonus 0.01 on them",
-        ["grpo.top_entropy_quantile=0.2", "grpo.entropy_coef=0.01"],
+    "top_entropy0.25_entropy0.01": (
+        "top 25 % of tokens by entropy, with an entropy bonus 0.01 on them",
+        ["grpo.top_entropy_quantile=0.25", "grpo.entropy_coef=0.01"],
     ),
     # the world's config leaves the preview grid out of the loss (its DiT renders the target grid only)
     "preview_in_loss": ("the preview grid's tokens in the loss (weight 1)", ["grpo.preview_in_loss=true"]),
