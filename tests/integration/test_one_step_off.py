@@ -4,6 +4,7 @@ thread with step t's weights. With weights that do not move it samples exactly w
 old (the sampler-vs-trainer gap shows it), and a resume from a checkpoint, which keeps the pending rollout, is
 exact."""
 
+import json
 import re
 
 import pytest
@@ -31,7 +32,7 @@ def train(args) -> str:
 def runs(tiny_model_dir, data64, tmp_path_factory):
     root = tmp_path_factory.mktemp("one_step_off")
     extra = ["rollout.height=64", "rollout.width=64", "logging.progress_bar=false", "logging.plot=false"]
-    extra += ["grpo.sampler_correction=token_truncate"]
+    extra += ["grpo.sampler_correction=token_truncate", "logging.sample_records=1"]
     runs = {name: root / name for name in ("straight", "resumed", "still_off", "still_on")}
 
     def run(name, *args):
@@ -81,6 +82,25 @@ def test_resume_with_the_pending_rollout_is_exact(runs):
     assert [r["step"] for r in mb] == [3, 4] and mb[0]["rollout_overlapped"]  # step 3 took the saved rollout
     for x, y in zip(ma[2:], mb, strict=True):
         assert _stable(x) == _stable(y), x["step"]
+
+
+def test_samples_jsonl_holds_the_samples_each_step_trained_on(runs):
+    """logging.sample_records one step off: each step's lines are the global batch it trained on (the rollout drawn
+    during the step before): their rewards' mean is the step's reward_mean; with weights that do not move they are
+    the on-policy loop's, prompt by prompt (a line of the rollout drawn ahead would name the next step's prompts);
+    the resumed run's lines of steps 3 and 4, the pending rollout's included, are the straight run's."""
+
+    def lines(run):
+        return [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+
+    straight, m = lines(runs["straight"]), metrics(runs["straight"])
+    assert [line["step"] for line in straight] == [s for s in (1, 2, 3, 4) for _ in range(len(straight) // 4)]
+    for record in m:
+        step = [line for line in straight if line["step"] == record["step"]]
+        assert sum(line["reward"] for line in step) / len(step) == pytest.approx(record["reward_mean"], abs=1e-6)
+    assert lines(runs["still_off"]) == lines(runs["still_on"])
+    assert len({line["prompt"] for line in lines(runs["still_on"])}) > 1  # the steps' prompts differ
+    assert lines(runs["resumed"]) == [line for line in straight if line["step"] > 2]
 
 
 def test_the_wait_for_the_next_rollout_is_a_phase_of_the_step_status(runs):
