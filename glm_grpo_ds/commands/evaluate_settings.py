@@ -18,6 +18,9 @@ def _absolute(source: str) -> str:
     return str(path.resolve()) if path.exists() else source
 
 
+# the run's held-out prompts: taken when --prompts is not given (a split or a count of the run's own file would not
+# fit another)
+PROMPT_KEYS = ("eval.file", "eval.split", "eval.revision", "eval.subset", "eval.num_prompts")
 # What evaluate takes, without --config, from the run that wrote the adapter: what that run's own evaluation
 # sampled, decoded and scored with (an adapter trained at 64x64 is not judged at the default 1024x1024).
 RUN_KEYS = (
@@ -35,6 +38,7 @@ RUN_KEYS = (
     "decoder.dtype",  # the run's evaluation decoded with its DiT: FP8 changes the images, the dtype too
     "decoder.fp8",
     "rewards",
+    *PROMPT_KEYS,
 )
 REWARDS_HINT = "give --rewards NAME [NAME ...] (e.g. --rewards pixel_mse ssim) or --config with a rewards list"
 
@@ -67,13 +71,13 @@ def _shown(key: str, value) -> str:
 
 
 def _from_anywhere(run: Path, key: str, value):
-    """A run's ``model.path`` as a path that holds from any directory: the config's, relative to where the run was
-    launched (``launch_dir`` in its config.json, before this directory: another ``model/`` here is another model),
-    else the directory the run resolved it to (``model_source``); a Hub id, a ``random:`` name or an absolute path as
-    it is."""
+    """A run's ``model.path`` (or ``eval.file``) as a path that holds from any directory: the config's, relative to
+    where the run was launched (``launch_dir`` in its config.json, before this directory: another ``model/`` here is
+    another model), else (the model) the directory the run resolved it to (``model_source``); a Hub id, a ``random:``
+    name or an absolute path as it is."""
     from ..observability.records import read_run_record
 
-    if key != "model.path" or not isinstance(value, str) or Path(value).is_absolute():
+    if key not in ("model.path", "eval.file") or not isinstance(value, str) or not value or Path(value).is_absolute():
         return value
     record = read_run_record(run, others_ok=True) or {}
     source = record.get("model_source") or {}
@@ -82,7 +86,7 @@ def _from_anywhere(run: Path, key: str, value):
     launched = record.get("launch_dir")
     if isinstance(launched, str) and (Path(launched) / value).exists():
         return str(Path(launched) / value)
-    resolved = source.get("path")
+    resolved = source.get("path") if key == "model.path" else None
     if not isinstance(launched, str) and isinstance(resolved, str) and Path(resolved).is_dir():
         return resolved  # a run from before launch_dir: where it found its model
     return value
@@ -103,10 +107,14 @@ def run_overrides(a, adapters: list[str]) -> tuple[list[str], list[str]]:
     for i, (run, train) in runs:
         values = {}
         for key in RUN_KEYS:
+            if key in PROMPT_KEYS and a.prompts:
+                continue
             try:
                 values[key] = _from_anywhere(run, key, _lookup(train, key))
             except KeyError:
                 continue
+        if not values.get("eval.file"):  # the run evaluated nothing: no held-out prompts of its own
+            values = {key: value for key, value in values.items() if key not in PROMPT_KEYS}
         taken[i] = (run, {key: value for key, value in values.items() if not _given(a, key)})
     first, (run, values) = runs[0][0], taken[runs[0][0]]
     if not values:
@@ -135,17 +143,19 @@ def load_settings(a, adapters: list[str] = ()):
     from_run, lines = run_overrides(a, list(adapters))
     if a.config is None and not _given(a, "rewards") and not any(o.startswith("rewards=") for o in from_run):
         raise ValueError(f"no rewards to score the images with: {REWARDS_HINT}")
-    if a.config is None and not a.prompts and not _given(a, "eval.file"):  # else data.train_file is asked for
+    run_prompts = next((json.loads(o.split("=", 1)[1]) for o in from_run if o.startswith("eval.file=")), None)
+    if a.config is None and not a.prompts and not _given(a, "eval.file") and run_prompts is None:
         raise ValueError(
-            "no prompts to evaluate on: give --prompts FILE (a run's eval.file is taken with --config RUN_CONFIG)"
+            "no prompts to evaluate on: give --prompts FILE (the adapter's run had no eval.file, or give --config "
+            "RUN_CONFIG)"
         )
     overrides = [*from_run, *a.overrides]
     if a.model:
         overrides.append(f"model.path={a.model}")
     if a.rewards:
         overrides.append("rewards=[" + ", ".join(f"{{name: {name}}}" for name in a.rewards) + "]")
-    if a.config is None and a.prompts:
-        overrides.append(f"data.train_file={a.prompts}")  # the config needs a training file; never read here
+    if a.config is None and (a.prompts or run_prompts):  # the config needs a training file; never read here
+        overrides.append(f"data.train_file={json.dumps(a.prompts or run_prompts)}")
     cfg = load_config(a.config, overrides)
     prompts = a.prompts or cfg.eval.file
     if not prompts:

@@ -445,7 +445,8 @@ def test_a_hub_dataset_id_is_read_with_eval_split_and_revision(tiny_model_dir, t
 def test_evaluate_draws_the_final_in_run_evaluations_samples(tiny_model_dir, data64, prompts, tmp_path):
     """One seed scheme (glm_grpo_ds/evaluation/seeds.py): a one-step run evaluates its final policy on 4 held-out
     prompts; `glm-grpo evaluate` of its final adapter with the run's config and its defaults (--seed = eval.seed,
-    --samples-per-prompt = eval.group_size) draws the same samples, so its adapter figures are the run's."""
+    --samples-per-prompt = eval.group_size) draws the same samples, so its adapter figures are the run's; so does
+    `glm-grpo evaluate --adapter RUN/final_adapter` alone (the run's settings and held-out prompts)."""
     from launching import CONFIG, common, run_train  # noqa: E402  (tests/integration/launching.py)
     from launching import FAST as TRAIN_FAST
 
@@ -471,6 +472,11 @@ def test_evaluate_draws_the_final_in_run_evaluations_samples(tiny_model_dir, dat
     assert result["seed"] == 7 and result["samples_per_prompt"] == 3 and result["num_prompts"] == 4
     means = result["prompt_means"]["adapter_0"]["pixel_mse"]
     assert sum(means) / len(means) == pytest.approx(final["eval/reward/pixel_mse"], abs=1e-6)
+    alone = tmp_path / "alone"
+    assert main(["--adapter", str(run / "final_adapter"), "--out", str(alone)]) == 0
+    again = json.loads((alone / "evaluate.json").read_text())
+    assert (again["seed"], again["samples_per_prompt"], again["num_prompts"]) == (7, 3, 4)
+    assert again["prompt_means"]["adapter_0"]["pixel_mse"] == means
 
 
 def test_the_reports_captions_give_each_images_own_reward_and_the_prompts_mean_apart(evaluated):

@@ -97,13 +97,32 @@ def test_a_runs_relative_model_path_holds_from_any_directory(tmp_path, monkeypat
 
 
 def test_without_config_or_prompts_the_line_asks_for_prompts(tmp_path, capfd):
-    """It said "data.train_file is required", a key evaluate never asks for."""
+    """It said "data.train_file is required", a key evaluate never asks for (a run without an eval.file)."""
     adapter = make_run(tmp_path / "run", *RUN)
     assert evaluate.main(["--adapter", str(adapter), "--out", str(tmp_path / "o")]) == 2
     assert capfd.readouterr().err == (
-        "glm-grpo evaluate: no prompts to evaluate on: give --prompts FILE (a run's eval.file is taken with --config "
-        "RUN_CONFIG)\n"
+        "glm-grpo evaluate: no prompts to evaluate on: give --prompts FILE (the adapter's run had no eval.file, or "
+        "give --config RUN_CONFIG)\n"
     )
+
+
+def test_without_prompts_the_runs_held_out_prompts_are_taken_from_any_directory(tmp_path, monkeypatch):
+    """`glm-grpo evaluate --adapter RUN/final_adapter` alone evaluates on the run's own eval.file (relative to where
+    the run was launched), its split and its first eval.num_prompts, saying so; --prompts takes none of them."""
+    launched = tmp_path / "project"
+    (launched / "data").mkdir(parents=True)
+    (launched / "data/heldout.jsonl").write_text('{"prompt": "a red cube"}\n')
+    adapter = make_run(tmp_path / "run", *RUN, "eval.file=data/heldout.jsonl", "eval.num_prompts=5", "eval.split=dev")
+    record = json.loads((tmp_path / "run/config.json").read_text())
+    (tmp_path / "run/config.json").write_text(json.dumps({**record, "launch_dir": str(launched)}))
+    monkeypatch.chdir(tmp_path)
+    a = evaluate.parse_args(["--adapter", str(adapter)])
+    cfg, prompts, lines = evaluate.load_settings(a, [str(adapter)])
+    assert prompts == str(launched / "data/heldout.jsonl") and (a.num_prompts, cfg.eval.split) == (5, "dev")
+    assert f'eval.file="{launched / "data/heldout.jsonl"}"' in lines[0] and "eval.num_prompts=5" in lines[0]
+    a, cfg, lines = settings(["--adapter", str(adapter)], [adapter])  # --prompts p.jsonl
+    assert (a.num_prompts, cfg.eval.split) == (0, "test")
+    assert not any(f"{key}=" in lines[0] for key in ("eval.file", "eval.split", "eval.num_prompts")), lines[0]
 
 
 def test_flags_and_overrides_given_here_win_over_the_run(tmp_path):
