@@ -51,7 +51,11 @@ class EntropyControl:
         return cls(g.entropy_coef, g.entropy_target, g.entropy_coef_delta, g.entropy_coef_min, g.entropy_coef_max)
 
     def update(self, entropy: float) -> None:
-        """After an optimizer step whose trained tokens had mean entropy ``entropy`` (all ranks)."""
+        """After an optimizer step whose trained tokens had mean entropy ``entropy`` (all ranks). A non-finite one (a
+        step of non-finite numbers, or no trained token: NaN) leaves the controller as it was, where TRL's would
+        lower the coefficient and stop the bonus on a NaN, and read no token as an entropy of 0."""
+        if not math.isfinite(entropy):
+            return
         if entropy <= self.target:
             self.coef = min(self.coef + self.delta, self.high)
         else:
@@ -64,5 +68,6 @@ class EntropyControl:
         return {"coef": self.coef, "last_entropy": last}
 
     def load_state(self, state: dict) -> None:
-        self.coef = float(state["coef"])
+        """A checkpoint's state; its coefficient moved into this run's [low, high] (a resume may change them)."""
+        self.coef = min(max(float(state["coef"]), self.low), self.high)
         self.last_entropy = math.inf if state["last_entropy"] is None else float(state["last_entropy"])

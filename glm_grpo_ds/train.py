@@ -7,7 +7,7 @@
 
 One step: each rank samples G token grids for its prompts (rollout) -> the frozen DiT renders them
 (decode) -> rewards score the images -> group-relative advantages over the global batch -> for each
-micro-batch backward -> optimizer step (``grpo.num_iterations`` times; glm_grpo_ds/update.py). Outputs in
+micro-batch backward -> optimizer step (``grpo.num_iterations`` x ``batch.mini_batches`` times; update.py). Outputs in
 ``output_dir``: ``metrics.jsonl``, ``config.json``, ``reward_curve.png``, ``final_adapter/`` (LoRA) or
 ``final_model/`` (full fine-tuning) with its model card, uploaded with ``hub.repo_id`` (sharing/hub.py); with
 ``eval.file`` ``eval.jsonl``, ``samples/`` galleries (``logging.gallery_steps``, evals), ``samples.jsonl``

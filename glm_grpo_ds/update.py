@@ -1,10 +1,10 @@
 """The GRPO update of one rollout: reference / old log-probs, then micro-batched loss and backward.
 
-Gradient of a step = gradient of the full-batch loss, whatever the micro-batch size: every
-micro-batch loss is divided by the *whole* rollout's normaliser (``loss_normalizer`` in grpo.py) and
-DeepSpeed's own 1/gradient_accumulation_steps scaling is turned off. Across ranks DeepSpeed
-averages gradients; every rank holds the same number of sequences and tokens (fixed-size grids),
-so the average equals the gradient over the union of all ranks' rollouts. One exception, as TRL's:
+Gradient of an optimizer step = gradient of its mini-batch's loss (the whole rollout at ``batch.mini_batches`` 1),
+whatever the micro-batch size: every micro-batch loss is divided by the *whole* mini-batch's normaliser
+(``loss_normalizer`` in grpo.py) and DeepSpeed's own 1/gradient_accumulation_steps scaling is turned off. Across
+ranks DeepSpeed averages gradients; every rank holds the same number of sequences and tokens (fixed-size grids), so
+the average equals the gradient over the union of all ranks' rollouts. One exception, as TRL's:
 ``grpo.top_entropy_quantile < 1`` picks its tokens by a threshold over each micro-batch's tokens (gathered across
 ranks), so which tokens train, and the gradient, move with ``batch.micro_batch_size`` and the rank count.
 """
@@ -184,8 +184,8 @@ def grpo_update(
             trained = one.run(rows, it == 0, settings)
             stats.end_iteration()
             if entropy_control is not None:
-                world = ds_dist.all_reduce_sum(trained)
-                entropy_control.update((world[0] / world[1].clamp(min=1.0)).item())
+                world = ds_dist.all_reduce_sum(trained)  # no trained token anywhere: NaN, the controller holds
+                entropy_control.update((world[0] / world[1]).item() if world[1] > 0 else float("nan"))
     result = stats.result()
     if entropy_control is not None:  # the same on every rank: the record's mean over ranks is the value
         result["entropy_coef"] = sum(applied) / len(applied)  # what the steps' bonus took

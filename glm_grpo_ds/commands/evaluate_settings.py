@@ -81,7 +81,7 @@ def _from_anywhere(run: Path, key: str, value):
         return value
     record = read_run_record(run, others_ok=True) or {}
     source = record.get("model_source") or {}
-    if source.get("repo_id") or source.get("random_weights"):  # a Hub id, random: the same from anywhere
+    if key == "model.path" and (source.get("repo_id") or source.get("random_weights")):  # the same from anywhere
         return value
     launched = record.get("launch_dir")
     if isinstance(launched, str) and (Path(launched) / value).exists():
@@ -107,7 +107,7 @@ def run_overrides(a, adapters: list[str]) -> tuple[list[str], list[str]]:
     for i, (run, train) in runs:
         values = {}
         for key in RUN_KEYS:
-            if key in PROMPT_KEYS and a.prompts:
+            if key in PROMPT_KEYS and (a.prompts or _given(a, "eval.file")):  # other prompts: none of the run's
                 continue
             try:
                 values[key] = _from_anywhere(run, key, _lookup(train, key))
@@ -154,8 +154,10 @@ def load_settings(a, adapters: list[str] = ()):
         overrides.append(f"model.path={a.model}")
     if a.rewards:
         overrides.append("rewards=[" + ", ".join(f"{{name: {name}}}" for name in a.rewards) + "]")
-    if a.config is None and (a.prompts or run_prompts):  # the config needs a training file; never read here
-        overrides.append(f"data.train_file={json.dumps(a.prompts or run_prompts)}")
+    given_file = next((o.split("=", 1)[1] for o in a.overrides if o.split("=", 1)[0].strip() == "eval.file"), None)
+    if a.config is None:  # the config needs a training file, never read here: the prompts' (a key=value's as given)
+        source = json.dumps(a.prompts) if a.prompts else given_file or json.dumps(run_prompts)
+        overrides.insert(0, f"data.train_file={source}")
     cfg = load_config(a.config, overrides)
     prompts = a.prompts or cfg.eval.file
     if not prompts:

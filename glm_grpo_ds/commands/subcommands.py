@@ -238,7 +238,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         usage="glm-grpo check-run OUTPUT_DIR [--verify FILE] [--parity-tolerance TOL]",
         doc=(
             "PASS/FAIL: no non-finite step, every step of max_steps run, first-iteration ratio exactly 1 (INFO at "
-            "grpo.num_iterations=1, where it is 1 by construction), verify-logprobs parity "
+            "grpo.num_iterations=1 and batch.mini_batches=1, where it is 1 by construction), verify-logprobs parity "
             "(`--verify`: a file holding `glm-grpo verify-logprobs` output; the tolerance is verify-logprobs' own "
             "for the dtype it names, 1e-4 in fp32, 5e-2 in bf16), measured peak vs `memory_plan.json`, per phase and "
             "whole run since the last change of cluster shape (GPU; on a CPU all of it in one INFO line, reported, "

@@ -45,7 +45,8 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
     ),
     "steps_per_generation": (
         "batch.mini_batches",
-        "optimizer steps per rollout: the rollout split in order into this many mini-batches",
+        "optimizer steps per rollout: each rank's rollout split into this many mini-batches in order, whole groups "
+        "together (TRL shuffles its generation batch first)",
     ),
     "max_completion_length": (
         "rollout.height",

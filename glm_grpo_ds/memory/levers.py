@@ -26,12 +26,14 @@ def candidate_changes(cfg, given: dict) -> list[tuple[str, str]]:
     if cfg.decoder.batch_size > 1:
         out.append((f"decoder.batch_size={cfg.decoder.batch_size // 2}", "fewer images per DiT forward"))
     micro, group, prompts = cfg.batch.micro_batch_size, cfg.grpo.group_size, cfg.batch.prompts_per_rank
-    if micro > 1:  # the largest micro-batch below this one that still divides the rank's sequences
-        out.append((f"batch.micro_batch_size={_divisor_below(prompts * group, micro)}", "smaller update activations"))
-    if prompts > 1:
+    minis = cfg.batch.mini_batches  # a micro-batch divides a mini-batch's sequences
+    if micro > 1:  # the largest micro-batch below this one that still divides a mini-batch's sequences
+        out.append((f"batch.micro_batch_size={_divisor_below(prompts * group // minis, micro)}", "smaller update "
+                    "activations"))  # fmt: skip
+    if prompts > 1 and (prompts // 2 * group) % minis == 0:
         fewer, change = prompts // 2, f"batch.prompts_per_rank={prompts // 2}"
-        if (fewer * group) % micro:  # the micro-batch must divide the fewer sequences too
-            change += f" batch.micro_batch_size={_divisor_below(fewer * group, micro + 1)}"
+        if (fewer * group // minis) % micro:  # the micro-batch must divide the fewer sequences too
+            change += f" batch.micro_batch_size={_divisor_below(fewer * group // minis, micro + 1)}"
         out.append((change, "fewer sequences per GPU per step"))
     if not cfg.model.gradient_checkpointing:
         out.append(("model.gradient_checkpointing=true", "activations recomputed in the backward"))

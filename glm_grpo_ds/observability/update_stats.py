@@ -1,19 +1,20 @@
 """The statistics of one GRPO update (glm_grpo_ds/update.py), accumulated micro-batch by micro-batch.
 
     stats = UpdateStats()
-    for iteration ...:
+    for optimizer step ...:                          # grpo.num_iterations x batch.mini_batches of them
         for micro-batch ...:
             stats.add_mismatch(sums)                 # first iteration: sampler vs trainer (corrections.mismatch_sums)
             stats.add_correction(sums)               # first iteration: corrections.correction_sums (None: none)
             stats.add_selection(selection)           # the top-entropy selection of update.policy_token_weights
             stats.add(loss, loss_stats, applied)     # policy_loss's stats, whether DeepSpeed applied the step
-        stats.end_iteration()
+        stats.end_iteration()                        # an "iteration": one optimizer step
     stats.result()                                   # the dict the step record reads (observability/metrics.py)
 
-Token statistics are token-weighted over micro-batches, then averaged over iterations (the per-iteration ones kept
-under ``"iterations"``); the ratio extremes are over everything; ``loss`` adds up (micro-batch losses sum to the
-rollout's loss); ``skipped`` counts the optimizer steps DeepSpeed skipped. :meth:`UpdateStats.not_run` is the
-result of an update that did not run at all (every step skipped, no statistic: NaN, written as null).
+Token statistics are token-weighted over micro-batches, then averaged over optimizer steps (each step's kept under
+``"iterations"``); the ratio extremes are over everything; ``loss`` adds up over a step's micro-batches (their
+losses sum to its mini-batch's loss), then is averaged over the steps; ``skipped`` counts the optimizer steps
+DeepSpeed skipped. :meth:`UpdateStats.not_run` is the result of an update that did not run at all (every step
+skipped, no statistic: NaN, written as null).
 """
 
 from __future__ import annotations

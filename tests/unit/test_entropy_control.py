@@ -45,6 +45,21 @@ def test_the_state_round_trips_through_strict_json():
     assert (d.coef, d.last_entropy, d.applied) == (c.coef, 0.4, c.applied)
     d.load_state({"coef": 0.2, "last_entropy": None})
     assert d.last_entropy == math.inf and d.applied == 0.0
+    narrow = EntropyControl(coef=0.0, target=1.0, delta=0.005, low=0.0, high=0.1)  # a resume that lowered the max
+    narrow.load_state({"coef": 0.2, "last_entropy": 0.5})
+    assert narrow.coef == 0.1
+
+
+def test_a_non_finite_entropy_leaves_the_controller_as_it_was():
+    """A step of non-finite numbers, or one with no trained token (NaN): TRL's would lower the coefficient and stop
+    the bonus (NaN <= target is false); a measured entropy of 0 for no token would raise it. Held instead, and the
+    checkpoint's state stays strict JSON."""
+    c = EntropyControl(coef=0.01, target=1.0, delta=0.005, low=0.0, high=1.0)
+    c.update(0.5)
+    for bad in (math.nan, math.inf):
+        c.update(bad)
+        assert (c.coef, c.last_entropy, c.applied) == (0.015, 0.5, 0.015)
+    json.dumps(c.state(), allow_nan=False)
 
 
 @pytest.mark.parametrize("quantile", [1.0, 0.5])

@@ -184,3 +184,16 @@ def test_a_smaller_batch_lever_keeps_the_micro_batch_a_divisor_of_the_sequences(
     for change in changes:  # each loads: none is dropped by the config's own check
         load_config(None, [*base, "grpo.group_size=8", "batch.prompts_per_rank=2", "batch.micro_batch_size=16",
                            *change.split()])  # fmt: skip
+    # with mini-batches a micro-batch divides a mini-batch's sequences: G=12 in 2 mini-batches of 6 at micro 6 -> 3
+    # (4 divides 12, not 6, and was refused by the config, the lever dropped without a word)
+    given = [
+        *base,
+        "grpo.group_size=12",
+        "batch.prompts_per_rank=2",
+        "batch.micro_batch_size=6",
+        "batch.mini_batches=4",
+    ]
+    changes = dict(candidate_changes(load_config(None, given), {"rewards": []}))
+    assert "batch.micro_batch_size=3" in changes and "batch.prompts_per_rank=1 batch.micro_batch_size=3" in changes
+    for change in changes:
+        load_config(None, [*given, *change.split()])

@@ -123,6 +123,17 @@ def test_without_prompts_the_runs_held_out_prompts_are_taken_from_any_directory(
     a, cfg, lines = settings(["--adapter", str(adapter)], [adapter])  # --prompts p.jsonl
     assert (a.num_prompts, cfg.eval.split) == (0, "test")
     assert not any(f"{key}=" in lines[0] for key in ("eval.file", "eval.split", "eval.num_prompts")), lines[0]
+    a = evaluate.parse_args(["--adapter", str(adapter), "eval.file=other.jsonl"])  # another file: none of the run's
+    cfg, prompts, _ = evaluate.load_settings(a, [str(adapter)])
+    assert prompts.endswith("other.jsonl") and (a.num_prompts, cfg.eval.split) == (0, "test")
+    # a run of a Hub model: its eval.file still relative to where it was launched
+    record = json.loads((tmp_path / "run/config.json").read_text())
+    record["train"]["model"]["path"] = "zai-org/GLM-Image"
+    record["model_source"] = {"path": "/cache/glm", "repo_id": "zai-org/GLM-Image"}
+    (tmp_path / "run/config.json").write_text(json.dumps(record))
+    a = evaluate.parse_args(["--adapter", str(adapter)])
+    cfg, prompts, _ = evaluate.load_settings(a, [str(adapter)])
+    assert (cfg.model.path, prompts) == ("zai-org/GLM-Image", str(launched / "data/heldout.jsonl"))
 
 
 def test_flags_and_overrides_given_here_win_over_the_run(tmp_path):
