@@ -37,6 +37,16 @@ def grpo_options_line(grpo) -> str | None:
     return "grpo options (not the defaults): " + ", ".join(changed) if changed else None
 
 
+def _updates_note(cfg) -> str:
+    """Said after the micro-batch when a step makes more than one optimizer step (batch.mini_batches x
+    grpo.num_iterations): the lr schedule and the off-policy share follow from it."""
+    if cfg.updates_per_step == 1:
+        return ""
+    parts = [f"{cfg.batch.mini_batches} mini-batches"] if cfg.batch.mini_batches > 1 else []
+    parts += [f"{cfg.grpo.num_iterations} iterations"] if cfg.grpo.num_iterations > 1 else []
+    return f", {cfg.updates_per_step} optimizer steps per rollout ({' x '.join(parts)})"
+
+
 def _cut_note(sampling, codebook_size: int | None) -> str:
     """Said beside the sampling knobs when top-k / top-p cut the draw: the tokens come from another distribution than
     the one trained (docs/training.md#which-distribution-the-ratio-is-taken-under). A top-k of the whole codebook or
@@ -62,7 +72,8 @@ def print_startup_summary(
         f"trainable {trainable:,} / {total:,} params, "
         f"optimizer {c.optimizer.name}, dtype {dtype}, attention {attn}\n"
         f"          effective batch {world * c.batch.prompts_per_rank} prompts x G={c.grpo.group_size} = "
-        f"{world * c.sequences_per_rank} sequences/step, micro-batch {c.batch.micro_batch_size}, "
+        f"{world * c.sequences_per_rank} sequences/step, micro-batch {c.batch.micro_batch_size}"
+        f"{_updates_note(c)}, "
         f"{c.rollout.height}x{c.rollout.width}, sampling temperature {c.grpo.sampling.temperature} "
         f"top_k {c.grpo.sampling.top_k} top_p {c.grpo.sampling.top_p}{_cut_note(c.grpo.sampling, codebook_size)}"
         f"{' (collectives forced on)' if c.force_collectives else ''}"

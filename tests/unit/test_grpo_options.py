@@ -285,6 +285,17 @@ def test_the_startup_summary_echoes_the_grpo_options_that_are_not_the_defaults()
     )
 
 
+def test_the_startup_summary_says_how_many_optimizer_steps_a_rollout_makes():
+    """batch.mini_batches is not a grpo key: the summary's batch line says it, with the iterations."""
+    from glm_grpo_ds.config import load_config
+    from glm_grpo_ds.observability.summary import _updates_note
+
+    base = ["model.path=/m", "data.train_file=/d.jsonl", "rewards=[{name: pixel_mse}]", "batch.prompts_per_rank=2"]
+    assert _updates_note(load_config(None, base)) == ""
+    cfg = load_config(None, [*base, "batch.mini_batches=2", "grpo.num_iterations=3"])
+    assert _updates_note(cfg) == ", 6 optimizer steps per rollout (2 mini-batches x 3 iterations)"
+
+
 @pytest.mark.parametrize("order", [(1.0, math.nan), (math.nan, 1.0)])
 def test_a_nan_extreme_is_nan_whichever_micro_batch_it_comes_in(order):
     """Python's min/max keep whichever comes first of a NaN and a number: a NaN ratio in the second micro-batch
