@@ -301,5 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # a process entry point (the bench's ranks too): no interpreter teardown
+    from ..runtime import process_exit
+
+    raise SystemExit(process_exit.exit_now(main()))
