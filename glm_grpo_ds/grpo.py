@@ -255,11 +255,17 @@ def _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, s: LossSettin
         raise ValueError(f"off_policy_mask_threshold needs sampler_logp of logp's shape {tuple(logp.shape)}")
 
 
+def trained_token_weights(mask: torch.Tensor, token_weights: torch.Tensor | None) -> torch.Tensor:
+    """``[N, T]``: each token's weight in the policy term (the loss mask times ``token_weights``), what the entropy
+    bonus averages over and the adaptive coefficient measures (glm_grpo_ds/update.py)."""
+    return mask if token_weights is None else mask * token_weights.to(mask.dtype)
+
+
 def _mean_trained_entropy(entropy: torch.Tensor, mask: torch.Tensor, token_weights: torch.Tensor | None):
     """Scalar: the mean entropy ``[N, T]`` over the tokens the policy term trains on. The mean over the trained
     tokens, not aggregated like the policy term: with a top-entropy selection the bonus acts on the selected tokens
     at full strength (TRL's effective mask), not diluted by the rest."""
-    trained = mask if token_weights is None else mask * token_weights.to(mask.dtype)  # [N, T]
+    trained = trained_token_weights(mask, token_weights)  # [N, T]
     count = trained.sum()
     return (entropy * trained).sum() / torch.where(count > 0, count, torch.ones_like(count))
 

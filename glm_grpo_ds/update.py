@@ -20,7 +20,14 @@ from .corrections import correction_sums, mismatch_sums, sampler_correction
 from .ds import dist as ds_dist
 from .ds import engine as ds_engine
 from .entropy_control import EntropyControl
-from .grpo import LossSettings, high_entropy_mask, high_entropy_threshold, loss_normalizer, policy_loss
+from .grpo import (
+    LossSettings,
+    high_entropy_mask,
+    high_entropy_threshold,
+    loss_normalizer,
+    policy_loss,
+    trained_token_weights,
+)
 from .logprobs import completion_logprobs
 from .observability.step_status import NO_STATUS
 from .observability.update_stats import UpdateStats
@@ -235,7 +242,7 @@ class _OptimizerStep:
                 self.ref[sel], normalizer=norm, token_weights=token_weights, is_weights=is_weights, entropy=entropy,
                 entropy_share=mask.sum() / total_tokens, sampler_logp=micro.sampler_logps,
             )  # fmt: skip
-            weights = mask if token_weights is None else mask * token_weights.to(mask.dtype)  # the bonus's tokens
+            weights = trained_token_weights(mask, token_weights)  # the tokens the bonus acts on
             trained += torch.stack([(entropy.detach() * weights).sum(), weights.sum()]).double()
             ds_engine.backward(self.engine, value)
             if j == len(parts) - 1 and self.on_boundary is not None:

@@ -17,6 +17,13 @@ from .checks import need
 from .fields import choice_problems, default_of, setting
 from .model_sections import SamplingConfig
 
+# what cispo and sapo read in place of the clip's range: said where another objective's settings are refused
+# (GRPOConfig) or noted (config/notes.py)
+OBJECTIVE_READS = {
+    "cispo": "its weight's cap, grpo.cispo_max (TRL's epsilon_high under loss_type cispo)",
+    "sapo": "its gate's temperatures, grpo.sapo_temperature_pos / _neg",
+}
+
 
 @dataclass
 class GRPOConfig:
@@ -274,11 +281,8 @@ class GRPOConfig:
         only noted, config/notes.py: the shipped configs set it)."""
         reads = {"clip": ("delta",), "cispo": ("cispo_max",)}
         reads["sapo"] = ("sapo_temperature_pos", "sapo_temperature_neg")
-        instead = {
-            "cispo": "its weight's cap is grpo.cispo_max (TRL's epsilon_high under loss_type cispo)",
-            "sapo": "its gate's temperatures are grpo.sapo_temperature_pos / _neg",
-            "clip": "set grpo.objective to the one that reads it",
-        }
+        instead = {name: f"it reads {what}" for name, what in OBJECTIVE_READS.items()}
+        instead["clip"] = "set grpo.objective to the one that reads it"
         problems: list[str] = []
         if self.objective not in instead:  # an unknown choice: said by choice_problems
             return problems

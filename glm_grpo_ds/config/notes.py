@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .fields import default_of
+from .grpo_section import OBJECTIVE_READS
 
 LINE_FILES = (".txt", ".jsonl")  # one file: no splits (data/lines.py)
 
@@ -49,9 +50,9 @@ def _clip_range_unused(grpo) -> list[str]:
     if grpo.objective == "clip" or not keys:
         return []
     given = ", ".join(f"grpo.{key}={getattr(grpo, key)}" for key in keys)
-    reads = {"cispo": "its weight's cap, grpo.cispo_max (TRL's epsilon_high under loss_type cispo)"}
-    reads["sapo"] = "its gate's temperatures, grpo.sapo_temperature_pos / _neg"
-    return [f"{given}: the clip objective's range; grpo.objective={grpo.objective} reads {reads[grpo.objective]}"]
+    return [
+        f"{given}: the clip objective's range; grpo.objective={grpo.objective} reads {OBJECTIVE_READS[grpo.objective]}"
+    ]
 
 
 def _evaluations(ev, max_steps: int) -> int:
