@@ -66,6 +66,11 @@ VARIANTS = {
     ),
     # the adaptive entropy coefficient (grpo.entropy_target): the bonus from when the entropy falls to 1 nat
     "entropy_target1": ("adaptive entropy coefficient, target 1 nat (from 0, 0.005 a step)", ["grpo.entropy_target=1"]),
+    # the KL's reference reset to the policy every 10 steps (grpo.ref_sync_steps), against beta0.04 without resets
+    "beta0.04_reset10": (
+        "KL beta 0.04, the reference reset every 10 steps",
+        ["grpo.beta=0.04", "grpo.ref_sync_steps=10"],
+    ),
     # 0.25, not the paper's 0.2: the world's 4 target-grid tokens a sequence make 0.2 keep under one (refused since
     # 2026-11-27; docs/sweep.md's rows at 0.2 were measured before)
     "top_entropy0.25": ("train on the top 25 % of tokens by entropy", ["grpo.top_entropy_quantile=0.25"]),

@@ -36,13 +36,7 @@ from pathlib import Path
 import torch
 
 from . import preflight
-from .advantages import (
-    combine_advantages,
-    gate_disagreeing,
-    reward_disagreement,
-    signal_free_groups,
-    unmeasured_groups,
-)
+from .advantages import combine_advantages, gate_disagreeing, reward_disagreement, signal_free_groups, unmeasured_groups
 from .config import load_config
 from .config.arguments import parse_train_args
 from .ds import dist
@@ -144,7 +138,12 @@ class Trainer:
                     status=run.step_status,
                     loss=run.loss,
                     entropy_control=run.entropy_control,
+                    reference=run.reference,
                 )
+        if run.reference is not None and (index + 1) % grpo_cfg.ref_sync_steps == 0:  # grpo.ref_sync_steps:
+            run.step_status.phase("reference reset")  # the KL's reference reset to the updated policy (its own phase:
+            with measure(exp.timings, exp.peaks, "reference_reset", run.device):  # a full model's mix takes time)
+                run.reference.reset(index + 1)
         run.step_status.phase("record")  # the weights to the samplers, the step's statistics (collectives), its line
         for maker in (run.experience, run.eval_experience):  # the sampling backends take the updated weights
             maker.sampler.sync_weights(index + 1)
@@ -342,8 +341,9 @@ class Trainer:
         run = self.run
         reward = self._evaluated[1] if self._evaluated and self._evaluated[0] == step else None  # rank 0's
         return run.life.save_checkpoint(
-            run.engine, run.prompt_order, step, self.skipped_steps, run.rollout.state(), reward, run.entropy_control
-        )
+            run.engine, run.prompt_order, step, self.skipped_steps, run.rollout.state(), reward, run.entropy_control,
+            run.reference,
+        )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,24 +79,33 @@ def batched_logprobs(model, batch: RolloutBatch, cfg, slices: list[slice]) -> to
     )
 
 
-def reference_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices: list[slice]) -> torch.Tensor:
-    """Log-probs under the frozen reference: the policy with adapters disabled (LoRA), or the
-    separate reference engine (full fine-tuning)."""
+def reference_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices: list[slice], reference=None):
+    """Log-probs under the reference: LoRA's ``reference`` (glm_grpo_ds/model/reference.py: the policy with its
+    adapters off, plus the copy of the last reset), the policy with its adapters off when None, or the separate
+    reference engine (full fine-tuning)."""
     if ref_engine is not None:
         return batched_logprobs(ref_engine, batch, cfg, slices)
-    peft_model = ds_engine.unwrap(engine)
-    ctx = peft_model.disable_adapter() if hasattr(peft_model, "disable_adapter") else contextlib.nullcontext()
-    with ctx:
+    with reference_forward(ds_engine.unwrap(engine), reference):
         return batched_logprobs(engine, batch, cfg, slices)
 
 
+def reference_forward(policy, reference=None):
+    """The context a LoRA policy's passes are the reference's in: ``reference.forward()``, or the adapters off."""
+    if reference is not None:
+        return reference.forward()
+    return policy.disable_adapter() if hasattr(policy, "disable_adapter") else contextlib.nullcontext()
+
+
 @torch.no_grad()
-def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def logprobs_before_update(
+    policy, batch: RolloutBatch, cfg, reference=None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Inside the rollout's parameter gather (the engine sampler's ``before_update``, glm_grpo_ds/rollout/
     backends.py), the teacher-forced log-probs ``(ref, old)`` the update would otherwise compute with the engine
     before its first step: ``ref`` (the LoRA policy with its adapters off, ``cfg.reference_in_rollout``) and
     ``old`` (``cfg.old_logprobs_in_rollout``: more than one update per rollout, on-policy); None for what is not needed
-    here (full fine-tuning's reference is another engine, computed in the update).
+    here (full fine-tuning's reference is another engine, computed in the update). ``reference``: the run's LoRA
+    reference (glm_grpo_ds/model/reference.py; None: the adapters off).
     Under ZeRO-3 every forward of the engine gathers the AR again, module by module; here the whole AR is
     already gathered for sampling, so these passes gather nothing (docs/memory-and-speed.md). The policy
     is the one that sampled and the update has not run, and the engine sampler runs this with the
@@ -105,14 +114,14 @@ def logprobs_before_update(policy, batch: RolloutBatch, cfg) -> tuple[torch.Tens
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
     ref = old = None
     if cfg.reference_in_rollout:
-        with policy.disable_adapter():
+        with reference_forward(policy, reference):
             ref = batched_logprobs(policy, batch, cfg, slices)
     if cfg.old_logprobs_in_rollout:
         old = batched_logprobs(policy, batch, cfg, slices)
     return ref, old
 
 
-def missing_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices, ref, old) -> tuple:
+def missing_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices, ref, old, reference=None) -> tuple:
     """``(ref, old)`` with what the rollout did not compute filled in with the engine: the reference when the KL
     term needs it (``grpo.beta > 0``), the pre-update log-probs when there is more than one update per rollout
     (iterations or mini-batches). One update needs no old log-probs: the policy that sampled is the current one, so
@@ -120,7 +129,7 @@ def missing_logprobs(engine, ref_engine, batch: RolloutBatch, cfg, slices, ref, 
     policy = ds_engine.unwrap(engine)
     policy.eval()  # the no-grad passes need no dropout / checkpointing
     if ref is None and cfg.grpo.beta > 0:
-        ref = reference_logprobs(engine, ref_engine, batch, cfg, slices)
+        ref = reference_logprobs(engine, ref_engine, batch, cfg, slices, reference)
     if old is None and cfg.updates_per_step > 1:
         old = batched_logprobs(engine, batch, cfg, slices)
     policy.train()
@@ -164,6 +173,7 @@ def grpo_update(
     status=NO_STATUS,
     loss: LossSettings | None = None,
     entropy_control: EntropyControl | None = None,
+    reference=None,
 ) -> dict:
     """Run ``grpo.num_iterations`` passes over one rollout, each ``batch.mini_batches`` optimizer steps on the
     rollout's mini-batches in order; return its statistics (observability/update_stats.py, one entry per optimizer
@@ -172,13 +182,14 @@ def grpo_update(
     optimizer step, before it (tests read the gradients there); ``status``: the step status (observability/
     step_status.py), told each micro-batch done; ``loss``: the run's loss settings (:func:`loss_settings` of
     ``cfg.grpo`` when None); ``entropy_control``: ``grpo.entropy_target``'s adaptive coefficient, which sets each
-    optimizer step's bonus and is updated after it (collective: every rank's trained tokens' entropy)."""
+    optimizer step's bonus and is updated after it (collective: every rank's trained tokens' entropy);
+    ``reference``: a LoRA run's reference (glm_grpo_ds/model/reference.py; None: the adapters off)."""
     g = cfg.grpo
     settings = loss_settings(g) if loss is None else loss
     batch = batch if g.preview_in_loss else without_preview_loss(batch)
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
     status.phase("update", total=g.num_iterations * len(slices), unit="micro-batches")
-    ref, old = missing_logprobs(engine, ref_engine, batch, cfg, slices, ref_logps, old_logps)
+    ref, old = missing_logprobs(engine, ref_engine, batch, cfg, slices, ref_logps, old_logps, reference)
     stats = UpdateStats()
     one = _OptimizerStep(engine, batch, advantages, ref, old, cfg, stats, status, on_boundary)
     applied = []  # the adaptive entropy coefficient of each optimizer step

@@ -37,6 +37,21 @@ class GRPOConfig:
     beta: float = setting(
         0.04, "k3 KL coefficient towards the frozen reference policy (>= 0); 0 skips the reference pass."
     )
+    ref_sync_steps: int = setting(
+        0,
+        "Reset the KL term's reference to the policy every N training steps, after the step's update (ProRL's "
+        "reference resets; TRL's sync_ref_model + ref_model_sync_steps, which TRL refuses under PEFT; glm_grpo_ds/"
+        "model/reference.py), >= 0; 0 = never (LoRA: the base model, the adapters off). LoRA: the adapters' "
+        "weights are copied (whole, on every rank) and the reference pass adds their update to the base weights; full "
+        "fine-tuning: the reference model becomes ref_sync_alpha x policy + (1 - ref_sync_alpha) x reference. Each "
+        "checkpoint keeps the reference. Needs beta > 0.",
+    )
+    ref_sync_alpha: float = setting(
+        1.0,
+        "ref_sync_steps: the policy's share of the reset reference, in (0, 1] (TRL's ref_model_mixup_alpha, 0.6 "
+        "there); 1 = a hard reset, the only one LoRA takes (a mix of two adapters' factors is not a mix of their "
+        "updates).",
+    )
     objective: Literal[tuple(OBJECTIVES)] = setting(
         "clip",
         "The policy term (glm_grpo_ds/objectives.py): clip = PPO's clipped surrogate (GRPO); cispo = the importance "
@@ -197,6 +212,12 @@ class GRPOConfig:
             f"{prefix}group_size must be >= 2 (advantages compare samples of a prompt), got {self.group_size}",
         )
         need(problems, 0 <= self.beta < math.inf, f"{prefix}beta must be >= 0 and finite, got {self.beta}")
+        need(problems, self.ref_sync_steps >= 0, f"{prefix}ref_sync_steps must be >= 0, got {self.ref_sync_steps}")
+        need(
+            problems,
+            0 < self.ref_sync_alpha <= 1,
+            f"{prefix}ref_sync_alpha must be in (0, 1], got {self.ref_sync_alpha}",
+        )
         need(problems, 0 <= self.epsilon_low < 1, f"{prefix}epsilon_low must be in [0, 1), got {self.epsilon_low}")
         need(problems, self.epsilon_high >= 0, f"{prefix}epsilon_high must be >= 0, got {self.epsilon_high}")
         need(problems, self.num_iterations >= 1, f"{prefix}num_iterations must be >= 1, got {self.num_iterations}")
@@ -326,6 +347,18 @@ class GRPOConfig:
             self.sampler_correction != "none" or high == default_of(self, "sampler_correction_max"),
             f"{prefix}sampler_correction_max={high} caps weights that {prefix}sampler_correction=none never computes: "
             "choose a sampler_correction or drop the cap",
+        )
+        need(
+            problems,
+            self.ref_sync_steps == 0 or self.beta > 0,
+            f"{prefix}ref_sync_steps={self.ref_sync_steps} resets the reference of a KL term that {prefix}beta=0 "
+            "leaves out: set beta > 0 or ref_sync_steps=0",
+        )
+        need(
+            problems,
+            self.ref_sync_steps > 0 or self.ref_sync_alpha == default_of(self, "ref_sync_alpha"),
+            f"{prefix}ref_sync_alpha={self.ref_sync_alpha} mixes a reference that {prefix}ref_sync_steps=0 never "
+            "resets: set ref_sync_steps=N",
         )
         need(
             problems,

@@ -118,9 +118,12 @@ class TrainConfig:
 
     @property
     def reference_in_rollout(self) -> bool:
-        """LoRA with ``beta > 0``: the reference log-probs (the policy with its adapters off) are computed inside
-        the rollout's parameter gather (glm_grpo_ds/update.py ``logprobs_before_update``)."""
-        return self.lora is not None and self.grpo.beta > 0
+        """LoRA with ``beta > 0``: the reference log-probs (the policy with its adapters off, plus the copy of the
+        last reference reset) are computed inside the rollout's parameter gather (glm_grpo_ds/update.py
+        ``logprobs_before_update``). Not one step off with resets: that rollout runs before the previous step's reset,
+        so the update computes them."""
+        resets_after = self.grpo.ref_sync_steps > 0 and self.rollout.one_step_off
+        return self.lora is not None and self.grpo.beta > 0 and not resets_after
 
     @property
     def logprobs_in_rollout(self) -> bool:
@@ -182,6 +185,13 @@ class TrainConfig:
         """The grpo section's own problems, and what its settings need of the rollout's size and the rewards."""
         g, rollout = self.grpo, self.rollout
         problems = g.problems("grpo.")
+        need(
+            problems,
+            self.lora is None or g.ref_sync_alpha == 1,
+            f"grpo.ref_sync_alpha={g.ref_sync_alpha}: a LoRA run's reference resets take the adapters whole (1.0): "
+            "a mix of two adapters' factors is not a mix of their updates; set it to 1 (or fine-tune the whole "
+            "model, lora: null)",
+        )
         # a fraction that keeps under one token of a sequence trains (almost) nothing: 0 keeps the single
         # highest-entropy token of a micro-batch (TRL's meaning), and grad_norm reads ~0
         grid = (rollout.height // 32) * (rollout.width // 32)  # the target grid's tokens

@@ -83,6 +83,16 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
         "grpo.off_policy_mask_threshold",
         "off-policy sequence masking's KL bound, on the sampler's log-probs",
     ),
+    "sync_ref_model": ("grpo.ref_sync_steps", "set it > 0 to reset the reference every N steps; 0 = never"),
+    "ref_model_sync_steps": (
+        "grpo.ref_sync_steps",
+        "training steps here (TRL: optimizer steps; the same at num_iterations 1 and mini_batches 1)",
+    ),
+    "ref_model_mixup_alpha": (
+        "grpo.ref_sync_alpha",
+        "the policy's share of the reset reference (TRL's default 0.6, ours 1: a hard reset); LoRA takes 1 only, "
+        "where TRL refuses sync_ref_model under PEFT",
+    ),
     "use_bias_correction_kl": ("grpo.kl_bias_correction", "the KL term weighted by the importance ratio"),
     "sapo_temperature_pos": ("grpo.sapo_temperature_pos", "objective sapo: the gate's temperature for A > 0"),
     "sapo_temperature_neg": ("grpo.sapo_temperature_neg", "objective sapo: the gate's temperature for A <= 0"),

@@ -19,7 +19,17 @@ import torch
 from ..runtime import run_log
 from . import dist
 from .ds_config import zero_stage
-from .gathering import gather_discards_writes, gathered, gathered_for_rollout, is_zero3, plain_linear, training_linear
+from .gathering import (
+    gather_discards_writes,
+    gathered,
+    gathered_for_rollout,
+    is_zero3,
+    mix_into,
+    plain_linear,
+    set_tensors,
+    training_linear,
+    whole_tensors,
+)
 from .optimizer import apply_optimizer_settings, build_optimizer, build_scheduler
 from .process_group import cpu_comm_op_needs_build, init_distributed, this_environments_ninja
 
@@ -41,6 +51,9 @@ __all__ = [
     "plain_linear",
     "training_linear",
     "gathered",
+    "mix_into",
+    "whole_tensors",
+    "set_tensors",
     "unwrap",
     "is_zero3",
     "backward",

@@ -114,3 +114,52 @@ def gathered(params: list, enabled: bool):
 
     with deepspeed.zero.GatheredParameters(params):
         yield
+
+
+@contextlib.contextmanager
+def _written(param, zero3: bool):
+    """``param`` whole inside the block, where a write to it is kept: under ZeRO-3 rank 0's value is partitioned back
+    to every rank on the way out (every rank computes the same, so rank 0's is everyone's)."""
+    if not zero3:
+        yield
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters([param], modifier_rank=0):
+        yield
+
+
+@torch.no_grad()
+def mix_into(target, source, alpha: float, zero3: bool) -> None:
+    """Each parameter ``source`` trains, in ``target`` (the same architecture, paired by name), becomes ``alpha`` x
+    source's + (1 - alpha) x its own (TRL's SyncRefModelCallback formula; alpha 1 copies): full fine-tuning's
+    reference reset (grpo.ref_sync_steps) from the policy. Under ZeRO-3 collective, one parameter pair gathered at a
+    time (TRL's gathers both whole models at once). The frozen parameters are equal in both and left alone."""
+    targets = dict(target.named_parameters())
+    for name, p in source.named_parameters():
+        if p.requires_grad:
+            q = targets[name]
+            with gathered([p], zero3), _written(q, zero3):
+                q.data.mul_(1.0 - alpha).add_(p.data.to(q.dtype), alpha=alpha)
+
+
+@torch.no_grad()
+def whole_tensors(module, names: list[str], zero3: bool, rank: int) -> dict[str, torch.Tensor]:
+    """Rank 0: ``module``'s parameters ``names``, whole, as CPU tensors (gathered one at a time under ZeRO-3: rank
+    0's CPU memory holds them, no device holds more than one); ``{}`` on the other ranks (collective)."""
+    params, out = dict(module.named_parameters()), {}
+    for name in names:
+        with gathered([params[name]], zero3):
+            if rank == 0:
+                out[name] = params[name].data.detach().to("cpu", copy=True)
+    return out
+
+
+@torch.no_grad()
+def set_tensors(module, tensors: dict[str, torch.Tensor], zero3: bool) -> None:
+    """``module``'s parameters named in ``tensors`` take their values (collective under ZeRO-3: every rank passes the
+    same tensors; rank 0's are kept)."""
+    params = dict(module.named_parameters())
+    for name, value in tensors.items():
+        with _written(params[name], zero3):
+            params[name].data.copy_(value)

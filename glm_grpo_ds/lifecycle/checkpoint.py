@@ -7,6 +7,7 @@ Layout under ``output_dir/checkpoints/``::
         adapter/            the LoRA adapter in peft format, gathered from ZeRO-3 shards
         rng/rank_<r>.pt     python / numpy / torch / CUDA RNG states of each rank
         ahead/rank_<r>.pt   rollout.one_step_off: each rank's rollout drawn for the next step, not yet trained on
+        reference-<i>.safetensors  grpo.ref_sync_steps: the reset reference (LoRA's copy, full fine-tuning's mix)
         universal/          written by the first resume on another world size or ZeRO stage (ds/portable.py)
         trainer_state.json  step, data position, world size, ZeRO stage, the config
     latest                  the name of the newest complete checkpoint
@@ -50,6 +51,7 @@ from ..runtime.seeding import rng_state, seed_everything, set_rng_state
 CHECKPOINTS = "checkpoints"
 LATEST, BEST = "latest", "best"  # pointers: the newest complete checkpoint; the best evaluated one (best.py)
 AHEAD = "ahead"
+REFERENCE_FILES = "reference-*.safetensors"  # grpo.ref_sync_steps' reference (model/reference.py), in order
 
 
 class CheckpointError(ValueError):
@@ -61,10 +63,10 @@ class OutputDirError(ValueError):
 
 
 def check_output_dir(output_dir, rank: int, create: bool = True) -> Path:
-    """Create ``output_dir`` if needed and prove it writable by creating and removing a probe file
-    (``os.access`` alone is not enough: root, ACLs and read-only mounts fool it). Every rank checks
-    (each writes its own checkpoint files), before any model is loaded. ``create=False`` (``train --check``)
-    creates nothing: the probe goes into the nearest folder that exists."""
+    """Create ``output_dir`` if needed and prove it writable by creating and removing a probe file (``os.access`` alone
+    is not enough: root, ACLs and read-only mounts fool it). Every rank checks (each writes its own checkpoint files),
+    before any model is loaded. ``create=False`` (``train --check``) creates nothing: the probe goes into the nearest
+    folder that exists."""
     out = Path(output_dir)
     fix = "pick another output_dir= or fix its permissions"
     # the nearest part already there (os.path: an unreadable parent is False, not a PermissionError)
@@ -94,8 +96,8 @@ def check_output_dir(output_dir, rank: int, create: bool = True) -> Path:
 
 # What an earlier run leaves in output_dir that a fresh start would overwrite or mix with its own.
 EARLIER_RUN_OUTPUTS = (CHECKPOINTS, "metrics.jsonl", "final_adapter", "final_model")
-# Deleted too by overwrite_output_dir=true: outputs a new run would otherwise mix with its own records
-# (config.json, memory_plan.json and the plot are rewritten whole by every run).
+# Deleted too by overwrite_output_dir=true: outputs a new run would mix with its own (config.json, the plan, the plot:
+# rewritten whole by every run).
 OVERWRITTEN_OUTPUTS = (*EARLIER_RUN_OUTPUTS, "eval.jsonl", "samples", "samples.jsonl", "tensorboard", "logs")
 
 
@@ -147,8 +149,7 @@ NO_CHECKPOINT = "(save_steps writes them)"  # said wherever a run without checkp
 
 
 def going_on(output_dir: Path) -> str | None:
-    """How to go on from a run without checkpoints, said where its resume is refused: from its final adapter with
-    ``lora.init_from`` (a new run from those weights, with fresh optimizer state), when it has one."""
+    """How to go on from a run without checkpoints, said where its resume is refused: from its final adapter, if any."""
     final = output_dir / "final_adapter"
     if not final.is_dir():
         return None
@@ -242,10 +243,11 @@ def save(
     total_limit: int,
     later: Callable[[Callable[[], object]], None] | None = None,
     ahead: dict | None = None,
+    more: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Write checkpoint ``step`` (all ranks call this) and return its final path. ``later(job)``: where
-    rank 0 runs the pruning (default: at once, after the last barrier). ``ahead``: this rank's rollout drawn
-    ahead for the next step (tensors, lists and numbers only), written to ``ahead/rank_<r>.pt``."""
+    """Write checkpoint ``step`` (all ranks call this) and return its final path. ``later(job)``: where rank 0 runs the
+    pruning (default: at once, after the last barrier). ``ahead``: this rank's rollout drawn ahead for the next step
+    (tensors, lists, numbers), written to ``ahead/rank_<r>.pt``. ``more(dir)``: every rank writes the rest there."""
     root = Path(output_dir) / CHECKPOINTS
     final = root / step_dir_name(step)
     tmp = root / (step_dir_name(step) + ".tmp")
@@ -262,6 +264,8 @@ def save(
         torch.save(ahead, tmp / AHEAD / f"rank_{rank}.pt")  # device tensors: load_ahead maps them to the CPU
     if is_lora:
         ds_io.save_adapter(engine, tmp / "adapter", rank)
+    if more is not None:
+        more(tmp)
     dist.barrier()
     if rank == 0:
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
@@ -283,9 +287,8 @@ def save(
 
 
 def resume_path(output_dir, resume_from: str | None) -> Path | None:
-    """The checkpoint a run resumes from, or None for a fresh start: ``auto`` resumes from ``latest``
-    when ``output_dir`` has one and starts fresh otherwise (a requeued job continues, its first launch
-    starts); ``latest`` and a path must exist (:func:`resolve`)."""
+    """The checkpoint a run resumes from, or None for a fresh start: ``auto`` resumes from ``latest`` when
+    ``output_dir`` has one and starts fresh otherwise; ``latest`` and a path must exist (:func:`resolve`)."""
     if not resume_from:
         return None
     if resume_from == "auto":
@@ -375,8 +378,7 @@ def load(engine, path: Path, rank: int, opt_cfg, reseed: int | None = None) -> t
 
 
 def load_ahead(path: Path, rank: int) -> dict | None:
-    """This rank's rollout drawn ahead in checkpoint ``path`` (:func:`save`'s ``ahead``), None when it holds none
-    (a run on-policy)."""
+    """This rank's rollout drawn ahead in checkpoint ``path`` (:func:`save`'s ``ahead``); None for none (on-policy)."""
     file = path / AHEAD / f"rank_{rank}.pt"
     return torch.load(file, map_location="cpu", weights_only=True) if file.is_file() else None
 
@@ -389,8 +391,7 @@ def ahead_states(path: Path) -> list[dict]:
 
 def ahead_rows(path: Path) -> list[int] | None:
     """The dataset rows of the rollout drawn ahead in checkpoint ``path``, every rank's in rank order (the global
-    batch of the step it was drawn for), None when it holds none: what a resume on another world size samples
-    again."""
+    batch of the step it was drawn for; None for none): what a resume on another world size samples again."""
     return drawn_rows(ahead_states(path))
 
 

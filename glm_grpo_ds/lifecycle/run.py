@@ -18,6 +18,7 @@ import signal
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -191,10 +192,11 @@ class RunLife:
         portable.convert(ds_dir, universal)
         log.info(f"glm-grpo: converted in {time.perf_counter() - started:.1f} s")
 
-    def restore(self, engine, prompt_order, entropy_control=None) -> tuple[int, int]:
-        """Load the checkpoint chosen at the start into ``engine``, ``prompt_order`` and ``entropy_control`` (the
-        adaptive entropy coefficient, when the run has one and the checkpoint holds it) (collective): (the step it is
-        at, the optimizer updates skipped so far); (0, 0) for a fresh run."""
+    def restore(self, engine, prompt_order, entropy_control=None, reference=None) -> tuple[int, int]:
+        """Load the checkpoint chosen at the start into ``engine``, ``prompt_order``, ``entropy_control`` (the
+        adaptive entropy coefficient, when the run has one and the checkpoint holds it) and ``reference`` (the KL's
+        reset reference, model/reference.py) (collective): (the step it is at, the optimizer updates skipped
+        so far); (0, 0) for a fresh run."""
         if self.start.checkpoint is None:
             return 0, 0
         path, cfg = self.start.checkpoint, self.cfg
@@ -205,6 +207,7 @@ class RunLife:
         prompt_order.load_state(state["sampler"])  # the key checkpoints have always had
         if entropy_control is not None and state.get("entropy_control") is not None:  # else: from entropy_coef
             entropy_control.load_state(state["entropy_control"])
+        self._restore_reference(reference, path, int(state["step"]))
         shape = ""
         if self.start.written_on is not None:
             shape = (
@@ -230,13 +233,39 @@ class RunLife:
             )
         return int(state["step"]), int(state.get("skipped_steps", 0))
 
+    def _restore_reference(self, reference, path: Path, step: int) -> None:
+        """The KL's reset reference of checkpoint ``path`` into ``reference`` (collective; model/reference.py), and a
+        line where the checkpoint's and this launch's grpo.ref_sync_steps disagree."""
+        every = self.cfg.grpo.ref_sync_steps
+        if reference is not None:
+            reference.read(path)
+            if reference.step == 0 and step >= every:
+                log.info(
+                    f"glm-grpo: {path.name} holds no reset reference: the KL's reference is the starting model "
+                    f"until the reset after step {(step // every + 1) * every} (grpo.ref_sync_steps={every})"
+                )
+        elif any(path.glob(checkpoint.REFERENCE_FILES)):
+            log.warning(
+                f"glm-grpo: warning: {path.name} holds a reset reference, but grpo.ref_sync_steps=0 now: the "
+                "KL's reference is the starting model again (set ref_sync_steps to keep resetting it)"
+            )
+
     def save_checkpoint(
-        self, engine, prompt_order, step: int, skipped_steps: int, ahead=None, eval_reward=None, entropy_control=None
+        self,
+        engine,
+        prompt_order,
+        step: int,
+        skipped_steps: int,
+        ahead=None,
+        eval_reward=None,
+        entropy_control=None,
+        reference=None,
     ) -> Path:
         """Checkpoint ``step`` (collective), its adapter's model card; its path. ``ahead``: this rank's rollout
         drawn ahead for the next step (``rollout.one_step_off``; glm_grpo_ds/experience/drawn.py Drawn.state);
         ``eval_reward``: rank 0's evaluation at this step, for ``save_best`` (None: not evaluated here);
-        ``entropy_control``: the adaptive entropy coefficient (grpo.entropy_target), None without one."""
+        ``entropy_control``: the adaptive entropy coefficient (grpo.entropy_target), None without one; ``reference``:
+        the KL's reset reference (grpo.ref_sync_steps; model/reference.py), None without resets."""
         state = {
             "step": step,
             "run_id": self.run_id,
@@ -251,7 +280,10 @@ class RunLife:
             "entropy_control": None if entropy_control is None else entropy_control.state(),
         }
         is_lora, limit = self.cfg.lora is not None, self.cfg.save_total_limit
-        path = checkpoint.save(engine, self.out, step, state, self.rank, is_lora, limit, later=self.later, ahead=ahead)
+        more = None if reference is None else partial(reference.write, rank=self.rank)
+        path = checkpoint.save(
+            engine, self.out, step, state, self.rank, is_lora, limit, later=self.later, ahead=ahead, more=more
+        )
         self.best.consider(step, eval_reward, path)
         return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
 

@@ -98,6 +98,9 @@ def reference(s: Basis) -> tuple[int, str]:
         return s.placed(s.sizes.ar_base)[0], "frozen copy (full fine-tuning, beta > 0)" + (
             ", its partitions on the host" if s.offload_param else ""
         )
+    if s.cfg.lora is not None and s.cfg.grpo.beta > 0 and s.cfg.grpo.ref_sync_steps:  # model/reference.py
+        copy = sum(s.sizes.lora) * s.lora_b
+        return copy, "LoRA: adapters disabled + the last reset's copy of them, whole (grpo.ref_sync_steps)"
     return 0, "LoRA: adapters disabled, no copy" if s.cfg.lora is not None else "beta = 0: no reference"
 
 

@@ -6,6 +6,7 @@
 * policy.py: the AR loaded as the trainable policy (LoRA or full fine-tuning), the frozen reference, a plain
   sampling model;
 * adapters.py: peft's LoraConfig of the ``lora`` section and adapters on disk;
+* reference.py: the KL term's reference when ``grpo.ref_sync_steps`` resets it (LoRA's copy, full fine-tuning's mix);
 * prompt_layout.py: GLM-Image's text-to-image prompt layout (chat template, grids, left padding);
 * token_ids.py: the startup check that every token id the rollout feeds the AR has an embedding row.
 

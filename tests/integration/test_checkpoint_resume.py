@@ -37,6 +37,10 @@ def runs(tiny_model_dir, data64, tmp_path_factory):
     extra = ["rollout.height=64", "rollout.width=64", "optimizer.name=adamw_8bit", "logging.progress_bar=false"]
     # the adaptive entropy coefficient, a state of the run's own (a target no entropy reaches: it grows every step)
     extra += ["grpo.entropy_target=100", "grpo.entropy_coef=0.01"]
+    extra += [
+        "grpo.beta=0.04",
+        "grpo.ref_sync_steps=2",
+    ]  # the KL's reference reset after steps 2 and 4: the checkpoint keeps its copy
     straight, resumed = root / "straight", root / "resumed"
     train(2, common(tiny_model_dir, data, straight, "max_steps=4", *extra))
     train(2, common(tiny_model_dir, data, resumed, "max_steps=2", "save_steps=2", *extra))
@@ -60,6 +64,16 @@ def test_resume_is_exact(runs):
     # checkpoint (restarted, its step 3 would have had none)
     assert [r["entropy_coef"] for r in mb] == pytest.approx([0.0, 0.015, 0.02, 0.025], abs=1e-12)
     assert [r["entropy_control/coef"] for r in mb] == pytest.approx([0.015, 0.02, 0.025, 0.03], abs=1e-12)
+
+
+def test_a_reference_reset_makes_the_next_steps_kl_zero_and_a_resume_keeps_it(runs):
+    """grpo.ref_sync_steps=2: step 3's policy (before its update) is the one the reference was reset to after step 2,
+    so its KL is 0, where steps 2 and 4 measure one update and more away from their references. The resumed run
+    took that reference from step 2's checkpoint (test_resume_is_exact: equal to the straight run's record)."""
+    kl = {r["step"]: r["kl"] for r in metrics(runs["resumed"])}
+    assert kl[3] == pytest.approx(0.0, abs=1e-9)
+    assert kl[2] > 1e-7 and kl[4] > 1e-7, kl
+    assert (runs["resumed"] / "checkpoints" / "step_000002" / "reference-00000.safetensors").is_file()
 
 
 def test_a_resume_with_other_settings_says_so_and_keeps_the_history(runs):

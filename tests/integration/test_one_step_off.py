@@ -42,9 +42,11 @@ def runs(tiny_model_dir, data64, tmp_path_factory):
     # the straight run saves at step 2 with step 3's rollout pending; the resumed one continues from that
     # checkpoint in an output_dir of its own (as a run killed after the save would)
     status = ["logging.progress_bar=true", "logging.status_interval_s=0"]  # every step-status line, for the wait's
-    run("straight", *OFF, "max_steps=4", "save_steps=2", *status)
+    # and the KL's reference reset after step 2: one step off, step 3's rollout was drawn before that reset
+    reset = ["grpo.beta=0.04", "grpo.ref_sync_steps=2"]
+    run("straight", *OFF, "max_steps=4", "save_steps=2", *status, *reset)
     saved = runs["straight"] / "checkpoints" / "step_000002"
-    run("resumed", *OFF, "max_steps=4", "save_steps=2", f"resume_from={saved}")
+    run("resumed", *OFF, "max_steps=4", "save_steps=2", f"resume_from={saved}", *reset)
     # two iterations and a KL term: the reference's log-probs come from the rollout's thread, the old ones from the
     # update (one step off) where on-policy the rollout computes both
     still = ["max_steps=3", STILL, "grpo.num_iterations=2", "grpo.beta=0.04"]
@@ -70,6 +72,14 @@ def test_later_steps_train_on_tokens_one_update_old(runs):
     assert gap[0] < 1e-4 and min(gap[1:]) > 100 * max(gap[0], 1e-7), gap
     assert abs(m[0]["correction/weight_mean"] - 1) < 1e-4
     assert any(abs(r["correction/weight_mean"] - 1) > 1e-3 for r in m[1:])
+
+
+def test_the_reference_reset_after_a_step_is_the_next_steps_though_its_rollout_was_drawn_before(runs):
+    """Step 3's rollout was drawn during step 2, before step 2's reference reset: its reference log-probs come from
+    the update, after the reset, so the KL of step 3's policy (the weights the reset copied) is 0."""
+    kl = {r["step"]: r["kl"] for r in metrics(runs["straight"])}
+    assert kl[3] == pytest.approx(0.0, abs=1e-9)
+    assert kl[2] > 1e-7 and kl[4] > 1e-7, kl
 
 
 def test_resume_with_the_pending_rollout_is_exact(runs):

@@ -84,6 +84,11 @@ def test_a_reward_label_names_metrics_and_tags_so_it_takes_plain_characters():
         (["grpo.entropy_target=0.5", "grpo.entropy_coef=2"], "grpo.entropy_coef=2.0 starts the adaptive coefficien"),
         (["grpo.entropy_target=-1"], "grpo.entropy_target must be null or >= 0 and finite, got -1.0"),
         (["grpo.entropy_target=1", "grpo.entropy_coef_min=0.5", "grpo.entropy_coef_max=0.1"], "grpo.entropy_coef_min"),
+        (["grpo.ref_sync_steps=-1"], "grpo.ref_sync_steps must be >= 0, got -1"),
+        (["grpo.ref_sync_steps=5", "grpo.ref_sync_alpha=0"], "grpo.ref_sync_alpha must be in (0, 1], got 0.0"),
+        (["grpo.ref_sync_steps=5", "grpo.beta=0"], "grpo.ref_sync_steps=5 resets the reference of a KL term that"),
+        (["grpo.ref_sync_alpha=0.5"], "grpo.ref_sync_alpha=0.5 mixes a reference that grpo.ref_sync_steps=0 never"),
+        (["grpo.ref_sync_steps=5", "grpo.ref_sync_alpha=0.6"], "grpo.ref_sync_alpha=0.6: a LoRA run's reference"),
     ],
 )
 def test_the_two_sided_clip_off_policy_mask_and_kl_correction_are_checked(overrides, message):
@@ -94,6 +99,8 @@ def test_the_two_sided_clip_off_policy_mask_and_kl_correction_are_checked(overri
     fine = ["grpo.delta=1.5", "grpo.off_policy_mask_threshold=0", "grpo.kl_bias_correction=true", "grpo.beta=0.04"]
     g = load_config(None, BASE + fine).grpo
     assert (g.delta, g.off_policy_mask_threshold, g.kl_bias_correction) == (1.5, 0.0, True)
+    full = load_config(None, BASE + ["lora=null", "grpo.ref_sync_steps=5", "grpo.ref_sync_alpha=0.6"]).grpo
+    assert (full.ref_sync_steps, full.ref_sync_alpha) == (5, 0.6)  # full fine-tuning mixes the reference model
 
 
 def test_an_unreadable_config_file_is_one_line(tmp_path):

@@ -1,0 +1,91 @@
+"""grpo.ref_sync_steps' LoRA reference (glm_grpo_ds/model/reference.py) on a real peft model: the base model until a
+reset, the policy as it was at the reset after it (not as it is later), and the copy a checkpoint keeps."""
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from glm_grpo_ds.lifecycle.checkpoint import CheckpointError
+from glm_grpo_ds.model.reference import LoraReference, files
+
+CPU = torch.device("cpu")
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def _policy(seed=0):
+    torch.manual_seed(seed)
+    model = get_peft_model(Net(), LoraConfig(r=2, lora_alpha=4, target_modules=["up", "down"]))
+    _train(model)
+    return model
+
+
+def _train(model, scale=0.3):
+    """Move every adapter weight, as an update would (peft starts B at 0: the adapters would change nothing)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.add_(scale * torch.randn_like(p))
+
+
+def _out(model, x):
+    with torch.no_grad():
+        return model(x)
+
+
+def test_the_reference_is_the_base_model_until_a_reset_then_the_policy_of_that_reset():
+    model, x = _policy(), torch.randn(5, 8)
+    reference = LoraReference(model, CPU, zero3=False)
+    with model.disable_adapter():
+        base = _out(model, x)
+    with reference.forward():
+        assert torch.equal(_out(model, x), base)  # never reset: the adapters off
+    at_reset = _out(model, x)
+    assert not torch.allclose(at_reset, base)
+    reference.reset(7)
+    assert reference.step == 7
+    with reference.forward():
+        assert torch.equal(_out(model, x), at_reset)  # the KL to the policy right after a reset is exactly 0
+    _train(model)  # the policy moves on; the reference keeps the copy
+    assert not torch.allclose(_out(model, x), at_reset)
+    with reference.forward():
+        assert torch.equal(_out(model, x), at_reset)
+    assert not torch.allclose(_out(model, x), at_reset)  # the hooks are gone after the block
+
+
+def test_a_checkpoint_keeps_the_copy_and_a_foreign_or_damaged_one_is_one_line(tmp_path):
+    model, x = _policy(), torch.randn(3, 8)
+    reference = LoraReference(model, CPU, zero3=False)
+    reference.write(tmp_path, rank=0)
+    assert files(tmp_path) == []  # never reset: nothing to keep, a resume takes the base model
+    reference.reset(4)
+    with reference.forward():
+        expected = _out(model, x)
+    (tmp_path / "other").mkdir()
+    reference.write(tmp_path / "other", rank=1)
+    assert files(tmp_path / "other") == []  # rank 0 writes it: every rank holds the same copy
+    reference.write(tmp_path, rank=0)
+    assert [f.name for f in files(tmp_path)] == ["reference-00000.safetensors"]
+    _train(model)
+    restored = LoraReference(model, CPU, zero3=False)
+    restored.read(tmp_path)
+    assert restored.step == 4
+    with restored.forward():
+        assert torch.equal(_out(model, x), expected)
+    restored.read(tmp_path / "other")  # a checkpoint saved before any reset
+    assert (restored.step, restored.copy) == (0, {})
+    other = get_peft_model(Net(), LoraConfig(r=2, lora_alpha=4, target_modules=["up"]))
+    with pytest.raises(
+        CheckpointError, match=r"safetensors: does not fit this model: missing \[\], unknown \['base_model.model.down"
+    ):
+        LoraReference(other, CPU, zero3=False).read(tmp_path)
+    files(tmp_path)[0].write_bytes(b"not a safetensors file")
+    with pytest.raises(CheckpointError, match=r"reference-\*.safetensors: .*; resume from another checkpoint$"):
+        restored.read(tmp_path)
