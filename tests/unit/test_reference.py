@@ -89,3 +89,31 @@ def test_a_checkpoint_keeps_the_copy_and_a_foreign_or_damaged_one_is_one_line(tm
     files(tmp_path)[0].write_bytes(b"not a safetensors file")
     with pytest.raises(CheckpointError, match=r"reference-\*.safetensors: .*; resume from another checkpoint$"):
         restored.read(tmp_path)
+
+
+def test_a_resume_says_where_the_checkpoints_resets_and_this_launchs_disagree(tmp_path, caplog):
+    """A checkpoint with a reset reference resumed with ref_sync_steps=0 goes back to the base model: a warning; one
+    without, resumed with resets after the first reset was due, keeps the base model until the next one: a line."""
+    import logging
+    from types import SimpleNamespace
+
+    from glm_grpo_ds.config import TrainConfig
+    from glm_grpo_ds.lifecycle.run import RunLife
+
+    model = _policy()
+    reference = LoraReference(model, CPU, zero3=False)
+    reference.reset(10)
+    reference.write(tmp_path, rank=0)
+    life = SimpleNamespace(cfg=TrainConfig())  # ref_sync_steps 0
+    with caplog.at_level(logging.INFO, logger="glm_grpo_ds"):
+        RunLife._restore_reference(life, None, tmp_path, 10)
+    assert f"{tmp_path.name} holds a reset reference, but grpo.ref_sync_steps=0 now: the KL's reference" in caplog.text
+    caplog.clear()
+    life.cfg.grpo.ref_sync_steps = 4
+    with caplog.at_level(logging.INFO, logger="glm_grpo_ds"):
+        RunLife._restore_reference(life, LoraReference(model, CPU, zero3=False), tmp_path / "none", 10)
+    assert "the KL's reference is the starting model until the reset after step 12" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="glm_grpo_ds"):
+        RunLife._restore_reference(life, reference, tmp_path, 10)  # it holds one: read back, nothing said
+    assert reference.step == 10 and caplog.text == ""
