@@ -134,7 +134,9 @@ def test_gradients_do_not_depend_on_micro_batch_size(lora, ds_config, tiny_model
         # with ratio 1 the surrogate is -mean(A) ~ 0 (advantages are zero-mean): compare absolutely
         assert r[m]["loss"] == pytest.approx(ref["loss"], rel=1e-5, abs=1e-6)
         for n in nonzero:
-            assert _rel_close(r[m]["grads"][n], ref["grads"][n], 1e-5), (m, n)
+            # fp32 summation order: up to 2.4e-5 of a gradient's norm on an AMD EPYC (2026-12-01; under 1e-5 on the
+            # Xeons before); a wrong normaliser or DeepSpeed's 1/accumulation left on is off by 1/2 and more
+            assert _rel_close(r[m]["grads"][n], ref["grads"][n], 1e-4), (m, n)
         first = r[m]["iterations"][0]
         assert (
             first["ratio_min"] == first["ratio_max"] == 1.0 and first["clip_frac_low"] == first["clip_frac_high"] == 0.0
