@@ -71,6 +71,8 @@ VARIANTS = {
         "KL beta 0.04, the reference reset every 10 steps",
         ["grpo.beta=0.04", "grpo.ref_sync_steps=10"],
     ),
+    # the evaluations on the adapter's moving average (lora.ema_decay), against base
+    "ema0.9": ("evaluations on the adapter's moving average, decay 0.9", ["lora.ema_decay=0.9"]),
     # 0.25, not the paper's 0.2: the world's 4 target-grid tokens a sequence make 0.2 keep under one (refused since
     # 2026-11-27; docs/sweep.md's rows at 0.2 were measured before)
     "top_entropy0.25": ("train on the top 25 % of tokens by entropy", ["grpo.top_entropy_quantile=0.25"]),

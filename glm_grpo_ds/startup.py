@@ -35,11 +35,10 @@ from .lifecycle import checkpoint, resume, storage
 from .lifecycle.background import Background
 from .lifecycle.run import RunLife, decide_start
 from .memory.startup import base_copy_placement, recorded_config, startup_plan
+from .model import ema, reference
 from .model.adapters import check_init_adapter, check_target_modules, text_layer_linear_names
 from .model.glm_image import ar_parts, load_processor, read_ar_config, resolve_attn, resolve_dtype, resolve_sampling
 from .model.policy import load_policy, load_reference
-from .model.reference import LoraReference, ModelReference
-from .model.reference import for_run as reference_for_run
 from .model.source import ModelSource, check_local_model, resolve_for_training
 from .model.token_ids import check_token_ids, embedding_rows
 from .monitoring.alarms import Monitor, parse_rules
@@ -86,7 +85,8 @@ class Run:
     entropy_control: EntropyControl | None  # grpo.entropy_target's adaptive coefficient (None: entropy_coef fixed)
     engine: torch.nn.Module  # the policy's DeepSpeed engine (ds/engine.py: the one module that imports DeepSpeed)
     ref_engine: torch.nn.Module | None  # full fine-tuning's reference (LoRA's is the policy with adapters off)
-    reference: LoraReference | ModelReference | None  # the KL's reference with grpo.ref_sync_steps resets
+    reference: reference.LoraReference | reference.ModelReference | None  # grpo.ref_sync_steps' reset reference
+    ema: ema.AdapterEMA | None  # lora.ema_decay's moving average of the adapter (model/ema.py)
     processor: ProcessorMixin  # GLM-Image's processor (tokenizer and image-grid helpers)
     dtype: torch.dtype
     base_copy: BaseCopy | None  # rollout.merge_lora's copy of the base weights (rollout/merged_lora.py)
@@ -296,7 +296,8 @@ class _Hall:
         self.status.phase("DeepSpeed engine")
         self.ref_engine = ds_engine.initialize_reference(ref, self.ds_config) if ref is not None else None
         self.engine = ds_engine.initialize(model, self.ds_config, cfg.optimizer, cfg.total_optimizer_steps)
-        self.reference = reference_for_run(cfg, self.engine, self.ref_engine, self.device)
+        self.reference = reference.for_run(cfg, self.engine, self.ref_engine, self.device)
+        self.ema = ema.for_run(cfg, self.engine)
         self.status.phase("decoder")
         decoder = ImageDecoder(self.model_source.path, cfg.decoder, self.device)
         if self.evaluator is not None and self.evaluator.decode != decoder.training:
@@ -335,7 +336,8 @@ class _Hall:
         if self.life.start.checkpoint is not None:
             self.status.phase("checkpoint")
         control = EntropyControl.for_config(cfg.grpo)
-        self.start_step, skipped_steps = self.life.restore(self.engine, self.prompt_order, control, self.reference)
+        restored = self.life.restore(self.engine, self.prompt_order, control, self.reference, self.ema)
+        self.start_step, skipped_steps = restored
         seeds = partial(rollout_seeds, cfg.seed, rank=self.rank, prompts_per_rank=cfg.batch.prompts_per_rank)
         rollout = off_policy.for_run(cfg, self.experience, self.engine, self.device, self.prompt_order, seeds)
         path, moved, order = self.life.start.checkpoint, self.life.start.written_on is not None, self.prompt_order
@@ -357,9 +359,8 @@ class _Hall:
             cfg=cfg, rank=self.rank, world=self.world, device=self.device, out=self.out, status=self.status,
             step_status=self.step_status, watchdog=self.watchdog, prompt_order=self.prompt_order,
             evaluator=self.evaluator, reward_fn=self.reward_fn, loss=loss_settings(cfg.grpo), entropy_control=control,
-            engine=self.engine,
-            ref_engine=self.ref_engine, reference=self.reference, processor=self.processor, dtype=self.dtype,
-            base_copy=self.base_copy, experience=self.experience,
+            engine=self.engine, ref_engine=self.ref_engine, reference=self.reference, ema=self.ema,
+            processor=self.processor, dtype=self.dtype, base_copy=self.base_copy, experience=self.experience,
             eval_experience=self.eval_experience, rollout=rollout, life=self.life, publisher=self.publisher,
             monitor=monitor, tracker=tracker, model_source=self.model_source, start_step=self.start_step,
             skipped_steps=skipped_steps, before_load_mb=self.before_load_mb,

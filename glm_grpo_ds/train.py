@@ -5,28 +5,29 @@
     python -m glm_grpo_ds.train --check --config ... --deepspeed ... --num-gpus 8   # checked, not run (preflight.py)
     python -m glm_grpo_ds.train --config launch/configs/tiny_cpu.yaml --deepspeed ds_configs/zero2.json   # one process
 
-One step: each rank samples G token grids for its prompts (rollout) -> the frozen DiT renders them
-(decode) -> rewards score the images -> group-relative advantages over the global batch -> for each
-micro-batch backward -> optimizer step (``grpo.num_iterations`` x ``batch.mini_batches`` times; update.py). Outputs in
-``output_dir``: ``metrics.jsonl``, ``config.json``, ``reward_curve.png``, ``final_adapter/`` (LoRA) or
-``final_model/`` (full fine-tuning) with its model card, uploaded with ``hub.repo_id`` (sharing/hub.py); with
-``eval.file`` ``eval.jsonl``, ``samples/`` galleries (``logging.gallery_steps``, evals), ``samples.jsonl``
-(``logging.sample_records``); trackers (``logging.report_to``).
+One step: each rank samples G token grids for its prompts (rollout) -> the frozen DiT renders them (decode) ->
+rewards score the images -> group-relative advantages over the global batch -> for each micro-batch backward ->
+optimizer step (``grpo.num_iterations`` x ``batch.mini_batches`` times; update.py). Outputs in ``output_dir``:
+``metrics.jsonl``, ``config.json``, ``reward_curve.png``, ``final_adapter/`` (LoRA) or ``final_model/`` (full
+fine-tuning) with its model card, uploaded with ``hub.repo_id`` (sharing/hub.py); with ``eval.file`` ``eval.jsonl``,
+``samples/`` galleries (``logging.gallery_steps``, evals), ``samples.jsonl`` (``logging.sample_records``); trackers
+(``logging.report_to``).
 
-Exit status: 0 done; 2 bad input (config, data, ds_config, model path, output_dir, checkpoint,
-reward name or a reward's missing sample field: one line on stderr, ``--debug`` for the traceback); 3
-stopped after ``max_consecutive_skips`` steps skipped in a row for a non-finite loss / gradient or rewards
-undefined for every sample (checkpoint saved); 128 + signal when preempted by
-SIGTERM (143) or SIGINT (130) (checkpoint saved, resume with ``resume_from=latest``), or interrupted
-during startup, or aborted by a second Ctrl-C (no new checkpoint; one line each, see lifecycle/preempt.py); 4
-trained and saved, but an upload to the Hub failed (``glm-grpo push OUTPUT_DIR`` retries it); 5 stopped by an
-alarm on the image statistics with ``monitor.stop_on_alarm`` (checkpoint saved; monitoring/alarms.py); 6
-trained and saved (final weights, logs, uploads), but an alarm fired during the run and ``monitor.fail_on_alarm``
-is true (4 comes first when an upload failed too). The alarms that fired are listed in the closing lines.
+Exit status: 0 done; 2 bad input (config, data, ds_config, model path, output_dir, checkpoint, reward name or a
+reward's missing sample field: one line on stderr, ``--debug`` for the traceback); 3 stopped after
+``max_consecutive_skips`` steps skipped in a row for a non-finite loss / gradient or rewards undefined for every
+sample (checkpoint saved); 128 + signal when preempted by SIGTERM (143) or SIGINT (130) (checkpoint saved, resume
+with ``resume_from=latest``), or interrupted during startup, or aborted by a second Ctrl-C (no new checkpoint; one
+line each, see lifecycle/preempt.py); 4 trained and saved, but an upload to the Hub failed (``glm-grpo push
+OUTPUT_DIR`` retries it); 5 stopped by an alarm on the image statistics with ``monitor.stop_on_alarm`` (checkpoint
+saved; monitoring/alarms.py); 6 trained and saved (final weights, logs, uploads), but an alarm fired during the run
+and ``monitor.fail_on_alarm`` is true (4 comes first when an upload failed too). The alarms that fired are listed in
+the closing lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
@@ -144,6 +145,8 @@ class Trainer:
             run.step_status.phase("reference reset")  # the KL's reference reset to the updated policy (its own phase:
             with measure(exp.timings, exp.peaks, "reference_reset", run.device):  # a full model's mix takes time)
                 run.reference.reset(index + 1)
+        if run.ema is not None:  # lora.ema_decay: the adapter's moving average takes the updated weights
+            run.ema.update()
         run.step_status.phase("record")  # the weights to the samplers, the step's statistics (collectives), its line
         for maker in (run.experience, run.eval_experience):  # the sampling backends take the updated weights
             maker.sampler.sync_weights(index + 1)
@@ -206,15 +209,10 @@ class Trainer:
         fields: dict = {}
         with timer(fields, "time/gallery"):
             path = gallery_to_main(
-                run.out / "samples" / f"step_{step:06d}.png",
-                exp.images,
-                rewards,
-                torch.tensor([r.index for r in exp.rows]),
-                run.prompt_order.rows,
-                run.cfg.grpo.group_size,
-                run.cfg.logging,
-                run.world,
-            )
+                run.out / "samples" / f"step_{step:06d}.png", exp.images, rewards,
+                torch.tensor([r.index for r in exp.rows]), run.prompt_order.rows, run.cfg.grpo.group_size,
+                run.cfg.logging, run.world,
+            )  # fmt: skip
         if path is not None:
             fields["gallery"] = str(path.relative_to(run.out))
         return fields
@@ -224,11 +222,7 @@ class Trainer:
         run = self.run
         lg = run.cfg.logging
         progress = Progress(
-            run.cfg.max_steps,
-            run.start_step,
-            run.is_main and lg.progress_bar,
-            lg.log_every,
-            status=run.status,
+            run.cfg.max_steps, run.start_step, run.is_main and lg.progress_bar, lg.log_every, status=run.status
         )
         with StopSignals(self._stop_notice if run.is_main else None) as signals, run.watchdog:
             try:
@@ -263,7 +257,7 @@ class Trainer:
             self._finishing = True
             if run.is_main and lg.plot:  # before save_final: the model card shows it
                 plot_training_or_warn(run.out)
-            run.life.save_final(run.engine, max(run.start_step, run.cfg.max_steps))
+            run.life.save_final(run.engine, max(run.start_step, run.cfg.max_steps), run.ema)
         final = run.life.final_dir
         log.info(f"done: metrics {run.out / 'metrics.jsonl'}")
         if lg.plot:
@@ -321,7 +315,8 @@ class Trainer:
         the monitor set on its record (rank 0; ``{}`` elsewhere)."""
         run = self.run
         run.status.begin(f"eval at step {step}")
-        record, gallery = run.evaluator.run(step, run.eval_experience, run.out, run.is_main)
+        with run.ema.in_adapters() if run.ema is not None else contextlib.nullcontext():  # lora.ema_decay's average
+            record, gallery = run.evaluator.run(step, run.eval_experience, run.out, run.is_main)
         run.status.idle()
         run.watchdog.phase("eval record")  # its line, alarms and tracker logging: not held to its last phase's pace
         alarms = {}
@@ -342,7 +337,7 @@ class Trainer:
         reward = self._evaluated[1] if self._evaluated and self._evaluated[0] == step else None  # rank 0's
         return run.life.save_checkpoint(
             run.engine, run.prompt_order, step, self.skipped_steps, run.rollout.state(), reward, run.entropy_control,
-            run.reference,
+            run.reference, run.ema,
         )  # fmt: skip
 
 

@@ -84,9 +84,19 @@ class LoraConfig:
         "takes its checkpoint's weights instead.",
     )
 
+    ema_decay: float | None = setting(
+        None,
+        "Keep an exponential moving average of the adapter (Flow-GRPO's ema; glm_grpo_ds/model/ema.py) with this "
+        "decay, in (0, 1), warmed up as min(decay, (1 + n) / (10 + n)) over its n updates (diffusers' EMAModel): "
+        "the in-run evaluations sample the average and final_adapter_ema/ holds it beside final_adapter/; training "
+        "samples the adapter itself. The average lives whole on every rank, in fp32. null = none.",
+    )
+
     def problems(self, prefix: str = "lora.") -> list[str]:
         """One line per problem, keys written ``<prefix>key``."""
         problems = []
+        if self.ema_decay is not None and not 0 < self.ema_decay < 1:
+            problems.append(f"{prefix}ema_decay must be null or in (0, 1), got {self.ema_decay}")
         if not self.r >= 1:
             problems.append(f"{prefix}r must be >= 1, got {self.r}")
         if not self.alpha > 0:  # 0 scales every update away: nothing would train, and nothing would say so

@@ -29,6 +29,7 @@ from .gathering import (
     set_tensors,
     training_linear,
     whole_tensors,
+    written,
 )
 from .optimizer import apply_optimizer_settings, build_optimizer, build_scheduler
 from .process_group import cpu_comm_op_needs_build, init_distributed, this_environments_ninja
@@ -54,6 +55,7 @@ __all__ = [
     "mix_into",
     "whole_tensors",
     "set_tensors",
+    "written",
     "unwrap",
     "is_zero3",
     "backward",

@@ -117,15 +117,15 @@ def gathered(params: list, enabled: bool):
 
 
 @contextlib.contextmanager
-def _written(param, zero3: bool):
-    """``param`` whole inside the block, where a write to it is kept: under ZeRO-3 rank 0's value is partitioned back
-    to every rank on the way out (every rank computes the same, so rank 0's is everyone's)."""
+def written(params: list, zero3: bool):
+    """``params`` whole inside the block, where a write to them is kept: under ZeRO-3 rank 0's values are partitioned
+    back to every rank on the way out (every rank computes the same, so rank 0's are everyone's)."""
     if not zero3:
         yield
         return
     import deepspeed
 
-    with deepspeed.zero.GatheredParameters([param], modifier_rank=0):
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=0):
         yield
 
 
@@ -139,7 +139,7 @@ def mix_into(target, source, alpha: float, zero3: bool) -> None:
     for name, p in source.named_parameters():
         if p.requires_grad:
             q = targets[name]
-            with gathered([p], zero3), _written(q, zero3):
+            with gathered([p], zero3), written([q], zero3):
                 q.data.mul_(1.0 - alpha).add_(p.data.to(q.dtype), alpha=alpha)
 
 
@@ -161,5 +161,5 @@ def set_tensors(module, tensors: dict[str, torch.Tensor], zero3: bool) -> None:
     same tensors; rank 0's are kept)."""
     params = dict(module.named_parameters())
     for name, value in tensors.items():
-        with _written(params[name], zero3):
+        with written([params[name]], zero3):
             params[name].data.copy_(value)

@@ -95,7 +95,7 @@ def check_output_dir(output_dir, rank: int, create: bool = True) -> Path:
 
 
 # What an earlier run leaves in output_dir that a fresh start would overwrite or mix with its own.
-EARLIER_RUN_OUTPUTS = (CHECKPOINTS, "metrics.jsonl", "final_adapter", "final_model")
+EARLIER_RUN_OUTPUTS = (CHECKPOINTS, "metrics.jsonl", "final_adapter", "final_adapter_ema", "final_model")
 # Deleted too by overwrite_output_dir=true: outputs a new run would mix with its own (config.json, the plan, the plot:
 # rewritten whole by every run).
 OVERWRITTEN_OUTPUTS = (*EARLIER_RUN_OUTPUTS, "eval.jsonl", "samples", "samples.jsonl", "tensorboard", "logs")

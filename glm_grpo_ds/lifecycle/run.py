@@ -101,6 +101,12 @@ def _conversion_mismatch(path: Path) -> str | None:
     return None
 
 
+def _write_each(states: list, directory: Path, rank: int) -> None:
+    """Every state in ``states`` (the reset reference, the adapter's average) writes itself into a checkpoint."""
+    for state in states:
+        state.write(directory, rank)
+
+
 class RunLife:
     """The run's checkpoints, final weights and stops, from the start :func:`decide_start` chose.
     ``publisher`` writes each saved adapter's model card (and uploads: sharing/hub.py); ``later(name, job)``
@@ -192,11 +198,11 @@ class RunLife:
         portable.convert(ds_dir, universal)
         log.info(f"glm-grpo: converted in {time.perf_counter() - started:.1f} s")
 
-    def restore(self, engine, prompt_order, entropy_control=None, reference=None) -> tuple[int, int]:
+    def restore(self, engine, prompt_order, entropy_control=None, reference=None, ema=None) -> tuple[int, int]:
         """Load the checkpoint chosen at the start into ``engine``, ``prompt_order``, ``entropy_control`` (the
         adaptive entropy coefficient, when the run has one and the checkpoint holds it) and ``reference`` (the KL's
-        reset reference, model/reference.py) (collective): (the step it is at, the optimizer updates skipped
-        so far); (0, 0) for a fresh run."""
+        reset reference, model/reference.py) and ``ema`` (the adapter's average, model/ema.py) (collective): (the
+        step it is at, the optimizer updates skipped so far); (0, 0) for a fresh run."""
         if self.start.checkpoint is None:
             return 0, 0
         path, cfg = self.start.checkpoint, self.cfg
@@ -208,6 +214,8 @@ class RunLife:
         if entropy_control is not None and state.get("entropy_control") is not None:  # else: from entropy_coef
             entropy_control.load_state(state["entropy_control"])
         self._restore_reference(reference, path, int(state["step"]))
+        if ema is not None:  # none in the checkpoint: the average starts from the weights at the next update
+            ema.read(path)
         shape = ""
         if self.start.written_on is not None:
             shape = (
@@ -260,12 +268,14 @@ class RunLife:
         eval_reward=None,
         entropy_control=None,
         reference=None,
+        ema=None,
     ) -> Path:
         """Checkpoint ``step`` (collective), its adapter's model card; its path. ``ahead``: this rank's rollout
         drawn ahead for the next step (``rollout.one_step_off``; glm_grpo_ds/experience/drawn.py Drawn.state);
         ``eval_reward``: rank 0's evaluation at this step, for ``save_best`` (None: not evaluated here);
         ``entropy_control``: the adaptive entropy coefficient (grpo.entropy_target), None without one; ``reference``:
-        the KL's reset reference (grpo.ref_sync_steps; model/reference.py), None without resets."""
+        the KL's reset reference (grpo.ref_sync_steps; model/reference.py), None without resets; ``ema``: the adapter's
+        average (lora.ema_decay; model/ema.py), None without one."""
         state = {
             "step": step,
             "run_id": self.run_id,
@@ -280,16 +290,20 @@ class RunLife:
             "entropy_control": None if entropy_control is None else entropy_control.state(),
         }
         is_lora, limit = self.cfg.lora is not None, self.cfg.save_total_limit
-        more = None if reference is None else partial(reference.write, rank=self.rank)
+        kept = [state for state in (reference, ema) if state is not None]  # tensors of their own, every rank writes
+        more = partial(_write_each, kept, rank=self.rank) if kept else None
         path = checkpoint.save(
             engine, self.out, step, state, self.rank, is_lora, limit, later=self.later, ahead=ahead, more=more
         )
         self.best.consider(step, eval_reward, path)
         return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
 
-    def save_final(self, engine, step: int) -> None:
+    def save_final(self, engine, step: int, ema=None) -> None:
         """``final_adapter/`` (LoRA) or ``final_model/`` (collective), with the step it holds (``step``: max_steps, or
-        the resumed checkpoint's when max_steps was lowered below it) and its card."""
+        the resumed checkpoint's when max_steps was lowered below it) and its card; with ``ema`` (lora.ema_decay,
+        model/ema.py) its average in ``final_adapter_ema/`` too."""
+        if ema is not None:
+            ema.save_adapter(engine, self.out / "final_adapter_ema", self.rank)
         final = self.final_dir
         # written beside it, then renamed: a run killed while writing leaves final_*.tmp (removed when they are next
         # written), not a final_*/ of half the files, and its resume writes them again (resume.finished)

@@ -104,6 +104,12 @@ def reference(s: Basis) -> tuple[int, str]:
     return 0, "LoRA: adapters disabled, no copy" if s.cfg.lora is not None else "beta = 0: no reference"
 
 
+def lora_ema(s: Basis) -> tuple[int, str]:
+    if s.cfg.lora is None or s.cfg.lora.ema_decay is None:
+        return 0, "lora.ema_decay unset: none"
+    return sum(s.sizes.lora) * 4, "lora.ema_decay: the adapter's moving average, whole on every GPU, fp32"
+
+
 def decoder(s: Basis) -> tuple[int, str]:
     offload = s.cfg.decoder.offload
     note = f"DiT + VAE + glyph encoder, {s.sizes.decoder / 1e9:.2f}B params"

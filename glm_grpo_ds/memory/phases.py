@@ -16,6 +16,7 @@ RESIDENT = (
     "master_weights",
     "optimizer_states",
     "reference",
+    "lora_ema",
     "decoder",
     "reward_models",
     "zero_buffers",

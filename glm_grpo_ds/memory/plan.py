@@ -25,7 +25,9 @@ b = bytes per model-dtype element (2 for bf16):
                 after the activations are freed
     optimizer   K·Ψt/N: AdamW K=8 (two fp32 moments); 8-bit AdamW K=2 + 8/256 (two uint8 codes and
                 one fp32 scale per 256-block each) + 2 KiB of code maps; offloaded: on the host
-    reference   0 with LoRA (adapters disabled) or beta = 0; else a frozen copy sharded like the weights
+    reference   0 with LoRA (adapters disabled) or beta = 0; else a frozen copy sharded like the weights; LoRA with
+                grpo.ref_sync_steps: the last reset's copy of the adapters, whole, in their dtype
+    lora_ema    lora.ema_decay: the adapter's moving average, whole, fp32: 4·Ψt
     merge copy  rollout.merge_lora: b·Σ in·out over the LoRA-adapted linears (their base weights, copied once to
                 restore them after each rollout; 15.2 GiB for GLM-Image with all six projections of its 40
                 layers adapted): on the GPU, or in pinned host RAM (rollout.merge_copy; auto: the GPU when the
@@ -68,6 +70,7 @@ from .components import (
     gradients,
     gradients_on_gpu,
     host_offloads,
+    lora_ema,
     lora_merge_copy,
     lora_weights,
     master_weights,
@@ -123,6 +126,7 @@ COMPONENTS = (
     optimizer_step_temporaries,
     grad_flatten,
     reference,
+    lora_ema,
     decoder,
     reward_models,
     zero_buffers,

@@ -7,6 +7,8 @@
   sampling model;
 * adapters.py: peft's LoraConfig of the ``lora`` section and adapters on disk;
 * reference.py: the KL term's reference when ``grpo.ref_sync_steps`` resets it (LoRA's copy, full fine-tuning's mix);
+* ema.py: ``lora.ema_decay``'s moving average of the adapter (the evaluations', ``final_adapter_ema/``);
+* kept.py: the tensors a checkpoint keeps of those two, read back on every rank alike;
 * prompt_layout.py: GLM-Image's text-to-image prompt layout (chat template, grids, left padding);
 * token_ids.py: the startup check that every token id the rollout feeds the AR has an embedding row.
 

@@ -33,18 +33,16 @@ from pathlib import Path
 
 import torch
 
-from ..ds import dist
 from ..ds.engine import gathered, is_zero3, mix_into, set_tensors, unwrap, whole_tensors
 from ..lifecycle.checkpoint import REFERENCE_FILES as FILES
-from ..lifecycle.checkpoint import CheckpointError
-from ..runtime.file_modes import follow_umask
+from .kept import KeptTensors, kept_files
 
 SHARD_BYTES = 2 * 2**30  # full fine-tuning: the most of the reference rank 0 gathers to the host before writing it
 
 
 def files(directory) -> list[Path]:
     """The reference's files in checkpoint ``directory``, in order ([] for none: saved before a reset)."""
-    return sorted(Path(directory).glob(FILES))
+    return kept_files(directory, FILES)
 
 
 def for_run(cfg, engine, ref_engine, device: torch.device):
@@ -55,49 +53,6 @@ def for_run(cfg, engine, ref_engine, device: torch.device):
     if cfg.lora is None:
         return ModelReference(ref_engine, engine, cfg.grpo.ref_sync_alpha)
     return LoraReference(unwrap(engine), device, is_zero3(engine))
-
-
-class _Kept:
-    """What both references share: ``step``, the step of the last reset (0: never reset), and the checkpoint's copy.
-    A subclass gives ``reset``, ``_shards(rank)`` (collective: rank 0's name -> tensor dicts, one per file) and
-    ``_take(get, names, step)`` (collective: ``get(name)`` reads a tensor; None = the starting reference)."""
-
-    step = 0
-    expected: set[str] = set()  # the tensor names a checkpoint's reference must hold
-
-    def write(self, directory, rank: int) -> None:
-        """Write the reference into checkpoint ``directory`` (rank 0; collective: every rank calls it); nothing
-        before a reset."""
-        if not self.step:
-            return
-        from safetensors.torch import save_file
-
-        for i, shard in enumerate(self._shards(rank)):
-            if rank == 0:
-                path = Path(directory) / FILES.replace("*", f"{i:05d}")
-                save_file(shard, str(path), metadata={"step": str(self.step)})
-                follow_umask(path)  # safetensors writes 0600
-
-    def read(self, directory) -> None:
-        """The reference checkpoint ``directory`` holds (collective); the starting one when it holds none (saved
-        before a reset). Every rank opens the files and checks their names first; if one cannot, all raise."""
-        from safetensors import SafetensorError, safe_open
-
-        found, problem, step = files(directory), None, 0
-        with contextlib.ExitStack() as stack:
-            try:
-                opened = [stack.enter_context(safe_open(str(f), "pt")) for f in found]
-                where = {name: f for f in opened for name in f.keys()}
-                step = int(opened[0].metadata()["step"]) if opened else 0
-                if opened and set(where) != self.expected:
-                    missing, extra = sorted(self.expected - set(where)), sorted(set(where) - self.expected)
-                    problem = f"does not fit this model: missing {missing[:3]}, unknown {extra[:3]}"
-            except (SafetensorError, OSError, ValueError, KeyError, TypeError) as err:  # damaged, foreign, unreadable
-                problem = str(err)
-            if dist.any_rank(problem is not None):  # the full fine-tuning load is collective: no rank goes on alone
-                what = problem or "another rank could not read them"
-                raise CheckpointError(f"{directory}/{FILES}: {what}; resume from another checkpoint")
-            self._take((lambda name: where[name].get_tensor(name)) if found else None, step)
 
 
 def _adapted_layers(peft_model) -> dict[str, torch.nn.Module]:
@@ -122,9 +77,11 @@ def _add_update(layer, args, kwargs, output, a: torch.Tensor, b: torch.Tensor, s
     return (output + update).to(output.dtype)
 
 
-class LoraReference(_Kept):
+class LoraReference(KeptTensors):
     """A LoRA run's reference: the base model until the first :meth:`reset`, then the base weights plus the adapters
     copied at the last reset."""
+
+    pattern = FILES
 
     def __init__(self, peft_model, device: torch.device, zero3: bool):
         self.model, self.device, self.zero3 = peft_model, device, zero3
@@ -180,9 +137,11 @@ class LoraReference(_Kept):
         self.step = step
 
 
-class ModelReference(_Kept):
+class ModelReference(KeptTensors):
     """Full fine-tuning's reference engine, reset towards the policy engine: ``alpha`` x the policy + (1 - alpha) x
     itself, for each parameter the policy trains."""
+
+    pattern = FILES
 
     def __init__(self, ref_engine, engine, alpha: float):
         self.ref, self.policy, self.alpha = unwrap(ref_engine), unwrap(engine), alpha

@@ -1,4 +1,5 @@
-"""Checkpoints under real DeepSpeed: exact resume (the adaptive entropy coefficient's state too), a resume with
+"""Checkpoints under real DeepSpeed: exact resume (the adaptive entropy coefficient's, the reset reference's and the
+adapter average's state too), a resume with
 another lr that runs with it, atomic writes, refused global-batch and optimizer changes, and `glm-grpo merge` from
 checkpoint directories (LoRA and full fine-tuning)."""
 
@@ -37,10 +38,8 @@ def runs(tiny_model_dir, data64, tmp_path_factory):
     extra = ["rollout.height=64", "rollout.width=64", "optimizer.name=adamw_8bit", "logging.progress_bar=false"]
     # the adaptive entropy coefficient, a state of the run's own (a target no entropy reaches: it grows every step)
     extra += ["grpo.entropy_target=100", "grpo.entropy_coef=0.01"]
-    extra += [
-        "grpo.beta=0.04",
-        "grpo.ref_sync_steps=2",
-    ]  # the KL's reference reset after steps 2 and 4: the checkpoint keeps its copy
+    # the KL's reference reset after steps 2 and 4, and the adapter's moving average: the checkpoint keeps both
+    extra += ["grpo.beta=0.04", "grpo.ref_sync_steps=2", "lora.ema_decay=0.9"]
     straight, resumed = root / "straight", root / "resumed"
     train(2, common(tiny_model_dir, data, straight, "max_steps=4", *extra))
     train(2, common(tiny_model_dir, data, resumed, "max_steps=2", "save_steps=2", *extra))
@@ -53,9 +52,10 @@ def runs(tiny_model_dir, data64, tmp_path_factory):
 
 
 def test_resume_is_exact(runs):
-    a = load_file(runs["straight"] / "final_adapter" / "adapter_model.safetensors")
-    b = load_file(runs["resumed"] / "final_adapter" / "adapter_model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bitwise
+    for final in ("final_adapter", "final_adapter_ema"):
+        a = load_file(runs["straight"] / final / "adapter_model.safetensors")
+        b = load_file(runs["resumed"] / final / "adapter_model.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), final  # bitwise
     ma, mb = metrics(runs["straight"]), metrics(runs["resumed"])
     assert [r["step"] for r in ma] == [r["step"] for r in mb] == [1, 2, 3, 4]  # a record per step, none twice
     for x, y in zip(ma, mb, strict=True):

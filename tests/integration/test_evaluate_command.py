@@ -479,6 +479,44 @@ def test_evaluate_draws_the_final_in_run_evaluations_samples(tiny_model_dir, dat
     assert again["prompt_means"]["adapter_0"]["pixel_mse"] == means
 
 
+def test_the_in_run_evaluation_samples_the_adapters_average_which_final_adapter_ema_holds(
+    tiny_model_dir, data64, prompts, tmp_path
+):
+    """lora.ema_decay (glm_grpo_ds/model/ema.py) over 3 steps: final_adapter_ema/ is the average of the adapters the
+    checkpoints of steps 1-3 hold (diffusers' warm-up: the first copies, then decays 2/11, 3/12), and the run's final
+    evaluation sampled it: `glm-grpo evaluate` of final_adapter_ema/ draws its samples."""
+    from launching import FAST as TRAIN_FAST
+    from launching import common, run_train  # noqa: E402  (tests/integration/launching.py)
+    from safetensors.torch import load_file
+
+    from glm_grpo_ds.commands.evaluate import main
+
+    run = tmp_path / "run"
+    overrides = common(tiny_model_dir, data64, run, "max_steps=3", "save_steps=1", *TRAIN_FAST, *FAST)
+    overrides += ["lora.ema_decay=0.9", "optimizer.lr=1e-2", f"eval.file={prompts}", "eval.num_prompts=4"]
+    overrides += ["eval.group_size=3", "eval.at_start=false"]
+    proc = run_train(*overrides)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = [
+        load_file(run / "checkpoints" / f"step_{i:06d}" / "adapter" / "adapter_model.safetensors") for i in (1, 2, 3)
+    ]
+    want = dict(steps[0])
+    for n, weights in enumerate(steps[1:], start=1):
+        d = min(0.9, (1 + n) / (10 + n))
+        want = {k: v - (1 - d) * (v - weights[k]) for k, v in want.items()}
+    got = load_file(run / "final_adapter_ema" / "adapter_model.safetensors")
+    assert got.keys() == want.keys() and all(torch.allclose(got[k], want[k], rtol=0, atol=1e-7) for k in want)
+    assert not all(torch.equal(got[k], steps[2][k]) for k in got)  # not the last step's adapter (final_adapter/)
+    assert (run / "checkpoints" / "step_000003" / "ema-00000.safetensors").is_file()  # the resume's
+    kept = load_file(run / "checkpoints" / "step_000003" / "adapter_ema" / "adapter_model.safetensors")
+    assert all(torch.equal(kept[k], got[k]) for k in got)  # in peft format too
+    final = json.loads((run / "eval.jsonl").read_text().splitlines()[-1])
+    out = tmp_path / "evaluate"
+    assert main(["--adapter", str(run / "final_adapter_ema"), "--out", str(out)]) == 0
+    means = json.loads((out / "evaluate.json").read_text())["prompt_means"]["adapter_0"]["pixel_mse"]
+    assert sum(means) / len(means) == pytest.approx(final["eval/reward/pixel_mse"], abs=1e-6)
+
+
 def test_the_reports_captions_give_each_images_own_reward_and_the_prompts_mean_apart(evaluated):
     """Each image of report.html is the prompt's first sample: its caption is that sample's reward (the weighted
     total of the stored per-sample rewards, sample 0), and the prompt's mean over its K samples is labelled so."""

@@ -52,7 +52,8 @@ def png_size(path: Path) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def run1(tiny_model_dir, data64, tmp_path_factory):
-    """2 steps, gallery every step, eval at 0, every step (1) and at the end (2)."""
+    """2 steps, gallery every step, eval at 0, every step (1) and at the end (2), on the adapter's moving average
+    (lora.ema_decay: written into the adapters for each evaluation, their own weights put back)."""
     out = tmp_path_factory.mktemp("obs") / "run1"
     proc = run_single(
         tiny_model_dir,
@@ -66,6 +67,7 @@ def run1(tiny_model_dir, data64, tmp_path_factory):
         "save_steps=1",
         "save_total_limit=1",
         "save_best=true",
+        "lora.ema_decay=0.5",
     )
     return out, proc
 
@@ -289,8 +291,9 @@ def test_tensorboard_and_wandb_get_every_record_and_the_galleries(tiny_model_dir
 
 
 def test_eval_and_galleries_do_not_change_training(run1, tiny_model_dir, data64, tmp_path):
-    """Eval and galleries draw from their own seeds only: with them off, the same run trains bitwise
-    identically (same rewards, losses and adapter)."""
+    """Eval and galleries draw from their own seeds only, and the evaluations' moving average leaves the adapters'
+    own weights as they were (the last evaluation runs before final_adapter/ is saved): with them off, the same run
+    trains bitwise identically (same rewards, losses and adapter)."""
     from safetensors.torch import load_file
 
     out1, _ = run1
