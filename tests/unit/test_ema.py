@@ -4,37 +4,23 @@ whatever the adapters' dtype, and the copy a checkpoint keeps."""
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
+from peft_net import lora_net, move_adapters  # noqa: E402  (tests/unit/peft_net.py)
 
 from glm_grpo_ds.lifecycle.checkpoint import CheckpointError
 from glm_grpo_ds.model.ema import AdapterEMA
 from glm_grpo_ds.model.kept import kept_files
 
 
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.down(torch.relu(self.up(x)))
-
-
 def _policy(dtype=torch.float32):
     torch.manual_seed(0)
-    # cast after peft (which keeps adapters fp32 on a bf16 base), as DeepSpeed's bf16 engine casts the whole module
-    return get_peft_model(Net(), LoraConfig(r=2, lora_alpha=4, target_modules=["up", "down"])).to(dtype)
+    return lora_net(dtype=dtype)
 
 
 def _adapters(model) -> dict:
     return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
 
 
-def _move(model, scale=0.3):
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_" in name:
-                p.add_(scale * torch.randn_like(p))
+_move = move_adapters
 
 
 def test_the_average_by_hand_and_in_the_adapters_only_inside_the_block():
@@ -99,6 +85,6 @@ def test_a_checkpoint_keeps_the_average_and_its_update_count(tmp_path):
     fresh = AdapterEMA(model, decay=0.5, zero3=False)
     fresh.read(tmp_path / "none")  # a checkpoint saved without an average: its first update takes the weights
     assert fresh.step == 0
-    other = get_peft_model(Net(), LoraConfig(r=2, lora_alpha=4, target_modules=["up"]))
+    other = lora_net(target_modules=["up"])
     with pytest.raises(CheckpointError, match=r"ema-\*.safetensors: does not fit this model: missing \[\], unknown"):
         AdapterEMA(other, decay=0.5, zero3=False).read(tmp_path)

@@ -3,7 +3,7 @@ reset, the policy as it was at the reset after it (not as it is later), and the 
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
+from peft_net import lora_net, move_adapters  # noqa: E402  (tests/unit/peft_net.py)
 
 from glm_grpo_ds.lifecycle.checkpoint import CheckpointError
 from glm_grpo_ds.model.reference import LoraReference, files
@@ -11,28 +11,14 @@ from glm_grpo_ds.model.reference import LoraReference, files
 CPU = torch.device("cpu")
 
 
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.down(torch.relu(self.up(x)))
-
-
 def _policy(seed=0):
     torch.manual_seed(seed)
-    model = get_peft_model(Net(), LoraConfig(r=2, lora_alpha=4, target_modules=["up", "down"]))
+    model = lora_net()
     _train(model)
     return model
 
 
-def _train(model, scale=0.3):
-    """Move every adapter weight, as an update would (peft starts B at 0: the adapters would change nothing)."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_" in name:
-                p.add_(scale * torch.randn_like(p))
+_train = move_adapters
 
 
 def _out(model, x):
@@ -81,7 +67,7 @@ def test_a_checkpoint_keeps_the_copy_and_a_foreign_or_damaged_one_is_one_line(tm
         assert torch.equal(_out(model, x), expected)
     restored.read(tmp_path / "other")  # a checkpoint saved before any reset
     assert (restored.step, restored.copy) == (0, {})
-    other = get_peft_model(Net(), LoraConfig(r=2, lora_alpha=4, target_modules=["up"]))
+    other = lora_net(target_modules=["up"])
     with pytest.raises(
         CheckpointError, match=r"safetensors: does not fit this model: missing \[\], unknown \['base_model.model.down"
     ):
