@@ -88,8 +88,9 @@ class LoraConfig:
         None,
         "Keep an exponential moving average of the adapter (Flow-GRPO's ema; glm_grpo_ds/model/ema.py) with this "
         "decay, in (0, 1), warmed up as min(decay, (1 + n) / (10 + n)) over its n updates (diffusers' EMAModel): "
-        "the in-run evaluations sample the average and final_adapter_ema/ holds it beside final_adapter/; training "
-        "samples the adapter itself. The average lives whole on every rank, in fp32. null = none.",
+        "the in-run evaluations sample the average, final_adapter_ema/ and each checkpoint's adapter_ema/ hold it; "
+        "training samples and updates the adapter itself. The average lives whole on every rank, in fp32. null = "
+        "none.",
     )
 
     def problems(self, prefix: str = "lora.") -> list[str]:
