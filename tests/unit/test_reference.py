@@ -103,3 +103,40 @@ def test_a_resume_says_where_the_checkpoints_resets_and_this_launchs_disagree(tm
     with caplog.at_level(logging.INFO, logger="glm_grpo_ds"):
         RunLife._restore_reference(life, reference, tmp_path, 10)  # it holds one: read back, nothing said
     assert reference.step == 10 and caplog.text == ""
+
+
+def test_full_fine_tunings_reference_is_mixed_and_kept_in_shards(tmp_path, monkeypatch):
+    """ModelReference without DeepSpeed (stage 0): alpha x policy + (1 - alpha) x reference on the trained parameters
+    only, written in files of at most SHARD_BYTES (here 500 bytes: two) and read back into a fresh reference."""
+    from types import SimpleNamespace
+
+    from peft_net import Net
+
+    from glm_grpo_ds.model import reference as reference_module
+
+    def engine(module):
+        return SimpleNamespace(module=module, zero_optimization_stage=lambda: 0)
+
+    torch.manual_seed(0)
+    policy, ref = Net(), Net()
+    policy.down.requires_grad_(False)  # frozen in the policy: left alone in the reference
+    start = {n: p.detach().clone() for n, p in ref.named_parameters()}
+    mixed = reference_module.ModelReference(engine(ref), engine(policy), alpha=0.25)
+    mixed.reset(3)
+    for name, p in ref.named_parameters():
+        want = (
+            start[name]
+            if name.startswith("down.")
+            else 0.75 * start[name] + 0.25 * dict(policy.named_parameters())[name]
+        )
+        assert torch.allclose(p, want, rtol=0, atol=1e-7), name
+    monkeypatch.setattr(reference_module, "SHARD_BYTES", 500)  # up.weight (512 B, alone: larger) and up.bias apart
+    mixed.write(tmp_path, rank=0)
+    assert [f.name for f in files(tmp_path)] == ["reference-00000.safetensors", "reference-00001.safetensors"]
+    fresh_ref = Net()
+    back = reference_module.ModelReference(engine(fresh_ref), engine(policy), alpha=0.25)
+    back.read(tmp_path)
+    assert back.step == 3
+    assert all(
+        torch.equal(dict(fresh_ref.named_parameters())[n], p) for n, p in ref.named_parameters() if n.startswith("up.")
+    )
