@@ -186,10 +186,13 @@ def format_plan(p: dict) -> str:
     per_rank = ", ".join(f"{k} {v / GIB:.2f}" for k, v in h["per_rank"].items() if v)
     loading = ", ".join(f"{k} {v / GIB:.2f}" for k, v in h["loading_per_rank"].items() if v)
     rank0 = f"; + rank 0: one AR tensor {h['loading_rank0_bytes'] / GIB:.2f}" if h["loading_rank0_bytes"] else ""
+    writing = h["writing_rank0_bytes"]  # full fine-tuning's end
+    end = f", at the end {(h['steady_bytes'] + writing) / GIB:.1f} GiB (+ rank 0: one file of final_model/ "
+    end = end + f"{writing / GIB:.2f})" if writing else ""
     lines.append(
         f"  host RAM per node ({h['ranks']} ranks): steady {h['steady_bytes'] / GIB:.1f} GiB "
         f"(per rank: {per_rank or 'nothing counted'}), peak while loading {h['loading_peak_bytes'] / GIB:.1f} GiB "
-        f"(+ per rank: {loading or 'nothing'}{rank0}); ask for {h['request_bytes'] / GIB:.0f} GiB "
+        f"(+ per rank: {loading or 'nothing'}{rank0}){end}; ask for {h['request_bytes'] / GIB:.0f} GiB "
         f"(SLURM --mem={h['request_bytes'] // GIB}G); plus up to {h['page_cache_bytes'] / GIB:.0f} GiB of page "
         "cache for the weight files (shared, reclaimable)"
     )

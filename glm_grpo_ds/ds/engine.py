@@ -20,6 +20,7 @@ from ..runtime import run_log
 from . import dist
 from .ds_config import zero_stage
 from .gathering import (
+    SHARD_BYTES,
     gather_discards_writes,
     gathered,
     gathered_for_rollout,
@@ -27,6 +28,7 @@ from .gathering import (
     mix_into,
     plain_linear,
     set_tensors,
+    shard_groups,
     training_linear,
     whole_tensors,
     written,
@@ -54,6 +56,8 @@ __all__ = [
     "gathered",
     "mix_into",
     "whole_tensors",
+    "shard_groups",
+    "SHARD_BYTES",
     "set_tensors",
     "written",
     "unwrap",

@@ -143,6 +143,23 @@ def mix_into(target, source, alpha: float, zero3: bool) -> None:
                 q.data.mul_(1.0 - alpha).add_(p.data.to(q.dtype), alpha=alpha)
 
 
+SHARD_BYTES = 2 * 2**30  # the most of a model's parameters rank 0 gathers to its host before writing them to a file
+
+
+def shard_groups(module, names: list[str], bound: int) -> list[list[str]]:
+    """``names`` (parameters of ``module``, in order) in consecutive groups of at most ``bound`` bytes each, a larger
+    parameter alone: the files a model is written in, sized from the whole parameters (ZeRO-3's ``ds_numel``)."""
+    params, groups, size = dict(module.named_parameters()), [], 0
+    for name in names:
+        p = params[name]
+        nbytes = getattr(p, "ds_numel", p.numel()) * p.element_size()
+        if not groups or size + nbytes > bound:
+            groups, size = groups + [[]], 0
+        groups[-1].append(name)
+        size += nbytes
+    return groups
+
+
 @torch.no_grad()
 def whole_tensors(module, names: list[str], zero3: bool, rank: int) -> dict[str, torch.Tensor]:
     """Rank 0: ``module``'s parameters ``names``, whole, as CPU tensors (gathered one at a time under ZeRO-3: rank

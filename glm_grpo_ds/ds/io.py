@@ -1,6 +1,6 @@
-"""Writing and reading what DeepSpeed holds: the LoRA adapter or full model (gathered from ZeRO-3
-shards) and the per-rank DeepSpeed checkpoint state (model, optimizer, scheduler); a checkpoint of another world size or
-ZeRO stage through its universal folder (ds/portable.py).
+"""Writing and reading what DeepSpeed holds: the LoRA adapter or full model (gathered from ZeRO-3 shards; the full
+model one file at a time) and the per-rank DeepSpeed checkpoint state (model, optimizer, scheduler); a checkpoint of
+another world size or ZeRO stage through its universal folder (ds/portable.py).
 
 glm_grpo_ds/lifecycle/checkpoint.py decides the checkpoint layout, atomicity and pruning; this module does
 the DeepSpeed part of each save and load.
@@ -8,12 +8,13 @@ the DeepSpeed part of each save and load.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from ..runtime.file_modes import follow_umask
 from . import dist, portable
-from .engine import apply_optimizer_config, gathered, is_zero3, unwrap
+from .engine import SHARD_BYTES, apply_optimizer_config, gathered, is_zero3, shard_groups, unwrap, whole_tensors
 
 
 def save_adapter(engine, out_dir: str | os.PathLike, rank: int) -> None:
@@ -31,15 +32,47 @@ def save_adapter(engine, out_dir: str | os.PathLike, rank: int) -> None:
 
 
 def save_full_model(engine, out_dir: str | os.PathLike, rank: int) -> None:
-    """Full fine-tuning: write the AR with ``save_pretrained`` (gathered from ZeRO-3 shards)."""
-    model = unwrap(engine)
-    params = list(model.parameters())
-    with gathered(params, is_zero3(engine)):
-        if rank == 0:
-            state = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
-            model.save_pretrained(str(out_dir), state_dict=state, safe_serialization=True)
-            follow_umask(out_dir)
+    """Full fine-tuning: write the AR (collective: all ranks call it), see :func:`write_model`."""
+    write_model(unwrap(engine), out_dir, rank, is_zero3(engine))
     dist.barrier()
+
+
+WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"  # transformers' names
+
+
+def write_model(model, out_dir: str | os.PathLike, rank: int, zero3: bool, shard_bytes: int = SHARD_BYTES) -> None:
+    """``model`` as ``save_pretrained`` lays it out (its config.json and generation_config.json, written by
+    ``save_pretrained`` itself; the weights in ``model.safetensors``, or in ``model-0000i-of-0000n.safetensors`` files
+    with ``model.safetensors.index.json`` when they exceed ``shard_bytes``), gathered and written one file at a time
+    (collective under ZeRO-3). Rank 0's host holds one file's tensors (at most ``shard_bytes``, a larger parameter
+    alone) and no GPU more than one whole parameter: gathering the whole model at once put the AR, about 19 GiB for
+    GLM-Image, on every GPU and on rank 0's host at the end of a run."""
+    from safetensors.torch import save_file
+
+    out, names = Path(out_dir), [name for name, _ in model.named_parameters()]
+    if set(model.state_dict()) != set(names):  # persistent buffers or tied weights: save_pretrained's own handling
+        raise RuntimeError(f"{type(model).__name__}'s state dict is not its parameters: write_model cannot save it")
+    if rank == 0:
+        model.save_pretrained(str(out), state_dict={})  # the configs exactly as transformers writes them, no weights
+    groups = shard_groups(model, names, shard_bytes)
+    files = (
+        [WEIGHTS]
+        if len(groups) == 1
+        else [f"model-{i:05d}-of-{len(groups):05d}.safetensors" for i in range(1, len(groups) + 1)]
+    )
+    weight_map, total = {}, 0
+    for group, file in zip(groups, files):
+        tensors = whole_tensors(model, group, zero3, rank)
+        if rank == 0:
+            save_file(tensors, str(out / file), metadata={"format": "pt"})
+            weight_map |= dict.fromkeys(group, file)
+            total += sum(t.numel() * t.element_size() for t in tensors.values())
+        del tensors
+    if rank == 0:
+        if len(files) > 1:
+            index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+            (out / WEIGHTS_INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+        follow_umask(out)
 
 
 DS_TAG = "ds"

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..ds.gathering import SHARD_BYTES
+
 if TYPE_CHECKING:  # the plan's resolved run; basis.py does not import this module, the annotation needs no import
     from .basis import Basis
 
@@ -51,7 +53,11 @@ def host_per_node(s: Basis, offloaded: dict, merge_copy: int = 0) -> dict:
     * rank 0 alone, under ZeRO-3: one AR tensor, cast (up to fp32), on its way to the gathered parameter
       (counted once per node).
     The safetensors files are memory-mapped: page cache that the node's ranks share and the kernel can
-    drop, listed but not added."""
+    drop, listed but not added.
+
+    The end of a full fine-tuning adds rank 0's one file of ``final_model/`` over the steady state (ds/io.py
+    ``write_model``: at most :data:`SHARD_BYTES`, a larger AR tensor alone); the request covers the larger of the
+    two peaks."""
     ranks, sizes, dtype, stage, rewards, on_gpu = s.est.num_gpus, s.sizes, s.dtype, s.stage, s.rewards, s.on_gpu
     decoder_on_host = s.decoder_bytes if s.cfg.decoder.offload else 0
     decoder_converting = s.decoder_converting_bytes if s.cfg.decoder.offload else 0  # fp8 converts on the host
@@ -72,9 +78,12 @@ def host_per_node(s: Basis, offloaded: dict, merge_copy: int = 0) -> dict:
         "decoder_fp8_conversion": decoder_converting,
     }
     rank0 = max(sizes.ar_base, default=0) * 4 if stage == 3 else 0
+    writing = (
+        max(min(SHARD_BYTES, sum(sizes.ar_base) * b), max(sizes.ar_base, default=0) * b) if s.cfg.lora is None else 0
+    )
     steady = ranks * sum(per_rank.values())
     peak = steady + ranks * sum(loading.values()) + rank0
-    request = math.ceil(peak * HOST_MARGIN / (16 * GIB)) * 16 * GIB
+    request = math.ceil(max(peak, steady + writing) * HOST_MARGIN / (16 * GIB)) * 16 * GIB
     return {
         "ranks": ranks,
         "per_rank": per_rank,
@@ -83,6 +92,7 @@ def host_per_node(s: Basis, offloaded: dict, merge_copy: int = 0) -> dict:
         "ar_whole_basis": _ar_whole_basis(s, ar_whole),
         "steady_bytes": steady,
         "loading_peak_bytes": peak,
+        "writing_rank0_bytes": writing,
         "page_cache_bytes": (sum(sizes.ar_base) + sizes.decoder) * b + sum(r.mapped for r in rewards),
         "request_bytes": request,
     }

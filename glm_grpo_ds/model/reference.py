@@ -33,11 +33,9 @@ from pathlib import Path
 
 import torch
 
-from ..ds.engine import gathered, is_zero3, mix_into, set_tensors, unwrap, whole_tensors
+from ..ds.engine import SHARD_BYTES, gathered, is_zero3, mix_into, set_tensors, shard_groups, unwrap, whole_tensors
 from ..lifecycle.checkpoint import REFERENCE_FILES as FILES
 from .kept import KeptTensors, kept_files
-
-SHARD_BYTES = 2 * 2**30  # full fine-tuning: the most of the reference rank 0 gathers to the host before writing it
 
 
 def files(directory) -> list[Path]:
@@ -157,16 +155,8 @@ class ModelReference(KeptTensors):
     def _shards(self, rank: int):
         """The reference's trained parameters, whole, in shards of at most SHARD_BYTES (a larger parameter alone):
         rank 0's hold the tensors, the others' are empty (collective: every rank gathers each parameter)."""
-        sizes = dict(self.ref.named_parameters())
-        shard, size = [], 0
-        for name in self.names:
-            nbytes = getattr(sizes[name], "ds_numel", sizes[name].numel()) * sizes[name].element_size()
-            if shard and size + nbytes > SHARD_BYTES:
-                yield whole_tensors(self.ref, shard, self.zero3, rank)
-                shard, size = [], 0
-            shard, size = shard + [name], size + nbytes
-        if shard:
-            yield whole_tensors(self.ref, shard, self.zero3, rank)
+        for names in shard_groups(self.ref, self.names, SHARD_BYTES):
+            yield whole_tensors(self.ref, names, self.zero3, rank)
 
     def _take(self, get, step: int) -> None:
         """The checkpoint's parameters into the reference engine, one at a time (every rank reads each: no rank

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 
 from glm_grpo_ds.config import load_config
@@ -206,6 +207,27 @@ def test_host_ram_per_node_by_hand():
     assert h2["loading_per_rank"]["ar_whole"] == 5010 * 2 and h2["loading_rank0_bytes"] == 0
     same = dataclasses.replace(s, checkpoint_dtype=torch.bfloat16)
     assert plan(c, ZERO[2], EstimateConfig(num_gpus=4), same)["host_node"]["loading_per_rank"]["ar_whole"] == 0
+
+
+def test_full_finetunings_end_counts_rank_0s_file_of_final_model(monkeypatch):
+    """Full fine-tuning ends with rank 0 holding one file of final_model/ (ds/io.py write_model): the AR's 5010
+    bf16 elements when they fit one file, the largest tensor (4000) alone when files are smaller; LoRA: nothing."""
+    from glm_grpo_ds.memory import host
+
+    def host_node(*overrides):
+        return plan(cfg(*overrides), ZERO[3], EstimateConfig(num_gpus=4), sizes(5010))["host_node"]
+
+    full = host_node("lora=null", "optimizer.name=adamw")
+    assert full["writing_rank0_bytes"] == 5010 * 2 and host_node()["writing_rank0_bytes"] == 0
+    monkeypatch.setattr(host, "SHARD_BYTES", 3000)
+    assert host_node("lora=null", "optimizer.name=adamw")["writing_rank0_bytes"] == 4000 * 2
+    # the request covers the end when it is the larger peak: ZeRO-2 loading an AR stored in the model dtype (memory-
+    # mapped, not added), then rank 0 writing a 12 GiB file of its eight 2 GiB tensors over a 4 x 4 GiB steady state
+    monkeypatch.setattr(host, "SHARD_BYTES", 12 * GIB)
+    big = dataclasses.replace(sizes(5010), ar_base=[GIB] * 8, checkpoint_dtype=torch.bfloat16)
+    h = plan(cfg("lora=null", "optimizer.name=adamw"), ZERO[2], EstimateConfig(num_gpus=4), big)["host_node"]
+    assert h["writing_rank0_bytes"] == 12 * GIB and h["steady_bytes"] == 16 * GIB <= h["loading_peak_bytes"] < 17 * GIB
+    assert h["request_bytes"] == 48 * GIB  # (16 + 12) x 1.25 = 35 GiB, in 16 GiB steps; the loading peak asks 32
 
 
 def test_slurm_asks_for_the_planned_host_memory():
