@@ -7,14 +7,16 @@ device (no weights are read). Used by ``glm-grpo estimate-memory`` and the train
 
 Where each built-in reward runs (glm_grpo_ds/rewards/):
 
-* ``clip``, ``preference``, ``aesthetic``, ``lpips``: torch modules in a :class:`~glm_grpo_ds.rewards.base.FrozenModel`,
-  built on the host by ``build_rewards`` (before the AR loads) and moved to the images' device at the first
-  score; with ``offload: true`` they go back to the host after every call (GPU only while scoring).
+* ``clip``, ``preference``, ``aesthetic``, ``lpips``, ``vqa``: torch modules in a
+  :class:`~glm_grpo_ds.rewards.base.FrozenModel`, built on the host by ``build_rewards`` (before the AR loads) and
+  moved to the images' device at the first score; with ``offload: true`` they go back to the host after every
+  call (GPU only while scoring).
   CLIP sizes come from the checkpoint's ``config.json`` when the directory is here (dtype: the config's, which
   transformers' ``from_pretrained`` default ``dtype="auto"`` loads), else from :data:`CLIP_ARCHS`, the
   published configs of the CLIP checkpoints the reward docs name; an unknown directory without a config is
   planned as ViT-L/14 and says so. The aesthetic head is the LAION MLP (fp32, its ``load_state_dict`` copies
-  into fp32 parameters); LPIPS is torchvision's backbone + lpips' linear heads (fp32).
+  into fp32 parameters); LPIPS is torchvision's backbone + lpips' linear heads (fp32); the vqa judge is sized from
+  its config.json (here or in the Hugging Face cache), else planned as Qwen2.5-VL-7B-Instruct and says so.
 * ``ocr``, ``ocr_word_accuracy``, ``ocr_region_ned``: RapidOCR's onnxruntime sessions, on the CPU (its ~16 MB of
   ONNX models are in the host allowance).
 * ``remote``: scored by a reward server: 0 bytes on this GPU.
@@ -56,7 +58,20 @@ CLIP_ARCHS = {
     "clip-vit-h-14-laion2b-s32b-b79k": ("laion/CLIP-ViT-H-14-laion2B-s32B-b79K", _H14),
     "pickscore_v1": ("yuvalkirstain/PickScore_v1", _H14),
 }
-FROZEN_MODEL_REWARDS = ("clip", "preference", "aesthetic", "lpips")
+# Qwen/Qwen2.5-VL-7B-Instruct's published config.json (bf16), the vqa judge the reward docs name: 8,292,166,656
+# parameters on the meta device, the "8.29B" of its model card (tests/unit/test_vqa_reward.py)
+QWEN25_VL_7B = dict(
+    text_config=dict(
+        hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_hidden_layers=28, num_key_value_heads=4,
+        vocab_size=152064, tie_word_embeddings=False,
+    ),
+    vision_config=dict(
+        depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584, patch_size=14,
+        spatial_merge_size=2, window_size=112, fullatt_block_indexes=[7, 15, 23, 31], temporal_patch_size=2,
+    ),
+    tie_word_embeddings=False,
+)  # fmt: skip
+FROZEN_MODEL_REWARDS = ("clip", "preference", "aesthetic", "lpips", "vqa")
 NO_MODEL_REWARDS = ("pixel_mse", "ssim", "colour_layout")
 
 
@@ -104,8 +119,34 @@ def clip_size(path) -> tuple[int, int, int, str]:
     return _count(lambda: CLIPModel(conf)), _dtype_bytes(conf.dtype), conf.projection_dim, source
 
 
+def vlm_size(model) -> tuple[int, int, str]:
+    """``(parameters, bytes per parameter, where the size came from)`` of an image-text-to-text checkpoint (the vqa
+    reward's): from its ``config.json`` (a local directory, or a Hub id in the Hugging Face cache), else
+    Qwen2.5-VL-7B-Instruct's published config, said in the note."""
+    from transformers import AutoConfig, AutoModelForImageTextToText, Qwen2_5_VLConfig
+
+    value, found = str(model or ""), None
+    if value and (Path(value).expanduser() / "config.json").is_file():
+        found = Path(value).expanduser() / "config.json"
+    elif value.count("/") == 1 and not value.startswith(("/", ".", "~")):
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(value, "config.json")
+        found = Path(cached) if isinstance(cached, str) else None
+    if found is not None:
+        conf, source = AutoConfig.from_pretrained(found.parent), f"{value}'s config.json"
+    else:
+        conf = Qwen2_5_VLConfig(**QWEN25_VL_7B)
+        conf.dtype = torch.bfloat16
+        source = f"assumed Qwen2.5-VL-7B-Instruct: no config.json of {value or 'the model'} here"
+    return _count(lambda: AutoModelForImageTextToText.from_config(conf)), _dtype_bytes(conf.dtype), source
+
+
 def _size(name: str, args: dict) -> tuple[int, int, int, str]:
     """(parameters, bytes, bytes loaded memory-mapped, note) of a FrozenModel reward."""
+    if name == "vqa":
+        n, b, source = vlm_size(args.get("model"))
+        return n, n * b, n * b, f"VLM {n / 1e9:.2f}B, {b} bytes/param ({source})"
     if name == "lpips":
         import lpips
 

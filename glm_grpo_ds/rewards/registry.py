@@ -31,6 +31,7 @@ for _name, _target in {
     "clip": "clip:CLIPReward",
     "preference": "clip:PreferenceReward",
     "aesthetic": "clip:AestheticReward",
+    "vqa": "vqa:VQAReward",
     "colour_layout": "colour_layout:ColourLayoutReward",
     "remote": "remote.client:RemoteReward",
 }.items():

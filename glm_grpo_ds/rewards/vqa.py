@@ -1,0 +1,91 @@
+"""``vqa``: VQAScore (Lin et al., "Evaluating Text-to-Visual Generation with Image-to-Text Generation", 2024), the
+probability that a vision-language model answers "Yes" when asked whether the image shows the prompt:
+
+    P("Yes" | image, 'Does this figure show "{prompt}"? Please answer yes or no.')
+
+read from the model's next-token distribution after the chat template's assistant turn (a softmax over the whole
+vocabulary of the answer's first token), in [0, 1]. It judges what CLIP cannot: counts, positions, attributes bound
+to the right object, the text an image should carry.
+
+``model``: any checkpoint transformers loads with ``AutoModelForImageTextToText`` and ``AutoProcessor`` whose
+processor has a chat template (Qwen2-VL / Qwen2.5-VL / Qwen3-VL, LLaVA-OneVision, Gemma 3, InternVL, ...), a local
+directory or a Hub id, loaded in the checkpoint's own dtype. ``question``: the template (``{prompt}`` is the prompt),
+``answer``: the word whose first token is scored, ``batch_size``: images per forward, ``offload``: keep the model on
+the CPU between calls. The images reach the processor as tensors in [0, 1] on their own device (no PIL round trip);
+the prompts are padded on the left, so every row's last position is its own assistant turn.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..runtime.loading_info import refusal, unread_weights
+from .base import FrozenModel
+from .model_files import check_transformers_model
+from .registry import RewardError
+
+QWEN25_VL_7B = "Qwen/Qwen2.5-VL-7B-Instruct"  # the judge the docs name
+QUESTION = 'Does this figure show "{prompt}"? Please answer yes or no.'  # VQAScore's own question
+
+
+class VQAReward:
+    @staticmethod
+    def check_args(args: dict) -> None:
+        check_transformers_model("model", args.get("model"), "vqa", QWEN25_VL_7B)
+        question = args.get("question", QUESTION)
+        if "{prompt}" not in str(question):
+            raise RewardError(f"reward vqa: question {question!r} has no {{prompt}}: the prompt would not be asked")
+        if int(args.get("batch_size", 1)) < 1:
+            raise RewardError(f"reward vqa: batch_size {args.get('batch_size')} must be >= 1")
+
+    def __init__(
+        self, model: str = "", question: str = QUESTION, answer: str = "Yes", batch_size: int = 8, offload: bool = False
+    ):
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        path = Path(model).expanduser() if Path(model).expanduser().is_dir() else model  # else a Hub id
+        vlm, info = AutoModelForImageTextToText.from_pretrained(path, output_loading_info=True)
+        problem = unread_weights(info)
+        if problem:
+            raise RewardError(refusal(f"vqa model {model}", problem))
+        self.model = FrozenModel(vlm, offload)
+        self.processor = AutoProcessor.from_pretrained(path)
+        self.processor.tokenizer.padding_side = "left"  # the last position of every row is its assistant turn
+        ids = self.processor.tokenizer.encode(answer, add_special_tokens=False)
+        if not ids:
+            raise RewardError(f"reward vqa: answer {answer!r} is no token of {model}'s tokenizer")
+        self.answer_id, self.question, self.batch_size = ids[0], question, int(batch_size)
+
+    def texts(self, prompts: list[str]) -> list[str]:
+        """Each prompt's question in the model's chat template, up to the assistant's first token."""
+        return [
+            self.processor.apply_chat_template(
+                [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image"}, {"type": "text", "text": self.question.format(prompt=p)}],
+                    }
+                ],
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+            for p in prompts
+        ]
+
+    def __call__(self, images: torch.Tensor, prompts: list[str], samples=None) -> torch.Tensor:
+        texts, out = self.texts(prompts), []
+        with self.model.on(images.device) as vlm:
+            for i in range(0, len(texts), self.batch_size):
+                chunk = slice(i, i + self.batch_size)
+                inputs = self.processor(
+                    text=texts[chunk],
+                    images=list(images[chunk].float().clamp(0, 1)),
+                    padding=True,
+                    return_tensors="pt",
+                    do_rescale=False,  # already in [0, 1]
+                ).to(device=images.device, dtype=vlm.dtype)  # floating tensors only: the pixels
+                logits = vlm(**inputs, logits_to_keep=1).logits[:, -1]
+                out.append(logits.float().softmax(-1)[:, self.answer_id])
+        return torch.cat(out)
