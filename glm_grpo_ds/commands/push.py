@@ -8,7 +8,8 @@ The final adapter or model, and with ``--checkpoints`` each checkpoint's adapter
 Without options it does what the run's ``hub`` section asked for (read from ``OUTPUT_DIR/config.json``),
 so it retries a run whose upload failed (exit status 4) exactly as the run meant it; the options push a
 run trained without ``hub.repo_id``, or elsewhere. ``final_adapter/`` (or ``final_model/``) goes to the
-root of the repo, ``checkpoints/step_N/adapter/`` to ``checkpoints/step_N/``. A weights directory
+root of the repo, ``final_adapter_ema/`` (lora.ema_decay) to ``ema/``, ``checkpoints/step_N/adapter/`` to
+``checkpoints/step_N/``. A weights directory
 without a glm-grpo card gets one, written from the run's files (glm_grpo_ds/sharing/model_card.py); an
 existing one is kept. The token comes from ``HF_TOKEN`` or ``hf auth login``; uploads go through even
 under ``HF_HUB_OFFLINE=1`` (glm_grpo_ds/sharing/hub.py). Exit status: 0 uploaded, 1 an upload failed (the
@@ -28,7 +29,7 @@ from ..lifecycle.checkpoint import OutputDirError
 from ..observability.records import read_run_record
 from ..sharing.card_parts import CARD, is_ours, is_users
 from ..sharing.hub import prepare_repo, short_error, upload
-from ..sharing.model_card import CHECKPOINT_PREFIX, write_run_card
+from ..sharing.model_card import CHECKPOINT_PREFIX, EMA_DIRS, EMA_SUBFOLDER, write_run_card
 from .cli import parser_for
 
 
@@ -86,6 +87,8 @@ def push_run(output_dir, repo_id=None, private=None, revision=None, checkpoints=
     checkpoints = hub.get("push_checkpoints", False) if checkpoints is None else checkpoints
     weights = _final_weights(out)
     jobs = [(weights, None, None)]
+    if any((out / EMA_DIRS[0]).glob("*.safetensors")):  # lora.ema_decay's average, beside the adapter
+        jobs.append((out / EMA_DIRS[0], None, EMA_SUBFOLDER))
     if checkpoints:
         jobs += [
             (adapter, step, f"{CHECKPOINT_PREFIX}/{adapter.parent.name}") for step, adapter in _checkpoint_adapters(out)

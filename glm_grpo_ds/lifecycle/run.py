@@ -322,7 +322,7 @@ class RunLife:
             partial.rename(final)
             shutil.rmtree(replaced, ignore_errors=True)
         dist.barrier()  # every rank sees final_*/ whole
-        self.publisher.final(final)
+        self.publisher.final(final, None if ema is None else self.out / "final_adapter_ema")
 
     def end_stopped(self, stop: Stopped) -> int:
         """The end of a run every rank agreed to stop (collective): its line, rank 0's pending upload / pruning of

@@ -14,7 +14,8 @@ global rank 0 (docs/sharing.md).
 * The end: the model card (and reward curve) of ``final_adapter/`` or ``final_model/``, with or
   without ``hub.repo_id`` (``Publisher.final``, in the trainer's ``save_final``); then, once the process
   group is gone (``Publisher.finish``, the last call of ``train.main``), that directory is uploaded to
-  the root of the repo (``HfApi.upload_folder``): the other ranks have exited, none waits for it.
+  the root of the repo (``HfApi.upload_folder``): the other ranks have exited, none waits for it. With
+  ``lora.ema_decay``, ``final_adapter_ema/`` has its card too and goes to ``ema/`` in the repo.
 
 The local files are always written first. A failed upload is one warning line naming the repo and the
 retry command (``glm-grpo push OUTPUT_DIR``, glm_grpo_ds/commands/push.py); training goes on, and at the
@@ -37,7 +38,7 @@ from ..config import ConfigError
 from ..ds import dist
 from ..lifecycle.background import Background
 from ..runtime import log
-from .model_card import CHECKPOINT_PREFIX, write_run_card
+from .model_card import CHECKPOINT_PREFIX, EMA_SUBFOLDER, write_run_card
 
 # Exit status of a run that trained and saved everything but could not upload it (2 = bad input).
 EXIT_PUSH_FAILED = 4
@@ -122,7 +123,7 @@ class Publisher:
         self.upload_wait_s = min(UPLOAD_WAIT_MAX_S, cfg.dist_timeout_minutes * 60 / 4)
         self.background = background or Background()  # checkpoint uploads (and the trainer's pruning)
         self.failed: list[str] = []
-        self.api, self.final_weights = None, None
+        self.api, self.final_weights, self.final_ema = None, None, None
         if self.hub.repo_id is None:
             return
         problem = None
@@ -168,11 +169,15 @@ class Publisher:
         """Until rank 0's pending checkpoint upload (and pruning) is done."""
         self.background.wait()
 
-    def final(self, weights: Path) -> None:
-        """After the final weights were saved in ``weights``: their card (uploaded by :meth:`finish`)."""
+    def final(self, weights: Path, ema: Path | None = None) -> None:
+        """After the final weights were saved in ``weights`` (and lora.ema_decay's average in ``ema``): their cards
+        (uploaded by :meth:`finish`, the average to ema/)."""
         if self.is_main:
             self._card(weights)
             self.final_weights = weights
+            if ema is not None:
+                self._card(ema)
+                self.final_ema = ema
 
     def _card(self, weights: Path, step: int | None = None) -> None:
         """Rank 0 writes ``weights``' model card; one it cannot write (a records file edited by hand, a full disk) is
@@ -195,6 +200,8 @@ class Publisher:
             self.wait()  # the last checkpoint's upload and pruning
             if self.hub.repo_id and self.final_weights is not None:
                 self._push(self.final_weights, None, f"glm-grpo final {self.final_weights.name}")
+            if self.hub.repo_id and self.final_ema is not None:  # after the root's: ema/ is its own folder
+                self._push(self.final_ema, EMA_SUBFOLDER, f"glm-grpo final {self.final_ema.name}")
         except KeyboardInterrupt:  # outside the training's signal handling: one line, not a traceback
             log.fatal(self.interrupted_line())
             return 130

@@ -56,6 +56,9 @@ from .run_sections import (
 )
 
 CHECKPOINT_PREFIX = "checkpoints"  # checkpoints/step_N/ in the Hub repo, as in output_dir
+# lora.ema_decay's moving average of the adapter: final_adapter_ema/ (and each checkpoint's adapter_ema/), uploaded
+# to ema/ in the Hub repo beside the final adapter at its root
+EMA_DIRS, EMA_SUBFOLDER = ("final_adapter_ema", "adapter_ema"), "ema"
 
 
 def run_step_dir(step: int) -> str:
@@ -101,11 +104,33 @@ def _as_of(saved: dict, trainer_state: Path, step: int) -> dict:
 
 def _where(hub: dict, weights: Path, step: int | None) -> tuple[str, str]:
     """Where readers of the card get the weights and the loading call's extra arguments: the Hub repo when the run
-    uploads them there (a checkpoint's subfolder, the revision), else ``weights``' directory."""
-    uploaded = hub.get("repo_id") and (step is None or hub.get("push_checkpoints"))
+    uploads them there (a checkpoint's subfolder, the final average's ema/, the revision), else ``weights``'
+    directory (a checkpoint's adapter_ema/ is not uploaded)."""
+    ema = weights.name in EMA_DIRS
+    uploaded = hub.get("repo_id") and (step is None or (hub.get("push_checkpoints") and not ema))
     extra = f', subfolder="{CHECKPOINT_PREFIX}/{run_step_dir(step)}"' if uploaded and step is not None else ""
+    extra += f', subfolder="{EMA_SUBFOLDER}"' if uploaded and ema and step is None else ""
     extra += f', revision="{hub["revision"]}"' if uploaded and hub.get("revision") else ""
     return (hub["repo_id"] if uploaded else str(weights.resolve())), extra
+
+
+def _ema_lines(decay, is_ema: bool, uploaded: bool) -> list[str]:
+    """With ``lora.ema_decay``: whose weights the in-run evaluations sampled (the average's), said on both cards."""
+    if not decay:
+        return []
+    if is_ema:
+        line = (
+            f"These weights are the adapter's exponential moving average (lora.ema_decay {decay}, diffusers' "
+            "EMAModel with its warm-up), which the in-run evaluations sampled: the eval rewards above are this "
+            "average's, the training rewards the adapter's (`final_adapter/`)."
+        )
+    else:
+        where = f"`final_adapter_ema/`{f', uploaded to `{EMA_SUBFOLDER}/`' if uploaded else ''}"
+        line = (
+            f"The eval rewards above are of the adapter's moving average (lora.ema_decay {decay}: {where}), which "
+            "the in-run evaluations sampled; the training rewards are this adapter's."
+        )
+    return [line, ""]
 
 
 def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: int | None = None, curve=True, hub=None):
@@ -125,7 +150,10 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     is_adapter = (weights / "adapter_config.json").is_file()
     labels = reward_labels(cfg["rewards"])
     res = run_results(run, step)
+    decay = (cfg.get("lora") or {}).get("ema_decay")
+    is_ema = weights.name in EMA_DIRS
     what = "LoRA adapter" if is_adapter else "fine-tuned autoregressive model"
+    what = f"moving average (decay {decay}) of a LoRA adapter" if is_ema else what
     title = f"# {hub.get('repo_id') or run.resolve().name}" + (f": checkpoint at step {step}" if step else "")
     body = [
         title,
@@ -140,6 +168,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
         "- rewards: " + ", ".join(f"{label} (weight {s['weight']})" for label, s in zip(labels, cfg["rewards"])),
         "",
         *results_section(res, cfg, labels),
+        *_ema_lines(decay, is_ema, bool(hub.get("repo_id"))),
     ]
     if curve and _curve(run, weights):
         body += [f"![reward curve]({PLOT_NAME})", ""]

@@ -510,6 +510,7 @@ def test_the_in_run_evaluation_samples_the_adapters_average_which_final_adapter_
     assert (run / "checkpoints" / "step_000003" / "ema-00000.safetensors").is_file()  # the resume's
     kept = load_file(run / "checkpoints" / "step_000003" / "adapter_ema" / "adapter_model.safetensors")
     assert all(torch.equal(kept[k], got[k]) for k in got)  # in peft format too
+    assert "moving average (decay 0.9) of a LoRA adapter" in (run / "final_adapter_ema" / "README.md").read_text()
     final = json.loads((run / "eval.jsonl").read_text().splitlines()[-1])
     out = tmp_path / "evaluate"
     assert main(["--adapter", str(run / "final_adapter_ema"), "--out", str(out)]) == 0

@@ -524,3 +524,31 @@ def test_the_cards_updates_per_rollout_count_the_mini_batches():
     assert "| updates per rollout | 4 (2 x 2 mini-batches) |" in "\n".join(training_section(cfg, {}, ["r"]))
     del cfg["batch"]["mini_batches"]  # a config.json from before batch.mini_batches
     assert "| updates per rollout | 2 |" in "\n".join(training_section(cfg, {}, ["r"]))
+
+
+def test_the_adapters_moving_average_has_its_card_and_goes_to_ema(tmp_path, hub_env):
+    """lora.ema_decay: final_adapter_ema/ gets a card saying the evaluations sampled it and is uploaded to ema/ (by the
+    run, and by `glm-grpo push`); the adapter's card says whose the eval rewards are."""
+    from glm_grpo_ds.commands.push import main as push_main
+
+    hub = hub_env()
+    out, cfg = make_run(tmp_path, repo_id="me/run")
+    cfg.lora.ema_decay = 0.9
+    record = json.loads((out / "config.json").read_text())
+    record["train"]["lora"]["ema_decay"] = 0.9
+    (out / "config.json").write_text(json.dumps(record))
+    ema = save_adapter(out / "final_adapter_ema", seed=2)
+    publisher = Publisher(cfg, out, rank=0)
+    publisher.final(out / "final_adapter", ema)
+    assert publisher.finish() == 0
+    files = hub.files("me/run")
+    assert {p for p in files if "/" not in p} == ROOT_FILES
+    assert {p for p in files if p.startswith("ema/")} == {f"ema/{name}" for name in ROOT_FILES}
+    assert files["ema/adapter_model.safetensors"] == (ema / "adapter_model.safetensors").read_bytes()
+    ema_card, card = ModelCard.load(ema / "README.md").text, ModelCard.load(out / "final_adapter" / "README.md").text
+    assert "moving average (decay 0.9) of a LoRA adapter" in ema_card and 'subfolder="ema"' in ema_card
+    assert "the eval rewards above are this average's" in ema_card
+    assert "moving average (lora.ema_decay 0.9: `final_adapter_ema/`, uploaded to `ema/`)" in card
+    assert 'subfolder="ema"' not in card
+    hub.repos["me/run"]["branches"]["main"].clear()  # the retry uploads both again
+    assert push_main([str(out)]) == 0 and set(hub.files("me/run")) == set(files)
