@@ -205,6 +205,7 @@ class _Hall:
             cfg.seed,
             cfg.data.shuffle,
             cfg.data.dead_prompt_skip_prob,
+            cfg.batch.mini_batches,
         )
         ev = cfg.eval
         at_eval = dict(at, subset=ev.subset)
@@ -338,7 +339,7 @@ class _Hall:
         control = EntropyControl.for_config(cfg.grpo)
         restored = self.life.restore(self.engine, self.prompt_order, control, self.reference, self.ema)
         self.start_step, skipped_steps = restored
-        seeds = partial(rollout_seeds, cfg.seed, rank=self.rank, prompts_per_rank=cfg.batch.prompts_per_rank)
+        seeds = partial(rollout_seeds, cfg.seed, places=self.prompt_order.places(self.rank))
         rollout = off_policy.for_run(cfg, self.experience, self.engine, self.device, self.prompt_order, seeds)
         path, moved, order = self.life.start.checkpoint, self.life.start.written_on is not None, self.prompt_order
         per = cfg.batch.prompts_per_rank

@@ -100,7 +100,9 @@ class BatchConfig:
         "ppo_mini_batch_size as a count): each rank's sequences split in order into this many equal mini-batches, "
         "each one optimizer step on its own loss (normalised over the mini-batch); > 1 = more updates per costly "
         "rollout and decode, the later mini-batches off-policy by the earlier steps (their old log-probs stored, as "
-        "num_iterations > 1 stores them). mini_batches x micro_batch_size must divide prompts_per_rank * G.",
+        "num_iterations > 1 stores them). mini_batches x micro_batch_size must divide prompts_per_rank * G; when "
+        "mini_batches divides prompts_per_rank, each step's k-th mini-batch holds the same prompts on any number of "
+        "ranks.",
     )
 
     def problems(self, prefix: str = "batch.") -> list[str]:

@@ -1,8 +1,12 @@
 """The deterministic split of a prompt set across ranks, step by step.
 
 Each step, :class:`PromptOrder` takes the next ``world_size * prompts_per_rank`` row numbers of a
-seeded permutation (a new one per epoch) and gives rank r its own slice, so no two ranks train on
-the same prompt in a step and every rank can compute every other rank's prompts (no communication).
+seeded permutation (a new one per epoch) - the step's draw - and gives rank r its own places in it
+(:meth:`PromptOrder.places`), so no two ranks train on the same prompt in a step and every rank can compute every
+other rank's prompts (no communication). The places are rank r's slice of the draw; with ``batch.mini_batches`` K
+dividing ``prompts_per_rank``, rank r's slice of each K-th of the draw instead, so the k-th optimizer step of a
+step trains the same prompts (the k-th K-th of the draw) on any number of ranks; the sampling streams follow the
+places (runtime/seeding.py), so a prompt samples the same tokens on whichever rank.
 A step that crosses into the next epoch and meets a prompt it already took at the end of the last one
 takes the next row instead; that prompt comes first in the following step (no prompt twice in a step).
 Only the rows a step samples are read (``rows[i]``); the permutation is an ``array`` of 4-byte ints
@@ -51,10 +55,13 @@ class PromptOrder:
         seed: int,
         shuffle: bool = True,
         dead_skip_prob: float = 0.0,
+        mini_batches: int = 1,
     ):
         check_enough(len(rows), world_size, prompts_per_rank)
         self.rows, self.world_size, self.rank = rows, world_size, rank
         self.per_rank, self.seed, self.shuffle = prompts_per_rank, seed, shuffle
+        # the draw's blocks, one per optimizer step: whole prompts per rank in each, else one block
+        self.blocks = mini_batches if prompts_per_rank % mini_batches == 0 else 1
         self.epoch, self.position = 0, 0
         # the permutation of the current epoch is drawn with these (a resume with another seed / data.shuffle keeps
         # the checkpoint's to the end of its epoch: else its rows would be partly repeated, partly never drawn)
@@ -62,7 +69,7 @@ class PromptOrder:
         self._order = self._permutation(0)
         self.dead_skip_prob = dead_skip_prob
         self.dead: set[int] = set()  # rows whose last group had no reward variance
-        self.last_picked: list[int] = []  # the last step's rows, every rank's, rank-major
+        self.last_picked: list[int] = []  # the last step's rows, every rank's: its draw
         self.deferred: list[int] = []  # rows the next step takes first (met twice by a step crossing epochs)
         self.last_skipped = 0  # dead rows passed over to pick them
         self.skipped_total = 0
@@ -82,7 +89,7 @@ class PromptOrder:
         return random.Random((self.seed * 1_000_003 + self.epoch) * 2**40 + row).random() < self.dead_skip_prob
 
     def _next_indices(self) -> list[int]:
-        """Row numbers of the next step, every rank's, rank-major."""
+        """Row numbers of the next step, every rank's: its draw (rank r's at :meth:`places`)."""
         need = self.world_size * self.per_rank
         # rows a step crossing into a new epoch met again: taken first now (see below)
         picked: list[int] = []
@@ -113,15 +120,23 @@ class PromptOrder:
         self.skipped_total += skipped
         return picked
 
+    def places(self, rank: int) -> list[int]:
+        """Where rank ``rank``'s prompts are in a step's draw, in its order: its slice of each of the draw's blocks
+        (one block, or ``mini_batches`` when they divide prompts_per_rank: see the module docstring)."""
+        each = self.per_rank // self.blocks
+        block = self.world_size * each
+        return [b * block + rank * each + j for b in range(self.blocks) for j in range(each)]
+
     def observe(self, dead: list[bool | None]) -> None:
-        """Which groups of the last step had no reward variance, in the order of its rows (rank-major, as
+        """Which groups of the last step had no reward variance, rank after rank (each rank's in its order, as
         every rank gathers them); None: unknown (a reward failed there), the row's state stays. Collective in
         spirit: call it on every rank with the same list."""
         if len(dead) != len(self.last_picked):
             raise ValueError(f"observe got {len(dead)} groups for a step of {len(self.last_picked)} prompts")
         if self.dead_skip_prob == 0:
             return  # nothing would read it: keep no per-prompt state
-        for row, is_dead in zip(self.last_picked, dead):
+        rows = [self.last_picked[p] for r in range(self.world_size) for p in self.places(r)]
+        for row, is_dead in zip(rows, dead):
             if is_dead is None:
                 continue
             if is_dead:
@@ -132,14 +147,12 @@ class PromptOrder:
     def next_global(self) -> list[list[PromptRow]]:
         """The prompts of every rank for the next step: ``[rank][i]``."""
         picked = self._next_indices()
-        return [
-            [self.rows[i] for i in picked[r * self.per_rank : (r + 1) * self.per_rank]] for r in range(self.world_size)
-        ]
+        return [[self.rows[picked[p]] for p in self.places(r)] for r in range(self.world_size)]
 
     def next(self) -> list[PromptRow]:
         """This rank's prompts for the next step (only they are read)."""
         picked = self._next_indices()
-        return [self.rows[i] for i in picked[self.rank * self.per_rank : (self.rank + 1) * self.per_rank]]
+        return [self.rows[picked[p]] for p in self.places(self.rank)]
 
     def state(self) -> dict:
         state = {"epoch": self.epoch, "position": self.position, "seed": self._epoch_seed}

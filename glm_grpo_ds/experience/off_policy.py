@@ -114,7 +114,9 @@ class RolloutAhead:
         return {"rollout_overlapped": self.overlapped}
 
     def state(self) -> dict | None:
-        return None if self.pending is None else self.pending.state()
+        """The pending rollout's checkpoint form, with its places in the step's draw (a resume on other ranks
+        splits the draw by them: experience/resumed.py ``drawn_rows``)."""
+        return None if self.pending is None else self.pending.state() | {"places": self.order.places(self.order.rank)}
 
     # ------------------------------------------------------------------ the thread
     def start(self, rows, seeds: list[int]) -> None:

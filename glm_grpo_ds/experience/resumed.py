@@ -10,6 +10,8 @@ follow: the sampler's position was saved after that draw, so dropped, they would
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from ..lifecycle import checkpoint
@@ -17,9 +19,26 @@ from ..runtime import log
 from .drawn import Drawn
 
 
+def ahead_rows(path: Path) -> list[int] | None:
+    """The dataset rows of the rollout drawn ahead in checkpoint ``path``, every rank's in the step's draw (the global
+    batch of the step it was drawn for; None for none): what a resume on another world size samples again."""
+    return drawn_rows(checkpoint.ahead_states(path))
+
+
+def drawn_rows(states: list[dict]) -> list[int] | None:
+    """The dataset rows of ``checkpoint.ahead_states``' rollouts in the order of the step's draw (each rank's at its
+    ``places``; rank after rank in a checkpoint without them, which drew them so); None for none."""
+    if not states:
+        return None
+    rows = [int(row) for state in states for row in state["rows"]]
+    if not all("places" in state for state in states):
+        return rows
+    return [row for _, row in sorted(zip((int(p) for state in states for p in state["places"]), rows))]
+
+
 def requeue(order, rows: list[int]) -> None:
-    """``rows`` (dataset rows, every rank's, rank-major) first in the next steps' prompts, before anything the order
-    already deferred: every rank computes the same list."""
+    """``rows`` (dataset rows, every rank's, in the step's draw) first in the next steps' prompts, before anything
+    the order already deferred: every rank computes the same list."""
     order.deferred = list(rows) + [row for row in order.deferred if row not in rows]
 
 
@@ -40,7 +59,7 @@ def take_pending(ahead, path, rank: int, per: int, order, device: torch.device, 
     states = checkpoint.ahead_states(path)
     edited = not all(Drawn.same_prompts(other, order.rows) for other in states)
     if len(state["rows"]) != per or drawn_with or edited:
-        rows = checkpoint.drawn_rows(states)
+        rows = drawn_rows(states)
         why = (
             f"was drawn with other {', '.join(drawn_with)}"
             if drawn_with
@@ -68,7 +87,7 @@ def draw_again(ahead, path, step: int, rank: int, world: int, per: int, order, m
     old ranks. The same prompts are sampled again here, split over this run's ranks, with the weights the run starts
     from (one step newer than the ones the uninterrupted run sampled them with); when the prompts per step changed,
     they come first in the next steps instead."""
-    rows = checkpoint.ahead_rows(path)
+    rows = ahead_rows(path)
     if rows is None:
         return
     if len(rows) != world * per:
@@ -83,13 +102,13 @@ def draw_again(ahead, path, step: int, rank: int, world: int, per: int, order, m
         f"(the same prompts and seeds, with the weights of step {step} where the uninterrupted run used those of "
         f"step {step - 1}: that one step is on-policy)"
     )
-    mine = [order.rows[i] for i in rows[rank * per : (rank + 1) * per]]
+    mine = [order.rows[rows[p]] for p in order.places(rank)]
     ahead.pending = maker.draw(mine, ahead.seeds(step))  # the streams the run samples step with
 
 
 def requeue_unused(path, step: int, order) -> None:
     """A one-step-off checkpoint resumed on-policy: its rollout drawn ahead is not used; its prompts come first."""
-    rows = checkpoint.ahead_rows(path)
+    rows = ahead_rows(path)
     if rows:
         log.info(
             f"glm-grpo: the rollout {path.name} drew ahead for step {step + 1} is not used (this run samples "

@@ -387,14 +387,3 @@ def ahead_states(path: Path) -> list[dict]:
     """Every rank's rollout drawn ahead in checkpoint ``path``, in rank order ([] when it holds none)."""
     files = sorted((path / AHEAD).glob("rank_*.pt"), key=lambda f: int(f.stem.split("_")[1]))
     return [torch.load(f, map_location="cpu", weights_only=True) for f in files]
-
-
-def ahead_rows(path: Path) -> list[int] | None:
-    """The dataset rows of the rollout drawn ahead in checkpoint ``path``, every rank's in rank order (the global
-    batch of the step it was drawn for; None for none): what a resume on another world size samples again."""
-    return drawn_rows(ahead_states(path))
-
-
-def drawn_rows(states: list[dict]) -> list[int] | None:
-    """The dataset rows of :func:`ahead_states`' rollouts, rank after rank; None for none."""
-    return [int(row) for state in states for row in state["rows"]] if states else None

@@ -18,13 +18,12 @@ def derive_seed(*parts) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def rollout_seeds(seed: int, step: int, rank: int, prompts_per_rank: int) -> list[int]:
-    """The sampling streams of step ``step``'s prompts on ``rank``, one per prompt, named by its place in the global
-    batch (rank-major, as data/prompt_order.py splits it): a prompt samples the same tokens whichever rank draws it,
-    so a resume on another world size keeping the prompts per step samples what the uninterrupted run would. With
-    one prompt per rank the place is the rank (the streams runs have always had)."""
-    first = rank * prompts_per_rank
-    return [derive_seed(seed, "rollout", step, slot) for slot in range(first, first + prompts_per_rank)]
+def rollout_seeds(seed: int, step: int, places: list[int]) -> list[int]:
+    """The sampling streams of step ``step``'s prompts at ``places`` in the step's draw (a rank's, as
+    data/prompt_order.py gives them), one per prompt: a prompt samples the same tokens whichever rank draws it, so a
+    resume on another world size keeping the prompts per step samples what the uninterrupted run would. With one
+    prompt per rank the place is the rank (the streams runs have always had)."""
+    return [derive_seed(seed, "rollout", step, slot) for slot in places]
 
 
 def seed_everything(seed: int) -> None:

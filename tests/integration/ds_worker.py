@@ -284,7 +284,7 @@ def run_from_parts(a) -> dict:
         EngineSampler(engine, built.processor, cfg, device), built.experience.decoder, built.reward_fn, cfg, device
     )
     order = PromptOrder(built.prompt_order.rows, 1, 0, cfg.batch.prompts_per_rank, cfg.seed, cfg.data.shuffle, 0.0)
-    seeds = lambda index: rollout_seeds(cfg.seed, index, 0, cfg.batch.prompts_per_rank)
+    seeds = lambda index: rollout_seeds(cfg.seed, index, order.places(0))
     parts = replace(
         built, engine=engine, experience=maker, eval_experience=maker, prompt_order=order,
         rollout=NoAhead(maker, order, seeds), monitor=Monitor([]), life=None, publisher=None, tracker=None,

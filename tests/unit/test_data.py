@@ -142,3 +142,36 @@ def test_a_resume_on_a_shorter_prompt_file_drops_the_rows_it_no_longer_has(tmp_p
     order = PromptOrder(load_prompts(tmp_path / "p.txt"), 1, 0, 2, seed=0)
     order.load_state({"epoch": 3, "position": 2, "deferred": [8, 1, 9]})  # written with 10 rows
     assert order.deferred == [1] and order.next()[0].index == 1
+
+
+def test_with_mini_batches_the_kth_optimizer_steps_prompts_and_streams_do_not_depend_on_the_ranks(tmp_path):
+    """batch.mini_batches 2: each rank's first half of its prompts is its share of the first half of the step's draw,
+    so the first optimizer step trains the same 4 prompts on 1, 2 or 4 ranks (8 prompts a step), each with the same
+    sampling stream; mini-batches that do not divide prompts_per_rank keep each rank's contiguous slice."""
+    from glm_grpo_ds.runtime.seeding import rollout_seeds
+
+    (tmp_path / "p.txt").write_text("\n".join(f"prompt {i}" for i in range(40)) + "\n")
+    rows = load_prompts(tmp_path / "p.txt")
+
+    def halves(world: int) -> list[set]:
+        orders = [PromptOrder(rows, world, r, 8 // world, seed=7, mini_batches=2) for r in range(world)]
+        mini = [[], []]
+        for step in range(3):
+            for order in orders:
+                picked = [row.prompt for row in order.next()]
+                seeds = rollout_seeds(7, step, order.places(order.rank))
+                half = len(picked) // 2
+                mini[0] += list(zip(picked[:half], seeds[:half]))
+                mini[1] += list(zip(picked[half:], seeds[half:]))
+        return [set(m) for m in mini]
+
+    one = halves(1)
+    assert halves(2) == one and halves(4) == one and not one[0] & one[1]
+    order = PromptOrder(rows, 2, 1, 4, seed=7, mini_batches=2)
+    assert order.places(1) == [2, 3, 6, 7] and PromptOrder(rows, 2, 1, 4, seed=7).places(1) == [4, 5, 6, 7]
+    assert PromptOrder(rows, 2, 1, 3, seed=7, mini_batches=2).places(1) == [3, 4, 5]  # 3 prompts: one block
+    # the gathered dead flags (rank after rank, each rank's in its order) land on their own rows
+    ranks = [PromptOrder(rows, 2, r, 4, seed=7, mini_batches=2, dead_skip_prob=0.5) for r in range(2)]
+    mine = [[row.index for row in order.next()] for order in ranks]
+    ranks[0].observe([row in mine[1][:2] for part in mine for row in part])
+    assert ranks[0].dead == set(mine[1][:2])

@@ -143,3 +143,13 @@ def test_a_pending_rollout_of_another_batch_is_not_taken_and_its_prompts_come_fi
     resumed.requeue_unused(tmp_path, 2, order)
     assert order.deferred == [3, 1, 4, 0, 6]
     ahead.close()
+
+
+def test_a_pending_rollouts_prompts_are_read_back_in_the_order_of_the_steps_draw():
+    """Each rank's pending rollout keeps its places in the step's draw (batch.mini_batches 2 on 2 ranks: 0, 1, 4, 5
+    and 2, 3, 6, 7), so a resume on other ranks splits the same draw; a checkpoint without them (written before)
+    drew each rank's slice in rank order."""
+    states = [{"rows": [10, 11, 14, 15], "places": [0, 1, 4, 5]}, {"rows": [12, 13, 16, 17], "places": [2, 3, 6, 7]}]
+    assert resumed.drawn_rows(states) == [10, 11, 12, 13, 14, 15, 16, 17]
+    old = [{"rows": state["rows"]} for state in states]
+    assert resumed.drawn_rows(old) == [10, 11, 14, 15, 12, 13, 16, 17] and resumed.drawn_rows([]) is None
