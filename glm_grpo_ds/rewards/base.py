@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -54,6 +55,19 @@ class FrozenModel:
         finally:
             if self.offload:
                 self.module.to("cpu")
+
+
+def frozen_pretrained(model_class, model: str, what: str, offload: bool = False) -> tuple[FrozenModel, Path | str]:
+    """``model_class.from_pretrained(model)`` as a :class:`FrozenModel`, with the path or Hub id it was read from (for
+    its processor); weights the checkpoint lacks or that were not read are refused in one line naming ``what``."""
+    from ..runtime.loading_info import refusal, unread_weights
+
+    path = Path(model).expanduser() if Path(model).expanduser().is_dir() else model  # else a Hub id
+    module, info = model_class.from_pretrained(path, output_loading_info=True)
+    problem = unread_weights(info)
+    if problem:
+        raise RewardError(refusal(f"{what} {model}", problem))
+    return FrozenModel(module, offload), path
 
 
 def stack_targets(samples: list[dict], height: int, width: int, device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,8 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..runtime.loading_info import refusal, unread_weights
-from .base import FrozenModel
+from .base import FrozenModel, frozen_pretrained
 from .model_files import AESTHETIC_HEAD_URL, CLIP_L14, check_file, check_transformers_model
 from .registry import RewardError
 
@@ -38,12 +37,7 @@ class CLIPScorer:
     def __init__(self, model: str, offload: bool = False):
         from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
-        path = Path(model).expanduser() if Path(model).expanduser().is_dir() else model  # else a Hub id
-        clip, info = CLIPModel.from_pretrained(path, output_loading_info=True)
-        problem = unread_weights(info)
-        if problem:
-            raise RewardError(refusal(f"CLIP model {model}", problem))
-        self.model = FrozenModel(clip, offload)
+        self.model, path = frozen_pretrained(CLIPModel, model, "CLIP model", offload)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         proc = AutoImageProcessor.from_pretrained(path)
         size = proc.size.get("shortest_edge") or min(proc.size.get("height", 224), proc.size.get("width", 224))

@@ -17,12 +17,9 @@ the prompts are padded on the left, so every row's last position is its own assi
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from ..runtime.loading_info import refusal, unread_weights
-from .base import FrozenModel
+from .base import frozen_pretrained
 from .model_files import check_transformers_model
 from .registry import RewardError
 
@@ -45,12 +42,7 @@ class VQAReward:
     ):
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        path = Path(model).expanduser() if Path(model).expanduser().is_dir() else model  # else a Hub id
-        vlm, info = AutoModelForImageTextToText.from_pretrained(path, output_loading_info=True)
-        problem = unread_weights(info)
-        if problem:
-            raise RewardError(refusal(f"vqa model {model}", problem))
-        self.model = FrozenModel(vlm, offload)
+        self.model, path = frozen_pretrained(AutoModelForImageTextToText, model, "vqa model", offload)
         self.processor = AutoProcessor.from_pretrained(path)
         self.processor.tokenizer.padding_side = "left"  # the last position of every row is its assistant turn
         ids = self.processor.tokenizer.encode(answer, add_special_tokens=False)
