@@ -101,8 +101,8 @@ class BatchConfig:
         "each one optimizer step on its own loss (normalised over the mini-batch); > 1 = more updates per costly "
         "rollout and decode, the later mini-batches off-policy by the earlier steps (their old log-probs stored, as "
         "num_iterations > 1 stores them). mini_batches x micro_batch_size must divide prompts_per_rank * G; when "
-        "mini_batches divides prompts_per_rank, each step's k-th mini-batch holds the same prompts on any number of "
-        "ranks.",
+        "mini_batches divides prompts_per_rank, each step's k-th mini-batch holds the same prompts on every number "
+        "of ranks where it still divides it.",
     )
 
     def problems(self, prefix: str = "batch.") -> list[str]:

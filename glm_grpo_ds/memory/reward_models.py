@@ -130,8 +130,12 @@ def vlm_size(model) -> tuple[int, int, str]:
         found = Path(value).expanduser() / "config.json"
     elif value.count("/") == 1 and not value.startswith(("/", ".", "~")):
         from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.errors import HFValidationError
 
-        cached = try_to_load_from_cache(value, "config.json")
+        try:
+            cached = try_to_load_from_cache(value, "config.json")
+        except HFValidationError:  # not a Hub id at all: the reward's own check says so in one line
+            cached = None
         found = Path(cached) if isinstance(cached, str) else None
     if found is not None:
         conf, source = AutoConfig.from_pretrained(found.parent), f"{value}'s config.json"

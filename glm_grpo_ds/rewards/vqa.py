@@ -11,8 +11,9 @@ to the right object, the text an image should carry.
 processor has a chat template (Qwen2-VL / Qwen2.5-VL / Qwen3-VL, LLaVA-OneVision, Gemma 3, InternVL, ...), a local
 directory or a Hub id, loaded in the checkpoint's own dtype. ``question``: the template (``{prompt}`` is the prompt),
 ``answer``: the word whose first token is scored, ``batch_size``: images per forward, ``offload``: keep the model on
-the CPU between calls. The images reach the processor as tensors in [0, 1] on their own device (no PIL round trip);
-the prompts are padded on the left, so every row's last position is its own assistant turn.
+the CPU between calls. The images reach the processor as tensors in [0, 1] on their own device (no PIL round trip),
+one list per prompt; the prompts are padded on the left, so every row's last position is its own assistant turn.
+Tested on tiny random Qwen2-VL and Gemma 3 models (glm_grpo_ds/testing/tiny_vlm.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class VQAReward:
 
         self.model, path = frozen_pretrained(AutoModelForImageTextToText, model, "vqa model", offload)
         self.processor = AutoProcessor.from_pretrained(path)
+        if not getattr(self.processor, "chat_template", None):  # a base checkpoint: refused now, not at its first score
+            raise RewardError(f"reward vqa: {model}'s processor has no chat template; use an instruction-tuned model")
         self.processor.tokenizer.padding_side = "left"  # the last position of every row is its assistant turn
         ids = self.processor.tokenizer.encode(answer, add_special_tokens=False)
         if not ids:
@@ -66,18 +69,27 @@ class VQAReward:
             for p in prompts
         ]
 
+    def inputs(self, images: torch.Tensor, texts: list[str]):
+        """The processor's batch of ``texts``, one image each (a list per prompt: Gemma 3's and others' processors
+        read a flat list as one prompt's images), tokenized as transformers' own ``apply_chat_template`` tokenizes a
+        template's text: without a second BOS when the template wrote one."""
+        bos = self.processor.tokenizer.bos_token
+        return self.processor(
+            text=texts,
+            images=[[image] for image in images.float().clamp(0, 1)],
+            padding=True,
+            return_tensors="pt",
+            do_rescale=False,  # already in [0, 1]
+            add_special_tokens=not (bos and texts[0].startswith(bos)),
+        )
+
     def __call__(self, images: torch.Tensor, prompts: list[str], samples=None) -> torch.Tensor:
         texts, out = self.texts(prompts), []
         with self.model.on(images.device) as vlm:
             for i in range(0, len(texts), self.batch_size):
                 chunk = slice(i, i + self.batch_size)
-                inputs = self.processor(
-                    text=texts[chunk],
-                    images=list(images[chunk].float().clamp(0, 1)),
-                    padding=True,
-                    return_tensors="pt",
-                    do_rescale=False,  # already in [0, 1]
-                ).to(device=images.device, dtype=vlm.dtype)  # floating tensors only: the pixels
+                inputs = self.inputs(images[chunk], texts[chunk])
+                inputs = inputs.to(device=images.device, dtype=vlm.dtype)  # floating tensors only: the pixels
                 logits = vlm(**inputs, logits_to_keep=1).logits[:, -1]
                 out.append(logits.float().softmax(-1)[:, self.answer_id])
         return torch.cat(out)

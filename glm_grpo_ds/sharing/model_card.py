@@ -114,8 +114,8 @@ def _where(hub: dict, weights: Path, step: int | None) -> tuple[str, str]:
     return (hub["repo_id"] if uploaded else str(weights.resolve())), extra
 
 
-def _ema_lines(decay, is_ema: bool, uploaded: bool) -> list[str]:
-    """With ``lora.ema_decay``: whose weights the in-run evaluations sampled (the average's), said on both cards."""
+def _ema_lines(decay, is_ema: bool, uploaded: bool, step: int | None) -> list[str]:
+    """With ``lora.ema_decay``: whose weights the in-run evaluations sampled (the average's), said on every card."""
     if not decay:
         return []
     if is_ema:
@@ -125,7 +125,8 @@ def _ema_lines(decay, is_ema: bool, uploaded: bool) -> list[str]:
             "average's, the training rewards the adapter's (`final_adapter/`)."
         )
     else:
-        where = f"`final_adapter_ema/`{f', uploaded to `{EMA_SUBFOLDER}/`' if uploaded else ''}"
+        final = f"`final_adapter_ema/`{f', uploaded to `{EMA_SUBFOLDER}/`' if uploaded else ''}"
+        where = final if step is None else "the checkpoint's `adapter_ema/`, not uploaded"
         line = (
             f"The eval rewards above are of the adapter's moving average (lora.ema_decay {decay}: {where}), which "
             "the in-run evaluations sampled; the training rewards are this adapter's."
@@ -168,7 +169,7 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
         "- rewards: " + ", ".join(f"{label} (weight {s['weight']})" for label, s in zip(labels, cfg["rewards"])),
         "",
         *results_section(res, cfg, labels),
-        *_ema_lines(decay, is_ema, bool(hub.get("repo_id"))),
+        *_ema_lines(decay, is_ema, bool(hub.get("repo_id")), step),
     ]
     if curve and _curve(run, weights):
         body += [f"![reward curve]({PLOT_NAME})", ""]

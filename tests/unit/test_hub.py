@@ -550,5 +550,8 @@ def test_the_adapters_moving_average_has_its_card_and_goes_to_ema(tmp_path, hub_
     assert "the eval rewards above are this average's" in ema_card
     assert "moving average (lora.ema_decay 0.9: `final_adapter_ema/`, uploaded to `ema/`)" in card
     assert 'subfolder="ema"' not in card
+    checkpoint_card = write_run_card(out, out / "checkpoints" / "step_000010" / "adapter", 10).read_text()
+    assert "the checkpoint's `adapter_ema/`, not uploaded" in checkpoint_card  # its evaluations' average
+    assert "final_adapter_ema" not in checkpoint_card
     hub.repos["me/run"]["branches"]["main"].clear()  # the retry uploads both again
     assert push_main([str(out)]) == 0 and set(hub.files("me/run")) == set(files)

@@ -1,6 +1,11 @@
-"""The ``vqa`` reward (rewards/vqa.py) on a tiny Qwen2-VL with random weights (testing/tiny_vlm.py): P("Yes") equals
-transformers' own generate() first-step distribution, a batch scores each image as it alone is scored (left padding,
-the last position each row's own), its arguments are refused in one line, and the memory plan sizes the judge."""
+"""The ``vqa`` reward (rewards/vqa.py) on tiny Qwen2-VL and Gemma 3 models with random weights (testing/tiny_vlm.py):
+P("Yes") equals transformers' own generate() first-step distribution, a batch scores each image as it alone is
+scored (left padding, the last position each row's own; one image list per prompt; no second BOS after Gemma's
+template), its arguments and a model without a chat template are refused in one line, and the memory plan sizes
+the judge."""
+
+import json
+import shutil
 
 import pytest
 import torch
@@ -8,20 +13,25 @@ import torch
 from glm_grpo_ds.memory.reward_models import reward_models, vlm_size
 from glm_grpo_ds.rewards.registry import RewardError, build_reward
 from glm_grpo_ds.rewards.vqa import QUESTION, VQAReward
-from glm_grpo_ds.testing.tiny_vlm import build_tiny_vlm
+from glm_grpo_ds.testing.tiny_vlm import FAMILIES, build_tiny_vlm
 
 # prompts of different lengths: a batch pads them; 64x64 and 2 images of a third size share a batch
 PROMPTS = ["a red cube", "two blue balls on the left of a green box", "x"]
 
 
 @pytest.fixture(scope="module")
-def vlm_dir(tmp_path_factory):
-    return build_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm"))
+def vlm_dirs(tmp_path_factory):
+    return {family: build_tiny_vlm(tmp_path_factory.mktemp(family), family) for family in FAMILIES}
 
 
 @pytest.fixture(scope="module")
-def judge(vlm_dir):
-    return VQAReward(str(vlm_dir), batch_size=3)
+def vlm_dir(vlm_dirs):
+    return vlm_dirs["qwen2_vl"]
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def judge(request, vlm_dirs):
+    return VQAReward(str(vlm_dirs[request.param]), batch_size=3)
 
 
 def _images(n: int) -> torch.Tensor:
@@ -31,8 +41,12 @@ def _images(n: int) -> torch.Tensor:
 def test_the_score_is_the_probability_generate_gives_the_answer(judge):
     images = _images(3)
     got = judge(images, PROMPTS)
-    texts = judge.texts(PROMPTS)
-    inputs = judge.processor(text=texts, images=list(images), padding=True, return_tensors="pt", do_rescale=False)
+    inputs = judge.inputs(images, judge.texts(PROMPTS))
+    bos = judge.processor.tokenizer.bos_token_id
+    if bos is not None:  # Gemma's template writes the BOS: the tokenizer adds no second one
+        assert [
+            (row[mask.bool()] == bos).sum().item() for row, mask in zip(inputs["input_ids"], inputs["attention_mask"])
+        ] == [1, 1, 1]
     out = judge.model.module.generate(
         **inputs, max_new_tokens=1, do_sample=False, output_logits=True, return_dict_in_generate=True
     )
@@ -41,16 +55,21 @@ def test_the_score_is_the_probability_generate_gives_the_answer(judge):
     assert got.shape == (3,) and ((0 < got) & (got < 1)).all() and len(set(got.tolist())) == 3
 
 
-def test_a_batch_scores_each_image_as_alone_and_the_question_asks_the_prompt(judge, vlm_dir):
+def test_a_batch_scores_each_image_as_alone_and_the_question_asks_the_prompt(judge):
     images = _images(3)
     alone = torch.cat([judge(images[i : i + 1], PROMPTS[i : i + 1]) for i in range(3)])
     torch.testing.assert_close(judge(images, PROMPTS), alone, rtol=1e-5, atol=1e-7)
-    small = VQAReward(str(vlm_dir), batch_size=2)  # a batch of 2 and one of 1
-    torch.testing.assert_close(small(images, PROMPTS), alone, rtol=1e-5, atol=1e-7)
+    judge.batch_size = 2  # a batch of 2 and one of 1
+    torch.testing.assert_close(judge(images, PROMPTS), alone, rtol=1e-5, atol=1e-7)
+    judge.batch_size = 3
     assert 'Does this figure show "a red cube"?' in judge.texts(PROMPTS)[0]
+
+
+def test_the_question_and_answer_are_the_users(vlm_dir):
+    judge, images = VQAReward(str(vlm_dir)), _images(3)
     other = VQAReward(str(vlm_dir), question="Is {prompt} shown? Yes or no.", answer="No")
     assert "Is a red cube shown?" in other.texts(PROMPTS)[0] and other.answer_id != judge.answer_id
-    assert not torch.allclose(other(images, PROMPTS), alone)
+    assert not torch.allclose(other(images, PROMPTS), judge(images, PROMPTS))
 
 
 def test_arguments_are_refused_in_one_line(vlm_dir, tmp_path):
@@ -64,13 +83,25 @@ def test_arguments_are_refused_in_one_line(vlm_dir, tmp_path):
         VQAReward.check_args({"model": str(vlm_dir), "batch_size": 0})
     VQAReward.check_args({"model": str(vlm_dir), "question": QUESTION})
     assert isinstance(build_reward("vqa", {"model": str(vlm_dir)}), VQAReward)
+    base = tmp_path / "base"  # an instruction-less checkpoint: refused when built, not at its first score
+    shutil.copytree(vlm_dir, base)
+    for name in ("chat_template.jinja", "chat_template.json"):
+        (base / name).unlink(missing_ok=True)
+    config = json.loads((base / "processor_config.json").read_text())
+    (base / "processor_config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "chat_template"}))
+    tok = json.loads((base / "tokenizer_config.json").read_text())
+    (base / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in tok.items() if k != "chat_template"}))
+    with pytest.raises(RewardError, match="has no chat template"):
+        VQAReward(str(base))
 
 
-def test_the_memory_plan_sizes_the_judge_from_its_config(vlm_dir, judge):
+def test_the_memory_plan_sizes_the_judge_from_its_config(vlm_dir):
     n, b, source = vlm_size(str(vlm_dir))
+    judge = VQAReward(str(vlm_dir))
     assert n == sum(p.numel() for p in judge.model.module.parameters()) and b == 4 and "config.json" in source
     qwen, qb, assumed = vlm_size("/nowhere/Qwen2.5-VL-7B-Instruct")
     assert (qwen, qb) == (8_292_166_656, 2) and "assumed Qwen2.5-VL-7B-Instruct" in assumed  # its card's 8.29B
+    assert vlm_size("org/na me")[0] == qwen  # not a Hub id: no traceback (the reward's check says what is wrong)
 
     class Spec:
         name, args = "vqa", {"model": str(vlm_dir), "offload": True}
