@@ -18,6 +18,9 @@ Tested on tiny random Qwen2-VL and Gemma 3 models (glm_grpo_ds/testing/tiny_vlm.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from .base import frozen_pretrained
@@ -28,10 +31,31 @@ QWEN25_VL_7B = "Qwen/Qwen2.5-VL-7B-Instruct"  # the judge the docs name
 QUESTION = 'Does this figure show "{prompt}"? Please answer yes or no.'  # VQAScore's own question
 
 
+def has_chat_template(directory: Path) -> bool:
+    """Whether checkpoint ``directory`` holds a chat template where transformers looks for one: a file of its own
+    (``chat_template.jinja``, ``chat_template.json``) or a ``chat_template`` in the tokenizer's or processor's
+    config."""
+    if any((directory / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        return True
+    for name in ("tokenizer_config.json", "processor_config.json"):
+        try:
+            if json.loads((directory / name).read_text(encoding="utf-8")).get("chat_template"):
+                return True
+        except (OSError, ValueError, AttributeError):  # absent, or not a JSON object: no template there
+            continue
+    return False
+
+
 class VQAReward:
     @staticmethod
     def check_args(args: dict) -> None:
         check_transformers_model("model", args.get("model"), "vqa", QWEN25_VL_7B)
+        local = Path(str(args["model"])).expanduser()
+        if local.is_dir() and not has_chat_template(local):  # before the job queues (train --check), not at startup
+            raise RewardError(
+                f"reward vqa: model {args['model']} has no chat template (no chat_template.jinja / .json, none in "
+                "its tokenizer or processor config); use an instruction-tuned vision-language model"
+            )
         question = args.get("question", QUESTION)
         if "{prompt}" not in str(question):
             raise RewardError(f"reward vqa: question {question!r} has no {{prompt}}: the prompt would not be asked")

@@ -93,6 +93,10 @@ def test_arguments_are_refused_in_one_line(vlm_dir, tmp_path):
     (base / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in tok.items() if k != "chat_template"}))
     with pytest.raises(RewardError, match="has no chat template"):
         VQAReward(str(base))
+    with pytest.raises(RewardError, match="has no chat template"):  # and train --check says so before the job runs
+        VQAReward.check_args({"model": str(base)})
+    (base / "tokenizer_config.json").write_text(json.dumps(tok | {"chat_template": "{{ messages }}"}))  # one too
+    VQAReward.check_args({"model": str(base)})
 
 
 def test_the_memory_plan_sizes_the_judge_from_its_config(vlm_dir):
