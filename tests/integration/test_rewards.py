@@ -334,3 +334,22 @@ def test_a_target_truncated_after_the_start_leaves_only_its_own_rows_undefined(t
     images[:, 0] = 1.0  # red: the first row's target exactly
     got = build_reward("pixel_mse", {})(images, ["p", "p"], samples)
     assert got[0].item() == pytest.approx(0.0, abs=1e-6) and torch.isnan(got[1])
+
+
+def test_the_vqa_judge_scores_a_training_run(tiny_model_dir, tmp_path):
+    """The vqa reward (rewards/vqa.py) on a tiny random Qwen2-VL, through `train --check` and a real training step:
+    every sample gets a probability, none undefined, and the run's summary of it is its mean."""
+    from glm_grpo_ds.testing.tiny_vlm import build_tiny_vlm
+
+    judge = build_tiny_vlm(tmp_path / "judge")
+    (tmp_path / "p.txt").write_text("a red apple\na blue car\n")
+    out = tmp_path / "run"
+    cmd = [*train_cmd(), f"model.path={tiny_model_dir}", f"data.train_file={tmp_path / 'p.txt'}", f"output_dir={out}"]
+    cmd += ["max_steps=1", "rollout.height=64", "rollout.width=64", "grpo.group_size=4", "logging.progress_bar=false"]
+    cmd += [f"rewards=[{{name: vqa, args: {{model: '{judge}', batch_size: 3}}}}]"]
+    check = run_cmd([*cmd, "--check", "--num-gpus", "1"])
+    assert check.returncode == 0, check.stderr[-3000:]
+    proc = run_cmd(cmd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = metrics(out)
+    assert 0 < row["reward/vqa"] < 1 and row.get("reward/vqa_undefined", 0) == 0, row
