@@ -14,6 +14,10 @@ directory or a Hub id, loaded in the checkpoint's own dtype. ``question``: the t
 the CPU between calls. The images reach the processor as tensors in [0, 1] on their own device (no PIL round trip),
 one list per prompt; the prompts are padded on the left, so every row's last position is its own assistant turn.
 Tested on tiny random Qwen2-VL and Gemma 3 models (glm_grpo_ds/testing/tiny_vlm.py).
+
+A prompt row may carry its own yes/no questions (a JSONL field ``questions``: a list, e.g. TIFA's or Davidsonian
+Scene Graph's questions for that prompt): its image's reward is then the mean probability of "Yes" over them, each
+asked as it is written; rows without one are asked the template.
 """
 
 from __future__ import annotations
@@ -77,21 +81,35 @@ class VQAReward:
             raise RewardError(f"reward vqa: answer {answer!r} is no token of {model}'s tokenizer")
         self.answer_id, self.question, self.batch_size = ids[0], question, int(batch_size)
 
-    def texts(self, prompts: list[str]) -> list[str]:
-        """Each prompt's question in the model's chat template, up to the assistant's first token."""
+    def texts(self, prompts: list[str], asked: list[str] | None = None) -> list[str]:
+        """Each question in the model's chat template, up to the assistant's first token: the ``question`` template
+        filled with each prompt, or the questions ``asked`` as they are."""
+        questions = asked if asked is not None else [self.question.format(prompt=p) for p in prompts]
         return [
             self.processor.apply_chat_template(
-                [
-                    {
-                        "role": "user",
-                        "content": [{"type": "image"}, {"type": "text", "text": self.question.format(prompt=p)}],
-                    }
-                ],
+                [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": q}]}],
                 add_generation_prompt=True,
                 tokenize=False,
             )
-            for p in prompts
+            for q in questions
         ]
+
+    def asked(self, prompts: list[str], samples) -> tuple[list[int], list[str]]:
+        """``(image index, question)`` of every question to ask: a row's own ``questions`` (a JSONL field: a list of
+        yes/no questions, TIFA's or Davidsonian Scene Graph's), each asked of its image, else the filled template."""
+        which, questions = [], []
+        for i, prompt in enumerate(prompts):
+            own = (samples[i] or {}).get("questions") if samples else None
+            if own is None:
+                own = [self.question.format(prompt=prompt)]
+            elif not (isinstance(own, list) and own and all(isinstance(q, str) and q.strip() for q in own)):
+                row = (samples[i] or {}).get("index", i)
+                raise RewardError(
+                    f"reward vqa: row {row}'s questions must be a non-empty list of questions, got {own!r}"
+                )
+            which += [i] * len(own)
+            questions += own
+        return which, questions
 
     def inputs(self, images: torch.Tensor, texts: list[str]):
         """The processor's batch of ``texts``, one image each (a list per prompt: Gemma 3's and others' processors
@@ -108,12 +126,15 @@ class VQAReward:
         )
 
     def __call__(self, images: torch.Tensor, prompts: list[str], samples=None) -> torch.Tensor:
-        texts, out = self.texts(prompts), []
+        which, questions = self.asked(prompts, samples)
+        texts, out = self.texts(prompts, questions), []
         with self.model.on(images.device) as vlm:
             for i in range(0, len(texts), self.batch_size):
                 chunk = slice(i, i + self.batch_size)
-                inputs = self.inputs(images[chunk], texts[chunk])
+                inputs = self.inputs(images[which[chunk]], texts[chunk])
                 inputs = inputs.to(device=images.device, dtype=vlm.dtype)  # floating tensors only: the pixels
                 logits = vlm(**inputs, logits_to_keep=1).logits[:, -1]
                 out.append(logits.float().softmax(-1)[:, self.answer_id])
-        return torch.cat(out)
+        index = torch.tensor(which, device=images.device)  # each image's mean over its questions
+        total = torch.zeros(len(prompts), device=images.device).index_add_(0, index, torch.cat(out))
+        return total / torch.bincount(index, minlength=len(prompts)).float()

@@ -72,6 +72,21 @@ def test_the_question_and_answer_are_the_users(vlm_dir):
     assert not torch.allclose(other(images, PROMPTS), judge(images, PROMPTS))
 
 
+def test_a_rows_own_questions_are_each_asked_and_averaged(vlm_dir):
+    """A row's ``questions`` (TIFA / DSG style): its reward is the mean over them of P("Yes"), each asked as written
+    (the same as a judge whose template is the question itself); a row without them is asked the template."""
+    judge, images = VQAReward(str(vlm_dir), batch_size=2), _images(3)
+    own = [["Is it red?", "Is it round?"], None, ["Is there a car?"]]
+    samples = [{"questions": q} if q else {} for q in own]
+    got = judge(images, PROMPTS, samples)
+    plain = VQAReward(str(vlm_dir), question="{prompt}")
+    each = [plain(images[i : i + 1].expand(len(q), -1, -1, -1), q) for i, q in enumerate(own) if q]
+    torch.testing.assert_close(got[[0, 2]], torch.stack([e.mean() for e in each]), rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(got[1], judge(images[1:2], PROMPTS[1:2])[0], rtol=1e-5, atol=1e-7)
+    with pytest.raises(RewardError, match="row 7's questions must be a non-empty list"):
+        judge(images[:1], PROMPTS[:1], [{"questions": "Is it red?", "index": 7}])
+
+
 def test_arguments_are_refused_in_one_line(vlm_dir, tmp_path):
     with pytest.raises(RewardError, match="reward vqa needs args model"):
         VQAReward.check_args({})
