@@ -56,6 +56,9 @@ LORA_Z3_8 = Run("glm_image_lora.yaml", "zero3.json", 8)
 LORA_Z3_8_MB2 = Run("glm_image_lora.yaml", "zero3.json", 8, ("batch.micro_batch_size=2",))
 LORA_Z2_8_FP8 = Run("glm_image_lora.yaml", "zero2.json", 8, ("decoder.fp8=true",))
 LORA_Z2_8_MERGED = Run("glm_image_lora.yaml", "zero2.json", 8, ("rollout.merge_lora=true", "rollout.fuse_lora=false"))
+LORA_Z2_8_VQA = Run(
+    "glm_image_lora.yaml", "zero2.json", 8, ("rewards=[{name: vqa, args: {model: Qwen/Qwen2.5-VL-7B-Instruct}}]",)
+)
 FULL_Z2_8 = Run("glm_image_full.yaml", "zero2.json", 8)
 FULL_Z3_8 = Run("glm_image_full.yaml", "zero3.json", 8)
 FULL_OFFLOAD_1 = Run("glm_image_full.yaml", "zero3_offload.json", 1)
@@ -129,6 +132,12 @@ class Quote:
 
 
 QUOTES = [
+    Quote(
+        "docs/rewards.md",
+        r"on every GPU \(`reward_models` (\d+\.\d+) GiB\): the plan's peak\s+is (\d+\.\d) GiB",
+        (part(LORA_Z2_8_VQA, "reward_models"), peak(LORA_Z2_8_VQA)),
+        LORA_Z2_8_VQA.command() + ": the judge's bytes and the peak",
+    ),
     # README.md
     Quote("README.md", r"its (\d+\.\d) B autoregressive policy", (AR,), "AR parameters (memory/sizes.py)"),
     Quote("README.md", r"its frozen (\d+\.\d) B decoder", (DECODER,), "DiT + VAE + glyph encoder parameters"),
