@@ -10,9 +10,10 @@ to the right object, the text an image should carry.
 ``model``: any checkpoint transformers loads with ``AutoModelForImageTextToText`` and ``AutoProcessor`` whose
 processor has a chat template (Qwen2-VL / Qwen2.5-VL / Qwen3-VL, LLaVA-OneVision, Gemma 3, InternVL, ...), a local
 directory or a Hub id, loaded in the checkpoint's own dtype. ``question``: the template (``{prompt}`` is the prompt),
-``answer``: the word whose first token is scored, ``batch_size``: images per forward, ``offload``: keep the model on
-the CPU between calls. The images reach the processor as tensors in [0, 1] on their own device (no PIL round trip),
-one list per prompt; the prompts are padded on the left, so every row's last position is its own assistant turn.
+``answer``: the word whose first token is scored, ``batch_size``: images per forward, ``image_size``: the longer
+side the images are resized to first (0: as rendered), ``offload``: keep the model on the CPU between calls. The
+images reach the processor as tensors in [0, 1] on their own device (no PIL round trip), one list per prompt; the
+prompts are padded on the left, so every row's last position is its own assistant turn.
 Tested on tiny random Qwen2-VL and Gemma 3 models (glm_grpo_ds/testing/tiny_vlm.py).
 
 A prompt row may carry its own yes/no questions (a JSONL field ``questions``: a list, e.g. TIFA's or Davidsonian
@@ -26,6 +27,7 @@ import json
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from .base import frozen_pretrained
 from .model_files import check_transformers_model
@@ -65,9 +67,17 @@ class VQAReward:
             raise RewardError(f"reward vqa: question {question!r} has no {{prompt}}: the prompt would not be asked")
         if int(args.get("batch_size", 1)) < 1:
             raise RewardError(f"reward vqa: batch_size {args.get('batch_size')} must be >= 1")
+        if int(args.get("image_size", 0)) < 0:
+            raise RewardError(f"reward vqa: image_size {args.get('image_size')} must be >= 0 (0: as rendered)")
 
     def __init__(
-        self, model: str = "", question: str = QUESTION, answer: str = "Yes", batch_size: int = 8, offload: bool = False
+        self,
+        model: str = "",
+        question: str = QUESTION,
+        answer: str = "Yes",
+        batch_size: int = 8,
+        image_size: int = 0,
+        offload: bool = False,
     ):
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -80,6 +90,7 @@ class VQAReward:
         if not ids:
             raise RewardError(f"reward vqa: answer {answer!r} is no token of {model}'s tokenizer")
         self.answer_id, self.question, self.batch_size = ids[0], question, int(batch_size)
+        self.image_size = int(image_size)
 
     def texts(self, prompts: list[str], asked: list[str] | None = None) -> list[str]:
         """Each question in the model's chat template, up to the assistant's first token: the ``question`` template
@@ -111,6 +122,16 @@ class VQAReward:
             questions += own
         return which, questions
 
+    def resized(self, images: torch.Tensor) -> torch.Tensor:
+        """``images`` with their longer side ``image_size`` (bicubic, antialiased; the aspect kept), or as they are
+        (0): a judge's cost grows with its image tokens, over 1,200 for a 1024² image in Qwen2.5-VL, 256 at 448."""
+        h, w = images.shape[-2:]
+        if not self.image_size or max(h, w) == self.image_size:
+            return images
+        scale = self.image_size / max(h, w)
+        size = (max(1, round(h * scale)), max(1, round(w * scale)))
+        return F.interpolate(images.float(), size=size, mode="bicubic", antialias=True, align_corners=False)
+
     def inputs(self, images: torch.Tensor, texts: list[str]):
         """The processor's batch of ``texts``, one image each (a list per prompt: Gemma 3's and others' processors
         read a flat list as one prompt's images), tokenized as transformers' own ``apply_chat_template`` tokenizes a
@@ -128,6 +149,7 @@ class VQAReward:
     def __call__(self, images: torch.Tensor, prompts: list[str], samples=None) -> torch.Tensor:
         which, questions = self.asked(prompts, samples)
         texts, out = self.texts(prompts, questions), []
+        images = self.resized(images)
         with self.model.on(images.device) as vlm:
             for i in range(0, len(texts), self.batch_size):
                 chunk = slice(i, i + self.batch_size)

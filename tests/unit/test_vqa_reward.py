@@ -87,6 +87,17 @@ def test_a_rows_own_questions_are_each_asked_and_averaged(vlm_dir):
         judge(images[:1], PROMPTS[:1], [{"questions": "Is it red?", "index": 7}])
 
 
+def test_image_size_scores_the_images_resized_first(vlm_dir):
+    """image_size 40: the 64x96 images are scored as the same images resized (bicubic, antialiased) to 40 on their
+    longer side would be; 0 leaves them as rendered."""
+    images = torch.rand(2, 3, 64, 96, generator=torch.Generator().manual_seed(1))
+    small = VQAReward(str(vlm_dir), image_size=40)
+    resized = torch.nn.functional.interpolate(images, size=(27, 40), mode="bicubic", antialias=True)
+    as_is = VQAReward(str(vlm_dir))
+    torch.testing.assert_close(small(images, PROMPTS[:2]), as_is(resized, PROMPTS[:2]), rtol=1e-5, atol=1e-7)
+    assert not torch.allclose(as_is(images, PROMPTS[:2]), as_is(resized, PROMPTS[:2]))
+
+
 def test_arguments_are_refused_in_one_line(vlm_dir, tmp_path):
     with pytest.raises(RewardError, match="reward vqa needs args model"):
         VQAReward.check_args({})
@@ -96,6 +107,8 @@ def test_arguments_are_refused_in_one_line(vlm_dir, tmp_path):
         VQAReward.check_args({"model": str(vlm_dir), "question": "Is it good?"})
     with pytest.raises(RewardError, match="batch_size 0"):
         VQAReward.check_args({"model": str(vlm_dir), "batch_size": 0})
+    with pytest.raises(RewardError, match="image_size -1"):
+        VQAReward.check_args({"model": str(vlm_dir), "image_size": -1})
     VQAReward.check_args({"model": str(vlm_dir), "question": QUESTION})
     assert isinstance(build_reward("vqa", {"model": str(vlm_dir)}), VQAReward)
     base = tmp_path / "base"  # an instruction-less checkpoint: refused when built, not at its first score
