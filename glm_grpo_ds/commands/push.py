@@ -25,11 +25,11 @@ from pathlib import Path
 
 from ..config import ConfigError
 from ..config.fields import is_repo_id
-from ..lifecycle.checkpoint import OutputDirError
+from ..lifecycle.checkpoint import FINAL_ADAPTER_EMA, OutputDirError
 from ..observability.records import read_run_record
 from ..sharing.card_parts import CARD, is_ours, is_users
 from ..sharing.hub import prepare_repo, short_error, upload
-from ..sharing.model_card import CHECKPOINT_PREFIX, EMA_DIRS, EMA_SUBFOLDER, write_run_card
+from ..sharing.model_card import CHECKPOINT_PREFIX, EMA_SUBFOLDER, write_run_card
 from .cli import parser_for
 
 
@@ -87,8 +87,8 @@ def push_run(output_dir, repo_id=None, private=None, revision=None, checkpoints=
     checkpoints = hub.get("push_checkpoints", False) if checkpoints is None else checkpoints
     weights = _final_weights(out)
     jobs = [(weights, None, None)]
-    if any((out / EMA_DIRS[0]).glob("*.safetensors")):  # lora.ema_decay's average, beside the adapter
-        jobs.append((out / EMA_DIRS[0], None, EMA_SUBFOLDER))
+    if any((out / FINAL_ADAPTER_EMA).glob("*.safetensors")):  # lora.ema_decay's average, beside the adapter
+        jobs.append((out / FINAL_ADAPTER_EMA, None, EMA_SUBFOLDER))
     if checkpoints:
         jobs += [
             (adapter, step, f"{CHECKPOINT_PREFIX}/{adapter.parent.name}") for step, adapter in _checkpoint_adapters(out)

@@ -52,6 +52,8 @@ CHECKPOINTS = "checkpoints"
 LATEST, BEST = "latest", "best"  # pointers: the newest complete checkpoint; the best evaluated one (best.py)
 AHEAD = "ahead"
 REFERENCE_FILES = "reference-*.safetensors"  # grpo.ref_sync_steps' reference (model/reference.py), in order
+# lora.ema_decay's average of the adapter in peft format (model/ema.py): the run's final one, each checkpoint's
+FINAL_ADAPTER_EMA, ADAPTER_EMA = "final_adapter_ema", "adapter_ema"
 
 
 class CheckpointError(ValueError):
@@ -95,7 +97,7 @@ def check_output_dir(output_dir, rank: int, create: bool = True) -> Path:
 
 
 # What an earlier run leaves in output_dir that a fresh start would overwrite or mix with its own.
-EARLIER_RUN_OUTPUTS = (CHECKPOINTS, "metrics.jsonl", "final_adapter", "final_adapter_ema", "final_model")
+EARLIER_RUN_OUTPUTS = (CHECKPOINTS, "metrics.jsonl", "final_adapter", FINAL_ADAPTER_EMA, "final_model")
 # Deleted too by overwrite_output_dir=true: outputs a new run would mix with its own (config.json, the plan, the plot:
 # rewritten whole by every run).
 OVERWRITTEN_OUTPUTS = (*EARLIER_RUN_OUTPUTS, "eval.jsonl", "samples", "samples.jsonl", "tensorboard", "logs")

@@ -302,8 +302,9 @@ class RunLife:
         """``final_adapter/`` (LoRA) or ``final_model/`` (collective), with the step it holds (``step``: max_steps, or
         the resumed checkpoint's when max_steps was lowered below it) and its card; with ``ema`` (lora.ema_decay,
         model/ema.py) its average in ``final_adapter_ema/`` too."""
+        ema_dir = None if ema is None else self.out / checkpoint.FINAL_ADAPTER_EMA
         if ema is not None:
-            ema.save_adapter(engine, self.out / "final_adapter_ema", self.rank)
+            ema.save_adapter(engine, ema_dir, self.rank)
         final = self.final_dir
         # written beside it, then renamed: a run killed while writing leaves final_*.tmp (removed when they are next
         # written), not a final_*/ of half the files, and its resume writes them again (resume.finished)
@@ -322,7 +323,7 @@ class RunLife:
             partial.rename(final)
             shutil.rmtree(replaced, ignore_errors=True)
         dist.barrier()  # every rank sees final_*/ whole
-        self.publisher.final(final, None if ema is None else self.out / "final_adapter_ema")
+        self.publisher.final(final, ema_dir)
 
     def end_stopped(self, stop: Stopped) -> int:
         """The end of a run every rank agreed to stop (collective): its line, rank 0's pending upload / pruning of

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from ..config.fields import is_repo_id
+
 # Published transformers CLIPConfig values (config.json of each Hub checkpoint) of the CLIP models the
 # reward docs name, used when the checkpoint directory is not on this machine; keyed by the directory's
 # name, lowercased. Their parameter counts on the meta device equal the published ones (tests/unit/
@@ -128,14 +130,10 @@ def vlm_size(model) -> tuple[int, int, str]:
     value, found = str(model or ""), None
     if value and (Path(value).expanduser() / "config.json").is_file():
         found = Path(value).expanduser() / "config.json"
-    elif value.count("/") == 1 and not value.startswith(("/", ".", "~")):
+    elif is_repo_id(value):  # else not a Hub id at all: the reward's own check says so in one line
         from huggingface_hub import try_to_load_from_cache
-        from huggingface_hub.errors import HFValidationError
 
-        try:
-            cached = try_to_load_from_cache(value, "config.json")
-        except HFValidationError:  # not a Hub id at all: the reward's own check says so in one line
-            cached = None
+        cached = try_to_load_from_cache(value, "config.json")
         found = Path(cached) if isinstance(cached, str) else None
     if found is not None:
         conf, source = AutoConfig.from_pretrained(found.parent), f"{value}'s config.json"

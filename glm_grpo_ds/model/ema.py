@@ -27,6 +27,7 @@ import torch
 from ..ds import dist
 from ..ds.engine import gathered, is_zero3, unwrap, written
 from ..ds.io import save_adapter
+from ..lifecycle.checkpoint import ADAPTER_EMA
 from .kept import KeptTensors
 
 FILES = "ema-*.safetensors"  # in a checkpoint (lifecycle/checkpoint.py's layout)
@@ -100,7 +101,7 @@ class AdapterEMA(KeptTensors):
         (``adapter_ema/``: the evaluations' adapter, e.g. the one save_best picked) (collective)."""
         super().write(directory, rank)
         if self.step and self.engine is not None:
-            self.save_adapter(self.engine, Path(directory) / "adapter_ema", rank)
+            self.save_adapter(self.engine, Path(directory) / ADAPTER_EMA, rank)
 
     def _shards(self, rank: int):
         """One file: the average as CPU tensors by parameter name (rank 0's; every rank holds the same)."""

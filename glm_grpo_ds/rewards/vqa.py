@@ -95,7 +95,7 @@ class VQAReward:
     def texts(self, prompts: list[str], asked: list[str] | None = None) -> list[str]:
         """Each question in the model's chat template, up to the assistant's first token: the ``question`` template
         filled with each prompt, or the questions ``asked`` as they are."""
-        questions = asked if asked is not None else [self.question.format(prompt=p) for p in prompts]
+        questions = asked if asked is not None else self.asked(prompts, None)[1]
         return [
             self.processor.apply_chat_template(
                 [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": q}]}],

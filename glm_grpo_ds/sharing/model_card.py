@@ -29,6 +29,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ..lifecycle.checkpoint import ADAPTER_EMA, FINAL_ADAPTER_EMA
 from ..model.glm_image import AR_DIR
 from ..observability.plot import PLOT_NAME, plot_training
 from ..observability.records import read_run_record
@@ -58,7 +59,7 @@ from .run_sections import (
 CHECKPOINT_PREFIX = "checkpoints"  # checkpoints/step_N/ in the Hub repo, as in output_dir
 # lora.ema_decay's moving average of the adapter: final_adapter_ema/ (and each checkpoint's adapter_ema/), uploaded
 # to ema/ in the Hub repo beside the final adapter at its root
-EMA_DIRS, EMA_SUBFOLDER = ("final_adapter_ema", "adapter_ema"), "ema"
+EMA_DIRS, EMA_SUBFOLDER = (FINAL_ADAPTER_EMA, ADAPTER_EMA), "ema"
 
 
 def run_step_dir(step: int) -> str:
