@@ -59,6 +59,10 @@ VARIANTS = {
         "num_iterations 2, SAPO (the soft gate, temperatures 1 / 1.05)",
         ["grpo.num_iterations=2", "grpo.objective=sapo"],
     ),
+    "iters2_vespo": (
+        "num_iterations 2, VESPO (each sequence's A log pi weighted by phi(w), TRL's k / lambda)",
+        ["grpo.num_iterations=2", "grpo.objective=vespo"],
+    ),
     # more updates per rollout by splitting it (batch.mini_batches), against num_iterations 2 (iters2)
     "mb2": (
         "2 mini-batches per rollout (two optimizer steps of 4 sequences)",

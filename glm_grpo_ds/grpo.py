@@ -1,5 +1,6 @@
 """GRPO math: the clipped, KL-regularised policy loss (the advantages it takes: advantages.py; its policy term's
-other forms, CISPO and SAPO: objectives.py; the sampler correction and off-policy mask it applies: corrections.py).
+other forms, CISPO, SAPO and VESPO: objectives.py; the sampler correction and off-policy mask it applies:
+corrections.py).
 
 Pure torch (plus the standard library and the registry helper), so it can be read, tested and reused alone. GRPO is
 DeepSeekMath's Group Relative Policy Optimization (arXiv:2402.03300): sample G completions per
@@ -27,7 +28,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from .corrections import off_policy_keep
-from .objectives import OBJECTIVES
+from .objectives import OBJECTIVES, Terms
 from .runtime.registries import Registry
 
 
@@ -138,8 +139,9 @@ class LossSettings:
     """How :func:`policy_loss` computes, the same for every call of a run: built once from the ``grpo`` config section
     (:func:`glm_grpo_ds.update.loss_settings`; the defaults live there, not here).
 
-    ``objective``: an :data:`glm_grpo_ds.objectives.OBJECTIVES` name, the policy term (clip, cispo, sapo) with its
-    numbers ``cispo_max``, ``sapo_temperature_pos`` / ``sapo_temperature_neg``;
+    ``objective``: an :data:`glm_grpo_ds.objectives.OBJECTIVES` name, the policy term (clip, cispo, sapo, vespo) with
+    its numbers ``cispo_max``, ``sapo_temperature_pos`` / ``sapo_temperature_neg``, ``vespo_k_pos`` /
+    ``vespo_lambda_pos`` / ``vespo_k_neg`` / ``vespo_lambda_neg``;
     ``beta``: the k3 KL coefficient (``ref_logp`` needed when not 0); ``epsilon_low`` / ``epsilon_high``: the ratio
     clip range ``[1 - epsilon_low, 1 + epsilon_high]`` (asymmetric "clip-higher" when they differ); ``aggregation``:
     an :data:`AGGREGATIONS` name (see :func:`loss_normalizer`); ``importance_sampling_level``: ``token`` (GRPO) or
@@ -163,6 +165,10 @@ class LossSettings:
     cispo_max: float
     sapo_temperature_pos: float
     sapo_temperature_neg: float
+    vespo_k_pos: float
+    vespo_lambda_pos: float
+    vespo_k_neg: float
+    vespo_lambda_neg: float
 
 
 def policy_loss(
@@ -197,7 +203,8 @@ def policy_loss(
 
     Returns ``(loss, stats)``: the scalar loss and detached scalars ``clip_frac_low``, ``clip_frac_high``,
     ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``kl``, ``entropy`` (token means over this call's masked tokens),
-    ``num_tokens``, and with the off-policy mask ``off_policy_masked`` (the masked tokens of the sequences it dropped).
+    ``num_tokens``, with the off-policy mask ``off_policy_masked`` (the masked tokens of the sequences it dropped),
+    and with a sequence-weighting objective (vespo) ``sequence_weight_sum`` and ``sequences``.
     """
     s = settings
     _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, s, entropy, sampler_logp)
@@ -205,7 +212,10 @@ def policy_loss(
     mask = mask.to(logp.dtype)  # [N, T]
     adv = advantages.detach().to(logp.dtype).unsqueeze(1)  # [N, 1], same for every token of a row
     ratio = torch.exp(log_importance_weights(logp, old_logp, mask, s.importance_sampling_level))  # [N, T] or [N, 1]
-    per_token = _policy_term(ratio, adv, logp, s, token_weights, is_weights)  # [N, T] or [N, 1]
+    terms = Terms(
+        ratio, adv, logp, (logp - old_logp).detach(), mask, None if is_weights is None else is_weights.detach()
+    )
+    per_token = _policy_term(terms, s, token_weights)  # [N, T] or [N, 1]
     keep = None
     if s.off_policy_mask_threshold is not None:  # the policy term only: the KL and the entropy bonus stay, as TRL's
         keep = off_policy_keep(adv, logp, sampler_logp, mask, s.off_policy_mask_threshold)  # [N, 1]
@@ -222,21 +232,35 @@ def policy_loss(
     # the KL logged is the one the loss takes: bias-corrected, weighted by the ratio (TRL's kl metric too)
     logged_kl = kl * ratio if kl is not None and s.kl_bias_correction else kl
     stats = _loss_stats(ratio, adv, mask, logged_kl, entropy, logp, s)
+    stats.update(_sequence_weight_sums(terms, s))
     if keep is not None:
         stats["off_policy_masked"] = ((1.0 - keep) * mask).sum().detach()
     return loss, stats
 
 
-def _policy_term(ratio, adv, logp, s: LossSettings, token_weights, is_weights) -> torch.Tensor:
+def _policy_term(terms: Terms, s: LossSettings, token_weights) -> torch.Tensor:
     """The objective's surrogate per token ``[N, T]`` (or per sequence ``[N, 1]``), negated (we minimise), times the
-    token weights and the sampler correction's importance weights where given."""
-    dtype = logp.dtype
-    per_token = OBJECTIVES.get(s.objective).term(ratio, adv, logp, s)
+    token weights and the sampler correction's importance weights where given (an objective that weighs whole
+    sequences, vespo, takes the latter into its weight instead)."""
+    objective = OBJECTIVES.get(s.objective)
+    dtype = terms.logp.dtype
+    per_token = objective.term(terms, s)
     if token_weights is not None:
         per_token = per_token * token_weights.to(dtype)  # [N, T]
-    if is_weights is not None:
-        per_token = per_token * is_weights.detach().to(dtype)
+    if terms.is_weights is not None and objective.sequence_weight is None:
+        per_token = per_token * terms.is_weights.to(dtype)
     return per_token
+
+
+@torch.no_grad()
+def _sequence_weight_sums(terms: Terms, s: LossSettings) -> dict[str, torch.Tensor]:
+    """``sequence_weight_sum`` and ``sequences`` (those with a masked token) of an objective that weighs whole
+    sequences (vespo's phi: TRL's vespo/phi_seq_mean is their ratio); empty for the others."""
+    weigh = OBJECTIVES.get(s.objective).sequence_weight
+    if weigh is None:
+        return {}
+    counted = (terms.mask.sum(-1, keepdim=True) > 0).to(terms.logp.dtype)  # [N, 1]
+    return {"sequence_weight_sum": (weigh(terms, s) * counted).sum(), "sequences": counted.sum()}
 
 
 def _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, s: LossSettings, entropy, sampler_logp) -> None:

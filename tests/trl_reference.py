@@ -59,13 +59,15 @@ def trl_loss(
     sampling_logp: torch.Tensor | None = None,
     use_bias_correction_kl: bool = False,
     sapo_temperatures: tuple[float, float] = (1.0, 1.05),
+    vespo: tuple[float, float, float, float] = (2.0, 3.0, 3.0, 2.0),
     adaptive: dict | None = None,
     metrics: dict | None = None,
 ) -> torch.Tensor:
     """TRL 1.16's loss for one micro-batch (gradient accumulation 1, train mode). TRL's loss types: ``bnpo`` = our
     token_mean, ``grpo`` = our seq_mean, ``dr_grpo`` = ours with T = the completion length; ``cispo`` = our objective
     cispo (its cap TRL's ``epsilon_high``) with token_mean, ``sapo`` = our objective sapo (``sapo_temperatures``:
-    positive, negative) with seq_mean. ``metrics``: filled with what TRL logs for the call (its
+    positive, negative) with seq_mean, ``vespo`` = our objective vespo (``vespo``: its k_pos, lambda_pos, k_neg,
+    lambda_neg) with token_mean. ``metrics``: filled with what TRL logs for the call (its
     ``_metrics["train"]``: ``kl``, ``entropy``, ``clip_ratio/low_mean``, ...). ``adaptive``: TRL's adaptive entropy
     coefficient (``use_adaptive_entropy``) across calls, one optimizer step each: ``coef`` and ``last`` (its
     ``entropy_coef`` and ``_last_world_entropy``, read and written back), ``target``, ``delta``, ``min``, ``max``."""
@@ -77,6 +79,7 @@ def trl_loss(
         accelerator=_OneProcess(),
         off_policy_mask_threshold=off_policy_mask_threshold,
         get_off_policy_mask=GRPOTrainer.get_off_policy_mask,  # a staticmethod: TRL's own, unchanged
+        get_gamma_weights=GRPOTrainer.get_gamma_weights,  # vespo's weights, a staticmethod too
         importance_sampling_level=importance_sampling_level,
         beta=beta,
         args=types.SimpleNamespace(
@@ -84,6 +87,7 @@ def trl_loss(
             delta=delta,
             sapo_temperature_pos=sapo_temperatures[0],
             sapo_temperature_neg=sapo_temperatures[1],
+            **dict(zip(("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"), vespo)),
             steps_per_generation=1,
             **({} if adaptive is None else _adaptive_args(adaptive)),
         ),
@@ -111,7 +115,7 @@ def trl_loss(
         "completion_mask": mask,
         "advantages": advantages,
         "old_per_token_logps": old_logp,
-        "num_items_in_batch": mask.sum(),  # cispo's normaliser: the batch's masked tokens (one process, one step)
+        "num_items_in_batch": mask.sum(),  # cispo's, vespo's normaliser: the masked tokens (one process, one step)
     }
     if ref_logp is not None:
         inputs["ref_per_token_logps"] = ref_logp

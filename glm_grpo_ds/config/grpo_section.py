@@ -16,13 +16,7 @@ from ..objectives import OBJECTIVES
 from .checks import need
 from .fields import choice_problems, default_of, setting
 from .model_sections import SamplingConfig
-
-# what cispo and sapo read in place of the clip's range: said where another objective's settings are refused
-# (GRPOConfig) or noted (config/notes.py)
-OBJECTIVE_READS = {
-    "cispo": "its weight's cap, grpo.cispo_max (TRL's epsilon_high under loss_type cispo)",
-    "sapo": "its gate's temperatures, grpo.sapo_temperature_pos / _neg",
-}
+from .objective_rules import objective_number_problems, objective_problems
 
 
 @dataclass
@@ -56,8 +50,10 @@ class GRPOConfig:
         "clip",
         "The policy term (glm_grpo_ds/objectives.py): clip = PPO's clipped surrogate (GRPO); cispo = the importance "
         "weight capped at cispo_max and detached, times A log pi, so no token loses its gradient (MiniMax-M1, TRL's "
-        "loss_type: cispo); sapo = a smooth sigmoid gate instead of the hard clip (TRL's loss_type: sapo). The "
-        "aggregation stays grpo.aggregation (TRL's cispo sums like token_mean, its sapo like seq_mean).",
+        "loss_type: cispo); sapo = a smooth sigmoid gate instead of the hard clip (TRL's loss_type: sapo); vespo = a "
+        "whole sequence's A log pi weighted by a smooth gamma function of its importance weight (TRL's loss_type: "
+        "vespo; token-level ratios only). The aggregation stays grpo.aggregation (TRL's cispo and vespo sum like "
+        "token_mean, its sapo like seq_mean).",
         noun="objective",
     )
     epsilon_low: float = setting(0.2, "Ratio clip range below 1: [1 - epsilon_low, ...], in [0, 1).")
@@ -174,6 +170,16 @@ class GRPOConfig:
         "objective sapo: the gate's temperature for a zero or negative advantage (> 0; larger = the gate closes "
         "sooner as the ratio leaves 1; TRL's, the same default).",
     )
+    vespo_k_pos: float = setting(
+        2.0,
+        "objective vespo: the exponent k of the weight phi(w) = e^lambda w^k e^(-lambda w) of a sequence with A >= 0 "
+        "(>= 0; w = the product of its tokens' ratios; phi peaks at w = k / lambda; TRL's, the same default).",
+    )
+    vespo_lambda_pos: float = setting(
+        3.0, "objective vespo: the decay lambda of phi for A >= 0 (> 0; larger = a narrower weight; TRL's default)."
+    )
+    vespo_k_neg: float = setting(3.0, "objective vespo: the exponent k of phi for A < 0 (>= 0; TRL's default).")
+    vespo_lambda_neg: float = setting(2.0, "objective vespo: the decay lambda of phi for A < 0 (> 0; TRL's default).")
     off_policy_mask_threshold: float | None = setting(
         None,
         "Off-policy sequence masking (DeepSeek-V3.2, TRL's off_policy_mask_threshold): a sequence with a negative "
@@ -201,7 +207,7 @@ class GRPOConfig:
         reward_combination and sampler_correction), then each setting's range, then the settings the others make
         ineffective, then ``<prefix>sampling``."""
         problems = choice_problems(self, prefix) + self._range_problems(prefix) + self._ineffective_problems(prefix)
-        return problems + self._objective_problems(prefix) + self.sampling.problems(f"{prefix}sampling.")
+        return problems + objective_problems(self, prefix) + self.sampling.problems(f"{prefix}sampling.")
 
     def _range_problems(self, prefix: str) -> list[str]:
         """Each setting out of its range, one line each."""
@@ -271,11 +277,7 @@ class GRPOConfig:
             bound is None or 0 <= bound < math.inf,
             f"{prefix}off_policy_mask_threshold must be null or >= 0 and finite, got {bound}",
         )
-        problems += self._entropy_control_problems(prefix)
-        for key in ("cispo_max", "sapo_temperature_pos", "sapo_temperature_neg"):
-            value = getattr(self, key)
-            need(problems, 0 < value < math.inf, f"{prefix}{key} must be > 0 and finite, got {value}")
-        return problems
+        return problems + self._entropy_control_problems(prefix) + objective_number_problems(self, prefix)
 
     def _entropy_control_problems(self, prefix: str) -> list[str]:
         """The adaptive coefficient's settings: each in range, the start inside [min, max], none without a target."""
@@ -295,27 +297,6 @@ class GRPOConfig:
             value = getattr(self, key)
             fixed = f"{prefix}{key}={value} moves an adaptive coefficient that {prefix}entropy_target=null leaves fixed"
             need(problems, value == default_of(self, key), f"{fixed}: set entropy_target")
-        return problems
-
-    def _objective_problems(self, prefix: str) -> list[str]:
-        """The settings of one objective given with another: refused, with the key that objective reads (the clip range
-        only noted, config/notes.py: the shipped configs set it)."""
-        reads = {"clip": ("delta",), "cispo": ("cispo_max",)}
-        reads["sapo"] = ("sapo_temperature_pos", "sapo_temperature_neg")
-        instead = {name: f"it reads {what}" for name, what in OBJECTIVE_READS.items()}
-        instead["clip"] = "set grpo.objective to the one that reads it"
-        problems: list[str] = []
-        if self.objective not in instead:  # an unknown choice: said by choice_problems
-            return problems
-        for objective, keys in reads.items():
-            for key in keys:
-                value = getattr(self, key)
-                need(
-                    problems,
-                    objective == self.objective or value == default_of(self, key),
-                    f"{prefix}{key}={value} is read by objective {objective} only, but {prefix}objective="
-                    f"{self.objective}: {instead[self.objective]}",
-                )
         return problems
 
     def _ineffective_problems(self, prefix: str) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .fields import default_of
-from .grpo_section import OBJECTIVE_READS
+from .objective_rules import OBJECTIVE_READS
 
 LINE_FILES = (".txt", ".jsonl")  # one file: no splits (data/lines.py)
 

@@ -16,9 +16,9 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
     "loss_type": (
         "grpo.aggregation",
         "the loss normaliser: TRL's dapo / bnpo = token_mean, grpo = seq_mean, dr_grpo = dr_grpo; cispo and sapo "
-        "are grpo.objective cispo / sapo (TRL sums them as token_mean / seq_mean); luspo, with every image's token "
-        "count equal, is importance_sampling_level sequence with seq_mean times that count (the lr scaled by it); "
-        "vespo has no counterpart",
+        "are grpo.objective cispo / sapo (TRL sums them as token_mean / seq_mean), vespo is grpo.objective vespo "
+        "(summed as token_mean); luspo, with every image's token count equal, is importance_sampling_level sequence "
+        "with seq_mean times that count (the lr scaled by it)",
     ),
     "scale_rewards": ("grpo.advantage_estimator", "TRL's group / true = group, batch = batch, none / false = none"),
     "epsilon": ("grpo.epsilon_low", "the lower clip; grpo.epsilon_high is the upper one, as in TRL"),
@@ -96,6 +96,10 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
     "use_bias_correction_kl": ("grpo.kl_bias_correction", "the KL term weighted by the importance ratio"),
     "sapo_temperature_pos": ("grpo.sapo_temperature_pos", "objective sapo: the gate's temperature for A > 0"),
     "sapo_temperature_neg": ("grpo.sapo_temperature_neg", "objective sapo: the gate's temperature for A <= 0"),
+    "vespo_k_pos": ("grpo.vespo_k_pos", "objective vespo: the gamma weight's exponent for A >= 0"),
+    "vespo_lambda_pos": ("grpo.vespo_lambda_pos", "objective vespo: the gamma weight's decay for A >= 0"),
+    "vespo_k_neg": ("grpo.vespo_k_neg", "objective vespo: the gamma weight's exponent for A < 0"),
+    "vespo_lambda_neg": ("grpo.vespo_lambda_neg", "objective vespo: the gamma weight's decay for A < 0"),
     "log_completions": ("logging.sample_records", "every N steps, a line per sample in samples.jsonl"),
     "num_generations_eval": ("eval.group_size", "samples per prompt at an evaluation"),
     "shuffle_dataset": ("data.shuffle", "the prompts' order each epoch"),
@@ -127,6 +131,7 @@ TRL_VALUES: dict[tuple[str, str], tuple[str, str]] = {
     ("grpo.aggregation", "grpo"): ("loss_type", "aggregation 'seq_mean'"),
     ("grpo.aggregation", "cispo"): ("loss_type", "grpo.objective 'cispo' (TRL sums it as aggregation 'token_mean')"),
     ("grpo.aggregation", "sapo"): ("loss_type", "grpo.objective 'sapo' (TRL sums it as aggregation 'seq_mean')"),
+    ("grpo.aggregation", "vespo"): ("loss_type", "grpo.objective 'vespo' (TRL sums it as aggregation 'token_mean')"),
     ("grpo.advantage_estimator", "true"): ("scale_rewards", "advantage_estimator 'group'"),
     ("grpo.advantage_estimator", "false"): ("scale_rewards", "advantage_estimator 'none'"),
 }

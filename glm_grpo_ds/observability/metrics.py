@@ -191,6 +191,7 @@ _OPTIONAL_MEANS = (
     "top_entropy/threshold",
     "top_entropy/kept_fraction",
     "off_policy/masked_fraction",
+    "sequence_weight_mean",
     "entropy_coef",
     "entropy_control/coef",
 )

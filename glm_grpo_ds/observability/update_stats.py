@@ -41,6 +41,7 @@ class UpdateStats:
         self.correction: dict[str, float] = defaultdict(float)
         self.selection: dict[str, float] = defaultdict(float)
         self.masked: dict[str, float] = defaultdict(float)  # grpo.off_policy_mask_threshold, every iteration
+        self.weighted: dict[str, float] = defaultdict(float)  # a sequence-weighting objective (vespo), every iteration
         self._new_iteration()
 
     def _new_iteration(self) -> None:
@@ -85,6 +86,9 @@ class UpdateStats:
         if "off_policy_masked" in loss_stats:
             self.masked["dropped"] += loss_stats["off_policy_masked"].item()
             self.masked["tokens"] += tokens
+        if "sequence_weight_sum" in loss_stats:
+            self.weighted["sum"] += loss_stats["sequence_weight_sum"].item()
+            self.weighted["sequences"] += loss_stats["sequences"].item()
         for key in TOKEN_MEANS:
             self.sums[key] += loss_stats[key].item() * tokens
         self.ratio_mins.append(loss_stats["ratio_min"].item())
@@ -125,6 +129,8 @@ class UpdateStats:
             out["top_entropy/kept_fraction"] = sel["kept"] / max(sel["tokens"], 1.0)
         if self.masked["tokens"]:  # grpo.off_policy_mask_threshold: the tokens of the sequences it took out
             out["off_policy/masked_fraction"] = self.masked["dropped"] / self.masked["tokens"]
+        if self.weighted["sequences"]:  # grpo.objective vespo: the mean of its sequences' phi(w)
+            out["sequence_weight_mean"] = self.weighted["sum"] / self.weighted["sequences"]
         return out
 
     @staticmethod

@@ -137,6 +137,7 @@ _OBJECTIVE_WORDS = {
     "clip": "clipped surrogate",
     "cispo": "CISPO's capped, detached importance weights",
     "sapo": "SAPO's soft gate",
+    "vespo": "VESPO's gamma-weighted sequences",
 }
 
 
@@ -147,6 +148,9 @@ def _objective_row(g: dict) -> tuple[str, str]:
         return "CISPO weight cap", str(g["cispo_max"])
     if objective == "sapo":
         return "SAPO temperatures positive / negative", f"{g['sapo_temperature_pos']} / {g['sapo_temperature_neg']}"
+    if objective == "vespo":
+        pos, neg = f"{g['vespo_k_pos']}, {g['vespo_lambda_pos']}", f"{g['vespo_k_neg']}, {g['vespo_lambda_neg']}"
+        return "VESPO k, lambda positive / negative", f"{pos} / {neg}"
     return "clip epsilon low / high", f"{g['epsilon_low']} / {g['epsilon_high']}"
 
 

@@ -9,6 +9,7 @@ def plain(**given) -> LossSettings:
     base = dict(
         beta=0.0, epsilon_low=0.2, epsilon_high=0.2, aggregation="token_mean", importance_sampling_level="token",
         entropy_coef=0.0, delta=None, off_policy_mask_threshold=None, kl_bias_correction=False, objective="clip",
-        cispo_max=5.0, sapo_temperature_pos=1.0, sapo_temperature_neg=1.05,
+        cispo_max=5.0, sapo_temperature_pos=1.0, sapo_temperature_neg=1.05, vespo_k_pos=2.0,
+        vespo_lambda_pos=3.0, vespo_k_neg=3.0, vespo_lambda_neg=2.0,
     )  # fmt: skip
     return LossSettings(**{**base, **given})

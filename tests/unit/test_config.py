@@ -80,6 +80,16 @@ def test_a_reward_label_names_metrics_and_tags_so_it_takes_plain_characters():
         (["grpo.beta=0", "grpo.kl_bias_correction=true"], "grpo.kl_bias_correction=true weights a KL term that"),
         (["grpo.objective=cispo", "grpo.cispo_max=0"], "grpo.cispo_max must be > 0 and finite, got 0.0"),
         (["grpo.objective=sapo", "grpo.sapo_temperature_pos=inf"], "grpo.sapo_temperature_pos must be > 0 and fini"),
+        (["grpo.objective=vespo", "grpo.vespo_lambda_neg=0"], "grpo.vespo_lambda_neg must be > 0 and finite, got 0."),
+        (["grpo.objective=vespo", "grpo.vespo_k_pos=-1"], "grpo.vespo_k_pos must be >= 0 and finite, got -1.0"),
+        (
+            ["grpo.objective=vespo", "grpo.importance_sampling_level=sequence"],
+            "grpo.objective=vespo weighs each sequence by the product of its tokens' ratios: set grpo.importance_sam",
+        ),
+        (
+            ["grpo.objective=vespo", "grpo.sampler_correction=sequence_mask"],
+            "grpo.objective=vespo weighs each sequence by the product of its tokens' ratios and takes the sampler",
+        ),
         (["grpo.objective=ppo"], "grpo.objective: unknown objective 'ppo'"),
         (["grpo.entropy_target=0.5", "grpo.entropy_coef=2"], "grpo.entropy_coef=2.0 starts the adaptive coefficien"),
         (["grpo.entropy_target=-1"], "grpo.entropy_target must be null or >= 0 and finite, got -1.0"),
@@ -447,6 +457,7 @@ def test_sections_report_every_problem_one_line_each():
         (["grpo.cispo_max=3"], "grpo.cispo_max=3.0 is read by objective cispo only, but grpo.objective=clip"),
         (["grpo.entropy_coef_delta=0.01"], "grpo.entropy_coef_delta=0.01 moves an adaptive coefficient that"),
         (["grpo.sapo_temperature_neg=2"], "grpo.sapo_temperature_neg=2.0 is read by objective sapo only"),
+        (["grpo.vespo_k_neg=1"], "grpo.vespo_k_neg=1.0 is read by objective vespo only, but grpo.objective=clip"),
         (["grpo.objective=cispo", "grpo.delta=2"], "grpo.delta=2.0 is read by objective clip only, but grpo.objectiv"),
         # alarms are checked at the evaluations when the run evaluates: at eval.steps=0 only before and at the end
         (["monitor.stop_on_alarm=true", "eval.file=x"], "monitor.stop_on_alarm checks the alarms at each evaluation"),
@@ -471,6 +482,7 @@ def test_a_setting_the_others_make_ineffective_is_refused_in_one_line(overrides,
         "grpo.cispo_max=3": "grpo.objective=cispo",
         "grpo.entropy_coef_delta=0.01": "grpo.entropy_target=0.5",
         "grpo.sapo_temperature_neg=2": "grpo.objective=sapo",
+        "grpo.vespo_k_neg=1": "grpo.objective=vespo",
         "grpo.objective=cispo": "grpo.objective=clip",
     }
     kept = [o for o in overrides if o != "lora=null" and o not in fixes.values()]

@@ -359,18 +359,48 @@ def test_sapo_by_hand():
     assert stats["clip_frac_high"].item() == 0 and stats["clip_frac_low"].item() == 0  # a soft gate cuts nothing
 
 
+def test_vespo_by_hand():
+    # loss per token -phi(w) A log pi, phi detached, phi(w) = e^lam w^k e^(-lam w); token mean over 2 tokens:
+    # row 1 (A > 0: k 2, lam 3): phi(7) = e^3 49 e^-21 = 49 e^-18; row 2 (A < 0: k 3, lam 2): phi(0.5) = e^2 0.125 e^-1
+    phi1, phi2 = 49 * math.exp(-18), 0.125 * math.e
+    loss, grad, stats = _two_tokens("vespo")
+    assert loss == pytest.approx((-phi1 * 2 * -0.5 - phi2 * -1 * -1.0) / 2, abs=1e-12)
+    assert grad == pytest.approx([-phi1 * 2 / 2, phi2 / 2], abs=1e-12)
+    assert stats["sequence_weight_sum"].item() == pytest.approx(phi1 + phi2) and stats["sequences"] == 2
+
+
+def test_vespo_weight_is_the_product_over_a_sequence_and_skips_its_padding():
+    # one row of 3 tokens, the last padding: ratios 2 and 0.5 multiply to w = 1, so phi = 1 whatever the ratio on
+    # the padding (20) and the sampler correction's weight there (0.01); a correction weight of 2 on a real token
+    # makes w = 2: phi = e^3 4 e^-6 = 4 e^-3 (A > 0)
+    logp = torch.tensor([[-1.0, -2.0, -0.5]], dtype=torch.float64, requires_grad=True)
+    old = logp.detach() - torch.log(torch.tensor([[2.0, 0.5, 20.0]], dtype=torch.float64))
+    mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
+    adv = torch.tensor([1.0], dtype=torch.float64)
+
+    def weight(is_weights):
+        _, stats = policy_loss(logp, old, adv, mask, plain(objective="vespo"), is_weights=is_weights)
+        return stats["sequence_weight_sum"].item()
+
+    assert weight(None) == pytest.approx(1.0, abs=1e-12)
+    assert weight(torch.tensor([[1.0, 1.0, 0.01]], dtype=torch.float64)) == pytest.approx(1.0, abs=1e-12)
+    assert weight(torch.tensor([[2.0, 1.0, 1.0]], dtype=torch.float64)) == pytest.approx(4 * math.exp(-3), abs=1e-12)
+
+
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_on_policy_every_objective_has_the_clipped_surrogates_gradient(level):
     """At ratio 1 (one update per rollout, the sampler exact) the objectives differ in value only: CISPO's weight
-    is 1 under its cap, SAPO's gate has slope 1 at r = 1 (sigmoid'(0) x 4 = 1), so each gives -A grad log pi."""
+    is 1 under its cap, SAPO's gate has slope 1 at r = 1 (sigmoid'(0) x 4 = 1), VESPO's phi(1) = 1, so each gives
+    -A grad log pi."""
     g = torch.Generator().manual_seed(3)
     old = -torch.rand(4, 5, generator=g, dtype=torch.float64) * 3
     adv = torch.randn(4, generator=g, dtype=torch.float64)
     grads = {}
-    for objective in ("clip", "cispo", "sapo"):
+    for objective in ("clip", "cispo", "sapo", "vespo"):
         logp = old.clone().requires_grad_()
         loss, _ = policy_loss(logp, old, adv, torch.ones_like(old), plain(objective=objective,
                               importance_sampling_level=level))  # fmt: skip
         grads[objective] = torch.autograd.grad(loss, logp)[0]
     torch.testing.assert_close(grads["cispo"], grads["clip"], rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(grads["sapo"], grads["clip"], rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(grads["vespo"], grads["clip"], rtol=1e-12, atol=1e-14)

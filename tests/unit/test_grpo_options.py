@@ -22,7 +22,8 @@ def test_the_loss_settings_are_the_grpo_sections_own_values():
 
     changed = dict(beta=0.04, epsilon_high=0.28, aggregation="seq_mean", entropy_coef=0.01, delta=1.5)
     changed.update(off_policy_mask_threshold=0.1, kl_bias_correction=True, objective="sapo", cispo_max=3.0)
-    changed.update(sapo_temperature_pos=0.5, sapo_temperature_neg=2.0)
+    changed.update(sapo_temperature_pos=0.5, sapo_temperature_neg=2.0, vespo_k_pos=1.0, vespo_lambda_pos=2.0)
+    changed.update(vespo_k_neg=4.0, vespo_lambda_neg=5.0)
     for g in (GRPOConfig(), GRPOConfig(**changed)):
         s = loss_settings(g)
         assert {f.name: getattr(g, f.name) for f in dataclasses.fields(s)} == dataclasses.asdict(s)
@@ -225,6 +226,24 @@ def test_the_top_entropy_selection_reports_its_threshold_and_kept_tokens(preview
     out = stats.result()
     assert out["top_entropy/threshold"] == pytest.approx(0.45) and out["top_entropy/kept_fraction"] == 0.5
     assert "correction/weight_mean" not in out  # no sampler correction: no such metric
+
+
+def test_the_sequence_weight_mean_is_over_every_sequence_of_every_optimizer_step():
+    """objective vespo's sequence_weight_mean: the weights' sum over the sequences of every micro-batch and
+    iteration, over their count (1.5 + 0.5 + 0.2 over 2 + 2 + 1 sequences = 0.44); absent for the other objectives."""
+    from glm_grpo_ds.observability.update_stats import UpdateStats
+
+    stats = UpdateStats()
+    for weight_sum, sequences, end in ((1.5, 2.0, False), (0.5, 2.0, True), (0.2, 1.0, True)):
+        loss_stats = {**_loss_stats(), "sequence_weight_sum": torch.tensor(weight_sum)}
+        stats.add(torch.tensor(0.0), {**loss_stats, "sequences": torch.tensor(sequences)}, True)
+        if end:
+            stats.end_iteration()
+    assert stats.result()["sequence_weight_mean"] == pytest.approx(2.2 / 5)
+    plain_stats = UpdateStats()
+    plain_stats.add(torch.tensor(0.0), _loss_stats(), True)
+    plain_stats.end_iteration()
+    assert "sequence_weight_mean" not in plain_stats.result()
 
 
 def _loss_stats():

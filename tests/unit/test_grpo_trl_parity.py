@@ -18,7 +18,9 @@ OURS = {
     "dr_grpo": ("clip", "dr_grpo"),
     "cispo": ("cispo", "token_mean"),
     "sapo": ("sapo", "seq_mean"),
+    "vespo": ("vespo", "token_mean"),
 }
+VESPO_KEYS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 
 
 def inputs(seed=0, n=6, t=9):
@@ -37,9 +39,10 @@ def inputs(seed=0, n=6, t=9):
 def both(loss_type, beta=0.0, level="token", quantile=1.0, coef=0.0, is_ratio=None, eps=(0.2, 0.28), **new):
     """Ours and TRL's ``(loss, gradients)``; ``new``: ``delta``, ``off_policy_mask_threshold`` (with the sampler's
     log-probs of :func:`sampler_logp`), ``kl_bias_correction`` (TRL's use_bias_correction_kl), ``sapo_temperature_pos``
-    / ``_neg``. Under cispo ``eps[1]`` is the weight's cap (TRL's epsilon_high, our cispo_max). SAPO's temperatures
-    default to 1 and 1.25 here, not 1.05: TRL rounds them to float32 (``torch.where`` of two Python floats), we keep
-    the loss's dtype, and 1.05 differs by 5e-8 in float32 (tests/unit/test_grpo_math.py checks 1.05 by hand)."""
+    / ``_neg``, ``vespo_k_pos`` / ... (TRL's defaults where not given). Under cispo ``eps[1]`` is the weight's cap
+    (TRL's epsilon_high, our cispo_max). SAPO's temperatures default to 1 and 1.25 here, not 1.05: TRL rounds them to
+    float32 (``torch.where`` of two Python floats), we keep the loss's dtype, and 1.05 differs by 5e-8 in float32
+    (tests/unit/test_grpo_math.py checks 1.05 by hand)."""
     objective, aggregation = OURS[loss_type]
     new = {"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.25, **new} if objective == "sapo" else new
     temperatures = (new.get("sapo_temperature_pos"), new.get("sapo_temperature_neg"))
@@ -65,6 +68,7 @@ def both(loss_type, beta=0.0, level="token", quantile=1.0, coef=0.0, is_ratio=No
         sampling_logp=sampler,
         use_bias_correction_kl=new.get("kl_bias_correction", False),
         sapo_temperatures=temperatures if objective == "sapo" else (1.0, 1.05),
+        vespo=tuple(new.get(key, default) for key, default in zip(VESPO_KEYS, (2.0, 3.0, 3.0, 2.0))),
     )
     grads_theirs = torch.autograd.grad(theirs, [logp, entropy], allow_unused=True)
     ours, _ = policy_loss(
@@ -277,3 +281,53 @@ def test_cispo_and_sapo_logged_clip_fractions_equal_trls():
         high = theirs.get("cispo_clip_ratio", 0.0)
         assert ours["clip_frac_high"].item() == pytest.approx(high, rel=1e-12) and ours["clip_frac_low"] == 0
     assert high == 0 and theirs.keys().isdisjoint({"clip_ratio/high_mean", "clip_ratio/low_mean"})
+
+
+def token_is_ratio(seed=5, zero=False):
+    """Sampler-correction token weights in [0, 2), 1 on the inputs' padding (as TRL's, whose vespo sums every
+    position's log weight); ``zero``: one token's weight 0, as a token_mask mode drops it."""
+    logp, _, _, mask, *_ = inputs()
+    ratio = torch.rand(logp.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
+    ratio = torch.where(mask > 0, ratio, torch.ones_like(ratio))
+    if zero:
+        ratio[2, 4] = 0.0
+    return ratio
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+@pytest.mark.parametrize(
+    "shape", [{}, dict(zip(VESPO_KEYS, (1.0, 0.5, 0.5, 4.0)))], ids=["trl_defaults", "other_weights"]
+)
+def test_vespo_objective_equals_trl(beta, shape):
+    """grpo.objective vespo (TRL's loss_type vespo, with token_mean): values and gradients, at TRL's k / lambda and
+    others. The inputs' sequence weights spread (their log-ratio sums ~ +-1), so phi is far from 1 on most rows."""
+    assert_same(both("vespo", beta, **shape))
+    plain_reinforce = both("cispo", beta, eps=(0.2, 1e6))[0][1][0]  # -A log pi with the weight 1 on every row
+    assert not torch.allclose(both("vespo", beta, **shape)[0][1][0], plain_reinforce)
+
+
+def test_vespo_composes_with_the_other_options_as_in_trl():
+    """The sampler correction's token weights go into vespo's sequence weight, not onto its loss (one weight 0: that
+    sequence's weight falls to the floor); the top-entropy selection, the entropy bonus, the off-policy mask and the
+    bias-corrected KL around it, as TRL applies them."""
+    assert_same(both("vespo", 0.04, quantile=0.5, coef=0.1, is_ratio=token_is_ratio()))
+    assert_same(both("vespo", 0.04, is_ratio=token_is_ratio(zero=True)))
+    assert_same(both("vespo", 0.04, off_policy_mask_threshold=0.1, kl_bias_correction=True))
+    zeroed = both("vespo", 0.0, is_ratio=token_is_ratio(zero=True))[0][1][0]
+    assert zeroed[2].abs().max() < 1e-6 * zeroed.abs().max()  # the dropped token's sequence trains no more
+
+
+def test_vespo_logged_sequence_weight_equals_trls():
+    """sequence_weight_sum / sequences is TRL's vespo/phi_seq_mean; vespo clips nothing (no clip fraction)."""
+    logp, old, adv, mask, ref, entropy = inputs(seed=1)
+    theirs: dict = {}
+    trl_loss(logp, old, adv, mask, loss_type="vespo", beta=0.04, ref_logp=ref, entropies=entropy, metrics=theirs)
+    _, ours = policy_loss(
+        logp, old, adv, mask, plain(beta=0.04, objective="vespo"), ref_logp=ref, entropy=entropy,
+        normalizer=loss_normalizer(mask, "token_mean"),
+    )  # fmt: skip
+    mean = ours["sequence_weight_sum"] / ours["sequences"]
+    assert mean.item() == pytest.approx(theirs["vespo/phi_seq_mean"], rel=1e-12) and ours["sequences"] == 6
+    assert 0.05 < mean.item() < 0.95  # the weights are not all 1 (on-policy) nor 0
+    assert ours["clip_frac_low"] == 0 and ours["clip_frac_high"] == 0
+    assert ours["kl"].item() == pytest.approx(theirs["kl"], rel=1e-12)

@@ -498,6 +498,7 @@ def test_a_checkpoint_upload_skipped_behind_a_slow_one_ends_the_run_with_4_and_t
         ([], "| clip epsilon low / high | 0.2 / 0.28 |"),
         (["grpo.objective=cispo", "grpo.cispo_max=4"], "| CISPO weight cap | 4.0 |"),
         (["grpo.objective=sapo"], "| SAPO temperatures positive / negative | 1.0 / 1.05 |"),
+        (["grpo.objective=vespo"], "| VESPO k, lambda positive / negative | 2.0, 3.0 / 3.0, 2.0 |"),
     ],
 )
 def test_the_cards_training_table_names_the_objective_and_its_numbers(objective, row):
@@ -510,6 +511,7 @@ def test_the_cards_training_table_names_the_objective_and_its_numbers(objective,
     card = "\n".join(training_section(cfg, {}, ["r"]))
     assert row in card
     words = {"cispo": "CISPO's capped, detached importance weights", "sapo": "SAPO's soft gate"}
+    words["vespo"] = "VESPO's gamma-weighted sequences"
     assert words.get(cfg["grpo"]["objective"], "clipped surrogate") in card
     if not objective:
         del cfg["grpo"]["objective"]
