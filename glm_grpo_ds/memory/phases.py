@@ -44,7 +44,8 @@ PHASES = {
     "update": Phase(beside=("logits", "activations", "zero3_update_gather", "gather_staging")),
     # activations are freed by then; the flat copy is gone before the optimizer allocates its temporaries
     "step": Phase(one_at_a_time=("grad_flatten", "optimizer_step_temporaries"), beside=("fp32_grad_step",)),
-    "reward": Phase(one_at_a_time=("reward_offloaded",)),
+    # an offloaded judge's visit and its forward's activations at once
+    "reward": Phase(one_at_a_time=("reward_offloaded",), beside=("reward_scoring",)),
     # the decoder's load, before the first step (with decoder.fp8 only: the DiT unconverted)
     "load": Phase(one_at_a_time=("decoder_fp8_load",)),
 }

@@ -95,6 +95,7 @@ from .transients import (
     logits,
     optimizer_step_temporaries,
     reward_offloaded,
+    reward_scoring,
     rollout_fused_lora,
     rollout_gather,
     rollout_kv_cache,
@@ -142,6 +143,7 @@ COMPONENTS = (
     gather_staging,
     decode_activations,
     reward_offloaded,
+    reward_scoring,
     decoder_fp8_load,
     runtime_overhead,
 )

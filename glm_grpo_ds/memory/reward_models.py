@@ -26,6 +26,8 @@ Where each built-in reward runs (glm_grpo_ds/rewards/):
 
 from __future__ import annotations
 
+import inspect
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +92,9 @@ class RewardModel:
     # tensors on the safetensors file (measured on a tiny CLIPModel: every parameter points into the file's
     # mapping), page cache shared by the node's ranks until the first score moves them to the GPU
     mapped: int = 0
+    # the activations of one scoring forward on the GPU, where they matter (the vqa judge's: :func:`vlm_scoring`;
+    # a 224-px CLIP batch's are small beside its weights and not counted)
+    scoring: int = 0
 
 
 def _count(build) -> int:
@@ -125,7 +130,15 @@ def vlm_size(model) -> tuple[int, int, str]:
     """``(parameters, bytes per parameter, where the size came from)`` of an image-text-to-text checkpoint (the vqa
     reward's): from its ``config.json`` (a local directory, or a Hub id in the Hugging Face cache), else
     Qwen2.5-VL-7B-Instruct's published config, said in the note."""
-    from transformers import AutoConfig, AutoModelForImageTextToText, Qwen2_5_VLConfig
+    from transformers import AutoModelForImageTextToText
+
+    conf, source = vlm_config(model)
+    return _count(lambda: AutoModelForImageTextToText.from_config(conf)), _dtype_bytes(conf.dtype), source
+
+
+def vlm_config(model):
+    """``(config, where it came from)`` of the vqa reward's judge, as :func:`vlm_size` finds it."""
+    from transformers import AutoConfig, Qwen2_5_VLConfig
 
     value, found = str(model or ""), None
     if value and (Path(value).expanduser() / "config.json").is_file():
@@ -141,7 +154,38 @@ def vlm_size(model) -> tuple[int, int, str]:
         conf = Qwen2_5_VLConfig(**QWEN25_VL_7B)
         conf.dtype = torch.bfloat16
         source = f"assumed Qwen2.5-VL-7B-Instruct: no config.json of {value or 'the model'} here"
-    return _count(lambda: AutoModelForImageTextToText.from_config(conf)), _dtype_bytes(conf.dtype), source
+    return conf, source
+
+
+# the question's template and chat turns around the image, in tokens: VQAScore's question with a ~20-token prompt
+# in Qwen2.5-VL's template is ~45; rows with long prompts or their own questions have more
+QUESTION_TOKENS = 64
+
+
+def vlm_scoring(conf, batch: int, side: int) -> tuple[int, int]:
+    """``(bytes, image tokens)`` of one vqa forward's activations, computed from the judge's config (not measured on
+    a GPU): ``batch`` images of ``side`` x ``side`` pixels, no gradient, no KV cache (rewards/vqa.py), fused
+    attention (no scores materialised). The pixels in the model's dtype, plus the larger of the vision tower's and
+    the language model's working set: no_grad frees each layer's tensors before the next, so one layer's hidden state,
+    its residual and the MLP's gate, up and product are alive per patch / token. Image tokens: Qwen2/2.5/3-VL's
+    ``(side / (patch x merge))^2`` (the processor's own max_pixels may lower it, so this is the larger), a fixed-size
+    tower's (Gemma 3's SigLIP) ``mm_tokens_per_image`` of ``(image_size / patch)^2`` patches."""
+    vision, text, b = conf.vision_config, conf.get_text_config(), _dtype_bytes(conf.dtype)
+    patch = vision.patch_size
+    merge = getattr(vision, "spatial_merge_size", None)
+    if merge:  # a dynamic-resolution tower: the image's own size decides
+        tokens = math.ceil(side / (patch * merge)) ** 2
+        patches, pixel_elements = tokens * merge**2, tokens * merge**2 * 3 * patch**2 * vision.temporal_patch_size
+    else:  # a fixed-resolution tower: the processor resizes to its image_size
+        patches = (vision.image_size // patch) ** 2
+        tokens, pixel_elements = getattr(conf, "mm_tokens_per_image", patches), 3 * vision.image_size**2
+    # Qwen2-VL's tower width is its embed_dim (its hidden_size is the merger's output) and its MLP embed_dim x mlp_ratio
+    v_hidden = getattr(vision, "embed_dim", None) or vision.hidden_size
+    v_mlp = getattr(vision, "intermediate_size", None) or int(v_hidden * vision.mlp_ratio)
+    tower = patches * (2 * v_hidden + 3 * v_mlp) * b
+    language = (tokens + QUESTION_TOKENS) * (2 * text.hidden_size + 3 * text.intermediate_size) * b
+    embedded = tokens * text.hidden_size * b  # the tower's output, alive while the language model runs
+    return batch * (pixel_elements * b + max(tower, language + embedded)), tokens
 
 
 def _size(name: str, args: dict) -> tuple[int, int, int, str]:
@@ -167,8 +211,21 @@ def _size(name: str, args: dict) -> tuple[int, int, int, str]:
     return n + head, n * b + head * 4, n * b, note
 
 
-def reward_models(rewards) -> list[RewardModel]:
-    """What each entry of ``rewards`` (a list of RewardSpec: ``.name``, ``.args``) holds, in order."""
+def _vqa_scoring(args: dict, side: int) -> tuple[int, str]:
+    """(bytes, note) of one vqa forward's activations: ``batch_size`` images (the reward's default 8) at its
+    ``image_size`` or else the rendered ``side``."""
+    from ..rewards.vqa import VQAReward
+
+    defaults = {key: p.default for key, p in inspect.signature(VQAReward).parameters.items()}  # the reward's own
+    batch = int(args.get("batch_size", defaults["batch_size"]))
+    side = int(args.get("image_size", defaults["image_size"])) or side
+    nbytes, tokens = vlm_scoring(vlm_config(args.get("model"))[0], batch, side)
+    return nbytes, f"; scoring {batch} images of {side} px ({tokens} image tokens each): {nbytes / 2**30:.2f} GiB"
+
+
+def reward_models(rewards, image_side: int = 1024) -> list[RewardModel]:
+    """What each entry of ``rewards`` (a list of RewardSpec: ``.name``, ``.args``) holds, in order; ``image_side``:
+    the longer side of the rendered images (``rollout.height`` / ``width``), what the vqa judge reads."""
     out = []
     for spec in rewards:
         name, args = spec.name, dict(spec.args or {})
@@ -177,7 +234,8 @@ def reward_models(rewards) -> list[RewardModel]:
             where = "offload" if args.get("offload") else "gpu"
             if where == "offload":
                 note += "; offload: on the host, on the GPU only while scoring"
-            out.append(RewardModel(name, where, n, nbytes, note, mapped))
+            scoring, said = _vqa_scoring(args, image_side) if name == "vqa" else (0, "")
+            out.append(RewardModel(name, where, n, nbytes, note + said, mapped, scoring))
         elif name in ("ocr", "ocr_word_accuracy", "ocr_region_ned"):
             out.append(
                 RewardModel(name, "cpu", 0, 0, "RapidOCR onnxruntime on the CPU (in the host allowance), 0 on the GPU")

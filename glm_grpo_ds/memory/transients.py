@@ -167,9 +167,18 @@ def decoder_fp8_load(s: Basis) -> tuple[int, str]:
 
 
 def reward_offloaded(s: Basis) -> tuple[int, str]:
-    # an offloaded reward model visits the GPU for its own call only (FrozenModel.on), one at a time;
-    # scoring activations (a 224-px CLIP batch) are small beside it and not counted
+    # an offloaded reward model visits the GPU for its own call only (FrozenModel.on), one at a time
     offloaded = [r for r in s.rewards if r.where == "offload"]
     if offloaded:
         return max(r.bytes for r in offloaded), "largest offloaded reward model, on the GPU while it scores"
     return 0, "no offloaded reward"
+
+
+def reward_scoring(s: Basis) -> tuple[int, str]:
+    # the rewards score one after another: the largest forward's activations (the vqa judge's, memory/
+    # reward_models.py vlm_scoring; a 224-px CLIP batch's are small beside its weights and not counted)
+    scoring = [r for r in s.rewards if r.scoring]
+    if scoring:
+        top = max(scoring, key=lambda r: r.scoring)
+        return top.scoring, f"{top.name}'s scoring forward (computed from its config; no KV cache)"
+    return 0, "no judge forward counted"

@@ -155,7 +155,8 @@ class VQAReward:
                 chunk = slice(i, i + self.batch_size)
                 inputs = self.inputs(images[which[chunk]], texts[chunk])
                 inputs = inputs.to(device=images.device, dtype=vlm.dtype)  # floating tensors only: the pixels
-                logits = vlm(**inputs, logits_to_keep=1).logits[:, -1]
+                # no KV cache: one forward reads one position; a cache would hold every layer's keys and values
+                logits = vlm(**inputs, logits_to_keep=1, use_cache=False).logits[:, -1]
                 out.append(logits.float().softmax(-1)[:, self.answer_id])
         index = torch.tensor(which, device=images.device)  # each image's mean over its questions
         total = torch.zeros(len(prompts), device=images.device).index_add_(0, index, torch.cat(out))

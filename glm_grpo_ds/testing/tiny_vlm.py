@@ -52,24 +52,26 @@ def build_tokenizer(specials: list[str], template: str, bos: str | None = None, 
     return fast
 
 
-def _qwen2_vl():
-    from transformers import (
-        Qwen2VLConfig,
-        Qwen2VLForConditionalGeneration,
-        Qwen2VLImageProcessor,
-        Qwen2VLProcessor,
-        Qwen2VLVideoProcessor,
-    )
+def qwen_processor(processor_class, max_tokens: int):
+    """A Qwen2-VL-family processor (``processor_class``: Qwen2VLProcessor, Qwen2_5_VLProcessor) over the
+    character-level tokenizer, its images at most ``max_tokens`` merged 28-px tokens (at least 4)."""
+    from transformers import Qwen2VLImageProcessor, Qwen2VLVideoProcessor
 
     tokenizer = build_tokenizer(QWEN_SPECIALS, QWEN_TEMPLATE, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    images = Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16)
-    processor = Qwen2VLProcessor(
+    images = Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * max_tokens)
+    return processor_class(
         image_processor=images,
         tokenizer=tokenizer,
         video_processor=Qwen2VLVideoProcessor(),
         chat_template=QWEN_TEMPLATE,
     )
-    vocab = tokenizer.get_vocab()
+
+
+def _qwen2_vl():
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
+
+    processor = qwen_processor(Qwen2VLProcessor, 16)
+    vocab = processor.tokenizer.get_vocab()
     text = dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2)
     text |= dict(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
     text |= dict(rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]}, bos_token_id=None, eos_token_id=None)

@@ -59,6 +59,12 @@ LORA_Z2_8_MERGED = Run("glm_image_lora.yaml", "zero2.json", 8, ("rollout.merge_l
 LORA_Z2_8_VQA = Run(
     "glm_image_lora.yaml", "zero2.json", 8, ("rewards=[{name: vqa, args: {model: Qwen/Qwen2.5-VL-7B-Instruct}}]",)
 )
+LORA_Z2_8_VQA448 = Run(
+    "glm_image_lora.yaml",
+    "zero2.json",
+    8,
+    ("rewards=[{name: vqa, args: {model: Qwen/Qwen2.5-VL-7B-Instruct, image_size: 448}}]",),
+)
 FULL_Z2_8 = Run("glm_image_full.yaml", "zero2.json", 8)
 FULL_Z3_8 = Run("glm_image_full.yaml", "zero3.json", 8)
 FULL_OFFLOAD_1 = Run("glm_image_full.yaml", "zero3_offload.json", 1)
@@ -137,6 +143,13 @@ QUOTES = [
         r"on every GPU \(`reward_models` (\d+\.\d+) GiB\): the plan's peak\s+is (\d+\.\d) GiB",
         (part(LORA_Z2_8_VQA, "reward_models"), peak(LORA_Z2_8_VQA)),
         LORA_Z2_8_VQA.command() + ": the judge's bytes and the peak",
+    ),
+    Quote(
+        "docs/rewards.md",
+        r"the language model, (\d+\.\d+) GiB for Qwen2\.5-VL-7B at 8 images of 1024² \(1,369 image tokens each;.*?"
+        r"make fewer\), (\d+\.\d+) at 448 px",
+        (part(LORA_Z2_8_VQA, "reward_scoring"), part(LORA_Z2_8_VQA448, "reward_scoring")),
+        LORA_Z2_8_VQA.command() + " (and with image_size: 448): the judge's scoring forward",
     ),
     # README.md
     Quote("README.md", r"its (\d+\.\d) B autoregressive policy", (AR,), "AR parameters (memory/sizes.py)"),

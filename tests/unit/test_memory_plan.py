@@ -630,3 +630,26 @@ def test_the_world_is_the_ranks_and_a_nodes_host_ram_its_own_ranks(monkeypatch):
     assert plan(c, ZERO[3], shape, sizes(trainable=5010))["host_node"]["ranks"] == 8
     monkeypatch.delenv("LOCAL_SIZE")
     assert launched_shape(2, "cpu").num_gpus == 2  # no launcher: one node of them all
+
+
+def test_the_judges_forward_is_planned_in_the_reward_phase_beside_its_visit():
+    """A vqa judge's scoring forward (memory/reward_models.vlm_scoring, at the reward's batch_size and image_size,
+    else its default 8 and the rendered side) is the reward phase's transient, beside the offloaded judge's visit."""
+    import torch
+    from transformers import Qwen2_5_VLConfig
+
+    from glm_grpo_ds.memory.reward_models import QWEN25_VL_7B, vlm_scoring
+
+    judge = Qwen2_5_VLConfig(**QWEN25_VL_7B)
+    judge.dtype = torch.bfloat16
+    base = ["model.path=x", "data.train_file=x", "rollout.height=512", "rollout.width=768"]
+    offloaded = "rewards=[{name: vqa, args: {model: /nowhere/judge, offload: true, image_size: 448, batch_size: 4}}]"
+    p = plan(load_config(None, [*base, offloaded]), ZERO[3], EstimateConfig(num_gpus=2), sizes(1280, [640, 640]))
+    comp = p["components"]
+    assert comp["reward_scoring"] == vlm_scoring(judge, 4, 448)[0] and comp["reward_offloaded"] == 2 * 8_292_166_656
+    assert p["phases"]["reward"] == comp["reward_offloaded"] + comp["reward_scoring"]
+    resident = load_config(None, [*base, "rewards=[{name: vqa, args: {model: /nowhere/judge}}]"])
+    p = plan(resident, ZERO[3], EstimateConfig(num_gpus=2), sizes(1280, [640, 640]))
+    assert p["phases"]["reward"] == p["components"]["reward_scoring"] == vlm_scoring(judge, 8, 768)[0]
+    clip = load_config(None, [*base, "rewards=[{name: clip, args: {model: /m/clip-vit-base-patch32}}]"])
+    assert plan(clip, ZERO[3], EstimateConfig(num_gpus=2), sizes(1280, [640, 640]))["phases"]["reward"] == 0

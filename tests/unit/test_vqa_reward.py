@@ -140,3 +140,48 @@ def test_the_memory_plan_sizes_the_judge_from_its_config(vlm_dir):
 
     (planned,) = reward_models([Spec()])
     assert (planned.where, planned.params, planned.bytes) == ("offload", n, 4 * n)
+
+
+def test_the_judge_keeps_no_kv_cache(judge):
+    """One forward reads one position: a KV cache would hold every layer's keys and values for nothing (the memory
+    plan's judge forward counts none)."""
+    caches = []
+    hook = judge.model.module.register_forward_hook(lambda module, args, out: caches.append(out.past_key_values))
+    try:
+        judge(_images(3), PROMPTS)
+    finally:
+        hook.remove()
+    assert caches == [None]
+
+
+def test_the_judges_scoring_activations_by_hand(vlm_dirs):
+    """memory/reward_models.vlm_scoring per image: the pixels in the model's dtype + the larger of the tower's and
+    the language model's working set, one layer's (no_grad), by hand for Qwen2.5-VL-7B, Qwen2-VL-7B (its tower's width
+    is embed_dim, its hidden_size the merger's output, its MLP embed_dim x mlp_ratio) and the tiny Gemma 3 (a
+    fixed-size tower)."""
+    from transformers import AutoConfig, Qwen2_5_VLConfig, Qwen2VLConfig
+
+    from glm_grpo_ds.memory.reward_models import QUESTION_TOKENS, QWEN25_VL_7B, vlm_scoring
+
+    q = QUESTION_TOKENS
+    conf = Qwen2_5_VLConfig(**QWEN25_VL_7B)
+    conf.dtype = torch.bfloat16
+    # 1024 px: ceil(1024 / 28)^2 = 1369 tokens, 4 x 1369 patches of 3 x 2 x 14^2 pixels; the language model's
+    # (1369 + q) x (2 x 3584 + 3 x 18944) + the tower's output 1369 x 3584 beats the tower's
+    # 5476 x (2 x 1280 + 3 x 3420)
+    pixels = 4 * 1369 * 3 * 2 * 14**2
+    language = (1369 + q) * (2 * 3584 + 3 * 18944) + 1369 * 3584
+    assert 5476 * (2 * 1280 + 3 * 3420) < language
+    assert vlm_scoring(conf, 8, 1024) == (8 * 2 * (pixels + language), 1369)
+    assert vlm_scoring(conf, 1, 448) == (2 * (4 * 256 * 1176 + (256 + q) * 64_000 + 256 * 3584), 256)
+    # Qwen2-VL-7B's published widths with a 4-layer language model of width 64 (MLP 128): the tower decides,
+    # 4 x 1369 patches x (2 x 1280 + 3 x 5120)
+    vision = dict(embed_dim=1280, hidden_size=3584, mlp_ratio=4, num_heads=16, depth=32)
+    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4)
+    qwen2 = Qwen2VLConfig(vision_config=vision, text_config=text)
+    qwen2.dtype = torch.bfloat16
+    tower = 5476 * (2 * 1280 + 3 * 5120)
+    assert vlm_scoring(qwen2, 2, 1024) == (2 * 2 * (pixels + tower), 1369)
+    gemma = AutoConfig.from_pretrained(vlm_dirs["gemma3"])  # fp32, a 28 px tower of 7 px patches: 16 patches, 4 tokens
+    tower, language = 16 * (2 * 32 + 3 * 64), (4 + q) * (2 * 32 + 3 * 64) + 4 * 32
+    assert vlm_scoring(gemma, 1, 1024) == (4 * (3 * 28**2 + max(tower, language)), 4)
