@@ -56,8 +56,8 @@ class Objective(NamedTuple):
     high)``: bool tensors of ratio's shape, where a clip cut or damped the token's gradient (the metrics'
     clip_frac_low / clip_frac_high; TRL counts the same tokens); ``sequence_weight(terms, s) -> [N, 1]``: the
     detached weight a sequence-weighting objective puts on each sequence (vespo's phi, logged as
-    ``vespo/weight_mean``), which takes the sampler correction's weights in itself; None for the others, whose term the
-    loss multiplies by those weights."""
+    ``sequence_weight_mean``), which takes the sampler correction's weights in itself; None for the others, whose
+    term the loss multiplies by those weights."""
 
     term: Callable[[Terms, Settings], torch.Tensor]
     clipped: Callable[[torch.Tensor, torch.Tensor, Settings], tuple[torch.Tensor, torch.Tensor]]
@@ -122,6 +122,7 @@ def _vespo_weight(x: Terms, s: Settings) -> torch.Tensor:
     positive = x.adv >= 0
     k = torch.where(positive, log_w.new_tensor(s.vespo_k_pos), log_w.new_tensor(s.vespo_k_neg))
     lam = torch.where(positive, log_w.new_tensor(s.vespo_lambda_pos), log_w.new_tensor(s.vespo_lambda_neg))
+    lam = lam.clamp(min=1e-4)  # TRL's floor
     phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))
     return phi.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 

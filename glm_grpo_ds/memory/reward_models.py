@@ -162,21 +162,31 @@ def vlm_config(model):
 QUESTION_TOKENS = 64
 
 
-def vlm_scoring(conf, batch: int, side: int) -> tuple[int, int]:
+# the judges whose image tokens the plan counts (model_type): towers that take the image at its own size, and single
+# fixed-size towers that neither tile nor split an image; another judge's forward is listed as not estimated
+DYNAMIC_TOWERS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+FIXED_TOWERS = ("gemma3", "paligemma")
+
+
+def vlm_scoring(conf, batch: int, side: int) -> tuple[int, int] | None:
     """``(bytes, image tokens)`` of one vqa forward's activations, computed from the judge's config (not measured on
-    a GPU): ``batch`` images of ``side`` x ``side`` pixels, no gradient, no KV cache (rewards/vqa.py), fused
-    attention (no scores materialised). The pixels in the model's dtype, plus the larger of the vision tower's and
-    the language model's working set: no_grad frees each layer's tensors before the next, so one layer's hidden state,
-    its residual and the MLP's gate, up and product are alive per patch / token. Image tokens: Qwen2/2.5/3-VL's
-    ``(side / (patch x merge))^2`` (the processor's own max_pixels may lower it, so this is the larger), a fixed-size
-    tower's (Gemma 3's SigLIP) ``mm_tokens_per_image`` of ``(image_size / patch)^2`` patches."""
+    a GPU), or None for a judge outside :data:`DYNAMIC_TOWERS` and :data:`FIXED_TOWERS`: ``batch`` images of
+    ``side`` x ``side`` pixels, no gradient, no KV cache (rewards/vqa.py), fused attention (no scores
+    materialised). The pixels in the model's dtype, plus the larger of the vision tower's and the language model's
+    working set: no_grad frees each layer's tensors before the next, so one layer's hidden state, its residual and
+    the MLP's gate, up and product are alive per patch / token (the dense MLP's width). Image tokens: Qwen2/2.5/3-VL's
+    ``ceil(side / (patch x merge))^2`` (the processor rounds, and its own max_pixels may lower it: this is the
+    larger), a fixed-size tower's (Gemma 3, PaliGemma) ``mm_tokens_per_image`` or else its ``(image_size /
+    patch)^2`` patches."""
+    if conf.model_type not in DYNAMIC_TOWERS + FIXED_TOWERS:
+        return None
     vision, text, b = conf.vision_config, conf.get_text_config(), _dtype_bytes(conf.dtype)
     patch = vision.patch_size
-    merge = getattr(vision, "spatial_merge_size", None)
-    if merge:  # a dynamic-resolution tower: the image's own size decides
+    if conf.model_type in DYNAMIC_TOWERS:
+        merge = vision.spatial_merge_size
         tokens = math.ceil(side / (patch * merge)) ** 2
         patches, pixel_elements = tokens * merge**2, tokens * merge**2 * 3 * patch**2 * vision.temporal_patch_size
-    else:  # a fixed-resolution tower: the processor resizes to its image_size
+    else:  # a fixed-size tower: the processor resizes to its image_size
         patches = (vision.image_size // patch) ** 2
         tokens, pixel_elements = getattr(conf, "mm_tokens_per_image", patches), 3 * vision.image_size**2
     # Qwen2-VL's tower width is its embed_dim (its hidden_size is the merger's output) and its MLP embed_dim x mlp_ratio
@@ -219,7 +229,12 @@ def _vqa_scoring(args: dict, side: int) -> tuple[int, str]:
     defaults = {key: p.default for key, p in inspect.signature(VQAReward).parameters.items()}  # the reward's own
     batch = int(args.get("batch_size", defaults["batch_size"]))
     side = int(args.get("image_size", defaults["image_size"])) or side
-    nbytes, tokens = vlm_scoring(vlm_config(args.get("model"))[0], batch, side)
+    conf = vlm_config(args.get("model"))[0]
+    scoring = vlm_scoring(conf, batch, side)
+    if scoring is None:  # a judge that tiles, splits or pools its images in its own way
+        known = ", ".join(DYNAMIC_TOWERS + FIXED_TOWERS)
+        return 0, f"; its scoring forward not estimated (model_type {conf.model_type}; the plan counts {known})"
+    nbytes, tokens = scoring
     return nbytes, f"; scoring {batch} images of {side} px ({tokens} image tokens each): {nbytes / 2**30:.2f} GiB"
 
 

@@ -296,7 +296,9 @@ def token_is_ratio(seed=5, zero=False):
 
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 @pytest.mark.parametrize(
-    "shape", [{}, dict(zip(VESPO_KEYS, (1.0, 0.5, 0.5, 4.0)))], ids=["trl_defaults", "other_weights"]
+    "shape",
+    [{}, dict(zip(VESPO_KEYS, (1.0, 0.5, 0.5, 4.0))), dict(zip(VESPO_KEYS, (2.0, 1e-5, 3.0, 2.0)))],
+    ids=["trl_defaults", "other_weights", "lambda_below_trls_floor"],
 )
 def test_vespo_objective_equals_trl(beta, shape):
     """grpo.objective vespo (TRL's loss_type vespo, with token_mean): values and gradients, at TRL's k / lambda and

@@ -653,3 +653,17 @@ def test_the_judges_forward_is_planned_in_the_reward_phase_beside_its_visit():
     assert p["phases"]["reward"] == p["components"]["reward_scoring"] == vlm_scoring(judge, 8, 768)[0]
     clip = load_config(None, [*base, "rewards=[{name: clip, args: {model: /m/clip-vit-base-patch32}}]"])
     assert plan(clip, ZERO[3], EstimateConfig(num_gpus=2), sizes(1280, [640, 640]))["phases"]["reward"] == 0
+
+
+def test_a_judge_the_plan_cannot_count_is_said_not_estimated(tmp_path):
+    """A judge that tiles its images in its own way (LLaVA here) gets no scoring figure, and the plan says so."""
+    from transformers import LlavaConfig
+
+    LlavaConfig().save_pretrained(tmp_path / "llava")
+    c = load_config(
+        None, ["model.path=x", "data.train_file=x", f"rewards=[{{name: vqa, args: {{model: {tmp_path}/llava}}}}]"]
+    )
+    p = plan(c, ZERO[3], EstimateConfig(num_gpus=2), sizes(1280, [640, 640]))
+    (judge,) = p["rewards"]
+    assert p["components"]["reward_scoring"] == 0 and judge["scoring"] == 0
+    assert "its scoring forward not estimated (model_type llava; the plan counts qwen2_vl" in judge["note"]

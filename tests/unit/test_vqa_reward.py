@@ -185,3 +185,21 @@ def test_the_judges_scoring_activations_by_hand(vlm_dirs):
     gemma = AutoConfig.from_pretrained(vlm_dirs["gemma3"])  # fp32, a 28 px tower of 7 px patches: 16 patches, 4 tokens
     tower, language = 16 * (2 * 32 + 3 * 64), (4 + q) * (2 * 32 + 3 * 64) + 4 * 32
     assert vlm_scoring(gemma, 1, 1024) == (4 * (3 * 28**2 + max(tower, language)), 4)
+
+
+def test_every_image_text_to_text_judge_is_planned_or_said_not_estimated():
+    """estimate-memory and the startup plan never fail on a judge transformers loads: each model_type's default
+    config gets a scoring figure (the Qwen-VL family, Gemma 3, PaliGemma) or None, which the plan lists as not
+    estimated, naming the model_type."""
+    from transformers import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    from glm_grpo_ds.memory.reward_models import DYNAMIC_TOWERS, FIXED_TOWERS, vlm_scoring
+
+    planned = {}
+    for model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        if model_type in CONFIG_MAPPING:
+            planned[model_type] = vlm_scoring(CONFIG_MAPPING[model_type](), 8, 1024)
+    known = {t for t, got in planned.items() if got is not None}
+    assert known == set(DYNAMIC_TOWERS + FIXED_TOWERS) & set(planned) and {"qwen2_5_vl", "gemma3"} <= known
+    assert all(nbytes > 0 and tokens > 0 for nbytes, tokens in (planned[t] for t in known))
