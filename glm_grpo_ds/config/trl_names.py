@@ -124,6 +124,43 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
     "load_best_model_at_end": ("save_best", "the best is kept and named (checkpoints/best), not loaded at the end"),
 }
 
+# TRL GRPOConfig fields with no counterpart here, and why (the rest of its own fields are in TRL_KEYS, or are our
+# keys' names: epsilon_high, trust_remote_code); a config that sets one is told this instead of close spellings
+_NO_VLLM = (
+    "no vLLM: the rollout samples in the training process from the policy's own weights, exactly (rollout.cuda_graph "
+    "and rollout.fuse_lora make it fast; docs/memory-and-speed.md)"
+)
+_VLLM_KEYS = ("use_vllm", "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex")
+_VLLM_KEYS += ("vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout")
+_VLLM_KEYS += ("vllm_group_port", "vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size")
+_NO_BATCHING = (
+    "the rollout decodes its fixed-length batch with a static KV cache (in a CUDA graph with rollout.cuda_graph)"
+)
+TRL_ABSENT: dict[str, str] = {
+    **dict.fromkeys(_VLLM_KEYS, _NO_VLLM),
+    **dict.fromkeys(
+        ("use_transformers_continuous_batching", "transformers_continuous_batching_config", "use_transformers_paged"),
+        _NO_BATCHING,
+    ),
+    "cache_implementation": _NO_BATCHING,
+    "model_init_kwargs": "the model loads with model.dtype, model.attn_implementation, model.revision and "
+    "model.trust_remote_code",
+    "generation_kwargs": "the draw takes grpo.sampling.temperature, top_k and top_p; GLM-Image's own where unset",
+    "min_p": "the draw takes grpo.sampling.top_k and top_p",
+    "repetition_penalty": "an image's tokens repeat by design; the draw takes grpo.sampling.top_k and top_p",
+    "generation_batch_size": "a rank samples batch.prompts_per_rank x grpo.group_size sequences a step, all at once",
+    "cast_lm_head_to_fp32": "always: the log-probs are an fp32 log-softmax, grpo.logprob_chunk_size tokens at a time",
+    "pad_to_multiple_of": "an image's tokens are fixed grids: no padding",
+    "mask_truncated_completions": "an image is never truncated: every sequence fills its grids",
+    "router_aux_loss_coef": "GLM-Image's AR is dense: no router",
+    "chat_template_kwargs": "the prompt is GLM-Image's text conditioning, not a chat",
+    "max_tool_calling_iterations": "no tools",
+    "log_multimodal": "the images are in the galleries (logging.gallery_steps), their scores in samples.jsonl",
+    "num_completions_to_print": "the console prints none: samples.jsonl (logging.sample_records) has every sample",
+    "log_unique_prompts": "samples.jsonl (logging.sample_records) names each sample's prompt",
+    "log_completions_hub_repo": "samples stay in output_dir; hub.repo_id uploads the weights and the card",
+}
+
 # (our dotted key, a value TRL writes for the matching field) -> (TRL's field, what it is here)
 TRL_VALUES: dict[tuple[str, str], tuple[str, str]] = {
     ("grpo.aggregation", "dapo"): ("loss_type", "aggregation 'token_mean'"),
@@ -139,7 +176,10 @@ TRL_VALUES: dict[tuple[str, str], tuple[str, str]] = {
 
 def trl_key_hint(key: str) -> str | None:
     """``"TRL's KEY is OURS here: NOTE"`` when ``key`` (the last part of an unknown dotted key) is a TRL
-    GRPOConfig name this config spells differently or places elsewhere; else None."""
+    GRPOConfig name this config spells differently or places elsewhere, ``"TRL's KEY has no counterpart here: WHY"``
+    for one of :data:`TRL_ABSENT`; else None."""
+    if key in TRL_ABSENT:
+        return f"TRL's {key} has no counterpart here: {TRL_ABSENT[key]}"
     if key not in TRL_KEYS:
         return None
     ours, note = TRL_KEYS[key]
@@ -157,6 +197,10 @@ def trl_value_hint(where: str, value) -> str | None:
 
 
 def trl_table() -> str:
-    """The Markdown table docs/configuration.md carries (a test keeps the two equal)."""
+    """The Markdown table docs/configuration.md carries (a test keeps the two equal): the mapped names, then those
+    with no counterpart (the vLLM ones in one row)."""
     rows = [f"| `{trl}` | `{ours}` | {note} |" for trl, (ours, note) in TRL_KEYS.items()]
+    absent = {key: why for key, why in TRL_ABSENT.items() if key not in _VLLM_KEYS}
+    rows += [f"| `use_vllm`, `vllm_*` | - | {_NO_VLLM} |"]
+    rows += [f"| `{trl}` | - | {why} |" for trl, why in absent.items()]
     return "\n".join(["| TRL GRPOConfig | here | what to know |", "|---|---|---|", *rows])

@@ -37,6 +37,22 @@ def test_every_trl_name_is_trls_and_every_key_is_ours():
     assert trl_table() in DOCS.read_text(encoding="utf-8"), "docs/configuration.md's TRL table is not the map's"
 
 
+def test_every_field_of_trls_grpo_config_is_answered():
+    """Each of GRPOConfig's own fields (not TrainingArguments') is mapped to our key, is our key's name, or is said
+    to have no counterpart, with why: a TRL upgrade that adds one fails here until it is answered."""
+    from transformers import TrainingArguments
+    from trl import GRPOConfig
+
+    from glm_grpo_ds.config.loading import _config_keys
+    from glm_grpo_ds.config.trl_names import TRL_ABSENT
+
+    inherited = {f.name for f in dataclasses.fields(TrainingArguments)}
+    own = {f.name for f in dataclasses.fields(GRPOConfig)} - inherited
+    ours = {key.rsplit(".", 1)[-1] for key in _config_keys()}
+    assert own - set(TRL_KEYS) - set(TRL_ABSENT) - ours == set()
+    assert set(TRL_ABSENT) <= own and not set(TRL_ABSENT) & set(TRL_KEYS)
+
+
 @pytest.mark.parametrize(
     "override, line",
     [
@@ -49,6 +65,8 @@ def test_every_trl_name_is_trls_and_every_key_is_ours():
         ("grpo.aggregation=cispo", "TRL's loss_type 'cispo' is grpo.objective 'cispo' (TRL sums it as aggregation "),
         ("grpo.advantage_estimator=false", "TRL's scale_rewards 'false' is advantage_estimator 'none' here"),
         ("learning_rate=1e-5", "TRL's learning_rate is optimizer.lr here"),
+        ("use_vllm=true", "TRL's use_vllm has no counterpart here: no vLLM: the rollout samples in the training"),
+        ("grpo.min_p=0.1", "TRL's min_p has no counterpart here: the draw takes grpo.sampling.top_k and top_p"),
     ],
 )
 def test_a_trl_name_gets_an_error_naming_our_key(override, line):
