@@ -63,6 +63,11 @@ VARIANTS = {
         "num_iterations 2, VESPO (each sequence's A log pi weighted by phi(w), TRL's k / lambda)",
         ["grpo.num_iterations=2", "grpo.objective=vespo"],
     ),
+    # GARDO's diversity-aware shaping of the positive advantages (grpo.diversity_features), against base
+    "diversity_pixels": (
+        "GARDO's diversity shaping of the positive advantages, pixel features",
+        ["grpo.diversity_features=pixels"],
+    ),
     # more updates per rollout by splitting it (batch.mini_batches), against num_iterations 2 (iters2)
     "mb2": (
         "2 mini-batches per rollout (two optimizer steps of 4 sequences)",

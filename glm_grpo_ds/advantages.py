@@ -36,6 +36,10 @@ Reward combinations (``grpo.reward_combination``, :data:`COMBINATIONS`), for sev
   gets that reward's neutral 0.5), then the advantages of that sum.
 
 A sample undefined for every reward gets advantage 0 in both modes.
+
+After them, two of GARDO's answers to reward hacking (arXiv:2512.24138): :func:`gate_disagreeing` zeroes the samples
+whose rewards disagree (``grpo.disagreement_gate``), and :func:`diversity_multipliers` of :func:`nearest_distances`
+scale the positive advantages by how unlike the rest of its group each image is (``grpo.diversity_features``).
 """
 
 from __future__ import annotations
@@ -319,3 +323,35 @@ def gate_disagreeing(advantages: torch.Tensor, disagreement: torch.Tensor | None
     if gate is None or disagreement is None:
         return advantages
     return torch.where(disagreement > gate, torch.zeros_like(advantages), advantages)
+
+
+# a group whose mean nearest-neighbour cosine distance is below this holds copies: their distances are rounding
+# (1e-16 in float64, 1e-7 in float32), which a ratio would blow up into arbitrary multipliers
+COPIES = 1e-6
+FLAT = 1e-6  # a feature vector this short has no direction (a flat image's pixel features are exactly 0)
+
+
+def nearest_distances(features: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``[N]``: each sample's cosine distance (1 - cosine similarity, in [0, 2]) to the nearest other sample of its
+    group, from image ``features [N, D]`` ordered group by group: how far it is from being a copy of another. Two
+    vectors of norm at most :data:`FLAT` are copies (distance 0)."""
+    x = features.double()
+    unit = torch.nn.functional.normalize(x, dim=-1).view(-1, group_size, features.shape[-1])
+    distance = (1.0 - unit @ unit.transpose(1, 2)).clamp(0.0, 2.0)  # [groups, G, G]
+    # a zero vector (a flat image under the pixel features) has no direction: it is a copy of another zero vector
+    # and at distance 1 from the rest, not "unlike everything"
+    zero = (x.norm(dim=-1) <= FLAT).view(-1, group_size)
+    distance = torch.where(zero[:, :, None] & zero[:, None, :], torch.zeros_like(distance), distance)
+    distance = distance + torch.diag(torch.full((group_size,), torch.inf, dtype=distance.dtype, device=unit.device))
+    return distance.amin(dim=-1).reshape(-1).to(features.dtype)
+
+
+def diversity_multipliers(distances: torch.Tensor, advantages: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``[N]``: GARDO's diversity-aware shaping (arXiv:2512.24138): a sample with a positive advantage gets its
+    :func:`nearest_distances` over the mean of its group's, so a good image unlike the others teaches more and a good
+    near-copy less; the others 1 (a worse-than-average sample is not pushed down harder for being novel). A group
+    whose images are all copies (mean distance below :data:`COPIES`: rounding, not difference) keeps 1."""
+    d = distances.view(-1, group_size).double()
+    mean = d.mean(dim=1, keepdim=True)
+    scaled = torch.where(mean > COPIES, d / mean.clamp(min=COPIES), torch.ones_like(d))
+    return torch.where(advantages.view(-1, group_size) > 0, scaled, torch.ones_like(d)).reshape(-1).to(advantages.dtype)

@@ -272,7 +272,7 @@ def check(cfg, ds_path: str, est: EstimateConfig, report: Report) -> Report:
     report.add("ok", f"config: {shape} = {est.world} ranks")
     for line in unused_settings(cfg):  # accepted, not acted on by this run (config/notes.py)
         report.add("note", line)
-    _checked(report, "rewards", lambda: check_reward_specs(cfg.rewards))
+    _checked(report, "rewards", lambda: check_reward_specs(cfg.rewards, cfg.grpo.diversity_features))
     if cfg.lora is not None and cfg.lora.init_from:
         _checked(report, "lora.init_from", lambda: check_init_adapter(cfg.lora))
     sources = _data(cfg, report)

@@ -162,7 +162,7 @@ class _Hall:
         check_source(cfg.data.train_file, "data.train_file", cfg.data)
         if cfg.eval.file:
             check_source(cfg.eval.file, "eval.file", cfg.data, cfg.eval.revision, subset=cfg.eval.subset)
-        check_reward_specs(cfg.rewards)
+        check_reward_specs(cfg.rewards, cfg.grpo.diversity_features)
         check_init_adapter(cfg.lora)
         self.ds_config_raw = read_ds_config(ds_config_path)
         materialize(cfg.model.path)  # a random: model's configs (glm_grpo_ds/model/random_weights.py)
@@ -270,7 +270,7 @@ class _Hall:
         cfg = self.cfg
         self.status.phase("rewards")
         # rank 0 first, then each node's first rank, then the rest: a reward model on the Hub downloads once
-        build = partial(build_rewards, cfg.rewards)
+        build = partial(build_rewards, cfg.rewards, cfg.grpo.diversity_features)
         self.reward_fn = dist.in_rank_order(build, self.rank, self.local_rank, "rewards", RewardError)
         # Same seed on every rank: model construction (LoRA init) must be identical everywhere;
         # sampling streams are derived per (step, place in the global batch): runtime/seeding.rollout_seeds.

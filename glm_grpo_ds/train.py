@@ -37,12 +37,12 @@ from pathlib import Path
 import torch
 
 from . import preflight
-from .advantages import combine_advantages, gate_disagreeing, reward_disagreement, signal_free_groups, unmeasured_groups
 from .config import load_config
 from .config.arguments import parse_train_args
 from .ds import dist
 from .ds import engine as ds_engine
 from .evaluation.in_training import eval_line, eval_summary, gallery_to_main
+from .experience.step_advantages import step_advantages
 from .lifecycle import resume
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
 from .model.source import RANDOM_NOTE
@@ -105,22 +105,10 @@ class Trainer:
         exp = run.experience.finish(drawn, partial(decoder_seed, cfg.decoder, index))
         # Advantages over the global batch (identical on every rank), then this rank's share.
         run.step_status.phase("advantages")  # its gathers, where a rank waits for one still scoring: not the reward's
-        all_per_reward = {label: dist.all_gather(values) for label, values in exp.per_reward.items()}
-        advantages, all_rewards = combine_advantages(
-            all_per_reward,
-            run.reward_fn.weights,
-            grpo_cfg.group_size,
-            grpo_cfg.reward_combination,
-            grpo_cfg.advantage_estimator,
-            tie=grpo_cfg.rank_tie_tolerance,
-        )
+        got = step_advantages(exp, run.reward_fn, grpo_cfg)
+        advantages, all_rewards, all_per_reward = got.advantages, got.all_rewards, got.all_per_reward
         # groups whose advantages are all 0 teach nothing: counted every step, and their prompts may be skipped
-        dead = signal_free_groups(advantages, grpo_cfg.group_size)  # before the gate: a gated group is not easy
-        unknown = unmeasured_groups(all_per_reward, grpo_cfg.group_size, run.reward_fn.weights)  # a reward failed
-        run.prompt_order.observe([None if u else d for d, u in zip(dead.tolist(), unknown.tolist())])
-        # several rewards: where they disagree (logged), optionally gated out of the advantages
-        disagreement = reward_disagreement(all_per_reward, grpo_cfg.group_size)
-        advantages = gate_disagreeing(advantages, disagreement, grpo_cfg.disagreement_gate)
+        run.prompt_order.observe([None if u else d for d, u in zip(got.dead.tolist(), got.unknown.tolist())])
         mine = slice(run.rank * len(exp.batch), (run.rank + 1) * len(exp.batch))
         run.rollout.before_update(exp.timings, run.step_status)  # one step off: the next rollout reads these weights
         lr = ds_engine.current_lr(run.engine)  # the rate this update runs at: its optimizer step moves the schedule
@@ -150,10 +138,11 @@ class Trainer:
         run.step_status.phase("record")  # the weights to the samplers, the step's statistics (collectives), its line
         for maker in (run.experience, run.eval_experience):  # the sampling backends take the updated weights
             maker.sampler.sync_weights(index + 1)
-        measured_dead = dead[~unknown]  # frac_reward_zero_std's: over the groups every counted reward measured
+        measured_dead = got.dead[~got.unknown]  # frac_reward_zero_std's: over the groups every reward measured
         record = self._record(index + 1, exp, stats, all_rewards[mine], all_rewards, all_per_reward, measured_dead, lr)
-        record.update(disagreement_fields(disagreement, grpo_cfg.disagreement_gate))
+        record.update(disagreement_fields(got.disagreement, grpo_cfg.disagreement_gate))
         record.update(advantage_fields(advantages))  # the global batch's, as the update uses them (after the gate)
+        record.update(got.fields)  # grpo.diversity_features: the shaping's distances and multipliers
         if run.cfg.logging.sample_records and (index + 1) % run.cfg.logging.sample_records == 0:  # samples.jsonl
             g = grpo_cfg.group_size
             record_samples(

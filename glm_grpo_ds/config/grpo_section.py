@@ -95,6 +95,17 @@ class GRPOConfig:
         "largest gap of their within-group z-scores, rewards/disagreement in metrics.jsonl; 0 = they agree, ~2 = "
         "opposite ends of the group) gets advantage 0, as GARDO gates uncertain samples (> 0); null = no gate.",
     )
+    diversity_features: str | None = setting(
+        None,
+        "GARDO's diversity-aware advantage shaping (arXiv:2512.24138; glm_grpo_ds/advantages.py): after the "
+        "estimator and the disagreement gate, a sample with a positive advantage has it multiplied by its image's "
+        "cosine distance to the nearest other image of its group, over the group's mean of those distances, so good "
+        "images unlike the rest teach more and good near-copies less (a group of copies keeps its advantages; GARDO "
+        "shapes r - mean: advantage_estimator none). The features compared: pixels (the image box-averaged to 32 x "
+        "32, its mean taken out: no model, blind to content) or a transformers vision backbone, a local directory or "
+        "a Hub id (DINOv2, e.g. facebook/dinov2-large, or a transformers DINOv3 checkpoint; rewards/"
+        "image_features.py); null = off.",
+    )
     num_iterations: int = setting(
         1, "Updates per rollout (mu, >= 1); > 1 stores the old (pre-update) log-probs and reuses each rollout."
     )
@@ -264,6 +275,9 @@ class GRPOConfig:
             self.mismatch_threshold > 0,
             f"{prefix}mismatch_threshold must be > 0, got {self.mismatch_threshold}",
         )
+        features = self.diversity_features
+        bad_features = f"{prefix}diversity_features must be null, pixels or a model's directory or Hub id, got ''"
+        need(problems, features is None or features.strip() != "", bad_features)
         gate = self.disagreement_gate
         need(problems, gate is None or gate > 0, f"{prefix}disagreement_gate must be null or > 0, got {gate}")
         need(

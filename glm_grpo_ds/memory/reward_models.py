@@ -136,25 +136,55 @@ def vlm_size(model) -> tuple[int, int, str]:
     return _count(lambda: AutoModelForImageTextToText.from_config(conf)), _dtype_bytes(conf.dtype), source
 
 
-def vlm_config(model):
-    """``(config, where it came from)`` of the vqa reward's judge, as :func:`vlm_size` finds it."""
-    from transformers import AutoConfig, Qwen2_5_VLConfig
+def local_config(model):
+    """The transformers config of ``model``'s ``config.json``, a local directory's or a Hub id's in the Hugging Face
+    cache, or None when neither is here."""
+    from transformers import AutoConfig
 
     value, found = str(model or ""), None
     if value and (Path(value).expanduser() / "config.json").is_file():
         found = Path(value).expanduser() / "config.json"
-    elif is_repo_id(value):  # else not a Hub id at all: the reward's own check says so in one line
+    elif is_repo_id(value):  # else not a Hub id at all: the model's own check says so in one line
         from huggingface_hub import try_to_load_from_cache
 
         cached = try_to_load_from_cache(value, "config.json")
         found = Path(cached) if isinstance(cached, str) else None
-    if found is not None:
-        conf, source = AutoConfig.from_pretrained(found.parent), f"{value}'s config.json"
-    else:
-        conf = Qwen2_5_VLConfig(**QWEN25_VL_7B)
-        conf.dtype = torch.bfloat16
-        source = f"assumed Qwen2.5-VL-7B-Instruct: no config.json of {value or 'the model'} here"
-    return conf, source
+    return None if found is None else AutoConfig.from_pretrained(found.parent)
+
+
+def vlm_config(model):
+    """``(config, where it came from)`` of the vqa reward's judge, as :func:`vlm_size` finds it."""
+    from transformers import Qwen2_5_VLConfig
+
+    conf = local_config(model)
+    if conf is not None:
+        return conf, f"{model}'s config.json"
+    conf = Qwen2_5_VLConfig(**QWEN25_VL_7B)
+    conf.dtype = torch.bfloat16
+    return conf, f"assumed Qwen2.5-VL-7B-Instruct: no config.json of {model or 'the model'} here"
+
+
+# facebook/dinov2-large's published config.json (fp32), the diversity features' backbone the docs name
+DINOV2_LARGE = dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, image_size=518, patch_size=14)
+
+
+def features_model(source: str | None) -> RewardModel | None:
+    """What ``grpo.diversity_features`` holds (rewards/image_features.py): nothing for ``pixels``, else the
+    backbone whole on every GPU, sized from its config.json, or as DINOv2-L when it is not here; None when off."""
+    if source is None:
+        return None
+    if source == "pixels":
+        return RewardModel("diversity_features", "none", 0, 0, "pixels: no model")
+    from transformers import AutoModel, Dinov2Config
+
+    conf, said = local_config(source), f"{source}'s config.json"
+    if conf is None:
+        conf, said = Dinov2Config(**DINOV2_LARGE), f"assumed DINOv2-L: no config.json of {source} here"
+        conf.dtype = torch.float32
+    n, b = _count(lambda: AutoModel.from_config(conf)), _dtype_bytes(conf.dtype)
+    return RewardModel(
+        "diversity_features", "gpu", n, n * b, f"backbone {n / 1e6:.0f}M, {b} bytes/param ({said})", n * b
+    )
 
 
 # the question's template and chat turns around the image, in tokens: VQAScore's question with a ~20-token prompt
@@ -238,9 +268,10 @@ def _vqa_scoring(args: dict, side: int) -> tuple[int, str]:
     return nbytes, f"; scoring {batch} images of {side} px ({tokens} image tokens each): {nbytes / 2**30:.2f} GiB"
 
 
-def reward_models(rewards, image_side: int = 1024) -> list[RewardModel]:
-    """What each entry of ``rewards`` (a list of RewardSpec: ``.name``, ``.args``) holds, in order; ``image_side``:
-    the longer side of the rendered images (``rollout.height`` / ``width``), what the vqa judge reads."""
+def reward_models(rewards, image_side: int = 1024, diversity_features: str | None = None) -> list[RewardModel]:
+    """What each entry of ``rewards`` (a list of RewardSpec: ``.name``, ``.args``) holds, in order, then
+    ``grpo.diversity_features``' backbone (:func:`features_model`); ``image_side``: the longer side of the rendered
+    images (``rollout.height`` / ``width``), what the vqa judge reads."""
     out = []
     for spec in rewards:
         name, args = spec.name, dict(spec.args or {})
@@ -263,4 +294,5 @@ def reward_models(rewards, image_side: int = 1024) -> list[RewardModel]:
             out.append(RewardModel(name, "none", 0, 0, "no model"))
         else:
             out.append(RewardModel(name, "none", 0, 0, "plugin: not counted (its memory is unknown to the planner)"))
-    return out
+    features = features_model(diversity_features)
+    return out if features is None else [*out, features]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from .registry import RewardError
+from .base import RewardError
 
 CLIP_L14 = "openai/clip-vit-large-patch14"  # the CLIP the LAION aesthetic head was trained on
 AESTHETIC_HEAD_URL = (
@@ -28,10 +28,12 @@ def _looks_like_path(value: str) -> bool:
     return value.startswith(("/", "./", "../", "~")) or value.count("/") != 1 or Path(value).exists()
 
 
-def check_transformers_model(arg: str, value, reward: str, example_id: str) -> None:
+def check_transformers_model(arg: str, value, reward: str, example_id: str, key: str | None = None) -> None:
     """``value`` is a local transformers checkpoint directory (``config.json`` in it) or a Hub id, which
-    ``from_pretrained`` downloads into the Hugging Face cache (offline: it must be there already)."""
+    ``from_pretrained`` downloads into the Hugging Face cache (offline: it must be there already). ``key``: the
+    config key the messages name instead of the reward's ``arg`` (a model outside ``rewards``)."""
     how = HOW_TO_SET.format(reward=reward, arg=arg)
+    named, arg = (f"reward {reward}: {arg}", arg) if key is None else (key, key)
     if not value:
         raise RewardError(
             f"reward {reward} needs args {arg}: a local checkpoint directory or a Hub id such as {example_id} {how}"
@@ -41,12 +43,12 @@ def check_transformers_model(arg: str, value, reward: str, example_id: str) -> N
         path = Path(value).expanduser()
         if not path.exists():
             raise RewardError(
-                f"reward {reward}: {arg} {value} does not exist; get it with `hf download {example_id} --local-dir "
+                f"{named} {value} does not exist; get it with `hf download {example_id} --local-dir "
                 f"{value}` (or the checkpoint you mean), or give the Hub id: {arg}: {example_id}"
             )
         if not (path / "config.json").is_file():
             raise RewardError(
-                f"reward {reward}: {arg} {value} is not a transformers checkpoint directory (no config.json in it); "
+                f"{named} {value} is not a transformers checkpoint directory (no config.json in it); "
                 f"give the directory `hf download {example_id} --local-dir DIR` writes, or the Hub id {example_id}"
             )
         return
@@ -55,7 +57,7 @@ def check_transformers_model(arg: str, value, reward: str, example_id: str) -> N
     if constants.is_offline_mode():  # what from_pretrained follows (read once, at import, from HF_HUB_OFFLINE)
         if not isinstance(try_to_load_from_cache(value, "config.json"), str):
             raise RewardError(
-                f"reward {reward}: {arg} {value} is not in the Hugging Face cache and HF_HUB_OFFLINE=1 forbids "
+                f"{named} {value} is not in the Hugging Face cache and HF_HUB_OFFLINE=1 forbids "
                 f"downloading it; run `hf download {value}` where the Hub is reachable (same HF_HOME), or give a local "
                 "directory"
             )

@@ -190,6 +190,7 @@ class RewardSet:
         self.weights = {label: weight for label, weight, _ in rewards}
         self.fns = {label: fn for label, _, fn in rewards}
         self.failed = {label: 0 for label in self.labels}
+        self.features = None  # grpo.diversity_features' ImageFeatures (build_rewards), the shaping's image vectors
 
     def _score(self, label: str, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
         n = images.shape[0]
@@ -224,6 +225,23 @@ class RewardSet:
         statistics' ``lpips_diversity`` (monitoring/image_stats.py); None without such a reward."""
         return next((fn.distance for fn in self.fns.values() if callable(getattr(fn, "distance", None))), None)
 
+    def features_of(self, images: torch.Tensor) -> torch.Tensor | None:
+        """``[N, D]`` the diversity shaping's image features (``grpo.diversity_features``), or None when the
+        features raised (warned once; the step is not shaped: experience/step_advantages.py). Like a reward, never
+        during a CUDA graph's capture on another thread."""
+        try:
+            with CAPTURE_SAFE.shared(), torch.no_grad():
+                return self.features(images)
+        except Exception as err:  # noqa: BLE001 - one rank's failure must not leave the others in a collective
+            msg = " ".join(str(err).split()) or type(err).__name__
+            log.warning_once(
+                "features-raised",
+                f"glm-grpo: warning: grpo.diversity_features raised {type(err).__name__}: {msg}; the steps where it "
+                "does are not shaped",
+                all_ranks=True,
+            )
+            return None
+
     def reset(self) -> None:
         """Start a step's failure counts (``failed``) at 0."""
         self.failed = {label: 0 for label in self.labels}
@@ -250,9 +268,12 @@ class RewardSet:
         return self.score(images, prompts, samples, on_scored)
 
 
-def check_reward_specs(specs) -> None:
+def check_reward_specs(specs, diversity_features: str | None = None) -> None:
     """Fail fast (before any model is loaded) on a reward that cannot work: its name, its args, the model files
-    and libraries it needs."""
+    and libraries it needs; and on ``grpo.diversity_features``' backbone (rewards/image_features.py)."""
+    from .image_features import check_features_source
+
+    check_features_source(diversity_features)
     for i, s in enumerate(specs):
         check_reward_name(s.name, f"rewards[{i}].name: ")
         try:
@@ -291,9 +312,15 @@ def reward_labels(specs) -> list[str]:
     return labels
 
 
-def build_rewards(specs) -> RewardSet:
-    """From config ``RewardSpec``s, labelled by :func:`reward_labels`."""
+def build_rewards(specs, diversity_features: str | None = None) -> RewardSet:
+    """From config ``RewardSpec``s, labelled by :func:`reward_labels`; with ``diversity_features``
+    (``grpo.diversity_features``) the set's ``features`` (rewards/image_features.py), built with the rewards."""
     labels = reward_labels(specs)
     built = [(label, s.weight, build_reward(s.name, dict(s.args))) for label, s in zip(labels, specs)]
+    rewards = RewardSet(built)
+    if diversity_features is not None:
+        from .image_features import ImageFeatures
+
+        rewards.features = ImageFeatures(diversity_features)
     run_log.adopt_library_loggers()  # reward libraries that print by themselves (torchmetrics) -> the run's log
-    return RewardSet(built)
+    return rewards

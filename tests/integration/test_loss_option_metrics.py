@@ -1,6 +1,7 @@
 """A real training step with the loss options on (one process, the tiny model): the startup summary names the
 grpo options that are not the defaults, and metrics.jsonl holds what they did (the sampler correction's weights,
-the top-entropy threshold and kept fraction, vespo's mean sequence weight; their math by hand:
+the top-entropy threshold and kept fraction, vespo's mean sequence weight, the diversity shaping's distances and
+multipliers; their math by hand:
 tests/unit/test_grpo_options.py, tests/unit/test_grpo_math.py)."""
 
 import pytest
@@ -15,6 +16,7 @@ def test_a_step_with_the_options_on_logs_them_and_what_they_did(tiny_model_dir, 
     out = tmp_path / "run"
     options = ["grpo.sampler_correction=token_truncate", "grpo.top_entropy_quantile=0.5", "grpo.aggregation=seq_mean"]
     options += ["grpo.objective=vespo", "grpo.num_iterations=2"]  # the second update's ratios leave 1
+    options += ["grpo.diversity_features=pixels"]  # GARDO's shaping, its distances and multipliers logged
     argv = ["train", "--config", str(CONFIG), "--deepspeed", "ds_configs/zero2.json"]
     argv += common(tiny_model_dir, data64, out, "max_steps=1", *FAST, *options)
     code, stdout, stderr = glm_grpo(argv, capfd)
@@ -30,3 +32,6 @@ def test_a_step_with_the_options_on_logs_them_and_what_they_did(tiny_model_dir, 
     # phi(w), over both updates' sequences: 1 at the first (w = 1), off 1 at the second, where w has left 1 (its
     # peak is e^lam (k / lam)^k e^-k, 1.21 at w = 2/3)
     assert 0 < row["sequence_weight_mean"] < 1.21 and abs(row["sequence_weight_mean"] - 1) > 1e-6, row
+    # the multipliers of the positive advantages average ~1 (d / the group's mean d, over a part of the group)
+    assert row["diversity/shaped"] == 1 and 0 < row["diversity/nearest_distance"] <= 2, row
+    assert 0 < row["diversity/multiplier_mean"] < 4 and row["diversity/multiplier_max"] > 0, row

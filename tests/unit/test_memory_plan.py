@@ -667,3 +667,35 @@ def test_a_judge_the_plan_cannot_count_is_said_not_estimated(tmp_path):
     (judge,) = p["rewards"]
     assert p["components"]["reward_scoring"] == 0 and judge["scoring"] == 0
     assert "its scoring forward not estimated (model_type llava; the plan counts qwen2_vl" in judge["note"]
+
+
+def test_the_diversity_features_backbone_is_planned_on_every_gpu(tmp_path):
+    """grpo.diversity_features: pixels hold no model; a backbone is whole on every GPU (after its first call), sized
+    from its config.json, or as DINOv2-L (ViT-L/14, ~300 M parameters in its paper) when it is not here."""
+    import torch
+    from transformers import Dinov2Config
+
+    base = ["model.path=x", "data.train_file=x", "rewards=[{name: pixel_mse}]"]
+
+    def planned(features):
+        c = load_config(None, [*base, f"grpo.diversity_features={features}"])
+        p = plan(c, ZERO[3], EstimateConfig(num_gpus=2), sizes(1280, [640, 640]))
+        return p, {r["name"]: r for r in p["rewards"]}["diversity_features"]
+
+    p, entry = planned("pixels")
+    assert entry["where"] == "none" and entry["bytes"] == 0 and p["components"]["reward_models"] == 0
+    p, entry = planned("/nowhere/dinov2-large")
+    assert (
+        300e6 < entry["params"] < 310e6
+        and entry["bytes"] == 4 * entry["params"]
+        and "assumed DINOv2-L" in entry["note"]
+    )
+    assert p["components"]["reward_models"] == entry["bytes"]
+    small = Dinov2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+    small.dtype = torch.bfloat16
+    small.save_pretrained(tmp_path / "dino")
+    p, entry = planned(tmp_path / "dino")
+    from transformers import Dinov2Model
+
+    assert entry["params"] == sum(t.numel() for t in Dinov2Model(small).parameters())  # its own config, not DINOv2-L's
+    assert entry["bytes"] == 2 * entry["params"] and "dino's config.json" in entry["note"]  # in its dtype
