@@ -7,7 +7,7 @@ glm_grpo_ds/advantages.py ``nearest_distances``, ``diversity_multipliers``), one
 * a transformers vision backbone, a local directory or a Hub id that ``AutoModel`` and ``AutoImageProcessor`` load
   (DINOv2, e.g. ``facebook/dinov2-large``, or DINOv3, GARDO's choice): its pooled output (DINOv2's: the normed CLS
   token), else its first token's last hidden state. Loaded once per rank like a reward model (rewards/base.py
-  FrozenModel: on the images' device from the first call; ``offload`` sends it back to the CPU after each).
+  FrozenModel: on the images' device from the first call, and kept there).
 
     features = ImageFeatures("pixels")
     vectors = features(images)      # [N, D] float32, images [N, 3, H, W] in [0, 1]
@@ -38,12 +38,12 @@ def check_features_source(source: str | None) -> None:
 
 
 class ImageFeatures:
-    def __init__(self, source: str, offload: bool = False):
-        self.source, self.model, self.processor = source, None, None
+    def __init__(self, source: str):
+        self.model, self.processor = None, None
         if source != PIXELS:
             from transformers import AutoImageProcessor, AutoModel
 
-            self.model, path = frozen_pretrained(AutoModel, source, "grpo.diversity_features", offload)
+            self.model, path = frozen_pretrained(AutoModel, source, "grpo.diversity_features")
             self.processor = AutoImageProcessor.from_pretrained(path)
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
