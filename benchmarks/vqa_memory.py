@@ -24,11 +24,11 @@ from pathlib import Path
 THRESHOLD = "65536"  # bytes: every larger allocation is its own mapping, returned to the OS when freed
 
 
-def _peak_reset() -> None:
+def peak_reset() -> None:
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
 
 
-def _status(key: str) -> int:
+def status(key: str) -> int:
     """``VmRSS`` / ``VmHWM`` of this process, bytes."""
     text = Path("/proc/self/status").read_text()
     return int(re.search(rf"^{key}:\s+(\d+) kB", text, re.M).group(1)) * 1024
@@ -74,10 +74,10 @@ def measure(model, processor, side: int, batch: int, cache: bool) -> tuple[int, 
     inputs = processor(text=[text] * batch, images=images, padding=True, return_tensors="pt", do_rescale=False)
     tokens = int((inputs["input_ids"][0] == model.config.image_token_id).sum())
     with torch.no_grad():
-        _peak_reset()
-        base = _status("VmRSS")
+        peak_reset()
+        base = status("VmRSS")
         model(**inputs, logits_to_keep=1, use_cache=cache)
-        peak = _status("VmHWM") - base
+        peak = status("VmHWM") - base
     return peak, tokens, int(inputs["input_ids"].shape[1])
 
 

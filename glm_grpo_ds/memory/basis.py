@@ -219,7 +219,9 @@ def resolve(cfg, ds_raw: dict, est: EstimateConfig, sizes: Sizes) -> Basis:
         lora_b=lora_bytes(stage, b),
         sub_group_size=int(zero.get("sub_group_size", 1e9)),
         dec_b=torch.empty(0, dtype=resolve_dtype(cfg.decoder.dtype, on_gpu=on_gpu)).element_size(),
-        rewards=reward_models(cfg.rewards, max(cfg.rollout.height, cfg.rollout.width), cfg.grpo.diversity_features),
+        rewards=reward_models(
+            cfg.rewards, max(cfg.rollout.height, cfg.rollout.width), cfg.grpo.diversity_features, cfg.sequences_per_rank
+        ),
         bucket=int(zero.get("reduce_bucket_size", 5e8)) if stage >= 1 else 0,
         max_live=int(zero.get("stage3_max_live_parameters", 1e9)),
         prefetch=int(zero.get("stage3_prefetch_bucket_size", 0)),

@@ -92,8 +92,9 @@ class RewardModel:
     # tensors on the safetensors file (measured on a tiny CLIPModel: every parameter points into the file's
     # mapping), page cache shared by the node's ranks until the first score moves them to the GPU
     mapped: int = 0
-    # the activations of one scoring forward on the GPU, where they matter (the vqa judge's: :func:`vlm_scoring`;
-    # a 224-px CLIP batch's are small beside its weights and not counted)
+    # the activations of one scoring forward on the GPU, where they matter (the vqa judge's: :func:`vlm_scoring`,
+    # the diversity backbone's: :func:`features_scoring`; a 224-px CLIP batch's are small beside its weights and not
+    # counted)
     scoring: int = 0
 
 
@@ -168,9 +169,10 @@ def vlm_config(model):
 DINOV2_LARGE = dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, image_size=518, patch_size=14)
 
 
-def features_model(source: str | None) -> RewardModel | None:
+def features_model(source: str | None, images: int = 16) -> RewardModel | None:
     """What ``grpo.diversity_features`` holds (rewards/image_features.py): nothing for ``pixels``, else the
-    backbone whole on every GPU, sized from its config.json, or as DINOv2-L when it is not here; None when off."""
+    backbone whole on every GPU, sized from its config.json, or as DINOv2-L when it is not here, and its forward over
+    a rank's ``images`` (:func:`features_scoring`); None when off."""
     if source is None:
         return None
     if source == "pixels":
@@ -182,9 +184,37 @@ def features_model(source: str | None) -> RewardModel | None:
         conf, said = Dinov2Config(**DINOV2_LARGE), f"assumed DINOv2-L: no config.json of {source} here"
         conf.dtype = torch.float32
     n, b = _count(lambda: AutoModel.from_config(conf)), _dtype_bytes(conf.dtype)
-    return RewardModel(
-        "diversity_features", "gpu", n, n * b, f"backbone {n / 1e6:.0f}M, {b} bytes/param ({said})", n * b
-    )
+    note = f"backbone {n / 1e6:.0f}M, {b} bytes/param ({said})"
+    scoring = features_scoring(conf, images)
+    if scoring is None:
+        note += f"; its forward not estimated (model_type {conf.model_type}; the plan counts {', '.join(VIT_FEATURES)})"
+    else:
+        note += f"; forward over {images} images at {FEATURES_SIDE} px: {scoring / 2**30:.2f} GiB"
+    return RewardModel("diversity_features", "gpu", n, n * b, note, n * b, scoring or 0)
+
+
+# the diversity backbones whose forward the plan counts (model_type): plain ViTs with a class token (and registers)
+VIT_FEATURES = ("dinov2", "dinov2_with_registers", "dinov3_vit")
+FEATURES_SIDE = 224  # DINOv2's and DINOv3's image processors resize and crop to 224 x 224
+
+
+def features_scoring(conf, images: int) -> int | None:
+    """Bytes of one ``grpo.diversity_features`` forward's activations, computed from the backbone's config (not
+    measured on a GPU), or None outside :data:`VIT_FEATURES`: a rank's ``images`` at once (rewards/
+    image_features.py), no gradient, fused attention, each at the processor's :data:`FEATURES_SIDE`: the pixels,
+    plus one layer's working set per token (no_grad frees each layer before the next): its hidden state, residual
+    and normed input, and the MLP's hidden (gated: gate, up and product; else its input and its activation)."""
+    if conf.model_type not in VIT_FEATURES:
+        return None
+    b, hidden = _dtype_bytes(conf.dtype), conf.hidden_size
+    gated = getattr(conf, "use_gated_mlp", False) or getattr(conf, "use_swiglu_ffn", False)
+    if hasattr(conf, "mlp_ratio"):  # DINOv2's width; its SwiGLU keeps 2/3 of it, rounded up to 8
+        mlp = int(hidden * conf.mlp_ratio)
+        mlp = (int(mlp * 2 / 3) + 7) // 8 * 8 if gated else mlp
+    else:
+        mlp = conf.intermediate_size
+    tokens = (FEATURES_SIDE // conf.patch_size) ** 2 + 1 + getattr(conf, "num_register_tokens", 0)
+    return images * (3 * FEATURES_SIDE**2 + tokens * (3 * hidden + (3 if gated else 2) * mlp)) * b
 
 
 # the question's template and chat turns around the image, in tokens: VQAScore's question with a ~20-token prompt
@@ -268,10 +298,13 @@ def _vqa_scoring(args: dict, side: int) -> tuple[int, str]:
     return nbytes, f"; scoring {batch} images of {side} px ({tokens} image tokens each): {nbytes / 2**30:.2f} GiB"
 
 
-def reward_models(rewards, image_side: int = 1024, diversity_features: str | None = None) -> list[RewardModel]:
+def reward_models(
+    rewards, image_side: int = 1024, diversity_features: str | None = None, images_per_rank: int = 16
+) -> list[RewardModel]:
     """What each entry of ``rewards`` (a list of RewardSpec: ``.name``, ``.args``) holds, in order, then
     ``grpo.diversity_features``' backbone (:func:`features_model`); ``image_side``: the longer side of the rendered
-    images (``rollout.height`` / ``width``), what the vqa judge reads."""
+    images (``rollout.height`` / ``width``), what the vqa judge reads; ``images_per_rank``: a rank's images of a step,
+    what the features backbone reads at once."""
     out = []
     for spec in rewards:
         name, args = spec.name, dict(spec.args or {})
@@ -294,5 +327,5 @@ def reward_models(rewards, image_side: int = 1024, diversity_features: str | Non
             out.append(RewardModel(name, "none", 0, 0, "no model"))
         else:
             out.append(RewardModel(name, "none", 0, 0, "plugin: not counted (its memory is unknown to the planner)"))
-    features = features_model(diversity_features)
+    features = features_model(diversity_features, images_per_rank)
     return out if features is None else [*out, features]

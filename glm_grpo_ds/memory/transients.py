@@ -175,10 +175,11 @@ def reward_offloaded(s: Basis) -> tuple[int, str]:
 
 
 def reward_scoring(s: Basis) -> tuple[int, str]:
-    # the rewards score one after another: the largest forward's activations (the vqa judge's, memory/
-    # reward_models.py vlm_scoring; a 224-px CLIP batch's are small beside its weights and not counted)
+    # the rewards, then the diversity features, score one after another: the largest forward's activations (the
+    # vqa judge's and the features backbone's, memory/reward_models.py vlm_scoring / features_scoring; a 224-px
+    # CLIP batch's are small beside its weights and not counted)
     scoring = [r for r in s.rewards if r.scoring]
     if scoring:
         top = max(scoring, key=lambda r: r.scoring)
-        return top.scoring, f"{top.name}'s scoring forward (computed from its config; no KV cache)"
+        return top.scoring, f"{top.name}'s forward (computed from its config, no gradient)"
     return 0, "no judge forward counted"

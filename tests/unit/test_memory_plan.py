@@ -699,3 +699,32 @@ def test_the_diversity_features_backbone_is_planned_on_every_gpu(tmp_path):
 
     assert entry["params"] == sum(t.numel() for t in Dinov2Model(small).parameters())  # its own config, not DINOv2-L's
     assert entry["bytes"] == 2 * entry["params"] and "dino's config.json" in entry["note"]  # in its dtype
+
+
+def test_the_diversity_features_forward_is_planned_in_the_reward_phase(tmp_path):
+    """The backbone's forward over a rank's images at 224 px, by hand: pixels plus one layer's working set per token
+    (257 = 16^2 patches + the class token; hidden x 3, the MLP x 2), in the model's dtype; the larger of it and a
+    judge's forward is the reward phase's transient; a backbone outside the counted ViTs is said not estimated."""
+    import torch
+    from transformers import CLIPVisionConfig, Dinov2Config
+
+    base = ["model.path=x", "data.train_file=x", "grpo.group_size=8", "batch.prompts_per_rank=3"]
+
+    def planned(features, rewards="[{name: pixel_mse}]"):
+        c = load_config(None, [*base, f"rewards={rewards}", f"grpo.diversity_features={features}"])
+        p = plan(c, ZERO[3], EstimateConfig(num_gpus=2), sizes(1280, [640, 640]))
+        return p, {r["name"]: r for r in p["rewards"]}["diversity_features"]
+
+    p, entry = planned("/nowhere/dinov2-large")  # DINOv2-L: 1024 wide, MLP 4096, fp32
+    assert entry["scoring"] == 24 * (3 * 224**2 + 257 * (3 * 1024 + 2 * 4096)) * 4 == 292_356_096
+    assert p["components"]["reward_scoring"] == entry["scoring"] and "forward over 24 images" in entry["note"]
+    small = Dinov2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, patch_size=16)
+    small.dtype = torch.bfloat16
+    small.save_pretrained(tmp_path / "dino")
+    assert planned(tmp_path / "dino")[1]["scoring"] == 24 * (3 * 224**2 + 197 * (3 * 64 + 2 * 256)) * 2
+    CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_attention_heads=2).save_pretrained(tmp_path / "clip")
+    p, entry = planned(tmp_path / "clip")
+    assert entry["scoring"] == 0 and p["components"]["reward_scoring"] == 0
+    assert "its forward not estimated (model_type clip_vision_model; the plan counts dinov2" in entry["note"]
+    p, entry = planned(tmp_path / "dino", "[{name: vqa, args: {model: /nowhere/judge}}]")
+    assert p["components"]["reward_scoring"] > entry["scoring"] > 0  # the judge's 7B forward is the larger
