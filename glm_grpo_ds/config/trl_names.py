@@ -1,7 +1,7 @@
 """TRL's GRPOConfig names and what they are here, so a config written with TRL's words gets an error that names
 our key (and maps the value) instead of a list of close-looking keys that mean something else
 (``num_generations`` is ``grpo.group_size``, not ``grpo.num_iterations``; TRL's ``loss_type: dapo`` is our
-``aggregation: token_mean``, not ``dr_grpo``). docs/configuration.md carries the same table; a test checks every
+``aggregation: token_mean``, not ``dr_grpo``). docs/migrating.md carries the same table; a test checks every
 TRL name here against trl.GRPOConfig's fields and every key against our config.
 
     hint = trl_key_hint("num_generations")          # "TRL's num_generations is grpo.group_size here: ..."
@@ -197,7 +197,7 @@ def trl_value_hint(where: str, value) -> str | None:
 
 
 def trl_table() -> str:
-    """The Markdown table docs/configuration.md carries (a test keeps the two equal): the mapped names, then those
+    """The Markdown table docs/migrating.md carries (a test keeps the two equal): the mapped names, then those
     with no counterpart (the vLLM ones in one row)."""
     rows = [f"| `{trl}` | `{ours}` | {note} |" for trl, (ours, note) in TRL_KEYS.items()]
     absent = {key: why for key, why in TRL_ABSENT.items() if key not in _VLLM_KEYS}

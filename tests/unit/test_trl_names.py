@@ -12,7 +12,7 @@ from glm_grpo_ds.config import ConfigError, TrainConfig, load_config
 from glm_grpo_ds.config.trl_names import TRL_KEYS, TRL_VALUES, trl_table
 
 CONFIG = Path(__file__).resolve().parents[2] / "launch" / "configs" / "tiny_cpu.yaml"
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "migrating.md"
 
 
 def _has_key(cls, dotted: str) -> bool:
@@ -34,7 +34,7 @@ def test_every_trl_name_is_trls_and_every_key_is_ours():
     assert {field for field, _ in TRL_VALUES.values()} <= trl_fields
     for trl_name, (ours, _) in TRL_KEYS.items():
         assert _has_key(TrainConfig, ours), (trl_name, ours)
-    assert trl_table() in DOCS.read_text(encoding="utf-8"), "docs/configuration.md's TRL table is not the map's"
+    assert trl_table() in DOCS.read_text(encoding="utf-8"), "docs/migrating.md's TRL table is not the map's"
 
 
 def test_every_field_of_trls_grpo_config_is_answered():
