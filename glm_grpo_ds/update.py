@@ -73,6 +73,17 @@ def micro_batches(n: int, size: int) -> list[slice]:
 
 
 @torch.no_grad()
+def mini_batch_order(rows: int, group_size: int, mini_batches: int) -> torch.Tensor | None:
+    """The rollout's rows (group by group) in the order whose k-th ``rows / mini_batches`` are the k-th mini-batch:
+    the k-th K-th of every group's samples, so a step's k-th optimizer step trains the same samples of the same
+    prompts on any number of ranks (a rank holds whole groups). None, the rows in order, when K is 1 or does not
+    divide G (data/prompt_order.py then places whole prompts by mini-batch where K divides the prompts per rank)."""
+    if mini_batches == 1 or group_size % mini_batches or rows % group_size:
+        return None
+    per = group_size // mini_batches  # each group's samples in each mini-batch
+    return torch.arange(rows).view(rows // group_size, mini_batches, per).transpose(0, 1).reshape(-1)
+
+
 def batched_logprobs(model, batch: RolloutBatch, cfg, slices: list[slice]) -> torch.Tensor:
     return torch.cat(
         [completion_logprobs(model, batch.select(s), cfg.grpo.sampling, cfg.grpo.logprob_chunk_size) for s in slices]
@@ -176,10 +187,11 @@ def grpo_update(
     reference=None,
 ) -> dict:
     """Run ``grpo.num_iterations`` passes over one rollout, each ``batch.mini_batches`` optimizer steps on the
-    rollout's mini-batches in order; return its statistics (observability/update_stats.py, one entry per optimizer
-    step; ``skipped``: optimizer steps DeepSpeed skipped because the gradients were not finite). ``ref_logps`` /
-    ``old_logps``: computed during the rollout, else here. ``on_boundary(engine)`` runs after the last backward of each
-    optimizer step, before it (tests read the gradients there); ``status``: the step status (observability/
+    rollout's mini-batches (:func:`mini_batch_order`) in order; return its statistics (observability/
+    update_stats.py, one entry per optimizer step; ``skipped``: optimizer steps DeepSpeed skipped because the
+    gradients were not finite). ``ref_logps`` / ``old_logps``: computed during the rollout, else here.
+    ``on_boundary(engine)`` runs after the last backward of each optimizer step, before it (tests read the gradients
+    there); ``status``: the step status (observability/
     step_status.py), told each micro-batch done; ``loss``: the run's loss settings (:func:`loss_settings` of
     ``cfg.grpo`` when None); ``entropy_control``: ``grpo.entropy_target``'s adaptive coefficient, which sets each
     optimizer step's bonus and is updated after it (collective: every rank's trained tokens' entropy);
@@ -187,6 +199,10 @@ def grpo_update(
     g = cfg.grpo
     settings = loss_settings(g) if loss is None else loss
     batch = batch if g.preview_in_loss else without_preview_loss(batch)
+    order = mini_batch_order(len(batch), g.group_size, cfg.batch.mini_batches)
+    if order is not None:  # each mini-batch a K-th of every group: the k-th holds the same samples on any world size
+        batch, advantages = batch.select(order), advantages[order.to(advantages.device)]
+        ref_logps, old_logps = (None if t is None else t[order.to(t.device)] for t in (ref_logps, old_logps))
     slices = micro_batches(len(batch), cfg.batch.micro_batch_size)
     status.phase("update", total=g.num_iterations * len(slices), unit="micro-batches")
     ref, old = missing_logprobs(engine, ref_engine, batch, cfg, slices, ref_logps, old_logps, reference)

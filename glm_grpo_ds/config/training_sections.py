@@ -97,12 +97,13 @@ class BatchConfig:
     mini_batches: int = setting(
         1,
         "Optimizer steps per rollout (and per grpo.num_iterations pass; TRL's steps_per_generation, verl's "
-        "ppo_mini_batch_size as a count): each rank's sequences split in order into this many equal mini-batches, "
+        "ppo_mini_batch_size as a count): each rank's sequences split into this many equal mini-batches, "
         "each one optimizer step on its own loss (normalised over the mini-batch); > 1 = more updates per costly "
         "rollout and decode, the later mini-batches off-policy by the earlier steps (their old log-probs stored, as "
-        "num_iterations > 1 stores them). mini_batches x micro_batch_size must divide prompts_per_rank * G; when "
-        "mini_batches divides prompts_per_rank, each step's k-th mini-batch holds the same prompts on every number "
-        "of ranks where it still divides it.",
+        "num_iterations > 1 stores them). mini_batches x micro_batch_size must divide prompts_per_rank * G. When "
+        "mini_batches divides grpo.group_size, the k-th mini-batch holds the k-th K-th of every group's samples, "
+        "the same samples on any number of ranks; else, when it divides prompts_per_rank, whole prompts, the same on "
+        "every number of ranks where it still divides it; else each rank's sequences in order (rank-dependent).",
     )
 
     def problems(self, prefix: str = "batch.") -> list[str]:

@@ -45,8 +45,8 @@ TRL_KEYS: dict[str, tuple[str, str]] = {
     ),
     "steps_per_generation": (
         "batch.mini_batches",
-        "optimizer steps per rollout: each rank's rollout split into this many mini-batches in order, whole groups "
-        "together (TRL shuffles its generation batch first)",
+        "optimizer steps per rollout: the k-th mini-batch holds the k-th K-th of every group's samples, the same ones "
+        "on any number of ranks (TRL shuffles its generation batch first)",
     ),
     "max_completion_length": (
         "rollout.height",

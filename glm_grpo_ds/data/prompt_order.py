@@ -4,10 +4,11 @@ Each step, :class:`PromptOrder` takes the next ``world_size * prompts_per_rank``
 seeded permutation (a new one per epoch) - the step's draw - and gives rank r its own places in it
 (:meth:`PromptOrder.places`), so no two ranks train on the same prompt in a step and every rank can compute every
 other rank's prompts (no communication). The places are rank r's slice of the draw; with ``batch.mini_batches`` K
-dividing ``prompts_per_rank``, rank r's slice of each K-th of the draw instead, so the k-th optimizer step of a
-step trains the same prompts (the k-th K-th of the draw) on every number of ranks where K divides the prompts per
-rank; the sampling streams follow the places (runtime/seeding.py), so a prompt samples the same tokens on whichever
-rank.
+dividing ``prompts_per_rank``, rank r's slice of each K-th of the draw instead, so that where K does not divide
+the group size (else each mini-batch is a K-th of every group: update.py ``mini_batch_order``) the k-th optimizer
+step of a step trains the same prompts (the k-th K-th of the draw) on every number of ranks where K divides the
+prompts per rank; the sampling streams follow the places (runtime/seeding.py), so a prompt samples the same tokens
+on whichever rank.
 A step that crosses into the next epoch and meets a prompt it already took at the end of the last one
 takes the next row instead; that prompt comes first in the following step (no prompt twice in a step).
 Only the rows a step samples are read (``rows[i]``); the permutation is an ``array`` of 4-byte ints

@@ -9,8 +9,9 @@ Scenarios (rank 0 writes OUT_DIR/result.pt):
             each rank's advantages from every rank's share of the rewards as the trainer computes them
   options - per --option-sets entry, the gradients of one update with those loss options on, and of the same loss
             written out by hand (tests/integration/loss_by_hand.py), with every option on and off
-  minibatch - one update of a 2-prompt rollout in batch.mini_batches=2, and the same as two 1-prompt updates of a
-            twin trainer (the second with the pre-update log-probs): the gradients of each optimizer step, the weights
+  minibatch - one update of a 2-prompt rollout in batch.mini_batches=2, and the same as two updates of each group's
+            halves by a twin trainer (the second with the pre-update log-probs): the gradients of each optimizer step,
+            the weights
   sharded - the same rollout with ZeRO-3 parameters gathered once and left sharded
   memory - bytes of the model states DeepSpeed holds (testing.model_state) around one update
   before - reference / old log-probs in the rollout's gather vs in the update, and the bytes each gathers
@@ -161,9 +162,10 @@ def options_result(a) -> dict:
 
 def minibatch_result(a) -> dict:
     """A trainer with ``batch.prompts_per_rank=2 batch.mini_batches=2`` runs one update of a fixed 2-prompt rollout
-    (two optimizer steps); a twin (same seed, ``prompts_per_rank=1``) runs it as two one-prompt updates, the second
-    with the first prompt's update done and the log-probs from before it as the old ones. Each one's gradients at
-    each optimizer step (``steps``), trainable weights after (``weights``) and update statistics."""
+    (two optimizer steps); a twin (same seed, ``prompts_per_rank=1``, one mini-batch) runs it as two updates, of
+    the first half of each group's samples, then of the second halves with the first update done and the log-probs
+    from before it as the old ones. Each one's gradients at each optimizer step (``steps``), trainable weights after
+    (``weights``) and update statistics."""
     from glm_grpo_ds.update import batched_logprobs
 
     out = {}
@@ -182,7 +184,8 @@ def minibatch_result(a) -> dict:
         if name == "split":
             stats = [grpo_update(engine, batch, adv, cfg, on_boundary=on_boundary)]
         else:
-            half, rest = slice(0, len(batch) // 2), slice(len(batch) // 2, len(batch))
+            groups = torch.arange(len(batch)).view(-1, 2, cfg.grpo.group_size // 2)  # [prompt, half, sample]
+            half, rest = groups[:, 0].reshape(-1), groups[:, 1].reshape(-1)
             ds_engine.unwrap(engine).eval()  # the pre-update log-probs, as the update takes them (no dropout)
             old = batched_logprobs(engine, batch, cfg, [slice(0, len(batch))])
             ds_engine.unwrap(engine).train()

@@ -224,9 +224,10 @@ def test_num_iterations_two_first_ratio_is_one(tiny_model_dir, tiny_data, tmp_pa
 
 def test_mini_batches_are_the_updates_of_their_halves_one_after_the_other(tiny_model_dir, tiny_data, tmp_path):
     """batch.mini_batches=2 on a 2-prompt rollout: its two optimizer steps' gradients and the weights after equal a
-    twin's two one-prompt updates, the second with the pre-update log-probs as the old ones (its ratios off 1: the
-    second step trains off-policy). A mini-batch normalised over the whole rollout (half the gradient), or old
-    log-probs taken after the first step (ratio 1), would differ."""
+    twin's two updates, of the first half of each group's samples and then of the second halves, the second with
+    the pre-update log-probs as the old ones (its ratios off 1: the second step trains off-policy). A mini-batch
+    normalised over the whole rollout (half the gradient), of whole prompts, or with old log-probs taken after the
+    first step (ratio 1), would differ."""
     overrides = common(
         tiny_model_dir, tiny_data, tmp_path / "run", "rollout.height=64", "rollout.width=64", "grpo.group_size=4",
         "batch.micro_batch_size=2", "optimizer.name=adamw", "optimizer.lr=3e-2", "grpo.beta=0",

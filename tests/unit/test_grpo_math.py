@@ -404,3 +404,28 @@ def test_on_policy_every_objective_has_the_clipped_surrogates_gradient(level):
     torch.testing.assert_close(grads["cispo"], grads["clip"], rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(grads["sapo"], grads["clip"], rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(grads["vespo"], grads["clip"], rtol=1e-12, atol=1e-14)
+
+
+def test_mini_batches_are_a_kth_of_every_group_and_the_same_on_any_number_of_ranks():
+    """update.py mini_batch_order, by hand: 2 groups of 4 in 2 mini-batches are samples 0-1 of both groups, then 2-3.
+    The k-th mini-batch of a step (the union over ranks, each holding whole groups in the draw's order) is the same
+    set of (prompt, sample) on 1, 2 and 4 ranks; a K that does not divide G leaves the rows in order (None)."""
+    from glm_grpo_ds.update import mini_batch_order
+
+    assert mini_batch_order(8, 4, 2).tolist() == [0, 1, 4, 5, 2, 3, 6, 7]
+    assert mini_batch_order(8, 4, 4).tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
+    assert mini_batch_order(8, 4, 1) is None and mini_batch_order(6, 3, 2) is None
+
+    def global_mini_batches(world, prompts=4, group=8, k=4):
+        per_rank = prompts // world * group
+        out = [set() for _ in range(k)]
+        for rank in range(world):
+            order = mini_batch_order(per_rank, group, k)
+            for j, chunk in enumerate(order.view(k, -1)):
+                rows = rank * per_rank + chunk  # a row of the step's draw: prompt row // group, sample row % group
+                out[j] |= {(int(r) // group, int(r) % group) for r in rows}
+        return out
+
+    one = global_mini_batches(1)
+    assert one == global_mini_batches(2) == global_mini_batches(4)
+    assert one[1] == {(p, s) for p in range(4) for s in (2, 3)}
