@@ -28,7 +28,7 @@ from .config.notes import unused_settings
 from .data import FROM_DATA, DataError, check_source, load_prompts
 from .data.prompt_order import check_enough
 from .ds.ds_config import DeepSpeedConfigError, fill_ds_config, offloads, read_ds_config, zero_stage
-from .lifecycle import checkpoint, resume
+from .lifecycle import checkpoint, disk_space, resume
 from .lifecycle.run import decide_start
 from .memory.basis import EstimateConfig
 from .memory.plan import GIB, plan
@@ -248,6 +248,7 @@ def _memory(cfg, ds_path: str, raw: dict, est: EstimateConfig, report: Report) -
     planned = _checked(report, "memory plan", lambda: plan(cfg, raw, est, sizes)) if sizes is not None else None
     if planned is None:
         return
+    _disk(cfg, planned["disk"], report)
     total, gpu = planned["total_bytes"] / GIB, planned["gpu_memory_bytes"] / GIB
     host, per = planned["host_node"]["request_bytes"] // GIB, _unit(est)
     if planned["headroom_bytes"] >= 0:
@@ -256,6 +257,27 @@ def _memory(cfg, ds_path: str, raw: dict, est: EstimateConfig, report: Report) -
     fastest = fastest_that_fits(cfg, ds_path, planned, est, sizes)
     report.over_budget = True
     report.add("FAIL", f"memory plan: {total:.1f} GiB per {per} does not fit in {gpu:.0f} GiB; {fastest['line']}")
+
+
+def _disk(cfg, disk: dict, report: Report) -> None:
+    """What the run writes to ``output_dir`` (memory/disk.py) against its file system's free space, less what its
+    checkpoints hold already (a resume's): FAIL when not even one checkpoint and the final weights fit (the run
+    could save nothing), a note when the run's most at once does not (it would stop at a later checkpoint)."""
+    out = Path(cfg.output_dir)
+    held = disk_space.tree_bytes(out / checkpoint.CHECKPOINTS) if (out / checkpoint.CHECKPOINTS).is_dir() else 0
+    free, line = disk_space.free_bytes(out), disk_space.disk_line(disk)
+    has = f"its file system has {disk_space.size_text(free)} free"
+    first = disk["checkpoint_bytes"] * disk_space.MARGIN + disk_space.SLACK_BYTES if disk["checkpoints_kept"] else 0
+    if free < first + disk["final_bytes"]:
+        report.add("FAIL", f"output_dir disk: {line}; {has}: free space there")
+    elif free < disk["run_bytes"] - held + disk_space.SLACK_BYTES:
+        report.add(
+            "note",
+            f"output_dir disk: {line}; {has}: the run stops before the "
+            "checkpoint that does not fit (exit 7) unless space is freed; save_total_limit keeps fewer",
+        )
+    else:
+        report.add("ok", f"output_dir disk: {line}; {disk_space.size_text(free)} free")
 
 
 def _unit(est: EstimateConfig) -> str:

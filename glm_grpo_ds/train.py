@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         line = "glm-grpo train: " + ("\n  ".join(lines) if len(lines) > 1 else lines[0])
         log.fatal(line, node_alone=not dist.initialized(), every_rank=training)
         dist.shutdown(agreed=False)
-        return 2
+        return getattr(err, "exit_code", 2)  # 2: bad input; a write that met a full disk: 7 (lifecycle/disk_space.py)
     dist.shutdown()
     # rank 0 uploads now, no peer waiting on it: 0, or 4 if an upload failed (its line says how to retry; it comes
     # before the alarms' 6, whose lines are printed above either way)

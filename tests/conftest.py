@@ -8,6 +8,7 @@ whole session by whichever worker asks first (tests/built_once.py), the others w
 import atexit
 import os
 import shutil
+import subprocess
 import tempfile
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -67,6 +68,25 @@ def cpu_fp8():
     why = fp8_supported(torch.device("cpu"))
     if why:
         pytest.skip(why)
+
+
+def _mount_tmpfs(path, size: str) -> None:
+    """A tmpfs of ``size`` at ``path``, or a skip where this machine does not let a test mount one."""
+    path.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command: a real full file system needs a tmpfs")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}): a real full disk needs one")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs (where this machine lets a test mount one), unmounted after."""
+    path = tmp_path / "small"
+    _mount_tmpfs(path, "1m")
+    yield path
+    subprocess.run(["umount", "-l", str(path)], check=False)  # lazy: a file a failed write left open keeps it busy
 
 
 @pytest.fixture(scope="session")

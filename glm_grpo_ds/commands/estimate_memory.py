@@ -21,6 +21,7 @@ import sys
 from ..config import ConfigError, load_config, parse_with_overrides
 from ..config.arguments import gib
 from ..ds.ds_config import DeepSpeedConfigError, read_ds_config
+from ..lifecycle.disk_space import disk_line
 from ..memory.levers import candidate_changes, lever_text
 from ..memory.plan import GIB, EstimateConfig, grid_tokens, plan
 from ..memory.sizes import model_sizes
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                     "model_states": p["model_states"],
                     "merge_copy": p["merge_copy"],
                     "setup": p["setup"],
+                    "disk": p["disk"],  # what output_dir holds (memory/disk.py)
                     "fastest_that_fits": fastest,
                     "levers": advice,  # when it does not fit: the settings that plan less (memory/levers.py)
                     "step_time": {
@@ -197,6 +199,7 @@ def format_plan(p: dict) -> str:
         "cache for the weight files (shared, reclaimable)"
     )
     lines.append(f"  AR on the host while loading: {h['ar_whole_basis']}")
+    lines.append(f"  disk in output_dir (glm_grpo_ds/memory/disk.py): {disk_line(p['disk'])}")
     lines.append("  vs DeepSpeed's estimate_zero2/zero3_model_states_mem_needs: same weights, gradients, fp32 master,")
     lines.append(
         "  moments and fp32 step-time gradients; not in theirs: the reduce bucket, ZeRO-2's straddling tensor,"

@@ -29,6 +29,7 @@ from ..runtime import log
 from ..runtime.seeding import derive_seed
 from . import checkpoint, resume
 from .best import BestCheckpoint
+from .disk_space import DiskRoom, room_to_convert
 from .preempt import EXIT_ALARM, EXIT_NONFINITE, Stopped, exit_code, signal_name, terms_ignored
 
 # How long the other ranks wait for rank 0 to convert a checkpoint for another world size or stage (ds/portable.py).
@@ -125,6 +126,7 @@ class RunLife:
         self.launch = {"id": uuid.uuid4().hex, "from_step": start.step}
         # save_best: the best evaluated checkpoint so far, kept from pruning (a resume goes on with its best)
         self.best = BestCheckpoint(out, cfg.save_best, rank == 0, start.step if start.checkpoint else None)
+        self.disk = DiskRoom(out, rank)  # room for each checkpoint and the final weights, checked first
 
     @property
     def final_dir(self) -> Path:
@@ -180,14 +182,7 @@ class RunLife:
     def _convert(self, ds_dir: Path, universal: Path) -> None:
         """Rank 0: the conversion, planned first (its disk: refused in one line when the file system lacks it)."""
         (world, stage), mib = self.start.written_on, 2**20
-        size, kept, peak = portable.disk_plan(ds_dir, self.cfg.optimizer.name != "adamw")
-        free = shutil.disk_usage(ds_dir).free
-        if free < peak:
-            raise portable.ConversionError(
-                f"converting {ds_dir} for this world size / ZeRO stage needs {peak / mib:,.0f} MiB free beside it "
-                f"({kept / mib:,.0f} MiB kept in {universal.name}/), the file system has {free / mib:,.0f} MiB: free "
-                "space there (older checkpoints: save_total_limit), or resume on the world size and stage that wrote it"
-            )
+        size, kept, peak = room_to_convert(ds_dir, universal, self.cfg.optimizer.name != "adamw")
         log.info(
             f"glm-grpo: {ds_dir.parent.name} was written on {world} rank(s) at ZeRO-{stage}; this run has {self.world} "
             f"at ZeRO-{self.zero_stage}: converting its DeepSpeed state ({size / mib:,.1f} MiB) to a universal "
@@ -292,17 +287,25 @@ class RunLife:
         is_lora, limit = self.cfg.lora is not None, self.cfg.save_total_limit
         kept = [state for state in (reference, ema) if state is not None]  # tensors of their own, every rank writes
         more = partial(_write_each, kept, rank=self.rank) if kept else None
-        path = checkpoint.save(
-            engine, self.out, step, state, self.rank, is_lora, limit, later=self.later, ahead=ahead, more=more
-        )
+        with self.disk.writing(f"checkpoint {checkpoint.step_dir_name(step)}", self.disk.checkpoint_bytes()):
+            path = checkpoint.save(
+                engine, self.out, step, state, self.rank, is_lora, limit, later=self.later, ahead=ahead, more=more
+            )
+        self.disk.wrote_checkpoint(path)
         self.best.consider(step, eval_reward, path)
         return self.publisher.checkpoint(path, step)  # its adapter's model card (+ upload, hub.push_checkpoints)
 
     def save_final(self, engine, step: int, ema=None) -> None:
         """``final_adapter/`` (LoRA) or ``final_model/`` (collective), with the step it holds (``step``: max_steps, or
         the resumed checkpoint's when max_steps was lowered below it) and its card; with ``ema`` (lora.ema_decay,
-        model/ema.py) its average in ``final_adapter_ema/`` too."""
+        model/ema.py) its average in ``final_adapter_ema/`` too; first, the room for them (lifecycle/disk_space.py)."""
         ema_dir = None if ema is None else self.out / checkpoint.FINAL_ADAPTER_EMA
+        with self.disk.writing(self.final_dir.name + "/", self.disk.planned("final_bytes")):
+            self._write_final(engine, step, ema, ema_dir)
+        dist.barrier()  # every rank sees final_*/ whole
+        self.publisher.final(self.final_dir, ema_dir)
+
+    def _write_final(self, engine, step: int, ema, ema_dir: Path | None) -> None:
         if ema is not None:
             ema.save_adapter(engine, ema_dir, self.rank)
         final = self.final_dir
@@ -322,8 +325,6 @@ class RunLife:
                 final.rename(replaced)  # renamed, not deleted first: final_*/ is missing for two renames, not a delete
             partial.rename(final)
             shutil.rmtree(replaced, ignore_errors=True)
-        dist.barrier()  # every rank sees final_*/ whole
-        self.publisher.final(final, ema_dir)
 
     def end_stopped(self, stop: Stopped) -> int:
         """The end of a run every rank agreed to stop (collective): its line, rank 0's pending upload / pruning of

@@ -82,6 +82,7 @@ from .components import (
     runtime_overhead,
     zero_buffers,
 )
+from .disk import disk_plan
 from .host import GIB, host_per_node
 from .phases import MEASURED_PHASES, RESIDENT, phase_totals, transient_phases
 from .sizes import Sizes, model_sizes
@@ -193,6 +194,7 @@ def plan(cfg, ds_raw: dict, est, sizes: Sizes | None = None) -> dict:
             "fp32_grad_step": comp["fp32_grad_step"],
         },
         "setup": _setup(s),
+        "disk": disk_plan(s),  # what output_dir holds: a checkpoint, the final weights, the run at most (disk.py)
     }
 
 

@@ -37,7 +37,18 @@ def test_a_job_that_would_start(tiny_model_dir, tiny_data, tmp_path, capfd):
     assert "ok    DeepSpeed config ds_configs/zero2.json: ZeRO-2, filled for 2 ranks" in lines
     assert f"ok    output_dir {out}: a fresh start" in lines
     assert any(line.startswith("ok    memory plan: ") for line in lines), lines
+    assert any(line.startswith("ok    output_dir disk: a checkpoint ~") and " free" in line for line in lines), lines
     assert not out.exists()  # nothing written
+
+
+def test_a_disk_without_room_for_one_checkpoint_is_refused(tiny_model_dir, tiny_data, small_disk, capfd):
+    """output_dir on a real 1 MiB file system (a tmpfs, where this machine lets a test mount one): the run could write
+    no checkpoint (its size + 256 MiB) and no final weights there: one FAIL line naming the disk, exit 2."""
+    code, lines, _ = _check(tiny_model_dir, tiny_data, small_disk / "run", capfd, "save_steps=1")
+    assert code == 2, lines
+    (fail,) = _fails(lines)
+    assert fail.startswith("output_dir disk: a checkpoint ~"), fail
+    assert fail.endswith("its file system has 1.0 MiB free: free space there"), fail
 
 
 def test_every_first_day_mistake_in_one_pass(tiny_model_dir, tmp_path, capfd):

@@ -53,6 +53,7 @@ class Run:
 LORA_Z2_8 = Run("glm_image_lora.yaml", "zero2.json", 8)
 LORA_Z2_1 = Run("glm_image_lora.yaml", "zero2.json", 1)
 LORA_Z3_8 = Run("glm_image_lora.yaml", "zero3.json", 8)
+LORA_Z3_8_ADAMW = Run("glm_image_lora.yaml", "zero3.json", 8, ("optimizer.name=adamw",))
 LORA_Z3_8_MB2 = Run("glm_image_lora.yaml", "zero3.json", 8, ("batch.micro_batch_size=2",))
 LORA_Z2_8_FP8 = Run("glm_image_lora.yaml", "zero2.json", 8, ("decoder.fp8=true",))
 LORA_Z2_8_MERGED = Run("glm_image_lora.yaml", "zero2.json", 8, ("rollout.merge_lora=true", "rollout.fuse_lora=false"))
@@ -97,6 +98,11 @@ def part(run: Run, name: str) -> Callable[[], float]:
     return lambda: planned(run)["plan"]["components"][name] / GIB
 
 
+def disk(run: Run, key: str) -> Callable[[], float]:
+    """A figure of the plan's ``disk`` (memory/disk.py), in GB (10^9 bytes, as the checkpoint docs write sizes)."""
+    return lambda: planned(run)["plan"]["disk"][key] / 1e9
+
+
 def host(run: Run, key: str) -> Callable[[], float]:
     return lambda: planned(run)["plan"]["host_node"][key] / GIB
 
@@ -124,6 +130,11 @@ def billions(config: str, what: str) -> Callable[[], float]:
 
 
 AR, DECODER = billions("glm_image_lora.yaml", "ar"), billions("glm_image_lora.yaml", "decoder")
+
+
+def WRAPPED(phrase: str) -> str:  # noqa: N802 - reads as a marker in QUOTES
+    """``phrase`` with each space matching any run of whitespace: a sentence the docs may wrap anywhere."""
+    return phrase.replace(" ", r"\s+")
 
 
 @dataclass(frozen=True)
@@ -342,7 +353,7 @@ QUOTES = [
     # docs/checkpoints.md, docs/design.md
     Quote(
         "docs/checkpoints.md",
-        r"frozen AR is (\d+\.\d+) B parameters, (\d+\.\d) GB in bf16",
+        WRAPPED(r"frozen AR is (\d+\.\d+) B parameters, (\d+\.\d) GB in bf16"),
         (AR, lambda: 2 * AR()),
         "AR parameters, x 2 bytes",
     ),
@@ -354,14 +365,31 @@ QUOTES = [
     ),
     Quote(
         "docs/checkpoints.md",
-        r"leaves out the (\d+\.\d+) B frozen parameters of the vision\s+tower and VQ model \(~(\d+\.\d) GB\); its fp32"
-        r" master and moments of (\d+\.\d+) B trainable",
-        (
-            billions("glm_image_full.yaml", "frozen"),
-            lambda: 2 * billions("glm_image_full.yaml", "frozen")(),
-            billions("glm_image_full.yaml", "trainable"),
+        WRAPPED(
+            r"leaves out the (\d+\.\d+) B frozen parameters of the vision tower and VQ model; its fp32 master and AdamW"
+            r" moments of (\d+\.\d+) B trainable"
         ),
+        (billions("glm_image_full.yaml", "frozen"), billions("glm_image_full.yaml", "trainable")),
         "full fine-tuning's frozen and trainable AR parameters",
+    ),
+    Quote(
+        "docs/checkpoints.md",
+        WRAPPED(
+            r"\*\*(\d+\.\d) GB per checkpoint\*\* for LoRA r=64 with 8-bit AdamW, (\d+\.\d) GB with "
+            r"`optimizer\.name=adamw` \(ZeRO-3\); `glm_image_lora\.yaml` \(`save_total_limit: 3`\) holds up to "
+            r"(\d+\.\d) GB in `output_dir` at ZeRO-2"
+        ),
+        (disk(LORA_Z2_8, "checkpoint_bytes"), disk(LORA_Z3_8_ADAMW, "checkpoint_bytes"), disk(LORA_Z2_8, "run_bytes")),
+        f"{LORA_Z2_8.command()} --json: disk; {LORA_Z3_8_ADAMW.command()} --json: disk",
+    ),
+    Quote(
+        "docs/checkpoints.md",
+        WRAPPED(
+            r"remain: (\d+\.\d) GB per checkpoint at ZeRO-3 \(`glm_image_full\.yaml`\), and `final_model/` is"
+            r" (\d+\.\d) GB"
+        ),
+        (disk(FULL_Z3_8, "checkpoint_bytes"), disk(FULL_Z3_8, "final_bytes")),
+        f"{FULL_Z3_8.command()} --json: disk",
     ),
     Quote(
         "docs/checkpoints.md",
