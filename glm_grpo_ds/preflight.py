@@ -267,8 +267,7 @@ def _disk(cfg, disk: dict, report: Report) -> None:
     held = disk_space.tree_bytes(out / checkpoint.CHECKPOINTS) if (out / checkpoint.CHECKPOINTS).is_dir() else 0
     free, line = disk_space.free_bytes(out), disk_space.disk_line(disk)
     has = f"its file system has {disk_space.size_text(free)} free"
-    first = disk["checkpoint_bytes"] * disk_space.MARGIN + disk_space.SLACK_BYTES if disk["checkpoints_kept"] else 0
-    if free < first + disk["final_bytes"]:
+    if free < disk_space.least_room(disk):
         report.add("FAIL", f"output_dir disk: {line}; {has}: free space there")
     elif free < disk["run_bytes"] - held + disk_space.SLACK_BYTES:
         report.add(

@@ -19,6 +19,7 @@ from the rank that met it (:func:`full_disk`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import shutil
 from pathlib import Path
@@ -31,6 +32,7 @@ from .preempt import Stopped
 EXIT_DISK = 7  # exit status of a run stopped for want of disk space (2 = bad input, 3 = non-finite, ...)
 MARGIN = 1.1  # a checkpoint grows a little from one to the next (a reset reference, an average kept)
 SLACK_BYTES = 256 * 2**20  # what the run writes beside the checkpoint meanwhile: logs, metrics, galleries
+FINAL_MARGIN = 1.05  # the final weights: the plan's size (within a few % on the tiny model), nothing written after
 
 
 class DiskFull(CheckpointError):
@@ -62,25 +64,54 @@ def size_text(nbytes: float) -> str:
 def _go_on(out: Path) -> str:
     """Where the run stands on disk and how to go on, for the stop's line."""
     pointer = out / CHECKPOINTS / LATEST
-    name = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else ""
+    try:
+        name = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else ""
+    except OSError:  # said as no checkpoint: the line still comes
+        name = ""
     room = "free space (save_total_limit keeps fewer checkpoints)"
     if not name:
         return f"the run has no checkpoint yet: {room}, then launch it again"
     return f"the last checkpoint is {name} (checkpoints/latest): {room}, then resume with resume_from=latest"
 
 
-def full_disk(err: Exception, where: Path) -> DiskFull | None:
-    """``err``, raised writing under ``where``, as a :class:`DiskFull` line when the file system is (nearly) full;
-    None otherwise (the error is something else: raise it as it is)."""
-    free = free_bytes(where)
-    if free >= SLACK_BYTES:
+# what says a write met a full disk or a quota: the errno of an OSError, anywhere in the chain of causes; torch's
+# zip writer, which raises RuntimeError without one, on a file system it found full
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+TORCH_WRITER = ("unexpected pos", "file write failed")
+
+
+def _errors(err: BaseException):
+    """``err`` and the errors it came from (``__cause__`` / ``__context__``), each once."""
+    seen = []
+    while err is not None and err not in seen:
+        seen.append(err)
+        err = err.__cause__ or err.__context__
+    return seen
+
+
+def full_disk(err: Exception, what: str, out: Path) -> DiskFull | None:
+    """``err``, raised writing ``what`` into ``out``, as a :class:`DiskFull` line when it says the disk is full or a
+    quota is reached (:data:`FULL_ERRNOS`), or is torch's writer failing with the file system (nearly) full; None
+    otherwise: another error, raised as it is (a CUDA or NCCL one on a nearly full disk stays what it is)."""
+    chain = _errors(err)
+    by_errno = any(getattr(e, "errno", None) in FULL_ERRNOS for e in chain)
+    free = free_bytes(out)
+    by_writer = any(p in str(e) for e in chain for p in TORCH_WRITER) and free < SLACK_BYTES
+    if not (by_errno or by_writer):
         return None
     msg = " ".join(str(err).split())[:200] or type(err).__name__
     return DiskFull(
-        f"writing {where} failed with {free / 2**20:,.0f} MiB left on its file system ({type(err).__name__}: {msg}); "
-        "the checkpoint before it is intact and a resume removes the partial one: free space, then resume with "
-        "resume_from=latest"
+        f"writing {what} into {out} failed with {size_text(free)} left on its file system ({type(err).__name__}: "
+        f"{msg}); the partial files are removed at the next start and {_go_on(out)}"
     )
+
+
+def least_room(disk: dict) -> int:
+    """The free bytes without which a run saves nothing (``train --check`` refuses it): its first checkpoint with
+    the trainer's margins, and at the end one checkpoint and the final weights."""
+    one = disk["checkpoint_bytes"] if disk["checkpoints_kept"] else 0
+    first = int(one * MARGIN) + SLACK_BYTES if one else 0
+    return max(first, one + int(disk["final_bytes"] * FINAL_MARGIN))
 
 
 def disk_line(disk: dict) -> str:
@@ -122,17 +153,20 @@ class DiskRoom:
             return None
 
     def checkpoint_bytes(self) -> int | None:
-        """What the next checkpoint takes: the last one's size, else the plan's (and, rank 0, a warning when the
-        whole run will not fit: it will stop at a later checkpoint unless space is freed)."""
+        """What the next checkpoint takes: the larger of the last one's size and the plan's (a reset reference joins
+        the checkpoints after the first reset: the plan counts it from the start); before the first, a warning
+        (rank 0) when the whole run will not fit: it will stop at a later checkpoint unless space is freed."""
         if self.last_checkpoint:
-            return self.last_checkpoint
+            return max(self.last_checkpoint, self.planned("checkpoint_bytes") or 0)
         run = self.planned("run_bytes") if self.rank == 0 and not self.warned else None
-        if run is not None:  # less what its checkpoints already hold (a resumed run's)
+        try:  # less what its checkpoints already hold (a resumed run's)
             held = self.out / CHECKPOINTS
-            run -= tree_bytes(held) if held.is_dir() else 0
-        if run is not None and free_bytes(self.out) < run + SLACK_BYTES:
+            run = None if run is None else run - (tree_bytes(held) if held.is_dir() else 0)
+            free = None if run is None else free_bytes(self.out)
+        except OSError:  # rank 0 alone: no warning rather than an error the other ranks would wait on
+            run = None
+        if run is not None and free < run + SLACK_BYTES:
             self.warned = True
-            free = free_bytes(self.out)
             log.warning(
                 f"glm-grpo: warning: {self.out}'s file system has {size_text(free)} free and this run holds up "
                 f"to ~{size_text(run)} there (checkpoints and final weights; save_total_limit keeps fewer): it stops "
@@ -142,32 +176,42 @@ class DiskRoom:
 
     def wrote_checkpoint(self, path: Path) -> None:
         if self.rank == 0:
-            self.last_checkpoint = tree_bytes(path)
+            try:
+                self.last_checkpoint = tree_bytes(path)
+            except OSError:  # rank 0 alone: raising here would leave the others in the next collective
+                pass  # the next check uses the plan's size
 
-    def before(self, what: str, nbytes: int | None) -> None:
-        """Collective: a :class:`Stopped` with exit status 7 on every rank when rank 0 finds less room than
-        ``nbytes`` (with margins) for ``what`` (e.g. ``checkpoint step_000300``); nothing when ``nbytes`` is None."""
+    def before(self, what: str, need: int | None, nbytes: int | None) -> None:
+        """Collective: a :class:`Stopped` with exit status 7 on every rank when rank 0 finds less than ``need`` bytes
+        free for ``what`` (e.g. ``checkpoint step_000300``, ``nbytes`` of it); nothing when ``need`` is None. Rank 0's
+        reading failing (a stale NFS handle) is warned and lets the write try: the verdict still reaches every rank."""
         line = ""
-        if self.rank == 0 and nbytes:
-            free, need = free_bytes(self.out), int(nbytes * MARGIN) + SLACK_BYTES
-            if free < need:
-                line = (
-                    f"glm-grpo train: stopped before writing {what}: {self.out}'s file system has "
-                    f"{size_text(free)} free and it takes ~{size_text(nbytes)} (with margins {size_text(need)}); "
-                    f"nothing of it was written and {_go_on(self.out)}"
-                )
+        try:
+            free = free_bytes(self.out) if self.rank == 0 and need else None
+        except OSError as err:
+            log.warning(f"glm-grpo: warning: the free space of {self.out} could not be read ({err}): writing {what}")
+            free = None
+        if free is not None and free < need:
+            line = (
+                f"glm-grpo train: stopped before writing {what}: {self.out}'s file system has {size_text(free)} free "
+                f"and it takes ~{size_text(nbytes)} (needs {size_text(need)} free); nothing of it was written and "
+                f"{_go_on(self.out)}"
+            )
         if dist.any_rank(float(bool(line))):
             raise Stopped(line or "glm-grpo train: stopped: no room on output_dir's disk (rank 0's line)", EXIT_DISK)
 
     @contextlib.contextmanager
-    def writing(self, what: str, nbytes: int | None):
-        """:meth:`before`, then the block that writes ``what``: an error it raises on a (nearly) full file system
-        becomes :class:`DiskFull` (:func:`full_disk`); any other passes as it is."""
-        self.before(what, nbytes)
+    def writing(self, what: str, nbytes: int | None, final: bool = False):
+        """:meth:`before` (a checkpoint: ``nbytes`` + :data:`MARGIN` + :data:`SLACK_BYTES`; the ``final`` weights,
+        after which the run writes nothing: ``nbytes`` x :data:`FINAL_MARGIN`), then the block that writes ``what``:
+        an error it raises for a full disk or a quota becomes :class:`DiskFull` (:func:`full_disk`); any other
+        passes as it is."""
+        need = None if not nbytes else int(nbytes * (FINAL_MARGIN if final else MARGIN)) + (0 if final else SLACK_BYTES)
+        self.before(what, need, nbytes)
         try:
             yield
         except (OSError, RuntimeError) as err:  # torch's writer raises RuntimeError ("unexpected pos ...")
-            full = full_disk(err, self.out)
+            full = full_disk(err, what, self.out)
             if full is None:
                 raise
             raise full from err

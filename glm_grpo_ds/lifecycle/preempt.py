@@ -167,7 +167,8 @@ def startup_signals():
 
 
 class Stopped(Exception):
-    """Training stopped early with a checkpoint; ``exit_code`` is the process exit status."""
+    """Training stopped early, with a checkpoint (none when the disk has no room for one: lifecycle/disk_space.py);
+    ``exit_code`` is the process exit status."""
 
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)

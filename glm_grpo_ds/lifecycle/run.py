@@ -300,7 +300,7 @@ class RunLife:
         the resumed checkpoint's when max_steps was lowered below it) and its card; with ``ema`` (lora.ema_decay,
         model/ema.py) its average in ``final_adapter_ema/`` too; first, the room for them (lifecycle/disk_space.py)."""
         ema_dir = None if ema is None else self.out / checkpoint.FINAL_ADAPTER_EMA
-        with self.disk.writing(self.final_dir.name + "/", self.disk.planned("final_bytes")):
+        with self.disk.writing(self.final_dir.name + "/", self.disk.planned("final_bytes"), final=True):
             self._write_final(engine, step, ema, ema_dir)
         dist.barrier()  # every rank sees final_*/ whole
         self.publisher.final(self.final_dir, ema_dir)

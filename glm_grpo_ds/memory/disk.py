@@ -65,7 +65,7 @@ def checkpoints_kept(cfg) -> int:
     new one is written before the oldest is pruned, and the best one (``save_best``) kept beside them."""
     if not cfg.save_steps:
         return 0
-    saved = max(1, cfg.max_steps // cfg.save_steps)
+    saved = cfg.max_steps // cfg.save_steps
     kept = saved if cfg.save_total_limit == 0 else min(saved, cfg.save_total_limit + 1)
     return kept + (1 if cfg.save_best and cfg.save_total_limit and saved > cfg.save_total_limit else 0)
 

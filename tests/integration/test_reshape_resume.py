@@ -126,7 +126,7 @@ def chain(base, tmp_path_factory):
 
 def test_each_shapes_checkpoints_are_the_size_their_plan_gives(chain):
     """The disk plan (glm_grpo_ds/memory/disk.py, in each run's memory_plan.json) against the checkpoints the runs
-    wrote: LoRA with torch AdamW on 2 ranks and 1 at ZeRO-2, and on 2 at ZeRO-3, within 5 % (each part's bytes by
+    wrote: LoRA with torch AdamW on 2 ranks and 1 at ZeRO-2, and on 2 at ZeRO-3, within 4 % (each part's bytes by
     hand: tests/unit/test_disk_space.py); the trainer checks the disk's room with it before the first checkpoint."""
     from glm_grpo_ds.lifecycle.disk_space import tree_bytes
 
@@ -135,7 +135,7 @@ def test_each_shapes_checkpoints_are_the_size_their_plan_gives(chain):
         planned = json.loads((run / "memory_plan.json").read_text())["disk"]["checkpoint_bytes"]
         written = tree_bytes(run / "checkpoints" / f"step_{step:06d}")
         print(f"{run.name} step {step}: checkpoint {written:,} bytes written, {planned:,} planned")
-        assert abs(planned / written - 1) < 0.05, (run.name, planned, written)
+        assert abs(planned / written - 1) < 0.04, (run.name, planned, written)
 
 
 def test_a_run_continues_on_half_and_twice_the_ranks_and_across_stages(chain, tmp_path):

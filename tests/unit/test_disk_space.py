@@ -11,6 +11,7 @@ import pytest
 from gloo_ranks import init_gloo, two_gloo_ranks  # noqa: E402  (tests/gloo_ranks.py)
 
 from glm_grpo_ds.config import TrainConfig, load_config
+from glm_grpo_ds.lifecycle import disk_space
 from glm_grpo_ds.lifecycle.disk_space import EXIT_DISK, DiskFull, DiskRoom, full_disk
 from glm_grpo_ds.memory.basis import EstimateConfig
 from glm_grpo_ds.memory.plan import plan
@@ -62,14 +63,38 @@ def test_a_checkpoint_that_does_not_fit_stops_every_rank_before_anything_is_writ
     assert "\n" not in line and _tree(tmp_path) == before
 
 
-def test_a_write_error_on_a_disk_with_room_passes_as_it_is(tmp_path):
-    """Only a (nearly) full file system turns an error into the disk's line: a permission error, say, is raised as
-    it was, and full_disk gives nothing for it."""
+def test_a_write_error_is_the_disks_line_only_when_it_says_the_disk_is_full(tmp_path):
+    """ENOSPC, or a quota's EDQUOT behind another error (its cause), becomes DiskFull, exit 7, naming what was
+    written and how to go on; a permission error, or a CUDA error, on this disk with room passes as it was."""
+    import errno
+
     room = DiskRoom(tmp_path, 0)
-    err = PermissionError(13, "Permission denied")
-    assert full_disk(err, tmp_path) is None
-    with pytest.raises(PermissionError), room.writing("checkpoint step_000001", None):
-        raise err
+    with pytest.raises(DiskFull) as full, room.writing("checkpoint step_000001", None):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert full.value.exit_code == EXIT_DISK == 7
+    line = str(full.value)
+    assert line.startswith(f"writing checkpoint step_000001 into {tmp_path} failed with ") and "\n" not in line
+    assert line.endswith("the run has no checkpoint yet: free space (save_total_limit keeps fewer checkpoints), then "
+                         "launch it again")  # fmt: skip
+    with pytest.raises(DiskFull), room.writing("final_adapter/", None, final=True):
+        try:
+            raise OSError(errno.EDQUOT, "Disk quota exceeded")
+        except OSError as quota:
+            raise RuntimeError("saving the adapter failed") from quota
+    for err in (PermissionError(errno.EACCES, "Permission denied"), RuntimeError("CUDA error: out of memory")):
+        assert full_disk(err, "checkpoint step_000001", tmp_path) is None
+        with pytest.raises(type(err)), room.writing("checkpoint step_000001", None):
+            raise err
+
+
+def test_the_least_room_is_the_first_checkpoint_or_one_and_the_final_weights():
+    """train --check refuses below it: the first checkpoint with the trainer's margins (+10 %, +256 MiB), or at the
+    end one checkpoint and the final weights (+5 %); a run that saves no checkpoint needs the final weights only."""
+    mib = 2**20
+    disk = {"checkpoint_bytes": 100 * mib, "final_bytes": 400 * mib, "checkpoints_kept": 3, "run_bytes": 0}
+    assert disk_space.least_room(disk) == max(110 * mib + 256 * mib, 100 * mib + 420 * mib) == 520 * mib
+    assert disk_space.least_room({**disk, "final_bytes": 10 * mib}) == 366 * mib
+    assert disk_space.least_room({**disk, "checkpoints_kept": 0}) == 420 * mib
 
 
 def test_the_plan_counts_each_part_of_a_checkpoint_by_hand(tiny_model_dir):
@@ -113,5 +138,6 @@ def test_a_write_that_fills_the_disk_is_one_line_with_exit_7(small_disk):
         torch.save(torch.zeros(2**20), small_disk / "state.pt")
     assert full.value.exit_code == EXIT_DISK == 7
     line = str(full.value)
-    assert line.startswith(f"writing {small_disk} failed with 0 MiB left on its file system (RuntimeError: ")
-    assert "\n" not in line and "resume_from=latest" in line
+    assert line.startswith(f"writing checkpoint step_000001 into {small_disk} failed with ")
+    assert "left on its file system (RuntimeError: " in line
+    assert "\n" not in line and line.endswith("then launch it again")  # no checkpoint in that folder
