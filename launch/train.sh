@@ -18,9 +18,10 @@
 # per GPU the check plans against; default: the smallest GPU nvidia-smi lists, else 80); .deepspeed_env is exported
 # (launch/env.sh). Arguments are key=value config overrides.
 # Preflight: before the launcher, `python -m glm_grpo_ds.train --check` with the same config, DeepSpeed config,
-# overrides and rank count checks every input (config, data, reward model files, resume path, output_dir, the
-# DeepSpeed config, the memory plan) in seconds, without loading a model: a bad input stops here with one line
-# (exit 2), a plan that does not fit with exit 3 and the stage that does, instead of after the model loads.
+# overrides and rank count checks every input (config, data, reward model files, resume path, output_dir and its
+# disk room, the DeepSpeed config, the memory plan) in seconds, without loading a model: a bad input stops here
+# with one line (exit 2), a plan that does not fit with exit 3 and the stage that does, instead of after the model
+# loads.
 # GPUs that torch cannot use (a torch CUDA build newer than the driver) stop the launch with one line
 # (exit 2) instead of a silent run on the CPU; a node without NVIDIA GPUs runs 1 CPU rank and says so.
 # resume_from=auto: relaunching the same command continues from output_dir's latest checkpoint (a

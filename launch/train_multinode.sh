@@ -21,9 +21,9 @@
 # is one line and exit 2 instead of the launcher's traceback.
 # Preflight (ssh mode, or NODE_RANK=0): `python -m glm_grpo_ds.train --check` with the same config, DeepSpeed
 # config, hostfile, node count and overrides checks every input (config, data, reward model files, resume path,
-# output_dir, the DeepSpeed config, the memory plan) in seconds without loading a model: one line and exit 2 on a
-# bad input, exit 3 when the plan does not fit. In no-ssh mode start node 0 first: when its check fails, the other
-# nodes' ranks would wait for it until their rendezvous times out.
+# output_dir and its disk room, the DeepSpeed config, the memory plan) in seconds without loading a model: one
+# line and exit 2 on a bad input, exit 3 when the plan does not fit. In no-ssh mode start node 0 first: when its
+# check fails, the other nodes' ranks would wait for it until their rendezvous times out.
 # resume_from=auto: relaunching continues from output_dir's latest checkpoint (a first launch starts
 # fresh); pass resume_from=null to refuse a used output_dir instead.
 # NCCL settings (and HF_HOME on shared storage, so every node reads the model rank 0 downloaded) go in
