@@ -263,13 +263,11 @@ def _disk(cfg, disk: dict, report: Report) -> None:
     """What the run writes to ``output_dir`` (memory/disk.py) against its file system's free space, less what its
     checkpoints hold already (a resume's): FAIL when not even one checkpoint and the final weights fit (the run
     could save nothing), a note when the run's most at once does not (it would stop at a later checkpoint)."""
-    out = Path(cfg.output_dir)
-    held = disk_space.tree_bytes(out / checkpoint.CHECKPOINTS) if (out / checkpoint.CHECKPOINTS).is_dir() else 0
-    free, line = disk_space.free_bytes(out), disk_space.disk_line(disk)
-    has = f"its file system has {disk_space.size_text(free)} free"
+    free, need = disk_space.run_room(Path(cfg.output_dir), disk["run_bytes"])
+    line, has = disk_space.disk_line(disk), f"its file system has {disk_space.size_text(free)} free"
     if free < disk_space.least_room(disk):
         report.add("FAIL", f"output_dir disk: {line}; {has}: free space there")
-    elif free < disk["run_bytes"] - held + disk_space.SLACK_BYTES:
+    elif free < need:
         report.add(
             "note",
             f"output_dir disk: {line}; {has}: the run stops before the "

@@ -106,6 +106,14 @@ def full_disk(err: Exception, what: str, out: Path) -> DiskFull | None:
     )
 
 
+def run_room(out: Path, run_bytes: int) -> tuple[int, int]:
+    """``(free, need)`` of a whole run in ``out``: its file system's free bytes, and what the run holds at most there
+    (``run_bytes``, memory/disk.py) less what its checkpoints hold already (a resumed run's), plus
+    :data:`SLACK_BYTES`. Where ``free < need`` the run stops at a later checkpoint unless space is freed."""
+    held = out / CHECKPOINTS
+    return free_bytes(out), run_bytes - (tree_bytes(held) if held.is_dir() else 0) + SLACK_BYTES
+
+
 def least_room(disk: dict) -> int:
     """The free bytes without which a run saves nothing (``train --check`` refuses it): its first checkpoint with
     the trainer's margins, and at the end one checkpoint and the final weights."""
@@ -143,14 +151,18 @@ class DiskRoom:
         self.out, self.rank = out, rank
         self.last_checkpoint: int | None = None  # bytes of the last checkpoint this run wrote (rank 0)
         self.warned = False  # the whole run's need against the free space: said once
+        self._plan: dict | None = None  # memory_plan.json's disk figures, read once (rank 0)
 
     def planned(self, key: str) -> int | None:
         """The memory plan's ``disk`` figure ``key`` (memory/disk.py), from ``memory_plan.json`` (rank 0 writes it
-        at startup); None without one."""
-        try:
-            return int(json.loads((self.out / "memory_plan.json").read_text(encoding="utf-8"))["disk"][key])
-        except (OSError, ValueError, KeyError, TypeError):  # no plan (its own failure was said at startup)
-            return None
+        at startup, and alone reads it: only its figures decide); None without one, and on the other ranks."""
+        if self._plan is None and self.rank == 0:
+            try:
+                self._plan = json.loads((self.out / "memory_plan.json").read_text(encoding="utf-8"))["disk"]
+            except (OSError, ValueError, KeyError, TypeError):  # no plan (its own failure was said at startup)
+                self._plan = {}
+        value = (self._plan or {}).get(key)
+        return None if value is None else int(value)
 
     def checkpoint_bytes(self) -> int | None:
         """What the next checkpoint takes: the larger of the last one's size and the plan's (a reset reference joins
@@ -158,14 +170,12 @@ class DiskRoom:
         (rank 0) when the whole run will not fit: it will stop at a later checkpoint unless space is freed."""
         if self.last_checkpoint:
             return max(self.last_checkpoint, self.planned("checkpoint_bytes") or 0)
-        run = self.planned("run_bytes") if self.rank == 0 and not self.warned else None
-        try:  # less what its checkpoints already hold (a resumed run's)
-            held = self.out / CHECKPOINTS
-            run = None if run is None else run - (tree_bytes(held) if held.is_dir() else 0)
-            free = None if run is None else free_bytes(self.out)
+        run = None if self.warned else self.planned("run_bytes")
+        try:
+            free, need = (None, None) if run is None else run_room(self.out, run)
         except OSError:  # rank 0 alone: no warning rather than an error the other ranks would wait on
-            run = None
-        if run is not None and free < run + SLACK_BYTES:
+            free, need = None, None
+        if free is not None and free < need:
             self.warned = True
             log.warning(
                 f"glm-grpo: warning: {self.out}'s file system has {size_text(free)} free and this run holds up "

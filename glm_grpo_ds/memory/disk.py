@@ -38,7 +38,7 @@ ZERO3_STATES_BYTES = 30 * 1024
 def checkpoint_bytes(s: Basis) -> int:
     """One checkpoint of this run on ``s.world`` ranks (the module docstring's parts)."""
     cfg, trainable = s.cfg, s.psi_t
-    optimizer = s.world * (master_bytes(s) + state_bytes(s)) if s.stage >= 1 else master_bytes(s) + state_bytes(s)
+    optimizer = (s.world if s.stage >= 1 else 1) * (master_bytes(s) + state_bytes(s))  # ZeRO-0: rank 0's only
     model_states = trainable * s.trainable_b if s.stage < 3 else s.world * ZERO3_STATES_BYTES
     total = optimizer + model_states + FIXED_BYTES + s.world * RNG_BYTES
     if cfg.lora is not None:
