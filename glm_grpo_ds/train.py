@@ -45,6 +45,7 @@ from .evaluation.in_training import eval_line, eval_summary, gallery_to_main
 from .experience.step_advantages import step_advantages
 from .lifecycle import resume
 from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, signal_name, startup_signals
+from .memory import oom
 from .model.source import RANDOM_NOTE
 from .monitoring.alarms import EXIT_ALARMS_FIRED, alarm_failure
 from .observability.closing import warn_at_the_end
@@ -337,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         return preflight.main(args)
     run_log.setup(args.log_level, log.env_rank())  # our lines on the console, library output to the run's log
     training = False  # an input error found mid-run (a prompt file changed, say) may be one rank's alone
+    cfg = trainer = None
     try:
         cfg = load_config(args.config, args.overrides)
         with startup_signals():
@@ -359,6 +361,14 @@ def main(argv: list[str] | None = None) -> int:
         log.fatal("glm-grpo train: interrupted by SIGINT; the last complete checkpoint (checkpoints/latest) is intact")
         dist.shutdown(agreed=False)
         return exit_code(signal.SIGINT)
+    except torch.OutOfMemoryError as err:  # where, torch's figures and the plan's, what plans less: one line
+        if args.debug or cfg is None:
+            raise
+        step = None if trainer is None else trainer._current_step
+        run = None if trainer is None else trainer.run
+        log.fatal(oom.train_line(err, cfg, args.config, args.overrides, args.deepspeed, run, step), every_rank=True)
+        dist.shutdown(agreed=False)
+        return oom.EXIT_OOM
     except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)
         return trainer.run.life.end_stopped(stop)
     except INPUT_ERRORS as err:
@@ -371,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
         log.fatal(line, node_alone=not dist.initialized(), every_rank=training)
         dist.shutdown(agreed=False)
         return getattr(err, "exit_code", 2)  # 2: bad input; a write that met a full disk: 7 (lifecycle/disk_space.py)
+    except RuntimeError as err:  # a collective whose peer ended: that rank's line and status are the run's
+        if dist.peer_lost(err):
+            time.sleep(dist.PEER_GRACE_S)  # the launcher ends this rank once it sees the failed one's exit
+        raise
     dist.shutdown()
     # rank 0 uploads now, no peer waiting on it: 0, or 4 if an upload failed (its line says how to retry; it comes
     # before the alarms' 6, whose lines are printed above either way)

@@ -22,7 +22,7 @@ from ..config import ConfigError, load_config, parse_with_overrides
 from ..config.arguments import gib
 from ..ds.ds_config import DeepSpeedConfigError, read_ds_config
 from ..lifecycle.disk_space import disk_line
-from ..memory.levers import candidate_changes, lever_text
+from ..memory.levers import lever_text, replanned
 from ..memory.plan import GIB, EstimateConfig, grid_tokens, plan
 from ..memory.sizes import model_sizes
 from ..memory.stages import fastest_that_fits
@@ -96,7 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     fits = p["headroom_bytes"] >= 0
     fastest = fastest_that_fits(cfg, a.deepspeed, p, est, sizes)
-    advice = None if fits else lever_text(p, planned_changes(a, cfg, raw, est, sizes, p))
+    advice = (
+        None
+        if fits
+        else lever_text(
+            p, replanned(cfg, p, lambda extra: plan(load_config(a.config, [*a.overrides, *extra]), raw, est, sizes))
+        )
+    )
     timed = step_time(
         cfg, p["setup"]["zero_stage"], grid_tokens(cfg.rollout.height, cfg.rollout.width), est.prompt_tokens
     )
@@ -143,18 +149,6 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     return 0 if a.allow_over_budget else OVER_BUDGET
-
-
-def planned_changes(a, cfg, raw: dict, est, sizes, given: dict) -> list[tuple[str, str, dict]]:
-    """``(change, why, plan)`` of each of :func:`~glm_grpo_ds.memory.levers.candidate_changes`: the config loaded
-    again with that override added (a change the config refuses is left out), with the DeepSpeed config ``raw``."""
-    out = []
-    for change, why in candidate_changes(cfg, given):
-        try:
-            out.append((change, why, plan(load_config(a.config, [*a.overrides, *change.split()]), raw, est, sizes)))
-        except (ConfigError, DeepSpeedConfigError):
-            continue
-    return out
 
 
 def format_plan(p: dict) -> str:

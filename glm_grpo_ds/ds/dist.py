@@ -235,6 +235,23 @@ def barrier() -> None:
         torch.distributed.barrier()
 
 
+# What a collective raises when a peer's process ended mid-collective (gloo's TCP pairs; NCCL's watchdog): this rank
+# failed because another one did, whose own line and status are the run's
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "remote process exited")
+PEER_GRACE_S = 10.0  # how long such a rank waits before its own exit: the launcher sees the failed rank's first
+
+
+def peer_lost(err: BaseException) -> bool:
+    """Whether ``err`` (or an error in its chain of causes) is a collective's failure because a peer process ended."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, RuntimeError) and any(text in str(err) for text in _PEER_GONE):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
 def shutdown(agreed: bool = True) -> None:
     """Destroy the process group before the interpreter exits. Without it gloo's worker threads
     can abort a finished rank during interpreter teardown ("terminate called without an active

@@ -26,8 +26,9 @@ from pathlib import Path
 
 from ..ds import dist, portable
 from ..runtime import log
-from .checkpoint import CHECKPOINTS, LATEST, CheckpointError
+from .checkpoint import CHECKPOINTS, CheckpointError
 from .preempt import Stopped
+from .resume import go_on
 
 EXIT_DISK = 7  # exit status of a run stopped for want of disk space (2 = bad input, 3 = non-finite, ...)
 MARGIN = 1.1  # a checkpoint grows a little from one to the next (a reset reference, an average kept)
@@ -62,16 +63,7 @@ def size_text(nbytes: float) -> str:
 
 
 def _go_on(out: Path) -> str:
-    """Where the run stands on disk and how to go on, for the stop's line."""
-    pointer = out / CHECKPOINTS / LATEST
-    try:
-        name = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else ""
-    except OSError:  # said as no checkpoint: the line still comes
-        name = ""
-    room = "free space (save_total_limit keeps fewer checkpoints)"
-    if not name:
-        return f"the run has no checkpoint yet: {room}, then launch it again"
-    return f"the last checkpoint is {name} (checkpoints/latest): {room}, then resume with resume_from=latest"
+    return go_on(out, "free space (save_total_limit keeps fewer checkpoints)")
 
 
 # what says a write met a full disk or a quota: the errno of an OSError, anywhere in the chain of causes; torch's

@@ -9,6 +9,8 @@ the checkpoint is reported. Used by glm_grpo_ds/train.py; tested in tests/unit/t
   step it holds), so ``final_*`` always matches the last line of ``metrics.jsonl``; nothing is deleted.
 * ``data_fingerprint(source, rows)`` / ``data_changed(...)``: a cheap fingerprint of the prompt source,
   kept in each checkpoint and compared on resume (a warning: the resume is exact only for the same data).
+* ``go_on(output_dir, fix)``: how a stopped run goes on (the checkpoint ``latest`` names, or a new launch),
+  for the lines of a stop (a full disk: disk_space.py; out of memory: glm_grpo_ds/memory/oom.py).
 * ``config_changes(saved, now)`` / ``changes_line(...)`` / ``segments(...)``: the settings a resumed run
   changed against its checkpoint's config (one warning listing each key, old -> new), and the history kept in
   ``config.json`` (``segments``: from which step which settings changed), which the model card reports. Changed
@@ -23,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+
+from .checkpoint import CHECKPOINTS, LATEST
 
 FINALS = ("final_adapter", "final_model")
 
@@ -242,3 +246,16 @@ def segments(previous: dict | None, step: int, changes: dict[str, list]) -> list
     # a resume from a checkpoint before a change drops the later segments; a fresh run (step 0) keeps none
     kept = [seg for seg in earlier if seg["from_step"] < step] or [{"from_step": 0, "changed": {}}]
     return kept + ([{"from_step": step, "changed": changes}] if changes else [])
+
+
+def go_on(out: Path, fix: str) -> str:
+    """Where the run stands on disk and how to go on after ``fix`` (what to do first), for a stop's line: the
+    checkpoint ``latest`` names, or none yet."""
+    pointer = out / CHECKPOINTS / LATEST
+    try:
+        name = pointer.read_text(encoding="utf-8").strip() if pointer.is_file() else ""
+    except OSError:  # said as no checkpoint: the line still comes
+        name = ""
+    if not name:
+        return f"the run has no checkpoint yet: {fix}, then launch it again"
+    return f"the last checkpoint is {name} (checkpoints/latest): {fix}, then resume with resume_from=latest"

@@ -1,9 +1,11 @@
-"""What ``glm-grpo estimate-memory`` says when a plan does not fit: each setting of the run that would plan less,
-with its saving, planned again with that one change (the DeepSpeed configs are :mod:`.stages`' line).
+"""What ``glm-grpo estimate-memory`` says when a plan does not fit, and a run when a GPU ran out of memory
+(:mod:`.oom`): each setting of the run that would plan less, with its saving, planned again with that one change
+(the DeepSpeed configs are :mod:`.stages`' line).
 
     changes = candidate_changes(cfg, plan)            # [(overrides, why)] that apply to this run (space-separated)
-    saved = [(change, why, plan_of(change)) ...]      # the command plans each (it holds the config's sources)
+    saved = replanned(cfg, plan, plan_of)             # each planned again: plan_of(overrides) loads the config again
     lever_text(plan, saved)                           # "decoder.offload=true -13.5 GiB (fits alone), ..."
+    lever_text(plan, saved, phase="decode")           # the same, by what each saves on that phase's peak
 
 Only changes that apply are offered (a config already on LoRA is not told to use LoRA; a decoder already offloaded
 is not told to offload it), so each figure is one the user can have by setting that key.
@@ -11,6 +13,11 @@ is not told to offload it), so each figure is one the user can have by setting t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from ..config import ConfigError
+from ..ds.ds_config import DeepSpeedConfigError
+from .phases import phase_totals
 from .plan import GIB
 
 # a change must save at least this much to be named (a rounding-size saving is not advice)
@@ -50,14 +57,32 @@ def _divisor_below(n: int, limit: int) -> int:
     return max(d for d in range(1, max(limit, 2)) if n % d == 0)
 
 
-def lever_text(given: dict, planned: list[tuple[str, str, dict]]) -> str:
+def replanned(cfg, given: dict, plan_of: Callable[[list[str]], dict]) -> list[tuple[str, str, dict]]:
+    """``(change, why, plan)`` of each of :func:`candidate_changes`: ``plan_of(overrides)`` plans the run's config
+    loaded again with the change's overrides added; a change the config refuses is left out."""
+    out = []
+    for change, why in candidate_changes(cfg, given):
+        try:
+            out.append((change, why, plan_of(change.split())))
+        except (ConfigError, DeepSpeedConfigError):
+            continue
+    return out
+
+
+def lever_text(given: dict, planned: list[tuple[str, str, dict]], phase: str | None = None) -> str:
     """The changes that save at least :data:`MIN_SAVING`, largest first, each with its saving and whether it fits
-    alone; or a sentence saying none does. ``planned``: ``(change, why, its plan)``."""
+    alone; or a sentence saying none does. ``planned``: ``(change, why, its plan)``. ``phase`` (a key of
+    :data:`~.phases.MEASURED_PHASES`): the savings on that phase's planned peak instead of the run's (the phase a
+    GPU ran out of memory in: memory/oom.py), without the verdict on fitting, which the plan had given already."""
+
+    def peak(p: dict) -> int:
+        return p["total_bytes"] if phase is None else phase_totals(p)[phase]
+
     rows = []
     for change, why, p in planned:
-        saved = given["total_bytes"] - p["total_bytes"]
+        saved = peak(given) - peak(p)
         if saved >= MIN_SAVING:
-            fits = " (fits alone)" if p["headroom_bytes"] >= 0 else ""
+            fits = " (fits alone)" if phase is None and p["headroom_bytes"] >= 0 else ""
             rows.append((saved, f"{change} -{saved / GIB:.1f} GiB{fits}: {why}"))
     if not rows:
         return "no setting of this run plans less; more GPUs with ZeRO-3 or GPUs with more memory"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ..ds import dist
-from ..runtime import log
+from ..runtime import log, oom
 from ..runtime.memory_probe import phase_peak, run_peak_bytes
 from .step_status import NAME, NO_STATUS
 
@@ -43,9 +43,14 @@ def _sync_cuda() -> None:
 @contextlib.contextmanager
 def measure(timings: dict[str, float], peaks: dict[str, float], name: str, device: torch.device):
     """:func:`timer` and the block's peak memory: ``peaks["memory/<name>_peak_mb"]``
-    (glm_grpo_ds/runtime/memory_probe.py)."""
-    with phase_peak(peaks, f"memory/{name}_peak_mb", device), timer(timings, name):
-        yield
+    (glm_grpo_ds/runtime/memory_probe.py). An out-of-memory error leaving the block is marked with ``name``, its
+    phase (glm_grpo_ds/runtime/oom.py), for the run's line about it."""
+    try:
+        with phase_peak(peaks, f"memory/{name}_peak_mb", device), timer(timings, name):
+            yield
+    except torch.OutOfMemoryError as err:
+        oom.mark(err, phase=name)
+        raise
 
 
 def peak_memory_mb(device: torch.device) -> float:

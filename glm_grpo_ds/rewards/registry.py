@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from ..runtime import log, run_log
+from ..runtime import log, oom, run_log
 from ..runtime.capture_gate import CAPTURE_SAFE
 from ..runtime.registries import Registry
 from .base import RewardError, SampleNeed, reward_values
@@ -182,7 +182,9 @@ class RewardSet:
     calls since :meth:`reset` when a step is scored in parts with :meth:`score`). Values
     of +-inf are undefined too (an infinite reward would make every advantage of its group NaN).
     Each kind of problem is warned once per reward, with the exception message; later ones show in
-    the metrics only (``reward/<label>_failed``, ``reward/<label>_undefined``).
+    the metrics only (``reward/<label>_failed``, ``reward/<label>_undefined``). Running out of accelerator memory
+    is not a failure of the samples: it ends the run with its own line (glm_grpo_ds/memory/oom.py), as training on
+    the other rewards alone would change what the run optimizes.
     """
 
     def __init__(self, rewards: list[tuple[str, float, Callable]]):
@@ -197,6 +199,9 @@ class RewardSet:
         try:
             with torch.no_grad():  # a plugin's own model would build a graph the step's gathers keep alive
                 raw = self.fns[label](images, prompts, samples)
+        except torch.OutOfMemoryError as err:  # not the samples' failure: the run's memory (memory/oom.py)
+            oom.mark(err, part=f"reward {label}")
+            raise
         except Exception as err:  # noqa: BLE001 - reward code is user code: any failure = undefined batch
             self.failed[label] += n
             msg = " ".join(str(err).split()) or type(err).__name__
@@ -232,6 +237,9 @@ class RewardSet:
         try:
             with CAPTURE_SAFE.shared(), torch.no_grad():
                 return self.features(images)
+        except torch.OutOfMemoryError as err:  # not a failure to shape the step: the run's memory (memory/oom.py)
+            oom.mark(err, part="grpo.diversity_features")
+            raise
         except Exception as err:  # noqa: BLE001 - one rank's failure must not leave the others in a collective
             msg = " ".join(str(err).split()) or type(err).__name__
             log.warning_once(

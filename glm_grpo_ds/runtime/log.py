@@ -153,12 +153,14 @@ def fatal(msg: str, node_alone: bool = False, every_rank: bool = False) -> None:
     ``node_alone``: the ranks failed before the process group, each node on its own inputs (its driver, its copy
     of a path not on shared storage), so other nodes may not fail alike: each node's first rank prints it too,
     named (``[rank 8, node2] ...``), or a node whose model folder is missing would end the job without a word.
-    ``every_rank``: a failure only this rank may have met (mid-run), printed by whichever rank it is, named."""
+    ``every_rank``: a failure only this rank may have met (mid-run), printed by whichever rank it is, named, with
+    no wait: the others fail in their next collective and wait instead (glm_grpo_ds/train.py), so that the launcher
+    reports this rank's exit status."""
     first_on_node = node_alone and os.environ.get("LOCAL_RANK", "0") == "0"
     if _rank == 0:
         print(msg, file=sys.stderr, flush=True)
     elif first_on_node or every_rank:
         print(f"[rank {_rank}, {socket.gethostname()}] {msg}", file=sys.stderr, flush=True)
     _FATAL.error(msg)
-    if _rank != 0:
+    if _rank != 0 and not every_rank:  # every_rank: its exit, the first, is the status the launcher reports
         time.sleep(FATAL_GRACE_S)

@@ -161,6 +161,52 @@ def test_reward_that_raises_or_returns_nan_is_counted_and_warned_once(tiny_model
     assert "rewards that failed on some samples (1; check the reward's server or plugin)" in proc.stdout + proc.stderr
 
 
+STARVED = """
+import os
+import torch
+calls = [0]
+def starved(images, prompts, samples):
+    calls[0] += 1
+    if calls[0] == 2 and os.environ["RANK"] == "1":  # the caching allocator's words (torch 2.15)
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.23 "
+            "GiB is free. Including non-PyTorch memory, this process has 77.90 GiB memory in use. Of the allocated "
+            "memory 70.10 GiB is allocated by PyTorch, and 0.50 GiB is reserved by PyTorch but unallocated."
+        )
+    return torch.zeros(len(prompts))
+"""
+
+
+def test_out_of_memory_on_one_rank_ends_the_run_with_its_line_and_exit_8(tiny_model_dir, data64, tmp_path):
+    """Rank 1's reward runs out of memory at step 2: not a failure of its samples (the run would go on training on
+    the other reward alone) but the run's end, under the launcher: one line from rank 1, named, saying where and
+    what plans it lower and how to go on from the checkpoint of step 1; exit 8 on every rank."""
+    (tmp_path / "starved.py").write_text(STARVED)
+    out = tmp_path / "run"
+    proc = launch(
+        2,
+        [
+            *train_args(),
+            *common(tiny_model_dir, data64, out, "max_steps=3", "save_steps=1", *FAST),
+            f"rewards=[{{name: pixel_mse}}, {{name: '{tmp_path / 'starved.py'}:starved', label: judge}}]",
+        ],
+        timeout=300,
+        check=False,
+    )
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 8, text[-3000:]
+    (line,) = [x for x in text.splitlines() if "out of GPU memory" in x]
+    assert re.match(
+        r"\[rank 1, [^]]+\] glm-grpo train: out of GPU memory in the reward phase of step 2 \(reward judge\): tried "
+        r"to allocate 2.00 GiB with 1.23 GiB of 79.15 GiB free; the plan puts this phase at [\d.]+ of [\d.]+ GiB; ",
+        line,
+    ), line
+    assert line.endswith("the last checkpoint is step_000001 (checkpoints/latest): make one of these changes, then "
+                         "resume with resume_from=latest")  # fmt: skip
+    assert "raised OutOfMemoryError" not in text and "fragmentation" not in line  # 0.5 GiB of 79 is no fragmentation
+    assert (out / "checkpoints" / "latest").read_text() == "step_000001"
+
+
 def test_steps_whose_rewards_are_all_undefined_are_skipped_then_the_run_stops(tiny_model_dir, data64, tmp_path):
     """A reward undefined for every sample (here a plugin that always returns NaN) trains nothing:
     each such step is skipped like a non-finite one, and max_consecutive_skips of them stop the run

@@ -4,6 +4,7 @@ world size 1 (so a single GPU with NCCL runs every one of them)."""
 
 import ast
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,27 @@ def test_a_maximum_nan_on_any_rank_is_infinite_on_every_rank(nan_on):
     read as the other's 1.0. Now +inf on every rank (the step record's null, as a NaN's), the rest unchanged."""
     got = sorted(two_gloo_ranks(_nan_rank, nan_on))
     assert got == [(nan_on, 0, math.inf, math.inf, 3.0), (nan_on, 1, math.inf, math.inf, 3.0)]
+
+
+def _lost_peer_rank(rank, port, results):
+    """Rank 1 ends its process while rank 0 waits for it in a collective; rank 0 reports what it raised, and how
+    other errors read."""
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    if rank == 1:
+        os._exit(8)  # as a rank that met its own error and exited
+    try:
+        dist.all_reduce_sum(torch.ones(3))
+        results.put(("real", "no error"))
+    except RuntimeError as err:
+        results.put(("real", dist.peer_lost(err)))
+    chained = RuntimeError("the step failed")
+    chained.__cause__ = RuntimeError("[pair.cc:561] Connection closed by peer [127.0.0.1]:23448")
+    unrelated = RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+    results.put(("others", (dist.peer_lost(chained), dist.peer_lost(unrelated))))
+
+
+def test_a_collective_that_lost_its_peer_is_told_from_other_errors():
+    """A rank whose collective failed because another rank's process ended waits before its own exit
+    (glm_grpo_ds/train.py), so that the launcher reports the failed rank's status, not this one's 1."""
+    got = dict(two_gloo_ranks(_lost_peer_rank))
+    assert got == {"real": True, "others": (True, False)}, got  # gloo's own error, from a real lost peer

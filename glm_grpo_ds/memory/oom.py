@@ -1,0 +1,120 @@
+"""What a run says when an accelerator runs out of memory (``torch.OutOfMemoryError``): one line from the rank that
+met it, and exit status :data:`EXIT_OOM`, instead of a traceback whose last line is torch's.
+
+The line names where (the step, the phase and the part marked on the error as it left them: runtime/oom.py), torch's
+own figures (what it tried to allocate, what the GPU had free), the plan's figure for that phase (memory/phases.py
+``phase_totals``), the settings of this run that plan that phase lower, each planned again with that one change
+(memory/levers.py), PyTorch's expandable segments when much memory was reserved but unallocated (fragmentation),
+and where the run stands on disk::
+
+    glm-grpo train: out of GPU memory in the reward phase of step 12 (reward aesthetic): tried to allocate
+    2.00 GiB with 1.23 GiB of 79.15 GiB free; the plan puts this phase at 44.5 of 79.2 GiB; planned lower with one
+    change: decoder.offload=true -13.5 GiB: ...; the last checkpoint is step_000010 (checkpoints/latest): make one
+    of these changes, then resume with resume_from=latest
+
+(one line in the run). Planning again takes the config's sources (``config_path``, ``overrides``) and seconds;
+when it fails, the line says so and still comes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..config import ConfigError, load_config
+from ..ds import dist
+from ..ds.ds_config import DeepSpeedConfigError, read_ds_config
+from ..lifecycle.resume import go_on
+from ..runtime.oom import marks
+from .levers import lever_text, replanned
+from .phases import MEASURED_PHASES, phase_totals
+from .plan import GIB
+from .startup import startup_plan
+
+EXIT_OOM = 8  # exit status of a run that ran out of accelerator memory (2 = bad input, 7 = disk, ...)
+
+# torch's caching allocator's message (c10/cuda/CUDACachingAllocator.cpp), the figures this line repeats
+_TRIED = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)")
+_FREE = re.compile(r"has a total capacity of ([\d.]+ [KMGT]?i?B) of which ([\d.]+ [KMGT]?i?B) is free")
+_UNALLOCATED = re.compile(r"([\d.]+) ([KMGT]?i?B) is reserved by PyTorch but unallocated")
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+# reserved but unallocated memory above this share of the GPU: fragmentation worth naming
+FRAGMENTED = 0.05
+
+
+def torch_figures(message: str) -> tuple[str, float | None]:
+    """``(what torch tried and had, reserved-but-unallocated bytes)`` from its out-of-memory message: ``"tried to
+    allocate 2.00 GiB with 1.23 GiB of 79.15 GiB free"``, else the message's first sentence (another allocator's)."""
+    tried, free = _TRIED.search(message), _FREE.search(message)
+    if tried and free:
+        text = f"tried to allocate {tried.group(1)} with {free.group(2)} of {free.group(1)} free"
+    else:
+        text = " ".join(message.split()).split(". ")[0] or "out of memory"
+    spare = _UNALLOCATED.search(message)
+    return text, None if spare is None else float(spare.group(1)) * _UNITS.get(spare.group(2), 1)
+
+
+def where_text(err: BaseException, step: int | None) -> tuple[str, str | None]:
+    """``("in the reward phase of step 12 (reward ocr)", "reward")``: where ``err`` was met, and the plan's phase
+    (a key of :data:`MEASURED_PHASES`, else None: the plan's peak stands for it)."""
+    phase, part = marks(err)
+    when = "during startup" if step is None else f"of step {step}"
+    if phase:
+        text = f"in the {phase.replace('_', ' ')} phase {when}"
+    else:
+        text = "during startup" if step is None else f"in step {step}"
+    return text + (f" ({part})" if part else ""), phase if phase in MEASURED_PHASES else None
+
+
+def plan_text(given: dict, phase: str | None, planned: list[tuple[str, str, dict]]) -> str:
+    """The plan's figure for ``phase`` (or its peak) against the GPU, and the changes that plan it lower."""
+    peak = phase_totals(given)[phase] if phase else given["total_bytes"]
+    what = "this phase" if phase else "the run's peak"
+    levers = lever_text(given, planned, phase)
+    return f"the plan puts {what} at {peak / GIB:.1f} of {given['gpu_memory_bytes'] / GIB:.1f} GiB; " + (
+        f"planned lower with one change: {levers}" if not levers.startswith("no setting") else levers
+    )
+
+
+def explain(err: BaseException, step: int | None, out: Path, plan_of: Callable[[list[str]], dict], cfg) -> str:
+    """The run's line for ``err``, met in ``step`` (None: during startup). ``plan_of(overrides)``: this run's plan
+    with ``overrides`` added to its config's (``[]``: as it runs); ``cfg``: the run's config (which changes apply)."""
+    where, phase = where_text(err, step)
+    figures, spare = torch_figures(str(err))
+    parts = [f"glm-grpo train: out of GPU memory {where}: {figures}"]
+    try:
+        given = plan_of([])
+        parts.append(plan_text(given, phase, replanned(cfg, given, plan_of)))
+    except (ConfigError, DeepSpeedConfigError, OSError, ValueError) as plan_err:  # said; the line still comes
+        given = None
+        parts.append(f"the run could not be planned again ({plan_err}): glm-grpo estimate-memory shows the plan")
+    if spare is not None and given is not None and spare >= FRAGMENTED * given["gpu_memory_bytes"]:
+        parts.append(
+            f"{spare / GIB:.2f} GiB were reserved but unallocated (fragmentation): launching with "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough"
+        )
+    parts.append(go_on(out, "make one of these changes"))
+    return "; ".join(parts)
+
+
+def train_line(
+    err: BaseException, cfg, config_path: str, overrides: list[str], ds_config_path: str, run=None, step=None
+) -> str:
+    """:func:`explain` for ``glm-grpo train``: ``cfg`` loaded from ``config_path`` with ``overrides``, the DeepSpeed
+    config at ``ds_config_path``; ``run`` the trainer's (glm_grpo_ds/startup.py ``Run``) and the ``step`` it was in,
+    None when the error came while building it."""
+    if run is not None:
+        world, device, out = run.world, run.device, run.out
+    else:
+        world, out = dist.world_size() if dist.initialized() else 1, Path(cfg.output_dir)
+        cuda = torch.cuda.is_initialized()
+        device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+
+    def plan_of(extra: list[str]) -> dict:
+        changed = load_config(config_path, [*overrides, *extra]) if extra else cfg
+        return startup_plan(changed, read_ds_config(ds_config_path), world, device)
+
+    return explain(err, step, out, plan_of, cfg)

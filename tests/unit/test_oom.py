@@ -1,0 +1,138 @@
+"""The line a run says when a GPU runs out of memory (glm_grpo_ds/memory/oom.py): torch's figures read from its
+message, where the error was met (marked as it left a measured phase and a reward: runtime/oom.py), the plan's
+figure for that phase and the settings that plan that phase lower, planned again by the real planner on the shipped
+GLM-Image config. The run's end (exit 8, one line from the rank that met it): tests/integration/test_robustness.py."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from glm_grpo_ds.config import load_config
+from glm_grpo_ds.ds.ds_config import read_ds_config
+from glm_grpo_ds.memory import oom
+from glm_grpo_ds.memory.phases import phase_totals
+from glm_grpo_ds.memory.plan import GIB, EstimateConfig, plan
+from glm_grpo_ds.memory.sizes import model_sizes
+from glm_grpo_ds.observability.meter import Meter
+from glm_grpo_ds.rewards.registry import RewardSet
+from glm_grpo_ds.runtime.oom import mark, marks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# the caching allocator's message as torch 2.15 words it (c10/cuda/CUDACachingAllocator.cpp)
+CUDA_MESSAGE = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.23 GiB is "
+    "free. Including non-PyTorch memory, this process has 77.90 GiB memory in use. Of the allocated memory 70.10 GiB "
+    "is allocated by PyTorch, and 6.50 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory "
+    "is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+    "documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html)"
+)
+
+
+def test_torch_figures_are_read_from_its_message():
+    text, spare = oom.torch_figures(CUDA_MESSAGE)
+    assert text == "tried to allocate 2.00 GiB with 1.23 GiB of 79.15 GiB free"
+    assert spare == 6.5 * GIB
+    # another allocator's words: its first sentence, no fragmentation figure
+    assert oom.torch_figures("XPU out of memory. Tried to allocate 1 GB on device 0.") == ("XPU out of memory", None)
+
+
+def test_a_measured_phase_and_a_reward_mark_the_error_the_innermost_first():
+    meter = Meter()
+    with pytest.raises(torch.OutOfMemoryError) as caught, meter.measure("reward"):
+        with meter.measure("decode"):  # an inner phase marks first and stays
+            raise torch.OutOfMemoryError(CUDA_MESSAGE)
+    assert marks(caught.value) == ("decode", None)
+    err = torch.OutOfMemoryError("x")
+    mark(err, part="reward ocr")
+    mark(err, phase="reward", part="reward other")
+    assert marks(err) == ("reward", "reward ocr")
+
+
+def test_a_reward_out_of_memory_ends_the_step_and_is_no_failure_of_its_samples():
+    """A reward's exception makes its samples undefined and the run goes on; out of memory is the run's problem,
+    not the samples' (training on the other rewards alone would change what the run optimizes): it leaves the
+    reward set, marked with the reward, and no sample is counted failed."""
+
+    def starved(images, prompts, samples):
+        raise torch.OutOfMemoryError(CUDA_MESSAGE)
+
+    def broken(images, prompts, samples):
+        raise RuntimeError("scorer offline")
+
+    rewards = RewardSet([("starved", 1.0, starved), ("broken", 1.0, broken)])
+    images, prompts = torch.zeros(2, 3, 8, 8), ["a", "b"]
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        rewards.score(images, prompts, [{}, {}])
+    assert marks(caught.value) == (None, "reward starved") and rewards.failed["starved"] == 0
+    values = RewardSet([("broken", 1.0, broken)]).score(images, prompts, [{}, {}])
+    assert torch.isnan(values["broken"]).all()  # any other exception still only undefines the batch
+
+
+@pytest.fixture(scope="module")
+def lora_plan_of():
+    """The shipped LoRA config at ZeRO-2 on 8 x 80 GB, planned again with extra overrides (as the trainer does)."""
+    config = str(ROOT / "launch/configs/glm_image_lora.yaml")
+    raw, est = read_ds_config(ROOT / "ds_configs/zero2.json"), EstimateConfig(8, 1, 80.0)
+    cfg = load_config(config, [])
+    sizes = model_sizes(cfg)
+    return cfg, lambda extra: plan(load_config(config, extra), raw, est, sizes)
+
+
+def _oom(phase: str, part: str | None = None, message: str = CUDA_MESSAGE) -> torch.OutOfMemoryError:
+    err = torch.OutOfMemoryError(message)
+    mark(err, phase=phase, part=part)
+    return err
+
+
+def test_the_line_names_the_phase_its_plan_and_the_settings_that_plan_that_phase_lower(lora_plan_of, tmp_path):
+    cfg, plan_of = lora_plan_of
+    given = plan_of([])
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest").write_text("step_000010")
+    decode = oom.explain(_oom("decode"), 12, tmp_path, plan_of, cfg)
+    assert decode.startswith(
+        "glm-grpo train: out of GPU memory in the decode phase of step 12: tried to allocate 2.00 GiB with 1.23 GiB "
+        f"of 79.15 GiB free; the plan puts this phase at {phase_totals(given)['decode'] / GIB:.1f} of 80.0 GiB; "
+        "planned lower with one change: "
+    )
+    assert decode.endswith(
+        "the last checkpoint is step_000010 (checkpoints/latest): make one of these changes, then resume with "
+        "resume_from=latest"
+    )
+    # each named change with what it saves on the decode's planned peak, the largest first; the update's micro-batch
+    # saves the decode nothing and is not named, though it lowers the update's peak
+    fewer = f"decoder.batch_size={cfg.decoder.batch_size // 2}"
+    saved = (phase_totals(given)["decode"] - phase_totals(plan_of([fewer]))["decode"]) / GIB
+    assert saved > 1 and f"{fewer} -{saved:.1f} GiB: fewer images per DiT forward" in decode
+    assert decode.index("decoder.fp8=true -5.6 GiB") < decode.index(fewer)  # the larger saving first
+    assert "batch.micro_batch_size" not in decode and "decoder.offload" not in decode  # nothing off the decode's peak
+    update = oom.explain(_oom("update"), 12, tmp_path, plan_of, cfg)
+    assert "the update phase of step 12" in update and "batch.micro_batch_size=4 -3.0 GiB" in update
+    assert "decoder.offload=true -13.5 GiB" in update and "decoder.batch_size" not in update
+    # 6.5 GiB reserved but unallocated is 8 % of the GPU: fragmentation is named
+    assert "6.50 GiB were reserved but unallocated (fragmentation): launching with " in decode
+    calm = CUDA_MESSAGE.replace("6.50 GiB is reserved", "0.50 GiB is reserved")
+    assert "fragmentation" not in oom.explain(_oom("decode", message=calm), 12, tmp_path, plan_of, cfg)
+
+
+def test_a_reward_or_startup_out_of_memory_and_a_plan_that_fails_still_give_the_line(lora_plan_of, tmp_path):
+    cfg, plan_of = lora_plan_of
+    line = oom.explain(_oom("reward", "reward aesthetic"), 3, tmp_path, plan_of, cfg)
+    assert "in the reward phase of step 3 (reward aesthetic):" in line
+    # a reward model offloaded between scores is on the GPU while it scores: it saves the reward phase nothing
+    assert "decoder.offload=true -13.5 GiB" in line and "rewards[1].args.offload" not in line
+    rollout = oom.explain(_oom("rollout"), 3, tmp_path, plan_of, cfg)
+    assert "rewards[1].args.offload=true -1.6 GiB: the aesthetic model on the host between scores" in rollout
+    assert line.endswith("the run has no checkpoint yet: make one of these changes, then launch it again")
+    startup = oom.explain(torch.OutOfMemoryError(CUDA_MESSAGE), None, tmp_path, plan_of, cfg)
+    assert "out of GPU memory during startup: tried to allocate" in startup
+    assert f"the plan puts the run's peak at {plan_of([])['total_bytes'] / GIB:.1f} of 80.0 GiB" in startup
+
+    def unplannable(extra):
+        raise OSError("ds_configs/zero2.json: No such file or directory")
+
+    line = oom.explain(_oom("update"), 3, tmp_path, unplannable, cfg)
+    assert "the run could not be planned again (ds_configs/zero2.json: No such file or directory)" in line
+    assert "fragmentation" not in line and line.endswith("then launch it again")
