@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         step = None if trainer is None else trainer._current_step
         run = None if trainer is None else trainer.run
-        log.fatal(oom.train_line(err, cfg, args.config, args.overrides, args.deepspeed, run, step), every_rank=True)
+        log.fatal(oom.train_line(err, cfg, args.deepspeed, run, step), every_rank=True)
         dist.shutdown(agreed=False)
         return oom.EXIT_OOM
     except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)

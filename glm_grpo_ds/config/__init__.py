@@ -24,7 +24,7 @@ advantages.py). docs/config_reference.md is generated from the fields' help
 from .arguments import parse_with_overrides
 from .fields import ConfigError
 from .grpo_section import GRPOConfig
-from .loading import apply_override, load_config, to_dict
+from .loading import apply_override, load_config, to_dict, with_overrides
 from .model_sections import DecoderConfig, LoraConfig, ModelConfig, RolloutConfig, SamplingConfig
 from .run_sections import TRACKERS, DataConfig, EvalConfig, HubConfig, LoggingConfig, MonitorConfig
 from .train_config import TrainConfig
@@ -54,4 +54,5 @@ __all__ = [
     "parse_scalar",
     "parse_with_overrides",
     "to_dict",
+    "with_overrides",
 ]

@@ -310,12 +310,29 @@ def load_config(path: str | None, overrides: list[str] | tuple[str, ...] = ()) -
     for old, new in RENAMED.items():
         if old in given and new in given:  # as in a file: which one was meant is not for us to guess
             raise ConfigError(f"{old} and {new} are the same setting ({old} is its old name): give {new} only")
+    _apply_overrides(tree, overrides, unknown)
+    _raise_unknown(unknown, path)
+    return _built(tree)
+
+
+def with_overrides(cfg: TrainConfig, overrides: list[str] | tuple[str, ...]) -> TrainConfig:
+    """``cfg`` with ``key=value`` overrides applied, validated: a run's config changed in memory, whatever its file
+    holds now (it may have been edited or removed since the run loaded it)."""
+    tree, unknown = to_dict(cfg), []
+    _apply_overrides(tree, overrides, unknown)
+    _raise_unknown(unknown, None)
+    return _built(tree)
+
+
+def _apply_overrides(tree: dict, overrides, unknown: list) -> None:
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like key=value (e.g. grpo.beta=0.0)")
         key, text = item.split("=", 1)
         apply_override(tree, key.strip(), parse_scalar(text), unknown)
-    _raise_unknown(unknown, path)
+
+
+def _built(tree: dict) -> TrainConfig:
     cfg = _from_dict(TrainConfig, tree)
     _expand_home(cfg)
     cfg.validate()

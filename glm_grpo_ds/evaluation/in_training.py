@@ -39,6 +39,7 @@ from ..ds import dist
 from ..observability.gallery import save_gallery, thumbnails
 from ..observability.metrics import image_record, nan_mean, nan_std
 from ..observability.records import reward_means
+from ..runtime import oom
 from .seeds import decode_seed, rollout_seeds
 
 PADDING = -1  # row index of a padding sample (dropped on rank 0)
@@ -97,9 +98,17 @@ class Evaluator:
         # one batched rollout, each prompt with its own seed: a prompt's samples do not depend on
         # which prompts share its rank
         rows = [row for row, _ in self.mine]
-        exp = experience.collect(
-            rows, rollout_seeds(ev.seed, rows), partial(decode_seed, ev.seed), group_size=group_size, decode=self.decode
-        )
+        try:
+            exp = experience.collect(
+                rows,
+                rollout_seeds(ev.seed, rows),
+                partial(decode_seed, ev.seed),
+                group_size=group_size,
+                decode=self.decode,
+            )
+        except torch.OutOfMemoryError as err:  # the run's line says it was the evaluation's (memory/oom.py)
+            oom.mark(err, part=f"the evaluation at step {step}")
+            raise
         reward_fn = experience.reward_fn
         images, per_reward = exp.images, exp.per_reward
 

@@ -25,7 +25,7 @@ import torch
 
 from ..ds import engine as ds_engine
 from ..observability.step_status import NO_STATUS
-from ..runtime import log
+from ..runtime import log, oom
 from ..runtime.threads import device_thread
 from .drawn import Drawn
 
@@ -154,6 +154,9 @@ class RolloutAhead:
         job, self._job = self._job, None
         try:
             drawn = job.result()
+        except torch.OutOfMemoryError as err:  # met on its thread, beside the decode (the plan's rollout_beside_decode)
+            oom.mark(err, phase="decode", part="the rollout drawn ahead, rollout.one_step_off")
+            raise
         finally:
             self._busy = False
         if self._stream is not None:

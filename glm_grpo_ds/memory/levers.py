@@ -44,6 +44,8 @@ def candidate_changes(cfg, given: dict) -> list[tuple[str, str]]:
         out.append((change, "fewer sequences per GPU per step"))
     if not cfg.model.gradient_checkpointing:
         out.append(("model.gradient_checkpointing=true", "activations recomputed in the backward"))
+    if cfg.rollout.one_step_off:
+        out.append(("rollout.one_step_off=false", "no rollout beside the decode: serial steps"))
     if not cfg.decoder.fp8:
         out.append(("decoder.fp8=true", "the DiT's linears in FP8; changes the images: glm-grpo decode-agreement"))
     for i, reward in enumerate(given.get("rewards", [])):

@@ -12,8 +12,8 @@ and where the run stands on disk::
     change: decoder.offload=true -13.5 GiB: ...; the last checkpoint is step_000010 (checkpoints/latest): make one
     of these changes, then resume with resume_from=latest
 
-(one line in the run). Planning again takes the config's sources (``config_path``, ``overrides``) and seconds;
-when it fails, the line says so and still comes.
+(one line in the run). Each change is planned on the run's config in memory (its file may have changed since), the
+models' sizes read once; whatever the planner meets, the line says so and still comes.
 """
 
 from __future__ import annotations
@@ -24,14 +24,15 @@ from pathlib import Path
 
 import torch
 
-from ..config import ConfigError, load_config
+from ..config import with_overrides
 from ..ds import dist
-from ..ds.ds_config import DeepSpeedConfigError, read_ds_config
+from ..ds.ds_config import read_ds_config
 from ..lifecycle.resume import go_on
 from ..runtime.oom import marks
 from .levers import lever_text, replanned
 from .phases import MEASURED_PHASES, phase_totals
 from .plan import GIB
+from .sizes import model_sizes
 from .startup import startup_plan
 
 EXIT_OOM = 8  # exit status of a run that ran out of accelerator memory (2 = bad input, 7 = disk, ...)
@@ -45,16 +46,25 @@ _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 FRAGMENTED = 0.05
 
 
-def torch_figures(message: str) -> tuple[str, float | None]:
-    """``(what torch tried and had, reserved-but-unallocated bytes)`` from its out-of-memory message: ``"tried to
-    allocate 2.00 GiB with 1.23 GiB of 79.15 GiB free"``, else the message's first sentence (another allocator's)."""
+def torch_figures(message: str) -> tuple[str, float | None, float | None]:
+    """``(what torch tried and had, reserved-but-unallocated bytes, the GPU's capacity in bytes)`` from its
+    out-of-memory message: ``"tried to allocate 2.00 GiB with 1.23 GiB of 79.15 GiB free"``, else the message's first
+    sentence (another allocator's) and None where a figure is not in it."""
     tried, free = _TRIED.search(message), _FREE.search(message)
     if tried and free:
         text = f"tried to allocate {tried.group(1)} with {free.group(2)} of {free.group(1)} free"
     else:
         text = " ".join(message.split()).split(". ")[0] or "out of memory"
     spare = _UNALLOCATED.search(message)
-    return text, None if spare is None else float(spare.group(1)) * _UNITS.get(spare.group(2), 1)
+    return (
+        text,
+        None if spare is None else _bytes(*spare.groups()),
+        None if free is None else _bytes(*free.group(1).split()),
+    )
+
+
+def _bytes(number: str, unit: str) -> float:
+    return float(number) * _UNITS.get(unit, 1)
 
 
 def where_text(err: BaseException, step: int | None) -> tuple[str, str | None]:
@@ -81,17 +91,16 @@ def plan_text(given: dict, phase: str | None, planned: list[tuple[str, str, dict
 
 def explain(err: BaseException, step: int | None, out: Path, plan_of: Callable[[list[str]], dict], cfg) -> str:
     """The run's line for ``err``, met in ``step`` (None: during startup). ``plan_of(overrides)``: this run's plan
-    with ``overrides`` added to its config's (``[]``: as it runs); ``cfg``: the run's config (which changes apply)."""
+    with ``overrides`` applied to its config (``[]``: as it runs); ``cfg``: the run's config (which changes apply)."""
     where, phase = where_text(err, step)
-    figures, spare = torch_figures(str(err))
+    figures, spare, capacity = torch_figures(str(err))
     parts = [f"glm-grpo train: out of GPU memory {where}: {figures}"]
     try:
         given = plan_of([])
         parts.append(plan_text(given, phase, replanned(cfg, given, plan_of)))
-    except (ConfigError, DeepSpeedConfigError, OSError, ValueError) as plan_err:  # said; the line still comes
-        given = None
+    except Exception as plan_err:  # noqa: BLE001 - whatever the planner meets, the run's line must still come
         parts.append(f"the run could not be planned again ({plan_err}): glm-grpo estimate-memory shows the plan")
-    if spare is not None and given is not None and spare >= FRAGMENTED * given["gpu_memory_bytes"]:
+    if spare is not None and capacity and spare >= FRAGMENTED * capacity:
         parts.append(
             f"{spare / GIB:.2f} GiB were reserved but unallocated (fragmentation): launching with "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough"
@@ -100,21 +109,23 @@ def explain(err: BaseException, step: int | None, out: Path, plan_of: Callable[[
     return "; ".join(parts)
 
 
-def train_line(
-    err: BaseException, cfg, config_path: str, overrides: list[str], ds_config_path: str, run=None, step=None
-) -> str:
-    """:func:`explain` for ``glm-grpo train``: ``cfg`` loaded from ``config_path`` with ``overrides``, the DeepSpeed
-    config at ``ds_config_path``; ``run`` the trainer's (glm_grpo_ds/startup.py ``Run``) and the ``step`` it was in,
-    None when the error came while building it."""
+def train_line(err: BaseException, cfg, ds_config_path: str, run=None, step: int | None = None) -> str:
+    """:func:`explain` for ``glm-grpo train``: ``cfg`` the run's config as loaded, the DeepSpeed config at
+    ``ds_config_path``; ``run`` the trainer's (glm_grpo_ds/startup.py ``Run``) and the ``step`` it was in, None when
+    the error came while building it. Each change is planned on ``cfg`` in memory (its file may have changed since),
+    with the models' sizes read once."""
     if run is not None:
         world, device, out = run.world, run.device, run.out
     else:
         world, out = dist.world_size() if dist.initialized() else 1, Path(cfg.output_dir)
         cuda = torch.cuda.is_initialized()
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    known: dict = {}
 
     def plan_of(extra: list[str]) -> dict:
-        changed = load_config(config_path, [*overrides, *extra]) if extra else cfg
-        return startup_plan(changed, read_ds_config(ds_config_path), world, device)
+        if not known:
+            known.update(raw=read_ds_config(ds_config_path), sizes=model_sizes(cfg))
+        changed = with_overrides(cfg, extra) if extra else cfg
+        return startup_plan(changed, known["raw"], world, device, known["sizes"])
 
     return explain(err, step, out, plan_of, cfg)

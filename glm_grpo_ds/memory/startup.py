@@ -21,12 +21,13 @@ def launched_shape(world: int, device: str) -> EstimateConfig:
     return EstimateConfig(num_gpus=local, num_nodes=-(-world // local), device=device, ranks=world)
 
 
-def startup_plan(cfg, ds_config_raw: dict, world: int, device: torch.device) -> dict:
-    """The planner's figure for this very run, against this GPU's memory (CPU ranks: the planner's default)."""
+def startup_plan(cfg, ds_config_raw: dict, world: int, device: torch.device, sizes=None) -> dict:
+    """The planner's figure for this very run, against this GPU's memory (CPU ranks: the planner's default).
+    ``sizes``: the models' parameter counts when known (memory/sizes.py ``model_sizes``; else read again)."""
     est = launched_shape(world, device.type)
     if device.type == "cuda":
         est.gpu_memory_gb = torch.cuda.get_device_properties(device).total_memory / GIB
-    return plan(cfg, ds_config_raw, est)
+    return plan(cfg, ds_config_raw, est, sizes)
 
 
 def base_copy_placement(planned: dict | None) -> str | None:

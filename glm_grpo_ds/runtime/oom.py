@@ -1,7 +1,8 @@
 """Where an accelerator ran out of memory, marked on the error (``torch.OutOfMemoryError``) as it passes outwards:
 the step's phase that was measuring it (``observability/metrics.py measure``: rollout, decode, reward, update, ...)
-and the part of it that allocated (``reward ocr``, ``grpo.diversity_features``). The innermost mark of each kind
-stays; the run's one line (glm_grpo_ds/memory/oom.py) reads them.
+and the parts it passed through (``reward ocr``, ``the evaluation after step 20``). The innermost phase stays; the
+parts are joined, the innermost first (``reward ocr in the evaluation after step 20``). The run's one line
+(glm_grpo_ds/memory/oom.py) reads them.
 
     except torch.OutOfMemoryError as err:
         mark(err, part=f"reward {label}")
@@ -15,10 +16,13 @@ _PHASE, _PART = "_glm_grpo_phase", "_glm_grpo_part"
 
 
 def mark(err: BaseException, phase: str | None = None, part: str | None = None) -> None:
-    """Mark ``err`` with the phase and / or the part it passed through, unless an inner one marked it already."""
-    for attr, value in ((_PHASE, phase), (_PART, part)):
-        if value is not None and getattr(err, attr, None) is None:
-            setattr(err, attr, value)
+    """Mark ``err`` with the phase it left (unless an inner one marked it already) and / or a part it passed through
+    (after the inner ones)."""
+    if phase is not None and getattr(err, _PHASE, None) is None:
+        setattr(err, _PHASE, phase)
+    if part is not None:
+        inner = getattr(err, _PART, None)
+        setattr(err, _PART, part if inner is None else f"{inner} in {part}")
 
 
 def marks(err: BaseException) -> tuple[str | None, str | None]:

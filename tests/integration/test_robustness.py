@@ -180,7 +180,8 @@ def starved(images, prompts, samples):
 def test_out_of_memory_on_one_rank_ends_the_run_with_its_line_and_exit_8(tiny_model_dir, data64, tmp_path):
     """Rank 1's reward runs out of memory at step 2: not a failure of its samples (the run would go on training on
     the other reward alone) but the run's end, under the launcher: one line from rank 1, named, saying where and
-    what plans it lower and how to go on from the checkpoint of step 1; exit 8 on every rank."""
+    what plans it lower and how to go on from the checkpoint of step 1; the launcher's status 8 (rank 0, whose
+    collective lost rank 1, waits instead of exiting 1 first: ds/dist.py peer_lost)."""
     (tmp_path / "starved.py").write_text(STARVED)
     out = tmp_path / "run"
     proc = launch(

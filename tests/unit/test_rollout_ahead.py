@@ -10,6 +10,7 @@ from glm_grpo_ds.experience import Drawn, RolloutAhead, resumed
 from glm_grpo_ds.lifecycle import checkpoint
 from glm_grpo_ds.rollout import GridSpec, RolloutBatch
 from glm_grpo_ds.rollout.backends import Sampled
+from glm_grpo_ds.runtime.oom import marks
 
 
 def _drawn(rows):
@@ -59,6 +60,8 @@ class _Maker:
         self.calls.append((rows, seeds))
         if seeds == [13]:
             raise RuntimeError("sampler failed")
+        if seeds == [14]:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB.")
         return _drawn(rows)
 
 
@@ -77,6 +80,11 @@ def test_the_thread_draws_what_start_asked_and_wait_hands_it_over_or_raises():
     with pytest.raises(RuntimeError, match="sampler failed"):
         ahead.wait()
     assert ahead.pending is None
+    # out of memory on the thread: the run's line says where (glm_grpo_ds/memory/oom.py), as the plan counts it
+    ahead.start(rows, [14])
+    with pytest.raises(torch.OutOfMemoryError) as caught:
+        ahead.wait()
+    assert marks(caught.value) == ("decode", "the rollout drawn ahead, rollout.one_step_off")
     ahead.close()
 
 
