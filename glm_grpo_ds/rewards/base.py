@@ -135,6 +135,8 @@ def reward_values(label: str, raw, n: int, device=None) -> torch.Tensor:
         raw = [float("nan") if value is None else value for value in raw]
     try:
         values = torch.as_tensor(raw, dtype=torch.float32).detach().to(device).reshape(-1)
+    except torch.OutOfMemoryError:  # the copy to the device met a full GPU: not the values' fault (memory/oom.py)
+        raise
     except (TypeError, ValueError, RuntimeError) as err:  # a function, a string, ragged lists: not numbers
         raise RewardError(
             f"reward {label} returned {type(raw).__name__}, not numbers ({err}): a reward returns one value per "
