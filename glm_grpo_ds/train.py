@@ -361,14 +361,6 @@ def main(argv: list[str] | None = None) -> int:
         log.fatal("glm-grpo train: interrupted by SIGINT; the last complete checkpoint (checkpoints/latest) is intact")
         dist.shutdown(agreed=False)
         return exit_code(signal.SIGINT)
-    except torch.OutOfMemoryError as err:  # where, torch's figures and the plan's, what plans less: one line
-        if args.debug or cfg is None:
-            raise
-        step = None if trainer is None else trainer._current_step
-        run = None if trainer is None else trainer.run
-        log.fatal(oom.train_line(err, cfg, args.deepspeed, run, step), every_rank=True)
-        dist.shutdown(agreed=False)
-        return oom.EXIT_OOM
     except Stopped as stop:  # every rank agreed to stop (preemption / non-finite steps)
         return trainer.run.life.end_stopped(stop)
     except INPUT_ERRORS as err:
@@ -381,8 +373,14 @@ def main(argv: list[str] | None = None) -> int:
         log.fatal(line, node_alone=not dist.initialized(), every_rank=training)
         dist.shutdown(agreed=False)
         return getattr(err, "exit_code", 2)  # 2: bad input; a write that met a full disk: 7 (lifecycle/disk_space.py)
-    except RuntimeError as err:  # a collective whose peer ended: that rank's line and status are the run's
-        if dist.peer_lost(err):
+    except RuntimeError as err:  # out of GPU memory (or an error it caused); a collective whose peer ended
+        starved = oom.within(err)
+        if starved is not None and cfg is not None and not args.debug:  # one line: where, the plan, what plans less
+            run, step = (None, None) if trainer is None else (trainer.run, trainer._current_step)
+            log.fatal(oom.train_line(starved, cfg, args.deepspeed, run, step), every_rank=True)
+            dist.shutdown(agreed=False)
+            return oom.EXIT_OOM
+        if dist.peer_lost(err):  # that rank's line and status are the run's
             time.sleep(dist.PEER_GRACE_S)  # the launcher ends this rank once it sees the failed one's exit
         raise
     dist.shutdown()

@@ -28,7 +28,7 @@ from ..config import with_overrides
 from ..ds import dist
 from ..ds.ds_config import read_ds_config
 from ..lifecycle.resume import go_on
-from ..runtime.oom import marks
+from ..runtime.oom import marks, within  # noqa: F401  (within: train.py's)
 from .levers import lever_text, replanned
 from .phases import MEASURED_PHASES, phase_totals
 from .plan import GIB

@@ -48,8 +48,10 @@ def measure(timings: dict[str, float], peaks: dict[str, float], name: str, devic
     try:
         with phase_peak(peaks, f"memory/{name}_peak_mb", device), timer(timings, name):
             yield
-    except torch.OutOfMemoryError as err:
-        oom.mark(err, phase=name)
+    except RuntimeError as err:
+        starved = oom.within(err)  # the out-of-memory error itself, or one under the error it caused
+        if starved is not None:
+            oom.mark(starved, phase=name)
         raise
 
 

@@ -28,3 +28,17 @@ def mark(err: BaseException, phase: str | None = None, part: str | None = None) 
 def marks(err: BaseException) -> tuple[str | None, str | None]:
     """``(phase, part)`` that ``err`` was marked with (None where it passed through none)."""
     return getattr(err, _PHASE, None), getattr(err, _PART, None)
+
+
+def within(err: BaseException | None) -> BaseException | None:
+    """The out-of-memory error ``err`` is, or that caused it (its chain of causes and contexts: a CUDA graph's
+    capture that failed because an allocation inside it did raises its own error from it); None when none did."""
+    import torch  # here: the rest of this module needs no torch
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, torch.OutOfMemoryError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None

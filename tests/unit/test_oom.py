@@ -51,6 +51,25 @@ def test_a_measured_phase_and_a_reward_mark_the_error_the_innermost_first():
     assert marks(err) == ("reward", "reward ocr in the evaluation at step 20")
 
 
+def test_an_error_caused_by_running_out_of_memory_is_told_by_its_chain():
+    """A CUDA graph's capture that failed because an allocation inside it did raises its own error from __exit__,
+    with the out-of-memory error as its context: the run's line is still the out-of-memory one, with the phase."""
+
+    class Capture:  # as torch.cuda.graph: its __exit__ ends the capture, which fails after an error inside it
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    meter = Meter()
+    with pytest.raises(RuntimeError) as caught, meter.measure("rollout"), Capture():
+        raise torch.OutOfMemoryError(CUDA_MESSAGE)
+    starved = oom.within(caught.value)
+    assert isinstance(starved, torch.OutOfMemoryError) and marks(starved) == ("rollout", None)
+    assert oom.within(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+
+
 def test_a_reward_out_of_memory_ends_the_step_and_is_no_failure_of_its_samples():
     """A reward's exception makes its samples undefined and the run goes on; out of memory is the run's problem,
     not the samples' (training on the other rewards alone would change what the run optimizes): it leaves the
