@@ -63,6 +63,7 @@ from .observability.plot import PLOT_NAME, plot_training_or_warn
 from .observability.sample_records import record_samples
 from .observability.update_stats import UpdateStats
 from .runtime import log, process_exit, run_log
+from .runtime.oom import out_of_memory
 from .runtime.seeding import decoder_seed
 from .startup import INPUT_ERRORS, Run, build_run
 from .update import grpo_update
@@ -374,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.shutdown(agreed=False)
         return getattr(err, "exit_code", 2)  # 2: bad input; a write that met a full disk: 7 (lifecycle/disk_space.py)
     except RuntimeError as err:  # out of GPU memory (or an error it caused); a collective whose peer ended
-        starved = oom.within(err)
+        starved = out_of_memory(err)
         if starved is not None and cfg is not None and not args.debug:  # one line: where, the plan, what plans less
             run, step = (None, None) if trainer is None else (trainer.run, trainer._current_step)
             log.fatal(oom.train_line(starved, cfg, args.deepspeed, run, step), every_rank=True)

@@ -96,13 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     fits = p["headroom_bytes"] >= 0
     fastest = fastest_that_fits(cfg, a.deepspeed, p, est, sizes)
-    advice = (
-        None
-        if fits
-        else lever_text(
-            p, replanned(cfg, p, lambda extra: plan(load_config(a.config, [*a.overrides, *extra]), raw, est, sizes))
-        )
-    )
+    advice = None if fits else lever_text(p, replanned(cfg, p, lambda changed: plan(changed, raw, est, sizes)))
     timed = step_time(
         cfg, p["setup"]["zero_stage"], grid_tokens(cfg.rollout.height, cfg.rollout.width), est.prompt_tokens
     )

@@ -23,6 +23,8 @@ import math
 
 import torch
 
+from ..runtime.error_chain import chain
+
 _state: dict = {"comm_device": None, "force": False}
 
 
@@ -243,13 +245,7 @@ PEER_GRACE_S = 10.0  # how long such a rank waits before its own exit: the launc
 
 def peer_lost(err: BaseException) -> bool:
     """Whether ``err`` (or an error in its chain of causes) is a collective's failure because a peer process ended."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, RuntimeError) and any(text in str(err) for text in _PEER_GONE):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
+    return any(isinstance(e, RuntimeError) and any(text in str(e) for text in _PEER_GONE) for e in chain(err))
 
 
 def shutdown(agreed: bool = True) -> None:

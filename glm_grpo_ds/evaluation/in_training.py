@@ -98,7 +98,7 @@ class Evaluator:
         # one batched rollout, each prompt with its own seed: a prompt's samples do not depend on
         # which prompts share its rank
         rows = [row for row, _ in self.mine]
-        try:
+        with oom.marking(part=f"the evaluation at step {step}"):  # the run's line says so (memory/oom.py)
             exp = experience.collect(
                 rows,
                 rollout_seeds(ev.seed, rows),
@@ -106,9 +106,6 @@ class Evaluator:
                 group_size=group_size,
                 decode=self.decode,
             )
-        except torch.OutOfMemoryError as err:  # the run's line says it was the evaluation's (memory/oom.py)
-            oom.mark(err, part=f"the evaluation at step {step}")
-            raise
         reward_fn = experience.reward_fn
         images, per_reward = exp.images, exp.per_reward
 

@@ -152,11 +152,9 @@ class RolloutAhead:
             return 0.0
         t0 = time.perf_counter()
         job, self._job = self._job, None
-        try:
-            drawn = job.result()
-        except torch.OutOfMemoryError as err:  # met on its thread, beside the decode (the plan's rollout_beside_decode)
-            oom.mark(err, phase="decode", part="the rollout drawn ahead, rollout.one_step_off")
-            raise
+        try:  # an out-of-memory error met on its thread, beside the decode: the plan's rollout_beside_decode
+            with oom.marking(phase="decode", part="the rollout drawn ahead, rollout.one_step_off"):
+                drawn = job.result()
         finally:
             self._busy = False
         if self._stream is not None:

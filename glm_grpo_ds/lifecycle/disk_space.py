@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..ds import dist, portable
 from ..runtime import log
+from ..runtime.error_chain import chain
 from .checkpoint import CHECKPOINTS, CheckpointError
 from .preempt import Stopped
 from .resume import go_on
@@ -72,23 +73,14 @@ FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 TORCH_WRITER = ("unexpected pos", "file write failed")
 
 
-def _errors(err: BaseException):
-    """``err`` and the errors it came from (``__cause__`` / ``__context__``), each once."""
-    seen = []
-    while err is not None and err not in seen:
-        seen.append(err)
-        err = err.__cause__ or err.__context__
-    return seen
-
-
 def full_disk(err: Exception, what: str, out: Path) -> DiskFull | None:
     """``err``, raised writing ``what`` into ``out``, as a :class:`DiskFull` line when it says the disk is full or a
     quota is reached (:data:`FULL_ERRNOS`), or is torch's writer failing with the file system (nearly) full; None
     otherwise: another error, raised as it is (a CUDA or NCCL one on a nearly full disk stays what it is)."""
-    chain = _errors(err)
-    by_errno = any(getattr(e, "errno", None) in FULL_ERRNOS for e in chain)
+    errors = chain(err)
+    by_errno = any(getattr(e, "errno", None) in FULL_ERRNOS for e in errors)
     free = free_bytes(out)
-    by_writer = any(p in str(e) for e in chain for p in TORCH_WRITER) and free < SLACK_BYTES
+    by_writer = any(p in str(e) for e in errors for p in TORCH_WRITER) and free < SLACK_BYTES
     if not (by_errno or by_writer):
         return None
     msg = " ".join(str(err).split())[:200] or type(err).__name__

@@ -3,7 +3,7 @@
 (the DeepSpeed configs are :mod:`.stages`' line).
 
     changes = candidate_changes(cfg, plan)            # [(overrides, why)] that apply to this run (space-separated)
-    saved = replanned(cfg, plan, plan_of)             # each planned again: plan_of(overrides) loads the config again
+    saved = replanned(cfg, plan, plan_config)         # each planned again: plan_config(cfg with the change)
     lever_text(plan, saved)                           # "decoder.offload=true -13.5 GiB (fits alone), ..."
     lever_text(plan, saved, phase="decode")           # the same, by what each saves on that phase's peak
 
@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..config import ConfigError
+from ..config import ConfigError, with_overrides
 from ..ds.ds_config import DeepSpeedConfigError
 from .phases import phase_totals
 from .plan import GIB
 
 # a change must save at least this much to be named (a rounding-size saving is not advice)
 MIN_SAVING = 0.05 * GIB
+NO_LEVER = "no setting of this run plans less; more GPUs with ZeRO-3 or GPUs with more memory"
 
 
 def candidate_changes(cfg, given: dict) -> list[tuple[str, str]]:
@@ -59,13 +60,14 @@ def _divisor_below(n: int, limit: int) -> int:
     return max(d for d in range(1, max(limit, 2)) if n % d == 0)
 
 
-def replanned(cfg, given: dict, plan_of: Callable[[list[str]], dict]) -> list[tuple[str, str, dict]]:
-    """``(change, why, plan)`` of each of :func:`candidate_changes`: ``plan_of(overrides)`` plans the run's config
-    loaded again with the change's overrides added; a change the config refuses is left out."""
+def replanned(cfg, given: dict, plan_config: Callable[[object], dict]) -> list[tuple[str, str, dict]]:
+    """``(change, why, plan)`` of each of :func:`candidate_changes`: ``plan_config`` plans ``cfg`` with that change
+    applied in memory (``config.with_overrides``: whatever its file holds now); a change the config refuses is left
+    out."""
     out = []
     for change, why in candidate_changes(cfg, given):
         try:
-            out.append((change, why, plan_of(change.split())))
+            out.append((change, why, plan_config(with_overrides(cfg, change.split()))))
         except (ConfigError, DeepSpeedConfigError):
             continue
     return out
@@ -87,5 +89,5 @@ def lever_text(given: dict, planned: list[tuple[str, str, dict]], phase: str | N
             fits = " (fits alone)" if phase is None and p["headroom_bytes"] >= 0 else ""
             rows.append((saved, f"{change} -{saved / GIB:.1f} GiB{fits}: {why}"))
     if not rows:
-        return "no setting of this run plans less; more GPUs with ZeRO-3 or GPUs with more memory"
+        return NO_LEVER
     return "; ".join(text for _, text in sorted(rows, key=lambda r: -r[0]))

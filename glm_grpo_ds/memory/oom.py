@@ -24,12 +24,11 @@ from pathlib import Path
 
 import torch
 
-from ..config import with_overrides
 from ..ds import dist
 from ..ds.ds_config import read_ds_config
 from ..lifecycle.resume import go_on
-from ..runtime.oom import marks, within  # noqa: F401  (within: train.py's)
-from .levers import lever_text, replanned
+from ..runtime.oom import marks
+from .levers import NO_LEVER, lever_text, replanned
 from .phases import MEASURED_PHASES, phase_totals
 from .plan import GIB
 from .sizes import model_sizes
@@ -85,19 +84,19 @@ def plan_text(given: dict, phase: str | None, planned: list[tuple[str, str, dict
     what = "this phase" if phase else "the run's peak"
     levers = lever_text(given, planned, phase)
     return f"the plan puts {what} at {peak / GIB:.1f} of {given['gpu_memory_bytes'] / GIB:.1f} GiB; " + (
-        f"planned lower with one change: {levers}" if not levers.startswith("no setting") else levers
+        levers if levers == NO_LEVER else f"planned lower with one change: {levers}"
     )
 
 
-def explain(err: BaseException, step: int | None, out: Path, plan_of: Callable[[list[str]], dict], cfg) -> str:
-    """The run's line for ``err``, met in ``step`` (None: during startup). ``plan_of(overrides)``: this run's plan
-    with ``overrides`` applied to its config (``[]``: as it runs); ``cfg``: the run's config (which changes apply)."""
+def explain(err: BaseException, step: int | None, out: Path, plan_config: Callable[[object], dict], cfg) -> str:
+    """The run's line for ``err``, met in ``step`` (None: during startup). ``plan_config(config)``: a config's plan
+    on this run's cluster; ``cfg``: the run's config (its plan, and the changes that apply)."""
     where, phase = where_text(err, step)
     figures, spare, capacity = torch_figures(str(err))
     parts = [f"glm-grpo train: out of GPU memory {where}: {figures}"]
     try:
-        given = plan_of([])
-        parts.append(plan_text(given, phase, replanned(cfg, given, plan_of)))
+        given = plan_config(cfg)
+        parts.append(plan_text(given, phase, replanned(cfg, given, plan_config)))
     except Exception as plan_err:  # noqa: BLE001 - whatever the planner meets, the run's line must still come
         parts.append(f"the run could not be planned again ({plan_err}): glm-grpo estimate-memory shows the plan")
     if spare is not None and capacity and spare >= FRAGMENTED * capacity:
@@ -112,8 +111,7 @@ def explain(err: BaseException, step: int | None, out: Path, plan_of: Callable[[
 def train_line(err: BaseException, cfg, ds_config_path: str, run=None, step: int | None = None) -> str:
     """:func:`explain` for ``glm-grpo train``: ``cfg`` the run's config as loaded, the DeepSpeed config at
     ``ds_config_path``; ``run`` the trainer's (glm_grpo_ds/startup.py ``Run``) and the ``step`` it was in, None when
-    the error came while building it. Each change is planned on ``cfg`` in memory (its file may have changed since),
-    with the models' sizes read once."""
+    the error came while building it. The models' sizes and the DeepSpeed config are read once."""
     if run is not None:
         world, device, out = run.world, run.device, run.out
     else:
@@ -122,10 +120,9 @@ def train_line(err: BaseException, cfg, ds_config_path: str, run=None, step: int
         device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     known: dict = {}
 
-    def plan_of(extra: list[str]) -> dict:
-        if not known:
+    def plan_config(config) -> dict:
+        if not known:  # read once, when first planned (inside explain: its failure is said in the line)
             known.update(raw=read_ds_config(ds_config_path), sizes=model_sizes(cfg))
-        changed = with_overrides(cfg, extra) if extra else cfg
-        return startup_plan(changed, known["raw"], world, device, known["sizes"])
+        return startup_plan(config, known["raw"], world, device, known["sizes"])
 
-    return explain(err, step, out, plan_of, cfg)
+    return explain(err, step, out, plan_config, cfg)

@@ -45,14 +45,8 @@ def measure(timings: dict[str, float], peaks: dict[str, float], name: str, devic
     """:func:`timer` and the block's peak memory: ``peaks["memory/<name>_peak_mb"]``
     (glm_grpo_ds/runtime/memory_probe.py). An out-of-memory error leaving the block is marked with ``name``, its
     phase (glm_grpo_ds/runtime/oom.py), for the run's line about it."""
-    try:
-        with phase_peak(peaks, f"memory/{name}_peak_mb", device), timer(timings, name):
-            yield
-    except RuntimeError as err:
-        starved = oom.within(err)  # the out-of-memory error itself, or one under the error it caused
-        if starved is not None:
-            oom.mark(starved, phase=name)
-        raise
+    with oom.marking(phase=name), phase_peak(peaks, f"memory/{name}_peak_mb", device), timer(timings, name):
+        yield
 
 
 def peak_memory_mb(device: torch.device) -> float:

@@ -197,10 +197,10 @@ class RewardSet:
     def _score(self, label: str, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
         n = images.shape[0]
         try:
-            with torch.no_grad():  # a plugin's own model would build a graph the step's gathers keep alive
+            # no_grad: a plugin's own model would build a graph the step's gathers keep alive
+            with torch.no_grad(), oom.marking(part=f"reward {label}"):
                 raw = self.fns[label](images, prompts, samples)
-        except torch.OutOfMemoryError as err:  # not the samples' failure: the run's memory (memory/oom.py)
-            oom.mark(err, part=f"reward {label}")
+        except torch.OutOfMemoryError:  # not the samples' failure: the run's memory (memory/oom.py)
             raise
         except Exception as err:  # noqa: BLE001 - reward code is user code: any failure = undefined batch
             self.failed[label] += n
@@ -235,10 +235,9 @@ class RewardSet:
         features raised (warned once; the step is not shaped: experience/step_advantages.py). Like a reward, never
         during a CUDA graph's capture on another thread."""
         try:
-            with CAPTURE_SAFE.shared(), torch.no_grad():
+            with CAPTURE_SAFE.shared(), torch.no_grad(), oom.marking(part="grpo.diversity_features"):
                 return self.features(images)
-        except torch.OutOfMemoryError as err:  # not a failure to shape the step: the run's memory (memory/oom.py)
-            oom.mark(err, part="grpo.diversity_features")
+        except torch.OutOfMemoryError:  # not a failure to shape the step: the run's memory (memory/oom.py)
             raise
         except Exception as err:  # noqa: BLE001 - one rank's failure must not leave the others in a collective
             msg = " ".join(str(err).split()) or type(err).__name__

@@ -4,13 +4,16 @@ and the parts it passed through (``reward ocr``, ``the evaluation after step 20`
 parts are joined, the innermost first (``reward ocr in the evaluation after step 20``). The run's one line
 (glm_grpo_ds/memory/oom.py) reads them.
 
-    except torch.OutOfMemoryError as err:
-        mark(err, part=f"reward {label}")
-        raise
-    phase, part = marks(err)
+    with marking(phase="decode", part="reward ocr"):   # an out-of-memory error leaving the block is marked
+        ...
+    phase, part = marks(out_of_memory(err))            # the run's line: where it was met
 """
 
 from __future__ import annotations
+
+import contextlib
+
+from .error_chain import chain
 
 _PHASE, _PART = "_glm_grpo_phase", "_glm_grpo_part"
 
@@ -30,15 +33,22 @@ def marks(err: BaseException) -> tuple[str | None, str | None]:
     return getattr(err, _PHASE, None), getattr(err, _PART, None)
 
 
-def within(err: BaseException | None) -> BaseException | None:
-    """The out-of-memory error ``err`` is, or that caused it (its chain of causes and contexts: a CUDA graph's
-    capture that failed because an allocation inside it did raises its own error from it); None when none did."""
+def out_of_memory(err: BaseException | None) -> BaseException | None:
+    """The out-of-memory error ``err`` is, or that caused it (a CUDA graph's capture that failed because an
+    allocation inside it did raises its own error over it); None when none did."""
     import torch  # here: the rest of this module needs no torch
 
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, torch.OutOfMemoryError):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
+    return next((e for e in chain(err) if isinstance(e, torch.OutOfMemoryError)), None)
+
+
+@contextlib.contextmanager
+def marking(phase: str | None = None, part: str | None = None):
+    """Mark the out-of-memory error leaving the block (itself, or under the error it caused) with ``phase`` /
+    ``part`` (:func:`mark`); every error leaves as it came."""
+    try:
+        yield
+    except RuntimeError as err:
+        starved = out_of_memory(err)
+        if starved is not None:
+            mark(starved, phase, part)
+        raise

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from glm_grpo_ds.config import load_config
+from glm_grpo_ds.config import load_config, with_overrides
 from glm_grpo_ds.ds.ds_config import read_ds_config
 from glm_grpo_ds.memory import oom
 from glm_grpo_ds.memory.phases import phase_totals
@@ -16,7 +16,7 @@ from glm_grpo_ds.memory.plan import GIB, EstimateConfig, plan
 from glm_grpo_ds.memory.sizes import model_sizes
 from glm_grpo_ds.observability.meter import Meter
 from glm_grpo_ds.rewards.registry import RewardSet
-from glm_grpo_ds.runtime.oom import mark, marks
+from glm_grpo_ds.runtime.oom import mark, marks, out_of_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,9 +65,9 @@ def test_an_error_caused_by_running_out_of_memory_is_told_by_its_chain():
     meter = Meter()
     with pytest.raises(RuntimeError) as caught, meter.measure("rollout"), Capture():
         raise torch.OutOfMemoryError(CUDA_MESSAGE)
-    starved = oom.within(caught.value)
+    starved = out_of_memory(caught.value)
     assert isinstance(starved, torch.OutOfMemoryError) and marks(starved) == ("rollout", None)
-    assert oom.within(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+    assert out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
 
 
 def test_a_reward_out_of_memory_ends_the_step_and_is_no_failure_of_its_samples():
@@ -92,12 +92,11 @@ def test_a_reward_out_of_memory_ends_the_step_and_is_no_failure_of_its_samples()
 
 @pytest.fixture(scope="module")
 def lora_plan_of():
-    """The shipped LoRA config at ZeRO-2 on 8 x 80 GB, planned again with extra overrides (as the trainer does)."""
-    config = str(ROOT / "launch/configs/glm_image_lora.yaml")
+    """The shipped LoRA config at ZeRO-2 on 8 x 80 GB, and how the run's line plans a config (as the trainer does)."""
     raw, est = read_ds_config(ROOT / "ds_configs/zero2.json"), EstimateConfig(8, 1, 80.0)
-    cfg = load_config(config, [])
+    cfg = load_config(str(ROOT / "launch/configs/glm_image_lora.yaml"), [])
     sizes = model_sizes(cfg)
-    return cfg, lambda extra: plan(load_config(config, extra), raw, est, sizes)
+    return cfg, lambda config: plan(config, raw, est, sizes)
 
 
 def _oom(phase: str, part: str | None = None, message: str = CUDA_MESSAGE) -> torch.OutOfMemoryError:
@@ -108,7 +107,7 @@ def _oom(phase: str, part: str | None = None, message: str = CUDA_MESSAGE) -> to
 
 def test_the_line_names_the_phase_its_plan_and_the_settings_that_plan_that_phase_lower(lora_plan_of, tmp_path):
     cfg, plan_of = lora_plan_of
-    given = plan_of([])
+    given = plan_of(cfg)
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "latest").write_text("step_000010")
     decode = oom.explain(_oom("decode"), 12, tmp_path, plan_of, cfg)
@@ -124,7 +123,7 @@ def test_the_line_names_the_phase_its_plan_and_the_settings_that_plan_that_phase
     # each named change with what it saves on the decode's planned peak, the largest first; the update's micro-batch
     # saves the decode nothing and is not named, though it lowers the update's peak
     fewer = f"decoder.batch_size={cfg.decoder.batch_size // 2}"
-    saved = (phase_totals(given)["decode"] - phase_totals(plan_of([fewer]))["decode"]) / GIB
+    saved = (phase_totals(given)["decode"] - phase_totals(plan_of(with_overrides(cfg, [fewer])))["decode"]) / GIB
     assert saved > 1 and f"{fewer} -{saved:.1f} GiB: fewer images per DiT forward" in decode
     assert decode.index("decoder.fp8=true -5.6 GiB") < decode.index(fewer)  # the larger saving first
     assert "batch.micro_batch_size" not in decode and "decoder.offload" not in decode  # nothing off the decode's peak
@@ -148,9 +147,9 @@ def test_a_reward_or_startup_out_of_memory_and_a_plan_that_fails_still_give_the_
     assert line.endswith("the run has no checkpoint yet: make one of these changes, then launch it again")
     startup = oom.explain(torch.OutOfMemoryError(CUDA_MESSAGE), None, tmp_path, plan_of, cfg)
     assert "out of GPU memory during startup: tried to allocate" in startup
-    assert f"the plan puts the run's peak at {plan_of([])['total_bytes'] / GIB:.1f} of 80.0 GiB" in startup
+    assert f"the plan puts the run's peak at {plan_of(cfg)['total_bytes'] / GIB:.1f} of 80.0 GiB" in startup
 
-    def unplannable(extra):
+    def unplannable(config):
         raise OSError("ds_configs/zero2.json: No such file or directory")
 
     line = oom.explain(_oom("update"), 3, tmp_path, unplannable, cfg)
@@ -179,8 +178,8 @@ def test_one_step_off_is_offered_where_its_rollout_beside_the_decode_is_planned(
     on = ["rollout.one_step_off=true", "grpo.sampler_correction=token_truncate"]
     cfg = load_config(config, on)
     sizes = model_sizes(cfg)
-    plan_of = lambda extra: plan(load_config(config, [*on, *extra]), raw, EstimateConfig(8, 1, 80.0), sizes)  # noqa: E731
-    given, serial = plan_of([]), plan_of(["rollout.one_step_off=false"])
+    plan_of = lambda c: plan(c, raw, EstimateConfig(8, 1, 80.0), sizes)  # noqa: E731
+    given, serial = plan_of(cfg), plan_of(with_overrides(cfg, ["rollout.one_step_off=false"]))
     saved = (phase_totals(given)["decode"] - phase_totals(serial)["decode"]) / GIB
     decode = oom.explain(_oom("decode"), 5, Path("/nonexistent"), plan_of, cfg)
     assert saved > 0.05 and f"rollout.one_step_off=false -{saved:.1f} GiB: no rollout beside the decode" in decode
