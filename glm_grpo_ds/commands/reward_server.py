@@ -48,7 +48,13 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--host", default=d.host, help=f"address to listen on (default {d.host}: this machine only)")
     p.add_argument("--port", type=int, default=d.port, help=f"default {d.port}; 0 = any free port")
     p.add_argument("--token-file", help="file holding a secret; requests must send `Authorization: Bearer <it>`")
-    p.add_argument("--max-batch", type=int, default=d.max_batch, help=f"images per reward call (default {d.max_batch})")
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        default=d.max_batch,
+        help=f"images per reward call (default {d.max_batch}); a call that runs out of the device's memory is scored "
+        "again in halves, and calls stay at the half",
+    )
     p.add_argument(
         "--max-wait-ms",
         type=float,

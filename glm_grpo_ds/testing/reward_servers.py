@@ -48,6 +48,22 @@ class SlowMean:
         return images.float().mean(dim=(1, 2, 3))
 
 
+class CappedMean:
+    """Reward = mean pixel value of each image, on a device that holds at most ``capacity`` images: a call of more
+    raises torch's out-of-memory error, worded as a CUDA allocation's (the reward server's halving, tested on a CPU)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = int(capacity)
+
+    def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
+        if images.shape[0] > self.capacity:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {images.shape[0]} images of a device that holds "
+                f"{self.capacity}."
+            )
+        return images.float().mean(dim=(1, 2, 3))
+
+
 @contextlib.contextmanager
 def serve_in_thread(app, port: int = 0, timeout_s: float = 30.0):
     """Run ``app`` with uvicorn on 127.0.0.1:``port`` (0: a free one) in a thread; yields ``(url, server)``."""

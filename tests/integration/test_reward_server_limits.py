@@ -5,6 +5,7 @@ under ``--target-cache-mb``, and the server scores the next request as before. S
 
 import base64
 import io
+import logging
 import os
 import time
 
@@ -16,8 +17,9 @@ from PIL import Image
 from glm_grpo_ds.rewards import build_reward
 from glm_grpo_ds.rewards.remote import target_files
 from glm_grpo_ds.rewards.remote.client import RemoteRewardError
+from glm_grpo_ds.rewards.remote.protocol import quantize
 from glm_grpo_ds.rewards.remote.serving import ServingLimits, TargetFiles, build_app
-from glm_grpo_ds.testing.reward_servers import SlowMean, serve_in_thread
+from glm_grpo_ds.testing.reward_servers import CappedMean, SlowMean, serve_in_thread
 
 
 def _png(width: int, height: int) -> str:
@@ -89,3 +91,33 @@ def test_target_files_stay_under_the_budget_by_removing_the_least_recently_used_
     assert files.bytes == 200
     fourth = files.put(bytes([3]) * 100)  # over again, but every file was used within the idle time: all kept
     assert len(os.listdir(tmp_path)) == 3 and os.path.exists(fourth)
+
+
+def test_a_call_that_runs_out_of_memory_is_scored_in_halves_and_the_server_keeps_the_half(caplog):
+    """A reward call of more images than the device holds (CappedMean: 3) is scored again in halves, down to sizes
+    that fit, rather than failing its requests; the server's max_batch (and /health's) stays at the last half, said
+    once per lowering; one image that does not fit is a 500 naming the memory."""
+    torch.manual_seed(0)
+    images = torch.rand(10, 3, 8, 8)
+    app = build_app(CappedMean(capacity=3), "capped", None, 8, 0.0, "cpu", None)
+    server_log = logging.getLogger("uvicorn.error")  # uvicorn's: it does not reach the root logger caplog listens on
+    with serve_in_thread(app) as (url, _):
+        server_log.addHandler(caplog.handler)  # once uvicorn has set up its logging, which resets its handlers
+        values = build_reward("remote", {"url": url, "retries": 0})(images, ["p"] * 10, [{}] * 10)
+        first = list(app.state.batcher.calls)
+        again = build_reward("remote", {"url": url, "retries": 0})(images[:8], ["p"] * 8, [{}] * 8)
+        health = requests.get(f"{url}/health", timeout=30).json()
+        calls = list(app.state.batcher.calls)[len(first) :]
+    server_log.removeHandler(caplog.handler)
+    expected = CappedMean(capacity=10)(quantize(images), [], [])
+    assert torch.equal(values, expected) and torch.equal(again, expected[:8])  # every image scored, as in one call
+    # a request of 10 at max_batch 8: 8 -> 4 -> 2, 2, 4 -> 2, 2; then 2 -> 1, 1 (max_batch 2)
+    assert first == [8, 4, 2, 2, 4, 2, 2, 2]
+    assert calls == [2, 2, 2, 2] and health["max_batch"] == 2  # the half kept: no call fails again
+    lowered = [r.getMessage() for r in caplog.records if "ran out of CPU memory" in r.getMessage()]
+    assert len(lowered) == 2 and "at most 4 images" in lowered[0] and "--max-batch 2" in lowered[1], lowered
+
+    app = build_app(CappedMean(capacity=0), "capped", None, 8, 0.0, "cpu", None)
+    with serve_in_thread(app) as (url, _):
+        r = requests.post(f"{url}/score", json={"images": [_png(8, 8)], "prompts": ["p"]}, timeout=30)
+    assert r.status_code == 500 and "ran out of the server's device memory on one image" in r.json()["detail"]

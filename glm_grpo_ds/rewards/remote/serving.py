@@ -12,7 +12,9 @@ Concurrent requests are batched: a :class:`Batcher` takes the queued requests (a
 runs it on its own worker thread (one call at a time: the reward model is not shared between threads;
 the event loop stays free to receive the next requests meanwhile) and hands each request its own
 values. A request larger than ``max_batch`` is split. A reward that raises fails every request of
-that call with HTTP 500 and the exception message; the server goes on.
+that call with HTTP 500 and the exception message; the server goes on. A call that runs out of the device's
+memory is not a failure of its images: it is scored again in halves (down to one image), and ``max_batch`` stays
+at the half from then on, said once per lowering.
 
 What one request may cost is bounded (:class:`ServingLimits`): its body, and its images and targets as decoded
 8-bit RGB - counted from their headers before any is decoded, since a PNG of a few hundred KB can decode to GBs -
@@ -39,6 +41,7 @@ from typing import Any, Callable
 import torch
 from pydantic import BaseModel, Field
 
+from ...runtime.oom import out_of_memory
 from ..base import SampleNeed, reward_values
 from .protocol import PROTOCOL, decode_image, image_size, rewards_to_json
 from .target_files import TargetFiles
@@ -84,7 +87,8 @@ class _Job:
 class Batcher:
     """Queue of scoring jobs -> reward calls of at most ``max_batch`` same-size images (see module doc).
 
-    ``calls`` holds the batch sizes of the last reward calls (the tests read it)."""
+    ``calls`` holds the batch sizes of the last reward calls, those that ran out of memory included (the tests read
+    it); ``max_batch`` is lowered by a call that runs out of memory (:meth:`_scored`)."""
 
     def __init__(self, fn: Callable, label: str, max_batch: int, max_wait_s: float, device: torch.device):
         self.fn, self.label, self.max_batch, self.max_wait_s, self.device = fn, label, max_batch, max_wait_s, device
@@ -137,14 +141,40 @@ class Batcher:
                 start += job.images.shape[0]
 
     def _call(self, jobs: list[_Job]) -> torch.Tensor:
-        """One reward call on the worker thread: ``[n]`` float32 on the CPU."""
-        images = torch.cat([job.images for job in jobs]).to(self.device).float().div(255)
-        prompts = [p for job in jobs for p in job.prompts]
-        samples = [s for job in jobs for s in job.samples]
-        self.calls.append(len(prompts))
-        with torch.no_grad():
-            raw = self.fn(images, prompts, samples)
-        return reward_values(self.label, raw, len(prompts), "cpu")  # None / NaN / inf: NaN, sent as null
+        """One batch of jobs scored on the worker thread: ``[n]`` float32 on the CPU."""
+        images = torch.cat([job.images for job in jobs])
+        return self._scored(images, [p for job in jobs for p in job.prompts], [s for job in jobs for s in job.samples])
+
+    def _scored(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
+        """The reward of ``images`` (uint8, on the CPU) in one call, or, when that call runs out of the device's
+        memory, of its two halves in turn (each halved again the same way, down to one image, whose running out is
+        raised): the same images scored, in smaller calls, rather than every request of the call failed."""
+        n = len(prompts)
+        self.calls.append(n)
+        try:
+            with torch.no_grad():
+                raw = self.fn(images.to(self.device).float().div(255), prompts, samples)
+            return reward_values(self.label, raw, n, "cpu")  # None / NaN / inf: NaN, sent as null
+        except RuntimeError as err:
+            if n == 1 or out_of_memory(err) is None:
+                raise
+        # out of the except block: the error's frames, which hold the failed call's tensors, are gone
+        half = (n + 1) // 2
+        self._lower(n, half)
+        return torch.cat([self._scored(images[a:b], prompts[a:b], samples[a:b]) for a, b in ((0, half), (half, n))])
+
+    def _lower(self, failed: int, half: int) -> None:
+        """After a call of ``failed`` images ran out of memory: the device's cached blocks released, and calls of at
+        most ``half`` images from now on (said when that lowers ``max_batch``)."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # the failed call's blocks, so the halves and the other processes get them
+        if half < self.max_batch:
+            self.max_batch = half
+            LOG.warning(
+                "reward %s ran out of %s memory on a call of %d images: scored in halves; calls are of at most %d "
+                "images from now on (start the server with --max-batch %d to skip the failed call)",
+                *(self.label, self.device.type.upper(), failed, half, half),
+            )
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -328,8 +358,8 @@ def build_app(
         auth = [Depends(HTTPBearer(auto_error=False, description=TOKEN_HELP))]
 
     @app.get("/health")
-    def health() -> dict:
-        return health_body(label, need, max_batch, token_required=bool(token))
+    def health() -> dict:  # the batcher's max_batch: lowered by a call that ran out of memory
+        return health_body(label, need, app.state.batcher.max_batch, token_required=bool(token))
 
     async def score(body: ScoreRequest, request):
         try:
@@ -346,6 +376,12 @@ def build_app(
                 return Response(status_code=499)
         except Exception as err:  # noqa: BLE001 - the reward's own failure goes back to the client
             msg = " ".join(str(err).split()) or type(err).__name__
+            if out_of_memory(err) is not None:  # even one image at a time (Batcher._scored)
+                raise HTTPException(
+                    500,
+                    f"reward {label} ran out of the server's device memory on one image ({msg}): serve it on a "
+                    "device with more free memory",
+                ) from None
             raise HTTPException(500, f"reward {label} raised {type(err).__name__}: {msg}") from None
         return {"rewards": rewards_to_json(values)}
 
