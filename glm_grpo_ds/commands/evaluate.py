@@ -33,6 +33,8 @@ interruption, or to print the table again) samples only what is missing; other s
 ``--out`` are refused unless ``--fresh``, and the settings hold the content of the prompt rows and of each
 adapter's weights (sha256), so a prompt file or an adapter changed in place counts as other settings. With
 ``--export``, a stored batch whose exported files are gone is sampled again, so a resumed export is complete.
+A GPU that runs out of memory ends the command with one line (:func:`oom_line`: where, torch's figures, the setting
+that makes that phase smaller, the batches kept) and exit 8 (memory/oom.py).
 
 The prompts (``--prompts``, else ``eval.file``) are read as training reads ``eval.file``: any source
 ``data.train_file`` takes (glm_grpo_ds/data/: ``.txt``, ``.jsonl`` such as LongText-Bench's, CVTG-2K's ``.json``,
@@ -158,11 +160,13 @@ def run(a) -> dict | None:
     from ..decoder.compute import check_device
     from ..evaluation.paired import BASE, evaluate_models
     from ..experience import ExperienceMaker
+    from ..memory.oom import CommandOutOfMemory
     from ..model.adapters import find_adapter
     from ..model.glm_image import resolve_dtype
     from ..model.policy import load_for_sampling
     from ..rewards import build_rewards
     from ..rollout.backends import ModelSampler
+    from ..runtime.oom import out_of_memory
     from ..runtime.progress_count import Count
 
     adapters = [str(find_adapter(path).resolve()) for path in a.adapter]
@@ -187,12 +191,18 @@ def run(a) -> dict | None:
         for line in [*lines, start_line(len(names), len(rows), a.samples_per_prompt, cfg, decode)]:
             print(line, file=sys.stderr, flush=True)
     desc = f"evaluate ({len(names)} model{'s' * (len(names) > 1)} x {a.samples_per_prompt} samples)"
-    with Count(len(mine), desc, "prompts", enabled=rank == 0) as bar:
-        results = evaluate_models(
-            loaded.model, names, maker, mine, a.samples_per_prompt, seed, decode,
-            batch_prompts=a.batch_prompts, thumb_side=a.thumbnail, progress=bar.update, store=store,
-            on_images=on_images,
-        )  # fmt: skip
+    try:
+        with Count(len(mine), desc, "prompts", enabled=rank == 0) as bar:
+            results = evaluate_models(
+                loaded.model, names, maker, mine, a.samples_per_prompt, seed, decode,
+                batch_prompts=a.batch_prompts, thumb_side=a.thumbnail, progress=bar.update, store=store,
+                on_images=on_images,
+            )  # fmt: skip
+    except RuntimeError as err:
+        starved = out_of_memory(err)
+        if starved is None:
+            raise
+        raise CommandOutOfMemory(oom_line(starved, a, cfg, store)) from err
     results = gather_results(results, names)
     if results is None:  # another rank's: rank 0 reports
         return None
@@ -200,11 +210,35 @@ def run(a) -> dict | None:
     return write_report(a, results, settings, rows, loaded.adapter_names, adapters, reward_fn.weights, warnings)
 
 
+def oom_line(err: BaseException, a, cfg, store: Path) -> str:
+    """The evaluation's one line when the GPU ran out of memory (memory/oom.py ``command_line``): the change that
+    makes the phase it was met in smaller, and the finished batches this rank's progress store keeps."""
+    from ..memory.oom import command_line
+
+    kept = len(list(store.glob("*/batch_*.pt")))
+    d = cfg.decoder.batch_size
+
+    def change(phase: str | None) -> str | None:
+        if phase == "decode" and d > 1:
+            return f"decoder.batch_size={d // 2} decodes half as many images per DiT forward (now {d})"
+        if phase in ("rollout", "reward") and a.batch_prompts > 1:
+            return (
+                f"--batch-prompts {a.batch_prompts // 2} samples and scores half as many images at once (now "
+                f"{a.batch_prompts} prompts x {a.samples_per_prompt} samples); it is another setting of the "
+                "evaluation: with --fresh, or another --out"
+            )
+        return None
+
+    kept_text = "1 finished batch of prompts is" if kept == 1 else f"{kept} finished batches of prompts are"
+    return command_line("evaluate", err, change, f"this rank's {kept_text} kept in {store}: the same settings go on")
+
+
 def main(argv: list[str] | None = None) -> int:
     from ..config import ConfigError
     from ..ds import dist
     from ..evaluation.html_report import REPORT
     from ..evaluation.report import EVALUATE_JSON, alarm_lines, reward_failure_lines
+    from ..memory.oom import EXIT_OOM, CommandOutOfMemory
 
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -213,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"glm-grpo evaluate: {err}", file=sys.stderr)
         dist.shutdown(agreed=False)
         return 2
+    except CommandOutOfMemory as err:  # the phase, torch's figures, what to change (memory/oom.py)
+        print(err, file=sys.stderr)
+        dist.shutdown(agreed=False)
+        return EXIT_OOM
     dist.shutdown()
     if result is None:  # not rank 0
         return 0

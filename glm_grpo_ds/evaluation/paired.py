@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from ..runtime import oom
 from .seeds import decode_seed, rollout_seeds
 
 BASE = "base"
@@ -112,7 +113,8 @@ def evaluate_models(
                 done = None  # stored before the image statistics were kept
             if done is None:
                 seeds = rollout_seeds(seed, chunk)
-                with active(model, name):
+                batch = f"model {name}, prompt rows {chunk[0].index}-{chunk[-1].index}"  # the command's OOM line
+                with active(model, name), oom.marking(part=batch):
                     exp = maker.collect(chunk, seeds, partial(decode_seed, seed), k, decode_settings)
                 written = None if on_images is None else [str(path) for path in on_images(name, chunk, exp.images)]
                 done = {

@@ -99,13 +99,43 @@ def explain(err: BaseException, step: int | None, out: Path, plan_config: Callab
         parts.append(plan_text(given, phase, replanned(cfg, given, plan_config)))
     except Exception as plan_err:  # noqa: BLE001 - whatever the planner meets, the run's line must still come
         parts.append(f"the run could not be planned again ({plan_err}): glm-grpo estimate-memory shows the plan")
-    if spare is not None and capacity and spare >= FRAGMENTED * capacity:
-        parts.append(
-            f"{spare / GIB:.2f} GiB were reserved but unallocated (fragmentation): launching with "
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough"
-        )
+    parts += fragmentation(spare, capacity)
     parts.append(go_on(out, "make one of these changes"))
     return "; ".join(parts)
+
+
+def fragmentation(spare: float | None, capacity: float | None) -> list[str]:
+    """The sentence naming PyTorch's expandable segments when much of the GPU was reserved but unallocated (``[]``
+    otherwise)."""
+    if spare is None or not capacity or spare < FRAGMENTED * capacity:
+        return []
+    return [
+        f"{spare / GIB:.2f} GiB were reserved but unallocated (fragmentation): launching with "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough"
+    ]
+
+
+class CommandOutOfMemory(Exception):
+    """A command's out-of-memory error as its one line (:func:`command_line`): its ``main`` prints it and exits
+    :data:`EXIT_OOM`."""
+
+
+def command_line(command: str, err: BaseException, change: Callable[[str | None], str | None], after: str) -> str:
+    """``glm-grpo <command>``'s line for ``err`` (a command, not a run: no step, no plan): where it was met (the phase
+    and part marked on it), torch's figures, ``change(phase)`` (what of the command's settings makes that phase
+    smaller; None: nothing does), fragmentation, and ``after`` (what the command kept, how to go on)::
+
+        glm-grpo evaluate: out of GPU memory in the decode phase (model base, prompts 5-8): tried to allocate 2.00
+        GiB with 1.23 GiB of 79.15 GiB free; decoder.batch_size=4 decodes half as many images per DiT forward; ...
+    """
+    phase, part = marks(err)
+    where = f" in the {phase.replace('_', ' ')} phase" if phase else ""
+    where += f" ({part})" if part else ""
+    figures, spare, capacity = torch_figures(str(err))
+    advice = change(phase) or "no setting of this command makes it smaller: a GPU with more free memory"
+    return "; ".join(
+        [f"glm-grpo {command}: out of GPU memory{where}: {figures}", advice, *fragmentation(spare, capacity), after]
+    )
 
 
 def train_line(err: BaseException, cfg, ds_config_path: str, run=None, step: int | None = None) -> str:

@@ -586,3 +586,42 @@ def test_a_reward_undefined_on_some_samples_is_said_under_the_table(tiny_model_d
     assert "returned None/NaN/inf for 2 of" in err  # the warning the line points to
     row = out.splitlines()[2].split()
     assert row[:2] == [label, "0.5000"] and row[-1] == "3"  # the mean and prompt count of the 3 others
+
+
+STARVED = """import torch
+SECOND = {second!r}
+def score(images, prompts, samples):
+    if SECOND in prompts:  # the second batch of prompts; torch 2.15's caching allocator's words
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.23 "
+            "GiB is free. Of the allocated memory 70.10 GiB is allocated by PyTorch, and 9.50 GiB is reserved by "
+            "PyTorch but unallocated."
+        )
+    return torch.zeros(len(prompts))
+"""
+
+
+def test_out_of_memory_is_one_line_naming_the_batch_and_what_to_change_exit_8(tiny_model_dir, prompts, tmp_path, capfd):
+    """A reward running out of GPU memory on the second batch of prompts: not a failure of those samples (the
+    evaluation would report a reward mean without them) but the command's end, exit 8, in one line: where (the
+    phase, the reward, the model and the prompt rows), torch's figures, the --batch-prompts that scores fewer images
+    at once, the fragmentation hint (9.5 of 79 GiB reserved but unallocated) and the batch kept for a rerun."""
+    rows = [json.loads(line) for line in Path(prompts).read_text().splitlines()]
+    plugin = tmp_path / "starved.py"
+    plugin.write_text(STARVED.format(second=rows[2]["prompt"]))
+    out = tmp_path / "ev"
+    args = ["evaluate", "--model", str(tiny_model_dir), "--prompts", str(prompts), "--rewards", f"{plugin}:score"]
+    args += ["--samples-per-prompt", "2", "--num-prompts", "4", "--batch-prompts", "2", "--out", str(out)]
+    code, _, err = glm_grpo([*args, *FAST], capfd)
+    assert code == 8, err
+    (line,) = [x for x in err.splitlines() if "out of GPU memory" in x]
+    assert line == (
+        f"glm-grpo evaluate: out of GPU memory in the reward phase (reward {plugin}:score in model base, prompt rows "
+        "2-3): tried to allocate 2.00 GiB with 1.23 GiB of 79.15 GiB free; --batch-prompts 1 samples and scores half "
+        "as many images at once (now 2 prompts x 2 samples); it is another setting of the evaluation: with --fresh, "
+        "or another --out; 9.50 GiB were reserved but unallocated (fragmentation): launching with "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough; this rank's 1 finished batch of prompts is "
+        f"kept in {out / 'progress' / 'rank_0'}: the same settings go on"
+    )
+    assert "Traceback" not in err and "raised OutOfMemoryError" not in err
+    assert (out / "progress" / "rank_0" / "base" / "batch_000000.pt").is_file()

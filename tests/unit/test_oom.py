@@ -184,3 +184,36 @@ def test_one_step_off_is_offered_where_its_rollout_beside_the_decode_is_planned(
     decode = oom.explain(_oom("decode"), 5, Path("/nonexistent"), plan_of, cfg)
     assert saved > 0.05 and f"rollout.one_step_off=false -{saved:.1f} GiB: no rollout beside the decode" in decode
     assert "rollout.one_step_off" not in oom.explain(_oom("update"), 5, Path("/nonexistent"), plan_of, cfg)
+
+
+def test_an_evaluations_line_names_the_change_that_makes_its_phase_smaller(tmp_path):
+    """glm-grpo evaluate's line (commands/evaluate.py oom_line, memory/oom.py command_line) by phase: the DiT's batch
+    at the decode, --batch-prompts at the rollout and the reward, nothing where none is left to halve; the batches
+    its store keeps. The command's end (exit 8): tests/integration/test_evaluate_command.py."""
+    from argparse import Namespace
+
+    from glm_grpo_ds.commands.evaluate import oom_line
+
+    cfg = load_config(str(ROOT / "launch/configs/glm_image_lora.yaml"), ["decoder.batch_size=8"])
+    store = tmp_path / "progress" / "rank_0"
+    for name in ("base", "adapter_1"):
+        (store / name).mkdir(parents=True)
+        (store / name / "batch_000000.pt").write_bytes(b"")
+
+    def line(phase, batch_prompts=4, **overrides):
+        err = torch.OutOfMemoryError(CUDA_MESSAGE.replace("6.50 GiB is reserved", "0.50 GiB is reserved"))
+        mark(err, phase=phase, part="model base, prompt rows 4-7")
+        config = with_overrides(cfg, [f"{k}={v}" for k, v in overrides.items()])
+        return oom_line(err, Namespace(batch_prompts=batch_prompts, samples_per_prompt=4), config, store)
+
+    start = "glm-grpo evaluate: out of GPU memory in the {} phase (model base, prompt rows 4-7): tried to allocate "
+    end = f"; this rank's 2 finished batches of prompts are kept in {store}: the same settings go on"
+    assert line("decode").startswith(start.format("decode")) and line("decode").endswith(end)
+    assert "; decoder.batch_size=4 decodes half as many images per DiT forward (now 8);" in line("decode")
+    for phase in ("rollout", "reward"):
+        assert "; --batch-prompts 2 samples and scores half as many images at once (now 4 prompts x 4 samples);" in (
+            line(phase)
+        )
+    nothing = "; no setting of this command makes it smaller: a GPU with more free memory;"
+    assert nothing in line("decode", **{"decoder.batch_size": 1}) and nothing in line("rollout", batch_prompts=1)
+    assert nothing in line(None) and "fragmentation" not in line(None)
