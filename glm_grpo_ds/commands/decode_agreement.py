@@ -23,7 +23,8 @@ default: the config's training decode); the reference is
 ``--reference STEPS:GUIDANCE``, else ``eval.*``, else the pipeline's own (50 steps, guidance 1.5 for
 GLM-Image). ``key=value`` arguments override the config as for ``glm-grpo train``. One process, no
 DeepSpeed: the AR, the decoder and the rewards must fit one device. The decoder loads once, without FP8: the
-reference and the other candidates decode first, then its linears are converted for the ``+fp8`` ones.
+reference and the other candidates decode first, then its linears are converted for the ``+fp8`` ones. A GPU that
+runs out of memory ends it with one line (:func:`oom_line`) and exit 8.
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ def sample_groups(cfg, rows, adapter, device: torch.device):
     from ..model.adapters import find_adapter
     from ..model.policy import load_for_sampling
     from ..rollout.backends import ModelSampler
+    from ..runtime import oom
     from ..runtime.seeding import derive_seed
 
     m = cfg.model
@@ -154,8 +156,9 @@ def sample_groups(cfg, rows, adapter, device: torch.device):
         m.path, m.revision, m.dtype, m.attn_implementation, cfg.grpo.sampling, device, adapters, m.trust_remote_code
     )
     sampler = ModelSampler(loaded.model, loaded.processor, cfg.rollout, loaded.sampling, device)
-    batch = sampler.sample([r.prompt for r in rows], [derive_seed(cfg.seed, "decode-agreement")], cfg.grpo.group_size)
-    return batch.batch, loaded.model_dir
+    with oom.marking(phase="rollout"):  # the command's line names it (oom_line)
+        got = sampler.sample([r.prompt for r in rows], [derive_seed(cfg.seed, "decode-agreement")], cfg.grpo.group_size)
+    return got.batch, loaded.model_dir
 
 
 def measure(cfg, candidates, reference, num_prompts: int, adapter, device: torch.device) -> dict:
@@ -272,12 +275,32 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def oom_line(err: BaseException, a, cfg) -> str:
+    """The command's one line when the GPU ran out of memory (memory/oom.py ``command_line``): where, torch's figures
+    and the change that makes that phase smaller."""
+    from ..memory.oom import command_line, fewer_dit_images
+
+    def change(phase: str | None) -> str | None:
+        if phase == "decode":
+            return fewer_dit_images(cfg.decoder.batch_size)
+        if phase in ("rollout", "reward") and a.num_prompts > 1:
+            return (
+                f"--num-prompts {a.num_prompts // 2} samples and scores half as many groups at once (now "
+                f"{a.num_prompts} of {cfg.grpo.group_size} samples), and measures the agreement on fewer groups"
+            )
+        return None
+
+    return command_line("decode-agreement", err, change, "nothing was written")
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     from ..config import ConfigError, load_config
     from ..decoder import DecodeSettings, resolve_settings
     from ..decoder.compute import check_device
+    from ..memory.oom import EXIT_OOM
     from ..model.glm_image import resolve_dtype
+    from ..runtime.oom import out_of_memory
 
     try:
         cfg = load_config(a.config, a.overrides)  # validated
@@ -301,6 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"glm-grpo decode-agreement: {err}", file=sys.stderr)
         return 2
+    except RuntimeError as err:
+        starved = out_of_memory(err)
+        if starved is None:
+            raise
+        print(oom_line(starved, a, cfg), file=sys.stderr)  # cfg: loaded before anything that allocates
+        return EXIT_OOM
     print(report(result))
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

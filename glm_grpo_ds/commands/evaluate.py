@@ -213,14 +213,13 @@ def run(a) -> dict | None:
 def oom_line(err: BaseException, a, cfg, store: Path) -> str:
     """The evaluation's one line when the GPU ran out of memory (memory/oom.py ``command_line``): the change that
     makes the phase it was met in smaller, and the finished batches this rank's progress store keeps."""
-    from ..memory.oom import command_line
+    from ..memory.oom import command_line, fewer_dit_images
 
     kept = len(list(store.glob("*/batch_*.pt")))
-    d = cfg.decoder.batch_size
 
     def change(phase: str | None) -> str | None:
-        if phase == "decode" and d > 1:
-            return f"decoder.batch_size={d // 2} decodes half as many images per DiT forward (now {d})"
+        if phase == "decode":
+            return fewer_dit_images(cfg.decoder.batch_size)
         if phase in ("rollout", "reward") and a.batch_prompts > 1:
             return (
                 f"--batch-prompts {a.batch_prompts // 2} samples and scores half as many images at once (now "

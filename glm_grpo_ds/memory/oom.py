@@ -115,6 +115,13 @@ def fragmentation(spare: float | None, capacity: float | None) -> list[str]:
     ]
 
 
+def fewer_dit_images(batch_size: int) -> str | None:
+    """A command's change at the decode: ``decoder.batch_size`` halved (None at 1)."""
+    if batch_size <= 1:
+        return None
+    return f"decoder.batch_size={batch_size // 2} decodes half as many images per DiT forward (now {batch_size})"
+
+
 class CommandOutOfMemory(Exception):
     """A command's out-of-memory error as its one line (:func:`command_line`): its ``main`` prints it and exits
     :data:`EXIT_OOM`."""

@@ -63,3 +63,32 @@ def test_bad_decode_settings_are_one_line_exit_2(tiny_model_dir, data64, tmp_pat
         code, _, stderr = glm_grpo(base + extra, capfd)
         lines = stderr.strip().splitlines()
         assert code == 2 and len(lines) == 1 and message in lines[0], (extra, stderr)
+
+
+STARVED = """import torch
+def score(images, prompts, samples):  # torch 2.15's caching allocator's words
+    raise torch.OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.23 GiB is "
+        "free. Of the allocated memory 70.10 GiB is allocated by PyTorch, and 0.50 GiB is reserved by PyTorch but "
+        "unallocated."
+    )
+"""
+
+
+def test_out_of_memory_is_one_line_naming_the_phase_and_what_to_change_exit_8(tiny_model_dir, data64, tmp_path, capfd):
+    """A reward running out of GPU memory: not a failure of its samples (their agreement would be measured on the
+    other reward alone) but the command's end, exit 8, one line: the phase and reward, torch's figures, the
+    --num-prompts that scores fewer groups at once; nothing written."""
+    plugin = tmp_path / "starved.py"
+    plugin.write_text(STARVED)
+    out = tmp_path / "agreement.json"
+    argv = ["decode-agreement", "--config", str(CONFIG), *common(tiny_model_dir, data64, tmp_path / "unused")]
+    argv += [*SMALL, f"rewards=[{{name: pixel_mse}}, {{name: '{plugin}:score', label: judge}}]", "--num-prompts", "2"]
+    code, _, stderr = glm_grpo([*argv, "--candidate", "1:1.0", "--reference", "1:1.0", "--out", str(out)], capfd)
+    assert code == 8, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "glm-grpo decode-agreement: out of GPU memory in the reward phase (reward judge): tried to allocate 2.00 GiB "
+        "with 1.23 GiB of 79.15 GiB free; --num-prompts 1 samples and scores half as many groups at once (now 2 of 4 "
+        "samples), and measures the agreement on fewer groups; nothing was written"
+    )
+    assert "Traceback" not in stderr and not out.exists()

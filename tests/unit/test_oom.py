@@ -217,3 +217,28 @@ def test_an_evaluations_line_names_the_change_that_makes_its_phase_smaller(tmp_p
     nothing = "; no setting of this command makes it smaller: a GPU with more free memory;"
     assert nothing in line("decode", **{"decoder.batch_size": 1}) and nothing in line("rollout", batch_prompts=1)
     assert nothing in line(None) and "fragmentation" not in line(None)
+
+
+def test_decode_agreements_line_names_the_change_that_makes_its_phase_smaller():
+    """glm-grpo decode-agreement's line (commands/decode_agreement.py oom_line) by phase: the DiT's batch at the
+    decode, --num-prompts at the rollout and the reward, nothing where none is left to halve."""
+    from argparse import Namespace
+
+    from glm_grpo_ds.commands.decode_agreement import oom_line
+
+    cfg = load_config(str(ROOT / "launch/configs/glm_image_lora.yaml"), ["decoder.batch_size=8"])
+
+    def line(phase, num_prompts=16):
+        err = torch.OutOfMemoryError(CUDA_MESSAGE)
+        mark(err, phase=phase)
+        return oom_line(err, Namespace(num_prompts=num_prompts), cfg)
+
+    assert line("decode").startswith("glm-grpo decode-agreement: out of GPU memory in the decode phase: tried to ")
+    assert "; decoder.batch_size=4 decodes half as many images per DiT forward (now 8); 6.50 GiB were" in line("decode")
+    for phase in ("rollout", "reward"):
+        assert (
+            f"; --num-prompts 8 samples and scores half as many groups at once (now 16 of {cfg.grpo.group_size} "
+            in (line(phase))
+        )
+    assert "; no setting of this command makes it smaller" in line("rollout", num_prompts=1)
+    assert line(None).endswith("; nothing was written")
