@@ -127,7 +127,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
             "or port; needs `pip install 'glm-grpo-ds[server]'` ([rewards.md](rewards.md#remote-rewards))"
         ),
         example="glm-grpo reward-server --reward clip --reward-arg model=/models/clip-vit-large-patch14 --port 8123",
-        code="(app and batcher: `rewards/remote/serving.py`)",
+        code="(app: `rewards/remote/serving.py`, batcher: `rewards/remote/batcher.py`)",
     ),
     "verify-logprobs": Subcommand(
         "glm_grpo_ds.commands.verify_logprobs",

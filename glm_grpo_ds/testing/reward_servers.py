@@ -49,14 +49,15 @@ class SlowMean:
 
 
 class CappedMean:
-    """Reward = mean pixel value of each image, on a device that holds at most ``capacity`` images: a call of more
-    raises torch's out-of-memory error, worded as a CUDA allocation's (the reward server's halving, tested on a CPU)."""
+    """Reward = mean pixel value of each image, on a device that holds at most ``capacity`` images, and none whose
+    prompt is ``unfit``: a call past that raises torch's out-of-memory error, worded as a CUDA allocation's (the
+    reward server's halving, tested on a CPU)."""
 
-    def __init__(self, capacity: int):
-        self.capacity = int(capacity)
+    def __init__(self, capacity: int, unfit: str | None = None):
+        self.capacity, self.unfit = int(capacity), unfit
 
     def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
-        if images.shape[0] > self.capacity:
+        if images.shape[0] > self.capacity or self.unfit in prompts:
             raise torch.OutOfMemoryError(
                 f"CUDA out of memory. Tried to allocate {images.shape[0]} images of a device that holds "
                 f"{self.capacity}."

@@ -7,6 +7,7 @@ import base64
 import io
 import logging
 import os
+import threading
 import time
 
 import pytest
@@ -111,13 +112,55 @@ def test_a_call_that_runs_out_of_memory_is_scored_in_halves_and_the_server_keeps
     server_log.removeHandler(caplog.handler)
     expected = CappedMean(capacity=10)(quantize(images), [], [])
     assert torch.equal(values, expected) and torch.equal(again, expected[:8])  # every image scored, as in one call
-    # a request of 10 at max_batch 8: 8 -> 4 -> 2, 2, 4 -> 2, 2; then 2 -> 1, 1 (max_batch 2)
+    # a request of 10 at max_batch 8: jobs of 8 and 2; 8 -> 4 -> 2, 2 and 4 -> 2, 2; then the job of 2
     assert first == [8, 4, 2, 2, 4, 2, 2, 2]
-    assert calls == [2, 2, 2, 2] and health["max_batch"] == 2  # the half kept: no call fails again
-    lowered = [r.getMessage() for r in caplog.records if "ran out of CPU memory" in r.getMessage()]
-    assert len(lowered) == 2 and "at most 4 images" in lowered[0] and "--max-batch 2" in lowered[1], lowered
+    assert calls == [2, 2, 2, 2] and health["max_batch"] == 2  # the size that was scored kept: none fails again
+    (lowered,) = [r.getMessage() for r in caplog.records if "ran out of CPU memory" in r.getMessage()]
+    assert "on a call of 8 images" in lowered and "at most 2 images" in lowered and "--max-batch 2 " in lowered
 
     app = build_app(CappedMean(capacity=0), "capped", None, 8, 0.0, "cpu", None)
     with serve_in_thread(app) as (url, _):
         r = requests.post(f"{url}/score", json={"images": [_png(8, 8)], "prompts": ["p"]}, timeout=30)
     assert r.status_code == 500 and "ran out of the server's device memory on one image" in r.json()["detail"]
+
+
+def test_requests_queued_before_a_lowering_are_scored_at_the_new_size():
+    """Three concurrent requests of 8 images on a device that holds 2: one chain of failed calls (8, 4, 4), then every
+    call at the lowered size, the requests queued at the old one included (they were split by the old max_batch)."""
+    torch.manual_seed(0)
+    images = torch.rand(8, 3, 8, 8)
+    app = build_app(CappedMean(capacity=2), "capped", None, 8, 0.0, "cpu", None)
+    results, errors = [], []
+
+    def send(url):
+        try:
+            results.append(build_reward("remote", {"url": url, "retries": 0})(images, ["p"] * 8, [{}] * 8))
+        except Exception as err:  # noqa: BLE001 - reported by the assertion below
+            errors.append(err)
+
+    with serve_in_thread(app) as (url, _):
+        threads = [threading.Thread(target=send, args=(url,)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        calls = list(app.state.batcher.calls)
+    assert not errors and len(results) == 3
+    assert all(torch.equal(r, CappedMean(capacity=8)(quantize(images), [], [])) for r in results)
+    assert calls[:7] == [8, 4, 2, 2, 4, 2, 2] and calls[7:] == [2] * 8, calls
+
+
+def test_an_image_that_does_not_fit_alone_fails_only_its_own_request():
+    """Two requests in one call, the second holding an image no call can hold: the first is scored, the second
+    fails with the out-of-memory error (the server's 500), instead of both, and the server's batch size stays."""
+    from glm_grpo_ds.rewards.remote.batcher import Batcher, _Job
+
+    batcher = Batcher(CappedMean(capacity=8, unfit="huge"), "capped", 8, 0.0, torch.device("cpu"))
+    torch.manual_seed(0)
+    fits = _Job(torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8), ["a", "b"], [{}, {}], None)
+    unfit = _Job(torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8), ["c", "huge"], [{}, {}], None)
+    scored, failed = batcher._call([fits, unfit])
+    assert torch.equal(scored, fits.images.float().div(255).mean(dim=(1, 2, 3)))
+    assert isinstance(failed, torch.OutOfMemoryError)
+    assert batcher.max_batch == 8  # the image, not the batch, does not fit: later calls stay whole
+    batcher.close()

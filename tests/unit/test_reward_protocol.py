@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from glm_grpo_ds.rewards import RewardError, check_reward_specs
+from glm_grpo_ds.rewards.remote.batcher import Batcher
 from glm_grpo_ds.rewards.remote.protocol import (
     decode_png,
     encode_pngs,
@@ -21,7 +22,6 @@ from glm_grpo_ds.rewards.remote.protocol import (
     rewards_from_json,
     rewards_to_json,
 )
-from glm_grpo_ds.rewards.remote.serving import Batcher
 from glm_grpo_ds.testing.reward_servers import SlowMean
 
 

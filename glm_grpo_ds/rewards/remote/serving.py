@@ -2,19 +2,15 @@
 
 FastAPI on uvicorn, the stack of OpenRLHF's reward server (``openrlhf.cli.serve_rm``) that users of
 remote reward models know: pydantic validates requests (422 naming the bad field), ``/docs`` shows the
-schema to people writing their own client or server, and asyncio makes the batcher below a queue and
+schema to people writing their own client or server, and asyncio makes the batcher (batcher.py) a queue and
 one task. ``glm-grpo reward-server`` (commands/reward_server.py) builds and runs it::
 
     app = build_app(reward_fn, "pixel_mse", needs, max_batch=32, max_wait_s=0.005, device="cpu", token=None)
 
-Concurrent requests are batched: a :class:`Batcher` takes the queued requests (after waiting
-``max_wait_s`` for more to arrive) into one reward call of at most ``max_batch`` images of one size,
-runs it on its own worker thread (one call at a time: the reward model is not shared between threads;
-the event loop stays free to receive the next requests meanwhile) and hands each request its own
-values. A request larger than ``max_batch`` is split. A reward that raises fails every request of
-that call with HTTP 500 and the exception message; the server goes on. A call that runs out of the device's
-memory is not a failure of its images: it is scored again in halves (down to one image), and ``max_batch`` stays
-at the half from then on, said once per lowering.
+Concurrent requests are batched into reward calls of at most ``max_batch`` images of one size, each request
+given its own values (batcher.py :class:`Batcher`). A reward that raises fails every request of that call with
+HTTP 500 and the exception message; the server goes on. A call that runs out of the device's memory is scored again
+in smaller calls; a request holding an image that does not fit alone gets a 500 naming the memory.
 
 What one request may cost is bounded (:class:`ServingLimits`): its body, and its images and targets as decoded
 8-bit RGB - counted from their headers before any is decoded, since a PNG of a few hundred KB can decode to GBs -
@@ -28,11 +24,8 @@ import asyncio
 import base64
 import binascii
 import hmac
-import logging
 import socket
 import tempfile
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +35,10 @@ import torch
 from pydantic import BaseModel, Field
 
 from ...runtime.oom import out_of_memory
-from ..base import SampleNeed, reward_values
+from ..base import SampleNeed
+from .batcher import Batcher
 from .protocol import PROTOCOL, decode_image, image_size, rewards_to_json
 from .target_files import TargetFiles
-
-LOG = logging.getLogger("uvicorn.error")  # uvicorn's own server log: one stream, one format
 
 
 @dataclass(frozen=True)
@@ -70,114 +62,6 @@ class ScoreRequest(BaseModel):
 
 class ScoreResponse(BaseModel):
     rewards: list[float | None] = Field(description="one value per image; null = undefined")
-
-
-@dataclass
-class _Job:
-    images: torch.Tensor  # [n, 3, H, W] uint8
-    prompts: list[str]
-    samples: list[dict]
-    future: asyncio.Future
-
-    @property
-    def size(self) -> tuple[int, int]:
-        return tuple(self.images.shape[2:])
-
-
-class Batcher:
-    """Queue of scoring jobs -> reward calls of at most ``max_batch`` same-size images (see module doc).
-
-    ``calls`` holds the batch sizes of the last reward calls, those that ran out of memory included (the tests read
-    it); ``max_batch`` is lowered by a call that runs out of memory (:meth:`_scored`)."""
-
-    def __init__(self, fn: Callable, label: str, max_batch: int, max_wait_s: float, device: torch.device):
-        self.fn, self.label, self.max_batch, self.max_wait_s, self.device = fn, label, max_batch, max_wait_s, device
-        self.queue: asyncio.Queue[_Job] = asyncio.Queue()
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="reward")
-        self.calls: deque[int] = deque(maxlen=10_000)
-
-    async def score(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
-        loop = asyncio.get_running_loop()
-        jobs = []
-        for start in range(0, images.shape[0], self.max_batch):
-            end = start + self.max_batch
-            jobs.append(_Job(images[start:end], prompts[start:end], samples[start:end], loop.create_future()))
-            self.queue.put_nowait(jobs[-1])
-        return torch.cat(await asyncio.gather(*(job.future for job in jobs)))
-
-    async def run(self) -> None:
-        """The batching loop (one task for the server's lifetime)."""
-        loop = asyncio.get_running_loop()
-        carry: _Job | None = None
-        while True:
-            first = carry or await self.queue.get()
-            carry = None
-            if first.future.done():  # its request was cancelled (the client hung up): not scored
-                continue
-            if self.max_wait_s > 0 and self.queue.empty():
-                await asyncio.sleep(self.max_wait_s)  # let concurrent requests join this call
-            jobs, n = [first], first.images.shape[0]
-            while n < self.max_batch and not self.queue.empty():
-                job = self.queue.get_nowait()
-                if job.future.done():
-                    continue
-                if job.size != first.size or n + job.images.shape[0] > self.max_batch:
-                    carry = job  # the next call starts with it
-                    break
-                jobs.append(job)
-                n += job.images.shape[0]
-            try:
-                values = await loop.run_in_executor(self.pool, self._call, jobs)
-            except Exception as err:  # noqa: BLE001 - reward code is user code: fail these requests, serve on
-                LOG.error("reward %s raised on a batch of %d images", self.label, n, exc_info=err)
-                for job in jobs:
-                    if not job.future.done():
-                        job.future.set_exception(err)
-                continue
-            start = 0
-            for job in jobs:
-                if not job.future.done():  # a client that hung up leaves a cancelled future
-                    job.future.set_result(values[start : start + job.images.shape[0]])
-                start += job.images.shape[0]
-
-    def _call(self, jobs: list[_Job]) -> torch.Tensor:
-        """One batch of jobs scored on the worker thread: ``[n]`` float32 on the CPU."""
-        images = torch.cat([job.images for job in jobs])
-        return self._scored(images, [p for job in jobs for p in job.prompts], [s for job in jobs for s in job.samples])
-
-    def _scored(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
-        """The reward of ``images`` (uint8, on the CPU) in one call, or, when that call runs out of the device's
-        memory, of its two halves in turn (each halved again the same way, down to one image, whose running out is
-        raised): the same images scored, in smaller calls, rather than every request of the call failed."""
-        n = len(prompts)
-        self.calls.append(n)
-        try:
-            with torch.no_grad():
-                raw = self.fn(images.to(self.device).float().div(255), prompts, samples)
-            return reward_values(self.label, raw, n, "cpu")  # None / NaN / inf: NaN, sent as null
-        except RuntimeError as err:
-            if n == 1 or out_of_memory(err) is None:
-                raise
-        # out of the except block: the error's frames, which hold the failed call's tensors, are gone
-        half = (n + 1) // 2
-        self._lower(n, half)
-        return torch.cat([self._scored(images[a:b], prompts[a:b], samples[a:b]) for a, b in ((0, half), (half, n))])
-
-    def _lower(self, failed: int, half: int) -> None:
-        """After a call of ``failed`` images ran out of memory: the device's cached blocks released, and calls of at
-        most ``half`` images from now on (said when that lowers ``max_batch``)."""
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()  # the failed call's blocks, so the halves and the other processes get them
-        if half < self.max_batch:
-            self.max_batch = half
-            LOG.warning(
-                "reward %s ran out of %s memory on a call of %d images: scored in halves; calls are of at most %d "
-                "images from now on (start the server with --max-batch %d to skip the failed call)",
-                *(self.label, self.device.type.upper(), failed, half, half),
-            )
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 # Answered without the token, as inference servers with an API key do: load-balancer and cluster probes
@@ -376,7 +260,7 @@ def build_app(
                 return Response(status_code=499)
         except Exception as err:  # noqa: BLE001 - the reward's own failure goes back to the client
             msg = " ".join(str(err).split()) or type(err).__name__
-            if out_of_memory(err) is not None:  # even one image at a time (Batcher._scored)
+            if out_of_memory(err) is not None:  # one image alone does not fit (batcher.py)
                 raise HTTPException(
                     500,
                     f"reward {label} ran out of the server's device memory on one image ({msg}): serve it on a "
