@@ -33,8 +33,9 @@ interruption, or to print the table again) samples only what is missing; other s
 ``--out`` are refused unless ``--fresh``, and the settings hold the content of the prompt rows and of each
 adapter's weights (sha256), so a prompt file or an adapter changed in place counts as other settings. With
 ``--export``, a stored batch whose exported files are gone is sampled again, so a resumed export is complete.
-A GPU that runs out of memory ends the command with one line (:func:`oom_line`: where, torch's figures, the setting
-that makes that phase smaller, the batches kept) and exit 8 (memory/oom.py).
+A GPU that runs out of memory ends the command with one line and exit 8 (memory/oom.py): while sampling,
+:func:`oom_line` (where, torch's figures, the setting that makes that phase smaller, the batches kept); elsewhere
+(loading the models, the report) where and torch's figures.
 
 The prompts (``--prompts``, else ``eval.file``) are read as training reads ``eval.file``: any source
 ``data.train_file`` takes (glm_grpo_ds/data/: ``.txt``, ``.jsonl`` such as LongText-Bench's, CVTG-2K's ``.json``,
@@ -202,7 +203,7 @@ def run(a) -> dict | None:
         starved = out_of_memory(err)
         if starved is None:
             raise
-        raise CommandOutOfMemory(oom_line(starved, a, cfg, store)) from err
+        raise CommandOutOfMemory(oom_line(starved, a, cfg, store, names)) from err
     results = gather_results(results, names)
     if results is None:  # another rank's: rank 0 reports
         return None
@@ -210,21 +211,24 @@ def run(a) -> dict | None:
     return write_report(a, results, settings, rows, loaded.adapter_names, adapters, reward_fn.weights, warnings)
 
 
-def oom_line(err: BaseException, a, cfg, store: Path) -> str:
-    """The evaluation's one line when the GPU ran out of memory (memory/oom.py ``command_line``): the change that
-    makes the phase it was met in smaller, and the finished batches this rank's progress store keeps."""
+def oom_line(err: BaseException, a, cfg, store: Path, names: list[str]) -> str:
+    """The evaluation's one line when the GPU ran out of memory while sampling (memory/oom.py ``command_line``): the
+    change that makes the phase it was met in smaller, and the batches of prompts this rank's progress store holds
+    for every model in ``names``."""
     from ..memory.oom import command_line, fewer_dit_images
 
-    kept = len(list(store.glob("*/batch_*.pt")))
+    held = [{path.name for path in (store / name).glob("batch_*.pt")} for name in names]
+    kept = len(set.intersection(*held))
 
     def change(phase: str | None) -> str | None:
-        if phase == "decode":
+        # with decoder.stream_rewards each DiT batch's images are scored as they come: the DiT's batch is the reward's
+        if phase == "decode" or (phase == "reward" and cfg.decoder.stream_rewards):
             return fewer_dit_images(cfg.decoder.batch_size)
         if phase in ("rollout", "reward") and a.batch_prompts > 1:
             return (
                 f"--batch-prompts {a.batch_prompts // 2} samples and scores half as many images at once (now "
                 f"{a.batch_prompts} prompts x {a.samples_per_prompt} samples); it is another setting of the "
-                "evaluation: with --fresh, or another --out"
+                "evaluation: with another --out (what is kept stays there), or --fresh (discards it)"
             )
         return None
 
@@ -237,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     from ..ds import dist
     from ..evaluation.html_report import REPORT
     from ..evaluation.report import EVALUATE_JSON, alarm_lines, reward_failure_lines
-    from ..memory.oom import EXIT_OOM, CommandOutOfMemory
+    from ..memory.oom import EXIT_OOM, CommandOutOfMemory, command_line
+    from ..runtime.oom import out_of_memory
 
     a = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -248,6 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except CommandOutOfMemory as err:  # the phase, torch's figures, what to change (memory/oom.py)
         print(err, file=sys.stderr)
+        dist.shutdown(agreed=False)
+        return EXIT_OOM
+    except RuntimeError as err:  # out of memory outside the sampling: loading the models, the report
+        starved = out_of_memory(err)
+        if starved is None:
+            raise
+        print(command_line("evaluate", starved, lambda phase: None, f"the progress is in {a.out}"), file=sys.stderr)
         dist.shutdown(agreed=False)
         return EXIT_OOM
     dist.shutdown()

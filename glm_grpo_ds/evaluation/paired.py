@@ -114,14 +114,15 @@ def evaluate_models(
             if done is None:
                 seeds = rollout_seeds(seed, chunk)
                 batch = f"model {name}, prompt rows {chunk[0].index}-{chunk[-1].index}"  # the command's OOM line
-                with active(model, name), oom.marking(part=batch):
-                    exp = maker.collect(chunk, seeds, partial(decode_seed, seed), k, decode_settings)
-                written = None if on_images is None else [str(path) for path in on_images(name, chunk, exp.images)]
-                done = {
-                    "rewards": {label: v.double().cpu().view(len(chunk), k) for label, v in exp.per_reward.items()},
-                    "thumbs": thumbnails(exp.images[::k], thumb_side).cpu(),
-                    "stats": prompt_statistics(exp.images, len(chunk), k, maker.reward_fn.pair_distance()),
-                }
+                with oom.marking(part=batch):
+                    with active(model, name):
+                        exp = maker.collect(chunk, seeds, partial(decode_seed, seed), k, decode_settings)
+                    written = None if on_images is None else [str(p) for p in on_images(name, chunk, exp.images)]
+                    done = {
+                        "rewards": {label: v.double().cpu().view(len(chunk), k) for label, v in exp.per_reward.items()},
+                        "thumbs": thumbnails(exp.images[::k], thumb_side).cpu(),
+                        "stats": prompt_statistics(exp.images, len(chunk), k, maker.reward_fn.pair_distance()),
+                    }
                 if written is not None:
                     done["exported"] = written
                 # a batch a reward raised on is not kept: a rerun (the server back up) scores it again

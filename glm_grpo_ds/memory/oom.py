@@ -132,8 +132,9 @@ def command_line(command: str, err: BaseException, change: Callable[[str | None]
     and part marked on it), torch's figures, ``change(phase)`` (what of the command's settings makes that phase
     smaller; None: nothing does), fragmentation, and ``after`` (what the command kept, how to go on)::
 
-        glm-grpo evaluate: out of GPU memory in the decode phase (model base, prompts 5-8): tried to allocate 2.00
-        GiB with 1.23 GiB of 79.15 GiB free; decoder.batch_size=4 decodes half as many images per DiT forward; ...
+        glm-grpo evaluate: out of GPU memory in the decode phase (model base, prompt rows 4-7): tried to allocate
+        2.00 GiB with 1.23 GiB of 79.15 GiB free; decoder.batch_size=4 decodes half as many images per DiT forward
+        (now 8); this rank's 1 finished batch of prompts is kept in ...
     """
     phase, part = marks(err)
     where = f" in the {phase.replace('_', ' ')} phase" if phase else ""

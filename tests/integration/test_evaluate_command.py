@@ -618,10 +618,30 @@ def test_out_of_memory_is_one_line_naming_the_batch_and_what_to_change_exit_8(ti
     assert line == (
         f"glm-grpo evaluate: out of GPU memory in the reward phase (reward {plugin}:score in model base, prompt rows "
         "2-3): tried to allocate 2.00 GiB with 1.23 GiB of 79.15 GiB free; --batch-prompts 1 samples and scores half "
-        "as many images at once (now 2 prompts x 2 samples); it is another setting of the evaluation: with --fresh, "
-        "or another --out; 9.50 GiB were reserved but unallocated (fragmentation): launching with "
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough; this rank's 1 finished batch of prompts is "
-        f"kept in {out / 'progress' / 'rank_0'}: the same settings go on"
+        "as many images at once (now 2 prompts x 2 samples); it is another setting of the evaluation: with another "
+        "--out (what is kept stays there), or --fresh (discards it); 9.50 GiB were reserved but unallocated "
+        "(fragmentation): launching with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough; this rank's "
+        f"1 finished batch of prompts is kept in {out / 'progress' / 'rank_0'}: the same settings go on"
     )
     assert "Traceback" not in err and "raised OutOfMemoryError" not in err
     assert (out / "progress" / "rank_0" / "base" / "batch_000000.pt").is_file()
+
+
+def test_out_of_memory_while_loading_is_one_line_exit_8(tiny_model_dir, prompts, tmp_path, capfd):
+    """A reward model that does not fit the GPU as it loads (a plugin class whose constructor runs out of memory),
+    before any sampling: the command's line all the same, with where and torch's figures, exit 8."""
+    plugin = tmp_path / "judge.py"
+    plugin.write_text(
+        "import torch\nclass Judge:\n    def __init__(self):\n"
+        "        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 30.00 GiB. GPU 0 has a total "
+        "capacity of 79.15 GiB of which 12.00 GiB is free.')\n"
+        "    def __call__(self, images, prompts, samples):\n        return torch.zeros(len(prompts))\n"
+    )
+    out = tmp_path / "ev"
+    args = ["evaluate", "--model", str(tiny_model_dir), "--prompts", str(prompts), "--rewards", f"{plugin}:Judge"]
+    code, _, err = glm_grpo([*args, "--num-prompts", "2", "--out", str(out), *FAST], capfd)
+    assert code == 8, err
+    assert err.strip().splitlines()[-1] == (
+        "glm-grpo evaluate: out of GPU memory: tried to allocate 30.00 GiB with 12.00 GiB of 79.15 GiB free; no "
+        f"setting of this command makes it smaller: a GPU with more free memory; the progress is in {out}"
+    )

@@ -196,24 +196,27 @@ def test_an_evaluations_line_names_the_change_that_makes_its_phase_smaller(tmp_p
 
     cfg = load_config(str(ROOT / "launch/configs/glm_image_lora.yaml"), ["decoder.batch_size=8"])
     store = tmp_path / "progress" / "rank_0"
-    for name in ("base", "adapter_1"):
+    for name, batches in (("base", (0, 4, 8)), ("adapter_1", (0, 4))):  # the adapter's third batch not yet done
         (store / name).mkdir(parents=True)
-        (store / name / "batch_000000.pt").write_bytes(b"")
+        for start in batches:
+            (store / name / f"batch_{start:06d}.pt").write_bytes(b"")
 
     def line(phase, batch_prompts=4, **overrides):
         err = torch.OutOfMemoryError(CUDA_MESSAGE.replace("6.50 GiB is reserved", "0.50 GiB is reserved"))
-        mark(err, phase=phase, part="model base, prompt rows 4-7")
+        mark(err, phase=phase, part="model adapter_1, prompt rows 8-11")
         config = with_overrides(cfg, [f"{k}={v}" for k, v in overrides.items()])
-        return oom_line(err, Namespace(batch_prompts=batch_prompts, samples_per_prompt=4), config, store)
+        names = ["base", "adapter_1"]
+        return oom_line(err, Namespace(batch_prompts=batch_prompts, samples_per_prompt=4), config, store, names)
 
-    start = "glm-grpo evaluate: out of GPU memory in the {} phase (model base, prompt rows 4-7): tried to allocate "
+    start = "glm-grpo evaluate: out of GPU memory in the {} phase (model adapter_1, prompt rows 8-11): tried to "
     end = f"; this rank's 2 finished batches of prompts are kept in {store}: the same settings go on"
     assert line("decode").startswith(start.format("decode")) and line("decode").endswith(end)
-    assert "; decoder.batch_size=4 decodes half as many images per DiT forward (now 8);" in line("decode")
-    for phase in ("rollout", "reward"):
-        assert "; --batch-prompts 2 samples and scores half as many images at once (now 4 prompts x 4 samples);" in (
-            line(phase)
-        )
+    fewer_dit = "; decoder.batch_size=4 decodes half as many images per DiT forward (now 8);"
+    assert fewer_dit in line("decode")
+    fewer_prompts = "; --batch-prompts 2 samples and scores half as many images at once (now 4 prompts x 4 samples);"
+    assert fewer_prompts in line("rollout") and fewer_prompts in line("reward")
+    # rewards streamed behind the decode score each DiT batch as it comes
+    assert fewer_dit in line("reward", **{"decoder.stream_rewards": "true"})
     nothing = "; no setting of this command makes it smaller: a GPU with more free memory;"
     assert nothing in line("decode", **{"decoder.batch_size": 1}) and nothing in line("rollout", batch_prompts=1)
     assert nothing in line(None) and "fragmentation" not in line(None)
