@@ -54,9 +54,10 @@ def read_best(path: Path) -> dict[str, float]:
     return best
 
 
-def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10) -> dict:
+def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10, key: str = "reward_mean") -> dict:
     """``{"eval": (start, end, best, fraction, first eval step, last eval step) or None, "train": (start, end, best,
-    fraction)}``."""
+    fraction)}`` of the metric ``key`` (``eval/<key>`` in eval.jsonl): the weighted reward, or one reward's
+    ``reward/<label>`` where the run has others beside the world's (benchmarks/sweep_world.py)."""
     out = Path(output_dir)
     record = read_run_record(out)  # OutputDirError (a ValueError): a config.json that is not a run's
     if record is None:
@@ -65,14 +66,14 @@ def run_progress(output_dir: str | Path, best_path: str | Path, window: int = 10
     best = read_best(Path(best_path))
     result: dict = {"eval": None}
     evals = read_metrics(out / "eval.jsonl") if (out / "eval.jsonl").exists() else []
-    evals = [e for e in evals if e.get("eval/reward_mean") is not None]  # null: every reward undefined there
+    evals = [e for e in evals if e.get(f"eval/{key}") is not None]  # null: every reward undefined there
     if len(evals) >= 2:
         b = _mean_best(best, cfg["eval"]["file"], cfg["eval"]["num_prompts"])
-        start, end = evals[0]["eval/reward_mean"], evals[-1]["eval/reward_mean"]
+        start, end = evals[0][f"eval/{key}"], evals[-1][f"eval/{key}"]
         result["eval"] = (start, end, b, fraction_of_way(start, end, b), evals[0]["step"], evals[-1]["step"])
     if window < 1:
         raise ValueError(f"--window {window}: give the steps averaged at each end, 1 or more")
-    rewards = [r["reward_mean"] for r in read_metrics(out / "metrics.jsonl") if r.get("reward_mean") is not None]
+    rewards = [r[key] for r in read_metrics(out / "metrics.jsonl") if r.get(key) is not None]
     if len(rewards) < 2 * window:
         raise ValueError(
             f"{out / 'metrics.jsonl'} has {len(rewards)} steps with a reward; --window {window} needs "

@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None):
         type=int,
         default=d.max_batch,
         help=f"images per reward call (default {d.max_batch}); a call that runs out of the device's memory is scored "
-        "again in halves, and later calls stay at the size that was then scored",
+        "again in halves, and later calls stay at the largest size then scored",
     )
     p.add_argument(
         "--max-wait-ms",

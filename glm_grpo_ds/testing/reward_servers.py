@@ -49,18 +49,19 @@ class SlowMean:
 
 
 class CappedMean:
-    """Reward = mean pixel value of each image, on a device that holds at most ``capacity`` images, and none whose
-    prompt is ``unfit``: a call past that raises torch's out-of-memory error, worded as a CUDA allocation's (the
-    reward server's halving, tested on a CPU)."""
+    """Reward = mean pixel value of each image, on a device that holds images worth at most ``capacity``: each image
+    costs ``costs[its prompt]`` (1 where its prompt is not named; ``math.inf``: one that fits no call). A call past it
+    raises torch's out-of-memory error, worded as a CUDA allocation's (the reward server's halving, on a CPU)."""
 
-    def __init__(self, capacity: int, unfit: str | None = None):
-        self.capacity, self.unfit = int(capacity), unfit
+    def __init__(self, capacity: float, costs: dict[str, float] | None = None):
+        self.capacity, self.costs = float(capacity), dict(costs or {})
 
     def __call__(self, images: torch.Tensor, prompts: list[str], samples: list[dict]) -> torch.Tensor:
-        if images.shape[0] > self.capacity or self.unfit in prompts:
+        cost = sum(self.costs.get(p, 1.0) for p in prompts) if prompts else images.shape[0]
+        if cost > self.capacity:
             raise torch.OutOfMemoryError(
                 f"CUDA out of memory. Tried to allocate {images.shape[0]} images of a device that holds "
-                f"{self.capacity}."
+                f"{self.capacity:g}."
             )
         return images.float().mean(dim=(1, 2, 3))
 

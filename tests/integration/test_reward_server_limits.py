@@ -4,11 +4,14 @@ a few KB decodes to MBs), a target that is no image is 422, targets no sample na
 under ``--target-cache-mb``, and the server scores the next request as before. Served in a thread (uvicorn)."""
 
 import base64
+import gc
 import io
 import logging
+import math
 import os
 import threading
 import time
+import weakref
 
 import pytest
 import requests
@@ -17,6 +20,7 @@ from PIL import Image
 
 from glm_grpo_ds.rewards import build_reward
 from glm_grpo_ds.rewards.remote import target_files
+from glm_grpo_ds.rewards.remote.batcher import Batcher, _Job
 from glm_grpo_ds.rewards.remote.client import RemoteRewardError
 from glm_grpo_ds.rewards.remote.protocol import quantize
 from glm_grpo_ds.rewards.remote.serving import ServingLimits, TargetFiles, build_app
@@ -96,8 +100,8 @@ def test_target_files_stay_under_the_budget_by_removing_the_least_recently_used_
 
 def test_a_call_that_runs_out_of_memory_is_scored_in_halves_and_the_server_keeps_the_half(caplog):
     """A reward call of more images than the device holds (CappedMean: 3) is scored again in halves, down to sizes
-    that fit, rather than failing its requests; the server's max_batch (and /health's) stays at the last half, said
-    once per lowering; one image that does not fit is a 500 naming the memory."""
+    that fit, rather than failing its requests; the server's max_batch (and /health's) stays at the size then scored,
+    said once per lowering; one image that does not fit is a 500 naming the memory."""
     torch.manual_seed(0)
     images = torch.rand(10, 3, 8, 8)
     app = build_app(CappedMean(capacity=3), "capped", None, 8, 0.0, "cpu", None)
@@ -125,8 +129,10 @@ def test_a_call_that_runs_out_of_memory_is_scored_in_halves_and_the_server_keeps
 
 
 def test_requests_queued_before_a_lowering_are_scored_at_the_new_size():
-    """Three concurrent requests of 8 images on a device that holds 2: one chain of failed calls (8, 4, 4), then every
-    call at the lowered size, the requests queued at the old one included (they were split by the old max_batch)."""
+    """Three concurrent requests of 8 images on a device that holds 2, end to end: one chain of failed calls (8, 4 and
+    the other 4), then every call at the lowered size, whether a request came before the lowering (split at the old
+    size, then chunked by the batcher) or after it (split at the new one). The chunking alone, deterministically:
+    test_a_job_split_at_the_old_size_is_scored_at_the_new_one."""
     torch.manual_seed(0)
     images = torch.rand(8, 3, 8, 8)
     app = build_app(CappedMean(capacity=2), "capped", None, 8, 0.0, "cpu", None)
@@ -150,17 +156,99 @@ def test_requests_queued_before_a_lowering_are_scored_at_the_new_size():
     assert calls[:7] == [8, 4, 2, 2, 4, 2, 2] and calls[7:] == [2] * 8, calls
 
 
+def _job(prompts: list[str]) -> _Job:
+    return _Job(torch.randint(0, 256, (len(prompts), 3, 8, 8), dtype=torch.uint8), prompts, [{}] * len(prompts), None)
+
+
+def _means(job: _Job) -> torch.Tensor:
+    return job.images.float().div(255).mean(dim=(1, 2, 3))
+
+
+def test_a_job_split_at_the_old_size_is_scored_at_the_new_one():
+    """A job queued as 8 images before a call lowered max_batch to 2 is scored in calls of 2, none failing first."""
+    torch.manual_seed(0)
+    batcher = Batcher(CappedMean(capacity=2), "capped", 8, 0.0, torch.device("cpu"))
+    first, queued = _job(["p"] * 8), _job(["q"] * 8)
+    (values,) = batcher._call([first])
+    assert torch.equal(values, _means(first)) and batcher.max_batch == 2
+    batcher.calls.clear()
+    (values,) = batcher._call([queued])
+    assert torch.equal(values, _means(queued)) and list(batcher.calls) == [2, 2, 2, 2]
+    batcher.close()
+
+
+def test_the_batch_size_kept_is_below_every_size_that_failed():
+    """Memory that depends on the images (two heavy ones cost 2 each, the device holds 4): 8 fails, its first half
+    of 4 fits, its second (holding the heavy two) fails and is scored as 2 + 2. max_batch is then 2, not the 4 that
+    fitted once: a size that failed is not kept."""
+    torch.manual_seed(0)
+    batcher = Batcher(CappedMean(capacity=4, costs={"heavy": 2}), "capped", 8, 0.0, torch.device("cpu"))
+    job = _job(["a"] * 6 + ["heavy"] * 2)
+    (values,) = batcher._call([job])
+    assert torch.equal(values, _means(job))
+    assert list(batcher.calls) == [8, 4, 4, 2, 2] and batcher.max_batch == 2
+    batcher.close()
+
+
 def test_an_image_that_does_not_fit_alone_fails_only_its_own_request():
     """Two requests in one call, the second holding an image no call can hold: the first is scored, the second
-    fails with the out-of-memory error (the server's 500), instead of both, and the server's batch size stays."""
-    from glm_grpo_ds.rewards.remote.batcher import Batcher, _Job
-
-    batcher = Batcher(CappedMean(capacity=8, unfit="huge"), "capped", 8, 0.0, torch.device("cpu"))
+    fails with the out-of-memory error (the server's 500), instead of both, and that image lowers nothing."""
     torch.manual_seed(0)
-    fits = _Job(torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8), ["a", "b"], [{}, {}], None)
-    unfit = _Job(torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8), ["c", "huge"], [{}, {}], None)
+    batcher = Batcher(CappedMean(capacity=8, costs={"huge": math.inf}), "capped", 8, 0.0, torch.device("cpu"))
+    fits, unfit = _job(["a", "b"]), _job(["c", "huge"])
     scored, failed = batcher._call([fits, unfit])
-    assert torch.equal(scored, fits.images.float().div(255).mean(dim=(1, 2, 3)))
+    assert torch.equal(scored, _means(fits))
     assert isinstance(failed, torch.OutOfMemoryError)
     assert batcher.max_batch == 8  # the image, not the batch, does not fit: later calls stay whole
     batcher.close()
+
+
+def test_a_reward_error_fails_every_request_of_its_call_once():
+    """A reward that raises (not out of memory) on a call of two requests: both fail with that error, logged once,
+    and nothing is scored again."""
+
+    def broken(images, prompts, samples):
+        raise ValueError("the judge's template lacks {question}")
+
+    batcher = Batcher(broken, "judge", 8, 0.0, torch.device("cpu"))
+    results = batcher._call([_job(["a"]), _job(["b", "c"])])
+    assert len(results) == 2 and results[0] is results[1] and isinstance(results[0], ValueError)
+    assert list(batcher.calls) == [3] and batcher.max_batch == 8
+    batcher.close()
+
+
+def test_a_reward_raising_system_exit_fails_its_request_and_the_server_serves_on():
+    """SystemExit (a BaseException) raised by reward code fails its request with a 500 naming it; the batching task
+    survives, so the next request is scored (before, every later request waited for ever while /health said 200)."""
+
+    def quits(images, prompts, samples):
+        if "quit" in prompts:
+            raise SystemExit(1)
+        return images.float().mean(dim=(1, 2, 3))
+
+    app = build_app(quits, "quits", None, 8, 0.0, "cpu", None)
+    with serve_in_thread(app) as (url, _):
+        failed = requests.post(f"{url}/score", json={"images": [_png(8, 8)], "prompts": ["quit"]}, timeout=30)
+        scored = requests.post(f"{url}/score", json={"images": [_png(8, 8)], "prompts": ["fine"]}, timeout=30)
+    assert failed.status_code == 500 and "reward quits raised SystemExit" in failed.json()["detail"]
+    assert scored.status_code == 200 and scored.json() == {"rewards": [0.0]}
+
+
+def test_a_failed_requests_error_keeps_none_of_the_calls_tensors_alive():
+    """The error a request fails with travels to its answer; the call's tensors in its frames are released at once
+    (not at the next garbage collection: on a GPU they would hold the memory that ran out)."""
+    held = []
+
+    def starved(images, prompts, samples):
+        work = torch.empty(1024)
+        held.append(weakref.ref(work))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 KiB.")
+
+    batcher = Batcher(starved, "starved", 8, 0.0, torch.device("cpu"))
+    gc.disable()  # reference counting alone
+    try:
+        (failed,) = batcher._call([_job(["a"])])
+        assert isinstance(failed, torch.OutOfMemoryError) and held[0]() is None
+    finally:
+        gc.enable()
+        batcher.close()

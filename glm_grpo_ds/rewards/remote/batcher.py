@@ -7,15 +7,16 @@ request its own values. A request larger than ``max_batch`` is split. A reward t
 that call (the server answers 500 with its message) and the server goes on.
 
 Running out of the device's memory is not a failure of the images: the call is scored again in halves, each halved
-again the same way, and ``max_batch`` stays at the largest size that was then scored (said once per lowering; until
-the server restarts), so later calls do not fail first. Where one image alone does not fit, each request of the call
-is scored on its own, so only the requests holding such an image fail, and ``max_batch`` stays.
+again the same way, and ``max_batch`` stays at the largest size then scored below every size that failed (said once
+per lowering; until the server restarts), so later calls do not fail first. Where one image alone does not fit, each
+request of the call is scored on its own, so only the requests holding such an image fail; that image lowers nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Callable
 
 import torch
 
+from ...runtime.error_chain import chain
 from ...runtime.oom import out_of_memory
 from ..base import reward_values
 
@@ -84,8 +86,14 @@ class Batcher:
                     break
                 jobs.append(job)
                 n += job.images.shape[0]
-            results = await loop.run_in_executor(self.pool, self._call, jobs)
-            for job, result in zip(jobs, results):
+            try:
+                results = await loop.run_in_executor(self.pool, self._call, jobs)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as err:  # noqa: BLE001 - SystemExit & co. raised by reward code: not the server's end
+                LOG.error("reward %s raised %s on a batch of %d images", self.label, type(err).__name__, n)
+                results = [RuntimeError(f"reward {self.label} raised {type(err).__name__}")] * len(jobs)
+            for job, result in zip(jobs, results, strict=True):
                 if job.future.done():  # a client that hung up leaves a cancelled future
                     continue
                 if isinstance(result, BaseException):
@@ -95,17 +103,20 @@ class Batcher:
 
     def _call(self, jobs: list[_Job]) -> list[torch.Tensor | BaseException]:
         """The jobs scored together on the worker thread: each one's ``[n]`` float32 values on the CPU, or the error
-        that failed it."""
+        that failed it (its frames' locals cleared: they hold the failed call's tensors until the request is
+        answered otherwise)."""
         try:
             values = self._joined(jobs)
         except Exception as err:  # noqa: BLE001 - reward code is user code: fail these requests, serve on
             if len(jobs) == 1 or out_of_memory(err) is None:
                 LOG.error("reward %s raised on a batch of %d images", self.label, _count(jobs), exc_info=err)
+                for e in chain(err):
+                    traceback.clear_frames(e.__traceback__)
                 return [err] * len(jobs)
         else:
             return list(values.split([job.images.shape[0] for job in jobs]))
-        # one image alone did not fit (out of the except block: the failed call's frames and tensors are gone):
-        # each request on its own, so only those holding such an image fail
+        # one image alone did not fit (out of the except block: the failed calls' frames are gone): each request on
+        # its own, so only those holding such an image fail
         return [result for job in jobs for result in self._call([job])]
 
     def _joined(self, jobs: list[_Job]) -> torch.Tensor:
@@ -117,7 +128,7 @@ class Batcher:
         samples = [s for job in jobs for s in job.samples]
         parts, start = [], 0
         while start < len(prompts):
-            end, sizes = start + self.max_batch, {"failed": 0, "fit": 0}
+            end, sizes = start + self.max_batch, {"failed": [], "fit": []}
             parts.append(self._scored(images[start:end], prompts[start:end], samples[start:end], sizes))
             self._lower(sizes)
             start = end
@@ -127,39 +138,43 @@ class Batcher:
         """The reward of ``images`` (uint8, on the CPU) in one call, or, when that call runs out of the device's
         memory, of its two halves in turn (each halved again the same way, down to one image, whose running out is
         raised): the same images scored, in smaller calls, rather than every request of the call failed.
-        ``sizes``: the largest call that ran out of memory, and the largest that was scored after one did."""
+        ``sizes``: the calls that ran out of memory and those scored after one did, by their number of images."""
         n = len(prompts)
         self.calls.append(n)
         try:
-            with torch.no_grad():
-                raw = self.fn(images.to(self.device).float().div(255), prompts, samples)
-            values = reward_values(self.label, raw, n, "cpu")  # None / NaN / inf: NaN, sent as null
+            with torch.no_grad():  # one expression: no name keeps the reward's output alive through the halves
+                values = reward_values(
+                    self.label, self.fn(images.to(self.device).float().div(255), prompts, samples), n, "cpu"
+                )  # None / NaN / inf: NaN, sent as null
         except Exception as err:  # noqa: BLE001 - told apart below; everything else leaves as it came
             if n == 1 or out_of_memory(err) is None:
                 raise
         else:
             if sizes["failed"]:
-                sizes["fit"] = max(sizes["fit"], n)
+                sizes["fit"].append(n)
             return values
         # out of the except block: the error's frames, which hold the failed call's tensors, are gone
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # the failed call's blocks, so the halves and the other processes get them
-        sizes["failed"] = max(sizes["failed"], n)
+        sizes["failed"].append(n)
         half = (n + 1) // 2
         parts = [self._scored(images[a:b], prompts[a:b], samples[a:b], sizes) for a, b in ((0, half), (half, n))]
         return torch.cat(parts)
 
     def _lower(self, sizes: dict) -> None:
-        """After a call whose images were all scored, some in halves (:meth:`_scored`'s ``sizes``): calls of at most
-        the largest size that was scored from now on, said when that lowers ``max_batch``. A call that failed at
-        one image lowers nothing: that image does not fit alone, whatever the batch."""
-        fit = sizes["fit"]
-        if sizes["failed"] and fit < self.max_batch:
+        """After a call whose images were all scored, some in smaller calls (:meth:`_scored`'s ``sizes``): calls of at
+        most the largest size that was scored below every size that failed, from now on, said when that lowers
+        ``max_batch``. A call that failed at one image lowers nothing: that image does not fit alone, whatever the
+        batch."""
+        if not sizes["failed"]:
+            return
+        fit = max(size for size in sizes["fit"] if size < min(sizes["failed"]))
+        if fit < self.max_batch:
             self.max_batch = fit
             LOG.warning(
                 "reward %s ran out of %s memory on a call of %d images: scored in smaller calls; calls are of at most "
                 "%d images from now on (start the server with --max-batch %d to skip the failed calls)",
-                *(self.label, self.device.type.upper(), sizes["failed"], fit, fit),
+                *(self.label, self.device.type.upper(), max(sizes["failed"]), fit, fit),
             )
 
     def close(self) -> None:
