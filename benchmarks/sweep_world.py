@@ -7,7 +7,8 @@ held-out eval reward per run (the table and plot in docs/sweep.md come from this
 
 Every run: 2 CPU ranks, ZeRO-3, LoRA, 8-bit AdamW, the same seed and the same eval (8 held-out
 rephrasings, fixed sampling seeds, every 20 steps). Progress is the fraction of the way from the start
-eval reward to the best (`glm-grpo progress`). Runs go one after the other (each uses every core).
+eval reward to the best (`glm-grpo progress`); in a run with a second reward (the hack variants), of the world's
+own reward, the first. Runs go one after the other (each uses every core).
 
 Over seeds (issue #51): ``--seeds 0,1,2,3,4`` runs each variant once per seed (override ``seed=N``; the eval's
 sampling seeds stay fixed, so every run starts from the same eval reward), ``--lr 3e-4`` runs them at another
@@ -34,6 +35,8 @@ from pathlib import Path
 
 from glm_grpo_ds.runtime.local_launch import deepspeed_command
 
+# the world's reward and one hacked by design (testing/tiny_data.py darkness: 1 - the mean pixel)
+HACKED = "rewards=[{name: colour_layout}, {name: 'python:glm_grpo_ds.testing.tiny_data:darkness', label: dark}]"
 # name -> (what changes, config overrides); "base" is launch/configs/tiny_world.yaml as it is
 VARIANTS = {
     "base": ("as configured: G=8, beta=0, advantage scale group, 1 iteration, LoRA r=16", []),
@@ -67,6 +70,13 @@ VARIANTS = {
     "diversity_pixels": (
         "GARDO's diversity shaping of the positive advantages, pixel features",
         ["grpo.diversity_features=pixels"],
+    ),
+    # GARDO's disagreement gate (grpo.disagreement_gate) against a second reward hacked by design (it pays for dark
+    # images whatever the prompt asks): the world's reward first (the main one), then the hacked one
+    "hack": ("the world's reward plus a reward paying for dark images (weight 1 each)", [HACKED]),
+    "hack_gate1.5": (
+        "the same, advantages of samples whose rewards disagree by over 1.5 within-group std set to 0",
+        [HACKED, "grpo.disagreement_gate=1.5"],
     ),
     # more updates per rollout by splitting it (batch.mini_batches), against num_iterations 2 (iters2)
     "mb2": (
@@ -291,8 +301,11 @@ def collect(run_dir: Path, name: str, variant: str, world: Path, steps: int, wal
     from glm_grpo_ds.commands.progress import run_progress
 
     # the training reward's first and last 10 steps (fewer in a run of under 20 steps, as in the test's smoke)
-    res = run_progress(run_dir, world / "best.json", window=max(1, min(10, steps // 2)))
     train_cfg = json.loads((run_dir / "config.json").read_text())["train"]
+    # with a second reward (the hack variants) the way is the world's own reward's, the first
+    world_reward = f"reward/{train_cfg['rewards'][0]['label'] or train_cfg['rewards'][0]['name']}"
+    key = "reward_mean" if len(train_cfg["rewards"]) == 1 else world_reward
+    res = run_progress(run_dir, world / "best.json", window=max(1, min(10, steps // 2)), key=key)
     evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
     steps_ = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -311,7 +324,10 @@ def collect(run_dir: Path, name: str, variant: str, world: Path, steps: int, wal
         "wall_s": wall,
         "eval": res["eval"],
         "train": res["train"],
-        "curve": [(r["step"], r["eval/reward_mean"]) for r in evals],
+        "measured_on": key,
+        "curve": [(r["step"], r[f"eval/{key}"]) for r in evals],
+        # the share of dark images at the first and the last evaluation (what the hack variants' second reward pays)
+        "dark_fraction": (evals[0]["eval/images/dark_fraction"], evals[-1]["eval/images/dark_fraction"]),
         # policy entropy over the first and last 10 steps; the sampler-vs-trainer mismatch over all steps
         "entropy": (mean(values("entropy")[:10]), mean(values("entropy")[-10:])),
         "frac_reward_zero_std": mean(values("frac_reward_zero_std")),

@@ -100,18 +100,22 @@ def test_progress_fraction(tmp_path):
         "eval": {"file": str(tmp_path / "p.jsonl"), "num_prompts": 1},
     }
     (tmp_path / "config.json").write_text(json.dumps({"train": cfg}))
+    # with a second reward (benchmarks/sweep_world.py's hack variants) the weighted reward and the world's own
     (tmp_path / "metrics.jsonl").write_text(
-        "".join(json.dumps({"reward_mean": r}) + "\n" for r in (0.4, 0.5, 0.7, 0.8))
+        "".join(json.dumps({"reward_mean": r, "reward/world": r / 2}) + "\n" for r in (0.4, 0.5, 0.7, 0.8))
     )
     (tmp_path / "eval.jsonl").write_text(
         "".join(
-            json.dumps({"step": s, "eval/reward_mean": r}) + "\n"
+            json.dumps({"step": s, "eval/reward_mean": r, "eval/reward/world": r and r / 2}) + "\n"
             for s, r in ((0, 0.2), (5, 0.5), (10, 0.6), (15, None))  # step 15: every reward undefined (a TypeError)
         )
     )
     res = run_progress(tmp_path, tmp_path / "best.json", window=2)
     assert res["eval"] == pytest.approx((0.2, 0.6, 1.0, 0.5, 0, 10))  # eval: first prompt only, best 1.0
     assert res["train"] == pytest.approx((0.45, 0.75, 0.9, 0.3 / 0.45))  # train: both prompts, best 0.9
+    res = run_progress(tmp_path, tmp_path / "best.json", window=2, key="reward/world")
+    assert res["eval"] == pytest.approx((0.1, 0.3, 1.0, 0.2 / 0.9, 0, 10))
+    assert res["train"] == pytest.approx((0.225, 0.375, 0.9, 0.15 / 0.675))
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["a model's config"]}))
     with pytest.raises(ValueError, match=r"config.json is not a glm-grpo run's \(no train section\)"):
         run_progress(tmp_path, tmp_path / "best.json", window=2)  # was a KeyError traceback
