@@ -109,7 +109,8 @@ class Batcher:
             values = self._joined(jobs)
         except Exception as err:  # noqa: BLE001 - reward code is user code: fail these requests, serve on
             if len(jobs) == 1 or out_of_memory(err) is None:
-                LOG.error("reward %s raised on a batch of %d images", self.label, _count(jobs), exc_info=err)
+                n = sum(job.images.shape[0] for job in jobs)
+                LOG.error("reward %s raised on a batch of %d images", self.label, n, exc_info=err)
                 for e in chain(err):
                     traceback.clear_frames(e.__traceback__)
                 return [err] * len(jobs)
@@ -179,7 +180,3 @@ class Batcher:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _count(jobs: list[_Job]) -> int:
-    return sum(job.images.shape[0] for job in jobs)
