@@ -11,8 +11,8 @@ Concurrent requests (every training rank sends its own batch) are batched into r
 ``--max-batch`` images (glm_grpo_ds/rewards/remote/serving.py). Bound to 127.0.0.1 unless ``--host`` says
 otherwise; with ``--token-file`` every request must carry ``Authorization: Bearer <token>`` (401
 otherwise). The first line on stdout says where it serves (``glm-grpo reward-server: serving NAME on
-http://HOST:PORT (...)``); Ctrl-C / SIGTERM stop it. Exit status 2: a bad reward, argument, token file or port
-(one line).
+http://HOST:PORT (...)``); Ctrl-C / SIGTERM stop it. Exit status 2: a bad reward, argument, token file or port;
+8: the reward's model does not fit the device's free memory (one line each).
 """
 
 from __future__ import annotations
@@ -82,8 +82,19 @@ def parse_args(argv: list[str] | None):
     return p.parse_args(argv)
 
 
+def _another_device(phase: str | None) -> str:
+    """The reward-server's change for a reward model that does not fit: no flag makes a model smaller."""
+    return (
+        "serve it on a device with more free memory (--device cuda:N, or CUDA_VISIBLE_DEVICES; nvidia-smi shows what "
+        "holds this one)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    from ..memory.oom import EXIT_OOM, command_line
+    from ..runtime.oom import marking, out_of_memory
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import fastapi  # noqa: F401
@@ -113,12 +124,17 @@ def main(argv: list[str] | None = None) -> int:
         torch.device(device)  # a bad --device fails here, not at the first request
         args = dict(parse_reward_arg(x) for x in a.reward_arg)
         try:
-            need = reward_needs(a.reward, args)
-            fn = build_reward(a.reward, args)
+            with marking(part=f"loading reward {a.reward} on {device}"):
+                need = reward_needs(a.reward, args)
+                fn = build_reward(a.reward, args)
         except RewardError as err:
             raise ValueError(str(err)) from None
         sock = bind(a.host, a.port)
     except (ValueError, RuntimeError, FileNotFoundError) as err:
+        starved = out_of_memory(err)
+        if starved is not None:
+            print(command_line("reward-server", starved, _another_device, "nothing is served"), file=sys.stderr)
+            return EXIT_OOM
         print(f"glm-grpo reward-server: {err}", file=sys.stderr)
         return 2
     host, port = sock.getsockname()[:2]

@@ -252,3 +252,26 @@ def test_a_failed_requests_error_keeps_none_of_the_calls_tensors_alive():
     finally:
         gc.enable()
         batcher.close()
+
+
+def test_a_reward_model_that_does_not_fit_at_startup_is_one_line_and_exit_8(tmp_path, capsys):
+    from glm_grpo_ds.commands import reward_server
+
+    plugin = tmp_path / "big.py"
+    message = (  # torch's caching allocator's words
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.23 GiB is "
+        "free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 0.50 GiB is reserved by PyTorch but "
+        "unallocated."
+    )
+    plugin.write_text(
+        f"import torch\n\n\nclass Big:\n    def __init__(self):\n        raise torch.OutOfMemoryError({message!r})\n"
+    )
+    code = reward_server.main(["--reward", f"{plugin}:Big", "--device", "cpu", "--port", "0"])
+    out, err = capsys.readouterr()
+    assert code == 8 and out == "", (code, out, err)
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(
+        f"glm-grpo reward-server: out of GPU memory (loading reward {plugin}:Big on cpu): tried to allocate 2.00 GiB "
+        "with 1.23 GiB of 79.15 GiB free; serve it on a device with more free memory (--device cuda:N"
+    ), err
+    assert err.rstrip().endswith("nothing is served"), err
