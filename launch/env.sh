@@ -10,11 +10,19 @@
 # Blank lines and lines starting with # are skipped (DeepSpeed itself fails on them); a value is taken
 # as written, surrounding spaces and one pair of matching quotes removed, nothing expanded. Prints
 # the names it exported (never the values: a token may be among them) on stderr.
+#
+# deepspeed_env_for_ssh: after export_deepspeed_env, for DeepSpeed's ssh path, which reads the file again itself and
+# pastes each line into every node's command as `export KEY=value;` with no room for a comment or a blank line (a
+# `# NCCL_SOCKET_IFNAME=eth0` line comments out the rest of that command: no node trains and the launch exits 0): the
+# lines export_deepspeed_env took, written as VAR=value to a file of their own, named in DS_ENV_FILE for the launcher
+# (removed when the script exits). A value the nodes' shell would read ($, a backquote, a backslash, a double quote)
+# is refused in one line.
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then # run, not sourced: --help prints the comment block above
   if [[ ${1:-} == -h || ${1:-} == --help ]]; then awk '!/^#/ {exit} {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
   echo "glm-grpo launch/env.sh: sourced by the launch scripts, not run; see bash launch/env.sh --help" >&2
   exit 2
 fi
+DEEPSPEED_ENV_NAMES=()
 export_deepspeed_env() {
   local name=${DS_ENV_FILE:-.deepspeed_env} file line key value number names
   local -a files=("$HOME/$name" "./$name")
@@ -41,22 +49,42 @@ export_deepspeed_env() {
       fi
       export "$key=$value"
       names+=("$key")
+      DEEPSPEED_ENV_NAMES+=("$key")
     done <"$file"
     [ ${#names[@]} -eq 0 ] || echo "glm-grpo: exported from $file: ${names[*]}" >&2
   done
   return 0
 }
 
+deepspeed_env_for_ssh() {
+  local name value file
+  file=$(mktemp "${TMPDIR:-/tmp}/glm-grpo-deepspeed-env.XXXXXX")
+  # shellcheck disable=SC2064  # the name now: the trap runs when the script exits
+  trap "rm -f '$file'" EXIT
+  for name in ${DEEPSPEED_ENV_NAMES[@]+"${DEEPSPEED_ENV_NAMES[@]}"}; do
+    value=${!name}
+    if [[ $value == *[\$\`\\\"]* ]]; then
+      echo "glm-grpo: $name of .deepspeed_env holds a character the nodes' shell would read in ssh mode (\$, a backquote, a backslash or a double quote): set it another way, or launch each node with its NODE_RANK" >&2
+      return 2
+    fi
+    printf '%s=%s\n' "$name" "$value" >>"$file"
+  done
+  export DS_ENV_FILE=$file
+}
+
 # gpu_memory_gb: the GiB per GPU the preflight plans against: GPU_MEMORY_GB when set, else the smallest GPU
-# nvidia-smi lists on this node (as torch counts it: MiB / 1024), else nothing, and the check plans for 80 GiB (its
-# line says which figure it used). Without it a 40 GB GPU passed a plan of 44.5 GiB, and an H200 was refused one
-# that fits.
+# nvidia-smi lists on this node, its total less what the driver reserves (memory.reserved: the part torch never sees;
+# drivers without that field: the total), in GiB, else nothing, and the check plans for 80 GiB (its line says which
+# figure it used). Without it a 40 GB GPU passed a plan of 44.5 GiB, and an H200 was refused one that fits; with the
+# total alone a plan within the driver's half GiB passed and could not load.
 gpu_memory_gb() {
   if [ -n "${GPU_MEMORY_GB:-}" ]; then
     echo "$GPU_MEMORY_GB"
   else
-    nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null |
-      awk '$1 + 0 > 0 && (min == "" || $1 + 0 < min) {min = $1 + 0} END {if (min != "") printf "%.1f\n", min / 1024}' ||
-      true
+    {
+      nvidia-smi --query-gpu=memory.total,memory.reserved --format=csv,noheader,nounits 2>/dev/null ||
+        nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null
+    } | awk -F', *' '{mib = $1 - $2} $1 + 0 > 0 && (min == "" || mib < min) {min = mib}
+      END {if (min != "") printf "%.1f\n", min / 1024}' || true
   fi
 }

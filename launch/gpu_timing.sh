@@ -14,8 +14,9 @@
 # Before anything runs each part's seconds are planned from the figures glm_grpo_ds/memory/gpu_figures.py holds and the
 # one-off costs glm_grpo_ds/memory/timing_budget.py states, and printed (part, planned s); a part that would not fit
 # what is left of the budget when it starts is skipped with one line, and one still running when the budget ends is
-# stopped (a training part's finished steps and the DiT's finished variants are still reported; a training part's
-# ranks, which finish their step and save at SIGTERM, are waited for, at most 40 s). Then one command turns the JSONs
+# stopped (a training part's finished steps and the DiT's finished variants are still reported; a training part's step
+# in progress is lost: timeout signals the launcher too, which kills its ranks 30 s later, and the next part waits for
+# them to be gone, at most 40 s). Then one command turns the JSONs
 # into every figure a user reads: docs/memory-and-speed.md's tables, the README's time per step and the planner's
 # anchors:
 #   python -m glm_grpo_ds.memory.step_time --write-docs outputs/gpu_timing
@@ -119,8 +120,9 @@ within() {  # the command, stopped (SIGTERM, then SIGKILL 30 s later) when the l
   (( left > 0 )) || return 124
   timeout -k 30 "$left" "$@"
 }
-settle() {  # $1: a training part cut at the budget. The launcher's runner ends at SIGTERM at once (timeout returns), its
-  # ranks finish their step and save first (lifecycle/preempt.py): what runs next must not meet them on the GPU
+settle() {  # $1: a training part cut at the budget. The launcher's runner ends at SIGTERM at once (timeout returns); its
+  # ranks, signalled too, outlive it until their step ends or the launcher kills them 30 s later: what runs next must
+  # not meet them on the GPU
   local pattern="output_dir=$OUT/$1 " i
   command -v pgrep > /dev/null || return 0
   for i in $(seq 40); do pgrep -f -- "$pattern" > /dev/null || return 0; sleep 1; done

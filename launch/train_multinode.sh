@@ -33,8 +33,9 @@
 #   NCCL_IB_HCA=mlx5
 #   NCCL_DEBUG=WARN
 # This script exports them before it starts the launcher (launch/env.sh): DeepSpeed itself reads the
-# file only when it ssh-es into the nodes, not with --no_ssh. In no-ssh mode each node reads its own
-# file: put it on shared storage, or the same file on every node.
+# file only when it ssh-es into the nodes, not with --no_ssh, and then is handed a copy holding only
+# the VAR=value lines (comments and blank lines would break every node's command). In no-ssh mode each
+# node reads its own file: put it on shared storage, or the same file on every node.
 set -euo pipefail
 for arg in "$@"; do # --help / -h: the comment block above, before anything runs
   if [[ $arg == -h || $arg == --help ]]; then awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0; fi
@@ -68,6 +69,7 @@ nodes' shell would read (ssh mode runs \`cd' to it unquoted): run from another p
 the config file (CONFIG), or launch each node with its NODE_RANK (no-ssh mode passes arguments as they are)"
     fi
   done
+  deepspeed_env_for_ssh || exit 2 # the launcher reads .deepspeed_env again: the lines taken above, nothing else
 fi
 # Node 0 checks for the job (the inputs live on shared storage); the same check on every node would only repeat it.
 if [ "${PREFLIGHT:-1}" != 0 ] && [ "${NODE_RANK:-0}" = 0 ]; then

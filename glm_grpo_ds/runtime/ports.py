@@ -1,7 +1,8 @@
 """The rendezvous port of a one-node launch: the launcher's usual 29500 when it is free, else a free one, so a
 second run on a shared node (launch/train.sh with other GPUs of CUDA_VISIBLE_DEVICES, a second `make demo`) starts
-instead of dying on torch's ``EADDRINUSE`` at the first collective. Several nodes must agree on one port, so
-launch/train_multinode.sh and launch/slurm.sbatch keep a fixed one.
+instead of dying on torch's ``EADDRINUSE`` at the first collective. Several nodes must agree on one port:
+launch/slurm.sbatch picks it once, in its batch shell on the rendezvous node, and hands it to every node;
+launch/train_multinode.sh, whose nodes start on their own, keeps a fixed one.
 
     python -m glm_grpo_ds.runtime.ports 29500 --for launch/train.sh   # prints 29500, or a free port and a note
 """

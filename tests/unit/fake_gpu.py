@@ -11,6 +11,9 @@ FAKE_SMI = """#!/bin/sh
 case "$*" in
   -L) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-x)" ;;
   *--query-gpu=driver_version*) echo "535.104.05" ;;
+  *--query-gpu=memory.total,memory.reserved*)  # FAKE_GPU_RESERVED_MIB=none: a driver without the field
+    [ "${FAKE_GPU_RESERVED_MIB:-}" = none ] && exit 6
+    echo "${FAKE_GPU_MIB:-81559}, ${FAKE_GPU_RESERVED_MIB:-510}" ;;
   *--query-gpu=memory.total*) echo "${FAKE_GPU_MIB:-81559}" ;;
   "") echo "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2 |" ;;
   *) exit 1 ;;

@@ -15,10 +15,13 @@ records its arguments and environment; ``nvidia-smi``; SLURM's ``srun`` and ``sc
 import contextlib
 import json
 import os
+import random
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -213,6 +216,46 @@ def test_slurm_gives_each_node_the_jobs_gpus_and_cpus(tmp_path):
     ]
 
 
+# a rank as the batch shell's trap finds it (`glm_grpo_ds.train --local_rank=` in its command line, the job's id in its
+# environment): it records the SIGTERM it gets and exits 143, as a rank does after its step and save
+FAKE_RANK_DEEPSPEED = """#!/bin/sh
+exec bash -c 'trap "echo TERM >> $RECORD/term; exit 143" TERM; touch $RECORD/rank_up; while :; do sleep 0.1; done' \\
+  glm_grpo_ds.train --local_rank=0
+"""
+
+
+def test_the_time_limits_sigterm_reaches_the_jobs_ranks_once_and_the_job_exits_143(tmp_path):
+    """`--signal=B:TERM@900` signals the batch shell only; its trap passes SIGTERM to this job's ranks on every node
+    through one more srun, which names its layout: the job's (`--ntasks-per-node=8` in sbatch's environment) made
+    it a step Slurm cannot place, failing silently, and the time limit's SIGKILL came mid-step."""
+    bin_dir = fakes(tmp_path, "scontrol")
+    (bin_dir / "srun").write_text(RECORDING_SRUN)
+    (bin_dir / "deepspeed").write_text(FAKE_RANK_DEEPSPEED)
+    for name in ("srun", "deepspeed"):
+        (bin_dir / name).chmod(0o755)
+    job = str(random.SystemRandom().randint(10**8, 10**9))  # the trap signals the ranks of this job id only
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("MASTER_PORT", "HOSTFILE")}
+    env.update(SLURM, SLURM_JOB_ID=job, SLURM_NTASKS="8", SLURM_NTASKS_PER_NODE="8", RECORD=str(tmp_path))
+    env.update(PATH=f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin", PYTHONPATH=str(ROOT), HOME=str(tmp_path), PREFLIGHT="0")
+    env.update(JOB_HOSTFILE=str(tmp_path / "job_hostfile"))
+    shell = subprocess.Popen(["bash", "launch/slurm.sbatch"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if (tmp_path / "rank_up").exists() or shell.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert (tmp_path / "rank_up").exists(), shell.communicate(timeout=5)
+        shell.send_signal(signal.SIGTERM)
+        _, err = shell.communicate(timeout=60)
+    finally:
+        shell.kill()
+    assert shell.returncode == 143, err
+    assert (tmp_path / "term").read_text() == "TERM\n"  # once: the launcher is not in the way
+    assert "glm-grpo: time limit near: the ranks checkpoint and stop after their current step" in err
+    forward = [line for line in (tmp_path / "srun").read_text().splitlines() if "--overlap" in line]
+    assert len(forward) == 1 and forward[0].startswith("--overlap --nodes=1 --ntasks=1 --ntasks-per-node=1 "), forward
+
+
 @pytest.mark.parametrize(
     "script, fake, env",
     [
@@ -221,10 +264,12 @@ def test_slurm_gives_each_node_the_jobs_gpus_and_cpus(tmp_path):
     ],
 )
 def test_the_preflight_plans_for_the_nodes_gpu_memory(tmp_path, script, fake, env):
-    """The check plans against the node's smallest GPU as nvidia-smi reports it (MiB / 1024: 40 GiB of a 40 GB GPU,
-    where the default 80 would pass a plan that cannot load), or GPU_MEMORY_GB when set."""
+    """The check plans against the node's smallest GPU as nvidia-smi reports it, less what its driver reserves (which
+    torch never sees): 39.5 GiB of a 40 GB GPU, where the default 80 would pass a plan that cannot load, and 40.0
+    where the driver has no such field; or GPU_MEMORY_GB when set."""
     env = dict(env, HOSTFILE=str(tmp_path / "hostfile"), JOB_HOSTFILE=str(tmp_path / "hostfile"), PREFLIGHT="1")
-    for extra, want in ((dict(FAKE_GPU_MIB="40960"), "40.0"), (dict(GPU_MEMORY_GB="141"), "141")):
+    cases = [(dict(FAKE_GPU_MIB="40960"), "39.5"), (dict(FAKE_GPU_MIB="40960", FAKE_GPU_RESERVED_MIB="none"), "40.0")]
+    for extra, want in (*cases, (dict(GPU_MEMORY_GB="141"), "141")):
         (tmp_path / "called").unlink(missing_ok=True)
         proc, _ = run(script, tmp_path, (*fake, "nvidia-smi", "python"), **env, **extra)
         assert proc.returncode == 0, proc.stderr
@@ -299,6 +344,26 @@ def test_train_sh_moves_off_a_taken_29500_and_keeps_a_given_master_port(tmp_path
     given.mkdir()
     proc, seen = run("launch/train.sh", given, (), DS_ACCELERATOR="cpu", MASTER_PORT="31234")
     assert seen["argv"][seen["argv"].index("--master_port") + 1] == "31234" and "rendezvous" not in proc.stderr
+
+
+def test_slurm_moves_off_its_jobs_port_when_another_job_on_its_first_node_holds_it(tmp_path):
+    """20000 + job id % 10000 is shared by jobs 10000 apart, and a run of launch/train.sh on the node may hold it: the
+    rendezvous died on EADDRINUSE. The batch shell runs on the rendezvous node: it checks there."""
+    with socket.socket() as held:
+        with contextlib.suppress(OSError):  # already held by something else: the same case
+            held.bind(("", 20007))
+            held.listen()
+        proc, seen = run("launch/slurm.sbatch", tmp_path, ("srun", "scontrol"), **SLURM)  # job 7
+    assert proc.returncode == 0, proc.stderr
+    port = seen["env"]["MASTER_PORT"]
+    assert port != "20007" and seen["argv"][seen["argv"].index("--master_port") + 1] == port
+    assert f"launch/slurm.sbatch: port 20007 is taken (another run on this node?): rendezvous on port {port}" in (
+        proc.stderr
+    )
+    free = tmp_path / "free"
+    free.mkdir()
+    proc, seen = run("launch/slurm.sbatch", free, ("srun", "scontrol"), **SLURM)
+    assert seen["env"]["MASTER_PORT"] == "20007" and "rendezvous" not in proc.stderr, proc.stderr
 
 
 # --- --help on every launch script ------------------------------------------------------------------------------
@@ -470,6 +535,54 @@ def test_ssh_mode_refuses_overrides_the_nodes_shell_would_read_and_no_ssh_mode_p
     assert proc.returncode == 0 and seen["argv"][-2:] == list(fine), proc.stderr
     proc, seen = run("launch/train_multinode.sh", tmp_path, (), ("logging.run_name=a;b",), NODE_RANK="0", **env)
     assert proc.returncode == 0 and seen["argv"][-1] == "logging.run_name=a;b", proc.stderr
+
+
+FAKE_PDSH = """#!/bin/sh
+printf '%s\\n' "$@" > "$RECORD/pdsh"
+"""
+
+
+def _ssh_launch(tmp_path: Path, deepspeed_env: str) -> tuple[subprocess.CompletedProcess, list[str] | None]:
+    """train_multinode.sh in ssh mode with the real DeepSpeed runner, ``ssh`` (its reachability check) and ``pdsh``
+    faked: the process, and the arguments the runner handed pdsh (None when it never ran)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("pdsh", FAKE_PDSH), ("ssh", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / ".deepspeed_env").write_text(deepspeed_env)  # $HOME's
+    env = {k: v for k, v in os.environ.items() if k not in ("DS_ENV_FILE", "NODE_RANK", "NUM_NODES", "MASTER_PORT")}
+    env.update(PATH=f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin", PYTHONPATH=str(ROOT), HOME=str(tmp_path))
+    env.update(RECORD=str(tmp_path), PREFLIGHT="0", DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", TMPDIR=str(tmp_path))
+    env["HOSTFILE"] = str(two_node_hostfile(tmp_path))
+    proc = subprocess.run(
+        ["bash", "launch/train_multinode.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+    )
+    record = tmp_path / "pdsh"
+    return proc, record.read_text().splitlines() if record.exists() else None
+
+
+def test_ssh_mode_hands_deepspeed_only_the_variables_of_deepspeed_env(tmp_path):
+    """DeepSpeed's ssh path reads .deepspeed_env again itself and pastes each line into every node's command: a comment
+    line there commented out the launch on every node (nothing trained, exit 0), a quoted value kept its quotes twice.
+    The command the real runner builds, run by bash as a node's shell would, now exports what launch/env.sh took."""
+    proc, pdsh = _ssh_launch(tmp_path, "# NCCL_SOCKET_IFNAME=eth0\nMARKER=reached\n\nSPACED='a b'\n")
+    assert proc.returncode == 0 and pdsh is not None, proc.stderr
+    command = " ".join(pdsh[pdsh.index("-w") + 2 :])  # what pdsh hands each node's shell
+    exports, launch, _ = command.partition(f"cd {ROOT};")
+    assert launch and "deepspeed.launcher.launch" in command, command
+    node = subprocess.run(
+        ["bash", "-c", exports + 'printf "%s|%s" "$MARKER" "$SPACED"'], capture_output=True, text=True
+    )
+    assert node.stdout == "reached|a b", (exports, node.stderr)
+    assert not list(tmp_path.glob("glm-grpo-deepspeed-env.*"))  # the copy is removed at exit
+    # a value the nodes' shell would read: one line, exit 2, no launch
+    (tmp_path / "pdsh").unlink()
+    proc, pdsh = _ssh_launch(tmp_path, "MARKER=reached\nTOKEN=a$b\n")
+    assert proc.returncode == 2 and pdsh is None, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith(
+        "glm-grpo: TOKEN of .deepspeed_env holds a character the nodes' shell would read in ssh mode"
+    ), proc.stderr
 
 
 def test_train_multinode_checks_on_node_0_only(tmp_path):
