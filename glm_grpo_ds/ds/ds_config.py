@@ -71,7 +71,9 @@ def read_ds_config(path: str | os.PathLike) -> dict:
     if not p.exists():
         raise DeepSpeedConfigError(f"DeepSpeed config {p} does not exist; pick one of ds_configs/*.json")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(p.read_text(encoding="utf-8"), object_pairs_hook=_no_repeats)
+    except _RepeatedKey as err:
+        raise DeepSpeedConfigError(f"{p}: {err} (JSON keeps the last silently): keep one") from None
     except json.JSONDecodeError as err:
         raise DeepSpeedConfigError(
             f"{p} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
@@ -81,7 +83,47 @@ def read_ds_config(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict):
         raise DeepSpeedConfigError(f"{p} must hold a JSON object")
     _check_kinds(data, p)
+    _check_zero_section(data, p)
     return data
+
+
+class _RepeatedKey(ValueError):
+    """A key given twice in one JSON object (the message names it)."""
+
+
+def _no_repeats(pairs: list[tuple[str, object]]) -> dict:
+    """``json.loads``' object hook refusing a repeated key, as DeepSpeed does when it reads a file itself (it is handed
+    this dict instead, and a second ``"stage"`` silently won)."""
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedKey(f"the key {json.dumps(key)} appears twice in one object")
+        seen[key] = value
+    return seen
+
+
+def _check_zero_section(data: dict, p: Path) -> None:
+    """``zero_optimization`` as DeepSpeed's own model of it reads it (its keys, their types), the trainer's ``"auto"``
+    keys left out: a misspelled key or a bucket size of ``"big"`` passed every check here, then failed
+    ``deepspeed.initialize`` in a traceback, after ``overwrite_output_dir`` had deleted the earlier run."""
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    zero = {key: value for key, value in data.get("zero_optimization", {}).items() if value != "auto"}
+    try:
+        DeepSpeedZeroConfig(**zero)
+    except ValueError as err:  # pydantic's ValidationError: every problem, each with where and what
+        found = err.errors() if hasattr(err, "errors") else [{"msg": str(err)}]
+        problems = [_zero_problem(e) for e in found]
+        raise DeepSpeedConfigError(f"{p}: DeepSpeed refuses " + "; ".join(problems)) from None
+
+
+def _zero_problem(error: dict) -> str:
+    """One of pydantic's errors on ``zero_optimization`` as a phrase naming the key and the fix."""
+    where = ".".join(["zero_optimization", *map(str, error.get("loc", ()))])
+    if error.get("type") == "extra_forbidden":
+        return f"{where}: not a key DeepSpeed knows (misspelled? remove it)"
+    got = f" (got {json.dumps(error['input'], default=str)})" if "input" in error else ""
+    return f"{where}: {error['msg']}{got}"
 
 
 def _check_kinds(data: dict, p: Path) -> None:

@@ -182,6 +182,32 @@ def test_sections_of_the_wrong_kind_are_one_line_naming_the_key(tmp_path, text, 
         read_ds_config(path)
 
 
+@pytest.mark.parametrize(
+    "zero, message",
+    [
+        ('"stag": 2', r"zero_optimization.stag: not a key DeepSpeed knows \(misspelled\? remove it\)"),
+        ('"allgather_bucket_size": "big"', r'zero_optimization.allgather_bucket_size: Input should .* \(got "big"\)'),
+        ('"overlap_comm": "maybe"', r"zero_optimization.overlap_comm: Input should be a valid boolean"),
+    ],
+)  # fmt: skip
+def test_what_deepspeed_would_refuse_in_zero_optimization_is_one_line_before_anything_runs(tmp_path, zero, message):
+    """DeepSpeed's own model of the section reads it (``"auto"`` keys left to the trainer): these passed every check,
+    the preflight's included, and failed deepspeed.initialize in a traceback after overwrite_output_dir=true had
+    deleted the earlier run; a bucket size of "big" crashed the memory planner itself."""
+    path = tmp_path / "ds.json"
+    path.write_text('{"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto", ' + zero + "}}")  # auto: ours
+    with pytest.raises(DeepSpeedConfigError, match=rf"^{path}: DeepSpeed refuses {message}") as caught:
+        read_ds_config(path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_key_given_twice_is_refused_as_deepspeed_refuses_it_in_a_file(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text('{"zero_optimization": {"stage": 2, "stage": 3}}')  # the second won: ZeRO-3, silently
+    with pytest.raises(DeepSpeedConfigError, match=rf'^{path}: the key "stage" appears twice in one object'):
+        read_ds_config(path)
+
+
 def test_an_unreadable_file_is_one_line(tmp_path):
     (tmp_path / "latin1.json").write_bytes('{"comment": "caf\xe9"}'.encode("latin-1"))
     with pytest.raises(DeepSpeedConfigError, match=r"latin1.json cannot be read \(UnicodeDecodeError"):
