@@ -59,3 +59,15 @@ def assert_no_frozen_parameters(ds_dir):
     numel = sum(shape.numel() for shape in trainable.values())
     stored = sum(t.numel() * t.element_size() for s in states for t in _tensors(s))
     assert stored <= 4 * 4 * numel + 4096, (stored, numel)
+
+
+def write_ds_files(checkpoint: Path, world: int, stage: int) -> None:
+    """The files DeepSpeed writes into a checkpoint's ``ds/`` on ``world`` ranks at ZeRO ``stage`` (torch archives of
+    nothing), for a test checkpoint that a resume's file check (lifecycle/checkpoint_files.py) takes as whole."""
+    ds = checkpoint / "ds"
+    ds.mkdir(parents=True, exist_ok=True)
+    names = ["mp_rank_00_model_states.pt"] if stage < 3 else []
+    names += [f"zero_pp_rank_{r}_mp_rank_00_model_states.pt" for r in range(world) if stage == 3]
+    names += [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(world) if stage >= 1]
+    for name in names:
+        torch.save({}, ds / name)

@@ -47,6 +47,7 @@ from ..ds import io as ds_io
 from ..runtime import log
 from ..runtime.atomic_files import write_text_atomic
 from ..runtime.seeding import rng_state, seed_everything, set_rng_state
+from . import checkpoint_files
 
 CHECKPOINTS = "checkpoints"
 LATEST, BEST = "latest", "best"  # pointers: the newest complete checkpoint; the best evaluated one (best.py)
@@ -311,7 +312,10 @@ def resolve(output_dir, resume_from: str) -> Path:
                 + NO_CHECKPOINT
                 + (f"; {go_on}" if go_on else "")
             )
-        path = pointer.parent / pointer.read_text(encoding="utf-8").strip()
+        named = pointer.read_text(encoding="utf-8").strip()
+        path = pointer.parent / named
+        if not named or not path.exists():
+            raise CheckpointError(checkpoint_files.stale_latest(pointer, named))
     else:
         path = Path(resume_from)
     if not path.exists():
@@ -339,6 +343,9 @@ def check_compatible(path: Path, world_size: int, zero_stage: int) -> dict:
     any model). Another world size or ZeRO stage resumes through a universal checkpoint (ds/portable.py); a stage
     without ZeRO's partitioned optimizer can neither take one nor be converted into one."""
     state = read_state(path)
+    broken = checkpoint_files.damage_line(path, *written_on(state))
+    if broken:
+        raise CheckpointError(broken)
     moved = written_on(state) != (world_size, zero_stage)
     if moved and written_on(state)[1] not in (1, 2, 3):
         raise CheckpointError(

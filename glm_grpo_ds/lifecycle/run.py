@@ -133,15 +133,13 @@ class RunLife:
         return self.out / ("final_adapter" if self.cfg.lora is not None else "final_model")
 
     def tidy(self) -> None:
-        """Rank 0, before the barrier that precedes the restore: interrupted saves removed, a final adapter / model
-        of an earlier end set aside when more steps are about to outdate it, and ``latest`` naming the checkpoint
-        this run goes on from (gone back to an earlier one of this output_dir, it named the branch left behind)."""
+        """Rank 0, before the barrier that precedes the restore: interrupted saves removed, and ``latest`` naming the
+        checkpoint this run goes on from (gone back to an earlier one of this output_dir, it named the branch left
+        behind)."""
         if self.rank != 0:
             return
         checkpoint.remove_stale(self.out)
-        if self.start.checkpoint is not None:  # final_*/ of an earlier end would sit beside newer metrics
-            for line in resume.set_aside_final(self.out, self.start.step, self.cfg.max_steps):
-                log.info(line)
+        if self.start.checkpoint is not None:
             self._latest_is_the_start()
 
     def _latest_is_the_start(self) -> None:
@@ -218,6 +216,10 @@ class RunLife:
                 "from a seed of the run's seed, the step and the rank)"
             )
         log.info(f"glm-grpo: resumed from {path} at step {int(state['step'])}{shape}")
+        if self.rank == 0:  # final_*/ of an earlier end would sit beside newer metrics; set aside once loaded, not
+            # before: a load that fails leaves them where they were
+            for line in resume.set_aside_final(self.out, self.start.step, self.cfg.max_steps):
+                log.info(line)
         # the schedule's length is max_steps x grpo.num_iterations x batch.mini_batches optimizer steps: a change of
         # any of them moves the lr
         schedule_keys = ("max_steps", "grpo.num_iterations", "batch.mini_batches")

@@ -9,7 +9,7 @@ import json
 
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 from launching import CONFIG, FAST  # noqa: E402  (tests/integration/launching.py)
-from run_files import tree_hash  # noqa: E402  (tests/run_files.py)
+from run_files import tree_hash, write_ds_files  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.config import TrainConfig, to_dict
 
@@ -121,7 +121,7 @@ def test_a_checkpoint_of_another_cluster_shape_is_planned_or_refused(tiny_model_
     line; with 1 the global batch would halve: one FAIL naming the setting that keeps it. Nothing is written."""
     out = tmp_path / "run"
     step = out / "checkpoints" / "step_000002"
-    (step / "ds").mkdir(parents=True)
+    write_ds_files(step, 4, 3)
     config = to_dict(TrainConfig())
     config["optimizer"]["name"], config["batch"]["prompts_per_rank"] = "adamw", 1  # as FAST trains
     state = {"step": 2, "world_size": 4, "zero_stage": 3, "sampler": {}, "config": config}
@@ -143,6 +143,18 @@ def test_a_checkpoint_of_another_cluster_shape_is_planned_or_refused(tiny_model_
         "per step; nothing was changed"
     ], lines
     assert tree_hash(out) == before
+
+
+def test_a_resume_with_the_runs_own_sampling_is_checked_without_sampling_changes(
+    short_run, tiny_model_dir, data64, capfd
+):
+    """The run records grpo.sampling's unset knobs as the model's own (temperature, top_k, top_p); the check compared
+    them unfilled and warned `grpo.sampling.temperature 1.0 -> null; ...` where the resume itself warns of nothing."""
+    same = ("--num-gpus", "1", "resume_from=latest", "max_steps=2", "save_steps=1", "logging.status_interval_s=0")
+    code, lines, err = _check(tiny_model_dir, data64, short_run, capfd, *same)
+    assert code == 0, lines
+    assert f"ok    output_dir {short_run}: resumes from {short_run}/checkpoints/step_000001 (step 1)" in lines, lines
+    assert "grpo.sampling" not in err, err
 
 
 def test_nodes_with_different_gpu_counts_are_their_sum_and_too_few_prompts_for_a_step_are_refused(

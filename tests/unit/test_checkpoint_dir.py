@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import torch
-from run_files import tree_hash  # noqa: E402  (tests/run_files.py)
+from run_files import tree_hash, write_ds_files  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.config import ConfigError, load_config
 from glm_grpo_ds.lifecycle import checkpoint
@@ -291,6 +291,7 @@ def test_a_stage_0_checkpoint_on_another_shape_is_refused_before_any_model_loads
     (path / "trainer_state.json").write_text(
         json.dumps({"step": 4, "run_id": "mine", "world_size": 1, "zero_stage": 0})
     )
+    write_ds_files(path, 1, 0)
     assert checkpoint.check_compatible(path, 1, 0)["step"] == 4
     with pytest.raises(checkpoint.CheckpointError) as refused:
         checkpoint.check_compatible(path, 2, 2)

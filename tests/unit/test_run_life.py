@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from gloo_ranks import init_gloo, two_gloo_ranks  # noqa: E402  (tests/gloo_ranks.py)
+from run_files import write_ds_files  # noqa: E402  (tests/run_files.py)
 
 from glm_grpo_ds.config import TrainConfig, to_dict
 from glm_grpo_ds.lifecycle.checkpoint import CheckpointError, OutputDirError
@@ -34,6 +35,7 @@ def _checkpoint(out, step, world=2, stage=3, data=DATA, config=None):
     if config is not None:
         state["config"] = to_dict(config)
     (path / "trainer_state.json").write_text(json.dumps(state))
+    write_ds_files(path, world, stage)
     (out / "checkpoints" / "latest").write_text(path.name)
     return path
 
