@@ -19,7 +19,7 @@ launch/train_multinode.sh and launch/train.sh run it before they start the ranks
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -35,7 +35,7 @@ from .memory.plan import GIB, plan
 from .memory.sizes import model_sizes
 from .memory.stages import fastest_that_fits
 from .model.adapters import check_init_adapter, check_target_modules, text_layer_linear_names
-from .model.glm_image import load_processor, read_ar_config, resolve_dtype
+from .model.glm_image import load_processor, read_ar_config, resolve_dtype, resolve_sampling
 from .model.random_weights import is_random
 from .model.source import RANDOM_NOTE, cached_model_dir, check_local_model
 from .model.token_ids import check_token_ids, embedding_rows
@@ -299,7 +299,9 @@ def check(cfg, ds_path: str, est: EstimateConfig, report: Report) -> Report:
     if rows is not None:
         _checked(report, "data.train_file", lambda: check_enough(len(rows), est.world, cfg.batch.prompts_per_rank))
     text = _model(cfg, sources, report)
+    before = report.failed
     raw = _deepspeed(cfg, ds_path, est, text, report)
+    filled = raw is not None and report.failed == before  # else the plan, which fills it too, fails the same way
     if raw is not None and offloads(raw.get("zero_optimization") or {}, "offload_optimizer"):
         from .ds.process_group import cpu_adam_problem
 
@@ -308,10 +310,20 @@ def check(cfg, ds_path: str, est: EstimateConfig, report: Report) -> Report:
             report.add("FAIL", f"{ds_path}: {problem} (on the machine this check runs on)")
         else:
             report.add("ok", f"{ds_path}: DeepSpeed's cpu_adam op for the offloaded optimizer loads here")
-    _output_dir(cfg, est, raw, rows, report)
-    if raw is not None:
+    _output_dir(_as_the_run_records(cfg), est, raw, rows, report)
+    if filled:
         _memory(cfg, ds_path, raw, est, report)
     return report
+
+
+def _as_the_run_records(cfg):
+    """``cfg`` with grpo.sampling's unset knobs the model's own, as the run fills them in before it compares a
+    checkpoint's settings with its own (startup.py): unfilled, a resume's check listed `temperature 1.0 -> null`
+    among its changes. As it is when the model's files are not on this machine (they are read at start)."""
+    local = cached_model_dir(cfg.model.path, cfg.model.revision) if cfg.model.path else None
+    if local is None:
+        return cfg
+    return replace(cfg, grpo=replace(cfg.grpo, sampling=resolve_sampling(cfg.grpo.sampling, local)))
 
 
 def print_report(report: Report, stream=None) -> None:

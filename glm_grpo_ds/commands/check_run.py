@@ -210,6 +210,7 @@ def memory_results(rows: list[dict], plan: dict) -> list[tuple[str, bool | str |
         for name, c in phases.items()
     ]
     peak = max(r.get("peak_rss_mb", 0.0) for r in rows)
+    planned += max((r.get("memory/before_load_mb", 0.0) for r in rows), default=0.0)  # as each phase's, on a CPU
     each.append(f"whole run {peak / 1024:.2f} / {planned / 1024:.2f} GiB ({peak / planned:.0%})")
     detail = (
         f"peak vs planner, measured / planned: {', '.join(each)}; a CPU's resident set holds the interpreter and "

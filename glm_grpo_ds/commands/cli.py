@@ -9,6 +9,7 @@ and is imported only when it runs, so ``glm-grpo --help`` stays fast.
 from __future__ import annotations
 
 import importlib
+import os
 import shlex
 import sys
 
@@ -27,8 +28,10 @@ def parser_for(name: str, **kwargs):
 
 
 # commands that set up their console themselves: train (run_log.setup, per rank) and reward-server (uvicorn's
-# request lines); env imports no library that talks
+# request lines); env imports no library that talks (it takes --log-level as every command does, with nothing to add)
 OWN_CONSOLE = {"train", "reward-server", "env"}
+SILENT = {"env"}
+EXIT_BROKEN_PIPE = 128 + 13  # a reader that stopped early (`glm-grpo env | head -1`): what a shell gives SIGPIPE
 
 
 def _log_level(args: list[str]) -> tuple[str | None, list[str]]:
@@ -84,16 +87,24 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (did you mean: {', '.join(close)}?)" if close else ""
         print(f"glm-grpo: unknown command {name!r}{hint}; see `glm-grpo --help`", file=sys.stderr)
         return 2
-    if name not in OWN_CONSOLE:
+    if name not in OWN_CONSOLE or name in SILENT:
         level, rest = _log_level(rest)
         if level is None:
             return 2
+    if name not in OWN_CONSOLE:
         from ..runtime import run_log
 
         run_log.setup_tool(level)  # before the command's imports: bitsandbytes warns as it is imported
     module_name, _, function = SUBCOMMANDS[name].target.partition(":")
     entry = getattr(importlib.import_module(module_name), function or "main")
-    return int(entry(rest) or 0)
+    try:
+        code = int(entry(rest) or 0)
+        sys.stdout.flush()  # here, not at the interpreter's exit: a pipe closed early is then met below
+        return code
+    except BrokenPipeError:  # not the command's failure (exit 1 reads as one: env's is a dependency out of range)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush at exit would raise it again
+        return EXIT_BROKEN_PIPE
 
 
 VERSION_ROW = ("glm-grpo --version", "the installed package version (`glm-grpo-ds 0.1.0`)", "commands/cli.py")

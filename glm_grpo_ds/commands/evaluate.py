@@ -276,5 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # `deepspeed --module glm_grpo_ds.commands.evaluate`: the console of `glm-grpo evaluate`
+    from .cli import main as cli_main
+
+    raise SystemExit(cli_main(["evaluate", *sys.argv[1:]]))

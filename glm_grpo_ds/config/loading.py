@@ -156,7 +156,8 @@ def _convert(value, tp, where: str):
         if tp is str:  # `eval.file=` / `key: null` on a text field: empty, which such fields read as "off"
             return ""
         kind = getattr(tp, "__name__", str(tp))
-        raise ConfigError(f"{where} cannot be null: write a {kind} value ({where}=VALUE), or leave the key out")
+        article = "an" if kind[:1] in "aeiou" else "a"
+        raise ConfigError(f"{where} cannot be null: write {article} {kind} value ({where}=VALUE), or leave the key out")
     dc = _dataclass_type(tp)
     if dc is not None:
         if isinstance(value, dc):

@@ -21,7 +21,11 @@ class RewardSpec:
         "A built-in reward name (see glm_grpo_ds/rewards), python:package.module:function or "
         "path/to/file.py:function (required).",
     )
-    weight: float = setting(1.0, "Weight of this reward in the combination (see grpo.reward_combination).")
+    weight: float = setting(
+        1.0,
+        "Weight of this reward in the combination (see grpo.reward_combination); 0 = logged, not trained on (not "
+        "every reward: a run would train on nothing); negative = a penalty.",
+    )
     args: dict = setting(help="Keyword arguments of the reward, e.g. {net: vgg} for lpips.", factory=dict)
     label: str = setting(
         "",

@@ -127,7 +127,9 @@ class LineFile:
         if check and (
             not isinstance(obj, dict) or not isinstance(obj.get(prompt_key), str) or not obj[prompt_key].strip()
         ):
-            hint = _key_hint(obj, (target_key, text_key))
+            hint = _key_hint(obj, (target_key, text_key)) if prompt_key not in (obj or {}) else ""
+            if hint == "" and isinstance(obj, dict):  # the field is there, its value is not text
+                hint = f" (here it is {json.dumps(obj[prompt_key])})"
             raise DataError(f'{p}:{lineno}: each line needs a non-empty string field "{prompt_key}"{hint}')
         target = obj.pop(target_key, None)
         if target is not None:

@@ -257,7 +257,8 @@ def fill_ds_config(
     for key in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size"):
         if key in filled and filled[key] != values[key]:
             raise DeepSpeedConfigError(
-                f"{source}: {key}={filled[key]} disagrees with the trainer ({values[key]} from batch.micro_batch_size="
+                f"{source}: {key}={json.dumps(filled[key])} disagrees with the trainer ({values[key]} from "
+                f"batch.micro_batch_size="
                 f"{cfg.batch.micro_batch_size}, batch.prompts_per_rank x grpo.group_size={cfg.sequences_per_rank}, "
                 f"batch.mini_batches={cfg.batch.mini_batches}, "
                 f'world size {world_size}); set it to "auto"'

@@ -148,7 +148,8 @@ def _oneig(out: Path, model: str, rows, images: torch.Tensor, k: int) -> list[Pa
 def check_rows(layout: str, rows, samples_per_prompt: int, size: tuple[int, int]) -> None:
     """Refuse before sampling what the layout cannot write (one line naming the field or option)."""
     EXPORTERS.get(layout)
-    needs = {"longtext": ["prompt_id"], "oneig": ["category", "id"]}.get(layout, [])
+    # geneval: its scorer reads each metadata.jsonl's tag and include (a row without them was written, then unscorable)
+    needs = {"geneval": ["tag", "include"], "longtext": ["prompt_id"], "oneig": ["category", "id"]}.get(layout, [])
     for row in rows:
         for key in needs:
             _field(row, key, layout)

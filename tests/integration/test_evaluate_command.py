@@ -333,7 +333,10 @@ def test_two_ranks_give_the_one_process_figures(evaluated, tmp_path):
 
     result, _, args = evaluated
     args = [*args[: args.index("--out")], "--out", str(tmp_path), *args[args.index("--out") + 2 :]]
-    launch(2, ["--module", "glm_grpo_ds.commands.evaluate", *args], timeout=600, launcher=False)
+    proc = launch(2, ["--module", "glm_grpo_ds.commands.evaluate", *args], timeout=600, launcher=False)
+    # the console of `glm-grpo evaluate` on every rank: the libraries' load bars and warnings stay off it
+    noise = ("Loading weights", "FutureWarning", "shm_comm_op", "gemm_4bit")
+    assert not [line for line in proc.stderr.splitlines() if any(n in line for n in noise)], proc.stderr[-3000:]
     two = json.loads((tmp_path / "evaluate.json").read_text())
     assert two["world_size"] == 2 and two["num_prompts"] == 6
     for name, per_label in result["prompt_means"].items():

@@ -11,11 +11,11 @@ from glm_grpo_ds.commands.check_run import main
 MIB = 2**20
 
 
-def _run(tmp_path, update_peak_mb: float):
+def _run(tmp_path, update_peak_mb: float, before_load_mb: float = 0.0):
     out = tmp_path / "run"
     out.mkdir()
     row = {"step": 1, "loss": 0.1, "skipped": 0, "first_iteration_ratio_min": 1.0, "first_iteration_ratio_max": 1.0}
-    row.update({"peak_rss_mb": 900.0, "memory/update_peak_mb": update_peak_mb, "memory/before_load_mb": 0.0})
+    row.update({"peak_rss_mb": 900.0, "memory/update_peak_mb": update_peak_mb, "memory/before_load_mb": before_load_mb})
     (out / "metrics.jsonl").write_text(json.dumps(row) + "\n")
     plan = {
         "components": {"weights": 90 * MIB},
@@ -50,6 +50,15 @@ def test_the_parity_tolerance_is_the_dtypes_and_a_cpu_peak_is_one_info_line(tmp_
     assert main([str(out), "--verify", _verify(tmp_path, 1e-3, "bf16")]) == 0  # bf16: 5e-2; a WARN is no failure
     assert "PASS  sampler vs trainer parity: max_abs_diff 1.000e-03 (tolerance 5e-02: bf16)" in capsys.readouterr().out
     assert main([str(out), "--verify", _verify(tmp_path, 1e-3, "fp32"), "--parity-tolerance", "1e-2"]) == 0
+
+
+def test_on_a_cpu_the_whole_runs_plan_counts_the_process_before_load_as_each_phases_does(tmp_path, capsys):
+    """A CPU's phases were planned with the process's size before the models loaded, the whole run without it: the
+    same line read `update 1.03 / 0.89 GiB (115%), whole run 1.03 / 0.02 GiB (6362%)`."""
+    out = _run(tmp_path, update_peak_mb=800.0, before_load_mb=700.0)
+    main([str(out)])
+    line = next(line for line in capsys.readouterr().out.splitlines() if "planned" in line)
+    assert "update 0.78 / 0.78 GiB (100%), whole run 0.88 / 0.78 GiB (112%)" in line, line
 
 
 def test_an_alarm_that_fired_is_a_warn_with_its_step_value_and_bound(tmp_path, capsys):

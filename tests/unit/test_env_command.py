@@ -46,6 +46,27 @@ def test_env_lists_every_package_with_its_installed_version_and_the_hardware(cap
         assert rows["flash-attn"] == NOT_INSTALLED
 
 
+def test_env_takes_log_level_as_every_command_does(capsys):
+    """`--log-level debug` (any command, says `glm-grpo --help`) was an unrecognized argument of env only."""
+    assert main(["env", "--log-level", "debug"]) == 0
+    assert "- torch:" in capsys.readouterr().out
+
+
+def test_a_reader_that_stops_early_is_no_failure_of_the_command():
+    """`glm-grpo env | head -1` ended in a BrokenPipeError traceback and exit 1, env's status for a dependency out of
+    range; now it is quiet with the status a shell gives SIGPIPE (`| true`: a reader gone before the first write)."""
+    code = "import sys; from glm_grpo_ds.commands.cli import main; sys.exit(main(['env']))"
+    for buffered in (True, False):  # stdout written at the end (a pipe's default), or as it comes
+        env = {k: v for k, v in ENV.items() if k != "PYTHONUNBUFFERED"} | (
+            {} if buffered else {"PYTHONUNBUFFERED": "1"}
+        )
+        proc = subprocess.run(
+            ["bash", "-c", f'set -o pipefail; {sys.executable} -c "{code}" | true'],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 141 and proc.stderr == "", (buffered, proc.stderr)
+
+
 def test_env_shows_the_nvidia_driver_next_to_torchs_cuda_build(monkeypatch, tmp_path, capsys):
     """The pair that decides whether CUDA works (a torch CUDA build newer than the driver's CUDA does
     not): the driver from nvidia-smi (a fake one here), or "none" without a driver."""

@@ -37,3 +37,13 @@ def test_plain_names_are_written_inside_the_export_directory(tmp_path):
     check_rows("oneig", rows, 4, (8, 8))
     assert EXPORTERS.get("dpg")(tmp_path, "base", rows, IMAGES, 4) == [tmp_path / "base" / "cat_17.png"]
     assert EXPORTERS.get("oneig")(tmp_path, "base", rows, IMAGES, 4) == [tmp_path / "human" / "base" / "007.webp"]
+
+
+def test_a_geneval_row_without_the_fields_its_scorer_reads_is_refused_before_sampling():
+    """GenEval's evaluate_images.py reads each metadata.jsonl's tag and include: a row without them was exported (exit
+    0) into files its scorer cannot read. An empty include is GenEval's own (no object to find)."""
+    with pytest.raises(ValueError, match=r"--export geneval: prompt row 3 has no 'tag' field"):
+        check_rows("geneval", [PromptRow(index=3, prompt="a cat", extra={})], 1, (8, 8))
+    with pytest.raises(ValueError, match=r"--export geneval: prompt row 3 has no 'include' field"):
+        check_rows("geneval", [PromptRow(index=3, prompt="a cat", extra={"tag": "colors"})], 1, (8, 8))
+    check_rows("geneval", [PromptRow(index=3, prompt="a cat", extra={"tag": "colors", "include": []})], 1, (8, 8))
