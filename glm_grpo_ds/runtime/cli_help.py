@@ -71,10 +71,18 @@ def _wrap(text: str) -> str:
     return "\n\n".join(fill(part) for part in text.split("\n\n"))
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser whose refusal is one line, as every other bad input's: argparse's own printed the usage
+    first (eight lines for estimate-memory) above the line that says what is wrong."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def command_parser(prog: str, description: str, example: str, **kwargs) -> argparse.ArgumentParser:
     """``prog``'s parser: ``description`` (plain text, paragraphs split by a blank line) wrapped to the terminal,
     then the parser's options, then ``example`` (one command line, or several lines) under ``example:``."""
     epilog = "example:\n" + "\n".join(f"  {line}" for line in example.strip().splitlines())
-    return argparse.ArgumentParser(
+    return CommandParser(
         prog=prog, description=_wrap(description), epilog=epilog, formatter_class=HelpFormatter, **kwargs
     )

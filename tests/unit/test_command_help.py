@@ -87,6 +87,17 @@ def test_each_example_is_accepted_by_its_own_parser(name, monkeypatch):
     assert unknown == [], (name, unknown)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_a_bad_argument_is_one_line_naming_the_help(name, monkeypatch, capsys):
+    """argparse printed its usage first (eight lines for estimate-memory) above the line saying what was wrong."""
+    parser = _parser_of(name, monkeypatch)
+    with pytest.raises(SystemExit) as stopped:
+        parser.parse_args(["--no-such-option"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"glm-grpo {name}: error: ") and err.endswith(f"(see glm-grpo {name} --help)\n"), err
+
+
 def test_defaults_are_appended_unless_said_and_off_flags_stay_quiet():
     p = command_parser("glm-grpo x", "What x does.", "glm-grpo x --n 3")
     p.add_argument("--n", type=int, default=4, help="how many")
