@@ -310,20 +310,22 @@ def check(cfg, ds_path: str, est: EstimateConfig, report: Report) -> Report:
             report.add("FAIL", f"{ds_path}: {problem} (on the machine this check runs on)")
         else:
             report.add("ok", f"{ds_path}: DeepSpeed's cpu_adam op for the offloaded optimizer loads here")
-    _output_dir(_as_the_run_records(cfg), est, raw, rows, report)
+    _output_dir(_as_the_run_records(cfg, report), est, raw, rows, report)
     if filled:
         _memory(cfg, ds_path, raw, est, report)
     return report
 
 
-def _as_the_run_records(cfg):
+def _as_the_run_records(cfg, report: Report):
     """``cfg`` with grpo.sampling's unset knobs the model's own, as the run fills them in before it compares a
     checkpoint's settings with its own (startup.py): unfilled, a resume's check listed `temperature 1.0 -> null`
-    among its changes. As it is when the model's files are not on this machine (they are read at start)."""
+    among its changes. As it is when the model's files are not on this machine (they are read at start), or when its
+    generation config cannot be read or holds what sampling refuses (a FAIL: the run would stop there too)."""
     local = cached_model_dir(cfg.model.path, cfg.model.revision) if cfg.model.path else None
     if local is None:
         return cfg
-    return replace(cfg, grpo=replace(cfg.grpo, sampling=resolve_sampling(cfg.grpo.sampling, local)))
+    sampling = _checked(report, "grpo.sampling", lambda: resolve_sampling(cfg.grpo.sampling, local))
+    return cfg if sampling is None else replace(cfg, grpo=replace(cfg.grpo, sampling=sampling))
 
 
 def print_report(report: Report, stream=None) -> None:

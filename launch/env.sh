@@ -58,7 +58,10 @@ export_deepspeed_env() {
 
 deepspeed_env_for_ssh() {
   local name value file
-  file=$(mktemp "${TMPDIR:-/tmp}/glm-grpo-deepspeed-env.XXXXXX")
+  file=$(mktemp "${TMPDIR:-/tmp}/glm-grpo-deepspeed-env.XXXXXX" 2>/dev/null) || {
+    echo "glm-grpo: cannot write the copy of .deepspeed_env for ssh mode in ${TMPDIR:-/tmp}: set TMPDIR to a writable folder" >&2
+    return 2
+  }
   # shellcheck disable=SC2064  # the name now: the trap runs when the script exits
   trap "rm -f '$file'" EXIT
   for name in ${DEEPSPEED_ENV_NAMES[@]+"${DEEPSPEED_ENV_NAMES[@]}"}; do

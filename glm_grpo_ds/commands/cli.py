@@ -102,9 +102,23 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at the interpreter's exit: a pipe closed early is then met below
         return code
     except BrokenPipeError:  # not the command's failure (exit 1 reads as one: env's is a dependency out of range)
+        if not _stdout_reader_gone():  # a socket or a child's pipe of the command's own: its error, as it came
+            raise
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush at exit would raise it again
         return EXIT_BROKEN_PIPE
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (Linux's poll says POLLERR on such a pipe's write end)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no fileno (captured), no poll (not Linux / macOS)
+        return False
 
 
 VERSION_ROW = ("glm-grpo --version", "the installed package version (`glm-grpo-ds 0.1.0`)", "commands/cli.py")

@@ -172,12 +172,6 @@ class TrainConfig:
             len(self.rewards) > 0,
             "rewards: at least one reward is required, e.g. rewards: [{name: pixel_mse}]",
         )
-        need(  # every combination is a weighted sum: all advantages 0, a run that trains on nothing (loss 0 each step)
-            problems,
-            not self.rewards or any(r.weight != 0 for r in self.rewards),
-            "rewards: every weight is 0, so every advantage is 0 and the run would train on nothing: give a reward a "
-            "weight (weight-0 rewards are logged only; to measure rewards alone, glm-grpo evaluate)",
-        )
         for i, r in enumerate(self.rewards):
             problems += r.problems(f"rewards[{i}].")
         problems += self.logging.problems("logging.")

@@ -23,8 +23,8 @@ class RewardSpec:
     )
     weight: float = setting(
         1.0,
-        "Weight of this reward in the combination (see grpo.reward_combination); 0 = logged, not trained on (not "
-        "every reward: a run would train on nothing); negative = a penalty.",
+        "Weight of this reward in the combination (see grpo.reward_combination); 0 = logged, not trained on (a "
+        "training run refuses all weights 0: it would learn from no reward); negative = a penalty.",
     )
     args: dict = setting(help="Keyword arguments of the reward, e.g. {net: vgg} for lpips.", factory=dict)
     label: str = setting(

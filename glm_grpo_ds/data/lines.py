@@ -127,9 +127,9 @@ class LineFile:
         if check and (
             not isinstance(obj, dict) or not isinstance(obj.get(prompt_key), str) or not obj[prompt_key].strip()
         ):
-            hint = _key_hint(obj, (target_key, text_key)) if prompt_key not in (obj or {}) else ""
-            if hint == "" and isinstance(obj, dict):  # the field is there, its value is not text
-                hint = f" (here it is {json.dumps(obj[prompt_key])})"
+            there = isinstance(obj, dict) and prompt_key in obj
+            # the field there with a value that is not text: said as it is
+            hint = f" (here it is {json.dumps(obj[prompt_key])})" if there else _key_hint(obj, (target_key, text_key))
             raise DataError(f'{p}:{lineno}: each line needs a non-empty string field "{prompt_key}"{hint}')
         target = obj.pop(target_key, None)
         if target is not None:

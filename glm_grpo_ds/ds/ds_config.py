@@ -111,8 +111,10 @@ def _check_zero_section(data: dict, p: Path) -> None:
     zero = {key: value for key, value in data.get("zero_optimization", {}).items() if value != "auto"}
     try:
         DeepSpeedZeroConfig(**zero)
-    except ValueError as err:  # pydantic's ValidationError: every problem, each with where and what
-        found = err.errors() if hasattr(err, "errors") else [{"msg": str(err)}]
+    # pydantic's ValidationError (a ValueError): every problem, each with where and what; AssertionError: DeepSpeed's
+    # own checks of a deprecated key given with its replacement (cpu_offload and offload_optimizer)
+    except (ValueError, AssertionError) as err:
+        found = err.errors() if hasattr(err, "errors") else [{"msg": str(err) or type(err).__name__}]
         problems = [_zero_problem(e) for e in found]
         raise DeepSpeedConfigError(f"{p}: DeepSpeed refuses " + "; ".join(problems)) from None
 

@@ -66,9 +66,8 @@ def grid_2x2(images: torch.Tensor):
 def _field(row, key: str, layout: str):
     value = row.extra.get(key)
     if value is None:
-        raise ValueError(
-            f"--export {layout}: prompt row {row.index} has no {key!r} field; the layout names files by it"
-        )
+        why = "its scorer reads it" if layout == "geneval" else "the layout names files by it"
+        raise ValueError(f"--export {layout}: prompt row {row.index} has no {key!r} field; {why}")
     return value
 
 

@@ -88,7 +88,13 @@ def resolve_sampling(sampling, source):
     if isinstance(source, (str, os.PathLike)):
         ar_dir = check_pipeline_dir(source) / AR_DIR
         has_file = (ar_dir / "generation_config.json").is_file()
-        model_cfg = GenerationConfig.from_pretrained(ar_dir) if has_file else GenerationConfig()
+        try:
+            model_cfg = GenerationConfig.from_pretrained(ar_dir) if has_file else GenerationConfig()
+        except (OSError, ValueError) as err:  # not JSON, or values transformers refuses: the run's line, not a trace
+            raise ConfigError(
+                f"model.path: {ar_dir / 'generation_config.json'} cannot be read ({' '.join(str(err).split())}); fix "
+                "it, or remove it (the sampling settings are then grpo.sampling's and transformers' defaults)"
+            ) from None
     else:
         model_cfg = getattr(unwrap_ar(source), "generation_config", None) or GenerationConfig()
     generate_defaults = GenerationConfig._get_default_generation_params()  # what generate() fills in

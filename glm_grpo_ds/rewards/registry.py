@@ -277,9 +277,15 @@ class RewardSet:
 
 def check_reward_specs(specs, diversity_features: str | None = None) -> None:
     """Fail fast (before any model is loaded) on a reward that cannot work: its name, its args, the model files
-    and libraries it needs; and on ``grpo.diversity_features``' backbone (rewards/image_features.py)."""
+    and libraries it needs; on ``grpo.diversity_features``' backbone (rewards/image_features.py); and on a training
+    run's rewards that are all weighted 0 (``evaluate`` measures such rewards: it does not call this)."""
     from .image_features import check_features_source
 
+    if specs and all(s.weight == 0 for s in specs):  # every combination is a weighted sum: every advantage 0
+        raise RewardError(
+            "rewards: every weight is 0, so every advantage is 0 and the run learns from no reward (loss 0 each "
+            "step): give a reward a weight (weight-0 rewards are logged only; glm-grpo evaluate measures rewards alone)"
+        )
     check_features_source(diversity_features)
     for i, s in enumerate(specs):
         check_reward_name(s.name, f"rewards[{i}].name: ")

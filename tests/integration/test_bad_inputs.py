@@ -126,6 +126,11 @@ def _one_step_off_zero3(tmp):
     return [*args, "--deepspeed", "ds_configs/zero3.json"], message
 
 
+def _all_weights_zero(tmp):
+    # every advantage 0: a run that learnt from no reward, loss 0 each step, exit 0
+    return ["rewards=[{name: pixel_mse, weight: 0}]"], r"rewards: every weight is 0, so every advantage is 0"
+
+
 CASES = {
     "1_malformed_jsonl": _bad_jsonl,
     "2_empty_dataset": _empty,
@@ -144,6 +149,7 @@ CASES = {
     "14_tokenizer_past_embedding": _tokenizer_past_embedding,
     "15_dit_kernel_not_here": _dit_kernel_not_here,
     "16_one_step_off_under_zero3": _one_step_off_zero3,
+    "17_all_reward_weights_zero": _all_weights_zero,
 }
 
 

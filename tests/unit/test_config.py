@@ -65,14 +65,6 @@ def test_a_number_that_is_not_finite_is_refused(override, message):
         load_config(None, BASE + [override])
 
 
-def test_rewards_whose_weights_are_all_0_are_refused_as_a_run_that_trains_on_nothing():
-    """All weights 0: every advantage 0, loss and gradient 0 each step, and the run ended exit 0 having learnt
-    nothing. One weight-0 reward beside another is logged only, as before; a negative weight is a penalty."""
-    with pytest.raises(ConfigError, match=re.escape("rewards: every weight is 0, so every advantage is 0 and the run")):
-        load_config(None, BASE + ["rewards[0].weight=0"])
-    assert load_config(None, BASE + ["rewards[0].weight=-0.5"]).rewards[0].weight == -0.5
-
-
 def test_a_reward_label_names_metrics_and_tags_so_it_takes_plain_characters():
     assert load_config(None, BASE + ["rewards[0].label=text_v2"]).rewards[0].label == "text_v2"
     with pytest.raises(ConfigError, match=re.escape("rewards[0].label 'my/reward:x': letters, digits, _ . - only")):

@@ -36,6 +36,7 @@ def test_txt_and_jsonl(tmp_path):
         # the field is there, its value is not text: said as it is (it read "(this line has prompt)")
         ('{"prompt": null}\n', r"p.jsonl:1: each line needs a non-empty string field \"prompt\" \(here it is null\)$"),
         ('{"prompt": 5}\n', r"field \"prompt\" \(here it is 5\)$"),
+        ('{"prompt": "ok"}\n42\n', r"p.jsonl:2: each line needs a non-empty string field \"prompt\"$"),
         ('{"prompt": "x", "target_image": "missing.png"}\n', r"p.jsonl:1: target_image missing.png not found"),
         ('{"prompt": "x", "target_image": "bad.png"}\n', r"p.jsonl:1: target_image bad.png cannot be read as an image"),
         ("\n\n", "holds no prompts"),

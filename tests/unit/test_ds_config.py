@@ -188,6 +188,8 @@ def test_sections_of_the_wrong_kind_are_one_line_naming_the_key(tmp_path, text, 
         ('"stag": 2', r"zero_optimization.stag: not a key DeepSpeed knows \(misspelled\? remove it\)"),
         ('"allgather_bucket_size": "big"', r'zero_optimization.allgather_bucket_size: Input should .* \(got "big"\)'),
         ('"overlap_comm": "maybe"', r"zero_optimization.overlap_comm: Input should be a valid boolean"),
+        # a deprecated key beside its replacement: DeepSpeed asserts, which passed every except on the way out
+        ('"cpu_offload": true, "offload_optimizer": {"device": "cpu"}', r"zero_optimization: .*cpu_offload"),
     ],
 )  # fmt: skip
 def test_what_deepspeed_would_refuse_in_zero_optimization_is_one_line_before_anything_runs(tmp_path, zero, message):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fake_gpu import fake_gpu_bin  # noqa: E402  (tests/unit/fake_gpu.py)
 
 from glm_grpo_ds.commands.cli import main
@@ -65,6 +66,18 @@ def test_a_reader_that_stops_early_is_no_failure_of_the_command():
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert proc.returncode == 141 and proc.stderr == "", (buffered, proc.stderr)
+
+
+def test_a_broken_pipe_of_the_commands_own_is_its_error_as_it_came(monkeypatch):
+    """Only a closed stdout is the reader's doing: a socket's or a child process's broken pipe is raised."""
+    from glm_grpo_ds.commands import env
+
+    def broken(argv):
+        raise BrokenPipeError("a socket of its own")
+
+    monkeypatch.setattr(env, "main", broken)
+    with pytest.raises(BrokenPipeError, match="a socket of its own"):
+        main(["env"])
 
 
 def test_env_shows_the_nvidia_driver_next_to_torchs_cuda_build(monkeypatch, tmp_path, capsys):

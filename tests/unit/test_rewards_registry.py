@@ -345,3 +345,18 @@ def test_a_reward_that_returns_no_numbers_is_a_reward_error():
             reward_values("r", raw, 2)
     with pytest.raises(RewardError, match="reward r returned 1 values for 2 images"):
         reward_values("r", torch.tensor(0.5), 2)
+
+
+def test_a_training_runs_rewards_all_weighted_0_are_refused_and_a_configs_load_is_not():
+    """All weights 0: every advantage 0, loss and gradient 0 each step, and the run ended exit 0 having learnt from
+    no reward. Refused where a training run checks its rewards (startup, train --check), not where a config loads:
+    evaluate measures such rewards. One weight-0 reward beside another is logged only; a negative weight a penalty."""
+    from glm_grpo_ds.config import load_config
+    from glm_grpo_ds.rewards import RewardError, check_reward_specs
+
+    base = ["model.path=/m", "data.train_file=/d.jsonl"]
+    cfg = load_config(None, [*base, "rewards=[{name: pixel_mse, weight: 0}, {name: ssim, weight: 0}]"])
+    with pytest.raises(RewardError, match=r"^rewards: every weight is 0, so every advantage is 0 and the run learns"):
+        check_reward_specs(cfg.rewards)
+    check_reward_specs(load_config(None, [*base, "rewards=[{name: pixel_mse, weight: -0.5}]"]).rewards)
+    check_reward_specs(load_config(None, [*base, "rewards=[{name: pixel_mse}, {name: ssim, weight: 0}]"]).rewards)
