@@ -346,6 +346,14 @@ def test_train_sh_moves_off_a_taken_29500_and_keeps_a_given_master_port(tmp_path
     assert seen["argv"][seen["argv"].index("--master_port") + 1] == "31234" and "rendezvous" not in proc.stderr
 
 
+def test_a_job_hostfile_exported_for_every_job_names_each_jobs_own_file_with_percent_j(tmp_path):
+    """One JOB_HOSTFILE exported for every submission was one file that concurrent jobs overwrote (a job's launchers
+    could read another job's nodes); %j in it is the job id, as in sbatch's --output."""
+    proc, seen = run("launch/slurm.sbatch", tmp_path, ("srun", "scontrol"), **SLURM, JOB_HOSTFILE=f"{tmp_path}/hf.%j")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "hf.7").read_text() == "n1 slots=8\n" and seen["env"]["JOB_HOSTFILE"] == f"{tmp_path}/hf.7"
+
+
 def test_slurm_moves_off_its_jobs_port_when_another_job_on_its_first_node_holds_it(tmp_path):
     """20000 + job id % 10000 is shared by jobs 10000 apart, and a run of launch/train.sh on the node may hold it: the
     rendezvous died on EADDRINUSE. The batch shell runs on the rendezvous node: it checks there."""
