@@ -65,7 +65,16 @@ def load_table(source: str, local: Path, key: str, keys, split: str, split_key: 
             which = f"has no subset {subset!r}" if subset else "holds several subsets (configs)"
             raise DataError(f"{key} {source} {which}; set {subset_key} to one of {configs.group(1)}") from None
         reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-        raise DataError(f"{key} {source} cannot be read as a dataset ({type(cause).__name__}: {reason})") from None
+        kind = type(cause).__name__
+        if kind == "EmptyDataError":  # pandas' words for a CSV without even a header
+            raise DataError(f'{key} {source} is empty; add a header with a "{keys[0]}" column and rows') from None
+        if local.is_dir() and kind in ("EmptyDatasetError", "DataFilesNotFoundError"):
+            raise DataError(
+                f"{key} {source} is a folder without prompt files ({reason}); point {key} at a prompt file (.txt, "
+                ".jsonl, .json, .csv, .parquet), a folder laid out like a Hub dataset repo (data/train-*.parquet), or "
+                "a dataset saved with save_to_disk (docs/configuration.md#prompt-data)"
+            ) from None
+        raise DataError(f"{key} {source} cannot be read as a dataset ({kind}: {reason})") from None
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
             raise DataError(

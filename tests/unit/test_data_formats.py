@@ -209,6 +209,19 @@ def _several_configs(tmp):
     return tmp / "ds", r"^data.train_file ds holds several subsets \(configs\); set data.subset to one of \['a', 'b'\]$"
 
 
+def _folder_without_prompt_files(tmp):
+    """A folder holding only a README: datasets' own words named no fix (and in one version, task.toml files)."""
+    (tmp / "ds").mkdir()
+    (tmp / "ds" / "README.md").write_text("# notes\n")
+    return tmp / "ds", r"^data.train_file ds is a folder without prompt files \(.*\); point data.train_file at a prompt"
+
+
+def _empty_csv(tmp):
+    """pandas' `EmptyDataError: No columns to parse from file`, with no fix."""
+    (tmp / "p.csv").write_text("")
+    return tmp / "p.csv", r'^data.train_file p.csv is empty; add a header with a "prompt" column and rows$'
+
+
 def test_a_subset_picks_one_config_of_a_dataset_of_several(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path, _ = _several_configs(Path("."))
@@ -228,7 +241,7 @@ def test_a_subset_picks_one_config_of_a_dataset_of_several(tmp_path, monkeypatch
 @pytest.mark.parametrize(
     "case",
     [_empty_prompt, _null_prompt, _missing_column, _missing_target, _bad_image_bytes, _wrong_types, _empty, _unreadable]
-    + [_unknown_suffix, _several_configs],
+    + [_unknown_suffix, _several_configs, _folder_without_prompt_files, _empty_csv],
 )
 def test_errors_are_one_line_with_the_row(tmp_path, monkeypatch, case):
     monkeypatch.chdir(tmp_path)  # relative names, as a user writes them
