@@ -48,6 +48,7 @@ from .lifecycle.preempt import Interrupted, Stopped, StopSignals, exit_code, sig
 from .memory import oom
 from .model.source import RANDOM_NOTE
 from .monitoring.alarms import EXIT_ALARMS_FIRED, alarm_failure
+from .observability import stuck
 from .observability.closing import warn_at_the_end
 from .observability.metrics import (
     Progress,
@@ -374,13 +375,16 @@ def main(argv: list[str] | None = None) -> int:
         log.fatal(line, node_alone=not dist.initialized(), every_rank=training)
         dist.shutdown(agreed=False)
         return getattr(err, "exit_code", 2)  # 2: bad input; a write that met a full disk: 7 (lifecycle/disk_space.py)
-    except RuntimeError as err:  # out of GPU memory (or an error it caused); a collective whose peer ended
+    except RuntimeError as err:  # out of GPU memory (or an error it caused); a collective that timed out, lost a peer
+        step, ours = (None if trainer is None else trainer._current_step), cfg is not None and not args.debug
         starved = out_of_memory(err)
-        if starved is not None and cfg is not None and not args.debug:  # one line: where, the plan, what plans less
-            run, step = (None, None) if trainer is None else (trainer.run, trainer._current_step)
-            log.fatal(oom.train_line(starved, cfg, args.deepspeed, run, step), every_rank=True)
+        if starved is not None and ours:  # one line: where, the plan, what plans less
+            log.fatal(oom.train_line(starved, cfg, args.deepspeed, trainer and trainer.run, step), every_rank=True)
             dist.shutdown(agreed=False)
             return oom.EXIT_OOM
+        code = stuck.end_collective(err, cfg, dist.world_size(), step) if ours else None  # whom the ranks waited for
+        if code is not None:
+            return code
         if dist.peer_lost(err):  # that rank's line and status are the run's
             time.sleep(dist.PEER_GRACE_S)  # the launcher ends this rank once it sees the failed one's exit
         raise

@@ -248,6 +248,16 @@ def peer_lost(err: BaseException) -> bool:
     return any(isinstance(e, RuntimeError) and any(text in str(e) for text in _PEER_GONE) for e in chain(err))
 
 
+# What a collective raises when it waited dist_timeout_minutes for a rank that did not come (gloo's; NCCL's watchdog,
+# when it raises rather than ends the process)
+_TIMED_OUT = ("Timed out waiting", "Watchdog caught collective operation timeout")
+
+
+def timed_out(err: BaseException) -> BaseException | None:
+    """The error in ``err``'s chain that is a collective's timeout, or None."""
+    return next((e for e in chain(err) if isinstance(e, RuntimeError) and any(t in str(e) for t in _TIMED_OUT)), None)
+
+
 def shutdown(agreed: bool = True) -> None:
     """Destroy the process group before the interpreter exits. Without it gloo's worker threads
     can abort a finished rank during interpreter teardown ("terminate called without an active
