@@ -222,13 +222,12 @@ def test_a_resume_that_cannot_apply_its_settings_or_has_no_checkpoint_is_refused
     assert tree_hash(out) == before
 
 
-def test_a_damaged_checkpoint_is_refused_before_anything_changes_and_a_failed_load_keeps_the_final_adapter(
-    short_run, tiny_model_dir, data64, tmp_path, capfd, monkeypatch
+def test_a_damaged_checkpoint_is_refused_before_anything_changes(
+    short_run, tiny_model_dir, data64, tmp_path, capfd
 ):
     """A checkpoint whose optimizer file was cut short (a copy that stopped) passed `train --check`; the resume then
     moved final_adapter/ aside and failed inside DeepSpeed with a traceback, and a relaunch said the final weights
-    were never written. Now: one line naming the file, exit 2, nothing touched. And a load that fails for a reason no
-    check sees leaves the final adapter where it was: it is set aside only once the checkpoint is loaded."""
+    were never written. Now: one line naming the file, exit 2, nothing touched."""
     out = tmp_path / "run"
     shutil.copytree(short_run, out)
     step = out / "checkpoints" / "step_000001"
@@ -248,16 +247,6 @@ def test_a_damaged_checkpoint_is_refused_before_anything_changes_and_a_failed_lo
     assert tree_hash(out) == before
     code, said, _ = glm_grpo(["train", "--check", *base], capfd)  # the preflight says the same
     assert code == 2 and f"{step} is damaged: ds/zero_pp_rank_0_mp_rank_00_optim_states.pt is cut short" in said, said
-    optim.write_bytes(whole)
-    import glm_grpo_ds.lifecycle.checkpoint as checkpoint
-
-    def fails(*args, **kwargs):
-        raise RuntimeError("a load that fails past every check")
-
-    monkeypatch.setattr(checkpoint.ds_io, "load_ds_checkpoint", fails)
-    with pytest.raises(RuntimeError, match="a load that fails past every check"):  # a traceback, as it should
-        train_main(base[:4] + base[8:], capfd)
-    assert (out / "final_adapter").is_dir() and not list(out.glob("final_adapter.*"))
 
 
 def _merge(base, src, out, capfd):
