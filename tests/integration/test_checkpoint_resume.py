@@ -222,9 +222,7 @@ def test_a_resume_that_cannot_apply_its_settings_or_has_no_checkpoint_is_refused
     assert tree_hash(out) == before
 
 
-def test_a_damaged_checkpoint_is_refused_before_anything_changes(
-    short_run, tiny_model_dir, data64, tmp_path, capfd
-):
+def test_a_damaged_checkpoint_is_refused_before_anything_changes(short_run, tiny_model_dir, data64, tmp_path, capfd):
     """A checkpoint whose optimizer file was cut short (a copy that stopped) passed `train --check`; the resume then
     moved final_adapter/ aside and failed inside DeepSpeed with a traceback, and a relaunch said the final weights
     were never written. Now: one line naming the file, exit 2, nothing touched."""
