@@ -48,6 +48,11 @@ WARN = "warn"  # a verdict that is reported, not failed: an alarm that fired
 VERDICT = {None: "INFO", WARN: "WARN", True: "PASS", False: "FAIL"}  # a check's result -> its printed word
 
 
+def _before_load_mb(rows: list[dict]) -> float:
+    """The process's size before the models loaded (a CPU run's baseline the plan leaves out), 0 when not measured."""
+    return max((r.get("memory/before_load_mb", 0.0) for r in rows), default=0.0)
+
+
 def phase_comparison(rows: list[dict], planned: dict) -> dict[str, dict]:
     """Per phase: the step whose ``memory/<phase>_peak_mb`` is highest against its plan (``measured_mb``,
     ``planned_mb``, ``ratio``, ``step``). The plan of a phase is memory_plan.json's persistent components + the
@@ -56,7 +61,7 @@ def phase_comparison(rows: list[dict], planned: dict) -> dict[str, dict]:
     creates (a one-step GPU check measures only those). Phases the rows do not hold are left out."""
     steady = phase_totals(planned)
     first = phase_totals(planned, first_step=True)
-    before = max((r.get("memory/before_load_mb", 0.0) for r in rows), default=0.0)
+    before = _before_load_mb(rows)
     out = {}
     for name in MEASURED_PHASES:
         key = f"memory/{name}_peak_mb"
@@ -210,7 +215,7 @@ def memory_results(rows: list[dict], plan: dict) -> list[tuple[str, bool | str |
         for name, c in phases.items()
     ]
     peak = max(r.get("peak_rss_mb", 0.0) for r in rows)
-    planned += max((r.get("memory/before_load_mb", 0.0) for r in rows), default=0.0)  # as each phase's, on a CPU
+    planned += _before_load_mb(rows)  # as each phase's, on a CPU
     each.append(f"whole run {peak / 1024:.2f} / {planned / 1024:.2f} GiB ({peak / planned:.0%})")
     detail = (
         f"peak vs planner, measured / planned: {', '.join(each)}; a CPU's resident set holds the interpreter and "

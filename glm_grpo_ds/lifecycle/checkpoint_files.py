@@ -60,17 +60,23 @@ def _whole(file: Path) -> bool:
         return False
 
 
+def _checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every ``step_N`` folder in ``folder`` that holds a trainer state."""
+    found = []
+    for path in folder.glob("step_*"):
+        suffix = path.name.split("_")[-1]
+        if suffix.isdigit() and (path / "trainer_state.json").is_file():
+            found.append((int(suffix), path))
+    return found
+
+
 def earlier_checkpoint(path: Path) -> Path | None:
     """The newest checkpoint beside ``path`` with a lower step and a trainer state (None: there is none)."""
     try:
         step = int(path.name.split("_")[-1])
     except ValueError:
         return None
-    found = []
-    for other in path.parent.glob("step_*"):
-        suffix = other.name.split("_")[-1]
-        if suffix.isdigit() and int(suffix) < step and (other / "trainer_state.json").is_file():
-            found.append((int(suffix), other))
+    found = [(n, other) for n, other in _checkpoints(path.parent) if n < step]
     return max(found)[1] if found else None
 
 
@@ -93,11 +99,10 @@ def stale_latest(pointer: Path, named: str) -> str:
     """The line refusing ``resume_from=latest`` when ``checkpoints/latest`` (``pointer``) is empty or names a checkpoint
     that is not there (edited, or copied without it), with the newest checkpoint that is."""
     what = "is empty" if not named else f"names {named}, which is not there"
-    found = [p for p in pointer.parent.glob("step_*") if (p / "trainer_state.json").is_file()]
-    found = [p for p in found if p.name.split("_")[-1].isdigit()]
+    found = _checkpoints(pointer.parent)
     if not found:
         return f"resume_from=latest: {pointer} {what}, and {pointer.parent} holds no checkpoint; nothing was changed"
-    newest = max(found, key=lambda p: int(p.name.split("_")[-1]))
+    newest = max(found)[1]
     return (
         f"resume_from=latest: {pointer} {what}; the newest checkpoint there is {newest.name}: resume_from={newest} "
         "goes on from it; nothing was changed"
