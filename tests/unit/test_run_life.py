@@ -128,6 +128,29 @@ def test_a_run_stopped_at_its_last_step_without_its_final_weights_resumes_to_wri
     assert "is the run's last step (10) but its final weights were not written" in caplog.text
 
 
+class _NoState:
+    """An engine whose load finds no DeepSpeed state (what DeepSpeed's load_checkpoint returns for files it cannot
+    read): the load fails after every check before it passed."""
+
+    def load_checkpoint(self, *args, **kwargs):
+        return None, None
+
+
+def test_final_weights_are_set_aside_only_once_the_checkpoint_has_loaded(tmp_path):
+    """A resume that failed in DeepSpeed's load had already moved final_adapter/ aside; the relaunch then said the
+    run's final weights had never been written. Set aside after the load, they stay where they were."""
+    from glm_grpo_ds.lifecycle.run import RunLife
+
+    path = _checkpoint(tmp_path, 3, world=1, stage=2)
+    (tmp_path / "final_adapter").mkdir()
+    (tmp_path / "final_adapter" / "training_state.json").write_text('{"step": 3}\n')
+    start = decide_start(tmp_path, path, _cfg(max_steps=6), 1, 2, DATA, 0)
+    life = RunLife(_cfg(max_steps=6), tmp_path, start, 0, 1, 2, DATA, publisher=None, later=None)
+    with pytest.raises(FileNotFoundError, match="no DeepSpeed state"):
+        life.restore(_NoState(), prompt_order=None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "final_adapter"]
+
+
 def test_a_signal_during_the_last_step_lets_the_run_write_its_final_weights(tmp_path):
     """SIGTERM near a job's time limit, in the last step: the stop saved a checkpoint at max_steps and exited 143
     instead of writing final_adapter/ (which the resume then never wrote)."""
