@@ -70,36 +70,25 @@ def read_ds_config(path: str | os.PathLike) -> dict:
     p = Path(path)
     if not p.exists():
         raise DeepSpeedConfigError(f"DeepSpeed config {p} does not exist; pick one of ds_configs/*.json")
+    # DeepSpeed's own hook: it refuses a key given twice when it reads a file itself; it is handed this dict instead,
+    # where a second "stage" silently won
+    from deepspeed.runtime.config_utils import dict_raise_error_on_duplicate_keys
+
     try:
-        data = json.loads(p.read_text(encoding="utf-8"), object_pairs_hook=_no_repeats)
-    except _RepeatedKey as err:
-        raise DeepSpeedConfigError(f"{p}: {err} (JSON keeps the last silently): keep one") from None
+        data = json.loads(p.read_text(encoding="utf-8"), object_pairs_hook=dict_raise_error_on_duplicate_keys)
     except json.JSONDecodeError as err:
         raise DeepSpeedConfigError(
             f"{p} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
         ) from None
     except (OSError, UnicodeDecodeError) as err:  # a directory, no permission, not UTF-8
         raise DeepSpeedConfigError(f"DeepSpeed config {p} cannot be read ({type(err).__name__}: {err})") from None
+    except ValueError as err:  # the hook's "Duplicate keys in DeepSpeed config: ['stage']"
+        raise DeepSpeedConfigError(f"{p}: {err} (JSON keeps the last silently): keep one of each") from None
     if not isinstance(data, dict):
         raise DeepSpeedConfigError(f"{p} must hold a JSON object")
     _check_kinds(data, p)
     _check_zero_section(data, p)
     return data
-
-
-class _RepeatedKey(ValueError):
-    """A key given twice in one JSON object (the message names it)."""
-
-
-def _no_repeats(pairs: list[tuple[str, object]]) -> dict:
-    """``json.loads``' object hook refusing a repeated key, as DeepSpeed does when it reads a file itself (it is handed
-    this dict instead, and a second ``"stage"`` silently won)."""
-    seen = {}
-    for key, value in pairs:
-        if key in seen:
-            raise _RepeatedKey(f"the key {json.dumps(key)} appears twice in one object")
-        seen[key] = value
-    return seen
 
 
 def _check_zero_section(data: dict, p: Path) -> None:
