@@ -176,8 +176,17 @@ def run(a) -> dict | None:
     check_device(cfg.decoder, device, resolve_dtype(cfg.decoder.dtype, on_gpu=device.type == "cuda"))  # before loads
     rows, mine, prompts_name = read_rows(a, cfg, prompt_source, rank, world, local_rank)
     m = cfg.model
+    flags = ("--model" if a.model is not None else "model.path", "model.revision")  # the one the user gave
     loaded = load_for_sampling(
-        m.path, m.revision, m.dtype, m.attn_implementation, cfg.grpo.sampling, device, adapters, m.trust_remote_code
+        m.path,
+        m.revision,
+        m.dtype,
+        m.attn_implementation,
+        cfg.grpo.sampling,
+        device,
+        adapters,
+        m.trust_remote_code,
+        flags,
     )
     names = [BASE, *loaded.adapter_names]
     reward_fn = build_rewards(cfg.rewards)

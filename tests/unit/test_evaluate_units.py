@@ -187,6 +187,17 @@ def test_a_missing_adapter_is_one_line_saying_it_does_not_exist(tmp_path, capfd)
     )
 
 
+@pytest.mark.parametrize("given", ["--model", "model.path="])
+def test_a_model_that_is_not_there_is_named_by_the_option_that_gave_it(given, tmp_path, capfd):
+    (tmp_path / "p.txt").write_text("a red cube\n")
+    model = str(tmp_path / "nope")
+    chosen = ["--model", model] if given == "--model" else [f"model.path={model}"]
+    assert evaluate.main(["--prompts", str(tmp_path / "p.txt"), "--rewards", "pixel_mse", *chosen]) == 2
+    err = capfd.readouterr().err.splitlines()
+    name = "--model" if given == "--model" else "model.path"
+    assert err[-1].startswith(f"glm-grpo evaluate: {name} {model} is not a GLM-Image pipeline directory"), err
+
+
 def test_the_start_line_says_what_is_coming():
     cfg = load_config(
         None, ["model.path=m", "data.train_file=t", "rewards=[{name: ssim}, {name: ocr}]", "rollout.height=512"]
