@@ -44,6 +44,10 @@ def load_table(source: str, local: Path, key: str, keys, split: str, split_key: 
 
     if quiet:
         datasets.disable_progress_bars()
+    # datasets logs a file it cannot read at ERROR, then raises: the line below names the file, the key and the
+    # reason once; its own log printed the reason twice before it
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:
         if local.is_file():
             # only an empty cell is missing: pandas' defaults also read NA, None, null, nan, N/A as missing, which
@@ -75,6 +79,8 @@ def load_table(source: str, local: Path, key: str, keys, split: str, split_key: 
                 "a dataset saved with save_to_disk (docs/configuration.md#prompt-data)"
             ) from None
         raise DataError(f"{key} {source} cannot be read as a dataset ({kind}: {reason})") from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
             raise DataError(

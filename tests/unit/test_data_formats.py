@@ -4,6 +4,7 @@ reward targets, the one-line errors, and the lazily read rows and sampler."""
 
 import hashlib
 import json
+import logging
 import os
 import random
 import subprocess
@@ -246,9 +247,25 @@ def test_a_subset_picks_one_config_of_a_dataset_of_several(tmp_path, monkeypatch
 def test_errors_are_one_line_with_the_row(tmp_path, monkeypatch, case):
     monkeypatch.chdir(tmp_path)  # relative names, as a user writes them
     path, message = case(Path("."))
-    with pytest.raises(DataError, match=message) as err:
-        load_prompts(str(path))
+    logged = _Records()  # what datasets' own loggers print (its handler, and ours through propagation)
+    logging.getLogger("datasets").addHandler(logged)
+    try:
+        with pytest.raises(DataError, match=message) as err:
+            load_prompts(str(path))
+    finally:
+        logging.getLogger("datasets").removeHandler(logged)
     assert "\n" not in str(err.value)
+    # the line is the whole message: datasets' own ERROR log of an unreadable parquet said its reason twice before it
+    assert [r.getMessage() for r in logged.records if r.levelno >= logging.ERROR] == []
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
 
 
 def test_eval_has_its_own_split_and_revision(tmp_path, ref):
