@@ -69,6 +69,9 @@ class Report:
     def add(self, kind: str, text: str) -> None:
         self.lines.append((kind, text))
 
+    def failed_on(self, prefix: str) -> bool:
+        return any(kind == "FAIL" and text.startswith(prefix) for kind, text in self.lines)
+
     @property
     def failed(self) -> int:
         return sum(kind == "FAIL" for kind, _ in self.lines)
@@ -263,6 +266,8 @@ def _disk(cfg, disk: dict, report: Report) -> None:
     """What the run writes to ``output_dir`` (memory/disk.py) against its file system's free space, less what its
     checkpoints hold already (a resume's): FAIL when not even one checkpoint and the final weights fit (the run
     could save nothing), a note when the run's most at once does not (it would stop at a later checkpoint)."""
+    if report.failed_on(f"output_dir {cfg.output_dir} "):  # not a folder it can write: no file system to weigh
+        return
     free, need = disk_space.run_room(Path(cfg.output_dir), disk["run_bytes"])
     line, has = disk_space.disk_line(disk), f"its file system has {disk_space.size_text(free)} free"
     if free < disk_space.least_room(disk):

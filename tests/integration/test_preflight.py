@@ -6,7 +6,9 @@ the fastest shipped stage that does; a checkpoint of another cluster shape is pl
 written. Run in this process (tests/in_process.py)."""
 
 import json
+import os
 
+import pytest
 from in_process import glm_grpo  # noqa: E402  (tests/in_process.py)
 from launching import CONFIG, FAST  # noqa: E402  (tests/integration/launching.py)
 from run_files import tree_hash, write_ds_files  # noqa: E402  (tests/run_files.py)
@@ -49,6 +51,19 @@ def test_a_disk_without_room_for_one_checkpoint_is_refused(tiny_model_dir, tiny_
     (fail,) = _fails(lines)
     assert fail.startswith("output_dir disk: a checkpoint ~"), fail
     assert fail.endswith("its file system has 1.0 MiB free: free space there"), fail
+
+
+def test_an_output_dir_that_cannot_be_created_is_one_fail_not_also_a_disk_without_room(
+    tiny_model_dir, tiny_data, capfd
+):
+    """output_dir under /sys (a file system no one writes, 0 bytes free): the line that it cannot be created, not also
+    one that the nearest folder above it has no room."""
+    if not os.path.ismount("/sys"):
+        pytest.skip("no sysfs mounted at /sys here")
+    code, lines, _ = _check(tiny_model_dir, tiny_data, "/sys/glm_grpo_run", capfd)
+    assert code == 2, lines
+    (fail,) = _fails(lines)
+    assert fail.startswith("output_dir /sys/glm_grpo_run cannot be created in /sys ("), fail
 
 
 def test_every_first_day_mistake_in_one_pass(tiny_model_dir, tmp_path, capfd):
