@@ -82,14 +82,15 @@ class Report:
         return EXIT_OVER_BUDGET if self.over_budget and self.failed == 1 else EXIT_BAD_INPUT
 
 
-def _checked(report: Report, what: str, check) -> object:
-    """``check()``'s result (its ``ok`` line is the caller's), or None with a FAIL line naming ``what``."""
+def _checked(report: Report, what: str, check, named_by: tuple[str, ...] = ()) -> object:
+    """``check()``'s result (its ``ok`` line is the caller's), or None with a FAIL line naming ``what`` (unless the
+    error starts with it or with one of ``named_by``, other names of the same thing)."""
     try:
         return check()
     except CHECK_ERRORS as err:
         text = " ".join(str(err).split("\n")) or type(err).__name__
         if not any(text in seen for kind, seen in report.lines if kind == "FAIL"):  # e.g. the plan's own check
-            report.add("FAIL", text if text.startswith(what) else f"{what}: {text}")
+            report.add("FAIL", text if text.startswith((what, *named_by)) else f"{what}: {text}")
         return None
 
 
@@ -201,7 +202,7 @@ def _model(cfg, sources: dict, report: Report) -> dict | None:
 def _deepspeed(cfg, ds_path: str, est: EstimateConfig, text: dict | None, report: Report) -> dict | None:
     """The DeepSpeed config read and filled for this world size, as the ranks will (its contradictions with the
     training config refused). The raw config, or None."""
-    raw = _checked(report, f"DeepSpeed config {ds_path}", lambda: read_ds_config(ds_path))
+    raw = _checked(report, f"DeepSpeed config {ds_path}", lambda: read_ds_config(ds_path), (str(ds_path),))
     if raw is None:
         return None
     hidden = (text or {}).get("hidden_size", 4096)

@@ -255,7 +255,7 @@ def fill_ds_config(
                 f'world size {world_size}); set it to "auto"'
             )
         filled[key] = values[key]
-    _set_defaults(filled, cfg, offload_opt)
+    _set_defaults(filled, cfg, offload_opt, source)
     return filled
 
 
@@ -331,7 +331,7 @@ def _fill_auto(filled: dict, values: dict, source: str) -> list[str]:
     return problems
 
 
-def _set_defaults(filled: dict, cfg, offload_opt: bool) -> None:
+def _set_defaults(filled: dict, cfg, offload_opt: bool, source: str) -> None:
     """What the trainer sets when the JSON does not: no step prints, no breakdown, ZeRO stage 0, and the
     optimizer: DeepSpeed's own CPU Adam runs an offloaded one, else ours (an untested one to DeepSpeed)."""
     filled.setdefault("steps_per_print", 10**9)
@@ -345,6 +345,15 @@ def _set_defaults(filled: dict, cfg, offload_opt: bool) -> None:
             "params": {"lr": o.lr, "betas": list(o.betas), "eps": o.eps, "weight_decay": o.weight_decay},
         }
     else:
+        # DeepSpeed asserts inside initialize when ZeRO meets an optimizer outside its tested list (bitsandbytes')
+        # and this key is false: a traceback after the job queued, which the check and the start refuse in one line
+        untested = cfg.optimizer.name != "adamw" and zero_stage(filled) > 0
+        if untested and filled.get("zero_allow_untested_optimizer", True) is not True:
+            raise DeepSpeedConfigError(
+                f"{source}: zero_allow_untested_optimizer={json.dumps(filled['zero_allow_untested_optimizer'])} "
+                f"refuses optimizer.name={cfg.optimizer.name} (bitsandbytes', outside DeepSpeed's tested list) at "
+                "ZeRO; remove the key (the trainer sets it to true) or use optimizer.name=adamw"
+            )
         filled.setdefault("zero_allow_untested_optimizer", True)
 
 

@@ -41,6 +41,7 @@ def init_distributed(
     with run_log.prints_to_log("DeepSpeed"):
         import deepspeed
     run_log.adopt_library_loggers()
+    this_environments_extensions()  # before DeepSpeed builds an op: its CPU all-reduce, its CPU Adam
 
     local_rank = int(os.environ["LOCAL_RANK"])
     if on_gpu:
@@ -89,6 +90,27 @@ def this_environments_ninja():
             os.environ["PATH"] = before
 
 
+def this_environments_extensions() -> None:
+    """``TORCH_EXTENSIONS_DIR``, unless set, a folder of this environment's own under torch's default one
+    (~/.cache/torch_extensions/<environment>-<hash of its path, torch's and Python's version>), before DeepSpeed
+    builds an op (the CPU communication op, the offloaded optimizer's CPU Adam). torch's default serves every virtual
+    environment of a user, and an op built from another environment's sources is rebuilt (~40 s on 2 cores, under
+    a lock the other ranks wait on): two environments in turn rebuilt it at nearly every run. Inherited by the
+    processes this one starts."""
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return
+    import hashlib
+    import platform
+
+    from torch.utils.cpp_extension import get_default_build_root
+
+    prefix = os.path.realpath(sys.prefix)
+    key = hashlib.sha256(f"{prefix}\0{torch.__version__}\0{platform.python_version()}".encode()).hexdigest()[:10]
+    os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(
+        get_default_build_root(), f"{Path(prefix).name.lstrip('.')}-{key}"
+    )
+
+
 def cpu_comm_op_needs_build() -> bool:
     """Whether starting a CPU process group will first compile DeepSpeed's shared-memory all-reduce op
     (torch's JIT extension build, ~40 s on 2 cores): its library is missing from the extensions directory
@@ -97,6 +119,8 @@ def cpu_comm_op_needs_build() -> bool:
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
     from torch.utils.cpp_extension import _get_build_directory
+
+    this_environments_extensions()  # where the build goes (set before anything builds)
 
     builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
     if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):

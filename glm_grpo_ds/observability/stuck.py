@@ -24,8 +24,8 @@ from pathlib import Path
 
 from ..runtime.run_log import log_path
 
-_REPORT = re.compile(r"watchdog: rank (\d+) \(host ([^,]+), pid \d+\) has been in (.+?) for \d")
-_ENDED = re.compile(r"watchdog: rank (\d+): (.+?) ended after")
+_REPORT = re.compile(r"watchdog: rank \d+ \(host [^,]+, pid \d+\) has been in (.+?) for \d")
+_ENDED = re.compile(r"watchdog: rank \d+: .+? ended after")
 _TAIL = 256 * 1024  # bytes of each log read: its reports (with their stacks) are at its end
 
 
@@ -51,7 +51,7 @@ def read_logs(output_dir, world: int, now: float | None = None) -> dict[int, dic
         for line in text.splitlines():
             report = _REPORT.search(line)
             if report:
-                waiting = report.group(3)
+                waiting = report.group(1)
             elif _ENDED.search(line):
                 waiting = None
         logs[rank] = {"age": age, "waiting": waiting}

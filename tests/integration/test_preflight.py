@@ -227,6 +227,28 @@ def test_cpu_ranks_are_checked_as_they_run(tiny_model_dir, tiny_data, tmp_path, 
     assert "config: 1 node(s) x 8 CPU rank(s) = 8 ranks" in stdout and " GiB per CPU rank; host RAM" in stdout
 
 
+def test_a_deepspeed_json_deepspeed_would_refuse_is_one_fail_naming_the_file_once(
+    tiny_model_dir, tiny_data, tmp_path, capfd
+):
+    """zero_allow_untested_optimizer=false with bitsandbytes' optimizer passed the check, then DeepSpeed's initialize
+    asserted in a traceback; a key given twice was named "DeepSpeed config F: F: ..."."""
+    ds = json.loads((CONFIG.parents[2] / "ds_configs" / "zero2.json").read_text())
+    ds["zero_allow_untested_optimizer"] = False
+    (tmp_path / "strict.json").write_text(json.dumps(ds))
+    text = (CONFIG.parents[2] / "ds_configs" / "zero2.json").read_text()
+    (tmp_path / "twice.json").write_text(text.replace('"stage": 2,', '"stage": 2, "stage": 3,'))
+    for name, message in [
+        ("strict.json", "zero_allow_untested_optimizer=false refuses optimizer.name=adamw_8bit"),
+        ("twice.json", "Duplicate keys in DeepSpeed config: ['stage']"),
+    ]:
+        argv = ["train", "--check", "--config", str(CONFIG), "--deepspeed", str(tmp_path / name), "--device", "cpu"]
+        argv += [f"model.path={tiny_model_dir}", f"data.train_file={tiny_data}", f"output_dir={tmp_path / 'run'}"]
+        code, stdout, _ = glm_grpo([*argv, *FAST, "optimizer.name=adamw_8bit"], capfd)
+        assert code == 2, stdout
+        (fail,) = [line.strip()[len("FAIL") :].strip() for line in stdout.splitlines() if "FAIL" in line]
+        assert fail.startswith(f"{tmp_path / name}: {message}"), fail
+
+
 def test_the_eval_file_is_checked_as_the_ranks_check_it(tiny_model_dir, tiny_data, tmp_path, capfd):
     """The start refuses an eval.file whose rows lack what a reward needs (pixel_mse: target_image) or whose prompts
     hold ids the model has no embedding for; the check read the eval file and said the job would start."""

@@ -65,3 +65,28 @@ def test_the_op_builds_with_this_environments_ninja_whatever_path_says(monkeypat
     with this_environments_ninja():
         assert os.environ["PATH"] == str(venv_ninja.parent)
     assert "PATH" not in os.environ
+
+
+def test_each_environment_builds_its_ops_in_a_folder_of_its_own(monkeypatch, tmp_path):
+    """torch's default extensions folder serves every virtual environment of a user: an op built from another
+    environment's sources is rebuilt (~40 s on 2 cores, the other ranks waiting on its lock), so two environments
+    rebuilt it in turn at nearly every run (the suite's 1-step runs timed out at 300 s beside another environment's
+    runs). Unset, TORCH_EXTENSIONS_DIR becomes a folder of this environment's; a value the user set is kept."""
+    import sys
+
+    from torch.utils.cpp_extension import get_default_build_root
+
+    from glm_grpo_ds.ds.process_group import this_environments_extensions
+
+    folders = []
+    for prefix in (tmp_path / "a" / ".venv", tmp_path / "b" / ".venv", tmp_path / "a" / ".venv"):
+        monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+        monkeypatch.setattr(sys, "prefix", str(prefix))
+        this_environments_extensions()
+        folders.append(os.environ["TORCH_EXTENSIONS_DIR"])
+    assert folders[0] == folders[2] != folders[1]  # one folder per environment, the same one each time
+    assert all(os.path.dirname(f) == get_default_build_root() for f in folders)
+    assert os.path.basename(folders[0]).startswith("venv-")  # named after it, not hidden
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "mine"))
+    this_environments_extensions()
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == str(tmp_path / "mine")

@@ -137,6 +137,17 @@ def test_8bit_optimizer_with_offload_is_a_clear_error():
     assert ds["optimizer"]["type"] == "AdamW"  # DeepSpeed's CPU Adam runs the offloaded optimizer
 
 
+def test_a_json_refusing_untested_optimizers_is_refused_with_a_bitsandbytes_optimizer_under_zero():
+    """DeepSpeed's initialize asserts on zero_allow_untested_optimizer=false with an optimizer outside its tested list
+    (bitsandbytes'), under ZeRO only: a traceback after the job queued, past `--check`."""
+    raw = {"zero_optimization": {"stage": 2}, "zero_allow_untested_optimizer": False}
+    with pytest.raises(DeepSpeedConfigError, match=r"^x.json: zero_allow_untested_optimizer=false refuses optimizer"):
+        fill_ds_config(raw, CFG, 1, 64, torch.float32, "x.json")
+    assert fill_ds_config(raw, _adamw(), 1, 64, torch.float32)["zero_allow_untested_optimizer"] is False  # tested
+    stage0 = {"zero_optimization": {"stage": 0}, "zero_allow_untested_optimizer": False}  # no ZeRO: no assert
+    assert fill_ds_config(stage0, CFG, 1, 64, torch.float32)["zero_allow_untested_optimizer"] is False
+
+
 @pytest.mark.parametrize("option", ["compile", "cuda_graph", "merge_lora", "fuse_lora"])
 def test_compiled_captured_or_merged_rollout_needs_the_gathered_rollout_under_zero3(option):
     base = ["model.path=/m", "data.train_file=/d.txt", "rewards=[{name: pixel_mse}]", f"rollout.{option}=true"]
