@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ..runtime.threads import cores_per_local_rank
-from .base import TEXT_TO_RENDER, glyph_texts, normalise_text, text_to_render
+from .base import TEXT_TO_RENDER, RewardError, glyph_texts, normalise_text, text_to_render
 from .model_files import check_installed
 
 
@@ -63,6 +63,9 @@ class OCRReward:
 
     @staticmethod
     def check_args(args: dict) -> None:
+        confidence = args.get("min_confidence", 0.5)
+        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
+            raise RewardError(f"reward ocr: min_confidence {confidence!r} must be a number in [0, 1] (default 0.5)")
         check_installed("ocr", "rapidocr_onnxruntime", "rapidfuzz", extra="ocr")
 
     def __init__(self, case_sensitive: bool = False, min_confidence: float = 0.5):

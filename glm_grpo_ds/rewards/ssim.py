@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import torch
 
-from .base import TARGET_IMAGE, stack_targets
+from .base import TARGET_IMAGE, RewardError, stack_targets
 
 
 class SSIMReward:
     needs = TARGET_IMAGE  # undefined (NaN) for samples without it
+
+    @staticmethod
+    def check_args(args: dict) -> None:
+        """Values torchmetrics refuses at the first score, where every sample's reward was undefined (NaN) and the
+        run skipped its updates until it stopped: refused before the job queues."""
+        kernel, sigma = args.get("kernel_size", 11), args.get("sigma", 1.5)
+        if isinstance(kernel, bool) or not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0:
+            raise RewardError(f"reward ssim: kernel_size {kernel!r} must be an odd whole number >= 1 (default 11)")
+        if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0:
+            raise RewardError(f"reward ssim: sigma {sigma!r} must be a number > 0 (default 1.5)")
 
     def __init__(self, kernel_size: int = 11, sigma: float = 1.5):
         self.kernel_size, self.sigma = kernel_size, sigma

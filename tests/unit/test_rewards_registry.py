@@ -360,3 +360,31 @@ def test_a_training_runs_rewards_all_weighted_0_are_refused_and_a_configs_load_i
         check_reward_specs(cfg.rewards)
     check_reward_specs(load_config(None, [*base, "rewards=[{name: pixel_mse, weight: -0.5}]"]).rewards)
     check_reward_specs(load_config(None, [*base, "rewards=[{name: pixel_mse}, {name: ssim, weight: 0}]"]).rewards)
+
+
+@pytest.mark.parametrize("args", [{"kernel_size": 4}, {"kernel_size": 0}, {"kernel_size": -3}, {"sigma": 0}])
+def test_ssim_values_torchmetrics_refuses_are_refused_before_the_job_queues(args, tmp_path):
+    """kernel_size=4 passed `train --check`; at the first score torchmetrics raised, every sample's reward was NaN and
+    the run skipped its updates (exit 0 with final weights of nothing learned, or a stop 3 skips later)."""
+    from glm_grpo_ds.rewards.registry import RewardError, check_reward_args
+    from glm_grpo_ds.rewards.ssim import SSIMReward
+
+    with pytest.raises(RewardError, match=r"^reward ssim: (kernel_size|sigma) .* must be"):
+        check_reward_args("ssim", args)
+    from PIL import Image
+
+    images = torch.rand(2, 3, 32, 32)
+    Image.new("RGB", (32, 32), (200, 40, 40)).save(tmp_path / "t.png")
+    samples = [{"target_image": str(tmp_path / "t.png")} for _ in range(2)]
+    with pytest.raises(ValueError):  # what the check spares the run: torchmetrics refuses the same values
+        SSIMReward(**args)(images, ["a", "b"], samples)
+    check_reward_args("ssim", {"kernel_size": 3, "sigma": 0.5})  # what it takes: scored
+    assert SSIMReward(kernel_size=3, sigma=0.5)(images, ["a", "b"], samples).isfinite().all()
+
+
+@pytest.mark.parametrize("confidence", [-0.1, 1.5, "high"])
+def test_an_ocr_confidence_outside_0_1_is_refused(confidence):
+    from glm_grpo_ds.rewards.registry import RewardError, check_reward_args
+
+    with pytest.raises(RewardError, match=r"^reward ocr: min_confidence .* must be a number in \[0, 1\]"):
+        check_reward_args("ocr", {"min_confidence": confidence})
