@@ -101,10 +101,35 @@ def find_adapter(path: str | os.PathLike, flag: str = "--adapter") -> Path:
         )
     for candidate in (p, p / "adapter", p / "final_adapter"):
         if (candidate / ADAPTER_CONFIG).is_file():
+            _check_readable(candidate, flag)
             return candidate
     raise FileNotFoundError(
         f"{flag} {p} holds no peft adapter ({ADAPTER_CONFIG}); pass a run's final_adapter/ directory"
     )
+
+
+def _check_readable(adapter: Path, flag: str) -> None:
+    """One line (ConfigError) naming the file when ``adapter``'s config is not a JSON object or its weights are cut
+    short (a copy that stopped): safetensors' own error was a traceback, json's named no file."""
+    where = f"{flag} {adapter}"
+    try:
+        saved = json.loads((adapter / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{where}: {ADAPTER_CONFIG} is not valid JSON ({getattr(err, 'msg', err)})") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{where}: {ADAPTER_CONFIG} holds no JSON object; give an adapter saved by peft")
+    weights = adapter / ADAPTER_WEIGHTS
+    if weights.is_file():
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(weights), framework="pt"):  # reads the header and checks the file covers it
+                pass
+        except SafetensorError as err:
+            raise ConfigError(
+                f"{where}: {ADAPTER_WEIGHTS} cannot be read ({err}): it is cut short or not a safetensors file; "
+                "copy it again from where it came"
+            ) from None
 
 
 def _target_names(target_modules) -> str:
@@ -125,12 +150,7 @@ def check_init_adapter(lora) -> Path | None:
     where = f"lora.init_from {adapter}"
     if not (adapter / ADAPTER_WEIGHTS).is_file():
         raise FileNotFoundError(f"{where} has no {ADAPTER_WEIGHTS}; give an adapter saved by peft (safetensors)")
-    try:
-        saved = json.loads((adapter / ADAPTER_CONFIG).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{where}: {ADAPTER_CONFIG} is not valid JSON ({getattr(err, 'msg', err)})") from None
-    if not isinstance(saved, dict):
-        raise ConfigError(f"{where}: {ADAPTER_CONFIG} holds no JSON object; give an adapter saved by peft")
+    saved = json.loads((adapter / ADAPTER_CONFIG).read_text(encoding="utf-8"))  # a JSON object: find_adapter
     for key, value in PLAIN_LORA.items():
         if saved.get(key, value) != value:
             raise ConfigError(

@@ -54,6 +54,12 @@ def test_init_from_must_match_the_lora_section(adapter, tmp_path):
         (dora / "adapter_config.json").write_bytes(text)  # an AttributeError / UnicodeDecodeError traceback before
         with pytest.raises(ConfigError, match=rf"^lora.init_from .*dora: adapter_config.json {message}"):
             check_init_adapter(LoraConfig(r=4, alpha=8, init_from=str(dora)))
+    # weights cut short (a copy that stopped): safetensors' traceback in merge, render and evaluate before
+    (dora / "adapter_config.json").write_text(json.dumps(saved))
+    whole = (adapter / "adapter_model.safetensors").read_bytes()
+    (dora / "adapter_model.safetensors").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ConfigError, match=r"^--adapter .*dora: adapter_model.safetensors cannot be read \(.*\): it is"):
+        find_adapter(dora)
     with pytest.raises(FileNotFoundError, match=r"^lora.init_from .*nope does not exist; give a run's final_adapter/"):
         check_init_adapter(LoraConfig(init_from=str(tmp_path / "nope")))
     with pytest.raises(FileNotFoundError, match=r"^lora.init_from .* holds no peft adapter \(adapter_config.json\)"):

@@ -154,3 +154,52 @@ def test_the_adapter_cards_loading_code_gives_the_trained_policy_in_bf16(tiny_mo
     processor = load_processor(tiny_model_dir)
     card_ar = scope["pipe"].vision_language_encoder
     assert torch.equal(_logits(card_ar.eval(), processor), _logits(trained, processor))
+
+
+def test_what_merge_cannot_use_or_write_is_one_line_before_the_model_loads_and_leaves_nothing(
+    tiny_model_dir, adapter, short_run, small_disk, tmp_path, capfd
+):
+    """Found by an audit, each a traceback (and a partial OUT.tmp on the full disk) after the base model had loaded
+    (~41 GB at GLM-Image's size), or a silent pipeline that could not generate."""
+    import json
+    import shutil
+
+    merge = ["merge", "--base", tiny_model_dir]
+    (tmp_path / "a_file").write_text("")
+    bad = {}
+    code, _, bad["under a file"] = glm_grpo([*merge, "--adapter", adapter, "--out", tmp_path / "a_file" / "m"], capfd)
+    assert code == 2 and bad["under a file"].startswith(f"glm-grpo merge: --out {tmp_path / 'a_file' / 'm'} cannot be")
+    no_room = [*merge, "--adapter", adapter, "--out", small_disk / "m", "--dtype", "fp32"]  # ~1.2 MiB
+    code, _, bad["no room"] = glm_grpo(no_room, capfd)
+    assert code == 2 and " and its file system has 1.0 MiB free; free space there" in bad["no room"]
+    # a full fine-tuning's AR of another vocabulary in this base's place (the pipeline's first image: IndexError)
+    other = tmp_path / "run_full" / "final_model"
+    shutil.copytree(tiny_model_dir / "vision_language_encoder", other)
+    config = json.loads((other / "config.json").read_text())
+    config["text_config"]["vocab_size"] += 18
+    (other / "config.json").write_text(json.dumps(config))
+    code, _, bad["another base"] = glm_grpo([*merge, "--adapter", other.parent, "--out", tmp_path / "m"], capfd)
+    assert (
+        code == 2
+        and f"{other} does not fit --base {tiny_model_dir}: its text_config.vocab_size is" in bad["another base"]
+    )
+    # a checkpoint without its adapter export, its optimizer file cut short: read after the model loaded
+    ckpt = tmp_path / "step_000001"
+    shutil.copytree(short_run / "checkpoints" / "step_000001", ckpt)
+    shutil.rmtree(ckpt / "adapter")
+    optim = ckpt / "ds" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    optim.write_bytes(optim.read_bytes()[:1000])
+    code, _, bad["damaged"] = glm_grpo([*merge, "--adapter", ckpt, "--out", tmp_path / "m"], capfd)
+    assert (
+        code == 2 and f"{ckpt} is damaged: ds/zero_pp_rank_0_mp_rank_00_optim_states.pt is cut short" in bad["damaged"]
+    )
+    for what, err in bad.items():
+        assert err.count("\n") == 1 and "Traceback" not in err, (what, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "run_full", "small", "step_000001"]  # no m.tmp
+    assert list(small_disk.iterdir()) == []
+    # the run folder of a full fine-tuning merges its final_model/ (the base's own AR here: the pipeline is the base)
+    shutil.rmtree(other)
+    shutil.copytree(tiny_model_dir / "vision_language_encoder", other)
+    code, out, err = glm_grpo([*merge, "--adapter", other.parent, "--out", tmp_path / "m", "--dtype", "fp32"], capfd)
+    assert code == 0, err
+    assert (tmp_path / "m" / "vision_language_encoder" / "config.json").is_file()
