@@ -268,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     from ..observability.plot import PLOT_NAME, plot_training
 
     out = Path(args.output_dir)  # check_run found its metrics.jsonl: the reward and statistics' curves, drawn again
-    print(f"INFO  curves: {plot_training(out / 'metrics.jsonl', out / PLOT_NAME, out / 'eval.jsonl')}")
+    try:
+        print(f"INFO  curves: {plot_training(out / 'metrics.jsonl', out / PLOT_NAME, out / 'eval.jsonl')}")
+    except OSError as err:  # a run folder it may only read: the checks' verdict stands
+        print(f"INFO  curves: not drawn again ({err.strerror}: {err.filename}); `glm-grpo plot {out} --out PNG`")
     return 0 if all(p is not False for _, p, _ in results) else 1
 
 

@@ -21,7 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     if not metrics.is_file() or not metrics.stat().st_size:
         print(f"glm-grpo plot: {metrics} does not exist or is empty (no training step finished yet?)", file=sys.stderr)
         return 2
-    out = plot_training(metrics, args.out or run / PLOT_NAME, run / "eval.jsonl")
+    try:
+        out = plot_training(metrics, args.out or run / PLOT_NAME, run / "eval.jsonl")
+    except OSError as err:  # a read-only run folder, a --out in a folder that is not there
+        print(
+            f"glm-grpo plot: cannot write the curves ({err.strerror}: {err.filename}); give --out PNG", file=sys.stderr
+        )
+        return 2
     print(out)
     return 0
 

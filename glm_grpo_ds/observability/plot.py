@@ -103,10 +103,21 @@ def plot_training(metrics_path: str | Path, out_png: str | Path, eval_path: str 
     for a in axes:
         a.grid(alpha=0.3)
     fig.tight_layout()
-    out = Path(out_png)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    out = png_path(out_png)
+    try:
+        fig.savefig(out, dpi=100)
+    finally:
+        plt.close(fig)
     return out
+
+
+def png_path(out: str | Path) -> Path:
+    """Where a curve asked for at ``out`` is written: in it when it is a folder, with ``.png`` added when it has no
+    suffix (matplotlib adds it, and the path printed named a file that was not there)."""
+    out = Path(out)
+    if out.is_dir():
+        return out / PLOT_NAME
+    return out if out.suffix else out.with_name(out.name + ".png")
 
 
 def plot_training_or_warn(out: Path) -> None:
