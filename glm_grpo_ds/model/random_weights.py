@@ -1,7 +1,7 @@
 """GLM-Image with random weights, built in the process on the device: ``model.path=random:glm-image``.
 
     model.path=random:glm-image                           GLM-Image at its full real size (AR 40 + DiT 30 layers)
-    model.path=random:glm-image,ar_layers=8,dit_layers=2  the real widths with fewer layers
+    model.path=random:glm-image,ar_layers=8,dit_layers=2  the real widths with fewer layers (a 1-layer vision tower)
     model.path=random:tiny                                the embedded tiny test model's sizes (a CPU runs it)
     model.path=random:glm-image,seed=3                    other random weights (default seed 0)
 
@@ -34,8 +34,9 @@ import torch
 
 PREFIX = "random:"
 MARKER = "random_weights.json"  # in the configs directory: what was asked for (RandomSpec.record)
-FORMAT = 1  # of the configs directory; a directory of another format is written again
+FORMAT = 2  # of the configs directory; a directory of another format is written again (2: the real vision tower)
 KINDS = {"glm-image": (40, 30), "tiny": (2, 2)}  # name -> (AR layers, DiT layers) by default
+REAL_VISION_LAYERS = 40  # GLM-Image's vision tower (image-to-image only: its 1.1 B weights held, never run here)
 # each weighted component's seed offset from the spec's seed (as glm-grpo tiny-model's builders draw them)
 SEED_OFFSET = {"vision_language_encoder": 0, "text_encoder": 1, "transformer": 2, "vae": 3}
 _OPTION = re.compile(r"(ar_layers|dit_layers|seed)=(\d+)")
@@ -49,6 +50,12 @@ class RandomSpec:
     ar_layers: int
     dit_layers: int
     seed: int = 0
+
+    @property
+    def vision_layers(self) -> int:
+        """The vision tower's layers: the real 40 at GLM-Image's full size (``ar_layers`` 40), one in a slice."""
+        full = self.kind == "glm-image" and self.ar_layers == KINDS["glm-image"][0]
+        return REAL_VISION_LAYERS if full else 1
 
     @property
     def name(self) -> str:

@@ -29,7 +29,9 @@ def _components(spec) -> dict:
         if spec.kind == "glm-image":
             from .slice import build_slice_components
 
-            return build_slice_components(spec.ar_layers, spec.dit_layers)
+            # at its full size the real vision tower too (run for image-to-image only, but held in memory: 1.1 B
+            # parameters); a slice's has one layer
+            return build_slice_components(spec.ar_layers, spec.dit_layers, vision_layers=spec.vision_layers)
         from .tiny import build_tiny_components
 
         parts = build_tiny_components()

@@ -159,15 +159,16 @@ def source_configs(source: str, revision: str | None = None) -> dict:
     }
 
 
-def slice_ar_config(ar_layers: int, base=None):
-    """GLM-Image's AR config with ``ar_layers`` text layers and a 1-layer vision tower: transformers'
-    defaults (with the GLM-4 rotary) or ``base`` (a pipeline's own config, see :func:`source_configs`)."""
+def slice_ar_config(ar_layers: int, base=None, vision_layers: int = 1):
+    """GLM-Image's AR config with ``ar_layers`` text layers and a ``vision_layers``-layer vision tower (the real one
+    has 40, run for image-to-image only): transformers' defaults (with the GLM-4 rotary) or ``base`` (a pipeline's own
+    config, see :func:`source_configs`)."""
     from transformers import GlmImageConfig
 
     if base is not None:
         config = base.__class__.from_dict(base.to_dict())  # a copy: the caller's stays as read
         config.text_config.num_hidden_layers = ar_layers
-        config.vision_config.depth = 1
+        config.vision_config.depth = vision_layers
         return config
     pad = SPECIALS_START
     return GlmImageConfig(
@@ -179,7 +180,7 @@ def slice_ar_config(ar_layers: int, base=None):
             "eos_token_id": pad,
             "rope_parameters": dict(REAL_ROPE),
         },
-        vision_config={"depth": 1},
+        vision_config={"depth": vision_layers},
         image_token_id=IMAGE_TOKEN_ID,
         image_start_token_id=IMAGE_START_ID,
         image_end_token_id=IMAGE_END_ID,
@@ -197,24 +198,30 @@ def _default_dtype(dtype):
 
 
 def build_slice_components(
-    ar_layers: int = 1, dit_layers: int = 1, seed: int = 0, configs: dict | None = None, device: str | None = None
+    ar_layers: int = 1,
+    dit_layers: int = 1,
+    seed: int = 0,
+    configs: dict | None = None,
+    device: str | None = None,
+    vision_layers: int = 1,
 ) -> dict:
-    """All seven GlmImagePipeline components of the real-width slice, in bf16; ``configs``: a pipeline's
+    """All seven GlmImagePipeline components of the real-width slice, in bf16 (its vision tower of ``vision_layers``
+    layers); ``configs``: a pipeline's
     own (:func:`source_configs`) instead of the built-in ones. ``device``: where the weights are created and
     initialised (``cuda``: GLM-Image at its full size, 40 + 30 layers, in ~1 s instead of minutes on a CPU; the
     random weights then come from the device's generator, so they differ from a CPU build of the same seed;
     None: the default device, which a caller's ``with torch.device("meta")`` sets for a build without weights)."""
     with contextlib.nullcontext() if device is None else torch.device(device):
-        return _slice_components(ar_layers, dit_layers, seed, configs)
+        return _slice_components(ar_layers, dit_layers, seed, configs, vision_layers)
 
 
-def _slice_components(ar_layers: int, dit_layers: int, seed: int, configs: dict | None) -> dict:
+def _slice_components(ar_layers: int, dit_layers: int, seed: int, configs: dict | None, vision_layers: int) -> dict:
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
     from transformers import ByT5Tokenizer, GenerationConfig, GlmImageForConditionalGeneration, T5Config, T5EncoderModel
 
     bf16 = torch.bfloat16
     torch.manual_seed(seed)
-    ar_config = slice_ar_config(ar_layers, configs["ar"] if configs else None)
+    ar_config = slice_ar_config(ar_layers, configs["ar"] if configs else None, vision_layers)
     ar = GlmImageForConditionalGeneration._from_config(ar_config, dtype=bf16)
     ar.generation_config = GenerationConfig(
         do_sample=True,

@@ -143,3 +143,22 @@ def test_the_loaders_build_seeded_weights_and_leave_the_callers_streams_alone():
     assert len(dit.transformer_blocks) == 2 and dit.dtype == torch.float32
     glyph = load_component(root, "text_encoder", torch.bfloat16, torch.device("cpu"))
     assert glyph.dtype == torch.bfloat16 and not glyph.training
+
+
+def test_the_full_size_has_the_real_vision_tower_and_plans_as_the_real_model():
+    """random:glm-image built the slice's 1-layer vision tower: 9.01 B AR parameters where GLM-Image has 10.11 B, so
+    a cluster measured on it came out ~2 GiB per GPU short of the real model (an audit's estimate-memory)."""
+    from glm_grpo_ds.config import load_config
+    from glm_grpo_ds.memory.sizes import model_sizes
+
+    for name, depth in (("random:glm-image", 40), ("random:glm-image,ar_layers=2,dit_layers=1", 1)):
+        config = json.loads(
+            (resolve_model(materialize(name)).path / "vision_language_encoder" / "config.json").read_text()
+        )
+        assert config["vision_config"]["depth"] == depth, name
+    ours, real = (  # an uncached Hub id: the planner's built-in GLM-Image configs
+        model_sizes(load_config("launch/configs/gpu_check.yaml", [f"model.path={p}"]))
+        for p in ("random:glm-image", "zai-org/GLM-Image")
+    )
+    assert (sum(ours.ar_base), ours.decoder) == (sum(real.ar_base), real.decoder)
+    assert round(sum(ours.ar_base) / 1e9, 2) == 10.11
