@@ -57,6 +57,11 @@ def _cut_note(sampling, codebook_size: int | None) -> str:
     return " (the cut draws off-policy, by the policy mass it leaves out; top_k 0, top_p 1.0 draw on-policy)"
 
 
+def _ranks_on(device) -> str:
+    """Where the ranks run, said in the first line: a node without a usable GPU runs CPU ranks (gloo) unasked."""
+    return "GPU ranks, NCCL" if device.type == "cuda" else "CPU ranks, gloo"
+
+
 def print_startup_summary(
     cfg, model, ds_config, world, device, dtype, attn, out: Path, planned: dict, codebook_size: int | None = None
 ) -> None:
@@ -67,7 +72,7 @@ def print_startup_summary(
     c = cfg
     nodes = launcher_nodes()
     log.info(
-        f"glm-grpo: world size {world} ({nodes} node(s)), ZeRO stage {zero_stage(ds_config)}, "
+        f"glm-grpo: world size {world} ({nodes} node(s), {_ranks_on(device)}), ZeRO stage {zero_stage(ds_config)}, "
         f"{'LoRA r=' + str(c.lora.r) if c.lora else 'full fine-tuning'}, "
         f"trainable {trainable:,} / {total:,} params, "
         f"optimizer {c.optimizer.name}, dtype {dtype}, attention {attn}\n"

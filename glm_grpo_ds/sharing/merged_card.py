@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..model.glm_image import AR_DIR
 from ..observability.plot import PLOT_NAME
+from ..observability.records import read_run_record
 from .card_parts import (
     CARD,
     TAG,
@@ -47,24 +48,54 @@ def _is_lora(src: Path) -> bool:
     return state.is_file() and bool(json.loads(state.read_text(encoding="utf-8")).get("lora"))
 
 
+def _trained_render(src: Path) -> dict | None:
+    """The image size, decoder steps and guidance of the run that wrote ``src`` (its ``config.json`` up to three
+    folders above, or a checkpoint's trainer state), for the card's snippet; None (GLM-Image's own) when not found."""
+    state = src / "trainer_state.json"
+    cfg = json.loads(state.read_text(encoding="utf-8")).get("config") if state.is_file() else None
+    for folder in [] if cfg else [src, *src.resolve().parents[:3]]:
+        try:
+            record = read_run_record(folder, others_ok=True)
+        except ValueError:  # a run config cut off or edited: the snippet keeps GLM-Image's own settings
+            break
+        if record is not None:
+            cfg = record["train"]
+            break
+    if not cfg:
+        return None
+    rollout, decoder = cfg.get("rollout", {}), cfg.get("decoder", {})
+    keys = ("height", "width", "num_inference_steps", "guidance_scale")
+    values = (
+        rollout.get("height"),
+        rollout.get("width"),
+        decoder.get("num_inference_steps"),
+        decoder.get("guidance_scale"),
+    )
+    return dict(zip(keys, values)) if None not in values else None
+
+
 def merged_card(base, adapter_src, card_src: Path | None, dtype: str, out_dir):
     """The card of a merged pipeline: base + ``adapter_src`` (adapter or checkpoint directory);
     ``card_src``: the adapter's own card, whose results and training summary are carried over."""
     from huggingface_hub import ModelCard
 
     hub_id, revision = base_model_id(str(base))
+    lora = _is_lora(Path(adapter_src))
+    what = (
+        "a glm-grpo-ds GRPO adapter merged into the weights of" if lora else "the GRPO-fine-tuned weights in place of"
+    )
     body = [
-        "# GLM-Image + GRPO adapter (merged)",
+        "# GLM-Image + GRPO adapter (merged)" if lora else "# GLM-Image fine-tuned with GRPO",
         "",
-        "A complete `GlmImagePipeline`: the base pipeline with a glm-grpo-ds GRPO adapter merged into the weights "
-        f"of its autoregressive model (`{AR_DIR}`); every other component is the base model's, unchanged.",
+        f"A complete `GlmImagePipeline`: the base pipeline with {what} its autoregressive model (`{AR_DIR}`); every "
+        "other component is the base model's, unchanged.",
         "",
         *base_lines(str(base), hub_id, revision),
-        f"- adapter: `{adapter_src}`",
-        f"- merged weights dtype: {dtype}",
+        f"- {'adapter' if lora else 'fine-tuned weights'}: `{adapter_src}`",
+        f"- {'merged ' if lora else ''}weights dtype: {dtype}",
         "",
     ]
-    tags = [*TAGS, *(["lora"] if _is_lora(Path(adapter_src)) else []), "merged", TAG]
+    tags = [*TAGS, *(["lora"] if lora else []), "merged", TAG]
     if card_src is not None and is_ours(card_src):
         text = ModelCard.load(card_src).text
         for heading in ("Results", "Alarms", "Reward failures", "Training"):
@@ -75,7 +106,8 @@ def merged_card(base, adapter_src, card_src: Path | None, dtype: str, out_dir):
         body += ["The adapter's own card is not a glm-grpo-ds card; see it for its training.", ""]
     else:
         body += ["The adapter came without a card (a checkpoint consolidated from its DeepSpeed shards).", ""]
-    body += usage_lines("pipeline", hub_id or str(Path(base).resolve()), str(Path(out_dir).resolve()))
+    render = _trained_render(Path(adapter_src))
+    body += usage_lines("pipeline", hub_id or str(Path(base).resolve()), str(Path(out_dir).resolve()), render=render)
     return make_card(
         dict(
             base_model=hub_id,

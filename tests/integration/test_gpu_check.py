@@ -80,4 +80,5 @@ def test_gpu_check_script_with_two_ranks_runs_zero3_across_them(tiny_model_dir, 
     text = run_gpu_check(
         tmp_path / "check2", "--num-gpus", "2", str(tiny_model_dir), "max_steps=1", OMP_NUM_THREADS="1"
     )
-    assert "glm-grpo: world size 2 (1 node(s)), ZeRO stage 3" in text and "(collectives forced on)" not in text
+    assert "glm-grpo: world size 2 (1 node(s), CPU ranks, gloo), ZeRO stage 3" in text
+    assert "(collectives forced on)" not in text

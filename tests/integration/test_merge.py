@@ -202,4 +202,10 @@ def test_what_merge_cannot_use_or_write_is_one_line_before_the_model_loads_and_l
     shutil.copytree(tiny_model_dir / "vision_language_encoder", other)
     code, out, err = glm_grpo([*merge, "--adapter", other.parent, "--out", tmp_path / "m", "--dtype", "fp32"], capfd)
     assert code == 0, err
-    assert (tmp_path / "m" / "vision_language_encoder" / "config.json").is_file()
+    card = (tmp_path / "m" / "README.md").read_text()
+    assert card.split("\n---\n", 1)[1].lstrip().startswith("# GLM-Image fine-tuned with GRPO\n"), card
+    # a run's adapter: the card's snippet renders at the run's size and decode, not GLM-Image's 1024² and 30 steps
+    code, _, err = glm_grpo([*merge, "--adapter", short_run / "final_adapter", "--out", tmp_path / "m2"], capfd)
+    assert code == 0, err
+    card = (tmp_path / "m2" / "README.md").read_text()
+    assert "height=64, width=64, num_inference_steps=2," in card, card

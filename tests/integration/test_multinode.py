@@ -95,7 +95,7 @@ def test_two_nodes_on_loopback_end_with_the_same_weights(tiny_model_dir, data64,
             log.close()
     node0 = (tmp_path / "node0.log").read_text()
     assert codes == [0, 0], node0[-3000:] + (tmp_path / "node1.log").read_text()[-3000:]
-    assert "world size 2 (2 node(s)), ZeRO stage 3" in node0
+    assert "world size 2 (2 node(s), CPU ranks, gloo), ZeRO stage 3" in node0
     a = torch.load(out / "trainable_rank0.pt", weights_only=True)
     b = torch.load(out / "trainable_rank1.pt", weights_only=True)
     result = torch.load(out / "result.pt", weights_only=False)

@@ -649,3 +649,15 @@ def test_the_preflight_passes_a_good_setup_and_the_launcher_starts(tmp_path, tin
     argv = seen["argv"]
     assert argv[argv.index("--deepspeed") + 1] == "ds_configs/zero3.json" and argv[-len(overrides) :] == [*overrides]
     assert argv[: argv.index("--master_port")] == ["--num_gpus", "2"] and "resume_from=auto" in argv
+
+
+def test_merge_sh_refuses_words_it_would_drop(tmp_path):
+    """`bash launch/merge.sh BASE ADAPTER OUT fp32 --dtype bf16` merged at fp32, the flags dropped; now a usage line,
+    exit 2, and nothing called. Four words still reach `glm-grpo merge` as its flags."""
+    called = tmp_path / "called"
+    proc, _ = run("launch/merge.sh", tmp_path, ("glm-grpo",), ("b", "a", "o", "fp32", "--dtype", "bf16"))
+    assert proc.returncode == 2 and not called.exists()
+    assert "(got 6 arguments; glm-grpo merge takes the flags)" in proc.stderr
+    proc, _ = run("launch/merge.sh", tmp_path, ("glm-grpo",), ("b", "a", "o", "fp32"))
+    assert proc.returncode == 0, proc.stderr
+    assert called.read_text() == "glm-grpo merge --base b --adapter a --out o --dtype fp32\n"
