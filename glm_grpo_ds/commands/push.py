@@ -97,7 +97,7 @@ def push_run(output_dir, repo_id=None, private=None, revision=None, checkpoints=
     said = (hub.get("repo_id"), hub.get("revision"), hub.get("push_checkpoints", False))  # the run's own target
     elsewhere = (repo_id, revision, checkpoints) != said
     api = HfApi()
-    url = prepare_repo(api, repo_id, private, revision)  # first: a refused push leaves the local cards alone
+    url = prepare_repo(api, repo_id, private, revision, training=False)  # first: a refused push leaves the cards alone
     for folder, step, _ in jobs:
         _ensure_card(out, folder, step, target, elsewhere)
     failed = 0

@@ -68,11 +68,12 @@ def short_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
-def prepare_repo(api, repo_id: str, private: bool, revision: str | None) -> str:
-    """Create ``repo_id`` if missing and the branch ``revision``; the repo's URL. Raises HubError."""
+def prepare_repo(api, repo_id: str, private: bool, revision: str | None, training: bool = True) -> str:
+    """Create ``repo_id`` if missing and the branch ``revision``; the repo's URL. Raises HubError. ``training``: the
+    lines offer to train without uploading (``glm-grpo push`` has nothing to offer instead)."""
     from huggingface_hub import get_token
 
-    fix = "or set hub.repo_id=null to train without uploading"
+    fix = "or set hub.repo_id=null to train without uploading" if training else "then push again"
     if api.token is None and get_token() is None:
         raise HubError(
             f"hub.repo_id={repo_id} needs a Hugging Face token with write access: set HF_TOKEN or run "

@@ -319,6 +319,18 @@ def test_push_elsewhere_than_the_run_said_uploads_cards_that_point_there(tmp_pat
     assert len(err) == 1 and err[0].startswith(f"glm-grpo push: uploading {out / 'final_adapter'} to me/other failed")
 
 
+def test_push_without_a_token_says_what_push_can_do(tmp_path, hub_env, capsys, monkeypatch):
+    """It said "or set hub.repo_id=null to train without uploading", the training's way out, to a push."""
+    from glm_grpo_ds.commands.push import main as push_main
+
+    hub_env()
+    monkeypatch.delenv("HF_TOKEN")
+    out, _ = make_run(tmp_path)
+    assert push_main([str(out), "--repo-id", "me/other"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("(the token is never read from the config), then push again"), err
+
+
 def test_push_keeps_a_card_the_user_wrote_and_replaces_peft_s_template(tmp_path, hub_env, capsys):
     """final_adapter/README.md written by hand was replaced by push without a copy; peft's filled-in template (what
     save_pretrained leaves) is still replaced by a glm-grpo card."""
