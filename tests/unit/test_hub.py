@@ -425,7 +425,8 @@ def test_full_model_and_merged_cards(tmp_path):
     (tmp_path / "m1").mkdir()
     merged = ModelCard.load(write_merged_card(tmp_path / "m1", base, ckpt, "bf16"))
     assert merged.data.library_name == "diffusers" and merged.data.license == "mit" and "lora" not in merged.data.tags
-    assert "- merged weights dtype: bf16" in merged.text and "came without a card" in merged.text
+    assert "- weights dtype: bf16" in merged.text and "came without a card" in merged.text
+    assert merged.text.lstrip().startswith("# GLM-Image fine-tuned with GRPO\n")  # not "GRPO adapter (merged)"
     write_run_card(out, out / "final_adapter")
     (tmp_path / "m2").mkdir()
     merged = ModelCard.load(write_merged_card(tmp_path / "m2", base, out / "final_adapter", "fp32", tmp_path / "M"))
