@@ -117,9 +117,28 @@ def _zero_problem(error: dict) -> str:
     return f"{where}: {error['msg']}{got}"
 
 
+SILENT_SECTIONS = ("zero_optimization", "bf16", "fp16")  # ignored when misspelled: ZeRO-0, or another precision
+
+
+def _check_section_names(data: dict, p: Path) -> None:
+    """A top-level key that is a misspelling of a section DeepSpeed would then ignore (``"zero_optimisation"``: the run
+    trains at ZeRO-0, every parameter whole on every GPU, and runs out of memory after the job queued)."""
+    import difflib
+
+    for key in data:
+        if key not in SILENT_SECTIONS and key != "bfloat16":  # DeepSpeed's older name of bf16
+            close = difflib.get_close_matches(key, SILENT_SECTIONS, n=1, cutoff=0.8)
+            if close:
+                raise DeepSpeedConfigError(
+                    f'{p}: "{key}" is not a key DeepSpeed knows; did you mean "{close[0]}"? (DeepSpeed ignores keys '
+                    "it does not know: the section would not apply); rename it"
+                )
+
+
 def _check_kinds(data: dict, p: Path) -> None:
     """Sections that are objects, a ZeRO stage that is a number: DeepSpeed takes ``"stage": "3"`` as 3, our checks of
     what ZeRO-3 cannot run would compare the text with 3 and pass it."""
+    _check_section_names(data, p)
     for dotted in OBJECT_SECTIONS:
         *parents, last = dotted.split(".")
         node = data

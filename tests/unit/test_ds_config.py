@@ -248,3 +248,21 @@ def test_mini_batches_make_more_optimizer_steps_of_fewer_micro_batches():
     with pytest.raises(ConfigError, match=r"^batch.mini_batches=3 x batch.micro_batch_size=4 must divide the "
                        r"sequences per rank per step \(batch.prompts_per_rank x grpo.group_size = 16\)$"):  # fmt: skip
         load_config(None, [*base, "batch.mini_batches=3"])
+
+
+@pytest.mark.parametrize(
+    "key, meant", [("zero_optimisation", "zero_optimization"), ("bf_16", "bf16"), ("fp_16", "fp16")]
+)
+def test_a_misspelled_section_deepspeed_would_ignore_is_refused(tmp_path, key, meant):
+    """DeepSpeed ignores a top-level key it does not know: "zero_optimisation" without any "auto" in it trained at
+    ZeRO-0, the check's line saying ZeRO-0 among its ok lines. DeepSpeed's own names (bfloat16 too) still read."""
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({key: {"stage": 3} if "zero" in key else {"enabled": True}}))
+    with pytest.raises(
+        DeepSpeedConfigError, match=rf'^{path}: "{key}" is not a key DeepSpeed knows; did you mean "{meant}"'
+    ):
+        read_ds_config(path)
+    for name in ("zero1.json", "zero2.json", "zero3.json", "zero3_offload.json"):
+        read_ds_config(ROOT / "ds_configs" / name)
+    path.write_text(json.dumps({"bfloat16": {"enabled": True}, "fp16": {"enabled": False}}))
+    read_ds_config(path)
