@@ -90,9 +90,14 @@ def push_run(output_dir, repo_id=None, private=None, revision=None, checkpoints=
     if any((out / FINAL_ADAPTER_EMA).glob("*.safetensors")):  # lora.ema_decay's average, beside the adapter
         jobs.append((out / FINAL_ADAPTER_EMA, None, EMA_SUBFOLDER))
     if checkpoints:
-        jobs += [
-            (adapter, step, f"{CHECKPOINT_PREFIX}/{adapter.parent.name}") for step, adapter in _checkpoint_adapters(out)
-        ]
+        found = _checkpoint_adapters(out)
+        jobs += [(adapter, step, f"{CHECKPOINT_PREFIX}/{adapter.parent.name}") for step, adapter in found]
+        if not found:  # a full fine-tuning's checkpoints hold DeepSpeed shards only; or none were kept
+            print(
+                f"glm-grpo push: --checkpoints: no checkpoint in {out / 'checkpoints'} holds an adapter (a full "
+                "fine-tuning's hold DeepSpeed's shards only): uploading the final weights alone",
+                file=sys.stderr,
+            )
     target = dict(hub, repo_id=repo_id, revision=revision, push_checkpoints=checkpoints)
     said = (hub.get("repo_id"), hub.get("revision"), hub.get("push_checkpoints", False))  # the run's own target
     elsewhere = (repo_id, revision, checkpoints) != said

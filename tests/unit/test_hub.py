@@ -331,6 +331,26 @@ def test_push_without_a_token_says_what_push_can_do(tmp_path, hub_env, capsys, m
     assert len(err) == 1 and err[0].endswith("(the token is never read from the config), then push again"), err
 
 
+def test_push_checkpoints_with_none_to_upload_says_so(tmp_path, hub_env, capsys):
+    """A full fine-tuning's checkpoints hold DeepSpeed's shards only: `push --checkpoints` uploaded the final weights
+    alone, exit 0, and said nothing of the checkpoints asked for."""
+    import shutil
+
+    from glm_grpo_ds.commands.push import main as push_main
+
+    hub = hub_env()
+    out, _ = make_run(tmp_path)
+    shutil.rmtree(out / "checkpoints" / "step_000010" / "adapter")  # as a full fine-tuning's checkpoint
+    capsys.readouterr()
+    assert push_main([str(out), "--repo-id", "me/other", "--checkpoints"]) == 0
+    err = capsys.readouterr().err
+    assert err == (
+        f"glm-grpo push: --checkpoints: no checkpoint in {out / 'checkpoints'} holds an adapter (a full fine-tuning's "
+        "hold DeepSpeed's shards only): uploading the final weights alone\n"
+    )
+    assert not any(name.startswith("checkpoints/") for name in hub.files("me/other"))
+
+
 def test_push_keeps_a_card_the_user_wrote_and_replaces_peft_s_template(tmp_path, hub_env, capsys):
     """final_adapter/README.md written by hand was replaced by push without a copy; peft's filled-in template (what
     save_pretrained leaves) is still replaced by a glm-grpo card."""
