@@ -183,8 +183,7 @@ def format_plan(p: dict) -> str:
         f"  host RAM per node ({h['ranks']} ranks): steady {h['steady_bytes'] / GIB:.1f} GiB "
         f"(per rank: {per_rank or 'nothing counted'}), peak while loading {h['loading_peak_bytes'] / GIB:.1f} GiB "
         f"(+ per rank: {loading or 'nothing'}{rank0}){end}; ask for {h['request_bytes'] / GIB:.0f} GiB "
-        f"(SLURM --mem={h['request_bytes'] // GIB}G); plus up to {h['page_cache_bytes'] / GIB:.0f} GiB of page "
-        "cache for the weight files (shared, reclaimable)"
+        f"(SLURM --mem={h['request_bytes'] // GIB}G){_page_cache(h['page_cache_bytes'])}"
     )
     lines.append(f"  AR on the host while loading: {h['ar_whole_basis']}")
     lines.append(f"  disk in output_dir (glm_grpo_ds/memory/disk.py): {disk_line(p['disk'])}")
@@ -195,6 +194,13 @@ def format_plan(p: dict) -> str:
     lines.append("  ZeRO-3's bf16 gradient partition; their ZeRO-3 largest-layer term (4 bytes x largest layer) is the")
     lines.append("  transient zero3_update_gather here, and ZeRO-3's fp32 gradients are one sub_group_size at a time")
     return "\n".join(lines)
+
+
+def _page_cache(nbytes: int) -> str:
+    """The weight files' page cache beside the host request; none for a ``random:`` model, built from no file."""
+    if nbytes < GIB / 2:
+        return ""
+    return f"; plus up to {nbytes / GIB:.0f} GiB of page cache for the weight files (shared, reclaimable)"
 
 
 if __name__ == "__main__":

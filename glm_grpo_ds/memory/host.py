@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..ds.gathering import SHARD_BYTES
+from ..model.random_weights import is_random
 
 if TYPE_CHECKING:  # the plan's resolved run; basis.py does not import this module, the annotation needs no import
     from .basis import Basis
@@ -93,7 +94,9 @@ def host_per_node(s: Basis, offloaded: dict, merge_copy: int = 0) -> dict:
         "steady_bytes": steady,
         "loading_peak_bytes": peak,
         "writing_rank0_bytes": writing,
-        "page_cache_bytes": (sum(sizes.ar_base) + sizes.decoder) * b + sum(r.mapped for r in rewards),
+        # a random: model's weights are built in memory, from no file
+        "page_cache_bytes": (0 if is_random(s.cfg.model.path) else (sum(sizes.ar_base) + sizes.decoder) * b)
+        + sum(r.mapped for r in rewards),
         "request_bytes": request,
     }
 

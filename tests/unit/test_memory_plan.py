@@ -196,6 +196,9 @@ def test_host_ram_per_node_by_hand():
     assert h["steady_bytes"] == 4 * rank and h["loading_peak_bytes"] == 4 * rank + 4 * 1000 * 4 + 4000 * 4
     assert h["request_bytes"] == 32 * GIB  # 16 GiB x 1.25 rounded up to 16 GiB steps
     assert h["page_cache_bytes"] == (5010 + 500) * 2
+    # a random: model is built in memory from no file: no page cache of weight files (said as 34 GiB before)
+    random = cfg("optimizer.name=adamw", "decoder.offload=true", "decoder.dtype=bf16", "model.path=random:tiny")
+    assert plan(random, offload, EstimateConfig(num_gpus=4), s)["host_node"]["page_cache_bytes"] == 0
     from glm_grpo_ds.commands.estimate_memory import format_plan
 
     assert "host RAM per node (4 ranks): steady 16.0 GiB" in format_plan(p) and "--mem=32G" in format_plan(p)
