@@ -32,7 +32,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..lifecycle.disk_space import size_text
+from ..lifecycle.disk_space import free_bytes, size_text, tree_bytes
 from ..model.adapters import check_adapters, find_adapter
 from ..model.glm_image import AR_DIR, DTYPES, read_ar_config
 from ..model.policy import is_ar_dir, load_ar
@@ -83,19 +83,19 @@ def _from_checkpoint(model, ckpt: Path, state: dict):
 
 
 def _checked_source(src: Path) -> tuple[Path, dict | None, bool]:
-    """``(what to merge, its checkpoint's trainer state or None, whether it is a full fine-tuning's AR)``: a run
-    folder of a full fine-tuning means its ``final_model/``; a checkpoint without its adapter export must be whole
-    (its shards are read after the base model loads)."""
+    """``(what to merge, the trainer state of a checkpoint whose shards are read, whether it is a full fine-tuning's
+    AR)``: a run folder of a full fine-tuning means its ``final_model/``; a checkpoint with its adapter export is
+    merged as an adapter (no state), one without must be whole (its shards are read after the base model loads)."""
     from ..lifecycle import checkpoint, checkpoint_files
 
     if not (src / "adapter_config.json").is_file() and is_ar_dir(src / "final_model"):
         src = src / "final_model"
-    if (src / "trainer_state.json").is_file() and (src / "ds").is_dir():
+    is_checkpoint = (src / "trainer_state.json").is_file() and (src / "ds").is_dir()
+    if is_checkpoint and not (src / "adapter" / "adapter_config.json").is_file():
         state = checkpoint.read_state(src)
-        if not (src / "adapter" / "adapter_config.json").is_file():
-            problem = checkpoint_files.damage(src, *checkpoint.written_on(state))
-            if problem:
-                raise ValueError(f"{src} is damaged: {problem}; copy it again from where it came")
+        problem = checkpoint_files.damage(src, *checkpoint.written_on(state))
+        if problem:
+            raise ValueError(f"{src} is damaged: {problem}; copy it again from where it came")
         return src, state, False
     return src, None, is_ar_dir(src)
 
@@ -134,9 +134,8 @@ def _out_room(out: Path, base: Path, ar_source: Path, dtype: str) -> Path:
         raise ValueError(
             f"--out {out} cannot be written ({err.strerror}: {err.filename}); choose another --out"
         ) from None
-    others = sum(f.stat().st_size for f in base.rglob("*") if f.is_file() and AR_DIR not in f.relative_to(base).parts)
-    need = others + _numel(ar_source) * DTYPES[dtype].itemsize
-    free = shutil.disk_usage(tmp).free
+    need = tree_bytes(base) - tree_bytes(base / AR_DIR) + _numel(ar_source) * DTYPES[dtype].itemsize
+    free = free_bytes(tmp)
     if free < need:
         tmp.rmdir()
         raise ValueError(
@@ -167,8 +166,7 @@ def merge_adapter(
     source = resolve_model(str(base), revision, flag="--base", revision_flag="--revision")
     base = source.path
     src, state, full_model = _checked_source(Path(adapter))
-    bare = state is not None and not (src / "adapter" / "adapter_config.json").is_file()
-    adapter_dir = None if bare or full_model else find_adapter(src)  # none: a checkpoint's shards or an AR
+    adapter_dir = None if state or full_model else find_adapter(src)  # none: a checkpoint's shards or an AR
     if full_model:
         _check_same_shape(src, base)
     out = Path(out)
@@ -200,7 +198,7 @@ def _merged(src: Path, base: Path, source, adapter_dir: Path | None, state, full
         if warning:
             print(warning, file=sys.stderr)
         model = PeftModel.from_pretrained(model, adapter_dir)
-    elif not full_model:
+    elif state is not None:
         model = _from_checkpoint(model, src, state)  # a LoRA checkpoint's adapter on the AR, or a full FT's AR
     if hasattr(model, "merge_and_unload"):
         # the share of the adapter's change the cast keeps (at GLM-Image's widths and lr 1e-5, bf16 kept 4 % after 1

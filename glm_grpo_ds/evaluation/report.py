@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..observability.records import read_run_record
+from ..observability.records import run_config
 from .stats import family_level, paired_summary
 
 EVALUATE_JSON = "evaluate.json"
@@ -30,18 +30,6 @@ def weighted_sum(rewards: dict[str, torch.Tensor], weights: dict[str, float]) ->
     under one model only would move the paired total of two identical models. NaN leaves that sample out of the
     comparison under both (stats.paired_summary)."""
     return sum(weights[label] * values.double() for label, values in rewards.items())
-
-
-def run_config(adapter: str) -> tuple[Path, dict] | None:
-    """``(run directory, its training config)`` of the run that wrote ``adapter`` (``<run>/final_adapter`` or
-    ``<run>/checkpoints/step_N/adapter``): the nearest parent with the trainer's ``config.json``; None when none."""
-    path = Path(adapter).resolve()
-    for parent in (path.parent, *path.parents[:3]):
-        # a model's config.json on the way up is passed over; the run's, cut off or edited, is one line (ValueError)
-        record = read_run_record(parent, others_ok=True)
-        if record is not None:
-            return parent, record["train"]
-    return None
 
 
 def trained_rewards(adapter: str) -> list[dict] | None:

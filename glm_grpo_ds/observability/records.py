@@ -64,6 +64,19 @@ def read_run_record(run: str | Path, others_ok: bool = False) -> dict | None:
     return record
 
 
+def run_config(adapter: str | Path) -> tuple[Path, dict] | None:
+    """``(run directory, its training config)`` of the run that wrote ``adapter`` (``<run>/final_adapter`` or
+    ``<run>/checkpoints/step_N/adapter``, or the run folder itself): the nearest of it and three folders above with
+    the trainer's ``config.json``; None when none."""
+    path = Path(adapter).resolve()
+    for parent in (path, *path.parents[:3]):
+        # a model's config.json on the way up is passed over; the run's, cut off or edited, is one line (ValueError)
+        record = read_run_record(parent, others_ok=True)
+        if record is not None:
+            return parent, record["train"]
+    return None
+
+
 def _line(record: dict) -> str:
     return json.dumps(record, sort_keys=True) + "\n"
 

@@ -61,6 +61,19 @@ def random_lines(name: str) -> list[str]:
             "and results mean nothing"]  # fmt: skip
 
 
+def render_settings(cfg: dict) -> dict | None:
+    """A run's image size, decoder steps and guidance from its training config (``to_dict`` form), for
+    :func:`usage_lines`; None when the config lacks one (an older run's)."""
+    rollout, decoder = cfg.get("rollout") or {}, cfg.get("decoder") or {}
+    render = dict(
+        height=rollout.get("height"),
+        width=rollout.get("width"),
+        num_inference_steps=decoder.get("num_inference_steps"),
+        guidance_scale=decoder.get("guidance_scale"),
+    )
+    return None if None in render.values() else render
+
+
 def usage_lines(
     kind: str,
     base_ref: str,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..model.glm_image import AR_DIR
 from ..observability.plot import PLOT_NAME
-from ..observability.records import read_run_record
+from ..observability.records import run_config
 from .card_parts import (
     CARD,
     TAG,
@@ -24,6 +24,7 @@ from .card_parts import (
     base_model_id,
     is_ours,
     make_card,
+    render_settings,
     usage_lines,
 )
 
@@ -49,29 +50,17 @@ def _is_lora(src: Path) -> bool:
 
 
 def _trained_render(src: Path) -> dict | None:
-    """The image size, decoder steps and guidance of the run that wrote ``src`` (its ``config.json`` up to three
-    folders above, or a checkpoint's trainer state), for the card's snippet; None (GLM-Image's own) when not found."""
+    """The image size, decoder steps and guidance of the run that wrote ``src`` (a checkpoint's trainer state, else its
+    run's ``config.json`` above it), for the card's snippet; None (GLM-Image's own) when not found."""
     state = src / "trainer_state.json"
     cfg = json.loads(state.read_text(encoding="utf-8")).get("config") if state.is_file() else None
-    for folder in [] if cfg else [src, *src.resolve().parents[:3]]:
-        try:
-            record = read_run_record(folder, others_ok=True)
-        except ValueError:  # a run config cut off or edited: the snippet keeps GLM-Image's own settings
-            break
-        if record is not None:
-            cfg = record["train"]
-            break
     if not cfg:
-        return None
-    rollout, decoder = cfg.get("rollout", {}), cfg.get("decoder", {})
-    keys = ("height", "width", "num_inference_steps", "guidance_scale")
-    values = (
-        rollout.get("height"),
-        rollout.get("width"),
-        decoder.get("num_inference_steps"),
-        decoder.get("guidance_scale"),
-    )
-    return dict(zip(keys, values)) if None not in values else None
+        try:
+            found = run_config(src)
+        except ValueError:  # a run config cut off or edited: the snippet keeps GLM-Image's own settings
+            found = None
+        cfg = found[1] if found else None
+    return render_settings(cfg) if cfg else None
 
 
 def merged_card(base, adapter_src, card_src: Path | None, dtype: str, out_dir):

@@ -43,6 +43,7 @@ from .card_parts import (
     base_model_id,
     make_card,
     random_lines,
+    render_settings,
     usage_lines,
 )
 from .run_sections import (
@@ -179,19 +180,12 @@ def run_card(run_dir: str | os.PathLike, weights_dir: str | os.PathLike, step: i
     body += training_section(cfg, ds, labels)
     body += segments_lines(saved)
     where, extra = _where(hub, weights, step)
-    dec, rollout = cfg["decoder"], cfg["rollout"]
-    render = dict(
-        height=rollout["height"],
-        width=rollout["width"],
-        num_inference_steps=dec["num_inference_steps"],
-        guidance_scale=dec["guidance_scale"],
-    )
     body += usage_lines(
         "adapter" if is_adapter else "model",
         hub_id or (base if random_name else str(Path(base).resolve())),
         where,
         extra,
-        render,
+        render_settings(cfg),
         base_revision=revision if hub_id else None,
     )
     body += versions_section(saved)
