@@ -123,6 +123,8 @@ def _out_room(out: Path, base: Path, ar_source: Path, dtype: str) -> Path:
     be written failed after the merge with a traceback, leaving a partial ``OUT.tmp`` on a full disk."""
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new --out directory")
+    if out.resolve().is_relative_to(base.resolve()):  # the copy of the base would copy itself, again and again
+        raise ValueError(f"--out {out} is inside --base {base}; choose an --out outside the base model's folder")
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():  # an interrupted merge's (a pipeline directory, or empty), else someone else's: left alone
         if not tmp.is_dir() or not ((tmp / "model_index.json").is_file() or not any(tmp.iterdir())):

@@ -193,6 +193,17 @@ def test_what_merge_cannot_use_or_write_is_one_line_before_the_model_loads_and_l
     assert (
         code == 2 and f"{ckpt} is damaged: ds/zero_pp_rank_0_mp_rank_00_optim_states.pt is cut short" in bad["damaged"]
     )
+    # an --out inside the base: the base's copy had copied itself into OUT.tmp, and the base kept the merge
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, base)
+    code, _, bad["inside the base"] = glm_grpo(
+        ["merge", "--base", base, "--adapter", adapter, "--out", base / "m"], capfd
+    )
+    assert (
+        code == 2 and f"--out {base / 'm'} is inside --base {base}; choose an --out outside" in bad["inside the base"]
+    )
+    assert sorted(p.name for p in base.iterdir()) == sorted(p.name for p in tiny_model_dir.iterdir())
+    shutil.rmtree(base)
     for what, err in bad.items():
         assert err.count("\n") == 1 and "Traceback" not in err, (what, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "run_full", "small", "step_000001"]  # no m.tmp
