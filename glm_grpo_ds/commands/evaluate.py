@@ -78,7 +78,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--model", default=None, help="pipeline directory or Hub id (replaces model.path)")
     p.add_argument(
-        "--adapter", action="append", default=[], help="a LoRA adapter to compare with the base (repeatable)"
+        "--adapter",
+        action="append",
+        default=[],
+        help="a LoRA adapter, or a full fine-tuning's final_model/, to compare with the base (repeatable)",
     )
     p.add_argument("--prompts", default=None, help="the prompt file or dataset (default: eval.file of the config)")
     p.add_argument(
@@ -162,15 +165,14 @@ def run(a) -> dict | None:
     from ..evaluation.paired import BASE, evaluate_models
     from ..experience import ExperienceMaker
     from ..memory.oom import CommandOutOfMemory
-    from ..model.adapters import find_adapter
     from ..model.glm_image import resolve_dtype
-    from ..model.policy import load_for_sampling
+    from ..model.policy import find_adapter_or_model, load_for_sampling
     from ..rewards import build_rewards
     from ..rollout.backends import ModelSampler
     from ..runtime.oom import out_of_memory
     from ..runtime.progress_count import Count
 
-    adapters = [str(find_adapter(path).resolve()) for path in a.adapter]
+    adapters = [str(find_adapter_or_model(path).resolve()) for path in a.adapter]
     cfg, prompt_source, lines = load_settings(a, adapters)
     rank, world, local_rank, device = start_ranks(a.device)
     check_device(cfg.decoder, device, resolve_dtype(cfg.decoder.dtype, on_gpu=device.type == "cuda"))  # before loads
@@ -206,7 +208,7 @@ def run(a) -> dict | None:
             results = evaluate_models(
                 loaded.model, names, maker, mine, a.samples_per_prompt, seed, decode,
                 batch_prompts=a.batch_prompts, thumb_side=a.thumbnail, progress=bar.update, store=store,
-                on_images=on_images,
+                on_images=on_images, weight_sets=loaded.weight_sets,
             )  # fmt: skip
     except RuntimeError as err:
         starved = out_of_memory(err)

@@ -6,7 +6,8 @@ file edited in place, an adapter retrained into the same directory).
   bytes of each target image, a file or an image stored in the dataset). Hashing the rows rather than the
   source's files covers every source alike (a file, a dataset directory, a Hub snapshot, the split chosen) and
   only the rows used (``--num-prompts``).
-* :func:`adapter_sha256`: an adapter's ``adapter_config.json`` and weights file.
+* :func:`adapter_sha256`: an adapter's ``adapter_config.json`` and weights file, or a full fine-tuning's AR's
+  ``config.json`` and weight files (hashing GLM-Image's ~20 GB takes a minute or so, once per evaluation).
 """
 
 from __future__ import annotations
@@ -65,10 +66,14 @@ def rows_sha256(rows) -> str:
 
 
 def adapter_sha256(adapter_dir: str | Path) -> str:
-    """One digest of an adapter directory's config and weights (the files peft loads)."""
+    """One digest of an adapter directory's config and weights (the files peft loads), or of a full fine-tuning's
+    AR directory's (its config, its weight files and their index)."""
+    folder = Path(adapter_dir)
+    files = [folder / name for name in ADAPTER_FILES if (folder / name).is_file()]
+    if not files:
+        files = [folder / "config.json", *sorted(folder.glob("*.safetensors")), *sorted(folder.glob("*.index.json"))]
     h = hashlib.sha256()
-    for name in ADAPTER_FILES:
-        path = Path(adapter_dir) / name
+    for path in files:
         if path.is_file():
-            h.update(f"{name}:{file_sha256(path)}\n".encode())
+            h.update(f"{path.name}:{file_sha256(path)}\n".encode())
     return h.hexdigest()

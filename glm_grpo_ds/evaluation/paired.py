@@ -9,7 +9,8 @@ rolled out ``batch_prompts`` at a time, each prompt with its own seed, so a prom
 on which prompts share its batch.
 
 The adapters are loaded side by side into one peft model over one copy of the base AR
-(glm_grpo_ds/model/policy.py ``load_for_sampling``); the base is the same model with its adapters disabled. Each batch
+(glm_grpo_ds/model/policy.py ``load_for_sampling``); the base is the same model with its adapters disabled, and a
+full fine-tuning's AR is its weights copied into that model while it is sampled (model/weight_sets.py). Each batch
 goes through the one experience path (glm_grpo_ds/experience/ ``ExperienceMaker.collect`` with a
 ``ModelSampler``), so the decode settings, streamed rewards and the rollout options are training's.
 
@@ -61,11 +62,14 @@ def prompt_statistics(images: torch.Tensor, prompts: int, k: int, distance=None)
     return {name: v.double().cpu() for name, v in {**per_image, **per_group}.items()}
 
 
-def active(model, name: str):
-    """Context in which ``model`` computes as model ``name``: the base (adapters disabled) or one adapter."""
+def active(model, name: str, weight_sets=None):
+    """Context in which ``model`` computes as model ``name``: the base (adapters disabled), one adapter, or a full
+    fine-tuning's weights of ``weight_sets`` (model/weight_sets.py: swapped in, adapters disabled)."""
+    if weight_sets is not None:
+        weight_sets.use(name)  # the base's weights unless ``name`` is a full fine-tuning's
     if not hasattr(model, "disable_adapter"):
         return contextlib.nullcontext()
-    if name == BASE:
+    if name == BASE or (weight_sets is not None and name in weight_sets.names):
         return model.disable_adapter()
     model.set_adapter(name)
     return contextlib.nullcontext()
@@ -89,8 +93,10 @@ def evaluate_models(
     progress=None,
     store: Path | None = None,
     on_images=None,
+    weight_sets=None,
 ) -> dict[str, ModelResult]:
-    """Every model in ``names`` (``BASE`` and / or adapter names of ``model``) on every row of ``rows``, K samples
+    """Every model in ``names`` (``BASE`` and / or adapter names of ``model``, or of ``weight_sets``: full
+    fine-tunings' weights swapped into it) on every row of ``rows``, K samples
     each, collected by ``maker`` (an ExperienceMaker whose sampler samples with ``model``); ``store``: where
     finished batches are kept and found again (see the module docstring); ``on_images(name, rows, images)``:
     called with each sampled batch's full images ``[rows * K, 3, H, W]`` (the exports), returns the files it
@@ -115,7 +121,7 @@ def evaluate_models(
                 seeds = rollout_seeds(seed, chunk)
                 batch = f"model {name}, prompt rows {chunk[0].index}-{chunk[-1].index}"  # the command's OOM line
                 with oom.marking(part=batch):
-                    with active(model, name):
+                    with active(model, name, weight_sets):
                         exp = maker.collect(chunk, seeds, partial(decode_seed, seed), k, decode_settings)
                     written = None if on_images is None else [str(p) for p in on_images(name, chunk, exp.images)]
                     done = {

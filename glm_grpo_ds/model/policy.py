@@ -17,9 +17,11 @@ from ..config import ConfigError
 from ..runtime import log
 from ..runtime.loading_info import refusal, unread_weights
 from .adapters import (
+    ADAPTER_CONFIG,
     check_adapters,
     check_init_adapter,
     check_target_modules,
+    find_adapter,
     layer_linear_names,
     load_init_adapter,
     other_base,
@@ -28,6 +30,7 @@ from .adapters import (
 from .glm_image import AR_DIR, DTYPES, check_pipeline_dir, load_processor, resolve_attn, resolve_dtype, resolve_sampling
 from .random_weights import build_ar, spec_of
 from .source import resolve_model
+from .weight_sets import WeightSets
 
 
 def is_ar_dir(path: str | os.PathLike) -> bool:
@@ -35,6 +38,24 @@ def is_ar_dir(path: str | os.PathLike) -> bool:
     a pipeline's."""
     p = Path(path)
     return (p / "config.json").is_file() and any(p.glob("*.safetensors")) and not (p / "model_index.json").exists()
+
+
+def find_adapter_or_model(path: str | os.PathLike, flag: str = "--adapter") -> Path:
+    """What a tool compares with the base: a LoRA adapter (``find_adapter``: the directory, or one holding
+    ``adapter/`` or ``final_adapter/``), or a full fine-tuning's AR (the directory, or a run's ``final_model/``)."""
+    p = Path(path)
+    for candidate in (p, p / "final_model"):
+        if is_ar_dir(candidate):
+            return candidate
+    try:
+        return find_adapter(p, flag)
+    except FileNotFoundError:
+        if not p.exists():
+            raise
+        raise FileNotFoundError(
+            f"{flag} {p} holds neither a peft adapter ({ADAPTER_CONFIG}) nor a full fine-tuning's AR (config.json "
+            "and *.safetensors); pass a run's final_adapter/ or final_model/ directory"
+        ) from None
 
 
 def load_ar(
@@ -139,18 +160,18 @@ def load_reference(path, dtype: torch.dtype, attn_implementation: str, trust_rem
     return load_ar(path, dtype, attn_implementation, trust_remote_code).requires_grad_(False)
 
 
-def with_adapters(ar, adapters: list[str]):
-    """``(model, names)``: ``ar`` with every adapter directory loaded side by side under its own name
-    (``adapter_0``, ...; the first one active), and the names in order; no adapters: the AR itself."""
+def with_adapters(ar, adapters: dict[str, str]):
+    """``ar`` with every adapter directory of ``adapters`` (name: directory, in order) loaded side by side under its
+    name (the first one active); no adapters: the AR itself."""
     if not adapters:
-        return ar, []
+        return ar
     from peft import PeftModel
 
-    names = [f"adapter_{i}" for i in range(len(adapters))]
-    model = PeftModel.from_pretrained(ar, adapters[0], adapter_name=names[0])
-    for name, path in zip(names[1:], adapters[1:]):
+    (first, path), *rest = adapters.items()
+    model = PeftModel.from_pretrained(ar, path, adapter_name=first)
+    for name, path in rest:
         model.load_adapter(path, adapter_name=name)
-    return model.eval(), names
+    return model.eval()
 
 
 @dataclass
@@ -166,6 +187,7 @@ class ForSampling:
     # per adapter: the one-line warning when it records another base model than this one, else None
     adapter_warnings: list[str | None] = field(default_factory=list)
     attn: str = ""  # the AR's attention kernel, ``auto`` resolved on this node (flash_attention_2 or sdpa)
+    weight_sets: WeightSets | None = None  # the full fine-tunings' weights among the "adapters", else None
 
 
 def load_for_sampling(
@@ -183,17 +205,26 @@ def load_for_sampling(
     pipeline directory of ``path`` (a Hub id through the cache, glm_grpo_ds/model/source.py; ``flags`` name the
     options for its errors), ``dtype`` / ``attn_implementation`` resolved for ``device`` (``auto`` included),
     the AR with ``adapters`` on ``device`` in eval mode, its processor and ``sampling`` resolved against the
-    model. The trainer loads its policy with :func:`load_policy` instead (LoRA to train, DeepSpeed)."""
+    model. An "adapter" that is a full fine-tuning's AR (:func:`is_ar_dir`) is held as a set of weights to swap in
+    (model/weight_sets.py). The trainer loads its policy with :func:`load_policy` instead (LoRA to train, DeepSpeed)."""
     source = resolve_model(path, revision, flag=flags[0], revision_flag=flags[1])
     model_dir = source.path
     on_gpu = device.type == "cuda"
     torch_dtype = resolve_dtype(dtype, on_gpu)
     attn = resolve_attn(attn_implementation, on_gpu, torch_dtype)
     ar = load_ar(model_dir, torch_dtype, attn, trust_remote_code)
-    warnings = check_adapters(list(adapters), ar, source.adapter_base())  # a shape that does not fit: one line
+    named = {f"adapter_{i}": path for i, path in enumerate(adapters)}
+    full = {name: path for name, path in named.items() if is_ar_dir(path)}
+    lora = {name: path for name, path in named.items() if name not in full}
+    # a shape that does not fit: one line; another base: a warning (a full fine-tuning's AR replaces the base's)
+    found = dict(zip(lora, check_adapters(list(lora.values()), ar, source.adapter_base())))
+    warnings = [found.get(name) for name in named]
     for warning in filter(None, warnings):
         log.warning(warning)
-    model, names = with_adapters(ar, list(adapters))
-    model.to(device)
+    sets = WeightSets(ar) if full else None
+    for name, path in full.items():
+        sets.add(name, load_ar(path, torch_dtype, attn, trust_remote_code), f"--adapter {path}")
+    model = with_adapters(ar, lora).to(device)
     sampling = resolve_sampling(sampling, model_dir)
-    return ForSampling(model, names, load_processor(model_dir), sampling, Path(model_dir), torch_dtype, warnings, attn)
+    processor = load_processor(model_dir)
+    return ForSampling(model, list(named), processor, sampling, Path(model_dir), torch_dtype, warnings, attn, sets)

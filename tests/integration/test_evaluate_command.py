@@ -648,3 +648,32 @@ def test_out_of_memory_while_loading_is_one_line_exit_8(tiny_model_dir, prompts,
         "glm-grpo evaluate: out of GPU memory: tried to allocate 30.00 GiB with 12.00 GiB of 79.15 GiB free; no "
         f"setting of this command makes it smaller: a GPU with more free memory; the progress is in {out}"
     )
+
+
+def test_a_full_fine_tunings_final_model_is_compared_with_its_base_beside_an_adapter(tiny_model_dir, prompts, tmp_path):
+    """A full fine-tuning's AR given to --adapter (its run folder: the final_model/ inside) is sampled as a pipeline
+    holding it as its own AR would be, and the base and a LoRA adapter beside it as each is evaluated alone: its
+    weights are copied into the one model in memory for its batches and the base's back for theirs."""
+    from glm_grpo_ds.model.glm_image import AR_DIR
+    from glm_grpo_ds.model.policy import load_ar
+
+    ar = load_ar(tiny_model_dir, torch.float32)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in ar.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    ar.save_pretrained(tmp_path / "run_full" / "final_model")
+    pipeline = tmp_path / "pipeline"  # the same AR in a pipeline of its own: evaluated as the base
+    shutil.copytree(tiny_model_dir, pipeline, ignore=lambda d, names: [AR_DIR] if Path(d) == tiny_model_dir else [])
+    ar.save_pretrained(pipeline / AR_DIR)
+    noisy = str(save_adapter(tiny_model_dir, tmp_path / "noisy", 0.5))
+    full = str(tmp_path / "run_full")
+    assert _evaluate(tiny_model_dir, prompts, tmp_path / "both", "--adapter", full, "--adapter", noisy) == 0
+    assert _evaluate(pipeline, prompts, tmp_path / "alone") == 0
+    assert _evaluate(tiny_model_dir, prompts, tmp_path / "lora", "--adapter", noisy) == 0
+    both, alone, lora = (json.loads((tmp_path / d / "evaluate.json").read_text()) for d in ("both", "alone", "lora"))
+    means = both["prompt_means"]
+    assert means["adapter_0"] == alone["prompt_means"]["base"]
+    assert means["base"] == lora["prompt_means"]["base"] and means["adapter_1"] == lora["prompt_means"]["adapter_0"]
+    assert means["adapter_0"] != means["base"]  # another AR: other images
+    assert both["adapters"]["adapter_0"] == str((tmp_path / "run_full" / "final_model").resolve())
