@@ -5,8 +5,8 @@ the checkpoint is reported. Used by glm_grpo_ds/train.py; tested in tests/unit/t
 * ``finished(state, max_steps)``: the checkpoint is at (or past) ``max_steps``: nothing to train. The
   trainer stops before loading any model, writes nothing, exits 0.
 * ``set_aside_final(output_dir, resume_step, max_steps)``: ``final_adapter/`` / ``final_model/`` of an
-  earlier end of this run, about to be outdated by more steps, is renamed ``<name>.step<K>`` (K = the
-  step it holds), so ``final_*`` always matches the last line of ``metrics.jsonl``; nothing is deleted.
+  earlier end of this run, about to be outdated by more steps (or replaced by an earlier step's, max_steps
+  lowered), is renamed ``<name>.step<K>`` (K = the step it holds), so ``final_*`` always matches the last line of ``metrics.jsonl``; nothing is deleted.
 * ``data_fingerprint(source, rows)`` / ``data_changed(...)``: a cheap fingerprint of the prompt source,
   kept in each checkpoint and compared on resume (a warning: the resume is exact only for the same data).
 * ``go_on(output_dir, fix)``: how a stopped run goes on (the checkpoint ``latest`` names, or a new launch),
@@ -79,16 +79,19 @@ def write_final_state(final_dir: Path, step: int) -> None:
 
 
 def set_aside_final(output_dir: Path, resume_step: int, max_steps: int) -> list[str]:
-    """Rename earlier ``final_*`` dirs that more training will outdate; returns the log lines (rank 0)."""
+    """Rename earlier ``final_*`` dirs that this launch's final weights will replace; returns the log lines (rank 0).
+    A checkpoint at or past ``max_steps`` (max_steps lowered) writes its own step's final weights at once: final
+    weights of that step stay, those of another (a later step, with no checkpoint left of it) are set aside too."""
     lines = []
-    if resume_step >= max_steps:
-        return lines
+    ends_at = max(resume_step, max_steps)
     for name in FINALS:
         final = output_dir / name
         if not final.is_dir():
             continue
         state = final / FINAL_STATE
         step = json.loads(state.read_text())["step"] if state.is_file() else None
+        if resume_step >= max_steps and step == resume_step:
+            continue  # its own end, or the one a kill cut short (rewritten in place, run.py)
         target = output_dir / (f"{name}.step{step}" if step is not None else f"{name}.earlier")
         n = 1
         while target.exists():  # a name taken by an earlier rename: never overwrite saved weights
@@ -96,7 +99,7 @@ def set_aside_final(output_dir: Path, resume_step: int, max_steps: int) -> list[
         final.rename(target)
         lines.append(
             f"glm-grpo: {name}/ (from step {step if step is not None else '?'}) moved to {target.name}/: this "
-            f"run continues to step {max_steps}, and {name}/ will hold its end"
+            f"run ends at step {ends_at}, and {name}/ will hold its end"
         )
     return lines
 

@@ -23,8 +23,28 @@ def test_set_aside_names_by_step_and_never_overwrites(tmp_path):
     (tmp_path / "final_model").mkdir()  # written before the step was recorded
     set_aside_final(tmp_path, 3, 6)
     assert (tmp_path / "final_model.earlier").is_dir()
-    (tmp_path / "final_model").mkdir()
-    assert set_aside_final(tmp_path, 6, 6) == [] and (tmp_path / "final_model").is_dir()  # nothing to train
+
+
+
+def test_max_steps_lowered_below_the_final_weights_sets_them_aside(tmp_path):
+    """A checkpoint at or past max_steps writes its own step's final weights at once: those of a later step (no
+    checkpoint left of it: save_steps 2, max_steps 3 -> 2) were replaced and lost; its own step's stay (a kill cut
+    their writing short, run.py rewrites them in place)."""
+    final = tmp_path / "final_adapter"
+    final.mkdir()
+    write_final_state(final, 3)
+    (final / "w").write_text("step 3")
+    lines = set_aside_final(tmp_path, resume_step=2, max_steps=2)
+    assert lines == [
+        "glm-grpo: final_adapter/ (from step 3) moved to final_adapter.step3/: this run ends at step 2, and "
+        "final_adapter/ will hold its end"
+    ]
+    assert (tmp_path / "final_adapter.step3" / "w").read_text() == "step 3" and not final.exists()
+    final.mkdir()
+    write_final_state(final, 2)
+    assert set_aside_final(tmp_path, 2, 2) == [] and final.is_dir()
+    (tmp_path / "final_model").mkdir()  # of an unknown step: set aside rather than replaced
+    assert len(set_aside_final(tmp_path, 4, 2)) == 2 and (tmp_path / "final_model.earlier").is_dir()
 
 
 def test_fingerprint_of_a_file_and_of_rows(tmp_path):
