@@ -16,19 +16,17 @@ Every rank writes into the checkpoint directory (creating the directories it wri
 completes it, so on several nodes ``output_dir`` must be storage every node shares: checked at startup,
 before any model loads, by storage.py, which also makes every rank resume from what rank 0 resolves.
 
-A checkpoint is written to ``step_N.tmp/`` and renamed when complete; ``latest`` is replaced
-atomically afterwards. A run killed mid-write leaves a ``.tmp`` directory (removed on the next
-start) and the previous ``latest`` intact.
+A checkpoint is written to ``step_N.tmp/`` and renamed when complete (another launch's ``step_N`` kept as
+``earlier_step_N``); ``latest`` is replaced atomically afterwards. A run killed mid-write leaves a ``.tmp`` directory
+(removed on the next start) and the previous ``latest`` intact.
 
 Pruning (``save_total_limit``) runs on rank 0 after the save's last barrier (with ``later``, on rank 0's worker
-thread, glm_grpo_ds/lifecycle/background.py: no rank waits while it deletes), only after ``latest`` points at the new
-checkpoint, counts only this run's checkpoints (``run_id`` in ``trainer_state.json``, kept across resumes) ordered by
-their step, never deletes the one ``latest`` names, and renames a checkpoint to ``step_N.deleting`` before deleting
-it, so a crash while pruning leaves ``latest`` loadable and no half-deleted ``step_N``.
-
-A fresh run (no ``resume_from``, or ``resume_from=auto`` without a ``latest``) refuses an
-``output_dir`` that holds an earlier run's checkpoints, metrics or final weights (:func:`start_fresh`)
-unless ``overwrite_output_dir`` is true, which deletes them first.
+thread, lifecycle/background.py: no rank waits while it deletes), after ``latest`` points at the new checkpoint,
+counts only this run's checkpoints (``run_id`` in ``trainer_state.json``, kept across resumes) by step, never deletes
+the one ``latest`` names, and renames a checkpoint ``step_N.deleting`` before deleting it (a crash leaves no half-
+deleted ``step_N``). A fresh run (no ``resume_from``, or ``resume_from=auto`` without a ``latest``) refuses an
+``output_dir`` holding an earlier run's checkpoints, metrics or final weights (:func:`start_fresh`) unless
+``overwrite_output_dir`` is true, which deletes them first.
 """
 
 from __future__ import annotations
@@ -272,7 +270,10 @@ def save(
     dist.barrier()
     if rank == 0:
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
-        earlier = _set_aside(final)  # a run that went back to an earlier checkpoint saves this step again
+        kept = checkpoint_files.keep_other_launchs(final, trainer_state.get("launch", {}).get("id"))
+        if kept is not None:  # a branch this run went back from, or another run's copied in: kept, not replaced
+            log.warning(f"glm-grpo: {final} was written by another launch: kept as {kept.name}")
+        earlier = _set_aside(final)  # this launch's own save of the step, replaced
         os.replace(tmp, final)
         point_latest(output_dir, final.name)
         if earlier is not None:

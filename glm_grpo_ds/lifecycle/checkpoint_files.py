@@ -7,10 +7,15 @@ the models, set the run's final weights aside and failed inside DeepSpeed with a
 
     problem = damage(path, world_size=8, zero_stage=2)   # None, or what is missing or cut short
     earlier = earlier_checkpoint(path)                    # the newest complete one before it, or None
+    kept = keep_other_launchs(path, launch_id)            # another launch's step_N renamed earlier_step_N, or None
+
+A checkpoint is written by one launch (``launch.id`` in its trainer state, checkpoint.save): a save of a step whose
+folder another launch wrote (a branch the run went back from, another run's checkpoint copied in) keeps that one.
 """
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -78,6 +83,25 @@ def earlier_checkpoint(path: Path) -> Path | None:
         return None
     found = [(n, other) for n, other in _checkpoints(path.parent) if n < step]
     return max(found)[1] if found else None
+
+
+def keep_other_launchs(path: Path, launch_id: str) -> Path | None:
+    """Checkpoint ``path``, when another launch than ``launch_id`` wrote it (or its state cannot be read), renamed
+    ``earlier_<name>`` (``~1``, ``~2``, ... when taken; no longer a ``step_*`` that pruning or a resume would find);
+    returns the new path, None when there is nothing to keep."""
+    try:
+        if json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))["launch"]["id"] == launch_id:
+            return None  # this launch's own save of the step: replaced
+    except FileNotFoundError:
+        if not path.exists():
+            return None
+    except (OSError, ValueError, KeyError, TypeError):  # JSONDecodeError is a ValueError
+        pass
+    target, n = path.with_name(f"earlier_{path.name}"), 1
+    while target.exists():
+        target, n = path.with_name(f"earlier_{path.name}~{n}"), n + 1
+    path.rename(target)
+    return target
 
 
 def damage_line(path: Path, world_size: int, zero_stage: int) -> str | None:

@@ -6,7 +6,8 @@ the checkpoint is reported. Used by glm_grpo_ds/train.py; tested in tests/unit/t
   trainer stops before loading any model, writes nothing, exits 0.
 * ``set_aside_final(output_dir, resume_step, max_steps)``: ``final_adapter/`` / ``final_model/`` of an
   earlier end of this run, about to be outdated by more steps (or replaced by an earlier step's, max_steps
-  lowered), is renamed ``<name>.step<K>`` (K = the step it holds), so ``final_*`` always matches the last line of ``metrics.jsonl``; nothing is deleted.
+  lowered), is renamed ``<name>.step<K>`` (K = the step it holds), so ``final_*`` always matches the last line
+  of ``metrics.jsonl``; nothing is deleted.
 * ``data_fingerprint(source, rows)`` / ``data_changed(...)``: a cheap fingerprint of the prompt source,
   kept in each checkpoint and compared on resume (a warning: the resume is exact only for the same data).
 * ``go_on(output_dir, fix)``: how a stopped run goes on (the checkpoint ``latest`` names, or a new launch),

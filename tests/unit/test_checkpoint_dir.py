@@ -235,12 +235,12 @@ def test_a_crash_while_pruning_leaves_latest_loadable(tmp_path, monkeypatch):
 
 
 def test_saving_a_step_again_never_leaves_latest_naming_a_half_deleted_checkpoint(tmp_path, monkeypatch):
-    """A run resumed from an earlier checkpoint saves a step that `latest` already names (the documented "go back
-    to step N"): the earlier one is set aside and deleted after the new one holds the name, so a kill during that
-    multi-GB deletion leaves `latest` loadable (and the new checkpoint in it). The engine's own files are a stand-in:
-    what is tested is the directory's life (the real save: tests/integration/test_checkpoint_resume.py)."""
+    """A launch saves a step that `latest` already names and it wrote itself: the earlier one is set aside and
+    deleted after the new one holds the name, so a kill during that multi-GB deletion leaves `latest` loadable (and
+    the new checkpoint in it). The engine's own files are a stand-in: what is tested is the directory's life (the
+    real save: tests/integration/test_checkpoint_resume.py)."""
     root = tmp_path / checkpoint.CHECKPOINTS
-    fake_checkpoint(tmp_path, 2, "mine")
+    fake_checkpoint(tmp_path, 2, "mine", {"id": "this launch", "from_step": 0})
     point_latest(tmp_path, 2)
     monkeypatch.setattr(checkpoint.ds_io, "save_ds_checkpoint", lambda engine, d: (d / "ds").mkdir())
 
@@ -250,7 +250,8 @@ def test_saving_a_step_again_never_leaves_latest_naming_a_half_deleted_checkpoin
 
     monkeypatch.setattr(checkpoint.shutil, "rmtree", killed)
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.save(None, tmp_path, 2, {"step": 2, "run_id": "again"}, rank=0, is_lora=False, total_limit=0)
+        state = {"step": 2, "run_id": "again", "launch": {"id": "this launch", "from_step": 0}}
+        checkpoint.save(None, tmp_path, 2, state, rank=0, is_lora=False, total_limit=0)
     monkeypatch.undo()
     latest = checkpoint.resolve(tmp_path, "latest")
     assert json.loads((latest / "trainer_state.json").read_text())["run_id"] == "again"
@@ -384,3 +385,24 @@ def test_a_resume_takes_the_best_again_among_the_checkpoints_it_goes_on_from(tmp
     BestCheckpoint(out, True, True, resume_step=0).consider(6, 0.9, fake_checkpoint(out, 6, "r"))
     BestCheckpoint(out, False, True, resume_step=6)  # resumed with save_best off
     assert not (root / checkpoint.BEST).exists()
+
+
+def test_saving_a_step_another_launch_wrote_keeps_that_one(tmp_path, monkeypatch):
+    """Resumed from step 1 by its path (the documented "go back to step N"), or with another run's step_2 copied in:
+    this launch's step 2 had replaced that step_2 without a word. It is kept as earlier_step_000002 (~1 when the name
+    is taken), out of pruning's and the resumes' reach."""
+    root = tmp_path / checkpoint.CHECKPOINTS
+    fake_checkpoint(tmp_path, 1, "mine", {"id": "before", "from_step": 0})
+    fake_checkpoint(tmp_path, 2, "mine", {"id": "before", "from_step": 0})
+    point_latest(tmp_path, 2)
+    (root / "earlier_step_000002").mkdir()  # a name taken by an earlier branch
+    monkeypatch.setattr(checkpoint.ds_io, "save_ds_checkpoint", lambda engine, d: (d / "ds").mkdir())
+    state = {"step": 2, "run_id": "mine", "launch": {"id": "now", "from_step": 1}}
+    checkpoint.save(None, tmp_path, 2, state, rank=0, is_lora=False, total_limit=1)
+    names = ["earlier_step_000002", "earlier_step_000002~1", "latest", "step_000002"]
+    assert sorted(p.name for p in root.iterdir()) == names  # step_000001 pruned (the limit is 1), the branch kept
+    kept = json.loads((root / "earlier_step_000002~1" / "trainer_state.json").read_text())
+    assert kept["launch"]["id"] == "before"
+    assert (
+        json.loads((checkpoint.resolve(tmp_path, "latest") / "trainer_state.json").read_text())["launch"]["id"] == "now"
+    )
