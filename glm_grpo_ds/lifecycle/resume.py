@@ -197,6 +197,8 @@ NOT_ON_RESUME = {
     "lora.r": "its trainable weights and their optimizer state are adapters of that rank (null: the whole model, "
     "full fine-tuning)",
     "lora.target_modules": "its adapters and their optimizer state sit on those modules",
+    # the weights would load and the model change at once: its adapters' update is scaled by alpha / r
+    "lora.alpha": "its adapters' update is scaled by alpha / r: another alpha is another model from the first step",
 }
 
 
@@ -208,6 +210,8 @@ def refused_change(changes: dict[str, list], path: Path, lora: bool) -> str | No
         if key not in changes:
             continue
         old, new = changes[key]
+        # a full fine-tuning's checkpoint has no lora section: lora.r=None is refused as a value, lora=null is it
+        given = "lora=null" if old is None and key.startswith("lora.") else f"{key}={old}"
         fresh = (
             f"lora.init_from={path}"
             if lora and not key.startswith("lora.")  # lora.init_from takes an adapter of the same shape only
@@ -215,7 +219,7 @@ def refused_change(changes: dict[str, list], path: Path, lora: bool) -> str | No
         )
         return (
             f"{key} {json.dumps(old)} -> {json.dumps(new)} cannot change on resume: {path} was trained with "
-            f"{key}={old}, and {why}; resume with {key}={old}, or start a new run from its weights with {fresh} in "
+            f"{given}, and {why}; resume with {given}, or start a new run from its weights with {fresh} in "
             "another output_dir (fresh optimizer state); nothing was changed"
         )
     return None

@@ -251,6 +251,7 @@ def test_a_changed_optimizer_is_refused_in_one_line_and_other_optimizer_settings
         ({"r": 8}, "lora.r", 16, 8),
         ({"target_modules": ["q_proj", "v_proj"]}, "lora.target_modules", None, ["q_proj", "v_proj"]),
         (None, "lora.r", 16, None),  # LoRA -> full fine-tuning
+        ({"alpha": 64}, "lora.alpha", 32, 64),  # the weights load, and the model is another from the first step
     ],
 )
 def test_a_changed_lora_shape_is_refused_before_any_model_loads(tmp_path, change, key, old, new):
@@ -271,6 +272,15 @@ def test_a_changed_lora_shape_is_refused_before_any_model_loads(tmp_path, change
     assert "\n" not in line and line.startswith(f"{key} {json.dumps(old)} -> {json.dumps(new)} cannot change on resume")
     assert f"model.path=DIR after glm-grpo merge --base MODEL --adapter {path} --out DIR" in line
     assert _tree(tmp_path) == before  # nothing was changed
+
+
+def test_a_full_fine_tuning_resumed_with_lora_names_lora_null(tmp_path):
+    """The way back to a full fine-tuning's checkpoint is lora=null: the line said lora.r=None, itself refused."""
+    path = _checkpoint(tmp_path, 4, config=_cfg(max_steps=10, lora=None))
+    with pytest.raises(CheckpointError) as refused:
+        decide_start(tmp_path, path, _cfg(max_steps=10), 2, 3, DATA, 0)
+    assert f"{path} was trained with lora=null, and its trainable weights" in str(refused.value)
+    assert "; resume with lora=null, or start a new run" in str(refused.value)
 
 
 GROUP_TIMEOUT_S = 1  # the process group's timeout in the ranks below; rank 0's long work outlasts it 3-4 times
