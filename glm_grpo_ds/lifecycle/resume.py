@@ -127,8 +127,8 @@ def data_fingerprint(source: str, rows) -> dict:
 
 def data_changed(saved: dict | None, now: dict) -> str | None:
     """A warning when the checkpoint's fingerprint differs from the data's now (None for checkpoints
-    written before fingerprints, or the same data)."""
-    if not saved or saved == now:
+    written before fingerprints, or the same data: at another path too, a file moved)."""
+    if not saved or all(saved.get(key) == now[key] for key in ("rows", "sha256")):
         return None
     return (
         f"data.train_file {now['source']} differs from the one this checkpoint was trained on "

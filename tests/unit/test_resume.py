@@ -53,6 +53,9 @@ def test_fingerprint_of_a_file_and_of_rows(tmp_path):
     first = data_fingerprint(str(f), ["a", "b"])
     assert data_changed(first, data_fingerprint(str(f), ["a", "b"])) is None
     assert data_changed(None, first) is None  # a checkpoint from before fingerprints
+    moved = tmp_path / "moved.txt"
+    moved.write_text("a\nb\n")
+    assert data_changed(first, data_fingerprint(str(moved), ["a", "b"])) is None  # the same file elsewhere
     f.write_text("a\nc\n")  # same size, other contents
     assert "differs" in data_changed(first, data_fingerprint(str(f), ["a", "c"]))
     rows = [PromptRow(i, f"prompt {i}") for i in range(200)]
