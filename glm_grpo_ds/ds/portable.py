@@ -273,34 +273,47 @@ def load(engine, checkpoint_dir: Path) -> None:
     )
     if path is None:
         raise ConversionError(f"no universal checkpoint in {checkpoint_dir / UNIVERSAL}")
-    _requantize(engine.optimizer.optimizer)
+    _requantize(engine.optimizer.optimizer, engine.optimizer)
 
 
-def _requantize(optimizer) -> None:
+def _partitions(optimizer, zero) -> list[tuple[int, int, torch.Tensor]]:
+    """``(group index, index in the group, tensor)`` of each fp32 partition the inner ``optimizer`` steps. ZeRO-3
+    fills its groups' ``params`` only during the step, one flat partition of a sub-group at a time (its
+    ``_optimizer_step``): its partitions are the sub-groups', each the only one of its group then."""
+    flats = getattr(zero, "fp32_partitioned_groups_flat", None)
+    if flats is not None:
+        return [(zero.sub_group_to_group_id[i], 0, flat) for i, flat in enumerate(flats)]
+    return [(g, i, p) for g, group in enumerate(optimizer.param_groups) for i, p in enumerate(group["params"])]
+
+
+def _requantize(optimizer, zero) -> None:
     """A bitsandbytes optimizer's state from the fp32 moments the universal load wrote (``exp_avg``/``exp_avg_sq``,
     a tensor ``step``): its own ``init_state`` for this partition's tensors, then the moments quantized into them."""
     if not hasattr(optimizer, "init_state"):
         return  # torch AdamW, DeepSpeed's CPU Adam: the universal load wrote their own state names
-    for gindex, group in enumerate(optimizer.param_groups):
-        for pindex, p in enumerate(group["params"]):
-            loaded = optimizer.state.get(p, {})
-            if "exp_avg" not in loaded:
-                continue
-            moments = (loaded.pop("exp_avg"), loaded.pop("exp_avg_sq"))
-            step = int(loaded.pop("step"))
-            loaded.clear()
-            optimizer.init_state(group, p, gindex, pindex)
-            state = optimizer.state[p]
-            for key, moment in zip(("1", "2"), moments):
-                target = state[f"state{key}"]
-                moment = moment.to(device=target.device, dtype=torch.float32).reshape(target.shape)
-                if target.dtype == torch.uint8:
-                    codes, scales = quantize_blocks(moment, state[f"qmap{key}"])
-                    target.copy_(codes.view_as(target))
-                    state[f"absmax{key}"].copy_(scales)
-                else:
-                    target.copy_(moment)
-            state["step"] = step
+    for gindex, pindex, p in _partitions(optimizer, zero):
+        group = optimizer.param_groups[gindex]
+        loaded = optimizer.state.get(p, {})
+        if "exp_avg" not in loaded:
+            continue
+        moments = (loaded.pop("exp_avg"), loaded.pop("exp_avg_sq"))
+        step = int(loaded.pop("step"))
+        loaded.clear()
+        params = group["params"]
+        group["params"] = params or [p]  # ZeRO-3's are empty but in its step, which sets [the partition] (bnb reads it)
+        optimizer.init_state(group, p, gindex, pindex)
+        group["params"] = params
+        state = optimizer.state[p]
+        for key, moment in zip(("1", "2"), moments):
+            target = state[f"state{key}"]
+            moment = moment.to(device=target.device, dtype=torch.float32).reshape(target.shape)
+            if target.dtype == torch.uint8:
+                codes, scales = quantize_blocks(moment, state[f"qmap{key}"])
+                target.copy_(codes.view_as(target))
+                state[f"absmax{key}"].copy_(scales)
+            else:
+                target.copy_(moment)
+        state["step"] = step
 
 
 def quantize_blocks(
