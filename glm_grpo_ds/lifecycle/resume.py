@@ -105,6 +105,32 @@ def set_aside_final(output_dir: Path, resume_step: int, max_steps: int) -> list[
     return lines
 
 
+def other_run(output_dir: Path, path: Path, state: dict) -> str | None:
+    """The line refusing a resume of another run's checkpoint (``path``, its trainer ``state``) into an
+    ``output_dir`` that holds a run of its own: metrics.jsonl and config.json would hold one run's steps, then the
+    other's, as one history. None for a checkpoint inside ``output_dir`` (a moved or copied run: its own), one of the
+    run ``output_dir``'s ``latest`` names, or an ``output_dir`` holding no run (a run continued in a new folder)."""
+    out = Path(output_dir)
+    if Path(path).resolve().is_relative_to((out / CHECKPOINTS).resolve()):
+        return None
+    latest = out / CHECKPOINTS / LATEST
+    try:
+        saved = latest.parent / latest.read_text(encoding="utf-8").strip() / "trainer_state.json"
+        mine = json.loads(saved.read_text(encoding="utf-8"))["run_id"]
+    except (OSError, ValueError, KeyError, TypeError):  # none, or unreadable: the metrics say whether a run is there
+        mine = None
+    metrics = out / "metrics.jsonl"
+    if mine is None and not (metrics.is_file() and metrics.stat().st_size > 0):
+        return None
+    if mine is not None and mine == state.get("run_id"):
+        return None
+    adapter = f", or start from its adapter with lora.init_from={path}/adapter" if state.get("lora") else ""
+    return (
+        f"{path} is another run's checkpoint than the run in output_dir {out}: resumed there, metrics.jsonl and "
+        f"config.json would mix the two runs' steps; resume it with a new output_dir={adapter}; nothing was changed"
+    )
+
+
 def data_fingerprint(source: str, rows) -> dict:
     """``{"source", "rows", "sha256"}`` of a prompt source: a local file's size and its first and last MiB;
     otherwise (a dataset directory, a Hub id) the prompts of its first and last 64 rows. Cheap, not

@@ -68,7 +68,8 @@ def decide_start(out: Path, resume_path: Path | None, cfg, world: int, zero_stag
         if changed:
             log.warning(f"glm-grpo: {changed}")
         changes = resume.config_changes(state.get("config"), to_dict(cfg), to_dict(TrainConfig()))
-        refused = resume.refused_change(changes, resume_path, cfg.lora is not None)
+        refused = resume.other_run(out, resume_path, state)  # first: the other run's settings are no changes
+        refused = refused or resume.refused_change(changes, resume_path, cfg.lora is not None)
         written_on = checkpoint.written_on(state)
         moved = written_on != (world, zero_stage)
         if moved:

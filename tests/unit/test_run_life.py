@@ -7,6 +7,7 @@ test_reshape_resume.py."""
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -530,3 +531,29 @@ def test_a_sigterm_during_the_final_upload_is_passed_over(tmp_path):
         [sys.executable, "-c", FINAL_UPLOAD, str(tmp_path)], capture_output=True, text=True, timeout=60
     )
     assert (proc.returncode, proc.stdout.splitlines()[-1:]) == (0, ["exit 0 uploads 1"]), proc.stderr[-2000:]
+
+
+def test_another_runs_checkpoint_is_refused_into_an_output_dir_holding_a_run(tmp_path):
+    """Resumed by its path into run A's output_dir, run F's checkpoint appended F's steps to A's metrics.jsonl and
+    config.json as one history. Refused (nothing changed); into a new output_dir, or A's own checkpoint kept
+    elsewhere, it resumes."""
+    a, f = tmp_path / "A", tmp_path / "F"
+    for out, run_id in ((a, "run A"), (f, "run F")):
+        path = _checkpoint(out, 3, config=_cfg(max_steps=10))
+        state = json.loads((path / "trainer_state.json").read_text())
+        (path / "trainer_state.json").write_text(json.dumps({**state, "run_id": run_id, "lora": True}))
+    (a / "metrics.jsonl").write_text('{"step": 1}\n')
+    theirs = f / "checkpoints" / "step_000003"
+    before = _tree(tmp_path)
+    with pytest.raises(CheckpointError) as refused:
+        decide_start(a, theirs, _cfg(max_steps=10), 2, 3, DATA, 0)
+    assert str(refused.value) == (
+        f"{theirs} is another run's checkpoint than the run in output_dir {a}: resumed there, metrics.jsonl and "
+        f"config.json would mix the two runs' steps; resume it with a new output_dir=, or start from its adapter with "
+        f"lora.init_from={theirs}/adapter; nothing was changed"
+    )
+    assert _tree(tmp_path) == before
+    assert decide_start(tmp_path / "new", theirs, _cfg(max_steps=10), 2, 3, DATA, 0).step == 3
+    kept = shutil.copytree(a / "checkpoints" / "step_000003", tmp_path / "archive" / "step_000003")
+    assert decide_start(a, kept, _cfg(max_steps=10), 2, 3, DATA, 0).step == 3  # A's own, kept elsewhere
+    assert decide_start(f, theirs, _cfg(max_steps=10), 2, 3, DATA, 0).step == 3
