@@ -35,7 +35,7 @@ Reward combinations (``grpo.reward_combination``, :data:`COMBINATIONS`), for sev
 * ``win_rate_per_reward``: each reward's win rates, weighted sum_k w_k W_k (a sample undefined for a reward
   gets that reward's neutral 0.5), then the advantages of that sum.
 
-A sample undefined for every reward gets advantage 0 in both modes.
+A sample undefined for every reward it is trained on (a weight other than 0) gets advantage 0 in both modes.
 
 After them, two of GARDO's answers to reward hacking (arXiv:2512.24138): :func:`gate_disagreeing` zeroes the samples
 whose rewards disagree (``grpo.disagreement_gate``), and :func:`diversity_multipliers` of :func:`nearest_distances`
@@ -200,13 +200,15 @@ def impute_group_mean(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 
 
 def weighted_total(per_reward: dict[str, torch.Tensor], weights: dict[str, float], group_size: int) -> torch.Tensor:
-    """``[N]`` sum_k w_k r_k with undefined rewards imputed by their group mean; NaN where every
-    reward is undefined."""
+    """``[N]`` sum_k w_k r_k with undefined rewards imputed by their group mean; NaN where every reward that enters
+    it (a weight other than 0; every reward when none has one) is undefined."""
     first = next(iter(per_reward.values()))
     total = torch.zeros_like(first)
     defined_any = torch.zeros_like(first, dtype=torch.bool)
+    trained = any(weights[label] != 0 for label in per_reward)
     for label, values in per_reward.items():
-        defined_any |= ~torch.isnan(values)
+        if weights[label] != 0 or not trained:  # a logged-only reward must not make a sample (or a step) count
+            defined_any |= ~torch.isnan(values)
         # a reward undefined for a whole group is constant within it: contributes 0
         total = total + weights[label] * torch.nan_to_num(impute_group_mean(values, group_size), nan=0.0)
     return torch.where(defined_any, total, torch.full_like(total, float("nan")))

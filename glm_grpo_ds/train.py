@@ -161,7 +161,7 @@ class Trainer:
         run = self.run
         log.warning_once(
             "rewards-all-undefined",
-            f"glm-grpo: warning: step {step}: every reward is undefined (NaN) for every sample "
+            f"glm-grpo: warning: step {step}: every trained reward is undefined (NaN) for every sample "
             f"({', '.join(all_per_reward)}); the update is skipped (counted in `skipped` in metrics.jsonl) and "
             f"{run.cfg.max_consecutive_skips or 'no'} such steps in a row stop the run; check the rewards and the "
             "fields they need; further ones are not logged",

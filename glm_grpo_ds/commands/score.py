@@ -7,9 +7,10 @@
 Prints one number per image, one per line, in the order given (``nan`` = undefined for that image). Images of one
 size are scored as one batch, as training scores them; a reward that does not return one value per image of a batch
 is a one-line error.
-``--text`` sets the text to render (else the prompt's quoted spans). A reward that needs what the
-command line does not give (``--target`` for pixel_mse / ssim / lpips; ``--text`` or a quoted span in
-the prompt for ocr) is a one-line error, exit 2.
+``--text`` sets the text to render (else the prompt's quoted spans). Each image's sample holds ``target_image``
+(``--target`` or None), ``text`` (``--text`` or None) and ``index`` 0, none of a prompt file's other keys. A reward
+that needs what the command line does not give (``--target`` for pixel_mse / ssim / lpips; ``--text`` or a quoted
+span in the prompt for ocr) is a one-line error, exit 2, and so is a remote reward whose server did not score.
 """
 
 from __future__ import annotations
@@ -65,8 +66,10 @@ def main(argv: list[str] | None = None) -> int:
 
         from ..rewards import build_reward, reward_needs
         from ..rewards.base import reward_values
+        from ..rewards.remote.client import RemoteRewardError
 
-        sample = {"target_image": a.target, "text": a.text}
+        # the keys training gives every sample (data/rows.py PromptRow.reward_sample); the one prompt is row 0
+        sample = {"target_image": a.target, "text": a.text, "index": 0}
         if a.target and not os.path.isfile(a.target):
             raise ValueError(f"--target {a.target} does not exist")
         # Checked before the reward is built (it may load a model): every image would score nan.
@@ -83,14 +86,17 @@ def main(argv: list[str] | None = None) -> int:
         values = [0.0] * len(images)
         for rows in by_size.values():
             batch = torch.stack([images[i] for i in rows])
-            scored = reward_values(a.reward, fn(batch, [a.prompt] * len(rows), [sample] * len(rows)), len(rows))
+            samples = [dict(sample) for _ in rows]  # a dict each, as in training
+            scored = reward_values(a.reward, fn(batch, [a.prompt] * len(rows), samples), len(rows))
             for i, value in zip(rows, scored.tolist()):  # None / inf: nan (undefined)
                 values[i] = value
         if max(len(rows) for rows in by_size.values()) == 1:  # a reward that scores one image, never a batch
-            reward_values(a.reward, fn(torch.stack([images[0]] * 2), [a.prompt] * 2, [sample] * 2), 2)
+            reward_values(
+                a.reward, fn(torch.stack([images[0]] * 2), [a.prompt] * 2, [dict(sample) for _ in range(2)]), 2
+            )
         for value in values:
             print(f"{value:.6g}")
-    except ValueError as err:
+    except (ValueError, RemoteRewardError) as err:  # RemoteRewardError: the server did not score the images
         print(f"glm-grpo score: {err}", file=sys.stderr)
         return 2
     return 0

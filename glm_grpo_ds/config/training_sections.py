@@ -11,6 +11,9 @@ from typing import Literal
 
 from .fields import choice_problems, setting
 
+# what the metrics append to each reward's label (observability/metrics.py; records.py reads them back by these)
+REWARD_STATS = ("_std", "_undefined", "_failed")
+
 
 @dataclass
 class RewardSpec:
@@ -31,7 +34,7 @@ class RewardSpec:
         "",
         "The reward's name in metrics.jsonl (reward/<label>), the trackers, the console and the reports; empty = "
         "its name (a plugin's is its path: path/file.py:function), a second use of one getting #2. Letters, "
-        "digits, _ . - only.",
+        "digits, _ . - only, not ending in _std, _undefined or _failed (the keys logged beside it).",
     )
 
     def problems(self, prefix: str = "") -> list[str]:
@@ -41,9 +44,23 @@ class RewardSpec:
             problems.append(f"{prefix}name is required")
         if self.label and not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.label):
             problems.append(f"{prefix}label {self.label!r}: letters, digits, _ . - only (it names metrics and tags)")
+        problems += self._label_suffix_problems(prefix)
         if not math.isfinite(self.weight):  # a NaN weight made every reward undefined, blamed on the reward
             problems.append(f"{prefix}weight must be a finite number, got {self.weight}")
         return problems
+
+    def _label_suffix_problems(self, prefix: str) -> list[str]:
+        """A label (else the name) ending like the statistics logged beside each reward: labels ``q`` and
+        ``q_std`` wrote each other's reward/q_std, and the readers of metrics.jsonl take reward/q_std for a
+        statistic of ``q`` even alone (observability/records.py reward_means)."""
+        shown = self.label or self.name
+        if not shown.endswith(REWARD_STATS):
+            return []
+        key = "label" if self.label else "name"
+        return [
+            f"{prefix}{key} {shown!r} ends in {shown[shown.rindex('_') :]}, which the metrics append to every reward's "
+            "label (reward/<label>_std, _undefined, _failed): give it a label that does not"
+        ]
 
 
 @dataclass

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# what a record holds beside each reward's mean (``reward/<label>``, ``eval/reward/<label>``), metrics.py writes them
+from ..config.training_sections import REWARD_STATS
 from ..runtime.atomic_files import write_text_atomic
 
 
@@ -106,10 +108,6 @@ def read_metrics(path: str | Path) -> list[dict]:
                 break  # cut off mid-write
             raise ValueError(f"{path}:{number}: not a JSON record ({err.msg}); fix or delete that line") from None
     return records
-
-
-# what a record holds beside each reward's mean (``reward/<label>``, ``eval/reward/<label>``): metrics.py writes them
-REWARD_STATS = ("_std", "_undefined", "_failed")
 
 
 def reward_means(record: dict, prefix: str = "reward/") -> dict:

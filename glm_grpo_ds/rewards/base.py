@@ -130,11 +130,12 @@ class RewardError(ValueError):
 def reward_values(label: str, raw, n: int, device=None) -> torch.Tensor:
     """A reward function's return for ``n`` images as ``[n]`` float32, NaN where it is undefined: None (not applicable
     to that sample, TRL's convention), NaN and +-inf (an infinite reward would make every advantage of its group
-    NaN). A count other than ``n`` is a RewardError (an input error: one line, exit 2)."""
+    NaN). ``[n, 1]``, ``[1, n]`` and for one image a single number are read as ``[n]``; any other shape or count is
+    a RewardError (an input error: one line, exit 2)."""
     if isinstance(raw, (list, tuple)):
         raw = [float("nan") if value is None else value for value in raw]
     try:
-        values = torch.as_tensor(raw, dtype=torch.float32).detach().to(device).reshape(-1)
+        values = torch.as_tensor(raw, dtype=torch.float32).detach().to(device)
     except torch.OutOfMemoryError:  # the copy to the device met a full GPU: not the values' fault (memory/oom.py)
         raise
     except (TypeError, ValueError, RuntimeError) as err:  # a function, a string, ragged lists: not numbers
@@ -142,9 +143,14 @@ def reward_values(label: str, raw, n: int, device=None) -> torch.Tensor:
             f"reward {label} returned {type(raw).__name__}, not numbers ({err}): a reward returns one value per "
             "image (a [N] tensor or a list; None or NaN where it is undefined)"
         ) from None
-    if values.shape[0] != n:
+    # a model head's [n, 1] column, a [1, n] row and, for one image, one number (.squeeze() of [1, 1]) hold one value
+    # per image; flattening any other shape would give the values to the wrong images ([2, n/2] is not [n])
+    if values.numel() == n and (values.dim() == 0 or (values.dim() == 2 and 1 in values.shape)):
+        values = values.reshape(-1)
+    if values.dim() != 1 or values.shape[0] != n:
+        got = f"{values.numel()} values" if values.dim() <= 1 else f"shape {list(values.shape)}"
         raise RewardError(
-            f"reward {label} returned {values.shape[0]} values for {n} images: a reward returns one per image (a "
-            "[N] tensor or a list; None or NaN where it is undefined)"
+            f"reward {label} returned {got} for {n} images: a reward returns one per image (a [N] tensor or a "
+            "list; None or NaN where it is undefined)"
         )
     return torch.where(torch.isfinite(values), values, torch.full_like(values, float("nan")))

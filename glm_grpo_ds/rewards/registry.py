@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -43,6 +46,33 @@ def builtin_names() -> list[str]:
     return sorted(REWARDS)
 
 
+def _cannot_import(spec: str, what: str, err: Exception, hint: str = "") -> RewardError:
+    """One line naming the module or file that did not import, with a syntax error's file and line."""
+    if isinstance(err, SyntaxError) and err.lineno:  # the line to fix, in whichever file holds it
+        line = f"{err.filename}:{err.lineno}" if err.filename else f"line {err.lineno}"
+        what = line if err.filename == what else f"{what}, {line}"
+    return RewardError(f"reward {spec!r}: cannot import {what} ({type(err).__name__}: {err}){hint}")
+
+
+def _import_module(spec: str, module_name: str):
+    """``module_name`` imported; a module in the current directory is found too, as ``python -m`` finds it (the
+    ``glm-grpo`` console script has only its own directory on sys.path), after the installed packages so that a
+    folder named like a library does not replace it."""
+    here = os.getcwd()
+    for searched_here in (False, True):
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError as err:  # the module itself, or a module it imports
+            missing = err.name is not None and (module_name + ".").startswith(err.name + ".")
+            if missing and not searched_here and here not in sys.path:
+                sys.path.append(here)
+                continue
+            hint = "; install it, or put its directory on PYTHONPATH" if missing else ""
+            raise _cannot_import(spec, module_name, err, hint) from None
+        except Exception as err:  # noqa: BLE001 - the user's module: any error importing it is one line naming it
+            raise _cannot_import(spec, module_name, err) from None
+
+
 def _load_plugin(spec: str) -> Callable:
     """``python:pkg.mod:attr`` or ``path/to/file.py:attr``."""
     target = spec[len("python:") :] if spec.startswith("python:") else spec
@@ -53,18 +83,20 @@ def _load_plugin(spec: str) -> Callable:
         path = Path(module_name)
         if not path.is_file():
             raise RewardError(f"reward {spec!r}: file {path} does not exist")
-        mod_spec = importlib.util.spec_from_file_location(f"glm_grpo_reward_{path.stem}", path)
+        # in sys.modules while it runs, under a name of its own: a @dataclass under `from __future__ import
+        # annotations` looks its module up there, and two files of one name in two folders stay apart
+        unique = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
+        name = f"glm_grpo_reward_{path.stem}_{unique}"
+        mod_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[name] = module
         try:
             mod_spec.loader.exec_module(module)
         except Exception as err:  # noqa: BLE001 - the user's file: any error importing it is one line naming it
-            where = f"{path}:{err.lineno}" if isinstance(err, SyntaxError) and err.lineno else str(path)
-            raise RewardError(f"reward {spec!r}: cannot import {where} ({type(err).__name__}: {err})") from None
+            sys.modules.pop(name, None)
+            raise _cannot_import(spec, str(path), err) from None
     else:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as err:
-            raise RewardError(f"reward {spec!r}: cannot import {module_name} ({err})") from None
+        module = _import_module(spec, module_name)
     if not hasattr(module, attr):
         raise RewardError(f"reward {spec!r}: {module_name} has no attribute {attr!r}")
     return getattr(module, attr)
@@ -170,8 +202,28 @@ def build_reward(name: str, args: dict) -> Callable:
     check_reward_args(name, args)
     try:
         return target(**args)
-    except TypeError as err:
-        raise RewardError(f"reward {name}: bad args {args} ({err})") from None
+    except RewardError:  # already one line naming the reward
+        raise
+    except Exception as err:  # noqa: BLE001 - a plugin's constructor is user code: whatever it raises is one line
+        if oom.out_of_memory(err) is not None or not (_is_plugin(name) or isinstance(err, TypeError)):
+            raise  # the run's memory (memory/oom.py); a built-in's own errors say what they are
+        raise RewardError(_build_failure(name, target, args, err)) from None
+
+
+def _build_failure(name: str, target: Callable, args: dict, err: Exception) -> str:
+    """The line for a reward whose constructor or factory raised: "bad args" only when ``args`` do not fit its
+    signature, else what it raised (a TypeError inside the constructor is not the args' fault)."""
+    msg = " ".join(str(err).split()) or type(err).__name__
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin without a signature: the args cannot be checked
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(**args)
+        except TypeError:
+            return f"reward {name}: bad args {args} ({msg})"
+    return f"reward {name}: building it with args {args} raised {type(err).__name__}: {msg}"
 
 
 class RewardSet:

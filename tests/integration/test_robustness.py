@@ -222,7 +222,7 @@ def test_steps_whose_rewards_are_all_undefined_are_skipped_then_the_run_stops(ti
     )
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "glm-grpo train: stopped at step 2: the last 2 steps were skipped" in proc.stderr
-    assert proc.stderr.count("every reward is undefined (NaN) for every sample") == 1  # warned once
+    assert proc.stderr.count("every trained reward is undefined (NaN) for every sample") == 1  # warned once
     rows = metrics(out)
     assert [(r["skipped"], r["skipped_steps"], r["loss"], r["grad_norm"]) for r in rows] == [
         (1, 1, None, None),

@@ -25,7 +25,6 @@ def test_set_aside_names_by_step_and_never_overwrites(tmp_path):
     assert (tmp_path / "final_model.earlier").is_dir()
 
 
-
 def test_max_steps_lowered_below_the_final_weights_sets_them_aside(tmp_path):
     """A checkpoint at or past max_steps writes its own step's final weights at once: those of a later step (no
     checkpoint left of it: save_steps 2, max_steps 3 -> 2) were replaced and lost; its own step's stay (a kill cut

@@ -181,7 +181,12 @@ def rewards_to_json(values: torch.Tensor) -> list[float | None]:
 
 
 def rewards_from_json(values: list) -> torch.Tensor:
-    """JSON list (null = undefined) -> ``[N]`` float32 with NaN."""
+    """JSON list (null = undefined) -> ``[N]`` float32 with NaN; TypeError for anything but a list of numbers and
+    nulls (a string's characters are no rewards: "0000" scored four images 0)."""
+    if not isinstance(values, list) or any(
+        isinstance(v, bool) or not isinstance(v, (int, float, type(None))) for v in values
+    ):
+        raise TypeError("rewards must be a JSON list of numbers or nulls")
     return torch.tensor([float("nan") if v is None else float(v) for v in values], dtype=torch.float32)
 
 
