@@ -148,12 +148,19 @@ def _plugin_form(name: str, target: Callable, args: dict) -> str:
     ``args`` fit neither a reward's nor a factory's signature."""
     if isinstance(target, type):
         return "class"
-    if not args:
-        return "plain"
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # a builtin without a signature: let the call decide
-        return "factory"
+        return "factory" if args else "plain"
+    if not args:
+        try:
+            signature.bind(None, None, None)
+        except TypeError:  # every call would raise: undefined at every step until max_consecutive_skips
+            raise RewardError(
+                f"reward {name}: {getattr(target, '__name__', 'it')}{signature} cannot be called as a reward (images, "
+                "prompts, samples); give a factory its args, or make it take those three"
+            ) from None
+        return "plain"
     # the factory first: a reward's images, prompts and samples have no defaults, so it never fits the args alone,
     # while a factory whose first parameters have defaults would fit (None, None, None, **args)
     for form, bound in (("factory", ()), ("reward", (None, None, None))):

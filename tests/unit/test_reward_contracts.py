@@ -4,6 +4,7 @@ a step count as measured."""
 
 import json
 import os
+import re
 import sys
 import threading
 from contextlib import contextmanager
@@ -225,3 +226,24 @@ def test_a_label_ending_like_a_rewards_statistic_is_refused():
         .problems("rewards[2].")[0]
         .startswith("rewards[2].name 'my.py:sharp_std' ends in _std,")
     )
+
+
+def test_a_plugin_that_cannot_be_called_as_a_reward_is_refused_before_the_job(tmp_path):
+    """A function given without args is called as fn(images, prompts, samples): one whose signature cannot take them
+    (a factory given no args, a function of the images alone) passed the check, then raised at every call: each step
+    undefined until max_consecutive_skips ended the run."""
+    from glm_grpo_ds.rewards.registry import check_reward_args
+
+    (tmp_path / "plugs.py").write_text(
+        "def make_default(scale=1.0):\n    return lambda images, prompts, samples: [scale] * len(images)\n\n"
+        "def one_arg(images):\n    return [0.0] * len(images)\n\n"
+        "def fine(images, prompts, samples, **kw):\n    return [0.0] * len(images)\n"
+    )
+    for fn in ("make_default", "one_arg"):
+        name = f"{tmp_path / 'plugs.py'}:{fn}"
+        with pytest.raises(RewardError, match=rf"^reward {re.escape(name)}: {fn}\(.*\) cannot be called as a reward"):
+            build_reward(name, {})
+        with pytest.raises(RewardError, match="cannot be called as a reward"):  # what train --check runs
+            check_reward_args(name, {})
+    assert build_reward(f"{tmp_path / 'plugs.py'}:fine", {}) is not None
+    check_reward_args(f"{tmp_path / 'plugs.py'}:fine", {})

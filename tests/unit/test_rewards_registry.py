@@ -94,7 +94,8 @@ def test_a_plugin_file_that_fails_to_import_is_one_line_naming_it(tmp_path):
 
 
 def test_python_module_plugin():
-    assert build_reward("python:math:fabs", {})(-2.0) == 2.0
+    # a callable of three arguments, as a reward is called (math:fabs, of one, is refused: it could never score)
+    assert build_reward("python:builtins:max", {})(-2.0, 5.0, 1.0) == 5.0
     with pytest.raises(ValueError, match="cannot import"):
         build_reward("python:no_such_module_xyz:f", {})
 
