@@ -15,7 +15,7 @@ from pathlib import Path
 from .fields import default_of
 from .objective_rules import OBJECTIVE_READS
 
-LINE_FILES = (".txt", ".jsonl")  # one file: no splits (data/lines.py)
+ONE_FILE = (".txt", ".jsonl", ".parquet", ".csv", ".json")  # one prompt file: one split (data/__init__.py)
 
 
 def unused_settings(cfg) -> list[str]:
@@ -25,8 +25,8 @@ def unused_settings(cfg) -> list[str]:
         lines.append(
             f"save_steps=0: this run saves no checkpoint (save_total_limit={cfg.save_total_limit} prunes nothing)"
         )
-    if Path(cfg.data.train_file).suffix in LINE_FILES and cfg.data.split != default_of(cfg.data, "split"):
-        lines.append(f"data.split={cfg.data.split} on one {Path(cfg.data.train_file).suffix} file, which has no splits")
+    if cfg.data.split != default_of(cfg.data, "split"):
+        lines += _split_unused(Path(cfg.data.train_file), cfg.data.split)
     ev = cfg.eval
     if ev.file and cfg.monitor.alarms and _evaluations(ev, cfg.max_steps) < 2:
         lines.append(
@@ -42,6 +42,15 @@ def unused_settings(cfg) -> list[str]:
             f"steps: the learning rate never reaches optimizer.lr={cfg.optimizer.lr:g}"
         )
     return lines
+
+
+def _split_unused(source: Path, split: str) -> list[str]:
+    """data.split given to a source of one split: one file, or a saved Dataset (not a DatasetDict)."""
+    if source.suffix in ONE_FILE and not source.is_dir():
+        return [f"data.split={split} on one {source.suffix} file, which has no splits"]
+    if (source / "state.json").is_file() and not (source / "dataset_dict.json").is_file():
+        return [f"data.split={split} on {source}, a saved Dataset (not a DatasetDict), which has no splits"]
+    return []
 
 
 def _clip_range_unused(grpo) -> list[str]:

@@ -74,7 +74,7 @@ def load_prompts(
     p = Path(spec)
     local = p.is_file() or p.is_dir()
     if p.suffix in LINE_SUFFIXES and not p.is_dir():
-        return LineFile(p, key, keys).rows()
+        return LineFile(p, key, keys, _default_keys()).rows()
     if p.is_file() and p.suffix == ".json":
         cvtg = read_cvtg(p, key, keys)  # None: another kind of JSON file, read with datasets below
         if cvtg is not None:

@@ -2,11 +2,10 @@
 
 One pass at startup checks every line (valid JSON, a non-empty prompt, target images that exist and
 parse) and records where each row starts (8 bytes per row); ``rows[i]`` reads and parses line i
-again when a step samples it. A ``.txt``'s lines are exactly ``Path.read_text().splitlines()``'s (blank lines
-skipped), so the row numbers - and the seeds and sampling order derived from them - are the same as
-when the files were read whole; a ``.jsonl``'s end at ``\n`` only, as JSON Lines says (a JSON string may hold
-U+2028, which ``json.dumps(ensure_ascii=False)`` writes as it is and ``splitlines`` would split at). A UTF-8 byte
-order mark (Windows editors) is skipped. The file must not change during the run (checked at every read).
+again when a step samples it. Lines end at ``\n`` (``\r\n`` too), in a ``.txt`` as in a ``.jsonl`` (JSON Lines'
+rule): U+2028, a form feed or a lone ``\r`` inside a prompt is part of it (``str.splitlines`` split at them, so
+a ``.txt`` line held several prompts, and line numbers differed from an editor's). Blank lines are skipped. A UTF-8
+byte order mark (Windows editors) is skipped. The file must not change during the run (checked at every read).
 
 A ``.txt`` file with a ``target_images/`` folder beside it gets a target image per line from that folder
 (the seeds' layout; the naming rule and its checks are data/target_folder.py); the first load of it says so
@@ -21,7 +20,7 @@ from array import array
 from pathlib import Path
 
 from ..runtime import log
-from .rows import DataError, PromptRow, PromptRows
+from .rows import DataError, PromptRow, PromptRows, reserved_clash
 from .target_folder import LineTargets, target_folder
 
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark, which Windows editors write first
@@ -55,13 +54,14 @@ def check_image(source, where: str, fix: str) -> None:
 
 class LineFile:
     """A ``.txt`` (one prompt per line) or ``.jsonl`` (one JSON object per line) prompt file.
-    ``keys``: (prompt, target_image, text) key names of the JSON objects (data.*_key)."""
+    ``keys``: (prompt, target_image, text) key names of the JSON objects (data.*_key); ``default_keys``: their
+    defaults (an optional key renamed must be on some line)."""
 
-    def __init__(self, path: Path, key: str, keys: tuple[str, str, str]):
+    def __init__(self, path: Path, key: str, keys: tuple[str, str, str], default_keys: tuple[str, str, str]):
         self.path, self.keys, self.jsonl = path, keys, path.suffix == ".jsonl"
-        self.offsets = array("q")  # byte offset of the physical line holding each row
-        self.sub: dict[int, int] = {}  # row -> which splitlines() part of its physical line, when not the first
+        self.offsets = array("q")  # byte offset of each row's line
         self.lines = array("q")  # the 1-based line number of each row (for a target_images/ folder's names)
+        self.seen: set[str] = set()  # the keys of a .jsonl's lines
         stat = path.stat()
         self.stamp = (stat.st_size, stat.st_mtime_ns)
         try:
@@ -73,6 +73,8 @@ class LineFile:
         if not self.offsets:
             hint = "one prompt per line" if not self.jsonl else f'one JSON object per line with a "{keys[0]}" field'
             raise DataError(f"{key} {path} holds no prompts; add {hint}")
+        if self.jsonl:
+            self._check_keys(default_keys)
         folder = None if self.jsonl else target_folder(path)
         self.targets = None if folder is None else LineTargets(folder, path, self.lines, total_lines)
         if self.targets is not None:
@@ -87,38 +89,42 @@ class LineFile:
             target = self.targets.path(row)
             check_image(lambda t=target: t, f"{self.path}:{line}: target image {target}", "replace the file")
 
+    def _check_keys(self, default_keys: tuple[str, str, str]) -> None:
+        """An optional key renamed must be on some line (a typo scored no text); no other key may be reserved."""
+        listed = f"(keys: {', '.join(sorted(self.seen))})"
+        for setting, name, default in zip(("target_image_key", "text_key"), self.keys[1:], default_keys[1:]):
+            if name != default and name not in self.seen:
+                fix = f"set data.{setting} to the right one"
+                raise DataError(f'data.{setting} "{name}" is not a key of any line of {self.path} {listed}; {fix}')
+        clash = reserved_clash(self.seen, self.keys)
+        if clash:
+            raise DataError(f"{self.path}: key {clash}")
+
     def _scan(self) -> int:
         """Check every line, record where each row starts; the file's number of lines."""
         lineno = 0
         with open(self.path, "rb") as f:
             offset = len(BOM) if f.read(len(BOM)) == BOM else 0
             f.seek(offset)
-            for raw in f:  # splits at b"\n" only; a .txt's splitlines() splits each piece like read_text would
+            for raw in f:  # splits at b"\n" only
+                lineno += 1
                 try:
-                    parts = self._split(raw.decode("utf-8"))
+                    line = raw.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as err:
                     raise DataError(
-                        f"{self.path}:{lineno + 1}: not UTF-8 text ({err.reason} at byte {offset + err.start}); "
+                        f"{self.path}:{lineno}: not UTF-8 text ({err.reason} at byte {offset + err.start}); "
                         "save the file as UTF-8"
                     ) from None
-                for k, line in enumerate(parts):
-                    lineno += 1
-                    if line.strip():
-                        if self.jsonl:
-                            self._parse(line, lineno, check=True)
-                        if k:
-                            self.sub[len(self.offsets)] = k
-                        self.offsets.append(offset)
-                        self.lines.append(lineno)
+                if line.strip():
+                    if self.jsonl:
+                        self.seen.update(self._parse(line, lineno, check=True)[4])
+                    self.offsets.append(offset)
+                    self.lines.append(lineno)
                 offset += len(raw)
         return lineno
 
-    def _split(self, text: str) -> list[str]:
-        """The lines of one ``\n``-terminated piece of the file."""
-        return [text.rstrip("\r\n")] if self.jsonl else text.splitlines()
-
-    def _parse(self, line: str, lineno: int, check: bool) -> tuple[str, str | None, object, dict]:
-        """(prompt, absolute target path, text, extra keys) of a JSON line; ``check``: validate it."""
+    def _parse(self, line: str, lineno: int, check: bool) -> tuple[str, str | None, object, dict, list[str]]:
+        """(prompt, absolute target path, text, extra keys, the line's keys) of a JSON line; ``check``: validate it."""
         p, (prompt_key, target_key, text_key) = self.path, self.keys
         try:
             obj = json.loads(line)
@@ -131,6 +137,7 @@ class LineFile:
             # the field there with a value that is not text: said as it is
             hint = f" (here it is {json.dumps(obj[prompt_key])})" if there else _key_hint(obj, (target_key, text_key))
             raise DataError(f'{p}:{lineno}: each line needs a non-empty string field "{prompt_key}"{hint}')
+        keys = list(obj)
         target = obj.pop(target_key, None)
         if target is not None:
             where = f"{p}:{lineno}: {target_key} {target}"
@@ -138,7 +145,7 @@ class LineFile:
                 check_target(p.parent, where, target, "the .jsonl file") if check else (p.parent / target).resolve()
             )
         text = obj.pop(text_key, None)
-        return obj.pop(prompt_key).strip(), target, text, obj
+        return obj.pop(prompt_key).strip(), target, text, obj, keys
 
     def read(self, i: int) -> PromptRow:
         stat = os.stat(self.path)
@@ -146,11 +153,11 @@ class LineFile:
             raise DataError(f"{self.path} changed while the run was reading it; restore it, or restart the run")
         with open(self.path, "rb") as f:
             f.seek(self.offsets[i])
-            line = self._split(f.readline().decode("utf-8"))[self.sub.get(i, 0)]
+            line = f.readline().decode("utf-8").rstrip("\r\n")
         if not self.jsonl:
             target = None if self.targets is None else self.targets.path(i)
             return PromptRow(index=i, prompt=line.strip(), target_image=target)
-        prompt, target, text, extra = self._parse(line, -1, check=False)
+        prompt, target, text, extra, _ = self._parse(line, -1, check=False)
         return PromptRow(index=i, prompt=prompt, target_image=target, text=text, extra=extra)
 
     def rows(self) -> PromptRows:

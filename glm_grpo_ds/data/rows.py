@@ -14,6 +14,18 @@ class DataError(ValueError):
     """A problem with the prompt data; the message names the file (or dataset), the row and the fix."""
 
 
+def reserved_clash(names, keys: tuple[str, str, str]) -> str | None:
+    """`` "index" is reserved (...)`` when one of ``names`` (a row's other columns, besides ``keys``: the
+    data.*_key names) is a name :meth:`PromptRow.reward_sample` sets, which would overwrite its values; else None."""
+    given = {"index": "the row number", "target_image": f'data.target_image_key "{keys[1]}"'}
+    given["text"] = f'data.text_key "{keys[2]}"'
+    clash = next((name for name in given if name in names and name not in keys), None)
+    if clash is None:
+        return None
+    fix = "rename it" if clash == "index" else f"rename it, or set data.{clash}_key={clash} if it is the one"
+    return f'"{clash}" is reserved (the rewards get {given[clash]} under that name); {fix}'
+
+
 @dataclass(frozen=True, repr=False)
 class DatasetImage:
     """A target image stored in the dataset itself (a ``datasets.Image`` column): its encoded bytes,

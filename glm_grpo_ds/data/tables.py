@@ -18,15 +18,18 @@ Row numbers in messages count from 0, like ``dataset[i]`` and the row indices of
 from __future__ import annotations
 
 import io
+import json
 import re
 from functools import cached_property
 from pathlib import Path
 
+from .folder_files import check_folder
 from .lines import check_image, check_target
-from .rows import DataError, DatasetImage, PromptRow, PromptRows
+from .rows import DataError, DatasetImage, PromptRow, PromptRows, reserved_clash
 
 FILE_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json"}
 BATCH = 8192  # rows per Arrow batch of the startup check
+BLANK_HEAD = 65536  # bytes of a CSV file read for the blank lines before its header
 
 
 def is_saved_dataset(path: Path) -> bool:
@@ -53,13 +56,19 @@ def load_table(source: str, local: Path, key: str, keys, split: str, split_key: 
             # only an empty cell is missing: pandas' defaults also read NA, None, null, nan, N/A as missing, which
             # turned a prompt "NA" into an empty-prompt error and a text "None" into no text
             csv = {"converters": {keys[0]: str, keys[2]: str}, "keep_default_na": False, "na_values": [""]}
-            extra = csv if local.suffix == ".csv" else {}
+            # a blank line is a row with an empty prompt, refused as it is with more columns (pandas skipped it);
+            # blank lines before the header are no rows, and the header still comes first
+            csv["skip_blank_lines"] = False
+            extra = dict(csv, skiprows=_blank_head(local)) if local.suffix == ".csv" else {}
             # one file is one split ("train" to datasets); data.split chooses among a directory's splits
             return datasets.load_dataset(FILE_BUILDERS[local.suffix], data_files=str(local), **extra)["train"], None
         if is_saved_dataset(local):
             loaded = datasets.load_from_disk(str(local))
         else:
+            check_folder(local, source, key, split_key)
             loaded = datasets.load_dataset(str(local), name=subset)
+    except DataError:  # a ValueError that already says it all (check_folder)
+        raise
     except (datasets.exceptions.DatasetGenerationError, pa.ArrowException, ValueError, OSError) as err:
         cause = err.__cause__ or err
         if "corresponds to no data" in str(cause):  # datasets' words for a file without rows
@@ -70,6 +79,12 @@ def load_table(source: str, local: Path, key: str, keys, split: str, split_key: 
             raise DataError(f"{key} {source} {which}; set {subset_key} to one of {configs.group(1)}") from None
         reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
         kind = type(cause).__name__
+        if kind == "CastError":  # its first line, "Couldn't cast", left out its last: "because column names ..."
+            differ = ", ".join(sorted(set(cause.table_column_names) ^ set(cause.requested_column_names)))
+            why = f"{str(cause).splitlines()[-1].removeprefix('because ')}: {differ} not in every file"
+            raise DataError(
+                f"{key} {source} cannot be read as a dataset ({kind}: {why}); give its files the same columns"
+            ) from None
         if kind == "EmptyDataError":  # pandas' words for a CSV without even a header
             raise DataError(f'{key} {source} is empty; add a header with a "{keys[0]}" column and rows') from None
         if local.is_dir() and kind in ("EmptyDatasetError", "DataFilesNotFoundError"):
@@ -88,6 +103,13 @@ def load_table(source: str, local: Path, key: str, keys, split: str, split_key: 
             )
         return loaded[split], split
     return loaded, None
+
+
+def _blank_head(path: Path) -> int:
+    """How many blank lines a CSV file starts with."""
+    with open(path, "rb") as f:
+        lines = f.read(BLANK_HEAD).split(b"\n")
+    return next((n for n, line in enumerate(lines) if line.strip()), 0)
 
 
 class TableRows:
@@ -117,7 +139,12 @@ class TableRows:
             if name not in cols and (setting == "prompt_key" or name != default):
                 fix = f"set data.{setting} to the right one"
                 raise DataError(f'data.{setting} "{name}" is not a column of {self.name} {listed}; {fix}')
+        clash = reserved_clash(cols, self.keys)
+        if clash:
+            raise DataError(f"{self.name}: column {clash}")
         pk, tk, _ = self.keys
+        if type(feats[pk]).__name__ == "Json":  # datasets' type for a column of mixed values: say which is not text
+            self._not_text(pk)
         if not (isinstance(feats[pk], Value) and feats[pk].dtype in ("string", "large_string")):
             raise DataError(
                 f'data.prompt_key "{pk}" of {self.name} holds {feats[pk]}, not text; pick the prompt column'
@@ -133,6 +160,17 @@ class TableRows:
                     f'data.target_image_key "{tk}" of {self.name} holds {feats[tk]}; it must be image paths (text) '
                     "or a datasets.Image column"
                 )
+
+    def _not_text(self, pk: str) -> None:
+        """Refuse the first row whose prompt, in a column of JSON values, is not a string."""
+        start = 0
+        for batch in self.table.select([pk]).to_batches(max_chunksize=BATCH):
+            for j, cell in enumerate(batch.column(pk).to_pylist()):
+                value = None if cell is None else json.loads(cell)
+                if value is not None and not isinstance(value, str):
+                    where = f'{self.name}: row {start + j}: "{pk}"'
+                    raise DataError(f"{where} is {json.dumps(value)}, not text; quote it or drop the row")
+            start += batch.num_rows
 
     def _check_rows(self) -> None:
         """Every row, in Arrow batches (memory stays flat): prompts non-empty, target images readable."""
@@ -173,10 +211,11 @@ class TableRows:
 
     @cached_property
     def decoded(self) -> dict:
-        """The extra columns whose values ``datasets`` decodes (images, JSON, ...) -> their feature."""
+        """The text and extra columns whose values ``datasets`` decodes (images, JSON, ...) -> their feature."""
         from datasets.features.features import require_decoding
 
-        return {k: f for k, f in self.ds.features.items() if k not in self.keys and require_decoding(f)}
+        # text too: a column of strings and lists of them (one per region) is JSON, and reached ocr as JSON text
+        return {k: f for k, f in self.ds.features.items() if k not in self.keys[:2] and require_decoding(f)}
 
     def read(self, i: int) -> PromptRow:
         from datasets.features.features import decode_nested_example as decode
@@ -187,6 +226,7 @@ class TableRows:
         target = raw.pop(tk, None)
         target = None if target is None else self._target(i, target, check=False)
         text = raw.pop(xk, None)
+        text = decode(self.decoded[xk], text) if text is not None and xk in self.decoded else text
         extra = {k: v if k not in self.decoded else decode(self.decoded[k], v) for k, v in raw.items() if v is not None}
         return PromptRow(index=i, prompt=prompt, target_image=target, text=text, extra=extra)
 

@@ -427,13 +427,15 @@ def test_sampler_order_is_unchanged(tmp_path, n, world, per_rank, seed):
         assert [r.index for r in resumed.next()] == [r.index for r in samplers[0].next()]
 
 
-def test_lines_are_read_texts_lines(tmp_path):
-    # \\r\\n, a lone \\r, a form feed and U+2028 all end lines for str.splitlines, which the rows always followed
-    text = "a\r\nb\rc\x0cd\u2028e\n\n  \nf é\n"
+def test_a_txt_line_ends_at_a_newline_only(tmp_path):
+    # str.splitlines also ends lines at a lone \\r, \\v, a form feed, \\x1c-\\x1e, \\x85, U+2028 and U+2029: a line
+    # holding one was several prompts (and an editor's line numbers no longer named the rows); only \\n and \\r\\n do
+    inside = "b\rc\x0bd\x0ce\x1cf\x1dg\x1eh\x85i\u2028j\u2029k"
+    text = f"a\r\n{inside}\n\n  \nf é\n"
     (tmp_path / "p.txt").write_bytes(text.encode("utf-8"))
     rows = load_prompts(tmp_path / "p.txt")
-    assert [r.prompt for r in rows] == [x.strip() for x in text.splitlines() if x.strip()]
-    assert [r.index for r in rows] == list(range(6))
+    assert [r.prompt for r in rows] == ["a", inside, "f é"]
+    assert [r.index for r in rows] == list(range(3))
     # a .jsonl's lines end at \n only (JSON Lines): U+2028 in a string is JSON, written raw by ensure_ascii=False
     objects = [{"prompt": "two\u2028lines"}, {"prompt": "b"}]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(o, ensure_ascii=False) + "\r\n" for o in objects))
