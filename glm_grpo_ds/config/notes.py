@@ -26,8 +26,10 @@ def unused_settings(cfg) -> list[str]:
             f"save_steps=0: this run saves no checkpoint (save_total_limit={cfg.save_total_limit} prunes nothing)"
         )
     if cfg.data.split != default_of(cfg.data, "split"):
-        lines += _split_unused(Path(cfg.data.train_file), cfg.data.split)
+        lines += _split_unused(Path(cfg.data.train_file), f"data.split={cfg.data.split}")
     ev = cfg.eval
+    if ev.file and ev.split != default_of(ev, "split"):
+        lines += _split_unused(Path(ev.file), f"eval.split={ev.split}")
     if ev.file and cfg.monitor.alarms and _evaluations(ev, cfg.max_steps) < 2:
         lines.append(
             "monitor.alarms compare each evaluation with the first, and this run evaluates once (eval.steps="
@@ -44,12 +46,13 @@ def unused_settings(cfg) -> list[str]:
     return lines
 
 
-def _split_unused(source: Path, split: str) -> list[str]:
-    """data.split given to a source of one split: one file, or a saved Dataset (not a DatasetDict)."""
+def _split_unused(source: Path, given: str) -> list[str]:
+    """A split (``given``: data.split=S or eval.split=S) of a source of one split: one file, or a saved Dataset (not a
+    DatasetDict)."""
     if source.suffix in ONE_FILE and not source.is_dir():
-        return [f"data.split={split} on one {source.suffix} file, which has no splits"]
+        return [f"{given} on one {source.suffix} file, which has no splits"]
     if (source / "state.json").is_file() and not (source / "dataset_dict.json").is_file():
-        return [f"data.split={split} on {source}, a saved Dataset (not a DatasetDict), which has no splits"]
+        return [f"{given} on {source}, a saved Dataset (not a DatasetDict), which has no splits"]
     return []
 
 

@@ -183,6 +183,10 @@ def test_a_split_of_one_file_is_said(tmp_path, name):
     """Only .txt and .jsonl were said; a .parquet / .csv / .json is one split too and data.split was ignored."""
     cfg = load_config(None, [*BASE, f"data.train_file={tmp_path / name}", "data.split=validation"])
     assert f"data.split=validation on one .{name.split('.')[1]} file, which has no splits" in unused_settings(cfg)
+    cfg = load_config(
+        None, [*BASE, f"data.train_file={tmp_path / name}", f"eval.file={tmp_path / name}", "eval.split=validation"]
+    )
+    assert f"eval.split=validation on one .{name.split('.')[1]} file, which has no splits" in unused_settings(cfg)
 
 
 def test_a_split_of_a_saved_dataset_is_said_and_of_a_saved_dataset_dict_is_not(tmp_path):
