@@ -1,5 +1,6 @@
-"""``glm-grpo evaluate``: did the run help? The base model against one or more adapters on the same prompts with
-paired seeds, per reward: means, the paired difference with a 95 % interval over prompts, the win rate.
+"""``glm-grpo evaluate``: did the run help? The base model against one or more adapters (or a full fine-tuning's
+``final_model/``: its weights swapped into the one model, model/weight_sets.py) on the same prompts with paired seeds,
+per reward: means, the paired difference with a 95 % interval over prompts, the win rate.
 
     glm-grpo evaluate --config launch/configs/tiny_world.yaml model.path=outputs/world/model \\
         --adapter outputs/world_run/final_adapter --prompts outputs/world/heldout.jsonl --samples-per-prompt 4
