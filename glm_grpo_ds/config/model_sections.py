@@ -87,7 +87,8 @@ class LoraConfig:
     ema_decay: float | None = setting(
         None,
         "Keep an exponential moving average of the adapter (Flow-GRPO's ema; glm_grpo_ds/model/ema.py) with this "
-        "decay, in (0, 1), warmed up as min(decay, (1 + n) / (10 + n)) over its n updates (diffusers' EMAModel): "
+        "decay, in (0, 1), warmed up as min(decay, (1 + n) / (10 + n)) over its n updates, one a step, a skipped "
+        "step's too (diffusers' EMAModel): "
         "the in-run evaluations sample the average, final_adapter_ema/ and each checkpoint's adapter_ema/ hold it; "
         "training samples and updates the adapter itself. The average lives whole on every rank, in fp32. null = "
         "none.",

@@ -29,7 +29,9 @@ from pathlib import Path
 
 from .checkpoint import CHECKPOINTS, LATEST
 
-FINALS = ("final_adapter", "final_model")
+FINALS = ("final_adapter", "final_model")  # the run's end: written last, what says a run finished
+# set aside with them: lora.ema_decay's average of the adapter at the run's end (written first, model/ema.py)
+SET_ASIDE = (*FINALS, "final_adapter_ema")
 
 
 class NothingToDo(Exception):
@@ -85,7 +87,7 @@ def set_aside_final(output_dir: Path, resume_step: int, max_steps: int) -> list[
     weights of that step stay, those of another (a later step, with no checkpoint left of it) are set aside too."""
     lines = []
     ends_at = max(resume_step, max_steps)
-    for name in FINALS:
+    for name in SET_ASIDE:
         final = output_dir / name
         if not final.is_dir():
             continue

@@ -310,7 +310,7 @@ class RunLife:
 
     def _write_final(self, engine, step: int, ema, ema_dir: Path | None) -> None:
         if ema is not None:
-            ema.save_adapter(engine, ema_dir, self.rank)
+            ema.save_adapter(engine, ema_dir, self.rank, step)
         final = self.final_dir
         # written beside it, then renamed: a run killed while writing leaves final_*.tmp (removed when they are next
         # written), not a final_*/ of half the files, and its resume writes them again (resume.finished)

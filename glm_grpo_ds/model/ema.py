@@ -28,6 +28,7 @@ from ..ds import dist
 from ..ds.engine import gathered, is_zero3, unwrap, written
 from ..ds.io import save_adapter
 from ..lifecycle.checkpoint import ADAPTER_EMA
+from ..lifecycle.resume import write_final_state
 from .kept import KeptTensors
 
 FILES = "ema-*.safetensors"  # in a checkpoint (lifecycle/checkpoint.py's layout)
@@ -83,15 +84,18 @@ class AdapterEMA(KeptTensors):
             with written(self.params, self.zero3):
                 self.average.restore(self.params)
 
-    def save_adapter(self, engine, directory: Path, rank: int) -> None:
+    def save_adapter(self, engine, directory: Path, rank: int, step: int | None = None) -> None:
         """The average in peft format in ``directory`` (``final_adapter_ema/``; collective), written beside it and
-        renamed: a run killed meanwhile leaves a ``.tmp``, not half an adapter."""
+        renamed: a run killed meanwhile leaves a ``.tmp``, not half an adapter. ``step``: the run's end it is, recorded
+        as the final weights' is (a later resume sets it aside by it, lifecycle/resume.py)."""
         partial_dir = directory.with_name(directory.name + ".tmp")
         if rank == 0:
             shutil.rmtree(partial_dir, ignore_errors=True)
         with self.in_adapters():
             save_adapter(engine, partial_dir, rank)
         if rank == 0:
+            if step is not None:
+                write_final_state(partial_dir, step)
             shutil.rmtree(directory, ignore_errors=True)
             partial_dir.rename(directory)
         dist.barrier()

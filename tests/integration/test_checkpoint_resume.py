@@ -56,6 +56,7 @@ def test_resume_is_exact(runs):
         a = load_file(runs["straight"] / final / "adapter_model.safetensors")
         b = load_file(runs["resumed"] / final / "adapter_model.safetensors")
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), final  # bitwise
+        assert json.loads((runs["resumed"] / final / "training_state.json").read_text()) == {"step": 4}  # its end
     ma, mb = metrics(runs["straight"]), metrics(runs["resumed"])
     assert [r["step"] for r in ma] == [r["step"] for r in mb] == [1, 2, 3, 4]  # a record per step, none twice
     for x, y in zip(ma, mb, strict=True):

@@ -97,3 +97,18 @@ def test_config_changes_list_each_changed_key_and_the_history_grows_by_segment()
     assert second == [{"from_step": 0, "changed": {}}, {"from_step": 40, "changed": changes}]
     assert segments({"segments": second}, 60, {}) == second  # resumed again without changes
     assert segments({"segments": second}, 20, {}) == first  # resumed from a checkpoint before the change
+
+
+def test_the_ema_adapter_of_an_earlier_end_is_set_aside_with_the_final_weights(tmp_path):
+    """max_steps raised on a finished lora.ema_decay run: final_adapter/ of step 4 was set aside, while
+    final_adapter_ema/ of step 4 was replaced by step 6's."""
+    from glm_grpo_ds.lifecycle.resume import final_written
+
+    for name in ("final_adapter", "final_adapter_ema"):
+        (tmp_path / name).mkdir()
+        write_final_state(tmp_path / name, 4)
+    assert len(set_aside_final(tmp_path, resume_step=4, max_steps=6)) == 2
+    assert (tmp_path / "final_adapter_ema.step4").is_dir() and not (tmp_path / "final_adapter_ema").exists()
+    (tmp_path / "final_adapter_ema").mkdir()  # the average is written first: alone, it does not finish a run
+    write_final_state(tmp_path / "final_adapter_ema", 6)
+    assert not final_written(tmp_path, 6)
