@@ -89,18 +89,24 @@ def keep_other_launchs(path: Path, launch_id: str) -> Path | None:
     """Checkpoint ``path``, when another launch than ``launch_id`` wrote it (or its state cannot be read), renamed
     ``earlier_<name>`` (``~1``, ``~2``, ... when taken; no longer a ``step_*`` that pruning or a resume would find);
     returns the new path, None when there is nothing to keep."""
+    if not path.exists():
+        return None
     try:
         if json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))["launch"]["id"] == launch_id:
             return None  # this launch's own save of the step: replaced
-    except FileNotFoundError:
-        if not path.exists():
-            return None
     except (OSError, ValueError, KeyError, TypeError):  # JSONDecodeError is a ValueError
         pass
-    target, n = path.with_name(f"earlier_{path.name}"), 1
-    while target.exists():
-        target, n = path.with_name(f"earlier_{path.name}~{n}"), n + 1
+    target = untaken(path.with_name(f"earlier_{path.name}"))
     path.rename(target)
+    return target
+
+
+def untaken(path: Path) -> Path:
+    """``path``, else ``path~1``, ``path~2``, ...: the first name not taken, for saved weights set aside (never over
+    earlier ones)."""
+    target, n = path, 1
+    while target.exists():
+        target, n = path.with_name(f"{path.name}~{n}"), n + 1
     return target
 
 

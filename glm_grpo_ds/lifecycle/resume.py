@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 
 from .checkpoint import CHECKPOINTS, LATEST
+from .checkpoint_files import untaken
 
 FINALS = ("final_adapter", "final_model")  # the run's end: written last, what says a run finished
 # set aside with them: lora.ema_decay's average of the adapter at the run's end (written first, model/ema.py)
@@ -95,10 +96,8 @@ def set_aside_final(output_dir: Path, resume_step: int, max_steps: int) -> list[
         step = json.loads(state.read_text())["step"] if state.is_file() else None
         if resume_step >= max_steps and step == resume_step:
             continue  # its own end, or the one a kill cut short (rewritten in place, run.py)
-        target = output_dir / (f"{name}.step{step}" if step is not None else f"{name}.earlier")
-        n = 1
-        while target.exists():  # a name taken by an earlier rename: never overwrite saved weights
-            target, n = target.with_name(f"{target.name.split('~')[0]}~{n}"), n + 1
+        # a name taken by an earlier rename gets ~1, ~2, ...: never overwrite saved weights
+        target = untaken(output_dir / (f"{name}.step{step}" if step is not None else f"{name}.earlier"))
         final.rename(target)
         lines.append(
             f"glm-grpo: {name}/ (from step {step if step is not None else '?'}) moved to {target.name}/: this "
